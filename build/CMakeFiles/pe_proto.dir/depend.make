@@ -1,0 +1,2 @@
+# Empty dependencies file for pe_proto.
+# This may be replaced when dependencies are built.

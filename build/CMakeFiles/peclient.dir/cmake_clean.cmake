@@ -1,0 +1,11 @@
+file(REMOVE_RECURSE
+  "CMakeFiles/peclient.dir/client/lib/version.c.o"
+  "CMakeFiles/peclient.dir/client/lib/version.c.o.d"
+  "libpeclient.a"
+  "libpeclient.pdb"
+)
+
+# Per-language clean rules from dependency scanning.
+foreach(lang C)
+  include(CMakeFiles/peclient.dir/cmake_clean_${lang}.cmake OPTIONAL)
+endforeach()

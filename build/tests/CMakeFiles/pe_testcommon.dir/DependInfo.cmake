@@ -1,0 +1,22 @@
+
+# Consider dependencies only in project.
+set(CMAKE_DEPENDS_IN_PROJECT_ONLY OFF)
+
+# The set of languages for which implicit dependencies are needed:
+set(CMAKE_DEPENDS_LANGUAGES
+  )
+
+# The set of dependency files which are needed:
+set(CMAKE_DEPENDS_DEPENDENCY_FILES
+  "/work/main/tests/common/op_harness.c" "tests/CMakeFiles/pe_testcommon.dir/common/op_harness.c.o" "gcc" "tests/CMakeFiles/pe_testcommon.dir/common/op_harness.c.o.d"
+  )
+
+# Targets to which this target links.
+set(CMAKE_TARGET_LINKED_INFO_FILES
+  "/work/main/build/CMakeFiles/pe.dir/DependInfo.cmake"
+  "/work/main/build/CMakeFiles/peclient.dir/DependInfo.cmake"
+  "/work/main/build/CMakeFiles/pe_proto.dir/DependInfo.cmake"
+  )
+
+# Fortran module output directory.
+set(CMAKE_Fortran_TARGET_MODULE_DIR "")

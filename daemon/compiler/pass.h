@@ -1,0 +1,44 @@
+/* One pass interface for every program transformation (seed 003's
+ * Converter). A pass rewrites the program in place; the pass manager runs a
+ * named list of them and re-validates after each rewriting pass, so a
+ * broken pass is caught where it happens.
+ *
+ * Standard pipelines:
+ *   train: validate, backward, optimizer, validate
+ *   test:  validate, inference      (sets is_test on dropout / batch_norm)
+ */
+#ifndef PE_COMPILER_PASS_H
+#define PE_COMPILER_PASS_H
+
+#include "compiler/program.h"
+
+typedef struct pe_pass_opts {
+  const char *loss; /* overrides the program's loss when set */
+} pe_pass_opts;
+
+typedef struct pe_pass {
+  const char *name;
+  const char *doc;
+  pe_status *(*run)(pe_program *p, const pe_pass_opts *o);
+} pe_pass;
+
+const pe_pass *pe_pass_lookup(const char *name);
+pe_status *pe_pass_run(pe_program *p, const char *name, const pe_pass_opts *o);
+/* Comma-separated list: "validate,backward,optimizer". */
+pe_status *pe_passes_run(pe_program *p, const char *list, const pe_pass_opts *o);
+/* Standard pipelines (see above). */
+pe_status *pe_program_compile(pe_program *p, bool for_test);
+
+/* The passes (each in its own file). */
+pe_status *pe_pass_validate(pe_program *p, const pe_pass_opts *o);
+/* Backward: append grad ops for the loss of the main block (x@GRAD), sum
+ * gradients of variables used more than once, prune what needs no gradient. */
+pe_status *pe_pass_backward(pe_program *p, const pe_pass_opts *o);
+/* Optimizer: for every trainable parameter (persistable, !stop_gradient,
+ * with a gradient) append an update op; the learning rate is a persistable
+ * variable "learning_rate" initialised in the startup block, as is optimizer
+ * state (velocity, moments, beta powers). */
+pe_status *pe_pass_optimizer(pe_program *p, const pe_pass_opts *o);
+pe_status *pe_pass_inference(pe_program *p, const pe_pass_opts *o);
+
+#endif

@@ -1,0 +1,422 @@
+/* In-memory program IR: construction, cloning, lookups. See program.h. */
+#include "program.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define OOM(what) pe_error(PE_ENOMEM, "program: out of memory (%s)", what)
+
+static const char *attr_type_names[PE_ATTR_TYPE_COUNT] = {
+    "int", "float", "string", "bool", "ints", "floats", "strings", "bools", "block", "long"};
+
+const char *pe_attr_type_name(pe_attr_type t) {
+  return (unsigned)t < PE_ATTR_TYPE_COUNT ? attr_type_names[t] : "?";
+}
+
+pe_program *pe_program_new(void) {
+  pe_program *p = calloc(1, sizeof(*p));
+  if (p) p->startup_block = -1;
+  return p;
+}
+
+static void attr_clear(pe_attr *a) {
+  free(a->name);
+  free(a->s);
+  free(a->ints);
+  free(a->floats);
+  for (int i = 0; a->strings && i < a->n; i++) free(a->strings[i]);
+  free(a->strings);
+  memset(a, 0, sizeof(*a));
+}
+
+static void slot_clear(pe_slot *s) {
+  free(s->name);
+  for (int i = 0; i < s->n; i++) free(s->args[i]);
+  free(s->args);
+  memset(s, 0, sizeof(*s));
+}
+
+void pe_op_desc_free(pe_op_desc *op) {
+  if (!op) return;
+  free(op->type);
+  for (int i = 0; i < op->n_in; i++) slot_clear(&op->in[i]);
+  for (int i = 0; i < op->n_out; i++) slot_clear(&op->out[i]);
+  for (int i = 0; i < op->n_attr; i++) attr_clear(&op->attrs[i]);
+  free(op->in);
+  free(op->out);
+  free(op->attrs);
+  free(op);
+}
+
+static void block_free(pe_block *b) {
+  if (!b) return;
+  for (int i = 0; i < b->n_vars; i++) {
+    free(b->vars[i]->name);
+    free(b->vars[i]);
+  }
+  free(b->vars);
+  pe_strmap_destroy(&b->var_index);
+  for (int i = 0; i < b->n_ops; i++) pe_op_desc_free(b->ops[i]);
+  free(b->ops);
+  free(b);
+}
+
+void pe_program_free(pe_program *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n_blocks; i++) block_free(p->blocks[i]);
+  free(p->blocks);
+  free(p->loss);
+  free(p->opt.type);
+  free(p);
+}
+
+pe_status *pe_program_add_block(pe_program *p, int parent, pe_block **out) {
+  pe_block **nb = realloc(p->blocks, (size_t)(p->n_blocks + 1) * sizeof(*nb));
+  if (!nb) return OOM("block");
+  p->blocks = nb;
+  pe_block *b = calloc(1, sizeof(*b));
+  if (!b) return OOM("block");
+  b->idx = p->n_blocks;
+  b->parent = parent;
+  pe_strmap_init(&b->var_index);
+  p->blocks[p->n_blocks++] = b;
+  if (out) *out = b;
+  return NULL;
+}
+
+pe_block *pe_program_main(const pe_program *p) {
+  return p->main_block >= 0 && p->main_block < p->n_blocks ? p->blocks[p->main_block] : NULL;
+}
+
+pe_block *pe_program_startup(const pe_program *p) {
+  return p->startup_block >= 0 && p->startup_block < p->n_blocks ? p->blocks[p->startup_block] : NULL;
+}
+
+pe_var_desc *pe_block_find_var_local(const pe_block *b, const char *name) {
+  return pe_strmap_get(&b->var_index, name);
+}
+
+pe_var_desc *pe_block_find_var(const pe_program *p, const pe_block *b, const char *name) {
+  for (int guard = 0; b && guard <= p->n_blocks; guard++) {
+    pe_var_desc *v = pe_block_find_var_local(b, name);
+    if (v) return v;
+    b = (b->parent >= 0 && b->parent < p->n_blocks) ? p->blocks[b->parent] : NULL;
+  }
+  return NULL;
+}
+
+pe_status *pe_block_add_var(pe_block *b, const char *name, pe_dtype dt, const pe_shape *shape,
+                            pe_var_desc **out) {
+  if (pe_block_find_var_local(b, name))
+    return pe_error(PE_EINVAL, "block %d: variable '%s' declared twice", b->idx, name);
+  if (b->n_vars == b->cap_vars) {
+    int nc = b->cap_vars ? b->cap_vars * 2 : 16;
+    pe_var_desc **nv = realloc(b->vars, (size_t)nc * sizeof(*nv));
+    if (!nv) return OOM("var");
+    b->vars = nv;
+    b->cap_vars = nc;
+  }
+  pe_var_desc *v = calloc(1, sizeof(*v));
+  if (!v || !(v->name = strdup(name))) {
+    free(v);
+    return OOM("var");
+  }
+  v->dtype = dt;
+  if (shape) v->shape = *shape;
+  if (!pe_strmap_put(&b->var_index, name, v)) {
+    free(v->name);
+    free(v);
+    return OOM("var");
+  }
+  b->vars[b->n_vars++] = v;
+  if (out) *out = v;
+  return NULL;
+}
+
+pe_op_desc *pe_op_desc_new(const char *type) {
+  pe_op_desc *op = calloc(1, sizeof(*op));
+  if (op && !(op->type = strdup(type))) {
+    free(op);
+    op = NULL;
+  }
+  return op;
+}
+
+pe_status *pe_block_insert_op(pe_block *b, int at, const char *type, pe_op_desc **out) {
+  if (at < 0 || at > b->n_ops) return pe_error(PE_EINTERNAL, "insert op at %d of %d", at, b->n_ops);
+  if (b->n_ops == b->cap_ops) {
+    int nc = b->cap_ops ? b->cap_ops * 2 : 16;
+    pe_op_desc **no = realloc(b->ops, (size_t)nc * sizeof(*no));
+    if (!no) return OOM("op");
+    b->ops = no;
+    b->cap_ops = nc;
+  }
+  pe_op_desc *op = pe_op_desc_new(type);
+  if (!op) return OOM("op");
+  memmove(&b->ops[at + 1], &b->ops[at], (size_t)(b->n_ops - at) * sizeof(*b->ops));
+  b->ops[at] = op;
+  b->n_ops++;
+  if (out) *out = op;
+  return NULL;
+}
+
+pe_status *pe_block_append_op(pe_block *b, const char *type, pe_op_desc **out) {
+  return pe_block_insert_op(b, b->n_ops, type, out);
+}
+
+void pe_block_remove_op(pe_block *b, int at) {
+  if (at < 0 || at >= b->n_ops) return;
+  pe_op_desc_free(b->ops[at]);
+  memmove(&b->ops[at], &b->ops[at + 1], (size_t)(b->n_ops - at - 1) * sizeof(*b->ops));
+  b->n_ops--;
+}
+
+/* --- slots ---------------------------------------------------------------- */
+
+static pe_slot *find_slot(pe_slot *s, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(s[i].name, name) == 0) return &s[i];
+  return NULL;
+}
+
+pe_slot *pe_op_find_input(const pe_op_desc *op, const char *slot) {
+  return find_slot(op->in, op->n_in, slot);
+}
+pe_slot *pe_op_find_output(const pe_op_desc *op, const char *slot) {
+  return find_slot(op->out, op->n_out, slot);
+}
+
+const char *pe_op_input_arg(const pe_op_desc *op, const char *slot) {
+  pe_slot *s = pe_op_find_input(op, slot);
+  return s && s->n ? s->args[0] : NULL;
+}
+const char *pe_op_output_arg(const pe_op_desc *op, const char *slot) {
+  pe_slot *s = pe_op_find_output(op, slot);
+  return s && s->n ? s->args[0] : NULL;
+}
+
+static pe_status *set_slot(pe_slot **slots, int *n, const char *name, int nargs,
+                           const char *const *args) {
+  pe_slot *s = find_slot(*slots, *n, name);
+  if (!s) {
+    pe_slot *ns = realloc(*slots, (size_t)(*n + 1) * sizeof(*ns));
+    if (!ns) return OOM("slot");
+    *slots = ns;
+    s = &ns[*n];
+    memset(s, 0, sizeof(*s));
+    if (!(s->name = strdup(name))) return OOM("slot");
+    (*n)++;
+  } else {
+    for (int i = 0; i < s->n; i++) free(s->args[i]);
+    free(s->args);
+    s->args = NULL;
+    s->n = 0;
+  }
+  if (nargs > 0) {
+    s->args = calloc((size_t)nargs, sizeof(char *));
+    if (!s->args) return OOM("slot args");
+    for (int i = 0; i < nargs; i++)
+      if (!(s->args[i] = strdup(args[i]))) {
+        s->n = i;
+        return OOM("slot args");
+      }
+  }
+  s->n = nargs;
+  return NULL;
+}
+
+pe_status *pe_op_set_input(pe_op_desc *op, const char *slot, int n, const char *const *args) {
+  return set_slot(&op->in, &op->n_in, slot, n, args);
+}
+pe_status *pe_op_set_output(pe_op_desc *op, const char *slot, int n, const char *const *args) {
+  return set_slot(&op->out, &op->n_out, slot, n, args);
+}
+pe_status *pe_op_input1(pe_op_desc *op, const char *slot, const char *arg) {
+  return pe_op_set_input(op, slot, 1, &arg);
+}
+pe_status *pe_op_output1(pe_op_desc *op, const char *slot, const char *arg) {
+  return pe_op_set_output(op, slot, 1, &arg);
+}
+
+/* --- attributes ------------------------------------------------------------ */
+
+pe_attr *pe_op_find_attr(const pe_op_desc *op, const char *name) {
+  for (int i = 0; i < op->n_attr; i++)
+    if (strcmp(op->attrs[i].name, name) == 0) return &op->attrs[i];
+  return NULL;
+}
+
+/* Fresh (cleared) attribute named `name` of type t in op. */
+static pe_status *attr_slot(pe_op_desc *op, const char *name, pe_attr_type t, pe_attr **out) {
+  pe_attr *a = pe_op_find_attr(op, name);
+  if (a) {
+    attr_clear(a);
+  } else {
+    pe_attr *na = realloc(op->attrs, (size_t)(op->n_attr + 1) * sizeof(*na));
+    if (!na) return OOM("attr");
+    op->attrs = na;
+    a = &na[op->n_attr++];
+    memset(a, 0, sizeof(*a));
+  }
+  if (!(a->name = strdup(name))) return OOM("attr");
+  a->type = t;
+  *out = a;
+  return NULL;
+}
+
+pe_status *pe_op_set_int(pe_op_desc *op, const char *name, int64_t v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_INT, &a));
+  a->i = v;
+  return NULL;
+}
+pe_status *pe_op_set_long(pe_op_desc *op, const char *name, int64_t v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_LONG, &a));
+  a->i = v;
+  return NULL;
+}
+pe_status *pe_op_set_float(pe_op_desc *op, const char *name, float v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_FLOAT, &a));
+  a->f = v;
+  return NULL;
+}
+pe_status *pe_op_set_bool(pe_op_desc *op, const char *name, bool v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_BOOL, &a));
+  a->i = v;
+  return NULL;
+}
+pe_status *pe_op_set_block(pe_op_desc *op, const char *name, int block_idx) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_BLOCK, &a));
+  a->i = block_idx;
+  return NULL;
+}
+pe_status *pe_op_set_string(pe_op_desc *op, const char *name, const char *v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_STRING, &a));
+  if (!(a->s = strdup(v))) return OOM("attr");
+  return NULL;
+}
+pe_status *pe_op_set_ints(pe_op_desc *op, const char *name, int n, const int64_t *v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_INTS, &a));
+  if (n && !(a->ints = malloc((size_t)n * sizeof(int64_t)))) return OOM("attr");
+  if (n) memcpy(a->ints, v, (size_t)n * sizeof(int64_t));
+  a->n = n;
+  return NULL;
+}
+pe_status *pe_op_set_bools(pe_op_desc *op, const char *name, int n, const bool *v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_BOOLS, &a));
+  if (n && !(a->ints = malloc((size_t)n * sizeof(int64_t)))) return OOM("attr");
+  for (int i = 0; i < n; i++) a->ints[i] = v[i];
+  a->n = n;
+  return NULL;
+}
+pe_status *pe_op_set_floats(pe_op_desc *op, const char *name, int n, const float *v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_FLOATS, &a));
+  if (n && !(a->floats = malloc((size_t)n * sizeof(float)))) return OOM("attr");
+  if (n) memcpy(a->floats, v, (size_t)n * sizeof(float));
+  a->n = n;
+  return NULL;
+}
+pe_status *pe_op_set_strings(pe_op_desc *op, const char *name, int n, const char *const *v) {
+  pe_attr *a;
+  PE_TRY(attr_slot(op, name, PE_ATTR_STRINGS, &a));
+  if (n && !(a->strings = calloc((size_t)n, sizeof(char *)))) return OOM("attr");
+  for (int i = 0; i < n; i++) {
+    if (!(a->strings[i] = strdup(v[i]))) return OOM("attr");
+    a->n = i + 1;
+  }
+  return NULL;
+}
+
+pe_status *pe_op_set_attr(pe_op_desc *op, const pe_attr *src) {
+  switch (src->type) {
+    case PE_ATTR_INT: return pe_op_set_int(op, src->name, src->i);
+    case PE_ATTR_LONG: return pe_op_set_long(op, src->name, src->i);
+    case PE_ATTR_BLOCK: return pe_op_set_block(op, src->name, (int)src->i);
+    case PE_ATTR_BOOL: return pe_op_set_bool(op, src->name, src->i != 0);
+    case PE_ATTR_FLOAT: return pe_op_set_float(op, src->name, src->f);
+    case PE_ATTR_STRING: return pe_op_set_string(op, src->name, src->s ? src->s : "");
+    case PE_ATTR_INTS: return pe_op_set_ints(op, src->name, src->n, src->ints);
+    case PE_ATTR_FLOATS: return pe_op_set_floats(op, src->name, src->n, src->floats);
+    case PE_ATTR_STRINGS:
+      return pe_op_set_strings(op, src->name, src->n, (const char *const *)src->strings);
+    case PE_ATTR_BOOLS: {
+      pe_attr *a;
+      PE_TRY(attr_slot(op, src->name, PE_ATTR_BOOLS, &a));
+      if (src->n && !(a->ints = malloc((size_t)src->n * sizeof(int64_t)))) return OOM("attr");
+      if (src->n) memcpy(a->ints, src->ints, (size_t)src->n * sizeof(int64_t));
+      a->n = src->n;
+      return NULL;
+    }
+    default: return pe_error(PE_EATTR, "attribute '%s': bad type %d", src->name, (int)src->type);
+  }
+}
+
+pe_status *pe_op_desc_clone(const pe_op_desc *op, pe_op_desc **out) {
+  pe_op_desc *c = pe_op_desc_new(op->type);
+  if (!c) return OOM("op");
+  pe_status *st = NULL;
+  for (int i = 0; !st && i < op->n_in; i++)
+    st = pe_op_set_input(c, op->in[i].name, op->in[i].n, (const char *const *)op->in[i].args);
+  for (int i = 0; !st && i < op->n_out; i++)
+    st = pe_op_set_output(c, op->out[i].name, op->out[i].n, (const char *const *)op->out[i].args);
+  for (int i = 0; !st && i < op->n_attr; i++) st = pe_op_set_attr(c, &op->attrs[i]);
+  if (st) {
+    pe_op_desc_free(c);
+    return st;
+  }
+  *out = c;
+  return NULL;
+}
+
+pe_status *pe_program_clone(const pe_program *p, pe_program **out) {
+  pe_program *c = pe_program_new();
+  if (!c) return OOM("program");
+  pe_status *st = NULL;
+  c->version = p->version;
+  c->main_block = p->main_block;
+  c->startup_block = p->startup_block;
+  if (p->loss && !(c->loss = strdup(p->loss))) st = OOM("loss");
+  c->opt = p->opt;
+  c->opt.type = NULL;
+  if (!st && p->opt.type && !(c->opt.type = strdup(p->opt.type))) st = OOM("optimizer");
+  for (int bi = 0; !st && bi < p->n_blocks; bi++) {
+    const pe_block *b = p->blocks[bi];
+    pe_block *nb;
+    if ((st = pe_program_add_block(c, b->parent, &nb))) break;
+    nb->idx = b->idx;
+    for (int i = 0; !st && i < b->n_vars; i++) {
+      pe_var_desc *v;
+      st = pe_block_add_var(nb, b->vars[i]->name, b->vars[i]->dtype, &b->vars[i]->shape, &v);
+      if (!st) {
+        v->persistable = b->vars[i]->persistable;
+        v->stop_gradient = b->vars[i]->stop_gradient;
+        v->is_feed = b->vars[i]->is_feed;
+      }
+    }
+    for (int i = 0; !st && i < b->n_ops; i++) {
+      pe_op_desc *op;
+      if ((st = pe_op_desc_clone(b->ops[i], &op))) break;
+      pe_op_desc *placeholder;
+      if ((st = pe_block_append_op(nb, "x", &placeholder))) {
+        pe_op_desc_free(op);
+        break;
+      }
+      pe_op_desc_free(placeholder);
+      nb->ops[nb->n_ops - 1] = op;
+    }
+  }
+  if (st) {
+    pe_program_free(c);
+    return st;
+  }
+  *out = c;
+  return NULL;
+}

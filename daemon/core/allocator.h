@@ -1,0 +1,36 @@
+/* Caching allocator. Blocks are rounded up to a size class and kept on a
+ * per-class free list when released, so a steady-state training loop does
+ * no malloc/free. Thread-safe (one mutex; allocation is not on the per-op
+ * hot path once buffers reach steady state). Memory is 64-byte aligned for
+ * oneDNN and vector kernels. Device backends (sim, cuda) own allocators of
+ * the same shape over their own memory. */
+#ifndef PE_CORE_ALLOCATOR_H
+#define PE_CORE_ALLOCATOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pe_allocator pe_allocator;
+
+typedef struct pe_alloc_stats {
+  size_t bytes_in_use;    /* handed out, not yet freed */
+  size_t bytes_cached;    /* freed, kept for reuse */
+  size_t peak_in_use;
+  uint64_t n_alloc;       /* calls to pe_alloc */
+  uint64_t n_system;      /* calls that reached the system allocator */
+} pe_alloc_stats;
+
+pe_allocator *pe_allocator_new(void);
+void pe_allocator_free(pe_allocator *a); /* all blocks must be released */
+/* The process-wide host allocator. */
+pe_allocator *pe_host_allocator(void);
+
+/* Returns NULL on failure (callers turn that into PE_ENOMEM with context).
+ * *cap receives the usable size of the block. */
+void *pe_alloc(pe_allocator *a, size_t bytes, size_t *cap);
+void pe_free(pe_allocator *a, void *p, size_t cap);
+/* Return cached blocks to the system. */
+void pe_allocator_trim(pe_allocator *a);
+pe_alloc_stats pe_allocator_stats(pe_allocator *a);
+
+#endif

@@ -1,0 +1,22 @@
+/* The groups of op rows. Each ops file defines one table terminated by a row
+ * with type == NULL; registry.c concatenates them. Adding an op is adding a
+ * row to a table (and, for a new group, one line here and one in registry.c). */
+#ifndef PE_OPS_OP_TABLES_H
+#define PE_OPS_OP_TABLES_H
+
+#include "ops/registry.h"
+
+extern const pe_op_def pe_ops_creation[];    /* fill_constant, uniform_random, gaussian_random, assign */
+extern const pe_op_def pe_ops_elementwise[]; /* elementwise_add/sub/mul, scale, sum */
+extern const pe_op_def pe_ops_loss[];        /* softmax_with_cross_entropy, cross_entropy, mean */
+extern const pe_op_def pe_ops_shape[];       /* reshape, flatten */
+extern const pe_op_def pe_ops_dropout[];     /* dropout */
+extern const pe_op_def pe_ops_metric[];      /* accuracy, top_k */
+extern const pe_op_def pe_ops_optimizer[];   /* sgd, momentum, adam */
+extern const pe_op_def pe_ops_matmul[];      /* matmul (oneDNN) */
+extern const pe_op_def pe_ops_activation[];  /* relu, tanh, sigmoid, softmax (oneDNN) */
+extern const pe_op_def pe_ops_conv[];        /* conv2d (oneDNN) */
+extern const pe_op_def pe_ops_pool[];        /* pool2d (oneDNN) */
+extern const pe_op_def pe_ops_batch_norm[];  /* batch_norm (oneDNN) */
+
+#endif

@@ -1,0 +1,137 @@
+/* Core: status, shapes, tensors, allocator, scope, strmap, rng. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "core/allocator.h"
+#include "core/rng.h"
+#include "core/scope.h"
+#include "core/status.h"
+#include "core/strmap.h"
+#include "core/tensor.h"
+
+START_TEST(status_carries_code_and_message) {
+  pe_status *st = pe_error(PE_ESHAPE, "op #%d (%s): bad", 3, "matmul");
+  ck_assert_int_eq(pe_status_code(st), PE_ESHAPE);
+  ck_assert_str_eq(pe_status_msg(st), "op #3 (matmul): bad");
+  st = pe_status_wrap(st, "compiling %s", "main");
+  ck_assert_str_eq(pe_status_msg(st), "compiling main: op #3 (matmul): bad");
+  ck_assert_str_eq(pe_code_name(PE_ESHAPE), "SHAPE_MISMATCH");
+  pe_status_free(st);
+  ck_assert_int_eq(pe_status_code(NULL), PE_OK);
+}
+END_TEST
+
+START_TEST(shapes) {
+  pe_shape a = PE_SHAPE(-1, 784), b = PE_SHAPE(128, 784), c = PE_SHAPE(128, 10);
+  ck_assert(pe_shape_compatible(&a, &b));
+  ck_assert(!pe_shape_compatible(&b, &c));
+  ck_assert_int_eq(pe_shape_numel(&a), -1);
+  ck_assert_int_eq(pe_shape_numel(&b), 128 * 784);
+  char buf[PE_SHAPE_STRLEN];
+  ck_assert_str_eq(pe_shape_str(&a, buf, sizeof buf), "[-1,784]");
+  pe_dtype dt;
+  ck_assert(pe_dtype_parse("i64", &dt) && dt == PE_I64);
+  ck_assert(!pe_dtype_parse("q7", &dt));
+}
+END_TEST
+
+START_TEST(allocator_caches_blocks) {
+  pe_allocator *a = pe_allocator_new();
+  size_t cap;
+  void *p = pe_alloc(a, 1000, &cap);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_uint_ge(cap, 1000);
+  ck_assert_uint_eq((uintptr_t)p % 64, 0);
+  pe_free(a, p, cap);
+  size_t cap2;
+  void *q = pe_alloc(a, 900, &cap2);
+  ck_assert_ptr_eq(p, q); /* same size class reused */
+  pe_alloc_stats s = pe_allocator_stats(a);
+  ck_assert_uint_eq(s.n_alloc, 2);
+  ck_assert_uint_eq(s.n_system, 1);
+  pe_free(a, q, cap2);
+  pe_allocator_free(a);
+}
+END_TEST
+
+START_TEST(tensor_resize_keeps_capacity) {
+  pe_tensor t;
+  pe_tensor_init(&t);
+  pe_shape s = PE_SHAPE(4, 8);
+  ck_assert_ptr_null(pe_tensor_resize(&t, PE_F32, &s, "t"));
+  void *d = t.data;
+  pe_shape s2 = PE_SHAPE(2, 8);
+  ck_assert_ptr_null(pe_tensor_resize(&t, PE_F32, &s2, "t"));
+  ck_assert_ptr_eq(d, t.data);
+  pe_shape bad = PE_SHAPE(-1, 8);
+  pe_status *st = pe_tensor_resize(&t, PE_F32, &bad, "t");
+  ck_assert_int_eq(pe_status_code(st), PE_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "[-1,8]"));
+  pe_status_free(st);
+  pe_tensor_release(&t);
+}
+END_TEST
+
+START_TEST(scope_lookup_walks_parents) {
+  pe_scope *root = pe_scope_new(NULL), *child = pe_scope_new(root);
+  pe_var *w, *h, *found;
+  ck_assert_ptr_null(pe_scope_var(root, "w", &w));
+  ck_assert_ptr_null(pe_scope_var(child, "h", &h));
+  ck_assert_ptr_eq(pe_scope_find(child, "w"), w);
+  ck_assert_ptr_null(pe_scope_find(root, "h"));
+  ck_assert_ptr_null(pe_scope_var(child, "h", &found));
+  ck_assert_ptr_eq(found, h);
+  pe_scope_free(child);
+  pe_scope_free(root);
+}
+END_TEST
+
+START_TEST(strmap_grows) {
+  pe_strmap m;
+  pe_strmap_init(&m);
+  char k[32];
+  for (long i = 0; i < 1000; i++) {
+    snprintf(k, sizeof k, "k%ld", i);
+    ck_assert(pe_strmap_put(&m, k, (void *)(i + 1)));
+  }
+  for (long i = 0; i < 1000; i++) {
+    snprintf(k, sizeof k, "k%ld", i);
+    ck_assert_ptr_eq(pe_strmap_get(&m, k), (void *)(i + 1));
+  }
+  ck_assert_ptr_null(pe_strmap_get(&m, "absent"));
+  pe_strmap_destroy(&m);
+}
+END_TEST
+
+START_TEST(rng_is_counter_based) {
+  /* Same (seed, counter) -> same value; uniform mean near 0.5. */
+  ck_assert(pe_rng_uniform(7, 99) == pe_rng_uniform(7, 99));
+  ck_assert(pe_rng_uniform(7, 99) != pe_rng_uniform(8, 99));
+  double sum = 0, sq = 0;
+  for (int i = 0; i < 100000; i++) {
+    sum += pe_rng_uniform(1, (uint64_t)i);
+    double z = pe_rng_normal(1, (uint64_t)i);
+    sq += z * z;
+  }
+  ck_assert_double_eq_tol(sum / 100000, 0.5, 0.01);
+  ck_assert_double_eq_tol(sq / 100000, 1.0, 0.02);
+}
+END_TEST
+
+static Suite *core_suite(void) {
+  Suite *s = suite_create("core");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, status_carries_code_and_message);
+  tcase_add_test(tc, shapes);
+  tcase_add_test(tc, allocator_caches_blocks);
+  tcase_add_test(tc, tensor_resize_keeps_capacity);
+  tcase_add_test(tc, scope_lookup_walks_parents);
+  tcase_add_test(tc, strmap_grows);
+  tcase_add_test(tc, rng_is_counter_based);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(core_suite)
