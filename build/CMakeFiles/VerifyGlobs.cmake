@@ -5,6 +5,8 @@ cmake_policy(SET CMP0009 NEW)
 # PE_BENCH_SRCS at CMakeLists.txt:63 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/bench/*.c")
 set(OLD_GLOB
+  "/work/main/bench/bench_train.c"
+  "/work/main/bench/pe_bench.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
@@ -14,6 +16,9 @@ endif()
 # PE_CLIENT_SRCS at CMakeLists.txt:56 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/client/lib/*.c")
 set(OLD_GLOB
+  "/work/main/client/lib/builder.c"
+  "/work/main/client/lib/fashion_mnist.c"
+  "/work/main/client/lib/models.c"
   "/work/main/client/lib/version.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
@@ -24,7 +29,13 @@ endif()
 # PE_LIB_SRCS at CMakeLists.txt:48 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/daemon/compiler/*.c")
 set(OLD_GLOB
+  "/work/main/daemon/compiler/backward.c"
+  "/work/main/daemon/compiler/optimizer.c"
+  "/work/main/daemon/compiler/pass.c"
   "/work/main/daemon/compiler/program.c"
+  "/work/main/daemon/compiler/program_pb.c"
+  "/work/main/daemon/compiler/validate.c"
+  "/work/main/daemon/compiler/validate_order.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
@@ -52,6 +63,7 @@ endif()
 # PE_LIB_SRCS at CMakeLists.txt:48 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/daemon/engine/*.c")
 set(OLD_GLOB
+  "/work/main/daemon/engine/seq_executor.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
@@ -74,6 +86,7 @@ file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/daemon/ops/cpu/*.c")
 set(OLD_GLOB
   "/work/main/daemon/ops/cpu/activation.c"
   "/work/main/daemon/ops/cpu/batch_norm.c"
+  "/work/main/daemon/ops/cpu/broadcast.c"
   "/work/main/daemon/ops/cpu/conv.c"
   "/work/main/daemon/ops/cpu/creation.c"
   "/work/main/daemon/ops/cpu/dnnl_util.c"
@@ -94,7 +107,23 @@ endif()
 # PE_TEST_SRCS at tests/CMakeLists.txt:9 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/tests/*/test_*.c")
 set(OLD_GLOB
+  "/work/main/tests/client/test_builder.c"
+  "/work/main/tests/client/test_dataset.c"
+  "/work/main/tests/compiler/test_backward.c"
+  "/work/main/tests/compiler/test_proto.c"
+  "/work/main/tests/compiler/test_validate.c"
   "/work/main/tests/core/test_core.c"
+  "/work/main/tests/engine/test_seq_executor.c"
+  "/work/main/tests/ops/test_ops_creation.c"
+  "/work/main/tests/ops/test_ops_dnnl.c"
+  "/work/main/tests/ops/test_ops_dnnl_conv.c"
+  "/work/main/tests/ops/test_ops_dropout.c"
+  "/work/main/tests/ops/test_ops_elementwise.c"
+  "/work/main/tests/ops/test_ops_loss.c"
+  "/work/main/tests/ops/test_ops_metric.c"
+  "/work/main/tests/ops/test_ops_optimizer.c"
+  "/work/main/tests/ops/test_ops_shape.c"
+  "/work/main/tests/train/test_train_mlp.c"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")
@@ -105,6 +134,163 @@ endif()
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/tests/common/*.c")
 set(OLD_GLOB
   "/work/main/tests/common/op_harness.c"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
+# PE_FORMAT_SRCS at CMakeLists.txt:77 (file)
+file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/bench/*.c")
+set(OLD_GLOB
+  "/work/main/bench/bench_train.c"
+  "/work/main/bench/pe_bench.c"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
+# PE_FORMAT_SRCS at CMakeLists.txt:77 (file)
+file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/bench/*.h")
+set(OLD_GLOB
+  "/work/main/bench/bench.h"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
+# PE_FORMAT_SRCS at CMakeLists.txt:77 (file)
+file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/client/*.c")
+set(OLD_GLOB
+  "/work/main/client/lib/builder.c"
+  "/work/main/client/lib/fashion_mnist.c"
+  "/work/main/client/lib/models.c"
+  "/work/main/client/lib/version.c"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
+# PE_FORMAT_SRCS at CMakeLists.txt:77 (file)
+file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/client/*.h")
+set(OLD_GLOB
+  "/work/main/client/include/pe_builder.h"
+  "/work/main/client/include/pe_dataset.h"
+  "/work/main/client/include/pe_models.h"
+  "/work/main/client/include/peclient_version.h"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
+# PE_FORMAT_SRCS at CMakeLists.txt:77 (file)
+file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/daemon/*.c")
+set(OLD_GLOB
+  "/work/main/daemon/compiler/backward.c"
+  "/work/main/daemon/compiler/optimizer.c"
+  "/work/main/daemon/compiler/pass.c"
+  "/work/main/daemon/compiler/program.c"
+  "/work/main/daemon/compiler/program_pb.c"
+  "/work/main/daemon/compiler/validate.c"
+  "/work/main/daemon/compiler/validate_order.c"
+  "/work/main/daemon/core/allocator.c"
+  "/work/main/daemon/core/dtype.c"
+  "/work/main/daemon/core/log.c"
+  "/work/main/daemon/core/place.c"
+  "/work/main/daemon/core/rng.c"
+  "/work/main/daemon/core/scope.c"
+  "/work/main/daemon/core/status.c"
+  "/work/main/daemon/core/strmap.c"
+  "/work/main/daemon/core/tensor.c"
+  "/work/main/daemon/engine/seq_executor.c"
+  "/work/main/daemon/ops/cpu/activation.c"
+  "/work/main/daemon/ops/cpu/batch_norm.c"
+  "/work/main/daemon/ops/cpu/broadcast.c"
+  "/work/main/daemon/ops/cpu/conv.c"
+  "/work/main/daemon/ops/cpu/creation.c"
+  "/work/main/daemon/ops/cpu/dnnl_util.c"
+  "/work/main/daemon/ops/cpu/dropout.c"
+  "/work/main/daemon/ops/cpu/elementwise.c"
+  "/work/main/daemon/ops/cpu/loss.c"
+  "/work/main/daemon/ops/cpu/matmul.c"
+  "/work/main/daemon/ops/cpu/metric.c"
+  "/work/main/daemon/ops/cpu/optimizer.c"
+  "/work/main/daemon/ops/cpu/pool.c"
+  "/work/main/daemon/ops/cpu/shape.c"
+  "/work/main/daemon/ops/device_ctx.c"
+  "/work/main/daemon/ops/registry.c"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
+# PE_FORMAT_SRCS at CMakeLists.txt:77 (file)
+file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/daemon/*.h")
+set(OLD_GLOB
+  "/work/main/daemon/compiler/pass.h"
+  "/work/main/daemon/compiler/program.h"
+  "/work/main/daemon/compiler/validate.h"
+  "/work/main/daemon/compiler/validate_internal.h"
+  "/work/main/daemon/core/allocator.h"
+  "/work/main/daemon/core/dtype.h"
+  "/work/main/daemon/core/log.h"
+  "/work/main/daemon/core/place.h"
+  "/work/main/daemon/core/rng.h"
+  "/work/main/daemon/core/scope.h"
+  "/work/main/daemon/core/status.h"
+  "/work/main/daemon/core/strmap.h"
+  "/work/main/daemon/core/tensor.h"
+  "/work/main/daemon/engine/seq_executor.h"
+  "/work/main/daemon/ops/cpu/broadcast.h"
+  "/work/main/daemon/ops/cpu/dnnl_util.h"
+  "/work/main/daemon/ops/device_ctx.h"
+  "/work/main/daemon/ops/op_tables.h"
+  "/work/main/daemon/ops/registry.h"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
+# PE_FORMAT_SRCS at CMakeLists.txt:77 (file)
+file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/tests/*.c")
+set(OLD_GLOB
+  "/work/main/tests/client/test_builder.c"
+  "/work/main/tests/client/test_dataset.c"
+  "/work/main/tests/common/op_harness.c"
+  "/work/main/tests/compiler/test_backward.c"
+  "/work/main/tests/compiler/test_proto.c"
+  "/work/main/tests/compiler/test_validate.c"
+  "/work/main/tests/core/test_core.c"
+  "/work/main/tests/engine/test_seq_executor.c"
+  "/work/main/tests/ops/test_ops_creation.c"
+  "/work/main/tests/ops/test_ops_dnnl.c"
+  "/work/main/tests/ops/test_ops_dnnl_conv.c"
+  "/work/main/tests/ops/test_ops_dropout.c"
+  "/work/main/tests/ops/test_ops_elementwise.c"
+  "/work/main/tests/ops/test_ops_loss.c"
+  "/work/main/tests/ops/test_ops_metric.c"
+  "/work/main/tests/ops/test_ops_optimizer.c"
+  "/work/main/tests/ops/test_ops_shape.c"
+  "/work/main/tests/train/test_train_mlp.c"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
+# PE_FORMAT_SRCS at CMakeLists.txt:77 (file)
+file(GLOB_RECURSE NEW_GLOB LIST_DIRECTORIES false "/work/main/tests/*.h")
+set(OLD_GLOB
+  "/work/main/tests/common/check_main.h"
+  "/work/main/tests/common/op_harness.h"
+  "/work/main/tests/compiler/prog_util.h"
+  "/work/main/tests/ops/ops_dnnl_helpers.h"
   )
 if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   message("-- GLOB mismatch!")

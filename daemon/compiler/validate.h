@@ -21,7 +21,25 @@
 
 #include "compiler/program.h"
 
+/* Validates the startup block first (its inference fills in the shapes of
+ * the persistables it initialises), then every other block in index order.
+ * Attributes not in the op's schema are rejected (PE_EATTR), except that a
+ * "<type>_grad" op may carry the attributes of "<type>" (the default gradient
+ * maker copies them). INT and LONG are interchangeable. */
 pe_status *pe_program_validate(pe_program *p);
 pe_status *pe_block_validate(pe_program *p, pe_block *b);
+
+/* Where a name resolves, as validation and the executors see it. */
+typedef enum pe_var_scope_kind {
+  PE_VAR_LOCAL,    /* declared in the block itself */
+  PE_VAR_ANCESTOR, /* declared in a parent block (control-flow sub-blocks) */
+  PE_VAR_MAIN,     /* startup block only: declared in the main block */
+} pe_var_scope_kind;
+
+/* Find `name` for block b: b, then its ancestors, then, when b is the startup
+ * block, the main block (startup ops write the main block's persistables).
+ * NULL if undeclared. `where` may be NULL. */
+pe_var_desc *pe_program_resolve_var(const pe_program *p, const pe_block *b, const char *name,
+                                    pe_var_scope_kind *where);
 
 #endif

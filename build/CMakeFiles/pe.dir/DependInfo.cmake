@@ -8,7 +8,13 @@ set(CMAKE_DEPENDS_LANGUAGES
 
 # The set of dependency files which are needed:
 set(CMAKE_DEPENDS_DEPENDENCY_FILES
+  "/work/main/daemon/compiler/backward.c" "CMakeFiles/pe.dir/daemon/compiler/backward.c.o" "gcc" "CMakeFiles/pe.dir/daemon/compiler/backward.c.o.d"
+  "/work/main/daemon/compiler/optimizer.c" "CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o" "gcc" "CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o.d"
+  "/work/main/daemon/compiler/pass.c" "CMakeFiles/pe.dir/daemon/compiler/pass.c.o" "gcc" "CMakeFiles/pe.dir/daemon/compiler/pass.c.o.d"
   "/work/main/daemon/compiler/program.c" "CMakeFiles/pe.dir/daemon/compiler/program.c.o" "gcc" "CMakeFiles/pe.dir/daemon/compiler/program.c.o.d"
+  "/work/main/daemon/compiler/program_pb.c" "CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o" "gcc" "CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o.d"
+  "/work/main/daemon/compiler/validate.c" "CMakeFiles/pe.dir/daemon/compiler/validate.c.o" "gcc" "CMakeFiles/pe.dir/daemon/compiler/validate.c.o.d"
+  "/work/main/daemon/compiler/validate_order.c" "CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o" "gcc" "CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o.d"
   "/work/main/daemon/core/allocator.c" "CMakeFiles/pe.dir/daemon/core/allocator.c.o" "gcc" "CMakeFiles/pe.dir/daemon/core/allocator.c.o.d"
   "/work/main/daemon/core/dtype.c" "CMakeFiles/pe.dir/daemon/core/dtype.c.o" "gcc" "CMakeFiles/pe.dir/daemon/core/dtype.c.o.d"
   "/work/main/daemon/core/log.c" "CMakeFiles/pe.dir/daemon/core/log.c.o" "gcc" "CMakeFiles/pe.dir/daemon/core/log.c.o.d"
@@ -18,8 +24,10 @@ set(CMAKE_DEPENDS_DEPENDENCY_FILES
   "/work/main/daemon/core/status.c" "CMakeFiles/pe.dir/daemon/core/status.c.o" "gcc" "CMakeFiles/pe.dir/daemon/core/status.c.o.d"
   "/work/main/daemon/core/strmap.c" "CMakeFiles/pe.dir/daemon/core/strmap.c.o" "gcc" "CMakeFiles/pe.dir/daemon/core/strmap.c.o.d"
   "/work/main/daemon/core/tensor.c" "CMakeFiles/pe.dir/daemon/core/tensor.c.o" "gcc" "CMakeFiles/pe.dir/daemon/core/tensor.c.o.d"
+  "/work/main/daemon/engine/seq_executor.c" "CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o" "gcc" "CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o.d"
   "/work/main/daemon/ops/cpu/activation.c" "CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o" "gcc" "CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o.d"
   "/work/main/daemon/ops/cpu/batch_norm.c" "CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o" "gcc" "CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o.d"
+  "/work/main/daemon/ops/cpu/broadcast.c" "CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o" "gcc" "CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o.d"
   "/work/main/daemon/ops/cpu/conv.c" "CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o" "gcc" "CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o.d"
   "/work/main/daemon/ops/cpu/creation.c" "CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o" "gcc" "CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o.d"
   "/work/main/daemon/ops/cpu/dnnl_util.c" "CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o" "gcc" "CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o.d"

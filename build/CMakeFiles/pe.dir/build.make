@@ -69,10 +69,52 @@ include CMakeFiles/pe.dir/progress.make
 # Include the compile flags for this target's objects.
 include CMakeFiles/pe.dir/flags.make
 
+CMakeFiles/pe.dir/daemon/compiler/backward.c.o: CMakeFiles/pe.dir/flags.make
+CMakeFiles/pe.dir/daemon/compiler/backward.c.o: /work/main/daemon/compiler/backward.c
+CMakeFiles/pe.dir/daemon/compiler/backward.c.o: CMakeFiles/pe.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/pe.dir/daemon/compiler/backward.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/compiler/backward.c.o -MF CMakeFiles/pe.dir/daemon/compiler/backward.c.o.d -o CMakeFiles/pe.dir/daemon/compiler/backward.c.o -c /work/main/daemon/compiler/backward.c
+
+CMakeFiles/pe.dir/daemon/compiler/backward.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/pe.dir/daemon/compiler/backward.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/daemon/compiler/backward.c > CMakeFiles/pe.dir/daemon/compiler/backward.c.i
+
+CMakeFiles/pe.dir/daemon/compiler/backward.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/compiler/backward.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/compiler/backward.c -o CMakeFiles/pe.dir/daemon/compiler/backward.c.s
+
+CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o: CMakeFiles/pe.dir/flags.make
+CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o: /work/main/daemon/compiler/optimizer.c
+CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o: CMakeFiles/pe.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o -MF CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o.d -o CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o -c /work/main/daemon/compiler/optimizer.c
+
+CMakeFiles/pe.dir/daemon/compiler/optimizer.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/pe.dir/daemon/compiler/optimizer.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/daemon/compiler/optimizer.c > CMakeFiles/pe.dir/daemon/compiler/optimizer.c.i
+
+CMakeFiles/pe.dir/daemon/compiler/optimizer.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/compiler/optimizer.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/compiler/optimizer.c -o CMakeFiles/pe.dir/daemon/compiler/optimizer.c.s
+
+CMakeFiles/pe.dir/daemon/compiler/pass.c.o: CMakeFiles/pe.dir/flags.make
+CMakeFiles/pe.dir/daemon/compiler/pass.c.o: /work/main/daemon/compiler/pass.c
+CMakeFiles/pe.dir/daemon/compiler/pass.c.o: CMakeFiles/pe.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/pe.dir/daemon/compiler/pass.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/compiler/pass.c.o -MF CMakeFiles/pe.dir/daemon/compiler/pass.c.o.d -o CMakeFiles/pe.dir/daemon/compiler/pass.c.o -c /work/main/daemon/compiler/pass.c
+
+CMakeFiles/pe.dir/daemon/compiler/pass.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/pe.dir/daemon/compiler/pass.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/daemon/compiler/pass.c > CMakeFiles/pe.dir/daemon/compiler/pass.c.i
+
+CMakeFiles/pe.dir/daemon/compiler/pass.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/compiler/pass.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/compiler/pass.c -o CMakeFiles/pe.dir/daemon/compiler/pass.c.s
+
 CMakeFiles/pe.dir/daemon/compiler/program.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/compiler/program.c.o: /work/main/daemon/compiler/program.c
 CMakeFiles/pe.dir/daemon/compiler/program.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/pe.dir/daemon/compiler/program.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/pe.dir/daemon/compiler/program.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/compiler/program.c.o -MF CMakeFiles/pe.dir/daemon/compiler/program.c.o.d -o CMakeFiles/pe.dir/daemon/compiler/program.c.o -c /work/main/daemon/compiler/program.c
 
 CMakeFiles/pe.dir/daemon/compiler/program.c.i: cmake_force
@@ -83,10 +125,52 @@ CMakeFiles/pe.dir/daemon/compiler/program.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/compiler/program.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/compiler/program.c -o CMakeFiles/pe.dir/daemon/compiler/program.c.s
 
+CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o: CMakeFiles/pe.dir/flags.make
+CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o: /work/main/daemon/compiler/program_pb.c
+CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o: CMakeFiles/pe.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o -MF CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o.d -o CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o -c /work/main/daemon/compiler/program_pb.c
+
+CMakeFiles/pe.dir/daemon/compiler/program_pb.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/pe.dir/daemon/compiler/program_pb.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/daemon/compiler/program_pb.c > CMakeFiles/pe.dir/daemon/compiler/program_pb.c.i
+
+CMakeFiles/pe.dir/daemon/compiler/program_pb.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/compiler/program_pb.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/compiler/program_pb.c -o CMakeFiles/pe.dir/daemon/compiler/program_pb.c.s
+
+CMakeFiles/pe.dir/daemon/compiler/validate.c.o: CMakeFiles/pe.dir/flags.make
+CMakeFiles/pe.dir/daemon/compiler/validate.c.o: /work/main/daemon/compiler/validate.c
+CMakeFiles/pe.dir/daemon/compiler/validate.c.o: CMakeFiles/pe.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/pe.dir/daemon/compiler/validate.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/compiler/validate.c.o -MF CMakeFiles/pe.dir/daemon/compiler/validate.c.o.d -o CMakeFiles/pe.dir/daemon/compiler/validate.c.o -c /work/main/daemon/compiler/validate.c
+
+CMakeFiles/pe.dir/daemon/compiler/validate.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/pe.dir/daemon/compiler/validate.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/daemon/compiler/validate.c > CMakeFiles/pe.dir/daemon/compiler/validate.c.i
+
+CMakeFiles/pe.dir/daemon/compiler/validate.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/compiler/validate.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/compiler/validate.c -o CMakeFiles/pe.dir/daemon/compiler/validate.c.s
+
+CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o: CMakeFiles/pe.dir/flags.make
+CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o: /work/main/daemon/compiler/validate_order.c
+CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o: CMakeFiles/pe.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o -MF CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o.d -o CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o -c /work/main/daemon/compiler/validate_order.c
+
+CMakeFiles/pe.dir/daemon/compiler/validate_order.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/pe.dir/daemon/compiler/validate_order.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/daemon/compiler/validate_order.c > CMakeFiles/pe.dir/daemon/compiler/validate_order.c.i
+
+CMakeFiles/pe.dir/daemon/compiler/validate_order.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/compiler/validate_order.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/compiler/validate_order.c -o CMakeFiles/pe.dir/daemon/compiler/validate_order.c.s
+
 CMakeFiles/pe.dir/daemon/core/allocator.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/allocator.c.o: /work/main/daemon/core/allocator.c
 CMakeFiles/pe.dir/daemon/core/allocator.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/pe.dir/daemon/core/allocator.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/pe.dir/daemon/core/allocator.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/allocator.c.o -MF CMakeFiles/pe.dir/daemon/core/allocator.c.o.d -o CMakeFiles/pe.dir/daemon/core/allocator.c.o -c /work/main/daemon/core/allocator.c
 
 CMakeFiles/pe.dir/daemon/core/allocator.c.i: cmake_force
@@ -100,7 +184,7 @@ CMakeFiles/pe.dir/daemon/core/allocator.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/core/dtype.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/dtype.c.o: /work/main/daemon/core/dtype.c
 CMakeFiles/pe.dir/daemon/core/dtype.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/pe.dir/daemon/core/dtype.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/pe.dir/daemon/core/dtype.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/dtype.c.o -MF CMakeFiles/pe.dir/daemon/core/dtype.c.o.d -o CMakeFiles/pe.dir/daemon/core/dtype.c.o -c /work/main/daemon/core/dtype.c
 
 CMakeFiles/pe.dir/daemon/core/dtype.c.i: cmake_force
@@ -114,7 +198,7 @@ CMakeFiles/pe.dir/daemon/core/dtype.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/core/log.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/log.c.o: /work/main/daemon/core/log.c
 CMakeFiles/pe.dir/daemon/core/log.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/pe.dir/daemon/core/log.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/pe.dir/daemon/core/log.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/log.c.o -MF CMakeFiles/pe.dir/daemon/core/log.c.o.d -o CMakeFiles/pe.dir/daemon/core/log.c.o -c /work/main/daemon/core/log.c
 
 CMakeFiles/pe.dir/daemon/core/log.c.i: cmake_force
@@ -128,7 +212,7 @@ CMakeFiles/pe.dir/daemon/core/log.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/core/place.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/place.c.o: /work/main/daemon/core/place.c
 CMakeFiles/pe.dir/daemon/core/place.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Building C object CMakeFiles/pe.dir/daemon/core/place.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/pe.dir/daemon/core/place.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/place.c.o -MF CMakeFiles/pe.dir/daemon/core/place.c.o.d -o CMakeFiles/pe.dir/daemon/core/place.c.o -c /work/main/daemon/core/place.c
 
 CMakeFiles/pe.dir/daemon/core/place.c.i: cmake_force
@@ -142,7 +226,7 @@ CMakeFiles/pe.dir/daemon/core/place.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/core/rng.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/rng.c.o: /work/main/daemon/core/rng.c
 CMakeFiles/pe.dir/daemon/core/rng.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_6) "Building C object CMakeFiles/pe.dir/daemon/core/rng.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/pe.dir/daemon/core/rng.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/rng.c.o -MF CMakeFiles/pe.dir/daemon/core/rng.c.o.d -o CMakeFiles/pe.dir/daemon/core/rng.c.o -c /work/main/daemon/core/rng.c
 
 CMakeFiles/pe.dir/daemon/core/rng.c.i: cmake_force
@@ -156,7 +240,7 @@ CMakeFiles/pe.dir/daemon/core/rng.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/core/scope.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/scope.c.o: /work/main/daemon/core/scope.c
 CMakeFiles/pe.dir/daemon/core/scope.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_7) "Building C object CMakeFiles/pe.dir/daemon/core/scope.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/pe.dir/daemon/core/scope.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/scope.c.o -MF CMakeFiles/pe.dir/daemon/core/scope.c.o.d -o CMakeFiles/pe.dir/daemon/core/scope.c.o -c /work/main/daemon/core/scope.c
 
 CMakeFiles/pe.dir/daemon/core/scope.c.i: cmake_force
@@ -170,7 +254,7 @@ CMakeFiles/pe.dir/daemon/core/scope.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/core/status.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/status.c.o: /work/main/daemon/core/status.c
 CMakeFiles/pe.dir/daemon/core/status.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_8) "Building C object CMakeFiles/pe.dir/daemon/core/status.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/pe.dir/daemon/core/status.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/status.c.o -MF CMakeFiles/pe.dir/daemon/core/status.c.o.d -o CMakeFiles/pe.dir/daemon/core/status.c.o -c /work/main/daemon/core/status.c
 
 CMakeFiles/pe.dir/daemon/core/status.c.i: cmake_force
@@ -184,7 +268,7 @@ CMakeFiles/pe.dir/daemon/core/status.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/core/strmap.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/strmap.c.o: /work/main/daemon/core/strmap.c
 CMakeFiles/pe.dir/daemon/core/strmap.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_9) "Building C object CMakeFiles/pe.dir/daemon/core/strmap.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/pe.dir/daemon/core/strmap.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/strmap.c.o -MF CMakeFiles/pe.dir/daemon/core/strmap.c.o.d -o CMakeFiles/pe.dir/daemon/core/strmap.c.o -c /work/main/daemon/core/strmap.c
 
 CMakeFiles/pe.dir/daemon/core/strmap.c.i: cmake_force
@@ -198,7 +282,7 @@ CMakeFiles/pe.dir/daemon/core/strmap.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/core/tensor.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/core/tensor.c.o: /work/main/daemon/core/tensor.c
 CMakeFiles/pe.dir/daemon/core/tensor.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_10) "Building C object CMakeFiles/pe.dir/daemon/core/tensor.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/pe.dir/daemon/core/tensor.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/core/tensor.c.o -MF CMakeFiles/pe.dir/daemon/core/tensor.c.o.d -o CMakeFiles/pe.dir/daemon/core/tensor.c.o -c /work/main/daemon/core/tensor.c
 
 CMakeFiles/pe.dir/daemon/core/tensor.c.i: cmake_force
@@ -209,10 +293,24 @@ CMakeFiles/pe.dir/daemon/core/tensor.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/core/tensor.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/core/tensor.c -o CMakeFiles/pe.dir/daemon/core/tensor.c.s
 
+CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o: CMakeFiles/pe.dir/flags.make
+CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o: /work/main/daemon/engine/seq_executor.c
+CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o: CMakeFiles/pe.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o -MF CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o.d -o CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o -c /work/main/daemon/engine/seq_executor.c
+
+CMakeFiles/pe.dir/daemon/engine/seq_executor.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/pe.dir/daemon/engine/seq_executor.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/daemon/engine/seq_executor.c > CMakeFiles/pe.dir/daemon/engine/seq_executor.c.i
+
+CMakeFiles/pe.dir/daemon/engine/seq_executor.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/engine/seq_executor.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/engine/seq_executor.c -o CMakeFiles/pe.dir/daemon/engine/seq_executor.c.s
+
 CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o: /work/main/daemon/ops/cpu/activation.c
 CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_11) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o -c /work/main/daemon/ops/cpu/activation.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.i: cmake_force
@@ -226,7 +324,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o: /work/main/daemon/ops/cpu/batch_norm.c
 CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_12) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o -c /work/main/daemon/ops/cpu/batch_norm.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.i: cmake_force
@@ -237,10 +335,24 @@ CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.s: cmake_force
 	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.s"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/ops/cpu/batch_norm.c -o CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.s
 
+CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o: CMakeFiles/pe.dir/flags.make
+CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o: /work/main/daemon/ops/cpu/broadcast.c
+CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o: CMakeFiles/pe.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o -c /work/main/daemon/ops/cpu/broadcast.c
+
+CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/daemon/ops/cpu/broadcast.c > CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.i
+
+CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/daemon/ops/cpu/broadcast.c -o CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.s
+
 CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o: /work/main/daemon/ops/cpu/conv.c
 CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_13) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_21) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o -c /work/main/daemon/ops/cpu/conv.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.i: cmake_force
@@ -254,7 +366,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o: /work/main/daemon/ops/cpu/creation.c
 CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_14) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_22) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o -c /work/main/daemon/ops/cpu/creation.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.i: cmake_force
@@ -268,7 +380,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o: /work/main/daemon/ops/cpu/dnnl_util.c
 CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_15) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_23) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o -c /work/main/daemon/ops/cpu/dnnl_util.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.i: cmake_force
@@ -282,7 +394,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.o: /work/main/daemon/ops/cpu/dropout.c
 CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_16) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_24) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.o -c /work/main/daemon/ops/cpu/dropout.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.i: cmake_force
@@ -296,7 +408,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/dropout.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.o: /work/main/daemon/ops/cpu/elementwise.c
 CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_17) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_25) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.o -c /work/main/daemon/ops/cpu/elementwise.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.i: cmake_force
@@ -310,7 +422,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/elementwise.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.o: /work/main/daemon/ops/cpu/loss.c
 CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_18) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_26) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.o -c /work/main/daemon/ops/cpu/loss.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.i: cmake_force
@@ -324,7 +436,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/loss.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.o: /work/main/daemon/ops/cpu/matmul.c
 CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_19) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_27) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.o -c /work/main/daemon/ops/cpu/matmul.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.i: cmake_force
@@ -338,7 +450,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/matmul.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.o: /work/main/daemon/ops/cpu/metric.c
 CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_20) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_28) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.o -c /work/main/daemon/ops/cpu/metric.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.i: cmake_force
@@ -352,7 +464,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/metric.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.o: /work/main/daemon/ops/cpu/optimizer.c
 CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_21) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_29) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.o -c /work/main/daemon/ops/cpu/optimizer.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.i: cmake_force
@@ -366,7 +478,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/optimizer.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.o: /work/main/daemon/ops/cpu/pool.c
 CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_22) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_30) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.o -c /work/main/daemon/ops/cpu/pool.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.i: cmake_force
@@ -380,7 +492,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/pool.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.o: /work/main/daemon/ops/cpu/shape.c
 CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_23) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_31) "Building C object CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.o -MF CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.o.d -o CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.o -c /work/main/daemon/ops/cpu/shape.c
 
 CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.i: cmake_force
@@ -394,7 +506,7 @@ CMakeFiles/pe.dir/daemon/ops/cpu/shape.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o: /work/main/daemon/ops/device_ctx.c
 CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_24) "Building C object CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_32) "Building C object CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o -MF CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o.d -o CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o -c /work/main/daemon/ops/device_ctx.c
 
 CMakeFiles/pe.dir/daemon/ops/device_ctx.c.i: cmake_force
@@ -408,7 +520,7 @@ CMakeFiles/pe.dir/daemon/ops/device_ctx.c.s: cmake_force
 CMakeFiles/pe.dir/daemon/ops/registry.c.o: CMakeFiles/pe.dir/flags.make
 CMakeFiles/pe.dir/daemon/ops/registry.c.o: /work/main/daemon/ops/registry.c
 CMakeFiles/pe.dir/daemon/ops/registry.c.o: CMakeFiles/pe.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_25) "Building C object CMakeFiles/pe.dir/daemon/ops/registry.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_33) "Building C object CMakeFiles/pe.dir/daemon/ops/registry.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/pe.dir/daemon/ops/registry.c.o -MF CMakeFiles/pe.dir/daemon/ops/registry.c.o.d -o CMakeFiles/pe.dir/daemon/ops/registry.c.o -c /work/main/daemon/ops/registry.c
 
 CMakeFiles/pe.dir/daemon/ops/registry.c.i: cmake_force
@@ -421,7 +533,13 @@ CMakeFiles/pe.dir/daemon/ops/registry.c.s: cmake_force
 
 # Object files for target pe
 pe_OBJECTS = \
+"CMakeFiles/pe.dir/daemon/compiler/backward.c.o" \
+"CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o" \
+"CMakeFiles/pe.dir/daemon/compiler/pass.c.o" \
 "CMakeFiles/pe.dir/daemon/compiler/program.c.o" \
+"CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o" \
+"CMakeFiles/pe.dir/daemon/compiler/validate.c.o" \
+"CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o" \
 "CMakeFiles/pe.dir/daemon/core/allocator.c.o" \
 "CMakeFiles/pe.dir/daemon/core/dtype.c.o" \
 "CMakeFiles/pe.dir/daemon/core/log.c.o" \
@@ -431,8 +549,10 @@ pe_OBJECTS = \
 "CMakeFiles/pe.dir/daemon/core/status.c.o" \
 "CMakeFiles/pe.dir/daemon/core/strmap.c.o" \
 "CMakeFiles/pe.dir/daemon/core/tensor.c.o" \
+"CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o" \
 "CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o" \
 "CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o" \
+"CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o" \
 "CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o" \
 "CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o" \
 "CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o" \
@@ -450,7 +570,13 @@ pe_OBJECTS = \
 # External object files for target pe
 pe_EXTERNAL_OBJECTS =
 
+libpe.a: CMakeFiles/pe.dir/daemon/compiler/backward.c.o
+libpe.a: CMakeFiles/pe.dir/daemon/compiler/optimizer.c.o
+libpe.a: CMakeFiles/pe.dir/daemon/compiler/pass.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/compiler/program.c.o
+libpe.a: CMakeFiles/pe.dir/daemon/compiler/program_pb.c.o
+libpe.a: CMakeFiles/pe.dir/daemon/compiler/validate.c.o
+libpe.a: CMakeFiles/pe.dir/daemon/compiler/validate_order.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/core/allocator.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/core/dtype.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/core/log.c.o
@@ -460,8 +586,10 @@ libpe.a: CMakeFiles/pe.dir/daemon/core/scope.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/core/status.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/core/strmap.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/core/tensor.c.o
+libpe.a: CMakeFiles/pe.dir/daemon/engine/seq_executor.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/ops/cpu/activation.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/ops/cpu/batch_norm.c.o
+libpe.a: CMakeFiles/pe.dir/daemon/ops/cpu/broadcast.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/ops/cpu/conv.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/ops/cpu/creation.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/ops/cpu/dnnl_util.c.o
@@ -477,7 +605,7 @@ libpe.a: CMakeFiles/pe.dir/daemon/ops/device_ctx.c.o
 libpe.a: CMakeFiles/pe.dir/daemon/ops/registry.c.o
 libpe.a: CMakeFiles/pe.dir/build.make
 libpe.a: CMakeFiles/pe.dir/link.txt
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_26) "Linking C static library libpe.a"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_34) "Linking C static library libpe.a"
 	$(CMAKE_COMMAND) -P CMakeFiles/pe.dir/cmake_clean_target.cmake
 	$(CMAKE_COMMAND) -E cmake_link_script CMakeFiles/pe.dir/link.txt --verbose=$(VERBOSE)
 

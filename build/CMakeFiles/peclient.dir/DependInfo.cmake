@@ -8,6 +8,9 @@ set(CMAKE_DEPENDS_LANGUAGES
 
 # The set of dependency files which are needed:
 set(CMAKE_DEPENDS_DEPENDENCY_FILES
+  "/work/main/client/lib/builder.c" "CMakeFiles/peclient.dir/client/lib/builder.c.o" "gcc" "CMakeFiles/peclient.dir/client/lib/builder.c.o.d"
+  "/work/main/client/lib/fashion_mnist.c" "CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o" "gcc" "CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o.d"
+  "/work/main/client/lib/models.c" "CMakeFiles/peclient.dir/client/lib/models.c.o" "gcc" "CMakeFiles/peclient.dir/client/lib/models.c.o.d"
   "/work/main/client/lib/version.c" "CMakeFiles/peclient.dir/client/lib/version.c.o" "gcc" "CMakeFiles/peclient.dir/client/lib/version.c.o.d"
   )
 

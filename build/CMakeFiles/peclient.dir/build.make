@@ -69,10 +69,52 @@ include CMakeFiles/peclient.dir/progress.make
 # Include the compile flags for this target's objects.
 include CMakeFiles/peclient.dir/flags.make
 
+CMakeFiles/peclient.dir/client/lib/builder.c.o: CMakeFiles/peclient.dir/flags.make
+CMakeFiles/peclient.dir/client/lib/builder.c.o: /work/main/client/lib/builder.c
+CMakeFiles/peclient.dir/client/lib/builder.c.o: CMakeFiles/peclient.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/peclient.dir/client/lib/builder.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/peclient.dir/client/lib/builder.c.o -MF CMakeFiles/peclient.dir/client/lib/builder.c.o.d -o CMakeFiles/peclient.dir/client/lib/builder.c.o -c /work/main/client/lib/builder.c
+
+CMakeFiles/peclient.dir/client/lib/builder.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/peclient.dir/client/lib/builder.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/client/lib/builder.c > CMakeFiles/peclient.dir/client/lib/builder.c.i
+
+CMakeFiles/peclient.dir/client/lib/builder.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/peclient.dir/client/lib/builder.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/client/lib/builder.c -o CMakeFiles/peclient.dir/client/lib/builder.c.s
+
+CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o: CMakeFiles/peclient.dir/flags.make
+CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o: /work/main/client/lib/fashion_mnist.c
+CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o: CMakeFiles/peclient.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Building C object CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o -MF CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o.d -o CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o -c /work/main/client/lib/fashion_mnist.c
+
+CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/client/lib/fashion_mnist.c > CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.i
+
+CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/client/lib/fashion_mnist.c -o CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.s
+
+CMakeFiles/peclient.dir/client/lib/models.c.o: CMakeFiles/peclient.dir/flags.make
+CMakeFiles/peclient.dir/client/lib/models.c.o: /work/main/client/lib/models.c
+CMakeFiles/peclient.dir/client/lib/models.c.o: CMakeFiles/peclient.dir/compiler_depend.ts
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_3) "Building C object CMakeFiles/peclient.dir/client/lib/models.c.o"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/peclient.dir/client/lib/models.c.o -MF CMakeFiles/peclient.dir/client/lib/models.c.o.d -o CMakeFiles/peclient.dir/client/lib/models.c.o -c /work/main/client/lib/models.c
+
+CMakeFiles/peclient.dir/client/lib/models.c.i: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Preprocessing C source to CMakeFiles/peclient.dir/client/lib/models.c.i"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -E /work/main/client/lib/models.c > CMakeFiles/peclient.dir/client/lib/models.c.i
+
+CMakeFiles/peclient.dir/client/lib/models.c.s: cmake_force
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green "Compiling C source to assembly CMakeFiles/peclient.dir/client/lib/models.c.s"
+	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -S /work/main/client/lib/models.c -o CMakeFiles/peclient.dir/client/lib/models.c.s
+
 CMakeFiles/peclient.dir/client/lib/version.c.o: CMakeFiles/peclient.dir/flags.make
 CMakeFiles/peclient.dir/client/lib/version.c.o: /work/main/client/lib/version.c
 CMakeFiles/peclient.dir/client/lib/version.c.o: CMakeFiles/peclient.dir/compiler_depend.ts
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_1) "Building C object CMakeFiles/peclient.dir/client/lib/version.c.o"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_4) "Building C object CMakeFiles/peclient.dir/client/lib/version.c.o"
 	/usr/bin/cc $(C_DEFINES) $(C_INCLUDES) $(C_FLAGS) -MD -MT CMakeFiles/peclient.dir/client/lib/version.c.o -MF CMakeFiles/peclient.dir/client/lib/version.c.o.d -o CMakeFiles/peclient.dir/client/lib/version.c.o -c /work/main/client/lib/version.c
 
 CMakeFiles/peclient.dir/client/lib/version.c.i: cmake_force
@@ -85,15 +127,21 @@ CMakeFiles/peclient.dir/client/lib/version.c.s: cmake_force
 
 # Object files for target peclient
 peclient_OBJECTS = \
+"CMakeFiles/peclient.dir/client/lib/builder.c.o" \
+"CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o" \
+"CMakeFiles/peclient.dir/client/lib/models.c.o" \
 "CMakeFiles/peclient.dir/client/lib/version.c.o"
 
 # External object files for target peclient
 peclient_EXTERNAL_OBJECTS =
 
+libpeclient.a: CMakeFiles/peclient.dir/client/lib/builder.c.o
+libpeclient.a: CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o
+libpeclient.a: CMakeFiles/peclient.dir/client/lib/models.c.o
 libpeclient.a: CMakeFiles/peclient.dir/client/lib/version.c.o
 libpeclient.a: CMakeFiles/peclient.dir/build.make
 libpeclient.a: CMakeFiles/peclient.dir/link.txt
-	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_2) "Linking C static library libpeclient.a"
+	@$(CMAKE_COMMAND) -E cmake_echo_color --switch=$(COLOR) --green --bold --progress-dir=/work/main/build/CMakeFiles --progress-num=$(CMAKE_PROGRESS_5) "Linking C static library libpeclient.a"
 	$(CMAKE_COMMAND) -P CMakeFiles/peclient.dir/cmake_clean_target.cmake
 	$(CMAKE_COMMAND) -E cmake_link_script CMakeFiles/peclient.dir/link.txt --verbose=$(VERBOSE)
 

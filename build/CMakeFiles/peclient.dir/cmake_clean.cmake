@@ -1,4 +1,10 @@
 file(REMOVE_RECURSE
+  "CMakeFiles/peclient.dir/client/lib/builder.c.o"
+  "CMakeFiles/peclient.dir/client/lib/builder.c.o.d"
+  "CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o"
+  "CMakeFiles/peclient.dir/client/lib/fashion_mnist.c.o.d"
+  "CMakeFiles/peclient.dir/client/lib/models.c.o"
+  "CMakeFiles/peclient.dir/client/lib/models.c.o.d"
   "CMakeFiles/peclient.dir/client/lib/version.c.o"
   "CMakeFiles/peclient.dir/client/lib/version.c.o.d"
   "libpeclient.a"

@@ -1,4 +1,273 @@
-/* Placeholder table; filled in by the op implementation. */
+/* conv2d and conv2d_grad on oneDNN convolution (forward, backward data,
+ * backward weights). NCHW input, OIHW filter [O, C/groups, KH, KW].
+ *
+ * Output size (Paddle's rule, floor division):
+ *   OH = (H + 2*ph - (dh*(KH-1) + 1)) / sh + 1
+ * oneDNN checks dst == (src - ker_range + pad_l + pad_r) / stride + 1 with
+ * the same floor, so symmetric padding (pad_r = pad_l) is always consistent.
+ * Dilation differs by one: Paddle's 1 is oneDNN's 0.
+ * Grouped filters are described as 5-D [g, O/g, C/g, KH, KW] (goihw), which
+ * is the same memory as the 4-D OIHW tensor. */
+#include <string.h>
+
+#include "ops/cpu/dnnl_util.h"
 #include "ops/op_tables.h"
 
-const pe_op_def pe_ops_conv[] = {{0}};
+enum { CV_IN, CV_FILTER };
+enum { CV_OUT };
+enum { CVG_IN, CVG_FILTER, CVG_OUT, CVG_DOUT };
+enum { CVG_DIN, CVG_DFILTER };
+
+typedef struct conv_params {
+  int64_t strides[2], paddings[2], dilations[2], groups;
+} conv_params;
+
+static int64_t conv_out_dim(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  int64_t span = in + 2 * p - (d * (k - 1) + 1);
+  if (in < 0) return -1;
+  return span < 0 ? 0 : span / s + 1; /* 0: too small (C division truncates toward 0) */
+}
+
+/* Shared by conv2d and conv2d_grad: checks dtypes, ranks, attrs, channels;
+ * computes the output shape. */
+static pe_status *conv_check(pe_infer_ctx *c, int sin, int sf, pe_shape *out) {
+  PE_TRY(pe_dnnl_infer_f32(c));
+  pe_meta *x = pe_in_meta(c, sin, 0), *w = pe_in_meta(c, sf, 0);
+  if (!x || !w) return pe_infer_error(c, PE_EARITY, "needs inputs Input and Filter");
+  char sb[PE_SHAPE_STRLEN], sb2[PE_SHAPE_STRLEN];
+  const char *xn = pe_in_name(c, sin, 0), *wn = pe_in_name(c, sf, 0);
+  if (x->shape.ndim != 4)
+    return pe_infer_error(c, PE_ESHAPE, "input Input '%s' shape %s must be 4-D NCHW", xn,
+                          pe_shape_str(&x->shape, sb, sizeof sb));
+  if (w->shape.ndim != 4)
+    return pe_infer_error(c, PE_ESHAPE, "input Filter '%s' shape %s must be 4-D OIHW", wn,
+                          pe_shape_str(&w->shape, sb, sizeof sb));
+  conv_params p;
+  PE_TRY(pe_dnnl_attr_pair(c, "strides", 1, p.strides));
+  PE_TRY(pe_dnnl_attr_pair(c, "paddings", 0, p.paddings));
+  PE_TRY(pe_dnnl_attr_pair(c, "dilations", 1, p.dilations));
+  p.groups = pe_attr_i(c->def, c->desc, "groups");
+  for (int i = 0; i < 2; i++)
+    if (p.strides[i] < 1 || p.paddings[i] < 0 || p.dilations[i] < 1)
+      return pe_infer_error(c, PE_EATTR,
+                            "strides [%lld,%lld] must be >= 1, paddings [%lld,%lld] >= 0, "
+                            "dilations [%lld,%lld] >= 1",
+                            (long long)p.strides[0], (long long)p.strides[1],
+                            (long long)p.paddings[0], (long long)p.paddings[1],
+                            (long long)p.dilations[0], (long long)p.dilations[1]);
+  const int64_t *xd = x->shape.d, *wd = w->shape.d;
+  if (p.groups < 1 || (wd[0] >= 0 && wd[0] % p.groups != 0))
+    return pe_infer_error(c, PE_EATTR,
+                          "groups %lld must be >= 1 and divide the %lld filters of '%s'",
+                          (long long)p.groups, (long long)wd[0], wn);
+  if (xd[1] >= 0 && wd[1] >= 0 && xd[1] != wd[1] * p.groups)
+    return pe_infer_error(c, PE_ESHAPE,
+                          "input Filter '%s' shape %s does not match Input '%s' shape %s "
+                          "(input channels %lld vs filter channels %lld x groups %lld)",
+                          wn, pe_shape_str(&w->shape, sb, sizeof sb), xn,
+                          pe_shape_str(&x->shape, sb2, sizeof sb2), (long long)xd[1],
+                          (long long)wd[1], (long long)p.groups);
+  *out = PE_SHAPE(xd[0], wd[0],
+                  conv_out_dim(xd[2], wd[2], p.strides[0], p.paddings[0], p.dilations[0]),
+                  conv_out_dim(xd[3], wd[3], p.strides[1], p.paddings[1], p.dilations[1]));
+  if ((xd[2] >= 0 && out->d[2] < 1) || (xd[3] >= 0 && out->d[3] < 1))
+    return pe_infer_error(c, PE_ESHAPE,
+                          "input Input '%s' shape %s is smaller than the dilated filter '%s' %s "
+                          "(output would be %lldx%lld)",
+                          xn, pe_shape_str(&x->shape, sb, sizeof sb), wn,
+                          pe_shape_str(&w->shape, sb2, sizeof sb2), (long long)out->d[2],
+                          (long long)out->d[3]);
+  return NULL;
+}
+
+static pe_status *conv_infer(pe_infer_ctx *c) {
+  pe_shape out;
+  PE_TRY(conv_check(c, CV_IN, CV_FILTER, &out));
+  pe_infer_set(c, CV_OUT, PE_F32, &out);
+  return NULL;
+}
+
+static pe_status *conv_grad_infer(pe_infer_ctx *c) {
+  pe_shape out;
+  PE_TRY(conv_check(c, CVG_IN, CVG_FILTER, &out));
+  return pe_infer_grad_like_inputs(c);
+}
+
+/* Memory descs and oneDNN-style params of one (input, filter) pair. */
+typedef struct conv_descs {
+  dnnl_memory_desc_t src, wei, dst;
+  dnnl_dims_t strides, dilates, pad;
+} conv_descs;
+
+static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_shape *w,
+                                  conv_descs *d) {
+  conv_params p;
+  pe_dnnl_attr_pair_k(c->desc, "strides", 1, p.strides);
+  pe_dnnl_attr_pair_k(c->desc, "paddings", 0, p.paddings);
+  pe_dnnl_attr_pair_k(c->desc, "dilations", 1, p.dilations);
+  p.groups = pe_attr_i(c->def, c->desc, "groups");
+  int64_t oh = conv_out_dim(x->d[2], w->d[2], p.strides[0], p.paddings[0], p.dilations[0]);
+  int64_t ow = conv_out_dim(x->d[3], w->d[3], p.strides[1], p.paddings[1], p.dilations[1]);
+  int64_t dst[4] = {x->d[0], w->d[0], oh, ow};
+  dnnl_status_t s = pe_dnnl_md_of(&d->src, x);
+  if (s == dnnl_success) s = pe_dnnl_md_plain(&d->dst, 4, dst);
+  if (s == dnnl_success) {
+    if (p.groups == 1) {
+      s = pe_dnnl_md_of(&d->wei, w);
+    } else {
+      int64_t g5[5] = {p.groups, w->d[0] / p.groups, w->d[1], w->d[2], w->d[3]};
+      s = pe_dnnl_md_plain(&d->wei, 5, g5);
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    d->strides[i] = p.strides[i];
+    d->dilates[i] = p.dilations[i] - 1;
+    d->pad[i] = p.paddings[i];
+  }
+  return pe_dnnl_check(s, c, "convolution memory desc");
+}
+
+static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, dnnl_primitive_desc_t *pd) {
+  dnnl_convolution_desc_t cd;
+  PE_TRY(pe_dnnl_check(dnnl_dilated_convolution_forward_desc_init(
+                           &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src, &d->wei,
+                           NULL, &d->dst, d->strides, d->dilates, d->pad, d->pad),
+                       c, "convolution forward desc"));
+  return pe_dnnl_pd(c, &cd, NULL, "convolution forward primitive desc", pd);
+}
+
+static pe_status *conv_key(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *w,
+                           pe_dnnl_entry **e, bool *fresh) {
+  int64_t key[PE_DNNL_KEY_MAX];
+  int nk = 0;
+  pe_dnnl_key_shape(key, &nk, &x->shape);
+  pe_dnnl_key_shape(key, &nk, &w->shape);
+  return pe_dnnl_cache_lookup(c, key, nk, e, fresh);
+}
+
+static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
+                             const pe_shape *w) {
+  conv_descs d;
+  dnnl_primitive_desc_t pd;
+  PE_TRY(conv_descs_make(c, x, w, &d));
+  PE_TRY(conv_fwd_pd(c, &d, &pd));
+  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+  pe_dnnl_prim *p;
+  pe_status *st = pe_dnnl_entry_add(c, e, pd, args, 3, "convolution forward", &p);
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+static pe_status *conv_kernel(pe_kernel_ctx *c) {
+  pe_tensor *x = pe_kin(c, CV_IN, 0), *w = pe_kin(c, CV_FILTER, 0), *out = pe_kout(c, CV_OUT, 0);
+  pe_dnnl_entry *e;
+  bool fresh;
+  PE_TRY(conv_key(c, x, w, &e, &fresh));
+  if (fresh) {
+    pe_status *st = conv_build(c, e, &x->shape, &w->shape);
+    if (st) {
+      pe_dnnl_cache_drop(c, e);
+      return st;
+    }
+  }
+  void *h[] = {x->data, w->data, out->data};
+  return pe_dnnl_run(c, &e->prims[0], h, "conv2d");
+}
+
+/* prims[0]: backward data, prims[1]: backward weights (both hinted by the
+ * forward primitive desc, which is not kept). */
+static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
+                                  const pe_shape *w) {
+  conv_descs d;
+  dnnl_primitive_desc_t hint, pd = NULL;
+  PE_TRY(conv_descs_make(c, x, w, &d));
+  PE_TRY(conv_fwd_pd(c, &d, &hint));
+  dnnl_convolution_desc_t cd;
+  pe_dnnl_prim *p;
+  pe_status *st = pe_dnnl_check(
+      dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.src, &d.wei,
+                                                       &d.dst, d.strides, d.dilates, d.pad, d.pad),
+      c, "convolution backward data desc");
+  if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward data primitive desc", &pd);
+  if (!st) {
+    static const int args[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
+    st = pe_dnnl_entry_add(c, e, pd, args, 3, "convolution backward data", &p);
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  pd = NULL;
+  if (!st)
+    st = pe_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
+                           &cd, dnnl_convolution_direct, &d.src, &d.wei, NULL, &d.dst, d.strides,
+                           d.dilates, d.pad, d.pad),
+                       c, "convolution backward weights desc");
+  if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward weights primitive desc", &pd);
+  if (!st) {
+    static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
+    st = pe_dnnl_entry_add(c, e, pd, args, 3, "convolution backward weights", &p);
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_desc_destroy(hint);
+  return st;
+}
+
+static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
+  pe_tensor *x = pe_kin(c, CVG_IN, 0), *w = pe_kin(c, CVG_FILTER, 0),
+            *dout = pe_kin(c, CVG_DOUT, 0);
+  pe_tensor *dx = pe_kout(c, CVG_DIN, 0), *dw = pe_kout(c, CVG_DFILTER, 0);
+  if (!dout) {
+    pe_dnnl_zero_outputs(c);
+    return NULL;
+  }
+  if (!dx && !dw) return NULL;
+  pe_dnnl_entry *e;
+  bool fresh;
+  PE_TRY(conv_key(c, x, w, &e, &fresh));
+  if (fresh) {
+    pe_status *st = conv_grad_build(c, e, &x->shape, &w->shape);
+    if (st) {
+      pe_dnnl_cache_drop(c, e);
+      return st;
+    }
+  }
+  if (dx) {
+    void *h[] = {dout->data, w->data, dx->data};
+    PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d_grad data"));
+  }
+  if (dw) {
+    void *h[] = {x->data, dout->data, dw->data};
+    PE_TRY(pe_dnnl_run(c, &e->prims[1], h, "conv2d_grad weights"));
+  }
+  return NULL;
+}
+
+static const pe_attr_def conv_attrs[] = {
+    {"strides", PE_ATTR_INTS, false, 0, NULL},   /* [1,1] */
+    {"paddings", PE_ATTR_INTS, false, 0, NULL},  /* [0,0] */
+    {"dilations", PE_ATTR_INTS, false, 0, NULL}, /* [1,1] */
+    {"groups", PE_ATTR_INT, false, 1, NULL},     {NULL},
+};
+static const pe_slot_def conv_in[] = {{"Input", 1, 1, 0}, {"Filter", 1, 1, 0}, {NULL}};
+static const pe_slot_def conv_out[] = {{"Output", 1, 1, 0}, {NULL}};
+static const pe_slot_def conv_grad_in[] = {
+    {"Input", 1, 1, 0}, {"Filter", 1, 1, 0}, {"Output", 0, 1, 0}, {"Output@GRAD", 0, 1, 0}, {NULL}};
+static const pe_slot_def conv_grad_out[] = {
+    {"Input@GRAD", 0, 1, 0}, {"Filter@GRAD", 0, 1, 0}, {NULL}};
+
+const pe_op_def pe_ops_conv[] = {
+    {.type = "conv2d",
+     .inputs = conv_in,
+     .outputs = conv_out,
+     .attrs = conv_attrs,
+     .infer = conv_infer,
+     .kernel_cpu = conv_kernel,
+     .state_free = pe_dnnl_cache_free,
+     .grad = pe_grad_default},
+    {.type = "conv2d_grad",
+     .inputs = conv_grad_in,
+     .outputs = conv_grad_out,
+     .attrs = conv_attrs,
+     .infer = conv_grad_infer,
+     .kernel_cpu = conv_grad_kernel,
+     .state_free = pe_dnnl_cache_free},
+    {0},
+};

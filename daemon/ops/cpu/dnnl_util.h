@@ -1,11 +1,23 @@
 /* oneDNN plumbing shared by the CPU kernels: the engine and stream of a
- * place, status conversion, and memory descriptors for pe_tensors.
- * Primitives are created once per op instance and shape and kept in the op's
- * state (see registry.h), never per call. */
+ * place, status conversion, memory descriptors for pe_tensors, and a small
+ * per-op-instance primitive cache.
+ *
+ * Primitive cache. Primitives are created once per op instance and shape and
+ * kept in the op's state (see registry.h), never per call. The state of every
+ * oneDNN op row is a pe_dnnl_cache (freed by pe_dnnl_cache_free, the rows'
+ * state_free). It holds up to PE_DNNL_CACHE_ENTRIES entries keyed by the
+ * input shapes (attributes are fixed for an op instance, so shapes suffice):
+ * a fixed batch builds one entry, a final partial batch a second one; the
+ * least recently used entry is evicted beyond that. An entry owns its
+ * primitives, one buffer-less dnnl_memory_t per primitive argument (data
+ * handles are set on each call to the tensors' buffers) and any scratch
+ * buffers the kernel needs (workspaces, unused gradients). All formats are
+ * plain (abcd / ab), so no reorders are needed. */
 #ifndef PE_OPS_CPU_DNNL_UTIL_H
 #define PE_OPS_CPU_DNNL_UTIL_H
 
 #include <oneapi/dnnl/dnnl.h>
+#include <stdint.h>
 
 #include "ops/device_ctx.h"
 #include "ops/registry.h"
@@ -16,5 +28,95 @@ void pe_dnnl_ctx_release(pe_device_ctx *d);
 /* NULL if s == dnnl_success, else an error naming the op and `what`. */
 pe_status *pe_dnnl_check(dnnl_status_t s, const pe_kernel_ctx *c, const char *what);
 const char *pe_dnnl_status_str(dnnl_status_t s);
+
+/* --- memory descriptors (f32) ------------------------------------------- */
+/* Dense row-major desc (tag abc...) of ndims dims. */
+dnnl_status_t pe_dnnl_md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+/* Dense row-major desc of a tensor's shape. */
+dnnl_status_t pe_dnnl_md_of(dnnl_memory_desc_t *md, const pe_shape *s);
+/* A rows x cols matrix view; transposed: the buffer holds the cols x rows
+ * matrix row-major (strides {1, rows}). */
+dnnl_status_t pe_dnnl_md_matrix(dnnl_memory_desc_t *md, int64_t rows, int64_t cols,
+                                bool transposed);
+
+/* --- per-op primitive cache ---------------------------------------------- */
+#define PE_DNNL_CACHE_ENTRIES 4
+#define PE_DNNL_KEY_MAX 32
+#define PE_DNNL_MAX_PRIMS 3
+#define PE_DNNL_MAX_ARGS 10
+#define PE_DNNL_MAX_BUFS 4
+
+typedef struct pe_dnnl_prim {
+  dnnl_primitive_t prim;
+  int nargs;
+  dnnl_exec_arg_t args[PE_DNNL_MAX_ARGS]; /* memories owned by the prim */
+} pe_dnnl_prim;
+
+typedef struct pe_dnnl_entry {
+  int nkey;
+  int64_t key[PE_DNNL_KEY_MAX];
+  uint64_t last_use;
+  int nprims;
+  pe_dnnl_prim prims[PE_DNNL_MAX_PRIMS];
+  int nbufs;
+  void *bufs[PE_DNNL_MAX_BUFS]; /* owned scratch, 64-byte aligned */
+} pe_dnnl_entry;
+
+typedef struct pe_dnnl_cache_stats {
+  uint64_t builds;    /* entries built (a miss) */
+  uint64_t hits;      /* lookups served by an existing entry */
+  uint64_t evictions; /* entries dropped to make room */
+  int entries;        /* entries held now */
+} pe_dnnl_cache_stats;
+
+typedef struct pe_dnnl_cache {
+  int n;
+  uint64_t tick;
+  pe_dnnl_cache_stats stats;
+  pe_dnnl_entry e[PE_DNNL_CACHE_ENTRIES];
+} pe_dnnl_cache;
+
+/* Build keys: append a shape (ndim then dims) or one value. */
+void pe_dnnl_key_shape(int64_t *key, int *n, const pe_shape *s);
+void pe_dnnl_key_val(int64_t *key, int *n, int64_t v);
+
+/* Find the entry for key in the op state's cache (creating the cache in
+ * *c->state on first use). *fresh is set when the entry is new and empty:
+ * the caller then builds it and, if building fails, calls
+ * pe_dnnl_cache_drop so that a half-built entry is never reused. */
+pe_status *pe_dnnl_cache_lookup(pe_kernel_ctx *c, const int64_t *key, int nkey, pe_dnnl_entry **e,
+                                bool *fresh);
+void pe_dnnl_cache_drop(pe_kernel_ctx *c, pe_dnnl_entry *e);
+/* state_free of every oneDNN row. */
+void pe_dnnl_cache_free(void *state);
+/* Counters of an op state (zeros for NULL), for tests and stats. */
+pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state);
+
+/* Create a primitive from pd into e, with a memory object for each of the
+ * nargs argument ids (descs queried from pd). pd stays the caller's. */
+pe_status *pe_dnnl_entry_add(pe_kernel_ctx *c, pe_dnnl_entry *e, const_dnnl_primitive_desc_t pd,
+                             const int *arg_ids, int nargs, const char *what, pe_dnnl_prim **out);
+/* An owned scratch buffer of at least `bytes` (contents unspecified). */
+pe_status *pe_dnnl_entry_buffer(pe_kernel_ctx *c, pe_dnnl_entry *e, size_t bytes, void **out);
+/* Create a primitive descriptor (first implementation) from an op desc. */
+pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
+                      const char *what, dnnl_primitive_desc_t *pd);
+/* Bind handles[i] to args[i] of p, execute on the place's stream, wait. */
+pe_status *pe_dnnl_run(pe_kernel_ctx *c, pe_dnnl_prim *p, void *const *handles, const char *what);
+
+/* --- infer helpers --------------------------------------------------------- */
+/* Every present input arg must be f32 (these kernels are f32 only). */
+pe_status *pe_dnnl_infer_f32(pe_infer_ctx *c);
+/* Read an INTS attr of exactly 2 values (absent: dflt). Errors name it. */
+pe_status *pe_dnnl_attr_pair(pe_infer_ctx *c, const char *name, int64_t dflt, int64_t out[2]);
+/* Same, for kernels (infer already validated the attr). */
+void pe_dnnl_attr_pair_k(const pe_op_desc *op, const char *name, int64_t dflt, int64_t out[2]);
+
+/* --- grad helpers ----------------------------------------------------------- */
+/* Set slot of op to "<arg>@GRAD" for each arg of src (an input or output). */
+pe_status *pe_dnnl_grad_slot(pe_op_desc *op, bool output, const char *slot, const pe_slot *src);
+/* Zero every present output of a grad kernel (used when the incoming
+ * gradient was pruned, i.e. is all zeros). */
+void pe_dnnl_zero_outputs(pe_kernel_ctx *c);
 
 #endif

@@ -1,4 +1,360 @@
-/* Placeholder table; filled in by the op implementation. */
+/* Elementwise arithmetic: elementwise_add/sub/mul with broadcasting, scale,
+ * sum, and their gradients (docs/ops.md, "arithmetic"). Hand-written f32
+ * kernels; broadcasting and its reductions live in broadcast.c.
+ *
+ * Gradients of broadcast operands are sums of the output gradient over the
+ * broadcast dims (for mul, of the output gradient times the other operand).
+ * Grad kernels read the output shape from X and Y, so they also work when the
+ * backward pass pruned Out@GRAD (then every gradient is zero). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/cpu/broadcast.h"
 #include "ops/op_tables.h"
 
-const pe_op_def pe_ops_elementwise[] = {{0}};
+/* Slot indices, in the order of the tables below. */
+enum { EW_X, EW_Y, EW_OUT_IN, EW_DOUT }; /* grad inputs (forward: X, Y) */
+enum { EW_OUT = 0 };                     /* forward output */
+enum { EW_DX, EW_DY };                   /* grad outputs */
+enum { SC_X, SC_OUT_IN, SC_DOUT };       /* scale(_grad) inputs */
+enum { SUM_X, SUM_OUT_IN, SUM_DOUT };    /* sum(_grad) inputs */
+
+/* Elements per tile when summing several inputs (tile lives on the stack). */
+#define SUM_TILE 1024
+
+/* --- elementwise_add / sub / mul ------------------------------------------------ */
+
+/* Output shape and aligned operand shapes; formats the contract's error. */
+static pe_status *ew_shapes(pe_infer_ctx *c, pe_shape *out, pe_shape *xa, pe_shape *ya) {
+  pe_meta *x = pe_in_meta(c, EW_X, 0), *y = pe_in_meta(c, EW_Y, 0);
+  if (!x || !y) return pe_infer_error(c, PE_EARITY, "needs inputs X and Y");
+  PE_TRY(pe_infer_expect_dtype(c, EW_X, 0, PE_F32));
+  PE_TRY(pe_infer_expect_dtype(c, EW_Y, 0, PE_F32));
+  int64_t axis = pe_attr_i(c->def, c->desc, "axis");
+  const char *why = pe_bcast_infer(&x->shape, &y->shape, axis, out, xa, ya);
+  if (why) {
+    char xs[PE_SHAPE_STRLEN], ys[PE_SHAPE_STRLEN];
+    return pe_infer_error(c, PE_ESHAPE, "cannot broadcast Y '%s' %s to X '%s' %s (axis %lld: %s)",
+                          pe_in_name(c, EW_Y, 0), pe_shape_str(&y->shape, ys, sizeof ys),
+                          pe_in_name(c, EW_X, 0), pe_shape_str(&x->shape, xs, sizeof xs),
+                          (long long)axis, why);
+  }
+  return NULL;
+}
+
+static pe_status *ew_infer(pe_infer_ctx *c) {
+  pe_shape out, xa, ya;
+  PE_TRY(ew_shapes(c, &out, &xa, &ya));
+  pe_infer_set(c, EW_OUT, PE_F32, &out);
+  return NULL;
+}
+
+static pe_status *ew_grad_infer(pe_infer_ctx *c) {
+  pe_shape out, xa, ya;
+  PE_TRY(ew_shapes(c, &out, &xa, &ya)); /* same checks as the forward op */
+  return pe_infer_grad_like_inputs(c);
+}
+
+/* Runtime shapes from the bound tensors (infer already accepted them). */
+static pe_status *ew_kernel_shapes(pe_kernel_ctx *c, pe_shape *out, pe_shape *xa, pe_shape *ya) {
+  pe_tensor *x = pe_kin(c, EW_X, 0), *y = pe_kin(c, EW_Y, 0);
+  int64_t axis = pe_attr_i(c->def, c->desc, "axis");
+  const char *why = pe_bcast_infer(&x->shape, &y->shape, axis, out, xa, ya);
+  if (why) return pe_kernel_error(c, PE_ESHAPE, "X and Y do not broadcast: %s", why);
+  return NULL;
+}
+
+static pe_status *ew_forward(pe_kernel_ctx *c, pe_binop op) {
+  pe_shape out, xa, ya;
+  PE_TRY(ew_kernel_shapes(c, &out, &xa, &ya));
+  pe_bcast p;
+  pe_bcast_plan(&p, &out, &xa, &ya);
+  pe_bcast_binary_f32(op, &p, pe_f32(pe_kin(c, EW_X, 0)), pe_f32(pe_kin(c, EW_Y, 0)),
+                      pe_f32(pe_kout(c, EW_OUT, 0)), pe_kernel_threads(c));
+  return NULL;
+}
+
+static pe_status *ew_add_kernel(pe_kernel_ctx *c) {
+  return ew_forward(c, PE_BIN_ADD);
+}
+static pe_status *ew_sub_kernel(pe_kernel_ctx *c) {
+  return ew_forward(c, PE_BIN_SUB);
+}
+static pe_status *ew_mul_kernel(pe_kernel_ctx *c) {
+  return ew_forward(c, PE_BIN_MUL);
+}
+
+/* Gradient of one operand t (aligned shape ta) given the output gradient:
+ * add/sub: sign * reduce(dout); mul: reduce(dout .* other), fused when the
+ * other operand covers the output, else through an output-sized temporary. */
+static pe_status *ew_grad_one(pe_kernel_ctx *c, pe_binop op, float sign, const pe_shape *out,
+                              const pe_shape *ta, const pe_shape *ua, const float *dout,
+                              const float *u, float *dt) {
+  int nt = pe_kernel_threads(c);
+  if (op != PE_BIN_MUL) return pe_bcast_reduce_f32(out, ta, dout, NULL, sign, dt, nt);
+  int64_t n = pe_shape_numel(out), tn = pe_shape_numel(ta);
+  if (pe_shape_numel(ua) == n) return pe_bcast_reduce_f32(out, ta, dout, u, 1.0f, dt, nt);
+  pe_shape full = *out;
+  pe_bcast p;
+  pe_bcast_plan(&p, out, &full, ua);
+  if (tn == n) { /* only the other operand broadcasts: no reduction */
+    pe_bcast_binary_f32(PE_BIN_MUL, &p, dout, u, dt, nt);
+    return NULL;
+  }
+  float *tmp = malloc((size_t)n * sizeof(float));
+  if (!tmp)
+    return pe_kernel_error(c, PE_ENOMEM, "out of memory for a %lld-element temporary",
+                           (long long)n);
+  pe_bcast_binary_f32(PE_BIN_MUL, &p, dout, u, tmp, nt);
+  pe_status *st = pe_bcast_reduce_f32(out, ta, tmp, NULL, 1.0f, dt, nt);
+  free(tmp);
+  return st;
+}
+
+static pe_status *ew_backward(pe_kernel_ctx *c, pe_binop op) {
+  pe_tensor *x = pe_kin(c, EW_X, 0), *y = pe_kin(c, EW_Y, 0), *dout = pe_kin(c, EW_DOUT, 0);
+  pe_tensor *dx = pe_kout(c, EW_DX, 0), *dy = pe_kout(c, EW_DY, 0);
+  if (!dout) { /* pruned output gradient: zeros */
+    if (dx) pe_tensor_zero(dx);
+    if (dy) pe_tensor_zero(dy);
+    return NULL;
+  }
+  pe_shape out, xa, ya;
+  PE_TRY(ew_kernel_shapes(c, &out, &xa, &ya));
+  if (pe_tensor_numel(dout) != pe_shape_numel(&out)) {
+    char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
+    return pe_kernel_error(c, PE_ESHAPE, "Out@GRAD %s does not match the output shape %s",
+                           pe_shape_str(&dout->shape, a, sizeof a),
+                           pe_shape_str(&out, b, sizeof b));
+  }
+  const float *g = pe_f32(dout);
+  if (dx) PE_TRY(ew_grad_one(c, op, 1.0f, &out, &xa, &ya, g, pe_f32(y), pe_f32(dx)));
+  if (dy)
+    PE_TRY(ew_grad_one(c, op, op == PE_BIN_SUB ? -1.0f : 1.0f, &out, &ya, &xa, g, pe_f32(x),
+                       pe_f32(dy)));
+  return NULL;
+}
+
+static pe_status *ew_add_grad_kernel(pe_kernel_ctx *c) {
+  return ew_backward(c, PE_BIN_ADD);
+}
+static pe_status *ew_sub_grad_kernel(pe_kernel_ctx *c) {
+  return ew_backward(c, PE_BIN_SUB);
+}
+static pe_status *ew_mul_grad_kernel(pe_kernel_ctx *c) {
+  return ew_backward(c, PE_BIN_MUL);
+}
+
+/* --- scale ------------------------------------------------------------------------ */
+
+static pe_status *scale_infer(pe_infer_ctx *c) {
+  PE_TRY(pe_infer_expect_dtype(c, SC_X, 0, PE_F32));
+  return pe_infer_same_as_first(c);
+}
+
+static pe_status *scale_grad_infer(pe_infer_ctx *c) {
+  PE_TRY(pe_infer_expect_dtype(c, SC_X, 0, PE_F32));
+  return pe_infer_grad_like_inputs(c);
+}
+
+/* o = a*x + b over n floats (both bias modes reduce to this). */
+static void affine_f32(const float *x, float *o, int64_t n, float a, float b, int nt) {
+#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < n; i++) o[i] = a * x[i] + b;
+}
+
+static pe_status *scale_kernel(pe_kernel_ctx *c) {
+  pe_tensor *x = pe_kin(c, SC_X, 0), *o = pe_kout(c, 0, 0);
+  float s = pe_attr_f(c->def, c->desc, "scale"), b = pe_attr_f(c->def, c->desc, "bias");
+  /* scale*(x+bias) = scale*x + scale*bias */
+  if (!pe_attr_b(c->def, c->desc, "bias_after_scale")) b *= s;
+  affine_f32(pe_f32(x), pe_f32(o), pe_tensor_numel(x), s, b, pe_kernel_threads(c));
+  return NULL;
+}
+
+static pe_status *scale_grad_kernel(pe_kernel_ctx *c) {
+  pe_tensor *dout = pe_kin(c, SC_DOUT, 0), *dx = pe_kout(c, 0, 0);
+  if (!dx) return NULL;
+  if (!dout) {
+    pe_tensor_zero(dx);
+    return NULL;
+  }
+  if (pe_tensor_numel(dout) != pe_tensor_numel(dx))
+    return pe_kernel_error(c, PE_ESHAPE, "Out@GRAD has %lld elements, X has %lld",
+                           (long long)pe_tensor_numel(dout), (long long)pe_tensor_numel(dx));
+  affine_f32(pe_f32(dout), pe_f32(dx), pe_tensor_numel(dx), pe_attr_f(c->def, c->desc, "scale"),
+             0.0f, pe_kernel_threads(c));
+  return NULL;
+}
+
+/* --- sum ------------------------------------------------------------------------------ */
+
+/* All X share X[0]'s dtype and shape (-1 dims match and are refined by known ones). */
+static pe_status *sum_shape(pe_infer_ctx *c, pe_shape *out) {
+  pe_meta *x0 = pe_in_meta(c, SUM_X, 0);
+  if (!x0) return pe_infer_error(c, PE_EARITY, "needs at least one input X");
+  PE_TRY(pe_infer_expect_dtype(c, SUM_X, 0, PE_F32));
+  *out = x0->shape;
+  for (int k = 1; k < c->in[SUM_X].n; k++) {
+    pe_meta *xk = pe_in_meta(c, SUM_X, k);
+    PE_TRY(pe_infer_expect_dtype(c, SUM_X, k, PE_F32));
+    if (!pe_shape_compatible(out, &xk->shape)) {
+      char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
+      return pe_infer_error(c, PE_ESHAPE, "input X #%d '%s' %s differs from X #0 '%s' %s", k,
+                            pe_in_name(c, SUM_X, k), pe_shape_str(&xk->shape, a, sizeof a),
+                            pe_in_name(c, SUM_X, 0), pe_shape_str(&x0->shape, b, sizeof b));
+    }
+    for (int d = 0; d < out->ndim; d++)
+      if (out->d[d] < 0) out->d[d] = xk->shape.d[d];
+  }
+  return NULL;
+}
+
+static pe_status *sum_infer(pe_infer_ctx *c) {
+  pe_shape out;
+  PE_TRY(sum_shape(c, &out));
+  pe_infer_set(c, 0, PE_F32, &out);
+  return NULL;
+}
+
+static pe_status *sum_grad_infer(pe_infer_ctx *c) {
+  pe_shape out;
+  PE_TRY(sum_shape(c, &out));
+  return pe_infer_grad_like_inputs(c);
+}
+
+/* Tiled so that Out may be one of the inputs (in-place gradient accumulation):
+ * a tile reads every input before it writes. */
+static pe_status *sum_kernel(pe_kernel_ctx *c) {
+  int nx = c->in[SUM_X].n;
+  float *o = pe_f32(pe_kout(c, 0, 0));
+  int64_t n = pe_tensor_numel(pe_kout(c, 0, 0));
+  for (int k = 0; k < nx; k++)
+    if (pe_tensor_numel(pe_kin(c, SUM_X, k)) != n)
+      return pe_kernel_error(c, PE_ESHAPE, "input X #%d has %lld elements, Out has %lld", k,
+                             (long long)pe_tensor_numel(pe_kin(c, SUM_X, k)), (long long)n);
+  int64_t tiles = (n + SUM_TILE - 1) / SUM_TILE;
+#pragma omp parallel for if (n * nx > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+  for (int64_t t = 0; t < tiles; t++) {
+    float acc[SUM_TILE];
+    int64_t lo = t * SUM_TILE, w = n - lo < SUM_TILE ? n - lo : SUM_TILE;
+    memcpy(acc, pe_f32(pe_kin(c, SUM_X, 0)) + lo, (size_t)w * sizeof(float));
+    for (int k = 1; k < nx; k++) {
+      const float *xk = pe_f32(pe_kin(c, SUM_X, k)) + lo;
+      for (int64_t i = 0; i < w; i++) acc[i] += xk[i];
+    }
+    memcpy(o + lo, acc, (size_t)w * sizeof(float));
+  }
+  return NULL;
+}
+
+/* Each X@GRAD = Out@GRAD (zeros when pruned). */
+static pe_status *sum_grad_kernel(pe_kernel_ctx *c) {
+  pe_tensor *dout = pe_kin(c, SUM_DOUT, 0);
+  for (int k = 0; k < c->out[0].n; k++) {
+    pe_tensor *dx = pe_kout(c, 0, k);
+    if (!dout) {
+      pe_tensor_zero(dx);
+      continue;
+    }
+    if (pe_tensor_numel(dout) != pe_tensor_numel(dx))
+      return pe_kernel_error(c, PE_ESHAPE, "Out@GRAD has %lld elements, X@GRAD #%d has %lld",
+                             (long long)pe_tensor_numel(dout), k, (long long)pe_tensor_numel(dx));
+    if (dx->data != dout->data) memcpy(dx->data, dout->data, pe_tensor_bytes(dx));
+  }
+  return NULL;
+}
+
+/* --- table ---------------------------------------------------------------------------- */
+
+static const pe_slot_def xy_in[] = {{"X", 1, 1}, {"Y", 1, 1}, {NULL}};
+static const pe_slot_def out_slot[] = {{"Out", 1, 1}, {NULL}};
+static const pe_slot_def xy_grad_in[] = {
+    {"X", 1, 1}, {"Y", 1, 1}, {"Out", 0, 1}, {"Out" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
+static const pe_slot_def xy_grad_out[] = {
+    {"X" PE_GRAD_SUFFIX, 0, 1}, {"Y" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
+static const pe_attr_def ew_attrs[] = {{"axis", PE_ATTR_INT, false, -1}, {NULL}};
+
+static const pe_slot_def x_in[] = {{"X", 1, 1}, {NULL}};
+static const pe_slot_def x_grad_in[] = {
+    {"X", 1, 1}, {"Out", 0, 1}, {"Out" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
+static const pe_slot_def x_grad_out[] = {{"X" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
+static const pe_attr_def scale_attrs[] = {{"scale", PE_ATTR_FLOAT, false, 1},
+                                          {"bias", PE_ATTR_FLOAT, false, 0},
+                                          {"bias_after_scale", PE_ATTR_BOOL, false, 1},
+                                          {NULL}};
+
+static const pe_slot_def sum_in[] = {{"X", 1, -1}, {NULL}};
+static const pe_slot_def sum_grad_in[] = {
+    {"X", 1, -1}, {"Out", 0, 1}, {"Out" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
+static const pe_slot_def sum_grad_out[] = {{"X" PE_GRAD_SUFFIX, 0, -1}, {NULL}};
+static const pe_attr_def no_attrs[] = {{NULL}};
+
+const pe_op_def pe_ops_elementwise[] = {
+    {.type = "elementwise_add",
+     .inputs = xy_in,
+     .outputs = out_slot,
+     .attrs = ew_attrs,
+     .infer = ew_infer,
+     .kernel_cpu = ew_add_kernel,
+     .grad = pe_grad_default},
+    {.type = "elementwise_add_grad",
+     .inputs = xy_grad_in,
+     .outputs = xy_grad_out,
+     .attrs = ew_attrs,
+     .infer = ew_grad_infer,
+     .kernel_cpu = ew_add_grad_kernel},
+    {.type = "elementwise_sub",
+     .inputs = xy_in,
+     .outputs = out_slot,
+     .attrs = ew_attrs,
+     .infer = ew_infer,
+     .kernel_cpu = ew_sub_kernel,
+     .grad = pe_grad_default},
+    {.type = "elementwise_sub_grad",
+     .inputs = xy_grad_in,
+     .outputs = xy_grad_out,
+     .attrs = ew_attrs,
+     .infer = ew_grad_infer,
+     .kernel_cpu = ew_sub_grad_kernel},
+    {.type = "elementwise_mul",
+     .inputs = xy_in,
+     .outputs = out_slot,
+     .attrs = ew_attrs,
+     .infer = ew_infer,
+     .kernel_cpu = ew_mul_kernel,
+     .grad = pe_grad_default},
+    {.type = "elementwise_mul_grad",
+     .inputs = xy_grad_in,
+     .outputs = xy_grad_out,
+     .attrs = ew_attrs,
+     .infer = ew_grad_infer,
+     .kernel_cpu = ew_mul_grad_kernel},
+    {.type = "scale",
+     .inputs = x_in,
+     .outputs = out_slot,
+     .attrs = scale_attrs,
+     .infer = scale_infer,
+     .kernel_cpu = scale_kernel,
+     .grad = pe_grad_default},
+    {.type = "scale_grad",
+     .inputs = x_grad_in,
+     .outputs = x_grad_out,
+     .attrs = scale_attrs,
+     .infer = scale_grad_infer,
+     .kernel_cpu = scale_grad_kernel},
+    {.type = "sum",
+     .inputs = sum_in,
+     .outputs = out_slot,
+     .attrs = no_attrs,
+     .infer = sum_infer,
+     .kernel_cpu = sum_kernel,
+     .grad = pe_grad_default},
+    {.type = "sum_grad",
+     .inputs = sum_grad_in,
+     .outputs = sum_grad_out,
+     .attrs = no_attrs,
+     .infer = sum_grad_infer,
+     .kernel_cpu = sum_grad_kernel},
+    {NULL},
+};

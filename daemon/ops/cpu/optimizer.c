@@ -1,4 +1,242 @@
-/* Placeholder table; filled in by the op implementation. */
+/* Optimizer ops: sgd, momentum, adam (f32, dense gradients).
+ *
+ * They update in place: the optimizer pass binds ParamOut to the Param
+ * variable (VelocityOut to Velocity, Moment1Out to Moment1, ...), so the
+ * executor hands the kernel the same tensor in both slots. Every loop reads
+ * all inputs of element i before writing element i, which is correct whether
+ * or not the slots alias; [1] state (LearningRate, Beta*Pow) is read into
+ * locals before any write.
+ *
+ *   sgd       p -= lr * g
+ *   momentum  v = mu*v + g;  p -= lr * v            (nesterov: p -= lr * (g + mu*v))
+ *   adam      m1 = b1*m1 + (1-b1)*g;  m2 = b2*m2 + (1-b2)*g*g
+ *             lr_t = lr * sqrt(1 - b2pow) / (1 - b1pow)
+ *             p -= lr_t * m1 / (sqrt(m2) + eps)
+ *             b1pow *= b1;  b2pow *= b2   (after the update: lr_t uses the old pows)
+ * The Beta*Pow tensors start at beta (startup), so the first step uses
+ * 1 - beta, the bias correction of step 1. */
+#include <math.h>
+
 #include "ops/op_tables.h"
 
-const pe_op_def pe_ops_optimizer[] = {{0}};
+#define OPT_PAR_MIN 32768
+
+enum { SGD_PARAM = 0, SGD_GRAD, SGD_LR };
+enum { SGD_PARAM_OUT = 0 };
+enum { MOM_PARAM = 0, MOM_GRAD, MOM_VELOCITY, MOM_LR };
+enum { MOM_PARAM_OUT = 0, MOM_VELOCITY_OUT };
+enum { ADAM_PARAM = 0, ADAM_GRAD, ADAM_LR, ADAM_M1, ADAM_M2, ADAM_B1POW, ADAM_B2POW };
+enum { ADAM_PARAM_OUT = 0, ADAM_M1_OUT, ADAM_M2_OUT, ADAM_B1POW_OUT, ADAM_B2POW_OUT };
+
+/* --- inference checks ----------------------------------------------------------- */
+
+static pe_status *expect_param(pe_infer_ctx *c, int slot, pe_meta **out) {
+  pe_meta *p = pe_in_meta(c, slot, 0);
+  if (!p) return pe_infer_error(c, PE_EARITY, "missing input %s", c->def->inputs[slot].name);
+  PE_TRY(pe_infer_expect_dtype(c, slot, 0, PE_F32));
+  *out = p;
+  return NULL;
+}
+
+/* Input `slot` must have exactly Param's shape and dtype (no broadcasting). */
+static pe_status *expect_like(pe_infer_ctx *c, int slot, int param_slot) {
+  pe_meta *m = pe_in_meta(c, slot, 0), *p = pe_in_meta(c, param_slot, 0);
+  const char *sn = c->def->inputs[slot].name, *pn = c->def->inputs[param_slot].name;
+  if (!m) return pe_infer_error(c, PE_EARITY, "missing input %s", sn);
+  char sa[PE_SHAPE_STRLEN], sb[PE_SHAPE_STRLEN];
+  pe_shape_str(&m->shape, sa, sizeof sa);
+  pe_shape_str(&p->shape, sb, sizeof sb);
+  if (!pe_shape_equal(&m->shape, &p->shape))
+    return pe_infer_error(c, PE_ESHAPE, "%s '%s' has shape %s but %s '%s' has shape %s", sn,
+                          pe_in_name(c, slot, 0), sa, pn, pe_in_name(c, param_slot, 0), sb);
+  if (m->dtype != p->dtype)
+    return pe_infer_error(c, PE_EDTYPE, "%s '%s' %s has dtype %s but %s '%s' %s has dtype %s", sn,
+                          pe_in_name(c, slot, 0), sa, pe_dtype_name(m->dtype), pn,
+                          pe_in_name(c, param_slot, 0), sb, pe_dtype_name(p->dtype));
+  return NULL;
+}
+
+/* Input `slot` must be a [1] f32 tensor (learning rate, beta powers). */
+static pe_status *expect_scalar(pe_infer_ctx *c, int slot) {
+  pe_meta *m = pe_in_meta(c, slot, 0);
+  const char *sn = c->def->inputs[slot].name;
+  if (!m) return pe_infer_error(c, PE_EARITY, "missing input %s", sn);
+  if (m->dtype != PE_F32 || m->shape.ndim != 1 || m->shape.d[0] != 1) {
+    char sa[PE_SHAPE_STRLEN];
+    return pe_infer_error(c, m->dtype != PE_F32 ? PE_EDTYPE : PE_ESHAPE,
+                          "%s '%s' is %s %s; it must be [1] f32", sn, pe_in_name(c, slot, 0),
+                          pe_dtype_name(m->dtype), pe_shape_str(&m->shape, sa, sizeof sa));
+  }
+  return NULL;
+}
+
+/* Output `out_slot` gets the meta of input `in_slot`. */
+static void out_like(pe_infer_ctx *c, int out_slot, int in_slot) {
+  pe_meta *m = pe_in_meta(c, in_slot, 0);
+  pe_infer_set(c, out_slot, m->dtype, &m->shape);
+}
+
+/* --- sgd ----------------------------------------------------------------------- */
+
+static pe_status *sgd_infer(pe_infer_ctx *c) {
+  pe_meta *p;
+  PE_TRY(expect_param(c, SGD_PARAM, &p));
+  PE_TRY(expect_like(c, SGD_GRAD, SGD_PARAM));
+  PE_TRY(expect_scalar(c, SGD_LR));
+  out_like(c, SGD_PARAM_OUT, SGD_PARAM);
+  return NULL;
+}
+
+static pe_status *sgd_kernel(pe_kernel_ctx *c) {
+  const float *p = pe_f32(pe_kin(c, SGD_PARAM, 0)), *g = pe_f32(pe_kin(c, SGD_GRAD, 0));
+  float *po = pe_f32(pe_kout(c, SGD_PARAM_OUT, 0));
+  float lr = pe_f32(pe_kin(c, SGD_LR, 0))[0];
+  int64_t n = pe_tensor_numel(pe_kin(c, SGD_PARAM, 0));
+  int nt = pe_kernel_threads(c);
+#pragma omp parallel for num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
+  for (int64_t i = 0; i < n; i++) po[i] = p[i] - lr * g[i];
+  return NULL;
+}
+
+/* --- momentum ------------------------------------------------------------------- */
+
+static pe_status *momentum_infer(pe_infer_ctx *c) {
+  pe_meta *p;
+  PE_TRY(expect_param(c, MOM_PARAM, &p));
+  PE_TRY(expect_like(c, MOM_GRAD, MOM_PARAM));
+  PE_TRY(expect_like(c, MOM_VELOCITY, MOM_PARAM));
+  PE_TRY(expect_scalar(c, MOM_LR));
+  out_like(c, MOM_PARAM_OUT, MOM_PARAM);
+  out_like(c, MOM_VELOCITY_OUT, MOM_VELOCITY);
+  return NULL;
+}
+
+static pe_status *momentum_kernel(pe_kernel_ctx *c) {
+  const float *p = pe_f32(pe_kin(c, MOM_PARAM, 0)), *g = pe_f32(pe_kin(c, MOM_GRAD, 0));
+  const float *v = pe_f32(pe_kin(c, MOM_VELOCITY, 0));
+  float *po = pe_f32(pe_kout(c, MOM_PARAM_OUT, 0)), *vo = pe_f32(pe_kout(c, MOM_VELOCITY_OUT, 0));
+  float lr = pe_f32(pe_kin(c, MOM_LR, 0))[0];
+  float mu = pe_attr_f(c->def, c->desc, "mu");
+  bool nesterov = pe_attr_b(c->def, c->desc, "use_nesterov");
+  int64_t n = pe_tensor_numel(pe_kin(c, MOM_PARAM, 0));
+  int nt = pe_kernel_threads(c);
+#pragma omp parallel for num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i], vn = mu * v[i] + gi, pi = p[i];
+    vo[i] = vn;
+    po[i] = nesterov ? pi - lr * (gi + mu * vn) : pi - lr * vn;
+  }
+  return NULL;
+}
+
+/* --- adam -------------------------------------------------------------------------- */
+
+static pe_status *adam_infer(pe_infer_ctx *c) {
+  float b1 = pe_attr_f(c->def, c->desc, "beta1"), b2 = pe_attr_f(c->def, c->desc, "beta2");
+  float eps = pe_attr_f(c->def, c->desc, "epsilon");
+  if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
+    return pe_infer_error(c, PE_EATTR, "attributes beta1 = %g, beta2 = %g must be in [0, 1)", b1,
+                          b2);
+  if (!(eps >= 0) || !isfinite(eps))
+    return pe_infer_error(c, PE_EATTR, "attribute epsilon = %g must be finite and >= 0", eps);
+  pe_meta *p;
+  PE_TRY(expect_param(c, ADAM_PARAM, &p));
+  PE_TRY(expect_like(c, ADAM_GRAD, ADAM_PARAM));
+  PE_TRY(expect_scalar(c, ADAM_LR));
+  PE_TRY(expect_like(c, ADAM_M1, ADAM_PARAM));
+  PE_TRY(expect_like(c, ADAM_M2, ADAM_PARAM));
+  PE_TRY(expect_scalar(c, ADAM_B1POW));
+  PE_TRY(expect_scalar(c, ADAM_B2POW));
+  out_like(c, ADAM_PARAM_OUT, ADAM_PARAM);
+  out_like(c, ADAM_M1_OUT, ADAM_M1);
+  out_like(c, ADAM_M2_OUT, ADAM_M2);
+  out_like(c, ADAM_B1POW_OUT, ADAM_B1POW);
+  out_like(c, ADAM_B2POW_OUT, ADAM_B2POW);
+  return NULL;
+}
+
+static pe_status *adam_kernel(pe_kernel_ctx *c) {
+  const float *p = pe_f32(pe_kin(c, ADAM_PARAM, 0)), *g = pe_f32(pe_kin(c, ADAM_GRAD, 0));
+  const float *m1 = pe_f32(pe_kin(c, ADAM_M1, 0)), *m2 = pe_f32(pe_kin(c, ADAM_M2, 0));
+  float *po = pe_f32(pe_kout(c, ADAM_PARAM_OUT, 0));
+  float *m1o = pe_f32(pe_kout(c, ADAM_M1_OUT, 0)), *m2o = pe_f32(pe_kout(c, ADAM_M2_OUT, 0));
+  double lr = pe_f32(pe_kin(c, ADAM_LR, 0))[0];
+  double b1pow = pe_f32(pe_kin(c, ADAM_B1POW, 0))[0], b2pow = pe_f32(pe_kin(c, ADAM_B2POW, 0))[0];
+  float b1 = pe_attr_f(c->def, c->desc, "beta1"), b2 = pe_attr_f(c->def, c->desc, "beta2");
+  float eps = pe_attr_f(c->def, c->desc, "epsilon");
+  if (!(b1pow < 1.0) || !(b2pow < 1.0)) /* a state tensor set by hand to >= 1 */
+    return pe_kernel_error(
+        c, PE_EINVAL, "Beta1Pow = %g, Beta2Pow = %g: bias correction needs both < 1", b1pow, b2pow);
+  float lr_t = (float)(lr * sqrt(1.0 - b2pow) / (1.0 - b1pow));
+  int64_t n = pe_tensor_numel(pe_kin(c, ADAM_PARAM, 0));
+  int nt = pe_kernel_threads(c);
+#pragma omp parallel for num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i], pi = p[i];
+    float a = b1 * m1[i] + (1.0f - b1) * gi;
+    float b = b2 * m2[i] + (1.0f - b2) * gi * gi;
+    m1o[i] = a;
+    m2o[i] = b;
+    po[i] = pi - lr_t * a / (sqrtf(b) + eps);
+  }
+  pe_f32(pe_kout(c, ADAM_B1POW_OUT, 0))[0] = (float)(b1pow * b1);
+  pe_f32(pe_kout(c, ADAM_B2POW_OUT, 0))[0] = (float)(b2pow * b2);
+  return NULL;
+}
+
+/* --- table ---------------------------------------------------------------------------- */
+
+static const pe_slot_def sgd_in[] = {
+    {"Param", 1, 1, 0}, {"Grad", 1, 1, 0}, {"LearningRate", 1, 1, 0}, {NULL}};
+static const pe_slot_def sgd_out[] = {{"ParamOut", 1, 1, 0}, {NULL}};
+static const pe_attr_def no_attrs[] = {{NULL}};
+
+static const pe_slot_def momentum_in[] = {{"Param", 1, 1, 0},
+                                          {"Grad", 1, 1, 0},
+                                          {"Velocity", 1, 1, 0},
+                                          {"LearningRate", 1, 1, 0},
+                                          {NULL}};
+static const pe_slot_def momentum_out[] = {{"ParamOut", 1, 1, 0}, {"VelocityOut", 1, 1, 0}, {NULL}};
+static const pe_attr_def momentum_attrs[] = {
+    {"mu", PE_ATTR_FLOAT, false, 0.9, NULL},
+    {"use_nesterov", PE_ATTR_BOOL, false, 0, NULL},
+    {NULL},
+};
+
+static const pe_slot_def adam_in[] = {
+    {"Param", 1, 1, 0},   {"Grad", 1, 1, 0},     {"LearningRate", 1, 1, 0}, {"Moment1", 1, 1, 0},
+    {"Moment2", 1, 1, 0}, {"Beta1Pow", 1, 1, 0}, {"Beta2Pow", 1, 1, 0},     {NULL}};
+static const pe_slot_def adam_out[] = {{"ParamOut", 1, 1, 0},    {"Moment1Out", 1, 1, 0},
+                                       {"Moment2Out", 1, 1, 0},  {"Beta1PowOut", 1, 1, 0},
+                                       {"Beta2PowOut", 1, 1, 0}, {NULL}};
+static const pe_attr_def adam_attrs[] = {
+    {"beta1", PE_ATTR_FLOAT, false, 0.9, NULL},
+    {"beta2", PE_ATTR_FLOAT, false, 0.999, NULL},
+    {"epsilon", PE_ATTR_FLOAT, false, 1e-8, NULL},
+    {NULL},
+};
+
+const pe_op_def pe_ops_optimizer[] = {
+    {.type = "sgd",
+     .inputs = sgd_in,
+     .outputs = sgd_out,
+     .attrs = no_attrs,
+     .flags = PE_OP_OPTIMIZER | PE_OP_NO_GRAD,
+     .infer = sgd_infer,
+     .kernel_cpu = sgd_kernel},
+    {.type = "momentum",
+     .inputs = momentum_in,
+     .outputs = momentum_out,
+     .attrs = momentum_attrs,
+     .flags = PE_OP_OPTIMIZER | PE_OP_NO_GRAD,
+     .infer = momentum_infer,
+     .kernel_cpu = momentum_kernel},
+    {.type = "adam",
+     .inputs = adam_in,
+     .outputs = adam_out,
+     .attrs = adam_attrs,
+     .flags = PE_OP_OPTIMIZER | PE_OP_NO_GRAD,
+     .infer = adam_infer,
+     .kernel_cpu = adam_kernel},
+    {0},
+};

@@ -1,4 +1,271 @@
-/* Placeholder table; filled in by the op implementation. */
+/* pool2d and pool2d_grad on oneDNN pooling (max, avg with or without the
+ * padding counted). NCHW. global_pooling pools each whole plane (ksize =
+ * [H, W], no padding, Out [N, C, 1, 1]).
+ *
+ * Output size: OH = (H + 2*ph - kh) / sh + 1 (floor); as for conv, oneDNN's
+ * consistency check uses the same floor, so symmetric padding is valid.
+ * Paddings must be smaller than the window so that no window lies wholly in
+ * padding (an exclusive average over it would divide by zero).
+ *
+ * Max-pool backward needs oneDNN's workspace (the argmax of each window),
+ * which only the forward-training primitive produces. The grad op is a
+ * separate op instance and the op contract gives pool2d no workspace output,
+ * so pool2d_grad recomputes the forward (training) pass from X into a
+ * scratch dst to obtain it. One extra pooling pass is cheap next to the
+ * convolutions around it, and the argmax (including tie breaking) is then
+ * exactly what oneDNN's backward expects. The forward op itself runs in
+ * inference mode (no workspace). */
+#include <string.h>
+
+#include "ops/cpu/dnnl_util.h"
 #include "ops/op_tables.h"
 
-const pe_op_def pe_ops_pool[] = {{0}};
+enum { PL_X };
+enum { PL_OUT };
+enum { PLG_X, PLG_OUT, PLG_DOUT };
+enum { PLG_DX };
+
+typedef struct pool_params {
+  bool max, global, exclusive;
+  int64_t ksize[2], strides[2], paddings[2];
+} pool_params;
+
+/* Params for an input of spatial size h x w (global pooling depends on it). */
+static void pool_params_k(const pe_kernel_ctx *c, int64_t h, int64_t w, pool_params *p) {
+  p->max = strcmp(pe_attr_s(c->def, c->desc, "pooling_type"), "max") == 0;
+  p->global = pe_attr_b(c->def, c->desc, "global_pooling");
+  p->exclusive = pe_attr_b(c->def, c->desc, "exclusive");
+  pe_dnnl_attr_pair_k(c->desc, "ksize", 1, p->ksize);
+  pe_dnnl_attr_pair_k(c->desc, "strides", 1, p->strides);
+  pe_dnnl_attr_pair_k(c->desc, "paddings", 0, p->paddings);
+  if (p->global) {
+    p->ksize[0] = h;
+    p->ksize[1] = w;
+    p->strides[0] = p->strides[1] = 1;
+    p->paddings[0] = p->paddings[1] = 0;
+  }
+}
+
+static int64_t pool_out_dim(int64_t in, int64_t k, int64_t s, int64_t p) {
+  if (in < 0) return -1;
+  return in + 2 * p < k ? 0 : (in + 2 * p - k) / s + 1; /* 0: too small */
+}
+
+static pe_status *pool_check(pe_infer_ctx *c, pe_shape *out) {
+  PE_TRY(pe_dnnl_infer_f32(c));
+  pe_meta *x = pe_in_meta(c, PL_X, 0);
+  if (!x) return pe_infer_error(c, PE_EARITY, "missing input X");
+  char sb[PE_SHAPE_STRLEN];
+  const char *xn = pe_in_name(c, PL_X, 0);
+  if (x->shape.ndim != 4)
+    return pe_infer_error(c, PE_ESHAPE, "input X '%s' shape %s must be 4-D NCHW", xn,
+                          pe_shape_str(&x->shape, sb, sizeof sb));
+  const char *type = pe_attr_s(c->def, c->desc, "pooling_type");
+  if (strcmp(type, "max") != 0 && strcmp(type, "avg") != 0)
+    return pe_infer_error(c, PE_EATTR, "pooling_type '%s' must be \"max\" or \"avg\"", type);
+  const int64_t *xd = x->shape.d;
+  if (pe_attr_b(c->def, c->desc, "global_pooling")) {
+    *out = PE_SHAPE(xd[0], xd[1], 1, 1);
+    return NULL;
+  }
+  const int64_t *kv;
+  if (pe_attr_ints(c->desc, "ksize", &kv) != 2)
+    return pe_infer_error(c, PE_EATTR, "attribute ksize must hold 2 values (KH, KW)");
+  int64_t k[2] = {kv[0], kv[1]}, s[2], p[2];
+  PE_TRY(pe_dnnl_attr_pair(c, "strides", 1, s));
+  PE_TRY(pe_dnnl_attr_pair(c, "paddings", 0, p));
+  for (int i = 0; i < 2; i++)
+    if (k[i] < 1 || s[i] < 1 || p[i] < 0 || p[i] >= k[i])
+      return pe_infer_error(c, PE_EATTR,
+                            "ksize [%lld,%lld] and strides [%lld,%lld] must be >= 1 and "
+                            "paddings [%lld,%lld] in [0, ksize)",
+                            (long long)k[0], (long long)k[1], (long long)s[0], (long long)s[1],
+                            (long long)p[0], (long long)p[1]);
+  *out = PE_SHAPE(xd[0], xd[1], pool_out_dim(xd[2], k[0], s[0], p[0]),
+                  pool_out_dim(xd[3], k[1], s[1], p[1]));
+  if ((xd[2] >= 0 && out->d[2] < 1) || (xd[3] >= 0 && out->d[3] < 1))
+    return pe_infer_error(c, PE_ESHAPE,
+                          "input X '%s' shape %s is smaller than the window %lldx%lld", xn,
+                          pe_shape_str(&x->shape, sb, sizeof sb), (long long)k[0], (long long)k[1]);
+  return NULL;
+}
+
+static pe_status *pool_infer(pe_infer_ctx *c) {
+  pe_shape out;
+  PE_TRY(pool_check(c, &out));
+  pe_infer_set(c, PL_OUT, PE_F32, &out);
+  return NULL;
+}
+
+static pe_status *pool_grad_infer(pe_infer_ctx *c) {
+  pe_shape out;
+  PE_TRY(pool_check(c, &out)); /* PLG_X == PL_X */
+  return pe_infer_grad_like_inputs(c);
+}
+
+typedef struct pool_descs {
+  dnnl_memory_desc_t src, dst;
+  dnnl_dims_t strides, kernel, dilation, pad;
+  dnnl_alg_kind_t alg;
+} pool_descs;
+
+static pe_status *pool_descs_make(pe_kernel_ctx *c, const pe_shape *x, pool_descs *d) {
+  pool_params p;
+  pool_params_k(c, x->d[2], x->d[3], &p);
+  int64_t dst[4] = {x->d[0], x->d[1],
+                    pool_out_dim(x->d[2], p.ksize[0], p.strides[0], p.paddings[0]),
+                    pool_out_dim(x->d[3], p.ksize[1], p.strides[1], p.paddings[1])};
+  dnnl_status_t s = pe_dnnl_md_of(&d->src, x);
+  if (s == dnnl_success) s = pe_dnnl_md_plain(&d->dst, 4, dst);
+  for (int i = 0; i < 2; i++) {
+    d->strides[i] = p.strides[i];
+    d->kernel[i] = p.ksize[i];
+    d->dilation[i] = 0;
+    d->pad[i] = p.paddings[i];
+  }
+  d->alg = p.max         ? dnnl_pooling_max
+           : p.exclusive ? dnnl_pooling_avg_exclude_padding
+                         : dnnl_pooling_avg_include_padding;
+  return pe_dnnl_check(s, c, "pooling memory desc");
+}
+
+static pe_status *pool_fwd_pd(pe_kernel_ctx *c, pool_descs *d, dnnl_prop_kind_t prop,
+                              dnnl_primitive_desc_t *pd) {
+  dnnl_pooling_v2_desc_t pdsc;
+  PE_TRY(pe_dnnl_check(
+      dnnl_pooling_v2_forward_desc_init(&pdsc, prop, d->alg, &d->src, &d->dst, d->strides,
+                                        d->kernel, d->dilation, d->pad, d->pad),
+      c, "pooling forward desc"));
+  return pe_dnnl_pd(c, &pdsc, NULL, "pooling forward primitive desc", pd);
+}
+
+static pe_status *pool_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x) {
+  pool_descs d;
+  dnnl_primitive_desc_t pd;
+  PE_TRY(pool_descs_make(c, x, &d));
+  PE_TRY(pool_fwd_pd(c, &d, dnnl_forward_inference, &pd));
+  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DST};
+  pe_dnnl_prim *p;
+  pe_status *st = pe_dnnl_entry_add(c, e, pd, args, 2, "pooling forward", &p);
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+static pe_status *pool_kernel(pe_kernel_ctx *c) {
+  pe_tensor *x = pe_kin(c, PL_X, 0), *out = pe_kout(c, PL_OUT, 0);
+  int64_t key[PE_DNNL_KEY_MAX];
+  int nk = 0;
+  pe_dnnl_key_shape(key, &nk, &x->shape);
+  pe_dnnl_entry *e;
+  bool fresh;
+  PE_TRY(pe_dnnl_cache_lookup(c, key, nk, &e, &fresh));
+  if (fresh) {
+    pe_status *st = pool_build(c, e, &x->shape);
+    if (st) {
+      pe_dnnl_cache_drop(c, e);
+      return st;
+    }
+  }
+  void *h[] = {x->data, out->data};
+  return pe_dnnl_run(c, &e->prims[0], h, "pool2d");
+}
+
+/* max: prims[0] forward training (SRC, DST, WORKSPACE), prims[1] backward
+ * (DIFF_DST, WORKSPACE, DIFF_SRC); bufs[0] scratch dst, bufs[1] workspace.
+ * avg: prims[0] backward (DIFF_DST, DIFF_SRC). */
+static pe_status *pool_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x) {
+  pool_descs d;
+  dnnl_primitive_desc_t hint, pd = NULL;
+  PE_TRY(pool_descs_make(c, x, &d));
+  PE_TRY(pool_fwd_pd(c, &d, dnnl_forward_training, &hint));
+  bool max = d.alg == dnnl_pooling_max;
+  pe_dnnl_prim *p;
+  void *buf;
+  pe_status *st = NULL;
+  if (max) {
+    static const int fargs[] = {DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_WORKSPACE};
+    const dnnl_memory_desc_t *ws = dnnl_primitive_desc_query_md(hint, dnnl_query_workspace_md, 0);
+    st = pe_dnnl_entry_add(c, e, hint, fargs, 3, "pooling forward (workspace)", &p);
+    if (!st) st = pe_dnnl_entry_buffer(c, e, dnnl_memory_desc_get_size(&d.dst), &buf);
+    if (!st) st = pe_dnnl_entry_buffer(c, e, ws ? dnnl_memory_desc_get_size(ws) : 0, &buf);
+  }
+  dnnl_pooling_v2_desc_t bd;
+  if (!st)
+    st = pe_dnnl_check(dnnl_pooling_v2_backward_desc_init(&bd, d.alg, &d.src, &d.dst, d.strides,
+                                                          d.kernel, d.dilation, d.pad, d.pad),
+                       c, "pooling backward desc");
+  if (!st) st = pe_dnnl_pd(c, &bd, hint, "pooling backward primitive desc", &pd);
+  if (!st) {
+    static const int margs[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WORKSPACE, DNNL_ARG_DIFF_SRC};
+    static const int aargs[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC};
+    st = max ? pe_dnnl_entry_add(c, e, pd, margs, 3, "pooling backward", &p)
+             : pe_dnnl_entry_add(c, e, pd, aargs, 2, "pooling backward", &p);
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  dnnl_primitive_desc_destroy(hint);
+  return st;
+}
+
+static pe_status *pool_grad_kernel(pe_kernel_ctx *c) {
+  pe_tensor *x = pe_kin(c, PLG_X, 0), *dout = pe_kin(c, PLG_DOUT, 0), *dx = pe_kout(c, PLG_DX, 0);
+  if (!dx) return NULL;
+  if (!dout) {
+    pe_tensor_zero(dx);
+    return NULL;
+  }
+  int64_t key[PE_DNNL_KEY_MAX];
+  int nk = 0;
+  pe_dnnl_key_shape(key, &nk, &x->shape);
+  pe_dnnl_entry *e;
+  bool fresh;
+  PE_TRY(pe_dnnl_cache_lookup(c, key, nk, &e, &fresh));
+  if (fresh) {
+    pe_status *st = pool_grad_build(c, e, &x->shape);
+    if (st) {
+      pe_dnnl_cache_drop(c, e);
+      return st;
+    }
+  }
+  if (e->nprims == 2) { /* max: recompute the workspace, then backward */
+    void *hf[] = {x->data, e->bufs[0], e->bufs[1]};
+    PE_TRY(pe_dnnl_run(c, &e->prims[0], hf, "pool2d_grad forward"));
+    void *hb[] = {dout->data, e->bufs[1], dx->data};
+    return pe_dnnl_run(c, &e->prims[1], hb, "pool2d_grad");
+  }
+  void *h[] = {dout->data, dx->data};
+  return pe_dnnl_run(c, &e->prims[0], h, "pool2d_grad");
+}
+
+static const pe_attr_def pool_attrs[] = {
+    {"pooling_type", PE_ATTR_STRING, false, 0, "max"},
+    {"ksize", PE_ATTR_INTS, true, 0, NULL},
+    {"strides", PE_ATTR_INTS, false, 0, NULL},  /* [1,1] */
+    {"paddings", PE_ATTR_INTS, false, 0, NULL}, /* [0,0] */
+    {"global_pooling", PE_ATTR_BOOL, false, 0, NULL},
+    {"exclusive", PE_ATTR_BOOL, false, 1, NULL},
+    {NULL},
+};
+static const pe_slot_def pool_in[] = {{"X", 1, 1, 0}, {NULL}};
+static const pe_slot_def pool_out[] = {{"Out", 1, 1, 0}, {NULL}};
+static const pe_slot_def pool_grad_in[] = {
+    {"X", 1, 1, 0}, {"Out", 0, 1, 0}, {"Out@GRAD", 0, 1, 0}, {NULL}};
+static const pe_slot_def pool_grad_out[] = {{"X@GRAD", 0, 1, 0}, {NULL}};
+
+const pe_op_def pe_ops_pool[] = {
+    {.type = "pool2d",
+     .inputs = pool_in,
+     .outputs = pool_out,
+     .attrs = pool_attrs,
+     .infer = pool_infer,
+     .kernel_cpu = pool_kernel,
+     .state_free = pe_dnnl_cache_free,
+     .grad = pe_grad_default},
+    {.type = "pool2d_grad",
+     .inputs = pool_grad_in,
+     .outputs = pool_grad_out,
+     .attrs = pool_attrs,
+     .infer = pool_grad_infer,
+     .kernel_cpu = pool_grad_kernel,
+     .state_free = pe_dnnl_cache_free},
+    {0},
+};

@@ -51,7 +51,16 @@ tests/CMakeFiles/test_core.dir/core/test_core.c.o: \
  /usr/include/x86_64-linux-gnu/bits/pthreadtypes-arch.h \
  /usr/include/x86_64-linux-gnu/bits/atomic_wide_counter.h \
  /usr/include/x86_64-linux-gnu/bits/struct_mutex.h \
- /usr/include/x86_64-linux-gnu/bits/struct_rwlock.h \
+ /usr/include/x86_64-linux-gnu/bits/struct_rwlock.h /usr/include/stdio.h \
+ /usr/lib/gcc/x86_64-linux-gnu/12/include/stdarg.h \
+ /usr/include/x86_64-linux-gnu/bits/types/__fpos_t.h \
+ /usr/include/x86_64-linux-gnu/bits/types/__mbstate_t.h \
+ /usr/include/x86_64-linux-gnu/bits/types/__fpos64_t.h \
+ /usr/include/x86_64-linux-gnu/bits/types/__FILE.h \
+ /usr/include/x86_64-linux-gnu/bits/types/FILE.h \
+ /usr/include/x86_64-linux-gnu/bits/types/struct_FILE.h \
+ /usr/include/x86_64-linux-gnu/bits/stdio_lim.h \
+ /usr/include/x86_64-linux-gnu/bits/stdio.h \
  /work/main/tests/common/check_main.h /usr/include/stdlib.h \
  /usr/include/x86_64-linux-gnu/bits/waitflags.h \
  /usr/include/x86_64-linux-gnu/bits/waitstatus.h /usr/include/alloca.h \
@@ -63,6 +72,5 @@ tests/CMakeFiles/test_core.dir/core/test_core.c.o: \
  /work/main/daemon/core/strmap.h /work/main/daemon/core/tensor.h \
  /work/main/daemon/core/allocator.h /work/main/daemon/core/dtype.h \
  /work/main/daemon/core/place.h /work/main/daemon/core/status.h \
- /usr/lib/gcc/x86_64-linux-gnu/12/include/stdarg.h \
  /work/main/daemon/core/status.h /work/main/daemon/core/strmap.h \
  /work/main/daemon/core/tensor.h

@@ -1,0 +1,177 @@
+/* The program builder: a trainer-side C API that assembles a ProgramDesc
+ * (proto/program.proto) layer by layer and yields its protobuf bytes, so no
+ * trainer writes protobuf by hand. It depends only on protobuf-c, never on
+ * libpe: trainers link libpeclient alone.
+ *
+ * What it emits (the op contract is docs/ops.md):
+ *   block 0  main program (parent -1): feeds, layers, loss, metrics;
+ *   block 1  startup program (root, parent -1): one init op per persistable
+ *            (uniform_random / gaussian_random / fill_constant);
+ *   main_block = 0, startup_block = 1.
+ * Every variable is declared with its dtype and shape (-1 = batch), so the
+ * daemon's validation can check each op against them.
+ *
+ * Training: pe_builder_append_backward records the loss and an optimizer
+ * setter records the optimizer in the program's TrainSpec. The builder does
+ * NOT emit gradient or update ops: the daemon's backward and optimizer passes
+ * append them, so all gradient logic lives in one place (next to the op rows).
+ *
+ * Names are deterministic. A layer gets `name` if given, else "<kind>_<k>"
+ * with k counting layers of that kind ("fc_0", "conv2d_1"). Its output is
+ * "<layer>.out"; intermediates are "<layer>.tmp_<i>"; parameters are
+ * "<layer>.w" / "<layer>.b" (batch_norm: .scale .bias .mean .variance).
+ *
+ * Errors: the first error sticks. Calls that return a name return NULL,
+ * calls that return int return -1; pe_builder_error gives the message. After
+ * an error every later call is a no-op returning NULL / -1.
+ *
+ * Ownership: returned names belong to the builder and stay valid until
+ * pe_builder_free. Not thread-safe. */
+#ifndef PE_BUILDER_H
+#define PE_BUILDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pe_builder pe_builder;
+
+/* Element types; the values equal proto DataType and pe_dtype. */
+typedef enum pe_b_dtype {
+  PE_B_F32 = 0,
+  PE_B_F64 = 1,
+  PE_B_I32 = 2,
+  PE_B_I64 = 3,
+  PE_B_U8 = 4,
+} pe_b_dtype;
+
+typedef enum pe_b_act {
+  PE_B_ACT_NONE = 0,
+  PE_B_ACT_RELU,
+  PE_B_ACT_TANH,
+  PE_B_ACT_SIGMOID,
+  PE_B_ACT_SOFTMAX,
+} pe_b_act;
+
+/* Parameter initialisers. DEFAULT picks the layer's default: Xavier for fc
+ * weights, Kaiming for conv filters, zeros for biases. */
+typedef enum pe_b_init_kind {
+  PE_B_INIT_DEFAULT = 0,
+  PE_B_INIT_XAVIER,   /* uniform, limit sqrt(6 / (fan_in + fan_out)) */
+  PE_B_INIT_KAIMING,  /* uniform, limit sqrt(6 / fan_in) (He, for relu) */
+  PE_B_INIT_NORMAL,   /* gaussian_random, mean a, std b */
+  PE_B_INIT_UNIFORM,  /* uniform_random in [a, b] */
+  PE_B_INIT_CONSTANT, /* fill_constant a */
+} pe_b_init_kind;
+
+/* fan_in: fc input features; conv C/groups*KH*KW. fan_out: fc size; conv
+ * O*KH*KW. `seed` 0 draws from the program generator (the executor's seed). */
+typedef struct pe_b_init {
+  pe_b_init_kind kind;
+  float a, b;
+  int64_t seed;
+} pe_b_init;
+
+/* "ndim, dims" for the shape arguments: PE_B_SHAPE(-1, 784). */
+#define PE_B_SHAPE(...) \
+  (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+
+pe_builder *pe_builder_new(void); /* NULL only when out of memory */
+void pe_builder_free(pe_builder *b);
+/* The first error's message, or NULL when there was none. */
+const char *pe_builder_error(const pe_builder *b);
+
+/* A feed variable (is_feed, stop_gradient). dims may hold -1 (batch). */
+const char *pe_builder_data(pe_builder *b, const char *name, pe_b_dtype dt, int ndim,
+                            const int64_t *dims);
+
+/* --- layers (every options pointer may be NULL: all defaults) ------------- */
+
+typedef struct pe_b_fc_opts {
+  const char *name;
+  int num_col_dims; /* 0: 1. x is flattened to [prod(dims[:n]), prod(dims[n:])] */
+  pe_b_act act;
+  bool no_bias;
+  pe_b_init w_init, b_init;
+} pe_b_fc_opts;
+/* matmul(x, w) + b (elementwise_add, axis = num_col_dims), then act. */
+const char *pe_builder_fc(pe_builder *b, const char *x, int64_t size, const pe_b_fc_opts *o);
+
+typedef struct pe_b_conv_opts {
+  const char *name;
+  int stride[2];   /* 0: 1 */
+  int pad[2];      /* padding top/bottom, left/right */
+  int dilation[2]; /* 0: 1 */
+  int groups;      /* 0: 1 */
+  pe_b_act act;
+  bool no_bias;
+  pe_b_init w_init, b_init;
+} pe_b_conv_opts;
+/* conv2d on NCHW x with an [out_channels, C/groups, kh, kw] filter, then a
+ * per-channel bias (elementwise_add axis 1), then act. */
+const char *pe_builder_conv2d(pe_builder *b, const char *x, int64_t out_channels, int kh, int kw,
+                              const pe_b_conv_opts *o);
+
+typedef struct pe_b_pool_opts {
+  const char *name;
+  bool avg;         /* default max */
+  int stride[2];    /* 0: the kernel size (non-overlapping windows) */
+  int pad[2];
+  bool global;      /* global pooling: output [N,C,1,1] */
+  bool inclusive;   /* avg counts padding (exclusive=false) */
+} pe_b_pool_opts;
+const char *pe_builder_pool2d(pe_builder *b, const char *x, int kh, int kw,
+                              const pe_b_pool_opts *o);
+
+typedef struct pe_b_bn_opts {
+  const char *name;
+  float momentum; /* 0: 0.9 */
+  float epsilon;  /* 0: 1e-5 */
+  pe_b_act act;
+} pe_b_bn_opts;
+/* Channels are dim 1. Scale=1, Bias=0 (trainable); Mean=0, Variance=1
+ * (running statistics: persistable, stop_gradient). */
+const char *pe_builder_batch_norm(pe_builder *b, const char *x, const pe_b_bn_opts *o);
+
+/* prob in [0, 1); seed 0: program generator. upscale_in_train. */
+const char *pe_builder_dropout(pe_builder *b, const char *x, float prob, int64_t seed,
+                               const char *name);
+
+const char *pe_builder_act(pe_builder *b, const char *x, pe_b_act act);
+const char *pe_builder_relu(pe_builder *b, const char *x);
+const char *pe_builder_tanh(pe_builder *b, const char *x);
+const char *pe_builder_sigmoid(pe_builder *b, const char *x);
+const char *pe_builder_softmax(pe_builder *b, const char *x); /* last axis */
+/* [prod(dims[:axis]), prod(dims[axis:])]. */
+const char *pe_builder_flatten(pe_builder *b, const char *x, int axis);
+
+/* --- losses and metrics ---------------------------------------------------- */
+
+/* Loss [N,1] from logits [N,C]. An i64 [N,1] label is a hard label, an f32
+ * [N,C] label a soft one. *softmax_out (may be NULL) receives the softmax. */
+const char *pe_builder_softmax_with_cross_entropy(pe_builder *b, const char *logits,
+                                                  const char *label, const char **softmax_out);
+/* -log(x[label]) from probabilities [N,C]; Y [N,1]. Label as above. */
+const char *pe_builder_cross_entropy(pe_builder *b, const char *x, const char *label);
+/* Mean of all elements; shape [1]. */
+const char *pe_builder_mean(pe_builder *b, const char *x);
+/* Top-k accuracy of scores [N,C] against label i64 [N,1]; f32 [1]. The
+ * layer also declares "<layer>.correct" and "<layer>.total" (i64 [1]). */
+const char *pe_builder_accuracy(pe_builder *b, const char *x, const char *label, int k);
+
+/* --- training intent (TrainSpec) ------------------------------------------ */
+
+/* Record `loss` (a [1] f32 variable of the main block) as the training loss.
+ * The daemon's backward pass differentiates it; nothing is emitted here. */
+int pe_builder_append_backward(pe_builder *b, const char *loss);
+int pe_builder_sgd(pe_builder *b, float lr);
+int pe_builder_momentum(pe_builder *b, float lr, float mu, bool nesterov);
+int pe_builder_adam(pe_builder *b, float lr, float beta1, float beta2, float epsilon);
+
+/* Serialise. On success *bytes is malloc'd (caller frees) and 0 returned.
+ * An optimizer without a loss is an error (a loss without an optimizer
+ * only computes gradients). The builder
+ * stays usable (finish may be called again after more layers). */
+int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len);
+
+#endif

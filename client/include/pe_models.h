@@ -1,0 +1,42 @@
+/* Model definitions shared by pe-bench and the tests, built with the program
+ * builder for 28x28 one-channel images and 10 classes (Fashion-MNIST).
+ *
+ *   mlp  784-256-128-10, relu; momentum SGD lr 0.1, mu 0.9; batch 128.
+ *   cnn  conv5x5x32 pad 2, relu, maxpool2, conv5x5x64 pad 2, relu, maxpool2,
+ *        fc1024, relu, dropout 0.4, fc10; momentum SGD lr 0.01, mu 0.9;
+ *        batch 64.
+ *
+ * Both: loss = mean(softmax_with_cross_entropy(logits, label)) and a top-1
+ * accuracy op. Feeds: "image" (f32 [-1,784] for mlp, [-1,1,28,28] for cnn)
+ * and "label" (i64 [-1,1]). The program carries the loss and the optimizer
+ * in its TrainSpec; the daemon's passes add gradients and updates. */
+#ifndef PE_MODELS_H
+#define PE_MODELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PE_MODEL_NAME_LEN 64
+
+typedef struct pe_model {
+  char name[PE_MODEL_NAME_LEN];
+  uint8_t *bytes; /* ProgramDesc, owned (pe_model_release) */
+  size_t len;
+  char image[PE_MODEL_NAME_LEN];    /* feed names */
+  char label[PE_MODEL_NAME_LEN];
+  char loss[PE_MODEL_NAME_LEN];     /* fetch: mean loss, f32 [1] */
+  char accuracy[PE_MODEL_NAME_LEN]; /* fetch: batch accuracy, f32 [1] */
+  char correct[PE_MODEL_NAME_LEN];  /* fetch: correct predictions, i64 [1] */
+  int image_ndim;
+  int64_t image_dims[4]; /* with -1 for the batch */
+  int default_batch;
+} pe_model;
+
+/* Build model `name`. Returns 0, or -1 with a message in err (unknown
+ * name: lists the known ones). */
+int pe_model_build(const char *name, pe_model *out, char *err, size_t errlen);
+void pe_model_release(pe_model *m);
+/* "mlp|cnn" */
+const char *pe_model_names(void);
+
+#endif

@@ -1,0 +1,163 @@
+/* The optimizer pass: one update op per trainable parameter (pass.h).
+ *
+ * Trainable parameters are the main block's variables that are persistable,
+ * not stop_gradient, and have a "<name>@GRAD" variable (declared by the
+ * backward pass), in declaration order. Everything the updates read besides
+ * the gradient is persistable state, declared in the main block (so that the
+ * model scope holds it) and initialised by fill_constant ops appended to the
+ * startup block, which is created when the program has none:
+ *   learning_rate            [1]          = opt.lr
+ *   <p>@VELOCITY             shape of p   = 0        (momentum)
+ *   <p>@MOMENT1, @MOMENT2    shape of p   = 0        (adam)
+ *   <p>@BETA1POW, @BETA2POW  [1]          = beta1, beta2 (adam)
+ * The update ops write the parameter and its state in place. The optimizer
+ * kind is a table row: adding one is a row plus its state list. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/pass.h"
+#include "ops/registry.h"
+
+#define LR_NAME "learning_rate"
+
+typedef struct opt_state {
+  const char *suffix;   /* "@VELOCITY" */
+  const char *in_slot;  /* "Velocity" */
+  const char *out_slot; /* "VelocityOut" */
+  bool scalar;          /* [1] instead of the parameter's shape */
+  int init;             /* 0: zero, 1: beta1, 2: beta2 */
+} opt_state;
+
+typedef struct opt_kind {
+  const char *type; /* optimizer name = update op type */
+  opt_state states[5];
+} opt_kind;
+
+static const opt_kind kinds[] = {
+    {"sgd", {{0}}},
+    {"momentum", {{"@VELOCITY", "Velocity", "VelocityOut", false, 0}, {0}}},
+    {"adam",
+     {{"@MOMENT1", "Moment1", "Moment1Out", false, 0},
+      {"@MOMENT2", "Moment2", "Moment2Out", false, 0},
+      {"@BETA1POW", "Beta1Pow", "Beta1PowOut", true, 1},
+      {"@BETA2POW", "Beta2Pow", "Beta2PowOut", true, 2},
+      {0}}},
+};
+
+/* Hyper-parameters with proto3's "0 means unset" resolved. */
+typedef struct hyper {
+  float lr, mu, beta1, beta2, eps;
+  bool nesterov;
+} hyper;
+
+static pe_status *startup_block(pe_program *p, pe_block **out) {
+  pe_block *s = pe_program_startup(p);
+  if (!s) {
+    PE_TRY(pe_program_add_block(p, -1, &s));
+    p->startup_block = s->idx;
+  }
+  *out = s;
+  return NULL;
+}
+
+/* Declare persistable state `name` in the main block and initialise it to
+ * `value` in the startup block. */
+static pe_status *add_state(pe_block *main, pe_block *startup, const char *name, pe_dtype dt,
+                            const pe_shape *shape, float value) {
+  char sb[PE_SHAPE_STRLEN];
+  if (shape->ndim == 0 || pe_shape_numel(shape) < 0)
+    return pe_error(PE_ESHAPE,
+                    "optimizer: state '%s' would have shape %s; parameters need a "
+                    "static shape",
+                    name, pe_shape_str(shape, sb, sizeof sb));
+  pe_var_desc *v;
+  PE_TRY(pe_block_add_var(main, name, dt, shape, &v));
+  v->persistable = true;
+  v->stop_gradient = true;
+  pe_op_desc *f;
+  PE_TRY(pe_block_append_op(startup, "fill_constant", &f));
+  PE_TRY(pe_op_output1(f, "Out", name));
+  PE_TRY(pe_op_set_ints(f, "shape", shape->ndim, shape->d));
+  PE_TRY(pe_op_set_float(f, "value", value));
+  PE_TRY(pe_op_set_int(f, "dtype", (int64_t)dt));
+  return NULL;
+}
+
+static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *k, const hyper *h,
+                             const pe_var_desc *param) {
+  char grad[512], state[512];
+  snprintf(grad, sizeof grad, "%s" PE_GRAD_SUFFIX, param->name);
+  pe_op_desc *op;
+  PE_TRY(pe_block_append_op(main, k->type, &op));
+  PE_TRY(pe_op_input1(op, "Param", param->name));
+  PE_TRY(pe_op_input1(op, "Grad", grad));
+  PE_TRY(pe_op_input1(op, "LearningRate", LR_NAME));
+  PE_TRY(pe_op_output1(op, "ParamOut", param->name));
+  for (const opt_state *s = k->states; s->suffix; s++) {
+    snprintf(state, sizeof state, "%s%s", param->name, s->suffix);
+    pe_shape one = PE_SHAPE(1);
+    float init = s->init == 1 ? h->beta1 : s->init == 2 ? h->beta2 : 0.0f;
+    PE_TRY(add_state(main, startup, state, param->dtype, s->scalar ? &one : &param->shape, init));
+    PE_TRY(pe_op_input1(op, s->in_slot, state));
+    PE_TRY(pe_op_output1(op, s->out_slot, state));
+  }
+  if (strcmp(k->type, "momentum") == 0) {
+    PE_TRY(pe_op_set_float(op, "mu", h->mu));
+    PE_TRY(pe_op_set_bool(op, "use_nesterov", h->nesterov));
+  } else if (strcmp(k->type, "adam") == 0) {
+    PE_TRY(pe_op_set_float(op, "beta1", h->beta1));
+    PE_TRY(pe_op_set_float(op, "beta2", h->beta2));
+    PE_TRY(pe_op_set_float(op, "epsilon", h->eps));
+  }
+  return NULL;
+}
+
+pe_status *pe_pass_optimizer(pe_program *p, const pe_pass_opts *o) {
+  (void)o;
+  if (!p->opt.type) return NULL;
+  const opt_kind *k = NULL;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(kinds[i].type, p->opt.type) == 0) k = &kinds[i];
+  if (!k)
+    return pe_error(PE_EINVAL, "optimizer: unknown type '%s' (sgd, momentum, adam)", p->opt.type);
+  hyper h = {p->opt.lr,
+             p->opt.momentum != 0.0f ? p->opt.momentum : 0.9f,
+             p->opt.beta1 != 0.0f ? p->opt.beta1 : 0.9f,
+             p->opt.beta2 != 0.0f ? p->opt.beta2 : 0.999f,
+             p->opt.epsilon != 0.0f ? p->opt.epsilon : 1e-8f,
+             p->opt.nesterov};
+  if (!(h.lr > 0.0f))
+    return pe_error(PE_EINVAL, "optimizer %s: learning rate %g must be > 0", k->type, (double)h.lr);
+  pe_block *main = pe_program_main(p);
+  if (!main) return pe_error(PE_EINVAL, "optimizer: no main block");
+  if (pe_block_find_var(p, main, LR_NAME))
+    return pe_error(PE_EINVAL, "optimizer: variable '%s' already exists (optimizer ran twice?)",
+                    LR_NAME);
+
+  /* Collect first: the loop below declares new variables in main. */
+  int n_vars = main->n_vars, n_params = 0;
+  const pe_var_desc **params = calloc((size_t)n_vars + 1, sizeof(*params));
+  if (!params) return pe_error(PE_ENOMEM, "optimizer: out of memory");
+  char grad[512];
+  for (int i = 0; i < n_vars; i++) {
+    const pe_var_desc *v = main->vars[i];
+    if (!v->persistable || v->stop_gradient) continue;
+    snprintf(grad, sizeof grad, "%s" PE_GRAD_SUFFIX, v->name);
+    if (pe_block_find_var_local(main, grad)) params[n_params++] = v;
+  }
+  pe_status *st = NULL;
+  if (n_params == 0)
+    st = pe_error(PE_EINVAL,
+                  "optimizer %s: no trainable parameter has a gradient (run backward first; "
+                  "parameters are persistable and not stop_gradient)",
+                  k->type);
+  pe_block *startup = NULL;
+  if (!st) st = startup_block(p, &startup);
+  pe_shape one = PE_SHAPE(1);
+  if (!st) st = add_state(main, startup, LR_NAME, PE_F32, &one, h.lr);
+  for (int i = 0; !st && i < n_params; i++) st = add_update(main, startup, k, &h, params[i]);
+  free(params);
+  if (st) return pe_status_wrap(st, "optimizer %s", k->type);
+  return NULL;
+}

@@ -1,0 +1,389 @@
+/* Program builder: the models decode and validate in the daemon's IR, the
+ * protobuf it emits has the documented shape (blocks, names, initialisers,
+ * TrainSpec), errors are sticky and bad layer arguments are refused. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "compiler/program.h"
+#include "compiler/validate.h"
+#include "pe_builder.h"
+#include "pe_models.h"
+#include "program.pb-c.h"
+
+/* Decode + validate bytes; returns the program (caller frees). */
+static pe_program *decode_valid(const uint8_t *bytes, size_t len) {
+  pe_program *p = NULL;
+  pe_status *st = pe_program_decode(bytes, len, &p);
+  ck_assert_msg(st == NULL, "decode: %s", pe_status_msg(st));
+  st = pe_program_validate(p);
+  ck_assert_msg(st == NULL, "validate: %s", pe_status_msg(st));
+  return p;
+}
+
+static void check_model_decodes(const char *name, int n_params) {
+  pe_model m;
+  char err[256];
+  ck_assert_msg(pe_model_build(name, &m, err, sizeof err) == 0, "%s", err);
+  pe_program *p = decode_valid(m.bytes, m.len);
+  ck_assert_int_eq(p->n_blocks, 2);
+  ck_assert_int_eq(p->main_block, 0);
+  ck_assert_int_eq(p->startup_block, 1);
+  ck_assert_str_eq(p->loss, m.loss);
+  ck_assert_str_eq(p->opt.type, "momentum");
+  ck_assert_float_eq_tol(p->opt.momentum, 0.9f, 1e-7);
+  pe_block *startup = pe_program_startup(p), *main = pe_program_main(p);
+  ck_assert_int_eq(startup->parent, -1);
+  ck_assert_int_eq(startup->n_ops, n_params); /* one initialiser per parameter */
+  pe_var_desc *img = pe_block_find_var_local(main, m.image);
+  ck_assert(img && img->is_feed && img->shape.d[0] == -1);
+  pe_var_desc *acc = pe_block_find_var_local(main, m.accuracy);
+  ck_assert(acc && acc->dtype == PE_F32 && acc->shape.ndim == 1 && acc->shape.d[0] == 1);
+  pe_program_free(p);
+  pe_model_release(&m);
+}
+
+START_TEST(mlp_decodes_and_validates) { check_model_decodes("mlp", 6); }
+END_TEST
+
+START_TEST(cnn_decodes_and_validates) { check_model_decodes("cnn", 8); }
+END_TEST
+
+START_TEST(unknown_model) {
+  pe_model m;
+  char err[128];
+  ck_assert_int_eq(pe_model_build("resnet", &m, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "unknown model 'resnet'"));
+}
+END_TEST
+
+/* --- the raw protobuf -------------------------------------------------------- */
+
+static const Pe__VarDesc *pb_var(const Pe__BlockDesc *b, const char *name) {
+  for (size_t i = 0; i < b->n_vars; i++)
+    if (strcmp(b->vars[i]->name, name) == 0) return b->vars[i];
+  return NULL;
+}
+
+static const Pe__OpDesc *pb_writer(const Pe__BlockDesc *b, const char *var) {
+  for (size_t i = 0; i < b->n_ops; i++)
+    for (size_t s = 0; s < b->ops[i]->n_outputs; s++)
+      if (strcmp(b->ops[i]->outputs[s]->arguments[0], var) == 0) return b->ops[i];
+  return NULL;
+}
+
+static const Pe__Attr *pb_attr(const Pe__OpDesc *op, const char *name) {
+  for (size_t i = 0; i < op->n_attrs; i++)
+    if (strcmp(op->attrs[i]->name, name) == 0) return op->attrs[i];
+  return NULL;
+}
+
+static void check_shape(const Pe__VarDesc *v, int n, const int64_t *d) {
+  ck_assert_ptr_nonnull(v);
+  ck_assert_int_eq(v->n_shape, n);
+  for (int i = 0; i < n; i++) ck_assert_int_eq(v->shape[i], d[i]);
+}
+
+START_TEST(mlp_protobuf_layout) {
+  pe_model m;
+  char err[256];
+  ck_assert_int_eq(pe_model_build("mlp", &m, err, sizeof err), 0);
+  Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, m.len, m.bytes);
+  ck_assert_ptr_nonnull(pd);
+  ck_assert_int_eq(pd->n_blocks, 2);
+  const Pe__BlockDesc *mb = pd->blocks[0], *sb = pd->blocks[1];
+  ck_assert_int_eq(mb->idx, 0);
+  ck_assert_int_eq(mb->parent_idx, -1);
+  ck_assert_int_eq(sb->idx, 1);
+  ck_assert_int_eq(sb->parent_idx, -1);
+  ck_assert_int_eq(pd->startup_block, 1);
+  ck_assert_str_eq(pd->train->loss, "mean_0.out");
+  ck_assert_str_eq(pd->train->optimizer->type, "momentum");
+  ck_assert_float_eq_tol(pd->train->optimizer->learning_rate, 0.1f, 1e-7);
+  /* weights: declared in both blocks, persistable, Xavier-uniform */
+  const Pe__VarDesc *w = pb_var(mb, "fc_0.w");
+  check_shape(w, 2, (int64_t[]){784, 256});
+  ck_assert(w->persistable && !w->stop_gradient);
+  ck_assert(pb_var(sb, "fc_0.w") && pb_var(sb, "fc_0.w")->persistable);
+  const Pe__OpDesc *init = pb_writer(sb, "fc_0.w");
+  ck_assert_str_eq(init->type, "uniform_random");
+  float lim = sqrtf(6.0f / (784 + 256));
+  ck_assert_float_eq_tol(pb_attr(init, "max")->f, lim, 1e-6);
+  ck_assert_float_eq_tol(pb_attr(init, "min")->f, -lim, 1e-6);
+  ck_assert_int_eq(pb_attr(init, "shape")->n_ints, 2);
+  init = pb_writer(sb, "fc_2.b");
+  ck_assert_str_eq(init->type, "fill_constant");
+  ck_assert_float_eq(pb_attr(init, "value")->f, 0.0f);
+  /* every intermediate is declared with dtype and a -1 batch */
+  check_shape(pb_var(mb, "fc_0.tmp_0"), 2, (int64_t[]){-1, 256});
+  check_shape(pb_var(mb, "fc_0.out"), 2, (int64_t[]){-1, 256});
+  check_shape(pb_var(mb, "fc_2.out"), 2, (int64_t[]){-1, 10});
+  check_shape(pb_var(mb, "softmax_with_cross_entropy_0.out"), 2, (int64_t[]){-1, 1});
+  check_shape(pb_var(mb, "mean_0.out"), 1, (int64_t[]){1});
+  ck_assert_int_eq(pb_var(mb, "accuracy_0.correct")->dtype, PE__DATA_TYPE__I64);
+  for (size_t i = 0; i < mb->n_ops; i++)
+    for (size_t s = 0; s < mb->ops[i]->n_outputs; s++)
+      ck_assert_msg(pb_var(mb, mb->ops[i]->outputs[s]->arguments[0]) != NULL, "undeclared %s",
+                    mb->ops[i]->outputs[s]->arguments[0]);
+  /* the op sequence: fc = matmul + elementwise_add + relu */
+  const char *types[] = {"matmul", "elementwise_add", "relu", "matmul", "elementwise_add", "relu",
+                         "matmul", "elementwise_add", "softmax_with_cross_entropy", "mean",
+                         "accuracy"};
+  ck_assert_int_eq(mb->n_ops, sizeof types / sizeof types[0]);
+  for (size_t i = 0; i < mb->n_ops; i++) ck_assert_str_eq(mb->ops[i]->type, types[i]);
+  ck_assert_int_eq(pb_attr(mb->ops[0], "x_num_col_dims")->i, 1);
+  ck_assert_int_eq(pb_attr(mb->ops[1], "axis")->i, 1);
+  pe__program_desc__free_unpacked(pd, NULL);
+  pe_model_release(&m);
+}
+END_TEST
+
+START_TEST(cnn_shapes_and_init) {
+  pe_model m;
+  char err[256];
+  ck_assert_int_eq(pe_model_build("cnn", &m, err, sizeof err), 0);
+  Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, m.len, m.bytes);
+  const Pe__BlockDesc *mb = pd->blocks[0], *sb = pd->blocks[1];
+  check_shape(pb_var(mb, "conv2d_0.w"), 4, (int64_t[]){32, 1, 5, 5});
+  check_shape(pb_var(mb, "conv2d_0.out"), 4, (int64_t[]){-1, 32, 28, 28});
+  check_shape(pb_var(mb, "pool2d_0.out"), 4, (int64_t[]){-1, 32, 14, 14});
+  check_shape(pb_var(mb, "conv2d_1.w"), 4, (int64_t[]){64, 32, 5, 5});
+  check_shape(pb_var(mb, "pool2d_1.out"), 4, (int64_t[]){-1, 64, 7, 7});
+  check_shape(pb_var(mb, "fc_0.w"), 2, (int64_t[]){64 * 7 * 7, 1024});
+  check_shape(pb_var(mb, "dropout_0.mask"), 2, (int64_t[]){-1, 1024});
+  ck_assert_int_eq(pb_var(mb, "dropout_0.mask")->dtype, PE__DATA_TYPE__U8);
+  /* Kaiming: limit sqrt(6 / fan_in), fan_in = C/groups*KH*KW */
+  const Pe__OpDesc *init = pb_writer(sb, "conv2d_1.w");
+  ck_assert_float_eq_tol(pb_attr(init, "max")->f, sqrtf(6.0f / (32 * 25)), 1e-6);
+  const Pe__OpDesc *conv = pb_writer(mb, "conv2d_0.tmp_0");
+  ck_assert_str_eq(conv->type, "conv2d");
+  ck_assert_int_eq(pb_attr(conv, "paddings")->ints[0], 2);
+  const Pe__OpDesc *add = pb_writer(mb, "conv2d_0.tmp_1");
+  ck_assert_str_eq(add->type, "elementwise_add");
+  ck_assert_int_eq(pb_attr(add, "axis")->i, 1);
+  const Pe__OpDesc *pool = pb_writer(mb, "pool2d_0.out");
+  ck_assert_str_eq(pb_attr(pool, "pooling_type")->s, "max");
+  ck_assert_int_eq(pb_attr(pool, "strides")->ints[1], 2);
+  const Pe__OpDesc *drop = pb_writer(mb, "dropout_0.out");
+  ck_assert_float_eq_tol(pb_attr(drop, "dropout_prob")->f, 0.4f, 1e-7);
+  ck_assert_str_eq(pb_attr(drop, "dropout_implementation")->s, "upscale_in_train");
+  pe__program_desc__free_unpacked(pd, NULL);
+  pe_model_release(&m);
+}
+END_TEST
+
+START_TEST(output_is_deterministic) {
+  pe_model a, b;
+  char err[256];
+  ck_assert_int_eq(pe_model_build("cnn", &a, err, sizeof err), 0);
+  ck_assert_int_eq(pe_model_build("cnn", &b, err, sizeof err), 0);
+  ck_assert_uint_eq(a.len, b.len);
+  ck_assert_mem_eq(a.bytes, b.bytes, a.len);
+  pe_model_release(&a);
+  pe_model_release(&b);
+}
+END_TEST
+
+/* Every other layer kind, initialiser and optimizer also validates. */
+START_TEST(other_layers_validate) {
+  pe_builder *b = pe_builder_new();
+  const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 3, 8, 8));
+  const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
+  pe_b_conv_opts co = {.name = "c", .stride = {2, 2}, .pad = {1, 1}, .no_bias = true,
+                       .w_init = {PE_B_INIT_NORMAL, 0, 0.1f, 7}};
+  const char *h = pe_builder_conv2d(b, x, 4, 3, 3, &co);
+  ck_assert_str_eq(h, "c.out");
+  pe_b_bn_opts bo = {.act = PE_B_ACT_TANH};
+  h = pe_builder_batch_norm(b, h, &bo);
+  pe_b_pool_opts po = {.avg = true, .global = true};
+  h = pe_builder_pool2d(b, h, 0, 0, &po);
+  h = pe_builder_flatten(b, h, 1);
+  h = pe_builder_sigmoid(b, h);
+  pe_b_fc_opts fo = {.w_init = {PE_B_INIT_UNIFORM, -0.1f, 0.1f, 0},
+                     .b_init = {PE_B_INIT_CONSTANT, 0.5f, 0, 0}};
+  h = pe_builder_fc(b, h, 5, &fo);
+  const char *prob = pe_builder_softmax(b, h);
+  const char *loss = pe_builder_mean(b, pe_builder_cross_entropy(b, prob, y));
+  ck_assert_ptr_nonnull(pe_builder_accuracy(b, prob, y, 2));
+  ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
+  ck_assert_int_eq(pe_builder_adam(b, 1e-3f, 0.9f, 0.999f, 1e-8f), 0);
+  uint8_t *bytes;
+  size_t len;
+  ck_assert_msg(pe_builder_finish(b, &bytes, &len) == 0, "%s", pe_builder_error(b));
+  ck_assert_ptr_null(pe_builder_error(b));
+  pe_program *p = decode_valid(bytes, len);
+  pe_block *mb = pe_program_main(p);
+  pe_var_desc *mean = pe_block_find_var_local(mb, "batch_norm_0.mean");
+  ck_assert(mean && mean->persistable && mean->stop_gradient);
+  pe_var_desc *pool = pe_block_find_var_local(mb, "pool2d_0.out");
+  ck_assert(pool->shape.ndim == 4 && pool->shape.d[2] == 1 && pool->shape.d[3] == 1);
+  ck_assert_str_eq(p->opt.type, "adam");
+  pe_program_free(p);
+  free(bytes);
+  pe_builder_free(b);
+}
+END_TEST
+
+/* An inference-only program: no TrainSpec loss. */
+START_TEST(inference_program) {
+  pe_builder *b = pe_builder_new();
+  const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
+  pe_b_fc_opts fo = {.act = PE_B_ACT_SOFTMAX, .no_bias = true};
+  ck_assert_str_eq(pe_builder_fc(b, x, 3, &fo), "fc_0.out");
+  uint8_t *bytes;
+  size_t len;
+  ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), 0);
+  pe_program *p = decode_valid(bytes, len);
+  ck_assert_ptr_null(p->loss);
+  pe_program_free(p);
+  free(bytes);
+  pe_builder_free(b);
+}
+END_TEST
+
+/* --- errors ------------------------------------------------------------------------- */
+
+START_TEST(first_error_sticks) {
+  pe_builder *b = pe_builder_new();
+  const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
+  ck_assert_ptr_null(pe_builder_error(b));
+  ck_assert_ptr_null(pe_builder_fc(b, "nope", 3, NULL));
+  const char *e = pe_builder_error(b);
+  ck_assert_ptr_nonnull(e);
+  ck_assert_ptr_nonnull(strstr(e, "'nope'"));
+  char first[256];
+  snprintf(first, sizeof first, "%s", e);
+  /* later calls, even valid ones, are no-ops */
+  ck_assert_ptr_null(pe_builder_fc(b, x, 3, NULL));
+  ck_assert_ptr_null(pe_builder_relu(b, x));
+  ck_assert_ptr_null(pe_builder_conv2d(b, x, 0, 0, 0, NULL));
+  ck_assert_int_eq(pe_builder_sgd(b, -1), -1);
+  ck_assert_int_eq(pe_builder_append_backward(b, x), -1);
+  ck_assert_str_eq(pe_builder_error(b), first);
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), -1);
+  ck_assert_ptr_null(bytes);
+  ck_assert_str_eq(pe_builder_error(b), first);
+  pe_builder_free(b);
+}
+END_TEST
+
+typedef const char *(*bad_fn)(pe_builder *b, const char *x4, const char *x2, const char *y);
+
+static const char *bad_fc_size(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_fc(b, x2, 0, NULL);
+}
+static const char *bad_fc_ncd(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  pe_b_fc_opts o = {.num_col_dims = 2};
+  return pe_builder_fc(b, x2, 3, &o);
+}
+static const char *bad_conv_rank(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_conv2d(b, x2, 4, 3, 3, NULL);
+}
+static const char *bad_conv_groups(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  pe_b_conv_opts o = {.groups = 2};
+  return pe_builder_conv2d(b, x4, 4, 3, 3, &o);
+}
+static const char *bad_conv_fit(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_conv2d(b, x4, 4, 9, 9, NULL);
+}
+static const char *bad_pool(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_pool2d(b, x4, 0, 2, NULL);
+}
+static const char *bad_dropout(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_dropout(b, x2, 1.0f, 0, NULL);
+}
+static const char *bad_label(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_softmax_with_cross_entropy(b, x2, x4, NULL); /* f32 label of wrong shape */
+}
+static const char *bad_accuracy_k(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_accuracy(b, x2, y, 9);
+}
+static const char *bad_name(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  pe_b_fc_opts o = {.name = "a@b"};
+  return pe_builder_fc(b, x2, 3, &o);
+}
+static const char *dup_name(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  pe_b_fc_opts o = {.name = "same"};
+  pe_builder_fc(b, x2, 3, &o);
+  return pe_builder_fc(b, x2, 3, &o);
+}
+static const char *bad_data(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_data(b, "z", PE_B_F32, PE_B_SHAPE(-1, 0));
+}
+static const char *bad_init(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  pe_b_fc_opts o = {.w_init = {PE_B_INIT_UNIFORM, 1, -1, 0}};
+  return pe_builder_fc(b, x2, 3, &o);
+}
+static const char *bad_loss(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_append_backward(b, x2) ? NULL : "ok";
+}
+static const char *opt_without_loss(pe_builder *b, const char *x4, const char *x2,
+                                    const char *y) {
+  uint8_t *bytes;
+  size_t len;
+  if (pe_builder_momentum(b, 0.1f, 0.9f, false)) return "setter failed";
+  return pe_builder_finish(b, &bytes, &len) ? NULL : "ok";
+}
+static const char *bad_momentum(pe_builder *b, const char *x4, const char *x2, const char *y) {
+  return pe_builder_momentum(b, 0.1f, 1.5f, false) ? NULL : "ok";
+}
+
+START_TEST(bad_layer_arguments) {
+  static const struct {
+    bad_fn fn;
+    const char *want; /* substring of the error */
+  } cases[] = {
+      {bad_fc_size, "size 0"},
+      {bad_fc_ncd, "num_col_dims 2"},
+      {bad_conv_rank, "must be NCHW"},
+      {bad_conv_groups, "groups 2"},
+      {bad_conv_fit, "does not fit"},
+      {bad_pool, "kernel 0x2"},
+      {bad_dropout, "probability 1"},
+      {bad_label, "does not fit scores"},
+      {bad_accuracy_k, "k 9"},
+      {bad_name, "bad layer name 'a@b'"},
+      {dup_name, "'same.w' declared twice"},
+      {bad_data, "dim 1 is 0"},
+      {bad_init, "min 1 > max -1"},
+      {bad_loss, "f32 scalar"},
+      {opt_without_loss, "no loss"},
+      {bad_momentum, "mu 1.5"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pe_builder *b = pe_builder_new();
+    const char *x4 = pe_builder_data(b, "x4", PE_B_F32, PE_B_SHAPE(-1, 3, 6, 6));
+    const char *x2 = pe_builder_data(b, "x2", PE_B_F32, PE_B_SHAPE(-1, 8));
+    const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
+    ck_assert_ptr_null(cases[i].fn(b, x4, x2, y));
+    const char *e = pe_builder_error(b);
+    ck_assert_msg(e && strstr(e, cases[i].want), "case %zu: want '%s', got '%s'", i,
+                  cases[i].want, e ? e : "(no error)");
+    pe_builder_free(b);
+  }
+}
+END_TEST
+
+static Suite *builder_suite(void) {
+  Suite *s = suite_create("builder");
+  TCase *tc = tcase_create("builder");
+  tcase_add_test(tc, mlp_decodes_and_validates);
+  tcase_add_test(tc, cnn_decodes_and_validates);
+  tcase_add_test(tc, unknown_model);
+  tcase_add_test(tc, mlp_protobuf_layout);
+  tcase_add_test(tc, cnn_shapes_and_init);
+  tcase_add_test(tc, output_is_deterministic);
+  tcase_add_test(tc, other_layers_validate);
+  tcase_add_test(tc, inference_program);
+  tcase_add_test(tc, first_error_sticks);
+  tcase_add_test(tc, bad_layer_arguments);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(builder_suite)

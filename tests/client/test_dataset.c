@@ -1,0 +1,328 @@
+/* Fashion-MNIST reader and batcher: small idx .gz files written here with
+ * zlib, every error path, seeded shuffling, and (when installed) the real
+ * data set. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "check_main.h"
+#include "pe_dataset.h"
+
+static char tmpdir[64];
+
+static void mk_tmpdir(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/pe_ds_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void rm_tmpdir(void) {
+  const char *names[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+  char p[256];
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s", tmpdir, names[i]);
+    unlink(p);
+  }
+  rmdir(tmpdir);
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+/* Write <tmpdir>/<split>-<kind>-idxN-ubyte.gz: magic, dims, then `len`
+ * bytes of data (callers pass fewer or more than the dims say to make
+ * truncated or over-long files). */
+static void write_idx(const char *split, bool images, uint32_t magic, int ndim,
+                      const uint32_t *dims, const uint8_t *data, size_t len) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s-%s-idx%d-ubyte.gz", tmpdir, split,
+           images ? "images" : "labels", images ? 3 : 1);
+  gzFile f = gzopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  uint8_t hdr[16];
+  put_be32(hdr, magic);
+  for (int i = 0; i < ndim; i++) put_be32(hdr + 4 + 4 * i, dims[i]);
+  ck_assert_int_eq(gzwrite(f, hdr, (unsigned)(4 + 4 * ndim)), 4 + 4 * ndim);
+  if (len) ck_assert_int_eq(gzwrite(f, data, (unsigned)len), (int)len);
+  ck_assert_int_eq(gzclose(f), Z_OK);
+}
+
+/* A well-formed split of n images of 1 x 1 pixel whose value is the
+ * example's index (so batches can be traced) and labels index % 10. */
+static void write_indexed(const char *split, uint32_t n) {
+  uint8_t pix[256], lab[256];
+  ck_assert_uint_le(n, 256);
+  for (uint32_t i = 0; i < n; i++) pix[i] = (uint8_t)i, lab[i] = (uint8_t)(i % 10);
+  write_idx(split, true, 0x803, 3, (uint32_t[]){n, 1, 1}, pix, n);
+  write_idx(split, false, 0x801, 1, (uint32_t[]){n}, lab, n);
+}
+
+/* Open split "train" of tmpdir, expecting failure; returns the message. */
+static const char *open_fails(void) {
+  static char err[512];
+  pe_dataset *ds = (pe_dataset *)1;
+  ck_assert_int_eq(pe_dataset_open(tmpdir, "train", &ds, err, sizeof err), -1);
+  ck_assert_ptr_null(ds);
+  return err;
+}
+
+START_TEST(reads_small_files) {
+  mk_tmpdir();
+  uint8_t pix[3 * 2 * 3], lab[3] = {7, 0, 9};
+  for (int i = 0; i < 18; i++) pix[i] = (uint8_t)(i * 15);
+  write_idx("t10k", true, 0x803, 3, (uint32_t[]){3, 2, 3}, pix, sizeof pix);
+  write_idx("t10k", false, 0x801, 1, (uint32_t[]){3}, lab, sizeof lab);
+  pe_dataset *ds;
+  char err[256] = "";
+  ck_assert_msg(pe_dataset_open(tmpdir, "t10k", &ds, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(ds->n, 3);
+  ck_assert_int_eq(ds->rows, 2);
+  ck_assert_int_eq(ds->cols, 3);
+  ck_assert_int_eq(ds->dim, 6);
+  for (int i = 0; i < 18; i++) ck_assert_float_eq_tol(ds->images[i], i * 15 / 255.0f, 1e-7);
+  ck_assert_int_eq(ds->labels[0], 7);
+  ck_assert_int_eq(ds->labels[2], 9);
+  float mean, std;
+  pe_dataset_stats(ds, &mean, &std);
+  ck_assert_float_eq_tol(mean, 127.5f / 255.0f, 1e-6); /* 0, 15, .., 255 */
+  ck_assert_float_eq_tol(std, sqrtf((18 * 18 - 1) / 12.0f) * 15 / 255.0f, 1e-5);
+  pe_dataset_normalize(ds, 0.5f, 0.25f);
+  ck_assert_float_eq_tol(ds->images[17], (255 / 255.0f - 0.5f) / 0.25f, 1e-6);
+  pe_dataset_free(ds);
+  rm_tmpdir();
+}
+END_TEST
+
+START_TEST(batches_cover_epoch_with_partial_last) {
+  mk_tmpdir();
+  write_indexed("train", 10);
+  pe_dataset *ds;
+  char err[256];
+  ck_assert_msg(pe_dataset_open(tmpdir, "train", &ds, err, sizeof err) == 0, "%s", err);
+  pe_batcher *bt = pe_batcher_new(ds, 4, false, 0);
+  ck_assert_int_eq(pe_batcher_batches(bt), 3);
+  float x[4];
+  int64_t y[4];
+  int n, sizes[3] = {4, 4, 2}, seen = 0;
+  for (int epoch = 1; epoch <= 2; epoch++) {
+    for (int k = 0; k < 3; k++) {
+      ck_assert(pe_batcher_next(bt, x, y, &n));
+      ck_assert_int_eq(n, sizes[k]);
+      for (int i = 0; i < n; i++, seen++) { /* unshuffled: in order */
+        ck_assert_float_eq_tol(x[i], (seen % 10) / 255.0f, 1e-7);
+        ck_assert_int_eq(y[i], seen % 10);
+      }
+      ck_assert_int_eq(pe_batcher_epoch(bt), epoch);
+    }
+    ck_assert(!pe_batcher_next(bt, x, y, &n));
+    ck_assert_int_eq(n, 0);
+  }
+  ck_assert_ptr_null(pe_batcher_new(ds, 0, false, 0));
+  pe_batcher_free(bt);
+  pe_dataset_free(ds);
+  rm_tmpdir();
+}
+END_TEST
+
+/* One epoch's example indices (recovered from the pixel values). */
+static void epoch_order(pe_batcher *bt, int64_t n, int64_t *order) {
+  float x[7];
+  int64_t y[7];
+  int k, at = 0;
+  while (pe_batcher_next(bt, x, y, &k))
+    for (int i = 0; i < k; i++) {
+      ck_assert_int_lt(at, n);
+      order[at] = (int64_t)(x[i] * 255.0f + 0.5f);
+      ck_assert_int_eq(y[i], order[at] % 10); /* label travels with its image */
+      at++;
+    }
+  ck_assert_int_eq(at, n);
+}
+
+START_TEST(shuffle_is_seeded_permutation) {
+  enum { N = 200 };
+  mk_tmpdir();
+  write_indexed("train", N);
+  pe_dataset *ds;
+  char err[256];
+  ck_assert_msg(pe_dataset_open(tmpdir, "train", &ds, err, sizeof err) == 0, "%s", err);
+  pe_batcher *a = pe_batcher_new(ds, 7, true, 42), *b = pe_batcher_new(ds, 7, true, 42);
+  pe_batcher *c = pe_batcher_new(ds, 7, true, 43);
+  int64_t oa[N], oa2[N], ob[N], oc[N];
+  epoch_order(a, N, oa);
+  epoch_order(b, N, ob);
+  epoch_order(c, N, oc);
+  ck_assert_mem_eq(oa, ob, sizeof oa); /* same seed, same order */
+  ck_assert(memcmp(oa, oc, sizeof oa) != 0);
+  bool hit[N] = {false}, moved = false;
+  for (int i = 0; i < N; i++) {
+    ck_assert(!hit[oa[i]]); /* a permutation: each example once */
+    hit[oa[i]] = true;
+    moved |= oa[i] != i;
+  }
+  ck_assert(moved);
+  epoch_order(a, N, oa2); /* a new permutation per epoch */
+  ck_assert(memcmp(oa, oa2, sizeof oa) != 0);
+  pe_batcher_reset(b); /* reset mid-way: the next epoch starts fresh */
+  float x[7];
+  int64_t y[7];
+  int k;
+  ck_assert(pe_batcher_next(b, x, y, &k));
+  pe_batcher_reset(b);
+  epoch_order(b, N, ob);
+  epoch_order(a, N, oa);
+  ck_assert_int_eq(pe_batcher_epoch(b), 3); /* epoch 2 was abandoned */
+  pe_batcher_free(a);
+  pe_batcher_free(b);
+  pe_batcher_free(c);
+  pe_dataset_free(ds);
+  rm_tmpdir();
+}
+END_TEST
+
+START_TEST(missing_file) {
+  mk_tmpdir();
+  const char *e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "train-images-idx3-ubyte.gz"));
+  ck_assert_ptr_nonnull(strstr(e, "No such file"));
+  write_idx("train", true, 0x803, 3, (uint32_t[]){1, 1, 1}, (uint8_t[]){0}, 1);
+  e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "train-labels-idx1-ubyte.gz"));
+  ck_assert_ptr_nonnull(strstr(e, "No such file"));
+  rm_tmpdir();
+}
+END_TEST
+
+START_TEST(bad_magic) {
+  mk_tmpdir();
+  write_indexed("train", 4);
+  write_idx("train", true, 0x801, 3, (uint32_t[]){4, 1, 1}, (uint8_t[]){0, 1, 2, 3}, 4);
+  const char *e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "train-images-idx3-ubyte.gz"));
+  ck_assert_ptr_nonnull(strstr(e, "bad magic 0x00000801"));
+  write_indexed("train", 4);
+  write_idx("train", false, 0x803, 1, (uint32_t[]){4}, (uint8_t[]){0, 1, 2, 3}, 4);
+  e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "train-labels-idx1-ubyte.gz: bad magic"));
+  rm_tmpdir();
+}
+END_TEST
+
+START_TEST(truncated_files) {
+  mk_tmpdir();
+  uint8_t pix[8 * 4] = {0};
+  write_indexed("train", 8);
+  write_idx("train", true, 0x803, 3, (uint32_t[]){8, 2, 2}, pix, 8 * 4 - 5);
+  const char *e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "train-images-idx3-ubyte.gz: truncated"));
+  ck_assert_ptr_nonnull(strstr(e, "32"));
+  ck_assert_ptr_nonnull(strstr(e, "27"));
+  write_idx("train", true, 0x803, 1, (uint32_t[]){8}, NULL, 0); /* header cut after 8 bytes */
+  e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "truncated header"));
+  /* a raw gzip stream cut in the middle */
+  write_idx("train", true, 0x803, 3, (uint32_t[]){8, 2, 2}, pix, sizeof pix);
+  char path[256];
+  snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", tmpdir);
+  struct stat st;
+  ck_assert_int_eq(stat(path, &st), 0);
+  ck_assert_int_eq(truncate(path, st.st_size - 12), 0);
+  e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "train-images-idx3-ubyte.gz"));
+  ck_assert_ptr_nonnull(strstr(e, "truncated"));
+  /* and a file longer than its header */
+  write_idx("train", true, 0x803, 3, (uint32_t[]){8, 1, 1}, pix, 9);
+  e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "trailing bytes"));
+  rm_tmpdir();
+}
+END_TEST
+
+START_TEST(count_mismatch_and_bad_labels) {
+  mk_tmpdir();
+  write_indexed("train", 6);
+  write_idx("train", false, 0x801, 1, (uint32_t[]){5}, (uint8_t[]){0, 1, 2, 3, 4}, 5);
+  const char *e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "count mismatch"));
+  ck_assert_ptr_nonnull(strstr(e, "5 labels"));
+  ck_assert_ptr_nonnull(strstr(e, "6 images"));
+  write_idx("train", false, 0x801, 1, (uint32_t[]){6}, (uint8_t[]){0, 1, 2, 10, 4, 5}, 6);
+  e = open_fails();
+  ck_assert_ptr_nonnull(strstr(e, "label 10 at index 3"));
+  char err[128];
+  pe_dataset *ds;
+  ck_assert_int_eq(pe_dataset_open(tmpdir, "valid", &ds, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "split 'valid'"));
+  rm_tmpdir();
+}
+END_TEST
+
+START_TEST(default_dir_from_env) {
+  unsetenv("PE_FASHION_MNIST_DIR");
+  ck_assert_str_eq(pe_dataset_default_dir(), PE_FASHION_MNIST_DIR);
+  setenv("PE_FASHION_MNIST_DIR", "/nowhere", 1);
+  ck_assert_str_eq(pe_dataset_default_dir(), "/nowhere");
+  char err[256];
+  pe_dataset *ds;
+  ck_assert_int_eq(pe_dataset_open(NULL, "t10k", &ds, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "/nowhere/t10k-images-idx3-ubyte.gz"));
+  unsetenv("PE_FASHION_MNIST_DIR");
+}
+END_TEST
+
+/* The installed data set, when present (Debian's dataset-fashion-mnist). */
+START_TEST(real_fashion_mnist) {
+  struct stat st;
+  if (stat(PE_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", &st) != 0) return;
+  const char *splits[] = {"train", "t10k"};
+  const int64_t counts[] = {60000, 10000};
+  for (int s = 0; s < 2; s++) {
+    pe_dataset *ds;
+    char err[256];
+    ck_assert_msg(pe_dataset_open(PE_FASHION_MNIST_DIR, splits[s], &ds, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(ds->n, counts[s]);
+    ck_assert_int_eq(ds->rows, 28);
+    ck_assert_int_eq(ds->cols, 28);
+    int64_t per_class[10] = {0};
+    for (int64_t i = 0; i < ds->n; i++) {
+      ck_assert(ds->labels[i] >= 0 && ds->labels[i] < 10);
+      per_class[ds->labels[i]]++;
+    }
+    for (int c = 0; c < 10; c++) ck_assert_int_eq(per_class[c], counts[s] / 10); /* balanced */
+    float lo = 1, hi = 0;
+    for (int64_t i = 0; i < ds->n * ds->dim; i++) {
+      lo = ds->images[i] < lo ? ds->images[i] : lo;
+      hi = ds->images[i] > hi ? ds->images[i] : hi;
+    }
+    ck_assert_float_eq(lo, 0.0f);
+    ck_assert_float_eq(hi, 1.0f);
+    pe_dataset_free(ds);
+  }
+}
+END_TEST
+
+static Suite *dataset_suite(void) {
+  Suite *s = suite_create("dataset");
+  TCase *tc = tcase_create("fashion_mnist");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, reads_small_files);
+  tcase_add_test(tc, batches_cover_epoch_with_partial_last);
+  tcase_add_test(tc, shuffle_is_seeded_permutation);
+  tcase_add_test(tc, missing_file);
+  tcase_add_test(tc, bad_magic);
+  tcase_add_test(tc, truncated_files);
+  tcase_add_test(tc, count_mismatch_and_bad_labels);
+  tcase_add_test(tc, default_dir_from_env);
+  tcase_add_test(tc, real_fashion_mnist);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(dataset_suite)

@@ -1,0 +1,524 @@
+/* oneDNN ops, part 2: conv2d, pool2d, batch_norm and their gradients.
+ * Forward values are checked against hand-computed numbers (written out) and
+ * against naive reference loops for the larger configurations; tolerance
+ * 1e-5 relative (f32 sums of <= 36 terms of magnitude <= 16). Gradients use
+ * the checker in ops_dnnl_helpers.h (eps 1e-3, max_err <= 1e-2; see there). */
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "op_harness.h"
+#include "ops_dnnl_helpers.h"
+
+#define FWD_TOL 1e-5
+
+static const float k_1to16[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+/* Sobel-x: every interior output over 1..16 is sum(col j) - sum(col j+2) = -8. */
+static const float k_sobel[9] = {1, 0, -1, 2, 0, -2, 1, 0, -1};
+
+static pe_op_desc *conv_op(int64_t s, int64_t p, int64_t d, int64_t g) {
+  pe_op_desc *op = ph_op("conv2d", "Input", "x", "Filter", "w", NULL, "Output", "out", NULL);
+  pe_op_set_ints(op, "strides", 2, (int64_t[]){s, s});
+  pe_op_set_ints(op, "paddings", 2, (int64_t[]){p, p});
+  pe_op_set_ints(op, "dilations", 2, (int64_t[]){d, d});
+  pe_op_set_int(op, "groups", g);
+  return op;
+}
+
+/* Naive NCHW/OIHW convolution, the reference for the larger cases. */
+static void conv_ref(const float *x, const int64_t *xs, const float *w, const int64_t *ws,
+                     int64_t s, int64_t p, int64_t d, int64_t g, float *out, int64_t oh,
+                     int64_t ow) {
+  int64_t cpg = ws[1], opg = ws[0] / g;
+  for (int64_t n = 0; n < xs[0]; n++)
+    for (int64_t o = 0; o < ws[0]; o++)
+      for (int64_t i = 0; i < oh; i++)
+        for (int64_t j = 0; j < ow; j++) {
+          double acc = 0;
+          for (int64_t c = 0; c < cpg; c++)
+            for (int64_t a = 0; a < ws[2]; a++)
+              for (int64_t b = 0; b < ws[3]; b++) {
+                int64_t r = i * s - p + a * d, q = j * s - p + b * d, ci = (o / opg) * cpg + c;
+                if (r < 0 || r >= xs[2] || q < 0 || q >= xs[3]) continue;
+                acc += (double)x[((n * xs[1] + ci) * xs[2] + r) * xs[3] + q] *
+                       w[((o * cpg + c) * ws[2] + a) * ws[3] + b];
+              }
+          out[((n * ws[0] + o) * oh + i) * ow + j] = (float)acc;
+        }
+}
+
+START_TEST(conv_sobel_written_out) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "x", PE_SHAPE(1, 1, 4, 4), k_1to16);
+  ph_set_f32(s, "w", PE_SHAPE(1, 1, 3, 3), k_sobel);
+  /* No padding: 2x2 of -8. */
+  pe_op_desc *op = conv_op(1, 0, 1, 1);
+  dt_run_ok(s, op);
+  pe_tensor *out = ph_get(s, "out");
+  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(1, 1, 2, 2)));
+  dt_expect_close(pe_f32(out), (float[]){-8, -8, -8, -8}, 4, FWD_TOL, "pad 0");
+  pe_op_desc_free(op);
+  /* Padding 1, stride 2: outputs at (0,0) (0,2) (2,0) (2,2) of the padded
+   * map. (0,0): rows 0,1 weights 2,1 of -x[r][1] = -2*2 - 6 = -10;
+   * (0,2): -2*(2+1) = -6; (2,0): -(6 + 2*10 + 14) = -40; (2,2): -2*4 = -8. */
+  op = conv_op(2, 1, 1, 1);
+  dt_run_ok(s, op);
+  out = ph_get(s, "out");
+  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(1, 1, 2, 2)));
+  dt_expect_close(pe_f32(out), (float[]){-10, -6, -40, -8}, 4, FWD_TOL, "pad 1 stride 2");
+  pe_op_desc_free(op);
+  /* Dilation 2, padding 2: taps at offsets -2, 0, +2. Output (1,1): rows
+   * -1(pad),1,3 with weights 1,2,1; cols -1(pad) and 3: 2*(0 - 8) + (0 - 16)
+   * = -32. Output (0,0): rows -2(pad),0,2 / cols -2(pad),0,2: 2*(0-3) +
+   * (0-11) = -17. */
+  op = conv_op(1, 2, 2, 1);
+  dt_run_ok(s, op);
+  out = ph_get(s, "out");
+  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(1, 1, 4, 4)));
+  ck_assert_float_eq_tol(pe_f32(out)[0], -17.0f, 1e-4f);
+  ck_assert_float_eq_tol(pe_f32(out)[5], -32.0f, 1e-4f);
+  float want[16];
+  conv_ref(k_1to16, (int64_t[]){1, 1, 4, 4}, k_sobel, (int64_t[]){1, 1, 3, 3}, 1, 2, 2, 1, want, 4,
+           4);
+  dt_expect_close(pe_f32(out), want, 16, FWD_TOL, "dilation 2");
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+/* groups 2: channel 0 sees only filter 0, channel 1 only filter 1. */
+START_TEST(conv_groups_written_out) {
+  pe_scope *s = pe_scope_new(NULL);
+  float xv[32];
+  for (int i = 0; i < 16; i++) {
+    xv[i] = k_1to16[i];
+    xv[16 + i] = 1;
+  }
+  float wv[18] = {0};
+  memcpy(wv, k_sobel, sizeof k_sobel);
+  for (int i = 9; i < 18; i++) wv[i] = 1; /* box filter on the ones: 9 */
+  ph_set_f32(s, "x", PE_SHAPE(1, 2, 4, 4), xv);
+  ph_set_f32(s, "w", PE_SHAPE(2, 1, 3, 3), wv);
+  pe_op_desc *op = conv_op(1, 0, 1, 2);
+  dt_run_ok(s, op);
+  pe_tensor *out = ph_get(s, "out");
+  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(1, 2, 2, 2)));
+  dt_expect_close(pe_f32(out), (float[]){-8, -8, -8, -8, 9, 9, 9, 9}, 8, FWD_TOL, "groups 2");
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(conv_matches_reference) {
+  struct {
+    int64_t x[4], w[4], s, p, d, g;
+  } cases[] = {
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, 2, 1, 1, 1},
+      {{1, 4, 9, 9}, {6, 2, 3, 3}, 1, 2, 2, 2},
+      {{2, 4, 8, 7}, {4, 1, 2, 3}, 3, 0, 1, 4},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    pe_scope *s = pe_scope_new(NULL);
+    pe_tensor *x = ph_set_uniform(s, "x", pe_shape_make(4, cases[k].x), -1, 1, 40 + k);
+    pe_tensor *w = ph_set_uniform(s, "w", pe_shape_make(4, cases[k].w), -1, 1, 50 + k);
+    pe_op_desc *op = conv_op(cases[k].s, cases[k].p, cases[k].d, cases[k].g);
+    dt_run_ok(s, op);
+    pe_tensor *out = ph_get(s, "out");
+    int64_t keff_h = cases[k].d * (cases[k].w[2] - 1) + 1,
+            keff_w = cases[k].d * (cases[k].w[3] - 1) + 1;
+    int64_t oh = (cases[k].x[2] + 2 * cases[k].p - keff_h) / cases[k].s + 1;
+    int64_t ow = (cases[k].x[3] + 2 * cases[k].p - keff_w) / cases[k].s + 1;
+    ck_assert(dt_shape_is(&out->shape, PE_SHAPE(cases[k].x[0], cases[k].w[0], oh, ow)));
+    float *want = malloc((size_t)pe_tensor_numel(out) * sizeof(float));
+    conv_ref(pe_f32(x), cases[k].x, pe_f32(w), cases[k].w, cases[k].s, cases[k].p, cases[k].d,
+             cases[k].g, want, oh, ow);
+    dt_expect_close(pe_f32(out), want, pe_tensor_numel(out), FWD_TOL, "conv");
+    free(want);
+    pe_op_desc_free(op);
+    pe_scope_free(s);
+  }
+}
+END_TEST
+
+START_TEST(conv_grad_numeric) {
+  const char *outs[] = {"out"}, *wrt[] = {"x", "w"};
+  /* stride 2, padding 1, dilation 2, groups 2 together. */
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(2, 4, 7, 7), -1, 1, 60);
+  ph_set_uniform(s, "w", PE_SHAPE(4, 2, 3, 3), -1, 1, 61);
+  pe_op_desc *op = conv_op(2, 1, 2, 2);
+  dt_grad_ok(s, op, outs, 1, wrt, 2, 120);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+  /* A plain one: stride 1, no padding, 3 -> 2 channels. */
+  s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(1, 3, 5, 5), -1, 1, 62);
+  ph_set_uniform(s, "w", PE_SHAPE(2, 3, 3, 3), -1, 1, 63);
+  op = conv_op(1, 0, 1, 1);
+  dt_grad_ok(s, op, outs, 1, wrt, 2, 0);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(conv_infer) {
+  pe_op_desc *op = conv_op(2, 1, 1, 1);
+  dt_var ok[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 32, 32)}, {"w", PE_F32, PE_SHAPE(8, 3, 3, 3)}};
+  pe_meta m;
+  ck_assert_ptr_null(dt_infer(op, ok, 2, &m));
+  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 8, 16, 16)));
+  dt_var bad[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 32, 32)}, {"w", PE_F32, PE_SHAPE(8, 4, 3, 3)}};
+  dt_expect_infer_error(op, bad, 2, PE_ESHAPE, "conv2d", "'w'", "[8,4,3,3]", "'x'", "[-1,3,32,32]",
+                        NULL);
+  dt_var small[] = {{"x", PE_F32, PE_SHAPE(1, 3, 1, 1)}, {"w", PE_F32, PE_SHAPE(8, 3, 5, 5)}};
+  dt_expect_infer_error(op, small, 2, PE_ESHAPE, "'x'", "[1,3,1,1]", NULL);
+  dt_var rank[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 32)}, {"w", PE_F32, PE_SHAPE(8, 3, 3, 3)}};
+  dt_expect_infer_error(op, rank, 2, PE_ESHAPE, "'x'", "[-1,3,32]", NULL);
+  dt_var f64[] = {{"x", PE_F64, PE_SHAPE(-1, 3, 32, 32)}, {"w", PE_F32, PE_SHAPE(8, 3, 3, 3)}};
+  dt_expect_infer_error(op, f64, 2, PE_EDTYPE, "'x'", "f64", NULL);
+  pe_op_set_int(op, "groups", 3); /* 8 filters not divisible by 3 */
+  dt_expect_infer_error(op, ok, 2, PE_EATTR, "groups 3", NULL);
+  pe_op_set_ints(op, "strides", 3, (int64_t[]){1, 1, 1});
+  pe_op_set_int(op, "groups", 1);
+  dt_expect_infer_error(op, ok, 2, PE_EATTR, "strides", NULL);
+  pe_op_desc_free(op);
+}
+END_TEST
+
+/* --- pool2d ------------------------------------------------------------------------- */
+
+static pe_op_desc *pool_op(const char *type, int64_t k, int64_t s, int64_t p, bool exclusive) {
+  pe_op_desc *op = ph_op("pool2d", "X", "x", NULL, "Out", "out", NULL);
+  pe_op_set_string(op, "pooling_type", type);
+  pe_op_set_ints(op, "ksize", 2, (int64_t[]){k, k});
+  pe_op_set_ints(op, "strides", 2, (int64_t[]){s, s});
+  pe_op_set_ints(op, "paddings", 2, (int64_t[]){p, p});
+  pe_op_set_bool(op, "exclusive", exclusive);
+  return op;
+}
+
+static void pool_expect(pe_scope *s, pe_op_desc *op, pe_shape shape, const float *want,
+                        const char *what) {
+  dt_run_ok(s, op);
+  pe_tensor *out = ph_get(s, "out");
+  ck_assert_msg(dt_shape_is(&out->shape, shape), "%s: wrong shape", what);
+  dt_expect_close(pe_f32(out), want, pe_shape_numel(&shape), FWD_TOL, what);
+  pe_op_desc_free(op);
+}
+
+START_TEST(pool_written_out) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "x", PE_SHAPE(1, 1, 4, 4), k_1to16);
+  pool_expect(s, pool_op("max", 2, 2, 0, true), PE_SHAPE(1, 1, 2, 2), (float[]){6, 8, 14, 16},
+              "max 2x2");
+  pool_expect(s, pool_op("avg", 2, 2, 0, true), PE_SHAPE(1, 1, 2, 2),
+              (float[]){3.5f, 5.5f, 11.5f, 13.5f}, "avg 2x2");
+  /* 3x3 stride 2 pad 1: windows start at -1 and 1. */
+  pool_expect(s, pool_op("max", 3, 2, 1, true), PE_SHAPE(1, 1, 2, 2), (float[]){6, 8, 14, 16},
+              "max pad");
+  /* Exclusive: (0,0) averages {1,2,5,6} = 3.5; (0,1) {2,3,4,6,7,8} = 5;
+   * (1,0) {5,6,9,10,13,14} = 9.5; (1,1) the 3x3 from 6: 11. */
+  pool_expect(s, pool_op("avg", 3, 2, 1, true), PE_SHAPE(1, 1, 2, 2), (float[]){3.5f, 5, 9.5f, 11},
+              "avg exclusive");
+  /* Inclusive: the same sums over 9. */
+  pool_expect(s, pool_op("avg", 3, 2, 1, false), PE_SHAPE(1, 1, 2, 2),
+              (float[]){14 / 9.f, 30 / 9.f, 57 / 9.f, 99 / 9.f}, "avg inclusive");
+  /* Global: ksize ignored, whole plane. */
+  pe_op_desc *op = pool_op("avg", 2, 2, 0, true);
+  pe_op_set_bool(op, "global_pooling", true);
+  pool_expect(s, op, PE_SHAPE(1, 1, 1, 1), (float[]){8.5f}, "global avg");
+  op = pool_op("max", 2, 2, 0, true);
+  pe_op_set_bool(op, "global_pooling", true);
+  pool_expect(s, op, PE_SHAPE(1, 1, 1, 1), (float[]){16}, "global max");
+  pe_scope_free(s);
+}
+END_TEST
+
+/* Distinct values 0.05 apart (a permutation), so a ±1e-3 step never changes
+ * a max window's argmax. */
+static void set_distinct(pe_scope *s, const char *name, pe_shape shape) {
+  pe_tensor *t = ph_set_f32(s, name, shape, NULL);
+  int64_t n = pe_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) pe_f32(t)[i] = 0.05f * (float)((i * 37) % n) - 2.0f;
+}
+
+START_TEST(pool_grad_numeric) {
+  const char *outs[] = {"out"}, *wrt[] = {"x"};
+  struct {
+    const char *type;
+    int64_t k, s, p;
+    bool exclusive, global;
+  } cases[] = {
+      {"max", 2, 2, 0, true, false},  {"max", 3, 2, 1, true, false}, {"avg", 3, 2, 1, true, false},
+      {"avg", 3, 1, 1, false, false}, {"avg", 1, 1, 0, true, true},  {"max", 1, 1, 0, true, true},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    pe_scope *s = pe_scope_new(NULL);
+    set_distinct(s, "x", PE_SHAPE(2, 3, 5, 5)); /* 150 values, 37 coprime to 150 */
+    pe_op_desc *op = pool_op(cases[k].type, cases[k].k, cases[k].s, cases[k].p, cases[k].exclusive);
+    pe_op_set_bool(op, "global_pooling", cases[k].global);
+    dt_grad_ok(s, op, outs, 1, wrt, 1, 0);
+    pe_op_desc_free(op);
+    pe_scope_free(s);
+  }
+}
+END_TEST
+
+/* Max-pool backward routes each output gradient to its window's argmax. */
+START_TEST(pool_max_grad_written_out) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "x", PE_SHAPE(1, 1, 4, 4),
+             (float[]){1, 9, 2, 3, 4, 5, 8, 6, 7, 1, 2, 2, 0, 3, 1, 4});
+  ph_set_f32(s, "dout", PE_SHAPE(1, 1, 2, 2), (float[]){1, 2, 3, 4});
+  pe_op_desc *op = ph_op("pool2d_grad", "X", "x", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
+  pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
+  pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
+  dt_run_ok(s, op);
+  dt_expect_close(pe_f32(ph_get(s, "dx")),
+                  (float[]){0, 1, 0, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 4}, 16, 0, "max dx");
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(pool_infer) {
+  pe_op_desc *op = pool_op("max", 2, 2, 0, true);
+  dt_var ok[] = {{"x", PE_F32, PE_SHAPE(-1, 8, 28, 28)}};
+  pe_meta m;
+  ck_assert_ptr_null(dt_infer(op, ok, 1, &m));
+  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 8, 14, 14)));
+  pe_op_set_string(op, "pooling_type", "median");
+  dt_expect_infer_error(op, ok, 1, PE_EATTR, "median", NULL);
+  pe_op_desc_free(op);
+  op = pool_op("avg", 3, 1, 3, true); /* padding >= window */
+  dt_expect_infer_error(op, ok, 1, PE_EATTR, "paddings", NULL);
+  pe_op_desc_free(op);
+  op = pool_op("avg", 5, 1, 0, true);
+  dt_var small[] = {{"x", PE_F32, PE_SHAPE(2, 1, 3, 3)}};
+  dt_expect_infer_error(op, small, 1, PE_ESHAPE, "'x'", "[2,1,3,3]", NULL);
+  pe_op_set_bool(op, "global_pooling", true);
+  ck_assert_ptr_null(dt_infer(op, ok, 1, &m));
+  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 8, 1, 1)));
+  pe_op_desc_free(op);
+  op = ph_op("pool2d", "X", "x", NULL, "Out", "out", NULL); /* ksize missing */
+  dt_expect_infer_error(op, ok, 1, PE_EATTR, "ksize", NULL);
+  pe_op_desc_free(op);
+}
+END_TEST
+
+/* --- batch_norm ------------------------------------------------------------------------ */
+
+/* Mean/MeanOut and Variance/VarianceOut are the same variables, as the
+ * program builder makes them. */
+static pe_op_desc *bn_op(bool is_test) {
+  pe_op_desc *op =
+      ph_op("batch_norm", "X", "x", "Scale", "scale", "Bias", "bias", "Mean", "bn.mean", "Variance",
+            "bn.var", NULL, "Y", "y", "MeanOut", "bn.mean", "VarianceOut", "bn.var", "SavedMean",
+            "saved_mean", "SavedVariance", "saved_var", NULL);
+  pe_op_set_bool(op, "is_test", is_test);
+  return op;
+}
+
+/* X [2,2,1,2]: channel 0 holds {1,2,3,4} (mean 2.5, var 1.25), channel 1
+ * {0,4,2,2} (mean 2, var 2). Scale [1,2], Bias [0,1]; running stats
+ * [0,1] / [1,1], momentum 0.9. */
+START_TEST(batch_norm_train_written_out) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "x", PE_SHAPE(2, 2, 1, 2), (float[]){1, 2, 0, 4, 3, 4, 2, 2});
+  ph_set_f32(s, "scale", PE_SHAPE(2), (float[]){1, 2});
+  ph_set_f32(s, "bias", PE_SHAPE(2), (float[]){0, 1});
+  ph_set_f32(s, "bn.mean", PE_SHAPE(2), (float[]){0, 1});
+  ph_set_f32(s, "bn.var", PE_SHAPE(2), (float[]){1, 1});
+  pe_op_desc *op = bn_op(false);
+  dt_run_ok(s, op);
+  double i0 = 1 / sqrt(1.25 + 1e-5), i1 = 1 / sqrt(2 + 1e-5);
+  float want[8] = {(float)(-1.5 * i0),
+                   (float)(-0.5 * i0),
+                   (float)(2 * -2 * i1 + 1),
+                   (float)(2 * 2 * i1 + 1),
+                   (float)(0.5 * i0),
+                   (float)(1.5 * i0),
+                   1,
+                   1};
+  dt_expect_close(pe_f32(ph_get(s, "y")), want, 8, FWD_TOL, "y");
+  dt_expect_close(pe_f32(ph_get(s, "saved_mean")), (float[]){2.5f, 2}, 2, FWD_TOL, "saved mean");
+  dt_expect_close(pe_f32(ph_get(s, "saved_var")), (float[]){1.25f, 2}, 2, FWD_TOL, "saved var");
+  /* new = 0.9*old + 0.1*batch */
+  dt_expect_close(pe_f32(ph_get(s, "bn.mean")), (float[]){0.25f, 1.1f}, 2, FWD_TOL, "running mean");
+  dt_expect_close(pe_f32(ph_get(s, "bn.var")), (float[]){1.025f, 1.1f}, 2, FWD_TOL, "running var");
+  /* A second step moves the running stats again (in place). */
+  dt_run_ok(s, op);
+  dt_expect_close(pe_f32(ph_get(s, "bn.mean")), (float[]){0.475f, 1.19f}, 2, FWD_TOL,
+                  "running mean 2");
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(batch_norm_test_mode) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "x", PE_SHAPE(3, 2), (float[]){1, 2, 3, 4, 5, 6});
+  ph_set_f32(s, "scale", PE_SHAPE(2), (float[]){2, 0.5f});
+  ph_set_f32(s, "bias", PE_SHAPE(2), (float[]){1, -1});
+  ph_set_f32(s, "bn.mean", PE_SHAPE(2), (float[]){1, 2});
+  ph_set_f32(s, "bn.var", PE_SHAPE(2), (float[]){4, 0.25f});
+  pe_op_desc *op = bn_op(true);
+  pe_op_set_float(op, "epsilon", 0);
+  dt_run_ok(s, op);
+  /* y = scale*(x-mean)/sqrt(var) + bias: c0 2*(x-1)/2+1 = x; c1 0.5*(x-2)/0.5-1 = x-3 */
+  dt_expect_close(pe_f32(ph_get(s, "y")), (float[]){1, -1, 3, 1, 5, 3}, 6, FWD_TOL, "y");
+  dt_expect_close(pe_f32(ph_get(s, "bn.mean")), (float[]){1, 2}, 2, 0, "running mean untouched");
+  dt_expect_close(pe_f32(ph_get(s, "bn.var")), (float[]){4, 0.25f}, 2, 0, "running var untouched");
+  dt_expect_close(pe_f32(ph_get(s, "saved_mean")), (float[]){1, 2}, 2, 0, "saved mean");
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(batch_norm_grad_numeric) {
+  const char *outs[] = {"y"}, *wrt[] = {"x", "scale", "bias"};
+  const pe_shape shapes[] = {PE_SHAPE(4, 3, 2, 2), PE_SHAPE(6, 4), PE_SHAPE(2, 2, 3, 3)};
+  for (int k = 0; k < 3; k++)
+    for (int test = 0; test < 2; test++) {
+      pe_scope *s = pe_scope_new(NULL);
+      int64_t ch = shapes[k].d[1];
+      ph_set_uniform(s, "x", shapes[k], -2, 2, 70 + (uint64_t)k);
+      ph_set_uniform(s, "scale", PE_SHAPE(ch), 0.5f, 1.5f, 80);
+      ph_set_uniform(s, "bias", PE_SHAPE(ch), -1, 1, 81);
+      ph_set_uniform(s, "bn.mean", PE_SHAPE(ch), -0.5f, 0.5f, 82);
+      ph_set_uniform(s, "bn.var", PE_SHAPE(ch), 0.5f, 1.5f, 83);
+      pe_op_desc *op = bn_op(test);
+      dt_grad_ok(s, op, outs, 1, wrt, 3, 0);
+      pe_op_desc_free(op);
+      pe_scope_free(s);
+    }
+}
+END_TEST
+
+/* The custom maker passes exactly the six inputs and no stats gradients. */
+START_TEST(batch_norm_grad_maker) {
+  pe_op_desc *op = bn_op(false);
+  pe_op_set_float(op, "momentum", 0.8f);
+  const pe_op_def *def = pe_op_lookup("batch_norm");
+  pe_grad_ctx g;
+  pe_grad_ctx_init(&g, def, op);
+  pe_status *st = def->grad(&g);
+  ck_assert_ptr_null(st);
+  ck_assert_int_eq(g.n_ops, 1);
+  pe_op_desc *gop = g.ops[0];
+  ck_assert_str_eq(gop->type, "batch_norm_grad");
+  ck_assert_int_eq(gop->n_in, 6);
+  ck_assert_str_eq(pe_op_input_arg(gop, "X"), "x");
+  ck_assert_str_eq(pe_op_input_arg(gop, "Scale"), "scale");
+  ck_assert_str_eq(pe_op_input_arg(gop, "Bias"), "bias");
+  ck_assert_str_eq(pe_op_input_arg(gop, "SavedMean"), "saved_mean");
+  ck_assert_str_eq(pe_op_input_arg(gop, "SavedVariance"), "saved_var");
+  ck_assert_str_eq(pe_op_input_arg(gop, "Y@GRAD"), "y@GRAD");
+  ck_assert_ptr_null(pe_op_find_input(gop, "Mean"));
+  ck_assert_int_eq(gop->n_out, 3);
+  ck_assert_str_eq(pe_op_output_arg(gop, "X@GRAD"), "x@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(gop, "Scale@GRAD"), "scale@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(gop, "Bias@GRAD"), "bias@GRAD");
+  ck_assert_float_eq(pe_op_find_attr(gop, "momentum")->f, 0.8f);
+  ck_assert(def->inputs[3].flags & PE_SLOT_NO_GRAD);
+  ck_assert(def->inputs[4].flags & PE_SLOT_NO_GRAD);
+  pe_grad_ctx_destroy(&g);
+  pe_op_desc_free(op);
+}
+END_TEST
+
+START_TEST(batch_norm_infer) {
+  pe_op_desc *op = bn_op(false);
+  dt_var ok[] = {{"x", PE_F32, PE_SHAPE(-1, 16, 8, 8)},
+                 {"scale", PE_F32, PE_SHAPE(16)},
+                 {"bias", PE_F32, PE_SHAPE(16)},
+                 {"bn.mean", PE_F32, PE_SHAPE(16)},
+                 {"bn.var", PE_F32, PE_SHAPE(16)}};
+  pe_meta m;
+  ck_assert_ptr_null(dt_infer(op, ok, 5, &m));
+  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 16, 8, 8)));
+  dt_var bad[] = {{"x", PE_F32, PE_SHAPE(-1, 16, 8, 8)},
+                  {"scale", PE_F32, PE_SHAPE(8)},
+                  {"bias", PE_F32, PE_SHAPE(16)},
+                  {"bn.mean", PE_F32, PE_SHAPE(16)},
+                  {"bn.var", PE_F32, PE_SHAPE(16)}};
+  dt_expect_infer_error(op, bad, 5, PE_ESHAPE, "batch_norm", "Scale", "'scale'", "[8]", "'x'",
+                        "[-1,16,8,8]", NULL);
+  dt_var one[] = {{"x", PE_F32, PE_SHAPE(16)},
+                  {"scale", PE_F32, PE_SHAPE(16)},
+                  {"bias", PE_F32, PE_SHAPE(16)},
+                  {"bn.mean", PE_F32, PE_SHAPE(16)},
+                  {"bn.var", PE_F32, PE_SHAPE(16)}};
+  dt_expect_infer_error(op, one, 5, PE_ESHAPE, "'x'", "[16]", NULL);
+  pe_op_desc_free(op);
+}
+END_TEST
+
+/* conv2d_grad and max pool2d_grad (3 primitives with the workspace) reuse
+ * their entries across calls. */
+START_TEST(grad_entries_reused) {
+  pe_device_ctx dev;
+  ck_assert_ptr_null(pe_device_ctx_init(&dev, pe_cpu_place(), 0));
+  pe_device_ctx_bind(&dev);
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(2, 2, 6, 6), -1, 1, 90);
+  ph_set_uniform(s, "w", PE_SHAPE(4, 2, 3, 3), -1, 1, 91);
+  ph_set_uniform(s, "dout", PE_SHAPE(2, 4, 3, 3), -1, 1, 92);
+  pe_op_desc *op = ph_op("conv2d_grad", "Input", "x", "Filter", "w", "Output@GRAD", "dout", NULL,
+                         "Input@GRAD", "dx", "Filter@GRAD", "dw", NULL);
+  pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
+  pe_op_set_ints(op, "paddings", 2, (int64_t[]){1, 1});
+  void *state = NULL;
+  for (int i = 0; i < 3; i++) dt_run_stateful_ok(s, op, &state, &dev);
+  pe_dnnl_cache_stats st = pe_dnnl_cache_stats_of(state);
+  ck_assert_uint_eq(st.builds, 1);
+  ck_assert_uint_eq(st.hits, 2);
+  pe_dnnl_cache_free(state);
+  pe_op_desc_free(op);
+
+  set_distinct(s, "x", PE_SHAPE(2, 2, 6, 6));
+  ph_set_uniform(s, "dout", PE_SHAPE(2, 2, 3, 3), -1, 1, 93);
+  op = ph_op("pool2d_grad", "X", "x", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
+  pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
+  pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
+  state = NULL;
+  dt_run_stateful_ok(s, op, &state, &dev);
+  float first[144];
+  memcpy(first, pe_f32(ph_get(s, "dx")), sizeof first);
+  dt_run_stateful_ok(s, op, &state, &dev);
+  dt_expect_close(pe_f32(ph_get(s, "dx")), first, 144, 0, "same dx on reuse");
+  st = pe_dnnl_cache_stats_of(state);
+  ck_assert_uint_eq(st.builds, 1);
+  ck_assert_uint_eq(st.hits, 1);
+  pe_dnnl_cache_free(state);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+  pe_device_ctx_destroy(&dev);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("ops_dnnl_conv");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, conv_sobel_written_out);
+  tcase_add_test(tc, conv_groups_written_out);
+  tcase_add_test(tc, conv_matches_reference);
+  tcase_add_test(tc, conv_grad_numeric);
+  tcase_add_test(tc, conv_infer);
+  tcase_add_test(tc, pool_written_out);
+  tcase_add_test(tc, pool_grad_numeric);
+  tcase_add_test(tc, pool_max_grad_written_out);
+  tcase_add_test(tc, pool_infer);
+  tcase_add_test(tc, batch_norm_train_written_out);
+  tcase_add_test(tc, batch_norm_test_mode);
+  tcase_add_test(tc, batch_norm_grad_numeric);
+  tcase_add_test(tc, batch_norm_grad_maker);
+  tcase_add_test(tc, batch_norm_infer);
+  tcase_add_test(tc, grad_entries_reused);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)

@@ -1,0 +1,250 @@
+/* sgd, momentum, adam: two in-place steps against numbers worked out by
+ * hand (adam's in double precision, see the comments), and the inference
+ * errors. The kernels compute in f32; values are O(1), so each expected
+ * number is checked to 1e-6 absolute (a few f32 ulps after ~5 roundings). */
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "op_harness.h"
+
+#define TOL 1e-6
+
+#define OK(expr)                                                \
+  do {                                                          \
+    pe_status *ok_st_ = (expr);                                 \
+    ck_assert_msg(ok_st_ == NULL, "%s", pe_status_msg(ok_st_)); \
+  } while (0)
+
+static void expect_error(pe_status *st, pe_code code, const char *needle) {
+  ck_assert_msg(st != NULL, "expected an error containing '%s'", needle);
+  ck_assert_msg(pe_status_code(st) == code, "code %s, message: %s", pe_code_name(st->code),
+                pe_status_msg(st));
+  ck_assert_msg(strstr(pe_status_msg(st), needle), "'%s' not in: %s", needle, pe_status_msg(st));
+  pe_status_free(st);
+}
+
+static void expect_values(pe_scope *s, const char *name, const double *want, int n) {
+  pe_tensor *t = ph_get(s, name);
+  ck_assert_int_eq(pe_tensor_numel(t), n);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(fabs(pe_f32(t)[i] - want[i]) <= TOL, "%s[%d] = %.9g, want %.9g", name, i,
+                  pe_f32(t)[i], want[i]);
+}
+
+static void set_grad(pe_scope *s, const float *g, int n) {
+  ph_set_f32(s, "w@GRAD", PE_SHAPE(n), g);
+}
+
+START_TEST(sgd_two_steps) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "w", PE_SHAPE(3), (float[]){1, -2, 3});
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.1f});
+  /* In place: ParamOut is the Param variable. */
+  pe_op_desc *op = ph_op("sgd", "Param", "w", "Grad", "w@GRAD", "LearningRate", "lr", NULL,
+                         "ParamOut", "w", NULL);
+  set_grad(s, (float[]){0.5f, 0.5f, -1}, 3);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "w", (double[]){0.95, -2.05, 3.1}, 3); /* w - 0.1 g */
+  set_grad(s, (float[]){1, 0, 2}, 3);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "w", (double[]){0.85, -2.05, 2.9}, 3);
+  pe_op_desc_free(op);
+
+  /* Into a separate variable, Param is left alone. */
+  op = ph_op("sgd", "Param", "w", "Grad", "w@GRAD", "LearningRate", "lr", NULL, "ParamOut", "w2",
+             NULL);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "w2", (double[]){0.75, -2.05, 2.7}, 3);
+  expect_values(s, "w", (double[]){0.85, -2.05, 2.9}, 3);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+static pe_op_desc *momentum_op(bool nesterov) {
+  pe_op_desc *op = ph_op("momentum", "Param", "w", "Grad", "w@GRAD", "Velocity", "v",
+                         "LearningRate", "lr", NULL, "ParamOut", "w", "VelocityOut", "v", NULL);
+  OK(pe_op_set_float(op, "mu", 0.9f));
+  OK(pe_op_set_bool(op, "use_nesterov", nesterov));
+  return op;
+}
+
+START_TEST(momentum_two_steps) {
+  /* mu 0.9, lr 0.1, w = [1, 2], v = 0, g1 = [1, -1], g2 = [0.5, 0.5].
+   * step 1: v = [1, -1];            w = [0.9, 2.1]
+   * step 2: v = 0.9 v + g2 = [1.4, -0.4];  w = [0.9 - 0.14, 2.1 + 0.04] */
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "w", PE_SHAPE(2), (float[]){1, 2});
+  ph_set_f32(s, "v", PE_SHAPE(2), (float[]){0, 0});
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.1f});
+  pe_op_desc *op = momentum_op(false);
+  set_grad(s, (float[]){1, -1}, 2);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "v", (double[]){1, -1}, 2);
+  expect_values(s, "w", (double[]){0.9, 2.1}, 2);
+  set_grad(s, (float[]){0.5f, 0.5f}, 2);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "v", (double[]){1.4, -0.4}, 2);
+  expect_values(s, "w", (double[]){0.76, 2.14}, 2);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(momentum_nesterov_two_steps) {
+  /* Same data; w -= lr (g + mu v) with the new v.
+   * step 1: v = [1, -1];    w = [1 - 0.1*1.9, 2 + 0.1*1.9] = [0.81, 2.19]
+   * step 2: v = [1.4, -0.4]; w = [0.81 - 0.1*(0.5+1.26), 2.19 - 0.1*(0.5-0.36)] */
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "w", PE_SHAPE(2), (float[]){1, 2});
+  ph_set_f32(s, "v", PE_SHAPE(2), (float[]){0, 0});
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.1f});
+  pe_op_desc *op = momentum_op(true);
+  set_grad(s, (float[]){1, -1}, 2);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "v", (double[]){1, -1}, 2);
+  expect_values(s, "w", (double[]){0.81, 2.19}, 2);
+  set_grad(s, (float[]){0.5f, 0.5f}, 2);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "v", (double[]){1.4, -0.4}, 2);
+  expect_values(s, "w", (double[]){0.634, 2.176}, 2);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+static pe_op_desc *adam_op(void) {
+  pe_op_desc *op = ph_op("adam", "Param", "w", "Grad", "w@GRAD", "LearningRate", "lr", "Moment1",
+                         "m1", "Moment2", "m2", "Beta1Pow", "b1p", "Beta2Pow", "b2p", NULL,
+                         "ParamOut", "w", "Moment1Out", "m1", "Moment2Out", "m2", "Beta1PowOut",
+                         "b1p", "Beta2PowOut", "b2p", NULL);
+  return op; /* beta1 0.9, beta2 0.999, epsilon 1e-8 by default */
+}
+
+static void adam_init(pe_scope *s, int n) {
+  float zeros[64] = {0};
+  ph_set_f32(s, "m1", PE_SHAPE(n), zeros);
+  ph_set_f32(s, "m2", PE_SHAPE(n), zeros);
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.01f});
+  ph_set_f32(s, "b1p", PE_SHAPE(1), (float[]){0.9f}); /* startup: the pows start at beta */
+  ph_set_f32(s, "b2p", PE_SHAPE(1), (float[]){0.999f});
+}
+
+START_TEST(adam_two_steps) {
+  /* lr 0.01, w = [1, -1], g1 = [0.1, -0.2], g2 = [0.3, 0.1].
+   * step 1: m1 = 0.1 g1 = [0.01, -0.02]; m2 = 0.001 g1^2 = [1e-5, 4e-5]
+   *         lr_t = 0.01 sqrt(1-0.999)/(1-0.9) = 0.0031622777
+   *         w -= lr_t m1/(sqrt(m2)+1e-8) -> [0.99000003, -0.99000002]
+   *         pows -> 0.81, 0.998001
+   * step 2: m1 = [0.039, -0.008]; m2 = [9.999e-5, 4.996e-5]
+   *         lr_t = 0.01 sqrt(1-0.998001)/(1-0.81) = 0.0023531673
+   *         w -> [0.98082223, -0.98733665]; pows -> 0.729, 0.997002999 */
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "w", PE_SHAPE(2), (float[]){1, -1});
+  adam_init(s, 2);
+  pe_op_desc *op = adam_op();
+  set_grad(s, (float[]){0.1f, -0.2f}, 2);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "m1", (double[]){0.01, -0.02}, 2);
+  expect_values(s, "m2", (double[]){1e-5, 4e-5}, 2);
+  expect_values(s, "w", (double[]){0.9900000316226766, -0.9900000158113633}, 2);
+  expect_values(s, "b1p", (double[]){0.81}, 1);
+  expect_values(s, "b2p", (double[]){0.998001}, 1);
+  set_grad(s, (float[]){0.3f, 0.1f}, 2);
+  OK(ph_run_op(s, op, NULL));
+  expect_values(s, "m1", (double[]){0.039, -0.008}, 2);
+  expect_values(s, "m2", (double[]){9.999e-5, 4.996e-5}, 2);
+  expect_values(s, "w", (double[]){0.9808222296111345, -0.987336649182836}, 2);
+  expect_values(s, "b1p", (double[]){0.729}, 1);
+  expect_values(s, "b2p", (double[]){0.997002999}, 1);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(large_in_place_update_matches_reference) {
+  /* 1e5 elements (the parallel path): in-place momentum against a double
+   * reference per element; relative 1e-6 (f32 rounding of 3 operations). */
+  enum { N = 100000 };
+  pe_scope *s = pe_scope_new(NULL);
+  pe_tensor *w = ph_set_uniform(s, "w", PE_SHAPE(N), -1, 1, 1);
+  pe_tensor *v = ph_set_uniform(s, "v", PE_SHAPE(N), -1, 1, 2);
+  pe_tensor *g = ph_set_uniform(s, "w@GRAD", PE_SHAPE(N), -1, 1, 3);
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.05f});
+  static double want_w[N], want_v[N];
+  for (int i = 0; i < N; i++) {
+    want_v[i] = 0.9f * pe_f32(v)[i] + (double)pe_f32(g)[i];
+    want_w[i] = pe_f32(w)[i] - 0.05f * want_v[i];
+  }
+  pe_op_desc *op = momentum_op(false);
+  OK(ph_run_op(s, op, NULL));
+  for (int i = 0; i < N; i++) {
+    ck_assert(fabs(pe_f32(v)[i] - want_v[i]) <= 1e-6 * fmax(1, fabs(want_v[i])));
+    ck_assert(fabs(pe_f32(w)[i] - want_w[i]) <= 1e-6 * fmax(1, fabs(want_w[i])));
+  }
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(inference_errors) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "w", PE_SHAPE(3, 4), -1, 1, 1);
+  ph_set_uniform(s, "w@GRAD", PE_SHAPE(4, 3), -1, 1, 2);
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.1f});
+  pe_meta m[5];
+  pe_op_desc *op = ph_op("sgd", "Param", "w", "Grad", "w@GRAD", "LearningRate", "lr", NULL,
+                         "ParamOut", "w", NULL);
+  /* Same element count, different shape: no silent reshape. */
+  expect_error(ph_infer_op(s, op, m, 5), PE_ESHAPE,
+               "Grad 'w@GRAD' has shape [4,3] but Param 'w' has shape [3,4]");
+  expect_error(ph_run_op(s, op, NULL), PE_ESHAPE, "[4,3]");
+  ph_set_uniform(s, "w@GRAD", PE_SHAPE(3, 4), -1, 1, 2);
+  OK(ph_infer_op(s, op, m, 5));
+  ck_assert(m[0].dtype == PE_F32 && pe_shape_equal(&m[0].shape, &ph_get(s, "w")->shape));
+  ph_set_f32(s, "lr", PE_SHAPE(2), (float[]){0.1f, 0.2f});
+  expect_error(ph_infer_op(s, op, m, 5), PE_ESHAPE,
+               "LearningRate 'lr' is f32 [2]; it must be [1] f32");
+  ph_set_i64(s, "lr", PE_SHAPE(1), (int64_t[]){1});
+  expect_error(ph_infer_op(s, op, m, 5), PE_EDTYPE, "i64 [1]");
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.1f});
+  pe_op_desc_free(op);
+
+  /* momentum checks Velocity like Grad. */
+  ph_set_uniform(s, "v", PE_SHAPE(12), -1, 1, 3);
+  op = momentum_op(false);
+  expect_error(ph_infer_op(s, op, m, 5), PE_ESHAPE,
+               "Velocity 'v' has shape [12] but Param 'w' has shape [3,4]");
+  pe_op_desc_free(op);
+
+  /* adam: betas must be in [0, 1); a hand-set pow of 1 fails at run time. */
+  ph_set_f32(s, "w", PE_SHAPE(2), (float[]){1, 2});
+  set_grad(s, (float[]){1, 1}, 2);
+  adam_init(s, 2);
+  op = adam_op();
+  OK(pe_op_set_float(op, "beta1", 1.0f));
+  expect_error(ph_infer_op(s, op, m, 5), PE_EATTR, "beta1 = 1");
+  OK(pe_op_set_float(op, "beta1", 0.9f));
+  ph_set_f32(s, "b1p", PE_SHAPE(1), (float[]){1.0f});
+  expect_error(ph_run_op(s, op, NULL), PE_EINVAL, "Beta1Pow = 1");
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+static Suite *optimizer_suite(void) {
+  Suite *s = suite_create("ops_optimizer");
+  TCase *tc = tcase_create("optimizer");
+  tcase_add_test(tc, sgd_two_steps);
+  tcase_add_test(tc, momentum_two_steps);
+  tcase_add_test(tc, momentum_nesterov_two_steps);
+  tcase_add_test(tc, adam_two_steps);
+  tcase_add_test(tc, large_in_place_update_matches_reference);
+  tcase_add_test(tc, inference_errors);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(optimizer_suite)
