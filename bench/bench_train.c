@@ -66,7 +66,10 @@ void pe_bench_train_usage(void) {
   fprintf(stderr, "usage: pe-bench train --model mlp|cnn [options]\n\noptions:\n");
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
     fprintf(stderr, "  --%-9s %-6s %s\n", opts[i].name,
-            opts[i].kind == OPT_FLAG ? "" : opts[i].kind == OPT_INT ? "N" : "NAME", opts[i].help);
+            opts[i].kind == OPT_FLAG  ? ""
+            : opts[i].kind == OPT_INT ? "N"
+                                      : "NAME",
+            opts[i].help);
   fprintf(stderr,
           "\nsamples_per_sec counts training steps only; final_loss is the mean loss of the\n"
           "last epoch; test_accuracy is measured on all 10,000 test images.\n"
@@ -232,8 +235,7 @@ static int train_loop(trainer *t, train_result *r) {
     double loss_sum = 0, acc_sum = 0;
     long ep_samples = 0, ep_steps = 0;
     int n;
-    while ((t->cfg.steps == 0 || ep_steps < t->cfg.steps) &&
-           pe_batcher_next(bt, t->x, t->y, &n)) {
+    while ((t->cfg.steps == 0 || ep_steps < t->cfg.steps) && pe_batcher_next(bt, t->x, t->y, &n)) {
       pe_status *st = run_batch(t, t->step, n, fetch, 2, out);
       if (st) {
         char what[64];
@@ -261,7 +263,8 @@ static int train_loop(trainer *t, train_result *r) {
       r->final_train_acc = acc_sum / ep_samples;
     }
     if (!t->cfg.json && !rc)
-      fprintf(stderr, "epoch %ld done: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n",
+      fprintf(stderr,
+              "epoch %ld done: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n",
               ep, ep_steps, r->final_loss, r->final_train_acc, r->samples / (now_s() - t0));
   }
   r->train_seconds = now_s() - t0;
@@ -304,8 +307,7 @@ int pe_bench_train(int argc, char **argv) {
   if (strcmp(t.cfg.model, "mlp") && strcmp(t.cfg.model, "cnn"))
     return bad_args("unknown model '%s' (known: %s)", t.cfg.model, pe_model_names());
   if (strcmp(t.cfg.executor, "sequential"))
-    return bad_args("executor '%s' is not built yet (available: sequential)%s", t.cfg.executor,
-                    "");
+    return bad_args("executor '%s' is not built yet (available: sequential)%s", t.cfg.executor, "");
   if (strcmp(t.cfg.places, "cpu:1"))
     return bad_args("places '%s' not supported: the sequential executor runs on cpu:1%s",
                     t.cfg.places, "");
@@ -319,18 +321,20 @@ int pe_bench_train(int argc, char **argv) {
   if (!rc) {
     double sps = r.train_seconds > 0 ? r.samples / r.train_seconds : 0;
     if (t.cfg.json)
-      printf("{\"bench\":\"train\",\"model\":\"%s\",\"executor\":\"%s\",\"places\":\"%s\","
-             "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
-             "\"threads\":%ld,\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,"
-             "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.5f,"
-             "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f}\n",
-             t.cfg.model, t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps,
-             r.samples, t.cfg.seed, t.cfg.threads, sps, r.train_seconds, r.eval_seconds,
-             r.test_acc, r.final_loss, r.final_train_acc);
+      printf(
+          "{\"bench\":\"train\",\"model\":\"%s\",\"executor\":\"%s\",\"places\":\"%s\","
+          "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
+          "\"threads\":%ld,\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,"
+          "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.5f,"
+          "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f}\n",
+          t.cfg.model, t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples,
+          t.cfg.seed, t.cfg.threads, sps, r.train_seconds, r.eval_seconds, r.test_acc, r.final_loss,
+          r.final_train_acc);
     else
-      printf("%s: %ld steps in %.2f s (%.0f samples/s), last-epoch loss %.4f, "
-             "test accuracy %.4f\n",
-             t.cfg.model, r.steps, r.train_seconds, sps, r.final_loss, r.test_acc);
+      printf(
+          "%s: %ld steps in %.2f s (%.0f samples/s), last-epoch loss %.4f, "
+          "test accuracy %.4f\n",
+          t.cfg.model, r.steps, r.train_seconds, sps, r.final_loss, r.test_acc);
   }
   teardown(&t);
   return rc;

@@ -73,8 +73,10 @@ typedef struct pe_b_init {
 } pe_b_init;
 
 /* "ndim, dims" for the shape arguments: PE_B_SHAPE(-1, 784). */
-#define PE_B_SHAPE(...) \
-  (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+#define PE_B_SHAPE(...)                                                          \
+  (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { \
+    __VA_ARGS__                                                                  \
+  }
 
 pe_builder *pe_builder_new(void); /* NULL only when out of memory */
 void pe_builder_free(pe_builder *b);
@@ -114,11 +116,11 @@ const char *pe_builder_conv2d(pe_builder *b, const char *x, int64_t out_channels
 
 typedef struct pe_b_pool_opts {
   const char *name;
-  bool avg;         /* default max */
-  int stride[2];    /* 0: the kernel size (non-overlapping windows) */
+  bool avg;      /* default max */
+  int stride[2]; /* 0: the kernel size (non-overlapping windows) */
   int pad[2];
-  bool global;      /* global pooling: output [N,C,1,1] */
-  bool inclusive;   /* avg counts padding (exclusive=false) */
+  bool global;    /* global pooling: output [N,C,1,1] */
+  bool inclusive; /* avg counts padding (exclusive=false) */
 } pe_b_pool_opts;
 const char *pe_builder_pool2d(pe_builder *b, const char *x, int kh, int kw,
                               const pe_b_pool_opts *o);

@@ -31,11 +31,11 @@
 #define PE_FASHION_MNIST_CLASSES 10
 
 typedef struct pe_dataset {
-  int64_t n;        /* examples */
-  int rows, cols;   /* 28 x 28 */
-  int64_t dim;      /* rows * cols */
-  float *images;    /* n * dim, owned */
-  int64_t *labels;  /* n, owned */
+  int64_t n;       /* examples */
+  int rows, cols;  /* 28 x 28 */
+  int64_t dim;     /* rows * cols */
+  float *images;   /* n * dim, owned */
+  int64_t *labels; /* n, owned */
 } pe_dataset;
 
 /* $PE_FASHION_MNIST_DIR when set and non-empty, else PE_FASHION_MNIST_DIR. */
@@ -43,8 +43,7 @@ const char *pe_dataset_default_dir(void);
 
 /* Load split "train" or "t10k" from dir (NULL: the default dir). Returns 0
  * and *out (free with pe_dataset_free), or -1 with a message in err. */
-int pe_dataset_open(const char *dir, const char *split, pe_dataset **out, char *err,
-                    size_t errlen);
+int pe_dataset_open(const char *dir, const char *split, pe_dataset **out, char *err, size_t errlen);
 void pe_dataset_free(pe_dataset *ds);
 
 /* Mean and standard deviation over every pixel of ds (population std). */

@@ -22,7 +22,7 @@ typedef struct pe_model {
   char name[PE_MODEL_NAME_LEN];
   uint8_t *bytes; /* ProgramDesc, owned (pe_model_release) */
   size_t len;
-  char image[PE_MODEL_NAME_LEN];    /* feed names */
+  char image[PE_MODEL_NAME_LEN]; /* feed names */
   char label[PE_MODEL_NAME_LEN];
   char loss[PE_MODEL_NAME_LEN];     /* fetch: mean loss, f32 [1] */
   char accuracy[PE_MODEL_NAME_LEN]; /* fetch: batch accuracy, f32 [1] */

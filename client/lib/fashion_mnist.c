@@ -9,8 +9,8 @@
 
 #include "pe_dataset.h"
 
-#define IDX_IMAGES_MAGIC 0x00000803u /* ubyte, 3 dims */
-#define IDX_LABELS_MAGIC 0x00000801u /* ubyte, 1 dim */
+#define IDX_IMAGES_MAGIC 0x00000803u     /* ubyte, 3 dims */
+#define IDX_LABELS_MAGIC 0x00000801u     /* ubyte, 1 dim */
 #define IDX_MAX_BYTES ((int64_t)1 << 32) /* refuse absurd headers */
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -85,8 +85,7 @@ static int idx_read(const char *path, uint32_t magic, int ndim, uint32_t *dims, 
     }
     total *= dims[i];
     if (total > IDX_MAX_BYTES) {
-      seterr(err, errlen, "%s: header claims more than %lld bytes", path,
-             (long long)IDX_MAX_BYTES);
+      seterr(err, errlen, "%s: header claims more than %lld bytes", path, (long long)IDX_MAX_BYTES);
       goto out;
     }
   }
@@ -275,9 +274,13 @@ bool pe_batcher_next(pe_batcher *bt, float *images, int64_t *labels, int *n) {
   return true;
 }
 
-void pe_batcher_reset(pe_batcher *bt) { bt->pos = -1; }
+void pe_batcher_reset(pe_batcher *bt) {
+  bt->pos = -1;
+}
 
-int pe_batcher_epoch(const pe_batcher *bt) { return bt->epoch; }
+int pe_batcher_epoch(const pe_batcher *bt) {
+  return bt->epoch;
+}
 
 int64_t pe_batcher_batches(const pe_batcher *bt) {
   return (bt->ds->n + bt->batch - 1) / bt->batch;

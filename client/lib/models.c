@@ -24,7 +24,9 @@ static const char *mlp_layers(pe_builder *b, const char *image) {
   return pe_builder_fc(b, x, 10, NULL);
 }
 
-static int mlp_opt(pe_builder *b) { return pe_builder_momentum(b, 0.1f, 0.9f, false); }
+static int mlp_opt(pe_builder *b) {
+  return pe_builder_momentum(b, 0.1f, 0.9f, false);
+}
 
 static const char *cnn_layers(pe_builder *b, const char *image) {
   pe_b_conv_opts c = {.pad = {2, 2}, .act = PE_B_ACT_RELU};
@@ -38,14 +40,18 @@ static const char *cnn_layers(pe_builder *b, const char *image) {
   return pe_builder_fc(b, x, 10, NULL);
 }
 
-static int cnn_opt(pe_builder *b) { return pe_builder_momentum(b, 0.01f, 0.9f, false); }
+static int cnn_opt(pe_builder *b) {
+  return pe_builder_momentum(b, 0.01f, 0.9f, false);
+}
 
 static const model_row models[] = {
     {"mlp", 128, mlp_layers, mlp_opt, 2, {-1, 784}},
     {"cnn", 64, cnn_layers, cnn_opt, 4, {-1, 1, 28, 28}},
 };
 
-const char *pe_model_names(void) { return "mlp|cnn"; }
+const char *pe_model_names(void) {
+  return "mlp|cnn";
+}
 
 static void copy_name(char *dst, const char *src) {
   snprintf(dst, PE_MODEL_NAME_LEN, "%s", src ? src : "");
@@ -69,7 +75,8 @@ int pe_model_build(const char *name, pe_model *out, char *err, size_t errlen) {
   const char *image = pe_builder_data(b, "image", PE_B_F32, row->image_ndim, row->image_dims);
   const char *label = pe_builder_data(b, "label", PE_B_I64, PE_B_SHAPE(-1, 1));
   const char *logits = row->layers(b, image);
-  const char *loss = pe_builder_mean(b, pe_builder_softmax_with_cross_entropy(b, logits, label, NULL));
+  const char *loss =
+      pe_builder_mean(b, pe_builder_softmax_with_cross_entropy(b, logits, label, NULL));
   const char *acc = pe_builder_accuracy(b, logits, label, 1);
   pe_builder_append_backward(b, loss);
   row->optimizer(b);

@@ -46,10 +46,14 @@ static void check_model_decodes(const char *name, int n_params) {
   pe_model_release(&m);
 }
 
-START_TEST(mlp_decodes_and_validates) { check_model_decodes("mlp", 6); }
+START_TEST(mlp_decodes_and_validates) {
+  check_model_decodes("mlp", 6);
+}
 END_TEST
 
-START_TEST(cnn_decodes_and_validates) { check_model_decodes("cnn", 8); }
+START_TEST(cnn_decodes_and_validates) {
+  check_model_decodes("cnn", 8);
+}
 END_TEST
 
 START_TEST(unknown_model) {
@@ -129,9 +133,10 @@ START_TEST(mlp_protobuf_layout) {
       ck_assert_msg(pb_var(mb, mb->ops[i]->outputs[s]->arguments[0]) != NULL, "undeclared %s",
                     mb->ops[i]->outputs[s]->arguments[0]);
   /* the op sequence: fc = matmul + elementwise_add + relu */
-  const char *types[] = {"matmul", "elementwise_add", "relu", "matmul", "elementwise_add", "relu",
-                         "matmul", "elementwise_add", "softmax_with_cross_entropy", "mean",
-                         "accuracy"};
+  const char *types[] = {"matmul", "elementwise_add", "relu",
+                         "matmul", "elementwise_add", "relu",
+                         "matmul", "elementwise_add", "softmax_with_cross_entropy",
+                         "mean",   "accuracy"};
   ck_assert_int_eq(mb->n_ops, sizeof types / sizeof types[0]);
   for (size_t i = 0; i < mb->n_ops; i++) ck_assert_str_eq(mb->ops[i]->type, types[i]);
   ck_assert_int_eq(pb_attr(mb->ops[0], "x_num_col_dims")->i, 1);
@@ -192,7 +197,10 @@ START_TEST(other_layers_validate) {
   pe_builder *b = pe_builder_new();
   const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 3, 8, 8));
   const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
-  pe_b_conv_opts co = {.name = "c", .stride = {2, 2}, .pad = {1, 1}, .no_bias = true,
+  pe_b_conv_opts co = {.name = "c",
+                       .stride = {2, 2},
+                       .pad = {1, 1},
+                       .no_bias = true,
                        .w_init = {PE_B_INIT_NORMAL, 0, 0.1f, 7}};
   const char *h = pe_builder_conv2d(b, x, 4, 3, 3, &co);
   ck_assert_str_eq(h, "c.out");
@@ -322,8 +330,7 @@ static const char *bad_init(pe_builder *b, const char *x4, const char *x2, const
 static const char *bad_loss(pe_builder *b, const char *x4, const char *x2, const char *y) {
   return pe_builder_append_backward(b, x2) ? NULL : "ok";
 }
-static const char *opt_without_loss(pe_builder *b, const char *x4, const char *x2,
-                                    const char *y) {
+static const char *opt_without_loss(pe_builder *b, const char *x4, const char *x2, const char *y) {
   uint8_t *bytes;
   size_t len;
   if (pe_builder_momentum(b, 0.1f, 0.9f, false)) return "setter failed";
@@ -362,8 +369,8 @@ START_TEST(bad_layer_arguments) {
     const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
     ck_assert_ptr_null(cases[i].fn(b, x4, x2, y));
     const char *e = pe_builder_error(b);
-    ck_assert_msg(e && strstr(e, cases[i].want), "case %zu: want '%s', got '%s'", i,
-                  cases[i].want, e ? e : "(no error)");
+    ck_assert_msg(e && strstr(e, cases[i].want), "case %zu: want '%s', got '%s'", i, cases[i].want,
+                  e ? e : "(no error)");
     pe_builder_free(b);
   }
 }

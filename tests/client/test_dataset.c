@@ -285,8 +285,8 @@ START_TEST(real_fashion_mnist) {
   for (int s = 0; s < 2; s++) {
     pe_dataset *ds;
     char err[256];
-    ck_assert_msg(pe_dataset_open(PE_FASHION_MNIST_DIR, splits[s], &ds, err, sizeof err) == 0,
-                  "%s", err);
+    ck_assert_msg(pe_dataset_open(PE_FASHION_MNIST_DIR, splits[s], &ds, err, sizeof err) == 0, "%s",
+                  err);
     ck_assert_int_eq(ds->n, counts[s]);
     ck_assert_int_eq(ds->rows, 28);
     ck_assert_int_eq(ds->cols, 28);

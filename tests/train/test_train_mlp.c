@@ -16,11 +16,11 @@
 
 enum { DIM = 20, CLASSES = 4, N_TRAIN = 2048, N_TEST = 1024, BATCH = 64, STEPS = 400 };
 
-#define CK_OK(expr)                                                                     \
-  do {                                                                                  \
-    pe_status *st_ = (expr);                                                            \
-    ck_assert_msg(st_ == NULL, "%s: %s (%s)", #expr, pe_status_msg(st_),                \
-                  pe_code_name(pe_status_code(st_)));                                   \
+#define CK_OK(expr)                                                      \
+  do {                                                                   \
+    pe_status *st_ = (expr);                                             \
+    ck_assert_msg(st_ == NULL, "%s: %s (%s)", #expr, pe_status_msg(st_), \
+                  pe_code_name(pe_status_code(st_)));                    \
   } while (0)
 
 /* --- generated data ------------------------------------------------------------ */
