@@ -1,9 +1,10 @@
 /* pe-bench: benchmarks that print one JSON line each. Subcommands are rows
- * of a table (name -> handler); `engine` and `ipc` join as rows later. */
+ * of a table (name -> handler); `ipc` joins as a row later. */
 #include <stdio.h>
 #include <string.h>
 
 #include "bench.h"
+#include "bench_engine.h"
 
 typedef struct bench_cmd {
   const char *name;
@@ -15,6 +16,8 @@ typedef struct bench_cmd {
 static const bench_cmd cmds[] = {
     {"train", pe_bench_train, pe_bench_train_usage,
      "train a model on Fashion-MNIST in-process, then evaluate it"},
+    {"engine", pe_bench_engine_main, pe_bench_engine_usage,
+     "scheduling overhead: static graph runner vs dependency engine"},
 };
 
 static void usage(void) {

@@ -413,7 +413,9 @@ static pe_status *append_all(bw *w) {
   return NULL;
 }
 
-pe_status *pe_pass_backward(pe_program *p, const pe_pass_opts *o) {
+pe_status *pe_pass_backward(pe_ir *ir) {
+  pe_program *p = ir->prog;
+  const pe_pass_opts *o = ir->opts;
   const char *loss = o && o->loss ? o->loss : p->loss;
   if (!loss) return pe_error(PE_EINVAL, "backward: the program has no loss");
   pe_block *b = pe_program_main(p);

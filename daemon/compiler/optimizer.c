@@ -113,8 +113,8 @@ static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *
   return NULL;
 }
 
-pe_status *pe_pass_optimizer(pe_program *p, const pe_pass_opts *o) {
-  (void)o;
+pe_status *pe_pass_optimizer(pe_ir *ir) {
+  pe_program *p = ir->prog;
   if (!p->opt.type) return NULL;
   const opt_kind *k = NULL;
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)

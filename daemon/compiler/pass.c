@@ -1,7 +1,8 @@
-/* The pass table and manager (pass.h), plus the two small passes: validate
- * and inference. Passes are rows of a table (name, doc, run, rewrites); the
- * manager runs a comma-separated list, wraps each failure with the pass name,
- * and validates again after every pass that rewrites the program. */
+/* The pass table and manager (pass.h), plus the small passes: validate,
+ * inference and dump. Passes are rows of a table (name, doc, run, rewrites,
+ * target); the manager runs a comma-separated list, wraps each failure with
+ * the pass name, validates the program again after every pass that rewrites
+ * it, and refuses a graph pass before data_parallel has built the graph. */
 #include "compiler/pass.h"
 
 #include <stdio.h>
@@ -12,13 +13,24 @@
 
 static const pe_pass pass_table[] = {
     {"validate", "check ops, variables, arity, attributes, order; infer shapes", pe_pass_validate,
-     false},
+     false, PE_PASS_PROGRAM},
     {"backward", "append gradient ops for the loss; sum shared gradients; prune", pe_pass_backward,
-     true},
+     true, PE_PASS_PROGRAM},
     {"optimizer", "append one update op per trainable parameter; init state in startup",
-     pe_pass_optimizer, true},
+     pe_pass_optimizer, true, PE_PASS_PROGRAM},
     {"inference", "set is_test on every op that has it (dropout, batch_norm)", pe_pass_inference,
-     true},
+     true, PE_PASS_PROGRAM},
+    {"data_parallel",
+     "build the graph: replicate on every place, scale loss@GRAD, insert all_reduce (or "
+     "reduce + broadcast); startup graph broadcasts from place 0",
+     pe_pass_data_parallel, false, PE_PASS_GRAPH},
+    {"ssa", "version variables, dummy vars for write-after-read, in-degrees, successors, cycles",
+     pe_pass_ssa, false, PE_PASS_GRAPH},
+    {"fuse_allreduce", "group gradient all_reduces into buckets of at most fuse_bucket_bytes",
+     pe_pass_fuse_allreduce, false, PE_PASS_GRAPH},
+    {"memory_plan", "share buffers between temporaries whose lifetimes are ordered",
+     pe_pass_memory_plan, false, PE_PASS_GRAPH},
+    {"dump", "write the graph as Graphviz to dump_path", pe_pass_dump, false, PE_PASS_GRAPH},
 };
 
 #define N_PASSES ((int)(sizeof pass_table / sizeof pass_table[0]))
@@ -34,25 +46,34 @@ const pe_pass *pe_pass_lookup(const char *name) {
   return NULL;
 }
 
-static pe_status *run_one(pe_program *p, const pe_pass *ps, const pe_pass_opts *o) {
-  pe_status *st = ps->run(p, o);
+void pe_ir_destroy(pe_ir *ir) {
+  if (!ir) return;
+  pe_graph_free(ir->graph);
+  pe_graph_free(ir->startup);
+  ir->graph = ir->startup = NULL;
+}
+
+static pe_status *run_one(pe_ir *ir, const pe_pass *ps) {
+  if (!ir->prog) return pe_error(PE_EINVAL, "pass %s: the compile unit has no program", ps->name);
+  /* data_parallel builds the graph; every other graph pass needs one. */
+  if (ps->target == PE_PASS_GRAPH && ps->run != pe_pass_data_parallel && !ir->graph)
+    return pe_error(PE_EINVAL, "pass %s: no graph (run data_parallel first)", ps->name);
+  pe_status *st = ps->run(ir);
   if (st) return pe_status_wrap(st, "pass %s", ps->name);
   if (ps->rewrites) {
-    st = pe_program_validate(p);
+    st = pe_program_validate(ir->prog);
     if (st) return pe_status_wrap(st, "validate after pass %s", ps->name);
   }
   return NULL;
 }
 
-pe_status *pe_pass_run(pe_program *p, const char *name, const pe_pass_opts *o) {
-  static const pe_pass_opts none = {0};
-  if (!o) o = &none;
+pe_status *pe_pass_run(pe_ir *ir, const char *name) {
   const pe_pass *ps = pe_pass_lookup(name);
   if (!ps) return pe_error(PE_ENOTFOUND, "unknown pass '%s'", name ? name : "(null)");
-  return run_one(p, ps, o);
+  return run_one(ir, ps);
 }
 
-pe_status *pe_passes_run(pe_program *p, const char *list, const pe_pass_opts *o) {
+pe_status *pe_passes_run(pe_ir *ir, const char *list) {
   for (const char *s = list; s && *s;) {
     const char *e = strchr(s, ',');
     size_t n = e ? (size_t)(e - s) : strlen(s);
@@ -64,25 +85,41 @@ pe_status *pe_passes_run(pe_program *p, const char *list, const pe_pass_opts *o)
       return pe_error(PE_EINVAL, "pass list '%s': empty or too long pass name", list);
     memcpy(name, s, n);
     name[n] = '\0';
-    PE_TRY(pe_pass_run(p, name, o));
+    PE_TRY(pe_pass_run(ir, name));
     s = e ? e + 1 : NULL;
   }
   return NULL;
 }
 
+static const char *program_pipeline(const pe_program *p, bool for_test) {
+  if (for_test) return "validate,inference";
+  if (p->loss) return "validate,backward,optimizer";
+  return "validate";
+}
+
 pe_status *pe_program_compile(pe_program *p, bool for_test) {
-  if (for_test) return pe_passes_run(p, "validate,inference", NULL);
-  if (p->loss) return pe_passes_run(p, "validate,backward,optimizer", NULL);
-  return pe_passes_run(p, "validate", NULL);
+  pe_ir ir = {.prog = p};
+  return pe_passes_run(&ir, program_pipeline(p, for_test));
 }
 
-pe_status *pe_pass_validate(pe_program *p, const pe_pass_opts *o) {
-  (void)o;
-  return pe_program_validate(p);
+pe_status *pe_graph_compile(pe_ir *ir, bool for_test) {
+  static const pe_pass_opts none = {0};
+  const pe_pass_opts *o = ir->opts ? ir->opts : &none;
+  if (!ir->prog) return pe_error(PE_EINVAL, "compile: the compile unit has no program");
+  PE_TRY(pe_passes_run(ir, program_pipeline(ir->prog, for_test)));
+  PE_TRY(pe_passes_run(ir, "data_parallel,ssa"));
+  if (o->fuse) PE_TRY(pe_pass_run(ir, "fuse_allreduce"));
+  PE_TRY(pe_pass_run(ir, "memory_plan"));
+  if (o->dump_path) PE_TRY(pe_pass_run(ir, "dump"));
+  return NULL;
 }
 
-pe_status *pe_pass_inference(pe_program *p, const pe_pass_opts *o) {
-  (void)o;
+pe_status *pe_pass_validate(pe_ir *ir) {
+  return pe_program_validate(ir->prog);
+}
+
+pe_status *pe_pass_inference(pe_ir *ir) {
+  pe_program *p = ir->prog;
   for (int bi = 0; bi < p->n_blocks; bi++) {
     pe_block *b = p->blocks[bi];
     for (int i = 0; i < b->n_ops; i++) {

@@ -1,11 +1,23 @@
 /* Dependency engine: per-variable FIFO queues, one atomic counter per op.
  *
- * Variable state (guarded by var->mu):
- *   readers  granted reads not yet completed
+ * Variable state (guarded by var->mu, except as noted):
  *   writer   a granted mutation not yet completed
  *   head     accesses waiting to be granted, in push order
+ *   state    atomic: (granted reads not yet completed) << 1 | (queue not
+ *            empty). Reads are added and the bit changed under mu only;
+ *            completing reads subtract without the lock.
  * Invariant: when !writer, the head of the queue (if any) is a mutation
  * (leading reads are granted as soon as a mutation completes).
+ *
+ * Why one word: a completing read does a single fetch_sub and, unless
+ * it was the last read while a mutation waits (old state == 3), never
+ * touches the variable again, so a delete pushed meanwhile can free it.
+ * When it is the last read with a waiter it takes the lock and grants the
+ * mutation at the head; nobody else can grant it, so the variable is
+ * alive until then. A mutation that queues behind granted reads sets the
+ * bit with fetch_or, whose result says whether the reads have all
+ * finished in the meantime; then it grants itself (same word, so the two
+ * RMWs are totally ordered: exactly one side sees the other).
  *
  * An access is granted at push when nothing is queued and it does not
  * conflict with the granted ones; otherwise it waits in the queue and
@@ -26,10 +38,12 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/log.h"
 
@@ -40,10 +54,10 @@ enum {
 
 struct pe_engine_var {
   pthread_mutex_t mu;
-  struct dep *head, *tail; /* waiting accesses (mu) */
-  int readers;             /* granted reads (mu) */
-  bool writer;             /* granted mutation (mu) */
-  pe_status *err;          /* see the ownership note above */
+  struct dep *head, *tail;    /* waiting accesses (mu) */
+  atomic_uint state;          /* reads << 1 | queued (see above) */
+  bool writer;                /* granted mutation (mu) */
+  pe_status *err;             /* see the ownership note above */
   pe_engine_var *prev, *next; /* engine's list of live variables (eng->mu) */
 };
 
@@ -63,15 +77,18 @@ struct pe_engine_op {
   atomic_int pending;
   int priority;
   int flags;
-  int n_deps;
+  int n_deps;               /* after deduplication */
+  int n_alloc;              /* entries allocated (reads + mutates) */
   pe_engine_op *ready_next; /* in the completer's ready list */
   dep deps[];               /* sorted by variable address, unique */
 };
 
 struct pe_engine {
-  pe_pool *pool;
-  atomic_int n_ops; /* pushed and not completed; 1 -> 0 only under mu */
-  pthread_mutex_t mu;
+  pe_pool *pool; /* read-only after creation */
+  /* Pushed and not completed; 1 -> 0 only under mu. Written by pushers
+   * and completers on every op: on a cache line of its own. */
+  alignas(64) atomic_int n_ops;
+  alignas(64) pthread_mutex_t mu;
   pthread_cond_t idle; /* broadcast when n_ops reaches 0 */
   pe_status *err;      /* first failure since the last wait_all (mu) */
   pe_engine_var *vars; /* live variables (mu) */
@@ -83,11 +100,24 @@ static pe_status *status_copy(const pe_status *st) {
 
 /* --- variables --------------------------------------------------------------------- */
 
+/* Queue and variable locks are held for a few pointer moves: an adaptive
+ * mutex spins briefly before it sleeps in the kernel, which keeps a
+ * contended hand-off out of the futex path. */
+static void short_mutex_init(pthread_mutex_t *mu) {
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+  pthread_mutex_init(mu, &a);
+  pthread_mutexattr_destroy(&a);
+}
+
 pe_status *pe_engine_new_var(pe_engine *eng, pe_engine_var **out) {
   *out = NULL;
   pe_engine_var *v = calloc(1, sizeof *v);
   if (!v) return pe_error(PE_ENOMEM, "engine: new variable");
-  pthread_mutex_init(&v->mu, NULL);
+  short_mutex_init(&v->mu);
   pthread_mutex_lock(&eng->mu);
   v->next = eng->vars;
   if (eng->vars) eng->vars->prev = v;
@@ -95,6 +125,14 @@ pe_status *pe_engine_new_var(pe_engine *eng, pe_engine_var **out) {
   pthread_mutex_unlock(&eng->mu);
   *out = v;
   return NULL;
+}
+
+int pe_engine_var_count(pe_engine *eng) {
+  int n = 0;
+  pthread_mutex_lock(&eng->mu);
+  for (pe_engine_var *v = eng->vars; v; v = v->next) n++;
+  pthread_mutex_unlock(&eng->mu);
+  return n;
 }
 
 static void var_destroy(pe_engine *eng, pe_engine_var *v) {
@@ -108,6 +146,144 @@ static void var_destroy(pe_engine *eng, pe_engine_var *v) {
   pe_status_free(v->err);
   pthread_mutex_destroy(&v->mu);
   free(v);
+}
+
+/* --- op memory --------------------------------------------------------------------- *
+ *
+ * Ops are allocated by pushing threads and freed by workers. With malloc
+ * that hand-over contends on the allocator's arena lock on every op, so ops
+ * with up to SMALL_DEPS variables come from a cache: a thread frees blocks
+ * into its own list and, every CACHE_BATCH blocks, moves the whole list to
+ * a process-wide depot (one lock-free CAS push of a chain). A thread that
+ * runs out takes the entire depot with one exchange. Nobody ever pops a
+ * single node from the shared stack, so there is no ABA problem. A
+ * thread's lists go back to the depot when it exits. Blocks are never
+ * returned to malloc (the cache holds the peak number of ops in flight).
+ * AddressSanitizer builds use plain malloc so that it sees every free. */
+#define SMALL_DEPS 6
+#define CACHE_BATCH 64
+
+typedef struct block {
+  struct block *next;
+} block;
+
+typedef struct op_cache {
+  block *own; /* freed by this thread */
+  int n_own;
+  block *taken; /* taken from the depot */
+  bool registered;
+} op_cache;
+
+static _Atomic(block *) depot;
+static _Thread_local op_cache tl_cache;
+static pthread_key_t cache_key;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static size_t op_size(int n_deps) {
+  return sizeof(pe_engine_op) + sizeof(dep) * (size_t)n_deps;
+}
+
+/* Release: the chain's links are visible to the thread that takes it. */
+static void depot_push(block *first) {
+  if (!first) return;
+  block *last = first;
+  while (last->next) last = last->next;
+  block *top = atomic_load_explicit(&depot, memory_order_relaxed);
+  do last->next = top;
+  while (!atomic_compare_exchange_weak_explicit(&depot, &top, first, memory_order_release,
+                                                memory_order_relaxed));
+}
+
+static void cache_flush(void *arg) {
+  op_cache *c = arg;
+  depot_push(c->own);
+  depot_push(c->taken);
+  c->own = c->taken = NULL;
+  c->n_own = 0;
+}
+
+static void cache_key_make(void) {
+  pthread_key_create(&cache_key, cache_flush);
+}
+
+static op_cache *cache_get(void) {
+  op_cache *c = &tl_cache;
+  if (!c->registered) { /* so that the lists are flushed at thread exit */
+    pthread_once(&cache_once, cache_key_make);
+    pthread_setspecific(cache_key, c);
+    c->registered = true;
+  }
+  return c;
+}
+
+#ifdef __SANITIZE_ADDRESS__
+#define OP_CACHE 0
+#else
+#define OP_CACHE 1
+#endif
+
+static pe_engine_op *op_alloc(int n_deps) {
+  if (!OP_CACHE || n_deps > SMALL_DEPS) return malloc(op_size(n_deps));
+  op_cache *c = cache_get();
+  block *b = c->own;
+  if (b) {
+    c->own = b->next;
+    c->n_own--;
+  } else {
+    if (!c->taken) c->taken = atomic_exchange_explicit(&depot, NULL, memory_order_acquire);
+    if (!(b = c->taken)) return malloc(op_size(SMALL_DEPS));
+    c->taken = b->next;
+  }
+  /* Blocks come back from other cores: fetch the next one ahead. */
+  if (c->own)
+    __builtin_prefetch(c->own, 1);
+  else if (c->taken)
+    __builtin_prefetch(c->taken, 1);
+  return (pe_engine_op *)b;
+}
+
+static void op_release_mem(pe_engine_op *op, int n_deps) {
+  if (!OP_CACHE || n_deps > SMALL_DEPS) {
+    free(op);
+    return;
+  }
+  op_cache *c = cache_get();
+  block *b = (block *)op;
+  b->next = c->own;
+  c->own = b;
+  if (++c->n_own >= CACHE_BATCH) {
+    depot_push(c->own);
+    c->own = NULL;
+    c->n_own = 0;
+  }
+}
+
+static inline unsigned var_reads(const pe_engine_var *v, memory_order mo) {
+  return atomic_load_explicit(&v->state, mo) >> 1;
+}
+
+/* Append under mu. Returns the state before the queued bit was set. */
+static unsigned var_enqueue(pe_engine_var *v, dep *d) {
+  d->next = NULL;
+  bool was_empty = !v->head;
+  if (v->tail)
+    v->tail->next = d;
+  else
+    v->head = d;
+  v->tail = d;
+  /* acq_rel: if the reads turn out finished, we acquire their effects. */
+  return was_empty ? atomic_fetch_or_explicit(&v->state, 1u, memory_order_acq_rel)
+                   : atomic_load_explicit(&v->state, memory_order_acquire);
+}
+
+static dep *var_dequeue(pe_engine_var *v) {
+  dep *d = v->head;
+  v->head = d->next;
+  if (!v->head) {
+    v->tail = NULL;
+    atomic_fetch_and_explicit(&v->state, ~1u, memory_order_relaxed);
+  }
+  return d;
 }
 
 /* --- ready lists ------------------------------------------------------------------- */
@@ -207,32 +383,29 @@ static pe_engine_op *schedule(pe_engine *eng, ready_list *r) {
  * mutated variables that have no error yet. */
 static void release(dep *d, const pe_status *fail, ready_list *r) {
   pe_engine_var *v = d->var;
-  pthread_mutex_lock(&v->mu);
   if (!d->write) {
-    if (--v->readers == 0 && v->head) { /* the head is a mutation (invariant) */
-      dep *w = v->head;
-      v->head = w->next;
-      if (!v->head) v->tail = NULL;
-      v->writer = true;
-      grant(w, r);
+    /* acq_rel: the last read acquires the other reads' releases and
+     * passes them on to the mutation it grants. Unless this was the last
+     * read with a waiter (1 read, queued bit), v must not be touched. */
+    if (atomic_fetch_sub_explicit(&v->state, 2u, memory_order_acq_rel) != 3u) return;
+    pthread_mutex_lock(&v->mu);
+    if (v->head && !v->writer && var_reads(v, memory_order_relaxed) == 0) {
+      v->writer = true; /* the head is a mutation (invariant) */
+      grant(var_dequeue(v), r);
     }
+    pthread_mutex_unlock(&v->mu);
+    return;
+  }
+  pthread_mutex_lock(&v->mu);
+  if (fail && !v->err) v->err = status_copy(fail);
+  v->writer = false;
+  if (v->head && v->head->write) {
+    v->writer = true;
+    grant(var_dequeue(v), r);
   } else {
-    if (fail && !v->err) v->err = status_copy(fail);
-    v->writer = false;
-    if (v->head && v->head->write) {
-      dep *w = v->head;
-      v->head = w->next;
-      if (!v->head) v->tail = NULL;
-      v->writer = true;
-      grant(w, r);
-    } else {
-      while (v->head && !v->head->write) {
-        dep *rd = v->head;
-        v->head = rd->next;
-        v->readers++;
-        grant(rd, r);
-      }
-      if (!v->head) v->tail = NULL;
+    while (v->head && !v->head->write) {
+      atomic_fetch_add_explicit(&v->state, 2u, memory_order_relaxed);
+      grant(var_dequeue(v), r);
     }
   }
   pthread_mutex_unlock(&v->mu);
@@ -253,7 +426,9 @@ static void record_error(pe_engine *eng, pe_status *st) {
  * still about to use mu (pe_engine_free may follow at once). Release:
  * wait_all's acquire sees the effects of every completed op. */
 static void op_count_done(pe_engine *eng) {
-  int n = atomic_load_explicit(&eng->n_ops, memory_order_relaxed);
+  /* Start with a guess instead of a load: the first CAS then fetches the
+   * line for writing at once (one cache transfer instead of two). */
+  int n = 2;
   for (;;) {
     if (n == 1) {
       pthread_mutex_lock(&eng->mu);
@@ -297,7 +472,8 @@ static pe_engine_op *op_execute(pe_engine_op *op) {
     /* Our release left the variable idle unless ops were pushed on it
      * after the delete; then it must stay alive for them. */
     pthread_mutex_lock(&dead->mu);
-    bool idle = !dead->head && !dead->writer && dead->readers == 0;
+    bool idle = !dead->head && !dead->writer &&
+                atomic_load_explicit(&dead->state, memory_order_relaxed) == 0;
     pthread_mutex_unlock(&dead->mu);
     if (idle)
       var_destroy(eng, dead);
@@ -309,7 +485,7 @@ static pe_engine_op *op_execute(pe_engine_op *op) {
     record_error(eng, st);
   else
     pe_status_free(st);
-  free(op);
+  op_release_mem(op, op->n_alloc);
   op_count_done(eng); /* next (if any) is still counted: eng stays alive */
   return next;
 }
@@ -340,18 +516,19 @@ static void sort_deps(dep *d, int n) {
 
 static pe_status *op_create(pe_engine *eng, const pe_engine_op_args *a, int flags,
                             pe_engine_op **out) {
-  if (a->n_reads < 0 || a->n_mutates < 0 || a->extra_deps < 0 ||
-      (a->n_reads && !a->reads) || (a->n_mutates && !a->mutates))
-    return pe_error(PE_EINVAL, "engine: bad push (%d reads, %d mutates, %d extra deps)",
-                    a->n_reads, a->n_mutates, a->extra_deps);
+  if (a->n_reads < 0 || a->n_mutates < 0 || a->extra_deps < 0 || (a->n_reads && !a->reads) ||
+      (a->n_mutates && !a->mutates))
+    return pe_error(PE_EINVAL, "engine: bad push (%d reads, %d mutates, %d extra deps)", a->n_reads,
+                    a->n_mutates, a->extra_deps);
   int n = a->n_reads + a->n_mutates;
-  pe_engine_op *op = malloc(sizeof *op + sizeof(dep) * (size_t)n);
+  pe_engine_op *op = op_alloc(n);
   if (!op) return pe_error(PE_ENOMEM, "engine: push (%d variables)", n);
+  op->n_alloc = n;
   for (int i = 0; i < n; i++) {
     bool w = i >= a->n_reads;
     pe_engine_var *v = w ? a->mutates[i - a->n_reads] : a->reads[i];
     if (!v) {
-      free(op);
+      op_release_mem(op, n);
       return pe_error(PE_EINVAL, "engine: push: %s variable %d is NULL", w ? "mutated" : "read",
                       w ? i - a->n_reads : i);
     }
@@ -386,19 +563,27 @@ static pe_status *op_create(pe_engine *eng, const pe_engine_op_args *a, int flag
   for (int i = 0; i < u; i++) {
     dep *d = &op->deps[i];
     pe_engine_var *v = d->var;
-    bool ok = !v->head && !v->writer && (!d->write || v->readers == 0);
-    if (ok) {
-      if (d->write)
-        v->writer = true;
+    bool idle = !v->head && !v->writer;
+    if (!d->write) {
+      if (idle)
+        atomic_fetch_add_explicit(&v->state, 2u, memory_order_relaxed);
       else
-        v->readers++;
+        var_enqueue(v, d);
+      granted += idle;
+      continue;
+    }
+    /* Reads can only finish (not start) while we hold mu, so a zero
+     * count stays zero. acquire: we see the finished reads' effects. */
+    if (idle && var_reads(v, memory_order_acquire) == 0) {
+      v->writer = true;
       granted++;
-    } else {
-      if (v->tail)
-        v->tail->next = d;
-      else
-        v->head = d;
-      v->tail = d;
+      continue;
+    }
+    unsigned before = var_enqueue(v, d);
+    if (idle && (before >> 1) == 0) { /* the reads finished meanwhile */
+      var_dequeue(v);
+      v->writer = true;
+      granted++;
     }
   }
   for (int i = u - 1; i >= 0; i--) pthread_mutex_unlock(&op->deps[i].var->mu);
@@ -419,11 +604,15 @@ void pe_engine_op_dep_done(pe_engine *eng, pe_engine_op *op) {
   if (op_dep_drop(op, 1)) op_submit(eng, op, false);
 }
 
-pe_status *pe_engine_push(pe_engine *eng, pe_engine_fn fn, void *arg,
-                          pe_engine_var *const *reads, int n_reads,
-                          pe_engine_var *const *mutates, int n_mutates, int priority) {
-  pe_engine_op_args a = {.fn = fn, .arg = arg, .reads = reads, .n_reads = n_reads,
-                         .mutates = mutates, .n_mutates = n_mutates, .priority = priority};
+pe_status *pe_engine_push(pe_engine *eng, pe_engine_fn fn, void *arg, pe_engine_var *const *reads,
+                          int n_reads, pe_engine_var *const *mutates, int n_mutates, int priority) {
+  pe_engine_op_args a = {.fn = fn,
+                         .arg = arg,
+                         .reads = reads,
+                         .n_reads = n_reads,
+                         .mutates = mutates,
+                         .n_mutates = n_mutates,
+                         .priority = priority};
   return op_create(eng, &a, 0, NULL);
 }
 
@@ -453,8 +642,8 @@ pe_status *pe_engine_delete_var(pe_engine *eng, pe_engine_var *var) {
 typedef struct waiter {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  bool done;         /* mu */
-  atomic_bool flag;  /* polling mode */
+  bool done;        /* mu */
+  atomic_bool flag; /* polling mode */
   bool polling;
   pe_engine_var *var;
   pe_status *err;
@@ -519,8 +708,9 @@ pe_status *pe_engine_wait_all(pe_engine *eng) {
 pe_status *pe_engine_new(pe_pool *pool, pe_engine **out) {
   *out = NULL;
   if (!pool) return pe_error(PE_EINVAL, "engine: no pool");
-  pe_engine *eng = calloc(1, sizeof *eng);
+  pe_engine *eng = aligned_alloc(64, (sizeof *eng + 63) / 64 * 64);
   if (!eng) return pe_error(PE_ENOMEM, "engine");
+  memset(eng, 0, sizeof *eng);
   eng->pool = pool;
   atomic_init(&eng->n_ops, 0);
   pthread_mutex_init(&eng->mu, NULL);

@@ -26,8 +26,9 @@
  * dependency. It does exactly two things: (1) among the ops released
  * together by one completion, the highest priority runs inline and the rest
  * are queued highest first (ties keep push order); (2) an op that is ready
- * when it is pushed and has priority > 0 goes to the front of the pool's
- * inject queue instead of the back. Ops already queued are not reordered.
+ * when it is pushed from outside the pool and has priority > 0 goes to the
+ * pool's urgent queue, which workers empty before the normal one. Ops
+ * already queued are not reordered.
  *
  * Errors (MXNet's rule). fn returns NULL or a failure. A failure is stored
  * on every variable the op mutates (a variable keeps its first error). An
@@ -67,9 +68,8 @@ pe_status *pe_engine_new_var(pe_engine *eng, pe_engine_var **out);
 
 /* Push fn(arg). The variable arrays are copied. fn may be NULL (an op that
  * only orders). On failure nothing was pushed and fn is never called. */
-pe_status *pe_engine_push(pe_engine *eng, pe_engine_fn fn, void *arg,
-                          pe_engine_var *const *reads, int n_reads,
-                          pe_engine_var *const *mutates, int n_mutates, int priority);
+pe_status *pe_engine_push(pe_engine *eng, pe_engine_fn fn, void *arg, pe_engine_var *const *reads,
+                          int n_reads, pe_engine_var *const *mutates, int n_mutates, int priority);
 
 /* The lower level under pe_engine_push. */
 typedef struct pe_engine_op_args {
@@ -116,6 +116,10 @@ pe_status *pe_engine_wait_all(pe_engine *eng);
 /* A mutation that frees var after every op pushed before it; var must not
  * be used by ops pushed after this call. Errors on var are discarded. */
 pe_status *pe_engine_delete_var(pe_engine *eng, pe_engine_var *var);
+/* Variables created and not yet freed by a delete (for tests and leak
+ * checks). */
+int pe_engine_var_count(pe_engine *eng);
+
 /* A mutation that clears var's stored error (ops pushed afterwards that
  * use var run again). */
 pe_status *pe_engine_clear_error(pe_engine *eng, pe_engine_var *var);

@@ -7,21 +7,26 @@
  * or resubmit it.
  *
  * Where a task goes:
- *  - pe_pool_submit from a thread outside the pool appends to the shared
- *    inject queue (FIFO);
+ *  - pe_pool_submit from a thread outside the pool goes to the shared
+ *    inject queue (a lock-free stack that workers empty in one step,
+ *    oldest first);
  *  - pe_pool_submit from a worker of this pool, or pe_pool_submit_local,
  *    pushes to the front of that worker's own queue (LIFO: the next task it
  *    runs is the one it just made ready, whose inputs are still in cache).
- * A worker looks for work in its own queue, then the inject queue, then
- * steals from the other workers (a batch of up to half a victim's queue).
- * Each queue has its own mutex, held for a few pointer moves: there is no
- * global lock on the hot path.
+ * A worker looks for work in its own queue, then the inject queue (taking
+ * all of it into its own queue), then steals from the other workers (a
+ * batch of up to half a victim's queue; from a short queue only once the
+ * victim has not taken a task for one poll interval, ~0.5 us, so that
+ * owners that keep up are not slowed by thieves). Each worker queue has
+ * its own mutex, held for a few pointer moves: there is no global lock on
+ * the hot path.
  *
  * Idle workers spin briefly, then sleep on a futex; threadpool.c explains
  * the protocol that keeps wake-ups from being lost.
  *
  * pe_pool_free runs every task already submitted (and every task those
- * submit) before it joins the threads. */
+ * submit) before it joins the threads; no worker leaves while another one
+ * is still running a task. */
 #ifndef PE_ENGINE_THREADPOOL_H
 #define PE_ENGINE_THREADPOOL_H
 
@@ -52,8 +57,10 @@ typedef struct pe_pool pe_pool;
 
 /* n_threads >= 1 (at most 256). opts may be NULL. */
 pe_status *pe_pool_new(int n_threads, const pe_pool_opts *opts, pe_pool **out);
-/* Runs all queued tasks, then joins the workers. No submission from
- * outside the pool may race with or follow this call. NULL is a no-op. */
+/* Waits until the pool is drained (every task submitted so far, and every
+ * task those submit, has run and all workers are idle), then joins the
+ * workers. No submission from outside the pool may race with or follow
+ * this call. NULL is a no-op. */
 void pe_pool_free(pe_pool *pool);
 
 int pe_pool_threads(const pe_pool *pool);
@@ -66,8 +73,8 @@ void pe_pool_submit(pe_pool *pool, pe_task *task);
  * for the whole batch. Order is kept: first runs first if one thread
  * takes them all. */
 void pe_pool_submit_batch(pe_pool *pool, pe_task *first, pe_task *last, int n);
-/* Like pe_pool_submit, but from outside the pool the task goes to the
- * front of the inject queue instead of the back. */
+/* Like pe_pool_submit, but from outside the pool the task goes to a
+ * second inject queue that workers empty before the normal one. */
 void pe_pool_submit_urgent(pe_pool *pool, pe_task *task);
 /* From a worker of this pool: push to its own queue. Called from another
  * thread it behaves like pe_pool_submit. */

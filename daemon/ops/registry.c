@@ -12,9 +12,9 @@
 #include "ops/op_tables.h"
 
 static const pe_op_def *const group_tables[] = {
-    pe_ops_creation, pe_ops_elementwise, pe_ops_loss,       pe_ops_shape,
-    pe_ops_dropout,  pe_ops_metric,      pe_ops_optimizer,  pe_ops_matmul,
-    pe_ops_activation, pe_ops_conv,      pe_ops_pool,       pe_ops_batch_norm,
+    pe_ops_creation,   pe_ops_elementwise, pe_ops_loss,      pe_ops_shape,
+    pe_ops_dropout,    pe_ops_metric,      pe_ops_optimizer, pe_ops_matmul,
+    pe_ops_activation, pe_ops_conv,        pe_ops_pool,      pe_ops_batch_norm,
 };
 
 #define MAX_OPS 256
@@ -205,6 +205,28 @@ int pe_kernel_threads(const pe_kernel_ctx *c) {
   return c->dev && c->dev->threads > 0 ? c->dev->threads : 1;
 }
 
+pe_status *pe_kernel_rng(pe_kernel_ctx *c, pe_rng **out) {
+  int64_t seed = pe_attr_i(c->def, c->desc, "seed");
+  if (seed == 0) {
+    if (!c->rng) return pe_kernel_error(c, PE_EINTERNAL, "no program generator");
+    *out = c->rng;
+    return NULL;
+  }
+  pe_rng *r = *c->state;
+  if (!r) {
+    if (!(r = malloc(sizeof(*r))))
+      return pe_kernel_error(c, PE_ENOMEM, "out of memory for the op-local generator");
+    pe_rng_init(r, (uint64_t)seed);
+    *c->state = r;
+  }
+  *out = r;
+  return NULL;
+}
+
+void pe_kernel_rng_free(void *state) {
+  free(state);
+}
+
 /* --- gradient helpers ------------------------------------------------------------ */
 
 const char *pe_grad_name(const char *var, char *buf, size_t len) {
@@ -246,8 +268,10 @@ static pe_status *set_grad_slot(pe_op_desc *op, bool output, const char *slot, c
   pe_status *st = NULL;
   for (int k = 0; k < src->n && !st; k++) {
     size_t l = strlen(src->args[k]) + sizeof(PE_GRAD_SUFFIX);
-    if (!(names[k] = malloc(l))) st = pe_error(PE_ENOMEM, "grad maker: out of memory");
-    else pe_grad_name(src->args[k], names[k], l);
+    if (!(names[k] = malloc(l)))
+      st = pe_error(PE_ENOMEM, "grad maker: out of memory");
+    else
+      pe_grad_name(src->args[k], names[k], l);
   }
   if (!st)
     st = output ? pe_op_set_output(op, slot, src->n, (const char *const *)names)

@@ -49,7 +49,7 @@ typedef struct pe_attr_def {
   const char *name;
   pe_attr_type type;
   bool required;
-  double dflt;      /* default of INT/LONG/FLOAT/BOOL */
+  double dflt;       /* default of INT/LONG/FLOAT/BOOL */
   const char *sdflt; /* default of STRING */
 } pe_attr_def;
 
@@ -77,10 +77,10 @@ typedef struct pe_meta_list {
 typedef struct pe_infer_ctx {
   const pe_op_def *def;
   const pe_op_desc *desc;
-  int op_index;       /* index in its block, for messages */
-  bool runtime;       /* true when shapes are concrete */
-  pe_meta_list *in;   /* [n slots of def->inputs] */
-  pe_meta_list *out;  /* [n slots of def->outputs]; m[k] are writable */
+  int op_index;      /* index in its block, for messages */
+  bool runtime;      /* true when shapes are concrete */
+  pe_meta_list *in;  /* [n slots of def->inputs] */
+  pe_meta_list *out; /* [n slots of def->outputs]; m[k] are writable */
 } pe_infer_ctx;
 
 typedef struct pe_tensor_list {
@@ -177,6 +177,12 @@ pe_status *pe_kernel_error(const pe_kernel_ctx *c, pe_code code, const char *fmt
     __attribute__((format(printf, 3, 4)));
 /* Intra-op thread budget of this place (>= 1). */
 int pe_kernel_threads(const pe_kernel_ctx *c);
+/* The generator a random kernel draws from: the program generator c->rng
+ * when the op's INT attribute "seed" is 0, else an op-local one seeded with
+ * it, created in *c->state on the first run so that successive runs of the
+ * op instance advance it. Rows using it set state_free = pe_kernel_rng_free. */
+pe_status *pe_kernel_rng(pe_kernel_ctx *c, pe_rng **out);
+void pe_kernel_rng_free(void *state);
 
 /* --- helpers for gradient makers ---------------------------------------- */
 pe_status *pe_grad_default(pe_grad_ctx *g);

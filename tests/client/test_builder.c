@@ -13,14 +13,13 @@
 #include "pe_builder.h"
 #include "pe_models.h"
 #include "program.pb-c.h"
+#include "test_assert.h"
 
 /* Decode + validate bytes; returns the program (caller frees). */
 static pe_program *decode_valid(const uint8_t *bytes, size_t len) {
   pe_program *p = NULL;
-  pe_status *st = pe_program_decode(bytes, len, &p);
-  ck_assert_msg(st == NULL, "decode: %s", pe_status_msg(st));
-  st = pe_program_validate(p);
-  ck_assert_msg(st == NULL, "validate: %s", pe_status_msg(st));
+  PE_CK_OK(pe_program_decode(bytes, len, &p));
+  PE_CK_OK(pe_program_validate(p));
   return p;
 }
 

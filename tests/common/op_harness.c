@@ -23,7 +23,8 @@ pe_tensor *ph_get(pe_scope *s, const char *name) {
   return v ? &v->t : NULL;
 }
 
-static pe_tensor *set_raw(pe_scope *s, const char *name, pe_dtype dt, pe_shape shape, const void *v) {
+static pe_tensor *set_raw(pe_scope *s, const char *name, pe_dtype dt, pe_shape shape,
+                          const void *v) {
   pe_var *var;
   pe_status *st = pe_scope_var(s, name, &var);
   if (st) abort();
@@ -31,6 +32,14 @@ static pe_tensor *set_raw(pe_scope *s, const char *name, pe_dtype dt, pe_shape s
   if (st) abort();
   if (v) memcpy(var->t.data, v, pe_tensor_bytes(&var->t));
   return &var->t;
+}
+
+void ph_set_meta(pe_scope *s, const char *name, pe_dtype dt, pe_shape shape) {
+  pe_var *v;
+  if (pe_scope_var(s, name, &v)) abort();
+  pe_tensor_release(&v->t);
+  v->t.dtype = dt;
+  v->t.shape = shape;
 }
 
 pe_tensor *ph_set_f32(pe_scope *s, const char *name, pe_shape shape, const float *v) {
@@ -49,19 +58,24 @@ pe_tensor *ph_set_uniform(pe_scope *s, const char *name, pe_shape shape, float l
   return t;
 }
 
-pe_op_desc *ph_op(const char *type, ...) {
-  pe_op_desc *op = pe_op_desc_new(type);
-  va_list ap;
-  va_start(ap, type);
+pe_status *ph_op_add_slots(pe_op_desc *op, va_list ap) {
   for (int pass = 0; pass < 2; pass++) {
     const char *slot;
     while ((slot = va_arg(ap, const char *))) {
       const char *arg = va_arg(ap, const char *);
-      pe_status *st = pass ? pe_op_output1(op, slot, arg) : pe_op_input1(op, slot, arg);
-      if (st) abort();
+      PE_TRY(pass ? pe_op_output1(op, slot, arg) : pe_op_input1(op, slot, arg));
     }
   }
+  return NULL;
+}
+
+pe_op_desc *ph_op(const char *type, ...) {
+  pe_op_desc *op = pe_op_desc_new(type);
+  va_list ap;
+  va_start(ap, type);
+  pe_status *st = ph_op_add_slots(op, ap);
   va_end(ap);
+  if (st) abort();
   return op;
 }
 
@@ -85,7 +99,8 @@ static pe_status *bind(pe_scope *s, const pe_op_desc *op, bound *b, bool create_
     if (di < 0) return pe_error(PE_EARITY, "%s: no input slot %s", op->type, op->in[i].name);
     for (int k = 0; k < op->in[i].n; k++) {
       pe_var *v = pe_scope_find(s, op->in[i].args[k]);
-      if (!v) return pe_error(PE_EUNKNOWN_VAR, "%s: input '%s' not set", op->type, op->in[i].args[k]);
+      if (!v)
+        return pe_error(PE_EUNKNOWN_VAR, "%s: input '%s' not set", op->type, op->in[i].args[k]);
       b->tin[di][k] = &v->t;
       b->vin[di][k] = (pe_meta){v->t.dtype, v->t.shape};
       b->pin[di][k] = &b->vin[di][k];
@@ -121,7 +136,10 @@ pe_status *ph_infer_op(pe_scope *s, const pe_op_desc *op, pe_meta *out_metas, in
   return NULL;
 }
 
-pe_status *ph_run_op(pe_scope *s, const pe_op_desc *op, pe_rng *rng) {
+/* Bind op to s's variables, infer, size the outputs and run the kernel with
+ * op state *state, generator rng and device dev. */
+static pe_status *run_bound(pe_scope *s, const pe_op_desc *op, void **state, pe_rng *rng,
+                            pe_device_ctx *dev) {
   bound b;
   PE_TRY(bind(s, op, &b, true));
   pe_infer_ctx ic = {b.def, op, 0, true, b.min, b.mout};
@@ -129,13 +147,42 @@ pe_status *ph_run_op(pe_scope *s, const pe_op_desc *op, pe_rng *rng) {
   for (int o = 0; o < b.def->n_outputs; o++)
     for (int k = 0; k < b.out[o].n; k++)
       PE_TRY(pe_tensor_resize(b.tout[o][k], b.vout[o][k].dtype, &b.vout[o][k].shape, b.nout[o][k]));
+  pe_kernel_ctx kc = {b.def, op, 0, b.in, b.out, state, rng, dev};
+  if (!b.def->kernel_cpu) return pe_error(PE_EINTERNAL, "%s has no cpu kernel", op->type);
+  return b.def->kernel_cpu(&kc);
+}
+
+static void free_state(const pe_op_def *def, void *state) {
+  if (state && def && def->state_free) def->state_free(state);
+}
+
+pe_status *ph_run_op(pe_scope *s, const pe_op_desc *op, pe_rng *rng) {
   pe_rng local = {1234, 0};
   void *state = NULL;
-  pe_kernel_ctx kc = {b.def, op, 0, b.in, b.out, &state, rng ? rng : &local, harness_dev()};
-  if (!b.def->kernel_cpu) return pe_error(PE_EINTERNAL, "%s has no cpu kernel", op->type);
-  pe_status *st = b.def->kernel_cpu(&kc);
-  if (state && b.def->state_free) b.def->state_free(state);
+  pe_status *st = run_bound(s, op, &state, rng ? rng : &local, harness_dev());
+  free_state(pe_op_lookup(op->type), state);
   return st;
+}
+
+ph_op_inst *ph_op_inst_new(const pe_op_desc *op, pe_device_ctx *dev) {
+  ph_op_inst *inst = calloc(1, sizeof(*inst));
+  if (!inst) abort();
+  inst->op = op;
+  inst->def = pe_op_lookup(op->type);
+  inst->dev = dev;
+  return inst;
+}
+
+pe_status *ph_op_inst_run(ph_op_inst *inst, pe_scope *s, pe_rng *rng) {
+  pe_rng local = {1234, 0};
+  return run_bound(s, inst->op, &inst->state, rng ? rng : &local,
+                   inst->dev ? inst->dev : harness_dev());
+}
+
+void ph_op_inst_free(ph_op_inst *inst) {
+  if (!inst) return;
+  free_state(inst->def, inst->state);
+  free(inst);
 }
 
 static double weighted_loss(pe_scope *s, const char *const *outs, int n_outs) {

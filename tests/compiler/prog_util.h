@@ -9,12 +9,12 @@
 #include <string.h>
 
 #include "compiler/program.h"
+#include "op_harness.h"
+#include "test_assert.h"
 
-#define PU_OK(expr)                                                        \
-  do {                                                                     \
-    pe_status *pu_st_ = (expr);                                            \
-    ck_assert_msg(pu_st_ == NULL, "%s: %s", #expr, pe_status_msg(pu_st_)); \
-  } while (0)
+/* PU_OK and pu_expect are PE_CK_OK and expect_errors of test_assert.h. */
+#define PU_OK(expr) PE_CK_OK(expr)
+#define pu_expect expect_errors
 
 /* Declare a variable; ndim 0 (shape NULL) leaves it to inference. */
 static inline pe_var_desc *pu_var(pe_block *b, const char *name, pe_dtype dt,
@@ -42,31 +42,9 @@ static inline pe_op_desc *pu_op(pe_block *b, const char *type, ...) {
   PU_OK(pe_block_append_op(b, type, &op));
   va_list ap;
   va_start(ap, type);
-  for (int pass = 0; pass < 2; pass++) {
-    const char *slot;
-    while ((slot = va_arg(ap, const char *))) {
-      const char *arg = va_arg(ap, const char *);
-      PU_OK(pass ? pe_op_output1(op, slot, arg) : pe_op_input1(op, slot, arg));
-    }
-  }
+  PU_OK(ph_op_add_slots(op, ap));
   va_end(ap);
   return op;
-}
-
-/* The status has `code` and its message contains every string of the
- * NULL-terminated list. Frees st. */
-static inline void pu_expect(pe_status *st, pe_code code, ...) {
-  ck_assert_msg(st != NULL, "expected %s, got success", pe_code_name(code));
-  ck_assert_msg(pe_status_code(st) == code, "expected %s, got %s: %s", pe_code_name(code),
-                pe_code_name(pe_status_code(st)), pe_status_msg(st));
-  va_list ap;
-  va_start(ap, code);
-  const char *want;
-  while ((want = va_arg(ap, const char *)))
-    ck_assert_msg(strstr(pe_status_msg(st), want), "message \"%s\" lacks \"%s\"", pe_status_msg(st),
-                  want);
-  va_end(ap);
-  pe_status_free(st);
 }
 
 /* Index of the first op of `type` in b at or after `from`; -1 if none. */

@@ -73,7 +73,7 @@ static void check_grad(pe_seq_exec *e, pe_scope *model, const pe_feed *feeds, in
 
 static void backward(pe_program *p, const char *loss) {
   p->loss = strdup(loss);
-  PU_OK(pe_passes_run(p, "validate,backward", NULL));
+  PU_OK(pe_passes_run(&(pe_ir){.prog = p}, "validate,backward"));
 }
 
 /* Types of ops [from, n_ops) joined by spaces. */
@@ -257,7 +257,7 @@ START_TEST(pruned_paths) {
   pu_op(m, "tanh", "X", "side", NULL, "Out", "side_t", NULL);
   pu_op(m, "mean", "X", "side_t", NULL, "Out", "side_loss", NULL);
   int n_fwd = m->n_ops;
-  PU_OK(pe_passes_run(p, "validate", NULL));
+  PU_OK(pe_passes_run(&(pe_ir){.prog = p}, "validate"));
   backward(p, "loss");
   char types[512];
   ck_assert_str_eq(op_types(m, n_fwd, types, sizeof types),
@@ -356,15 +356,16 @@ START_TEST(errors) {
   pu_op(m, "mean", "X", "x", NULL, "Out", "xloss", NULL);
   PU_OK(pe_program_validate(p));
   pe_pass_opts o = {"nope"};
-  pu_expect(pe_pass_backward(p, &o), PE_EUNKNOWN_VAR, "'nope'", NULL);
+  pu_expect(pe_pass_backward(&(pe_ir){.prog = p, .opts = &o}), PE_EUNKNOWN_VAR, "'nope'", NULL);
   o.loss = "ilabel";
-  pu_expect(pe_pass_backward(p, &o), PE_EDTYPE, "'ilabel'", "i64", NULL);
+  pu_expect(pe_pass_backward(&(pe_ir){.prog = p, .opts = &o}), PE_EDTYPE, "'ilabel'", "i64", NULL);
   o.loss = "xloss"; /* depends on the stop_gradient feed only */
-  pu_expect(pe_pass_backward(p, &o), PE_ENOGRAD, "'xloss'", NULL);
+  pu_expect(pe_pass_backward(&(pe_ir){.prog = p, .opts = &o}), PE_ENOGRAD, "'xloss'", NULL);
   o.loss = "loss"; /* relu_grad is on the path and has no gradient itself */
-  pu_expect(pe_pass_backward(p, &o), PE_ENOGRAD, "op #0 (relu_grad)", "'loss'", NULL);
+  pu_expect(pe_pass_backward(&(pe_ir){.prog = p, .opts = &o}), PE_ENOGRAD, "op #0 (relu_grad)",
+            "'loss'", NULL);
   ck_assert_int_eq(m->n_ops, 3); /* failures leave the block as it was */
-  pu_expect(pe_pass_backward(p, NULL), PE_EINVAL, "no loss", NULL);
+  pu_expect(pe_pass_backward(&(pe_ir){.prog = p}), PE_EINVAL, "no loss", NULL);
   pe_program_free(p);
 
   /* In-place write of a variable on the gradient path. */
@@ -378,7 +379,7 @@ START_TEST(errors) {
   pu_op(m, "mean", "X", "h", NULL, "Out", "loss", NULL);
   p->loss = strdup("loss");
   PU_OK(pe_program_validate(p));
-  pu_expect(pe_pass_backward(p, NULL), PE_EINVAL, "op #1 (relu)", "'h'", NULL);
+  pu_expect(pe_pass_backward(&(pe_ir){.prog = p}), PE_EINVAL, "op #1 (relu)", "'h'", NULL);
   pe_program_free(p);
 }
 END_TEST
@@ -399,8 +400,8 @@ START_TEST(twice_is_an_error_and_output_is_deterministic) {
   p->loss = strdup("loss");
   pe_program *q;
   PU_OK(pe_program_clone(p, &q));
-  PU_OK(pe_passes_run(p, "validate,backward", NULL));
-  PU_OK(pe_passes_run(q, "validate,backward", NULL));
+  PU_OK(pe_passes_run(&(pe_ir){.prog = p}, "validate,backward"));
+  PU_OK(pe_passes_run(&(pe_ir){.prog = q}, "validate,backward"));
   uint8_t *b1, *b2;
   size_t l1, l2;
   PU_OK(pe_program_encode(p, &b1, &l1));
@@ -409,7 +410,7 @@ START_TEST(twice_is_an_error_and_output_is_deterministic) {
   ck_assert(memcmp(b1, b2, l1) == 0);
   free(b1);
   free(b2);
-  pu_expect(pe_pass_backward(p, NULL), PE_EINVAL, "loss@GRAD", "already", NULL);
+  pu_expect(pe_pass_backward(&(pe_ir){.prog = p}), PE_EINVAL, "loss@GRAD", "already", NULL);
   pe_program_free(p);
   pe_program_free(q);
 }

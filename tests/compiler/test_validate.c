@@ -271,14 +271,16 @@ START_TEST(pass_manager) {
   pu_var(m, "y", PE_F32, NULL);
   pu_var(m, "mask", PE_U8, NULL);
   pu_op(m, "dropout", "X", "x", NULL, "Out", "y", "Mask", "mask", NULL);
-  pu_expect(pe_passes_run(p, "validate,frobnicate", NULL), PE_ENOTFOUND, "frobnicate", NULL);
-  PU_OK(pe_passes_run(p, "validate, inference", NULL));
+  pu_expect(pe_passes_run(&(pe_ir){.prog = p}, "validate,frobnicate"), PE_ENOTFOUND, "frobnicate",
+            NULL);
+  PU_OK(pe_passes_run(&(pe_ir){.prog = p}, "validate, inference"));
   const pe_attr *a = pe_op_find_attr(m->ops[0], "is_test");
   ck_assert_ptr_nonnull(a);
   ck_assert_int_eq(a->type, PE_ATTR_BOOL);
   ck_assert_int_eq(a->i, 1);
   /* A pass failure names the pass. */
-  pu_expect(pe_pass_run(p, "backward", NULL), PE_EINVAL, "pass backward", "no loss", NULL);
+  pu_expect(pe_pass_run(&(pe_ir){.prog = p}, "backward"), PE_EINVAL, "pass backward", "no loss",
+            NULL);
   pe_program_free(p);
 }
 END_TEST

@@ -354,7 +354,8 @@ START_TEST(optimizer_pass_structure) {
   pe_program *p = regression_program("adam", 0.01f);
   free(p->opt.type);
   p->opt.type = strdup("adagrad");
-  pu_expect(pe_passes_run(p, "validate,backward,optimizer", NULL), PE_EINVAL, "adagrad", NULL);
+  pu_expect(pe_passes_run(&(pe_ir){.prog = p}, "validate,backward,optimizer"), PE_EINVAL, "adagrad",
+            NULL);
   pe_program_free(p);
 
   /* No startup block: the pass creates one. */
@@ -388,9 +389,9 @@ START_TEST(optimizer_pass_structure) {
   p = regression_program("sgd", 0.1f);
   free(p->opt.type);
   p->opt.type = NULL;
-  PU_OK(pe_passes_run(p, "validate,backward", NULL));
+  PU_OK(pe_passes_run(&(pe_ir){.prog = p}, "validate,backward"));
   int n = pe_program_main(p)->n_ops;
-  PU_OK(pe_pass_run(p, "optimizer", NULL));
+  PU_OK(pe_pass_run(&(pe_ir){.prog = p}, "optimizer"));
   ck_assert_int_eq(pe_program_main(p)->n_ops, n);
   pe_program_free(p);
 }

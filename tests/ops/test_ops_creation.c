@@ -10,62 +10,14 @@
 
 #include "check_main.h"
 #include "op_harness.h"
-#include "ops/device_ctx.h"
-
-#define OK(expr)                                                \
-  do {                                                          \
-    pe_status *ok_st_ = (expr);                                 \
-    ck_assert_msg(ok_st_ == NULL, "%s", pe_status_msg(ok_st_)); \
-  } while (0)
-
-/* Expect a failure with `code` whose message contains `needle`. */
-static void expect_error(pe_status *st, pe_code code, const char *needle) {
-  ck_assert_msg(st != NULL, "expected an error containing '%s'", needle);
-  ck_assert_msg(pe_status_code(st) == code, "code %s, message: %s", pe_code_name(st->code),
-                pe_status_msg(st));
-  ck_assert_msg(strstr(pe_status_msg(st), needle), "'%s' not in: %s", needle, pe_status_msg(st));
-  pe_status_free(st);
-}
-
-/* Run an op whose slots hold at most one argument each, like an executor
- * does but with caller-owned op state, generator and device context (the
- * harness gives every call fresh state). ins/outs are in the row's slot order;
- * NULL leaves a slot absent. */
-static pe_status *run_direct(const pe_op_desc *op, pe_tensor **ins, pe_tensor **outs, pe_rng *rng,
-                             void **state, pe_device_ctx *dev) {
-  const pe_op_def *def = pe_op_lookup(op->type);
-  ck_assert_ptr_nonnull(def);
-  pe_tensor_list tin[8] = {{0}}, tout[8] = {{0}};
-  pe_meta_list min[8] = {{0}}, mout[8] = {{0}};
-  pe_meta vin[8], vout[8], *pin[8], *pout[8];
-  const char *names[8] = {"a", "b", "c", "d", "e", "f", "g", "h"};
-  for (int i = 0; i < def->n_inputs; i++) {
-    if (!ins[i]) continue;
-    vin[i] = (pe_meta){ins[i]->dtype, ins[i]->shape};
-    pin[i] = &vin[i];
-    tin[i] = (pe_tensor_list){1, &ins[i]};
-    min[i] = (pe_meta_list){1, &names[i], &pin[i]};
-  }
-  for (int o = 0; o < def->n_outputs; o++) {
-    if (!outs[o]) continue;
-    pout[o] = &vout[o];
-    tout[o] = (pe_tensor_list){1, &outs[o]};
-    mout[o] = (pe_meta_list){1, &names[o], &pout[o]};
-  }
-  pe_infer_ctx ic = {def, op, 0, true, min, mout};
-  PE_TRY(def->infer(&ic));
-  for (int o = 0; o < def->n_outputs; o++)
-    if (outs[o]) PE_TRY(pe_tensor_resize(outs[o], vout[o].dtype, &vout[o].shape, names[o]));
-  pe_kernel_ctx kc = {def, op, 0, tin, tout, state, rng, dev};
-  return def->kernel_cpu(&kc);
-}
+#include "test_assert.h"
 
 static pe_op_desc *random_op(const char *type, int64_t n, int64_t seed, int dtype) {
   pe_op_desc *op = ph_op(type, NULL, "Out", "out", NULL);
   int64_t shape[] = {n};
-  OK(pe_op_set_ints(op, "shape", 1, shape));
-  OK(pe_op_set_int(op, "seed", seed));
-  OK(pe_op_set_int(op, "dtype", dtype));
+  PE_CK_OK(pe_op_set_ints(op, "shape", 1, shape));
+  PE_CK_OK(pe_op_set_int(op, "seed", seed));
+  PE_CK_OK(pe_op_set_int(op, "dtype", dtype));
   return op;
 }
 
@@ -80,10 +32,10 @@ START_TEST(fill_constant_values_and_dtypes) {
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     pe_op_desc *op = ph_op("fill_constant", NULL, "Out", "out", NULL);
     int64_t shape[] = {2, 3};
-    OK(pe_op_set_ints(op, "shape", 2, shape));
-    OK(pe_op_set_float(op, "value", cases[c].value));
-    OK(pe_op_set_int(op, "dtype", cases[c].dtype));
-    OK(ph_run_op(s, op, NULL));
+    PE_CK_OK(pe_op_set_ints(op, "shape", 2, shape));
+    PE_CK_OK(pe_op_set_float(op, "value", cases[c].value));
+    PE_CK_OK(pe_op_set_int(op, "dtype", cases[c].dtype));
+    PE_CK_OK(ph_run_op(s, op, NULL));
     pe_tensor *t = ph_get(s, "out");
     pe_shape want = PE_SHAPE(2, 3);
     ck_assert_int_eq(t->dtype, cases[c].dtype);
@@ -106,21 +58,21 @@ START_TEST(fill_constant_rejects_bad_attrs) {
   pe_scope *s = pe_scope_new(NULL);
   pe_op_desc *op = ph_op("fill_constant", NULL, "Out", "out", NULL);
   int64_t batch[] = {-1, 3};
-  OK(pe_op_set_ints(op, "shape", 2, batch));
+  PE_CK_OK(pe_op_set_ints(op, "shape", 2, batch));
   pe_meta m[1];
   expect_error(ph_infer_op(s, op, m, 1), PE_EATTR, "attribute 'shape' [-1,3] contains -1");
   int64_t ok_shape[] = {4};
-  OK(pe_op_set_ints(op, "shape", 1, ok_shape));
-  OK(pe_op_set_int(op, "dtype", PE_I32));
-  OK(pe_op_set_float(op, "value", 1e10f));
+  PE_CK_OK(pe_op_set_ints(op, "shape", 1, ok_shape));
+  PE_CK_OK(pe_op_set_int(op, "dtype", PE_I32));
+  PE_CK_OK(pe_op_set_float(op, "value", 1e10f));
   expect_error(ph_infer_op(s, op, m, 1), PE_EATTR, "does not fit dtype i32");
-  OK(pe_op_set_int(op, "dtype", PE_F16));
+  PE_CK_OK(pe_op_set_int(op, "dtype", PE_F16));
   expect_error(ph_infer_op(s, op, m, 1), PE_EATTR, "attribute 'dtype' = 5");
   pe_op_desc_free(op);
 
   /* The random ops share the shape rule. */
   op = random_op("gaussian_random", 4, 0, PE_F32);
-  OK(pe_op_set_ints(op, "shape", 2, batch));
+  PE_CK_OK(pe_op_set_ints(op, "shape", 2, batch));
   expect_error(ph_infer_op(s, op, m, 1), PE_EATTR, "'shape'");
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -134,10 +86,10 @@ START_TEST(uniform_bounds_and_mean) {
   pe_scope *s = pe_scope_new(NULL);
   for (int dt = PE_F32; dt <= PE_F64; dt++) {
     pe_op_desc *op = random_op("uniform_random", 100000, 0, dt);
-    OK(pe_op_set_float(op, "min", -2.0f));
-    OK(pe_op_set_float(op, "max", 6.0f));
+    PE_CK_OK(pe_op_set_float(op, "min", -2.0f));
+    PE_CK_OK(pe_op_set_float(op, "max", 6.0f));
     pe_rng rng = {7, 0};
-    OK(ph_run_op(s, op, &rng));
+    PE_CK_OK(ph_run_op(s, op, &rng));
     pe_tensor *t = ph_get(s, "out");
     ck_assert_int_eq(t->dtype, dt);
     ck_assert_uint_eq(rng.offset, 100000); /* one counter per element */
@@ -163,10 +115,10 @@ START_TEST(gaussian_mean_and_std) {
   pe_scope *s = pe_scope_new(NULL);
   for (int dt = PE_F32; dt <= PE_F64; dt++) {
     pe_op_desc *op = random_op("gaussian_random", 100000, 0, dt);
-    OK(pe_op_set_float(op, "mean", 3.0f));
-    OK(pe_op_set_float(op, "std", 2.0f));
+    PE_CK_OK(pe_op_set_float(op, "mean", 3.0f));
+    PE_CK_OK(pe_op_set_float(op, "std", 2.0f));
     pe_rng rng = {11, 0};
-    OK(ph_run_op(s, op, &rng));
+    PE_CK_OK(ph_run_op(s, op, &rng));
     pe_tensor *t = ph_get(s, "out");
     ck_assert_int_eq(t->dtype, dt);
     double sum = 0, sq = 0;
@@ -192,31 +144,31 @@ START_TEST(program_generator_draws_depend_on_offset) {
   pe_op_desc *op = random_op("uniform_random", 8, 0, PE_F32);
   float a[8], b[8];
   pe_rng rng = {99, 0};
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   memcpy(a, ph_get(s, "out")->data, sizeof a);
   ck_assert_uint_eq(rng.offset, 8);
-  OK(ph_run_op(s, op, &rng)); /* the generator moved on: new numbers */
+  PE_CK_OK(ph_run_op(s, op, &rng)); /* the generator moved on: new numbers */
   memcpy(b, ph_get(s, "out")->data, sizeof b);
   ck_assert(memcmp(a, b, sizeof a) != 0);
   /* Element i uses counter offset + i: starting at offset 3 shifts by 3. */
   rng = (pe_rng){99, 3};
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   ck_assert(memcmp(a + 3, ph_get(s, "out")->data, 5 * sizeof(float)) == 0);
   rng = (pe_rng){99, 0};
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   ck_assert(memcmp(a, ph_get(s, "out")->data, sizeof a) == 0);
   rng = (pe_rng){100, 0};
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   ck_assert(memcmp(a, ph_get(s, "out")->data, sizeof a) != 0);
   pe_op_desc_free(op);
 
   /* gaussian_random uses two uniform counters per element, from an even start. */
   op = random_op("gaussian_random", 5, 0, PE_F32);
   rng = (pe_rng){99, 0};
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   ck_assert_uint_eq(rng.offset, 10);
   rng = (pe_rng){99, 3};
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   ck_assert_uint_eq(rng.offset, 14);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -225,42 +177,40 @@ END_TEST
 
 START_TEST(seeded_op_is_deterministic_and_advances) {
   pe_device_ctx dev;
-  OK(pe_device_ctx_init(&dev, pe_cpu_place(), 1));
+  PE_CK_OK(pe_device_ctx_init(&dev, pe_cpu_place(), 1));
+  pe_scope *s = pe_scope_new(NULL);
   const char *types[] = {"uniform_random", "gaussian_random"};
   for (int ty = 0; ty < 2; ty++) {
     pe_op_desc *op = random_op(types[ty], 16, 42, PE_F32);
-    pe_tensor t;
-    pe_tensor_init(&t);
-    pe_tensor *outs[] = {&t};
     pe_rng prog = {5, 0};
     float first[16], second[16];
-    void *state = NULL;
-    OK(run_direct(op, NULL, outs, &prog, &state, &dev));
-    memcpy(first, t.data, sizeof first);
-    ck_assert_ptr_nonnull(state); /* the op-local generator lives in op state */
-    OK(run_direct(op, NULL, outs, &prog, &state, &dev));
-    memcpy(second, t.data, sizeof second);
+    ph_op_inst *inst = ph_op_inst_new(op, &dev);
+    PE_CK_OK(ph_op_inst_run(inst, s, &prog));
+    memcpy(first, ph_get(s, "out")->data, sizeof first);
+    ck_assert_ptr_nonnull(inst->state); /* the op-local generator lives in op state */
+    PE_CK_OK(ph_op_inst_run(inst, s, &prog));
+    memcpy(second, ph_get(s, "out")->data, sizeof second);
     ck_assert(memcmp(first, second, sizeof first) != 0); /* it advanced across runs */
     ck_assert_uint_eq(prog.offset, 0);                   /* program generator untouched */
-    pe_op_lookup(op->type)->state_free(state);
+    ph_op_inst_free(inst);
 
     /* A fresh instance with the same seed replays the same sequence. */
-    state = NULL;
-    OK(run_direct(op, NULL, outs, &prog, &state, &dev));
-    ck_assert(memcmp(first, t.data, sizeof first) == 0);
-    OK(run_direct(op, NULL, outs, &prog, &state, &dev));
-    ck_assert(memcmp(second, t.data, sizeof second) == 0);
-    pe_op_lookup(op->type)->state_free(state);
+    inst = ph_op_inst_new(op, &dev);
+    PE_CK_OK(ph_op_inst_run(inst, s, &prog));
+    ck_assert(memcmp(first, ph_get(s, "out")->data, sizeof first) == 0);
+    PE_CK_OK(ph_op_inst_run(inst, s, &prog));
+    ck_assert(memcmp(second, ph_get(s, "out")->data, sizeof second) == 0);
+    ph_op_inst_free(inst);
 
     /* Another seed gives other numbers. */
-    OK(pe_op_set_int(op, "seed", 43));
-    state = NULL;
-    OK(run_direct(op, NULL, outs, &prog, &state, &dev));
-    ck_assert(memcmp(first, t.data, sizeof first) != 0);
-    pe_op_lookup(op->type)->state_free(state);
-    pe_tensor_release(&t);
+    PE_CK_OK(pe_op_set_int(op, "seed", 43));
+    inst = ph_op_inst_new(op, &dev);
+    PE_CK_OK(ph_op_inst_run(inst, s, &prog));
+    ck_assert(memcmp(first, ph_get(s, "out")->data, sizeof first) != 0);
+    ph_op_inst_free(inst);
     pe_op_desc_free(op);
   }
+  pe_scope_free(s);
   pe_device_ctx_destroy(&dev);
 }
 END_TEST
@@ -268,23 +218,23 @@ END_TEST
 START_TEST(results_do_not_depend_on_thread_count) {
   /* 2e5 elements: above the size where the kernels go parallel. */
   pe_device_ctx one, two;
-  OK(pe_device_ctx_init(&one, pe_cpu_place(), 1));
-  OK(pe_device_ctx_init(&two, pe_cpu_place(), 2));
+  PE_CK_OK(pe_device_ctx_init(&one, pe_cpu_place(), 1));
+  PE_CK_OK(pe_device_ctx_init(&two, pe_cpu_place(), 2));
   const char *types[] = {"uniform_random", "gaussian_random"};
   for (int ty = 0; ty < 2; ty++) {
     pe_op_desc *op = random_op(types[ty], 200000, 0, PE_F32);
-    pe_tensor a, b;
-    pe_tensor_init(&a);
-    pe_tensor_init(&b);
-    pe_tensor *oa[] = {&a}, *ob[] = {&b};
+    pe_scope *sa = pe_scope_new(NULL), *sb = pe_scope_new(NULL);
     pe_rng ra = {3, 17}, rb = {3, 17};
-    void *sa = NULL, *sb = NULL;
-    OK(run_direct(op, NULL, oa, &ra, &sa, &one));
-    OK(run_direct(op, NULL, ob, &rb, &sb, &two));
-    ck_assert(memcmp(a.data, b.data, pe_tensor_bytes(&a)) == 0);
+    ph_op_inst *ia = ph_op_inst_new(op, &one), *ib = ph_op_inst_new(op, &two);
+    PE_CK_OK(ph_op_inst_run(ia, sa, &ra));
+    PE_CK_OK(ph_op_inst_run(ib, sb, &rb));
+    pe_tensor *a = ph_get(sa, "out"), *b = ph_get(sb, "out");
+    ck_assert(memcmp(a->data, b->data, pe_tensor_bytes(a)) == 0);
     ck_assert_uint_eq(ra.offset, rb.offset);
-    pe_tensor_release(&a);
-    pe_tensor_release(&b);
+    ph_op_inst_free(ia);
+    ph_op_inst_free(ib);
+    pe_scope_free(sa);
+    pe_scope_free(sb);
     pe_op_desc_free(op);
   }
   pe_device_ctx_destroy(&one);
@@ -298,7 +248,7 @@ START_TEST(assign_copies_and_differentiates) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_uniform(s, "x", PE_SHAPE(3, 4), -1, 1, 5);
   pe_op_desc *op = ph_op("assign", "X", "x", NULL, "Out", "y", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *x = ph_get(s, "x"), *y = ph_get(s, "y");
   ck_assert(pe_shape_equal(&x->shape, &y->shape));
   ck_assert(memcmp(x->data, y->data, pe_tensor_bytes(x)) == 0);
@@ -307,7 +257,7 @@ START_TEST(assign_copies_and_differentiates) {
    * exact up to f32 rounding of the ~12-term weighted sum (~1e-5). */
   const char *outs[] = {"y"}, *wrt[] = {"x"};
   ph_grad_report rep;
-  OK(ph_grad_check(s, op, outs, 1, wrt, 1, 1e-2, 0, &rep));
+  PE_CK_OK(ph_grad_check(s, op, outs, 1, wrt, 1, 1e-2, 0, &rep));
   ck_assert_int_eq(rep.checked, 12);
   ck_assert_msg(rep.max_err < 1e-3, "max_err %g at %s[%lld]: analytic %g numeric %g", rep.max_err,
                 rep.worst, (long long)rep.worst_index, rep.analytic, rep.numeric);
@@ -317,14 +267,14 @@ START_TEST(assign_copies_and_differentiates) {
   int64_t iv[] = {1, -2, 3};
   ph_set_i64(s, "i", PE_SHAPE(3), iv);
   op = ph_op("assign", "X", "i", NULL, "Out", "j", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   ck_assert_int_eq(ph_get(s, "j")->dtype, PE_I64);
   ck_assert(memcmp(pe_i64(ph_get(s, "j")), iv, sizeof iv) == 0);
   pe_op_desc_free(op);
 
   /* A pruned Out@GRAD reads as zeros. */
   op = ph_op("assign_grad", "X", "x", NULL, "X@GRAD", "dx", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *dx = ph_get(s, "dx");
   ck_assert(pe_shape_equal(&dx->shape, &x->shape));
   for (int i = 0; i < 12; i++) ck_assert(pe_f32(dx)[i] == 0.0f);

@@ -6,6 +6,7 @@
  * to a few ulp); gradients as in ops_dnnl_helpers.h (max_err <= 1e-2). */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "check_main.h"
@@ -21,9 +22,9 @@ START_TEST(matmul_2x3_times_3x2) {
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
   ph_set_f32(s, "y", PE_SHAPE(3, 2), (float[]){7, 8, 9, 10, 11, 12});
   pe_op_desc *op = ph_op("matmul", "X", "x", "Y", "y", NULL, "Out", "out", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *out = ph_get(s, "out");
-  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(2, 2)));
+  expect_shape(&out->shape, PE_SHAPE(2, 2));
   /* [1 2 3;4 5 6]·[7 8;9 10;11 12] = [58 64;139 154] */
   dt_expect_close(pe_f32(out), (float[]){58, 64, 139, 154}, 4, FWD_TOL, "out");
   pe_op_desc_free(op);
@@ -48,9 +49,9 @@ START_TEST(matmul_num_col_dims_shapes_and_values) {
   ph_set_f32(s, "y", PE_SHAPE(3, 1, 2), yv);
   pe_op_desc *op = ph_op("matmul", "X", "x", "Y", "y", NULL, "Out", "out", NULL);
   pe_op_set_int(op, "x_num_col_dims", 2);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *out = ph_get(s, "out");
-  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(2, 2, 1, 2)));
+  expect_shape(&out->shape, PE_SHAPE(2, 2, 1, 2));
   dt_expect_close(pe_f32(out), want, 8, FWD_TOL, "out");
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -97,14 +98,14 @@ START_TEST(matmul_grad_values_and_pruning) {
   ph_set_f32(s, "dout", PE_SHAPE(2, 2), (float[]){1, 0, 0, 2});
   pe_op_desc *op =
       ph_op("matmul_grad", "X", "x", "Y", "y", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   /* dOut·Yᵀ = [1 0;0 2]·[7 9 11;8 10 12] = [7 9 11;16 20 24] */
   dt_expect_close(pe_f32(ph_get(s, "dx")), (float[]){7, 9, 11, 16, 20, 24}, 6, FWD_TOL, "dx");
   pe_op_desc_free(op);
   op = ph_op("matmul_grad", "X", "x", "Y", "y", NULL, "Y@GRAD", "dy", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *dy = ph_get(s, "dy");
-  ck_assert(dt_shape_is(&dy->shape, PE_SHAPE(3, 2)));
+  expect_shape(&dy->shape, PE_SHAPE(3, 2));
   for (int i = 0; i < 6; i++) ck_assert_float_eq(pe_f32(dy)[i], 0.0f);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -115,9 +116,8 @@ START_TEST(matmul_infer_batch_and_errors) {
   pe_op_desc *op = ph_op("matmul", "X", "h", "Y", "fc.w", NULL, "Out", "o", NULL);
   dt_var ok[] = {{"h", PE_F32, PE_SHAPE(-1, 128)}, {"fc.w", PE_F32, PE_SHAPE(128, 10)}};
   pe_meta m;
-  pe_status *st = dt_infer(op, ok, 2, &m);
-  ck_assert_ptr_null(st);
-  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 10)));
+  PE_CK_OK(dt_infer(op, ok, 2, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 10));
   ck_assert_int_eq(m.dtype, PE_F32);
   dt_var bad[] = {{"h", PE_F32, PE_SHAPE(-1, 128)}, {"fc.w", PE_F32, PE_SHAPE(256, 10)}};
   dt_expect_infer_error(op, bad, 2, PE_ESHAPE, "matmul", "'fc.w'", "[256,10]", "'h'", "[-1,128]",
@@ -133,8 +133,8 @@ START_TEST(matmul_infer_batch_and_errors) {
   dt_var g[] = {{"h", PE_F32, PE_SHAPE(-1, 128)},
                 {"fc.w", PE_F32, PE_SHAPE(128, 10)},
                 {"o@GRAD", PE_F32, PE_SHAPE(-1, 10)}};
-  ck_assert_ptr_null(dt_infer(op, g, 3, &m));
-  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 128)));
+  PE_CK_OK(dt_infer(op, g, 3, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 128));
   pe_op_desc_free(op);
 }
 END_TEST
@@ -145,7 +145,7 @@ static void act_forward(const char *type, const float *x, int n, double (*ref)(d
   pe_scope *s = pe_scope_new(NULL);
   ph_set_f32(s, "x", PE_SHAPE(n), x);
   pe_op_desc *op = ph_op(type, "X", "x", NULL, "Out", "out", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   float want[16];
   for (int i = 0; i < n; i++) want[i] = (float)ref(x[i]);
   dt_expect_close(pe_f32(ph_get(s, "out")), want, n, FWD_TOL, type);
@@ -169,16 +169,16 @@ START_TEST(activations_known_points) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_f32(s, "x", PE_SHAPE(2, 2), (float[]){-2, 0, 0.5f, 3});
   pe_op_desc *op = ph_op("relu", "X", "x", NULL, "Out", "out", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dt_expect_close(pe_f32(ph_get(s, "out")), (float[]){0, 0, 0.5f, 3}, 4, 0, "relu");
   pe_op_desc_free(op);
   op = ph_op("sigmoid", "X", "x", NULL, "Out", "out", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dt_expect_close(pe_f32(ph_get(s, "out")), (float[]){0.11920292f, 0.5f, 0.62245933f, 0.95257413f},
                   4, FWD_TOL, "sigmoid");
   pe_op_desc_free(op);
   op = ph_op("tanh", "X", "x", NULL, "Out", "out", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dt_expect_close(pe_f32(ph_get(s, "out")), (float[]){-0.96402758f, 0, 0.46211716f, 0.99505475f}, 4,
                   FWD_TOL, "tanh");
   pe_op_desc_free(op);
@@ -219,18 +219,18 @@ START_TEST(activation_grad_values) {
   ph_set_f32(s, "dout", PE_SHAPE(4), (float[]){1, 2, 3, 4});
   pe_op_desc *op =
       ph_op("relu_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dt_expect_close(pe_f32(ph_get(s, "dx")), (float[]){0, 2, 0, 4}, 4, 0, "relu dx");
   pe_op_desc_free(op);
   op = ph_op("tanh_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   /* dx = dout * (1 - out^2) */
   dt_expect_close(pe_f32(ph_get(s, "dx")), (float[]){0.75f, 1.5f, 3, 4 * 0.19f}, 4, FWD_TOL,
                   "tanh dx");
   pe_op_desc_free(op);
   op =
       ph_op("sigmoid_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   /* dx = dout * out * (1 - out) */
   dt_expect_close(pe_f32(ph_get(s, "dx")), (float[]){0.25f, 2 * -0.75f, 0, 4 * 0.09f}, 4, FWD_TOL,
                   "sigmoid dx");
@@ -245,7 +245,7 @@ START_TEST(softmax_rows) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_f32(s, "x", PE_SHAPE(3, 3), (float[]){1, 2, 3, 0, 0, 0, -1, 5, 100});
   pe_op_desc *op = ph_op("softmax", "X", "x", NULL, "Out", "out", NULL);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   double z = exp(1) + exp(2) + exp(3), z3 = exp(-101) + exp(-95) + 1;
   float want[9] = {(float)(exp(1) / z),
                    (float)(exp(2) / z),
@@ -278,7 +278,7 @@ START_TEST(softmax_middle_axis) {
   ph_set_f32(s, "x", PE_SHAPE(2, 3, 2), xv);
   pe_op_desc *op = ph_op("softmax", "X", "x", NULL, "Out", "out", NULL);
   pe_op_set_int(op, "axis", 1);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dt_expect_close(pe_f32(ph_get(s, "out")), want, 12, FWD_TOL, "softmax axis 1");
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -307,8 +307,8 @@ START_TEST(activation_infer_errors) {
   dt_expect_infer_error(op, i32, 1, PE_EDTYPE, "relu", "'h'", "[-1,4]", "i32", NULL);
   dt_var ok[] = {{"h", PE_F32, PE_SHAPE(-1, 4)}};
   pe_meta m;
-  ck_assert_ptr_null(dt_infer(op, ok, 1, &m));
-  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 4)));
+  PE_CK_OK(dt_infer(op, ok, 1, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 4));
   pe_op_desc_free(op);
   op = ph_op("softmax", "X", "h", NULL, "Out", "o", NULL);
   pe_op_set_int(op, "axis", 2);
@@ -324,57 +324,57 @@ END_TEST
  * the least recently used; results stay right with fresh data. */
 START_TEST(primitive_cache_reused) {
   pe_device_ctx dev;
-  ck_assert_ptr_null(pe_device_ctx_init(&dev, pe_cpu_place(), 0));
+  PE_CK_OK(pe_device_ctx_init(&dev, pe_cpu_place(), 0));
   pe_device_ctx_bind(&dev);
   pe_scope *s = pe_scope_new(NULL);
   ph_set_f32(s, "y", PE_SHAPE(3, 2), (float[]){7, 8, 9, 10, 11, 12});
   pe_op_desc *op = ph_op("matmul", "X", "x", "Y", "y", NULL, "Out", "out", NULL);
-  void *state = NULL;
+  ph_op_inst *inst = ph_op_inst_new(op, &dev);
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
-  dt_run_stateful_ok(s, op, &state, &dev);
+  PE_CK_OK(ph_op_inst_run(inst, s, NULL));
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 0, 0, 0, 1, 0});
-  dt_run_stateful_ok(s, op, &state, &dev);
+  PE_CK_OK(ph_op_inst_run(inst, s, NULL));
   dt_expect_close(pe_f32(ph_get(s, "out")), (float[]){7, 8, 9, 10}, 4, 0, "second run");
-  pe_dnnl_cache_stats st = pe_dnnl_cache_stats_of(state);
+  pe_dnnl_cache_stats st = pe_dnnl_cache_stats_of(inst->state);
   ck_assert_uint_eq(st.builds, 1);
   ck_assert_uint_eq(st.hits, 1);
   ck_assert_int_eq(st.entries, 1);
   /* A final partial batch: a second entry; then back to the full batch. */
   ph_set_f32(s, "x", PE_SHAPE(1, 3), (float[]){0, 0, 1});
-  dt_run_stateful_ok(s, op, &state, &dev);
+  PE_CK_OK(ph_op_inst_run(inst, s, NULL));
   dt_expect_close(pe_f32(ph_get(s, "out")), (float[]){11, 12}, 2, 0, "partial batch");
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
-  dt_run_stateful_ok(s, op, &state, &dev);
+  PE_CK_OK(ph_op_inst_run(inst, s, NULL));
   dt_expect_close(pe_f32(ph_get(s, "out")), (float[]){58, 64, 139, 154}, 4, FWD_TOL, "full batch");
-  st = pe_dnnl_cache_stats_of(state);
+  st = pe_dnnl_cache_stats_of(inst->state);
   ck_assert_uint_eq(st.builds, 2);
   ck_assert_uint_eq(st.hits, 2);
   ck_assert_int_eq(st.entries, 2);
   /* Batches 3..6: four more shapes; the cache keeps PE_DNNL_CACHE_ENTRIES. */
   for (int b = 3; b <= 6; b++) {
     ph_set_uniform(s, "x", PE_SHAPE(b, 3), -1, 1, (uint64_t)b);
-    dt_run_stateful_ok(s, op, &state, &dev);
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL));
   }
-  st = pe_dnnl_cache_stats_of(state);
+  st = pe_dnnl_cache_stats_of(inst->state);
   ck_assert_uint_eq(st.builds, 6);
   ck_assert_uint_eq(st.evictions, 2);
   ck_assert_int_eq(st.entries, PE_DNNL_CACHE_ENTRIES);
-  pe_dnnl_cache_free(state);
+  ph_op_inst_free(inst);
   pe_op_desc_free(op);
 
   /* A two-primitive grad entry (matmul_grad) is reused too. */
-  state = NULL;
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
   ph_set_f32(s, "dout", PE_SHAPE(2, 2), (float[]){1, 0, 0, 2});
   op = ph_op("matmul_grad", "X", "x", "Y", "y", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", "Y@GRAD",
              "dy", NULL);
-  for (int i = 0; i < 3; i++) dt_run_stateful_ok(s, op, &state, &dev);
+  inst = ph_op_inst_new(op, &dev);
+  for (int i = 0; i < 3; i++) PE_CK_OK(ph_op_inst_run(inst, s, NULL));
   /* Xᵀ·dOut = [1 4;2 5;3 6]·[1 0;0 2] = [1 8;2 10;3 12] */
   dt_expect_close(pe_f32(ph_get(s, "dy")), (float[]){1, 8, 2, 10, 3, 12}, 6, FWD_TOL, "dy");
-  st = pe_dnnl_cache_stats_of(state);
+  st = pe_dnnl_cache_stats_of(inst->state);
   ck_assert_uint_eq(st.builds, 1);
   ck_assert_uint_eq(st.hits, 2);
-  pe_dnnl_cache_free(state);
+  ph_op_inst_free(inst);
   pe_op_desc_free(op);
 
   /* The stats of a never-used state are zeros. */

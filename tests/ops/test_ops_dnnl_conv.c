@@ -54,18 +54,18 @@ START_TEST(conv_sobel_written_out) {
   ph_set_f32(s, "w", PE_SHAPE(1, 1, 3, 3), k_sobel);
   /* No padding: 2x2 of -8. */
   pe_op_desc *op = conv_op(1, 0, 1, 1);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *out = ph_get(s, "out");
-  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(1, 1, 2, 2)));
+  expect_shape(&out->shape, PE_SHAPE(1, 1, 2, 2));
   dt_expect_close(pe_f32(out), (float[]){-8, -8, -8, -8}, 4, FWD_TOL, "pad 0");
   pe_op_desc_free(op);
   /* Padding 1, stride 2: outputs at (0,0) (0,2) (2,0) (2,2) of the padded
    * map. (0,0): rows 0,1 weights 2,1 of -x[r][1] = -2*2 - 6 = -10;
    * (0,2): -2*(2+1) = -6; (2,0): -(6 + 2*10 + 14) = -40; (2,2): -2*4 = -8. */
   op = conv_op(2, 1, 1, 1);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   out = ph_get(s, "out");
-  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(1, 1, 2, 2)));
+  expect_shape(&out->shape, PE_SHAPE(1, 1, 2, 2));
   dt_expect_close(pe_f32(out), (float[]){-10, -6, -40, -8}, 4, FWD_TOL, "pad 1 stride 2");
   pe_op_desc_free(op);
   /* Dilation 2, padding 2: taps at offsets -2, 0, +2. Output (1,1): rows
@@ -73,9 +73,9 @@ START_TEST(conv_sobel_written_out) {
    * = -32. Output (0,0): rows -2(pad),0,2 / cols -2(pad),0,2: 2*(0-3) +
    * (0-11) = -17. */
   op = conv_op(1, 2, 2, 1);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   out = ph_get(s, "out");
-  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(1, 1, 4, 4)));
+  expect_shape(&out->shape, PE_SHAPE(1, 1, 4, 4));
   ck_assert_float_eq_tol(pe_f32(out)[0], -17.0f, 1e-4f);
   ck_assert_float_eq_tol(pe_f32(out)[5], -32.0f, 1e-4f);
   float want[16];
@@ -101,9 +101,9 @@ START_TEST(conv_groups_written_out) {
   ph_set_f32(s, "x", PE_SHAPE(1, 2, 4, 4), xv);
   ph_set_f32(s, "w", PE_SHAPE(2, 1, 3, 3), wv);
   pe_op_desc *op = conv_op(1, 0, 1, 2);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *out = ph_get(s, "out");
-  ck_assert(dt_shape_is(&out->shape, PE_SHAPE(1, 2, 2, 2)));
+  expect_shape(&out->shape, PE_SHAPE(1, 2, 2, 2));
   dt_expect_close(pe_f32(out), (float[]){-8, -8, -8, -8, 9, 9, 9, 9}, 8, FWD_TOL, "groups 2");
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -123,13 +123,13 @@ START_TEST(conv_matches_reference) {
     pe_tensor *x = ph_set_uniform(s, "x", pe_shape_make(4, cases[k].x), -1, 1, 40 + k);
     pe_tensor *w = ph_set_uniform(s, "w", pe_shape_make(4, cases[k].w), -1, 1, 50 + k);
     pe_op_desc *op = conv_op(cases[k].s, cases[k].p, cases[k].d, cases[k].g);
-    dt_run_ok(s, op);
+    PE_CK_OK(ph_run_op(s, op, NULL));
     pe_tensor *out = ph_get(s, "out");
     int64_t keff_h = cases[k].d * (cases[k].w[2] - 1) + 1,
             keff_w = cases[k].d * (cases[k].w[3] - 1) + 1;
     int64_t oh = (cases[k].x[2] + 2 * cases[k].p - keff_h) / cases[k].s + 1;
     int64_t ow = (cases[k].x[3] + 2 * cases[k].p - keff_w) / cases[k].s + 1;
-    ck_assert(dt_shape_is(&out->shape, PE_SHAPE(cases[k].x[0], cases[k].w[0], oh, ow)));
+    expect_shape(&out->shape, PE_SHAPE(cases[k].x[0], cases[k].w[0], oh, ow));
     float *want = malloc((size_t)pe_tensor_numel(out) * sizeof(float));
     conv_ref(pe_f32(x), cases[k].x, pe_f32(w), cases[k].w, cases[k].s, cases[k].p, cases[k].d,
              cases[k].g, want, oh, ow);
@@ -166,8 +166,8 @@ START_TEST(conv_infer) {
   pe_op_desc *op = conv_op(2, 1, 1, 1);
   dt_var ok[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 32, 32)}, {"w", PE_F32, PE_SHAPE(8, 3, 3, 3)}};
   pe_meta m;
-  ck_assert_ptr_null(dt_infer(op, ok, 2, &m));
-  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 8, 16, 16)));
+  PE_CK_OK(dt_infer(op, ok, 2, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 8, 16, 16));
   dt_var bad[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 32, 32)}, {"w", PE_F32, PE_SHAPE(8, 4, 3, 3)}};
   dt_expect_infer_error(op, bad, 2, PE_ESHAPE, "conv2d", "'w'", "[8,4,3,3]", "'x'", "[-1,3,32,32]",
                         NULL);
@@ -200,9 +200,9 @@ static pe_op_desc *pool_op(const char *type, int64_t k, int64_t s, int64_t p, bo
 
 static void pool_expect(pe_scope *s, pe_op_desc *op, pe_shape shape, const float *want,
                         const char *what) {
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *out = ph_get(s, "out");
-  ck_assert_msg(dt_shape_is(&out->shape, shape), "%s: wrong shape", what);
+  ck_assert_msg(pe_shape_equal(&out->shape, &shape), "%s: wrong shape", what);
   dt_expect_close(pe_f32(out), want, pe_shape_numel(&shape), FWD_TOL, what);
   pe_op_desc_free(op);
 }
@@ -274,7 +274,7 @@ START_TEST(pool_max_grad_written_out) {
   pe_op_desc *op = ph_op("pool2d_grad", "X", "x", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
   pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
   pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dt_expect_close(pe_f32(ph_get(s, "dx")),
                   (float[]){0, 1, 0, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 4}, 16, 0, "max dx");
   pe_op_desc_free(op);
@@ -286,8 +286,8 @@ START_TEST(pool_infer) {
   pe_op_desc *op = pool_op("max", 2, 2, 0, true);
   dt_var ok[] = {{"x", PE_F32, PE_SHAPE(-1, 8, 28, 28)}};
   pe_meta m;
-  ck_assert_ptr_null(dt_infer(op, ok, 1, &m));
-  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 8, 14, 14)));
+  PE_CK_OK(dt_infer(op, ok, 1, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 8, 14, 14));
   pe_op_set_string(op, "pooling_type", "median");
   dt_expect_infer_error(op, ok, 1, PE_EATTR, "median", NULL);
   pe_op_desc_free(op);
@@ -298,8 +298,8 @@ START_TEST(pool_infer) {
   dt_var small[] = {{"x", PE_F32, PE_SHAPE(2, 1, 3, 3)}};
   dt_expect_infer_error(op, small, 1, PE_ESHAPE, "'x'", "[2,1,3,3]", NULL);
   pe_op_set_bool(op, "global_pooling", true);
-  ck_assert_ptr_null(dt_infer(op, ok, 1, &m));
-  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 8, 1, 1)));
+  PE_CK_OK(dt_infer(op, ok, 1, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 8, 1, 1));
   pe_op_desc_free(op);
   op = ph_op("pool2d", "X", "x", NULL, "Out", "out", NULL); /* ksize missing */
   dt_expect_infer_error(op, ok, 1, PE_EATTR, "ksize", NULL);
@@ -331,7 +331,7 @@ START_TEST(batch_norm_train_written_out) {
   ph_set_f32(s, "bn.mean", PE_SHAPE(2), (float[]){0, 1});
   ph_set_f32(s, "bn.var", PE_SHAPE(2), (float[]){1, 1});
   pe_op_desc *op = bn_op(false);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   double i0 = 1 / sqrt(1.25 + 1e-5), i1 = 1 / sqrt(2 + 1e-5);
   float want[8] = {(float)(-1.5 * i0),
                    (float)(-0.5 * i0),
@@ -348,7 +348,7 @@ START_TEST(batch_norm_train_written_out) {
   dt_expect_close(pe_f32(ph_get(s, "bn.mean")), (float[]){0.25f, 1.1f}, 2, FWD_TOL, "running mean");
   dt_expect_close(pe_f32(ph_get(s, "bn.var")), (float[]){1.025f, 1.1f}, 2, FWD_TOL, "running var");
   /* A second step moves the running stats again (in place). */
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dt_expect_close(pe_f32(ph_get(s, "bn.mean")), (float[]){0.475f, 1.19f}, 2, FWD_TOL,
                   "running mean 2");
   pe_op_desc_free(op);
@@ -365,7 +365,7 @@ START_TEST(batch_norm_test_mode) {
   ph_set_f32(s, "bn.var", PE_SHAPE(2), (float[]){4, 0.25f});
   pe_op_desc *op = bn_op(true);
   pe_op_set_float(op, "epsilon", 0);
-  dt_run_ok(s, op);
+  PE_CK_OK(ph_run_op(s, op, NULL));
   /* y = scale*(x-mean)/sqrt(var) + bias: c0 2*(x-1)/2+1 = x; c1 0.5*(x-2)/0.5-1 = x-3 */
   dt_expect_close(pe_f32(ph_get(s, "y")), (float[]){1, -1, 3, 1, 5, 3}, 6, FWD_TOL, "y");
   dt_expect_close(pe_f32(ph_get(s, "bn.mean")), (float[]){1, 2}, 2, 0, "running mean untouched");
@@ -436,8 +436,8 @@ START_TEST(batch_norm_infer) {
                  {"bn.mean", PE_F32, PE_SHAPE(16)},
                  {"bn.var", PE_F32, PE_SHAPE(16)}};
   pe_meta m;
-  ck_assert_ptr_null(dt_infer(op, ok, 5, &m));
-  ck_assert(dt_shape_is(&m.shape, PE_SHAPE(-1, 16, 8, 8)));
+  PE_CK_OK(dt_infer(op, ok, 5, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 16, 8, 8));
   dt_var bad[] = {{"x", PE_F32, PE_SHAPE(-1, 16, 8, 8)},
                   {"scale", PE_F32, PE_SHAPE(8)},
                   {"bias", PE_F32, PE_SHAPE(16)},
@@ -459,7 +459,7 @@ END_TEST
  * their entries across calls. */
 START_TEST(grad_entries_reused) {
   pe_device_ctx dev;
-  ck_assert_ptr_null(pe_device_ctx_init(&dev, pe_cpu_place(), 0));
+  PE_CK_OK(pe_device_ctx_init(&dev, pe_cpu_place(), 0));
   pe_device_ctx_bind(&dev);
   pe_scope *s = pe_scope_new(NULL);
   ph_set_uniform(s, "x", PE_SHAPE(2, 2, 6, 6), -1, 1, 90);
@@ -469,12 +469,12 @@ START_TEST(grad_entries_reused) {
                          "Input@GRAD", "dx", "Filter@GRAD", "dw", NULL);
   pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
   pe_op_set_ints(op, "paddings", 2, (int64_t[]){1, 1});
-  void *state = NULL;
-  for (int i = 0; i < 3; i++) dt_run_stateful_ok(s, op, &state, &dev);
-  pe_dnnl_cache_stats st = pe_dnnl_cache_stats_of(state);
+  ph_op_inst *inst = ph_op_inst_new(op, &dev);
+  for (int i = 0; i < 3; i++) PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+  pe_dnnl_cache_stats st = pe_dnnl_cache_stats_of(inst->state);
   ck_assert_uint_eq(st.builds, 1);
   ck_assert_uint_eq(st.hits, 2);
-  pe_dnnl_cache_free(state);
+  ph_op_inst_free(inst);
   pe_op_desc_free(op);
 
   set_distinct(s, "x", PE_SHAPE(2, 2, 6, 6));
@@ -482,16 +482,16 @@ START_TEST(grad_entries_reused) {
   op = ph_op("pool2d_grad", "X", "x", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
   pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
   pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
-  state = NULL;
-  dt_run_stateful_ok(s, op, &state, &dev);
+  inst = ph_op_inst_new(op, &dev);
+  PE_CK_OK(ph_op_inst_run(inst, s, NULL));
   float first[144];
   memcpy(first, pe_f32(ph_get(s, "dx")), sizeof first);
-  dt_run_stateful_ok(s, op, &state, &dev);
+  PE_CK_OK(ph_op_inst_run(inst, s, NULL));
   dt_expect_close(pe_f32(ph_get(s, "dx")), first, 144, 0, "same dx on reuse");
-  st = pe_dnnl_cache_stats_of(state);
+  st = pe_dnnl_cache_stats_of(inst->state);
   ck_assert_uint_eq(st.builds, 1);
   ck_assert_uint_eq(st.hits, 1);
-  pe_dnnl_cache_free(state);
+  ph_op_inst_free(inst);
   pe_op_desc_free(op);
   pe_scope_free(s);
   pe_device_ctx_destroy(&dev);

@@ -6,44 +6,13 @@
 
 #include "check_main.h"
 #include "op_harness.h"
-#include "ops/device_ctx.h"
-
-#define OK(expr)                                                \
-  do {                                                          \
-    pe_status *ok_st_ = (expr);                                 \
-    ck_assert_msg(ok_st_ == NULL, "%s", pe_status_msg(ok_st_)); \
-  } while (0)
-
-static void expect_error(pe_status *st, pe_code code, const char *needle) {
-  ck_assert_msg(st != NULL, "expected an error containing '%s'", needle);
-  ck_assert_msg(pe_status_code(st) == code, "code %s, message: %s", pe_code_name(st->code),
-                pe_status_msg(st));
-  ck_assert_msg(strstr(pe_status_msg(st), needle), "'%s' not in: %s", needle, pe_status_msg(st));
-  pe_status_free(st);
-}
-
-/* Run dropout on x into out/mask with caller-owned op state, generator and
- * device context (the harness gives every call fresh state). */
-static pe_status *run_dropout(const pe_op_desc *op, pe_tensor *x, pe_tensor *out, pe_tensor *mask,
-                              pe_rng *rng, void **state, pe_device_ctx *dev) {
-  const pe_op_def *def = pe_op_lookup("dropout");
-  pe_meta mx = {x->dtype, x->shape}, mo, mm, *pmx = &mx, *pmo = &mo, *pmm = &mm;
-  const char *nx = "x", *no = "out", *nm = "mask";
-  pe_meta_list min[1] = {{1, &nx, &pmx}}, mout[2] = {{1, &no, &pmo}, {1, &nm, &pmm}};
-  pe_infer_ctx ic = {def, op, 0, true, min, mout};
-  PE_TRY(def->infer(&ic));
-  PE_TRY(pe_tensor_resize(out, mo.dtype, &mo.shape, no));
-  PE_TRY(pe_tensor_resize(mask, mm.dtype, &mm.shape, nm));
-  pe_tensor_list tin[1] = {{1, &x}}, tout[2] = {{1, &out}, {1, &mask}};
-  pe_kernel_ctx kc = {def, op, 0, tin, tout, state, rng, dev};
-  return def->kernel_cpu(&kc);
-}
+#include "test_assert.h"
 
 static pe_op_desc *dropout_op(float p, bool is_test, const char *impl) {
   pe_op_desc *op = ph_op("dropout", "X", "x", NULL, "Out", "out", "Mask", "mask", NULL);
-  OK(pe_op_set_float(op, "dropout_prob", p));
-  OK(pe_op_set_bool(op, "is_test", is_test));
-  if (impl) OK(pe_op_set_string(op, "dropout_implementation", impl));
+  PE_CK_OK(pe_op_set_float(op, "dropout_prob", p));
+  PE_CK_OK(pe_op_set_bool(op, "is_test", is_test));
+  if (impl) PE_CK_OK(pe_op_set_string(op, "dropout_implementation", impl));
   return op;
 }
 
@@ -56,7 +25,7 @@ START_TEST(train_mask_fraction_and_upscale) {
   ph_set_uniform(s, "x", PE_SHAPE(100, 1000), 0.5f, 1.5f, 3);
   pe_op_desc *op = dropout_op(0.3f, false, NULL);
   pe_rng rng = {21, 5};
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   ck_assert_uint_eq(rng.offset, 5 + N); /* one counter per element */
   pe_tensor *x = ph_get(s, "x"), *out = ph_get(s, "out"), *mask = ph_get(s, "mask");
   ck_assert_int_eq(mask->dtype, PE_U8);
@@ -76,9 +45,9 @@ START_TEST(train_mask_fraction_and_upscale) {
   uint8_t *first = malloc(N);
   memcpy(first, m, N);
   rng = (pe_rng){21, 5};
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   ck_assert(memcmp(first, mask->data, N) == 0);
-  OK(ph_run_op(s, op, &rng)); /* offset moved on */
+  PE_CK_OK(ph_run_op(s, op, &rng)); /* offset moved on */
   ck_assert(memcmp(first, mask->data, N) != 0);
   free(first);
   pe_op_desc_free(op);
@@ -94,7 +63,7 @@ START_TEST(test_mode_and_downgrade) {
 
   /* upscale_in_train, test: identity, mask of ones, no draws. */
   pe_op_desc *op = dropout_op(0.25f, true, NULL);
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   for (int i = 0; i < 6; i++) {
     ck_assert(pe_f32(ph_get(s, "out"))[i] == xv[i]);
     ck_assert_uint_eq(((uint8_t *)ph_get(s, "mask")->data)[i], 1);
@@ -104,7 +73,7 @@ START_TEST(test_mode_and_downgrade) {
 
   /* downgrade_in_infer, test: x * (1 - p) (both f32 products: exact). */
   op = dropout_op(0.25f, true, "downgrade_in_infer");
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   for (int i = 0; i < 6; i++) ck_assert(pe_f32(ph_get(s, "out"))[i] == xv[i] * 0.75f);
   ck_assert_uint_eq(rng.offset, 0);
   pe_op_desc_free(op);
@@ -112,7 +81,7 @@ START_TEST(test_mode_and_downgrade) {
   /* downgrade_in_infer, train: x * mask, no scaling. */
   ph_set_uniform(s, "x", PE_SHAPE(1000), -1, 1, 9);
   op = dropout_op(0.5f, false, "downgrade_in_infer");
-  OK(ph_run_op(s, op, &rng));
+  PE_CK_OK(ph_run_op(s, op, &rng));
   ck_assert_uint_eq(rng.offset, 1000);
   const uint8_t *m = ph_get(s, "mask")->data;
   int kept = 0;
@@ -132,7 +101,7 @@ START_TEST(p_zero_and_p_one) {
   ph_set_f32(s, "x", PE_SHAPE(4), xv);
   /* p = 0 keeps everything with scale 1. */
   pe_op_desc *op = dropout_op(0.0f, false, NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   for (int i = 0; i < 4; i++) {
     ck_assert(pe_f32(ph_get(s, "out"))[i] == xv[i]);
     ck_assert_uint_eq(((uint8_t *)ph_get(s, "mask")->data)[i], 1);
@@ -142,7 +111,7 @@ START_TEST(p_zero_and_p_one) {
   const char *impls[] = {"upscale_in_train", "downgrade_in_infer"};
   for (int k = 0; k < 2; k++) {
     op = dropout_op(1.0f, false, impls[k]);
-    OK(ph_run_op(s, op, NULL));
+    PE_CK_OK(ph_run_op(s, op, NULL));
     for (int i = 0; i < 4; i++) {
       ck_assert(pe_f32(ph_get(s, "out"))[i] == 0.0f);
       ck_assert_uint_eq(((uint8_t *)ph_get(s, "mask")->data)[i], 0);
@@ -151,7 +120,7 @@ START_TEST(p_zero_and_p_one) {
   }
   /* p = 1 at test time: upscale is identity, downgrade gives x * 0. */
   op = dropout_op(1.0f, true, NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   ck_assert(pe_f32(ph_get(s, "out"))[1] == -2.0f);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -176,7 +145,7 @@ START_TEST(gradient_matches_central_differences) {
     pe_op_desc *op = dropout_op(cases[c].p, cases[c].is_test, cases[c].impl);
     const char *outs[] = {"out"}, *wrt[] = {"x"};
     ph_grad_report rep;
-    OK(ph_grad_check(s, op, outs, 1, wrt, 1, 1e-2, 0, &rep));
+    PE_CK_OK(ph_grad_check(s, op, outs, 1, wrt, 1, 1e-2, 0, &rep));
     ck_assert_int_eq(rep.checked, 20);
     ck_assert_msg(rep.max_err < 1e-3, "case %zu: max_err %g at %s[%lld]: analytic %g numeric %g", c,
                   rep.max_err, rep.worst, (long long)rep.worst_index, rep.analytic, rep.numeric);
@@ -196,12 +165,12 @@ END_TEST
 START_TEST(grad_without_out_grad_is_zero) {
   pe_scope *s = pe_scope_new(NULL);
   pe_var *v;
-  OK(pe_scope_var(s, "mask", &v));
+  PE_CK_OK(pe_scope_var(s, "mask", &v));
   pe_shape sh = PE_SHAPE(2, 2);
-  OK(pe_tensor_resize(&v->t, PE_U8, &sh, "mask"));
+  PE_CK_OK(pe_tensor_resize(&v->t, PE_U8, &sh, "mask"));
   memset(v->t.data, 1, 4);
   pe_op_desc *op = ph_op("dropout_grad", "Mask", "mask", NULL, "X@GRAD", "dx", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *dx = ph_get(s, "dx");
   ck_assert(pe_shape_equal(&dx->shape, &sh));
   for (int i = 0; i < 4; i++) ck_assert(pe_f32(dx)[i] == 0.0f);
@@ -229,42 +198,44 @@ START_TEST(bad_attributes) {
 END_TEST
 
 START_TEST(seeded_and_thread_independent) {
-  /* 2e5 elements: above the size where the kernel goes parallel. */
+  /* 2e5 elements: above the size where the kernel goes parallel. Runs write
+   * to s1 or s2 (the same x in both) so that two results can be compared. */
   pe_device_ctx one, two;
-  OK(pe_device_ctx_init(&one, pe_cpu_place(), 1));
-  OK(pe_device_ctx_init(&two, pe_cpu_place(), 2));
-  pe_scope *s = pe_scope_new(NULL);
-  pe_tensor *x = ph_set_uniform(s, "x", PE_SHAPE(200000), -1, 1, 2);
-  pe_tensor o1, m1, o2, m2;
-  pe_tensor_init(&o1), pe_tensor_init(&m1), pe_tensor_init(&o2), pe_tensor_init(&m2);
+  PE_CK_OK(pe_device_ctx_init(&one, pe_cpu_place(), 1));
+  PE_CK_OK(pe_device_ctx_init(&two, pe_cpu_place(), 2));
+  pe_scope *s1 = pe_scope_new(NULL), *s2 = pe_scope_new(NULL);
+  ph_set_uniform(s1, "x", PE_SHAPE(200000), -1, 1, 2);
+  ph_set_uniform(s2, "x", PE_SHAPE(200000), -1, 1, 2);
 
   /* Program generator: same offset, 1 vs 2 threads, same bytes. */
   pe_op_desc *op = dropout_op(0.5f, false, NULL);
   pe_rng ra = {4, 9}, rb = {4, 9};
-  void *sa = NULL, *sb = NULL;
-  OK(run_dropout(op, x, &o1, &m1, &ra, &sa, &one));
-  OK(run_dropout(op, x, &o2, &m2, &rb, &sb, &two));
-  ck_assert(memcmp(m1.data, m2.data, 200000) == 0);
-  ck_assert(memcmp(o1.data, o2.data, pe_tensor_bytes(&o1)) == 0);
-  ck_assert_ptr_null(sa); /* seed 0 keeps no state */
+  ph_op_inst *a = ph_op_inst_new(op, &one), *b = ph_op_inst_new(op, &two);
+  PE_CK_OK(ph_op_inst_run(a, s1, &ra));
+  PE_CK_OK(ph_op_inst_run(b, s2, &rb));
+  pe_tensor *o1 = ph_get(s1, "out"), *m1 = ph_get(s1, "mask");
+  pe_tensor *o2 = ph_get(s2, "out"), *m2 = ph_get(s2, "mask");
+  ck_assert(memcmp(m1->data, m2->data, 200000) == 0);
+  ck_assert(memcmp(o1->data, o2->data, pe_tensor_bytes(o1)) == 0);
+  ck_assert_ptr_null(a->state); /* seed 0 keeps no state */
 
   /* seed != 0: op-local generator in op state; program generator untouched;
    * a second run advances; a fresh instance replays. */
-  OK(pe_op_set_int(op, "seed", 77));
+  PE_CK_OK(pe_op_set_int(op, "seed", 77));
   pe_rng prog = {4, 0};
-  OK(run_dropout(op, x, &o1, &m1, &prog, &sa, &one));
-  ck_assert_ptr_nonnull(sa);
-  OK(run_dropout(op, x, &o2, &m2, &prog, &sa, &one));
-  ck_assert(memcmp(m1.data, m2.data, 200000) != 0);
+  PE_CK_OK(ph_op_inst_run(a, s1, &prog));
+  ck_assert_ptr_nonnull(a->state);
+  PE_CK_OK(ph_op_inst_run(a, s2, &prog));
+  ck_assert(memcmp(m1->data, m2->data, 200000) != 0);
   ck_assert_uint_eq(prog.offset, 0);
-  OK(run_dropout(op, x, &o2, &m2, &prog, &sb, &two));
-  ck_assert(memcmp(m1.data, m2.data, 200000) == 0);
-  pe_op_lookup("dropout")->state_free(sa);
-  pe_op_lookup("dropout")->state_free(sb);
+  PE_CK_OK(ph_op_inst_run(b, s2, &prog));
+  ck_assert(memcmp(m1->data, m2->data, 200000) == 0);
+  ph_op_inst_free(a);
+  ph_op_inst_free(b);
 
-  pe_tensor_release(&o1), pe_tensor_release(&m1), pe_tensor_release(&o2), pe_tensor_release(&m2);
   pe_op_desc_free(op);
-  pe_scope_free(s);
+  pe_scope_free(s1);
+  pe_scope_free(s2);
   pe_device_ctx_destroy(&one);
   pe_device_ctx_destroy(&two);
 }

@@ -21,63 +21,19 @@
 #include "check_main.h"
 #include "op_harness.h"
 #include "ops/device_ctx.h"
+#include "test_assert.h"
 
 #define GRAD_EPS 1e-3
 #define GRAD_TOL 1e-2
 
-#define OK(expr)                                                \
-  do {                                                          \
-    pe_status *ok_st_ = (expr);                                 \
-    ck_assert_msg(ok_st_ == NULL, "%s", pe_status_msg(ok_st_)); \
-  } while (0)
-
-static void expect_error(pe_status *st, pe_code code, const char *needle) {
-  ck_assert_msg(st != NULL, "expected an error containing '%s'", needle);
-  ck_assert_msg(pe_status_code(st) == code, "code %s, message: %s", pe_code_name(st->code),
-                pe_status_msg(st));
-  ck_assert_msg(strstr(pe_status_msg(st), needle), "'%s' not in: %s", needle, pe_status_msg(st));
-  pe_status_free(st);
-}
-
-static void expect_f32(pe_scope *s, const char *name, pe_shape shape, const float *want,
-                       double tol) {
-  pe_tensor *t = ph_get(s, name);
-  ck_assert_ptr_nonnull(t);
-  char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
-  ck_assert_msg(pe_shape_equal(&t->shape, &shape), "%s: shape %s, want %s", name,
-                pe_shape_str(&t->shape, a, sizeof a), pe_shape_str(&shape, b, sizeof b));
-  for (int64_t i = 0; i < pe_tensor_numel(t); i++)
-    ck_assert_msg(fabs(pe_f32(t)[i] - want[i]) <= tol, "%s[%lld] = %g, want %g", name, (long long)i,
-                  pe_f32(t)[i], want[i]);
-}
-
-static void expect_shape(const pe_meta *m, pe_shape want) {
-  char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
-  ck_assert_msg(pe_shape_equal(&m->shape, &want), "inferred %s, want %s",
-                pe_shape_str(&m->shape, a, sizeof a), pe_shape_str(&want, b, sizeof b));
-}
-
-/* A variable with dtype and shape only (may hold -1), for compile-time infer. */
-static void set_meta(pe_scope *s, const char *name, pe_dtype dt, pe_shape shape) {
-  pe_var *v;
-  OK(pe_scope_var(s, name, &v));
-  pe_tensor_release(&v->t);
-  v->t.dtype = dt;
-  v->t.shape = shape;
-}
-
 static void grad_ok(pe_scope *s, const pe_op_desc *op, const char *const *outs, int n_outs,
                     const char *const *wrt, int n_wrt) {
-  ph_grad_report r;
-  OK(ph_grad_check(s, op, outs, n_outs, wrt, n_wrt, GRAD_EPS, 64, &r));
-  ck_assert_int_gt(r.checked, 0);
-  ck_assert_msg(r.max_err <= GRAD_TOL, "%s: d/d%s[%lld] analytic %g numeric %g (err %g)", op->type,
-                r.worst, (long long)r.worst_index, r.analytic, r.numeric, r.max_err);
+  expect_grad(s, op, outs, n_outs, wrt, n_wrt, GRAD_EPS, 64, GRAD_TOL);
 }
 
 static pe_op_desc *binop(const char *type, int axis) {
   pe_op_desc *op = ph_op(type, "X", "x", "Y", "y", NULL, "Out", "out", NULL);
-  if (axis != -1) OK(pe_op_set_int(op, "axis", axis));
+  if (axis != -1) PE_CK_OK(pe_op_set_int(op, "axis", axis));
   return op;
 }
 
@@ -88,11 +44,11 @@ START_TEST(add_same_shape) {
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
   ph_set_f32(s, "y", PE_SHAPE(2, 3), (float[]){10, 20, 30, 40, 50, 60});
   pe_op_desc *op = binop("elementwise_add", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3), (float[]){11, 22, 33, 44, 55, 66}, 0);
   pe_op_desc_free(op);
   op = binop("elementwise_mul", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3), (float[]){10, 40, 90, 160, 250, 360}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -104,17 +60,17 @@ START_TEST(add_row_vector) {
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
   ph_set_f32(s, "y", PE_SHAPE(3), (float[]){10, 20, 30});
   pe_op_desc *op = binop("elementwise_add", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3), (float[]){11, 22, 33, 14, 25, 36}, 0);
   /* [N,M] + [1,M]: the same values. */
   ph_set_f32(s, "y", PE_SHAPE(1, 3), (float[]){10, 20, 30});
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3), (float[]){11, 22, 33, 14, 25, 36}, 0);
   pe_op_desc_free(op);
   /* Column vector on the right: [N,M] - [N,1]. */
   ph_set_f32(s, "y", PE_SHAPE(2, 1), (float[]){1, 2});
   op = binop("elementwise_sub", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3), (float[]){0, 1, 2, 2, 3, 4}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -126,14 +82,14 @@ START_TEST(mul_outer_both_sides) {
   ph_set_f32(s, "x", PE_SHAPE(2, 1), (float[]){2, 3});
   ph_set_f32(s, "y", PE_SHAPE(1, 3), (float[]){1, 10, 100});
   pe_op_desc *op = binop("elementwise_mul", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3), (float[]){2, 20, 200, 3, 30, 300}, 0);
   pe_op_desc_free(op);
   /* X is the broadcast side: [3] - [2,3] keeps the operand order. */
   ph_set_f32(s, "x", PE_SHAPE(3), (float[]){1, 2, 3});
   ph_set_f32(s, "y", PE_SHAPE(2, 3), (float[]){1, 1, 1, 5, 5, 5});
   op = binop("elementwise_sub", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3), (float[]){0, 1, 2, -4, -3, -2}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -147,13 +103,13 @@ START_TEST(add_channel_axis1) {
   ph_set_f32(s, "x", PE_SHAPE(2, 2, 2, 2), x); /* NCHW */
   ph_set_f32(s, "y", PE_SHAPE(2), (float[]){100, 200});
   pe_op_desc *op = binop("elementwise_add", 1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(
       s, "out", PE_SHAPE(2, 2, 2, 2),
       (float[]){100, 101, 102, 103, 204, 205, 206, 207, 108, 109, 110, 111, 212, 213, 214, 215}, 0);
   /* Y [C,1,1] with axis 1 means the same. */
   ph_set_f32(s, "y", PE_SHAPE(2, 1, 1), (float[]){100, 200});
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(
       s, "out", PE_SHAPE(2, 2, 2, 2),
       (float[]){100, 101, 102, 103, 204, 205, 206, 207, 108, 109, 110, 111, 212, 213, 214, 215}, 0);
@@ -162,7 +118,7 @@ START_TEST(add_channel_axis1) {
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
   ph_set_f32(s, "y", PE_SHAPE(2), (float[]){10, -1});
   op = binop("elementwise_mul", 0);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3), (float[]){10, 20, 30, -4, -5, -6}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -174,14 +130,14 @@ START_TEST(scalar_operand) {
   ph_set_f32(s, "x", PE_SHAPE(2, 2), (float[]){1, 2, 3, 4});
   ph_set_f32(s, "y", PE_SHAPE(1), (float[]){0.5f});
   pe_op_desc *op = binop("elementwise_sub", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 2), (float[]){0.5f, 1.5f, 2.5f, 3.5f}, 0);
   pe_op_desc_free(op);
   /* Scalar on the left. */
   ph_set_f32(s, "x", PE_SHAPE(1), (float[]){10});
   ph_set_f32(s, "y", PE_SHAPE(2, 2), (float[]){1, 2, 3, 4});
   op = binop("elementwise_sub", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 2), (float[]){9, 8, 7, 6}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -196,7 +152,7 @@ START_TEST(strided_general) {
   ph_set_f32(s, "x", PE_SHAPE(2, 3, 2), x);
   ph_set_f32(s, "y", PE_SHAPE(2, 1, 2), (float[]){1, -1, 10, 0});
   pe_op_desc *op = binop("elementwise_mul", -1);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 3, 2), (float[]){1, -2, 3, -4, 5, -6, 70, 0, 90, 0, 110, 0}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -207,14 +163,14 @@ START_TEST(scale_both_modes) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_f32(s, "x", PE_SHAPE(3), (float[]){1, 2, -3});
   pe_op_desc *op = ph_op("scale", "X", "x", NULL, "Out", "out", NULL);
-  OK(ph_run_op(s, op, NULL)); /* defaults: identity */
+  PE_CK_OK(ph_run_op(s, op, NULL)); /* defaults: identity */
   expect_f32(s, "out", PE_SHAPE(3), (float[]){1, 2, -3}, 0);
-  OK(pe_op_set_float(op, "scale", 2));
-  OK(pe_op_set_float(op, "bias", 1));
-  OK(ph_run_op(s, op, NULL)); /* 2x + 1 */
+  PE_CK_OK(pe_op_set_float(op, "scale", 2));
+  PE_CK_OK(pe_op_set_float(op, "bias", 1));
+  PE_CK_OK(ph_run_op(s, op, NULL)); /* 2x + 1 */
   expect_f32(s, "out", PE_SHAPE(3), (float[]){3, 5, -5}, 0);
-  OK(pe_op_set_bool(op, "bias_after_scale", false));
-  OK(ph_run_op(s, op, NULL)); /* 2(x + 1) */
+  PE_CK_OK(pe_op_set_bool(op, "bias_after_scale", false));
+  PE_CK_OK(ph_run_op(s, op, NULL)); /* 2(x + 1) */
   expect_f32(s, "out", PE_SHAPE(3), (float[]){4, 6, -4}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -227,13 +183,13 @@ START_TEST(sum_of_three) {
   ph_set_f32(s, "b", PE_SHAPE(2, 2), (float[]){10, 20, 30, 40});
   ph_set_f32(s, "c", PE_SHAPE(2, 2), (float[]){100, 200, 300, 400});
   pe_op_desc *op = pe_op_desc_new("sum");
-  OK(pe_op_set_input(op, "X", 3, (const char *[]){"a", "b", "c"}));
-  OK(pe_op_output1(op, "Out", "out"));
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(pe_op_set_input(op, "X", 3, (const char *[]){"a", "b", "c"}));
+  PE_CK_OK(pe_op_output1(op, "Out", "out"));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "out", PE_SHAPE(2, 2), (float[]){111, 222, 333, 444}, 0);
   /* In place, as gradient accumulation does: Out is the second input. */
-  OK(pe_op_output1(op, "Out", "b"));
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(pe_op_output1(op, "Out", "b"));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "b", PE_SHAPE(2, 2), (float[]){111, 222, 333, 444}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -258,7 +214,7 @@ static int64_t ref_index(const pe_shape *out, const pe_shape *a, int64_t o) {
 static void run_threads(pe_scope *s, const pe_op_desc *op, int threads, pe_tensor *out) {
   const pe_op_def *def = pe_op_lookup(op->type);
   pe_device_ctx dev;
-  OK(pe_device_ctx_init(&dev, pe_cpu_place(), threads));
+  PE_CK_OK(pe_device_ctx_init(&dev, pe_cpu_place(), threads));
   pe_tensor *tin[4] = {0}, *tout[4] = {out};
   pe_tensor_list in[4] = {{0}}, outl[4] = {{1, &tout[0]}};
   for (int i = 0; i < op->n_in; i++) {
@@ -268,7 +224,7 @@ static void run_threads(pe_scope *s, const pe_op_desc *op, int threads, pe_tenso
   }
   void *state = NULL;
   pe_kernel_ctx kc = {def, op, 0, in, outl, &state, NULL, &dev};
-  OK(def->kernel_cpu(&kc));
+  PE_CK_OK(def->kernel_cpu(&kc));
   pe_device_ctx_destroy(&dev);
 }
 
@@ -276,7 +232,7 @@ static void check_large(const char *type, pe_shape xs, pe_shape ys, pe_shape os,
   pe_scope *s = pe_scope_new(NULL);
   pe_tensor *x = ph_set_uniform(s, "x", xs, -1, 1, 11), *y = ph_set_uniform(s, "y", ys, -1, 1, 12);
   pe_op_desc *op = binop(type, axis);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *out = ph_get(s, "out");
   ck_assert(pe_shape_equal(&out->shape, &os));
   /* Operands aligned to the output rank (numpy: right-aligned; axis: at axis). */
@@ -298,8 +254,8 @@ static void check_large(const char *type, pe_shape xs, pe_shape ys, pe_shape os,
   pe_tensor one, two;
   pe_tensor_init(&one);
   pe_tensor_init(&two);
-  OK(pe_tensor_resize(&one, PE_F32, &os, "one"));
-  OK(pe_tensor_resize(&two, PE_F32, &os, "two"));
+  PE_CK_OK(pe_tensor_resize(&one, PE_F32, &os, "one"));
+  PE_CK_OK(pe_tensor_resize(&two, PE_F32, &os, "two"));
   run_threads(s, op, 1, &one);
   run_threads(s, op, 2, &two);
   ck_assert(memcmp(one.data, two.data, pe_tensor_bytes(&one)) == 0);
@@ -329,8 +285,8 @@ START_TEST(large_grad_reductions) {
   pe_tensor *g = ph_set_uniform(s, "g", PE_SHAPE(8, 16, 24, 24), -1, 1, 2);
   pe_op_desc *op = ph_op("elementwise_add_grad", "X", "x", "Y", "y", "Out@GRAD", "g", NULL,
                          "X@GRAD", "dx", "Y@GRAD", "dy", NULL);
-  OK(pe_op_set_int(op, "axis", 1));
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(pe_op_set_int(op, "axis", 1));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *dy = ph_get(s, "dy");
   for (int c = 0; c < 16; c++) {
     double want = 0;
@@ -347,7 +303,7 @@ START_TEST(large_grad_reductions) {
   g = ph_set_uniform(s, "g", PE_SHAPE(300, 700), -1, 1, 4);
   op = ph_op("elementwise_sub_grad", "X", "x", "Y", "y", "Out@GRAD", "g", NULL, "Y@GRAD", "dy",
              NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dy = ph_get(s, "dy");
   for (int j = 0; j < 700; j++) {
     double want = 0;
@@ -360,7 +316,7 @@ START_TEST(large_grad_reductions) {
   pe_tensor *x = ph_get(s, "x"), *y = ph_set_uniform(s, "y", PE_SHAPE(700), -1, 1, 5);
   op = ph_op("elementwise_mul_grad", "X", "x", "Y", "y", "Out@GRAD", "g", NULL, "X@GRAD", "dx",
              "Y@GRAD", "dy", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dy = ph_get(s, "dy");
   pe_tensor *dx = ph_get(s, "dx");
   for (int j = 0; j < 700; j++) {
@@ -408,10 +364,10 @@ START_TEST(grads_scale_and_sum) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_uniform(s, "x", PE_SHAPE(3, 5), -1, 1, 31);
   pe_op_desc *op = ph_op("scale", "X", "x", NULL, "Out", "out", NULL);
-  OK(pe_op_set_float(op, "scale", -2.5f));
-  OK(pe_op_set_float(op, "bias", 0.7f));
+  PE_CK_OK(pe_op_set_float(op, "scale", -2.5f));
+  PE_CK_OK(pe_op_set_float(op, "bias", 0.7f));
   grad_ok(s, op, (const char *[]){"out"}, 1, (const char *[]){"x"}, 1);
-  OK(pe_op_set_bool(op, "bias_after_scale", false));
+  PE_CK_OK(pe_op_set_bool(op, "bias_after_scale", false));
   grad_ok(s, op, (const char *[]){"out"}, 1, (const char *[]){"x"}, 1);
   pe_op_desc_free(op);
 
@@ -419,8 +375,8 @@ START_TEST(grads_scale_and_sum) {
   ph_set_uniform(s, "b", PE_SHAPE(2, 3), -1, 1, 33);
   ph_set_uniform(s, "c", PE_SHAPE(2, 3), -1, 1, 34);
   op = pe_op_desc_new("sum");
-  OK(pe_op_set_input(op, "X", 3, (const char *[]){"a", "b", "c"}));
-  OK(pe_op_output1(op, "Out", "out"));
+  PE_CK_OK(pe_op_set_input(op, "X", 3, (const char *[]){"a", "b", "c"}));
+  PE_CK_OK(pe_op_output1(op, "Out", "out"));
   grad_ok(s, op, (const char *[]){"out"}, 1, (const char *[]){"a", "b", "c"}, 3);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -434,13 +390,13 @@ START_TEST(grad_absent_slots) {
   ph_set_f32(s, "y", PE_SHAPE(2), (float[]){5, 6});
   ph_set_f32(s, "dy", PE_SHAPE(2), (float[]){9, 9});
   pe_op_desc *op = ph_op("elementwise_mul_grad", "X", "x", "Y", "y", NULL, "Y@GRAD", "dy", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "dy", PE_SHAPE(2), (float[]){0, 0}, 0);
   pe_op_desc_free(op);
   ph_set_f32(s, "g", PE_SHAPE(2, 2), (float[]){1, 1, 1, 2});
   op = ph_op("elementwise_mul_grad", "X", "x", "Y", "y", "Out@GRAD", "g", NULL, "Y@GRAD", "dy",
              NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "dy", PE_SHAPE(2), (float[]){1 + 3, 2 + 8}, 0); /* sum over rows of g*x */
   ck_assert_ptr_null(ph_get(s, "x@GRAD"));
   pe_op_desc_free(op);
@@ -453,51 +409,51 @@ END_TEST
 START_TEST(infer_with_batch_dim) {
   pe_scope *s = pe_scope_new(NULL);
   pe_meta m[2];
-  set_meta(s, "x", PE_F32, PE_SHAPE(-1, 10));
-  set_meta(s, "y", PE_F32, PE_SHAPE(10));
+  ph_set_meta(s, "x", PE_F32, PE_SHAPE(-1, 10));
+  ph_set_meta(s, "y", PE_F32, PE_SHAPE(10));
   pe_op_desc *op = binop("elementwise_add", -1);
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(-1, 10));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(-1, 10));
   ck_assert_int_eq(m[0].dtype, PE_F32);
-  set_meta(s, "x", PE_F32, PE_SHAPE(-1, 1));
-  set_meta(s, "y", PE_F32, PE_SHAPE(1, 5));
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(-1, 5));
-  set_meta(s, "y", PE_F32, PE_SHAPE(-1, 5));
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(-1, 5));
+  ph_set_meta(s, "x", PE_F32, PE_SHAPE(-1, 1));
+  ph_set_meta(s, "y", PE_F32, PE_SHAPE(1, 5));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(-1, 5));
+  ph_set_meta(s, "y", PE_F32, PE_SHAPE(-1, 5));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(-1, 5));
   pe_op_desc_free(op);
 
-  set_meta(s, "x", PE_F32, PE_SHAPE(-1, 3, 8, 8));
-  set_meta(s, "y", PE_F32, PE_SHAPE(3));
+  ph_set_meta(s, "x", PE_F32, PE_SHAPE(-1, 3, 8, 8));
+  ph_set_meta(s, "y", PE_F32, PE_SHAPE(3));
   op = binop("elementwise_add", 1);
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(-1, 3, 8, 8));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(-1, 3, 8, 8));
   pe_op_desc_free(op);
 
   /* Grad rows infer X@GRAD / Y@GRAD like X / Y. */
   op = ph_op("elementwise_add_grad", "X", "x", "Y", "y", "Out@GRAD", "g", NULL, "X@GRAD", "dx",
              "Y@GRAD", "dy", NULL);
-  OK(pe_op_set_int(op, "axis", 1));
-  set_meta(s, "g", PE_F32, PE_SHAPE(-1, 3, 8, 8));
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(-1, 3, 8, 8));
-  expect_shape(&m[1], PE_SHAPE(3));
+  PE_CK_OK(pe_op_set_int(op, "axis", 1));
+  ph_set_meta(s, "g", PE_F32, PE_SHAPE(-1, 3, 8, 8));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(-1, 3, 8, 8));
+  expect_shape(&m[1].shape, PE_SHAPE(3));
   pe_op_desc_free(op);
 
-  set_meta(s, "a", PE_F32, PE_SHAPE(-1, 4));
-  set_meta(s, "b", PE_F32, PE_SHAPE(8, 4));
+  ph_set_meta(s, "a", PE_F32, PE_SHAPE(-1, 4));
+  ph_set_meta(s, "b", PE_F32, PE_SHAPE(8, 4));
   op = pe_op_desc_new("sum");
-  OK(pe_op_set_input(op, "X", 2, (const char *[]){"a", "b"}));
-  OK(pe_op_output1(op, "Out", "out"));
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(8, 4));
+  PE_CK_OK(pe_op_set_input(op, "X", 2, (const char *[]){"a", "b"}));
+  PE_CK_OK(pe_op_output1(op, "Out", "out"));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(8, 4));
   pe_op_desc_free(op);
 
-  set_meta(s, "x", PE_F32, PE_SHAPE(-1, 7));
+  ph_set_meta(s, "x", PE_F32, PE_SHAPE(-1, 7));
   op = ph_op("scale", "X", "x", NULL, "Out", "out", NULL);
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(-1, 7));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(-1, 7));
   pe_op_desc_free(op);
   pe_scope_free(s);
 }
@@ -506,27 +462,27 @@ END_TEST
 START_TEST(infer_errors_name_vars_and_shapes) {
   pe_scope *s = pe_scope_new(NULL);
   pe_meta m[2];
-  set_meta(s, "h", PE_F32, PE_SHAPE(-1, 10));
-  set_meta(s, "b", PE_F32, PE_SHAPE(20));
+  ph_set_meta(s, "h", PE_F32, PE_SHAPE(-1, 10));
+  ph_set_meta(s, "b", PE_F32, PE_SHAPE(20));
   pe_op_desc *op = ph_op("elementwise_add", "X", "h", "Y", "b", NULL, "Out", "o", NULL);
   expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE,
                "op #0 (elementwise_add): cannot broadcast Y 'b' [20] to X 'h' [-1,10]");
   /* Paddle rule: Y must fit inside X at axis. */
-  set_meta(s, "h", PE_F32, PE_SHAPE(-1, 3, 4));
-  set_meta(s, "b", PE_F32, PE_SHAPE(4));
-  OK(pe_op_set_int(op, "axis", 1));
+  ph_set_meta(s, "h", PE_F32, PE_SHAPE(-1, 3, 4));
+  ph_set_meta(s, "b", PE_F32, PE_SHAPE(4));
+  PE_CK_OK(pe_op_set_int(op, "axis", 1));
   expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE, "cannot broadcast Y 'b' [4] to X 'h' [-1,3,4]");
-  OK(pe_op_set_int(op, "axis", 3));
+  PE_CK_OK(pe_op_set_int(op, "axis", 3));
   expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE, "axis 3");
-  set_meta(s, "b", PE_I64, PE_SHAPE(4));
+  ph_set_meta(s, "b", PE_I64, PE_SHAPE(4));
   expect_error(ph_infer_op(s, op, m, 2), PE_EDTYPE, "'b'");
   pe_op_desc_free(op);
 
-  set_meta(s, "p", PE_F32, PE_SHAPE(3, 4));
-  set_meta(s, "q", PE_F32, PE_SHAPE(3, 5));
+  ph_set_meta(s, "p", PE_F32, PE_SHAPE(3, 4));
+  ph_set_meta(s, "q", PE_F32, PE_SHAPE(3, 5));
   op = pe_op_desc_new("sum");
-  OK(pe_op_set_input(op, "X", 2, (const char *[]){"p", "q"}));
-  OK(pe_op_output1(op, "Out", "o"));
+  PE_CK_OK(pe_op_set_input(op, "X", 2, (const char *[]){"p", "q"}));
+  PE_CK_OK(pe_op_output1(op, "Out", "o"));
   expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE, "X #1 'q' [3,5] differs from X #0 'p' [3,4]");
   pe_op_desc_free(op);
   pe_scope_free(s);

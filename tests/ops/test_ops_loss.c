@@ -16,64 +16,21 @@
 
 #include "check_main.h"
 #include "op_harness.h"
+#include "test_assert.h"
 
 #define GRAD_EPS 1e-3
 #define GRAD_TOL 1e-2
 #define VAL_TOL 1e-5
 
-#define OK(expr)                                                \
-  do {                                                          \
-    pe_status *ok_st_ = (expr);                                 \
-    ck_assert_msg(ok_st_ == NULL, "%s", pe_status_msg(ok_st_)); \
-  } while (0)
-
-static void expect_error(pe_status *st, pe_code code, const char *needle) {
-  ck_assert_msg(st != NULL, "expected an error containing '%s'", needle);
-  ck_assert_msg(pe_status_code(st) == code, "code %s, message: %s", pe_code_name(st->code),
-                pe_status_msg(st));
-  ck_assert_msg(strstr(pe_status_msg(st), needle), "'%s' not in: %s", needle, pe_status_msg(st));
-  pe_status_free(st);
-}
-
-static void expect_f32(pe_scope *s, const char *name, pe_shape shape, const float *want,
-                       double tol) {
-  pe_tensor *t = ph_get(s, name);
-  ck_assert_ptr_nonnull(t);
-  char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
-  ck_assert_msg(pe_shape_equal(&t->shape, &shape), "%s: shape %s, want %s", name,
-                pe_shape_str(&t->shape, a, sizeof a), pe_shape_str(&shape, b, sizeof b));
-  for (int64_t i = 0; i < pe_tensor_numel(t); i++)
-    ck_assert_msg(fabs(pe_f32(t)[i] - want[i]) <= tol, "%s[%lld] = %.9g, want %.9g", name,
-                  (long long)i, pe_f32(t)[i], want[i]);
-}
-
-static void expect_shape(const pe_meta *m, pe_shape want) {
-  char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
-  ck_assert_msg(pe_shape_equal(&m->shape, &want), "inferred %s, want %s",
-                pe_shape_str(&m->shape, a, sizeof a), pe_shape_str(&want, b, sizeof b));
-}
-
-static void set_meta(pe_scope *s, const char *name, pe_dtype dt, pe_shape shape) {
-  pe_var *v;
-  OK(pe_scope_var(s, name, &v));
-  pe_tensor_release(&v->t);
-  v->t.dtype = dt;
-  v->t.shape = shape;
-}
-
 static void grad_ok(pe_scope *s, const pe_op_desc *op, const char *const *outs, int n_outs,
                     const char *wrt) {
-  ph_grad_report r;
-  OK(ph_grad_check(s, op, outs, n_outs, &wrt, 1, GRAD_EPS, 64, &r));
-  ck_assert_int_gt(r.checked, 0);
-  ck_assert_msg(r.max_err <= GRAD_TOL, "%s: d/d%s[%lld] analytic %g numeric %g (err %g)", op->type,
-                r.worst, (long long)r.worst_index, r.analytic, r.numeric, r.max_err);
+  expect_grad(s, op, outs, n_outs, &wrt, 1, GRAD_EPS, 64, GRAD_TOL);
 }
 
 static pe_op_desc *swce_op(bool soft) {
   pe_op_desc *op = ph_op("softmax_with_cross_entropy", "Logits", "logits", "Label", "label", NULL,
                          "Softmax", "sm", "Loss", "loss", NULL);
-  if (soft) OK(pe_op_set_bool(op, "soft_label", true));
+  if (soft) PE_CK_OK(pe_op_set_bool(op, "soft_label", true));
   return op;
 }
 
@@ -89,7 +46,7 @@ START_TEST(swce_hard_labels) {
   ph_set_f32(s, "logits", PE_SHAPE(2, 3), (float[]){1, 2, 3, 1, 1, 1});
   ph_set_i64(s, "label", PE_SHAPE(2, 1), (int64_t[]){2, 0});
   pe_op_desc *op = swce_op(false);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   const float third = 1.0f / 3;
   expect_f32(s, "sm", PE_SHAPE(2, 3), (float[]){SM123[0], SM123[1], SM123[2], third, third, third},
              VAL_TOL);
@@ -107,7 +64,7 @@ START_TEST(swce_large_logits_are_stable) {
              (float[]){1001, 1002, 1003, -1000, 0, 1000, -1000, 0, 1000});
   ph_set_i64(s, "label", PE_SHAPE(3, 1), (int64_t[]){2, 0, 2});
   pe_op_desc *op = swce_op(false);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "sm", PE_SHAPE(3, 3), (float[]){SM123[0], SM123[1], SM123[2], 0, 0, 1, 0, 0, 1},
              VAL_TOL);
   /* row 1: log(1 + e^-1000 + e^-2000) + 2000 = 2000; row 2: 0. */
@@ -122,7 +79,7 @@ START_TEST(swce_soft_labels) {
   ph_set_f32(s, "logits", PE_SHAPE(1, 3), (float[]){1, 2, 3});
   ph_set_f32(s, "label", PE_SHAPE(1, 3), (float[]){0.2f, 0.3f, 0.5f});
   pe_op_desc *op = swce_op(true);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   /* sum_j l_j (lse - x_j) = 0.2*2.4076060 + 0.3*1.4076060 + 0.5*0.4076060 */
   expect_f32(s, "loss", PE_SHAPE(1, 1), (float[]){1.10760596f}, VAL_TOL);
   expect_f32(s, "sm", PE_SHAPE(1, 3), SM123, VAL_TOL);
@@ -154,12 +111,12 @@ START_TEST(cross_entropy_values) {
   ph_set_f32(s, "x", PE_SHAPE(3, 3), (float[]){0.2f, 0.3f, 0.5f, 0.1f, 0.8f, 0.1f, 0, 0.5f, 0.5f});
   ph_set_i64(s, "label", PE_SHAPE(3, 1), (int64_t[]){2, 1, 0});
   pe_op_desc *op = ph_op("cross_entropy", "X", "x", "Label", "label", NULL, "Y", "y", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   /* -log 0.5, -log 0.8, and a zero probability clamped to 1e-20: -log 1e-20. */
   expect_f32(s, "y", PE_SHAPE(3, 1), (float[]){0.69314718f, 0.22314355f, 46.0517019f}, 1e-4);
   ph_set_f32(s, "label", PE_SHAPE(3, 3), (float[]){0, 0.5f, 0.5f, 0, 1, 0, 0, 1, 0});
-  OK(pe_op_set_bool(op, "soft_label", true));
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(pe_op_set_bool(op, "soft_label", true));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   /* row 0: -(0.5 log 0.3 + 0.5 log 0.5) */
   expect_f32(s, "y", PE_SHAPE(3, 1), (float[]){0.94855999f, 0.22314355f, 0.69314718f}, VAL_TOL);
   pe_op_desc_free(op);
@@ -171,12 +128,12 @@ START_TEST(mean_values) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_f32(s, "x", PE_SHAPE(2, 3), (float[]){1, 2, 3, 4, 5, 6});
   pe_op_desc *op = ph_op("mean", "X", "x", NULL, "Out", "m", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "m", PE_SHAPE(1), (float[]){3.5f}, 0);
   /* Large enough for the threaded sum: i % 10 averages to 4.5 exactly. */
   pe_tensor *x = ph_set_f32(s, "x", PE_SHAPE(100000), NULL);
   for (int i = 0; i < 100000; i++) pe_f32(x)[i] = (float)(i % 10);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "m", PE_SHAPE(1), (float[]){4.5f}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -211,7 +168,7 @@ START_TEST(grads_cross_entropy_and_mean) {
   pe_op_desc *op = ph_op("cross_entropy", "X", "x", "Label", "label", NULL, "Y", "y", NULL);
   grad_ok(s, op, (const char *[]){"y"}, 1, "x");
   ph_set_uniform(s, "label", PE_SHAPE(4, 3), 0, 1, 52);
-  OK(pe_op_set_bool(op, "soft_label", true));
+  PE_CK_OK(pe_op_set_bool(op, "soft_label", true));
   grad_ok(s, op, (const char *[]){"y"}, 1, "x");
   pe_op_desc_free(op);
 
@@ -232,21 +189,21 @@ START_TEST(swce_grad_values_and_absent_inputs) {
   ph_set_f32(s, "dloss", PE_SHAPE(1, 1), (float[]){2});
   pe_op_desc *op = ph_op("softmax_with_cross_entropy_grad", "Logits", "logits", "Label", "label",
                          "Softmax", "sm", "Loss@GRAD", "dloss", NULL, "Logits@GRAD", "dl", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   /* 2 * (softmax - onehot(1)) */
   expect_f32(s, "dl", PE_SHAPE(1, 3), (float[]){2 * SM123[0], 2 * (SM123[1] - 1), 2 * SM123[2]},
              VAL_TOL);
   pe_op_desc_free(op);
   op = ph_op("softmax_with_cross_entropy_grad", "Logits", "logits", "Label", "label", "Softmax",
              "sm", NULL, "Logits@GRAD", "dl", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "dl", PE_SHAPE(1, 3), (float[]){0, 0, 0}, 0);
   pe_op_desc_free(op);
   /* mean_grad: dOut / n everywhere. */
   ph_set_f32(s, "x", PE_SHAPE(2, 2), (float[]){1, 2, 3, 4});
   ph_set_f32(s, "dm", PE_SHAPE(1), (float[]){2});
   op = ph_op("mean_grad", "X", "x", "Out@GRAD", "dm", NULL, "X@GRAD", "dx", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_f32(s, "dx", PE_SHAPE(2, 2), (float[]){0.5f, 0.5f, 0.5f, 0.5f}, 0);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -258,30 +215,30 @@ END_TEST
 START_TEST(infer_with_batch_dim) {
   pe_scope *s = pe_scope_new(NULL);
   pe_meta m[2];
-  set_meta(s, "logits", PE_F32, PE_SHAPE(-1, 10));
-  set_meta(s, "label", PE_I64, PE_SHAPE(-1, 1));
+  ph_set_meta(s, "logits", PE_F32, PE_SHAPE(-1, 10));
+  ph_set_meta(s, "label", PE_I64, PE_SHAPE(-1, 1));
   pe_op_desc *op = swce_op(false);
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(-1, 10));
-  expect_shape(&m[1], PE_SHAPE(-1, 1));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(-1, 10));
+  expect_shape(&m[1].shape, PE_SHAPE(-1, 1));
   ck_assert_int_eq(m[1].dtype, PE_F32);
   pe_op_desc_free(op);
 
-  set_meta(s, "label", PE_F32, PE_SHAPE(-1, 10));
+  ph_set_meta(s, "label", PE_F32, PE_SHAPE(-1, 10));
   op = swce_op(true);
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[1], PE_SHAPE(-1, 1));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[1].shape, PE_SHAPE(-1, 1));
   pe_op_desc_free(op);
 
-  set_meta(s, "label", PE_I64, PE_SHAPE(-1, 1));
+  ph_set_meta(s, "label", PE_I64, PE_SHAPE(-1, 1));
   op = ph_op("cross_entropy", "X", "logits", "Label", "label", NULL, "Y", "y", NULL);
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(-1, 1));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(-1, 1));
   pe_op_desc_free(op);
 
   op = ph_op("mean", "X", "logits", NULL, "Out", "m", NULL);
-  OK(ph_infer_op(s, op, m, 2));
-  expect_shape(&m[0], PE_SHAPE(1));
+  PE_CK_OK(ph_infer_op(s, op, m, 2));
+  expect_shape(&m[0].shape, PE_SHAPE(1));
   pe_op_desc_free(op);
   pe_scope_free(s);
 }
@@ -290,19 +247,19 @@ END_TEST
 START_TEST(infer_errors_name_vars_and_shapes) {
   pe_scope *s = pe_scope_new(NULL);
   pe_meta m[2];
-  set_meta(s, "logits", PE_F32, PE_SHAPE(-1, 10));
-  set_meta(s, "label", PE_I64, PE_SHAPE(-1, 2));
+  ph_set_meta(s, "logits", PE_F32, PE_SHAPE(-1, 10));
+  ph_set_meta(s, "label", PE_I64, PE_SHAPE(-1, 2));
   pe_op_desc *op = swce_op(false);
   expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE,
                "Label 'label' [-1,2] does not fit Logits 'logits' [-1,10]");
-  set_meta(s, "label", PE_F32, PE_SHAPE(-1, 1));
+  ph_set_meta(s, "label", PE_F32, PE_SHAPE(-1, 1));
   expect_error(ph_infer_op(s, op, m, 2), PE_EDTYPE, "Label 'label' [-1,1] has dtype f32");
-  set_meta(s, "label", PE_I64, PE_SHAPE(-1, 1));
-  OK(pe_op_set_int(op, "axis", 0));
+  ph_set_meta(s, "label", PE_I64, PE_SHAPE(-1, 1));
+  PE_CK_OK(pe_op_set_int(op, "axis", 0));
   expect_error(ph_infer_op(s, op, m, 2), PE_EATTR, "only the last axis");
   pe_op_desc_free(op);
 
-  set_meta(s, "label", PE_F32, PE_SHAPE(-1, 9));
+  ph_set_meta(s, "label", PE_F32, PE_SHAPE(-1, 9));
   op = swce_op(true);
   expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE, "Label 'label' [-1,9]");
   pe_op_desc_free(op);

@@ -6,20 +6,7 @@
 
 #include "check_main.h"
 #include "op_harness.h"
-
-#define OK(expr)                                                \
-  do {                                                          \
-    pe_status *ok_st_ = (expr);                                 \
-    ck_assert_msg(ok_st_ == NULL, "%s", pe_status_msg(ok_st_)); \
-  } while (0)
-
-static void expect_error(pe_status *st, pe_code code, const char *needle) {
-  ck_assert_msg(st != NULL, "expected an error containing '%s'", needle);
-  ck_assert_msg(pe_status_code(st) == code, "code %s, message: %s", pe_code_name(st->code),
-                pe_status_msg(st));
-  ck_assert_msg(strstr(pe_status_msg(st), needle), "'%s' not in: %s", needle, pe_status_msg(st));
-  pe_status_free(st);
-}
+#include "test_assert.h"
 
 /* Rows chosen for the tie rule: rank = #{greater} + #{equal at a lower index}.
  *   row  scores             label  rank
@@ -38,8 +25,8 @@ static const int acc_rank[] = {0, 1, 0, 2, 2, 2, 1};
 static void run_accuracy(pe_scope *s, int k, float *acc, int64_t *correct, int64_t *total) {
   pe_op_desc *op = ph_op("accuracy", "X", "x", "Label", "label", NULL, "Accuracy", "acc", "Correct",
                          "correct", "Total", "total", NULL);
-  OK(pe_op_set_int(op, "k", k));
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(pe_op_set_int(op, "k", k));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *a = ph_get(s, "acc"), *c = ph_get(s, "correct"), *t = ph_get(s, "total");
   pe_shape one = PE_SHAPE(1);
   ck_assert(a->dtype == PE_F32 && pe_shape_equal(&a->shape, &one));
@@ -75,8 +62,8 @@ START_TEST(accuracy_agrees_with_top_k_indices) {
   ph_set_f32(s, "x", PE_SHAPE(7, 3), acc_x);
   for (int k = 1; k <= 3; k++) {
     pe_op_desc *op = ph_op("top_k", "X", "x", NULL, "Out", "v", "Indices", "i", NULL);
-    OK(pe_op_set_int(op, "k", k));
-    OK(ph_run_op(s, op, NULL));
+    PE_CK_OK(pe_op_set_int(op, "k", k));
+    PE_CK_OK(ph_run_op(s, op, NULL));
     const int64_t *idx = pe_i64(ph_get(s, "i"));
     for (int r = 0; r < 7; r++) {
       bool in = false;
@@ -124,8 +111,8 @@ START_TEST(top_k_values_and_indices) {
   float xv[] = {1, 3, 3, 2, 5, /**/ -1, -1, -1, 0, -1, /**/ 4, 4, 4, 4, 4, /**/ 0, 1, 2, 3, 4};
   ph_set_f32(s, "x", PE_SHAPE(2, 2, 5), xv);
   pe_op_desc *op = ph_op("top_k", "X", "x", NULL, "Out", "v", "Indices", "i", NULL);
-  OK(pe_op_set_int(op, "k", 3));
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(pe_op_set_int(op, "k", 3));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *v = ph_get(s, "v"), *i = ph_get(s, "i");
   pe_shape want = PE_SHAPE(2, 2, 3);
   ck_assert(v->dtype == PE_F32 && pe_shape_equal(&v->shape, &want));
@@ -141,13 +128,13 @@ START_TEST(top_k_values_and_indices) {
   /* NaN ranks above every number; other dtypes keep their dtype. */
   ph_set_f32(s, "x", PE_SHAPE(1, 3), (float[]){1, NAN, 2});
   op = ph_op("top_k", "X", "x", NULL, "Out", "v", "Indices", "i", NULL);
-  OK(pe_op_set_int(op, "k", 2));
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(pe_op_set_int(op, "k", 2));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   ck_assert(isnan(pe_f32(ph_get(s, "v"))[0]) && pe_f32(ph_get(s, "v"))[1] == 2.0f);
   ck_assert_int_eq(pe_i64(ph_get(s, "i"))[0], 1);
   ck_assert_int_eq(pe_i64(ph_get(s, "i"))[1], 2);
   ph_set_i64(s, "x", PE_SHAPE(4), (int64_t[]){7, 9, 9, -3});
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   ck_assert_int_eq(ph_get(s, "v")->dtype, PE_I64);
   ck_assert_int_eq(pe_i64(ph_get(s, "v"))[0], 9);
   ck_assert_int_eq(pe_i64(ph_get(s, "v"))[1], 9);
@@ -168,8 +155,8 @@ START_TEST(top_k_matches_reference_with_many_ties) {
   ph_set_f32(s, "x", PE_SHAPE(R, L), xv);
   pe_op_desc *op = ph_op("top_k", "X", "x", NULL, "Out", "v", "Indices", "i", NULL);
   for (int k = 1; k <= L; k++) {
-    OK(pe_op_set_int(op, "k", k));
-    OK(ph_run_op(s, op, NULL));
+    PE_CK_OK(pe_op_set_int(op, "k", k));
+    PE_CK_OK(ph_run_op(s, op, NULL));
     const float *v = pe_f32(ph_get(s, "v"));
     const int64_t *idx = pe_i64(ph_get(s, "i"));
     for (int r = 0; r < R; r++) {
@@ -194,10 +181,10 @@ START_TEST(top_k_rejects_bad_k) {
   ph_set_uniform(s, "x", PE_SHAPE(2, 5), 0, 1, 1);
   pe_op_desc *op = ph_op("top_k", "X", "x", NULL, "Out", "v", "Indices", "i", NULL);
   pe_meta m[2];
-  OK(pe_op_set_int(op, "k", 6));
+  PE_CK_OK(pe_op_set_int(op, "k", 6));
   expect_error(ph_infer_op(s, op, m, 2), PE_EATTR, "'k' = 6 exceeds the last dim of X 'x' [2,5]");
   expect_error(ph_run_op(s, op, NULL), PE_EATTR, "'k' = 6");
-  OK(pe_op_set_int(op, "k", 0));
+  PE_CK_OK(pe_op_set_int(op, "k", 0));
   expect_error(ph_infer_op(s, op, m, 2), PE_EATTR, "'k' = 0 must be >= 1");
   pe_op_desc_free(op);
   pe_scope_free(s);

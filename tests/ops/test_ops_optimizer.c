@@ -8,22 +8,9 @@
 
 #include "check_main.h"
 #include "op_harness.h"
+#include "test_assert.h"
 
 #define TOL 1e-6
-
-#define OK(expr)                                                \
-  do {                                                          \
-    pe_status *ok_st_ = (expr);                                 \
-    ck_assert_msg(ok_st_ == NULL, "%s", pe_status_msg(ok_st_)); \
-  } while (0)
-
-static void expect_error(pe_status *st, pe_code code, const char *needle) {
-  ck_assert_msg(st != NULL, "expected an error containing '%s'", needle);
-  ck_assert_msg(pe_status_code(st) == code, "code %s, message: %s", pe_code_name(st->code),
-                pe_status_msg(st));
-  ck_assert_msg(strstr(pe_status_msg(st), needle), "'%s' not in: %s", needle, pe_status_msg(st));
-  pe_status_free(st);
-}
 
 static void expect_values(pe_scope *s, const char *name, const double *want, int n) {
   pe_tensor *t = ph_get(s, name);
@@ -45,17 +32,17 @@ START_TEST(sgd_two_steps) {
   pe_op_desc *op = ph_op("sgd", "Param", "w", "Grad", "w@GRAD", "LearningRate", "lr", NULL,
                          "ParamOut", "w", NULL);
   set_grad(s, (float[]){0.5f, 0.5f, -1}, 3);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "w", (double[]){0.95, -2.05, 3.1}, 3); /* w - 0.1 g */
   set_grad(s, (float[]){1, 0, 2}, 3);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "w", (double[]){0.85, -2.05, 2.9}, 3);
   pe_op_desc_free(op);
 
   /* Into a separate variable, Param is left alone. */
   op = ph_op("sgd", "Param", "w", "Grad", "w@GRAD", "LearningRate", "lr", NULL, "ParamOut", "w2",
              NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "w2", (double[]){0.75, -2.05, 2.7}, 3);
   expect_values(s, "w", (double[]){0.85, -2.05, 2.9}, 3);
   pe_op_desc_free(op);
@@ -66,8 +53,8 @@ END_TEST
 static pe_op_desc *momentum_op(bool nesterov) {
   pe_op_desc *op = ph_op("momentum", "Param", "w", "Grad", "w@GRAD", "Velocity", "v",
                          "LearningRate", "lr", NULL, "ParamOut", "w", "VelocityOut", "v", NULL);
-  OK(pe_op_set_float(op, "mu", 0.9f));
-  OK(pe_op_set_bool(op, "use_nesterov", nesterov));
+  PE_CK_OK(pe_op_set_float(op, "mu", 0.9f));
+  PE_CK_OK(pe_op_set_bool(op, "use_nesterov", nesterov));
   return op;
 }
 
@@ -81,11 +68,11 @@ START_TEST(momentum_two_steps) {
   ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.1f});
   pe_op_desc *op = momentum_op(false);
   set_grad(s, (float[]){1, -1}, 2);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "v", (double[]){1, -1}, 2);
   expect_values(s, "w", (double[]){0.9, 2.1}, 2);
   set_grad(s, (float[]){0.5f, 0.5f}, 2);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "v", (double[]){1.4, -0.4}, 2);
   expect_values(s, "w", (double[]){0.76, 2.14}, 2);
   pe_op_desc_free(op);
@@ -103,11 +90,11 @@ START_TEST(momentum_nesterov_two_steps) {
   ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.1f});
   pe_op_desc *op = momentum_op(true);
   set_grad(s, (float[]){1, -1}, 2);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "v", (double[]){1, -1}, 2);
   expect_values(s, "w", (double[]){0.81, 2.19}, 2);
   set_grad(s, (float[]){0.5f, 0.5f}, 2);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "v", (double[]){1.4, -0.4}, 2);
   expect_values(s, "w", (double[]){0.634, 2.176}, 2);
   pe_op_desc_free(op);
@@ -146,14 +133,14 @@ START_TEST(adam_two_steps) {
   adam_init(s, 2);
   pe_op_desc *op = adam_op();
   set_grad(s, (float[]){0.1f, -0.2f}, 2);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "m1", (double[]){0.01, -0.02}, 2);
   expect_values(s, "m2", (double[]){1e-5, 4e-5}, 2);
   expect_values(s, "w", (double[]){0.9900000316226766, -0.9900000158113633}, 2);
   expect_values(s, "b1p", (double[]){0.81}, 1);
   expect_values(s, "b2p", (double[]){0.998001}, 1);
   set_grad(s, (float[]){0.3f, 0.1f}, 2);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   expect_values(s, "m1", (double[]){0.039, -0.008}, 2);
   expect_values(s, "m2", (double[]){9.999e-5, 4.996e-5}, 2);
   expect_values(s, "w", (double[]){0.9808222296111345, -0.987336649182836}, 2);
@@ -179,7 +166,7 @@ START_TEST(large_in_place_update_matches_reference) {
     want_w[i] = pe_f32(w)[i] - 0.05f * want_v[i];
   }
   pe_op_desc *op = momentum_op(false);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   for (int i = 0; i < N; i++) {
     ck_assert(fabs(pe_f32(v)[i] - want_v[i]) <= 1e-6 * fmax(1, fabs(want_v[i])));
     ck_assert(fabs(pe_f32(w)[i] - want_w[i]) <= 1e-6 * fmax(1, fabs(want_w[i])));
@@ -202,7 +189,7 @@ START_TEST(inference_errors) {
                "Grad 'w@GRAD' has shape [4,3] but Param 'w' has shape [3,4]");
   expect_error(ph_run_op(s, op, NULL), PE_ESHAPE, "[4,3]");
   ph_set_uniform(s, "w@GRAD", PE_SHAPE(3, 4), -1, 1, 2);
-  OK(ph_infer_op(s, op, m, 5));
+  PE_CK_OK(ph_infer_op(s, op, m, 5));
   ck_assert(m[0].dtype == PE_F32 && pe_shape_equal(&m[0].shape, &ph_get(s, "w")->shape));
   ph_set_f32(s, "lr", PE_SHAPE(2), (float[]){0.1f, 0.2f});
   expect_error(ph_infer_op(s, op, m, 5), PE_ESHAPE,
@@ -224,9 +211,9 @@ START_TEST(inference_errors) {
   set_grad(s, (float[]){1, 1}, 2);
   adam_init(s, 2);
   op = adam_op();
-  OK(pe_op_set_float(op, "beta1", 1.0f));
+  PE_CK_OK(pe_op_set_float(op, "beta1", 1.0f));
   expect_error(ph_infer_op(s, op, m, 5), PE_EATTR, "beta1 = 1");
-  OK(pe_op_set_float(op, "beta1", 0.9f));
+  PE_CK_OK(pe_op_set_float(op, "beta1", 0.9f));
   ph_set_f32(s, "b1p", PE_SHAPE(1), (float[]){1.0f});
   expect_error(ph_run_op(s, op, NULL), PE_EINVAL, "Beta1Pow = 1");
   pe_op_desc_free(op);

@@ -11,47 +11,20 @@
 
 #include "check_main.h"
 #include "op_harness.h"
+#include "test_assert.h"
 
 #define GRAD_EPS 1e-3
 #define GRAD_TOL 1e-2
 
-#define OK(expr)                                                \
-  do {                                                          \
-    pe_status *ok_st_ = (expr);                                 \
-    ck_assert_msg(ok_st_ == NULL, "%s", pe_status_msg(ok_st_)); \
-  } while (0)
-
-static void expect_error(pe_status *st, pe_code code, const char *needle) {
-  ck_assert_msg(st != NULL, "expected an error containing '%s'", needle);
-  ck_assert_msg(pe_status_code(st) == code, "code %s, message: %s", pe_code_name(st->code),
-                pe_status_msg(st));
-  ck_assert_msg(strstr(pe_status_msg(st), needle), "'%s' not in: %s", needle, pe_status_msg(st));
-  pe_status_free(st);
-}
-
-static void expect_shape_is(const pe_shape *got, pe_shape want) {
-  char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
-  ck_assert_msg(pe_shape_equal(got, &want), "shape %s, want %s", pe_shape_str(got, a, sizeof a),
-                pe_shape_str(&want, b, sizeof b));
-}
-
-static void set_meta(pe_scope *s, const char *name, pe_dtype dt, pe_shape shape) {
-  pe_var *v;
-  OK(pe_scope_var(s, name, &v));
-  pe_tensor_release(&v->t);
-  v->t.dtype = dt;
-  v->t.shape = shape;
-}
-
 static pe_op_desc *reshape_op(int n, const int64_t *shape) {
   pe_op_desc *op = ph_op("reshape", "X", "x", NULL, "Out", "out", NULL);
-  OK(pe_op_set_ints(op, "shape", n, shape));
+  PE_CK_OK(pe_op_set_ints(op, "shape", n, shape));
   return op;
 }
 
 static pe_op_desc *flatten_op(int axis) {
   pe_op_desc *op = ph_op("flatten", "X", "x", NULL, "Out", "out", NULL);
-  OK(pe_op_set_int(op, "axis", axis));
+  PE_CK_OK(pe_op_set_int(op, "axis", axis));
   return op;
 }
 
@@ -61,9 +34,9 @@ static void check_runs_to(pe_op_desc *op, pe_shape want) {
   float x[24];
   for (int i = 0; i < 24; i++) x[i] = (float)i;
   ph_set_f32(s, "x", PE_SHAPE(2, 3, 4), x);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *o = ph_get(s, "out");
-  expect_shape_is(&o->shape, want);
+  expect_shape(&o->shape, want);
   ck_assert_int_eq(o->dtype, PE_F32);
   ck_assert(memcmp(o->data, x, sizeof x) == 0);
   pe_op_desc_free(op);
@@ -73,9 +46,9 @@ static void check_runs_to(pe_op_desc *op, pe_shape want) {
 /* Compile-time infer of op on x with shape xs; returns the output meta. */
 static pe_meta infer_on(pe_op_desc *op, pe_shape xs) {
   pe_scope *s = pe_scope_new(NULL);
-  set_meta(s, "x", PE_F32, xs);
+  ph_set_meta(s, "x", PE_F32, xs);
   pe_meta m;
-  OK(ph_infer_op(s, op, &m, 1));
+  PE_CK_OK(ph_infer_op(s, op, &m, 1));
   pe_op_desc_free(op);
   pe_scope_free(s);
   return m;
@@ -83,7 +56,7 @@ static pe_meta infer_on(pe_op_desc *op, pe_shape xs) {
 
 static void infer_fails(pe_op_desc *op, pe_shape xs, pe_code code, const char *needle) {
   pe_scope *s = pe_scope_new(NULL);
-  set_meta(s, "x", PE_F32, xs);
+  ph_set_meta(s, "x", PE_F32, xs);
   pe_meta m;
   expect_error(ph_infer_op(s, op, &m, 1), code, needle);
   pe_op_desc_free(op);
@@ -103,10 +76,10 @@ START_TEST(reshape_any_dtype) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_i64(s, "x", PE_SHAPE(2, 2), (int64_t[]){7, 8, 9, 10});
   pe_op_desc *op = reshape_op(1, (int64_t[]){-1});
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *o = ph_get(s, "out");
   ck_assert_int_eq(o->dtype, PE_I64);
-  expect_shape_is(&o->shape, PE_SHAPE(4));
+  expect_shape(&o->shape, PE_SHAPE(4));
   ck_assert_int_eq(pe_i64(o)[3], 10);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -125,22 +98,22 @@ END_TEST
 
 START_TEST(infer_with_batch_dim) {
   pe_meta m = infer_on(reshape_op(2, (int64_t[]){0, -1}), PE_SHAPE(-1, 3, 4));
-  expect_shape_is(&m.shape, PE_SHAPE(-1, 12));
+  expect_shape(&m.shape, PE_SHAPE(-1, 12));
   m = infer_on(reshape_op(2, (int64_t[]){-1, 12}), PE_SHAPE(-1, 3, 4));
-  expect_shape_is(&m.shape, PE_SHAPE(-1, 12));
+  expect_shape(&m.shape, PE_SHAPE(-1, 12));
   m = infer_on(reshape_op(1, (int64_t[]){-1}), PE_SHAPE(-1, 784));
-  expect_shape_is(&m.shape, PE_SHAPE(-1));
+  expect_shape(&m.shape, PE_SHAPE(-1));
   m = infer_on(reshape_op(3, (int64_t[]){0, 2, -1}), PE_SHAPE(-1, 3, 4));
-  expect_shape_is(&m.shape, PE_SHAPE(-1, 2, 6));
+  expect_shape(&m.shape, PE_SHAPE(-1, 2, 6));
   /* The batch dim moves into an inferred dim: unknown until run time. */
   m = infer_on(reshape_op(2, (int64_t[]){6, -1}), PE_SHAPE(-1, 3, 4));
-  expect_shape_is(&m.shape, PE_SHAPE(6, -1));
+  expect_shape(&m.shape, PE_SHAPE(6, -1));
   m = infer_on(reshape_op(4, (int64_t[]){-1, 1, 28, 28}), PE_SHAPE(-1, 784));
-  expect_shape_is(&m.shape, PE_SHAPE(-1, 1, 28, 28));
+  expect_shape(&m.shape, PE_SHAPE(-1, 1, 28, 28));
   m = infer_on(flatten_op(1), PE_SHAPE(-1, 3, 4));
-  expect_shape_is(&m.shape, PE_SHAPE(-1, 12));
+  expect_shape(&m.shape, PE_SHAPE(-1, 12));
   m = infer_on(flatten_op(2), PE_SHAPE(-1, 3, 4));
-  expect_shape_is(&m.shape, PE_SHAPE(-1, 4));
+  expect_shape(&m.shape, PE_SHAPE(-1, 4));
 }
 END_TEST
 
@@ -162,15 +135,12 @@ START_TEST(grads) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_uniform(s, "x", PE_SHAPE(2, 3, 4), -1, 1, 61);
   const char *outs[] = {"out"}, *wrt[] = {"x"};
-  ph_grad_report r;
   pe_op_desc *ops[] = {reshape_op(2, (int64_t[]){0, -1}), reshape_op(3, (int64_t[]){4, 3, 2}),
                        flatten_op(1), flatten_op(2)};
   for (int i = 0; i < 4; i++) {
-    OK(ph_grad_check(s, ops[i], outs, 1, wrt, 1, GRAD_EPS, 64, &r));
+    ph_grad_report r = expect_grad(s, ops[i], outs, 1, wrt, 1, GRAD_EPS, 64, GRAD_TOL);
     ck_assert_int_eq(r.checked, 24);
-    ck_assert_msg(r.max_err <= GRAD_TOL, "%s: analytic %g numeric %g", ops[i]->type, r.analytic,
-                  r.numeric);
-    expect_shape_is(&ph_get(s, "x@GRAD")->shape, PE_SHAPE(2, 3, 4));
+    expect_shape(&ph_get(s, "x@GRAD")->shape, PE_SHAPE(2, 3, 4));
     pe_op_desc_free(ops[i]);
   }
   pe_scope_free(s);
@@ -182,14 +152,14 @@ START_TEST(grad_copies_back_or_zeros) {
   ph_set_f32(s, "x", PE_SHAPE(2, 2), (float[]){1, 2, 3, 4});
   ph_set_f32(s, "g", PE_SHAPE(4), (float[]){5, 6, 7, 8});
   pe_op_desc *op = ph_op("reshape_grad", "X", "x", "Out@GRAD", "g", NULL, "X@GRAD", "dx", NULL);
-  OK(pe_op_set_ints(op, "shape", 1, (int64_t[]){-1}));
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(pe_op_set_ints(op, "shape", 1, (int64_t[]){-1}));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   pe_tensor *dx = ph_get(s, "dx");
-  expect_shape_is(&dx->shape, PE_SHAPE(2, 2));
+  expect_shape(&dx->shape, PE_SHAPE(2, 2));
   ck_assert(pe_f32(dx)[0] == 5 && pe_f32(dx)[3] == 8);
   pe_op_desc_free(op);
   op = ph_op("flatten_grad", "X", "x", NULL, "X@GRAD", "dx", NULL);
-  OK(ph_run_op(s, op, NULL));
+  PE_CK_OK(ph_run_op(s, op, NULL));
   dx = ph_get(s, "dx");
   for (int i = 0; i < 4; i++) ck_assert(pe_f32(dx)[i] == 0);
   pe_op_desc_free(op);

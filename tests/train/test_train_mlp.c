@@ -13,15 +13,9 @@
 #include "compiler/pass.h"
 #include "engine/seq_executor.h"
 #include "pe_builder.h"
+#include "test_assert.h"
 
 enum { DIM = 20, CLASSES = 4, N_TRAIN = 2048, N_TEST = 1024, BATCH = 64, STEPS = 400 };
-
-#define CK_OK(expr)                                                      \
-  do {                                                                   \
-    pe_status *st_ = (expr);                                             \
-    ck_assert_msg(st_ == NULL, "%s: %s (%s)", #expr, pe_status_msg(st_), \
-                  pe_code_name(pe_status_code(st_)));                    \
-  } while (0)
 
 /* --- generated data ------------------------------------------------------------ */
 
@@ -97,21 +91,21 @@ static void run_setup(run *r, uint64_t seed) {
   pe_builder_free(b);
 
   pe_program *p;
-  CK_OK(pe_program_decode(bytes, len, &p));
+  PE_CK_OK(pe_program_decode(bytes, len, &p));
   free(bytes);
-  CK_OK(pe_program_clone(p, &r->train));
-  CK_OK(pe_program_clone(p, &r->eval));
+  PE_CK_OK(pe_program_clone(p, &r->train));
+  PE_CK_OK(pe_program_clone(p, &r->eval));
   pe_program_free(p);
-  CK_OK(pe_program_compile(r->train, false));
-  CK_OK(pe_program_compile(r->eval, true));
+  PE_CK_OK(pe_program_compile(r->train, false));
+  PE_CK_OK(pe_program_compile(r->eval, true));
   r->scope = pe_scope_new(NULL);
   pe_exec_opts eo = {.seed = seed, .threads = 1};
   pe_seq_exec *init;
-  CK_OK(pe_seq_exec_new(r->train, r->train->startup_block, r->scope, &eo, &init));
-  CK_OK(pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL));
+  PE_CK_OK(pe_seq_exec_new(r->train, r->train->startup_block, r->scope, &eo, &init));
+  PE_CK_OK(pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL));
   pe_seq_exec_free(init);
-  CK_OK(pe_seq_exec_new(r->train, r->train->main_block, r->scope, &eo, &r->step));
-  CK_OK(pe_seq_exec_new(r->eval, r->eval->main_block, r->scope, &eo, &r->test));
+  PE_CK_OK(pe_seq_exec_new(r->train, r->train->main_block, r->scope, &eo, &r->step));
+  PE_CK_OK(pe_seq_exec_new(r->eval, r->eval->main_block, r->scope, &eo, &r->test));
 }
 
 static void run_free(run *r) {
@@ -133,7 +127,7 @@ static const pe_tensor *run_batch(pe_seq_exec *e, const dataset *d, int at, int 
   pe_tensor_view(&yt, PE_I64, &ys, (void *)(d->y + at));
   pe_feed feeds[2] = {{"x", &xt}, {"y", &yt}};
   const pe_tensor *out;
-  CK_OK(pe_seq_exec_run(e, feeds, 2, &fetch, 1, &out));
+  PE_CK_OK(pe_seq_exec_run(e, feeds, 2, &fetch, 1, &out));
   return out;
 }
 

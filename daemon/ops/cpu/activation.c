@@ -39,6 +39,16 @@ static const act_kind *act_find(const char *type) {
   return NULL;
 }
 
+/* A forward entry: prims[0] (SRC, DST) from pd, which is destroyed. */
+static pe_status *fwd_build(pe_kernel_ctx *c, pe_dnnl_entry *e, dnnl_primitive_desc_t pd,
+                            const char *what) {
+  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DST};
+  pe_dnnl_prim *p;
+  pe_status *st = pe_dnnl_entry_add(c, e, pd, args, 2, what, &p);
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
 static pe_status *act_infer(pe_infer_ctx *c) {
   PE_TRY(pe_dnnl_infer_f32(c));
   return pe_infer_same_as_first(c);
@@ -71,16 +81,8 @@ static pe_status *act_kernel(pe_kernel_ctx *c) {
   if (fresh) {
     dnnl_primitive_desc_t pd;
     pe_status *st = eltwise_fwd_desc(c, k->fwd, n, &pd);
-    if (!st) {
-      static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DST};
-      pe_dnnl_prim *p;
-      st = pe_dnnl_entry_add(c, e, pd, args, 2, "eltwise forward", &p);
-      dnnl_primitive_desc_destroy(pd);
-    }
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
+    if (!st) st = fwd_build(c, e, pd, "eltwise forward");
+    PE_TRY(pe_dnnl_cache_built(c, e, st));
   }
   void *h[] = {x->data, out->data};
   return pe_dnnl_run(c, &e->prims[0], h, c->def->type);
@@ -124,13 +126,7 @@ static pe_status *act_grad_kernel(pe_kernel_ctx *c) {
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(pe_dnnl_cache_lookup(c, &n, 1, &e, &fresh));
-  if (fresh) {
-    pe_status *st = act_grad_build(c, e, k, n);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, act_grad_build(c, e, k, n)));
   void *h[] = {src->data, dout->data, dx->data};
   return pe_dnnl_run(c, &e->prims[0], h, c->def->type);
 }
@@ -187,16 +183,8 @@ static pe_status *softmax_kernel(pe_kernel_ctx *c) {
   if (fresh) {
     dnnl_primitive_desc_t pd;
     pe_status *st = softmax_fwd_desc(c, v, &pd);
-    if (!st) {
-      static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DST};
-      pe_dnnl_prim *p;
-      st = pe_dnnl_entry_add(c, e, pd, args, 2, "softmax forward", &p);
-      dnnl_primitive_desc_destroy(pd);
-    }
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
+    if (!st) st = fwd_build(c, e, pd, "softmax forward");
+    PE_TRY(pe_dnnl_cache_built(c, e, st));
   }
   void *h[] = {x->data, out->data};
   return pe_dnnl_run(c, &e->prims[0], h, "softmax");
@@ -235,13 +223,7 @@ static pe_status *softmax_grad_kernel(pe_kernel_ctx *c) {
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(pe_dnnl_cache_lookup(c, v, 3, &e, &fresh));
-  if (fresh) {
-    pe_status *st = softmax_grad_build(c, e, v);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, softmax_grad_build(c, e, v)));
   void *h[] = {out->data, dout->data, dx->data};
   return pe_dnnl_run(c, &e->prims[0], h, "softmax_grad");
 }

@@ -112,19 +112,10 @@ static pe_status *bn_kernel(pe_kernel_ctx *c) {
   pe_tensor *saved_mean = pe_kout(c, BN_SAVED_MEAN, 0), *saved_var = pe_kout(c, BN_SAVED_VAR, 0);
   bool test = pe_attr_b(c->def, c->desc, "is_test");
   int64_t ch = x->shape.d[1];
-  int64_t key[PE_DNNL_KEY_MAX];
-  int nk = 0;
-  pe_dnnl_key_shape(key, &nk, &x->shape);
   pe_dnnl_entry *e;
   bool fresh;
-  PE_TRY(pe_dnnl_cache_lookup(c, key, nk, &e, &fresh));
-  if (fresh) {
-    pe_status *st = bn_build(c, e, &x->shape);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  PE_TRY(pe_dnnl_cache_lookup_shape(c, &x->shape, &e, &fresh));
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, bn_build(c, e, &x->shape)));
   size_t cbytes = (size_t)ch * sizeof(float);
   if (test) {
     void *h[] = {
@@ -198,13 +189,7 @@ static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(pe_dnnl_cache_lookup(c, key, nk, &e, &fresh));
-  if (fresh) {
-    pe_status *st = bn_grad_build(c, e, &x->shape, !dx);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, bn_grad_build(c, e, &x->shape, !dx)));
   void *h[] = {x->data,
                pe_kin(c, BNG_SAVED_MEAN, 0)->data,
                pe_kin(c, BNG_SAVED_VAR, 0)->data,

@@ -163,13 +163,7 @@ static pe_status *conv_kernel(pe_kernel_ctx *c) {
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(conv_key(c, x, w, &e, &fresh));
-  if (fresh) {
-    pe_status *st = conv_build(c, e, &x->shape, &w->shape);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_build(c, e, &x->shape, &w->shape)));
   void *h[] = {x->data, w->data, out->data};
   return pe_dnnl_run(c, &e->prims[0], h, "conv2d");
 }
@@ -222,13 +216,7 @@ static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(conv_key(c, x, w, &e, &fresh));
-  if (fresh) {
-    pe_status *st = conv_grad_build(c, e, &x->shape, &w->shape);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_grad_build(c, e, &x->shape, &w->shape)));
   if (dx) {
     void *h[] = {dout->data, w->data, dx->data};
     PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d_grad data"));

@@ -3,10 +3,11 @@
  * The random ops draw from a counter-based generator (core/rng.h). With
  * seed == 0 they use the program generator ctx->rng; with seed != 0 an
  * op-local generator seeded with the attribute, kept in the op's state so
- * that successive runs of the same op instance advance it. Either way the op
- * reserves one counter range for the whole tensor before touching any
- * element, and element i derives its value from (seed, base + i) alone, so
- * the result does not depend on how the loop is split across threads.
+ * that successive runs of the same op instance advance it (pe_kernel_rng in
+ * ops/registry.h). Either way the op reserves one counter range for the
+ * whole tensor before touching any element, and element i derives its value
+ * from (seed, base + i) alone, so the result does not depend on how the loop
+ * is split across threads.
  *
  * gaussian_random: pe_rng_normal(seed, c) consumes the uniform counters 2c
  * and 2c+1. To keep a later op on the same generator from reusing those
@@ -14,7 +15,6 @@
  * start) and element i uses normal counter base/2 + i. */
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/op_tables.h"
@@ -110,36 +110,6 @@ static pe_status *fill_constant_kernel(pe_kernel_ctx *c) {
   return NULL;
 }
 
-/* --- random ops: generator selection ------------------------------------------- */
-
-/* Op-local generator for seed != 0, created on the first run. */
-typedef struct random_state {
-  pe_rng rng;
-} random_state;
-
-static void random_state_free(void *s) {
-  free(s);
-}
-
-/* The generator this run draws from (see the file comment). */
-static pe_status *pick_rng(pe_kernel_ctx *c, pe_rng **out) {
-  int64_t seed = pe_attr_i(c->def, c->desc, "seed");
-  if (seed == 0) {
-    if (!c->rng) return pe_kernel_error(c, PE_EINTERNAL, "no program generator");
-    *out = c->rng;
-    return NULL;
-  }
-  random_state *st = *c->state;
-  if (!st) {
-    if (!(st = malloc(sizeof(*st))))
-      return pe_kernel_error(c, PE_ENOMEM, "out of memory for the op-local generator");
-    pe_rng_init(&st->rng, (uint64_t)seed);
-    *c->state = st;
-  }
-  *out = &st->rng;
-  return NULL;
-}
-
 /* --- uniform_random ---------------------------------------------------------------- */
 
 static pe_status *uniform_infer(pe_infer_ctx *c) {
@@ -159,7 +129,7 @@ static pe_status *uniform_kernel(pe_kernel_ctx *c) {
   pe_tensor *out = pe_kout(c, 0, 0);
   if (!out) return NULL;
   pe_rng *r = NULL;
-  PE_TRY(pick_rng(c, &r));
+  PE_TRY(pe_kernel_rng(c, &r));
   int64_t n = pe_tensor_numel(out);
   uint64_t seed = r->seed, base = pe_rng_reserve(r, (uint64_t)n);
   double lo = pe_attr_f(c->def, c->desc, "min"), hi = pe_attr_f(c->def, c->desc, "max");
@@ -200,7 +170,7 @@ static pe_status *gaussian_kernel(pe_kernel_ctx *c) {
   pe_tensor *out = pe_kout(c, 0, 0);
   if (!out) return NULL;
   pe_rng *r = NULL;
-  PE_TRY(pick_rng(c, &r));
+  PE_TRY(pe_kernel_rng(c, &r));
   int64_t n = pe_tensor_numel(out);
   uint64_t pad = r->offset & 1; /* align so uniform counters 2c, 2c+1 are ours */
   uint64_t seed = r->seed, base = (pe_rng_reserve(r, 2 * (uint64_t)n + pad) + pad) / 2;
@@ -290,7 +260,7 @@ const pe_op_def pe_ops_creation[] = {
      .flags = PE_OP_RANDOM | PE_OP_NO_GRAD,
      .infer = uniform_infer,
      .kernel_cpu = uniform_kernel,
-     .state_free = random_state_free},
+     .state_free = pe_kernel_rng_free},
     {.type = "gaussian_random",
      .inputs = no_slots,
      .outputs = out_slots,
@@ -298,7 +268,7 @@ const pe_op_def pe_ops_creation[] = {
      .flags = PE_OP_RANDOM | PE_OP_NO_GRAD,
      .infer = gaussian_infer,
      .kernel_cpu = gaussian_kernel,
-     .state_free = random_state_free},
+     .state_free = pe_kernel_rng_free},
     {.type = "assign",
      .inputs = assign_in,
      .outputs = out_slots,

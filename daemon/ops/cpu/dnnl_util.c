@@ -139,7 +139,15 @@ pe_status *pe_dnnl_cache_lookup(pe_kernel_ctx *c, const int64_t *key, int nkey, 
   return NULL;
 }
 
-void pe_dnnl_cache_drop(pe_kernel_ctx *c, pe_dnnl_entry *e) {
+pe_status *pe_dnnl_cache_lookup_shape(pe_kernel_ctx *c, const pe_shape *s, pe_dnnl_entry **e,
+                                      bool *fresh) {
+  int64_t key[PE_DNNL_KEY_MAX];
+  int nk = 0;
+  pe_dnnl_key_shape(key, &nk, s);
+  return pe_dnnl_cache_lookup(c, key, nk, e, fresh);
+}
+
+static void cache_drop(pe_kernel_ctx *c, pe_dnnl_entry *e) {
   pe_dnnl_cache *cache = *c->state;
   if (!cache) return;
   entry_clear(e);
@@ -151,6 +159,11 @@ void pe_dnnl_cache_drop(pe_kernel_ctx *c, pe_dnnl_entry *e) {
   }
   cache->n--;
   cache->stats.entries = cache->n;
+}
+
+pe_status *pe_dnnl_cache_built(pe_kernel_ctx *c, pe_dnnl_entry *e, pe_status *st) {
+  if (st) cache_drop(c, e);
+  return st;
 }
 
 void pe_dnnl_cache_free(void *state) {

@@ -82,11 +82,16 @@ void pe_dnnl_key_val(int64_t *key, int *n, int64_t v);
 
 /* Find the entry for key in the op state's cache (creating the cache in
  * *c->state on first use). *fresh is set when the entry is new and empty:
- * the caller then builds it and, if building fails, calls
- * pe_dnnl_cache_drop so that a half-built entry is never reused. */
+ * the caller then builds it and hands the result to pe_dnnl_cache_built:
+ *   if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, my_build(c, e, ...))); */
 pe_status *pe_dnnl_cache_lookup(pe_kernel_ctx *c, const int64_t *key, int nkey, pe_dnnl_entry **e,
                                 bool *fresh);
-void pe_dnnl_cache_drop(pe_kernel_ctx *c, pe_dnnl_entry *e);
+/* The same, keyed by one shape (the usual key: attributes are fixed). */
+pe_status *pe_dnnl_cache_lookup_shape(pe_kernel_ctx *c, const pe_shape *s, pe_dnnl_entry **e,
+                                      bool *fresh);
+/* Ends the build of a fresh entry; st is the build's result. On failure the
+ * entry is dropped, so that a half-built entry is never reused. Returns st. */
+pe_status *pe_dnnl_cache_built(pe_kernel_ctx *c, pe_dnnl_entry *e, pe_status *st);
 /* state_free of every oneDNN row. */
 void pe_dnnl_cache_free(void *state);
 /* Counters of an op state (zeros for NULL), for tests and stats. */

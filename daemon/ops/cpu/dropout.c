@@ -2,7 +2,7 @@
  *
  * Training: element i is kept (Mask 1) when u_i >= p, where u_i is uniform in
  * [0, 1) from counter base + i of the generator (the program generator for
- * seed == 0, an op-local one kept in op state otherwise; see creation.c).
+ * seed == 0, an op-local one kept in op state otherwise: pe_kernel_rng).
  * So P(keep) = 1 - p, p == 0 keeps everything and p == 1 drops everything,
  * and the mask does not depend on the thread count.
  *
@@ -17,7 +17,6 @@
  * Gradient maker (custom): dropout_grad takes Mask and Out@GRAD only, so X
  * and Out need not stay alive for the backward pass. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "ops/op_tables.h"
@@ -89,32 +88,6 @@ static pe_status *dropout_infer(pe_infer_ctx *c) {
   return NULL;
 }
 
-typedef struct dropout_state {
-  pe_rng rng; /* op-local generator, seed != 0 only */
-} dropout_state;
-
-static void dropout_state_free(void *s) {
-  free(s);
-}
-
-static pe_status *dropout_rng(pe_kernel_ctx *c, pe_rng **out) {
-  int64_t seed = pe_attr_i(c->def, c->desc, "seed");
-  if (seed == 0) {
-    if (!c->rng) return pe_kernel_error(c, PE_EINTERNAL, "no program generator");
-    *out = c->rng;
-    return NULL;
-  }
-  dropout_state *st = *c->state;
-  if (!st) {
-    if (!(st = malloc(sizeof(*st))))
-      return pe_kernel_error(c, PE_ENOMEM, "out of memory for the op-local generator");
-    pe_rng_init(&st->rng, (uint64_t)seed);
-    *c->state = st;
-  }
-  *out = &st->rng;
-  return NULL;
-}
-
 static pe_status *dropout_kernel(pe_kernel_ctx *c) {
   dropout_cfg cfg;
   PE_TRY(cfg_kernel(c, &cfg));
@@ -140,7 +113,7 @@ static pe_status *dropout_kernel(pe_kernel_ctx *c) {
    * generator's offset after this op does not depend on which outputs the
    * program kept. */
   pe_rng *r = NULL;
-  PE_TRY(dropout_rng(c, &r));
+  PE_TRY(pe_kernel_rng(c, &r));
   uint64_t seed = r->seed, base = pe_rng_reserve(r, (uint64_t)n);
   double p = cfg.p;
 #pragma omp parallel for num_threads(nt) if (n >= DROPOUT_PAR_MIN) schedule(static)
@@ -236,7 +209,7 @@ const pe_op_def pe_ops_dropout[] = {
      .flags = PE_OP_RANDOM,
      .infer = dropout_infer,
      .kernel_cpu = dropout_kernel,
-     .state_free = dropout_state_free,
+     .state_free = pe_kernel_rng_free,
      .grad = dropout_grad_maker},
     {.type = "dropout_grad",
      .inputs = dropout_grad_in,

@@ -93,27 +93,23 @@ static pe_status *mm_build(pe_kernel_ctx *c, pe_dnnl_entry *e, int64_t m, int64_
   return st;
 }
 
-static void mm_attrs(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *y, mm_dims *d) {
+/* The matrix view *d of X and Y and its cache entry (keyed by M, K, N). */
+static pe_status *mm_lookup(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *y, mm_dims *d,
+                            pe_dnnl_entry **e, bool *fresh) {
   int xnc = (int)pe_attr_i(c->def, c->desc, "x_num_col_dims");
   int ync = (int)pe_attr_i(c->def, c->desc, "y_num_col_dims");
   *d = mm_view(&x->shape, &y->shape, xnc, ync);
+  int64_t key[3] = {d->m, d->k, d->n};
+  return pe_dnnl_cache_lookup(c, key, 3, e, fresh);
 }
 
 static pe_status *matmul_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, MM_X, 0), *y = pe_kin(c, MM_Y, 0), *out = pe_kout(c, MM_OUT, 0);
   mm_dims d;
-  mm_attrs(c, x, y, &d);
-  int64_t key[3] = {d.m, d.k, d.n};
   pe_dnnl_entry *e;
   bool fresh;
-  PE_TRY(pe_dnnl_cache_lookup(c, key, 3, &e, &fresh));
-  if (fresh) {
-    pe_status *st = mm_build(c, e, d.m, d.k, d.n, false, false);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  PE_TRY(mm_lookup(c, x, y, &d, &e, &fresh));
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, mm_build(c, e, d.m, d.k, d.n, false, false)));
   void *h[] = {x->data, y->data, out->data};
   return pe_dnnl_run(c, &e->prims[0], h, "matmul");
 }
@@ -129,18 +125,13 @@ static pe_status *matmul_grad_kernel(pe_kernel_ctx *c) {
   }
   if (!dx && !dy) return NULL;
   mm_dims d;
-  mm_attrs(c, x, y, &d);
-  int64_t key[3] = {d.m, d.k, d.n};
   pe_dnnl_entry *e;
   bool fresh;
-  PE_TRY(pe_dnnl_cache_lookup(c, key, 3, &e, &fresh));
+  PE_TRY(mm_lookup(c, x, y, &d, &e, &fresh));
   if (fresh) {
     pe_status *st = mm_build(c, e, d.m, d.n, d.k, false, true); /* dOut[M,N]·Yᵀ[N,K] */
     if (!st) st = mm_build(c, e, d.k, d.m, d.n, true, false);   /* Xᵀ[K,M]·dOut[M,N] */
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
+    PE_TRY(pe_dnnl_cache_built(c, e, st));
   }
   if (dx) {
     void *h[] = {dout->data, y->data, dx->data};

@@ -153,19 +153,10 @@ static pe_status *pool_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape 
 
 static pe_status *pool_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, PL_X, 0), *out = pe_kout(c, PL_OUT, 0);
-  int64_t key[PE_DNNL_KEY_MAX];
-  int nk = 0;
-  pe_dnnl_key_shape(key, &nk, &x->shape);
   pe_dnnl_entry *e;
   bool fresh;
-  PE_TRY(pe_dnnl_cache_lookup(c, key, nk, &e, &fresh));
-  if (fresh) {
-    pe_status *st = pool_build(c, e, &x->shape);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  PE_TRY(pe_dnnl_cache_lookup_shape(c, &x->shape, &e, &fresh));
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, pool_build(c, e, &x->shape)));
   void *h[] = {x->data, out->data};
   return pe_dnnl_run(c, &e->prims[0], h, "pool2d");
 }
@@ -213,19 +204,10 @@ static pe_status *pool_grad_kernel(pe_kernel_ctx *c) {
     pe_tensor_zero(dx);
     return NULL;
   }
-  int64_t key[PE_DNNL_KEY_MAX];
-  int nk = 0;
-  pe_dnnl_key_shape(key, &nk, &x->shape);
   pe_dnnl_entry *e;
   bool fresh;
-  PE_TRY(pe_dnnl_cache_lookup(c, key, nk, &e, &fresh));
-  if (fresh) {
-    pe_status *st = pool_grad_build(c, e, &x->shape);
-    if (st) {
-      pe_dnnl_cache_drop(c, e);
-      return st;
-    }
-  }
+  PE_TRY(pe_dnnl_cache_lookup_shape(c, &x->shape, &e, &fresh));
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, pool_grad_build(c, e, &x->shape)));
   if (e->nprims == 2) { /* max: recompute the workspace, then backward */
     void *hf[] = {x->data, e->bufs[0], e->bufs[1]};
     PE_TRY(pe_dnnl_run(c, &e->prims[0], hf, "pool2d_grad forward"));

@@ -1,0 +1,344 @@
+/* The data_parallel pass: build the graph (and the startup graph) from a
+ * validated program, replicated over opts->n_places places (seed 000/002).
+ *
+ * Main graph, op by op in program order, one node per place:
+ *  - the fill_constant of loss@GRAD (backward's seed) becomes a
+ *    loss_grad_scale node: place p's share n_p/N of the batch, set at run
+ *    time, so that summing gradients over places gives the gradient of the
+ *    whole batch's mean loss (losses are means over their batch);
+ *  - right after the last writer of a parameter gradient (on every place),
+ *    one collective: an all_reduce (AllReduce) or a reduce to the
+ *    parameter's owner (Reduce), so communication overlaps the rest of
+ *    backward;
+ *  - optimizer ops run on every place (AllReduce) or only on the owner,
+ *    followed by a broadcast of the updated parameter (Reduce).
+ * Owners are assigned by size: parameters in decreasing byte size, each to
+ * the place with the fewest bytes so far (ties: lowest place), which is
+ * round-robin for equal sizes and balances optimizer work otherwise.
+ * Feeds are per-place lvars: the executor splits the batch along dim 0.
+ * Persistables are replicated per place; state the optimizer does not
+ * touch (batch-norm running statistics) stays per place, unsynchronised.
+ *
+ * Startup graph: every startup op on place 0 (one generator, so every
+ * replica starts from the same values), then, right after the last writer of
+ * each persistable it initialises, a broadcast from place 0 to the others.
+ * Persistables no startup op writes (loaded from a checkpoint) are the
+ * executor's to replicate.
+ *
+ * With one place no collective is emitted and loss_grad_scale is 1. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/graph.h"
+#include "compiler/pass.h"
+#include "ops/registry.h"
+
+#define OOM() pe_error(PE_ENOMEM, "data_parallel: out of memory")
+
+typedef struct dp_ctx {
+  pe_graph *g;
+  const pe_block *b;
+  pe_strmap grad_index; /* grad name -> param index + 1 */
+  int *last_writer;     /* [n_params] op index, -1 */
+} dp_ctx;
+
+/* One op node for op i of the block on place p, slots in def order. */
+static pe_status *add_op_node(pe_graph *g, int i, int p, pe_node_kind kind, int *out) {
+  const pe_op_desc *op = g->prog->blocks[g->block]->ops[i];
+  const pe_op_def *def = pe_op_lookup(op->type);
+  if (!def) return pe_error(PE_EUNKNOWN_OP, "op #%d: unknown op type '%s'", i, op->type);
+  int id;
+  PE_TRY(pe_graph_add_node(g, kind, p, &id));
+  pe_graph_node *n = &g->nodes[id];
+  n->desc = op;
+  n->def = def;
+  n->src_op = i;
+  n->in_slot = calloc((size_t)def->n_inputs + 1, sizeof(int));
+  n->out_slot = calloc((size_t)def->n_outputs + 1, sizeof(int));
+  if (!n->in_slot || !n->out_slot) return OOM();
+  PE_TRY(kind == PE_NODE_OP ? pe_graph_set_name(g, id, "%s#%d@p%d", op->type, i, p)
+                            : pe_graph_set_name(g, id, "loss_grad_scale@p%d", p));
+  for (int dir = 0; dir < 2; dir++) {
+    const pe_slot_def *sd = dir ? def->outputs : def->inputs;
+    int ns = dir ? def->n_outputs : def->n_inputs;
+    for (int s = 0; s < ns; s++) {
+      const pe_slot *slot =
+          dir ? pe_op_find_output(op, sd[s].name) : pe_op_find_input(op, sd[s].name);
+      for (int k = 0; slot && k < slot->n; k++) {
+        int lv;
+        PE_TRY(pe_graph_lvar_get(g, slot->args[k], p, &lv));
+        PE_TRY(dir ? pe_graph_node_add_out(g, id, lv) : pe_graph_node_add_in(g, id, lv));
+      }
+      n = &g->nodes[id];
+      if (dir)
+        n->out_slot[s + 1] = n->n_out_lv;
+      else
+        n->in_slot[s + 1] = n->n_in_lv;
+    }
+  }
+  *out = id;
+  return NULL;
+}
+
+/* A collective over all places of `name`. kinds: ALL_REDUCE (in/out on
+ * every place), REDUCE (in on every place, out on root), BROADCAST (in on
+ * root, out on every other place). */
+static pe_status *add_collective(pe_graph *g, pe_node_kind kind, const char *name, int root) {
+  int id;
+  PE_TRY(pe_graph_add_node(g, kind, -1, &id));
+  g->nodes[id].root = kind == PE_NODE_ALL_REDUCE ? -1 : root;
+  g->nodes[id].width = 1;
+  if (kind == PE_NODE_ALL_REDUCE)
+    PE_TRY(pe_graph_set_name(g, id, "all_reduce(%s)", name));
+  else if (kind == PE_NODE_REDUCE)
+    PE_TRY(pe_graph_set_name(g, id, "reduce(%s->p%d)", name, root));
+  else
+    PE_TRY(pe_graph_set_name(g, id, "broadcast(%s from p%d)", name, root));
+  for (int p = 0; p < g->n_places; p++) {
+    int lv;
+    PE_TRY(pe_graph_lvar_get(g, name, p, &lv));
+    if (kind != PE_NODE_BROADCAST || p == root) PE_TRY(pe_graph_node_add_in(g, id, lv));
+    if (kind == PE_NODE_ALL_REDUCE || (kind == PE_NODE_REDUCE && p == root) ||
+        (kind == PE_NODE_BROADCAST && p != root))
+      PE_TRY(pe_graph_node_add_out(g, id, lv));
+  }
+  return NULL;
+}
+
+static bool is_optimizer(const pe_op_desc *op) {
+  const pe_op_def *def = pe_op_lookup(op->type);
+  return def && (def->flags & PE_OP_OPTIMIZER);
+}
+
+/* Parameters: the Param of every optimizer op; without an optimizer, every
+ * persistable, non-stop_gradient var whose @GRAD some op writes. */
+static pe_status *find_params(dp_ctx *c) {
+  pe_graph *g = c->g;
+  const pe_block *b = c->b;
+  int cap = b->n_vars + b->n_ops + 1;
+  g->params = calloc((size_t)cap, sizeof(*g->params));
+  g->grads = calloc((size_t)cap, sizeof(*g->grads));
+  g->owner = calloc((size_t)cap, sizeof(*g->owner));
+  c->last_writer = calloc((size_t)cap, sizeof(int));
+  if (!g->params || !g->grads || !g->owner || !c->last_writer) return OOM();
+  for (int i = 0; i < b->n_ops; i++) {
+    if (!is_optimizer(b->ops[i])) continue;
+    const char *pn = pe_op_input_arg(b->ops[i], "Param");
+    const char *gn = pe_op_input_arg(b->ops[i], "Grad");
+    if (!pn || !gn || pe_strmap_get(&c->grad_index, gn)) continue;
+    g->params[g->n_params] = pn;
+    g->grads[g->n_params++] = gn;
+    if (!pe_strmap_put(&c->grad_index, gn, (void *)(intptr_t)g->n_params)) return OOM();
+  }
+  if (g->n_params == 0) {
+    /* Gradient names written by some op, then the matching parameters. */
+    pe_strmap written;
+    pe_strmap_init(&written);
+    for (int i = 0; i < b->n_ops; i++)
+      for (int s = 0; s < b->ops[i]->n_out; s++)
+        for (int k = 0; k < b->ops[i]->out[s].n; k++)
+          if (!pe_strmap_put(&written, b->ops[i]->out[s].args[k], b->ops[i]->out[s].args[k])) {
+            pe_strmap_destroy(&written);
+            return OOM();
+          }
+    char gname[600];
+    for (int v = 0; v < b->n_vars; v++) {
+      const pe_var_desc *d = b->vars[v];
+      if (!d->persistable || d->stop_gradient) continue;
+      snprintf(gname, sizeof gname, "%s" PE_GRAD_SUFFIX, d->name);
+      const char *gn = pe_strmap_get(&written, gname);
+      if (!gn) continue;
+      g->params[g->n_params] = d->name;
+      g->grads[g->n_params++] = gn;
+      if (!pe_strmap_put(&c->grad_index, gn, (void *)(intptr_t)g->n_params)) {
+        pe_strmap_destroy(&written);
+        return OOM();
+      }
+    }
+    pe_strmap_destroy(&written);
+  }
+  /* Last writer of each gradient among the non-optimizer ops. */
+  for (int j = 0; j < g->n_params; j++) c->last_writer[j] = -1;
+  for (int i = 0; i < b->n_ops; i++) {
+    if (is_optimizer(b->ops[i])) continue;
+    for (int s = 0; s < b->ops[i]->n_out; s++)
+      for (int k = 0; k < b->ops[i]->out[s].n; k++) {
+        intptr_t j = (intptr_t)pe_strmap_get(&c->grad_index, b->ops[i]->out[s].args[k]);
+        if (j) c->last_writer[j - 1] = i;
+      }
+  }
+  return NULL;
+}
+
+static int64_t param_bytes(const pe_graph *g, const char *name) {
+  int lv = pe_graph_lvar_find(g, name, 0);
+  int64_t by = lv >= 0 ? g->lvars[lv].bytes : -1;
+  return by > 0 ? by : 0;
+}
+
+/* Reduce strategy owners: largest first, to the least loaded place. */
+static pe_status *assign_owners(pe_graph *g) {
+  int n = g->n_params;
+  int *ord = malloc((size_t)(n ? n : 1) * sizeof(int));
+  int64_t *sz = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+  int64_t load[PE_MAX_PLACES] = {0};
+  if (!ord || !sz) {
+    free(ord);
+    free(sz);
+    return OOM();
+  }
+  for (int j = 0; j < n; j++) {
+    int lv;
+    pe_status *st = pe_graph_lvar_get(g, g->params[j], 0, &lv);
+    if (st) {
+      free(ord);
+      free(sz);
+      return st;
+    }
+    sz[j] = param_bytes(g, g->params[j]);
+    ord[j] = j;
+  }
+  /* Insertion sort, stable: n is the parameter count. */
+  for (int a = 1; a < n; a++)
+    for (int k = a; k > 0 && sz[ord[k]] > sz[ord[k - 1]]; k--) {
+      int t = ord[k];
+      ord[k] = ord[k - 1];
+      ord[k - 1] = t;
+    }
+  for (int a = 0; a < n; a++) {
+    int best = 0;
+    for (int p = 1; p < g->n_places; p++)
+      if (load[p] < load[best]) best = p;
+    g->owner[ord[a]] = best;
+    load[best] += sz[ord[a]] ? sz[ord[a]] : 1;
+  }
+  free(ord);
+  free(sz);
+  return NULL;
+}
+
+static int param_of_opt(dp_ctx *c, const pe_op_desc *op) {
+  const char *gn = pe_op_input_arg(op, "Grad");
+  intptr_t j = gn ? (intptr_t)pe_strmap_get(&c->grad_index, gn) : 0;
+  return (int)j - 1;
+}
+
+static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
+  pe_graph *g = c->g;
+  const pe_block *b = c->b;
+  const char *loss = o->loss ? o->loss : g->prog->loss;
+  const pe_var_desc *ld = loss ? pe_block_find_var(g->prog, b, loss) : NULL;
+  g->loss = ld ? ld->name : NULL;
+  int lg_op = -1;
+  char lgname[600];
+  if (g->loss) {
+    snprintf(lgname, sizeof lgname, "%s" PE_GRAD_SUFFIX, g->loss);
+    for (int i = 0; i < b->n_ops && lg_op < 0; i++) {
+      const char *out = pe_op_output_arg(b->ops[i], "Out");
+      if (strcmp(b->ops[i]->type, "fill_constant") == 0 && out && strcmp(out, lgname) == 0)
+        lg_op = i;
+    }
+  }
+  PE_TRY(find_params(c));
+  bool multi = g->n_places > 1;
+  bool reduce = g->strategy == PE_STRATEGY_REDUCE;
+  if (reduce)
+    PE_TRY(assign_owners(g));
+  else
+    for (int j = 0; j < g->n_params; j++) g->owner[j] = -1;
+  for (int i = 0; i < b->n_ops; i++) {
+    const pe_op_desc *op = b->ops[i];
+    bool opt = is_optimizer(op);
+    int pj = opt ? param_of_opt(c, op) : -1;
+    for (int p = 0; p < g->n_places; p++) {
+      if (opt && reduce && pj >= 0 && g->owner[pj] != p) continue;
+      int id;
+      PE_TRY(add_op_node(g, i, p, i == lg_op ? PE_NODE_LOSS_GRAD_SCALE : PE_NODE_OP, &id));
+    }
+    if (multi && opt && reduce && pj >= 0)
+      PE_TRY(add_collective(g, PE_NODE_BROADCAST, g->params[pj], g->owner[pj]));
+    for (int j = 0; multi && j < g->n_params; j++)
+      if (c->last_writer[j] == i)
+        PE_TRY(add_collective(g, reduce ? PE_NODE_REDUCE : PE_NODE_ALL_REDUCE, g->grads[j],
+                              g->owner[j]));
+  }
+  /* Fetchable: the loss and the keep list, on every place. */
+  for (int p = 0; p < g->n_places; p++) {
+    int lv = g->loss ? pe_graph_lvar_find(g, g->loss, p) : -1;
+    if (lv >= 0) g->lvars[lv].keep = true;
+    for (int k = 0; k < o->n_keep; k++)
+      if ((lv = pe_graph_lvar_find(g, o->keep[k], p)) >= 0) g->lvars[lv].keep = true;
+  }
+  return NULL;
+}
+
+static pe_status *build_startup(pe_graph *g) {
+  const pe_block *b = g->prog->blocks[g->block];
+  g->startup = true;
+  /* Last writer of each persistable output, so its broadcast starts as
+   * soon as it is final. */
+  pe_strmap last;
+  pe_strmap_init(&last);
+  pe_status *st = NULL;
+  for (int i = 0; !st && i < b->n_ops; i++)
+    for (int s = 0; !st && s < b->ops[i]->n_out; s++)
+      for (int k = 0; !st && k < b->ops[i]->out[s].n; k++)
+        if (!pe_strmap_put(&last, b->ops[i]->out[s].args[k], (void *)(intptr_t)(i + 1))) st = OOM();
+  for (int i = 0; !st && i < b->n_ops; i++) {
+    int id;
+    st = add_op_node(g, i, 0, PE_NODE_OP, &id);
+    for (int s = 0; !st && g->n_places > 1 && s < b->ops[i]->n_out; s++)
+      for (int k = 0; !st && k < b->ops[i]->out[s].n; k++) {
+        const char *name = b->ops[i]->out[s].args[k];
+        if ((intptr_t)pe_strmap_get(&last, name) != i + 1) continue;
+        int lv = pe_graph_lvar_find(g, name, 0);
+        if (lv < 0 || !g->lvars[lv].persistable) continue;
+        (void)pe_strmap_put(&last, name, (void *)(intptr_t)-1); /* once */
+        st = add_collective(g, PE_NODE_BROADCAST, name, 0);
+      }
+  }
+  pe_strmap_destroy(&last);
+  return st;
+}
+
+static pe_status *new_graph(const pe_ir *ir, const pe_pass_opts *o, int block, pe_graph **out) {
+  int n = o->n_places > 0 ? o->n_places : 1;
+  PE_TRY(pe_graph_new(ir->prog, block, o->place_kind, n, out));
+  pe_graph *g = *out;
+  g->strategy = o->strategy;
+  g->fuse = o->fuse;
+  g->fuse_bucket_bytes =
+      o->fuse_bucket_bytes > 0 ? o->fuse_bucket_bytes : PE_FUSE_BUCKET_BYTES_DEFAULT;
+  return NULL;
+}
+
+pe_status *pe_pass_data_parallel(pe_ir *ir) {
+  static const pe_pass_opts none = {0};
+  const pe_pass_opts *o = ir->opts ? ir->opts : &none;
+  if (o->strategy != PE_STRATEGY_ALLREDUCE && o->strategy != PE_STRATEGY_REDUCE)
+    return pe_error(PE_EINVAL, "data_parallel: unknown strategy %d", (int)o->strategy);
+  if (!pe_program_main(ir->prog)) return pe_error(PE_EINVAL, "data_parallel: no main block");
+  pe_ir_destroy(ir); /* a rerun replaces the graphs */
+  pe_graph *g = NULL, *s = NULL;
+  PE_TRY(new_graph(ir, o, ir->prog->main_block, &g));
+  dp_ctx c = {g, g->prog->blocks[g->block], {0}, NULL};
+  pe_strmap_init(&c.grad_index);
+  pe_status *st = build_main(&c, o);
+  free(c.last_writer);
+  pe_strmap_destroy(&c.grad_index);
+  if (!st && ir->prog->startup_block >= 0) {
+    st = new_graph(ir, o, ir->prog->startup_block, &s);
+    if (!st) st = build_startup(s);
+    if (st) st = pe_status_wrap(st, "startup graph");
+  }
+  if (st) {
+    pe_graph_free(g);
+    pe_graph_free(s);
+    return st;
+  }
+  ir->graph = g;
+  ir->startup = s;
+  return NULL;
+}

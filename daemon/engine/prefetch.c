@@ -1,0 +1,248 @@
+/* Input prefetch (contract in prefetch.h).
+ *
+ * Slots. Slot k % depth holds batch k. Its state moves
+ *   FREE --(thread fills it)--> READY --(next)--> TAKEN --(release)--> FREE.
+ * All state, the sequence counters, `done` and `err` are guarded by mu. The
+ * thread fills a slot without the lock: while a slot is FREE only the
+ * thread touches its tensors, while READY/TAKEN only the consumer does, and
+ * each hand-over goes through mu. The thread waits on free_cv for its next
+ * slot to be FREE; the consumer waits on ready_cv for its next slot to be
+ * READY or for the thread to be done. */
+#include "prefetch.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum slot_state { SLOT_FREE, SLOT_READY, SLOT_TAKEN } slot_state;
+
+typedef struct slot {
+  slot_state state;
+  pe_prefetch_batch batch;
+  int64_t *counts;  /* n_places */
+  pe_tensor *parts; /* n_places * n_inputs */
+} slot;
+
+struct pe_prefetch {
+  pe_prefetch_opts o;
+  pe_device **devices; /* copy of o.devices, or NULL */
+  pe_tensor *inputs;   /* staging: the producer's output; prefetch thread only */
+  pe_event **events;   /* per device, for the h2d copies; prefetch thread only */
+  slot *slots;
+  pthread_t thread;
+  bool started;
+  pthread_mutex_t mu;
+  pthread_cond_t ready_cv, free_cv;
+  uint64_t produced; /* batches made READY (thread) */
+  uint64_t consumed; /* batches handed out by next (consumer) */
+  bool stop;         /* stop requested */
+  bool done;         /* the thread finished: end of data or error */
+  pe_status *err;    /* the thread's failure, returned by next */
+};
+
+/* Split the staged inputs into slot s (prefetch thread, s is FREE). */
+static pe_status *split(pe_prefetch *pf, slot *s, uint64_t index) {
+  int np = pf->o.n_places, ni = pf->o.n_inputs;
+  const pe_tensor *in = pf->inputs;
+  char sa[PE_SHAPE_STRLEN], sb[PE_SHAPE_STRLEN];
+  for (int i = 0; i < ni; i++) {
+    if (in[i].shape.ndim < 1 || (!in[i].data && pe_tensor_numel(&in[i]) > 0))
+      return pe_error(PE_ESHAPE,
+                      "prefetch batch %llu: input %d has shape %s (no batch dim or no data)",
+                      (unsigned long long)index, i, pe_shape_str(&in[i].shape, sa, sizeof sa));
+    if (in[i].shape.d[0] != in[0].shape.d[0])
+      return pe_error(
+          PE_ESHAPE,
+          "prefetch batch %llu: input %d shape %s vs input 0 shape %s: batch sizes differ",
+          (unsigned long long)index, i, pe_shape_str(&in[i].shape, sa, sizeof sa),
+          pe_shape_str(&in[0].shape, sb, sizeof sb));
+  }
+  int64_t total = in[0].shape.d[0];
+  int64_t off = 0;
+  for (int p = 0; p < np; p++) {
+    int64_t cnt = pe_split_count(total, np, p);
+    s->counts[p] = cnt;
+    pe_device *dev = pf->devices ? pf->devices[p] : NULL;
+    pe_allocator *a =
+        dev && pe_device_allocator(dev) ? pe_device_allocator(dev) : pe_host_allocator();
+    for (int i = 0; i < ni; i++) {
+      pe_tensor *t = &s->parts[p * ni + i];
+      pe_shape sh = in[i].shape;
+      sh.d[0] = cnt;
+      PE_TRY(pe_tensor_resize_with(t, a, in[i].dtype, &sh, "prefetch part"));
+      t->place = dev ? dev->place : (pe_place){PE_PLACE_CPU, p};
+      size_t row =
+          (size_t)pe_shape_prod(&in[i].shape, 1, in[i].shape.ndim) * pe_dtype_size(in[i].dtype);
+      const char *src = (const char *)in[i].data + (size_t)off * row;
+      size_t bytes = (size_t)cnt * row;
+      if (!bytes) continue;
+      if (dev)
+        PE_TRY(
+            pe_stream_copy(pe_device_stream(dev, PE_STREAM_H2D), t->data, src, bytes, PE_COPY_H2D));
+      else
+        memcpy(t->data, src, bytes);
+    }
+    off += cnt;
+  }
+  if (pf->devices) {
+    /* Wait for this batch's copies (the staging buffer is reused next).
+     * A copy failure stays on the h2d stream for its next sync. */
+    for (int p = 0; p < np; p++) {
+      PE_TRY(pe_event_record(pf->events[p], pe_device_stream(pf->devices[p], PE_STREAM_H2D)));
+      pe_status_free(pe_event_sync(pf->events[p]));
+    }
+  }
+  s->batch.index = index;
+  s->batch.total = total;
+  return NULL;
+}
+
+static void *prefetch_main(void *arg) {
+  pe_prefetch *pf = arg;
+  int depth = pf->o.depth;
+  for (uint64_t k = 0;; k++) {
+    slot *s = &pf->slots[k % (uint64_t)depth];
+    pthread_mutex_lock(&pf->mu);
+    while (s->state != SLOT_FREE && !pf->stop) pthread_cond_wait(&pf->free_cv, &pf->mu);
+    bool stop = pf->stop;
+    pthread_mutex_unlock(&pf->mu);
+    if (stop) break;
+
+    bool end = false;
+    pe_status *st = pf->o.produce(pf->o.ctx, pf->inputs, pf->o.n_inputs, &end);
+    if (st)
+      st = pe_status_wrap(st, "prefetch batch %llu: producer", (unsigned long long)k);
+    else if (!end)
+      st = split(pf, s, k);
+
+    pthread_mutex_lock(&pf->mu);
+    if (st || end) {
+      pf->err = st;
+      pf->done = true;
+    } else {
+      s->state = SLOT_READY;
+      pf->produced++;
+    }
+    pthread_cond_broadcast(&pf->ready_cv);
+    pthread_mutex_unlock(&pf->mu);
+    if (st || end) break;
+  }
+  pthread_mutex_lock(&pf->mu);
+  pf->done = true;
+  pthread_cond_broadcast(&pf->ready_cv);
+  pthread_mutex_unlock(&pf->mu);
+  return NULL;
+}
+
+static void pf_free(pe_prefetch *pf) {
+  int np = pf->o.n_places, ni = pf->o.n_inputs;
+  if (pf->slots)
+    for (int k = 0; k < pf->o.depth; k++) {
+      if (pf->slots[k].parts)
+        for (int j = 0; j < np * ni; j++) pe_tensor_release(&pf->slots[k].parts[j]);
+      free(pf->slots[k].parts);
+      free(pf->slots[k].counts);
+    }
+  if (pf->inputs)
+    for (int i = 0; i < ni; i++) pe_tensor_release(&pf->inputs[i]);
+  if (pf->events)
+    for (int p = 0; p < np; p++) pe_event_put(pf->events[p]);
+  free(pf->events);
+  free(pf->slots);
+  free(pf->inputs);
+  free(pf->devices);
+  pe_status_free(pf->err);
+  pthread_cond_destroy(&pf->ready_cv);
+  pthread_cond_destroy(&pf->free_cv);
+  pthread_mutex_destroy(&pf->mu);
+  free(pf);
+}
+
+pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
+  *out = NULL;
+  if (opts->n_places < 1 || opts->n_places > PE_MAX_PLACES || opts->n_inputs < 1 ||
+      opts->n_inputs > 64 || !opts->produce)
+    return pe_error(PE_EINVAL,
+                    "prefetch: need 1..%d places, 1..64 inputs and a producer (got %d, %d)",
+                    PE_MAX_PLACES, opts->n_places, opts->n_inputs);
+  pe_prefetch *pf = calloc(1, sizeof(*pf));
+  if (!pf) return pe_error(PE_ENOMEM, "prefetch: out of memory");
+  pf->o = *opts;
+  if (pf->o.depth <= 0) pf->o.depth = 2;
+  pthread_mutex_init(&pf->mu, NULL);
+  pthread_cond_init(&pf->ready_cv, NULL);
+  pthread_cond_init(&pf->free_cv, NULL);
+  int np = pf->o.n_places, ni = pf->o.n_inputs, depth = pf->o.depth;
+  bool ok = (pf->inputs = calloc((size_t)ni, sizeof(pe_tensor))) &&
+            (pf->slots = calloc((size_t)depth, sizeof(slot)));
+  for (int k = 0; ok && k < depth; k++) {
+    slot *s = &pf->slots[k];
+    ok = (s->counts = calloc((size_t)np, sizeof(int64_t))) &&
+         (s->parts = calloc((size_t)np * (size_t)ni, sizeof(pe_tensor)));
+    if (!ok) break;
+    s->state = SLOT_FREE;
+    s->batch =
+        (pe_prefetch_batch){.n_places = np, .n_inputs = ni, .counts = s->counts, .parts = s->parts};
+  }
+  pe_status *st = ok ? NULL : pe_error(PE_ENOMEM, "prefetch: out of memory");
+  if (!st && opts->devices) {
+    pf->devices = calloc((size_t)np, sizeof(pe_device *));
+    pf->events = calloc((size_t)np, sizeof(pe_event *));
+    if (!pf->devices || !pf->events) st = pe_error(PE_ENOMEM, "prefetch: out of memory");
+    for (int p = 0; !st && p < np; p++) {
+      pf->devices[p] = opts->devices[p];
+      st = pe_event_get(pf->devices[p], &pf->events[p]);
+    }
+    pf->o.devices = pf->devices;
+  }
+  if (!st) {
+    int rc = pthread_create(&pf->thread, NULL, prefetch_main, pf);
+    if (rc)
+      st = pe_error(PE_EINTERNAL, "prefetch: cannot start the thread (error %d)", rc);
+    else
+      pf->started = true;
+  }
+  if (st) {
+    pf_free(pf);
+    return st;
+  }
+  *out = pf;
+  return NULL;
+}
+
+pe_status *pe_prefetch_next(pe_prefetch *pf, pe_prefetch_batch **out) {
+  *out = NULL;
+  pe_status *st = NULL;
+  pthread_mutex_lock(&pf->mu);
+  slot *s = &pf->slots[pf->consumed % (uint64_t)pf->o.depth];
+  /* Batches are READY in order, so "consumed < produced" means s is ours. */
+  while (pf->consumed == pf->produced && !pf->done) pthread_cond_wait(&pf->ready_cv, &pf->mu);
+  if (pf->consumed < pf->produced) {
+    s->state = SLOT_TAKEN;
+    pf->consumed++;
+    *out = &s->batch;
+  } else if (pf->err) {
+    st = pe_error(pf->err->code, "%s", pf->err->msg);
+  }
+  pthread_mutex_unlock(&pf->mu);
+  return st;
+}
+
+void pe_prefetch_release(pe_prefetch *pf, pe_prefetch_batch *b) {
+  if (!b) return;
+  slot *s = &pf->slots[b->index % (uint64_t)pf->o.depth];
+  pthread_mutex_lock(&pf->mu);
+  s->state = SLOT_FREE;
+  pthread_cond_signal(&pf->free_cv);
+  pthread_mutex_unlock(&pf->mu);
+}
+
+void pe_prefetch_stop(pe_prefetch *pf) {
+  if (!pf) return;
+  pthread_mutex_lock(&pf->mu);
+  pf->stop = true;
+  pthread_cond_broadcast(&pf->free_cv);
+  pthread_mutex_unlock(&pf->mu);
+  if (pf->started) pthread_join(pf->thread, NULL);
+  pf_free(pf);
+}

@@ -1,0 +1,82 @@
+/* Input prefetch (seed 002): a background thread takes the next batch from
+ * a producer callback and splits it along dim 0 onto N places, so that
+ * reading and splitting batch k+1 overlaps step k.
+ *
+ * Splits are as even as possible: with B samples on N places, place p gets
+ * B/N samples plus one if p < B%N (3 samples on 4 places: 1,1,1,0). A place
+ * may get 0 samples; its tensors then have dim 0 == 0.
+ *
+ * Buffers. `depth` slots (default 2: double buffering) rotate between the
+ * thread and the consumer. pe_prefetch_next hands out batches in order;
+ * each must be given back with pe_prefetch_release before its slot is
+ * filled again. Part tensors belong to the prefetcher and keep their
+ * capacity across batches (no allocation in steady state). With devices,
+ * parts are allocated from each device's allocator and copied on its h2d
+ * stream; the batch is ready once those copies completed.
+ *
+ * Errors. A producer failure (or a split failure: inputs of different
+ * batch sizes, out of memory) stops the thread; pe_prefetch_next returns
+ * it after handing out every batch completed before it, and then returns
+ * a copy of it on every later call.
+ *
+ * Threads. The producer runs on the prefetch thread only. next, release
+ * and stop are for one consumer thread (they are thread-safe, but batches
+ * come out in one sequence). */
+#ifndef PE_ENGINE_PREFETCH_H
+#define PE_ENGINE_PREFETCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/device.h"
+
+/* Fill inputs[0..n_inputs) with the next batch (resize them as needed; they
+ * are host tensors owned by the prefetcher and reused). Every input's dim 0
+ * is the batch size. At the end of the data set *end = true. */
+typedef pe_status *(*pe_batch_producer)(void *ctx, pe_tensor *inputs, int n_inputs, bool *end);
+
+typedef struct pe_prefetch_opts {
+  int n_places; /* >= 1 */
+  int n_inputs; /* >= 1, e.g. 2 for (image, label) */
+  int depth;    /* batches in flight; <= 0: 2 */
+  pe_batch_producer produce;
+  void *ctx;
+  /* Optional: devices[p] receives place p's parts (its allocator, its h2d
+   * stream). NULL: host memory, places are cpu:p. Devices outlive the
+   * prefetcher. */
+  pe_device **devices;
+} pe_prefetch_opts;
+
+typedef struct pe_prefetch_batch {
+  uint64_t index; /* 0, 1, 2, ... */
+  int64_t total;  /* samples in the batch */
+  int n_places, n_inputs;
+  const int64_t *counts; /* samples per place */
+  pe_tensor *parts;      /* n_places x n_inputs; see pe_prefetch_part */
+} pe_prefetch_batch;
+
+typedef struct pe_prefetch pe_prefetch;
+
+static inline pe_tensor *pe_prefetch_part(const pe_prefetch_batch *b, int place, int input) {
+  return &b->parts[place * b->n_inputs + input];
+}
+
+/* Starts the thread (opts is copied). */
+pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out);
+/* Block until the next batch is ready. *out = NULL at the end of the data
+ * (and on every call after it). */
+pe_status *pe_prefetch_next(pe_prefetch *pf, pe_prefetch_batch **out);
+/* Give a batch from next back; NULL is a no-op. */
+void pe_prefetch_release(pe_prefetch *pf, pe_prefetch_batch *b);
+/* Stop the thread (after the producer call in progress returns), join it
+ * and free everything; batches not released are freed too. NULL: no-op. */
+void pe_prefetch_stop(pe_prefetch *pf);
+
+/* The split rule: samples of place p out of total on n places. */
+static inline int64_t pe_split_count(int64_t total, int n, int p) {
+  return total / n + (p < total % n ? 1 : 0);
+}
+
+#endif

@@ -1,0 +1,291 @@
+/* The data_parallel pass (with ssa for the dependency checks): node counts
+ * on 1, 2 and 4 places, one all_reduce per parameter gradient right after
+ * its last writer, the Reduce strategy's reduce / optimizer-on-owner /
+ * broadcast, the startup graph's broadcasts, and the pass manager's graph
+ * pipeline. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "graph_util.h"
+
+/* Program index of the last non-optimizer op writing `name`. */
+static int prog_last_writer(const pe_block *b, const char *name) {
+  int w = -1;
+  for (int i = 0; i < b->n_ops; i++) {
+    const pe_op_def *def = pe_op_lookup(b->ops[i]->type);
+    if (def->flags & PE_OP_OPTIMIZER) continue;
+    for (int s = 0; s < b->ops[i]->n_out; s++)
+      for (int k = 0; k < b->ops[i]->out[s].n; k++)
+        if (strcmp(b->ops[i]->out[s].args[k], name) == 0) w = i;
+  }
+  return w;
+}
+
+/* The op node of `type` on place p whose input slot `slot` reads `arg`. */
+static int find_op(const pe_graph *g, const char *type, int p, const char *slot, const char *arg) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pe_graph_node *x = &g->nodes[i];
+    if (x->kind != PE_NODE_OP || x->place != p || strcmp(x->desc->type, type) != 0) continue;
+    const char *a = pe_op_input_arg(x->desc, slot);
+    if (a && strcmp(a, arg) == 0) return i;
+  }
+  return -1;
+}
+
+static int find_collective(const pe_graph *g, pe_node_kind k, const char *name) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].kind == k && strcmp(g->lvars[g->nodes[i].in_lv[0]].name, name) == 0) return i;
+  return -1;
+}
+
+static void check_allreduce(int n_places) {
+  pe_program *p = gu_mlp_small();
+  pe_pass_opts o = {.n_places = n_places};
+  pe_ir ir = gu_compile(p, &o, GU_TRAIN ",data_parallel,ssa");
+  const pe_graph *g = ir.graph;
+  const pe_block *m = pe_program_main(p);
+  int n_ops = m->n_ops, n = n_places;
+  ck_assert_int_eq(g->n_places, n);
+  ck_assert_int_eq(g->n_params, 6);
+  ck_assert_int_eq(gu_count(g, PE_NODE_OP), (n_ops - 1) * n);
+  ck_assert_int_eq(gu_count(g, PE_NODE_LOSS_GRAD_SCALE), n);
+  ck_assert_int_eq(gu_count(g, PE_NODE_ALL_REDUCE), 6);
+  ck_assert_int_eq(gu_count(g, PE_NODE_REDUCE) + gu_count(g, PE_NODE_BROADCAST), 0);
+  ck_assert_int_eq(g->n_nodes, n_ops * n + 6);
+  for (int q = 0; q < n; q++) {
+    ck_assert_int_eq(gu_count_op(g, "sgd", q), 6);
+    ck_assert(g->lvars[gu_lvar(g, "x", q)].feed);
+    ck_assert(g->lvars[gu_lvar(g, g->params[0], q)].persistable);
+    ck_assert(g->lvars[gu_lvar(g, g->loss, q)].keep);
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pe_graph_node *x = &g->nodes[i];
+    if (x->kind == PE_NODE_LOSS_GRAD_SCALE) {
+      ck_assert_str_eq(x->desc->type, "fill_constant");
+      ck_assert_int_eq(x->n_out_data, 1);
+      ck_assert_int_eq(x->in_degree, 0);
+      ck_assert_int_eq(g->lvars[x->out_lv[0]].place, x->place);
+      continue;
+    }
+    if (x->kind != PE_NODE_ALL_REDUCE) continue;
+    ck_assert_int_eq(x->place, -1);
+    ck_assert_int_eq(x->stream, PE_STREAM_COMM);
+    ck_assert_int_eq(x->width, 1);
+    ck_assert_int_eq(x->n_in_lv, n);
+    ck_assert_int_eq(x->n_out_lv, n);
+    const char *grad = g->lvars[x->in_lv[0]].name;
+    int j = 0;
+    while (j < g->n_params && strcmp(g->grads[j], grad) != 0) j++;
+    ck_assert_msg(j < g->n_params, "%s is not a parameter gradient", grad);
+    int pw = prog_last_writer(m, grad), last = -1;
+    for (int q = 0; q < n; q++) {
+      int lv = x->in_lv[q];
+      ck_assert_int_eq(x->out_lv[q], lv);
+      ck_assert_int_eq(g->lvars[lv].place, q);
+      int w = gu_last_writer(g, lv, i);
+      ck_assert_int_ge(w, 0);
+      ck_assert_int_eq(g->nodes[w].place, q);
+      ck_assert_int_eq(g->nodes[w].src_op, pw);
+      ck_assert_int_eq(g->vars[x->in[q]].producer, w); /* ssa: waits on it */
+      if (w > last) last = w;
+      /* The optimizer reads the all-reduced version. */
+      int opt = find_op(g, "sgd", q, "Grad", grad);
+      ck_assert_int_ge(opt, 0);
+      const pe_graph_node *ox = &g->nodes[opt];
+      int gs = pe_op_input_index(ox->def, "Grad");
+      ck_assert_int_eq(g->vars[ox->in[ox->in_slot[gs]]].producer, i);
+    }
+    /* Right after its producers: only collectives in between. */
+    for (int k = last + 1; k < i; k++) ck_assert_int_eq(g->nodes[k].place, -1);
+    ck_assert_int_eq(x->in_degree, n);
+  }
+  pe_ir_destroy(&ir);
+  pe_program_free(p);
+}
+
+START_TEST(allreduce_2_places) {
+  check_allreduce(2);
+}
+END_TEST
+
+START_TEST(allreduce_4_places) {
+  check_allreduce(4);
+}
+END_TEST
+
+START_TEST(one_place_has_no_collectives) {
+  pe_program *p = gu_mlp_small();
+  pe_ir ir = gu_compile(p, NULL, GU_TRAIN ",data_parallel,ssa");
+  const pe_graph *g = ir.graph;
+  ck_assert_int_eq(g->n_places, 1);
+  ck_assert_int_eq(g->n_nodes, pe_program_main(p)->n_ops);
+  ck_assert_int_eq(gu_count(g, PE_NODE_LOSS_GRAD_SCALE), 1);
+  for (int i = 0; i < g->n_nodes; i++) ck_assert_int_eq(g->nodes[i].place, 0);
+  ck_assert_int_eq(gu_count(ir.startup, PE_NODE_BROADCAST), 0);
+  pe_ir_destroy(&ir);
+  pe_program_free(p);
+}
+END_TEST
+
+static void check_reduce(int n_places) {
+  pe_program *p = gu_mlp_small();
+  pe_pass_opts o = {.n_places = n_places, .strategy = PE_STRATEGY_REDUCE};
+  pe_ir ir = gu_compile(p, &o, GU_TRAIN ",data_parallel,ssa");
+  const pe_graph *g = ir.graph;
+  int n = n_places;
+  ck_assert_int_eq(gu_count(g, PE_NODE_ALL_REDUCE), 0);
+  ck_assert_int_eq(gu_count(g, PE_NODE_REDUCE), 6);
+  ck_assert_int_eq(gu_count(g, PE_NODE_BROADCAST), 6);
+  ck_assert_int_eq(gu_count_op(g, "sgd", -2), 6);
+  unsigned char *r = gu_reach(g);
+  bool used[PE_MAX_PLACES] = {false};
+  int n_used = 0;
+  for (int j = 0; j < g->n_params; j++) {
+    int own = g->owner[j];
+    ck_assert(own >= 0 && own < n);
+    if (!used[own]) used[own] = true, n_used++;
+    /* The optimizer only on the owner. */
+    for (int q = 0; q < n; q++)
+      ck_assert_int_eq(find_op(g, "sgd", q, "Param", g->params[j]) >= 0, q == own);
+    int opt = find_op(g, "sgd", own, "Param", g->params[j]);
+    int red = find_collective(g, PE_NODE_REDUCE, g->grads[j]);
+    ck_assert_int_ge(red, 0);
+    const pe_graph_node *rx = &g->nodes[red];
+    ck_assert_int_eq(rx->root, own);
+    ck_assert_int_eq(rx->n_in_lv, n);
+    ck_assert_int_eq(rx->n_out_lv, 1);
+    ck_assert_int_eq(g->lvars[rx->out_lv[0]].place, own);
+    ck_assert_int_lt(red, opt);
+    int bc = find_collective(g, PE_NODE_BROADCAST, g->params[j]);
+    ck_assert_int_ge(bc, 0);
+    const pe_graph_node *bx = &g->nodes[bc];
+    ck_assert_int_eq(bx->root, own);
+    ck_assert_int_eq(bx->n_in_lv, 1);
+    ck_assert_int_eq(g->lvars[bx->in_lv[0]].place, own);
+    ck_assert_int_eq(bx->n_out_lv, n - 1);
+    ck_assert(bx->writes_persistable);
+    ck_assert_int_eq(g->vars[bx->in[0]].producer, opt); /* the updated value */
+    for (int k = 0, q = 0; q < n; q++) {
+      if (q == own) continue;
+      int lv = bx->out_lv[k++];
+      ck_assert_int_eq(g->lvars[lv].place, q);
+      /* Write-after-read: every reader of the old value on q precedes it. */
+      const pe_graph_var *v0 = &g->vars[g->lvars[lv].versions[0]];
+      ck_assert_int_eq(v0->version, 0);
+      ck_assert_int_gt(v0->n_consumers, 0);
+      for (int c = 0; c < v0->n_consumers; c++)
+        ck_assert_msg(r[(size_t)v0->consumers[c] * g->n_nodes + bc], "%s does not precede %s",
+                      g->nodes[v0->consumers[c]].name, bx->name);
+    }
+  }
+  ck_assert_int_eq(n_used, n < 6 ? n : 6);
+  free(r);
+  pe_ir_destroy(&ir);
+  pe_program_free(p);
+}
+
+START_TEST(reduce_2_places) {
+  check_reduce(2);
+}
+END_TEST
+
+START_TEST(reduce_4_places) {
+  check_reduce(4);
+}
+END_TEST
+
+static void check_startup(int n_places) {
+  pe_program *p = gu_mlp(12, 1, (const int64_t[]){16}, 4, true);
+  pe_pass_opts o = {.n_places = n_places};
+  pe_ir ir = gu_compile(p, &o, GU_TRAIN ",data_parallel,ssa");
+  const pe_graph *s = ir.startup;
+  ck_assert_ptr_nonnull(s);
+  ck_assert(s->startup);
+  const pe_block *sb = pe_program_startup(p);
+  /* Distinct persistables the startup block writes: every one is
+   * broadcast from place 0. */
+  int n_pers = 0;
+  for (int i = 0; i < sb->n_ops; i++) {
+    const char *out = pe_op_output_arg(sb->ops[i], "Out");
+    bool seen = false;
+    for (int k = 0; k < i; k++) seen |= !strcmp(pe_op_output_arg(sb->ops[k], "Out"), out);
+    n_pers += !seen;
+  }
+  ck_assert_int_gt(n_pers, 4); /* weights, biases, velocities, learning_rate */
+  ck_assert_int_eq(gu_count(s, PE_NODE_OP), sb->n_ops);
+  ck_assert_int_eq(gu_count(s, PE_NODE_BROADCAST), n_places > 1 ? n_pers : 0);
+  for (int i = 0; i < s->n_nodes; i++) {
+    const pe_graph_node *x = &s->nodes[i];
+    if (x->kind == PE_NODE_OP) {
+      ck_assert_int_eq(x->place, 0);
+      continue;
+    }
+    ck_assert_int_eq(x->root, 0);
+    ck_assert_int_eq(x->n_out_lv, n_places - 1);
+    int src = s->vars[x->in[0]].producer;
+    ck_assert_int_ge(src, 0);
+    ck_assert_int_eq(src, gu_last_writer(s, x->in_lv[0], i));
+    for (int q = 1; q < n_places; q++) ck_assert_int_eq(s->lvars[x->out_lv[q - 1]].place, q);
+  }
+  pe_ir_destroy(&ir);
+  pe_program_free(p);
+}
+
+START_TEST(startup_broadcasts) {
+  check_startup(1);
+  check_startup(2);
+  check_startup(4);
+}
+END_TEST
+
+START_TEST(pipeline_and_errors) {
+  pe_program *p = gu_mlp_small();
+  pe_ir ir = {.prog = p};
+  pu_expect(pe_passes_run(&ir, "validate,ssa"), PE_EINVAL, "pass ssa", "data_parallel first", NULL);
+  pe_pass_opts o = {.n_places = 2, .fuse = true, .fuse_bucket_bytes = 1024};
+  ir.opts = &o;
+  PU_OK(pe_passes_run(&ir,
+                      "validate,backward,optimizer,validate,data_parallel,ssa,"
+                      "fuse_allreduce,memory_plan"));
+  ck_assert(ir.graph->ssa);
+  ck_assert(ir.graph->planned);
+  ck_assert_int_gt(ir.graph->n_buckets, 0);
+  /* Rerunning data_parallel replaces the graphs (nothing leaks). */
+  PU_OK(pe_passes_run(&ir, "data_parallel,ssa"));
+  ck_assert_int_eq(ir.graph->n_buckets, 0);
+  pe_pass_opts bad = {.n_places = PE_MAX_PLACES + 1};
+  ir.opts = &bad;
+  pu_expect(pe_pass_run(&ir, "data_parallel"), PE_EINVAL, "places", NULL);
+  pe_ir_destroy(&ir);
+  pe_program_free(p);
+
+  /* pe_graph_compile: program passes, then the graph passes. */
+  p = gu_mlp_small();
+  pe_pass_opts o4 = {.n_places = 4, .strategy = PE_STRATEGY_REDUCE};
+  pe_ir ir2 = {.prog = p, .opts = &o4};
+  PU_OK(pe_graph_compile(&ir2, false));
+  ck_assert(ir2.graph->planned);
+  ck_assert_int_eq(gu_count(ir2.graph, PE_NODE_REDUCE), 6);
+  pe_ir_destroy(&ir2);
+  pe_program_free(p);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("graph_data_parallel");
+  TCase *tc = tcase_create("data_parallel");
+  tcase_add_test(tc, allreduce_2_places);
+  tcase_add_test(tc, allreduce_4_places);
+  tcase_add_test(tc, one_place_has_no_collectives);
+  tcase_add_test(tc, reduce_2_places);
+  tcase_add_test(tc, reduce_4_places);
+  tcase_add_test(tc, startup_broadcasts);
+  tcase_add_test(tc, pipeline_and_errors);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)

@@ -1,0 +1,423 @@
+/* Devices: streams, events, errors, memory, and the two synchronisation
+ * strategies of seed 000, on cpu and sim places. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <omp.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "engine/device.h"
+
+static pe_device *open_dev(pe_place_kind kind, int id, int threads) {
+  pe_device *d = NULL;
+  pe_device_opts o = {.threads = threads};
+  pe_status *st = pe_device_open((pe_place){kind, id}, &o, &d);
+  ck_assert_msg(!st, "%s", pe_status_msg(st));
+  return d;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* --- in-order execution ------------------------------------------------------- */
+
+typedef struct seq_log {
+  int n; /* written only by the stream thread */
+  int vals[2000];
+} seq_log;
+
+typedef struct seq_item {
+  seq_log *log;
+  int v;
+} seq_item;
+
+static pe_status *append(void *arg) {
+  seq_item *it = arg;
+  it->log->vals[it->log->n++] = it->v;
+  return NULL;
+}
+
+START_TEST(sim_stream_runs_in_order) {
+  pe_device *d = open_dev(PE_PLACE_SIM, 0, 1);
+  ck_assert(pe_device_is_async(d));
+  static seq_log log;
+  static seq_item items[1000];
+  static int src[1000], dst[1000];
+  pe_stream *s = pe_device_stream(d, PE_STREAM_COMPUTE);
+  for (int i = 0; i < 1000; i++) {
+    items[i] = (seq_item){&log, i};
+    src[i] = i * 3;
+    ck_assert_ptr_null(pe_stream_launch(s, append, &items[i]));
+    /* Copies are queued in the same order as kernels. */
+    ck_assert_ptr_null(pe_stream_copy(s, &dst[i], &src[i], sizeof(int), PE_COPY_D2D));
+  }
+  ck_assert_ptr_null(pe_stream_sync(s));
+  ck_assert_int_eq(log.n, 1000);
+  for (int i = 0; i < 1000; i++) {
+    ck_assert_int_eq(log.vals[i], i);
+    ck_assert_int_eq(dst[i], i * 3);
+  }
+  pe_device_close(d);
+}
+END_TEST
+
+static pe_status *set_flag(void *arg) {
+  atomic_store_explicit((_Atomic int *)arg, 1, memory_order_relaxed);
+  return NULL;
+}
+
+START_TEST(cpu_launch_is_synchronous) {
+  pe_device *d = open_dev(PE_PLACE_CPU, 1, 2);
+  ck_assert(!pe_device_is_async(d));
+  ck_assert_str_eq(pe_device_stream(d, PE_STREAM_COMM)->name, "cpu:1/comm");
+  ck_assert_int_eq(pe_stream_ctx(pe_device_stream(d, PE_STREAM_COMPUTE))->threads, 2);
+  _Atomic int flag = 0;
+  pe_stream *s = pe_device_stream(d, PE_STREAM_COMPUTE);
+  ck_assert_ptr_null(pe_stream_launch(s, set_flag, &flag));
+  ck_assert_int_eq(atomic_load(&flag), 1); /* already ran */
+  pe_event *e;
+  ck_assert_ptr_null(pe_event_get(d, &e));
+  ck_assert_ptr_null(pe_event_record(e, s));
+  ck_assert(pe_event_query(e));
+  ck_assert_ptr_null(pe_event_sync(e));
+  pe_event_put(e);
+  int a = 5, b = 0;
+  ck_assert_ptr_null(pe_stream_copy(s, &b, &a, sizeof a, PE_COPY_H2D));
+  ck_assert_int_eq(b, 5);
+  ck_assert_ptr_null(pe_stream_sync(s));
+  pe_device_close(d);
+}
+END_TEST
+
+/* --- cross-stream dependencies ---------------------------------------------------- */
+
+typedef struct dep_case {
+  int *buf; /* producer writes, consumer reads */
+  int seen; /* consumer's copy */
+  int sleep_ms;
+} dep_case;
+
+static pe_status *slow_producer(void *arg) {
+  dep_case *c = arg;
+  usleep((useconds_t)c->sleep_ms * 1000);
+  *c->buf = 42;
+  return NULL;
+}
+
+static pe_status *consumer(void *arg) {
+  dep_case *c = arg;
+  c->seen = *c->buf;
+  return NULL;
+}
+
+/* Producer on `ps`, consumer on `cs`, joined by pe_device_sync_dep. */
+static void run_dep(pe_sync_strategy strat, pe_stream *ps, pe_stream *cs, bool with_event) {
+  int *buf = calloc(1, sizeof(int));
+  dep_case c = {.buf = buf, .seen = -1, .sleep_ms = 150};
+  pe_event *e = NULL;
+  ck_assert_ptr_null(pe_stream_launch(ps, slow_producer, &c));
+  if (with_event) {
+    ck_assert_ptr_null(pe_event_get(ps->dev, &e));
+    ck_assert_ptr_null(pe_event_record(e, ps));
+  }
+  double t0 = now_ms();
+  ck_assert_ptr_null(pe_device_sync_dep(strat, ps, e, cs));
+  double waited = now_ms() - t0;
+  if (strat == PE_SYNC_WAIT_PRODUCER) {
+    ck_assert_msg(waited >= 100, "host should have waited for the producer (%.1f ms)", waited);
+    ck_assert_int_eq(*buf, 42); /* visible to the host, too */
+  } else {
+    ck_assert_msg(waited < 100, "event wait must not block the host (%.1f ms)", waited);
+  }
+  /* The event may go back to the pool before the consumer runs. */
+  pe_event_put(e);
+  ck_assert_ptr_null(pe_stream_launch(cs, consumer, &c));
+  ck_assert_ptr_null(pe_stream_sync(cs));
+  ck_assert_int_eq(c.seen, 42);
+  ck_assert_ptr_null(pe_stream_sync(ps));
+  free(buf);
+}
+
+START_TEST(sim_cross_stream_dependency_both_strategies) {
+  pe_device *d0 = open_dev(PE_PLACE_SIM, 0, 1), *d1 = open_dev(PE_PLACE_SIM, 1, 1);
+  for (int strat = 0; strat < 2; strat++) {
+    for (int ev = 0; ev < 2; ev++) {
+      /* same device, compute -> comm (seed 001: all-reduce after backward) */
+      run_dep((pe_sync_strategy)strat, pe_device_stream(d0, PE_STREAM_COMPUTE),
+              pe_device_stream(d0, PE_STREAM_COMM), ev);
+      /* across devices: sim:0 compute -> sim:1 copy */
+      run_dep((pe_sync_strategy)strat, pe_device_stream(d0, PE_STREAM_COMPUTE),
+              pe_device_stream(d1, PE_STREAM_H2D), ev);
+    }
+  }
+  pe_device_close(d0);
+  pe_device_close(d1);
+}
+END_TEST
+
+START_TEST(cpu_consumer_of_sim_producer_blocks_host) {
+  pe_device *sim = open_dev(PE_PLACE_SIM, 0, 1), *cpu = open_dev(PE_PLACE_CPU, 0, 1);
+  run_dep(PE_SYNC_WAIT_PRODUCER, pe_device_stream(sim, PE_STREAM_COMPUTE),
+          pe_device_stream(cpu, PE_STREAM_COMPUTE), true);
+  /* Event strategy to a synchronous consumer: the cpu "stream" is the
+   * calling thread, so the wait itself blocks it. */
+  int *buf = calloc(1, sizeof(int));
+  dep_case c = {.buf = buf, .seen = -1, .sleep_ms = 100};
+  pe_stream *ps = pe_device_stream(sim, PE_STREAM_COMPUTE);
+  ck_assert_ptr_null(pe_stream_launch(ps, slow_producer, &c));
+  ck_assert_ptr_null(
+      pe_device_sync_dep(PE_SYNC_WAIT_EVENT, ps, NULL, pe_device_stream(cpu, PE_STREAM_COMPUTE)));
+  ck_assert_ptr_null(pe_stream_launch(pe_device_stream(cpu, PE_STREAM_COMPUTE), consumer, &c));
+  ck_assert_int_eq(c.seen, 42);
+  /* A cpu producer is complete already: nothing to do either way. */
+  ck_assert_ptr_null(pe_device_sync_dep(PE_SYNC_WAIT_EVENT, pe_device_stream(cpu, 0), NULL, ps));
+  ck_assert_ptr_null(pe_stream_sync(ps));
+  free(buf);
+  pe_device_close(cpu);
+  pe_device_close(sim);
+}
+END_TEST
+
+/* --- events ------------------------------------------------------------------------ */
+
+static pe_status *wait_gate(void *arg) {
+  _Atomic int *gate = arg;
+  while (!atomic_load_explicit(gate, memory_order_acquire)) usleep(1000);
+  return NULL;
+}
+
+START_TEST(sim_event_query_and_sync) {
+  pe_device *d = open_dev(PE_PLACE_SIM, 0, 1);
+  pe_stream *s = pe_device_stream(d, PE_STREAM_COMPUTE);
+  pe_event *e, *never;
+  ck_assert_ptr_null(pe_event_get(d, &e));
+  ck_assert_ptr_null(pe_event_get(d, &never));
+  ck_assert(pe_event_query(never)); /* never recorded: complete */
+  _Atomic int gate = 0;
+  ck_assert_ptr_null(pe_stream_launch(s, wait_gate, &gate));
+  ck_assert_ptr_null(pe_event_record(e, s));
+  usleep(20000);
+  ck_assert(!pe_event_query(e));
+  atomic_store_explicit(&gate, 1, memory_order_release);
+  ck_assert_ptr_null(pe_event_sync(e));
+  ck_assert(pe_event_query(e));
+  /* Recording on another device's stream is refused. */
+  pe_device *d2 = open_dev(PE_PLACE_SIM, 1, 1);
+  pe_status *st = pe_event_record(e, pe_device_stream(d2, PE_STREAM_COMPUTE));
+  ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+  pe_status_free(st);
+  /* The pool hands back the same event. */
+  pe_event_put(e);
+  pe_event *e2;
+  ck_assert_ptr_null(pe_event_get(d, &e2));
+  ck_assert_ptr_eq(e, e2);
+  ck_assert(pe_event_query(e2));
+  pe_event_put(e2);
+  pe_event_put(never);
+  pe_device_close(d2);
+  pe_device_close(d);
+}
+END_TEST
+
+/* --- errors ------------------------------------------------------------------------ */
+
+static pe_status *fail_fn(void *arg) {
+  return pe_error(PE_EBACKEND, "kernel %s failed", (char *)arg);
+}
+
+static void check_async_error(pe_device *d) {
+  pe_stream *s = pe_device_stream(d, PE_STREAM_COMPUTE);
+  pe_event *before, *after, *later;
+  ck_assert_ptr_null(pe_event_get(d, &before));
+  ck_assert_ptr_null(pe_event_get(d, &after));
+  ck_assert_ptr_null(pe_event_get(d, &later));
+  _Atomic int ran = 0;
+  ck_assert_ptr_null(pe_event_record(before, s));
+  ck_assert_ptr_null(pe_stream_launch(s, fail_fn, "first")); /* launch itself succeeds */
+  ck_assert_ptr_null(pe_event_record(after, s));
+  ck_assert_ptr_null(pe_stream_launch(s, fail_fn, "second"));
+  ck_assert_ptr_null(pe_stream_launch(s, set_flag, (void *)&ran));
+  ck_assert_ptr_null(pe_event_record(later, s));
+  ck_assert_ptr_null(pe_event_sync(before)); /* the error came after it */
+  pe_status *st = pe_event_sync(after);
+  ck_assert_int_eq(pe_status_code(st), PE_EBACKEND);
+  ck_assert_str_eq(pe_status_msg(st), "kernel first failed");
+  pe_status_free(st);
+  st = pe_event_sync(later); /* event sync does not clear */
+  ck_assert_str_eq(pe_status_msg(st), "kernel first failed");
+  pe_status_free(st);
+  ck_assert_int_eq(atomic_load(&ran), 1); /* later work still ran */
+  st = pe_stream_sync(s);                 /* the first error, once */
+  ck_assert_int_eq(pe_status_code(st), PE_EBACKEND);
+  ck_assert_str_eq(pe_status_msg(st), "kernel first failed");
+  pe_status_free(st);
+  ck_assert_ptr_null(pe_stream_sync(s));
+  ck_assert_ptr_null(pe_event_sync(later)); /* taken */
+  pe_event_put(before);
+  pe_event_put(after);
+  pe_event_put(later);
+}
+
+START_TEST(async_error_surfaces_on_sync) {
+  pe_device *sim = open_dev(PE_PLACE_SIM, 0, 1), *cpu = open_dev(PE_PLACE_CPU, 0, 1);
+  check_async_error(sim);
+  check_async_error(cpu);
+  pe_device_close(sim);
+  pe_device_close(cpu);
+}
+END_TEST
+
+/* --- memory ------------------------------------------------------------------------ */
+
+START_TEST(caching_allocator_reuses_blocks) {
+  pe_device *d = open_dev(PE_PLACE_SIM, 0, 1);
+  size_t cap, cap2;
+  void *p = pe_device_alloc(d, 1000, &cap);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_uint_ge(cap, 1000);
+  pe_device_free(d, p, cap);
+  void *q = pe_device_alloc(d, 900, &cap2);
+  ck_assert_ptr_eq(p, q);
+  pe_alloc_stats s = pe_allocator_stats(pe_device_allocator(d));
+  ck_assert_uint_eq(s.n_alloc, 2);
+  ck_assert_uint_eq(s.n_system, 1);
+  pe_device_free(d, q, cap2);
+  pe_device_close(d);
+}
+END_TEST
+
+START_TEST(sim_copies_h2d_d2h) {
+  pe_device *d = open_dev(PE_PLACE_SIM, 0, 1);
+  enum { N = 100000 };
+  float *host = malloc(N * sizeof(float)), *back = calloc(N, sizeof(float));
+  for (int i = 0; i < N; i++) host[i] = (float)i;
+  size_t cap;
+  float *dev = pe_device_alloc(d, N * sizeof(float), &cap);
+  pe_stream *h2d = pe_device_stream(d, PE_STREAM_H2D), *d2h = pe_device_stream(d, PE_STREAM_D2H);
+  ck_assert_ptr_null(pe_stream_copy(h2d, dev, host, N * sizeof(float), PE_COPY_H2D));
+  ck_assert_ptr_null(pe_device_sync_dep(PE_SYNC_WAIT_EVENT, h2d, NULL, d2h));
+  ck_assert_ptr_null(pe_stream_copy(d2h, back, dev, N * sizeof(float), PE_COPY_D2H));
+  ck_assert_ptr_null(pe_stream_sync(d2h));
+  ck_assert_int_eq(memcmp(host, back, N * sizeof(float)), 0);
+  ck_assert_ptr_null(pe_stream_sync(h2d));
+  pe_device_free(d, dev, cap);
+  free(host);
+  free(back);
+  pe_device_close(d);
+}
+END_TEST
+
+/* --- kernel context ------------------------------------------------------------------- */
+
+typedef struct ctx_probe {
+  pe_stream *s;
+  int omp_threads, ctx_threads;
+} ctx_probe;
+
+static pe_status *probe(void *arg) {
+  ctx_probe *p = arg;
+  p->omp_threads = omp_get_max_threads();
+  p->ctx_threads = pe_stream_ctx(p->s)->threads;
+  return NULL;
+}
+
+START_TEST(sim_stream_threads_bind_budget) {
+  pe_device *d = open_dev(PE_PLACE_SIM, 2, 3);
+  ctx_probe p[PE_STREAM_KINDS];
+  for (int k = 0; k < PE_STREAM_KINDS; k++) {
+    p[k].s = pe_device_stream(d, (pe_stream_kind)k);
+    ck_assert_ptr_null(pe_stream_launch(p[k].s, probe, &p[k]));
+  }
+  for (int k = 0; k < PE_STREAM_KINDS; k++) ck_assert_ptr_null(pe_stream_sync(p[k].s));
+  ck_assert_int_eq(p[PE_STREAM_COMPUTE].omp_threads, 3);
+  ck_assert_int_eq(p[PE_STREAM_COMM].omp_threads, 3);
+  ck_assert_int_eq(p[PE_STREAM_H2D].omp_threads, 1);
+  ck_assert_int_eq(p[PE_STREAM_COMPUTE].ctx_threads, 3);
+  ck_assert_str_eq(pe_device_stream(d, PE_STREAM_D2H)->name, "sim:2/d2h");
+  pe_device_close(d);
+}
+END_TEST
+
+/* --- many streams at once, waits in a chain -------------------------------------------- */
+
+static pe_status *bump(void *arg) {
+  long *v = arg;
+  (*v)++;
+  return NULL;
+}
+
+START_TEST(sim_wait_chain_across_devices) {
+  /* A value is incremented by a kernel on each of 4 devices x 2 streams in
+   * turn, 200 rounds, each hop joined by an event wait: the total is only
+   * right if every wait orders its hop. */
+  enum { D = 4, ROUNDS = 200 };
+  pe_device *d[D];
+  for (int i = 0; i < D; i++) d[i] = open_dev(PE_PLACE_SIM, i, 1);
+  long *cell = calloc(1, sizeof(long));
+  pe_stream *prev = NULL;
+  pe_event *e[D];
+  for (int i = 0; i < D; i++) ck_assert_ptr_null(pe_event_get(d[i], &e[i]));
+  for (int r = 0; r < ROUNDS; r++) {
+    int i = r % D;
+    pe_stream *s = pe_device_stream(d[i], (r / D) % 2 ? PE_STREAM_COMM : PE_STREAM_COMPUTE);
+    if (prev) {
+      int pi = (r - 1) % D;
+      ck_assert_ptr_null(pe_event_record(e[pi], prev));
+      ck_assert_ptr_null(
+          pe_device_sync_dep(r % 3 ? PE_SYNC_WAIT_EVENT : PE_SYNC_WAIT_PRODUCER, prev, e[pi], s));
+    }
+    ck_assert_ptr_null(pe_stream_launch(s, bump, cell));
+    prev = s;
+  }
+  ck_assert_ptr_null(pe_stream_sync(prev));
+  ck_assert_int_eq(*cell, ROUNDS);
+  for (int i = 0; i < D; i++) {
+    pe_event_put(e[i]);
+    pe_device_close(d[i]);
+  }
+  free(cell);
+}
+END_TEST
+
+START_TEST(open_close_and_names) {
+  for (int i = 0; i < 20; i++) pe_device_close(open_dev(PE_PLACE_SIM, i % 4, 1));
+  pe_device *d = NULL;
+  pe_status *st = pe_device_open((pe_place){PE_PLACE_CUDA, 0}, NULL, &d);
+  ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+  ck_assert_ptr_null(d);
+  pe_status_free(st);
+  pe_sync_strategy s;
+  ck_assert(pe_sync_strategy_parse("producer", &s) && s == PE_SYNC_WAIT_PRODUCER);
+  ck_assert(pe_sync_strategy_parse("event", &s) && s == PE_SYNC_WAIT_EVENT);
+  ck_assert(!pe_sync_strategy_parse("later", &s));
+  ck_assert_str_eq(pe_sync_strategy_name(PE_SYNC_WAIT_PRODUCER), "producer");
+  pe_device_close(NULL);
+}
+END_TEST
+
+static Suite *device_suite(void) {
+  Suite *s = suite_create("device");
+  TCase *tc = tcase_create("device");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, sim_stream_runs_in_order);
+  tcase_add_test(tc, cpu_launch_is_synchronous);
+  tcase_add_test(tc, sim_cross_stream_dependency_both_strategies);
+  tcase_add_test(tc, cpu_consumer_of_sim_producer_blocks_host);
+  tcase_add_test(tc, sim_event_query_and_sync);
+  tcase_add_test(tc, async_error_surfaces_on_sync);
+  tcase_add_test(tc, caching_allocator_reuses_blocks);
+  tcase_add_test(tc, sim_copies_h2d_d2h);
+  tcase_add_test(tc, sim_stream_threads_bind_budget);
+  tcase_add_test(tc, sim_wait_chain_across_devices);
+  tcase_add_test(tc, open_close_and_names);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(device_suite)

@@ -1,0 +1,270 @@
+/* Prefetch: every batch in order with the right splits, overlap with the
+ * consumer, producer errors on next, clean stop, sim devices. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "engine/prefetch.h"
+
+/* A producer of batches of given sizes. Sample s has image row
+ * {s, s+0.25, s+0.5} (f32 [B,3]) and label s (i64 [B]). */
+typedef struct source {
+  const int64_t *sizes;
+  int n_batches;
+  int fail_at; /* batch index that fails; -1: none */
+  int next;    /* prefetch thread only */
+  int64_t sample;
+  _Atomic int calls; /* producer calls started (read by the consumer) */
+} source;
+
+static pe_status *produce(void *ctx, pe_tensor *in, int n_inputs, bool *end) {
+  source *s = ctx;
+  atomic_fetch_add_explicit(&s->calls, 1, memory_order_release);
+  if (s->next == s->fail_at) return pe_error(PE_EIO, "reading record %d failed", s->next);
+  if (s->next == s->n_batches) {
+    *end = true;
+    return NULL;
+  }
+  int64_t b = s->sizes[s->next++];
+  pe_shape img = PE_SHAPE(b, 3), lab = PE_SHAPE(b);
+  PE_TRY(pe_tensor_resize(&in[0], PE_F32, &img, "image"));
+  PE_TRY(pe_tensor_resize(&in[1], PE_I64, &lab, "label"));
+  for (int64_t i = 0; i < b; i++) {
+    int64_t id = s->sample++;
+    for (int j = 0; j < 3; j++) pe_f32(&in[0])[i * 3 + j] = (float)id + 0.25f * (float)j;
+    pe_i64(&in[1])[i] = id;
+  }
+  return NULL;
+}
+
+/* Check batch b: place p gets the next counts[p] samples starting at *id. */
+static void check_batch(const pe_prefetch_batch *b, int np, int64_t size, int64_t *id,
+                        pe_place_kind kind) {
+  ck_assert_int_eq(b->total, size);
+  ck_assert_int_eq(b->n_places, np);
+  ck_assert_int_eq(b->n_inputs, 2);
+  for (int p = 0; p < np; p++) {
+    int64_t cnt = b->counts[p];
+    ck_assert_int_eq(cnt, pe_split_count(size, np, p));
+    const pe_tensor *img = pe_prefetch_part(b, p, 0), *lab = pe_prefetch_part(b, p, 1);
+    ck_assert_int_eq(img->shape.ndim, 2);
+    ck_assert_int_eq(img->shape.d[0], cnt);
+    ck_assert_int_eq(img->shape.d[1], 3);
+    ck_assert_int_eq(lab->shape.d[0], cnt);
+    ck_assert_int_eq(img->place.kind, kind);
+    ck_assert_int_eq(img->place.id, p);
+    bool ok = true;
+    for (int64_t i = 0; i < cnt; i++, (*id)++) {
+      ok &= pe_i64(lab)[i] == *id;
+      for (int j = 0; j < 3; j++) ok &= pe_f32(img)[i * 3 + j] == (float)*id + 0.25f * (float)j;
+    }
+    ck_assert_msg(ok, "batch %llu place %d: wrong samples", (unsigned long long)b->index, p);
+  }
+}
+
+START_TEST(split_rule) {
+  /* 3 samples on 4 places: 1,1,1,0 */
+  int64_t want[] = {1, 1, 1, 0};
+  for (int p = 0; p < 4; p++) ck_assert_int_eq(pe_split_count(3, 4, p), want[p]);
+  int64_t sum = 0;
+  for (int p = 0; p < 7; p++) sum += pe_split_count(100, 7, p);
+  ck_assert_int_eq(sum, 100);
+  ck_assert_int_eq(pe_split_count(100, 7, 0), 15);
+  ck_assert_int_eq(pe_split_count(100, 7, 6), 14);
+}
+END_TEST
+
+START_TEST(delivers_every_batch_in_order) {
+  static const int64_t sizes[] = {3, 8, 0, 5, 64, 1, 7, 4, 13, 2};
+  const int nb = (int)(sizeof sizes / sizeof sizes[0]);
+  for (int np = 1; np <= 5; np++) {
+    source src = {.sizes = sizes, .n_batches = nb, .fail_at = -1};
+    pe_prefetch *pf;
+    pe_prefetch_opts o = {.n_places = np, .n_inputs = 2, .produce = produce, .ctx = &src};
+    ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+    int64_t id = 0;
+    for (int k = 0; k < nb; k++) {
+      pe_prefetch_batch *b;
+      pe_status *st = pe_prefetch_next(pf, &b);
+      ck_assert_msg(!st, "%s", pe_status_msg(st));
+      ck_assert_ptr_nonnull(b);
+      ck_assert_uint_eq(b->index, (uint64_t)k);
+      check_batch(b, np, sizes[k], &id, PE_PLACE_CPU);
+      if (np == 4 && k == 0) {
+        ck_assert_int_eq(b->counts[0], 1);
+        ck_assert_int_eq(b->counts[3], 0);
+      }
+      pe_prefetch_release(pf, b);
+    }
+    pe_prefetch_batch *b;
+    ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+    ck_assert_ptr_null(b); /* end of data */
+    ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+    ck_assert_ptr_null(b);
+    pe_prefetch_stop(pf);
+  }
+}
+END_TEST
+
+static bool wait_calls(source *s, int n) {
+  for (int i = 0; i < 5000; i++) {
+    if (atomic_load_explicit(&s->calls, memory_order_acquire) >= n) return true;
+    usleep(1000);
+  }
+  return false;
+}
+
+START_TEST(next_batch_is_prepared_during_the_step) {
+  /* While the consumer holds batch k, the thread must already be working
+   * on batch k+1 (double buffering): the consumer waits, batch in hand,
+   * until the producer has been called for k+1. */
+  static const int64_t sizes[] = {4, 4, 4, 4, 4, 4};
+  source src = {.sizes = sizes, .n_batches = 6, .fail_at = -1};
+  pe_prefetch *pf;
+  pe_prefetch_opts o = {.n_places = 2, .n_inputs = 2, .depth = 2, .produce = produce, .ctx = &src};
+  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+  int64_t id = 0;
+  for (int k = 0; k < 6; k++) {
+    pe_prefetch_batch *b;
+    ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+    ck_assert_msg(wait_calls(&src, k + 2), "batch %d+1 not started during step %d", k, k);
+    check_batch(b, 2, 4, &id, PE_PLACE_CPU);
+    pe_prefetch_release(pf, b);
+  }
+  pe_prefetch_stop(pf);
+}
+END_TEST
+
+START_TEST(producer_error_surfaces_on_next) {
+  static const int64_t sizes[] = {2, 2, 2, 2, 2};
+  source src = {.sizes = sizes, .n_batches = 5, .fail_at = 3};
+  pe_prefetch *pf;
+  pe_prefetch_opts o = {.n_places = 2, .n_inputs = 2, .produce = produce, .ctx = &src};
+  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+  int64_t id = 0;
+  for (int k = 0; k < 3; k++) {
+    pe_prefetch_batch *b;
+    ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+    ck_assert_ptr_nonnull(b);
+    check_batch(b, 2, 2, &id, PE_PLACE_CPU);
+    pe_prefetch_release(pf, b);
+  }
+  for (int again = 0; again < 2; again++) {
+    pe_prefetch_batch *b;
+    pe_status *st = pe_prefetch_next(pf, &b);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(pe_status_code(st), PE_EIO);
+    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "prefetch batch 3"));
+    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "reading record 3 failed"));
+    pe_status_free(st);
+  }
+  pe_prefetch_stop(pf);
+}
+END_TEST
+
+/* Inputs whose batch sizes differ. */
+static pe_status *produce_bad(void *ctx, pe_tensor *in, int n_inputs, bool *end) {
+  pe_shape a = PE_SHAPE(4, 2), b = PE_SHAPE(3);
+  PE_TRY(pe_tensor_resize(&in[0], PE_F32, &a, "x"));
+  PE_TRY(pe_tensor_resize(&in[1], PE_I64, &b, "y"));
+  memset(in[0].data, 0, pe_tensor_bytes(&in[0]));
+  memset(in[1].data, 0, pe_tensor_bytes(&in[1]));
+  return NULL;
+}
+
+START_TEST(mismatched_batch_sizes_fail) {
+  pe_prefetch *pf;
+  pe_prefetch_opts o = {.n_places = 3, .n_inputs = 2, .produce = produce_bad};
+  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+  pe_prefetch_batch *b;
+  pe_status *st = pe_prefetch_next(pf, &b);
+  ck_assert_int_eq(pe_status_code(st), PE_ESHAPE);
+  ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "[3]"));
+  pe_status_free(st);
+  pe_prefetch_stop(pf);
+  o.n_places = 0;
+  st = pe_prefetch_start(&o, &pf);
+  ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+  pe_status_free(st);
+}
+END_TEST
+
+START_TEST(stop_with_batches_outstanding) {
+  /* An endless source; the consumer holds batches and stops without
+   * releasing them; the thread is blocked on a full ring. */
+  static const int64_t sizes[] = {5, 5, 5, 5, 5, 5, 5, 5};
+  for (int held = 0; held <= 2; held++) {
+    source src = {.sizes = sizes, .n_batches = 8, .fail_at = -1};
+    pe_prefetch *pf;
+    pe_prefetch_opts o = {.n_places = 3, .n_inputs = 2, .produce = produce, .ctx = &src};
+    ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+    for (int k = 0; k < held; k++) {
+      pe_prefetch_batch *b;
+      ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+      ck_assert_ptr_nonnull(b);
+    }
+    usleep(10000);
+    pe_prefetch_stop(pf);
+  }
+  pe_prefetch_stop(NULL);
+}
+END_TEST
+
+START_TEST(sim_devices_receive_parts) {
+  enum { NP = 3 };
+  static const int64_t sizes[] = {7, 2, 9, 3};
+  pe_device *dev[NP];
+  for (int p = 0; p < NP; p++)
+    ck_assert_ptr_null(pe_device_open((pe_place){PE_PLACE_SIM, p}, NULL, &dev[p]));
+  source src = {.sizes = sizes, .n_batches = 4, .fail_at = -1};
+  pe_prefetch *pf;
+  pe_prefetch_opts o = {
+      .n_places = NP, .n_inputs = 2, .produce = produce, .ctx = &src, .devices = dev};
+  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+  int64_t id = 0;
+  for (int k = 0; k < 4; k++) {
+    pe_prefetch_batch *b;
+    ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+    check_batch(b, NP, sizes[k], &id, PE_PLACE_SIM);
+    for (int p = 0; p < NP; p++)
+      if (b->counts[p])
+        ck_assert_ptr_eq(pe_prefetch_part(b, p, 0)->alloc, pe_device_allocator(dev[p]));
+    pe_prefetch_release(pf, b);
+  }
+  pe_prefetch_batch *b;
+  ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+  ck_assert_ptr_null(b);
+  pe_prefetch_stop(pf); /* before the devices: parts hold their memory */
+  for (int p = 0; p < NP; p++) {
+    ck_assert_uint_eq(pe_allocator_stats(pe_device_allocator(dev[p])).bytes_in_use, 0);
+    pe_device_close(dev[p]);
+  }
+}
+END_TEST
+
+static Suite *prefetch_suite(void) {
+  Suite *s = suite_create("prefetch");
+#define ADD(fn)                    \
+  do {                             \
+    TCase *tc = tcase_create(#fn); \
+    tcase_set_timeout(tc, 60);     \
+    tcase_add_test(tc, fn);        \
+    suite_add_tcase(s, tc);        \
+  } while (0)
+  ADD(split_rule);
+  ADD(delivers_every_batch_in_order);
+  ADD(next_batch_is_prepared_during_the_step);
+  ADD(producer_error_surfaces_on_next);
+  ADD(mismatched_batch_sizes_fail);
+  ADD(stop_with_batches_outstanding);
+  ADD(sim_devices_receive_parts);
+#undef ADD
+  return s;
+}
+
+PE_CHECK_MAIN(prefetch_suite)
