@@ -24,15 +24,6 @@ const char *pe_node_kind_name(pe_node_kind k) {
   return (unsigned)k < PE_NODE_KIND_COUNT ? kind_names[k] : "?";
 }
 
-const char *pe_stream_kind_name(pe_stream_kind k) {
-  switch (k) {
-    case PE_STREAM_COMPUTE: return "compute";
-    case PE_STREAM_COMM: return "comm";
-    case PE_STREAM_COPY: return "copy";
-  }
-  return "?";
-}
-
 const char *pe_strategy_name(pe_graph_strategy s) {
   return s == PE_STRATEGY_REDUCE ? "reduce" : "allreduce";
 }

@@ -68,15 +68,7 @@ typedef enum pe_node_kind {
   PE_NODE_KIND_COUNT
 } pe_node_kind;
 
-/* The stream a node is issued on (device interface: compute/comm/copy). */
-typedef enum pe_stream_kind {
-  PE_STREAM_COMPUTE = 0,
-  PE_STREAM_COMM = 1,
-  PE_STREAM_COPY = 2,
-} pe_stream_kind;
-
 const char *pe_node_kind_name(pe_node_kind k);
-const char *pe_stream_kind_name(pe_stream_kind k);
 const char *pe_strategy_name(pe_graph_strategy s);
 
 /* One unit of work.

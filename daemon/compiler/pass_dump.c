@@ -28,7 +28,8 @@ static const char *kind_color(pe_node_kind k) {
 static const char *stream_shape(pe_stream_kind s) {
   switch (s) {
     case PE_STREAM_COMM: return "ellipse";
-    case PE_STREAM_COPY: return "diamond";
+    case PE_STREAM_H2D:
+    case PE_STREAM_D2H: return "diamond";
     default: return "box";
   }
 }

@@ -33,3 +33,8 @@ pe_status *pe_places_parse(const char *spec, pe_place_kind *kind, int *count) {
   *count = (int)n;
   return NULL;
 }
+
+const char *pe_stream_kind_name(pe_stream_kind k) {
+  static const char *const names[PE_STREAM_KINDS] = {"compute", "comm", "h2d", "d2h"};
+  return (unsigned)k < PE_STREAM_KINDS ? names[k] : "?";
+}

@@ -16,6 +16,19 @@ typedef struct pe_place {
 
 #define PE_MAX_PLACES 64
 
+/* The in-order queues every device has, one of each kind (engine/device.h);
+ * graph nodes name the one they are issued on. */
+typedef enum pe_stream_kind {
+  PE_STREAM_COMPUTE = 0, /* kernels */
+  PE_STREAM_COMM = 1,    /* collectives (all-reduce, broadcast) */
+  PE_STREAM_H2D = 2,     /* copies host -> device (feeds, prefetch) */
+  PE_STREAM_D2H = 3,     /* copies device -> host (fetches) */
+  PE_STREAM_KINDS
+} pe_stream_kind;
+
+/* "compute", "comm", "h2d", "d2h". */
+const char *pe_stream_kind_name(pe_stream_kind k);
+
 static inline pe_place pe_cpu_place(void) { return (pe_place){PE_PLACE_CPU, 0}; }
 bool pe_place_equal(pe_place a, pe_place b);
 const char *pe_place_kind_name(pe_place_kind k);

@@ -82,13 +82,6 @@ typedef struct pe_device pe_device;
 typedef struct pe_stream pe_stream;
 typedef struct pe_event pe_event;
 
-typedef enum pe_stream_kind {
-  PE_STREAM_COMPUTE = 0, /* kernels */
-  PE_STREAM_COMM = 1,    /* collectives (all-reduce, broadcast) */
-  PE_STREAM_H2D = 2,     /* copies host -> device (feeds, prefetch) */
-  PE_STREAM_D2H = 3,     /* copies device -> host (fetches) */
-  PE_STREAM_KINDS
-} pe_stream_kind;
 
 typedef enum pe_copy_kind { PE_COPY_H2D = 0, PE_COPY_D2H = 1, PE_COPY_D2D = 2 } pe_copy_kind;
 

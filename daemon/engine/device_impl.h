@@ -10,9 +10,4 @@
 void pe_device_base_init(pe_device *d, const pe_device_ops *ops, pe_place place, int threads);
 void pe_device_base_fini(pe_device *d);
 
-static inline const char *pe_stream_kind_name(pe_stream_kind k) {
-  static const char *const names[PE_STREAM_KINDS] = {"compute", "comm", "h2d", "d2h"};
-  return (unsigned)k < PE_STREAM_KINDS ? names[k] : "?";
-}
-
 #endif
