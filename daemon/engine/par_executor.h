@@ -1,0 +1,158 @@
+/* The parallel executor (seed 000): runs a compiled pe_graph (data_parallel
+ * + ssa [+ fuse_allreduce] + memory_plan) on N places, out of order, on the
+ * runtime's shared pool. This header is the contract the daemon, pe-bench
+ * and the tests code against; it only grows.
+ *
+ * Three objects:
+ *
+ *   pe_runtime  what one process (the daemon) owns once: the worker pool,
+ *               the dependency engine on it, and the devices, opened on
+ *               first use and shared by every model. Intra-op threads:
+ *               every place gets cores / places OpenMP threads, bound on
+ *               the thread that runs the place's kernels (pool worker for
+ *               cpu, stream thread for sim), so pool and oneDNN together
+ *               never oversubscribe the cores.
+ *
+ *   pe_model    a parameter namespace: for every place, a scope holding the
+ *               persistable variables (parameters, optimizer state, the
+ *               learning rate), plus one engine variable per persistable
+ *               name and one for the model's PRNG state. A training graph
+ *               and an evaluation graph bound to the same model share its
+ *               parameters. Runs of graphs of one model are ordered on the
+ *               parameters through the engine; runs of different models
+ *               overlap on the pool.
+ *
+ *   pe_par_exec one compiled graph bound to a model: per-node kernel state,
+ *               per-place tensors for temporaries (capacity kept across
+ *               runs), the static in-degrees, the run counters. A run
+ *               re-arms the counters (no allocation, no hash lookup on the
+ *               hot path in steady state). Runs of one executor are
+ *               serialised by the executor (callers may call run from
+ *               several threads; they queue).
+ *
+ * Feeds and fetches are host tensors (the executor copies feeds onto the
+ * places, splitting along dim 0 as pe_split_count does: a place may get 0
+ * samples, and it then contributes nothing and its gradients count as zero).
+ * Fetch of a variable:
+ *   - per-sample (dim 0 is the batch): the places' parts concatenated in
+ *     place order (the whole batch, as the sequential executor gives it);
+ *   - persistable: place 0's value (all places hold the same after a run);
+ *   - any other (a scalar loss, an accuracy): the mean over the places
+ *     weighted by each place's share of the batch, n_p / N (places with
+ *     n_p == 0 skipped), which equals the sequential value for mean-style
+ *     reductions.
+ * A fetch name must be kept fetchable at compile time (pe_pass_opts.keep,
+ * or the loss), else the run fails with PE_EUNKNOWN_VAR naming it.
+ *
+ * Errors (architecture property 5): a failing kernel stores its error on
+ * the variables it writes; dependent nodes are skipped, the run completes,
+ * and pe_par_exec_run returns the first error, naming the op index, type,
+ * place, variable and shapes. A failed run leaves parameters of the failed
+ * step unchanged only where the optimizer was not reached; the engine
+ * variables' errors are cleared before the next run, so a model survives a
+ * bad request.
+ *
+ * Threads: pe_runtime_* and pe_model_* may be called from any thread that
+ * is not a worker of the runtime's pool (they may wait). */
+#ifndef PE_ENGINE_PAR_EXECUTOR_H
+#define PE_ENGINE_PAR_EXECUTOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compiler/graph.h"
+#include "core/scope.h"
+#include "core/tensor.h"
+#include "engine/dep_engine.h"
+#include "engine/device.h"
+#include "engine/seq_executor.h" /* pe_feed */
+#include "engine/threadpool.h"
+#include "engine/timeline.h"
+
+/* --- runtime --------------------------------------------------------------- */
+typedef struct pe_runtime_opts {
+  int threads; /* pool workers; <= 0: the number of online cores */
+  int cores;   /* cores to share between places' intra-op teams; <= 0: online cores */
+  int spin_us; /* pool idle polling (0: pool default) */
+} pe_runtime_opts;
+
+typedef struct pe_runtime pe_runtime;
+
+pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out);
+/* Waits for every pushed op, closes the devices, frees the pool. Every model
+ * and executor must have been freed. NULL: no-op. */
+void pe_runtime_free(pe_runtime *rt);
+pe_pool *pe_runtime_pool(pe_runtime *rt);
+pe_engine *pe_runtime_engine(pe_runtime *rt);
+/* The device of `place`, opened on first use with an intra-op budget of
+ * cores / n_places_hint (>= 1) and kept until pe_runtime_free. */
+pe_status *pe_runtime_device(pe_runtime *rt, pe_place place, int n_places_hint, pe_device **out);
+
+/* --- model: parameters across places -------------------------------------- */
+typedef struct pe_model pe_model;
+
+/* n_places places of `kind` (cpu:0.., sim:0..). seed: the model's PRNG seed
+ * (0: 1); a seeded run gives the same numbers whatever the thread count. */
+pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64_t seed,
+                        pe_model **out);
+/* Waits for the model's pending work; frees parameters. Executors bound to
+ * it must have been freed. NULL: no-op. */
+void pe_model_free(pe_model *m);
+int pe_model_places(const pe_model *m);
+/* Whether the model holds persistable `name` (on place 0). */
+bool pe_model_has(pe_model *m, const char *name);
+/* Names of the persistables, sorted; *names is malloc'd, the strings belong
+ * to the model (valid until it is freed). */
+pe_status *pe_model_names(pe_model *m, const char ***names, int *n);
+/* Copy persistable `name` (place 0's value) into the host tensor out, after
+ * every run pushed before the call that writes it (engine ordering). */
+pe_status *pe_model_get(pe_model *m, const char *name, pe_tensor *out);
+/* Set `name` on every place (created when absent: dtype/shape from value;
+ * when present, dtype and shape must match, else PE_EDTYPE / PE_ESHAPE
+ * naming the variable and both shapes). Ordered after the runs pushed
+ * before it, before the runs pushed after it. */
+pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value);
+/* Bytes of persistable storage per place (for status reports). */
+int64_t pe_model_bytes(pe_model *m);
+
+/* --- executor ----------------------------------------------------------------- */
+typedef struct pe_par_exec pe_par_exec;
+
+/* Bind graph g (compiled: g->ssa; g->n_places and g->place_kind must equal
+ * the model's) to model m. Takes ownership of g (freed with the executor,
+ * also on failure). Persistables the graph reads and the model lacks are
+ * created empty; running a graph that reads an uninitialised parameter
+ * fails with PE_EUSE_BEFORE_DEF naming it (run the startup graph first). */
+pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out);
+void pe_par_exec_free(pe_par_exec *e);
+const pe_graph *pe_par_exec_graph(const pe_par_exec *e);
+
+typedef struct pe_run_opts {
+  pe_sync_strategy sync; /* cross-stream rule (default PE_SYNC_WAIT_EVENT) */
+  int priority;          /* engine priority of the run's parameter ops */
+  pe_timeline *timeline; /* when set, every node's span is recorded into it */
+  /* Test hook: when > 0, every node sleeps a pseudo-random 0..delay_us
+   * microseconds before it runs (hazard tests); seeded by delay_seed. */
+  int delay_us;
+  uint64_t delay_seed;
+} pe_run_opts;
+
+/* Per-run measurements. */
+typedef struct pe_run_stats {
+  double wall_ms; /* from the call to the end of the last node */
+  int64_t batch;  /* samples in the run (dim 0 of the feeds) */
+  int n_nodes;    /* nodes executed (skipped ones not counted) */
+} pe_run_stats;
+
+/* Run the graph once. Every is_feed variable of the program must be in
+ * feeds (else PE_EMISSING_FEED naming it), all feeds with the same dim 0,
+ * dtypes and shapes compatible with the declarations (PE_EDTYPE /
+ * PE_ESHAPE naming variable and shapes). fetched[i] (caller-owned host
+ * tensors, resized as needed) receives fetch[i] as described above. opts
+ * and stats may be NULL. Blocks the calling thread (not a pool worker)
+ * until the run completed. */
+pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
+                           const char *const *fetch, int n_fetch, pe_tensor *fetched,
+                           const pe_run_opts *opts, pe_run_stats *stats);
+
+#endif
