@@ -17,6 +17,11 @@ static const pe_op_def *const group_tables[] = {
     pe_ops_activation, pe_ops_conv,        pe_ops_pool,      pe_ops_batch_norm,
 };
 
+#ifdef PE_HAVE_CUDA
+/* The cuda backend's kernels (daemon/cuda), merged into the rows at init. */
+extern const pe_kernel_row pe_cuda_kernel_table[];
+#endif
+
 #define MAX_OPS 256
 static pe_op_def rows[MAX_OPS]; /* copies with counts filled in */
 static int n_rows;
@@ -52,6 +57,25 @@ static void registry_init(void) {
   }
   for (int i = 0; i < n_rows; i++)
     if (!pe_strmap_put(&by_type, rows[i].type, &rows[i])) abort();
+#ifdef PE_HAVE_CUDA
+  for (const pe_kernel_row *k = pe_cuda_kernel_table; k->type; k++) {
+    pe_op_def *d = pe_strmap_get(&by_type, k->type);
+    if (!d) {
+      fprintf(stderr, "pe: op registry: cuda kernel for unknown op '%s'\n", k->type);
+      abort();
+    }
+    d->kernel_cuda = k->kernel;
+    d->state_free_cuda = k->state_free;
+  }
+#endif
+}
+
+pe_kernel_fn pe_op_kernel(const pe_op_def *d, pe_place_kind kind) {
+  return kind == PE_PLACE_CUDA ? d->kernel_cuda : d->kernel_cpu;
+}
+
+void (*pe_op_state_free(const pe_op_def *d, pe_place_kind kind))(void *) {
+  return kind == PE_PLACE_CUDA ? d->state_free_cuda : d->state_free;
 }
 
 const pe_op_def *pe_op_lookup(const char *type) {

@@ -30,6 +30,7 @@
 #include <stdbool.h>
 
 #include "compiler/program.h"
+#include "core/place.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -124,7 +125,27 @@ struct pe_op_def {
   pe_status *(*grad)(pe_grad_ctx *ctx);
   /* filled by the registry at init */
   int n_inputs, n_outputs, n_attrs;
+  /* CUDA kernel and its per-op state release, filled at init from the cuda
+   * backend's table (pe_cuda_kernel_table) when it is built; else NULL. */
+  pe_status *(*kernel_cuda)(pe_kernel_ctx *ctx);
+  void (*state_free_cuda)(void *state);
 };
+
+typedef pe_status *(*pe_kernel_fn)(pe_kernel_ctx *ctx);
+
+/* One row of a device backend's kernel table (terminated by {NULL}). */
+typedef struct pe_kernel_row {
+  const char *type;
+  pe_kernel_fn kernel;
+  void (*state_free)(void *state);
+} pe_kernel_row;
+
+/* The kernel of def for a place of `kind`: kernel_cpu for cpu and sim (sim
+ * devices run on host memory), kernel_cuda for cuda. NULL when the op has
+ * none there; executors report that as PE_EBACKEND naming op and place. */
+pe_kernel_fn pe_op_kernel(const pe_op_def *d, pe_place_kind kind);
+/* The matching per-op state release (may be NULL). */
+void (*pe_op_state_free(const pe_op_def *d, pe_place_kind kind))(void *);
 
 /* --- registry ------------------------------------------------------------ */
 const pe_op_def *pe_op_lookup(const char *type); /* NULL if unknown */
