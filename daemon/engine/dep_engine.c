@@ -651,7 +651,7 @@ typedef struct waiter {
 
 static pe_status *wait_fn(void *arg) {
   waiter *w = arg;
-  /* We hold a read grant on var: every earlier mutation is complete. */
+  /* We hold an exclusive grant on var: every earlier access is complete. */
   w->err = w->var->err ? status_copy(w->var->err) : NULL;
   if (w->polling) {
     atomic_store_explicit(&w->flag, true, memory_order_release);
@@ -671,7 +671,10 @@ pe_status *pe_engine_wait_var(pe_engine *eng, pe_engine_var *var) {
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
   }
-  pe_engine_op_args a = {.fn = wait_fn, .arg = &w, .reads = &var, .n_reads = 1};
+  /* Registered as a mutation so that it is granted only after every access
+   * pushed before it, reads included (a read would be granted alongside
+   * earlier pending reads). It changes nothing. */
+  pe_engine_op_args a = {.fn = wait_fn, .arg = &w, .mutates = &var, .n_mutates = 1};
   pe_status *st = op_create(eng, &a, OP_ALWAYS, NULL);
   if (!st) {
     if (w.polling) {

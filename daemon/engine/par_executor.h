@@ -16,7 +16,9 @@
  *   pe_model    a parameter namespace: for every place, a scope holding the
  *               persistable variables (parameters, optimizer state, the
  *               learning rate), plus one engine variable per persistable
- *               name and one for the model's PRNG state. A training graph
+ *               name (one per name and place: replicas are independent
+ *               storage, so places do not serialise on each other) and one
+ *               for the model's PRNG state. A training graph
  *               and an evaluation graph bound to the same model share its
  *               parameters. Runs of graphs of one model are ordered on the
  *               parameters through the engine; runs of different models
@@ -40,7 +42,9 @@
  *   - any other (a scalar loss, an accuracy): the mean over the places
  *     weighted by each place's share of the batch, n_p / N (places with
  *     n_p == 0 skipped), which equals the sequential value for mean-style
- *     reductions.
+ *     reductions. Integer ones (counts, e.g. the number of correct
+ *     predictions) are summed over the places instead, which equals the
+ *     sequential count.
  * A fetch name must be kept fetchable at compile time (pe_pass_opts.keep,
  * or the loss), else the run fails with PE_EUNKNOWN_VAR naming it.
  *
@@ -53,7 +57,27 @@
  * bad request.
  *
  * Threads: pe_runtime_* and pe_model_* may be called from any thread that
- * is not a worker of the runtime's pool (they may wait). */
+ * is not a worker of the runtime's pool (they may wait).
+ *
+ * Implementation notes (par_executor.c, par_collective.c, par_feed.c):
+ *  - nodes that read or write persistables, and random ops (they mutate the
+ *    model's PRNG variable), are dependency-engine ops pushed in node order
+ *    at the start of a run with extra_deps = in-degree; other nodes count
+ *    down plain atomic counters. Engine variables never carry errors: a
+ *    failure is the run's error and marks the node's dependants skipped.
+ *  - memory_plan's shared buffers are one block per buffer and place (sized
+ *    for the run's rows, capacity kept); fused gradients are views into
+ *    their bucket. A fetch of an lvar in a shared buffer fails
+ *    (PE_EUNKNOWN_VAR, "not kept fetchable").
+ *  - cpu collectives are chunk tasks on the pool (no rendezvous on a
+ *    worker); sim all-reduces are one pe_coll_part per place on the comm
+ *    streams (queued under one runtime-wide lock, so every comm stream sees
+ *    collectives in the same order); sim reduce and broadcast run as one
+ *    task on the root's comm stream, which every consumer waits for.
+ *  - on sim, a node that writes a persistable (or draws random numbers)
+ *    keeps its engine variables until its stream work completed; readers
+ *    release them once launched, and a later writer first makes its stream
+ *    wait for the place's compute and comm streams. */
 #ifndef PE_ENGINE_PAR_EXECUTOR_H
 #define PE_ENGINE_PAR_EXECUTOR_H
 
@@ -107,6 +131,10 @@ pe_status *pe_model_names(pe_model *m, const char ***names, int *n);
 /* Copy persistable `name` (place 0's value) into the host tensor out, after
  * every run pushed before the call that writes it (engine ordering). */
 pe_status *pe_model_get(pe_model *m, const char *name, pe_tensor *out);
+/* Copy persistable `name` of place `place` (0..n_places-1) into host tensor
+ * out, ordered like pe_model_get. PE_EINVAL naming the place when out of
+ * range. */
+pe_status *pe_model_get_place(pe_model *m, const char *name, int place, pe_tensor *out);
 /* Set `name` on every place (created when absent: dtype/shape from value;
  * when present, dtype and shape must match, else PE_EDTYPE / PE_ESHAPE
  * naming the variable and both shapes). Ordered after the runs pushed
@@ -141,7 +169,7 @@ typedef struct pe_run_opts {
 typedef struct pe_run_stats {
   double wall_ms; /* from the call to the end of the last node */
   int64_t batch;  /* samples in the run (dim 0 of the feeds) */
-  int n_nodes;    /* nodes executed (skipped ones not counted) */
+  int n_nodes;    /* nodes executed (skipped ones not counted); on sim: launched */
 } pe_run_stats;
 
 /* Run the graph once. Every is_feed variable of the program must be in

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "compiler/validate.h"
+#include "engine/op_run.h"
 #include "ops/registry.h"
 
 typedef struct exec_op {
@@ -253,37 +254,7 @@ static pe_status *op_failed(const pe_seq_exec *e, int i, pe_status *st) {
 
 static pe_status *run_op(pe_seq_exec *e, int i) {
   exec_op *x = &e->ops[i];
-  const pe_op_def *def = x->def;
-  char sb[PE_SHAPE_STRLEN];
-  for (int li = 0; li < def->n_inputs; li++)
-    for (int k = 0; k < x->tl[li].n; k++) {
-      const pe_tensor *t = x->tl[li].t[k];
-      if (!t->data && t->shape.ndim == 0)
-        return pe_error(PE_EUSE_BEFORE_DEF,
-                        "input %s '%s' has no value (not fed, not written by an earlier op, and "
-                        "not initialised by the startup program)",
-                        def->inputs[li].name, x->ml[li].names[k]);
-      *x->ml[li].m[k] = (pe_meta){t->dtype, t->shape};
-    }
-  for (int o = 0; o < def->n_outputs; o++) {
-    pe_tensor_list *tl = &x->tl[def->n_inputs + o];
-    pe_meta_list *ml = &x->ml[def->n_inputs + o];
-    for (int k = 0; k < tl->n; k++) *ml->m[k] = (pe_meta){tl->t[k]->dtype, tl->t[k]->shape};
-  }
-  if (def->infer) PE_TRY(def->infer(&x->ic));
-  for (int o = 0; o < def->n_outputs; o++) {
-    pe_tensor_list *tl = &x->tl[def->n_inputs + o];
-    pe_meta_list *ml = &x->ml[def->n_inputs + o];
-    for (int k = 0; k < tl->n; k++) {
-      const pe_meta *m = ml->m[k];
-      if (m->shape.ndim == 0) continue; /* the row did not size it */
-      if (pe_shape_numel(&m->shape) < 0)
-        return pe_error(PE_ESHAPE, "output %s '%s': inferred shape %s is not concrete",
-                        def->outputs[o].name, ml->names[k], pe_shape_str(&m->shape, sb, sizeof sb));
-      PE_TRY(pe_tensor_resize(tl->t[k], m->dtype, &m->shape, ml->names[k]));
-    }
-  }
-  return def->kernel_cpu(&x->kc);
+  return pe_op_run(x->def, x->def->kernel_cpu, x->tl, x->ml, &x->ic, &x->kc, NULL);
 }
 
 pe_status *pe_seq_exec_run(pe_seq_exec *e, const pe_feed *feeds, int n_feeds,

@@ -1,0 +1,171 @@
+/* Internals of the parallel executor shared by its files: par_executor.c
+ * (compile, scheduling, op nodes), par_collective.c (collective nodes),
+ * par_feed.c (feeds and fetches). Not a public interface.
+ *
+ * Run state lives in the per-node records (xnode) and the executor; one run
+ * at a time per executor (run_mu), so a record has one run's state. */
+#ifndef PE_ENGINE_PAR_EXEC_INTERNAL_H
+#define PE_ENGINE_PAR_EXEC_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "engine/par_internal.h"
+#include "ops/registry.h"
+
+#define PAR_MAX_CHUNKS 16
+
+typedef struct pe_par_exec pe_par_exec;
+typedef struct xnode xnode;
+
+/* One part of a sim all-reduce: runs on place p's comm stream. */
+typedef struct par_simpart {
+  xnode *x;
+  int p;
+  pe_coll_part part;
+} par_simpart;
+
+/* A cpu collective's chunk task. */
+typedef struct par_chunk {
+  pe_task task;
+  xnode *x;
+  int c;
+} par_chunk;
+
+struct xnode {
+  pe_par_exec *e;
+  const pe_graph_node *n;
+  int id;
+  bool engine;    /* pushed through the dependency engine */
+  bool batch_dep; /* forward/backward: skipped on a place with 0 samples */
+  bool writes_persistable;
+  bool random; /* draws from the graph's generator (mutates the PRNG var) */
+  bool collective;
+
+  /* OP and LOSS_GRAD_SCALE: bound once at compile (seq_executor's layout). */
+  pe_kernel_fn kernel;
+  void (*state_free)(void *);
+  void *state;
+  pe_tensor_list *tl;
+  pe_meta_list *ml;
+  pe_tensor **tensors; /* [n_in_data + n_out_data] */
+  pe_meta *metas;
+  pe_meta **mptrs;
+  const char **names;
+  pe_infer_ctx ic;
+  pe_kernel_ctx kc;
+
+  /* Collectives: the tensors of in[] / out[] (data vars), and per-run
+   * pointers for the chunk loop. */
+  pe_tensor **cin, **cout;
+  par_chunk chunks[PAR_MAX_CHUNKS];
+  par_simpart *parts; /* [n_places], sim all-reduce */
+  int64_t *counts;    /* [width] elements (bytes for broadcast) this run */
+  int n_chunks;
+  atomic_int chunks_left;
+
+  /* Engine variables. */
+  pe_engine_var **reads, **muts;
+  int n_reads, n_muts;
+
+  int n_pred;
+  int *pred; /* distinct producer nodes (from in[]) */
+
+  /* Device side. Per-place nodes: dev/stream of their place, ev[0].
+   * All-reduce collectives: ev[p] on place p's comm stream. Reduce and
+   * broadcast on an async device: one fn on root's comm stream, ev[0]. */
+  pe_device *dev;
+  pe_stream *stream;
+  int n_ev;
+  pe_event **ev;
+  pe_stream **ev_stream;
+
+  /* Run state. */
+  atomic_int pending; /* non-engine nodes: predecessors not yet done */
+  atomic_bool failed; /* host: a predecessor failed or was skipped-failed */
+  atomic_bool sfail;  /* stream: the stream work failed or was skipped */
+  pe_engine_op *eop;  /* engine nodes: this run's op */
+  pe_task task;
+  float scale; /* LOSS_GRAD_SCALE: n_p / N */
+};
+
+typedef struct par_feedvar {
+  const pe_var_desc *desc;
+  int *lv; /* [n_places] lvar ids */
+} par_feedvar;
+
+struct pe_par_exec {
+  pe_model *m;
+  pe_runtime *rt;
+  pe_graph *g;
+  bool async; /* the places' devices are asynchronous (sim) */
+  int n_places;
+  pe_device **dev; /* [n_places] */
+
+  pe_tensor *own;     /* [n_lvars] storage of non-persistable lvars */
+  pe_tensor **lt;     /* [n_lvars] the tensor of each lvar */
+  par_entry **lentry; /* [n_lvars] model entry of a persistable lvar, else NULL */
+  void **buf_mem;     /* [n_buffers] blocks of shared (memory-planned) buffers */
+  size_t *buf_cap;
+  void **bucket_mem; /* [n_buckets * n_places] */
+  size_t *bucket_cap;
+
+  xnode *x; /* [n_nodes] */
+  int n_feeds;
+  par_feedvar *feeds;
+  int *grad_lv, *param_lv; /* [n_params * n_places] lvar ids (-1: absent) */
+  /* Fetch lookups of the previous runs (a training loop fetches the same
+   * names every step): fetch slot i -> name and its lvar per place. */
+#define PAR_FETCH_CACHE 8
+  char *fetch_name[PAR_FETCH_CACHE];
+  int *fetch_lv[PAR_FETCH_CACHE]; /* [n_places] */
+  pe_rng rng;                     /* the graph's generator (ordered by the model's prng var) */
+
+  pthread_mutex_t run_mu; /* one run at a time */
+
+  /* Per-run state. */
+  int64_t batch;
+  int64_t *n_rows; /* [n_places] */
+  bool has_feeds;
+  const pe_run_opts *opts;
+  pe_sync_strategy sync;
+  pe_timeline *tl;
+  uint64_t delay_salt;
+  _Atomic(pe_status *) err;
+  atomic_int remaining;
+  atomic_int executed;
+  pthread_mutex_t done_mu;
+  pthread_cond_t done_cv;
+  pe_event **end_ev; /* [n_places * PE_STREAM_KINDS] */
+};
+
+/* Record a failure as the run's first error (or free it). */
+void par_fail(pe_par_exec *e, pe_status *st);
+/* par_executor.c: a node finished (ran, failed or was skipped): notify its
+ * successors. Returns one ready non-engine successor for the caller to run
+ * inline (or NULL); the others are submitted. */
+xnode *par_node_done(xnode *x, bool may_inline);
+/* Run a non-engine node and the chain of successors it makes ready. */
+void par_run_chain(xnode *x);
+/* Make stream `s` (place p) see the stream work of every predecessor of x. */
+pe_status *par_sync_preds(xnode *x, pe_stream *s, int p);
+/* The pseudo-random delay hook. */
+void par_delay(xnode *x);
+/* Timeline lane of the calling thread. */
+void par_record(xnode *x, pe_place place, const char *lane, uint64_t t0);
+
+/* par_collective.c */
+pe_status *par_coll_compile(pe_par_exec *e, xnode *x);
+void par_coll_free(xnode *x);
+/* Run a collective node on the host. Returns true when it completed
+ * (the caller then calls par_node_done), false when chunk tasks were
+ * submitted and the last of them completes the node. */
+bool par_coll_run(xnode *x, bool may_fan_out);
+
+/* par_feed.c */
+pe_status *par_feeds_compile(pe_par_exec *e);
+pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds);
+pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
+void par_zero_grads(pe_par_exec *e);
+pe_status *par_buffers_bind(pe_par_exec *e);
+
+#endif

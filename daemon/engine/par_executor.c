@@ -1,0 +1,655 @@
+/* The parallel executor (par_executor.h): compile-time binding of a graph to
+ * a model, and the run loop.
+ *
+ * Scheduling. Nodes that touch persistables (or draw random numbers) are
+ * engine ops: at the start of a run they are pushed in node order with
+ * extra_deps = static in-degree + 1 (the +1 keeps an op from completing, and
+ * calling dep_done on a successor not pushed yet, before every op of the run
+ * is registered; it is dropped right after the pushes). Node order is a
+ * topological order and the engine grants in push order, so every wait goes
+ * from a later push to an earlier one: no cycle, also with runs of other
+ * graphs of the model interleaving their pushes. Other nodes have one atomic
+ * counter armed from the in-degree; the worker that brings it to zero runs
+ * the node itself (one ready successor inline, the rest on its own queue).
+ *
+ * Errors. A node's failure is recorded as the run's error (first one wins)
+ * and its successors are marked failed, so they are skipped and still
+ * complete. Engine ops never return an error to the engine: the model's
+ * variables carry no error, so the next run (or another graph) works.
+ *
+ * Async places (sim). A node is "done" for scheduling once its work is
+ * launched: its stream waits on its predecessors' events first
+ * (pe_device_sync_dep with the run's strategy), it records its own event
+ * after the launch. The stream wrapper skips the kernel when a predecessor's
+ * stream work failed (sfail). A node that writes a persistable first makes
+ * its stream wait for the place's other streams (pending readers of the old
+ * value, launched by runs of other graphs) and, as an engine op, syncs its
+ * event before its engine variables are released; so does a random op (its
+ * kernel reserves generator counters when it runs). The run ends after an
+ * event recorded on every stream of every place completed. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/op_run.h"
+#include "engine/par_exec_internal.h"
+
+#define OOM() pe_error(PE_ENOMEM, "parallel executor: out of memory")
+
+void par_fail(pe_par_exec *e, pe_status *st) {
+  if (!st) return;
+  pe_status *expected = NULL;
+  if (!atomic_compare_exchange_strong(&e->err, &expected, st)) pe_status_free(st);
+}
+
+/* --- compile ----------------------------------------------------------------- */
+
+static pe_status *add_unique(pe_engine_var **a, int *n, pe_engine_var *v) {
+  for (int i = 0; i < *n; i++)
+    if (a[i] == v) return NULL;
+  a[(*n)++] = v;
+  return NULL;
+}
+
+static pe_status *compile_lvars(pe_par_exec *e) {
+  pe_graph *g = e->g;
+  int nl = g->n_lvars ? g->n_lvars : 1;
+  e->own = calloc((size_t)nl, sizeof(*e->own));
+  e->lt = calloc((size_t)nl, sizeof(*e->lt));
+  e->lentry = calloc((size_t)nl, sizeof(*e->lentry));
+  e->buf_mem = calloc((size_t)(g->n_buffers ? g->n_buffers : 1), sizeof(void *));
+  e->buf_cap = calloc((size_t)(g->n_buffers ? g->n_buffers : 1), sizeof(size_t));
+  if (!e->buf_mem || !e->buf_cap) return OOM();
+  int nb = g->n_buckets * e->n_places;
+  e->bucket_mem = calloc((size_t)(nb ? nb : 1), sizeof(void *));
+  e->bucket_cap = calloc((size_t)(nb ? nb : 1), sizeof(size_t));
+  if (!e->own || !e->lt || !e->lentry || !e->bucket_mem || !e->bucket_cap) return OOM();
+  for (int b = 0; b < g->n_buckets; b++)
+    for (int p = 0; p < e->n_places; p++) {
+      size_t cap;
+      void *mem = pe_device_alloc(e->dev[p], (size_t)g->buckets[b].bytes, &cap);
+      if (!mem)
+        return pe_error(PE_ENOMEM, "parallel executor: out of memory for bucket %d (%lld bytes)", b,
+                        (long long)g->buckets[b].bytes);
+      memset(mem, 0, (size_t)g->buckets[b].bytes); /* padding is summed too */
+      e->bucket_mem[b * e->n_places + p] = mem;
+      e->bucket_cap[b * e->n_places + p] = cap;
+    }
+  char sb[PE_SHAPE_STRLEN];
+  for (int i = 0; i < g->n_lvars; i++) {
+    const pe_graph_lvar *lv = &g->lvars[i];
+    if (lv->persistable) {
+      PE_TRY(par_model_entry(e->m, lv->name, &e->lentry[i]));
+      e->lt[i] = &e->lentry[i]->v[lv->place]->t;
+      continue;
+    }
+    e->lt[i] = &e->own[i];
+    if (lv->bucket >= 0) {
+      /* A gradient stored in its bucket: a view with the static shape. */
+      const pe_var_desc *d = lv->desc;
+      if (!d || pe_shape_numel(&d->shape) < 0)
+        return pe_error(PE_ESHAPE,
+                        "parallel executor: bucket gradient '%s' has no static shape (%s)",
+                        lv->name, d ? pe_shape_str(&d->shape, sb, sizeof sb) : "undeclared");
+      char *base = e->bucket_mem[lv->bucket * e->n_places + lv->place];
+      pe_tensor_view(&e->own[i], d->dtype, &d->shape, base + lv->bucket_offset);
+    }
+  }
+  return NULL;
+}
+
+static pe_status *compile_op_node(pe_par_exec *e, xnode *x) {
+  const pe_graph_node *n = x->n;
+  const pe_op_def *def = n->def;
+  if (!def || !n->desc)
+    return pe_error(PE_EINTERNAL, "parallel executor: node %d (%s) has no op", x->id, n->name);
+  x->kernel = pe_op_kernel(def, e->g->place_kind);
+  x->state_free = pe_op_state_free(def, e->g->place_kind);
+  if (!x->kernel)
+    return pe_error(PE_EUNKNOWN_OP, "parallel executor: node %d (%s): op '%s' has no %s kernel",
+                    x->id, n->name, def->type, pe_place_kind_name(e->g->place_kind));
+  int nl = def->n_inputs + def->n_outputs;
+  int na = n->n_in_data + n->n_out_data;
+  x->tl = calloc((size_t)(nl ? nl : 1), sizeof(*x->tl));
+  x->ml = calloc((size_t)(nl ? nl : 1), sizeof(*x->ml));
+  x->tensors = calloc((size_t)(na ? na : 1), sizeof(*x->tensors));
+  x->metas = calloc((size_t)(na ? na : 1), sizeof(*x->metas));
+  x->mptrs = calloc((size_t)(na ? na : 1), sizeof(*x->mptrs));
+  x->names = calloc((size_t)(na ? na : 1), sizeof(*x->names));
+  if (!x->tl || !x->ml || !x->tensors || !x->metas || !x->mptrs || !x->names) return OOM();
+  for (int a = 0; a < na; a++) {
+    int lv = a < n->n_in_data ? n->in_lv[a] : n->out_lv[a - n->n_in_data];
+    x->tensors[a] = e->lt[lv];
+    x->names[a] = e->g->lvars[lv].name;
+    x->mptrs[a] = &x->metas[a];
+  }
+  for (int s = 0; s < def->n_inputs; s++) {
+    int lo = n->in_slot[s], hi = n->in_slot[s + 1];
+    x->tl[s] = (pe_tensor_list){hi - lo, &x->tensors[lo]};
+    x->ml[s] = (pe_meta_list){hi - lo, &x->names[lo], &x->mptrs[lo]};
+  }
+  for (int o = 0; o < def->n_outputs; o++) {
+    int lo = n->n_in_data + n->out_slot[o], hi = n->n_in_data + n->out_slot[o + 1];
+    x->tl[def->n_inputs + o] = (pe_tensor_list){hi - lo, &x->tensors[lo]};
+    x->ml[def->n_inputs + o] = (pe_meta_list){hi - lo, &x->names[lo], &x->mptrs[lo]};
+  }
+  x->ic = (pe_infer_ctx){def, n->desc, n->src_op, true, x->ml, x->ml + def->n_inputs};
+  x->kc = (pe_kernel_ctx){def,
+                          n->desc,
+                          n->src_op,
+                          x->tl,
+                          x->tl + def->n_inputs,
+                          &x->state,
+                          (def->flags & PE_OP_RANDOM) ? &e->rng : NULL,
+                          pe_stream_ctx(x->stream)};
+  return NULL;
+}
+
+static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
+  pe_graph *g = e->g;
+  xnode *x = &e->x[id];
+  const pe_graph_node *n = &g->nodes[id];
+  x->e = e;
+  x->n = n;
+  x->id = id;
+  x->collective = n->place < 0;
+  if (!x->collective) {
+    if (n->place >= e->n_places)
+      return pe_error(PE_EINTERNAL, "parallel executor: node %d (%s) on place %d of %d", id,
+                      n->name, n->place, e->n_places);
+    x->dev = e->dev[n->place];
+    x->stream = pe_device_stream(x->dev, n->stream);
+  }
+  /* Engine variables: persistables read and written, the prng for random
+   * ops. */
+  int cap = n->n_in_lv + n->n_out_lv + 1;
+  x->reads = calloc((size_t)cap, sizeof(*x->reads));
+  x->muts = calloc((size_t)cap, sizeof(*x->muts));
+  x->pred = calloc((size_t)(n->n_in ? n->n_in : 1), sizeof(*x->pred));
+  if (!x->reads || !x->muts || !x->pred) return OOM();
+  for (int i = 0; i < n->n_out_lv; i++)
+    if (e->lentry[n->out_lv[i]]) {
+      add_unique(x->muts, &x->n_muts, e->lentry[n->out_lv[i]]->ev[g->lvars[n->out_lv[i]].place]);
+      x->writes_persistable = true;
+    }
+  for (int i = 0; i < n->n_in_lv; i++)
+    if (e->lentry[n->in_lv[i]]) {
+      pe_engine_var *v = e->lentry[n->in_lv[i]]->ev[g->lvars[n->in_lv[i]].place];
+      bool mut = false;
+      for (int k = 0; k < x->n_muts; k++) mut |= x->muts[k] == v;
+      if (!mut) add_unique(x->reads, &x->n_reads, v);
+    }
+  x->random = n->def && (n->def->flags & PE_OP_RANDOM);
+  if (x->random) add_unique(x->muts, &x->n_muts, e->m->prng);
+  x->engine = x->n_reads + x->n_muts > 0;
+  /* Distinct producers (the in-degree's nodes). */
+  for (int i = 0; i < n->n_in; i++) {
+    int pr = g->vars[n->in[i]].producer;
+    if (pr < 0) continue;
+    bool dup = false;
+    for (int k = 0; k < x->n_pred && !dup; k++) dup = x->pred[k] == pr;
+    if (!dup) x->pred[x->n_pred++] = pr;
+  }
+  if (x->n_pred != n->in_degree)
+    return pe_error(PE_EINTERNAL, "parallel executor: node %d (%s): in_degree %d but %d producers",
+                    id, n->name, n->in_degree, x->n_pred);
+  /* Batch dependence: an op fed (transitively) by a feed, except optimizers.
+   * Collectives reset it: their outputs are combined across places. */
+  if (n->kind == PE_NODE_LOSS_GRAD_SCALE) x->batch_dep = true;
+  if (n->kind == PE_NODE_OP && !(n->def->flags & PE_OP_OPTIMIZER))
+    for (int i = 0; i < n->n_in_lv && !x->batch_dep; i++) x->batch_dep = lv_batch[n->in_lv[i]];
+  if (x->batch_dep)
+    for (int i = 0; i < n->n_out_lv; i++) lv_batch[n->out_lv[i]] = true;
+  if (n->kind == PE_NODE_OP || n->kind == PE_NODE_LOSS_GRAD_SCALE)
+    PE_TRY(compile_op_node(e, x));
+  else
+    PE_TRY(par_coll_compile(e, x));
+  /* Events for async devices. */
+  if (e->async) {
+    if (!x->collective) {
+      x->n_ev = 1;
+    } else if (n->kind == PE_NODE_ALL_REDUCE || n->kind == PE_NODE_FUSED_ALL_REDUCE) {
+      x->n_ev = e->n_places;
+    } else {
+      x->n_ev = 1;
+    }
+    x->ev = calloc((size_t)x->n_ev, sizeof(*x->ev));
+    x->ev_stream = calloc((size_t)x->n_ev, sizeof(*x->ev_stream));
+    if (!x->ev || !x->ev_stream) return OOM();
+    for (int k = 0; k < x->n_ev; k++) {
+      pe_device *d = !x->collective ? x->dev
+                     : x->n_ev > 1  ? e->dev[k]
+                                    : e->dev[n->root >= 0 ? n->root : 0];
+      PE_TRY(pe_event_get(d, &x->ev[k]));
+      x->ev_stream[k] = !x->collective ? x->stream : pe_device_stream(d, PE_STREAM_COMM);
+    }
+  }
+  return NULL;
+}
+
+pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
+  *out = NULL;
+  if (!g) return pe_error(PE_EINVAL, "parallel executor: no graph");
+  if (!g->ssa) {
+    pe_graph_free(g);
+    return pe_error(PE_EINVAL, "parallel executor: graph not compiled (ssa pass missing)");
+  }
+  if (g->n_places != m->n_places || g->place_kind != m->kind) {
+    pe_status *st = pe_error(PE_EINVAL, "parallel executor: graph on %s:%d, model on %s:%d",
+                             pe_place_kind_name(g->place_kind), g->n_places,
+                             pe_place_kind_name(m->kind), m->n_places);
+    pe_graph_free(g);
+    return st;
+  }
+  pe_par_exec *e = calloc(1, sizeof(*e));
+  if (!e) {
+    pe_graph_free(g);
+    return OOM();
+  }
+  e->m = m;
+  e->rt = m->rt;
+  e->g = g;
+  e->n_places = g->n_places;
+  e->dev = m->dev;
+  e->async = pe_device_is_async(m->dev[0]);
+  pe_rng_init(&e->rng, m->seed);
+  pthread_mutex_init(&e->run_mu, NULL);
+  pthread_mutex_init(&e->done_mu, NULL);
+  pthread_cond_init(&e->done_cv, NULL);
+  pe_status *st = NULL;
+  e->n_rows = calloc((size_t)e->n_places, sizeof(*e->n_rows));
+  e->x = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(*e->x));
+  bool *lv_batch = calloc((size_t)(g->n_lvars ? g->n_lvars : 1), sizeof(bool));
+  if (!e->n_rows || !e->x || !lv_batch) st = OOM();
+  if (!st) st = compile_lvars(e);
+  for (int i = 0; !st && i < g->n_lvars; i++) lv_batch[i] = g->lvars[i].feed;
+  for (int i = 0; !st && i < g->n_nodes; i++) st = compile_node(e, i, lv_batch);
+  free(lv_batch);
+  if (!st) st = par_feeds_compile(e);
+  if (!st && e->async) {
+    e->end_ev = calloc((size_t)e->n_places * PE_STREAM_KINDS, sizeof(*e->end_ev));
+    if (!e->end_ev) st = OOM();
+    for (int p = 0; !st && p < e->n_places; p++)
+      for (int k = 0; !st && k < PE_STREAM_KINDS; k++)
+        st = pe_event_get(e->dev[p], &e->end_ev[p * PE_STREAM_KINDS + k]);
+  }
+  if (st) {
+    pe_par_exec_free(e);
+    return pe_status_wrap(st, "parallel executor");
+  }
+  *out = e;
+  return NULL;
+}
+
+void pe_par_exec_free(pe_par_exec *e) {
+  if (!e) return;
+  pe_graph *g = e->g;
+  /* Earlier runs synced their streams; nothing of ours is in flight. */
+  for (int i = 0; e->x && i < g->n_nodes; i++) {
+    xnode *x = &e->x[i];
+    if (x->state && x->state_free) x->state_free(x->state);
+    free(x->tl);
+    free(x->ml);
+    free(x->tensors);
+    free(x->metas);
+    free(x->mptrs);
+    free(x->names);
+    free(x->reads);
+    free(x->muts);
+    free(x->pred);
+    for (int k = 0; x->ev && k < x->n_ev; k++) pe_event_put(x->ev[k]);
+    free(x->ev);
+    free(x->ev_stream);
+    par_coll_free(x);
+  }
+  if (e->end_ev)
+    for (int k = 0; k < e->n_places * PE_STREAM_KINDS; k++) pe_event_put(e->end_ev[k]);
+  free(e->end_ev);
+  free(e->x);
+  for (int i = 0; e->own && i < g->n_lvars; i++) pe_tensor_release(&e->own[i]);
+  for (int b = 0; e->buf_mem && b < g->n_buffers; b++)
+    if (e->buf_mem[b]) pe_device_free(e->dev[g->buffers[b].place], e->buf_mem[b], e->buf_cap[b]);
+  free(e->buf_mem);
+  free(e->buf_cap);
+  for (int b = 0; e->bucket_mem && b < g->n_buckets; b++)
+    for (int p = 0; p < e->n_places; p++)
+      if (e->bucket_mem[b * e->n_places + p])
+        pe_device_free(e->dev[p], e->bucket_mem[b * e->n_places + p],
+                       e->bucket_cap[b * e->n_places + p]);
+  free(e->bucket_mem);
+  free(e->bucket_cap);
+  free(e->own);
+  free(e->lt);
+  free(e->lentry);
+  for (int f = 0; e->feeds && f < e->n_feeds; f++) free(e->feeds[f].lv);
+  free(e->feeds);
+  free(e->grad_lv);
+  free(e->param_lv);
+  for (int i = 0; i < PAR_FETCH_CACHE; i++) {
+    free(e->fetch_name[i]);
+    free(e->fetch_lv[i]);
+  }
+  free(e->n_rows);
+  pthread_mutex_destroy(&e->run_mu);
+  pthread_mutex_destroy(&e->done_mu);
+  pthread_cond_destroy(&e->done_cv);
+  pe_graph_free(g);
+  free(e);
+}
+
+const pe_graph *pe_par_exec_graph(const pe_par_exec *e) {
+  return e->g;
+}
+
+/* --- running one node ------------------------------------------------------ */
+
+static _Thread_local const pe_device_ctx *tls_bound;
+
+void par_delay(xnode *x) {
+  pe_par_exec *e = x->e;
+  if (!e->opts || e->opts->delay_us <= 0) return;
+  uint64_t r = pe_rng_bits(e->opts->delay_seed, e->delay_salt * 1000003u + (uint64_t)x->id);
+  long us = (long)(r % (uint64_t)(e->opts->delay_us + 1));
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+void par_record(xnode *x, pe_place place, const char *lane, uint64_t t0) {
+  pe_timeline *tl = x->e->tl;
+  if (!tl) return;
+  pe_timeline_record(pe_timeline_thread_lane(tl, lane), place, x->n->name, t0,
+                     pe_timeline_now_ns());
+}
+
+static pe_status *op_failed(xnode *x, pe_status *st) {
+  char pb[32];
+  const pe_graph_node *n = x->n;
+  const char *place = pe_place_str(x->e->g->places[n->place], pb, sizeof pb);
+  /* pe_infer_error / pe_kernel_error already start with "op #i (type)". */
+  if (strncmp(pe_status_msg(st), "op #", 4) == 0)
+    return pe_status_wrap(st, "node %d %s on %s", x->id, n->name, place);
+  return pe_status_wrap(st, "node %d %s on %s: op #%d (%s)", x->id, n->name, place, n->src_op,
+                        n->desc ? n->desc->type : pe_node_kind_name(n->kind));
+}
+
+/* Run an op node's kernel on the calling thread (pool worker or stream
+ * thread). Returns the error (wrapped). */
+static pe_status *run_op(xnode *x) {
+  pe_par_exec *e = x->e;
+  pe_stream *s = x->stream;
+  if (!pe_device_is_async(x->dev)) {
+    /* cpu: bind the place's intra-op budget on this worker. */
+    const pe_device_ctx *c = pe_stream_ctx(s);
+    if (tls_bound != c) {
+      pe_device_ctx_bind(c);
+      tls_bound = c;
+    }
+  }
+  uint64_t t0 = e->tl ? pe_timeline_now_ns() : 0;
+  pe_status *st =
+      pe_op_run(x->n->def, x->kernel, x->tl, x->ml, &x->ic, &x->kc, pe_device_allocator(x->dev));
+  if (!st && x->n->kind == PE_NODE_LOSS_GRAD_SCALE) {
+    pe_tensor *t = x->tl[x->n->def->n_inputs].n ? x->tl[x->n->def->n_inputs].t[0] : NULL;
+    if (t && t->dtype == PE_F32)
+      for (int64_t i = 0; i < pe_tensor_numel(t); i++) pe_f32(t)[i] = x->scale;
+    else if (t)
+      st = pe_error(PE_EDTYPE, "loss_grad_scale: '%s' is %s, expected f32",
+                    x->names[x->n->n_in_data], pe_dtype_name(t->dtype));
+  }
+  if (e->tl) {
+    char lane[32];
+    if (pe_device_is_async(x->dev))
+      par_record(x, e->g->places[x->n->place], s->name, t0);
+    else {
+      snprintf(lane, sizeof lane, "worker %d", pe_pool_current_worker());
+      par_record(x, e->g->places[x->n->place], lane, t0);
+    }
+  }
+  return st ? op_failed(x, st) : NULL;
+}
+
+static bool preds_sfailed(const xnode *x) {
+  for (int k = 0; k < x->n_pred; k++)
+    if (atomic_load_explicit(&x->e->x[x->pred[k]].sfail, memory_order_acquire)) return true;
+  return false;
+}
+
+/* Stream wrapper of an op node on an async device. */
+static pe_status *sim_op_fn(void *arg) {
+  xnode *x = arg;
+  if (preds_sfailed(x)) {
+    atomic_store_explicit(&x->sfail, true, memory_order_release);
+    return NULL;
+  }
+  pe_status *st = run_op(x);
+  if (st) {
+    par_fail(x->e, st);
+    atomic_store_explicit(&x->sfail, true, memory_order_release);
+  }
+  return NULL;
+}
+
+pe_status *par_sync_preds(xnode *x, pe_stream *s, int p) {
+  (void)p;
+  pe_par_exec *e = x->e;
+  for (int k = 0; k < x->n_pred; k++) {
+    xnode *y = &e->x[x->pred[k]];
+    for (int j = 0; j < y->n_ev; j++)
+      PE_TRY(pe_device_sync_dep(e->sync, y->ev_stream[j], y->ev[j], s));
+  }
+  return NULL;
+}
+
+/* Launch an op node on its async stream. */
+static pe_status *launch_op(xnode *x) {
+  pe_par_exec *e = x->e;
+  pe_stream *s = x->stream;
+  PE_TRY(par_sync_preds(x, s, x->n->place));
+  if (x->writes_persistable)
+    for (int k = 0; k < 2; k++) {
+      pe_stream *o = pe_device_stream(x->dev, k == 0 ? PE_STREAM_COMPUTE : PE_STREAM_COMM);
+      if (o != s) PE_TRY(pe_device_sync_dep(e->sync, o, NULL, s));
+    }
+  PE_TRY(pe_stream_launch(s, sim_op_fn, x));
+  PE_TRY(pe_event_record(x->ev[0], s));
+  if (x->engine && (x->writes_persistable || x->random)) {
+    /* Keep the engine variables until the new value exists; a random
+     * kernel reserves its generator range when it runs on the stream, so
+     * the PRNG variable is held until then (draw order = push order). */
+    pe_status_free(pe_event_sync(x->ev[0]));
+  }
+  return NULL;
+}
+
+/* Execute node x on the host. Returns false when x completes later (a cpu
+ * collective's chunk tasks complete it). */
+static bool node_exec(xnode *x, bool may_fan_out) {
+  pe_par_exec *e = x->e;
+  if (atomic_load_explicit(&x->failed, memory_order_acquire)) return true;
+  if (!x->collective && x->batch_dep && e->has_feeds && e->n_rows[x->n->place] == 0) return true;
+  par_delay(x);
+  atomic_fetch_add_explicit(&e->executed, 1, memory_order_relaxed);
+  if (x->collective) return par_coll_run(x, may_fan_out);
+  pe_status *st = e->async ? launch_op(x) : run_op(x);
+  if (st) {
+    if (e->async) st = op_failed(x, st);
+    par_fail(e, st);
+    atomic_store_explicit(&x->failed, true, memory_order_release);
+  }
+  return true;
+}
+
+static void finish_run_node(pe_par_exec *e) {
+  if (atomic_fetch_sub_explicit(&e->remaining, 1, memory_order_acq_rel) == 1) {
+    pthread_mutex_lock(&e->done_mu);
+    pthread_cond_broadcast(&e->done_cv);
+    pthread_mutex_unlock(&e->done_mu);
+  }
+}
+
+static void task_fn(void *arg) {
+  par_run_chain(arg);
+}
+
+xnode *par_node_done(xnode *x, bool may_inline) {
+  pe_par_exec *e = x->e;
+  pe_engine *eng = e->rt->eng;
+  const pe_graph_node *n = x->n;
+  bool failed = atomic_load_explicit(&x->failed, memory_order_acquire);
+  xnode *next = NULL;
+  for (int k = 0; k < n->n_succ; k++) {
+    xnode *y = &e->x[n->succ[k]];
+    if (failed) atomic_store_explicit(&y->failed, true, memory_order_release);
+    if (y->engine) {
+      pe_engine_op_dep_done(eng, y->eop);
+    } else if (atomic_fetch_sub_explicit(&y->pending, 1, memory_order_acq_rel) == 1) {
+      if (may_inline && !next)
+        next = y;
+      else
+        pe_pool_submit(e->rt->pool, &y->task);
+    }
+  }
+  finish_run_node(e);
+  return next;
+}
+
+void par_run_chain(xnode *x) {
+  while (x) {
+    if (!node_exec(x, true)) return;
+    x = par_node_done(x, true);
+  }
+}
+
+/* Engine op of a node: runs on a pool worker once its variables are granted
+ * and its predecessors are done. A cpu collective runs its chunks inline
+ * here (the engine variables are held until the data is final). */
+static pe_status *engine_fn(void *arg) {
+  xnode *x = arg;
+  (void)node_exec(x, false);
+  return NULL;
+}
+
+/* On the worker that completed the op, after its variables were released:
+ * run one ready plain successor right here (no queue hop), queue the rest. */
+static void engine_done(void *arg, const pe_status *st) {
+  (void)st;
+  xnode *x = arg;
+  par_run_chain(par_node_done(x, true));
+}
+
+/* --- run ---------------------------------------------------------------------- */
+
+static pe_status *sync_streams(pe_par_exec *e) {
+  pe_status *first = NULL;
+  for (int p = 0; p < e->n_places; p++)
+    for (int k = 0; k < PE_STREAM_KINDS; k++) {
+      pe_event *ev = e->end_ev[p * PE_STREAM_KINDS + k];
+      pe_status *st = pe_event_record(ev, pe_device_stream(e->dev[p], k));
+      if (!st) st = pe_event_sync(ev);
+      if (st && !first)
+        first = st;
+      else
+        pe_status_free(st);
+    }
+  return first;
+}
+
+pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
+                           const char *const *fetch, int n_fetch, pe_tensor *fetched,
+                           const pe_run_opts *opts, pe_run_stats *stats) {
+  if (n_feeds < 0 || n_fetch < 0 || (n_feeds && !feeds) || (n_fetch && (!fetch || !fetched)))
+    return pe_error(PE_EINVAL, "parallel executor: bad feed/fetch arguments");
+  if (pe_pool_is_worker(e->rt->pool))
+    return pe_error(PE_EINVAL, "parallel executor: run called from a pool worker");
+  uint64_t t_start = pe_timeline_now_ns();
+  pthread_mutex_lock(&e->run_mu);
+  static const pe_run_opts defaults = {0};
+  e->opts = opts ? opts : &defaults;
+  e->sync = e->opts->sync;
+  e->tl = e->opts->timeline;
+  e->delay_salt++;
+  atomic_store(&e->err, NULL);
+  atomic_store(&e->executed, 0);
+  pe_graph *g = e->g;
+
+  pe_status *st = par_feeds_load(e, feeds, n_feeds);
+  if (st) {
+    if (e->async) pe_status_free(sync_streams(e));
+    pthread_mutex_unlock(&e->run_mu);
+    return st;
+  }
+  if (e->has_feeds) par_zero_grads(e);
+
+  /* Re-arm. */
+  atomic_store(&e->remaining, g->n_nodes);
+  for (int i = 0; i < g->n_nodes; i++) {
+    xnode *x = &e->x[i];
+    atomic_store_explicit(&x->pending, g->nodes[i].in_degree, memory_order_relaxed);
+    atomic_store_explicit(&x->failed, false, memory_order_relaxed);
+    atomic_store_explicit(&x->sfail, false, memory_order_relaxed);
+    x->eop = NULL;
+    x->task = (pe_task){task_fn, x, NULL};
+    if (x->n->kind == PE_NODE_LOSS_GRAD_SCALE)
+      x->scale = e->batch > 0 ? (float)((double)e->n_rows[x->n->place] / (double)e->batch) : 1.0f;
+  }
+  /* Push the engine nodes in node order, each held by one guard dependency,
+   * then drop the guards; then start the non-engine roots. */
+  pe_engine *eng = e->rt->eng;
+  for (int i = 0; i < g->n_nodes; i++) {
+    xnode *x = &e->x[i];
+    if (!x->engine) continue;
+    pe_engine_op_args a = {engine_fn,
+                           x,
+                           engine_done,
+                           x->reads,
+                           x->n_reads,
+                           x->muts,
+                           x->n_muts,
+                           e->opts->priority,
+                           g->nodes[i].in_degree + 1};
+    pe_status *pst = pe_engine_op_new(eng, &a, &x->eop);
+    if (pst) {
+      /* Cannot happen short of memory; treat the node as failed and done. */
+      par_fail(e, pst);
+      atomic_store(&x->failed, true);
+      x->engine = false; /* its predecessors count it down as a plain node */
+      atomic_store(&x->pending, g->nodes[i].in_degree + 1);
+      x->task = (pe_task){task_fn, x, NULL};
+      if (atomic_fetch_sub(&x->pending, 1) == 1) pe_pool_submit(e->rt->pool, &x->task);
+    }
+  }
+  pe_task *first = NULL, *last = NULL;
+  int n_roots = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    xnode *x = &e->x[i];
+    if (x->engine) {
+      pe_engine_op_dep_done(eng, x->eop);
+    } else if (g->nodes[i].in_degree == 0 && x->eop == NULL && !atomic_load(&x->failed)) {
+      x->task.next = NULL;
+      if (last)
+        last->next = &x->task;
+      else
+        first = &x->task;
+      last = &x->task;
+      n_roots++;
+    }
+  }
+  if (n_roots) pe_pool_submit_batch(e->rt->pool, first, last, n_roots);
+
+  pthread_mutex_lock(&e->done_mu);
+  while (atomic_load(&e->remaining) > 0) pthread_cond_wait(&e->done_cv, &e->done_mu);
+  pthread_mutex_unlock(&e->done_mu);
+  if (e->async) par_fail(e, sync_streams(e));
+  /* Restore engine flags changed by a failed push. */
+  for (int i = 0; i < g->n_nodes; i++) e->x[i].engine = e->x[i].n_reads + e->x[i].n_muts > 0;
+
+  st = atomic_exchange(&e->err, NULL);
+  if (!st && n_fetch) st = par_fetch(e, fetch, n_fetch, fetched);
+  if (stats) {
+    stats->wall_ms = (double)(pe_timeline_now_ns() - t_start) / 1e6;
+    stats->batch = e->batch;
+    stats->n_nodes = atomic_load(&e->executed);
+  }
+  pthread_mutex_unlock(&e->run_mu);
+  return st;
+}

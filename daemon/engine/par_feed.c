@@ -1,0 +1,325 @@
+/* Feeds and fetches of the parallel executor: the batch split along dim 0
+ * onto the places (pe_split_count), the zero gradients of places that get
+ * no sample, and the fetch rules of par_executor.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/op_run.h"
+#include "engine/par_exec_internal.h"
+#include "engine/prefetch.h"
+
+#define OOM() pe_error(PE_ENOMEM, "parallel executor: out of memory")
+
+pe_status *par_feeds_compile(pe_par_exec *e) {
+  const pe_graph *g = e->g;
+  /* Gradient and parameter lvars per place, for par_zero_grads. */
+  int np = g->n_params * e->n_places;
+  e->grad_lv = calloc((size_t)(np ? np : 1), sizeof(int));
+  e->param_lv = calloc((size_t)(np ? np : 1), sizeof(int));
+  if (!e->grad_lv || !e->param_lv) return OOM();
+  for (int i = 0; i < g->n_params; i++)
+    for (int p = 0; p < e->n_places; p++) {
+      e->grad_lv[i * e->n_places + p] = pe_graph_lvar_find(g, g->grads[i], p);
+      e->param_lv[i * e->n_places + p] = pe_graph_lvar_find(g, g->params[i], p);
+    }
+  const pe_block *b = g->prog->blocks[g->block];
+  e->feeds = calloc((size_t)(b->n_vars ? b->n_vars : 1), sizeof(*e->feeds));
+  if (!e->feeds) return OOM();
+  for (int i = 0; i < b->n_vars; i++) {
+    const pe_var_desc *v = b->vars[i];
+    if (!v->is_feed) continue;
+    par_feedvar *f = &e->feeds[e->n_feeds];
+    f->desc = v;
+    f->lv = calloc((size_t)e->n_places, sizeof(int));
+    if (!f->lv) return OOM();
+    e->n_feeds++;
+    for (int p = 0; p < e->n_places; p++) f->lv[p] = pe_graph_lvar_find(g, v->name, p);
+  }
+  return NULL;
+}
+
+pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds) {
+  char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
+  const pe_graph *g = e->g;
+  for (int f = 0; f < n_feeds; f++) {
+    if (!feeds[f].name || !feeds[f].t)
+      return pe_error(PE_EINVAL, "parallel executor: feed %d has no name or tensor", f);
+    bool known = false;
+    for (int j = 0; j < e->n_feeds && !known; j++)
+      known = !strcmp(e->feeds[j].desc->name, feeds[f].name);
+    if (!known)
+      return pe_error(PE_EUNKNOWN_VAR, "feed '%s' is not a feed variable of block %d",
+                      feeds[f].name, g->block);
+  }
+  const pe_tensor *src[e->n_feeds ? e->n_feeds : 1];
+  int64_t batch = -1;
+  const char *batch_from = NULL;
+  for (int j = 0; j < e->n_feeds; j++) {
+    const pe_var_desc *v = e->feeds[j].desc;
+    src[j] = NULL;
+    for (int f = 0; f < n_feeds && !src[j]; f++)
+      if (!strcmp(feeds[f].name, v->name)) src[j] = feeds[f].t;
+    const pe_tensor *t = src[j];
+    if (!t)
+      return pe_error(PE_EMISSING_FEED, "feed '%s' (%s %s) of block %d was not supplied", v->name,
+                      pe_dtype_name(v->dtype), pe_shape_str(&v->shape, s1, sizeof s1), g->block);
+    if (t->dtype != v->dtype)
+      return pe_error(PE_EDTYPE, "feed '%s': got %s %s, declared %s %s", v->name,
+                      pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
+                      pe_dtype_name(v->dtype), pe_shape_str(&v->shape, s2, sizeof s2));
+    bool ok = v->shape.ndim == 0 || pe_shape_compatible(&v->shape, &t->shape);
+    if (!ok || pe_shape_numel(&t->shape) < 0 || t->shape.ndim < 1)
+      return pe_error(PE_ESHAPE, "feed '%s': got shape %s, declared %s", v->name,
+                      pe_shape_str(&t->shape, s1, sizeof s1),
+                      pe_shape_str(&v->shape, s2, sizeof s2));
+    if (pe_tensor_numel(t) > 0 && !t->data)
+      return pe_error(PE_EINVAL, "feed '%s': tensor %s has no data", v->name,
+                      pe_shape_str(&t->shape, s1, sizeof s1));
+    if (batch >= 0 && t->shape.d[0] != batch)
+      return pe_error(PE_ESHAPE,
+                      "feed '%s': batch %lld (shape %s) differs from feed '%s' (batch %lld)",
+                      v->name, (long long)t->shape.d[0], pe_shape_str(&t->shape, s1, sizeof s1),
+                      batch_from, (long long)batch);
+    batch = t->shape.d[0];
+    batch_from = v->name;
+  }
+  e->has_feeds = e->n_feeds > 0;
+  e->batch = batch > 0 ? batch : 0;
+  for (int p = 0; p < e->n_places; p++) e->n_rows[p] = pe_split_count(e->batch, e->n_places, p);
+  PE_TRY(par_buffers_bind(e));
+  /* Copy each place's rows on its h2d stream. */
+  for (int j = 0; j < e->n_feeds; j++) {
+    const pe_tensor *t = src[j];
+    size_t row = t->shape.d[0] > 0 ? pe_tensor_bytes(t) / (size_t)t->shape.d[0] : 0;
+    int64_t at = 0;
+    for (int p = 0; p < e->n_places; p++) {
+      int lv = e->feeds[j].lv[p];
+      int64_t rows = e->n_rows[p];
+      if (lv >= 0) {
+        pe_tensor *dst = e->lt[lv];
+        pe_shape sh = t->shape;
+        sh.d[0] = rows;
+        PE_TRY(
+            pe_tensor_fit(dst, pe_device_allocator(e->dev[p]), t->dtype, &sh, g->lvars[lv].name));
+        if (rows > 0)
+          PE_TRY(pe_stream_copy(pe_device_stream(e->dev[p], PE_STREAM_H2D), dst->data,
+                                (const char *)t->data + (size_t)at * row, (size_t)rows * row,
+                                PE_COPY_H2D));
+      }
+      at += rows;
+    }
+  }
+  /* Kernels (compute) and collectives (comm) see the feeds. */
+  if (e->async && e->n_feeds)
+    for (int p = 0; p < e->n_places; p++) {
+      pe_stream *h2d = pe_device_stream(e->dev[p], PE_STREAM_H2D);
+      PE_TRY(
+          pe_device_sync_dep(e->sync, h2d, NULL, pe_device_stream(e->dev[p], PE_STREAM_COMPUTE)));
+      PE_TRY(pe_device_sync_dep(e->sync, h2d, NULL, pe_device_stream(e->dev[p], PE_STREAM_COMM)));
+    }
+  return NULL;
+}
+
+/* Storage of the buffers memory_plan shared between temporaries: one block
+ * per buffer, sized for this run's rows on its place (capacity kept across
+ * runs: steady state allocates nothing), and every member lvar a view of it.
+ * A member whose runtime size exceeds the plan falls back to storage of its
+ * own (pe_tensor_fit), re-attached here on the next run. The previous run
+ * synced every stream, so the host may move blocks. */
+pe_status *par_buffers_bind(pe_par_exec *e) {
+  const pe_graph *g = e->g;
+  for (int b = 0; b < g->n_buffers; b++) {
+    const pe_graph_buffer *bf = &g->buffers[b];
+    if (!bf->shared || bf->persistable) continue;
+    int p = bf->place;
+    int64_t need = pe_graph_buffer_bytes(g, b, e->has_feeds ? e->n_rows[p] : 1);
+    if (need < 1) need = 1;
+    if ((size_t)need > e->buf_cap[b]) {
+      if (e->buf_mem[b]) pe_device_free(e->dev[p], e->buf_mem[b], e->buf_cap[b]);
+      e->buf_cap[b] = 0;
+      e->buf_mem[b] = pe_device_alloc(e->dev[p], (size_t)need, &e->buf_cap[b]);
+      if (!e->buf_mem[b])
+        return pe_error(PE_ENOMEM,
+                        "parallel executor: out of memory for buffer %d (%lld bytes, place %d)", b,
+                        (long long)need, p);
+    }
+    for (int k = 0; k < bf->n_lvars; k++) {
+      if (g->lvars[bf->lvars[k]].bucket >= 0 || g->lvars[bf->lvars[k]].persistable) continue;
+      pe_tensor *t = &e->own[bf->lvars[k]];
+      if (t->alloc) pe_tensor_release(t); /* a fallback of an earlier run */
+      t->data = e->buf_mem[b];
+      t->cap = e->buf_cap[b];
+      t->alloc = NULL;
+    }
+  }
+  return NULL;
+}
+
+/* A place with no sample contributes zero gradients to the collectives. The
+ * previous run synced every stream, so the host may write them. */
+void par_zero_grads(pe_par_exec *e) {
+  const pe_graph *g = e->g;
+  for (int p = 0; p < e->n_places; p++) {
+    if (e->n_rows[p] > 0) continue;
+    for (int b = 0; b < g->n_buckets; b++)
+      memset(e->bucket_mem[b * e->n_places + p], 0, (size_t)g->buckets[b].bytes);
+    for (int i = 0; i < g->n_params; i++) {
+      int lv = e->grad_lv[i * e->n_places + p], plv = e->param_lv[i * e->n_places + p];
+      if (lv < 0 || plv < 0) continue;
+      pe_tensor *t = e->lt[lv];
+      const pe_tensor *w = e->lt[plv];
+      if (!w->data && w->shape.ndim == 0) continue; /* uninitialised: the run fails elsewhere */
+      if (g->lvars[lv].bucket >= 0) {
+        t->dtype = w->dtype;
+        t->shape = w->shape;
+        continue; /* zeroed with its bucket */
+      }
+      pe_status *st =
+          pe_tensor_fit(t, pe_device_allocator(e->dev[p]), w->dtype, &w->shape, g->lvars[lv].name);
+      if (st)
+        par_fail(e, st);
+      else
+        pe_tensor_zero(t);
+    }
+  }
+}
+
+/* --- fetch -------------------------------------------------------------------------- */
+
+static bool has_value(const pe_tensor *t) {
+  return t->data || t->shape.ndim > 0;
+}
+
+pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
+  const pe_graph *g = e->g;
+  char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
+  int np = e->n_places;
+  for (int f = 0; f < n_fetch; f++) {
+    const char *name = fetch[f];
+    int lv[PE_MAX_PLACES];
+    bool any = false;
+    bool cached =
+        f < PAR_FETCH_CACHE && name && e->fetch_name[f] && !strcmp(e->fetch_name[f], name);
+    for (int p = 0; p < np; p++) {
+      lv[p] = cached ? e->fetch_lv[f][p] : name ? pe_graph_lvar_find(g, name, p) : -1;
+      any |= lv[p] >= 0;
+    }
+    if (!cached && any && f < PAR_FETCH_CACHE) {
+      free(e->fetch_name[f]);
+      if (!e->fetch_lv[f]) e->fetch_lv[f] = malloc((size_t)np * sizeof(int));
+      e->fetch_name[f] = e->fetch_lv[f] ? strdup(name) : NULL;
+      if (e->fetch_name[f]) memcpy(e->fetch_lv[f], lv, (size_t)np * sizeof(int));
+    }
+    if (!any)
+      return pe_error(PE_EUNKNOWN_VAR, "fetch '%s' is not a variable of the graph",
+                      name ? name : "(null)");
+    int first = lv[0] >= 0 ? 0 : -1;
+    for (int p = 0; p < np && first < 0; p++)
+      if (lv[p] >= 0) first = p;
+    const pe_graph_lvar *l0 = &g->lvars[lv[first]];
+    for (int p = 0; p < np; p++)
+      if (lv[p] >= 0 && g->lvars[lv[p]].buffer >= 0 && g->buffers[g->lvars[lv[p]].buffer].shared)
+        return pe_error(
+            PE_EUNKNOWN_VAR,
+            "fetch '%s': not kept fetchable at compile time (its buffer is reused); add "
+            "it to the keep list",
+            name);
+    pe_tensor *out = &fetched[f];
+    if (l0->persistable || np == 1) {
+      const pe_tensor *t = e->lt[lv[first]];
+      if (!has_value(t)) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
+      PE_TRY(pe_tensor_copy(out, t, name));
+      continue;
+    }
+    bool per_sample = l0->per_sample || l0->feed;
+    if (per_sample) {
+      /* Places' parts concatenated in place order. */
+      pe_shape sh = {0};
+      int64_t rows = 0;
+      const pe_tensor *proto = NULL;
+      for (int p = 0; p < np; p++) {
+        if (lv[p] < 0 || (e->has_feeds && e->n_rows[p] == 0)) continue;
+        const pe_tensor *t = e->lt[lv[p]];
+        if (!has_value(t) || t->shape.ndim < 1)
+          return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value on place %d", name, p);
+        if (proto) {
+          pe_shape a = t->shape, b = proto->shape;
+          a.d[0] = b.d[0] = 0;
+          if (t->dtype != proto->dtype || !pe_shape_equal(&a, &b))
+            return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s, an earlier place %s", name, p,
+                            pe_shape_str(&t->shape, s1, sizeof s1),
+                            pe_shape_str(&proto->shape, s2, sizeof s2));
+        } else {
+          proto = t;
+          sh = t->shape;
+        }
+        rows += t->shape.d[0];
+      }
+      if (!proto) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
+      sh.d[0] = rows;
+      PE_TRY(pe_tensor_resize(out, proto->dtype, &sh, name));
+      size_t at = 0;
+      for (int p = 0; p < np; p++) {
+        if (lv[p] < 0 || (e->has_feeds && e->n_rows[p] == 0)) continue;
+        const pe_tensor *t = e->lt[lv[p]];
+        size_t bytes = pe_tensor_bytes(t);
+        if (bytes) memcpy((char *)out->data + at, t->data, bytes);
+        at += bytes;
+      }
+      continue;
+    }
+    /* Weighted mean over places with samples (n_p / N). */
+    const pe_tensor *proto = NULL;
+    for (int p = 0; p < np && !proto; p++)
+      if (lv[p] >= 0 && (!e->has_feeds || e->n_rows[p] > 0) && has_value(e->lt[lv[p]]))
+        proto = e->lt[lv[p]];
+    if (!proto) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
+    PE_TRY(pe_tensor_copy(out, proto, name));
+    if (proto->dtype == PE_I64 || proto->dtype == PE_I32) {
+      /* Counts: summed over the places that have samples. */
+      int64_t n = pe_tensor_numel(proto);
+      for (int p = 0; p < np; p++) {
+        const pe_tensor *t = lv[p] >= 0 ? e->lt[lv[p]] : NULL;
+        if (!t || t == proto || (e->has_feeds && e->n_rows[p] == 0)) continue;
+        if (t->dtype != proto->dtype || pe_tensor_numel(t) != n)
+          return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, expected %s %s", name, p,
+                          pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
+                          pe_dtype_name(proto->dtype), pe_shape_str(&proto->shape, s2, sizeof s2));
+        for (int64_t i = 0; i < n; i++) {
+          if (t->dtype == PE_I64)
+            pe_i64(out)[i] += pe_i64(t)[i];
+          else
+            ((int32_t *)out->data)[i] += ((const int32_t *)t->data)[i];
+        }
+      }
+      continue;
+    }
+    if (proto->dtype != PE_F32 && proto->dtype != PE_F64) continue;
+    int64_t n = pe_tensor_numel(proto);
+    double *acc = calloc((size_t)(n ? n : 1), sizeof(double));
+    if (!acc) return OOM();
+    for (int p = 0; p < np; p++) {
+      if (lv[p] < 0) continue;
+      double wgt =
+          e->has_feeds && e->batch > 0 ? (double)e->n_rows[p] / (double)e->batch : 1.0 / np;
+      if (wgt == 0) continue;
+      const pe_tensor *t = e->lt[lv[p]];
+      if (t->dtype != proto->dtype || pe_tensor_numel(t) != n) {
+        free(acc);
+        return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, expected %s %s", name, p,
+                        pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
+                        pe_dtype_name(proto->dtype), pe_shape_str(&proto->shape, s2, sizeof s2));
+      }
+      for (int64_t i = 0; i < n; i++)
+        acc[i] += wgt * (t->dtype == PE_F32 ? (double)pe_f32(t)[i] : ((const double *)t->data)[i]);
+    }
+    for (int64_t i = 0; i < n; i++) {
+      if (proto->dtype == PE_F32)
+        pe_f32(out)[i] = (float)acc[i];
+      else
+        ((double *)out->data)[i] = acc[i];
+    }
+    free(acc);
+  }
+  return NULL;
+}

@@ -1,0 +1,82 @@
+/* pe_runtime (par_executor.h): the pool, the dependency engine on it and the
+ * devices, opened on first use.
+ *
+ * Intra-op budget. Each pool worker binds, at start, an OpenMP team of
+ * cores / workers (>= 1); the executor re-binds the place's budget
+ * (cores / places, the device's ctx) around each kernel it runs on a worker,
+ * and sim stream threads bind their device's budget themselves. */
+#include <stdlib.h>
+
+#include "engine/par_internal.h"
+
+static void worker_start(int worker, void *ctx) {
+  (void)worker;
+  pe_runtime *rt = ctx;
+  pe_device_ctx_bind(&rt->worker_ctx);
+}
+
+pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out) {
+  *out = NULL;
+  pe_runtime *rt = calloc(1, sizeof(*rt));
+  if (!rt) return pe_error(PE_ENOMEM, "runtime: out of memory");
+  int online = pe_cpu_cores();
+  if (online < 1) online = 1;
+  int threads = opts && opts->threads > 0 ? opts->threads : online;
+  rt->cores = opts && opts->cores > 0 ? opts->cores : online;
+  pthread_mutex_init(&rt->dev_mu, NULL);
+  pthread_mutex_init(&rt->coll_mu, NULL);
+  int per_worker = rt->cores / threads;
+  pe_status *st =
+      pe_device_ctx_init(&rt->worker_ctx, pe_cpu_place(), per_worker > 0 ? per_worker : 1);
+  if (!st) rt->worker_ctx_init = true;
+  pe_pool_opts po = {worker_start, NULL, rt, opts ? opts->spin_us : 0};
+  if (!st) st = pe_pool_new(threads, &po, &rt->pool);
+  if (!st) st = pe_engine_new(rt->pool, &rt->eng);
+  if (st) {
+    pe_runtime_free(rt);
+    return pe_status_wrap(st, "runtime");
+  }
+  *out = rt;
+  return NULL;
+}
+
+void pe_runtime_free(pe_runtime *rt) {
+  if (!rt) return;
+  if (rt->eng) {
+    pe_status_free(pe_engine_wait_all(rt->eng));
+    pe_engine_free(rt->eng);
+  }
+  pe_pool_free(rt->pool);
+  for (int k = 0; k < PE_PLACE_KINDS; k++)
+    for (int p = 0; p < PE_MAX_PLACES; p++) pe_device_close(rt->dev[k][p]);
+  if (rt->worker_ctx_init) pe_device_ctx_destroy(&rt->worker_ctx);
+  pthread_mutex_destroy(&rt->dev_mu);
+  pthread_mutex_destroy(&rt->coll_mu);
+  free(rt);
+}
+
+pe_pool *pe_runtime_pool(pe_runtime *rt) {
+  return rt->pool;
+}
+pe_engine *pe_runtime_engine(pe_runtime *rt) {
+  return rt->eng;
+}
+
+pe_status *pe_runtime_device(pe_runtime *rt, pe_place place, int n_places_hint, pe_device **out) {
+  *out = NULL;
+  if ((int)place.kind < 0 || (int)place.kind >= PE_PLACE_KINDS || place.id < 0 ||
+      place.id >= PE_MAX_PLACES)
+    return pe_error(PE_EINVAL, "runtime: place %s:%d out of range", pe_place_kind_name(place.kind),
+                    place.id);
+  pthread_mutex_lock(&rt->dev_mu);
+  pe_device **slot = &rt->dev[place.kind][place.id];
+  pe_status *st = NULL;
+  if (!*slot) {
+    int hint = n_places_hint > 0 ? n_places_hint : 1;
+    pe_device_opts o = {rt->cores / hint > 0 ? rt->cores / hint : 1};
+    st = pe_device_open(place, &o, slot);
+  }
+  *out = *slot;
+  pthread_mutex_unlock(&rt->dev_mu);
+  return st;
+}
