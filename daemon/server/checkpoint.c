@@ -1,0 +1,131 @@
+/* Checkpoints of a model (see checkpoint.h). */
+#include "server/checkpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/log.h"
+
+/* Checkpoints larger than this are refused on load (a corrupt or foreign
+ * file must not make the daemon allocate without bound). */
+#define PE_CKPT_MAX_BYTES ((size_t)64 << 30)
+
+pe_status *pe_checkpoint_path(const char *state_dir, const char *model, const char *name, char *dir,
+                              size_t dir_len, char *file, size_t file_len) {
+  PE_TRY(pe_name_check("model name", model));
+  PE_TRY(pe_name_check("checkpoint name", name));
+  int a = snprintf(dir, dir_len, "%s/models/%s", state_dir, model);
+  int b = snprintf(file, file_len, "%s.ckpt", name);
+  if (a < 0 || b < 0 || (size_t)a >= dir_len || (size_t)b >= file_len)
+    return pe_error(PE_EINVAL, "checkpoint '%s' of model '%s': path too long under %s", name, model,
+                    state_dir);
+  return NULL;
+}
+
+pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char *name, char **path,
+                              uint64_t *bytes) {
+  char dir[4096], file[128];
+  PE_TRY(pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file));
+  const char **names = NULL;
+  int n = 0;
+  PE_TRY(
+      pe_status_wrap(pe_model_names(m->m, &names, &n), "save '%s' of model '%s'", name, m->name));
+  pe_ckpt_entry *e = calloc(n ? (size_t)n : 1, sizeof *e);
+  pe_status *st = e ? NULL : pe_error(PE_ENOMEM, "save '%s': out of memory", name);
+  int kept = 0, skipped = 0;
+  for (int i = 0; i < n && !st; i++) {
+    st = pe_model_get(m->m, names[i], &e[kept].t);
+    if (pe_status_code(st) == PE_EUSE_BEFORE_DEF) {
+      /* Declared by a program but never given a value: nothing to save. */
+      pe_status_free(st);
+      st = NULL;
+      skipped++;
+      continue;
+    }
+    e[kept].name = strdup(names[i]);
+    if (!st && !e[kept].name) st = pe_error(PE_ENOMEM, "save '%s': out of memory", name);
+    kept++;
+  }
+  free(names);
+  if (skipped)
+    PE_LOGD("model '%s': save '%s' skips %d persistables without a value", m->name, name, skipped);
+  n = kept;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  if (!st) st = pe_ckpt_encode(e, n, &buf, &len);
+  pe_ckpt_entries_free(e, n);
+  if (!st) st = pe_mkdir_p(dir, 0750);
+  if (!st) st = pe_write_atomic(dir, file, buf, len);
+  free(buf);
+  if (st) return pe_status_wrap(st, "save '%s' of model '%s'", name, m->name);
+  char full[4300];
+  snprintf(full, sizeof full, "%s/%s", dir, file);
+  *path = strdup(full);
+  *bytes = len;
+  PE_LOGI("model '%s': saved %d tensors, %zu bytes to %s", m->name, n, len, full);
+  return NULL;
+}
+
+pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char *name, char **path,
+                              uint64_t *bytes) {
+  char dir[4096], file[128], full[4300];
+  PE_TRY(pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file));
+  snprintf(full, sizeof full, "%s/%s", dir, file);
+  uint8_t *buf;
+  size_t len;
+  PE_TRY(pe_status_wrap(pe_read_file(full, PE_CKPT_MAX_BYTES, &buf, &len),
+                        "load '%s' of model '%s'", name, m->name));
+  pe_ckpt_entry *e;
+  int n;
+  pe_status *st = pe_ckpt_decode(buf, len, full, &e, &n);
+  free(buf);
+  if (st) return pe_status_wrap(st, "load '%s' of model '%s'", name, m->name);
+  /* All or nothing: a checkpoint of another architecture changes nothing. */
+  for (int i = 0; i < n && !st; i++) st = pe_srv_model_check_value(m, e[i].name, &e[i].t);
+  for (int i = 0; i < n && !st; i++) st = pe_model_set(m->m, e[i].name, &e[i].t);
+  if (!st) {
+    const char **names = malloc((n ? (size_t)n : 1) * sizeof *names);
+    if (names) {
+      for (int i = 0; i < n; i++) names[i] = e[i].name;
+      pe_model_mark_initialized(m, names, n);
+      free(names);
+    }
+  }
+  pe_ckpt_entries_free(e, n);
+  if (st) return pe_status_wrap(st, "load '%s' of model '%s'", name, m->name);
+  *path = strdup(full);
+  *bytes = len;
+  PE_LOGI("model '%s': loaded %d tensors from %s", m->name, n, full);
+  return NULL;
+}
+
+bool pe_checkpoint_autoload(const char *state_dir, const char *name, pe_srv_model *m) {
+  char dir[4096], file[128], full[4300];
+  if (!pe_name_valid(name)) return false;
+  pe_status *st = pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file);
+  if (st) {
+    pe_status_free(st);
+    return false;
+  }
+  snprintf(full, sizeof full, "%s/%s", dir, file);
+  bool loaded = false;
+  pthread_mutex_lock(&m->init_mu);
+  struct stat sb;
+  if (m->initialized.len == 0 && stat(full, &sb) == 0) {
+    char *path = NULL;
+    uint64_t bytes = 0;
+    st = pe_checkpoint_load(state_dir, m, name, &path, &bytes);
+    if (st) {
+      PE_LOGW("model '%s': not restored from %s: %s", m->name, full, pe_status_msg(st));
+      pe_status_free(st);
+    } else {
+      PE_LOGI("model '%s': restored from its shutdown checkpoint %s", m->name, path);
+      loaded = true;
+    }
+    free(path);
+  }
+  pthread_mutex_unlock(&m->init_mu);
+  return loaded;
+}

@@ -1,0 +1,31 @@
+/* Save and Load of a model's persistables as a named checkpoint under the
+ * state directory (format and atomic write: checkpoint_file.h).
+ *
+ * Save reads every persistable (place 0's value) after the runs pushed
+ * before it (engine ordering), so a checkpoint is a consistent step
+ * boundary. Load checks the whole file (magic, CRC, bounds) before setting
+ * anything, then sets each tensor on every place (dtype and shape must match
+ * an existing parameter; unknown names are created).
+ *
+ * Threads: any non-pool thread; the model must be acquired. */
+#ifndef PE_SERVER_CHECKPOINT_H
+#define PE_SERVER_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "server/programs.h"
+
+/* path: malloc'd absolute path of the file; bytes: its size. */
+pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char *name, char **path,
+                              uint64_t *bytes);
+pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char *name, char **path,
+                              uint64_t *bytes);
+/* A persistent model registered with nothing initialised yet starts from
+ * its shutdown checkpoint when one exists (daemon restart). Returns whether
+ * it loaded; failures are logged (the model then needs Init as usual). */
+bool pe_checkpoint_autoload(const char *state_dir, const char *name, pe_srv_model *m);
+/* <state_dir>/models/<model>/<name>.ckpt (names validated). */
+pe_status *pe_checkpoint_path(const char *state_dir, const char *model, const char *name, char *dir,
+                              size_t dir_len, char *file, size_t file_len);
+
+#endif

@@ -1,0 +1,334 @@
+/* Checkpoint names, format and atomic writes (see checkpoint_file.h). */
+#include "server/checkpoint_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char ckpt_magic[8] = {'P', 'E', 'C', 'K', 'P', 'T', '0', '1'};
+
+bool pe_name_valid(const char *name) {
+  if (!name || !name[0] || name[0] == '.') return false;
+  size_t n = strlen(name);
+  if (n > PE_NAME_MAX) return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = name[i];
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+pe_status *pe_name_check(const char *what, const char *name) {
+  if (pe_name_valid(name)) return NULL;
+  if (!name || !name[0]) return pe_error(PE_EINVAL, "%s is empty", what);
+  if (name[0] == '.') return pe_error(PE_EINVAL, "%s '%.80s' must not start with '.'", what, name);
+  if (strlen(name) > PE_NAME_MAX)
+    return pe_error(PE_EINVAL, "%s '%.80s...' is longer than %d characters", what, name,
+                    PE_NAME_MAX);
+  return pe_error(PE_EINVAL, "%s '%.80s' has characters outside [A-Za-z0-9._-] (no '/')", what,
+                  name);
+}
+
+void pe_ckpt_entries_free(pe_ckpt_entry *e, int n) {
+  if (!e) return;
+  for (int i = 0; i < n; i++) {
+    free(e[i].name);
+    pe_tensor_release(&e[i].t);
+  }
+  free(e);
+}
+
+uint32_t pe_crc32(const uint8_t *p, size_t n) {
+  /* Bitwise CRC-32 (reflected, poly 0xEDB88320): checkpoints are written
+   * rarely and are memory-bound anyway; no table to initialise. */
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+/* --- encode ---------------------------------------------------------------- */
+typedef struct wbuf {
+  uint8_t *p;
+  size_t len, cap;
+  bool oom;
+} wbuf;
+
+static void put(wbuf *w, const void *src, size_t n) {
+  if (w->oom) return;
+  if (w->len + n > w->cap) {
+    size_t cap = w->cap ? w->cap : 4096;
+    while (cap < w->len + n) cap *= 2;
+    uint8_t *p = realloc(w->p, cap);
+    if (!p) {
+      w->oom = true;
+      return;
+    }
+    w->p = p;
+    w->cap = cap;
+  }
+  memcpy(w->p + w->len, src, n);
+  w->len += n;
+}
+
+static void put_u32(wbuf *w, uint32_t v) {
+  uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+  put(w, b, 4);
+}
+
+static void put_u64(wbuf *w, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+  put(w, b, 8);
+}
+
+static int cmp_entry_name(const void *a, const void *b) {
+  const pe_ckpt_entry *x = *(const pe_ckpt_entry *const *)a, *y = *(const pe_ckpt_entry *const *)b;
+  return strcmp(x->name, y->name);
+}
+
+pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, uint8_t **buf, size_t *len) {
+  const pe_ckpt_entry **order = calloc(n ? (size_t)n : 1, sizeof *order);
+  if (!order) return pe_error(PE_ENOMEM, "checkpoint: out of memory sorting %d tensors", n);
+  for (int i = 0; i < n; i++) order[i] = &e[i];
+  qsort(order, (size_t)n, sizeof *order, cmp_entry_name);
+  wbuf w = {0};
+  put(&w, ckpt_magic, sizeof ckpt_magic);
+  put_u32(&w, (uint32_t)n);
+  for (int i = 0; i < n; i++) {
+    const pe_ckpt_entry *x = order[i];
+    size_t nl = strlen(x->name);
+    put_u32(&w, (uint32_t)nl);
+    put(&w, x->name, nl);
+    put_u32(&w, (uint32_t)x->t.dtype);
+    put_u32(&w, (uint32_t)x->t.shape.ndim);
+    for (int d = 0; d < x->t.shape.ndim; d++) put_u64(&w, (uint64_t)x->t.shape.d[d]);
+    size_t nb = pe_tensor_bytes(&x->t);
+    put_u64(&w, nb);
+    if (nb) put(&w, x->t.data, nb);
+  }
+  free(order);
+  if (!w.oom) put_u32(&w, pe_crc32(w.p, w.len));
+  if (w.oom) {
+    free(w.p);
+    return pe_error(PE_ENOMEM, "checkpoint: out of memory encoding %d tensors", n);
+  }
+  *buf = w.p;
+  *len = w.len;
+  return NULL;
+}
+
+/* --- decode ---------------------------------------------------------------- */
+typedef struct rbuf {
+  const uint8_t *p;
+  size_t len, off;
+} rbuf;
+
+static bool get(rbuf *r, void *dst, size_t n) {
+  if (n > r->len - r->off) return false;
+  memcpy(dst, r->p + r->off, n);
+  r->off += n;
+  return true;
+}
+
+static bool get_u32(rbuf *r, uint32_t *v) {
+  uint8_t b[4];
+  if (!get(r, b, 4)) return false;
+  *v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+  return true;
+}
+
+static bool get_u64(rbuf *r, uint64_t *v) {
+  uint8_t b[8];
+  if (!get(r, b, 8)) return false;
+  *v = 0;
+  for (int i = 0; i < 8; i++) *v |= (uint64_t)b[i] << (8 * i);
+  return true;
+}
+
+pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **out,
+                          int *out_n) {
+  *out = NULL;
+  *out_n = 0;
+  if (len < sizeof ckpt_magic + 8 || memcmp(buf, ckpt_magic, sizeof ckpt_magic))
+    return pe_error(PE_ECORRUPT, "checkpoint %s: not a pe checkpoint (bad magic or %zu bytes)",
+                    what, len);
+  rbuf crc_r = {buf, len, len - 4};
+  uint32_t want;
+  get_u32(&crc_r, &want);
+  uint32_t got = pe_crc32(buf, len - 4);
+  if (got != want)
+    return pe_error(PE_ECORRUPT, "checkpoint %s: CRC mismatch (stored %08x, computed %08x)", what,
+                    want, got);
+  rbuf r = {buf, len - 4, sizeof ckpt_magic};
+  uint32_t n;
+  if (!get_u32(&r, &n)) return pe_error(PE_ECORRUPT, "checkpoint %s: truncated header", what);
+  /* Each entry takes at least 20 bytes: a count larger than that is a lie. */
+  if ((size_t)n > (r.len - r.off) / 20 + 1)
+    return pe_error(PE_ECORRUPT, "checkpoint %s: %u tensors cannot fit in %zu bytes", what, n, len);
+  pe_ckpt_entry *e = calloc(n ? n : 1, sizeof *e);
+  if (!e) return pe_error(PE_ENOMEM, "checkpoint %s: out of memory for %u tensors", what, n);
+  pe_status *st = NULL;
+  uint32_t i;
+  for (i = 0; i < n && !st; i++) {
+    uint32_t nl, dt, nd;
+    if (!get_u32(&r, &nl) || nl == 0 || nl > 4096 || nl > r.len - r.off) {
+      st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor %u: bad name length", what, i);
+      break;
+    }
+    e[i].name = malloc(nl + 1);
+    if (!e[i].name) {
+      st = pe_error(PE_ENOMEM, "checkpoint %s: out of memory", what);
+      break;
+    }
+    get(&r, e[i].name, nl);
+    e[i].name[nl] = 0;
+    if (memchr(e[i].name, 0, nl)) {
+      st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor %u: NUL in name", what, i);
+      break;
+    }
+    if (!get_u32(&r, &dt) || !pe_dtype_valid((int)dt) || !get_u32(&r, &nd) || nd > PE_MAX_DIMS) {
+      st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor '%s': bad dtype or rank", what, e[i].name);
+      break;
+    }
+    pe_shape shape = {.ndim = (int)nd};
+    bool ok = true;
+    uint64_t numel = 1;
+    for (uint32_t d = 0; d < nd && ok; d++) {
+      uint64_t v;
+      ok = get_u64(&r, &v) && v <= (uint64_t)1 << 40;
+      if (ok) {
+        shape.d[d] = (int64_t)v;
+        ok = v == 0 || numel <= UINT64_MAX / v;
+        numel *= v;
+      }
+    }
+    uint64_t nb;
+    if (!ok || !get_u64(&r, &nb) || numel > UINT64_MAX / pe_dtype_size((pe_dtype)dt) ||
+        nb != numel * pe_dtype_size((pe_dtype)dt) || nb > r.len - r.off) {
+      st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor '%s': bad shape or byte count", what,
+                    e[i].name);
+      break;
+    }
+    st = pe_tensor_resize(&e[i].t, (pe_dtype)dt, &shape, e[i].name);
+    if (st) break;
+    if (nb) get(&r, e[i].t.data, nb);
+  }
+  if (!st && r.off != r.len)
+    st = pe_error(PE_ECORRUPT, "checkpoint %s: %zu trailing bytes", what, r.len - r.off);
+  if (st) {
+    pe_ckpt_entries_free(e, (int)n);
+    return st;
+  }
+  *out = e;
+  *out_n = (int)n;
+  return NULL;
+}
+
+/* --- files ----------------------------------------------------------------- */
+pe_status *pe_mkdir_p(const char *path, mode_t mode) {
+  char buf[4096];
+  if (strlen(path) >= sizeof buf)
+    return pe_error(PE_EINVAL, "mkdir: path too long: %.100s...", path);
+  strcpy(buf, path);
+  for (char *p = buf + 1;; p++) {
+    if (*p == '/' || *p == 0) {
+      char saved = *p;
+      *p = 0;
+      if (mkdir(buf, mode) != 0 && errno != EEXIST)
+        return pe_error(PE_EIO, "mkdir %s: %s", buf, strerror(errno));
+      *p = saved;
+      if (!saved) break;
+    }
+  }
+  return NULL;
+}
+
+static pe_status *fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return pe_error(PE_EIO, "open directory %s: %s", dir, strerror(errno));
+  pe_status *st = NULL;
+  if (fsync(fd) != 0) st = pe_error(PE_EIO, "fsync directory %s: %s", dir, strerror(errno));
+  close(fd);
+  return st;
+}
+
+pe_status *pe_write_atomic(const char *dir, const char *file, const uint8_t *buf, size_t len) {
+  static atomic_uint counter;
+  char tmp[4096], dst[4096];
+  int a = snprintf(dst, sizeof dst, "%s/%s", dir, file);
+  int b = snprintf(tmp, sizeof tmp, "%s/%s.tmp.%d.%u", dir, file, (int)getpid(),
+                   atomic_fetch_add(&counter, 1));
+  if (a < 0 || b < 0 || (size_t)a >= sizeof dst || (size_t)b >= sizeof tmp)
+    return pe_error(PE_EINVAL, "write %s/%s: path too long", dir, file);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+  if (fd < 0) return pe_error(PE_EIO, "create %s: %s", tmp, strerror(errno));
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, buf + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      pe_status *st =
+          pe_error(PE_EIO, "write %s: %s", tmp, w < 0 ? strerror(errno) : "short write");
+      close(fd);
+      unlink(tmp);
+      return st;
+    }
+    off += (size_t)w;
+  }
+  if (fsync(fd) != 0) {
+    pe_status *st = pe_error(PE_EIO, "fsync %s: %s", tmp, strerror(errno));
+    close(fd);
+    unlink(tmp);
+    return st;
+  }
+  close(fd);
+  if (rename(tmp, dst) != 0) {
+    pe_status *st = pe_error(PE_EIO, "rename %s -> %s: %s", tmp, dst, strerror(errno));
+    unlink(tmp);
+    return st;
+  }
+  /* The rename is durable only once the directory entry is. */
+  return fsync_dir(dir);
+}
+
+pe_status *pe_read_file(const char *path, size_t max, uint8_t **out, size_t *out_len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return pe_error(errno == ENOENT ? PE_ENOTFOUND : PE_EIO, "open %s: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > max) {
+    close(fd);
+    return pe_error(PE_EIO, "read %s: not a regular file or larger than %zu bytes", path, max);
+  }
+  size_t len = (size_t)sb.st_size;
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf) {
+    close(fd);
+    return pe_error(PE_ENOMEM, "read %s: out of memory for %zu bytes", path, len);
+  }
+  size_t off = 0;
+  while (off < len) {
+    ssize_t r = read(fd, buf + off, len - off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      close(fd);
+      free(buf);
+      return pe_error(PE_EIO, "read %s: %s", path, r < 0 ? strerror(errno) : "file shrank");
+    }
+    off += (size_t)r;
+  }
+  close(fd);
+  *out = buf;
+  *out_len = len;
+  return NULL;
+}

@@ -1,0 +1,68 @@
+/* Checkpoint files: name validation, the on-disk format and crash-consistent
+ * writes. No model here (checkpoint.c glues this to pe_model), so this part
+ * is testable without an executor.
+ *
+ * Layout under the state directory:
+ *     <state_dir>/models/<model>/<name>.ckpt
+ * Model and checkpoint names: [A-Za-z0-9._-]{1,64}, not starting with '.'
+ * (no "..", no '/', no hidden files).
+ *
+ * Format (all integers little-endian):
+ *     magic    8 bytes  "PECKPT01"
+ *     count    u32      number of tensors
+ *     then per tensor, in name order:
+ *       name_len u32, name bytes (no NUL)
+ *       dtype    u32  (pe_dtype)
+ *       ndim     u32  (<= PE_MAX_DIMS)
+ *       dims     i64 x ndim (each >= 0)
+ *       nbytes   u64  (= numel * dtype size)
+ *       data     nbytes, row-major
+ *     crc32    u32      CRC-32 (IEEE) of every byte before it
+ * The reader checks every count and size against the file length before
+ * using it, and the CRC before returning anything.
+ *
+ * Writes: <name>.ckpt.tmp.<pid>.<n> in the same directory, write, fsync,
+ * rename over <name>.ckpt, fsync the directory: a crash leaves either the
+ * old file or the new one, never a torn one. Thread-safety: functions are
+ * reentrant; concurrent saves of one name race only on which rename wins. */
+#ifndef PE_SERVER_CHECKPOINT_FILE_H
+#define PE_SERVER_CHECKPOINT_FILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+#define PE_NAME_MAX 64
+
+/* [A-Za-z0-9._-]{1,64}, not starting with '.'. */
+bool pe_name_valid(const char *name);
+/* NULL, or PE_EINVAL naming `what` ("checkpoint name", "model name") and why. */
+pe_status *pe_name_check(const char *what, const char *name);
+
+typedef struct pe_ckpt_entry {
+  char *name;  /* owned */
+  pe_tensor t; /* host tensor, owned */
+} pe_ckpt_entry;
+
+void pe_ckpt_entries_free(pe_ckpt_entry *e, int n);
+
+/* Serialise entries (sorted by name by the caller or not: the writer sorts a
+ * copy of the order) into a malloc'd buffer. */
+pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, uint8_t **buf, size_t *len);
+pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **e,
+                          int *n);
+
+/* mkdir -p with mode for the components it creates. */
+pe_status *pe_mkdir_p(const char *path, mode_t mode);
+/* Atomically replace dir/file with buf (temp file, fsync, rename, dir fsync). */
+pe_status *pe_write_atomic(const char *dir, const char *file, const uint8_t *buf, size_t len);
+/* Read a whole file (at most max bytes). */
+pe_status *pe_read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
+
+uint32_t pe_crc32(const uint8_t *p, size_t n);
+
+#endif

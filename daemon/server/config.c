@@ -1,0 +1,356 @@
+/* Config layers: defaults -> INI file -> command line (see config.h). */
+#include "server/config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "core/place.h"
+#include "engine/device.h"
+
+/* Prefer systemd's directories when the unit provides them. */
+char *pe_config_default_socket(void) {
+  const char *dir = getenv("RUNTIME_DIRECTORY");
+  char buf[4096];
+  if (dir && *dir) {
+    snprintf(buf, sizeof buf, "ipc://%s/pe-executord.sock", dir);
+  } else if (geteuid() == 0) {
+    snprintf(buf, sizeof buf, "ipc:///run/pe-executord/pe-executord.sock");
+  } else {
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (xdg && *xdg)
+      snprintf(buf, sizeof buf, "ipc://%s/pe-executord.sock", xdg);
+    else
+      snprintf(buf, sizeof buf, "ipc:///tmp/pe-executord-%u.sock", (unsigned)geteuid());
+  }
+  return strdup(buf);
+}
+
+static char *default_state_dir(void) {
+  const char *dir = getenv("STATE_DIRECTORY");
+  char buf[4096];
+  if (dir && *dir) {
+    /* systemd may pass a colon-separated list; the first is ours. */
+    snprintf(buf, sizeof buf, "%s", dir);
+    char *colon = strchr(buf, ':');
+    if (colon) *colon = 0;
+  } else if (geteuid() == 0) {
+    snprintf(buf, sizeof buf, "/var/lib/pe-executord");
+  } else {
+    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+      snprintf(buf, sizeof buf, "%s/pe-executord", xdg);
+    else if (home && *home)
+      snprintf(buf, sizeof buf, "%s/.local/state/pe-executord", home);
+    else
+      snprintf(buf, sizeof buf, "/tmp/pe-executord-state-%u", (unsigned)geteuid());
+  }
+  return strdup(buf);
+}
+
+/* The embedded defaults, in the file's own syntax so that the documented
+ * conf/pe-executord.conf and the binary cannot drift apart in meaning. The
+ * socket and state dir depend on the user and are filled in by code. */
+static const char embedded_defaults[] =
+    "[server]\n"
+    "socket_mode = 0660\n"
+    "socket_group =\n"
+    "request_threads = 8\n"
+    "log_level = info\n"
+    "[runtime]\n"
+    "places = auto\n"
+    "worker_threads = 0\n"
+    "sync = event\n"
+    "[state]\n"
+    "checkpoint_on_shutdown = true\n"
+    "shutdown_checkpoint = shutdown\n"
+    "[sessions]\n"
+    "ttl = 600\n"
+    "[limits]\n"
+    "max_message = 64M\n"
+    "max_programs = 256\n"
+    "memory_per_client = 0\n"
+    "dedup_entries = 4096\n"
+    "dedup_bytes = 256M\n";
+
+pe_status *pe_config_defaults(pe_srv_config *c) {
+  memset(c, 0, sizeof *c);
+  c->socket = pe_config_default_socket();
+  c->state_dir = default_state_dir();
+  c->socket_group = strdup("");
+  c->places = strdup("auto");
+  c->sync = strdup("event");
+  c->shutdown_checkpoint = strdup("shutdown");
+  if (!c->socket || !c->state_dir || !c->socket_group || !c->places || !c->sync ||
+      !c->shutdown_checkpoint) {
+    pe_config_free(c);
+    return pe_error(PE_ENOMEM, "config: out of memory for defaults");
+  }
+  pe_status *st = pe_config_load_string(c, embedded_defaults, "embedded defaults");
+  if (st) pe_config_free(c);
+  return st;
+}
+
+void pe_config_free(pe_srv_config *c) {
+  if (!c) return;
+  free(c->socket);
+  free(c->socket_group);
+  free(c->places);
+  free(c->sync);
+  free(c->state_dir);
+  free(c->shutdown_checkpoint);
+  memset(c, 0, sizeof *c);
+}
+
+bool pe_config_parse_size(const char *s, int64_t *out) {
+  if (!s || !*s) return false;
+  errno = 0;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || v < 0) return false;
+  int64_t mul = 1;
+  if (*end) {
+    switch (*end) {
+      case 'k':
+      case 'K': mul = 1024; break;
+      case 'm':
+      case 'M': mul = 1024 * 1024; break;
+      case 'g':
+      case 'G': mul = 1024LL * 1024 * 1024; break;
+      default: return false;
+    }
+    end++;
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) return false;
+  }
+  if (v > INT64_MAX / mul) return false;
+  *out = (int64_t)v * mul;
+  return true;
+}
+
+static bool parse_int(const char *s, long lo, long hi, int *out) {
+  if (!s || !*s) return false;
+  errno = 0;
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = (int)v;
+  return true;
+}
+
+static bool parse_bool(const char *s, bool *out) {
+  if (!strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on") || !strcmp(s, "1")) {
+    *out = true;
+    return true;
+  }
+  if (!strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off") || !strcmp(s, "0")) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+static bool parse_level(const char *s, pe_log_level *out) {
+  static const char *names[] = {"error", "warn", "info", "debug"};
+  for (int i = 0; i < 4; i++)
+    if (!strcasecmp(s, names[i])) {
+      *out = (pe_log_level)i;
+      return true;
+    }
+  return false;
+}
+
+static pe_status *set_str(char **field, const char *value) {
+  char *v = strdup(value);
+  if (!v) return pe_error(PE_ENOMEM, "config: out of memory");
+  free(*field);
+  *field = v;
+  return NULL;
+}
+
+#define BAD(what) pe_error(PE_EINVAL, "config [%s] %s = '%.200s': %s", section, key, value, what)
+
+pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
+                         const char *value) {
+  int iv;
+  int64_t sz;
+  bool bv;
+  if (!strcmp(section, "server")) {
+    if (!strcmp(key, "socket")) {
+      if (!strstr(value, "://"))
+        return BAD("expected a nanomsg address like ipc:///path or tcp://host:port");
+      return set_str(&c->socket, value);
+    }
+    if (!strcmp(key, "socket_mode")) {
+      char *end;
+      errno = 0;
+      unsigned long m = strtoul(value, &end, 8);
+      if (errno || *end || !*value || m > 0777) return BAD("expected an octal mode like 0660");
+      c->socket_mode = (unsigned)m;
+      return NULL;
+    }
+    if (!strcmp(key, "socket_group")) return set_str(&c->socket_group, value);
+    if (!strcmp(key, "request_threads")) {
+      if (!parse_int(value, 1, 256, &iv)) return BAD("expected an integer in 1..256");
+      c->request_threads = iv;
+      return NULL;
+    }
+    if (!strcmp(key, "log_level")) {
+      if (!parse_level(value, &c->log_level)) return BAD("expected error, warn, info or debug");
+      return NULL;
+    }
+  } else if (!strcmp(section, "runtime")) {
+    if (!strcmp(key, "places")) {
+      if (strcmp(value, "auto")) {
+        pe_place_kind k;
+        int n;
+        pe_status *st = pe_places_parse(value, &k, &n);
+        if (st) {
+          pe_status *e = BAD(pe_status_msg(st));
+          pe_status_free(st);
+          return e;
+        }
+      }
+      return set_str(&c->places, value);
+    }
+    if (!strcmp(key, "worker_threads")) {
+      if (!parse_int(value, 0, 1024, &iv))
+        return BAD("expected an integer in 0..1024 (0: online cores)");
+      c->worker_threads = iv;
+      return NULL;
+    }
+    if (!strcmp(key, "sync")) {
+      pe_sync_strategy s;
+      if (!pe_sync_strategy_parse(value, &s)) return BAD("expected event or producer");
+      return set_str(&c->sync, value);
+    }
+  } else if (!strcmp(section, "state")) {
+    if (!strcmp(key, "dir")) {
+      if (value[0] != '/') return BAD("expected an absolute path");
+      return set_str(&c->state_dir, value);
+    }
+    if (!strcmp(key, "checkpoint_on_shutdown")) {
+      if (!parse_bool(value, &bv)) return BAD("expected true or false");
+      c->checkpoint_on_shutdown = bv;
+      return NULL;
+    }
+    if (!strcmp(key, "shutdown_checkpoint")) {
+      if (!*value || strlen(value) > 64 || value[0] == '.' ||
+          strspn(value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") !=
+              strlen(value))
+        return BAD("expected a checkpoint name [A-Za-z0-9._-]{1,64} not starting with '.'");
+      return set_str(&c->shutdown_checkpoint, value);
+    }
+  } else if (!strcmp(section, "sessions")) {
+    if (!strcmp(key, "ttl")) {
+      char *end;
+      errno = 0;
+      double v = strtod(value, &end);
+      if (errno || *end || !*value || !isfinite(v) || v < 0)
+        return BAD("expected seconds >= 0 (0: sessions never expire)");
+      c->session_ttl_s = v;
+      return NULL;
+    }
+  } else if (!strcmp(section, "limits")) {
+    if (!strcmp(key, "max_message")) {
+      if (!pe_config_parse_size(value, &sz) || sz < 4096 || sz > INT32_MAX)
+        return BAD("expected a size in 4K..2G-1 (suffixes K, M, G)");
+      c->max_message = sz;
+      return NULL;
+    }
+    if (!strcmp(key, "max_programs")) {
+      if (!parse_int(value, 1, 1 << 20, &iv)) return BAD("expected an integer >= 1");
+      c->max_programs = iv;
+      return NULL;
+    }
+    if (!strcmp(key, "memory_per_client")) {
+      if (!pe_config_parse_size(value, &sz)) return BAD("expected a size (0: unlimited)");
+      c->memory_per_client = sz;
+      return NULL;
+    }
+    if (!strcmp(key, "dedup_entries")) {
+      if (!parse_int(value, 1, 1 << 24, &iv)) return BAD("expected an integer >= 1");
+      c->dedup_entries = iv;
+      return NULL;
+    }
+    if (!strcmp(key, "dedup_bytes")) {
+      if (!pe_config_parse_size(value, &sz) || sz < 4096) return BAD("expected a size >= 4K");
+      c->dedup_bytes = sz;
+      return NULL;
+    }
+  } else {
+    return pe_error(PE_EINVAL,
+                    "config: unknown section [%.64s] (server, runtime, state, sessions, limits)",
+                    section);
+  }
+  return pe_error(PE_EINVAL, "config [%s]: unknown key '%.64s'", section, key);
+}
+
+#undef BAD
+
+typedef struct ini_ctx {
+  pe_srv_config *c;
+  pe_status *err; /* first error */
+  const char *what;
+} ini_ctx;
+
+static int cfg_ini_handler(void *user, const char *section, const char *name, const char *value) {
+  ini_ctx *x = user;
+  if (x->err) return 1;
+  if (!section || !*section) {
+    x->err = pe_error(PE_EINVAL, "key '%.64s' outside any [section]", name);
+    return 0;
+  }
+  x->err = pe_config_set(x->c, section, name, value ? value : "");
+  return x->err ? 0 : 1; /* 0: inih reports this line as the first error */
+}
+
+static pe_status *finish(ini_ctx *x, int rc) {
+  if (rc < 0) {
+    pe_status_free(x->err);
+    return pe_error(PE_EIO, "%s: cannot open: %s", x->what, strerror(errno));
+  }
+  if (x->err) return pe_status_wrap(x->err, "%s: line %d", x->what, rc);
+  if (rc > 0)
+    return pe_error(PE_EINVAL, "%s: line %d: syntax error (expected [section] or key = value)",
+                    x->what, rc);
+  return NULL;
+}
+
+pe_status *pe_config_load_file(pe_srv_config *c, const char *path) {
+  ini_ctx x = {c, NULL, path};
+  errno = 0;
+  int rc = ini_parse(path, cfg_ini_handler, &x);
+  return finish(&x, rc);
+}
+
+pe_status *pe_config_load_string(pe_srv_config *c, const char *text, const char *what) {
+  ini_ctx x = {c, NULL, what};
+  int rc = ini_parse_string(text, cfg_ini_handler, &x);
+  return finish(&x, rc);
+}
+
+pe_status *pe_config_check(const pe_srv_config *c) {
+  if (!c->socket || !strstr(c->socket, "://"))
+    return pe_error(PE_EINVAL, "config [server] socket: '%s' is not a nanomsg address",
+                    c->socket ? c->socket : "");
+  if (!c->state_dir || c->state_dir[0] != '/')
+    return pe_error(PE_EINVAL, "config [state] dir: '%s' must be an absolute path",
+                    c->state_dir ? c->state_dir : "");
+  return NULL;
+}
+
+void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
+  dst->log_level = src->log_level;
+  dst->session_ttl_s = src->session_ttl_s;
+  dst->max_message = src->max_message;
+  dst->max_programs = src->max_programs;
+  dst->memory_per_client = src->memory_per_client;
+  dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
+}

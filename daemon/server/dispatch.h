@@ -1,0 +1,42 @@
+/* Request handlers: one per request kind, chosen from a table by the
+ * Request's body case. A handler fills the Reply's body; the dispatcher
+ * fills client/request ids, the code and the message from the handler's
+ * status (errors as values: a failed handler is an error reply, never a
+ * crash, and leaves the daemon serving).
+ *
+ * Reply memory: everything a handler hangs off the Reply is allocated from
+ * a pe_arena and freed in one go after the reply is packed. */
+#ifndef PE_SERVER_DISPATCH_H
+#define PE_SERVER_DISPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/server.h"
+#include "service.pb-c.h"
+
+typedef struct pe_arena {
+  void **ptrs;
+  int n, cap;
+  void (**dtors)(void *); /* parallel to ptrs; NULL: free() */
+} pe_arena;
+
+/* calloc'd, owned by the arena; NULL on out of memory. */
+void *pe_arena_alloc(pe_arena *a, size_t size);
+char *pe_arena_strdup(pe_arena *a, const char *s);
+/* Take ownership of p (freed with dtor, or free() when dtor is NULL).
+ * Returns false (and frees p) on out of memory. */
+bool pe_arena_own(pe_arena *a, void *p, void (*dtor)(void *));
+void pe_arena_free(pe_arena *a);
+
+/* Handle a decoded request; `received` is when it was read off the socket
+ * (monotonic seconds, for queue time). rep must be PE__REPLY__INIT'd. */
+void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, Pe__Reply *rep, pe_arena *a);
+
+/* Name of a request kind, for logs ("run", "register", ...). */
+const char *pe_request_kind_name(Pe__Request__BodyCase c);
+
+/* Fill StatusReply (status.c). */
+pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *out, pe_arena *a);
+
+#endif

@@ -1,0 +1,96 @@
+/* pe-executord [--config FILE] [--socket ADDR] [--places SPEC] [--state-dir DIR]
+ *
+ * Runs in the foreground (the systemd way: Type=notify, logs on stderr).
+ * Layers: embedded defaults, then FILE, then the options given here. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "server/config.h"
+#include "server/server.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: pe-executord [--config FILE] [--socket ADDR] [--places SPEC] [--state-dir DIR]\n"
+          "                    [--log-level LEVEL] [--version] [--help]\n"
+          "\n"
+          "  --config FILE     INI configuration (see conf/pe-executord.conf); without it the\n"
+          "                    embedded defaults are used\n"
+          "  --socket ADDR     nanomsg address, e.g. ipc:///run/pe-executord/pe-executord.sock\n"
+          "  --places SPEC     auto | cpu:N | sim:N | cuda:N\n"
+          "  --state-dir DIR   where checkpoints are kept (absolute path)\n"
+          "  --log-level L     error | warn | info | debug\n"
+          "\n"
+          "Signals: SIGTERM/SIGINT stop (finish in-flight requests, checkpoint persistent\n"
+          "models, exit 0); SIGHUP reloads log level, session TTL and limits.\n");
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
+                                       {"socket", required_argument, NULL, 's'},
+                                       {"places", required_argument, NULL, 'p'},
+                                       {"state-dir", required_argument, NULL, 'd'},
+                                       {"log-level", required_argument, NULL, 'l'},
+                                       {"version", no_argument, NULL, 'V'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {NULL, 0, NULL, 0}};
+  const char *config_path = NULL;
+  /* Command-line overrides, applied after the file: (section, key, value). */
+  const char *ov[8][3];
+  int n_ov = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "c:s:p:d:l:Vh", opts, NULL)) != -1) {
+    switch (c) {
+      case 'c': config_path = optarg; break;
+      case 's': ov[n_ov][0] = "server", ov[n_ov][1] = "socket", ov[n_ov++][2] = optarg; break;
+      case 'p': ov[n_ov][0] = "runtime", ov[n_ov][1] = "places", ov[n_ov++][2] = optarg; break;
+      case 'd': ov[n_ov][0] = "state", ov[n_ov][1] = "dir", ov[n_ov++][2] = optarg; break;
+      case 'l': ov[n_ov][0] = "server", ov[n_ov][1] = "log_level", ov[n_ov++][2] = optarg; break;
+      case 'V': printf("pe-executord %s\n", PE_SERVER_VERSION); return 0;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+    if (n_ov == 8) {
+      fprintf(stderr, "pe-executord: too many options\n");
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "pe-executord: unexpected argument '%s'\n", argv[optind]);
+    usage(stderr);
+    return 2;
+  }
+  pe_srv_config cfg;
+  pe_status *st = pe_config_defaults(&cfg);
+  if (!st && config_path) st = pe_config_load_file(&cfg, config_path);
+  for (int i = 0; !st && i < n_ov; i++) {
+    st = pe_config_set(&cfg, ov[i][0], ov[i][1], ov[i][2]);
+    if (st) st = pe_status_wrap(st, "command line");
+  }
+  if (!st) st = pe_config_check(&cfg);
+  if (st) {
+    PE_LOGE("pe-executord: %s", pe_status_msg(st));
+    pe_status_free(st);
+    if (cfg.socket) pe_config_free(&cfg);
+    return 2;
+  }
+  pe_log_set_level(cfg.log_level);
+  pe_server *s;
+  st = pe_server_new(&cfg, config_path, &s);
+  if (st) {
+    PE_LOGE("pe-executord: %s", pe_status_msg(st));
+    pe_status_free(st);
+    pe_config_free(&cfg);
+    return 1;
+  }
+  st = pe_server_run(s);
+  pe_server_free(s);
+  if (st) {
+    PE_LOGE("pe-executord: %s", pe_status_msg(st));
+    pe_status_free(st);
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,669 @@
+/* Models, programs and sessions (see programs.h). */
+#include "server/programs.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/pass.h"
+#include "compiler/program.h"
+#include "core/log.h"
+
+typedef struct session {
+  uint64_t client;
+  double last_seen;
+} session;
+
+struct pe_registry {
+  pe_server *s;
+  pthread_mutex_t mu;
+  /* Small tables, scanned linearly: a daemon holds tens of programs and
+   * models, and every scan is one request's worth of work at most. */
+  pe_srv_program **progs;
+  int n_progs, cap_progs;
+  pe_srv_model **models;
+  int n_models, cap_models;
+  session *sessions;
+  int n_sessions, cap_sessions;
+};
+
+static bool grow(void **arr, int *cap, int need, size_t elem) {
+  if (need <= *cap) return true;
+  int c = *cap ? *cap * 2 : 8;
+  while (c < need) c *= 2;
+  void *p = realloc(*arr, (size_t)c * elem);
+  if (!p) return false;
+  *arr = p;
+  *cap = c;
+  return true;
+}
+
+pe_status *pe_registry_new(pe_server *s, pe_registry **out) {
+  pe_registry *r = calloc(1, sizeof *r);
+  if (!r) return pe_error(PE_ENOMEM, "registry: out of memory");
+  r->s = s;
+  pthread_mutex_init(&r->mu, NULL);
+  *out = r;
+  return NULL;
+}
+
+static void var_infos_free(pe_var_info *v, int n) {
+  if (!v) return;
+  for (int i = 0; i < n; i++) free(v[i].name);
+  free(v);
+}
+
+/* Frees executors; must not hold the registry lock (waits for the engine). */
+static void program_destroy(pe_srv_program *p) {
+  pe_par_exec_free(p->exec);
+  pe_par_exec_free(p->startup);
+  var_infos_free(p->params, p->n_params);
+  var_infos_free(p->feeds, p->n_feeds);
+  free(p->key);
+  free(p->owners);
+  free(p);
+}
+
+static void model_destroy(pe_srv_model *m) {
+  pe_model_free(m->m);
+  pthread_mutex_destroy(&m->init_mu);
+  pe_strmap_destroy(&m->initialized);
+  free(m);
+}
+
+void pe_registry_free(pe_registry *r) {
+  if (!r) return;
+  for (int i = 0; i < r->n_progs; i++) program_destroy(r->progs[i]);
+  for (int i = 0; i < r->n_models; i++) model_destroy(r->models[i]);
+  free(r->progs);
+  free(r->models);
+  free(r->sessions);
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+/* --- lookups (lock held) -------------------------------------------------- */
+static int prog_index(pe_registry *r, uint64_t handle) {
+  for (int i = 0; i < r->n_progs; i++)
+    if (r->progs[i]->handle == handle) return i;
+  return -1;
+}
+
+static pe_srv_model *model_find(pe_registry *r, const char *name) {
+  for (int i = 0; i < r->n_models; i++)
+    if (!strcmp(r->models[i]->name, name)) return r->models[i];
+  return NULL;
+}
+
+/* A model without programs, users or persistence goes; returns it to free
+ * outside the lock, or NULL. */
+static pe_srv_model *model_maybe_unlink(pe_registry *r, pe_srv_model *m) {
+  if (m->n_programs > 0 || m->refs > 0 || m->persistent) return NULL;
+  for (int i = 0; i < r->n_models; i++)
+    if (r->models[i] == m) {
+      r->models[i] = r->models[--r->n_models];
+      return m;
+    }
+  return NULL;
+}
+
+/* Unlink a dead program without users; returns what to free (program, and
+ * maybe its model) outside the lock. */
+static void prog_maybe_unlink(pe_registry *r, pe_srv_program *p, pe_srv_program **free_p,
+                              pe_srv_model **free_m) {
+  *free_p = NULL;
+  *free_m = NULL;
+  if (!p->dead || p->refs > 0) return;
+  int i = prog_index(r, p->handle);
+  if (i >= 0 && r->progs[i] == p) r->progs[i] = r->progs[--r->n_progs];
+  p->model->n_programs--;
+  *free_p = p;
+  *free_m = model_maybe_unlink(r, p->model);
+}
+
+static void destroy_later(pe_srv_program *p, pe_srv_model *m) {
+  if (p) {
+    PE_LOGI("program %016llx freed", (unsigned long long)p->handle);
+    program_destroy(p);
+  }
+  if (m) {
+    PE_LOGI("model '%s' freed (no programs left, not persistent)", m->name);
+    model_destroy(m);
+  }
+}
+
+/* --- compile --------------------------------------------------------------- */
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h ? h : 1;
+}
+
+static pe_status *make_key(const Pe__RegisterRequest *rq, uint8_t **key, size_t *len) {
+  size_t ol = rq->options ? pe__register_options__get_packed_size(rq->options) : 0;
+  size_t ml = strlen(rq->model);
+  size_t n = rq->program.len + 1 + ml + 1 + ol;
+  uint8_t *k = malloc(n);
+  if (!k) return pe_error(PE_ENOMEM, "register: out of memory hashing %zu bytes", n);
+  size_t o = 0;
+  if (rq->program.len) memcpy(k, rq->program.data, rq->program.len);
+  o += rq->program.len;
+  k[o++] = 0;
+  memcpy(k + o, rq->model, ml);
+  o += ml;
+  k[o++] = 0;
+  if (ol) pe__register_options__pack(rq->options, k + o);
+  *key = k;
+  *len = n;
+  return NULL;
+}
+
+static pe_status *add_info(pe_var_info **arr, int *n, int *cap, const pe_var_desc *v) {
+  for (int i = 0; i < *n; i++)
+    if (!strcmp((*arr)[i].name, v->name)) return NULL;
+  if (!grow((void **)arr, cap, *n + 1, sizeof **arr))
+    return pe_error(PE_ENOMEM, "register: out of memory");
+  pe_var_info *x = &(*arr)[*n];
+  x->name = strdup(v->name);
+  if (!x->name) return pe_error(PE_ENOMEM, "register: out of memory");
+  x->dtype = v->dtype;
+  x->shape = v->shape;
+  (*n)++;
+  return NULL;
+}
+
+static pe_status *apply_optimizer(pe_program *prog, const Pe__OptimizerDesc *od) {
+  if (!od || !od->type || !od->type[0]) return NULL;
+  if (strcmp(od->type, "sgd") && strcmp(od->type, "momentum") && strcmp(od->type, "adam"))
+    return pe_error(PE_EINVAL,
+                    "register: options.optimizer.type '%.64s' unknown (sgd, momentum, adam)",
+                    od->type);
+  if (!isfinite(od->learning_rate) || od->learning_rate <= 0)
+    return pe_error(PE_EINVAL,
+                    "register: options.optimizer %s: learning_rate %g must be finite and > 0",
+                    od->type, (double)od->learning_rate);
+  if (!(od->momentum >= 0 && od->momentum < 1) || !(od->beta1 >= 0 && od->beta1 < 1) ||
+      !(od->beta2 >= 0 && od->beta2 < 1) || !(od->epsilon >= 0 && isfinite(od->epsilon)))
+    return pe_error(
+        PE_EINVAL,
+        "register: options.optimizer %s: momentum/beta1/beta2 must be in [0, 1), epsilon >= 0",
+        od->type);
+  char *t = strdup(od->type);
+  if (!t) return pe_error(PE_ENOMEM, "register: out of memory");
+  free(prog->opt.type);
+  prog->opt.type = t;
+  prog->opt.lr = od->learning_rate;
+  prog->opt.momentum = od->momentum;
+  prog->opt.nesterov = od->nesterov;
+  prog->opt.beta1 = od->beta1;
+  prog->opt.beta2 = od->beta2;
+  prog->opt.epsilon = od->epsilon;
+  return NULL;
+}
+
+/* Decode, apply options, compile; fills the program's graphs and var infos. */
+static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int n_places,
+                          pe_graph **main_g, pe_graph **startup_g, pe_srv_program *p) {
+  const Pe__RegisterOptions *o = rq->options;
+  pe_program *prog = NULL;
+  PE_TRY(pe_status_wrap(pe_program_decode(rq->program.data, rq->program.len, &prog),
+                        "register: program (%zu bytes)", rq->program.len));
+  pe_status *st = apply_optimizer(prog, o ? o->optimizer : NULL);
+  pe_pass_opts po = {0};
+  po.place_kind = kind;
+  po.n_places = n_places;
+  if (o) {
+    if (o->loss && o->loss[0]) po.loss = o->loss;
+    if (o->strategy != PE__STRATEGY__ALLREDUCE && o->strategy != PE__STRATEGY__REDUCE && !st)
+      st = pe_error(PE_EINVAL, "register: options.strategy %d unknown (0 allreduce, 1 reduce)",
+                    (int)o->strategy);
+    po.strategy = o->strategy == PE__STRATEGY__REDUCE ? PE_STRATEGY_REDUCE : PE_STRATEGY_ALLREDUCE;
+    po.fuse = o->fuse_allreduce;
+    if (o->fuse_bucket_bytes < 0 && !st)
+      st = pe_error(PE_EINVAL, "register: options.fuse_bucket_bytes %lld must be >= 0",
+                    (long long)o->fuse_bucket_bytes);
+    po.fuse_bucket_bytes = o->fuse_bucket_bytes;
+    po.n_keep = (int)o->n_keep;
+    po.keep = (const char *const *)o->keep;
+  }
+  pe_ir ir = {.prog = prog, .opts = &po};
+  if (!st) st = pe_status_wrap(pe_graph_compile(&ir, o && o->for_test), "register: compile");
+  /* Declarations after the passes: the optimizer adds its state. */
+  int cap_params = 0, cap_feeds = 0;
+  for (int b = 0; b < prog->n_blocks && !st; b++) {
+    if (b != prog->main_block && b != prog->startup_block) continue;
+    pe_block *blk = prog->blocks[b];
+    for (int i = 0; i < blk->n_vars && !st; i++) {
+      pe_var_desc *v = blk->vars[i];
+      if (v->persistable) st = add_info(&p->params, &p->n_params, &cap_params, v);
+      if (v->is_feed && b == prog->main_block) st = add_info(&p->feeds, &p->n_feeds, &cap_feeds, v);
+    }
+  }
+  if (st) {
+    pe_ir_destroy(&ir);
+  } else {
+    *main_g = ir.graph;
+    *startup_g = ir.startup;
+    ir.graph = ir.startup = NULL;
+  }
+  pe_program_free(prog);
+  return st;
+}
+
+static pe_status *add_owner(pe_srv_program *p, uint64_t client) {
+  for (int i = 0; i < p->n_owners; i++)
+    if (p->owners[i] == client) return NULL;
+  if (!grow((void **)&p->owners, &p->cap_owners, p->n_owners + 1, sizeof *p->owners))
+    return pe_error(PE_ENOMEM, "register: out of memory");
+  p->owners[p->n_owners++] = client;
+  return NULL;
+}
+
+/* Bytes of the models in which client owns a program (lock held). */
+static int64_t client_bytes_locked(pe_registry *r, uint64_t client) {
+  int64_t total = 0;
+  for (int i = 0; i < r->n_models; i++) {
+    pe_srv_model *m = r->models[i];
+    bool owns = false;
+    for (int j = 0; j < r->n_progs && !owns; j++)
+      if (r->progs[j]->model == m && !r->progs[j]->dead)
+        for (int k = 0; k < r->progs[j]->n_owners; k++)
+          if (r->progs[j]->owners[k] == client) owns = true;
+    if (owns) total += pe_model_bytes(m->m);
+  }
+  return total;
+}
+
+int64_t pe_registry_client_bytes(pe_registry *r, uint64_t client) {
+  pthread_mutex_lock(&r->mu);
+  int64_t b = client_bytes_locked(r, client);
+  pthread_mutex_unlock(&r->mu);
+  return b;
+}
+
+/* An existing live program with this key: add the owner and acquire it
+ * (lock held). *st set on a collision or a dying program. */
+static pe_srv_program *existing_locked(pe_registry *r, uint64_t handle, const uint8_t *key,
+                                       size_t key_len, uint64_t client, bool persistent,
+                                       pe_status **st) {
+  *st = NULL;
+  int i = prog_index(r, handle);
+  if (i < 0) return NULL;
+  pe_srv_program *p = r->progs[i];
+  if (p->dead) {
+    *st = pe_error(PE_EINVAL, "register: program %016llx is being deregistered; retry",
+                   (unsigned long long)handle);
+    return NULL;
+  }
+  if (p->key_len != key_len || memcmp(p->key, key, key_len)) {
+    *st = pe_error(PE_EINTERNAL, "register: handle %016llx collides with a different program",
+                   (unsigned long long)handle);
+    return NULL;
+  }
+  *st = add_owner(p, client);
+  if (*st) return NULL;
+  p->refs++;
+  if (persistent) p->model->persistent = true;
+  return p;
+}
+
+/* The model `name` on (kind, n), created when absent; refs++ (lock held). */
+static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_kind kind,
+                                   int n_places, uint64_t seed, pe_srv_model **out) {
+  pe_srv_model *m = model_find(r, name);
+  if (m) {
+    if (m->kind != kind || m->n_places != n_places)
+      return pe_error(PE_EINVAL, "register: model '%s' lives on %s:%d, the program asks for %s:%d",
+                      m->name, pe_place_kind_name(m->kind), m->n_places, pe_place_kind_name(kind),
+                      n_places);
+    m->refs++;
+    *out = m;
+    return NULL;
+  }
+  if (!grow((void **)&r->models, &r->cap_models, r->n_models + 1, sizeof *r->models))
+    return pe_error(PE_ENOMEM, "register: out of memory");
+  m = calloc(1, sizeof *m);
+  if (!m) return pe_error(PE_ENOMEM, "register: out of memory");
+  snprintf(m->name, sizeof m->name, "%s", name);
+  m->kind = kind;
+  m->n_places = n_places;
+  m->seed = seed;
+  pe_status *st = pe_model_new(r->s->rt, kind, n_places, seed, &m->m);
+  if (st) {
+    free(m);
+    return pe_status_wrap(st, "register: model '%s'", name);
+  }
+  /* Recursive: an autoload holds it across pe_checkpoint_load, which marks
+   * the names it sets. */
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&m->init_mu, &attr);
+  pthread_mutexattr_destroy(&attr);
+  pe_strmap_init(&m->initialized);
+  r->models[r->n_models++] = m;
+  m->refs = 1;
+  PE_LOGI("model '%s' created on %s:%d seed %llu", m->name, pe_place_kind_name(kind), n_places,
+          (unsigned long long)seed);
+  *out = m;
+  return NULL;
+}
+
+pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__RegisterRequest *rq,
+                                pe_srv_program **out, bool *existed) {
+  *out = NULL;
+  *existed = false;
+  PE_TRY(pe_name_check("register: model name", rq->model));
+  if (rq->program.len == 0) return pe_error(PE_EINVAL, "register: program is empty (0 bytes)");
+  const Pe__RegisterOptions *o = rq->options;
+  pe_server *s = r->s;
+  pe_place_kind kind = s->place_kind;
+  int n_places = s->n_places;
+  if (o && o->places && o->places[0])
+    PE_TRY(
+        pe_status_wrap(pe_places_parse(o->places, &kind, &n_places), "register: options.places"));
+  pe_sync_strategy sync = s->sync;
+  if (o && o->sync && o->sync[0] && !pe_sync_strategy_parse(o->sync, &sync))
+    return pe_error(PE_EINVAL, "register: options.sync '%.32s' unknown (event, producer)", o->sync);
+  uint64_t seed = o && o->seed ? o->seed : 1;
+  bool persistent = o && o->persistent;
+  pe_limits lim = pe_server_limits(s);
+
+  uint8_t *key = NULL;
+  size_t key_len = 0;
+  PE_TRY(make_key(rq, &key, &key_len));
+  uint64_t handle = fnv1a(key, key_len);
+
+  /* 1 (locked): the same program again is the common case; answer it now. */
+  pe_status *st = NULL;
+  pthread_mutex_lock(&r->mu);
+  pe_srv_program *p = existing_locked(r, handle, key, key_len, client, persistent, &st);
+  pthread_mutex_unlock(&r->mu);
+  if (p || st) {
+    free(key);
+    *out = p;
+    *existed = p != NULL;
+    return st;
+  }
+
+  /* 2 (unlocked): decode and compile; a bad program never creates a model. */
+  p = calloc(1, sizeof *p);
+  if (!p) {
+    free(key);
+    return pe_error(PE_ENOMEM, "register: out of memory");
+  }
+  p->handle = handle;
+  p->sync = sync;
+  p->for_test = o && o->for_test;
+  p->key = key;
+  p->key_len = key_len;
+  pe_graph *g = NULL, *sg = NULL;
+  st = compile(rq, kind, n_places, &g, &sg, p);
+
+  /* 3 (locked): limits, then the model to bind to. */
+  pe_srv_model *m = NULL;
+  pe_srv_program *winner = NULL;
+  pthread_mutex_lock(&r->mu);
+  if (!st) winner = existing_locked(r, handle, key, key_len, client, persistent, &st);
+  if (!st && !winner && r->n_progs >= lim.max_programs)
+    st = pe_error(PE_EINVAL, "register: %d programs registered, limit max_programs = %d",
+                  r->n_progs, lim.max_programs);
+  if (!st && !winner && lim.memory_per_client > 0) {
+    int64_t used = client_bytes_locked(r, client);
+    if (used >= lim.memory_per_client)
+      st = pe_error(
+          PE_ENOMEM,
+          "register: client %016llx holds %lld parameter bytes, limit memory_per_client = %lld",
+          (unsigned long long)client, (long long)used, (long long)lim.memory_per_client);
+  }
+  if (!st && !winner) st = model_get_locked(r, rq->model, kind, n_places, seed, &m);
+  pthread_mutex_unlock(&r->mu);
+  if (st || winner) {
+    pe_graph_free(g);
+    pe_graph_free(sg);
+    program_destroy(p);
+    *out = winner;
+    *existed = winner != NULL;
+    return st;
+  }
+
+  /* 4 (unlocked): bind the graphs to the model. */
+  p->model = m;
+  st = pe_status_wrap(pe_par_exec_new(m->m, g, &p->exec), "register: bind to model '%s'", m->name);
+  if (!st && sg) {
+    st = pe_status_wrap(pe_par_exec_new(m->m, sg, &p->startup),
+                        "register: bind startup to model '%s'", m->name);
+    sg = NULL;
+  }
+  pe_graph_free(sg); /* g is the executor's now, also on failure */
+  if (!st) st = add_owner(p, client);
+
+  /* 5 (locked): publish, unless the same program was published meanwhile. */
+  pe_srv_model *fm = NULL;
+  pthread_mutex_lock(&r->mu);
+  m->refs--;
+  if (!st) winner = existing_locked(r, handle, key, key_len, client, persistent, &st);
+  if (!st && !winner) {
+    if (!grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {
+      st = pe_error(PE_ENOMEM, "register: out of memory");
+    } else {
+      r->progs[r->n_progs++] = p;
+      m->n_programs++;
+      p->refs = 1;
+      if (persistent) m->persistent = true;
+    }
+  }
+  bool published = !st && !winner;
+  if (!published) fm = model_maybe_unlink(r, m);
+  pthread_mutex_unlock(&r->mu);
+  if (!published) program_destroy(p);
+  destroy_later(NULL, fm);
+  if (st) return st;
+  *out = published ? p : winner;
+  *existed = !published;
+  return NULL;
+}
+
+pe_status *pe_registry_acquire(pe_registry *r, uint64_t handle, pe_srv_program **out) {
+  pthread_mutex_lock(&r->mu);
+  int i = prog_index(r, handle);
+  pe_srv_program *p = i >= 0 && !r->progs[i]->dead ? r->progs[i] : NULL;
+  if (p) p->refs++;
+  pthread_mutex_unlock(&r->mu);
+  *out = p;
+  if (!p)
+    return pe_error(
+        PE_ENOTFOUND,
+        "handle %016llx: no such program (never registered, deregistered or its session expired)",
+        (unsigned long long)handle);
+  return NULL;
+}
+
+void pe_registry_release(pe_registry *r, pe_srv_program *p) {
+  if (!p) return;
+  pe_srv_program *fp;
+  pe_srv_model *fm;
+  pthread_mutex_lock(&r->mu);
+  p->refs--;
+  prog_maybe_unlink(r, p, &fp, &fm);
+  pthread_mutex_unlock(&r->mu);
+  destroy_later(fp, fm);
+}
+
+/* Remove client from p's owners; marks p dead when none are left (lock held). */
+static void drop_owner_locked(pe_srv_program *p, uint64_t client) {
+  for (int i = 0; i < p->n_owners; i++)
+    if (p->owners[i] == client) {
+      p->owners[i] = p->owners[--p->n_owners];
+      break;
+    }
+  if (p->n_owners == 0) p->dead = true;
+}
+
+pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t handle) {
+  pe_srv_program *p;
+  PE_TRY(pe_status_wrap(pe_registry_acquire(r, handle, &p), "deregister"));
+  pthread_mutex_lock(&r->mu);
+  bool owner = false;
+  for (int i = 0; i < p->n_owners; i++) owner |= p->owners[i] == client;
+  if (owner)
+    drop_owner_locked(p, client);
+  else
+    p->dead = true; /* handles are capabilities: the holder may drop it for all */
+  pthread_mutex_unlock(&r->mu);
+  pe_registry_release(r, p);
+  return NULL;
+}
+
+pe_status *pe_registry_model_acquire(pe_registry *r, const char *name, pe_srv_model **out) {
+  PE_TRY(pe_name_check("model name", name));
+  pthread_mutex_lock(&r->mu);
+  pe_srv_model *m = model_find(r, name);
+  if (m) m->refs++;
+  pthread_mutex_unlock(&r->mu);
+  *out = m;
+  if (!m)
+    return pe_error(PE_ENOTFOUND, "model '%s': no such model (register a program under it first)",
+                    name);
+  return NULL;
+}
+
+void pe_registry_model_release(pe_registry *r, pe_srv_model *m) {
+  if (!m) return;
+  pthread_mutex_lock(&r->mu);
+  m->refs--;
+  pe_srv_model *fm = model_maybe_unlink(r, m);
+  pthread_mutex_unlock(&r->mu);
+  destroy_later(NULL, fm);
+}
+
+pe_status *pe_srv_model_check_value(pe_srv_model *m, const char *name, const pe_tensor *value) {
+  if (!pe_model_has(m->m, name)) return NULL;
+  pe_tensor cur = {0};
+  pe_status *st = pe_model_get(m->m, name, &cur);
+  if (pe_status_code(st) == PE_EUSE_BEFORE_DEF) {
+    pe_status_free(st); /* declared, no value yet: any value goes */
+    return NULL;
+  }
+  char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
+  if (!st && cur.dtype != value->dtype)
+    st = pe_error(PE_EDTYPE, "model '%s': '%s' is %s %s, the value is %s %s", m->name, name,
+                  pe_dtype_name(cur.dtype), pe_shape_str(&cur.shape, a, sizeof a),
+                  pe_dtype_name(value->dtype), pe_shape_str(&value->shape, b, sizeof b));
+  else if (!st && !pe_shape_equal(&cur.shape, &value->shape))
+    st = pe_error(PE_ESHAPE, "model '%s': '%s' has shape %s, the value has %s", m->name, name,
+                  pe_shape_str(&cur.shape, a, sizeof a), pe_shape_str(&value->shape, b, sizeof b));
+  pe_tensor_release(&cur);
+  return st;
+}
+
+void pe_model_mark_initialized(pe_srv_model *m, const char *const *names, int n) {
+  pthread_mutex_lock(&m->init_mu);
+  for (int i = 0; i < n; i++)
+    if (!pe_strmap_put(&m->initialized, names[i], (void *)1))
+      PE_LOGW("model '%s': out of memory marking '%s' initialised", m->name, names[i]);
+  pthread_mutex_unlock(&m->init_mu);
+}
+
+/* --- sessions ---------------------------------------------------------------- */
+void pe_registry_touch(pe_registry *r, uint64_t client, double now) {
+  pthread_mutex_lock(&r->mu);
+  int i;
+  for (i = 0; i < r->n_sessions; i++)
+    if (r->sessions[i].client == client) break;
+  if (i == r->n_sessions) {
+    if (grow((void **)&r->sessions, &r->cap_sessions, r->n_sessions + 1, sizeof *r->sessions)) {
+      r->sessions[r->n_sessions++] = (session){client, now};
+      PE_LOGD("session %016llx opened", (unsigned long long)client);
+    }
+  } else {
+    r->sessions[i].last_seen = now;
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Drop the client's ownerships; collect programs to free (lock held). */
+static int drop_client_locked(pe_registry *r, uint64_t client, pe_srv_program **fps,
+                              pe_srv_model **fms, int max) {
+  int n = 0;
+  for (int i = 0; i < r->n_sessions; i++)
+    if (r->sessions[i].client == client) {
+      r->sessions[i] = r->sessions[--r->n_sessions];
+      break;
+    }
+  for (int i = r->n_progs - 1; i >= 0; i--) {
+    pe_srv_program *p = r->progs[i];
+    bool owner = false;
+    for (int k = 0; k < p->n_owners; k++) owner |= p->owners[k] == client;
+    if (!owner) continue;
+    drop_owner_locked(p, client);
+    if (n < max) {
+      prog_maybe_unlink(r, p, &fps[n], &fms[n]);
+      if (fps[n] || fms[n]) n++;
+    }
+  }
+  return n;
+}
+
+void pe_registry_drop_client(pe_registry *r, uint64_t client) {
+  enum { MAX = 64 };
+  pe_srv_program *fps[MAX];
+  pe_srv_model *fms[MAX];
+  pthread_mutex_lock(&r->mu);
+  int n = drop_client_locked(r, client, fps, fms, MAX);
+  pthread_mutex_unlock(&r->mu);
+  for (int i = 0; i < n; i++) destroy_later(fps[i], fms[i]);
+}
+
+int pe_registry_expire(pe_registry *r, double now, double ttl_s, uint64_t *ids, int max) {
+  if (ttl_s <= 0) return 0;
+  int n = 0;
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < r->n_sessions && n < max; i++)
+    if (now - r->sessions[i].last_seen > ttl_s) ids[n++] = r->sessions[i].client;
+  pthread_mutex_unlock(&r->mu);
+  for (int i = 0; i < n; i++) {
+    PE_LOGI("session %016llx expired after %.0f s idle: dropping its programs",
+            (unsigned long long)ids[i], ttl_s);
+    pe_registry_drop_client(r, ids[i]);
+  }
+  return n;
+}
+
+/* --- status ------------------------------------------------------------------ */
+void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **models,
+                          int *n_models, int *n_programs, int *n_clients) {
+  pthread_mutex_lock(&r->mu);
+  *models = calloc(r->n_models ? (size_t)r->n_models : 1, sizeof **models);
+  *n_models = *models ? r->n_models : 0;
+  for (int i = 0; i < *n_models; i++) {
+    pe_srv_model *m = r->models[i];
+    pe_model_snapshot *x = &(*models)[i];
+    snprintf(x->name, sizeof x->name, "%s", m->name);
+    x->programs = m->n_programs;
+    x->param_bytes = with_bytes ? pe_model_bytes(m->m) : 0;
+    x->persistent = m->persistent;
+    x->kind = m->kind;
+    x->n_places = m->n_places;
+  }
+  int live = 0;
+  for (int i = 0; i < r->n_progs; i++) live += !r->progs[i]->dead;
+  *n_programs = live;
+  *n_clients = r->n_sessions;
+  pthread_mutex_unlock(&r->mu);
+}
+
+void pe_registry_persistent_models(pe_registry *r, char ***names, int *n) {
+  pthread_mutex_lock(&r->mu);
+  *names = calloc(r->n_models ? (size_t)r->n_models : 1, sizeof **names);
+  *n = 0;
+  for (int i = 0; *names && i < r->n_models; i++)
+    if (r->models[i]->persistent) {
+      char *s = strdup(r->models[i]->name);
+      if (s) (*names)[(*n)++] = s;
+    }
+  pthread_mutex_unlock(&r->mu);
+}

@@ -1,0 +1,129 @@
+/* The registry: models (parameter namespaces), programs (compiled graphs
+ * bound to a model, by content-hash handle) and client sessions.
+ *
+ *   model    one pe_model: places, seed, the names initialised so far, and
+ *            whether it is persistent (survives its clients). A train and an
+ *            eval program registered under one model name share it. A
+ *            non-persistent model is freed with its last program.
+ *   program  handle = 64-bit hash of (program bytes, model name, options):
+ *            registering the same thing again returns the same handle (and
+ *            adds the caller to its owners). Holds the main executor and the
+ *            startup executor (Init), the feed and parameter declarations.
+ *   session  client id -> last request time. When a client has been idle
+ *            longer than the TTL, it is removed from every program's owners;
+ *            programs without owners are deregistered.
+ *
+ * Lifetime: handlers acquire a program (or model) for the duration of a
+ * request; deregistering marks it dead and the last release frees it,
+ * outside the registry lock (freeing waits for the engine).
+ *
+ * Thread-safety: every function locks the registry mutex; compiling and
+ * binding happen outside it. */
+#ifndef PE_SERVER_PROGRAMS_H
+#define PE_SERVER_PROGRAMS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/strmap.h"
+#include "engine/par_executor.h"
+#include "server/checkpoint_file.h"
+#include "server/server.h"
+#include "service.pb-c.h"
+
+typedef struct pe_srv_model {
+  char name[PE_NAME_MAX + 1];
+  pe_model *m;
+  pe_place_kind kind;
+  int n_places;
+  uint64_t seed;
+  bool persistent;
+  /* Registry lock: */
+  int n_programs;
+  int refs; /* acquisitions by requests in progress */
+  /* init_mu (recursive) orders Init / Load / SetParams bookkeeping of
+   * `initialized`. */
+  pthread_mutex_t init_mu;
+  pe_strmap initialized; /* persistable names with a value (values unused) */
+} pe_srv_model;
+
+typedef struct pe_var_info {
+  char *name;
+  pe_dtype dtype;
+  pe_shape shape;
+} pe_var_info;
+
+typedef struct pe_srv_program {
+  uint64_t handle;
+  pe_srv_model *model;
+  pe_par_exec *exec;
+  pe_par_exec *startup; /* NULL: the program has no startup block */
+  pe_sync_strategy sync;
+  bool for_test;
+  int n_params; /* persistables of the program (main + startup blocks) */
+  pe_var_info *params;
+  int n_feeds; /* is_feed variables of the main block */
+  pe_var_info *feeds;
+  uint8_t *key; /* hash material, to tell a collision from a match */
+  size_t key_len;
+  /* Registry lock: */
+  uint64_t *owners;
+  int n_owners, cap_owners;
+  int refs;
+  bool dead;
+} pe_srv_program;
+
+pe_status *pe_registry_new(pe_server *s, pe_registry **out);
+/* Frees everything (programs, then models); no request may be in progress. */
+void pe_registry_free(pe_registry *r);
+
+/* Register (see above). *out is acquired (release it). */
+pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__RegisterRequest *rq,
+                                pe_srv_program **out, bool *existed);
+pe_status *pe_registry_acquire(pe_registry *r, uint64_t handle, pe_srv_program **out);
+void pe_registry_release(pe_registry *r, pe_srv_program *p);
+/* Remove client from the program's owners; the program goes with its last
+ * owner. A client that is not an owner may deregister too (handles are
+ * capabilities). */
+pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t handle);
+
+pe_status *pe_registry_model_acquire(pe_registry *r, const char *name, pe_srv_model **out);
+void pe_registry_model_release(pe_registry *r, pe_srv_model *m);
+
+/* Whether value may replace persistable `name` (absent, no value yet, or
+ * the same dtype and shape): checked for every value before a SetParams or
+ * Load sets any, so a bad request changes nothing. */
+pe_status *pe_srv_model_check_value(pe_srv_model *m, const char *name, const pe_tensor *value);
+
+/* Mark names initialised (after Init, SetParams, Load). */
+void pe_model_mark_initialized(pe_srv_model *m, const char *const *names, int n);
+
+/* Sessions. */
+void pe_registry_touch(pe_registry *r, uint64_t client, double now);
+/* Expire clients idle for more than ttl_s; fills up to max ids; returns the
+ * number expired. */
+int pe_registry_expire(pe_registry *r, double now, double ttl_s, uint64_t *ids, int max);
+/* Drop a client's session and programs now. */
+void pe_registry_drop_client(pe_registry *r, uint64_t client);
+
+/* Status snapshot (malloc'd arrays; caller frees with pe_registry_snapshot_free). */
+typedef struct pe_model_snapshot {
+  char name[PE_NAME_MAX + 1];
+  int programs;
+  int64_t param_bytes;
+  bool persistent;
+  pe_place_kind kind;
+  int n_places;
+} pe_model_snapshot;
+/* with_bytes: fill param_bytes (reads every model's tensors: Status only). */
+void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **models,
+                          int *n_models, int *n_programs, int *n_clients);
+
+/* Bytes of the models in which client owns a program. */
+int64_t pe_registry_client_bytes(pe_registry *r, uint64_t client);
+
+/* Names of persistent models (malloc'd array of malloc'd strings). */
+void pe_registry_persistent_models(pe_registry *r, char ***names, int *n);
+
+#endif

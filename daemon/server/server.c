@@ -1,0 +1,671 @@
+/* The event loop: nanomsg raw REP socket + libev on the main thread, request
+ * threads, replies through ev_async, signals, timers (see server.h). */
+#include "server/server.h"
+
+#include <errno.h>
+#include <ev.h>
+#include <grp.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "server/checkpoint.h"
+#include "server/checkpoint_file.h"
+#include "server/dispatch.h"
+#include "server/programs.h"
+#include "server/shm.h"
+
+double pe_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One received request: its bytes and the raw REP routing header that its
+ * reply must carry. Both are nanomsg chunks (nn_freemsg). */
+typedef struct job {
+  void *body;
+  size_t len;
+  void *ctrl;
+  double received;
+  struct job *next;
+} job;
+
+/* One reply on its way to the main thread. */
+typedef struct out_msg {
+  void *ctrl; /* routing header (nanomsg chunk) */
+  void *body; /* nanomsg chunk */
+  struct out_msg *next;
+} out_msg;
+
+struct pe_loop {
+  struct ev_loop *loop;
+  int sock;
+  ev_io rcv_w, snd_w;
+  ev_async reply_async;
+  ev_signal sigterm_w, sigint_w, sighup_w;
+  ev_timer tick_w, watchdog_w, drain_w;
+
+  pthread_mutex_t mu; /* q, closing, out, alive */
+  pthread_cond_t cv;
+  job *q_head, *q_tail;
+  bool closing;
+  out_msg *out_head, *out_tail;
+  int alive; /* request threads not yet exited */
+
+  pthread_t *threads;
+  int n_threads;
+  bool stopping;
+  char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
+};
+
+pe_limits pe_server_limits(pe_server *s) {
+  pthread_mutex_lock(&s->cfg_mu);
+  pe_limits l = {s->cfg.max_message, s->cfg.max_programs, s->cfg.memory_per_client,
+                 s->cfg.session_ttl_s};
+  pthread_mutex_unlock(&s->cfg_mu);
+  return l;
+}
+
+pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *n) {
+  if (strcmp(spec, "auto")) return pe_places_parse(spec, kind, n);
+#ifdef PE_HAVE_CUDA
+  int gpus = 0;
+  for (int i = 0; i < PE_MAX_PLACES; i++) {
+    char dev[32];
+    snprintf(dev, sizeof dev, "/dev/nvidia%d", i);
+    if (access(dev, F_OK) == 0) gpus++;
+  }
+  if (gpus > 0) {
+    *kind = PE_PLACE_CUDA;
+    *n = gpus;
+    return NULL;
+  }
+#endif
+  *kind = PE_PLACE_CPU;
+  *n = 1;
+  return NULL;
+}
+
+/* --- construction ------------------------------------------------------------ */
+pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server **out) {
+  pe_server *s = calloc(1, sizeof *s);
+  if (!s) return pe_error(PE_ENOMEM, "server: out of memory");
+  s->cfg = *cfg;
+  memset(cfg, 0, sizeof *cfg);
+  pthread_mutex_init(&s->cfg_mu, NULL);
+  s->start_time = pe_now_s();
+  pe_status *st = NULL;
+  if (config_path && !(s->config_path = strdup(config_path)))
+    st = pe_error(PE_ENOMEM, "server: out of memory");
+  if (!st)
+    st = pe_status_wrap(pe_server_resolve_places(s->cfg.places, &s->place_kind, &s->n_places),
+                        "config [runtime] places");
+  if (!st && !pe_sync_strategy_parse(s->cfg.sync, &s->sync))
+    st = pe_error(PE_EINVAL, "config [runtime] sync '%s' unknown", s->cfg.sync);
+  if (!st) {
+    pe_runtime_opts ro = {.threads = s->cfg.worker_threads};
+    st = pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime");
+  }
+  if (!st) st = pe_registry_new(s, &s->reg);
+  if (!st) st = pe_shm_table_new(&s->shm);
+  if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes)))
+    st = pe_error(PE_ENOMEM, "server: out of memory for the reply cache");
+  if (!st) st = pe_mkdir_p(s->cfg.state_dir, 0750);
+  if (st) {
+    pe_server_free(s);
+    return st;
+  }
+  pe_log_set_level(s->cfg.log_level);
+  *out = s;
+  return NULL;
+}
+
+void pe_server_free(pe_server *s) {
+  if (!s) return;
+  pe_registry_free(s->reg);
+  pe_shm_table_free(s->shm);
+  pe_dedup_free(s->dedup);
+  pe_runtime_free(s->rt);
+  pe_config_free(&s->cfg);
+  free(s->config_path);
+  pthread_mutex_destroy(&s->cfg_mu);
+  free(s);
+}
+
+/* --- replies ------------------------------------------------------------------ */
+/* Queue bytes for the main thread to send under routing header ctrl (taken). */
+static void queue_reply(pe_server *s, void *ctrl, const uint8_t *bytes, size_t len) {
+  pe_loop *L = s->loop;
+  void *body = nn_allocmsg(len, 0);
+  out_msg *m = malloc(sizeof *m);
+  if (!body || !m) {
+    PE_LOGE("reply of %zu bytes dropped: out of memory (the client will resend)", len);
+    if (body) nn_freemsg(body);
+    free(m);
+    nn_freemsg(ctrl);
+    return;
+  }
+  if (len) memcpy(body, bytes, len);
+  m->ctrl = ctrl;
+  m->body = body;
+  m->next = NULL;
+  pthread_mutex_lock(&L->mu);
+  if (L->out_tail)
+    L->out_tail->next = m;
+  else
+    L->out_head = m;
+  L->out_tail = m;
+  pthread_mutex_unlock(&L->mu);
+  ev_async_send(L->loop, &L->reply_async);
+}
+
+/* Main thread: send what the request threads produced, until the socket
+ * pushes back (then wait for NN_SNDFD). */
+static void flush_replies(pe_server *s) {
+  pe_loop *L = s->loop;
+  for (;;) {
+    pthread_mutex_lock(&L->mu);
+    out_msg *m = L->out_head;
+    if (m) {
+      L->out_head = m->next;
+      if (!L->out_head) L->out_tail = NULL;
+    }
+    pthread_mutex_unlock(&L->mu);
+    if (!m) {
+      ev_io_stop(L->loop, &L->snd_w);
+      return;
+    }
+    struct nn_iovec iov = {&m->body, NN_MSG};
+    struct nn_msghdr hdr = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &m->ctrl, .msg_controllen = NN_MSG};
+    if (nn_sendmsg(L->sock, &hdr, NN_DONTWAIT) >= 0) {
+      free(m); /* nanomsg owns body and ctrl now */
+      continue;
+    }
+    int err = nn_errno();
+    if (err == EAGAIN) {
+      pthread_mutex_lock(&L->mu);
+      m->next = L->out_head;
+      L->out_head = m;
+      if (!L->out_tail) L->out_tail = m;
+      pthread_mutex_unlock(&L->mu);
+      ev_io_start(L->loop, &L->snd_w);
+      return;
+    }
+    PE_LOGW("send reply: %s (reply dropped; the client will resend)", nn_strerror(err));
+    nn_freemsg(m->body);
+    nn_freemsg(m->ctrl);
+    free(m);
+  }
+}
+
+static void reply_async_cb(struct ev_loop *loop, ev_async *w, int revents) {
+  flush_replies(w->data);
+}
+static void snd_cb(struct ev_loop *loop, ev_io *w, int revents) {
+  flush_replies(w->data);
+}
+
+/* Pack a reply; a reply the client could not receive becomes an error. */
+static uint8_t *pack_reply(pe_server *s, Pe__Reply *rep, size_t *len) {
+  size_t n = pe__reply__get_packed_size(rep);
+  pe_limits lim = pe_server_limits(s);
+  char msg[256];
+  if ((int64_t)n > lim.max_message) {
+    snprintf(msg, sizeof msg,
+             "reply of %zu bytes exceeds max_message %lld (fetch less per request)", n,
+             (long long)lim.max_message);
+    rep->code = PE_EINVAL;
+    rep->message = msg;
+    rep->body_case = PE__REPLY__BODY__NOT_SET;
+    n = pe__reply__get_packed_size(rep);
+  }
+  uint8_t *buf = malloc(n ? n : 1);
+  if (!buf) return NULL;
+  pe__reply__pack(rep, buf);
+  *len = n;
+  return buf;
+}
+
+/* --- request threads -------------------------------------------------------- */
+static void job_free(job *j) {
+  if (j->body) nn_freemsg(j->body);
+  if (j->ctrl) nn_freemsg(j->ctrl);
+  free(j);
+}
+
+static void handle_job(pe_server *s, job *j) {
+  double t0 = pe_now_s();
+  atomic_fetch_add(&s->requests_total, 1);
+  Pe__Request *rq = pe__request__unpack(NULL, j->len, j->body);
+  nn_freemsg(j->body);
+  j->body = NULL;
+  if (!rq) {
+    /* Garbage or a truncated message: no ids to echo, but an answer. */
+    Pe__Reply rep = PE__REPLY__INIT;
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "malformed request: %zu bytes are not a pe.Request protobuf (garbage or truncated)",
+             j->len);
+    rep.code = PE_EINVAL;
+    rep.message = msg;
+    size_t len;
+    uint8_t *buf = pack_reply(s, &rep, &len);
+    atomic_fetch_add(&s->requests_failed, 1);
+    PE_LOGW("req client=- id=- kind=? code=EINVAL: %s", msg);
+    if (buf) {
+      queue_reply(s, j->ctrl, buf, len);
+      j->ctrl = NULL;
+    }
+    free(buf);
+    job_free(j);
+    return;
+  }
+  const char *kind = pe_request_kind_name(rq->body_case);
+  uint64_t cid = rq->client_id, rid = rq->request_id;
+  uint8_t *stored = NULL;
+  size_t stored_len = 0;
+  switch (pe_dedup_begin(s->dedup, cid, rid, j, &stored, &stored_len)) {
+    case PE_DEDUP_DONE:
+      PE_LOGI(
+          "req client=%016llx id=%llu kind=%s: resend answered from the reply cache (not applied "
+          "again)",
+          (unsigned long long)cid, (unsigned long long)rid, kind);
+      if (stored) {
+        queue_reply(s, j->ctrl, stored, stored_len);
+        j->ctrl = NULL;
+      }
+      free(stored);
+      job_free(j);
+      pe__request__free_unpacked(rq, NULL);
+      return;
+    case PE_DEDUP_WAITING:
+      /* j is parked in the cache; the original's handler answers it. */
+      PE_LOGI(
+          "req client=%016llx id=%llu kind=%s: duplicate of a request in progress, waiting for its "
+          "reply",
+          (unsigned long long)cid, (unsigned long long)rid, kind);
+      pe__request__free_unpacked(rq, NULL);
+      return;
+    case PE_DEDUP_NEW: break;
+  }
+  Pe__Reply rep = PE__REPLY__INIT;
+  pe_arena arena = {0};
+  pe_dispatch(s, rq, j->received, &rep, &arena);
+  if (rep.code) atomic_fetch_add(&s->requests_failed, 1);
+  size_t len = 0;
+  uint8_t *buf = pack_reply(s, &rep, &len);
+  double ms = (pe_now_s() - t0) * 1e3;
+  if (rep.code)
+    PE_LOGW("req client=%016llx id=%llu kind=%s code=%s %.2f ms: %s", (unsigned long long)cid,
+            (unsigned long long)rid, kind, pe_code_name((pe_code)rep.code), ms, rep.message);
+  else if (rq->body_case == PE__REQUEST__BODY_RUN || rq->body_case == PE__REQUEST__BODY_PING ||
+           rq->body_case == PE__REQUEST__BODY_STATUS)
+    PE_LOGD("req client=%016llx id=%llu kind=%s code=OK %.2f ms", (unsigned long long)cid,
+            (unsigned long long)rid, kind, ms);
+  else
+    PE_LOGI("req client=%016llx id=%llu kind=%s code=OK %.2f ms", (unsigned long long)cid,
+            (unsigned long long)rid, kind, ms);
+  pe_arena_free(&arena);
+  pe__request__free_unpacked(rq, NULL);
+  void **waiters = NULL;
+  int n_waiters = 0;
+  if (buf)
+    pe_dedup_finish(s->dedup, cid, rid, buf, len, &waiters, &n_waiters);
+  else
+    PE_LOGE("req client=%016llx id=%llu: out of memory packing the reply", (unsigned long long)cid,
+            (unsigned long long)rid);
+  if (buf) {
+    queue_reply(s, j->ctrl, buf, len);
+    j->ctrl = NULL;
+  }
+  for (int i = 0; i < n_waiters; i++) {
+    job *w = waiters[i];
+    if (buf) {
+      queue_reply(s, w->ctrl, buf, len);
+      w->ctrl = NULL;
+    }
+    job_free(w);
+  }
+  free(waiters);
+  free(buf);
+  job_free(j);
+}
+
+static void *request_thread(void *arg) {
+  pe_server *s = arg;
+  pe_loop *L = s->loop;
+  for (;;) {
+    pthread_mutex_lock(&L->mu);
+    while (!L->q_head && !L->closing) pthread_cond_wait(&L->cv, &L->mu);
+    job *j = L->q_head;
+    if (j) {
+      L->q_head = j->next;
+      if (!L->q_head) L->q_tail = NULL;
+      atomic_fetch_sub(&s->queue_depth, 1);
+      atomic_fetch_add(&s->in_flight, 1);
+    }
+    pthread_mutex_unlock(&L->mu);
+    if (!j) break; /* closing and drained */
+    handle_job(s, j);
+    atomic_fetch_sub(&s->in_flight, 1);
+  }
+  pthread_mutex_lock(&L->mu);
+  L->alive--;
+  pthread_mutex_unlock(&L->mu);
+  ev_async_send(L->loop, &L->reply_async);
+  return NULL;
+}
+
+/* --- receive ----------------------------------------------------------------------- */
+static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
+  pe_server *s = w->data;
+  pe_loop *L = s->loop;
+  /* Take a bounded batch per wakeup: NN_RCVFD stays readable while more are
+   * waiting, so the loop comes back without starving replies and signals. */
+  for (int k = 0; k < 64; k++) {
+    void *body = NULL, *ctrl = NULL;
+    struct nn_iovec iov = {&body, NN_MSG};
+    struct nn_msghdr hdr = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctrl, .msg_controllen = NN_MSG};
+    int n = nn_recvmsg(L->sock, &hdr, NN_DONTWAIT);
+    if (n < 0) {
+      int err = nn_errno();
+      if (err != EAGAIN && err != EINTR) PE_LOGW("receive: %s", nn_strerror(err));
+      return;
+    }
+    job *j = calloc(1, sizeof *j);
+    if (!j || !ctrl) {
+      PE_LOGE("request of %d bytes dropped: %s", n, j ? "no routing header" : "out of memory");
+      nn_freemsg(body);
+      if (ctrl) nn_freemsg(ctrl);
+      free(j);
+      continue;
+    }
+    j->body = body;
+    j->len = (size_t)n;
+    j->ctrl = ctrl;
+    j->received = pe_now_s();
+    pthread_mutex_lock(&L->mu);
+    if (L->q_tail)
+      L->q_tail->next = j;
+    else
+      L->q_head = j;
+    L->q_tail = j;
+    atomic_fetch_add(&s->queue_depth, 1);
+    pthread_cond_signal(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+  }
+}
+
+/* --- timers ---------------------------------------------------------------------- */
+static void notify_status(pe_server *s) {
+  pe_model_snapshot *ms;
+  int nm, np, nc;
+  pe_registry_snapshot(s->reg, false, &ms, &nm, &np, &nc);
+  free(ms);
+  sd_notifyf(0, "STATUS=%d programs, %d models, %d clients, %llu requests, %d queued", np, nm, nc,
+             (unsigned long long)atomic_load(&s->requests_total),
+             atomic_load(&s->queue_depth) + atomic_load(&s->in_flight));
+}
+
+static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+  pe_server *s = w->data;
+  pe_limits lim = pe_server_limits(s);
+  uint64_t ids[64];
+  int n = pe_registry_expire(s->reg, pe_now_s(), lim.session_ttl_s, ids, 64);
+  for (int i = 0; i < n; i++) {
+    pe_shm_drop_client(s->shm, ids[i]);
+    pe_dedup_forget_client(s->dedup, ids[i]);
+  }
+  notify_status(s);
+}
+
+static void watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+  sd_notify(0, "WATCHDOG=1");
+}
+
+/* --- signals --------------------------------------------------------------------- */
+static void drain_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+  pe_server *s = w->data;
+  pe_loop *L = s->loop;
+  flush_replies(s);
+  pthread_mutex_lock(&L->mu);
+  bool done = L->alive == 0 && !L->out_head;
+  pthread_mutex_unlock(&L->mu);
+  if (done) ev_break(loop, EVBREAK_ALL);
+}
+
+static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
+  pe_server *s = w->data;
+  pe_loop *L = s->loop;
+  if (L->stopping) {
+    PE_LOGW("signal %d: already stopping (waiting for %d requests in flight)", w->signum,
+            atomic_load(&s->in_flight));
+    return;
+  }
+  L->stopping = true;
+  PE_LOGI("signal %d: stopping: no new requests; finishing %d in flight, %d queued", w->signum,
+          atomic_load(&s->in_flight), atomic_load(&s->queue_depth));
+  sd_notify(0, "STOPPING=1");
+  ev_io_stop(loop, &L->rcv_w);
+  pthread_mutex_lock(&L->mu);
+  L->closing = true;
+  pthread_cond_broadcast(&L->cv);
+  pthread_mutex_unlock(&L->mu);
+  ev_timer_start(loop, &L->drain_w);
+}
+
+static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
+  pe_server *s = w->data;
+  pe_srv_config nc;
+  pe_status *st = pe_config_defaults(&nc);
+  if (!st && s->config_path) st = pe_config_load_file(&nc, s->config_path);
+  if (st) {
+    PE_LOGE("SIGHUP: reload failed, keeping the current settings: %s", pe_status_msg(st));
+    pe_status_free(st);
+    if (nc.socket) pe_config_free(&nc);
+    return;
+  }
+  if (strcmp(nc.places, s->cfg.places) || nc.worker_threads != s->cfg.worker_threads ||
+      nc.request_threads != s->cfg.request_threads)
+    PE_LOGW("SIGHUP: places, worker_threads and request_threads need a restart; unchanged");
+  pthread_mutex_lock(&s->cfg_mu);
+  pe_config_reloadable_apply(&s->cfg, &nc);
+  pthread_mutex_unlock(&s->cfg_mu);
+  pe_log_set_level(nc.log_level);
+  int maxsz = (int)nc.max_message;
+  if (nn_setsockopt(s->loop->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof maxsz) < 0)
+    PE_LOGW("SIGHUP: NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
+  pe_dedup_set_limits(s->dedup, (size_t)nc.dedup_entries, (size_t)nc.dedup_bytes);
+  PE_LOGI(
+      "SIGHUP: reloaded %s: log_level %d, ttl %.0f s, max_message %lld, max_programs %d, "
+      "memory_per_client %lld",
+      s->config_path ? s->config_path : "embedded defaults", (int)nc.log_level, nc.session_ttl_s,
+      (long long)nc.max_message, nc.max_programs, (long long)nc.memory_per_client);
+  pe_config_free(&nc);
+}
+
+/* --- socket ------------------------------------------------------------------------ */
+static pe_status *open_socket(pe_server *s) {
+  pe_loop *L = s->loop;
+  const char *addr = s->cfg.socket;
+  L->sock = nn_socket(AF_SP_RAW, NN_REP);
+  if (L->sock < 0) return pe_error(PE_EIO, "socket: nn_socket: %s", nn_strerror(nn_errno()));
+  int maxsz = (int)s->cfg.max_message;
+  if (nn_setsockopt(L->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof maxsz) < 0)
+    return pe_error(PE_EIO, "socket: NN_RCVMAXSIZE %d: %s", maxsz, nn_strerror(nn_errno()));
+  if (!strncmp(addr, "ipc://", 6)) {
+    snprintf(L->ipc_path, sizeof L->ipc_path, "%s", addr + 6);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", L->ipc_path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+      *slash = 0;
+      PE_TRY(pe_status_wrap(pe_mkdir_p(dir, 0755), "socket %s", addr));
+    }
+  }
+  if (nn_bind(L->sock, addr) < 0)
+    return pe_error(PE_EIO, "socket: bind %s: %s", addr, nn_strerror(nn_errno()));
+  if (L->ipc_path[0]) {
+    /* nanomsg creates the file on its worker thread: wait for it (1 s). */
+    struct stat sb;
+    for (int i = 0; i < 100 && stat(L->ipc_path, &sb) != 0; i++) usleep(10000);
+    if (chmod(L->ipc_path, s->cfg.socket_mode) != 0)
+      return pe_error(PE_EIO, "socket %s: chmod %o: %s", addr, s->cfg.socket_mode, strerror(errno));
+    if (s->cfg.socket_group && s->cfg.socket_group[0]) {
+      struct group *g = getgrnam(s->cfg.socket_group);
+      if (!g)
+        return pe_error(PE_ENOTFOUND, "socket %s: group '%s' not found", addr, s->cfg.socket_group);
+      if (chown(L->ipc_path, (uid_t)-1, g->gr_gid) != 0)
+        return pe_error(PE_EIO, "socket %s: chgrp %s: %s", addr, s->cfg.socket_group,
+                        strerror(errno));
+    }
+  }
+  return NULL;
+}
+
+static int sock_fd(int sock, int opt) {
+  int fd;
+  size_t sz = sizeof fd;
+  if (nn_getsockopt(sock, NN_SOL_SOCKET, opt, &fd, &sz) < 0) return -1;
+  return fd;
+}
+
+/* --- shutdown ------------------------------------------------------------------------ */
+static void checkpoint_persistent(pe_server *s) {
+  if (!s->cfg.checkpoint_on_shutdown) return;
+  char **names;
+  int n;
+  pe_registry_persistent_models(s->reg, &names, &n);
+  for (int i = 0; i < n; i++) {
+    pe_srv_model *m;
+    pe_status *st = pe_registry_model_acquire(s->reg, names[i], &m);
+    char *path = NULL;
+    uint64_t bytes = 0;
+    if (!st) {
+      st = pe_checkpoint_save(s->cfg.state_dir, m, s->cfg.shutdown_checkpoint, &path, &bytes);
+      pe_registry_model_release(s->reg, m);
+    }
+    if (st) {
+      PE_LOGE("shutdown: checkpoint of persistent model '%s' failed: %s", names[i],
+              pe_status_msg(st));
+      pe_status_free(st);
+    } else {
+      PE_LOGI("shutdown: persistent model '%s' checkpointed to %s (%llu bytes)", names[i], path,
+              (unsigned long long)bytes);
+    }
+    free(path);
+    free(names[i]);
+  }
+  free(names);
+}
+
+pe_status *pe_server_run(pe_server *s) {
+  pe_loop *L = calloc(1, sizeof *L);
+  if (!L) return pe_error(PE_ENOMEM, "server: out of memory");
+  s->loop = L;
+  L->sock = -1;
+  pthread_mutex_init(&L->mu, NULL);
+  pthread_cond_init(&L->cv, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  L->loop = ev_default_loop(EVFLAG_AUTO);
+  pe_status *st = L->loop ? NULL : pe_error(PE_EIO, "server: libev loop");
+  if (!st) st = open_socket(s);
+  int rfd = -1, sfd = -1;
+  if (!st) {
+    rfd = sock_fd(L->sock, NN_RCVFD);
+    sfd = sock_fd(L->sock, NN_SNDFD);
+    if (rfd < 0 || sfd < 0)
+      st = pe_error(PE_EIO, "socket: NN_RCVFD/NN_SNDFD: %s", nn_strerror(nn_errno()));
+  }
+  if (!st) {
+    ev_io_init(&L->rcv_w, rcv_cb, rfd, EV_READ);
+    ev_io_init(&L->snd_w, snd_cb, sfd, EV_READ);
+    ev_async_init(&L->reply_async, reply_async_cb);
+    ev_signal_init(&L->sigterm_w, stop_cb, SIGTERM);
+    ev_signal_init(&L->sigint_w, stop_cb, SIGINT);
+    ev_signal_init(&L->sighup_w, hup_cb, SIGHUP);
+    ev_timer_init(&L->tick_w, tick_cb, 1.0, 1.0);
+    ev_timer_init(&L->drain_w, drain_cb, 0.01, 0.01);
+    L->rcv_w.data = L->snd_w.data = L->reply_async.data = s;
+    L->sigterm_w.data = L->sigint_w.data = L->sighup_w.data = s;
+    L->tick_w.data = L->drain_w.data = L->watchdog_w.data = s;
+    ev_io_start(L->loop, &L->rcv_w);
+    ev_async_start(L->loop, &L->reply_async);
+    ev_signal_start(L->loop, &L->sigterm_w);
+    ev_signal_start(L->loop, &L->sigint_w);
+    ev_signal_start(L->loop, &L->sighup_w);
+    ev_timer_start(L->loop, &L->tick_w);
+    uint64_t wd_usec = 0;
+    if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0) {
+      double every = (double)wd_usec / 2e6;
+      ev_timer_init(&L->watchdog_w, watchdog_cb, every, every);
+      ev_timer_start(L->loop, &L->watchdog_w);
+      PE_LOGI("systemd watchdog: WATCHDOG=1 every %.2f s", every);
+    }
+    L->n_threads = s->cfg.request_threads > 0 ? s->cfg.request_threads : 1;
+    L->threads = calloc((size_t)L->n_threads, sizeof *L->threads);
+    if (!L->threads) st = pe_error(PE_ENOMEM, "server: out of memory");
+    for (int i = 0; !st && i < L->n_threads; i++) {
+      if (pthread_create(&L->threads[i], NULL, request_thread, s) != 0) {
+        st = pe_error(PE_EINTERNAL, "server: cannot start request thread %d", i);
+        L->n_threads = i;
+      } else {
+        pthread_mutex_lock(&L->mu);
+        L->alive++;
+        pthread_mutex_unlock(&L->mu);
+      }
+    }
+  }
+  if (!st) {
+    char places[32];
+    snprintf(places, sizeof places, "%s:%d", pe_place_kind_name(s->place_kind), s->n_places);
+    PE_LOGI(
+        "pe-executord %s ready on %s (places %s, %d request threads, state %s, max message %lld)",
+        PE_SERVER_VERSION, s->cfg.socket, places, L->n_threads, s->cfg.state_dir,
+        (long long)s->cfg.max_message);
+    sd_notifyf(0, "READY=1\nSTATUS=serving on %s", s->cfg.socket);
+    ev_run(L->loop, 0);
+  }
+  /* Stop the request threads (also on a startup failure). */
+  pthread_mutex_lock(&L->mu);
+  L->closing = true;
+  pthread_cond_broadcast(&L->cv);
+  pthread_mutex_unlock(&L->mu);
+  for (int i = 0; i < L->n_threads; i++) pthread_join(L->threads[i], NULL);
+  free(L->threads);
+  if (!st) flush_replies(s);
+  if (!st) checkpoint_persistent(s);
+  /* Requests left behind (none after a clean drain). */
+  while (L->q_head) {
+    job *j = L->q_head;
+    L->q_head = j->next;
+    job_free(j);
+  }
+  while (L->out_head) {
+    out_msg *m = L->out_head;
+    L->out_head = m->next;
+    nn_freemsg(m->body);
+    nn_freemsg(m->ctrl);
+    free(m);
+  }
+  if (L->sock >= 0) nn_close(L->sock);
+  if (L->ipc_path[0] && !st) unlink(L->ipc_path);
+  if (L->loop) ev_loop_destroy(L->loop);
+  pthread_mutex_destroy(&L->mu);
+  pthread_cond_destroy(&L->cv);
+  free(L);
+  s->loop = NULL;
+  if (!st) PE_LOGI("pe-executord stopped");
+  return st;
+}

@@ -1,0 +1,86 @@
+/* pe-executord: the server object every request handler sees.
+ *
+ * Threads:
+ *   main thread     the libev loop: receives from the nanomsg raw REP socket
+ *                   (NN_RCVFD), queues requests, sends replies (NN_SNDFD when
+ *                   the socket pushes back), signals, timers (session TTL,
+ *                   watchdog, status), shutdown.
+ *   request threads (cfg.request_threads, plain pthreads, NOT pool workers:
+ *                   runs block) decode, deduplicate, dispatch and encode;
+ *                   replies go back to the main thread through ev_async.
+ *   compute pool    the runtime's workers; only the executor uses them.
+ *
+ * Ownership: pe_server owns the runtime, the registry, the shm table and the
+ * dedup cache; pe_server_free releases them in that reverse order after the
+ * request threads have been joined. */
+#ifndef PE_SERVER_SERVER_H
+#define PE_SERVER_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/place.h"
+#include "core/status.h"
+#include "engine/device.h"
+#include "engine/par_executor.h"
+#include "server/config.h"
+#include "server/dedup.h"
+
+#define PE_SERVER_VERSION "0.1.0"
+
+typedef struct pe_registry pe_registry;
+typedef struct pe_shm_table pe_shm_table;
+typedef struct pe_loop pe_loop;
+
+typedef struct pe_server {
+  /* cfg: set up by the main thread before the request threads start; the
+   * reloadable fields change only under cfg_mu (SIGHUP), and handlers read
+   * them through pe_server_limits. */
+  pe_srv_config cfg;
+  char *config_path; /* NULL: embedded defaults only */
+  pthread_mutex_t cfg_mu;
+
+  pe_runtime *rt;
+  pe_place_kind place_kind; /* the daemon's places ("auto" resolved) */
+  int n_places;
+  pe_sync_strategy sync;
+
+  pe_registry *reg;
+  pe_shm_table *shm;
+  pe_dedup *dedup;
+
+  double start_time; /* monotonic seconds */
+  atomic_uint_fast64_t requests_total, requests_failed, runs_total;
+  atomic_int queue_depth; /* received, not yet picked by a request thread */
+  atomic_int in_flight;   /* being handled */
+
+  pe_loop *loop; /* event loop internals (server.c) */
+} pe_server;
+
+/* Limits that may change on SIGHUP, read consistently. */
+typedef struct pe_limits {
+  int64_t max_message;
+  int max_programs;
+  int64_t memory_per_client;
+  double session_ttl_s;
+} pe_limits;
+pe_limits pe_server_limits(pe_server *s);
+
+/* Build the server from a final config (takes ownership of cfg's strings):
+ * runtime, registry, shm table, dedup cache. No socket yet. */
+pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server **out);
+/* Bind the socket, start the request threads, notify systemd READY=1 and
+ * run the loop until SIGTERM/SIGINT; then drain, checkpoint persistent
+ * models and return NULL (exit 0) or the first fatal error. */
+pe_status *pe_server_run(pe_server *s);
+void pe_server_free(pe_server *s);
+
+/* "auto" -> every NVIDIA GPU when the CUDA backend is built and devices
+ * exist, else cpu:1 (one place; its kernels use all cores). */
+pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *n);
+
+double pe_now_s(void); /* CLOCK_MONOTONIC seconds */
+
+#endif

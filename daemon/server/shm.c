@@ -1,0 +1,197 @@
+/* Shared-memory regions (see shm.h). */
+#include "server/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+struct pe_shm_region {
+  uint64_t id, client;
+  void *base;
+  uint64_t size;
+  int refs; /* table entry (1 while registered) + runs reading it */
+};
+
+struct pe_shm_table {
+  pthread_mutex_t mu;
+  pe_shm_region **r;
+  int n, cap;
+  uint64_t next_id;
+};
+
+pe_status *pe_shm_table_new(pe_shm_table **out) {
+  pe_shm_table *t = calloc(1, sizeof *t);
+  if (!t) return pe_error(PE_ENOMEM, "shm: out of memory");
+  pthread_mutex_init(&t->mu, NULL);
+  t->next_id = 1;
+  *out = t;
+  return NULL;
+}
+
+static void region_unmap(pe_shm_region *g) {
+  munmap(g->base, (size_t)g->size);
+  free(g);
+}
+
+void pe_shm_table_free(pe_shm_table *t) {
+  if (!t) return;
+  for (int i = 0; i < t->n; i++) region_unmap(t->r[i]);
+  free(t->r);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+}
+
+static bool shm_name_valid(const char *name) {
+  size_t n = strlen(name);
+  if (n < 2 || n > 201 || name[0] != '/') return false;
+  for (size_t i = 1; i < n; i++) {
+    char c = name[i];
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-'))
+      return false;
+  }
+  return true;
+}
+
+pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
+                           uint64_t *region) {
+  if (!shm_name_valid(name))
+    return pe_error(PE_EINVAL,
+                    "register_shm: name '%.80s' must be '/' followed by [A-Za-z0-9._-]{1,200}",
+                    name);
+  if (size == 0 || size > (uint64_t)SIZE_MAX / 2)
+    return pe_error(PE_EINVAL, "register_shm %s: size %llu must be > 0", name,
+                    (unsigned long long)size);
+  int fd = shm_open(name, O_RDONLY, 0);
+  if (fd < 0)
+    return pe_error(errno == ENOENT ? PE_ENOTFOUND : PE_EIO, "register_shm %s: shm_open: %s", name,
+                    strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    pe_status *st = pe_error(PE_EIO, "register_shm %s: fstat: %s", name, strerror(errno));
+    close(fd);
+    return st;
+  }
+  if ((uint64_t)sb.st_size < size) {
+    close(fd);
+    return pe_error(PE_EINVAL, "register_shm %s: object has %lld bytes, %llu requested", name,
+                    (long long)sb.st_size, (unsigned long long)size);
+  }
+  void *base = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED)
+    return pe_error(PE_EIO, "register_shm %s: mmap %llu bytes: %s", name, (unsigned long long)size,
+                    strerror(errno));
+  pe_shm_region *g = calloc(1, sizeof *g);
+  if (!g) {
+    munmap(base, (size_t)size);
+    return pe_error(PE_ENOMEM, "register_shm: out of memory");
+  }
+  g->client = client;
+  g->base = base;
+  g->size = size;
+  g->refs = 1;
+  pthread_mutex_lock(&t->mu);
+  if (t->n == t->cap) {
+    int cap = t->cap ? 2 * t->cap : 8;
+    pe_shm_region **r = realloc(t->r, (size_t)cap * sizeof *r);
+    if (!r) {
+      pthread_mutex_unlock(&t->mu);
+      region_unmap(g);
+      return pe_error(PE_ENOMEM, "register_shm: out of memory");
+    }
+    t->r = r;
+    t->cap = cap;
+  }
+  g->id = t->next_id++;
+  t->r[t->n++] = g;
+  pthread_mutex_unlock(&t->mu);
+  *region = g->id;
+  PE_LOGI("shm region %llu: %s, %llu bytes, client %016llx", (unsigned long long)g->id, name,
+          (unsigned long long)size, (unsigned long long)client);
+  return NULL;
+}
+
+/* Remove entry i from the table; returns the region to unmap, or NULL when
+ * a run still reads it (the last release unmaps). Lock held. */
+static pe_shm_region *unlink_at(pe_shm_table *t, int i) {
+  pe_shm_region *g = t->r[i];
+  t->r[i] = t->r[--t->n];
+  return --g->refs == 0 ? g : NULL;
+}
+
+pe_status *pe_shm_unregister(pe_shm_table *t, uint64_t client, uint64_t region) {
+  pthread_mutex_lock(&t->mu);
+  for (int i = 0; i < t->n; i++)
+    if (t->r[i]->id == region) {
+      pe_shm_region *g = unlink_at(t, i);
+      pthread_mutex_unlock(&t->mu);
+      if (g) region_unmap(g);
+      return NULL;
+    }
+  pthread_mutex_unlock(&t->mu);
+  return pe_error(PE_ENOTFOUND, "unregister_shm: region %llu not registered",
+                  (unsigned long long)region);
+}
+
+void pe_shm_drop_client(pe_shm_table *t, uint64_t client) {
+  for (;;) {
+    pe_shm_region *g = NULL;
+    bool found = false;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n; i++)
+      if (t->r[i]->client == client) {
+        g = unlink_at(t, i);
+        found = true;
+        break;
+      }
+    pthread_mutex_unlock(&t->mu);
+    if (g) region_unmap(g);
+    if (!found) return;
+  }
+}
+
+pe_status *pe_shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
+                          const void **data, pe_shm_region **reg) {
+  pthread_mutex_lock(&t->mu);
+  for (int i = 0; i < t->n; i++) {
+    pe_shm_region *g = t->r[i];
+    if (g->id != region) continue;
+    if (offset > g->size || length > g->size - offset) {
+      pthread_mutex_unlock(&t->mu);
+      return pe_error(PE_EINVAL, "shm region %llu: [%llu, +%llu) is outside its %llu bytes",
+                      (unsigned long long)region, (unsigned long long)offset,
+                      (unsigned long long)length, (unsigned long long)g->size);
+    }
+    g->refs++;
+    pthread_mutex_unlock(&t->mu);
+    *data = (const uint8_t *)g->base + offset;
+    *reg = g;
+    return NULL;
+  }
+  pthread_mutex_unlock(&t->mu);
+  return pe_error(PE_ENOTFOUND, "shm region %llu not registered", (unsigned long long)region);
+}
+
+void pe_shm_release(pe_shm_table *t, pe_shm_region *g) {
+  if (!g) return;
+  pthread_mutex_lock(&t->mu);
+  bool last = --g->refs == 0;
+  pthread_mutex_unlock(&t->mu);
+  if (last) region_unmap(g);
+}
+
+int pe_shm_count(pe_shm_table *t) {
+  pthread_mutex_lock(&t->mu);
+  int n = t->n;
+  pthread_mutex_unlock(&t->mu);
+  return n;
+}

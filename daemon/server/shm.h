@@ -1,0 +1,44 @@
+/* Shared-memory regions: a client creates a POSIX shm object, registers it
+ * (RegisterShm: name + size), and run feeds point into it (ShmRef: region,
+ * offset, length), so large batches do not travel through the socket.
+ *
+ * The daemon maps the object read-only (it never writes client memory).
+ * Bounds are checked on every reference: offset + length <= size, without
+ * overflow. The region stays mapped while a run uses it: Unregister (or the
+ * owner's session expiring) removes it from the table and the last user
+ * unmaps it. Caveat: a client that shrinks the object with ftruncate while a
+ * run reads it can make the daemon fault (SIGBUS); clients must not resize
+ * a registered region.
+ *
+ * Thread-safe (one mutex). */
+#ifndef PE_SERVER_SHM_H
+#define PE_SERVER_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef struct pe_shm_table pe_shm_table;
+typedef struct pe_shm_region pe_shm_region;
+
+pe_status *pe_shm_table_new(pe_shm_table **out);
+void pe_shm_table_free(pe_shm_table *t);
+
+/* name: "/pe-..." ('/' then [A-Za-z0-9._-]{1,200}); size > 0 and <= the
+ * object's size. */
+pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
+                           uint64_t *region);
+pe_status *pe_shm_unregister(pe_shm_table *t, uint64_t client, uint64_t region);
+/* Unregister every region of a client (session expiry). */
+void pe_shm_drop_client(pe_shm_table *t, uint64_t client);
+
+/* Acquire [offset, offset+length) of a region for reading: *data points into
+ * the mapping until pe_shm_release(*reg). Errors name the region and bounds. */
+pe_status *pe_shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
+                          const void **data, pe_shm_region **reg);
+void pe_shm_release(pe_shm_table *t, pe_shm_region *reg);
+
+int pe_shm_count(pe_shm_table *t);
+
+#endif

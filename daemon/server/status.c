@@ -1,0 +1,53 @@
+/* The Status reply: uptime, places with parameter bytes, models, programs,
+ * queue depth, request counters, clients. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/dispatch.h"
+#include "server/programs.h"
+
+pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
+  r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
+  r->uptime_s = pe_now_s() - s->start_time;
+  r->queue_depth = atomic_load(&s->queue_depth) + atomic_load(&s->in_flight);
+  r->requests_total = atomic_load(&s->requests_total);
+  r->requests_failed = atomic_load(&s->requests_failed);
+  r->runs_total = atomic_load(&s->runs_total);
+  r->worker_threads = s->cfg.worker_threads;
+  pe_model_snapshot *ms = NULL;
+  int nm = 0, np = 0, nc = 0;
+  pe_registry_snapshot(s->reg, true, &ms, &nm, &np, &nc);
+  if (!pe_arena_own(a, ms, NULL) && nm) return pe_error(PE_ENOMEM, "status: out of memory");
+  r->programs = np;
+  r->clients = nc;
+  r->models = pe_arena_alloc(a, sizeof *r->models * (size_t)(nm ? nm : 1));
+  if (!r->models || !r->version) return pe_error(PE_ENOMEM, "status: out of memory");
+  for (int i = 0; i < nm; i++) {
+    Pe__ModelStatus *m = pe_arena_alloc(a, sizeof *m);
+    if (!m) return pe_error(PE_ENOMEM, "status: out of memory");
+    pe__model_status__init(m);
+    m->name = ms[i].name;
+    m->programs = ms[i].programs;
+    m->param_bytes = ms[i].param_bytes * ms[i].n_places;
+    m->persistent = ms[i].persistent;
+    r->models[r->n_models++] = m;
+  }
+  /* Places: the daemon's own, with the parameter bytes every model keeps
+   * there (a model on cpu:2 holds a replica on cpu:0 and cpu:1). */
+  int n = s->n_places > 0 ? s->n_places : 1;
+  r->places = pe_arena_alloc(a, sizeof *r->places * (size_t)n);
+  if (!r->places) return pe_error(PE_ENOMEM, "status: out of memory");
+  for (int i = 0; i < n; i++) {
+    Pe__PlaceStatus *p = pe_arena_alloc(a, sizeof *p);
+    char name[32];
+    pe_place_str((pe_place){s->place_kind, i}, name, sizeof name);
+    if (!p) return pe_error(PE_ENOMEM, "status: out of memory");
+    pe__place_status__init(p);
+    p->place = pe_arena_strdup(a, name);
+    for (int k = 0; k < nm; k++)
+      if (ms[k].kind == s->place_kind && ms[k].n_places > i) p->bytes_in_use += ms[k].param_bytes;
+    r->places[r->n_places++] = p;
+  }
+  return NULL;
+}

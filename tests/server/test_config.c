@@ -1,0 +1,178 @@
+/* pe-executord config: embedded defaults, INI layers, sizes, errors that
+ * name the section, key, value and line; reloadable fields. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "server/config.h"
+#include "test_assert.h"
+
+START_TEST(test_defaults) {
+  setenv("XDG_RUNTIME_DIR", "/run/user/4242", 1);
+  unsetenv("RUNTIME_DIRECTORY");
+  unsetenv("STATE_DIRECTORY");
+  pe_srv_config c;
+  PE_CK_OK(pe_config_defaults(&c));
+  if (geteuid() == 0)
+    ck_assert_str_eq(c.socket, "ipc:///run/pe-executord/pe-executord.sock");
+  else
+    ck_assert_str_eq(c.socket, "ipc:///run/user/4242/pe-executord.sock");
+  ck_assert_uint_eq(c.socket_mode, 0660);
+  ck_assert_str_eq(c.places, "auto");
+  ck_assert_str_eq(c.sync, "event");
+  ck_assert_int_eq(c.request_threads, 8);
+  ck_assert_int_eq(c.worker_threads, 0);
+  ck_assert(c.checkpoint_on_shutdown);
+  ck_assert_int_eq(c.max_message, 64 << 20);
+  ck_assert_int_eq(c.max_programs, 256);
+  ck_assert_int_eq(c.memory_per_client, 0);
+  ck_assert_double_eq(c.session_ttl_s, 600);
+  ck_assert(c.state_dir[0] == '/');
+  PE_CK_OK(pe_config_check(&c));
+  pe_config_free(&c);
+  /* systemd's RuntimeDirectory wins. */
+  setenv("RUNTIME_DIRECTORY", "/run/pe-executord", 1);
+  setenv("STATE_DIRECTORY", "/var/lib/pe-executord", 1);
+  PE_CK_OK(pe_config_defaults(&c));
+  ck_assert_str_eq(c.socket, "ipc:///run/pe-executord/pe-executord.sock");
+  ck_assert_str_eq(c.state_dir, "/var/lib/pe-executord");
+  pe_config_free(&c);
+}
+END_TEST
+
+START_TEST(test_file_layers) {
+  char path[] = "/tmp/pe-conf-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  const char *text =
+      "; comment\n"
+      "[server]\n"
+      "socket = ipc:///tmp/x.sock\n"
+      "socket_mode = 0600\n"
+      "request_threads = 2\n"
+      "log_level = debug\n"
+      "[runtime]\n"
+      "places = cpu:2\n"
+      "worker_threads = 3\n"
+      "sync = producer\n"
+      "[state]\n"
+      "dir = /tmp/pe-state\n"
+      "checkpoint_on_shutdown = no\n"
+      "[sessions]\n"
+      "ttl = 2.5\n"
+      "[limits]\n"
+      "max_message = 1M\n"
+      "max_programs = 7\n"
+      "memory_per_client = 2G\n";
+  ck_assert_int_eq(write(fd, text, strlen(text)), (int)strlen(text));
+  close(fd);
+  pe_srv_config c;
+  PE_CK_OK(pe_config_defaults(&c));
+  PE_CK_OK(pe_config_load_file(&c, path));
+  unlink(path);
+  ck_assert_str_eq(c.socket, "ipc:///tmp/x.sock");
+  ck_assert_uint_eq(c.socket_mode, 0600);
+  ck_assert_int_eq(c.request_threads, 2);
+  ck_assert_int_eq(c.log_level, PE_LOG_DEBUG);
+  ck_assert_str_eq(c.places, "cpu:2");
+  ck_assert_int_eq(c.worker_threads, 3);
+  ck_assert_str_eq(c.sync, "producer");
+  ck_assert_str_eq(c.state_dir, "/tmp/pe-state");
+  ck_assert(!c.checkpoint_on_shutdown);
+  ck_assert_double_eq(c.session_ttl_s, 2.5);
+  ck_assert_int_eq(c.max_message, 1 << 20);
+  ck_assert_int_eq(c.max_programs, 7);
+  ck_assert_int_eq(c.memory_per_client, 2LL << 30);
+  /* A command-line override on top. */
+  PE_CK_OK(pe_config_set(&c, "runtime", "places", "sim:4"));
+  ck_assert_str_eq(c.places, "sim:4");
+  /* Reloadable subset. */
+  pe_srv_config d;
+  PE_CK_OK(pe_config_defaults(&d));
+  pe_config_reloadable_apply(&d, &c);
+  ck_assert_double_eq(d.session_ttl_s, 2.5);
+  ck_assert_int_eq(d.max_programs, 7);
+  ck_assert_int_eq(d.log_level, PE_LOG_DEBUG);
+  ck_assert_str_eq(d.places, "auto"); /* not reloadable */
+  pe_config_free(&d);
+  pe_config_free(&c);
+}
+END_TEST
+
+START_TEST(test_errors) {
+  pe_srv_config c;
+  PE_CK_OK(pe_config_defaults(&c));
+  expect_errors(pe_config_load_string(&c, "[server]\nsocket_mode = 0999\n", "t.conf"), PE_EINVAL,
+                "t.conf", "line 2", "socket_mode", "0999", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[runtime]\n\nplaces = gpu:3\n", "t.conf"), PE_EINVAL,
+                "line 3", "places", "gpu:3", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[limits]\nmax_message = 12Q\n", "t.conf"), PE_EINVAL,
+                "max_message", "12Q", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[bogus]\nx = 1\n", "t.conf"), PE_EINVAL, "[bogus]",
+                (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[server]\nsokcet = ipc:///x\n", "t.conf"), PE_EINVAL,
+                "unknown key 'sokcet'", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[server]\nthis is not ini\n", "t.conf"), PE_EINVAL,
+                "line 2", "syntax", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[state]\ndir = relative/path\n", "t.conf"), PE_EINVAL,
+                "absolute", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[sessions]\nttl = -1\n", "t.conf"), PE_EINVAL, "ttl",
+                (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[runtime]\nsync = maybe\n", "t.conf"), PE_EINVAL,
+                "event or producer", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[server]\nsocket = /no/scheme\n", "t.conf"), PE_EINVAL,
+                "nanomsg address", (const char *)NULL);
+  expect_errors(pe_config_load_file(&c, "/nonexistent/pe.conf"), PE_EIO, "/nonexistent/pe.conf",
+                (const char *)NULL);
+  /* Failed loads left the values alone. */
+  ck_assert_str_eq(c.places, "auto");
+  ck_assert_uint_eq(c.socket_mode, 0660);
+  pe_config_free(&c);
+}
+END_TEST
+
+START_TEST(test_sizes) {
+  int64_t v;
+  ck_assert(pe_config_parse_size("4096", &v) && v == 4096);
+  ck_assert(pe_config_parse_size("64K", &v) && v == 65536);
+  ck_assert(pe_config_parse_size("64M", &v) && v == 64 << 20);
+  ck_assert(pe_config_parse_size("1GiB", &v) && v == 1LL << 30);
+  ck_assert(pe_config_parse_size("2g", &v) && v == 2LL << 30);
+  ck_assert(!pe_config_parse_size("", &v));
+  ck_assert(!pe_config_parse_size("-1", &v));
+  ck_assert(!pe_config_parse_size("1T", &v));
+  ck_assert(!pe_config_parse_size("99999999999999G", &v));
+}
+END_TEST
+
+START_TEST(test_shipped_conf_parses) {
+  /* conf/pe-executord.conf must load as is (it documents every key). */
+  const char *src = getenv("PE_SOURCE_DIR");
+  ck_assert(src != NULL);
+  char path[512];
+  snprintf(path, sizeof path, "%s/conf/pe-executord.conf", src);
+  pe_srv_config c;
+  PE_CK_OK(pe_config_defaults(&c));
+  PE_CK_OK(pe_config_load_file(&c, path));
+  PE_CK_OK(pe_config_check(&c));
+  ck_assert_uint_eq(c.socket_mode, 0660);
+  ck_assert_int_eq(c.max_message, 64 << 20);
+  pe_config_free(&c);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("server_config");
+  TCase *tc = tcase_create("config");
+  tcase_add_test(tc, test_defaults);
+  tcase_add_test(tc, test_file_layers);
+  tcase_add_test(tc, test_errors);
+  tcase_add_test(tc, test_sizes);
+  tcase_add_test(tc, test_shipped_conf_parses);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
