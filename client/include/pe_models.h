@@ -18,9 +18,9 @@
 
 #define PE_MODEL_NAME_LEN 64
 
-typedef struct pe_model {
+typedef struct pe_model_spec {
   char name[PE_MODEL_NAME_LEN];
-  uint8_t *bytes; /* ProgramDesc, owned (pe_model_release) */
+  uint8_t *bytes; /* ProgramDesc, owned (pe_model_spec_release) */
   size_t len;
   char image[PE_MODEL_NAME_LEN]; /* feed names */
   char label[PE_MODEL_NAME_LEN];
@@ -30,13 +30,13 @@ typedef struct pe_model {
   int image_ndim;
   int64_t image_dims[4]; /* with -1 for the batch */
   int default_batch;
-} pe_model;
+} pe_model_spec;
 
 /* Build model `name`. Returns 0, or -1 with a message in err (unknown
  * name: lists the known ones). */
-int pe_model_build(const char *name, pe_model *out, char *err, size_t errlen);
-void pe_model_release(pe_model *m);
+int pe_model_spec_build(const char *name, pe_model_spec *out, char *err, size_t errlen);
+void pe_model_spec_release(pe_model_spec *m);
 /* "mlp|cnn" */
-const char *pe_model_names(void);
+const char *pe_model_spec_names(void);
 
 #endif

@@ -49,7 +49,7 @@ static const model_row models[] = {
     {"cnn", 64, cnn_layers, cnn_opt, 4, {-1, 1, 28, 28}},
 };
 
-const char *pe_model_names(void) {
+const char *pe_model_spec_names(void) {
   return "mlp|cnn";
 }
 
@@ -57,14 +57,14 @@ static void copy_name(char *dst, const char *src) {
   snprintf(dst, PE_MODEL_NAME_LEN, "%s", src ? src : "");
 }
 
-int pe_model_build(const char *name, pe_model *out, char *err, size_t errlen) {
+int pe_model_spec_build(const char *name, pe_model_spec *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   const model_row *row = NULL;
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
     if (name && strcmp(models[i].name, name) == 0) row = &models[i];
   if (!row) {
     snprintf(err, errlen, "unknown model '%s' (known: %s)", name ? name : "(null)",
-             pe_model_names());
+             pe_model_spec_names());
     return -1;
   }
   pe_builder *b = pe_builder_new();
@@ -100,7 +100,7 @@ int pe_model_build(const char *name, pe_model *out, char *err, size_t errlen) {
   return 0;
 }
 
-void pe_model_release(pe_model *m) {
+void pe_model_spec_release(pe_model_spec *m) {
   if (!m) return;
   free(m->bytes);
   m->bytes = NULL;

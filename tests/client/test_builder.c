@@ -24,9 +24,9 @@ static pe_program *decode_valid(const uint8_t *bytes, size_t len) {
 }
 
 static void check_model_decodes(const char *name, int n_params) {
-  pe_model m;
+  pe_model_spec m;
   char err[256];
-  ck_assert_msg(pe_model_build(name, &m, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(pe_model_spec_build(name, &m, err, sizeof err) == 0, "%s", err);
   pe_program *p = decode_valid(m.bytes, m.len);
   ck_assert_int_eq(p->n_blocks, 2);
   ck_assert_int_eq(p->main_block, 0);
@@ -42,7 +42,7 @@ static void check_model_decodes(const char *name, int n_params) {
   pe_var_desc *acc = pe_block_find_var_local(main, m.accuracy);
   ck_assert(acc && acc->dtype == PE_F32 && acc->shape.ndim == 1 && acc->shape.d[0] == 1);
   pe_program_free(p);
-  pe_model_release(&m);
+  pe_model_spec_release(&m);
 }
 
 START_TEST(mlp_decodes_and_validates) {
@@ -56,9 +56,9 @@ START_TEST(cnn_decodes_and_validates) {
 END_TEST
 
 START_TEST(unknown_model) {
-  pe_model m;
+  pe_model_spec m;
   char err[128];
-  ck_assert_int_eq(pe_model_build("resnet", &m, err, sizeof err), -1);
+  ck_assert_int_eq(pe_model_spec_build("resnet", &m, err, sizeof err), -1);
   ck_assert_ptr_nonnull(strstr(err, "unknown model 'resnet'"));
 }
 END_TEST
@@ -91,9 +91,9 @@ static void check_shape(const Pe__VarDesc *v, int n, const int64_t *d) {
 }
 
 START_TEST(mlp_protobuf_layout) {
-  pe_model m;
+  pe_model_spec m;
   char err[256];
-  ck_assert_int_eq(pe_model_build("mlp", &m, err, sizeof err), 0);
+  ck_assert_int_eq(pe_model_spec_build("mlp", &m, err, sizeof err), 0);
   Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, m.len, m.bytes);
   ck_assert_ptr_nonnull(pd);
   ck_assert_int_eq(pd->n_blocks, 2);
@@ -141,14 +141,14 @@ START_TEST(mlp_protobuf_layout) {
   ck_assert_int_eq(pb_attr(mb->ops[0], "x_num_col_dims")->i, 1);
   ck_assert_int_eq(pb_attr(mb->ops[1], "axis")->i, 1);
   pe__program_desc__free_unpacked(pd, NULL);
-  pe_model_release(&m);
+  pe_model_spec_release(&m);
 }
 END_TEST
 
 START_TEST(cnn_shapes_and_init) {
-  pe_model m;
+  pe_model_spec m;
   char err[256];
-  ck_assert_int_eq(pe_model_build("cnn", &m, err, sizeof err), 0);
+  ck_assert_int_eq(pe_model_spec_build("cnn", &m, err, sizeof err), 0);
   Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, m.len, m.bytes);
   const Pe__BlockDesc *mb = pd->blocks[0], *sb = pd->blocks[1];
   check_shape(pb_var(mb, "conv2d_0.w"), 4, (int64_t[]){32, 1, 5, 5});
@@ -175,19 +175,19 @@ START_TEST(cnn_shapes_and_init) {
   ck_assert_float_eq_tol(pb_attr(drop, "dropout_prob")->f, 0.4f, 1e-7);
   ck_assert_str_eq(pb_attr(drop, "dropout_implementation")->s, "upscale_in_train");
   pe__program_desc__free_unpacked(pd, NULL);
-  pe_model_release(&m);
+  pe_model_spec_release(&m);
 }
 END_TEST
 
 START_TEST(output_is_deterministic) {
-  pe_model a, b;
+  pe_model_spec a, b;
   char err[256];
-  ck_assert_int_eq(pe_model_build("cnn", &a, err, sizeof err), 0);
-  ck_assert_int_eq(pe_model_build("cnn", &b, err, sizeof err), 0);
+  ck_assert_int_eq(pe_model_spec_build("cnn", &a, err, sizeof err), 0);
+  ck_assert_int_eq(pe_model_spec_build("cnn", &b, err, sizeof err), 0);
   ck_assert_uint_eq(a.len, b.len);
   ck_assert_mem_eq(a.bytes, b.bytes, a.len);
-  pe_model_release(&a);
-  pe_model_release(&b);
+  pe_model_spec_release(&a);
+  pe_model_spec_release(&b);
 }
 END_TEST
 

@@ -1,0 +1,102 @@
+/* pe-client internals: the command table, option tables, and helpers the
+ * command files share (connect, model resolution, JSON output).
+ *
+ * Every command is a row {name, group summary, handler}; every command's
+ * options are rows {name, kind, offset into the command's struct, bounds,
+ * help}. Adding a command is a row and a handler. */
+#ifndef PE_CLI_H
+#define PE_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pe_client.h"
+#include "pe_models.h"
+
+/* Exit statuses. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2, CLI_UNREACHABLE = 3 };
+
+/* Global options (accepted before or after the command). */
+typedef struct cli_ctx {
+  const char *socket; /* --socket, else $PE_SOCKET, else the default */
+  bool json;          /* one JSON object on stdout (the last line) */
+  long timeout_ms;    /* --timeout; 0: library default */
+  const char *cmd;    /* the command's name, for messages */
+} cli_ctx;
+
+typedef enum cli_opt_kind { CLI_STR, CLI_INT, CLI_FLAG } cli_opt_kind;
+
+typedef struct cli_opt {
+  const char *name;
+  cli_opt_kind kind;
+  size_t off; /* into the command's option struct: const char *, long or bool */
+  long min, max;
+  const char *help;
+} cli_opt;
+
+typedef struct cli_cmd {
+  const char *name;
+  const char *args; /* usage summary */
+  const char *help;
+  int (*fn)(cli_ctx *ctx, int argc, char **argv);
+} cli_cmd;
+
+/* The command rows of each group (one file per group). */
+extern const cli_cmd cli_cmds_daemon[]; /* ping, status, deregister */
+extern const cli_cmd cli_cmds_state[];  /* register, save, load */
+extern const cli_cmd cli_cmds_run[];    /* run, trace */
+extern const cli_cmd cli_cmds_train[];  /* train, eval */
+
+/* Parse argv[1..] against opts into cfg. Prints a usage message and returns
+ * CLI_USAGE on bad input; *help is set for --help (prints the table). */
+int cli_parse(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, int argc, char **argv,
+              void *cfg, bool *help);
+void cli_print_opts(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts);
+
+/* Connect per ctx; on failure print the error and return NULL
+ * (*rc = CLI_UNREACHABLE). */
+pe_client *cli_connect(const cli_ctx *ctx, int *rc);
+/* Print "pe-client CMD: <error> (CODE)" and return the exit status for a
+ * failed library call. */
+int cli_fail(const cli_ctx *ctx, pe_client *c, int code);
+/* Print "pe-client CMD: <message>" and return CLI_FAIL. */
+int cli_error(const cli_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* mlp | cnn (built in) | a model file (a path, or any name that is an
+ * existing file). Prints the error and returns -1 on failure. */
+int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out);
+
+/* Register m under model namespace ns: the training program, or with
+ * for_test the evaluation program. The fetch names a trainer uses are kept
+ * fetchable. Prints the error on failure (returns the exit status). */
+typedef struct cli_reg {
+  const char *ns, *places;
+  long seed;
+  bool for_test, persistent;
+} cli_reg;
+int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
+                 pe_client_program *out);
+
+/* Fashion-MNIST, standardised with the training split's mean/std (as
+ * pe-bench does); limit > 0 keeps the first `limit` examples of each split.
+ * test may be NULL (training split only). Prints the error on failure. */
+struct pe_dataset;
+int cli_data_load(const cli_ctx *ctx, const char *dir, long limit, struct pe_dataset **train,
+                  struct pe_dataset **test);
+
+/* The image feed [n, dims of m...] and label feed [n, 1] over x and y. */
+void cli_batch_feeds(const pe_model_spec *m, int n, const float *x, const int64_t *y,
+                     pe_client_tensor feeds[2]);
+
+/* "0x%016llx" handle text and its parse (hex or decimal). */
+void cli_handle_str(uint64_t h, char buf[24]);
+int cli_handle_parse(const char *s, uint64_t *out);
+
+/* JSON string (quoted, escaped) onto f. */
+void cli_json_str(FILE *f, const char *s);
+
+double cli_now(void); /* monotonic seconds */
+
+#endif

@@ -1,0 +1,207 @@
+/* Helpers shared by the command files: option tables, connecting, errors,
+ * model resolution, JSON strings. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli.h"
+#include "pe_dataset.h"
+#include "pe_model_file.h"
+
+double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void cli_print_opts(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts) {
+  fprintf(stderr, "options of pe-client %s:\n", ctx->cmd);
+  for (size_t i = 0; i < n_opts; i++)
+    fprintf(stderr, "  --%-12s %-5s %s\n", opts[i].name,
+            opts[i].kind == CLI_FLAG  ? ""
+            : opts[i].kind == CLI_INT ? "N"
+                                      : "VALUE",
+            opts[i].help);
+  fprintf(stderr, "global: --socket ADDR, --json, --timeout MS (anywhere on the line)\n");
+}
+
+static int usage_error(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, const char *fmt,
+                       const char *a) {
+  fprintf(stderr, "pe-client %s: ", ctx->cmd);
+  fprintf(stderr, fmt, a);
+  fprintf(stderr, "\n");
+  cli_print_opts(ctx, opts, n_opts);
+  return CLI_USAGE;
+}
+
+int cli_parse(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, int argc, char **argv,
+              void *cfg, bool *help) {
+  *help = false;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      *help = true;
+      cli_print_opts(ctx, opts, n_opts);
+      return CLI_OK;
+    }
+    if (strncmp(arg, "--", 2) != 0)
+      return usage_error(ctx, opts, n_opts, "unexpected argument '%s'", arg);
+    const char *eq = strchr(arg + 2, '=');
+    size_t nlen = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+    const cli_opt *o = NULL;
+    for (size_t k = 0; k < n_opts; k++)
+      if (strlen(opts[k].name) == nlen && !strncmp(opts[k].name, arg + 2, nlen)) o = &opts[k];
+    if (!o) return usage_error(ctx, opts, n_opts, "unknown option '%s'", arg);
+    char *field = (char *)cfg + o->off;
+    if (o->kind == CLI_FLAG) {
+      if (eq) return usage_error(ctx, opts, n_opts, "option '%s' takes no value", arg);
+      *(bool *)field = true;
+      continue;
+    }
+    const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+    if (!val) return usage_error(ctx, opts, n_opts, "option '%s' needs a value", arg);
+    if (o->kind == CLI_STR) {
+      *(const char **)field = val;
+      continue;
+    }
+    char *end;
+    errno = 0;
+    long v = strtol(val, &end, 10);
+    if (errno || end == val || *end || v < o->min || v > o->max) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "option '--%s': '%%s' is not a number in [%ld, %ld]", o->name,
+               o->min, o->max);
+      return usage_error(ctx, opts, n_opts, msg, val);
+    }
+    *(long *)field = v;
+  }
+  return CLI_OK;
+}
+
+pe_client *cli_connect(const cli_ctx *ctx, int *rc) {
+  pe_client *c = pe_client_new();
+  if (!c) {
+    fprintf(stderr, "pe-client %s: out of memory\n", ctx->cmd);
+    *rc = CLI_FAIL;
+    return NULL;
+  }
+  pe_client_opts o = {.address = ctx->socket, .timeout_ms = (int)ctx->timeout_ms};
+  int code = pe_client_connect(c, &o);
+  if (code) {
+    *rc = cli_fail(ctx, c, code);
+    pe_client_free(c);
+    return NULL;
+  }
+  *rc = CLI_OK;
+  return c;
+}
+
+int cli_fail(const cli_ctx *ctx, pe_client *c, int code) {
+  fprintf(stderr, "pe-client %s: %s (%s)\n", ctx->cmd, pe_client_error(c),
+          pe_client_code_name(code));
+  return code == PE_C_ETIMEDOUT || code == PE_C_ECONNECT ? CLI_UNREACHABLE : CLI_FAIL;
+}
+
+int cli_error(const cli_ctx *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "pe-client %s: ", ctx->cmd);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  return CLI_FAIL;
+}
+
+int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out) {
+  char err[1024];
+  struct stat st;
+  bool is_file = strchr(spec, '/') || (stat(spec, &st) == 0 && S_ISREG(st.st_mode));
+  int rc = is_file ? pe_model_file_load(spec, out, err, sizeof err)
+                   : pe_model_spec_build(spec, out, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "pe-client %s: %s%s\n", ctx->cmd, err,
+            is_file ? "" : " (or give a model file path)");
+    return -1;
+  }
+  return 0;
+}
+
+void cli_handle_str(uint64_t h, char buf[24]) {
+  snprintf(buf, 24, "0x%016llx", (unsigned long long)h);
+}
+
+int cli_handle_parse(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 0);
+  if (errno || end == s || *end || *s == '-') return -1;
+  *out = v;
+  return 0;
+}
+
+void cli_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p == '\n')
+      fputs("\\n", f);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
+                 pe_client_program *out) {
+  const char *keep_train[] = {m->loss, m->accuracy, m->correct};
+  pe_client_register_args a = {
+      .program = m->bytes,
+      .program_len = m->len,
+      .model = r->ns,
+      .places = r->places,
+      .seed = (uint64_t)r->seed,
+      .for_test = r->for_test,
+      .persistent = r->persistent,
+      .keep = keep_train,
+      .n_keep = 3,
+  };
+  int code = pe_client_register(c, &a, out);
+  return code ? cli_fail(ctx, c, code) : CLI_OK;
+}
+
+int cli_data_load(const cli_ctx *ctx, const char *dir, long limit, pe_dataset **train,
+                  pe_dataset **test) {
+  char err[512];
+  if (!dir) dir = pe_dataset_default_dir();
+  *train = NULL;
+  if (test) *test = NULL;
+  if (pe_dataset_open(dir, "train", train, err, sizeof err) ||
+      (test && pe_dataset_open(dir, "t10k", test, err, sizeof err))) {
+    pe_dataset_free(*train);
+    *train = NULL;
+    return cli_error(ctx, "%s", err);
+  }
+  float mean, std;
+  pe_dataset_stats(*train, &mean, &std);
+  pe_dataset_normalize(*train, mean, std);
+  if (test) pe_dataset_normalize(*test, mean, std);
+  /* Fewer examples: the arrays stay as loaded, only n shrinks. */
+  if (limit > 0 && limit < (*train)->n) (*train)->n = limit;
+  if (test && limit > 0 && limit < (*test)->n) (*test)->n = limit;
+  return CLI_OK;
+}
+
+void cli_batch_feeds(const pe_model_spec *m, int n, const float *x, const int64_t *y,
+                     pe_client_tensor feeds[2]) {
+  int64_t xs[4], ys[2] = {n, 1};
+  memcpy(xs, m->image_dims, sizeof xs);
+  xs[0] = n;
+  pe_client_tensor_set(&feeds[0], m->image, PE_B_F32, m->image_ndim, xs, x);
+  pe_client_tensor_set(&feeds[1], m->label, PE_B_I64, 2, ys, y);
+}

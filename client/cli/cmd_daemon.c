@@ -1,0 +1,153 @@
+/* Commands about the daemon itself: ping, status, deregister. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* --- ping ------------------------------------------------------------------------ */
+
+typedef struct ping_cfg {
+  long count;
+} ping_cfg;
+
+static const cli_opt ping_opts[] = {
+    {"count", CLI_INT, offsetof(ping_cfg, count), 1, 1000000, "pings to send (1)"},
+};
+
+static int cmd_ping(cli_ctx *ctx, int argc, char **argv) {
+  ping_cfg cfg = {.count = 1};
+  bool help;
+  int rc = cli_parse(ctx, ping_opts, 1, argc, argv, &cfg, &help);
+  if (rc || help) return rc;
+  pe_client *c = cli_connect(ctx, &rc);
+  if (!c) return rc;
+  double best = 1e30, sum = 0;
+  for (long i = 0; i < cfg.count && !rc; i++) {
+    double t0 = cli_now();
+    int code = pe_client_ping(c);
+    if (code) {
+      rc = cli_fail(ctx, c, code);
+      break;
+    }
+    double us = (cli_now() - t0) * 1e6;
+    sum += us;
+    if (us < best) best = us;
+  }
+  if (!rc) {
+    if (ctx->json) {
+      printf("{\"cmd\":\"ping\",\"ok\":true,\"socket\":");
+      cli_json_str(stdout, pe_client_address(c));
+      printf(",\"count\":%ld,\"mean_us\":%.1f,\"min_us\":%.1f}\n", cfg.count, sum / cfg.count,
+             best);
+    } else {
+      printf("pong from %s: %ld ping(s), mean %.0f us, min %.0f us\n", pe_client_address(c),
+             cfg.count, sum / cfg.count, best);
+    }
+  }
+  pe_client_free(c);
+  return rc;
+}
+
+/* --- status ---------------------------------------------------------------------- */
+
+static void print_status_json(const pe_client_status *s) {
+  printf("{\"cmd\":\"status\",\"version\":");
+  cli_json_str(stdout, s->version);
+  printf(
+      ",\"uptime_s\":%.1f,\"programs\":%d,\"queue_depth\":%d,\"clients\":%d,"
+      "\"worker_threads\":%d,\"requests_total\":%llu,\"requests_failed\":%llu,"
+      "\"runs_total\":%llu,\"places\":[",
+      s->uptime_s, s->programs, s->queue_depth, s->clients, s->worker_threads,
+      (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
+      (unsigned long long)s->runs_total);
+  for (size_t i = 0; i < s->n_places; i++) {
+    printf("%s{\"place\":", i ? "," : "");
+    cli_json_str(stdout, s->places[i].place);
+    printf(",\"bytes_in_use\":%lld,\"bytes_cached\":%lld}", (long long)s->places[i].bytes_in_use,
+           (long long)s->places[i].bytes_cached);
+  }
+  printf("],\"models\":[");
+  for (size_t i = 0; i < s->n_models; i++) {
+    printf("%s{\"name\":", i ? "," : "");
+    cli_json_str(stdout, s->models[i].name);
+    printf(",\"programs\":%d,\"param_bytes\":%lld,\"persistent\":%s}", s->models[i].programs,
+           (long long)s->models[i].param_bytes, s->models[i].persistent ? "true" : "false");
+  }
+  printf("]}\n");
+}
+
+static void print_status_text(const pe_client_status *s) {
+  printf("pe-executord %s, up %.1f s, %d worker thread(s)\n", s->version, s->uptime_s,
+         s->worker_threads);
+  printf("requests %llu (%llu failed), runs %llu, queue depth %d, clients %d, programs %d\n",
+         (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
+         (unsigned long long)s->runs_total, s->queue_depth, s->clients, s->programs);
+  for (size_t i = 0; i < s->n_places; i++)
+    printf("place %-8s %12lld bytes in use, %12lld cached\n", s->places[i].place,
+           (long long)s->places[i].bytes_in_use, (long long)s->places[i].bytes_cached);
+  for (size_t i = 0; i < s->n_models; i++)
+    printf("model %-16s %d program(s), %lld parameter bytes%s\n", s->models[i].name,
+           s->models[i].programs, (long long)s->models[i].param_bytes,
+           s->models[i].persistent ? ", persistent" : "");
+}
+
+static int cmd_status(cli_ctx *ctx, int argc, char **argv) {
+  bool help;
+  int rc = cli_parse(ctx, NULL, 0, argc, argv, NULL, &help);
+  if (rc || help) return rc;
+  pe_client *c = cli_connect(ctx, &rc);
+  if (!c) return rc;
+  pe_client_status s;
+  int code = pe_client_get_status(c, &s);
+  if (code)
+    rc = cli_fail(ctx, c, code);
+  else if (ctx->json)
+    print_status_json(&s);
+  else
+    print_status_text(&s);
+  pe_client_free(c);
+  return rc;
+}
+
+/* --- deregister ------------------------------------------------------------------ */
+
+typedef struct dereg_cfg {
+  const char *handle;
+} dereg_cfg;
+
+static const cli_opt dereg_opts[] = {
+    {"handle", CLI_STR, offsetof(dereg_cfg, handle), 0, 0, "program handle (from register)"},
+};
+
+static int cmd_deregister(cli_ctx *ctx, int argc, char **argv) {
+  dereg_cfg cfg = {0};
+  bool help;
+  int rc = cli_parse(ctx, dereg_opts, 1, argc, argv, &cfg, &help);
+  if (rc || help) return rc;
+  uint64_t h;
+  if (!cfg.handle || cli_handle_parse(cfg.handle, &h)) {
+    fprintf(stderr, "pe-client deregister: --handle needs a program handle (0x... or decimal)\n");
+    return CLI_USAGE;
+  }
+  pe_client *c = cli_connect(ctx, &rc);
+  if (!c) return rc;
+  int code = pe_client_deregister(c, h);
+  char hs[24];
+  cli_handle_str(h, hs);
+  if (code)
+    rc = cli_fail(ctx, c, code);
+  else if (ctx->json)
+    printf("{\"cmd\":\"deregister\",\"handle\":\"%s\",\"ok\":true}\n", hs);
+  else
+    printf("deregistered %s\n", hs);
+  pe_client_free(c);
+  return rc;
+}
+
+const cli_cmd cli_cmds_daemon[] = {
+    {"ping", "[--count N]", "check that the daemon answers", cmd_ping},
+    {"status", "", "devices, models, programs, memory, counters", cmd_status},
+    {"deregister", "--handle H", "drop a registered program", cmd_deregister},
+    {NULL, NULL, NULL, NULL},
+};

@@ -1,0 +1,154 @@
+/* Commands about programs and model state: register, save, load. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* --- register ---------------------------------------------------------------------- */
+
+typedef struct register_cfg {
+  const char *model, *name, *places;
+  long seed;
+  bool eval, persistent, init;
+} register_cfg;
+
+static const cli_opt register_opts[] = {
+    {"model", CLI_STR, offsetof(register_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},
+    {"model-name", CLI_STR, offsetof(register_cfg, name), 0, 0,
+     "parameter namespace (default: the model's name)"},
+    {"places", CLI_STR, offsetof(register_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},
+    {"seed", CLI_INT, offsetof(register_cfg, seed), 0, 1L << 62, "initialisation seed (1)"},
+    {"eval", CLI_FLAG, offsetof(register_cfg, eval), 0, 0, "register the evaluation program"},
+    {"persistent", CLI_FLAG, offsetof(register_cfg, persistent), 0, 0,
+     "the model outlives this client's session"},
+    {"init", CLI_FLAG, offsetof(register_cfg, init), 0, 0, "also initialise the parameters"},
+};
+
+static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
+  register_cfg cfg = {.seed = 1};
+  bool help;
+  int rc = cli_parse(ctx, register_opts, sizeof register_opts / sizeof register_opts[0], argc, argv,
+                     &cfg, &help);
+  if (rc || help) return rc;
+  if (!cfg.model) {
+    fprintf(stderr, "pe-client register: --model is required (%s | FILE)\n", pe_model_spec_names());
+    return CLI_USAGE;
+  }
+  pe_model_spec m;
+  if (cli_model_load(ctx, cfg.model, &m)) return CLI_FAIL;
+  pe_client *c = cli_connect(ctx, &rc);
+  if (!c) {
+    pe_model_spec_release(&m);
+    return rc;
+  }
+  cli_reg r = {.ns = cfg.name ? cfg.name : m.name,
+               .places = cfg.places,
+               .seed = cfg.seed,
+               .for_test = cfg.eval,
+               .persistent = cfg.persistent};
+  pe_client_program prog;
+  bool initialized = false;
+  rc = cli_register(ctx, c, &m, &r, &prog);
+  char hs[24];
+  cli_handle_str(prog.handle, hs);
+  if (!rc && ctx->json) {
+    printf("{\"cmd\":\"register\",\"model\":");
+    cli_json_str(stdout, r.ns);
+    printf(",\"handle\":\"%s\",\"existed\":%s,\"for_test\":%s,\"params\":[", hs,
+           prog.existed ? "true" : "false", cfg.eval ? "true" : "false");
+    for (size_t i = 0; i < prog.n_params; i++) {
+      printf("%s{\"name\":", i ? "," : "");
+      cli_json_str(stdout, prog.params[i].name);
+      printf(",\"dtype\":\"%s\",\"shape\":[", pe_client_dtype_name(prog.params[i].dtype));
+      for (int d = 0; d < prog.params[i].ndim; d++)
+        printf("%s%lld", d ? "," : "", (long long)prog.params[i].shape[d]);
+      printf("]}");
+    }
+    printf("]");
+  } else if (!rc) {
+    printf("model %s: %s program %s%s, %zu parameter(s)\n", r.ns, cfg.eval ? "eval" : "train", hs,
+           prog.existed ? " (already registered)" : "", prog.n_params);
+    for (size_t i = 0; i < prog.n_params; i++) {
+      printf("  %-24s %s [", prog.params[i].name, pe_client_dtype_name(prog.params[i].dtype));
+      for (int d = 0; d < prog.params[i].ndim; d++)
+        printf("%s%lld", d ? "," : "", (long long)prog.params[i].shape[d]);
+      printf("]\n");
+    }
+  }
+  if (!rc && cfg.init) {
+    int code = pe_client_init(c, prog.handle, false, &initialized);
+    if (code) rc = cli_fail(ctx, c, code);
+  }
+  if (!rc && ctx->json)
+    printf(",\"initialized\":%s}\n", initialized ? "true" : "false");
+  else if (!rc && cfg.init)
+    printf("%s\n", initialized ? "parameters initialised" : "parameters existed: kept");
+  else if (ctx->json && prog.handle)
+    printf("}\n"); /* close the object even when init failed */
+  pe_client_free(c);
+  pe_model_spec_release(&m);
+  return rc;
+}
+
+/* --- save / load ------------------------------------------------------------------- */
+
+typedef struct ckpt_cfg {
+  const char *model, *checkpoint;
+} ckpt_cfg;
+
+static const cli_opt ckpt_opts[] = {
+    {"model", CLI_STR, offsetof(ckpt_cfg, model), 0, 0, "model namespace (required)"},
+    {"checkpoint", CLI_STR, offsetof(ckpt_cfg, checkpoint), 0, 0,
+     "checkpoint name [A-Za-z0-9._-]{1,64} (required)"},
+};
+
+static int checkpoint_cmd(cli_ctx *ctx, int argc, char **argv, bool save) {
+  ckpt_cfg cfg = {0};
+  bool help;
+  int rc = cli_parse(ctx, ckpt_opts, 2, argc, argv, &cfg, &help);
+  if (rc || help) return rc;
+  if (!cfg.model || !cfg.checkpoint) {
+    fprintf(stderr, "pe-client %s: --model and --checkpoint are required\n", ctx->cmd);
+    return CLI_USAGE;
+  }
+  pe_client *c = cli_connect(ctx, &rc);
+  if (!c) return rc;
+  const char *path = NULL;
+  uint64_t bytes = 0;
+  int code = save ? pe_client_save(c, cfg.model, cfg.checkpoint, &path, &bytes)
+                  : pe_client_load(c, cfg.model, cfg.checkpoint, &path, &bytes);
+  if (code) {
+    rc = cli_fail(ctx, c, code);
+  } else if (ctx->json) {
+    printf("{\"cmd\":\"%s\",\"model\":", ctx->cmd);
+    cli_json_str(stdout, cfg.model);
+    printf(",\"checkpoint\":");
+    cli_json_str(stdout, cfg.checkpoint);
+    printf(",\"path\":");
+    cli_json_str(stdout, path);
+    printf(",\"bytes\":%llu}\n", (unsigned long long)bytes);
+  } else {
+    printf("%s %s: checkpoint %s (%s, %llu bytes)\n", save ? "saved" : "loaded", cfg.model,
+           cfg.checkpoint, path && *path ? path : "?", (unsigned long long)bytes);
+  }
+  pe_client_free(c);
+  return rc;
+}
+
+static int cmd_save(cli_ctx *ctx, int argc, char **argv) {
+  return checkpoint_cmd(ctx, argc, argv, true);
+}
+
+static int cmd_load(cli_ctx *ctx, int argc, char **argv) {
+  return checkpoint_cmd(ctx, argc, argv, false);
+}
+
+const cli_cmd cli_cmds_state[] = {
+    {"register", "--model M [--eval] [--init] [--places P]", "register a program, list its params",
+     cmd_register},
+    {"save", "--model NAME --checkpoint CKPT", "write the model's parameters to a checkpoint",
+     cmd_save},
+    {"load", "--model NAME --checkpoint CKPT", "read the model's parameters back", cmd_load},
+    {NULL, NULL, NULL, NULL},
+};

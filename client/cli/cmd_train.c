@@ -1,0 +1,327 @@
+/* train and eval: Fashion-MNIST through the daemon.
+ *
+ * train registers the model's training and evaluation programs under one
+ * model name (they share the parameters), initialises them, runs one
+ * request per mini-batch with a progress bar on stderr, then evaluates test
+ * accuracy. The loop mirrors pe-bench train (bench/bench_train.c): inputs
+ * standardised with the training split's statistics, shuffled batches from
+ * the seed, samples_per_sec = training samples / training wall time (the
+ * step loop only), final_loss = mean loss over the last epoch's steps
+ * (weighted by batch size), test accuracy over the test split with batches
+ * of 500. With --shm the batches travel through a shared-memory region
+ * instead of the socket. eval runs only the evaluation part on the
+ * parameters the model has (after train, or load). */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "pe_dataset.h"
+
+#define EVAL_BATCH 500
+
+typedef struct train_cfg {
+  const char *model, *name, *places, *data;
+  long epochs, batch, steps, seed, limit;
+  bool shm, quiet, persistent;
+} train_cfg;
+
+static const cli_opt train_opts[] = {
+    {"model", CLI_STR, offsetof(train_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},
+    {"model-name", CLI_STR, offsetof(train_cfg, name), 0, 0,
+     "parameter namespace (default: the model's name)"},
+    {"epochs", CLI_INT, offsetof(train_cfg, epochs), 1, 1000, "passes over the training set (1)"},
+    {"batch", CLI_INT, offsetof(train_cfg, batch), 1, 1 << 16, "batch size (mlp 128, cnn 64)"},
+    {"places", CLI_STR, offsetof(train_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},
+    {"steps", CLI_INT, offsetof(train_cfg, steps), 1, 1L << 40, "cap on steps per epoch"},
+    {"limit", CLI_INT, offsetof(train_cfg, limit), 1, 1L << 30,
+     "use only the first N examples of each split"},
+    {"seed", CLI_INT, offsetof(train_cfg, seed), 0, 1L << 62, "init and shuffle seed (1)"},
+    {"data", CLI_STR, offsetof(train_cfg, data), 0, 0, "Fashion-MNIST directory"},
+    {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "feed batches through shared memory"},
+    {"persistent", CLI_FLAG, offsetof(train_cfg, persistent), 0, 0,
+     "the model outlives this client"},
+    {"quiet", CLI_FLAG, offsetof(train_cfg, quiet), 0, 0, "no progress on stderr"},
+};
+#define N_TRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
+
+/* One trainer's state; everything is released by trainer_free. */
+typedef struct trainer {
+  const cli_ctx *ctx;
+  train_cfg cfg;
+  pe_model_spec m;
+  const char *ns;
+  pe_dataset *train, *test;
+  pe_client *c;
+  uint64_t train_h, eval_h;
+  pe_client_shm shm; /* --shm: image batch then label batch */
+  float *x;          /* batch buffers (inside the shm region with --shm) */
+  int64_t *y;
+  bool initialized;
+} trainer;
+
+typedef struct train_result {
+  long steps, samples;
+  double train_s, eval_s, final_loss, final_acc, test_acc, run_ms, queue_ms;
+  int64_t test_seen;
+} train_result;
+
+static void trainer_free(trainer *t) {
+  if (t->shm.base)
+    pe_client_shm_close(t->c, &t->shm);
+  else {
+    free(t->x);
+    free(t->y);
+  }
+  pe_client_free(t->c);
+  pe_dataset_free(t->train);
+  pe_dataset_free(t->test);
+  pe_model_spec_release(&t->m);
+}
+
+/* Batch buffers for max(batch, EVAL_BATCH) examples. */
+static int alloc_batches(trainer *t) {
+  size_t cap = (size_t)(t->cfg.batch > EVAL_BATCH ? t->cfg.batch : EVAL_BATCH);
+  size_t xbytes = cap * (size_t)t->train->dim * sizeof(float);
+  if (t->cfg.shm) {
+    int code = pe_client_shm_create(t->c, xbytes + cap * sizeof(int64_t), &t->shm);
+    if (code) return cli_fail(t->ctx, t->c, code);
+    t->x = t->shm.base;
+    t->y = (int64_t *)((char *)t->shm.base + xbytes); /* xbytes is a multiple of 8 */
+    return CLI_OK;
+  }
+  t->x = malloc(xbytes);
+  t->y = malloc(cap * sizeof *t->y);
+  return t->x && t->y ? CLI_OK : cli_error(t->ctx, "out of memory for %zu-example batches", cap);
+}
+
+/* Load model and data, connect, register (train unless eval_only) + eval,
+ * initialise. */
+static int trainer_setup(trainer *t, bool eval_only) {
+  if (cli_model_load(t->ctx, t->cfg.model, &t->m)) return CLI_FAIL;
+  if (!t->cfg.batch) t->cfg.batch = t->m.default_batch;
+  t->ns = t->cfg.name ? t->cfg.name : t->m.name;
+  int rc = cli_data_load(t->ctx, t->cfg.data, t->cfg.limit, &t->train, &t->test);
+  if (rc) return rc;
+  if (!(t->c = cli_connect(t->ctx, &rc))) return rc;
+  pe_client_program prog;
+  cli_reg r = {
+      .ns = t->ns, .places = t->cfg.places, .seed = t->cfg.seed, .persistent = t->cfg.persistent};
+  if (!eval_only) {
+    if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
+    t->train_h = prog.handle;
+  }
+  r.for_test = true;
+  if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
+  t->eval_h = prog.handle;
+  /* Init through the training program: its startup block also creates the
+   * optimizer state. No-op when the model's parameters exist. */
+  int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
+  if (code) return cli_fail(t->ctx, t->c, code);
+  return alloc_batches(t);
+}
+
+/* Feeds for n examples in t->x / t->y (by reference into shm with --shm). */
+static void batch_feeds(trainer *t, int n, pe_client_tensor feeds[2]) {
+  cli_batch_feeds(&t->m, n, t->x, t->y, feeds);
+  if (t->shm.base) {
+    feeds[0].shm_region = feeds[1].shm_region = t->shm.region;
+    feeds[0].shm_offset = 0;
+    feeds[1].shm_offset = (uint64_t)((char *)t->y - (char *)t->shm.base);
+  }
+}
+
+/* The progress bar: redrawn in place on a terminal (at most 10 times a
+ * second), one line per epoch otherwise. */
+typedef struct progress {
+  bool tty, quiet;
+  double last_draw;
+} progress;
+
+static void progress_draw(progress *p, long ep, long epochs, long done, long total, double sps,
+                          double loss) {
+  if (p->quiet || !p->tty) return;
+  double now = cli_now();
+  if (now - p->last_draw < 0.1 && done < total) return;
+  p->last_draw = now;
+  int width = 30, fill = total ? (int)(width * done / total) : width;
+  char bar[64];
+  for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+  bar[width] = 0;
+  fprintf(stderr, "\repoch %ld/%ld [%s] %3ld%% %8.0f samples/s  loss %.4f ", ep, epochs, bar,
+          total ? 100 * done / total : 100, sps, loss);
+  fflush(stderr);
+}
+
+static int train_loop(trainer *t, train_result *r) {
+  pe_batcher *bt = pe_batcher_new(t->train, (int)t->cfg.batch, true, (uint64_t)t->cfg.seed);
+  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", t->cfg.batch);
+  const char *fetch[2] = {t->m.loss, t->m.accuracy};
+  progress pg = {.tty = isatty(2), .quiet = t->cfg.quiet};
+  long per_epoch = pe_batcher_batches(bt);
+  if (t->cfg.steps && t->cfg.steps < per_epoch) per_epoch = t->cfg.steps;
+  double t0 = cli_now();
+  int rc = CLI_OK;
+  for (long ep = 1; ep <= t->cfg.epochs && !rc; ep++) {
+    double loss_sum = 0, acc_sum = 0, last_loss = 0, ep_t0 = cli_now();
+    long ep_samples = 0, ep_steps = 0;
+    int n;
+    while ((!t->cfg.steps || ep_steps < t->cfg.steps) && pe_batcher_next(bt, t->x, t->y, &n)) {
+      pe_client_tensor feeds[2];
+      batch_feeds(t, n, feeds);
+      pe_client_run_result res;
+      int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, NULL, &res);
+      const pe_client_tensor *lt =
+          code ? NULL : pe_client_find(res.fetched, res.n_fetched, fetch[0]);
+      const pe_client_tensor *at =
+          code ? NULL : pe_client_find(res.fetched, res.n_fetched, fetch[1]);
+      if (code) {
+        if (pg.tty && !pg.quiet) fputc('\n', stderr);
+        fprintf(stderr, "pe-client train: step %ld: ", r->steps + 1);
+        rc = cli_fail(t->ctx, t->c, code);
+        break;
+      }
+      if (!lt || !at || lt->dtype != PE_B_F32 || at->dtype != PE_B_F32 ||
+          pe_client_tensor_numel(lt) < 1 || pe_client_tensor_numel(at) < 1) {
+        rc = cli_error(t->ctx, "step %ld: the reply lacks f32 '%s' or '%s'", r->steps + 1, fetch[0],
+                       fetch[1]);
+        break;
+      }
+      last_loss = ((const float *)lt->data)[0];
+      loss_sum += last_loss * n;
+      acc_sum += (double)((const float *)at->data)[0] * n;
+      r->run_ms += res.run_ms;
+      r->queue_ms += res.queue_ms;
+      ep_samples += n;
+      ep_steps++;
+      r->steps++;
+      r->samples += n;
+      progress_draw(&pg, ep, t->cfg.epochs, ep_steps, per_epoch, ep_samples / (cli_now() - ep_t0),
+                    last_loss);
+    }
+    if (t->cfg.steps) pe_batcher_reset(bt); /* a capped epoch: the next starts fresh */
+    if (ep_samples) {
+      r->final_loss = loss_sum / ep_samples;
+      r->final_acc = acc_sum / ep_samples;
+    }
+    if (!rc && !pg.quiet) {
+      if (pg.tty) fputc('\n', stderr);
+      fprintf(stderr,
+              "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n", ep,
+              t->cfg.epochs, ep_steps, r->final_loss, r->final_acc,
+              ep_samples / (cli_now() - ep_t0));
+    }
+  }
+  r->train_s = cli_now() - t0;
+  pe_batcher_free(bt);
+  return rc;
+}
+
+static int evaluate(trainer *t, train_result *r) {
+  pe_batcher *bt = pe_batcher_new(t->test, EVAL_BATCH, false, 0);
+  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %d)", EVAL_BATCH);
+  const char *fetch[1] = {t->m.correct};
+  double t0 = cli_now();
+  int64_t correct = 0;
+  int n, rc = CLI_OK;
+  while (pe_batcher_next(bt, t->x, t->y, &n)) {
+    pe_client_tensor feeds[2];
+    batch_feeds(t, n, feeds);
+    pe_client_run_result res;
+    int code = pe_client_run(t->c, t->eval_h, feeds, 2, fetch, 1, NULL, &res);
+    if (code) {
+      fprintf(stderr, "pe-client %s: evaluation: ", t->ctx->cmd);
+      rc = cli_fail(t->ctx, t->c, code);
+      break;
+    }
+    const pe_client_tensor *ct = pe_client_find(res.fetched, res.n_fetched, fetch[0]);
+    if (!ct || ct->dtype != PE_B_I64 || pe_client_tensor_numel(ct) < 1) {
+      rc = cli_error(t->ctx, "evaluation: the reply lacks i64 '%s'", fetch[0]);
+      break;
+    }
+    correct += ((const int64_t *)ct->data)[0];
+    r->test_seen += n;
+  }
+  r->eval_s = cli_now() - t0;
+  r->test_acc = r->test_seen ? (double)correct / (double)r->test_seen : 0;
+  pe_batcher_free(bt);
+  return rc;
+}
+
+static void print_result(const trainer *t, const train_result *r, bool trained) {
+  double sps = r->train_s > 0 ? r->samples / r->train_s : 0;
+  char th[24], eh[24];
+  cli_handle_str(t->train_h, th);
+  cli_handle_str(t->eval_h, eh);
+  if (t->ctx->json) {
+    printf("{\"cmd\":\"%s\",\"model\":", t->ctx->cmd);
+    cli_json_str(stdout, t->ns);
+    printf(",\"places\":");
+    cli_json_str(stdout, t->cfg.places ? t->cfg.places : "");
+    printf(",\"socket\":");
+    cli_json_str(stdout, pe_client_address(t->c));
+    if (trained)
+      printf(
+          ",\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
+          "\"shm\":%s,\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,\"run_ms_total\":%.1f,"
+          "\"queue_ms_total\":%.1f,\"final_loss\":%.5f,\"final_loss_window\":\"last_epoch\","
+          "\"final_train_accuracy\":%.4f,\"train_handle\":\"%s\"",
+          t->cfg.batch, t->cfg.epochs, r->steps, r->samples, t->cfg.seed,
+          t->cfg.shm ? "true" : "false", sps, r->train_s, r->run_ms, r->queue_ms, r->final_loss,
+          r->final_acc, th);
+    printf(
+        ",\"eval_handle\":\"%s\",\"initialized\":%s,\"test_examples\":%lld,"
+        "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",
+        eh, t->initialized ? "true" : "false", (long long)r->test_seen, r->eval_s, r->test_acc);
+  } else if (trained) {
+    printf(
+        "%s: %ld steps in %.2f s (%.0f samples/s through %s), last-epoch loss %.4f, "
+        "test accuracy %.4f\n",
+        t->ns, r->steps, r->train_s, sps, pe_client_address(t->c), r->final_loss, r->test_acc);
+  } else {
+    printf("%s: test accuracy %.4f on %lld examples (%.2f s)%s\n", t->ns, r->test_acc,
+           (long long)r->test_seen, r->eval_s,
+           t->initialized ? "; the parameters were freshly initialised, not trained" : "");
+  }
+}
+
+static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
+  trainer t = {.ctx = ctx, .cfg = {.epochs = 1, .seed = 1}};
+  bool help;
+  int rc = cli_parse(ctx, train_opts, N_TRAIN_OPTS, argc, argv, &t.cfg, &help);
+  if (rc || help) return rc;
+  if (!t.cfg.model) {
+    fprintf(stderr, "pe-client %s: --model is required (%s | FILE)\n", ctx->cmd,
+            pe_model_spec_names());
+    return CLI_USAGE;
+  }
+  train_result r = {0};
+  rc = trainer_setup(&t, eval_only);
+  if (!rc && !t.cfg.quiet && !eval_only)
+    fprintf(stderr,
+            "pe-client train: model %s (%s), batch %ld, %ld epoch(s), %lld examples, via %s%s\n",
+            t.ns, t.cfg.model, t.cfg.batch, t.cfg.epochs, (long long)t.train->n,
+            pe_client_address(t.c), t.cfg.shm ? " (shared-memory feeds)" : "");
+  if (!rc && !eval_only) rc = train_loop(&t, &r);
+  if (!rc) rc = evaluate(&t, &r);
+  if (!rc) print_result(&t, &r, !eval_only);
+  trainer_free(&t);
+  return rc;
+}
+
+static int cmd_train(cli_ctx *ctx, int argc, char **argv) {
+  return train_or_eval(ctx, argc, argv, false);
+}
+
+static int cmd_eval(cli_ctx *ctx, int argc, char **argv) {
+  return train_or_eval(ctx, argc, argv, true);
+}
+
+const cli_cmd cli_cmds_train[] = {
+    {"train", "--model M --epochs N --batch N [--places P]", "train on Fashion-MNIST, evaluate",
+     cmd_train},
+    {"eval", "--model M [--model-name NAME]", "test accuracy with the model's parameters",
+     cmd_eval},
+    {NULL, NULL, NULL, NULL},
+};

@@ -1,0 +1,255 @@
+/* libpeclient's connection to pe-executord: one nanomsg REQ socket per
+ * handle, one request in flight at a time (proto/service.proto).
+ *
+ * Errors are values: every call that talks to the daemon returns a
+ * pe_client_code (0 = OK). Codes below PE_C_CLIENT_BASE are the daemon's
+ * (pe_code in daemon/core/status.h, same numbers); codes from
+ * PE_C_CLIENT_BASE up are raised on this side (timeout, no daemon, request
+ * over the size limit, a reply that does not decode). pe_client_error gives
+ * the last failure's message: the daemon's own message for daemon errors,
+ * prefixed with the request's name ("run: ...").
+ *
+ * Requests: each handle has a random 64-bit client id and numbers its
+ * requests 1, 2, ...; the daemon deduplicates by that pair, so a resent
+ * request is never applied twice. nanomsg resends a request when the
+ * connection to the daemon comes back (a restarted daemon). Timed resends
+ * are off by default: nanomsg's NN_REQ_RESEND_IVL timer is switched off
+ * because in nanomsg 1.1.5 resends corrupt the socket (lib/client.c); with
+ * opts.resend_ivl_ms the client resends itself, and such a handle keeps its
+ * socket open until exit. A reply whose ids do not match is refused
+ * (EPROTO).
+ *
+ * Size limit: requests are packed first and refused here, with both sizes,
+ * when larger than max_message (the daemon's NN_RCVMAXSIZE would drop them
+ * silently). NN_RCVMAXSIZE is set to the same limit on this socket.
+ *
+ * Results (registered params, fetched tensors, status) point into the last
+ * reply, which the handle owns: they stay valid until the next request on
+ * the same handle or pe_client_free.
+ *
+ * Threads: a handle is not shared; use one handle per thread (handles share
+ * nothing). */
+#ifndef PE_CLIENT_H
+#define PE_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe_builder.h" /* pe_b_dtype: the element types (proto DataType values) */
+
+typedef enum pe_client_code {
+  /* The daemon's codes (pe_code, daemon/core/status.h). */
+  PE_C_OK = 0,
+  PE_C_EINVAL = 1,
+  PE_C_ENOMEM = 2,
+  PE_C_ENOTFOUND = 3,
+  PE_C_EUNKNOWN_OP = 4,
+  PE_C_EUNKNOWN_VAR = 5,
+  PE_C_EATTR = 6,
+  PE_C_EARITY = 7,
+  PE_C_ESHAPE = 8,
+  PE_C_EDTYPE = 9,
+  PE_C_EUSE_BEFORE_DEF = 10,
+  PE_C_ECYCLE = 11,
+  PE_C_EMISSING_FEED = 12,
+  PE_C_EIO = 13,
+  PE_C_ECORRUPT = 14,
+  PE_C_ENOGRAD = 15,
+  PE_C_EBACKEND = 16,
+  PE_C_EINTERNAL = 17,
+  /* Raised by the client. */
+  PE_C_CLIENT_BASE = 100,
+  PE_C_ETIMEDOUT = 100, /* no reply within the receive timeout */
+  PE_C_ECONNECT = 101,  /* bad address, no daemon socket, socket error */
+  PE_C_ETOOBIG = 102,   /* request larger than max_message */
+  PE_C_EPROTO = 103,    /* reply that does not decode or does not match */
+  PE_C_EARG = 104,      /* bad argument to a pe_client call */
+} pe_client_code;
+
+/* "OK", "SHAPE_MISMATCH", ..., "TIMED_OUT"; "UNKNOWN_CODE" otherwise. */
+const char *pe_client_code_name(int code);
+
+#define PE_CLIENT_MAX_MESSAGE_DEFAULT (64u << 20) /* the daemon's default */
+#define PE_CLIENT_MAX_DIMS 8
+
+typedef struct pe_client_opts {
+  const char *address; /* NULL: $PE_SOCKET, else pe_client_default_address */
+  int timeout_ms;      /* reply wait per request; 0: $PE_TIMEOUT_MS or 60000 */
+  int send_timeout_ms; /* 0: 5000 */
+  /* Resend the same request after this long without a reply; 0: never.
+   * Each resend supersedes the last, so keep it well above the daemon's
+   * reply latency (seconds), or replies keep arriving too late. */
+  int resend_ivl_ms;
+  size_t max_message; /* 0: $PE_MAX_MESSAGE or PE_CLIENT_MAX_MESSAGE_DEFAULT */
+} pe_client_opts;
+
+/* The daemon's default socket: ipc:///run/pe-executord/pe-executord.sock as
+ * root, else ipc://$XDG_RUNTIME_DIR/pe-executord.sock, else
+ * ipc:///tmp/pe-executord-$UID.sock. Writes at most len bytes; returns buf. */
+char *pe_client_default_address(char *buf, size_t len);
+
+typedef struct pe_client pe_client;
+
+/* A handle; NULL only when out of memory. Not connected yet. */
+pe_client *pe_client_new(void);
+void pe_client_free(pe_client *c);
+/* Open the REQ socket and connect (opts may be NULL: all defaults). For an
+ * ipc:// address whose socket file does not exist, fails with ECONNECT at
+ * once rather than timing out later. */
+int pe_client_connect(pe_client *c, const pe_client_opts *opts);
+/* The last failure's message ("" after a success). */
+const char *pe_client_error(const pe_client *c);
+const char *pe_client_address(const pe_client *c);
+uint64_t pe_client_id(const pe_client *c);
+size_t pe_client_max_message(const pe_client *c);
+/* Change the reply timeout for later requests (ms, > 0). */
+int pe_client_set_timeout(pe_client *c, int timeout_ms);
+
+/* --- tensors ------------------------------------------------------------------- */
+
+/* A named tensor. As a feed: data points to nbytes (= numel * dtype size)
+ * little-endian row-major bytes the caller owns, or, with shm_region != 0,
+ * the bytes are at shm_offset in a RegisterShm region (data unused). As a
+ * result: data points into the handle's last reply. */
+typedef struct pe_client_tensor {
+  const char *name;
+  pe_b_dtype dtype;
+  int ndim;
+  int64_t shape[PE_CLIENT_MAX_DIMS];
+  const void *data;
+  size_t nbytes;
+  uint64_t shm_region, shm_offset;
+} pe_client_tensor;
+
+/* Element size of dtype; 0 for an unknown one. */
+size_t pe_client_dtype_size(pe_b_dtype dt);
+const char *pe_client_dtype_name(pe_b_dtype dt);
+/* Product of the dims; -1 when ndim is outside 0..PE_CLIENT_MAX_DIMS. */
+int64_t pe_client_tensor_numel(const pe_client_tensor *t);
+/* Fill t as a feed over caller-owned data (nbytes from dtype and shape). */
+void pe_client_tensor_set(pe_client_tensor *t, const char *name, pe_b_dtype dt, int ndim,
+                          const int64_t *shape, const void *data);
+/* First result called name, or NULL. */
+const pe_client_tensor *pe_client_find(const pe_client_tensor *ts, size_t n, const char *name);
+
+/* --- requests ------------------------------------------------------------------- */
+
+int pe_client_ping(pe_client *c);
+
+typedef enum pe_client_strategy { PE_C_ALLREDUCE = 0, PE_C_REDUCE = 1 } pe_client_strategy;
+
+typedef struct pe_client_register_args {
+  const uint8_t *program; /* ProgramDesc bytes (pe_builder_finish) */
+  size_t program_len;
+  const char *model;  /* parameter namespace (required) */
+  const char *places; /* NULL/"": the daemon's places */
+  pe_client_strategy strategy;
+  const char *loss; /* NULL: the program's */
+  uint64_t seed;    /* 0: 1 */
+  bool for_test;    /* evaluation program: no backward, no optimizer */
+  bool persistent;  /* the model outlives its clients */
+  bool fuse_allreduce;
+  int64_t fuse_bucket_bytes;
+  const char *sync; /* NULL: the daemon's ("event" | "producer") */
+  const char *const *keep;
+  size_t n_keep;
+} pe_client_register_args;
+
+typedef struct pe_client_param {
+  const char *name;
+  pe_b_dtype dtype;
+  int ndim;
+  int64_t shape[PE_CLIENT_MAX_DIMS];
+} pe_client_param;
+
+typedef struct pe_client_program {
+  uint64_t handle;
+  bool existed; /* the same program and options were registered before */
+  size_t n_params;
+  const pe_client_param *params; /* valid until the next request */
+} pe_client_program;
+
+int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client_program *out);
+/* Run the startup program unless the model's parameters exist (force: do
+ * it anyway). *initialized (may be NULL) tells whether it ran. */
+int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized);
+
+typedef struct pe_client_run_opts {
+  uint32_t steps; /* 0: 1 */
+  bool trace;
+  uint32_t timeout_ms; /* daemon-side run timeout; 0: none */
+  int32_t priority;
+} pe_client_run_opts;
+
+typedef struct pe_client_run_result {
+  size_t n_fetched;
+  const pe_client_tensor *fetched; /* valid until the next request */
+  double run_ms, queue_ms;
+  uint32_t steps;
+  const char *trace_json; /* NUL-terminated copy when traced, else NULL */
+  size_t trace_len;
+} pe_client_run_result;
+
+int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, size_t n_feeds,
+                  const char *const *fetch, size_t n_fetch, const pe_client_run_opts *opts,
+                  pe_client_run_result *out);
+
+/* names NULL / n_names 0: all parameters of the model. */
+int pe_client_get_params(pe_client *c, const char *model, const char *const *names, size_t n_names,
+                         const pe_client_tensor **values, size_t *n_values);
+int pe_client_set_params(pe_client *c, const char *model, const pe_client_tensor *values,
+                         size_t n_values);
+
+/* Checkpoints under the daemon's state directory; name [A-Za-z0-9._-]{1,64},
+ * not starting with '.'. *path (may be NULL) is valid until the next request. */
+int pe_client_save(pe_client *c, const char *model, const char *name, const char **path,
+                   uint64_t *bytes);
+int pe_client_load(pe_client *c, const char *model, const char *name, const char **path,
+                   uint64_t *bytes);
+int pe_client_deregister(pe_client *c, uint64_t handle);
+
+typedef struct pe_client_place_status {
+  const char *place;
+  int64_t bytes_in_use, bytes_cached;
+} pe_client_place_status;
+
+typedef struct pe_client_model_status {
+  const char *name;
+  int programs;
+  int64_t param_bytes;
+  bool persistent;
+} pe_client_model_status;
+
+typedef struct pe_client_status {
+  const char *version;
+  double uptime_s;
+  size_t n_places, n_models;
+  const pe_client_place_status *places; /* valid until the next request */
+  const pe_client_model_status *models;
+  int programs, queue_depth, clients, worker_threads;
+  uint64_t requests_total, requests_failed, runs_total;
+} pe_client_status;
+
+int pe_client_get_status(pe_client *c, pe_client_status *out);
+
+/* Shared memory: the caller creates a POSIX region (shm_open name "/pe-..."),
+ * the daemon maps it; feeds then point into it with shm_region/shm_offset. */
+int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64_t *region);
+int pe_client_unregister_shm(pe_client *c, uint64_t region);
+
+/* A region made and registered in one call: shm_open (a unique name, mode
+ * 0600: the daemon must run as the same user), ftruncate, mmap, RegisterShm.
+ * The name stays until pe_client_shm_close, since the daemon opens it by
+ * name. */
+typedef struct pe_client_shm {
+  uint64_t region;
+  void *base;
+  size_t size;
+  char name[64];
+} pe_client_shm;
+int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out);
+/* Unregister (when c is not NULL), unmap and unlink. */
+void pe_client_shm_close(pe_client *c, pe_client_shm *shm);
+
+#endif

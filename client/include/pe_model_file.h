@@ -1,0 +1,31 @@
+/* Model files (conf/models/, format in conf/models/README.md): one layer per
+ * line, parsed into a ProgramDesc through the program builder.
+ *
+ *   input image 784
+ *   label label
+ *   fc 256 act=relu
+ *   fc 10
+ *   loss softmax_with_cross_entropy
+ *   accuracy
+ *   optimizer momentum lr=0.1 mu=0.9
+ *
+ * The result is a pe_model_spec (pe_models.h), the same struct the built-in
+ * models fill, so a trainer treats both alike. Errors carry the source and
+ * the line: "cnn:7: unknown layer 'conv3d' (known: ...)". */
+#ifndef PE_MODEL_FILE_H
+#define PE_MODEL_FILE_H
+
+#include <stddef.h>
+
+#include "pe_models.h"
+
+/* Parse len bytes of text; `source` names it in errors and is the model's
+ * name unless a `name` line sets one. Returns 0 and *out (release with
+ * pe_model_spec_release), or -1 with the message in err. */
+int pe_model_file_parse(const char *text, size_t len, const char *source, pe_model_spec *out,
+                        char *err, size_t errlen);
+
+/* Read and parse the file at path; the source is the file's base name. */
+int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,356 @@
+/* The connection: socket options, ids, and the one request/reply exchange
+ * every call goes through (pec_call). */
+#include <errno.h>
+#include <fcntl.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+#define DEFAULT_TIMEOUT_MS 60000
+#define DEFAULT_SEND_TIMEOUT_MS 5000
+/* Resends and nanomsg 1.1.5. The REQ socket keeps the last request for
+ * resending; its timer resend (NN_REQ_RESEND_IVL) and any reply that comes
+ * back for a superseded request leave the socket's stored message freed but
+ * not reset, and nn_close then frees it again (chunk-tag assertion in
+ * nn_req_term, reproduced by tests/e2e/test_client_lib.c at a 1 ms
+ * interval). So: the timer resend is switched off (a ~12-day interval); by
+ * default a request is sent once, and nanomsg resends it only when the
+ * connection to the daemon is re-established (that path replays the same
+ * message and is safe). With resend_ivl_ms set, the client re-sends the
+ * same bytes (same ids, so the daemon applies it once) after each interval
+ * without a reply, and such a handle is never nn_close'd (pe_client_free):
+ * its socket stays open until the process exits, instead of aborting. */
+#define NN_TIMER_RESEND_OFF_MS (1 << 30)
+#define UNIX_PATH_MAX 108 /* sizeof sockaddr_un.sun_path */
+
+const char *pe_client_code_name(int code) {
+  static const char *const names[] = {
+      [PE_C_OK] = "OK",
+      [PE_C_EINVAL] = "INVALID_ARGUMENT",
+      [PE_C_ENOMEM] = "OUT_OF_MEMORY",
+      [PE_C_ENOTFOUND] = "NOT_FOUND",
+      [PE_C_EUNKNOWN_OP] = "UNKNOWN_OP",
+      [PE_C_EUNKNOWN_VAR] = "UNKNOWN_VARIABLE",
+      [PE_C_EATTR] = "BAD_ATTRIBUTE",
+      [PE_C_EARITY] = "BAD_ARITY",
+      [PE_C_ESHAPE] = "SHAPE_MISMATCH",
+      [PE_C_EDTYPE] = "DTYPE_MISMATCH",
+      [PE_C_EUSE_BEFORE_DEF] = "USE_BEFORE_DEFINITION",
+      [PE_C_ECYCLE] = "CYCLE",
+      [PE_C_EMISSING_FEED] = "MISSING_FEED",
+      [PE_C_EIO] = "IO_ERROR",
+      [PE_C_ECORRUPT] = "CORRUPT_DATA",
+      [PE_C_ENOGRAD] = "NO_GRADIENT",
+      [PE_C_EBACKEND] = "BACKEND_ERROR",
+      [PE_C_EINTERNAL] = "INTERNAL",
+      [PE_C_ETIMEDOUT] = "TIMED_OUT",
+      [PE_C_ECONNECT] = "CONNECTION_ERROR",
+      [PE_C_ETOOBIG] = "MESSAGE_TOO_LARGE",
+      [PE_C_EPROTO] = "PROTOCOL_ERROR",
+      [PE_C_EARG] = "BAD_CLIENT_ARGUMENT",
+  };
+  if (code < 0 || (size_t)code >= sizeof names / sizeof names[0] || !names[code])
+    return "UNKNOWN_CODE";
+  return names[code];
+}
+
+int pec_fail(pe_client *c, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+char *pe_client_default_address(char *buf, size_t len) {
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  if (geteuid() == 0)
+    snprintf(buf, len, "ipc:///run/pe-executord/pe-executord.sock");
+  else if (xdg && *xdg)
+    snprintf(buf, len, "ipc://%s/pe-executord.sock", xdg);
+  else
+    snprintf(buf, len, "ipc:///tmp/pe-executord-%u.sock", (unsigned)geteuid());
+  return buf;
+}
+
+/* A positive integer from the environment, else dflt. */
+static long env_long(const char *name, long dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  return (errno || *end || x <= 0) ? dflt : x;
+}
+
+static uint64_t random_id(void) {
+  uint64_t id = 0;
+  if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
+    /* No entropy source: time and pid still make clashes unlikely. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16);
+  }
+  return id ? id : 1; /* 0 reads as "unset" in proto3 */
+}
+
+pe_client *pe_client_new(void) {
+  pe_client *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->sock = -1;
+  c->client_id = random_id();
+  return c;
+}
+
+static void drop_results(pe_client *c) {
+  if (c->reply) pe__reply__free_unpacked(c->reply, NULL);
+  c->reply = NULL;
+  free(c->results);
+  c->results = NULL;
+  free(c->trace);
+  c->trace = NULL;
+}
+
+void pe_client_free(pe_client *c) {
+  if (!c) return;
+  drop_results(c);
+  /* A socket that resent may hold a freed-but-not-reset message (see the
+   * note on resends above): closing it would abort the process. */
+  if (c->sock >= 0 && !c->resent) nn_close(c->sock);
+  free(c);
+}
+
+const char *pe_client_error(const pe_client *c) {
+  return c ? c->err : "no client handle";
+}
+const char *pe_client_address(const pe_client *c) {
+  return c->address;
+}
+uint64_t pe_client_id(const pe_client *c) {
+  return c->client_id;
+}
+size_t pe_client_max_message(const pe_client *c) {
+  return c->max_message;
+}
+
+void *pec_results_alloc(pe_client *c, size_t bytes) {
+  free(c->results);
+  c->results = calloc(1, bytes ? bytes : 1);
+  return c->results;
+}
+
+static int set_int_opt(pe_client *c, int level, int opt, int value, const char *name) {
+  if (nn_setsockopt(c->sock, level, opt, &value, sizeof value) == 0) return 0;
+  return pec_fail(c, PE_C_ECONNECT, "connect %s: setting %s = %d: %s", c->address, name, value,
+                  nn_strerror(nn_errno()));
+}
+
+int pe_client_set_timeout(pe_client *c, int timeout_ms) {
+  if (timeout_ms <= 0) return pec_fail(c, PE_C_EARG, "set_timeout: %d ms is not > 0", timeout_ms);
+  c->timeout_ms = timeout_ms; /* NN_RCVTIMEO is set per wait (pec_call) */
+  return 0;
+}
+
+/* For ipc:// addresses: a missing socket file means no daemon, said now
+ * rather than as a timeout later (nanomsg connects in the background). */
+static int check_ipc_path(pe_client *c) {
+  if (strncmp(c->address, "ipc://", 6) != 0) return 0;
+  const char *path = c->address + 6;
+  if (strlen(path) >= UNIX_PATH_MAX)
+    return pec_fail(c, PE_C_ECONNECT,
+                    "connect %s: socket path is %zu bytes, over the %d-byte limit of a unix "
+                    "socket path",
+                    c->address, strlen(path), UNIX_PATH_MAX - 1);
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return pec_fail(c, PE_C_ECONNECT,
+                    "connect %s: no daemon socket at %s (%s); is pe-executord running? (set "
+                    "--socket or PE_SOCKET)",
+                    c->address, path, strerror(errno));
+  if (!S_ISSOCK(st.st_mode))
+    return pec_fail(c, PE_C_ECONNECT, "connect %s: %s exists but is not a socket", c->address,
+                    path);
+  return 0;
+}
+
+int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
+  pe_client_opts o = opts ? *opts : (pe_client_opts){0};
+  c->err[0] = 0;
+  if (c->sock >= 0)
+    return pec_fail(c, PE_C_EARG, "connect: handle already connected to %s", c->address);
+  const char *addr = o.address && *o.address ? o.address : getenv("PE_SOCKET");
+  if (addr && *addr)
+    snprintf(c->address, sizeof c->address, "%s", addr);
+  else
+    pe_client_default_address(c->address, sizeof c->address);
+  c->timeout_ms =
+      o.timeout_ms > 0 ? o.timeout_ms : (int)env_long("PE_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
+  c->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : DEFAULT_SEND_TIMEOUT_MS;
+  c->resend_ivl_ms = o.resend_ivl_ms > 0 ? o.resend_ivl_ms : 0; /* 0: never */
+  c->max_message = o.max_message
+                       ? o.max_message
+                       : (size_t)env_long("PE_MAX_MESSAGE", PE_CLIENT_MAX_MESSAGE_DEFAULT);
+  if (c->max_message > (size_t)INT32_MAX)
+    return pec_fail(c, PE_C_EARG, "connect: max_message %zu over the %d bytes nanomsg allows",
+                    c->max_message, INT32_MAX);
+  int rc = check_ipc_path(c);
+  if (rc) return rc;
+  c->sock = nn_socket(AF_SP, NN_REQ);
+  if (c->sock < 0)
+    return pec_fail(c, PE_C_ECONNECT, "connect %s: nn_socket: %s", c->address,
+                    nn_strerror(nn_errno()));
+  if ((rc = set_int_opt(c, NN_SOL_SOCKET, NN_RCVMAXSIZE, (int)c->max_message, "NN_RCVMAXSIZE")) ||
+      (rc = set_int_opt(c, NN_SOL_SOCKET, NN_RCVTIMEO, c->timeout_ms, "NN_RCVTIMEO")) ||
+      (rc = set_int_opt(c, NN_SOL_SOCKET, NN_SNDTIMEO, c->send_timeout_ms, "NN_SNDTIMEO")) ||
+      (rc = set_int_opt(c, NN_REQ, NN_REQ_RESEND_IVL, NN_TIMER_RESEND_OFF_MS, "NN_REQ_RESEND_IVL")))
+    goto fail;
+  if (nn_connect(c->sock, c->address) < 0) {
+    rc = pec_fail(c, PE_C_ECONNECT, "connect %s: %s", c->address, nn_strerror(nn_errno()));
+    goto fail;
+  }
+  return 0;
+fail:
+  nn_close(c->sock);
+  c->sock = -1;
+  return rc;
+}
+
+static const char *body_name(Pe__Reply__BodyCase b) {
+  switch (b) {
+    case PE__REPLY__BODY__NOT_SET: return "none";
+    case PE__REPLY__BODY_REGISTER: return "register";
+    case PE__REPLY__BODY_INIT: return "init";
+    case PE__REPLY__BODY_RUN: return "run";
+    case PE__REPLY__BODY_PARAMS: return "params";
+    case PE__REPLY__BODY_CHECKPOINT: return "checkpoint";
+    case PE__REPLY__BODY_STATUS: return "status";
+    case PE__REPLY__BODY_SHM: return "shm";
+    default: return "unknown";
+  }
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Send the packed request (copied by nanomsg; the REQ socket drops any
+ * earlier request still in flight, so a later reply to it is ignored). */
+static int send_packed(pe_client *c, const char *what, const Pe__Request *req, const void *buf,
+                       size_t size) {
+  if (nn_send(c->sock, buf, size, 0) >= 0) return 0;
+  int e = nn_errno();
+  if (e == ETIMEDOUT || e == EAGAIN)
+    return pec_fail(c, PE_C_ETIMEDOUT, "%s (request %llu): send to %s timed out after %d ms", what,
+                    (unsigned long long)req->request_id, c->address, c->send_timeout_ms);
+  return pec_fail(c, PE_C_ECONNECT, "%s (request %llu): send to %s: %s", what,
+                  (unsigned long long)req->request_id, c->address, nn_strerror(e));
+}
+
+/* Wait up to wait_ms for a reply. Returns 0 with c->reply set, 1 when the
+ * wait ran out, or a failure. The REQ socket already matches replies to
+ * its last request at the nanomsg level, so a reply whose (client id,
+ * request id) differ means a confused peer: reported, never taken as ours. */
+static int recv_reply(pe_client *c, const char *what, const Pe__Request *req, int wait_ms) {
+  int rc = set_int_opt(c, NN_SOL_SOCKET, NN_RCVTIMEO, wait_ms, "NN_RCVTIMEO");
+  if (rc) return rc;
+  void *msg = NULL;
+  int n;
+  while ((n = nn_recv(c->sock, &msg, NN_MSG, 0)) < 0 && nn_errno() == EINTR) {
+  }
+  if (n < 0) {
+    int e = nn_errno();
+    if (e == ETIMEDOUT || e == EAGAIN) return 1;
+    return pec_fail(c, PE_C_ECONNECT, "%s (request %llu): receive from %s: %s", what,
+                    (unsigned long long)req->request_id, c->address, nn_strerror(e));
+  }
+  Pe__Reply *r = pe__reply__unpack(NULL, (size_t)n, msg);
+  nn_freemsg(msg);
+  if (!r)
+    return pec_fail(c, PE_C_EPROTO, "%s (request %llu): the %d-byte reply does not decode", what,
+                    (unsigned long long)req->request_id, n);
+  if (r->client_id != req->client_id || r->request_id != req->request_id) {
+    rc = pec_fail(c, PE_C_EPROTO,
+                  "%s (request %llu): reply ids (client %016llx, request %llu) do not match the "
+                  "request's (client %016llx)",
+                  what, (unsigned long long)req->request_id, (unsigned long long)r->client_id,
+                  (unsigned long long)r->request_id, (unsigned long long)req->client_id);
+    pe__reply__free_unpacked(r, NULL);
+    return rc;
+  }
+  c->reply = r;
+  return 0;
+}
+
+/* Pack once; send; every resend_ivl_ms without a reply send the same bytes
+ * again (same ids: the daemon answers a resend from its reply cache or
+ * waits for the original, never applies it twice), until timeout_ms. */
+static int exchange(pe_client *c, const char *what, Pe__Request *req) {
+  size_t size = pe__request__get_packed_size(req);
+  if (size > c->max_message)
+    return pec_fail(c, PE_C_ETOOBIG,
+                    "%s: request is %zu bytes, over the maximum message size of %zu bytes "
+                    "(NN_RCVMAXSIZE; raise max_message on both the daemon and the client, or "
+                    "send large feeds through shared memory)",
+                    what, size, c->max_message);
+  uint8_t *buf = malloc(size ? size : 1);
+  if (!buf) return pec_fail(c, PE_C_ENOMEM, "%s: cannot allocate a %zu-byte message", what, size);
+  pe__request__pack(req, buf);
+  double deadline = now_ms() + c->timeout_ms;
+  int sends = 0, rc;
+  for (;;) {
+    if ((rc = send_packed(c, what, req, buf, size))) break;
+    sends++;
+    if (sends > 1) c->resent = true;
+    double left = deadline - now_ms();
+    int wait = left < 1 ? 1 : (int)left;
+    if (c->resend_ivl_ms > 0 && c->resend_ivl_ms < wait) wait = c->resend_ivl_ms;
+    rc = recv_reply(c, what, req, wait);
+    if (rc != 1) break;
+    if (now_ms() >= deadline) {
+      rc = pec_fail(c, PE_C_ETIMEDOUT,
+                    "%s (request %llu): no reply from %s within %d ms, sent %d time(s) (daemon "
+                    "down or busy, or the reply exceeded the %zu-byte maximum message size)",
+                    what, (unsigned long long)req->request_id, c->address, c->timeout_ms, sends,
+                    c->max_message);
+      break;
+    }
+  }
+  free(buf);
+  return rc;
+}
+
+int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCase want) {
+  drop_results(c);
+  c->err[0] = 0;
+  if (c->sock < 0) return pec_fail(c, PE_C_ECONNECT, "%s: not connected", what);
+  req->client_id = c->client_id;
+  req->request_id = ++c->last_request_id;
+  int rc = exchange(c, what, req);
+  if (rc) return rc;
+  Pe__Reply *r = c->reply;
+  if (r->code != 0) {
+    /* The daemon's code and message as they came (message names op, var,
+     * shape), prefixed with the request unless the daemon already did. */
+    const char *msg = r->message && *r->message ? r->message : pe_client_code_name(r->code);
+    size_t wl = strlen(what);
+    bool named = strncmp(msg, what, wl) == 0 && msg[wl] == ':';
+    pec_fail(c, r->code, "%s%s%s", named ? "" : what, named ? "" : ": ", msg);
+    return r->code;
+  }
+  if (want != PE__REPLY__BODY__NOT_SET && r->body_case != want)
+    return pec_fail(c, PE_C_EPROTO, "%s (request %llu): reply carries a %s body, expected %s", what,
+                    (unsigned long long)req->request_id, body_name(r->body_case), body_name(want));
+  return 0;
+}

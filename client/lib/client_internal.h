@@ -1,0 +1,50 @@
+/* Shared by client*.c: the handle and the one request/reply exchange. */
+#ifndef PE_CLIENT_INTERNAL_H
+#define PE_CLIENT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pe_client.h"
+#include "service.pb-c.h"
+
+#define PEC_ADDR_LEN 512
+#define PEC_ERR_LEN 2048
+
+struct pe_client {
+  int sock; /* nanomsg REQ socket, -1 before connect */
+  char address[PEC_ADDR_LEN];
+  uint64_t client_id;
+  uint64_t last_request_id;                       /* ids start at 1 and only grow */
+  int timeout_ms, send_timeout_ms, resend_ivl_ms; /* resend_ivl_ms 0: never */
+  bool resent; /* a request went out twice: never nn_close (client.c) */
+  size_t max_message;
+  /* The last reply and the result arrays built from it; both are freed at
+   * the start of the next request (results point into the reply). */
+  Pe__Reply *reply;
+  void *results;
+  char *trace; /* NUL-terminated copy of the last trace */
+  char err[PEC_ERR_LEN];
+};
+
+/* Record a failure in c->err ("what: message") and return code. */
+int pec_fail(pe_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Send req (ids are filled here) and wait for its reply. On success the
+ * reply is c->reply, its code is 0 and its body is `want` (NOT_SET: any).
+ * `what` names the request in every error message. */
+int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCase want);
+
+/* Result storage owned by the handle until the next request. */
+void *pec_results_alloc(pe_client *c, size_t bytes);
+
+/* pe_client_tensor <-> Pe__Tensor. to_pb: t_pb and shape storage provided by
+ * the caller (shape of PE_CLIENT_MAX_DIMS), data is not copied. from_pb
+ * checks dims and byte counts. Both return 0 or a failure via pec_fail. */
+int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, Pe__Tensor *pb,
+                     int64_t *shape, Pe__ShmRef *shm);
+int pec_tensors_from_pb(pe_client *c, const char *what, Pe__Tensor *const *pbs, size_t n,
+                        const pe_client_tensor **out);
+
+#endif

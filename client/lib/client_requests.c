@@ -1,0 +1,308 @@
+/* The typed requests: each builds its Request on the stack (pointing into
+ * the caller's data, nothing copied), goes through pec_call, and converts
+ * the reply's body into the plain structs of pe_client.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+int pe_client_ping(pe_client *c) {
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_PING;
+  req.ping = 1;
+  return pec_call(c, "ping", &req, PE__REPLY__BODY__NOT_SET);
+}
+
+int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client_program *out) {
+  static const char what[] = "register";
+  memset(out, 0, sizeof *out);
+  if (!a || !a->program || !a->program_len)
+    return pec_fail(c, PE_C_EARG, "%s: no program bytes", what);
+  if (!a->model || !*a->model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
+  Pe__RegisterOptions o = PE__REGISTER_OPTIONS__INIT;
+  o.places = (char *)(a->places ? a->places : "");
+  o.strategy = (Pe__Strategy)a->strategy;
+  o.loss = (char *)(a->loss ? a->loss : "");
+  o.seed = a->seed;
+  o.fuse_allreduce = a->fuse_allreduce;
+  o.fuse_bucket_bytes = a->fuse_bucket_bytes;
+  o.for_test = a->for_test;
+  o.persistent = a->persistent;
+  o.sync = (char *)(a->sync ? a->sync : "");
+  o.n_keep = a->n_keep;
+  o.keep = (char **)a->keep;
+  Pe__RegisterRequest r = PE__REGISTER_REQUEST__INIT;
+  r.program.data = (uint8_t *)a->program;
+  r.program.len = a->program_len;
+  r.model = (char *)a->model;
+  r.options = &o;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_REGISTER;
+  req.register_ = &r;
+  int rc = pec_call(c, what, &req, PE__REPLY__BODY_REGISTER);
+  if (rc) return rc;
+  const Pe__RegisterReply *rr = c->reply->register_;
+  pe_client_param *ps = pec_results_alloc(c, rr->n_params * sizeof *ps);
+  if (!ps) return pec_fail(c, PE_C_ENOMEM, "%s: %zu params", what, rr->n_params);
+  for (size_t i = 0; i < rr->n_params; i++) {
+    const Pe__ParamInfo *pi = rr->params[i];
+    if (pi->n_shape > PE_CLIENT_MAX_DIMS)
+      return pec_fail(c, PE_C_EPROTO, "%s: param '%s' has %zu dims (max %d)", what, pi->name,
+                      pi->n_shape, PE_CLIENT_MAX_DIMS);
+    ps[i].name = pi->name;
+    ps[i].dtype = (pe_b_dtype)pi->dtype;
+    ps[i].ndim = (int)pi->n_shape;
+    for (size_t d = 0; d < pi->n_shape; d++) ps[i].shape[d] = pi->shape[d];
+  }
+  out->handle = rr->handle;
+  out->existed = rr->existed;
+  out->n_params = rr->n_params;
+  out->params = ps;
+  return 0;
+}
+
+int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized) {
+  Pe__InitRequest r = PE__INIT_REQUEST__INIT;
+  r.handle = handle;
+  r.force = force;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_INIT;
+  req.init = &r;
+  int rc = pec_call(c, "init", &req, PE__REPLY__BODY__NOT_SET);
+  if (!rc && initialized)
+    *initialized = c->reply->body_case == PE__REPLY__BODY_INIT && c->reply->init->initialized;
+  return rc;
+}
+
+/* Feeds as proto tensors in one allocation: n Pe__Tensor, their shapes and
+ * shm refs, and the pointer array. Freed by the caller. */
+typedef struct pb_feeds {
+  Pe__Tensor **ptrs;
+  void *block;
+} pb_feeds;
+
+static int feeds_to_pb(pe_client *c, const char *what, const pe_client_tensor *ts, size_t n,
+                       pb_feeds *out) {
+  size_t one = sizeof(Pe__Tensor *) + sizeof(Pe__Tensor) + sizeof(Pe__ShmRef) +
+               PE_CLIENT_MAX_DIMS * sizeof(int64_t);
+  out->block = calloc(n ? n : 1, one);
+  if (!out->block) return pec_fail(c, PE_C_ENOMEM, "%s: %zu tensors", what, n);
+  char *p = out->block;
+  out->ptrs = (Pe__Tensor **)p;
+  Pe__Tensor *pbs = (Pe__Tensor *)(p + n * sizeof(Pe__Tensor *));
+  Pe__ShmRef *shms = (Pe__ShmRef *)(pbs + n);
+  int64_t *shapes = (int64_t *)(shms + n);
+  for (size_t i = 0; i < n; i++) {
+    int rc = pec_tensor_to_pb(c, what, &ts[i], &pbs[i], shapes + i * PE_CLIENT_MAX_DIMS, &shms[i]);
+    if (rc) return rc;
+    out->ptrs[i] = &pbs[i];
+  }
+  return 0;
+}
+
+int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, size_t n_feeds,
+                  const char *const *fetch, size_t n_fetch, const pe_client_run_opts *opts,
+                  pe_client_run_result *out) {
+  static const char what[] = "run";
+  pe_client_run_result dummy;
+  if (!out) out = &dummy;
+  memset(out, 0, sizeof *out);
+  pb_feeds pf = {0};
+  int rc = feeds_to_pb(c, what, feeds, n_feeds, &pf);
+  if (rc) {
+    free(pf.block);
+    return rc;
+  }
+  Pe__RunOptions ro = PE__RUN_OPTIONS__INIT;
+  if (opts) {
+    ro.trace = opts->trace;
+    ro.timeout_ms = opts->timeout_ms;
+    ro.priority = opts->priority;
+  }
+  Pe__RunRequest r = PE__RUN_REQUEST__INIT;
+  r.handle = handle;
+  r.n_feeds = n_feeds;
+  r.feeds = pf.ptrs;
+  r.n_fetch = n_fetch;
+  r.fetch = (char **)fetch;
+  r.steps = opts ? opts->steps : 0;
+  r.options = &ro;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_RUN;
+  req.run = &r;
+  rc = pec_call(c, what, &req, PE__REPLY__BODY_RUN);
+  free(pf.block);
+  if (rc) return rc;
+  const Pe__RunReply *rr = c->reply->run;
+  rc = pec_tensors_from_pb(c, what, rr->fetched, rr->n_fetched, &out->fetched);
+  if (rc) return rc;
+  out->n_fetched = rr->n_fetched;
+  out->run_ms = rr->run_ms;
+  out->queue_ms = rr->queue_ms;
+  out->steps = rr->steps;
+  if (rr->trace_json.len) {
+    c->trace = malloc(rr->trace_json.len + 1);
+    if (!c->trace) return pec_fail(c, PE_C_ENOMEM, "%s: %zu-byte trace", what, rr->trace_json.len);
+    memcpy(c->trace, rr->trace_json.data, rr->trace_json.len);
+    c->trace[rr->trace_json.len] = 0;
+    out->trace_json = c->trace;
+    out->trace_len = rr->trace_json.len;
+  }
+  return 0;
+}
+
+int pe_client_get_params(pe_client *c, const char *model, const char *const *names, size_t n_names,
+                         const pe_client_tensor **values, size_t *n_values) {
+  static const char what[] = "get_params";
+  *values = NULL;
+  *n_values = 0;
+  if (!model || !*model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
+  Pe__ParamsRequest r = PE__PARAMS_REQUEST__INIT;
+  r.model = (char *)model;
+  r.n_names = names ? n_names : 0;
+  r.names = (char **)names;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_GET_PARAMS;
+  req.get_params = &r;
+  int rc = pec_call(c, what, &req, PE__REPLY__BODY_PARAMS);
+  if (rc) return rc;
+  const Pe__ParamsReply *pr = c->reply->params;
+  rc = pec_tensors_from_pb(c, what, pr->values, pr->n_values, values);
+  if (!rc) *n_values = pr->n_values;
+  return rc;
+}
+
+int pe_client_set_params(pe_client *c, const char *model, const pe_client_tensor *values,
+                         size_t n_values) {
+  static const char what[] = "set_params";
+  if (!model || !*model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
+  pb_feeds pf = {0};
+  int rc = feeds_to_pb(c, what, values, n_values, &pf);
+  if (rc) {
+    free(pf.block);
+    return rc;
+  }
+  Pe__ParamsRequest r = PE__PARAMS_REQUEST__INIT;
+  r.model = (char *)model;
+  r.n_values = n_values;
+  r.values = pf.ptrs;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_SET_PARAMS;
+  req.set_params = &r;
+  rc = pec_call(c, what, &req, PE__REPLY__BODY__NOT_SET);
+  free(pf.block);
+  return rc;
+}
+
+static int checkpoint(pe_client *c, bool save, const char *model, const char *name,
+                      const char **path, uint64_t *bytes) {
+  const char *what = save ? "save" : "load";
+  if (path) *path = NULL;
+  if (bytes) *bytes = 0;
+  if (!model || !*model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
+  if (!name || !*name) return pec_fail(c, PE_C_EARG, "%s: no checkpoint name", what);
+  Pe__CheckpointRequest r = PE__CHECKPOINT_REQUEST__INIT;
+  r.model = (char *)model;
+  r.name = (char *)name;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = save ? PE__REQUEST__BODY_SAVE : PE__REQUEST__BODY_LOAD;
+  if (save)
+    req.save = &r;
+  else
+    req.load = &r;
+  int rc = pec_call(c, what, &req, PE__REPLY__BODY__NOT_SET);
+  if (rc) return rc;
+  if (c->reply->body_case == PE__REPLY__BODY_CHECKPOINT) {
+    if (path) *path = c->reply->checkpoint->path;
+    if (bytes) *bytes = c->reply->checkpoint->bytes;
+  }
+  return 0;
+}
+
+int pe_client_save(pe_client *c, const char *model, const char *name, const char **path,
+                   uint64_t *bytes) {
+  return checkpoint(c, true, model, name, path, bytes);
+}
+
+int pe_client_load(pe_client *c, const char *model, const char *name, const char **path,
+                   uint64_t *bytes) {
+  return checkpoint(c, false, model, name, path, bytes);
+}
+
+int pe_client_deregister(pe_client *c, uint64_t handle) {
+  Pe__DeregisterRequest r = PE__DEREGISTER_REQUEST__INIT;
+  r.handle = handle;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_DEREGISTER;
+  req.deregister = &r;
+  return pec_call(c, "deregister", &req, PE__REPLY__BODY__NOT_SET);
+}
+
+int pe_client_get_status(pe_client *c, pe_client_status *out) {
+  static const char what[] = "status";
+  memset(out, 0, sizeof *out);
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_STATUS;
+  req.status = 1;
+  int rc = pec_call(c, what, &req, PE__REPLY__BODY_STATUS);
+  if (rc) return rc;
+  const Pe__StatusReply *s = c->reply->status;
+  /* One block: places, then models. */
+  char *block = pec_results_alloc(c, s->n_places * sizeof(pe_client_place_status) +
+                                         s->n_models * sizeof(pe_client_model_status));
+  if (!block) return pec_fail(c, PE_C_ENOMEM, "%s: reply arrays", what);
+  pe_client_place_status *ps = (pe_client_place_status *)block;
+  pe_client_model_status *ms = (pe_client_model_status *)(ps + s->n_places);
+  for (size_t i = 0; i < s->n_places; i++)
+    ps[i] = (pe_client_place_status){s->places[i]->place, s->places[i]->bytes_in_use,
+                                     s->places[i]->bytes_cached};
+  for (size_t i = 0; i < s->n_models; i++)
+    ms[i] = (pe_client_model_status){s->models[i]->name, s->models[i]->programs,
+                                     s->models[i]->param_bytes, s->models[i]->persistent};
+  *out = (pe_client_status){
+      .version = s->version,
+      .uptime_s = s->uptime_s,
+      .n_places = s->n_places,
+      .n_models = s->n_models,
+      .places = ps,
+      .models = ms,
+      .programs = s->programs,
+      .queue_depth = s->queue_depth,
+      .clients = s->clients,
+      .worker_threads = s->worker_threads,
+      .requests_total = s->requests_total,
+      .requests_failed = s->requests_failed,
+      .runs_total = s->runs_total,
+  };
+  return 0;
+}
+
+static int shm_request(pe_client *c, bool reg, const char *name, uint64_t size, uint64_t region,
+                       uint64_t *out_region) {
+  const char *what = reg ? "register_shm" : "unregister_shm";
+  Pe__ShmRequest r = PE__SHM_REQUEST__INIT;
+  r.name = (char *)(name ? name : "");
+  r.size = size;
+  r.region = region;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = reg ? PE__REQUEST__BODY_REGISTER_SHM : PE__REQUEST__BODY_UNREGISTER_SHM;
+  if (reg)
+    req.register_shm = &r;
+  else
+    req.unregister_shm = &r;
+  int rc = pec_call(c, what, &req, reg ? PE__REPLY__BODY_SHM : PE__REPLY__BODY__NOT_SET);
+  if (!rc && out_region) *out_region = c->reply->shm->region;
+  return rc;
+}
+
+int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64_t *region) {
+  if (!name || name[0] != '/')
+    return pec_fail(c, PE_C_EARG, "register_shm: name '%s' must start with '/'",
+                    name ? name : "(null)");
+  return shm_request(c, true, name, size, 0, region);
+}
+
+int pe_client_unregister_shm(pe_client *c, uint64_t region) {
+  return shm_request(c, false, NULL, 0, region, NULL);
+}

@@ -1,0 +1,186 @@
+/* Tensors on the client side: plain arrays <-> proto Tensor, and shared-
+ * memory regions that feeds can point into. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+size_t pe_client_dtype_size(pe_b_dtype dt) {
+  switch (dt) {
+    case PE_B_F32: return 4;
+    case PE_B_F64: return 8;
+    case PE_B_I32: return 4;
+    case PE_B_I64: return 8;
+    case PE_B_U8: return 1;
+  }
+  return 0;
+}
+
+const char *pe_client_dtype_name(pe_b_dtype dt) {
+  switch (dt) {
+    case PE_B_F32: return "f32";
+    case PE_B_F64: return "f64";
+    case PE_B_I32: return "i32";
+    case PE_B_I64: return "i64";
+    case PE_B_U8: return "u8";
+  }
+  return "unknown-dtype";
+}
+
+int64_t pe_client_tensor_numel(const pe_client_tensor *t) {
+  if (t->ndim < 0 || t->ndim > PE_CLIENT_MAX_DIMS) return -1;
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
+void pe_client_tensor_set(pe_client_tensor *t, const char *name, pe_b_dtype dt, int ndim,
+                          const int64_t *shape, const void *data) {
+  memset(t, 0, sizeof *t);
+  t->name = name;
+  t->dtype = dt;
+  t->ndim = ndim; /* out of range: kept, and refused when sent (naming the tensor) */
+  t->data = data;
+  if (ndim < 0 || ndim > PE_CLIENT_MAX_DIMS) return;
+  for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+  int64_t n = pe_client_tensor_numel(t);
+  t->nbytes = n < 0 ? 0 : (size_t)n * pe_client_dtype_size(dt);
+}
+
+const pe_client_tensor *pe_client_find(const pe_client_tensor *ts, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (ts[i].name && strcmp(ts[i].name, name) == 0) return &ts[i];
+  return NULL;
+}
+
+/* "[128,784]" */
+static const char *shape_str(const int64_t *d, int n, char *buf, size_t len) {
+  size_t k = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < n && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s%" PRId64, i ? "," : "", d[i]);
+  if (k < len) snprintf(buf + k, len - k, "]");
+  return buf;
+}
+
+int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, Pe__Tensor *pb,
+                     int64_t *shape, Pe__ShmRef *shm) {
+  char s[160];
+  const char *name = t->name ? t->name : "";
+  if (!*name) return pec_fail(c, PE_C_EARG, "%s: a tensor without a name", what);
+  size_t es = pe_client_dtype_size(t->dtype);
+  if (!es) return pec_fail(c, PE_C_EARG, "%s: tensor '%s': unknown dtype %d", what, name, t->dtype);
+  if (t->ndim < 0 || t->ndim > PE_CLIENT_MAX_DIMS)
+    return pec_fail(c, PE_C_EARG, "%s: tensor '%s': %d dims (0..%d)", what, name, t->ndim,
+                    PE_CLIENT_MAX_DIMS);
+  for (int i = 0; i < t->ndim; i++)
+    if (t->shape[i] < 0)
+      return pec_fail(c, PE_C_EARG, "%s: tensor '%s' %s %s: negative dim %d", what, name,
+                      pe_client_dtype_name(t->dtype), shape_str(t->shape, t->ndim, s, sizeof s), i);
+  size_t want = (size_t)pe_client_tensor_numel(t) * es;
+  if (t->nbytes != want)
+    return pec_fail(c, PE_C_EARG, "%s: tensor '%s' %s %s needs %zu bytes, got %zu", what, name,
+                    pe_client_dtype_name(t->dtype), shape_str(t->shape, t->ndim, s, sizeof s), want,
+                    t->nbytes);
+  pe__tensor__init(pb);
+  pb->name = (char *)name;
+  pb->dtype = (Pe__DataType)t->dtype;
+  for (int i = 0; i < t->ndim; i++) shape[i] = t->shape[i];
+  pb->n_shape = (size_t)t->ndim;
+  pb->shape = shape;
+  if (t->shm_region) {
+    pe__shm_ref__init(shm);
+    shm->region = t->shm_region;
+    shm->offset = t->shm_offset;
+    shm->length = want;
+    pb->shm = shm;
+  } else {
+    if (want && !t->data)
+      return pec_fail(c, PE_C_EARG, "%s: tensor '%s' %s: no data", what, name,
+                      shape_str(t->shape, t->ndim, s, sizeof s));
+    pb->data.len = want;
+    pb->data.data = (uint8_t *)t->data; /* packed straight from the caller's buffer */
+  }
+  return 0;
+}
+
+int pec_tensors_from_pb(pe_client *c, const char *what, Pe__Tensor *const *pbs, size_t n,
+                        const pe_client_tensor **out) {
+  pe_client_tensor *ts = pec_results_alloc(c, n * sizeof *ts);
+  if (!ts) return pec_fail(c, PE_C_ENOMEM, "%s: %zu result tensors", what, n);
+  char s[160];
+  for (size_t i = 0; i < n; i++) {
+    const Pe__Tensor *pb = pbs[i];
+    pe_client_tensor *t = &ts[i];
+    t->name = pb->name;
+    t->dtype = (pe_b_dtype)pb->dtype;
+    size_t es = pe_client_dtype_size(t->dtype);
+    if (!es)
+      return pec_fail(c, PE_C_EPROTO, "%s: reply tensor '%s' has unknown dtype %d", what, pb->name,
+                      (int)pb->dtype);
+    if (pb->n_shape > PE_CLIENT_MAX_DIMS)
+      return pec_fail(c, PE_C_EPROTO, "%s: reply tensor '%s' has %zu dims (max %d)", what, pb->name,
+                      pb->n_shape, PE_CLIENT_MAX_DIMS);
+    t->ndim = (int)pb->n_shape;
+    for (size_t d = 0; d < pb->n_shape; d++) t->shape[d] = pb->shape[d];
+    size_t want = (size_t)pe_client_tensor_numel(t) * es;
+    if (pb->data.len != want)
+      return pec_fail(c, PE_C_EPROTO, "%s: reply tensor '%s' %s %s carries %zu bytes, expected %zu",
+                      what, pb->name, pe_client_dtype_name(t->dtype),
+                      shape_str(t->shape, t->ndim, s, sizeof s), pb->data.len, want);
+    t->data = pb->data.data; /* owned by c->reply */
+    t->nbytes = want;
+  }
+  *out = ts;
+  return 0;
+}
+
+/* --- shared memory ---------------------------------------------------------------- */
+
+int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out) {
+  static const char what[] = "register_shm";
+  memset(out, 0, sizeof *out);
+  if (!size) return pec_fail(c, PE_C_EARG, "%s: size 0", what);
+  /* Unique per handle and call: client id and a counter. */
+  static _Thread_local unsigned counter;
+  snprintf(out->name, sizeof out->name, "/pe-%016" PRIx64 "-%u", pe_client_id(c), ++counter);
+  int fd = shm_open(out->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return pec_fail(c, PE_C_EIO, "%s: shm_open %s: %s", what, out->name, strerror(errno));
+  if (ftruncate(fd, (off_t)size) != 0) {
+    int e = errno;
+    close(fd);
+    shm_unlink(out->name);
+    return pec_fail(c, PE_C_EIO, "%s: ftruncate %s to %zu bytes: %s", what, out->name, size,
+                    strerror(e));
+  }
+  void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  close(fd); /* the mapping keeps the region */
+  if (base == MAP_FAILED) {
+    shm_unlink(out->name);
+    return pec_fail(c, PE_C_EIO, "%s: mmap %s (%zu bytes): %s", what, out->name, size, strerror(e));
+  }
+  out->base = base;
+  out->size = size;
+  int rc = pe_client_register_shm(c, out->name, size, &out->region);
+  if (rc) {
+    munmap(base, size);
+    shm_unlink(out->name);
+    out->base = NULL;
+    return rc;
+  }
+  return 0;
+}
+
+void pe_client_shm_close(pe_client *c, pe_client_shm *shm) {
+  if (!shm || !shm->base) return;
+  if (c && shm->region) pe_client_unregister_shm(c, shm->region);
+  munmap(shm->base, shm->size);
+  shm_unlink(shm->name);
+  memset(shm, 0, sizeof *shm);
+}

@@ -1,0 +1,548 @@
+/* Model files -> ProgramDesc (pe_model_file.h; format: conf/models/README.md).
+ *
+ * A line is a keyword, positional arguments and key=value options; bare
+ * words listed as a row's flags are flags. Every keyword is a row of the
+ * table below (arity, options, handler). Layers chain: each consumes the
+ * current variable and makes its output current. Loss and accuracy read the
+ * current variable as logits. The optimizer and the backward mark are
+ * recorded at the end, so the file's order of `loss`, `accuracy` and
+ * `optimizer` lines matters only for op order (pe_models.h emits loss, then
+ * accuracy). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pe_builder.h"
+#include "pe_model_file.h"
+
+#define MAX_TOKENS 24
+#define MAX_LINE 1024
+
+typedef struct mf_opt {
+  const char *key, *val; /* val NULL: a flag */
+  bool used;
+} mf_opt;
+
+typedef struct mf {
+  pe_builder *b;
+  const char *source;
+  int line;
+  char *err;
+  size_t errlen;
+  bool failed;
+  char name[PE_MODEL_NAME_LEN];
+  int batch;
+  const char *x; /* current variable */
+  const char *image, *label, *loss, *acc;
+  int image_ndim;
+  int64_t image_dims[4];
+  const char *kw; /* keyword of the line being parsed */
+  const char *pos[MAX_TOKENS];
+  int n_pos;
+  mf_opt opts[MAX_TOKENS];
+  int n_opts;
+  /* optimizer, applied at the end */
+  char opt_type[16];
+  float lr, mu, beta1, beta2, eps;
+  bool nesterov;
+} mf;
+
+static int mf_fail(mf *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int mf_fail(mf *m, const char *fmt, ...) {
+  if (m->failed) return -1;
+  m->failed = true;
+  int k = m->line ? snprintf(m->err, m->errlen, "%s:%d: ", m->source, m->line)
+                  : snprintf(m->err, m->errlen, "%s: ", m->source);
+  if (k < 0 || (size_t)k >= m->errlen) return -1;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->err + k, m->errlen - (size_t)k, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* --- argument readers ------------------------------------------------------------ */
+
+static const char *opt_str(mf *m, const char *key) {
+  for (int i = 0; i < m->n_opts; i++)
+    if (m->opts[i].val && strcmp(m->opts[i].key, key) == 0) {
+      m->opts[i].used = true;
+      return m->opts[i].val;
+    }
+  return NULL;
+}
+
+static bool opt_flag(mf *m, const char *key) {
+  for (int i = 0; i < m->n_opts; i++)
+    if (!m->opts[i].val && strcmp(m->opts[i].key, key) == 0) return m->opts[i].used = true;
+  return false;
+}
+
+static int parse_long(mf *m, const char *what, const char *s, long min, long max, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < min || v > max)
+    return mf_fail(m, "%s: %s '%s' is not an integer in [%ld, %ld]", m->kw, what, s, min, max);
+  *out = v;
+  return 0;
+}
+
+static int parse_float(mf *m, const char *what, const char *s, float min, float max, float *out) {
+  char *end;
+  errno = 0;
+  float v = strtof(s, &end);
+  if (errno || end == s || *end || !(v >= min && v <= max))
+    return mf_fail(m, "%s: %s '%s' is not a number in [%g, %g]", m->kw, what, s, min, max);
+  *out = v;
+  return 0;
+}
+
+/* Integer option (absent: *out unchanged). */
+static int opt_long(mf *m, const char *key, long min, long max, long *out) {
+  const char *v = opt_str(m, key);
+  return v ? parse_long(m, key, v, min, max, out) : 0;
+}
+
+static int opt_float(mf *m, const char *key, float min, float max, float *out) {
+  const char *v = opt_str(m, key);
+  return v ? parse_float(m, key, v, min, max, out) : 0;
+}
+
+/* "3" or "3x5" into a pair. */
+static int parse_pair(mf *m, const char *what, const char *s, long min, int out[2]) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", s);
+  char *x = strchr(buf, 'x');
+  long a = 0, b = 0;
+  if (x) *x = 0;
+  if (parse_long(m, what, buf, min, 1 << 16, &a)) return -1;
+  b = a;
+  if (x && parse_long(m, what, x + 1, min, 1 << 16, &b)) return -1;
+  out[0] = (int)a;
+  out[1] = (int)b;
+  return 0;
+}
+
+static int opt_pair(mf *m, const char *key, long min, int out[2]) {
+  const char *v = opt_str(m, key);
+  return v ? parse_pair(m, key, v, min, out) : 0;
+}
+
+static int opt_act(mf *m, pe_b_act *out) {
+  static const char *const names[] = {"none", "relu", "tanh", "sigmoid", "softmax"};
+  const char *v = opt_str(m, "act");
+  if (!v) return 0;
+  for (int i = 0; i < 5; i++)
+    if (strcmp(v, names[i]) == 0) {
+      *out = (pe_b_act)i;
+      return 0;
+    }
+  return mf_fail(m, "%s: unknown act '%s' (known: none, relu, tanh, sigmoid, softmax)", m->kw, v);
+}
+
+static int need_input(mf *m) {
+  if (!m->x) return mf_fail(m, "%s: no 'input' line before it", m->kw);
+  if (m->loss) return mf_fail(m, "%s: a layer after the 'loss' line", m->kw);
+  return 0;
+}
+
+/* After a builder call: its error, with the line. */
+static int built(mf *m, const char *out) {
+  if (out) {
+    m->x = out;
+    return 0;
+  }
+  return mf_fail(m, "%s: %s", m->kw, pe_builder_error(m->b) ? pe_builder_error(m->b) : "failed");
+}
+
+/* --- handlers ----------------------------------------------------------------------- */
+
+static int h_name(mf *m) {
+  if (strlen(m->pos[0]) >= PE_MODEL_NAME_LEN)
+    return mf_fail(m, "name: '%s' is longer than %d bytes", m->pos[0], PE_MODEL_NAME_LEN - 1);
+  snprintf(m->name, sizeof m->name, "%s", m->pos[0]);
+  return 0;
+}
+
+static int h_batch(mf *m) {
+  long v = 0;
+  if (parse_long(m, "size", m->pos[0], 1, 1 << 16, &v)) return -1;
+  m->batch = (int)v;
+  return 0;
+}
+
+static int h_input(mf *m) {
+  if (m->image) return mf_fail(m, "input: a second input ('%s' is declared)", m->image);
+  int nd = m->n_pos - 1;
+  if (nd > 3) return mf_fail(m, "input: %d dims (at most 3 besides the batch)", nd);
+  int64_t dims[4] = {-1};
+  for (int i = 0; i < nd; i++) {
+    long v = 0;
+    if (parse_long(m, "dim", m->pos[1 + i], 1, 1L << 30, &v)) return -1;
+    dims[1 + i] = v;
+  }
+  const char *img = pe_builder_data(m->b, m->pos[0], PE_B_F32, nd + 1, dims);
+  if (built(m, img)) return -1;
+  m->image = img;
+  m->image_ndim = nd + 1;
+  memcpy(m->image_dims, dims, sizeof dims);
+  return 0;
+}
+
+static int h_label(mf *m) {
+  if (m->label) return mf_fail(m, "label: a second label ('%s' is declared)", m->label);
+  const char *cur = m->x;
+  const char *l = pe_builder_data(m->b, m->pos[0], PE_B_I64, PE_B_SHAPE(-1, 1));
+  if (built(m, l)) return -1;
+  m->label = l;
+  m->x = cur; /* the label is not a layer input */
+  return 0;
+}
+
+static int h_fc(mf *m) {
+  long size = 0, ncd = 0;
+  pe_b_fc_opts o = {.name = opt_str(m, "name"), .no_bias = opt_flag(m, "no_bias")};
+  if (need_input(m) || parse_long(m, "size", m->pos[0], 1, 1L << 30, &size) ||
+      opt_long(m, "num_col_dims", 1, 7, &ncd) || opt_act(m, &o.act))
+    return -1;
+  o.num_col_dims = (int)ncd;
+  return built(m, pe_builder_fc(m->b, m->x, size, &o));
+}
+
+static int h_conv2d(mf *m) {
+  long out = 0, groups = 0;
+  int k[2];
+  pe_b_conv_opts o = {.name = opt_str(m, "name"), .no_bias = opt_flag(m, "no_bias")};
+  if (need_input(m) || parse_long(m, "out_channels", m->pos[0], 1, 1L << 20, &out) ||
+      parse_pair(m, "kernel", m->pos[1], 1, k) || opt_pair(m, "stride", 1, o.stride) ||
+      opt_pair(m, "pad", 0, o.pad) || opt_pair(m, "dilation", 1, o.dilation) ||
+      opt_long(m, "groups", 1, 1L << 20, &groups) || opt_act(m, &o.act))
+    return -1;
+  o.groups = (int)groups;
+  return built(m, pe_builder_conv2d(m->b, m->x, out, k[0], k[1], &o));
+}
+
+static int h_pool2d(mf *m) {
+  pe_b_pool_opts o = {.name = opt_str(m, "name"),
+                      .global = opt_flag(m, "global"),
+                      .inclusive = opt_flag(m, "inclusive")};
+  int k[2] = {1, 1};
+  if (need_input(m)) return -1;
+  if (strcmp(m->pos[0], "avg") == 0)
+    o.avg = true;
+  else if (strcmp(m->pos[0], "max") != 0)
+    return mf_fail(m, "pool2d: kind '%s' is not max or avg", m->pos[0]);
+  if (m->n_pos < 2 && !o.global) return mf_fail(m, "pool2d: no kernel size (or 'global')");
+  if (m->n_pos >= 2 && parse_pair(m, "kernel", m->pos[1], 1, k)) return -1;
+  if (opt_pair(m, "stride", 1, o.stride) || opt_pair(m, "pad", 0, o.pad)) return -1;
+  return built(m, pe_builder_pool2d(m->b, m->x, k[0], k[1], &o));
+}
+
+static int h_batch_norm(mf *m) {
+  pe_b_bn_opts o = {.name = opt_str(m, "name")};
+  if (need_input(m) || opt_float(m, "momentum", 0, 1, &o.momentum) ||
+      opt_float(m, "epsilon", 0, 1, &o.epsilon) || opt_act(m, &o.act))
+    return -1;
+  return built(m, pe_builder_batch_norm(m->b, m->x, &o));
+}
+
+static int h_dropout(mf *m) {
+  float p = 0;
+  long seed = 0;
+  if (need_input(m) || parse_float(m, "probability", m->pos[0], 0, 0.999999f, &p) ||
+      opt_long(m, "seed", 0, 1L << 62, &seed))
+    return -1;
+  return built(m, pe_builder_dropout(m->b, m->x, p, seed, opt_str(m, "name")));
+}
+
+static int h_act(mf *m) {
+  static const char *const names[] = {NULL, "relu", "tanh", "sigmoid", "softmax"};
+  if (need_input(m)) return -1;
+  for (int i = 1; i < 5; i++)
+    if (strcmp(m->kw, names[i]) == 0) return built(m, pe_builder_act(m->b, m->x, (pe_b_act)i));
+  return mf_fail(m, "internal: '%s' is not an activation", m->kw);
+}
+
+static int h_flatten(mf *m) {
+  long axis = 1;
+  if (need_input(m) || opt_long(m, "axis", 0, 7, &axis)) return -1;
+  return built(m, pe_builder_flatten(m->b, m->x, (int)axis));
+}
+
+static int h_loss(mf *m) {
+  if (need_input(m)) return -1;
+  if (!m->label) return mf_fail(m, "loss: no 'label' line before it");
+  const char *per_example;
+  if (strcmp(m->pos[0], "softmax_with_cross_entropy") == 0)
+    per_example = pe_builder_softmax_with_cross_entropy(m->b, m->x, m->label, NULL);
+  else if (strcmp(m->pos[0], "cross_entropy") == 0)
+    per_example = pe_builder_cross_entropy(m->b, m->x, m->label);
+  else
+    return mf_fail(m,
+                   "loss: unknown kind '%s' (known: softmax_with_cross_entropy, "
+                   "cross_entropy)",
+                   m->pos[0]);
+  const char *logits = m->x;
+  if (built(m, per_example) || built(m, pe_builder_mean(m->b, per_example))) return -1;
+  m->loss = m->x;
+  m->x = logits; /* accuracy reads the logits */
+  return 0;
+}
+
+static int h_accuracy(mf *m) {
+  long k = 1;
+  if (!m->x) return mf_fail(m, "accuracy: no 'input' line before it");
+  if (!m->label) return mf_fail(m, "accuracy: no 'label' line before it");
+  if (m->acc) return mf_fail(m, "accuracy: a second accuracy line");
+  if (opt_long(m, "top", 1, 1000, &k)) return -1;
+  const char *logits = m->x;
+  if (built(m, pe_builder_accuracy(m->b, logits, m->label, (int)k))) return -1;
+  m->acc = m->x;
+  m->x = logits;
+  return 0;
+}
+
+static int h_optimizer(mf *m) {
+  const char *t = m->pos[0];
+  if (m->opt_type[0]) return mf_fail(m, "optimizer: a second optimizer line");
+  if (strcmp(t, "sgd") && strcmp(t, "momentum") && strcmp(t, "adam"))
+    return mf_fail(m, "optimizer: unknown kind '%s' (known: sgd, momentum, adam)", t);
+  m->lr = -1;
+  m->mu = 0.9f;
+  m->beta1 = 0.9f;
+  m->beta2 = 0.999f;
+  m->eps = 1e-8f;
+  if (opt_float(m, "lr", 0, 1e6f, &m->lr)) return -1;
+  if (m->lr < 0) return mf_fail(m, "optimizer: no learning rate (lr=...)");
+  if (!strcmp(t, "momentum") && opt_float(m, "mu", 0, 1, &m->mu)) return -1;
+  if (!strcmp(t, "adam") &&
+      (opt_float(m, "beta1", 0, 1, &m->beta1) || opt_float(m, "beta2", 0, 1, &m->beta2) ||
+       opt_float(m, "epsilon", 0, 1, &m->eps)))
+    return -1;
+  m->nesterov = opt_flag(m, "nesterov");
+  if (m->nesterov && strcmp(t, "momentum"))
+    return mf_fail(m, "optimizer: nesterov applies to momentum only");
+  snprintf(m->opt_type, sizeof m->opt_type, "%s", t);
+  return 0;
+}
+
+/* --- the table ------------------------------------------------------------------------ */
+
+typedef struct mf_row {
+  const char *kw;
+  int min_pos, max_pos;
+  const char *opts; /* space separated; "key=" takes a value, "key" is a flag */
+  int (*fn)(mf *m);
+  const char *usage;
+} mf_row;
+
+static const mf_row rows[] = {
+    {"name", 1, 1, "", h_name, "name NAME"},
+    {"batch", 1, 1, "", h_batch, "batch N"},
+    {"input", 1, 4, "", h_input, "input NAME [DIM...]"},
+    {"label", 1, 1, "", h_label, "label NAME"},
+    {"fc", 1, 1, "act= name= no_bias num_col_dims=", h_fc, "fc SIZE [act=A]"},
+    {"conv2d", 2, 2, "stride= pad= dilation= groups= act= name= no_bias", h_conv2d,
+     "conv2d OUT K[xK] [stride=S] [pad=P] [act=A]"},
+    {"pool2d", 1, 2, "stride= pad= global inclusive name=", h_pool2d,
+     "pool2d max|avg K[xK] [stride=S] [pad=P]"},
+    {"batch_norm", 0, 0, "momentum= epsilon= act= name=", h_batch_norm, "batch_norm [act=A]"},
+    {"dropout", 1, 1, "seed= name=", h_dropout, "dropout P"},
+    {"relu", 0, 0, "", h_act, "relu"},
+    {"tanh", 0, 0, "", h_act, "tanh"},
+    {"sigmoid", 0, 0, "", h_act, "sigmoid"},
+    {"softmax", 0, 0, "", h_act, "softmax"},
+    {"flatten", 0, 0, "axis=", h_flatten, "flatten [axis=N]"},
+    {"loss", 1, 1, "", h_loss, "loss softmax_with_cross_entropy|cross_entropy"},
+    {"accuracy", 0, 0, "top=", h_accuracy, "accuracy [top=K]"},
+    {"optimizer", 1, 1, "lr= mu= nesterov beta1= beta2= epsilon=", h_optimizer,
+     "optimizer sgd|momentum|adam lr=X [mu=X] [nesterov] [beta1=X beta2=X epsilon=X]"},
+};
+#define N_ROWS (sizeof rows / sizeof rows[0])
+
+/* Is `key` (a flag when !has_val) among the row's options? */
+static bool row_allows(const mf_row *r, const char *key, bool has_val) {
+  size_t kl = strlen(key);
+  for (const char *p = r->opts; *p;) {
+    while (*p == ' ') p++;
+    const char *e = p;
+    while (*e && *e != ' ') e++;
+    size_t n = (size_t)(e - p);
+    bool val = n && p[n - 1] == '=';
+    if ((val ? n - 1 : n) == kl && strncmp(p, key, kl) == 0 && val == has_val) return true;
+    p = e;
+  }
+  return false;
+}
+
+static int unknown_keyword(mf *m, const char *kw) {
+  char known[512];
+  size_t k = 0;
+  for (size_t i = 0; i < N_ROWS && k < sizeof known; i++)
+    k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", rows[i].kw);
+  return mf_fail(m, "unknown layer '%s' (known: %s)", kw, known);
+}
+
+static int parse_line(mf *m, char *line) {
+  char *hash = strchr(line, '#');
+  if (hash) *hash = 0;
+  char *tok[MAX_TOKENS + 1];
+  int n = 0;
+  for (char *save = NULL, *t = strtok_r(line, " \t\r", &save); t;
+       t = strtok_r(NULL, " \t\r", &save)) {
+    if (n == MAX_TOKENS) return mf_fail(m, "more than %d words on a line", MAX_TOKENS);
+    tok[n++] = t;
+  }
+  if (n == 0) return 0;
+  const mf_row *r = NULL;
+  for (size_t i = 0; i < N_ROWS; i++)
+    if (strcmp(rows[i].kw, tok[0]) == 0) r = &rows[i];
+  if (!r) return unknown_keyword(m, tok[0]);
+  m->kw = r->kw;
+  m->n_pos = m->n_opts = 0;
+  for (int i = 1; i < n; i++) {
+    char *eq = strchr(tok[i], '=');
+    if (eq) {
+      *eq = 0;
+      if (!row_allows(r, tok[i], true))
+        return mf_fail(m, "%s: unknown option '%s' (usage: %s)", r->kw, tok[i], r->usage);
+      if (!eq[1]) return mf_fail(m, "%s: option '%s' has no value", r->kw, tok[i]);
+      m->opts[m->n_opts++] = (mf_opt){tok[i], eq + 1, false};
+    } else if (row_allows(r, tok[i], false)) {
+      m->opts[m->n_opts++] = (mf_opt){tok[i], NULL, false};
+    } else {
+      m->pos[m->n_pos++] = tok[i];
+    }
+  }
+  if (m->n_pos < r->min_pos || m->n_pos > r->max_pos) {
+    if (r->min_pos == r->max_pos)
+      return mf_fail(m, "%s: %d argument(s), expected %d (usage: %s)", r->kw, m->n_pos, r->min_pos,
+                     r->usage);
+    return mf_fail(m, "%s: %d argument(s), expected %d to %d (usage: %s)", r->kw, m->n_pos,
+                   r->min_pos, r->max_pos, r->usage);
+  }
+  for (int i = 0; i < m->n_opts; i++)
+    for (int j = 0; j < i; j++)
+      if (strcmp(m->opts[i].key, m->opts[j].key) == 0)
+        return mf_fail(m, "%s: option '%s' given twice", r->kw, m->opts[i].key);
+  if (r->fn(m)) return -1;
+  for (int i = 0; i < m->n_opts; i++)
+    if (!m->opts[i].used)
+      return mf_fail(m, "%s: option '%s' does not apply here (usage: %s)", r->kw, m->opts[i].key,
+                     r->usage);
+  return 0;
+}
+
+/* End of file: the loss, backward mark and optimizer; then serialise. */
+static int finish(mf *m, pe_model_spec *out) {
+  m->line = 0;
+  m->kw = "end of file";
+  if (!m->image) return mf_fail(m, "no 'input' line");
+  if (!m->label) return mf_fail(m, "no 'label' line");
+  if (!m->loss) return mf_fail(m, "no 'loss' line");
+  if (!m->acc) return mf_fail(m, "no 'accuracy' line");
+  int rc = pe_builder_append_backward(m->b, m->loss);
+  if (!rc && !strcmp(m->opt_type, "sgd")) rc = pe_builder_sgd(m->b, m->lr);
+  if (!rc && !strcmp(m->opt_type, "momentum"))
+    rc = pe_builder_momentum(m->b, m->lr, m->mu, m->nesterov);
+  if (!rc && !strcmp(m->opt_type, "adam"))
+    rc = pe_builder_adam(m->b, m->lr, m->beta1, m->beta2, m->eps);
+  if (!rc) rc = pe_builder_finish(m->b, &out->bytes, &out->len);
+  if (rc) return mf_fail(m, "%s", pe_builder_error(m->b));
+  snprintf(out->name, sizeof out->name, "%s", m->name);
+  snprintf(out->image, sizeof out->image, "%s", m->image);
+  snprintf(out->label, sizeof out->label, "%s", m->label);
+  snprintf(out->loss, sizeof out->loss, "%s", m->loss);
+  snprintf(out->accuracy, sizeof out->accuracy, "%s", m->acc);
+  /* the accuracy layer's outputs are "<layer>.out" / ".correct" (pe_builder.h) */
+  snprintf(out->correct, sizeof out->correct, "%.*s.correct",
+           (int)(strlen(m->acc) - strlen(".out")), m->acc);
+  out->image_ndim = m->image_ndim;
+  memcpy(out->image_dims, m->image_dims, sizeof out->image_dims);
+  out->default_batch = m->batch ? m->batch : 64;
+  return 0;
+}
+
+int pe_model_file_parse(const char *text, size_t len, const char *source, pe_model_spec *out,
+                        char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  mf m = {.source = source && *source ? source : "model", .err = err, .errlen = errlen};
+  snprintf(m.name, sizeof m.name, "%s", m.source);
+  m.b = pe_builder_new();
+  if (!m.b) return mf_fail(&m, "out of memory");
+  char line[MAX_LINE + 1];
+  size_t i = 0;
+  while (i < len && !m.failed) {
+    m.line++;
+    size_t j = i;
+    while (j < len && text[j] != '\n') j++;
+    if (j - i > MAX_LINE) {
+      mf_fail(&m, "line longer than %d bytes", MAX_LINE);
+      break;
+    }
+    memcpy(line, text + i, j - i);
+    line[j - i] = 0;
+    if (memchr(line, 0, j - i)) {
+      mf_fail(&m, "a NUL byte (not a text file?)");
+      break;
+    }
+    parse_line(&m, line);
+    i = j + 1;
+  }
+  if (!m.failed) finish(&m, out);
+  pe_builder_free(m.b);
+  if (m.failed) {
+    pe_model_spec_release(out);
+    return -1;
+  }
+  return 0;
+}
+
+int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return -1;
+  }
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 4096;
+      if (cap > (1u << 20)) {
+        snprintf(err, errlen, "%s: larger than 1 MiB: not a model file", path);
+        free(buf);
+        fclose(f);
+        return -1;
+      }
+      char *nb = realloc(buf, cap);
+      if (!nb) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        free(buf);
+        fclose(f);
+        return -1;
+      }
+      buf = nb;
+    }
+    size_t n = fread(buf + len, 1, cap - len, f);
+    len += n;
+    if (n == 0) break;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    snprintf(err, errlen, "%s: read error", path);
+    free(buf);
+    return -1;
+  }
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  int rc = pe_model_file_parse(buf, len, base, out, err, errlen);
+  free(buf);
+  return rc;
+}

@@ -1,0 +1,141 @@
+/* Model files: conf/models/mlp and cnn parse into exactly the programs of
+ * pe_models.h (byte for byte, same feed/fetch names), the result decodes and
+ * validates in the daemon's IR, and bad input gets a line-numbered error. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "compiler/program.h"
+#include "compiler/validate.h"
+#include "pe_model_file.h"
+#include "pe_models.h"
+#include "test_assert.h"
+
+static void conf_path(char *buf, size_t len, const char *name) {
+  const char *src = getenv("PE_SOURCE_DIR");
+  snprintf(buf, len, "%s/conf/models/%s", src && *src ? src : ".", name);
+}
+
+static void check_file_equals_builtin(const char *name) {
+  char path[1024], err[512];
+  conf_path(path, sizeof path, name);
+  pe_model_spec f, b;
+  ck_assert_msg(pe_model_file_load(path, &f, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(pe_model_spec_build(name, &b, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(f.name, b.name);
+  ck_assert_str_eq(f.image, b.image);
+  ck_assert_str_eq(f.label, b.label);
+  ck_assert_str_eq(f.loss, b.loss);
+  ck_assert_str_eq(f.accuracy, b.accuracy);
+  ck_assert_str_eq(f.correct, b.correct);
+  ck_assert_int_eq(f.default_batch, b.default_batch);
+  ck_assert_int_eq(f.image_ndim, b.image_ndim);
+  for (int i = 0; i < b.image_ndim; i++) ck_assert_int_eq(f.image_dims[i], b.image_dims[i]);
+  /* The builder is deterministic: the same calls give the same bytes. */
+  ck_assert_uint_eq(f.len, b.len);
+  ck_assert_msg(memcmp(f.bytes, b.bytes, b.len) == 0, "%s: program bytes differ", name);
+  pe_program *p = NULL;
+  PE_CK_OK(pe_program_decode(f.bytes, f.len, &p));
+  PE_CK_OK(pe_program_validate(p));
+  ck_assert_str_eq(p->opt.type, "momentum");
+  pe_program_free(p);
+  pe_model_spec_release(&f);
+  pe_model_spec_release(&b);
+}
+
+START_TEST(mlp_file_is_the_builtin_mlp) {
+  check_file_equals_builtin("mlp");
+}
+END_TEST
+
+START_TEST(cnn_file_is_the_builtin_cnn) {
+  check_file_equals_builtin("cnn");
+}
+END_TEST
+
+/* Parse text; expect failure with `want` in the message. */
+static void expect_parse_error(const char *text, const char *want) {
+  pe_model_spec m;
+  char err[512] = "";
+  int rc = pe_model_file_parse(text, strlen(text), "cnn", &m, err, sizeof err);
+  ck_assert_msg(rc == -1, "parsed, expected error '%s'", want);
+  ck_assert_msg(strstr(err, want), "'%s' not in: %s", want, err);
+}
+
+#define HEAD "input image 1 28 28\nlabel label\n"
+#define TAIL "loss softmax_with_cross_entropy\naccuracy\noptimizer sgd lr=0.1\n"
+
+START_TEST(errors_carry_the_line) {
+  expect_parse_error(HEAD "conv2d 32 5\n\n# comment\nconv3d 3 3\n" TAIL,
+                     "cnn:6: unknown layer 'conv3d' (known: ");
+  expect_parse_error(HEAD "fc abc\n" TAIL, "cnn:3: fc: size 'abc' is not an integer");
+  expect_parse_error(HEAD "fc 10 actt=relu\n" TAIL, "cnn:3: fc: unknown option 'actt'");
+  expect_parse_error(HEAD "fc 10 act=reul\n" TAIL, "cnn:3: fc: unknown act 'reul'");
+  expect_parse_error(HEAD "conv2d 32\n" TAIL, "cnn:3: conv2d: 1 argument(s), expected 2");
+  expect_parse_error(HEAD "pool2d min 2\n" TAIL, "cnn:3: pool2d: kind 'min' is not max or avg");
+  expect_parse_error("fc 10\n", "cnn:1: fc: no 'input' line before it");
+  expect_parse_error(HEAD "fc 10\noptimizer sgd lr=0.1 mu=0.5\n",
+                     "cnn:4: optimizer: option 'mu' does not apply");
+  expect_parse_error(HEAD "fc 10\naccuracy\noptimizer sgd lr=0.1\n", "cnn: no 'loss' line");
+  expect_parse_error(HEAD "fc 10\n" TAIL "fc 3\n", "cnn:7: fc: a layer after the 'loss' line");
+  expect_parse_error(HEAD "dropout 1.5\n" TAIL, "cnn:3: dropout: probability '1.5'");
+  /* A builder error (pooling larger than the input) keeps its line. */
+  expect_parse_error(HEAD "pool2d max 64\n" TAIL, "cnn:3: pool2d: ");
+}
+END_TEST
+
+START_TEST(a_small_model_of_other_layers) {
+  const char *text =
+      "name tiny\nbatch 8\ninput x 1 8 8\nlabel y\n"
+      "conv2d 4 3x3 stride=1 pad=1\nbatch_norm act=relu\npool2d avg 2 stride=2\n"
+      "flatten\nfc 16 act=tanh no_bias\nfc 3\n"
+      "loss softmax_with_cross_entropy\naccuracy top=2\n"
+      "optimizer adam lr=0.001\n";
+  pe_model_spec m;
+  char err[512];
+  ck_assert_msg(pe_model_file_parse(text, strlen(text), "tiny-src", &m, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_str_eq(m.name, "tiny");
+  ck_assert_int_eq(m.default_batch, 8);
+  ck_assert_str_eq(m.image, "x");
+  ck_assert_str_eq(m.label, "y");
+  ck_assert_int_eq(m.image_ndim, 4);
+  ck_assert_int_eq(m.image_dims[3], 8);
+  pe_program *p = NULL;
+  PE_CK_OK(pe_program_decode(m.bytes, m.len, &p));
+  PE_CK_OK(pe_program_validate(p));
+  ck_assert_str_eq(p->opt.type, "adam");
+  ck_assert_str_eq(p->loss, m.loss);
+  pe_var_desc *w = pe_block_find_var_local(pe_program_main(p), "conv2d_0.w");
+  ck_assert_ptr_nonnull(w);
+  ck_assert_int_eq(w->shape.d[0], 4);
+  ck_assert_int_eq(w->shape.d[2], 3);
+  ck_assert_ptr_null(pe_block_find_var_local(pe_program_main(p), "fc_0.b")); /* no_bias */
+  pe_program_free(p);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+START_TEST(missing_file) {
+  pe_model_spec m;
+  char err[512];
+  ck_assert_int_eq(pe_model_file_load("/nonexistent/model", &m, err, sizeof err), -1);
+  ck_assert_ptr_nonnull(strstr(err, "/nonexistent/model: No such file"));
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("model_file");
+  TCase *tc = tcase_create("model_file");
+  tcase_add_test(tc, mlp_file_is_the_builtin_mlp);
+  tcase_add_test(tc, cnn_file_is_the_builtin_cnn);
+  tcase_add_test(tc, errors_carry_the_line);
+  tcase_add_test(tc, a_small_model_of_other_layers);
+  tcase_add_test(tc, missing_file);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)

@@ -1,0 +1,193 @@
+/* pe-client against the real daemon: ping; train on a subset with --json
+ * (the last line parses and has sane figures); eval reproduces the trained
+ * model's test accuracy; save, load, status; trace writes a Chrome trace; a
+ * model file trains exactly like the built-in name, and shared-memory feeds
+ * exactly like inline ones; exit statuses for a bad model file, bad usage,
+ * a daemon error and an unreachable daemon. Needs Fashion-MNIST (the
+ * project's dependency). Skipped (77) when pe-executord or pe-client is not
+ * built. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "client_daemon.h"
+
+/* Run pe-client ARGS against d (NULL: no --socket), stdout to d->dir/out,
+ * stderr to d->dir/err; returns the exit status. */
+static int cli(const cd_daemon *d, const char *dir, const char *args) {
+  char bin[1024], cmd[4096];
+  cd_binary(bin, sizeof bin, "pe-client");
+  snprintf(cmd, sizeof cmd, "'%s' %s%s%s %s >'%s/out' 2>'%s/err'", bin, d ? "--socket '" : "",
+           d ? d->addr : "", d ? "'" : "", args, dir, dir);
+  int st = system(cmd);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The whole of dir/name (static buffer). */
+static const char *slurp(const char *dir, const char *name) {
+  static char buf[1 << 16];
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "r");
+  buf[0] = 0;
+  if (!f) return buf;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return buf;
+}
+
+/* The last non-empty line of dir/out. */
+static const char *last_line(const char *dir) {
+  static char line[1 << 14];
+  const char *all = slurp(dir, "out");
+  size_t n = strlen(all);
+  while (n && all[n - 1] == '\n') n--;
+  size_t s = n;
+  while (s && all[s - 1] != '\n') s--;
+  snprintf(line, sizeof line, "%.*s", (int)(n - s), all + s);
+  return line;
+}
+
+/* The number after "key": in a flat JSON object; NAN when absent. */
+static double json_num(const char *json, const char *key) {
+  char pat[96];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(json, pat);
+  if (!p) return NAN;
+  char *end;
+  double v = strtod(p + strlen(pat), &end);
+  return end == p + strlen(pat) ? NAN : v;
+}
+
+#define CLI_OK(d, args)                                                             \
+  do {                                                                              \
+    int cli_rc_ = cli(d, (d)->dir, args);                                           \
+    if (cli_rc_) cd_dump_log(d);                                                    \
+    ck_assert_msg(cli_rc_ == 0, "pe-client %s: exit %d\nstderr: %s", args, cli_rc_, \
+                  slurp((d)->dir, "err"));                                          \
+  } while (0)
+
+START_TEST(train_eval_save_trace) {
+  cd_daemon d;
+  cd_start(&d);
+  CLI_OK(&d, "--json ping");
+  ck_assert_ptr_nonnull(strstr(last_line(d.dir), "\"ok\":true"));
+
+  CLI_OK(&d, "train --model mlp --epochs 1 --limit 1000 --json");
+  char train[4096];
+  snprintf(train, sizeof train, "%s", last_line(d.dir));
+  ck_assert_msg(train[0] == '{' && train[strlen(train) - 1] == '}', "not JSON: %s", train);
+  double sps = json_num(train, "samples_per_sec"), acc = json_num(train, "test_accuracy"),
+         loss = json_num(train, "final_loss");
+  ck_assert_msg(sps > 0, "%s", train);
+  ck_assert_msg(acc > 0.3 && acc <= 1.0, "test_accuracy %g: %s", acc, train);
+  ck_assert_msg(loss > 0 && loss < 2.3, "final_loss %g: %s", loss, train);
+  ck_assert_double_eq(json_num(train, "epochs"), 1);
+  ck_assert_double_eq(json_num(train, "samples"), 1000);
+  ck_assert_double_eq(json_num(train, "steps"), 8); /* ceil(1000 / 128) */
+  ck_assert_double_eq(json_num(train, "test_examples"), 1000);
+  /* Progress went to stderr, not stdout. */
+  ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "epoch 1/1"));
+
+  /* eval on the same parameters: the same accuracy, nothing re-initialised. */
+  CLI_OK(&d, "eval --model mlp --limit 1000 --json");
+  const char *ev = last_line(d.dir);
+  ck_assert_msg(json_num(ev, "test_accuracy") == acc, "eval %s vs train %s", ev, train);
+  ck_assert_ptr_nonnull(strstr(ev, "\"initialized\":false"));
+
+  CLI_OK(&d, "save --model mlp --checkpoint after-train --json");
+  ck_assert_msg(json_num(last_line(d.dir), "bytes") > 784 * 256 * 4, "%s", last_line(d.dir));
+  CLI_OK(&d, "load --model mlp --checkpoint after-train");
+
+  /* trace: one traced step, written as JSON */
+  char args[512];
+  snprintf(args, sizeof args, "trace --model mlp --out '%s/trace.json' --json", d.dir);
+  CLI_OK(&d, args);
+  ck_assert_msg(json_num(last_line(d.dir), "trace_bytes") > 0, "%s", last_line(d.dir));
+  const char *tr = slurp(d.dir, "trace.json");
+  while (*tr == ' ' || *tr == '\n') tr++;
+  ck_assert_msg(*tr == '{' || *tr == '[', "trace does not start as JSON: %.40s", tr);
+
+  CLI_OK(&d, "--json status");
+  ck_assert_ptr_nonnull(strstr(last_line(d.dir), "\"name\":\"mlp\""));
+  cd_stop(&d);
+}
+END_TEST
+
+START_TEST(model_file_trains_like_the_name) {
+  cd_daemon d;
+  cd_start(&d);
+  const char *src = getenv("PE_SOURCE_DIR");
+  char args[1024];
+  snprintf(args, sizeof args,
+           "train --model '%s/conf/models/mlp' --model-name from-file --epochs 1 --limit 500 "
+           "--json",
+           src ? src : ".");
+  CLI_OK(&d, args);
+  char file_run[4096];
+  snprintf(file_run, sizeof file_run, "%s", last_line(d.dir));
+  /* The built-in name, its batches through shared memory. */
+  CLI_OK(&d, "train --model mlp --model-name from-name --shm --epochs 1 --limit 500 --json");
+  const char *name_run = last_line(d.dir);
+  ck_assert_ptr_nonnull(strstr(name_run, "\"shm\":true"));
+  /* Same program, seed and data, inline or shared-memory feeds: the same
+   * numbers. */
+  ck_assert_msg(json_num(file_run, "final_loss") == json_num(name_run, "final_loss"),
+                "file %s\nname %s", file_run, name_run);
+  ck_assert_msg(json_num(file_run, "test_accuracy") == json_num(name_run, "test_accuracy"),
+                "file %s\nname %s", file_run, name_run);
+  cd_stop(&d);
+}
+END_TEST
+
+START_TEST(exit_statuses) {
+  cd_daemon d;
+  cd_start(&d);
+  /* A bad model file: line-numbered error, exit 1. */
+  char path[256], args[512];
+  snprintf(path, sizeof path, "%s/bad-model", d.dir);
+  FILE *f = fopen(path, "w");
+  fputs("input image 784\nlabel label\nfc 10 act=reul\n", f);
+  fclose(f);
+  snprintf(args, sizeof args, "train --model '%s'", path);
+  ck_assert_int_eq(cli(&d, d.dir, args), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "bad-model:3: fc: unknown act 'reul'"), "%s",
+                slurp(d.dir, "err"));
+  /* An unknown option: usage, exit 2. */
+  ck_assert_int_eq(cli(&d, d.dir, "train --model mlp --epoch 1"), 2);
+  ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "unknown option '--epoch'"));
+  /* A daemon error: exit 1 with the daemon's code name. */
+  ck_assert_int_eq(cli(&d, d.dir, "load --model mlp --checkpoint ../x"), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "INVALID_ARGUMENT"), "%s", slurp(d.dir, "err"));
+  /* No daemon at the socket: exit 3. */
+  snprintf(args, sizeof args, "--socket 'ipc://%s/none.sock' ping", d.dir);
+  ck_assert_int_eq(cli(NULL, d.dir, args), 3);
+  ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "no daemon socket at"));
+  cd_stop(&d);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("client_cli");
+  TCase *tc = tcase_create("client_cli");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, train_eval_save_trace);
+  tcase_add_test(tc, model_file_trains_like_the_name);
+  tcase_add_test(tc, exit_statuses);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  cd_require_binary("pe-executord");
+  cd_require_binary("pe-client");
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
