@@ -14,7 +14,8 @@ pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);
-  r->worker_threads = s->cfg.worker_threads;
+  /* The pool's real size (worker_threads = 0 in the config means one per core). */
+  r->worker_threads = pe_pool_threads(pe_runtime_pool(s->rt));
   pe_model_snapshot *ms = NULL;
   int nm = 0, np = 0, nc = 0;
   pe_registry_snapshot(s->reg, true, &ms, &nm, &np, &nc);
