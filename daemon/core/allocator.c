@@ -17,6 +17,8 @@ struct pe_allocator {
   pthread_mutex_t mu;
   free_block *free_list[N_CLASSES];
   pe_alloc_stats st;
+  const pe_allocator_impl *impl; /* set: everything is delegated to it */
+  void *self;
 };
 
 static int size_class(size_t bytes, size_t *rounded) {
@@ -36,7 +38,20 @@ pe_allocator *pe_allocator_new(void) {
   return a;
 }
 
+pe_allocator *pe_allocator_new_impl(const pe_allocator_impl *impl, void *self) {
+  pe_allocator *a = pe_allocator_new();
+  if (a) {
+    a->impl = impl;
+    a->self = self;
+  }
+  return a;
+}
+
 void pe_allocator_trim(pe_allocator *a) {
+  if (a->impl) {
+    a->impl->trim(a->self);
+    return;
+  }
   pthread_mutex_lock(&a->mu);
   for (int k = 0; k < N_CLASSES; k++) {
     free_block *b = a->free_list[k];
@@ -53,7 +68,8 @@ void pe_allocator_trim(pe_allocator *a) {
 
 void pe_allocator_free(pe_allocator *a) {
   if (!a) return;
-  pe_allocator_trim(a);
+  if (a->impl && a->impl->destroy) a->impl->destroy(a->self);
+  else pe_allocator_trim(a);
   pthread_mutex_destroy(&a->mu);
   free(a);
 }
@@ -68,6 +84,7 @@ pe_allocator *pe_host_allocator(void) {
 }
 
 void *pe_alloc(pe_allocator *a, size_t bytes, size_t *cap) {
+  if (a->impl) return a->impl->alloc(a->self, bytes, cap);
   size_t rounded;
   if (bytes == 0) bytes = 1;
   if (bytes > ((size_t)1 << (MIN_SHIFT + N_CLASSES - 1))) return NULL;
@@ -97,6 +114,10 @@ void *pe_alloc(pe_allocator *a, size_t bytes, size_t *cap) {
 
 void pe_free(pe_allocator *a, void *p, size_t cap) {
   if (!p) return;
+  if (a->impl) {
+    a->impl->free(a->self, p, cap);
+    return;
+  }
   size_t rounded;
   int k = size_class(cap, &rounded);
   free_block *b = p;
@@ -109,6 +130,7 @@ void pe_free(pe_allocator *a, void *p, size_t cap) {
 }
 
 pe_alloc_stats pe_allocator_stats(pe_allocator *a) {
+  if (a->impl) return a->impl->stats(a->self);
   pthread_mutex_lock(&a->mu);
   pe_alloc_stats s = a->st;
   pthread_mutex_unlock(&a->mu);

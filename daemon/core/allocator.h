@@ -33,4 +33,18 @@ void pe_free(pe_allocator *a, void *p, size_t cap);
 void pe_allocator_trim(pe_allocator *a);
 pe_alloc_stats pe_allocator_stats(pe_allocator *a);
 
+/* An allocator whose blocks come from elsewhere (device memory: the cuda
+ * backend's cache, daemon/cuda/cuda_alloc.h). pe_alloc, pe_free,
+ * pe_allocator_trim, pe_allocator_stats and pe_allocator_free on it call
+ * these with `self`, so tensors (pe_tensor_resize_with) can live in memory
+ * the host cannot touch. */
+typedef struct pe_allocator_impl {
+  void *(*alloc)(void *self, size_t bytes, size_t *cap);
+  void (*free)(void *self, void *p, size_t cap);
+  void (*trim)(void *self);
+  pe_alloc_stats (*stats)(void *self);
+  void (*destroy)(void *self); /* by pe_allocator_free; may be NULL */
+} pe_allocator_impl;
+pe_allocator *pe_allocator_new_impl(const pe_allocator_impl *impl, void *self);
+
 #endif

@@ -6,12 +6,19 @@
 #include <string.h>
 
 #include "device_impl.h"
+#ifdef PE_HAVE_CUDA
+extern const pe_device_ops pe_device_cuda_ops; /* daemon/cuda/device_cuda.c */
+#endif
 
 /* Kinds are rows: a new kind is one entry here (cuda when it is built). */
 static const pe_device_ops *const kind_table[] = {
     [PE_PLACE_CPU] = &pe_device_cpu_ops,
     [PE_PLACE_SIM] = &pe_device_sim_ops,
+#ifdef PE_HAVE_CUDA
+    [PE_PLACE_CUDA] = &pe_device_cuda_ops,
+#else
     [PE_PLACE_CUDA] = NULL,
+#endif
 };
 
 const pe_device_ops *pe_device_kind_ops(pe_place_kind kind) {

@@ -155,7 +155,7 @@ struct pe_device {
   const pe_device_ops *ops;
   pe_place place;
   int threads;         /* intra-op budget (>= 1) */
-  pe_allocator *alloc; /* host-memory caching allocator (cpu, sim); NULL otherwise */
+  pe_allocator *alloc; /* caching allocator: host memory (cpu, sim), device memory (cuda) */
   pe_stream *streams[PE_STREAM_KINDS];
   /* Event pool (device.c): ev_mu guards ev_free and ev_out. */
   pthread_mutex_t ev_mu;

@@ -389,7 +389,17 @@ START_TEST(open_close_and_names) {
   for (int i = 0; i < 20; i++) pe_device_close(open_dev(PE_PLACE_SIM, i % 4, 1));
   pe_device *d = NULL;
   pe_status *st = pe_device_open((pe_place){PE_PLACE_CUDA, 0}, NULL, &d);
+#ifdef PE_HAVE_CUDA
+  /* Built in: no GPU is a backend error (tests/cuda/test_cuda_build.c); a GPU opens. */
+  if (d) {
+    pe_device_close(d);
+    d = NULL;
+  } else {
+    ck_assert_int_eq(pe_status_code(st), PE_EBACKEND);
+  }
+#else
   ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+#endif
   ck_assert_ptr_null(d);
   pe_status_free(st);
   pe_sync_strategy s;

@@ -1,0 +1,393 @@
+// Elementwise CUDA kernels: broadcasting binary ops and their reductions,
+// affine/sum, fill and counter-based random numbers, dropout, activations,
+// optimizers. Launchers are declared in kernels.h.
+//
+// Random numbers use core/rng.h's splitmix64 over (seed, counter), computed
+// in double exactly as on the CPU, so a seeded uniform/gaussian/dropout on
+// a GPU gives the CPU's numbers (gaussian up to the last bit of the
+// device's log/cos, which may differ from glibc's by one ulp before
+// rounding to f32).
+#include <stdint.h>
+
+#include "kernels.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  if (b < 1) b = 1;
+  return b > 65535 * 8 ? 65535 * 8 : (unsigned)b;  // grid-stride loops cover the rest
+}
+
+#define GRID_LOOP(i, n) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
+
+__device__ inline uint64_t rng_bits(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+__device__ inline double rng_uniform(uint64_t seed, uint64_t c) {
+  return (double)(rng_bits(seed, c) >> 11) * (1.0 / 9007199254740992.0);
+}
+__device__ inline double rng_normal(uint64_t seed, uint64_t c) {
+  double u1 = rng_uniform(seed, 2 * c), u2 = rng_uniform(seed, 2 * c + 1);
+  if (u1 < 1e-300) u1 = 1e-300;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+// a + b * u rounded twice, as the CPU computes it: nvcc would contract it
+// into one fma, whose single rounding can differ in the last bit and so
+// break bit-equality of seeded init with the CPU.
+__device__ inline double affine_rn(double a, double b, double u) {
+  return __dadd_rn(a, __dmul_rn(b, u));
+}
+
+// Offsets of output element i in a and b under plan p (innermost dim last).
+__device__ inline void plan_offsets(const pe_cu_plan &p, int64_t i, int64_t *oa, int64_t *ob) {
+  int64_t a = 0, b = 0;
+  for (int d = p.nd - 1; d >= 0; d--) {
+    int64_t q = i % p.n[d];
+    i /= p.n[d];
+    a += q * p.sa[d];
+    b += q * p.sb[d];
+  }
+  *oa = a;
+  *ob = b;
+}
+
+template <int OP>
+__global__ void binary_kernel(pe_cu_plan p, const float *a, const float *b, float *o) {
+  GRID_LOOP(i, p.numel) {
+    int64_t ia, ib;
+    plan_offsets(p, i, &ia, &ib);
+    float x = a[ia], y = b[ib];
+    o[i] = OP == 0 ? x + y : OP == 1 ? x - y : x * y;
+  }
+}
+
+// One dst element per block (threads split the reduced positions) when the
+// reduction is long; one per thread when it is short.
+__device__ inline int64_t reduce_src_offset(const pe_cu_reduce &r, int64_t ti, int64_t ri,
+                                            int64_t *uoff) {
+  // Walk dims innermost first: kept dims take digits of ti, reduced of ri.
+  int64_t off = 0, stride = 1, us = 1, uo = 0;
+  for (int d = r.nd - 1; d >= 0; d--) {
+    int64_t q;
+    if (r.t[d] == r.out[d]) {
+      q = ti % r.out[d];
+      ti /= r.out[d];
+    } else {
+      q = ri % r.out[d];
+      ri /= r.out[d];
+    }
+    off += q * stride;
+    stride *= r.out[d];
+    if (r.u[d] != 1) uo += q * us;
+    us *= r.u[d];
+  }
+  *uoff = uo;
+  return off;
+}
+
+__global__ void reduce_thread_kernel(pe_cu_reduce r, int64_t tn, int64_t rn, const float *src,
+                                     const float *u, float scale, float *dst) {
+  GRID_LOOP(ti, tn) {
+    double acc = 0;
+    for (int64_t ri = 0; ri < rn; ri++) {
+      int64_t uo, so = reduce_src_offset(r, ti, ri, &uo);
+      acc += (double)src[so] * (u ? u[uo] : 1.0f);
+    }
+    dst[ti] = (float)(acc * scale);
+  }
+}
+
+__global__ void reduce_block_kernel(pe_cu_reduce r, int64_t tn, int64_t rn, const float *src,
+                                    const float *u, float scale, float *dst) {
+  __shared__ double part[kThreads];
+  for (int64_t ti = blockIdx.x; ti < tn; ti += gridDim.x) {
+    double acc = 0;
+    for (int64_t ri = threadIdx.x; ri < rn; ri += blockDim.x) {
+      int64_t uo, so = reduce_src_offset(r, ti, ri, &uo);
+      acc += (double)src[so] * (u ? u[uo] : 1.0f);
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+      if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) dst[ti] = (float)(part[0] * scale);
+    __syncthreads();
+  }
+}
+
+__global__ void affine_kernel(const float *x, float *o, int64_t n, float a, float b) {
+  GRID_LOOP(i, n) o[i] = a * x[i] + b;
+}
+
+struct sum_args {
+  const float *x[64];
+  int k;
+};
+
+__global__ void sum_kernel(sum_args s, float *o, int64_t n) {
+  GRID_LOOP(i, n) {
+    float acc = s.x[0][i];
+    for (int j = 1; j < s.k; j++) acc += s.x[j][i];
+    o[i] = acc;
+  }
+}
+
+template <typename T>
+__global__ void fill_kernel(T *p, T v, int64_t n) {
+  GRID_LOOP(i, n) p[i] = v;
+}
+
+__global__ void uniform_f32(float *o, int64_t n, uint64_t seed, uint64_t base, double lo,
+                            double hi, float fhi, float below) {
+  GRID_LOOP(i, n) {
+    float v = (float)affine_rn(lo, hi - lo, rng_uniform(seed, base + (uint64_t)i));
+    o[i] = v >= fhi ? below : v;
+  }
+}
+__global__ void uniform_f64(double *o, int64_t n, uint64_t seed, uint64_t base, double lo,
+                            double hi) {
+  GRID_LOOP(i, n) o[i] = affine_rn(lo, hi - lo, rng_uniform(seed, base + (uint64_t)i));
+}
+template <typename T>
+__global__ void gaussian_kernel(T *o, int64_t n, uint64_t seed, uint64_t base, double mean,
+                                double sd) {
+  GRID_LOOP(i, n) o[i] = (T)affine_rn(mean, sd, rng_normal(seed, base + (uint64_t)i));
+}
+
+__global__ void dropout_kernel(const float *x, float *o, uint8_t *m, int64_t n, uint64_t seed,
+                               uint64_t base, double p, float scale) {
+  GRID_LOOP(i, n) {
+    bool keep = rng_uniform(seed, base + (uint64_t)i) >= p;
+    if (m) m[i] = keep;
+    if (o) o[i] = keep ? x[i] * scale : 0.0f;
+  }
+}
+
+// out = x * scale where mask (NULL: everywhere); a masked-off element is 0.
+__global__ void scale_u8_kernel(const float *x, const uint8_t *m, float *o, int64_t n,
+                                float scale) {
+  GRID_LOOP(i, n) o[i] = (!m || m[i]) ? x[i] * scale : 0.0f;
+}
+
+template <int A>
+__global__ void act_fwd_kernel(const float *x, float *y, int64_t n) {
+  GRID_LOOP(i, n) {
+    float v = x[i];
+    y[i] = A == PE_CU_RELU ? (v > 0.0f ? v : 0.0f)
+           : A == PE_CU_TANH ? tanhf(v)
+                             : 1.0f / (1.0f + expf(-v));
+  }
+}
+template <int A>
+__global__ void act_bwd_kernel(const float *x, const float *y, const float *dy, float *dx,
+                               int64_t n) {
+  GRID_LOOP(i, n) {
+    float g = dy[i];
+    if (A == PE_CU_RELU)
+      dx[i] = x[i] > 0.0f ? g : 0.0f;
+    else if (A == PE_CU_TANH)
+      dx[i] = g * (1.0f - y[i] * y[i]);
+    else
+      dx[i] = g * y[i] * (1.0f - y[i]);
+  }
+}
+
+__global__ void sgd_kernel(const float *p, const float *g, const float *lr, float *po, int64_t n) {
+  float l = *lr;
+  GRID_LOOP(i, n) po[i] = p[i] - l * g[i];
+}
+
+__global__ void momentum_kernel(const float *p, const float *g, const float *v, const float *lr,
+                                float mu, int nesterov, float *po, float *vo, int64_t n) {
+  float l = *lr;
+  GRID_LOOP(i, n) {
+    float gi = g[i], vn = mu * v[i] + gi, pi = p[i];
+    vo[i] = vn;
+    po[i] = nesterov ? pi - l * (gi + mu * vn) : pi - l * vn;
+  }
+}
+
+__global__ void adam_kernel(const float *p, const float *g, const float *lr, const float *m1,
+                            const float *m2, const float *b1pow, const float *b2pow, float b1,
+                            float b2, float eps, float *po, float *m1o, float *m2o, int64_t n) {
+  double bp1 = *b1pow, bp2 = *b2pow;
+  // The CPU rejects pows >= 1 with an error; here a NaN step makes it visible.
+  float lr_t = (bp1 < 1.0 && bp2 < 1.0) ? (float)((double)*lr * sqrt(1.0 - bp2) / (1.0 - bp1))
+                                        : __int_as_float(0x7fc00000);
+  GRID_LOOP(i, n) {
+    float gi = g[i], pi = p[i];
+    float a = b1 * m1[i] + (1.0f - b1) * gi;
+    float b = b2 * m2[i] + (1.0f - b2) * gi * gi;
+    m1o[i] = a;
+    m2o[i] = b;
+    po[i] = pi - lr_t * a / (sqrtf(b) + eps);
+  }
+}
+
+// Separate launch: the pows may be updated in place, and every block of
+// adam_kernel reads them first.
+__global__ void adam_pows_kernel(const float *b1pow, const float *b2pow, float b1, float b2,
+                                 float *b1o, float *b2o) {
+  double p1 = *b1pow, p2 = *b2pow;
+  *b1o = (float)(p1 * b1);
+  *b2o = (float)(p2 * b2);
+}
+
+}  // namespace
+
+#define LAUNCH(n) blocks_for(n), kThreads, 0, s
+
+extern "C" {
+
+cudaError_t pe_cu_binary(int op, const pe_cu_plan *p, const float *a, const float *b, float *out,
+                         cudaStream_t s) {
+  if (p->numel == 0) return cudaSuccess;
+  if (op == 0)
+    binary_kernel<0><<<LAUNCH(p->numel)>>>(*p, a, b, out);
+  else if (op == 1)
+    binary_kernel<1><<<LAUNCH(p->numel)>>>(*p, a, b, out);
+  else
+    binary_kernel<2><<<LAUNCH(p->numel)>>>(*p, a, b, out);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_reduce_bcast(const pe_cu_reduce *r, const float *src, const float *u,
+                               float scale, float *dst, cudaStream_t s) {
+  int64_t tn = 1, on = 1;
+  for (int d = 0; d < r->nd; d++) {
+    tn *= r->t[d];
+    on *= r->out[d];
+  }
+  if (tn == 0) return cudaSuccess;
+  int64_t rn = on / tn;
+  if (rn < 64)
+    reduce_thread_kernel<<<LAUNCH(tn)>>>(*r, tn, rn, src, u, scale, dst);
+  else
+    reduce_block_kernel<<<tn > 65535 ? 65535 : (unsigned)tn, kThreads, 0, s>>>(*r, tn, rn, src, u,
+                                                                             scale, dst);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_affine(const float *x, float *o, int64_t n, float a, float b, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  affine_kernel<<<LAUNCH(n)>>>(x, o, n, a, b);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_sum(const float *const *xs, int k, float *out, int64_t n, cudaStream_t s) {
+  if (n == 0 || k < 1) return cudaSuccess;
+  sum_args a;
+  a.k = k > 64 ? 64 : k;
+  for (int j = 0; j < a.k; j++) a.x[j] = xs[j];
+  sum_kernel<<<LAUNCH(n)>>>(a, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_fill(void *p, int dtype, double v, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  switch (dtype) {
+    case 0: fill_kernel<float><<<LAUNCH(n)>>>((float *)p, (float)v, n); break;
+    case 1: fill_kernel<double><<<LAUNCH(n)>>>((double *)p, v, n); break;
+    case 2: fill_kernel<int32_t><<<LAUNCH(n)>>>((int32_t *)p, (int32_t)v, n); break;
+    case 3: fill_kernel<int64_t><<<LAUNCH(n)>>>((int64_t *)p, (int64_t)v, n); break;
+    default: return cudaMemsetAsync(p, (int)(uint8_t)v, (size_t)n, s);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_uniform(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base, double lo,
+                          double hi, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (dtype == 1) {
+    uniform_f64<<<LAUNCH(n)>>>((double *)p, n, seed, base, lo, hi);
+  } else {
+    float fhi = (float)hi, below = lo < hi ? nextafterf(fhi, -INFINITY) : fhi;
+    uniform_f32<<<LAUNCH(n)>>>((float *)p, n, seed, base, lo, hi, fhi, below);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_gaussian(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base,
+                           double mean, double sd, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (dtype == 1)
+    gaussian_kernel<double><<<LAUNCH(n)>>>((double *)p, n, seed, base, mean, sd);
+  else
+    gaussian_kernel<float><<<LAUNCH(n)>>>((float *)p, n, seed, base, mean, sd);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_dropout(const float *x, float *out, uint8_t *mask, int64_t n, uint64_t seed,
+                          uint64_t base, double p, float scale, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  dropout_kernel<<<LAUNCH(n)>>>(x, out, mask, n, seed, base, p, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_scale_u8(const float *x, const uint8_t *mask, float *out, int64_t n, float scale,
+                           cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  scale_u8_kernel<<<LAUNCH(n)>>>(x, mask, out, n, scale);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_act_fwd(pe_cu_act a, const float *x, float *y, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (a == PE_CU_RELU)
+    act_fwd_kernel<PE_CU_RELU><<<LAUNCH(n)>>>(x, y, n);
+  else if (a == PE_CU_TANH)
+    act_fwd_kernel<PE_CU_TANH><<<LAUNCH(n)>>>(x, y, n);
+  else
+    act_fwd_kernel<PE_CU_SIGMOID><<<LAUNCH(n)>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_act_bwd(pe_cu_act a, const float *x, const float *y, const float *dy, float *dx,
+                          int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (a == PE_CU_RELU)
+    act_bwd_kernel<PE_CU_RELU><<<LAUNCH(n)>>>(x, y, dy, dx, n);
+  else if (a == PE_CU_TANH)
+    act_bwd_kernel<PE_CU_TANH><<<LAUNCH(n)>>>(x, y, dy, dx, n);
+  else
+    act_bwd_kernel<PE_CU_SIGMOID><<<LAUNCH(n)>>>(x, y, dy, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_sgd(const float *p, const float *g, const float *lr, float *po, int64_t n,
+                      cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  sgd_kernel<<<LAUNCH(n)>>>(p, g, lr, po, n);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_momentum(const float *p, const float *g, const float *v, const float *lr,
+                           float mu, int nesterov, float *po, float *vo, int64_t n,
+                           cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  momentum_kernel<<<LAUNCH(n)>>>(p, g, v, lr, mu, nesterov, po, vo, n);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_adam(const float *p, const float *g, const float *lr, const float *m1,
+                       const float *m2, const float *b1pow, const float *b2pow, float b1, float b2,
+                       float eps, float *po, float *m1o, float *m2o, float *b1o, float *b2o,
+                       int64_t n, cudaStream_t s) {
+  if (n > 0) adam_kernel<<<LAUNCH(n)>>>(p, g, lr, m1, m2, b1pow, b2pow, b1, b2, eps, po, m1o, m2o, n);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  adam_pows_kernel<<<1, 1, 0, s>>>(b1pow, b2pow, b1, b2, b1o, b2o);
+  return cudaGetLastError();
+}
+
+}  // extern "C"

@@ -1,0 +1,435 @@
+// Losses, reductions, metrics and batch norm (CUDA). Launchers in kernels.h.
+//
+// Row kernels use one warp per row (classes are the last dim) and sum in
+// double like the CPU kernels, so results agree with the CPU reference to
+// f32 rounding. Whole-tensor reductions (mean, accuracy, batch-norm
+// statistics) use one block per output with a fixed tree, so they are
+// deterministic run to run.
+//
+// Hard labels are not range-checked on the host (that would need a device
+// sync per op): a label outside [0, C) makes that row's loss NaN and its
+// gradient row zero, and accuracy counts it as wrong. The CPU kernels report
+// such a label as an error instead.
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 8;  // warps per block in row kernels
+constexpr int kThreads = 256;
+
+__device__ inline double warp_sum(double v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide double sum of v (blockDim.x == kThreads); result in all threads.
+__device__ double block_sum(double v) {
+  __shared__ double part[kThreads];
+  __syncthreads();
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  return part[0];
+}
+
+#define ROW_LOOP(r, rows)                                                       \
+  for (int64_t r = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp; r < (rows); \
+       r += (int64_t)gridDim.x * kRowsPerBlock)
+
+inline unsigned row_blocks(int64_t rows) {
+  int64_t b = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  return b < 1 ? 1 : b > 65535 ? 65535 : (unsigned)b;
+}
+
+__global__ void swce_kernel(const float *x, const int64_t *hard, const float *soft, float *sm,
+                            float *loss, int64_t rows, int64_t C) {
+  int lane = threadIdx.x % kWarp;
+  ROW_LOOP(r, rows) {
+    const float *xr = x + r * C;
+    float *sr = sm + r * C;
+    float m = -INFINITY;
+    for (int64_t j = lane; j < C; j += kWarp) m = fmaxf(m, xr[j]);
+    m = warp_max(m);
+    double sum = 0;
+    for (int64_t j = lane; j < C; j += kWarp) {
+      float e = expf(xr[j] - m);
+      sr[j] = e;
+      sum += e;
+    }
+    sum = warp_sum(sum);
+    float inv = (float)(1.0 / sum);
+    for (int64_t j = lane; j < C; j += kWarp) sr[j] *= inv;
+    double log_sum = log(sum);
+    if (!soft) {
+      if (lane == 0) {
+        int64_t l = hard[r];
+        loss[r] = (l >= 0 && l < C) ? (float)(log_sum - (double)(xr[l] - m)) : NAN;
+      }
+      continue;
+    }
+    const float *lr = soft + r * C;
+    double acc = 0;
+    for (int64_t j = lane; j < C; j += kWarp) acc += lr[j] * (log_sum - (double)(xr[j] - m));
+    acc = warp_sum(acc);
+    if (lane == 0) loss[r] = (float)acc;
+  }
+}
+
+__global__ void swce_grad_kernel(const float *sm, const int64_t *hard, const float *soft,
+                                 const float *dloss, const float *dsm, float *dx, int64_t rows,
+                                 int64_t C) {
+  int lane = threadIdx.x % kWarp;
+  ROW_LOOP(r, rows) {
+    const float *sr = sm + r * C;
+    float *gr = dx + r * C;
+    float w = dloss ? dloss[r] : 0.0f;
+    if (soft) {
+      const float *lr = soft + r * C;
+      double lsum = 0;
+      for (int64_t j = lane; j < C; j += kWarp) lsum += lr[j];
+      lsum = warp_sum(lsum);
+      for (int64_t j = lane; j < C; j += kWarp) gr[j] = w * (sr[j] * (float)lsum - lr[j]);
+    } else {
+      int64_t l = hard[r];
+      bool ok = l >= 0 && l < C;
+      for (int64_t j = lane; j < C; j += kWarp)
+        gr[j] = ok ? (j == l ? w * sr[j] - w : w * sr[j]) : 0.0f;
+    }
+    if (dsm) {
+      const float *dr = dsm + r * C;
+      double dot = 0;
+      for (int64_t j = lane; j < C; j += kWarp) dot += (double)dr[j] * sr[j];
+      dot = warp_sum(dot);
+      for (int64_t j = lane; j < C; j += kWarp) gr[j] += sr[j] * (dr[j] - (float)dot);
+    }
+  }
+}
+
+constexpr float kMinProb = 1e-20f;  // = CE_MIN_PROB of the CPU kernel
+
+__global__ void ce_kernel(const float *x, const int64_t *hard, const float *soft, float *y,
+                          int64_t rows, int64_t C) {
+  int lane = threadIdx.x % kWarp;
+  ROW_LOOP(r, rows) {
+    const float *xr = x + r * C;
+    if (!soft) {
+      if (lane == 0) {
+        int64_t l = hard[r];
+        y[r] = (l >= 0 && l < C) ? -logf(fmaxf(xr[l], kMinProb)) : NAN;
+      }
+      continue;
+    }
+    const float *lr = soft + r * C;
+    double acc = 0;
+    for (int64_t j = lane; j < C; j += kWarp) acc -= lr[j] * log(fmaxf(xr[j], kMinProb));
+    acc = warp_sum(acc);
+    if (lane == 0) y[r] = (float)acc;
+  }
+}
+
+__global__ void ce_grad_kernel(const float *x, const int64_t *hard, const float *soft,
+                               const float *dy, float *dx, int64_t rows, int64_t C) {
+  int lane = threadIdx.x % kWarp;
+  ROW_LOOP(r, rows) {
+    const float *xr = x + r * C;
+    float *gr = dx + r * C;
+    float g = dy[r];
+    int64_t l = soft ? -1 : hard[r];
+    for (int64_t j = lane; j < C; j += kWarp) {
+      float v = 0.0f;
+      if (soft) {
+        if (xr[j] > kMinProb) v = -g * soft[r * C + j] / xr[j];
+      } else if (j == l && xr[j] > kMinProb) {
+        v = -g / xr[j];
+      }
+      gr[j] = v;
+    }
+  }
+}
+
+__global__ void mean_kernel(const float *x, int64_t n, float *out) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *out = n ? (float)(acc / (double)n) : NAN;
+}
+
+__global__ void mean_grad_kernel(const float *dout, float *dx, int64_t n) {
+  float v = dout && n ? (float)(dout[0] / (double)n) : 0.0f;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)blockDim.x * gridDim.x)
+    dx[i] = v;
+}
+
+// Metric order (ops/cpu/metric.c): larger first, NaN above every number and
+// equal to other NaNs; ties by lower index.
+template <typename T>
+__device__ inline bool score_gt(T a, T b) {
+  return a > b;
+}
+template <>
+__device__ inline bool score_gt<float>(float a, float b) {
+  return isnan(a) ? !isnan(b) : (!isnan(b) && a > b);
+}
+template <>
+__device__ inline bool score_gt<double>(double a, double b) {
+  return isnan(a) ? !isnan(b) : (!isnan(b) && a > b);
+}
+
+template <typename T>
+__global__ void accuracy_kernel(const T *x, const int64_t *label, int64_t n, int64_t cls,
+                                int64_t k, float *acc, int64_t *correct, int64_t *total) {
+  double cnt = 0;
+  for (int64_t r = threadIdx.x; r < n; r += blockDim.x) {
+    int64_t l = label[r];
+    if (l < 0 || l >= cls) continue;
+    const T *row = x + r * cls;
+    int64_t rank = 0;
+    for (int64_t j = 0; j < cls && rank < k; j++)
+      if (score_gt(row[j], row[l]) || (j < l && !score_gt(row[l], row[j]))) rank++;
+    cnt += rank < k;
+  }
+  cnt = block_sum(cnt);
+  if (threadIdx.x == 0) {
+    int64_t c = (int64_t)cnt;
+    if (acc) *acc = n ? (float)((double)c / (double)n) : 0.0f;
+    if (correct) *correct = c;
+    if (total) *total = n;
+  }
+}
+
+// One thread per row; k passes of "best element not taken yet" (k is small).
+template <typename T>
+__global__ void top_k_kernel(const T *x, int64_t rows, int64_t len, int64_t k, T *out,
+                             int64_t *idx) {
+  for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows;
+       r += (int64_t)blockDim.x * gridDim.x) {
+    const T *row = x + r * len;
+    int64_t *ir = idx + r * k;
+    // Previous pick p: the next one ranks strictly after p (value, then index).
+    int64_t prev = -1;
+    for (int64_t q = 0; q < k; q++) {
+      int64_t best = -1;
+      for (int64_t j = 0; j < len; j++) {
+        if (prev >= 0) {  // skip j ranking at or before prev
+          bool after = score_gt(row[prev], row[j]) || (!score_gt(row[j], row[prev]) && j > prev);
+          if (!after) continue;
+        }
+        if (best < 0 || score_gt(row[j], row[best])) best = j;
+      }
+      ir[q] = best;
+      out[r * k + q] = row[best];
+      prev = best;
+    }
+  }
+}
+
+// Batch norm over x [N, C, S]: one block per channel.
+__global__ void bn_stats_kernel(const float *x, int64_t N, int64_t C, int64_t S, float *mean,
+                                float *var) {
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    int64_t m = N * S;
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) s += x[(i / S) * C * S + c * S + i % S];
+    double mu = block_sum(s) / (double)(m ? m : 1);
+    double v = 0;
+    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
+      double d = x[(i / S) * C * S + c * S + i % S] - mu;
+      v += d * d;
+    }
+    v = block_sum(v) / (double)(m ? m : 1);
+    if (threadIdx.x == 0) {
+      mean[c] = (float)mu;
+      var[c] = (float)v;
+    }
+  }
+}
+
+__global__ void bn_apply_kernel(const float *x, const float *scale, const float *bias,
+                                const float *mean, const float *var, float eps, float *y,
+                                int64_t total, int64_t C, int64_t S) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)blockDim.x * gridDim.x) {
+    int64_t c = (i / S) % C;
+    float inv = 1.0f / sqrtf(var[c] + eps);
+    y[i] = (x[i] - mean[c]) * inv * scale[c] + bias[c];
+  }
+}
+
+// Running statistics (may alias mean/var: element-wise) and test-mode copies.
+__global__ void bn_running_kernel(const float *mean, const float *var, const float *saved_mean,
+                                  const float *saved_var, float momentum, float *mean_out,
+                                  float *var_out, int64_t C) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
+       c += (int64_t)blockDim.x * gridDim.x) {
+    if (mean_out) mean_out[c] = momentum * mean[c] + (1.0f - momentum) * saved_mean[c];
+    if (var_out) var_out[c] = momentum * var[c] + (1.0f - momentum) * saved_var[c];
+  }
+}
+
+__global__ void bn_bwd_reduce_kernel(const float *x, const float *mean, const float *var,
+                                     const float *dy, float eps, int64_t N, int64_t C, int64_t S,
+                                     float *dscale, float *dbias) {
+  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+    int64_t m = N * S;
+    float inv = 1.0f / sqrtf(var[c] + eps);
+    double sb = 0, ss = 0;
+    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
+      int64_t o = (i / S) * C * S + c * S + i % S;
+      sb += dy[o];
+      ss += (double)dy[o] * (x[o] - mean[c]) * inv;
+    }
+    sb = block_sum(sb);
+    ss = block_sum(ss);
+    if (threadIdx.x == 0) {
+      dbias[c] = (float)sb;
+      dscale[c] = (float)ss;
+    }
+  }
+}
+
+__global__ void bn_bwd_dx_kernel(const float *x, const float *scale, const float *mean,
+                                 const float *var, const float *dy, const float *dscale,
+                                 const float *dbias, float eps, int is_test, int64_t total,
+                                 int64_t C, int64_t S, int64_t m, float *dx) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)blockDim.x * gridDim.x) {
+    int64_t c = (i / S) % C;
+    float inv = 1.0f / sqrtf(var[c] + eps);
+    if (is_test) {
+      dx[i] = dy[i] * scale[c] * inv;
+      continue;
+    }
+    float xhat = (x[i] - mean[c]) * inv;
+    dx[i] = scale[c] * inv / (float)m * ((float)m * dy[i] - dbias[c] - xhat * dscale[c]);
+  }
+}
+
+inline unsigned flat_blocks(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : (unsigned)b;
+}
+inline unsigned chan_blocks(int64_t C) {
+  return C < 1 ? 1 : C > 65535 ? 65535 : (unsigned)C;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t pe_cu_swce(const float *x, const int64_t *hard, const float *soft, float *sm,
+                       float *loss, int64_t rows, int64_t C, cudaStream_t s) {
+  if (rows == 0 || C == 0) return cudaSuccess;
+  swce_kernel<<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, hard, soft, sm, loss, rows, C);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_swce_grad(const float *sm, const int64_t *hard, const float *soft,
+                            const float *dloss, const float *dsm, float *dx, int64_t rows,
+                            int64_t C, cudaStream_t s) {
+  if (rows == 0 || C == 0) return cudaSuccess;
+  swce_grad_kernel<<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(sm, hard, soft, dloss, dsm,
+                                                                      dx, rows, C);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_ce(const float *x, const int64_t *hard, const float *soft, float *y,
+                     int64_t rows, int64_t C, cudaStream_t s) {
+  if (rows == 0 || C == 0) return cudaSuccess;
+  ce_kernel<<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, hard, soft, y, rows, C);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_ce_grad(const float *x, const int64_t *hard, const float *soft, const float *dy,
+                          float *dx, int64_t rows, int64_t C, cudaStream_t s) {
+  if (rows == 0 || C == 0) return cudaSuccess;
+  ce_grad_kernel<<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, hard, soft, dy, dx, rows, C);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_mean(const float *x, int64_t n, float *out, cudaStream_t s) {
+  mean_kernel<<<1, kThreads, 0, s>>>(x, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_mean_grad(const float *dout, float *dx, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  mean_grad_kernel<<<flat_blocks(n), kThreads, 0, s>>>(dout, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_accuracy(const void *x, int dtype, const int64_t *label, int64_t n, int64_t cls,
+                           int64_t k, float *acc, int64_t *correct, int64_t *total,
+                           cudaStream_t s) {
+  switch (dtype) {
+    case 0: accuracy_kernel<float><<<1, kThreads, 0, s>>>((const float *)x, label, n, cls, k, acc, correct, total); break;
+    case 1: accuracy_kernel<double><<<1, kThreads, 0, s>>>((const double *)x, label, n, cls, k, acc, correct, total); break;
+    case 2: accuracy_kernel<int32_t><<<1, kThreads, 0, s>>>((const int32_t *)x, label, n, cls, k, acc, correct, total); break;
+    case 3: accuracy_kernel<int64_t><<<1, kThreads, 0, s>>>((const int64_t *)x, label, n, cls, k, acc, correct, total); break;
+    default: accuracy_kernel<uint8_t><<<1, kThreads, 0, s>>>((const uint8_t *)x, label, n, cls, k, acc, correct, total); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_top_k(const void *x, int dtype, int64_t rows, int64_t len, int64_t k, void *out,
+                        int64_t *idx, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  unsigned b = flat_blocks(rows);
+  switch (dtype) {
+    case 0: top_k_kernel<float><<<b, kThreads, 0, s>>>((const float *)x, rows, len, k, (float *)out, idx); break;
+    case 1: top_k_kernel<double><<<b, kThreads, 0, s>>>((const double *)x, rows, len, k, (double *)out, idx); break;
+    case 2: top_k_kernel<int32_t><<<b, kThreads, 0, s>>>((const int32_t *)x, rows, len, k, (int32_t *)out, idx); break;
+    case 3: top_k_kernel<int64_t><<<b, kThreads, 0, s>>>((const int64_t *)x, rows, len, k, (int64_t *)out, idx); break;
+    default: top_k_kernel<uint8_t><<<b, kThreads, 0, s>>>((const uint8_t *)x, rows, len, k, (uint8_t *)out, idx); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_bn_fwd(const float *x, const float *scale, const float *bias, const float *mean,
+                         const float *var, float *y, float *mean_out, float *var_out,
+                         float *saved_mean, float *saved_var, int64_t N, int64_t C, int64_t S,
+                         float momentum, float eps, int is_test, cudaStream_t s) {
+  int64_t total = N * C * S;
+  cudaError_t e;
+  if (is_test) {
+    // Copies of the running statistics (the CPU kernel's memmoves); a
+    // pointer equal to its source is already right.
+    const float *src[4] = {mean, var, mean, var};
+    float *dst[4] = {saved_mean, saved_var, mean_out, var_out};
+    for (int i = 0; i < 4; i++)
+      if (dst[i] && dst[i] != src[i] &&
+          (e = cudaMemcpyAsync(dst[i], src[i], C * sizeof(float), cudaMemcpyDeviceToDevice, s)))
+        return e;
+    if (total) bn_apply_kernel<<<flat_blocks(total), kThreads, 0, s>>>(x, scale, bias, mean, var, eps, y, total, C, S);
+    return cudaGetLastError();
+  }
+  bn_stats_kernel<<<chan_blocks(C), kThreads, 0, s>>>(x, N, C, S, saved_mean, saved_var);
+  if (total) bn_apply_kernel<<<flat_blocks(total), kThreads, 0, s>>>(x, scale, bias, saved_mean, saved_var, eps, y, total, C, S);
+  if (mean_out || var_out)
+    bn_running_kernel<<<flat_blocks(C), kThreads, 0, s>>>(mean, var, saved_mean, saved_var, momentum, mean_out, var_out, C);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_bn_bwd(const float *x, const float *scale, const float *saved_mean,
+                         const float *saved_var, const float *dy, float *dx, float *dscale,
+                         float *dbias, int64_t N, int64_t C, int64_t S, float eps, int is_test,
+                         cudaStream_t s) {
+  int64_t total = N * C * S;
+  bn_bwd_reduce_kernel<<<chan_blocks(C), kThreads, 0, s>>>(x, saved_mean, saved_var, dy, eps, N, C, S, dscale, dbias);
+  if (dx && total)
+    bn_bwd_dx_kernel<<<flat_blocks(total), kThreads, 0, s>>>(x, scale, saved_mean, saved_var, dy, dscale, dbias, eps, is_test, total, C, S, N * S, dx);
+  return cudaGetLastError();
+}
+
+}  // extern "C"

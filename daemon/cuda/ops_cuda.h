@@ -1,0 +1,89 @@
+/* Shared by the CUDA kernel glue (ops_cuda_*.c): the kernel functions each
+ * file defines for kernel_table.c, and small helpers.
+ *
+ * Kernel contract on cuda places (same as ops/registry.h): outputs are
+ * already sized by the executor on the device allocator, tensor data are
+ * device pointers, attributes and slots as on the CPU. A kernel only
+ * enqueues work on its stream's cudaStream_t (c->dev->cuda) and never
+ * synchronises; errors it returns are launch/enqueue failures or bad
+ * attributes (device faults surface at the stream's next sync). */
+#ifndef PE_CUDA_OPS_CUDA_H
+#define PE_CUDA_OPS_CUDA_H
+
+#include "cuda/cuda_ctx.h"
+#include "cuda/kernels.h"
+#include "ops/device_ctx.h"
+#include "ops/registry.h"
+
+/* The kernel's CUDA context; NULL when the op is not run on a cuda stream. */
+static inline pe_cuda_ctx *pe_cu_ctx(const pe_kernel_ctx *c) {
+  return c->dev ? (pe_cuda_ctx *)c->dev->cuda : NULL;
+}
+
+/* *out = the context, or an error naming the op. */
+pe_status *pe_cu_need(pe_kernel_ctx *c, pe_cuda_ctx **out);
+/* A failed launch/enqueue as the op's error. */
+pe_status *pe_cu_check(pe_kernel_ctx *c, cudaError_t e, const char *what);
+/* Zero t on the stream (NULL or empty: nothing). */
+pe_status *pe_cu_zero(pe_kernel_ctx *c, pe_cuda_ctx *x, pe_tensor *t);
+/* dst := src bytes (sizes must match; same buffer: nothing). */
+pe_status *pe_cu_copy(pe_kernel_ctx *c, pe_cuda_ctx *x, pe_tensor *dst, const pe_tensor *src);
+/* Every output zero (a pruned output gradient). */
+pe_status *pe_cu_zero_outputs(pe_kernel_ctx *c, pe_cuda_ctx *x);
+/* An INTS attribute of two values (H, W), default dflt. */
+void pe_cu_attr_pair(const pe_op_desc *op, const char *name, int64_t dflt, int64_t out[2]);
+
+/* The kernels (ops_cuda_basic.c, ops_cuda_dnn.c), one per row of kernel_table.c. */
+pe_status *pe_cuk_fill_constant(pe_kernel_ctx *c);
+pe_status *pe_cuk_uniform_random(pe_kernel_ctx *c);
+pe_status *pe_cuk_gaussian_random(pe_kernel_ctx *c);
+pe_status *pe_cuk_assign(pe_kernel_ctx *c);
+pe_status *pe_cuk_assign_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_reshape(pe_kernel_ctx *c);
+pe_status *pe_cuk_reshape_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_flatten(pe_kernel_ctx *c);
+pe_status *pe_cuk_flatten_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_elementwise_add(pe_kernel_ctx *c);
+pe_status *pe_cuk_elementwise_add_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_elementwise_sub(pe_kernel_ctx *c);
+pe_status *pe_cuk_elementwise_sub_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_elementwise_mul(pe_kernel_ctx *c);
+pe_status *pe_cuk_elementwise_mul_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_scale(pe_kernel_ctx *c);
+pe_status *pe_cuk_scale_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_sum(pe_kernel_ctx *c);
+pe_status *pe_cuk_sum_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_dropout(pe_kernel_ctx *c);
+pe_status *pe_cuk_dropout_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_relu(pe_kernel_ctx *c);
+pe_status *pe_cuk_relu_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_tanh(pe_kernel_ctx *c);
+pe_status *pe_cuk_tanh_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_sigmoid(pe_kernel_ctx *c);
+pe_status *pe_cuk_sigmoid_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_sgd(pe_kernel_ctx *c);
+pe_status *pe_cuk_momentum(pe_kernel_ctx *c);
+pe_status *pe_cuk_adam(pe_kernel_ctx *c);
+pe_status *pe_cuk_softmax_with_cross_entropy(pe_kernel_ctx *c);
+pe_status *pe_cuk_softmax_with_cross_entropy_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_cross_entropy(pe_kernel_ctx *c);
+pe_status *pe_cuk_cross_entropy_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_mean(pe_kernel_ctx *c);
+pe_status *pe_cuk_mean_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_accuracy(pe_kernel_ctx *c);
+pe_status *pe_cuk_top_k(pe_kernel_ctx *c);
+pe_status *pe_cuk_batch_norm(pe_kernel_ctx *c);
+pe_status *pe_cuk_batch_norm_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_matmul(pe_kernel_ctx *c);
+pe_status *pe_cuk_matmul_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_softmax(pe_kernel_ctx *c);
+pe_status *pe_cuk_softmax_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_conv2d(pe_kernel_ctx *c);
+pe_status *pe_cuk_conv2d_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_pool2d(pe_kernel_ctx *c);
+pe_status *pe_cuk_pool2d_grad(pe_kernel_ctx *c);
+
+/* Per-op state of the cuDNN kernels (descriptors, chosen algorithms). */
+void pe_cu_dnn_state_free(void *state);
+
+#endif

@@ -1,0 +1,563 @@
+/* Every CUDA kernel against the CPU reference, forward and gradient.
+ *
+ * For an op desc over a scope of host tensors, compare() uploads the
+ * inputs to cuda:0, runs the CPU kernel (op harness) and the CUDA kernel on
+ * the same inputs with generators in the same state, downloads the CUDA
+ * outputs and compares them with the CPU's: integer outputs exactly, f32
+ * within a relative tolerance. compare_grads() does the forward, then makes
+ * the gradient ops with the op's own gradient maker, feeds random output
+ * gradients and compares every gradient op the same way.
+ *
+ * Tolerances: kernels sum in a different order than oneDNN/the CPU loops
+ * (f32 rounding ~1e-7 relative per add), so reductions over a few hundred
+ * elements differ by ~1e-5; 1e-4 relative (denominator max(1, |ref|))
+ * leaves a margin and still catches any wrong index or formula (those
+ * are off by O(1)). Random ops must match exactly (same counters).
+ *
+ * Skipped without a GPU. */
+#include <stdio.h>
+
+#ifndef PE_HAVE_CUDA
+int main(void) {
+  printf("skip: built without the CUDA backend\n");
+  return 77;
+}
+#else
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_ctx.h"
+#include "cuda_test_main.h"
+#include "engine/device.h"
+#include "op_harness.h"
+#include "test_assert.h"
+
+#define TOL 1e-4
+
+static pe_device *dev;
+
+static void setup(void) {
+  pe_status *st = pe_device_open((pe_place){PE_PLACE_CUDA, 0}, NULL, &dev);
+  ck_assert_msg(!st, "%s", pe_status_msg(st));
+}
+
+static void teardown(void) {
+  pe_device_close(dev);
+  dev = NULL;
+}
+
+/* Device copies of the scope's variables for one compare(). */
+typedef struct dvar {
+  const char *name;
+  pe_tensor t; /* a view over device memory */
+  size_t cap;
+} dvar;
+
+typedef struct dscope {
+  int n;
+  dvar v[64];
+} dscope;
+
+static pe_tensor *dget(dscope *d, const char *name) {
+  for (int i = 0; i < d->n; i++)
+    if (!strcmp(d->v[i].name, name)) return &d->v[i].t;
+  return NULL;
+}
+
+/* A device tensor of dtype/shape, holding host data when given. */
+static pe_tensor *dput(dscope *d, const char *name, pe_dtype dt, const pe_shape *sh,
+                       const void *data) {
+  ck_assert_int_lt(d->n, 64);
+  dvar *v = &d->v[d->n++];
+  v->name = name;
+  size_t bytes = (size_t)pe_shape_numel(sh) * pe_dtype_size(dt);
+  void *p = pe_device_alloc(dev, bytes ? bytes : 1, &v->cap);
+  ck_assert_ptr_nonnull(p);
+  pe_tensor_init(&v->t);
+  pe_tensor_view(&v->t, dt, sh, p);
+  /* Poison outputs so that an unwritten element shows. */
+  ck_assert_int_eq(cudaMemset(p, 0x7f, bytes), cudaSuccess);
+  if (data && bytes)
+    ck_assert_int_eq(cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  return &v->t;
+}
+
+static void dfree(dscope *d) {
+  for (int i = 0; i < d->n; i++) pe_device_free(dev, d->v[i].t.data, d->v[i].cap);
+  d->n = 0;
+}
+
+static bool close_enough(double got, double want, double tol) {
+  if (isnan(want)) return isnan(got);
+  if (isinf(want)) return got == want;
+  return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+}
+
+static void expect_same(const char *op, const char *name, const pe_tensor *ref,
+                        const pe_tensor *gpu, double tol) {
+  ck_assert_msg(ref->dtype == gpu->dtype && pe_shape_equal(&ref->shape, &gpu->shape),
+                "%s: output '%s' dtype/shape differs", op, name);
+  size_t bytes = pe_tensor_bytes(ref);
+  void *h = malloc(bytes ? bytes : 1);
+  ck_assert_int_eq(cudaMemcpy(h, gpu->data, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  int64_t n = pe_tensor_numel(ref);
+  for (int64_t i = 0; i < n; i++) {
+    double a, b;
+    switch (ref->dtype) {
+      case PE_F32: a = ((float *)h)[i], b = pe_f32(ref)[i]; break;
+      case PE_F64: a = ((double *)h)[i], b = ((double *)ref->data)[i]; break;
+      case PE_I32: a = ((int32_t *)h)[i], b = ((int32_t *)ref->data)[i]; break;
+      case PE_I64: a = (double)((int64_t *)h)[i], b = (double)pe_i64(ref)[i]; break;
+      default: a = ((uint8_t *)h)[i], b = ((uint8_t *)ref->data)[i]; break;
+    }
+    bool isfloat = ref->dtype == PE_F32 || ref->dtype == PE_F64;
+    ck_assert_msg(isfloat ? close_enough(a, b, tol) : a == b,
+                  "%s: output '%s' element %lld: cuda %.9g, cpu %.9g", op, name, (long long)i, a,
+                  b);
+  }
+  free(h);
+}
+
+/* Run op on the CPU (scope s) and on cuda:0; compare every output. */
+static void compare(pe_scope *s, const pe_op_desc *op, double tol) {
+  const pe_op_def *def = pe_op_lookup(op->type);
+  ck_assert_ptr_nonnull(def);
+  ck_assert_msg(def->kernel_cuda, "%s has no CUDA kernel", op->type);
+  static dscope d;
+  d.n = 0;
+  /* Inputs first, before the CPU run may update them in place. */
+  for (int i = 0; i < op->n_in; i++)
+    for (int k = 0; k < op->in[i].n; k++) {
+      const char *name = op->in[i].args[k];
+      pe_tensor *h = ph_get(s, name);
+      ck_assert_msg(h, "%s: input '%s' not set", op->type, name);
+      if (!dget(&d, name)) dput(&d, name, h->dtype, &h->shape, h->data);
+    }
+  pe_rng r_cpu = {4242, 6}, r_gpu = r_cpu;
+  PE_CK_OK(ph_run_op(s, op, &r_cpu));
+  pe_tensor_list in[16], out[16];
+  pe_tensor *tin[16][16], *tout[16][16];
+  memset(in, 0, sizeof in);
+  memset(out, 0, sizeof out);
+  for (int i = 0; i < op->n_in; i++) {
+    int di = pe_op_input_index(def, op->in[i].name);
+    for (int k = 0; k < op->in[i].n; k++) tin[di][k] = dget(&d, op->in[i].args[k]);
+    in[di] = (pe_tensor_list){op->in[i].n, tin[di]};
+  }
+  for (int i = 0; i < op->n_out; i++) {
+    int di = pe_op_output_index(def, op->out[i].name);
+    for (int k = 0; k < op->out[i].n; k++) {
+      const char *name = op->out[i].args[k];
+      pe_tensor *h = ph_get(s, name);
+      pe_tensor *t = dget(&d, name);
+      if (!t) t = dput(&d, name, h->dtype, &h->shape, NULL);
+      tout[di][k] = t;
+    }
+    out[di] = (pe_tensor_list){op->out[i].n, tout[di]};
+  }
+  pe_stream *comp = pe_device_stream(dev, PE_STREAM_COMPUTE);
+  void *state = NULL;
+  pe_kernel_ctx kc = {def, op, 0, in, out, &state, &r_gpu, pe_stream_ctx(comp)};
+  pe_status *st = def->kernel_cuda(&kc);
+  ck_assert_msg(!st, "%s: %s", op->type, pe_status_msg(st));
+  st = pe_stream_sync(comp);
+  ck_assert_msg(!st, "%s: %s", op->type, pe_status_msg(st));
+  ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+  if (state && def->state_free_cuda) def->state_free_cuda(state);
+  ck_assert_msg(r_cpu.offset == r_gpu.offset, "%s: generator offsets differ (%llu vs %llu)",
+                op->type, (unsigned long long)r_cpu.offset, (unsigned long long)r_gpu.offset);
+  for (int i = 0; i < op->n_out; i++)
+    for (int k = 0; k < op->out[i].n; k++) {
+      const char *name = op->out[i].args[k];
+      expect_same(op->type, name, ph_get(s, name), dget(&d, name), tol);
+    }
+  dfree(&d);
+}
+
+/* Forward, then every gradient op with random output gradients. */
+static void compare_grads(pe_scope *s, const pe_op_desc *fwd, double tol) {
+  compare(s, fwd, tol);
+  const pe_op_def *def = pe_op_lookup(fwd->type);
+  ck_assert_ptr_nonnull(def->grad);
+  pe_grad_ctx g;
+  pe_grad_ctx_init(&g, def, fwd);
+  PE_CK_OK(def->grad(&g));
+  ck_assert_int_ge(g.n_ops, 1);
+  uint64_t seed = 900;
+  for (int j = 0; j < g.n_ops; j++) {
+    pe_op_desc *op = g.ops[j];
+    for (int i = 0; i < op->n_in; i++)
+      for (int k = 0; k < op->in[i].n; k++) {
+        const char *name = op->in[i].args[k];
+        if (ph_get(s, name)) continue;
+        size_t len = strlen(name), sl = strlen(PE_GRAD_SUFFIX);
+        ck_assert_msg(len > sl && !strcmp(name + len - sl, PE_GRAD_SUFFIX),
+                      "%s: input '%s' missing", op->type, name);
+        char base[256];
+        snprintf(base, sizeof base, "%.*s", (int)(len - sl), name);
+        pe_tensor *b = ph_get(s, base);
+        ck_assert_msg(b, "%s: no forward variable '%s'", op->type, base);
+        ph_set_uniform(s, name, b->shape, -1.0f, 1.0f, seed++);
+      }
+    compare(s, op, tol);
+  }
+  pe_grad_ctx_destroy(&g);
+}
+
+static pe_op_desc *op1(const char *type, const char *in, const char *out) {
+  return ph_op(type, "X", in, NULL, "Out", out, NULL);
+}
+
+/* --- creation and copies --------------------------------------------------------- */
+
+START_TEST(creation_ops) {
+  pe_scope *s = pe_scope_new(NULL);
+  const int64_t shape[] = {37, 29};
+  pe_op_desc *op = ph_op("fill_constant", NULL, "Out", "c", NULL);
+  PE_CK_OK(pe_op_set_ints(op, "shape", 2, shape));
+  PE_CK_OK(pe_op_set_float(op, "value", 2.5f));
+  compare(s, op, 0);
+  PE_CK_OK(pe_op_set_int(op, "dtype", PE_I64));
+  PE_CK_OK(pe_op_set_float(op, "value", -7.0f));
+  compare(s, op, 0);
+  pe_op_desc_free(op);
+  /* Seeded init must give the CPU's numbers (program generator and op seed). */
+  op = ph_op("uniform_random", NULL, "Out", "u", NULL);
+  PE_CK_OK(pe_op_set_ints(op, "shape", 2, shape));
+  PE_CK_OK(pe_op_set_float(op, "min", -0.3f));
+  PE_CK_OK(pe_op_set_float(op, "max", 0.7f));
+  compare(s, op, 0);
+  PE_CK_OK(pe_op_set_int(op, "seed", 99));
+  compare(s, op, 0);
+  pe_op_desc_free(op);
+  op = ph_op("gaussian_random", NULL, "Out", "g", NULL);
+  PE_CK_OK(pe_op_set_ints(op, "shape", 2, shape));
+  PE_CK_OK(pe_op_set_float(op, "std", 0.02f));
+  compare(s, op, 1e-6); /* device log/cos may differ from glibc in the last ulp */
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(copy_ops) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(4, 3, 5), -1, 1, 1);
+  pe_op_desc *op = op1("assign", "x", "y");
+  compare_grads(s, op, 0);
+  pe_op_desc_free(op);
+  op = op1("reshape", "x", "r");
+  const int64_t shape[] = {12, 5};
+  PE_CK_OK(pe_op_set_ints(op, "shape", 2, shape));
+  compare_grads(s, op, 0);
+  pe_op_desc_free(op);
+  op = op1("flatten", "x", "f");
+  PE_CK_OK(pe_op_set_int(op, "axis", 2));
+  compare_grads(s, op, 0);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+/* --- elementwise --------------------------------------------------------------------- */
+
+static void binops(pe_scope *s, int axis) {
+  const char *types[] = {"elementwise_add", "elementwise_sub", "elementwise_mul"};
+  for (int t = 0; t < 3; t++) {
+    pe_op_desc *op = ph_op(types[t], "X", "x", "Y", "y", NULL, "Out", "o", NULL);
+    if (axis != -1) PE_CK_OK(pe_op_set_int(op, "axis", axis));
+    compare_grads(s, op, TOL);
+    pe_op_desc_free(op);
+  }
+}
+
+START_TEST(elementwise_broadcasting) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(6, 7), -1, 1, 2);
+  ph_set_uniform(s, "y", PE_SHAPE(6, 7), -1, 1, 3);
+  binops(s, -1); /* same shape */
+  ph_set_uniform(s, "y", PE_SHAPE(7), -1, 1, 4);
+  binops(s, -1); /* row vector */
+  ph_set_uniform(s, "x", PE_SHAPE(130, 1), -1, 1, 5);
+  ph_set_uniform(s, "y", PE_SHAPE(1, 90), -1, 1, 6);
+  binops(s, -1); /* both broadcast, long reductions */
+  ph_set_uniform(s, "x", PE_SHAPE(2, 3, 4, 5), -1, 1, 7);
+  ph_set_uniform(s, "y", PE_SHAPE(3), -1, 1, 8);
+  binops(s, 1); /* Paddle axis: per channel */
+  ph_set_uniform(s, "y", PE_SHAPE(1), -1, 1, 9);
+  binops(s, -1); /* scalar */
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(scale_and_sum) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "a", PE_SHAPE(33, 17), -1, 1, 10);
+  ph_set_uniform(s, "b", PE_SHAPE(33, 17), -1, 1, 11);
+  ph_set_uniform(s, "c", PE_SHAPE(33, 17), -1, 1, 12);
+  pe_op_desc *op = op1("scale", "a", "o");
+  PE_CK_OK(pe_op_set_float(op, "scale", -1.5f));
+  PE_CK_OK(pe_op_set_float(op, "bias", 0.25f));
+  PE_CK_OK(pe_op_set_bool(op, "bias_after_scale", false));
+  compare_grads(s, op, TOL);
+  pe_op_desc_free(op);
+  op = pe_op_desc_new("sum");
+  const char *xs[] = {"a", "b", "c"};
+  PE_CK_OK(pe_op_set_input(op, "X", 3, xs));
+  PE_CK_OK(pe_op_output1(op, "Out", "total"));
+  compare_grads(s, op, TOL);
+  /* In place: Out is one of the inputs (gradient accumulation). */
+  pe_op_desc_free(op);
+  op = pe_op_desc_new("sum");
+  PE_CK_OK(pe_op_set_input(op, "X", 3, xs));
+  PE_CK_OK(pe_op_output1(op, "Out", "a"));
+  compare(s, op, TOL);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+/* --- activations, softmax, dropout --------------------------------------------------- */
+
+START_TEST(activations_and_softmax) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(8, 5, 11), -3, 3, 13);
+  const char *acts[] = {"relu", "tanh", "sigmoid", "softmax"};
+  for (int a = 0; a < 4; a++) {
+    pe_op_desc *op = op1(acts[a], "x", "y");
+    compare_grads(s, op, TOL);
+    if (a == 3) { /* softmax over a middle axis */
+      PE_CK_OK(pe_op_set_int(op, "axis", 1));
+      compare_grads(s, op, TOL);
+    }
+    pe_op_desc_free(op);
+  }
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(dropout_train_and_test) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(64, 33), -1, 1, 14);
+  pe_op_desc *op = ph_op("dropout", "X", "x", NULL, "Out", "y", "Mask", "m", NULL);
+  PE_CK_OK(pe_op_set_float(op, "dropout_prob", 0.3f));
+  compare_grads(s, op, TOL); /* same mask as the CPU: same counters */
+  PE_CK_OK(pe_op_set_string(op, "dropout_implementation", "downgrade_in_infer"));
+  PE_CK_OK(pe_op_set_int(op, "seed", 5));
+  compare_grads(s, op, TOL);
+  PE_CK_OK(pe_op_set_bool(op, "is_test", true));
+  compare_grads(s, op, TOL);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+/* --- matmul, conv, pool, batch norm ---------------------------------------------- */
+
+START_TEST(matmul_cublas) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(17, 23), -1, 1, 15);
+  ph_set_uniform(s, "w", PE_SHAPE(23, 9), -1, 1, 16);
+  pe_op_desc *op = ph_op("matmul", "X", "x", "Y", "w", NULL, "Out", "o", NULL);
+  compare_grads(s, op, TOL);
+  pe_op_desc_free(op);
+  /* X [2,3,4] with x_num_col_dims 2 -> [6,4]; Y [4,5]. */
+  ph_set_uniform(s, "x", PE_SHAPE(2, 3, 4), -1, 1, 17);
+  ph_set_uniform(s, "w", PE_SHAPE(4, 5), -1, 1, 18);
+  op = ph_op("matmul", "X", "x", "Y", "w", NULL, "Out", "o", NULL);
+  PE_CK_OK(pe_op_set_int(op, "x_num_col_dims", 2));
+  compare_grads(s, op, TOL);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+static void conv_case(pe_scope *s, pe_shape x, pe_shape w, int64_t stride, int64_t pad, int64_t dil,
+                      int64_t groups) {
+  ph_set_uniform(s, "x", x, -1, 1, 19);
+  ph_set_uniform(s, "w", w, -1, 1, 20);
+  pe_op_desc *op = ph_op("conv2d", "Input", "x", "Filter", "w", NULL, "Output", "o", NULL);
+  const int64_t st[] = {stride, stride}, pd[] = {pad, pad}, dl[] = {dil, dil};
+  PE_CK_OK(pe_op_set_ints(op, "strides", 2, st));
+  PE_CK_OK(pe_op_set_ints(op, "paddings", 2, pd));
+  PE_CK_OK(pe_op_set_ints(op, "dilations", 2, dl));
+  PE_CK_OK(pe_op_set_int(op, "groups", groups));
+  compare_grads(s, op, 1e-3); /* sums of up to ~300 products */
+  pe_op_desc_free(op);
+}
+
+START_TEST(conv2d_cudnn) {
+  pe_scope *s = pe_scope_new(NULL);
+  conv_case(s, PE_SHAPE(2, 3, 9, 9), PE_SHAPE(4, 3, 3, 3), 1, 1, 1, 1);
+  conv_case(s, PE_SHAPE(2, 4, 11, 10), PE_SHAPE(6, 2, 3, 3), 2, 1, 1, 2);
+  conv_case(s, PE_SHAPE(1, 2, 12, 12), PE_SHAPE(3, 2, 3, 3), 1, 2, 2, 1);
+  pe_scope_free(s);
+}
+END_TEST
+
+static void pool_case(pe_scope *s, const char *type, int64_t k, int64_t stride, int64_t pad,
+                      bool exclusive, bool global) {
+  pe_op_desc *op = op1("pool2d", "x", "o");
+  const int64_t ks[] = {k, k}, st[] = {stride, stride}, pd[] = {pad, pad};
+  PE_CK_OK(pe_op_set_string(op, "pooling_type", type));
+  PE_CK_OK(pe_op_set_ints(op, "ksize", 2, ks));
+  PE_CK_OK(pe_op_set_ints(op, "strides", 2, st));
+  PE_CK_OK(pe_op_set_ints(op, "paddings", 2, pd));
+  PE_CK_OK(pe_op_set_bool(op, "exclusive", exclusive));
+  PE_CK_OK(pe_op_set_bool(op, "global_pooling", global));
+  compare_grads(s, op, TOL);
+  pe_op_desc_free(op);
+}
+
+START_TEST(pool2d_cudnn) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(2, 3, 10, 9), -1, 1, 21);
+  pool_case(s, "max", 2, 2, 0, true, false);
+  pool_case(s, "max", 3, 1, 1, true, false);
+  pool_case(s, "avg", 3, 2, 1, true, false);
+  pool_case(s, "avg", 3, 2, 1, false, false);
+  pool_case(s, "avg", 1, 1, 0, true, true);
+  pe_scope_free(s);
+}
+END_TEST
+
+static void bn_case(pe_scope *s, pe_shape x, bool is_test) {
+  int64_t C = x.d[1];
+  ph_set_uniform(s, "x", x, -2, 2, 22);
+  ph_set_uniform(s, "scale", PE_SHAPE(C), 0.5f, 1.5f, 23);
+  ph_set_uniform(s, "bias", PE_SHAPE(C), -0.5f, 0.5f, 24);
+  ph_set_uniform(s, "mean", PE_SHAPE(C), -0.1f, 0.1f, 25);
+  ph_set_uniform(s, "var", PE_SHAPE(C), 0.5f, 1.5f, 26);
+  pe_op_desc *op = ph_op("batch_norm", "X", "x", "Scale", "scale", "Bias", "bias", "Mean", "mean",
+                         "Variance", "var", NULL, "Y", "y", "MeanOut", "mean", "VarianceOut", "var",
+                         "SavedMean", "sm", "SavedVariance", "sv", NULL);
+  PE_CK_OK(pe_op_set_bool(op, "is_test", is_test));
+  compare_grads(s, op, 1e-3);
+  pe_op_desc_free(op);
+}
+
+START_TEST(batch_norm_kernels) {
+  pe_scope *s = pe_scope_new(NULL);
+  bn_case(s, PE_SHAPE(4, 3, 6, 5), false);
+  bn_case(s, PE_SHAPE(16, 7), false);
+  bn_case(s, PE_SHAPE(4, 3, 6, 5), true);
+  pe_scope_free(s);
+}
+END_TEST
+
+/* --- losses, mean, metrics ------------------------------------------------------------ */
+
+START_TEST(losses_and_mean) {
+  pe_scope *s = pe_scope_new(NULL);
+  enum { R = 37, C = 45 };
+  ph_set_uniform(s, "logits", PE_SHAPE(R, C), -4, 4, 27);
+  int64_t lab[R];
+  for (int i = 0; i < R; i++) lab[i] = (i * 7) % C;
+  ph_set_i64(s, "label", PE_SHAPE(R, 1), lab);
+  ph_set_uniform(s, "soft", PE_SHAPE(R, C), 0, 0.05f, 28);
+  ph_set_uniform(s, "prob", PE_SHAPE(R, C), 0.01f, 1, 29);
+  for (int soft = 0; soft < 2; soft++) {
+    pe_op_desc *op = ph_op("softmax_with_cross_entropy", "Logits", "logits", "Label",
+                           soft ? "soft" : "label", NULL, "Softmax", "sm", "Loss", "loss", NULL);
+    PE_CK_OK(pe_op_set_bool(op, "soft_label", soft));
+    compare_grads(s, op, TOL);
+    pe_op_desc_free(op);
+    op = ph_op("cross_entropy", "X", "prob", "Label", soft ? "soft" : "label", NULL, "Y", "ce",
+               NULL);
+    PE_CK_OK(pe_op_set_bool(op, "soft_label", soft));
+    compare_grads(s, op, TOL);
+    pe_op_desc_free(op);
+  }
+  ph_set_uniform(s, "big", PE_SHAPE(300, 301), -1, 1, 30);
+  pe_op_desc *op = op1("mean", "big", "m");
+  compare_grads(s, op, 1e-6);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(metrics) {
+  pe_scope *s = pe_scope_new(NULL);
+  enum { R = 300, C = 10 };
+  ph_set_uniform(s, "x", PE_SHAPE(R, C), 0, 1, 31);
+  /* Ties: some rows repeat a score, ranks must follow the lower index. */
+  pe_tensor *x = ph_get(s, "x");
+  for (int r = 0; r < R; r += 5) pe_f32(x)[r * C + 3] = pe_f32(x)[r * C + 7];
+  int64_t lab[R];
+  for (int i = 0; i < R; i++) lab[i] = (i * 3) % C;
+  ph_set_i64(s, "label", PE_SHAPE(R, 1), lab);
+  for (int64_t k = 1; k <= 3; k += 2) {
+    pe_op_desc *op = ph_op("accuracy", "X", "x", "Label", "label", NULL, "Accuracy", "acc",
+                           "Correct", "cor", "Total", "tot", NULL);
+    PE_CK_OK(pe_op_set_int(op, "k", k));
+    compare(s, op, 0);
+    pe_op_desc_free(op);
+    op = ph_op("top_k", "X", "x", NULL, "Out", "v", "Indices", "i", NULL);
+    PE_CK_OK(pe_op_set_int(op, "k", k));
+    compare(s, op, 0);
+    pe_op_desc_free(op);
+  }
+  pe_scope_free(s);
+}
+END_TEST
+
+/* --- optimizers (in place, as the optimizer pass writes them) ------------------------- */
+
+START_TEST(optimizers) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "p", PE_SHAPE(50, 21), -1, 1, 32);
+  ph_set_uniform(s, "g", PE_SHAPE(50, 21), -1, 1, 33);
+  ph_set_uniform(s, "v", PE_SHAPE(50, 21), -1, 1, 34);
+  ph_set_uniform(s, "m1", PE_SHAPE(50, 21), -0.1f, 0.1f, 35);
+  ph_set_uniform(s, "m2", PE_SHAPE(50, 21), 0, 0.1f, 36);
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.05f});
+  ph_set_f32(s, "b1p", PE_SHAPE(1), (float[]){0.9f * 0.9f});
+  ph_set_f32(s, "b2p", PE_SHAPE(1), (float[]){0.999f * 0.999f});
+  pe_op_desc *op =
+      ph_op("sgd", "Param", "p", "Grad", "g", "LearningRate", "lr", NULL, "ParamOut", "p", NULL);
+  compare(s, op, TOL);
+  pe_op_desc_free(op);
+  for (int nesterov = 0; nesterov < 2; nesterov++) {
+    op = ph_op("momentum", "Param", "p", "Grad", "g", "Velocity", "v", "LearningRate", "lr", NULL,
+               "ParamOut", "p", "VelocityOut", "v", NULL);
+    PE_CK_OK(pe_op_set_bool(op, "use_nesterov", nesterov));
+    compare(s, op, TOL);
+    pe_op_desc_free(op);
+  }
+  op = ph_op("adam", "Param", "p", "Grad", "g", "LearningRate", "lr", "Moment1", "m1", "Moment2",
+             "m2", "Beta1Pow", "b1p", "Beta2Pow", "b2p", NULL, "ParamOut", "p", "Moment1Out", "m1",
+             "Moment2Out", "m2", "Beta1PowOut", "b1p", "Beta2PowOut", "b2p", NULL);
+  compare(s, op, TOL);
+  compare(s, op, TOL); /* a second step from the updated state */
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("cuda_kernels");
+  TCase *t = tcase_create("vs_cpu");
+  tcase_set_timeout(t, 300);
+  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_add_test(t, creation_ops);
+  tcase_add_test(t, copy_ops);
+  tcase_add_test(t, elementwise_broadcasting);
+  tcase_add_test(t, scale_and_sum);
+  tcase_add_test(t, activations_and_softmax);
+  tcase_add_test(t, dropout_train_and_test);
+  tcase_add_test(t, matmul_cublas);
+  tcase_add_test(t, conv2d_cudnn);
+  tcase_add_test(t, pool2d_cudnn);
+  tcase_add_test(t, batch_norm_kernels);
+  tcase_add_test(t, losses_and_mean);
+  tcase_add_test(t, metrics);
+  tcase_add_test(t, optimizers);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+PE_CUDA_MAIN(suite, 1)
+
+#endif
