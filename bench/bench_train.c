@@ -1,11 +1,13 @@
 /* pe-bench train: trains a model from pe_models.h on Fashion-MNIST in-process
- * and evaluates it on all 10,000 test images.
+ * and evaluates it on all 10,000 test images, with the sequential reference
+ * executor or the parallel executor (bench_train_par.c); the loop, the data
+ * and the JSON keys are shared, so the numbers compare directly.
  *
- * Flow: builder bytes -> pe_program_decode -> two clones, compiled as the
- * train program (backward + optimizer) and the eval program (for_test) ->
- * one model scope shared by three sequential executors: the train program's
- * startup block (run once: parameters, learning rate, optimizer state), the
- * train step and the eval pass.
+ * Sequential flow: builder bytes -> pe_program_decode -> two clones,
+ * compiled as the train program (backward + optimizer) and the eval program
+ * (for_test) -> one model scope shared by three sequential executors: the
+ * train program's startup block (run once: parameters, learning rate,
+ * optimizer state), the train step and the eval pass.
  *
  * Inputs are standardised with the training split's pixel mean and std.
  *
@@ -21,24 +23,18 @@
 #include <time.h>
 
 #include "bench.h"
+#include "bench_train.h"
 #include "compiler/pass.h"
 #include "compiler/program.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
-#include "pe_dataset.h"
-#include "pe_models.h"
 
 #define EVAL_BATCH 500
 #define PROGRESS_EVERY 100 /* steps between progress lines (human mode) */
 
-typedef struct train_cfg {
-  const char *model, *executor, *places;
-  long batch, epochs, steps, seed, threads;
-  bool json, help;
-} train_cfg;
-
-/* Options as a table: --name VALUE or --name=VALUE; flags take no value. */
-typedef enum opt_kind { OPT_STR, OPT_INT, OPT_FLAG } opt_kind;
+/* Options as a table: --name VALUE or --name=VALUE; flags take no value;
+ * on/off options take an optional "on" or "off" (bare: on). */
+typedef enum opt_kind { OPT_STR, OPT_INT, OPT_FLAG, OPT_ONOFF } opt_kind;
 
 typedef struct opt_row {
   const char *name;
@@ -51,13 +47,23 @@ typedef struct opt_row {
 #define CFG(f) offsetof(train_cfg, f)
 static const opt_row opts[] = {
     {"model", OPT_STR, CFG(model), 0, 0, "mlp | cnn (required)"},
-    {"executor", OPT_STR, CFG(executor), 0, 0, "sequential (default; others are not built yet)"},
-    {"places", OPT_STR, CFG(places), 0, 0, "cpu:1 (default)"},
+    {"executor", OPT_STR, CFG(executor), 0, 0, "sequential (default) | parallel"},
+    {"places", OPT_STR, CFG(places), 0, 0, "cpu:N | sim:N (parallel; sequential: cpu:1)"},
     {"batch", OPT_INT, CFG(batch), 1, 1 << 16, "mini-batch size (mlp 128, cnn 64)"},
     {"epochs", OPT_INT, CFG(epochs), 1, 1000, "passes over the 60,000 training images (1)"},
     {"steps", OPT_INT, CFG(steps), 1, 1L << 40, "cap on steps per epoch (none)"},
     {"seed", OPT_INT, CFG(seed), 0, 1L << 62, "initialisation, dropout and shuffling seed (1)"},
-    {"threads", OPT_INT, CFG(threads), 0, 4096, "intra-op threads (0: all cores)"},
+    {"threads", OPT_INT, CFG(threads), 0, 4096,
+     "sequential: intra-op threads; parallel: pool workers (0: all cores)"},
+    {"strategy", OPT_STR, CFG(strategy), 0, 0, "parallel: allreduce (default) | reduce"},
+    {"fuse", OPT_ONOFF, CFG(fuse), 0, 0, "parallel: fuse gradient all-reduces into buckets [on|off]"},
+    {"fuse-bucket", OPT_INT, CFG(fuse_bucket), 0, 1L << 40,
+     "parallel: fuse bucket bytes (0: 4 MiB default)"},
+    {"sync", OPT_STR, CFG(sync), 0, 0, "parallel: cross-stream sync, event (default) | producer"},
+    {"dump-graph", OPT_STR, CFG(dump_graph), 0, 0, "parallel: write the train graph's Graphviz"},
+    {"timeline", OPT_STR, CFG(timeline), 0, 0, "parallel: write a Chrome trace of every step"},
+    {"compare-sequential", OPT_FLAG, CFG(compare_sequential), 0, 0,
+     "parallel: first run the cpu:1 sequential baseline (1 thread) here; report both"},
     {"json", OPT_FLAG, CFG(json), 0, 0, "print one JSON line on stdout"},
     {"help", OPT_FLAG, CFG(help), 0, 0, "this text"},
 };
@@ -65,10 +71,11 @@ static const opt_row opts[] = {
 void pe_bench_train_usage(void) {
   fprintf(stderr, "usage: pe-bench train --model mlp|cnn [options]\n\noptions:\n");
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
-    fprintf(stderr, "  --%-9s %-6s %s\n", opts[i].name,
-            opts[i].kind == OPT_FLAG  ? ""
-            : opts[i].kind == OPT_INT ? "N"
-                                      : "NAME",
+    fprintf(stderr, "  --%-18s %-6s %s\n", opts[i].name,
+            opts[i].kind == OPT_FLAG    ? ""
+            : opts[i].kind == OPT_INT   ? "N"
+            : opts[i].kind == OPT_ONOFF ? "[on]"
+                                        : "NAME",
             opts[i].help);
   fprintf(stderr,
           "\nsamples_per_sec counts training steps only; final_loss is the mean loss of the\n"
@@ -95,6 +102,16 @@ static int parse_args(int argc, char **argv, train_cfg *c) {
       if (strlen(opts[k].name) == nlen && !strncmp(opts[k].name, arg + 2, nlen)) o = &opts[k];
     if (!o) return bad_args("unknown option '%s'%s", arg, "");
     char *field = (char *)c + o->off;
+    if (o->kind == OPT_ONOFF) {
+      const char *val = eq                                                        ? eq + 1
+                        : i + 1 < argc && (!strcmp(argv[i + 1], "on") ||
+                                           !strcmp(argv[i + 1], "off"))          ? argv[++i]
+                                                                                 : "on";
+      if (strcmp(val, "on") && strcmp(val, "off"))
+        return bad_args("option '%s' takes on or off%s", arg, "");
+      *(const char **)field = val;
+      continue;
+    }
     if (o->kind == OPT_FLAG) {
       if (eq) return bad_args("option '%s' takes no value%s", arg, "");
       *(bool *)field = true;
@@ -116,18 +133,105 @@ static int parse_args(int argc, char **argv, train_cfg *c) {
   return 0;
 }
 
-/* --- the training run ----------------------------------------------------------- */
+/* --- the sequential backend ------------------------------------------------------ */
 
-typedef struct trainer {
-  train_cfg cfg;
-  pe_model m;
+typedef struct seq_state {
   pe_program *train, *eval;
   pe_scope *scope;
   pe_seq_exec *step, *test;
-  pe_dataset *train_ds, *test_ds;
-  float *x;
-  int64_t *y;
-} trainer;
+} seq_state;
+
+int pe_bench_train_fail(pe_status *st, const char *what) {
+  fprintf(stderr, "pe-bench train: %s: %s (%s)\n", what, pe_status_msg(st),
+          pe_code_name(pe_status_code(st)));
+  pe_status_free(st);
+  return 1;
+}
+#define fail_st pe_bench_train_fail
+
+static int seq_setup(trainer *t) {
+  seq_state *s = calloc(1, sizeof *s);
+  if (!s) return fail_st(pe_error(PE_ENOMEM, "sequential executor state"), "setup");
+  t->impl = s;
+  pe_program *p = NULL;
+  pe_status *st = pe_program_decode(t->m.bytes, t->m.len, &p);
+  if (st) return fail_st(st, "decode");
+  st = pe_program_clone(p, &s->train);
+  if (!st) st = pe_program_clone(p, &s->eval);
+  pe_program_free(p);
+  if (st) return fail_st(st, "clone");
+  if ((st = pe_program_compile(s->train, false))) return fail_st(st, "compile train program");
+  if ((st = pe_program_compile(s->eval, true))) return fail_st(st, "compile eval program");
+  s->scope = pe_scope_new(NULL);
+  if (!s->scope) return fail_st(pe_error(PE_ENOMEM, "model scope"), "setup");
+  pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed, .threads = (int)t->cfg.threads};
+  /* The train program's startup block also initialises the optimizer state
+   * and learning rate the optimizer pass added. */
+  pe_seq_exec *init = NULL;
+  if ((st = pe_seq_exec_new(s->train, s->train->startup_block, s->scope, &eo, &init)))
+    return fail_st(st, "startup executor");
+  st = pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL);
+  pe_seq_exec_free(init);
+  if (st) return fail_st(st, "startup run");
+  if ((st = pe_seq_exec_new(s->train, s->train->main_block, s->scope, &eo, &s->step)))
+    return fail_st(st, "train executor");
+  if ((st = pe_seq_exec_new(s->eval, s->eval->main_block, s->scope, &eo, &s->test)))
+    return fail_st(st, "eval executor");
+  return 0;
+}
+
+static void seq_teardown(trainer *t) {
+  seq_state *s = t->impl;
+  if (!s) return;
+  pe_seq_exec_free(s->step);
+  pe_seq_exec_free(s->test);
+  if (s->scope) pe_scope_free(s->scope);
+  pe_program_free(s->train);
+  pe_program_free(s->eval);
+  free(s);
+  t->impl = NULL;
+}
+
+/* One run of `e` on n examples in t->x / t->y; fetched as asked. */
+static pe_status *seq_run(trainer *t, pe_seq_exec *e, int n, const char *const *fetch,
+                          int n_fetch, const pe_tensor **out) {
+  pe_shape xs = pe_shape_make(t->m.image_ndim, t->m.image_dims), ys = PE_SHAPE(n, 1);
+  xs.d[0] = n;
+  pe_tensor xt, yt;
+  pe_tensor_init(&xt);
+  pe_tensor_init(&yt);
+  pe_tensor_view(&xt, PE_F32, &xs, t->x);
+  pe_tensor_view(&yt, PE_I64, &ys, t->y);
+  pe_feed feeds[2] = {{t->m.image, &xt}, {t->m.label, &yt}};
+  return pe_seq_exec_run(e, feeds, 2, fetch, n_fetch, out);
+}
+
+static pe_status *seq_step(trainer *t, int n, float *loss, float *acc) {
+  seq_state *s = t->impl;
+  const char *fetch[2] = {t->m.loss, t->m.accuracy};
+  const pe_tensor *out[2];
+  pe_status *st = seq_run(t, s->step, n, fetch, 2, out);
+  if (st) return st;
+  *loss = pe_f32(out[0])[0];
+  *acc = pe_f32(out[1])[0];
+  return NULL;
+}
+
+static pe_status *seq_eval(trainer *t, int n, int64_t *correct) {
+  seq_state *s = t->impl;
+  const char *fetch[1] = {t->m.correct};
+  const pe_tensor *out[1];
+  pe_status *st = seq_run(t, s->test, n, fetch, 1, out);
+  if (!st) *correct = pe_i64(out[0])[0];
+  return st;
+}
+
+const train_backend pe_train_sequential = {"sequential", seq_setup,    seq_step,
+                                           seq_eval,     seq_teardown, NULL};
+
+/* --- the training run ----------------------------------------------------------- */
+
+static const train_backend *const backends[] = {&pe_train_sequential, &pe_train_parallel};
 
 typedef struct train_result {
   long steps, samples;
@@ -140,16 +244,9 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int fail_st(pe_status *st, const char *what) {
-  fprintf(stderr, "pe-bench train: %s: %s (%s)\n", what, pe_status_msg(st),
-          pe_code_name(pe_status_code(st)));
-  pe_status_free(st);
-  return 1;
-}
-
 static int setup(trainer *t) {
   char err[512];
-  if (pe_model_build(t->cfg.model, &t->m, err, sizeof err)) {
+  if (pe_model_spec_build(t->cfg.model, &t->m, err, sizeof err)) {
     fprintf(stderr, "pe-bench train: %s\n", err);
     return 1;
   }
@@ -165,69 +262,25 @@ static int setup(trainer *t) {
   pe_dataset_stats(t->train_ds, &mean, &std);
   pe_dataset_normalize(t->train_ds, mean, std);
   pe_dataset_normalize(t->test_ds, mean, std);
-  pe_program *p = NULL;
-  pe_status *st = pe_program_decode(t->m.bytes, t->m.len, &p);
-  if (st) return fail_st(st, "decode");
-  st = pe_program_clone(p, &t->train);
-  if (!st) st = pe_program_clone(p, &t->eval);
-  pe_program_free(p);
-  if (st) return fail_st(st, "clone");
-  if ((st = pe_program_compile(t->train, false))) return fail_st(st, "compile train program");
-  if ((st = pe_program_compile(t->eval, true))) return fail_st(st, "compile eval program");
-  t->scope = pe_scope_new(NULL);
-  if (!t->scope) return fail_st(pe_error(PE_ENOMEM, "model scope"), "setup");
-  pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed, .threads = (int)t->cfg.threads};
-  /* The train program's startup block also initialises the optimizer state
-   * and learning rate the optimizer pass added. */
-  pe_seq_exec *init = NULL;
-  if ((st = pe_seq_exec_new(t->train, t->train->startup_block, t->scope, &eo, &init)))
-    return fail_st(st, "startup executor");
-  st = pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL);
-  pe_seq_exec_free(init);
-  if (st) return fail_st(st, "startup run");
-  if ((st = pe_seq_exec_new(t->train, t->train->main_block, t->scope, &eo, &t->step)))
-    return fail_st(st, "train executor");
-  if ((st = pe_seq_exec_new(t->eval, t->eval->main_block, t->scope, &eo, &t->test)))
-    return fail_st(st, "eval executor");
   size_t cap = (size_t)(t->cfg.batch > EVAL_BATCH ? t->cfg.batch : EVAL_BATCH);
   t->x = malloc(cap * (size_t)t->train_ds->dim * sizeof *t->x);
   t->y = malloc(cap * sizeof *t->y);
   if (!t->x || !t->y) return fail_st(pe_error(PE_ENOMEM, "batch buffers"), "setup");
-  return 0;
+  return t->be->setup(t);
 }
 
 static void teardown(trainer *t) {
-  pe_seq_exec_free(t->step);
-  pe_seq_exec_free(t->test);
-  if (t->scope) pe_scope_free(t->scope);
-  pe_program_free(t->train);
-  pe_program_free(t->eval);
+  if (t->be) t->be->teardown(t);
   pe_dataset_free(t->train_ds);
   pe_dataset_free(t->test_ds);
-  pe_model_release(&t->m);
+  pe_model_spec_release(&t->m);
   free(t->x);
   free(t->y);
-}
-
-/* One run of `e` on n examples in t->x / t->y; fetched as asked. */
-static pe_status *run_batch(trainer *t, pe_seq_exec *e, int n, const char *const *fetch,
-                            int n_fetch, const pe_tensor **out) {
-  pe_shape xs = pe_shape_make(t->m.image_ndim, t->m.image_dims), ys = PE_SHAPE(n, 1);
-  xs.d[0] = n;
-  pe_tensor xt, yt;
-  pe_tensor_init(&xt);
-  pe_tensor_init(&yt);
-  pe_tensor_view(&xt, PE_F32, &xs, t->x);
-  pe_tensor_view(&yt, PE_I64, &ys, t->y);
-  pe_feed feeds[2] = {{t->m.image, &xt}, {t->m.label, &yt}};
-  return pe_seq_exec_run(e, feeds, 2, fetch, n_fetch, out);
 }
 
 static int train_loop(trainer *t, train_result *r) {
   pe_batcher *bt = pe_batcher_new(t->train_ds, (int)t->cfg.batch, true, (uint64_t)t->cfg.seed);
   if (!bt) return fail_st(pe_error(PE_ENOMEM, "batcher"), "setup");
-  const char *fetch[2] = {t->m.loss, t->m.accuracy};
-  const pe_tensor *out[2];
   double t0 = now_s(), tp = t0;
   long tp_samples = 0;
   int rc = 0;
@@ -236,23 +289,24 @@ static int train_loop(trainer *t, train_result *r) {
     long ep_samples = 0, ep_steps = 0;
     int n;
     while ((t->cfg.steps == 0 || ep_steps < t->cfg.steps) && pe_batcher_next(bt, t->x, t->y, &n)) {
-      pe_status *st = run_batch(t, t->step, n, fetch, 2, out);
+      float loss, acc;
+      pe_status *st = t->be->step(t, n, &loss, &acc);
       if (st) {
         char what[64];
         snprintf(what, sizeof what, "train step %ld", r->steps + 1);
         rc = fail_st(st, what);
         break;
       }
-      loss_sum += (double)pe_f32(out[0])[0] * n;
-      acc_sum += (double)pe_f32(out[1])[0] * n;
+      loss_sum += (double)loss * n;
+      acc_sum += (double)acc * n;
       ep_samples += n;
       ep_steps++;
       r->steps++;
       r->samples += n;
       if (!t->cfg.json && r->steps % PROGRESS_EVERY == 0) {
         double now = now_s();
-        fprintf(stderr, "epoch %ld step %ld: loss %.4f, %.0f samples/s\n", ep, r->steps,
-                pe_f32(out[0])[0], (r->samples - tp_samples) / (now - tp));
+        fprintf(stderr, "epoch %ld step %ld: loss %.4f, %.0f samples/s\n", ep, r->steps, loss,
+                (r->samples - tp_samples) / (now - tp));
         tp = now;
         tp_samples = r->samples;
       }
@@ -275,18 +329,17 @@ static int train_loop(trainer *t, train_result *r) {
 static int evaluate(trainer *t, train_result *r) {
   pe_batcher *bt = pe_batcher_new(t->test_ds, EVAL_BATCH, false, 0);
   if (!bt) return fail_st(pe_error(PE_ENOMEM, "batcher"), "setup");
-  const char *fetch[1] = {t->m.correct};
-  const pe_tensor *out[1];
   double t0 = now_s();
   int64_t correct = 0, seen = 0;
   int n, rc = 0;
   while (pe_batcher_next(bt, t->x, t->y, &n)) {
-    pe_status *st = run_batch(t, t->test, n, fetch, 1, out);
+    int64_t c = 0;
+    pe_status *st = t->be->eval(t, n, &c);
     if (st) {
       rc = fail_st(st, "eval");
       break;
     }
-    correct += pe_i64(out[0])[0];
+    correct += c;
     seen += n;
   }
   r->eval_seconds = now_s() - t0;
@@ -295,46 +348,86 @@ static int evaluate(trainer *t, train_result *r) {
   return rc;
 }
 
+/* Set up, train, evaluate and tear down one trainer. */
+static int run_one(trainer *t, train_result *r) {
+  int rc = setup(t);
+  if (!rc && !t->cfg.json)
+    fprintf(stderr, "pe-bench train: model %s, batch %ld, %ld epoch(s), executor %s on %s\n",
+            t->cfg.model, t->cfg.batch, t->cfg.epochs, t->cfg.executor, t->cfg.places);
+  if (!rc) rc = train_loop(t, r);
+  if (!rc) rc = evaluate(t, r);
+  return rc; /* the caller tears down (after printing) */
+}
+
 int pe_bench_train(int argc, char **argv) {
-  trainer t = {.cfg = {.executor = "sequential", .places = "cpu:1", .epochs = 1, .seed = 1}};
+  trainer t = {.cfg = {.executor = "sequential", .epochs = 1, .seed = 1}};
   int rc = parse_args(argc, argv, &t.cfg);
   if (rc) return rc;
   if (t.cfg.help) {
     pe_bench_train_usage();
     return 0;
   }
-  if (!t.cfg.model) return bad_args("--model is required (%s)%s", pe_model_names(), "");
+  if (!t.cfg.model) return bad_args("--model is required (%s)%s", pe_model_spec_names(), "");
   if (strcmp(t.cfg.model, "mlp") && strcmp(t.cfg.model, "cnn"))
-    return bad_args("unknown model '%s' (known: %s)", t.cfg.model, pe_model_names());
-  if (strcmp(t.cfg.executor, "sequential"))
-    return bad_args("executor '%s' is not built yet (available: sequential)%s", t.cfg.executor, "");
-  if (strcmp(t.cfg.places, "cpu:1"))
+    return bad_args("unknown model '%s' (known: %s)", t.cfg.model, pe_model_spec_names());
+  for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
+    if (!strcmp(t.cfg.executor, backends[i]->executor)) t.be = backends[i];
+  if (!t.be)
+    return bad_args("unknown executor '%s' (known: sequential, parallel)%s", t.cfg.executor, "");
+  bool parallel = t.be == &pe_train_parallel;
+  if (!t.cfg.places) t.cfg.places = parallel ? "cpu:2" : "cpu:1";
+  if (!parallel && strcmp(t.cfg.places, "cpu:1"))
     return bad_args("places '%s' not supported: the sequential executor runs on cpu:1%s",
                     t.cfg.places, "");
+  if (!parallel && (t.cfg.strategy || t.cfg.sync || t.cfg.fuse || t.cfg.fuse_bucket ||
+                    t.cfg.dump_graph || t.cfg.timeline))
+    return bad_args("--strategy, --sync, --fuse, --fuse-bucket, --dump-graph and --timeline "
+                    "need --executor parallel%s%s",
+                    "", "");
+  if (t.cfg.compare_sequential && !parallel)
+    return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");
+  /* The baseline first, in this process, on the same batches (same seed). */
+  train_result base = {0};
+  if (t.cfg.compare_sequential) {
+    trainer b = {.cfg = t.cfg, .be = &pe_train_sequential};
+    b.cfg.executor = "sequential";
+    b.cfg.places = "cpu:1";
+    /* cpu:1 is one place on one core: the baseline runs its kernels on one
+     * thread (an all-core sequential run is `--executor sequential`). */
+    b.cfg.threads = 1;
+    rc = run_one(&b, &base);
+    teardown(&b);
+    if (rc) return rc;
+  }
   train_result r = {0};
-  rc = setup(&t);
-  if (!rc && !t.cfg.json)
-    fprintf(stderr, "pe-bench train: model %s, batch %ld, %ld epoch(s), executor %s on %s\n",
-            t.cfg.model, t.cfg.batch, t.cfg.epochs, t.cfg.executor, t.cfg.places);
-  if (!rc) rc = train_loop(&t, &r);
-  if (!rc) rc = evaluate(&t, &r);
+  rc = run_one(&t, &r);
   if (!rc) {
     double sps = r.train_seconds > 0 ? r.samples / r.train_seconds : 0;
-    if (t.cfg.json)
+    if (t.cfg.json) {
       printf(
           "{\"bench\":\"train\",\"model\":\"%s\",\"executor\":\"%s\",\"places\":\"%s\","
           "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
           "\"threads\":%ld,\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,"
           "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.5f,"
-          "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f}\n",
+          "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f",
           t.cfg.model, t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples,
           t.cfg.seed, t.cfg.threads, sps, r.train_seconds, r.eval_seconds, r.test_acc, r.final_loss,
           r.final_train_acc);
-    else
+      if (t.be->json_extra) t.be->json_extra(&t, stdout);
+      if (t.cfg.compare_sequential) {
+        double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;
+        printf(",\"baseline\":{\"executor\":\"sequential\",\"places\":\"cpu:1\",\"threads\":1,"
+               "\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,"
+               "\"final_loss\":%.5f},\"speedup_vs_sequential\":%.3f",
+               bsps, base.train_seconds, base.test_acc, base.final_loss, bsps > 0 ? sps / bsps : 0);
+      }
+      printf("}\n");
+    } else {
       printf(
           "%s: %ld steps in %.2f s (%.0f samples/s), last-epoch loss %.4f, "
           "test accuracy %.4f\n",
           t.cfg.model, r.steps, r.train_seconds, sps, r.final_loss, r.test_acc);
+    }
   }
   teardown(&t);
   return rc;

@@ -65,9 +65,9 @@ static int n_shared(const pe_graph *g) {
 /* Returns planned / unplanned bytes at the model's default batch. */
 static double check_model(const char *model, int n_places, pe_graph_strategy strategy, bool fuse,
                           bool for_test) {
-  pe_model md;
+  pe_model_spec md;
   char err[256];
-  ck_assert_msg(pe_model_build(model, &md, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(pe_model_spec_build(model, &md, err, sizeof err) == 0, "%s", err);
   pe_program *p;
   PU_OK(pe_program_decode(md.bytes, md.len, &p));
   pe_pass_opts o = {.n_places = n_places, .strategy = strategy, .fuse = fuse};
@@ -84,7 +84,7 @@ static double check_model(const char *model, int n_places, pe_graph_strategy str
   check_plan(g);
   pe_ir_destroy(&ir);
   pe_program_free(p);
-  pe_model_release(&md);
+  pe_model_spec_release(&md);
   return (double)planned / (double)unplanned;
 }
 

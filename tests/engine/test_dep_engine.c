@@ -1,6 +1,7 @@
 /* Dependency engine: random push sequences against a serial model (1..8
  * workers, many seeds), concurrent pushers sharing variables, parallel
- * readers, writers in push order, delete after readers, error propagation,
+ * readers, writers in push order, wait_var after earlier readers, delete
+ * after readers, error propagation,
  * op handles with extra dependencies, priority order, waits from workers,
  * bad arguments. Ops check exclusivity themselves (active reader/writer
  * counts per variable) and report through atomics that the test thread
@@ -433,6 +434,52 @@ static pe_status *gated_fn(void *arg) {
   return NULL;
 }
 
+/* --- wait_var waits for earlier readers too ------------------------------------------- */
+
+typedef struct held_read {
+  atomic_int release, finished, seen;
+  pe_engine *eng;
+  pe_engine_var *v;
+} held_read;
+
+static pe_status *held_reader(void *arg) {
+  held_read *h = arg;
+  wait_at_least(&h->release, 1, 10);
+  atomic_store(&h->finished, 1);
+  return NULL;
+}
+
+static void *var_waiter(void *arg) {
+  held_read *h = arg;
+  pe_status *st = pe_engine_wait_var(h->eng, h->v);
+  pe_status_free(st);
+  atomic_store(&h->seen, atomic_load(&h->finished) + 1); /* 2: the reader had finished */
+  return NULL;
+}
+
+/* dep_engine.h: wait_var waits for every op pushed before it that uses the
+ * variable, reads included (a wait granted like a read would run beside a
+ * pending reader and return early). */
+START_TEST(wait_var_waits_for_earlier_readers) {
+  for (int threads = 1; threads <= 2; threads++) {
+    env e = env_new(threads);
+    held_read h = {.eng = e.eng};
+    OK(pe_engine_new_var(e.eng, &h.v));
+    OK(pe_engine_push(e.eng, held_reader, &h, &h.v, 1, NULL, 0, 0));
+    pthread_t t;
+    pthread_create(&t, NULL, var_waiter, &h);
+    struct timespec ts = {0, 30 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    ck_assert_msg(atomic_load(&h.seen) == 0, "wait_var returned while a reader was running");
+    atomic_store(&h.release, 1);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(atomic_load(&h.seen), 2);
+    OK(pe_engine_wait_all(e.eng));
+    env_free(&e);
+  }
+}
+END_TEST
+
 START_TEST(delete_waits_for_readers) {
   env e = env_new(2);
   gated g = {0};
@@ -619,6 +666,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, concurrent_pushers_share_variables);
   tcase_add_test(tc, readers_run_in_parallel);
   tcase_add_test(tc, writers_run_alone_in_push_order);
+  tcase_add_test(tc, wait_var_waits_for_earlier_readers);
   tcase_add_test(tc, delete_waits_for_readers);
   tcase_add_test(tc, failed_op_skips_dependants_and_is_reported);
   tcase_add_test(tc, op_handle_waits_for_extra_deps);

@@ -401,9 +401,9 @@ END_TEST
  * model scope between the train, eval and startup executors, and fit a
  * synthetic separable batch. */
 START_TEST(client_model_trains) {
-  pe_model md;
+  pe_model_spec md;
   char err[256];
-  ck_assert_msg(pe_model_build("mlp", &md, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(pe_model_spec_build("mlp", &md, err, sizeof err) == 0, "%s", err);
   pe_program *p, *t;
   PU_OK(pe_program_decode(md.bytes, md.len, &p));
   PU_OK(pe_program_decode(md.bytes, md.len, &t));
@@ -445,7 +445,7 @@ START_TEST(client_model_trains) {
   pe_scope_free(model);
   pe_program_free(p);
   pe_program_free(t);
-  pe_model_release(&md);
+  pe_model_spec_release(&md);
 }
 END_TEST
 

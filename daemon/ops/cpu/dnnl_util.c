@@ -92,6 +92,7 @@ static void entry_clear(pe_dnnl_entry *e) {
     for (int a = 0; a < pr->nargs; a++)
       if (pr->args[a].memory) dnnl_memory_destroy(pr->args[a].memory);
     if (pr->prim) dnnl_primitive_destroy(pr->prim);
+    free(pr->scratch);
   }
   for (int b = 0; b < e->nbufs; b++) free(e->bufs[b]);
   memset(e, 0, sizeof(*e));
@@ -185,7 +186,13 @@ pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitiv
   dnnl_stream_t strm;
   PE_TRY(pe_dnnl_get(c->dev, &eng, &strm));
   *pd = NULL;
-  return pe_dnnl_check(dnnl_primitive_desc_create(pd, op_desc, NULL, eng, hint), c, what);
+  dnnl_primitive_attr_t attr;
+  PE_TRY(pe_dnnl_check(dnnl_primitive_attr_create(&attr), c, what));
+  pe_status *st =
+      pe_dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), c, what);
+  if (!st) st = pe_dnnl_check(dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint), c, what);
+  dnnl_primitive_attr_destroy(attr);
+  return st;
 }
 
 pe_status *pe_dnnl_entry_add(pe_kernel_ctx *c, pe_dnnl_entry *e, const_dnnl_primitive_desc_t pd,
@@ -209,6 +216,21 @@ pe_status *pe_dnnl_entry_add(pe_kernel_ctx *c, pe_dnnl_entry *e, const_dnnl_prim
     PE_TRY(
         pe_dnnl_check(dnnl_memory_create(&p->args[a].memory, md, eng, DNNL_MEMORY_NONE), c, what));
   }
+  p->nuser = nargs;
+  const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  size_t sbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+  if (sbytes > 0) {
+    if (nargs == PE_DNNL_MAX_ARGS)
+      return pe_kernel_error(c, PE_EINTERNAL, "no argument slot for the scratchpad of %s", what);
+    /* Not an entry buffer: kernels address those by index. */
+    if (!(p->scratch = aligned_alloc(64, (sbytes + 63) / 64 * 64)))
+      return pe_kernel_error(c, PE_ENOMEM, "out of memory allocating the %zu-byte scratchpad of %s",
+                             sbytes, what);
+    p->args[nargs].arg = DNNL_ARG_SCRATCHPAD;
+    p->nargs = nargs + 1;
+    PE_TRY(
+        pe_dnnl_check(dnnl_memory_create(&p->args[nargs].memory, smd, eng, p->scratch), c, what));
+  }
   *out = p;
   return NULL;
 }
@@ -228,7 +250,7 @@ pe_status *pe_dnnl_run(pe_kernel_ctx *c, pe_dnnl_prim *p, void *const *handles, 
   dnnl_engine_t eng;
   dnnl_stream_t strm;
   PE_TRY(pe_dnnl_get(c->dev, &eng, &strm));
-  for (int a = 0; a < p->nargs; a++)
+  for (int a = 0; a < p->nuser; a++)
     PE_TRY(pe_dnnl_check(dnnl_memory_set_data_handle(p->args[a].memory, handles[a]), c, what));
   PE_TRY(pe_dnnl_check(dnnl_primitive_execute(p->prim, strm, p->nargs, p->args), c, what));
   return pe_dnnl_check(dnnl_stream_wait(strm), c, what);

@@ -46,10 +46,18 @@ dnnl_status_t pe_dnnl_md_matrix(dnnl_memory_desc_t *md, int64_t rows, int64_t co
 #define PE_DNNL_MAX_ARGS 10
 #define PE_DNNL_MAX_BUFS 4
 
+/* Scratchpads are user-managed: every primitive gets its own (one buffer of
+ * its entry, bound once), because Debian's oneDNN is built without
+ * DNNL_ENABLE_CONCURRENT_EXEC and its library-managed scratchpad is one
+ * global buffer that primitives running at once on several threads (pool
+ * workers, sim stream threads) would share and reallocate under each
+ * other. */
 typedef struct pe_dnnl_prim {
   dnnl_primitive_t prim;
-  int nargs;
+  int nargs;  /* memories in args (user args, then the scratchpad if any) */
+  int nuser;  /* args bound by pe_dnnl_run's handles */
   dnnl_exec_arg_t args[PE_DNNL_MAX_ARGS]; /* memories owned by the prim */
+  void *scratch; /* its scratchpad (owned, 64-byte aligned), NULL if none */
 } pe_dnnl_prim;
 
 typedef struct pe_dnnl_entry {
@@ -98,12 +106,14 @@ void pe_dnnl_cache_free(void *state);
 pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state);
 
 /* Create a primitive from pd into e, with a memory object for each of the
- * nargs argument ids (descs queried from pd). pd stays the caller's. */
+ * nargs argument ids (descs queried from pd), plus its own scratchpad when
+ * pd needs one. pd stays the caller's. */
 pe_status *pe_dnnl_entry_add(pe_kernel_ctx *c, pe_dnnl_entry *e, const_dnnl_primitive_desc_t pd,
                              const int *arg_ids, int nargs, const char *what, pe_dnnl_prim **out);
 /* An owned scratch buffer of at least `bytes` (contents unspecified). */
 pe_status *pe_dnnl_entry_buffer(pe_kernel_ctx *c, pe_dnnl_entry *e, size_t bytes, void **out);
-/* Create a primitive descriptor (first implementation) from an op desc. */
+/* Create a primitive descriptor (first implementation) from an op desc,
+ * with a user-managed scratchpad (see pe_dnnl_prim). */
 pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
                       const char *what, dnnl_primitive_desc_t *pd);
 /* Bind handles[i] to args[i] of p, execute on the place's stream, wait. */

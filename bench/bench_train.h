@@ -1,0 +1,60 @@
+/* pe-bench train internals: the options, the trainer state the training
+ * loop owns, and the executor backends it drives (one row each: the
+ * sequential reference in bench_train.c, the parallel executor in
+ * bench_train_par.c). The loop, the data and the JSON line are the same for
+ * every backend, so their numbers compare directly. */
+#ifndef PE_BENCH_TRAIN_H
+#define PE_BENCH_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/status.h"
+#include "pe_dataset.h"
+#include "pe_models.h"
+
+typedef struct train_cfg {
+  const char *model, *executor, *places;
+  long batch, epochs, steps, seed, threads;
+  bool json, help;
+  /* parallel executor only */
+  const char *strategy, *sync, *dump_graph, *timeline;
+  const char *fuse; /* "on" | "off" (a bare --fuse means on) */
+  long fuse_bucket;
+  bool compare_sequential; /* also run the sequential baseline, report the ratio */
+} train_cfg;
+
+typedef struct trainer trainer;
+
+/* One executor. setup compiles and initialises (after the data is loaded,
+ * t->x / t->y allocated); step and eval run on the first n rows of t->x /
+ * t->y. step returns the batch's mean loss and accuracy; eval the number of
+ * correct predictions. json_extra appends ,"key":value pairs to the JSON
+ * line (may be NULL). */
+typedef struct train_backend {
+  const char *executor;
+  int (*setup)(trainer *t);
+  pe_status *(*step)(trainer *t, int n, float *loss, float *acc);
+  pe_status *(*eval)(trainer *t, int n, int64_t *correct);
+  void (*teardown)(trainer *t);
+  void (*json_extra)(trainer *t, FILE *out);
+} train_backend;
+
+struct trainer {
+  train_cfg cfg;
+  const train_backend *be;
+  pe_model_spec m;
+  pe_dataset *train_ds, *test_ds;
+  float *x;
+  int64_t *y;
+  void *impl; /* the backend's state */
+};
+
+extern const train_backend pe_train_sequential;
+extern const train_backend pe_train_parallel;
+
+/* Print "pe-bench train: <what>: <message> (<code>)", free st, return 1. */
+int pe_bench_train_fail(pe_status *st, const char *what);
+
+#endif

@@ -1,0 +1,224 @@
+/* pe-bench train, parallel backend: the same training loop as the
+ * sequential one (bench_train.c), run by the parallel executor on N places.
+ *
+ * Flow: one pe_runtime (pool, engine, devices) and one pe_model on the
+ * places of --places; the train program compiled by pe_graph_compile
+ * (data_parallel, ssa, [fuse_allreduce], memory_plan; --dump-graph writes
+ * its Graphviz) and bound to the model; its startup graph (init on place 0,
+ * broadcast) run once; the eval program compiled for_test on the same
+ * places and bound to the same model, so it reads the trained parameters.
+ *
+ * Eval fetches the accuracy, not the count of correct predictions: a
+ * non-per-sample fetch is the places' mean weighted by n_p / N, which is
+ * right for a mean and wrong for a count, so correct = round(accuracy * n).
+ *
+ * Extra JSON keys: strategy, fuse, fuse_bucket_bytes, sync, pool_threads,
+ * graph_nodes, memory_plan {planned_bytes, unplanned_bytes} (the main
+ * graph's temporaries for the per-place batch ceil(batch / places)), and
+ * timeline_spans / timeline_dropped with --timeline. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_train.h"
+#include "compiler/pass.h"
+#include "compiler/program.h"
+#include "engine/par_executor.h"
+
+typedef struct par_state {
+  pe_place_kind kind;
+  int n_places;
+  pe_graph_strategy strategy;
+  pe_sync_strategy sync;
+  bool fuse;
+  pe_runtime *rt;
+  pe_model *model;
+  pe_par_exec *step, *test;
+  pe_timeline *tl;
+  pe_tensor out[2];
+  int64_t planned, unplanned;
+  int graph_nodes;
+} par_state;
+
+/* Compile a clone of p (train or for_test) for the state's places. The
+ * startup graph is returned when want_startup, else freed. */
+static pe_status *par_compile(trainer *t, par_state *s, const pe_program *p, bool for_test,
+                              pe_graph **main_out, pe_graph **startup_out) {
+  pe_program *prog;
+  pe_status *st = pe_program_clone(p, &prog);
+  if (st) return st;
+  const char *keep[1] = {t->m.accuracy};
+  pe_pass_opts o = {.place_kind = s->kind,
+                    .n_places = s->n_places,
+                    .strategy = s->strategy,
+                    .fuse = s->fuse && !for_test,
+                    .fuse_bucket_bytes = t->cfg.fuse_bucket,
+                    .dump_path = for_test ? NULL : t->cfg.dump_graph,
+                    .n_keep = 1,
+                    .keep = keep,
+                    .batch_hint = (t->cfg.batch + s->n_places - 1) / s->n_places};
+  pe_ir ir = {.prog = prog, .opts = &o};
+  st = pe_graph_compile(&ir, for_test);
+  if (!st) {
+    *main_out = ir.graph;
+    ir.graph = NULL;
+    if (startup_out) {
+      *startup_out = ir.startup;
+      ir.startup = NULL;
+    }
+  }
+  pe_ir_destroy(&ir);
+  pe_program_free(prog); /* the graphs own clones */
+  return st;
+}
+
+static int par_setup(trainer *t) {
+  par_state *s = calloc(1, sizeof *s);
+  if (!s) return pe_bench_train_fail(pe_error(PE_ENOMEM, "parallel executor state"), "setup");
+  t->impl = s;
+  pe_tensor_init(&s->out[0]);
+  pe_tensor_init(&s->out[1]);
+  pe_status *st = pe_places_parse(t->cfg.places, &s->kind, &s->n_places);
+  if (st) return pe_bench_train_fail(st, "--places");
+  if (s->kind == PE_PLACE_CUDA)
+    return pe_bench_train_fail(pe_error(PE_EINVAL, "places '%s': use cpu:N or sim:N",
+                                        t->cfg.places),
+                               "--places");
+  const char *strategy = t->cfg.strategy ? t->cfg.strategy : "allreduce";
+  if (!strcmp(strategy, "allreduce")) s->strategy = PE_STRATEGY_ALLREDUCE;
+  else if (!strcmp(strategy, "reduce")) s->strategy = PE_STRATEGY_REDUCE;
+  else
+    return pe_bench_train_fail(
+        pe_error(PE_EINVAL, "strategy '%s' (known: allreduce, reduce)", strategy), "--strategy");
+  const char *sync = t->cfg.sync ? t->cfg.sync : "event";
+  if (!strcmp(sync, "event")) s->sync = PE_SYNC_WAIT_EVENT;
+  else if (!strcmp(sync, "producer")) s->sync = PE_SYNC_WAIT_PRODUCER;
+  else
+    return pe_bench_train_fail(pe_error(PE_EINVAL, "sync '%s' (known: event, producer)", sync),
+                               "--sync");
+  s->fuse = t->cfg.fuse && !strcmp(t->cfg.fuse, "on");
+
+  pe_program *p = NULL;
+  pe_graph *g_train = NULL, *g_init = NULL, *g_eval = NULL;
+  if ((st = pe_program_decode(t->m.bytes, t->m.len, &p))) return pe_bench_train_fail(st, "decode");
+  st = par_compile(t, s, p, false, &g_train, &g_init);
+  if (st) {
+    pe_program_free(p);
+    return pe_bench_train_fail(st, "compile train graph");
+  }
+  st = par_compile(t, s, p, true, &g_eval, NULL);
+  pe_program_free(p);
+  if (st) {
+    pe_graph_free(g_train);
+    pe_graph_free(g_init);
+    return pe_bench_train_fail(st, "compile eval graph");
+  }
+  s->graph_nodes = g_train->n_nodes;
+  pe_graph_memory_bytes(g_train, (t->cfg.batch + s->n_places - 1) / s->n_places, &s->planned,
+                        &s->unplanned);
+
+  pe_runtime_opts ro = {.threads = (int)t->cfg.threads};
+  if ((st = pe_runtime_new(&ro, &s->rt)) ||
+      (st = pe_model_new(s->rt, s->kind, s->n_places, (uint64_t)t->cfg.seed, &s->model))) {
+    pe_graph_free(g_train);
+    pe_graph_free(g_init);
+    pe_graph_free(g_eval);
+    return pe_bench_train_fail(st, "runtime");
+  }
+  pe_par_exec *init = NULL;
+  st = pe_par_exec_new(s->model, g_init, &init); /* takes g_init, also on failure */
+  if (!st) {
+    pe_run_opts opts = {.sync = s->sync};
+    st = pe_par_exec_run(init, NULL, 0, NULL, 0, NULL, &opts, NULL);
+  }
+  pe_par_exec_free(init);
+  if (st) {
+    pe_graph_free(g_train);
+    pe_graph_free(g_eval);
+    return pe_bench_train_fail(st, "startup run");
+  }
+  st = pe_par_exec_new(s->model, g_train, &s->step);
+  if (st) {
+    pe_graph_free(g_eval);
+    return pe_bench_train_fail(st, "train executor");
+  }
+  if ((st = pe_par_exec_new(s->model, g_eval, &s->test)))
+    return pe_bench_train_fail(st, "eval executor");
+  if (t->cfg.timeline) {
+    /* 64 lanes (pool workers, sim stream threads) of 128k spans, allocated
+     * per lane when claimed: an MLP epoch on cpu:2 records ~15k spans per
+     * lane; longer runs drop spans and say so (timeline_dropped). */
+    if ((st = pe_timeline_new(64, (size_t)1 << 17, &s->tl)))
+      return pe_bench_train_fail(st, "timeline");
+  }
+  return 0;
+}
+
+static void par_teardown(trainer *t) {
+  par_state *s = t->impl;
+  if (!s) return;
+  if (s->tl) {
+    pe_status *st = pe_timeline_write(s->tl, t->cfg.timeline);
+    if (st) pe_bench_train_fail(st, "writing the timeline");
+    pe_timeline_free(s->tl);
+  }
+  pe_par_exec_free(s->step);
+  pe_par_exec_free(s->test);
+  pe_model_free(s->model);
+  pe_runtime_free(s->rt);
+  pe_tensor_release(&s->out[0]);
+  pe_tensor_release(&s->out[1]);
+  free(s);
+  t->impl = NULL;
+}
+
+static pe_status *par_run(trainer *t, pe_par_exec *e, int n, const char *const *fetch,
+                          int n_fetch) {
+  par_state *s = t->impl;
+  pe_shape xs = pe_shape_make(t->m.image_ndim, t->m.image_dims), ys = PE_SHAPE(n, 1);
+  xs.d[0] = n;
+  pe_tensor xt, yt;
+  pe_tensor_init(&xt);
+  pe_tensor_init(&yt);
+  pe_tensor_view(&xt, PE_F32, &xs, t->x);
+  pe_tensor_view(&yt, PE_I64, &ys, t->y);
+  pe_feed feeds[2] = {{t->m.image, &xt}, {t->m.label, &yt}};
+  pe_run_opts opts = {.sync = s->sync, .timeline = s->tl};
+  return pe_par_exec_run(e, feeds, 2, fetch, n_fetch, s->out, &opts, NULL);
+}
+
+static pe_status *par_step(trainer *t, int n, float *loss, float *acc) {
+  par_state *s = t->impl;
+  const char *fetch[2] = {t->m.loss, t->m.accuracy};
+  pe_status *st = par_run(t, s->step, n, fetch, 2);
+  if (st) return st;
+  *loss = pe_f32(&s->out[0])[0];
+  *acc = pe_f32(&s->out[1])[0];
+  return NULL;
+}
+
+static pe_status *par_eval(trainer *t, int n, int64_t *correct) {
+  par_state *s = t->impl;
+  const char *fetch[1] = {t->m.accuracy};
+  pe_status *st = par_run(t, s->test, n, fetch, 1);
+  if (!st) *correct = llround((double)pe_f32(&s->out[0])[0] * n);
+  return st;
+}
+
+static void par_json(trainer *t, FILE *f) {
+  par_state *s = t->impl;
+  fprintf(f,
+          ",\"strategy\":\"%s\",\"fuse\":%s,\"fuse_bucket_bytes\":%lld,\"sync\":\"%s\","
+          "\"graph_nodes\":%d,\"memory_plan\":{\"planned_bytes\":%lld,\"unplanned_bytes\":%lld}",
+          s->strategy == PE_STRATEGY_REDUCE ? "reduce" : "allreduce", s->fuse ? "true" : "false",
+          (long long)(t->cfg.fuse_bucket ? t->cfg.fuse_bucket : PE_FUSE_BUCKET_BYTES_DEFAULT),
+          s->sync == PE_SYNC_WAIT_PRODUCER ? "producer" : "event", s->graph_nodes,
+          (long long)s->planned, (long long)s->unplanned);
+  if (s->tl)
+    fprintf(f, ",\"timeline\":\"%s\",\"timeline_spans\":%llu,\"timeline_dropped\":%llu",
+            t->cfg.timeline, (unsigned long long)pe_timeline_spans(s->tl),
+            (unsigned long long)pe_timeline_dropped(s->tl));
+}
+
+const train_backend pe_train_parallel = {"parallel", par_setup,    par_step,
+                                         par_eval,   par_teardown, par_json};

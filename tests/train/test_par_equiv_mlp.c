@@ -1,0 +1,46 @@
+/* Parallel executor vs. the sequential reference on the MLP of pe_models.h
+ * (784-256-128-10, momentum SGD): the loss curve over 20 steps and the
+ * parameters after every step, in every setting of issue 3's matrix
+ * (cpu:2; sim:4 with event waits and with producer waits; AllReduce and
+ * Reduce; fused and unfused all-reduce); the parallel startup against the
+ * sequential one; a batch of 3 on 2 and 4 places. See par_equiv.h for the
+ * data, the tolerances and why. */
+#include "check_main.h"
+#include "par_equiv.h"
+
+START_TEST(mlp_matches_sequential) {
+  eq_run_setting("mlp", &eq_settings[_i]);
+}
+END_TEST
+
+/* cpu:2 and sim:4. */
+static const int startup_rows[] = {0, 3};
+
+START_TEST(mlp_parallel_startup_matches_sequential) {
+  eq_startup_check("mlp", &eq_settings[startup_rows[_i]]);
+}
+END_TEST
+
+/* cpu:2 AllReduce and Reduce, sim:4 AllReduce and Reduce with event waits,
+ * sim:4 Reduce with producer waits. */
+static const int uneven_rows[] = {0, 2, 3, 5, 8};
+
+START_TEST(mlp_batch_of_3_matches_one_place) {
+  eq_uneven_check("mlp", &eq_settings[uneven_rows[_i]]);
+}
+END_TEST
+
+#define LEN(a) ((int)(sizeof a / sizeof a[0]))
+
+static Suite *suite(void) {
+  Suite *s = suite_create("par_equiv_mlp");
+  TCase *tc = tcase_create("equiv");
+  tcase_set_timeout(tc, 300);
+  tcase_add_loop_test(tc, mlp_matches_sequential, 0, EQ_N_SETTINGS);
+  tcase_add_loop_test(tc, mlp_parallel_startup_matches_sequential, 0, LEN(startup_rows));
+  tcase_add_loop_test(tc, mlp_batch_of_3_matches_one_place, 0, LEN(uneven_rows));
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
