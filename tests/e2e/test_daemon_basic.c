@@ -406,6 +406,38 @@ END_TEST
 
 /* sd_notify: READY=1 once serving, WATCHDOG=1 at WATCHDOG_USEC/2, STATUS=,
  * STOPPING=1 on SIGTERM; through a fake NOTIFY_SOCKET. */
+/* memory_per_client: once a client's models hold more parameter bytes than
+ * the limit, its next new program is refused (its existing ones keep
+ * working); another client is not affected. The MLP holds ~0.9 MB. */
+START_TEST(test_memory_per_client) {
+  dh_daemon d = {0};
+  dh_start(&d, "[limits]\nmemory_per_client = 65536\n");
+  int s = dh_connect(&d, 30000);
+  pe_model_spec mlp = dh_mlp();
+  uint64_t h = dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL);
+  Pe__Reply *rep = dh_init(s, CLIENT, h);
+  dh_ok(rep);
+  pe__reply__free_unpacked(rep, NULL);
+  Pe__Request rq = dh_req(CLIENT);
+  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
+  reg.program.data = mlp.bytes;
+  reg.program.len = mlp.len;
+  reg.model = (char *)"m2";
+  rq.body_case = PE__REQUEST__BODY_REGISTER;
+  rq.register_ = &reg;
+  rep = dh_call(s, &rq);
+  dh_err(rep, PE_ENOMEM, "memory_per_client = 65536");
+  pe__reply__free_unpacked(rep, NULL);
+  /* Another client starts from zero bytes. */
+  ck_assert_uint_ne(dh_register(s, CLIENT + 1, &mlp, "m3", 1, false, NULL, NULL), 0);
+  ck_assert(dh_ping(s));
+  pe_model_spec_release(&mlp);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_cleanup(&d);
+}
+END_TEST
+
 START_TEST(test_sd_notify) {
   dh_daemon d = {0};
   snprintf(d.dir, sizeof d.dir, "/tmp/pe-e2e-XXXXXX");
@@ -461,6 +493,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_oversized);
   tcase_add_test(tc, test_two_places);
   tcase_add_test(tc, test_limits);
+  tcase_add_test(tc, test_memory_per_client);
   tcase_add_test(tc, test_sd_notify);
   suite_add_tcase(s, tc);
   return s;
