@@ -126,6 +126,7 @@ struct pe_par_exec {
   int64_t batch;
   int64_t *n_rows; /* [n_places] */
   bool has_feeds;
+  bool feeds_viewed; /* feed tensors are views of a split run's parts */
   const pe_run_opts *opts;
   pe_sync_strategy sync;
   pe_timeline *tl;
@@ -164,6 +165,8 @@ bool par_coll_run(xnode *x, bool may_fan_out);
 /* par_feed.c */
 pe_status *par_feeds_compile(pe_par_exec *e);
 pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds);
+/* pe_par_exec_run_split's feeds: the parts become the feed tensors (views). */
+pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int n_feeds);
 pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
 void par_zero_grads(pe_par_exec *e);
 pe_status *par_buffers_bind(pe_par_exec *e);

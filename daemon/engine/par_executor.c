@@ -554,10 +554,12 @@ static pe_status *sync_streams(pe_par_exec *e) {
   return first;
 }
 
-pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
-                           const char *const *fetch, int n_fetch, pe_tensor *fetched,
-                           const pe_run_opts *opts, pe_run_stats *stats) {
-  if (n_feeds < 0 || n_fetch < 0 || (n_feeds && !feeds) || (n_fetch && (!fetch || !fetched)))
+/* One run; the feeds come whole (feeds) or split onto the places (split). */
+static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split, int n_feeds,
+                      const char *const *fetch, int n_fetch, pe_tensor *fetched,
+                      const pe_run_opts *opts, pe_run_stats *stats) {
+  if (n_feeds < 0 || n_fetch < 0 || (n_feeds && !feeds && !split) ||
+      (n_fetch && (!fetch || !fetched)))
     return pe_error(PE_EINVAL, "parallel executor: bad feed/fetch arguments");
   if (pe_pool_is_worker(e->rt->pool))
     return pe_error(PE_EINVAL, "parallel executor: run called from a pool worker");
@@ -572,7 +574,8 @@ pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
   atomic_store(&e->executed, 0);
   pe_graph *g = e->g;
 
-  pe_status *st = par_feeds_load(e, feeds, n_feeds);
+  pe_status *st =
+      split ? par_feeds_load_split(e, split, n_feeds) : par_feeds_load(e, feeds, n_feeds);
   if (st) {
     if (e->async) pe_status_free(sync_streams(e));
     pthread_mutex_unlock(&e->run_mu);
@@ -652,4 +655,16 @@ pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
   }
   pthread_mutex_unlock(&e->run_mu);
   return st;
+}
+
+pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
+                           const char *const *fetch, int n_fetch, pe_tensor *fetched,
+                           const pe_run_opts *opts, pe_run_stats *stats) {
+  return run(e, feeds, NULL, n_feeds, fetch, n_fetch, fetched, opts, stats);
+}
+
+pe_status *pe_par_exec_run_split(pe_par_exec *e, const pe_feed_split *feeds, int n_feeds,
+                                 const char *const *fetch, int n_fetch, pe_tensor *fetched,
+                                 const pe_run_opts *opts, pe_run_stats *stats) {
+  return run(e, NULL, feeds, n_feeds, fetch, n_fetch, fetched, opts, stats);
 }

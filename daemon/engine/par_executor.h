@@ -183,4 +183,23 @@ pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
                            const char *const *fetch, int n_fetch, pe_tensor *fetched,
                            const pe_run_opts *opts, pe_run_stats *stats);
 
+/* Feeds already split onto the places (seed 002: pe_prefetch splits the
+ * next batch on its own thread while the current step runs). parts[p] holds
+ * place p's rows (dim 0 may be 0), in memory of place p's device (host
+ * memory for cpu and sim: a pe_prefetch_batch's parts qualify). */
+typedef struct pe_feed_split {
+  const char *name;
+  const pe_tensor *const *parts; /* [n_places] */
+} pe_feed_split;
+
+/* pe_par_exec_run with pre-split feeds: the executor binds the parts as its
+ * feed tensors (no copy), so they must stay unchanged until the call
+ * returns. Every feed must give every place the same rows (else PE_ESHAPE
+ * naming both feeds, the place and the shapes); the batch is the sum of the
+ * places' rows, and the update equals pe_par_exec_run on the concatenated
+ * batch. Same checks, fetch rules and errors otherwise. */
+pe_status *pe_par_exec_run_split(pe_par_exec *e, const pe_feed_split *feeds, int n_feeds,
+                                 const char *const *fetch, int n_fetch, pe_tensor *fetched,
+                                 const pe_run_opts *opts, pe_run_stats *stats);
+
 #endif

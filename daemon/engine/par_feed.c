@@ -38,18 +38,69 @@ pe_status *par_feeds_compile(pe_par_exec *e) {
   return NULL;
 }
 
-pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds) {
+/* A feed name the block does not declare as a feed is an error. */
+static pe_status *check_known(const pe_par_exec *e, const char *name, int f) {
+  if (!name) return pe_error(PE_EINVAL, "parallel executor: feed %d has no name", f);
+  for (int j = 0; j < e->n_feeds; j++)
+    if (!strcmp(e->feeds[j].desc->name, name)) return NULL;
+  return pe_error(PE_EUNKNOWN_VAR, "feed '%s' is not a feed variable of block %d", name,
+                  e->g->block);
+}
+
+/* Dtype, shape and data of one feed tensor against its declaration. */
+static pe_status *check_tensor(const pe_var_desc *v, const pe_tensor *t, const char *where) {
   char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
+  if (t->dtype != v->dtype)
+    return pe_error(PE_EDTYPE, "feed '%s'%s: got %s %s, declared %s %s", v->name, where,
+                    pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
+                    pe_dtype_name(v->dtype), pe_shape_str(&v->shape, s2, sizeof s2));
+  bool ok = v->shape.ndim == 0 || pe_shape_compatible(&v->shape, &t->shape);
+  if (!ok || pe_shape_numel(&t->shape) < 0 || t->shape.ndim < 1)
+    return pe_error(PE_ESHAPE, "feed '%s'%s: got shape %s, declared %s", v->name, where,
+                    pe_shape_str(&t->shape, s1, sizeof s1), pe_shape_str(&v->shape, s2, sizeof s2));
+  if (pe_tensor_numel(t) > 0 && !t->data)
+    return pe_error(PE_EINVAL, "feed '%s'%s: tensor %s has no data", v->name, where,
+                    pe_shape_str(&t->shape, s1, sizeof s1));
+  return NULL;
+}
+
+static pe_status *missing(const pe_par_exec *e, const pe_var_desc *v) {
+  char s1[PE_SHAPE_STRLEN];
+  return pe_error(PE_EMISSING_FEED, "feed '%s' (%s %s) of block %d was not supplied", v->name,
+                  pe_dtype_name(v->dtype), pe_shape_str(&v->shape, s1, sizeof s1), e->g->block);
+}
+
+/* Kernels (compute) and collectives (comm) see the feeds written on h2d. */
+static pe_status *feeds_visible(pe_par_exec *e) {
+  if (e->async && e->n_feeds)
+    for (int p = 0; p < e->n_places; p++) {
+      pe_stream *h2d = pe_device_stream(e->dev[p], PE_STREAM_H2D);
+      PE_TRY(
+          pe_device_sync_dep(e->sync, h2d, NULL, pe_device_stream(e->dev[p], PE_STREAM_COMPUTE)));
+      PE_TRY(pe_device_sync_dep(e->sync, h2d, NULL, pe_device_stream(e->dev[p], PE_STREAM_COMM)));
+    }
+  return NULL;
+}
+
+/* After a split run the feed tensors are views of the caller's parts: drop
+ * them before copying into the executor's own storage again. */
+static void drop_feed_views(pe_par_exec *e) {
+  if (!e->feeds_viewed) return;
+  for (int j = 0; j < e->n_feeds; j++)
+    for (int p = 0; p < e->n_places; p++) {
+      int lv = e->feeds[j].lv[p];
+      if (lv >= 0 && !e->lt[lv]->alloc) pe_tensor_init(e->lt[lv]);
+    }
+  e->feeds_viewed = false;
+}
+
+pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds) {
+  char s1[PE_SHAPE_STRLEN];
   const pe_graph *g = e->g;
   for (int f = 0; f < n_feeds; f++) {
-    if (!feeds[f].name || !feeds[f].t)
+    if (!feeds[f].t)
       return pe_error(PE_EINVAL, "parallel executor: feed %d has no name or tensor", f);
-    bool known = false;
-    for (int j = 0; j < e->n_feeds && !known; j++)
-      known = !strcmp(e->feeds[j].desc->name, feeds[f].name);
-    if (!known)
-      return pe_error(PE_EUNKNOWN_VAR, "feed '%s' is not a feed variable of block %d",
-                      feeds[f].name, g->block);
+    PE_TRY(check_known(e, feeds[f].name, f));
   }
   const pe_tensor *src[e->n_feeds ? e->n_feeds : 1];
   int64_t batch = -1;
@@ -60,21 +111,8 @@ pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds) {
     for (int f = 0; f < n_feeds && !src[j]; f++)
       if (!strcmp(feeds[f].name, v->name)) src[j] = feeds[f].t;
     const pe_tensor *t = src[j];
-    if (!t)
-      return pe_error(PE_EMISSING_FEED, "feed '%s' (%s %s) of block %d was not supplied", v->name,
-                      pe_dtype_name(v->dtype), pe_shape_str(&v->shape, s1, sizeof s1), g->block);
-    if (t->dtype != v->dtype)
-      return pe_error(PE_EDTYPE, "feed '%s': got %s %s, declared %s %s", v->name,
-                      pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
-                      pe_dtype_name(v->dtype), pe_shape_str(&v->shape, s2, sizeof s2));
-    bool ok = v->shape.ndim == 0 || pe_shape_compatible(&v->shape, &t->shape);
-    if (!ok || pe_shape_numel(&t->shape) < 0 || t->shape.ndim < 1)
-      return pe_error(PE_ESHAPE, "feed '%s': got shape %s, declared %s", v->name,
-                      pe_shape_str(&t->shape, s1, sizeof s1),
-                      pe_shape_str(&v->shape, s2, sizeof s2));
-    if (pe_tensor_numel(t) > 0 && !t->data)
-      return pe_error(PE_EINVAL, "feed '%s': tensor %s has no data", v->name,
-                      pe_shape_str(&t->shape, s1, sizeof s1));
+    if (!t) return missing(e, v);
+    PE_TRY(check_tensor(v, t, ""));
     if (batch >= 0 && t->shape.d[0] != batch)
       return pe_error(PE_ESHAPE,
                       "feed '%s': batch %lld (shape %s) differs from feed '%s' (batch %lld)",
@@ -83,6 +121,7 @@ pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds) {
     batch = t->shape.d[0];
     batch_from = v->name;
   }
+  drop_feed_views(e);
   e->has_feeds = e->n_feeds > 0;
   e->batch = batch > 0 ? batch : 0;
   for (int p = 0; p < e->n_places; p++) e->n_rows[p] = pe_split_count(e->batch, e->n_places, p);
@@ -109,15 +148,53 @@ pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds) {
       at += rows;
     }
   }
-  /* Kernels (compute) and collectives (comm) see the feeds. */
-  if (e->async && e->n_feeds)
+  return feeds_visible(e);
+}
+
+pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int n_feeds) {
+  char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN], where[48];
+  for (int f = 0; f < n_feeds; f++) {
+    if (!feeds[f].parts)
+      return pe_error(PE_EINVAL, "parallel executor: split feed %d has no parts", f);
+    PE_TRY(check_known(e, feeds[f].name, f));
+  }
+  const pe_feed_split *src[e->n_feeds ? e->n_feeds : 1];
+  for (int j = 0; j < e->n_feeds; j++) {
+    const pe_var_desc *v = e->feeds[j].desc;
+    src[j] = NULL;
+    for (int f = 0; f < n_feeds && !src[j]; f++)
+      if (!strcmp(feeds[f].name, v->name)) src[j] = &feeds[f];
+    if (!src[j]) return missing(e, v);
     for (int p = 0; p < e->n_places; p++) {
-      pe_stream *h2d = pe_device_stream(e->dev[p], PE_STREAM_H2D);
-      PE_TRY(
-          pe_device_sync_dep(e->sync, h2d, NULL, pe_device_stream(e->dev[p], PE_STREAM_COMPUTE)));
-      PE_TRY(pe_device_sync_dep(e->sync, h2d, NULL, pe_device_stream(e->dev[p], PE_STREAM_COMM)));
+      const pe_tensor *t = src[j]->parts[p];
+      snprintf(where, sizeof where, " (part of place %d)", p);
+      if (!t) return pe_error(PE_EINVAL, "feed '%s'%s: no tensor", v->name, where);
+      PE_TRY(check_tensor(v, t, where));
+      const pe_tensor *t0 = src[0]->parts[p];
+      if (j > 0 && t->shape.d[0] != t0->shape.d[0])
+        return pe_error(PE_ESHAPE, "feed '%s'%s: %lld rows (shape %s), feed '%s' has %lld (shape %s)",
+                        v->name, where, (long long)t->shape.d[0],
+                        pe_shape_str(&t->shape, s1, sizeof s1), src[0]->name,
+                        (long long)t0->shape.d[0], pe_shape_str(&t0->shape, s2, sizeof s2));
     }
-  return NULL;
+  }
+  e->has_feeds = e->n_feeds > 0;
+  e->batch = 0;
+  for (int p = 0; p < e->n_places; p++) {
+    e->n_rows[p] = e->n_feeds ? src[0]->parts[p]->shape.d[0] : 0;
+    e->batch += e->n_rows[p];
+  }
+  PE_TRY(par_buffers_bind(e));
+  /* The parts become the feed tensors (views, no copy). */
+  for (int j = 0; j < e->n_feeds; j++)
+    for (int p = 0; p < e->n_places; p++) {
+      int lv = e->feeds[j].lv[p];
+      if (lv < 0) continue;
+      const pe_tensor *t = src[j]->parts[p];
+      pe_tensor_view(e->lt[lv], t->dtype, &t->shape, t->data); /* kernels only read feeds */
+    }
+  e->feeds_viewed = true;
+  return feeds_visible(e);
 }
 
 /* Storage of the buffers memory_plan shared between temporaries: one block
