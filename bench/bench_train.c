@@ -14,7 +14,12 @@
  * Reported: samples_per_sec = training samples / training wall time (the
  * step loop only: no start-up, compile or eval); final_loss = the mean loss
  * over the last epoch's steps (weighted by batch size), stated in the JSON as
- * "final_loss_window": "last_epoch". */
+ * "final_loss_window": "last_epoch".
+ *
+ * With a backend that has step_split (parallel) and --prefetch on, every
+ * epoch's batches come from a pe_prefetch whose thread reads batch k+1 from
+ * the batcher and splits it onto the places while step k runs: the same
+ * batches in the same order as without it. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -62,6 +67,8 @@ static const opt_row opts[] = {
     {"sync", OPT_STR, CFG(sync), 0, 0, "parallel: cross-stream sync, event (default) | producer"},
     {"dump-graph", OPT_STR, CFG(dump_graph), 0, 0, "parallel: write the train graph's Graphviz"},
     {"timeline", OPT_STR, CFG(timeline), 0, 0, "parallel: write a Chrome trace of every step"},
+    {"prefetch", OPT_ONOFF, CFG(prefetch), 0, 0,
+     "parallel: split the next batch onto the places while a step runs [on|off] (on)"},
     {"compare-sequential", OPT_FLAG, CFG(compare_sequential), 0, 0,
      "parallel: first run the cpu:1 sequential baseline (1 thread) here; report both"},
     {"json", OPT_FLAG, CFG(json), 0, 0, "print one JSON line on stdout"},
@@ -278,19 +285,79 @@ static void teardown(trainer *t) {
   free(t->y);
 }
 
+/* The prefetcher's producer (prefetch thread only; the loop does not touch
+ * the batcher while a prefetcher runs): the next batch of the epoch, shaped
+ * like the feeds of a step, or the end at the epoch's end or --steps cap. */
+typedef struct epoch_feed {
+  trainer *t;
+  pe_batcher *bt;
+  long produced, cap; /* cap 0: the whole epoch */
+} epoch_feed;
+
+static pe_status *produce_batch(void *ctx, pe_tensor *in, int n_in, bool *end) {
+  epoch_feed *f = ctx;
+  const trainer *t = f->t;
+  (void)n_in; /* 2: images, labels */
+  if (f->cap && f->produced >= f->cap) {
+    *end = true;
+    return NULL;
+  }
+  /* Full-batch capacity first (kept across batches), then the batch's rows. */
+  pe_shape xs = pe_shape_make(t->m.image_ndim, t->m.image_dims), ys = PE_SHAPE(t->cfg.batch, 1);
+  xs.d[0] = t->cfg.batch;
+  PE_TRY(pe_tensor_resize(&in[0], PE_F32, &xs, t->m.image));
+  PE_TRY(pe_tensor_resize(&in[1], PE_I64, &ys, t->m.label));
+  int n;
+  if (!pe_batcher_next(f->bt, pe_f32(&in[0]), pe_i64(&in[1]), &n)) {
+    *end = true;
+    return NULL;
+  }
+  xs.d[0] = ys.d[0] = n;
+  PE_TRY(pe_tensor_resize(&in[0], PE_F32, &xs, t->m.image));
+  PE_TRY(pe_tensor_resize(&in[1], PE_I64, &ys, t->m.label));
+  f->produced++;
+  return NULL;
+}
+
 static int train_loop(trainer *t, train_result *r) {
   pe_batcher *bt = pe_batcher_new(t->train_ds, (int)t->cfg.batch, true, (uint64_t)t->cfg.seed);
   if (!bt) return fail_st(pe_error(PE_ENOMEM, "batcher"), "setup");
   double t0 = now_s(), tp = t0;
   long tp_samples = 0;
   int rc = 0;
+  bool use_pf = t->be->step_split && t->be->split_places && train_cfg_prefetch(&t->cfg);
   for (long ep = 1; ep <= t->cfg.epochs && !rc; ep++) {
     double loss_sum = 0, acc_sum = 0;
     long ep_samples = 0, ep_steps = 0;
-    int n;
-    while ((t->cfg.steps == 0 || ep_steps < t->cfg.steps) && pe_batcher_next(bt, t->x, t->y, &n)) {
+    /* One prefetcher per epoch: its producer ends with the epoch, and the
+     * batcher is reset below only after the thread stopped. */
+    pe_prefetch *pf = NULL;
+    epoch_feed feed = {t, bt, 0, t->cfg.steps};
+    if (use_pf) {
+      pe_prefetch_opts po = {.n_inputs = 2, .depth = 2, .produce = produce_batch, .ctx = &feed};
+      po.n_places = t->be->split_places(t, &po.devices);
+      pe_status *st = pe_prefetch_start(&po, &pf);
+      if (st) {
+        rc = fail_st(st, "input prefetch");
+        break;
+      }
+    }
+    for (;;) {
+      int n;
       float loss, acc;
-      pe_status *st = t->be->step(t, n, &loss, &acc);
+      pe_status *st;
+      if (pf) {
+        pe_prefetch_batch *b = NULL;
+        st = pe_prefetch_next(pf, &b);
+        if (!st && !b) break; /* the epoch's end */
+        n = b ? (int)b->total : 0;
+        if (!st) st = t->be->step_split(t, b, &loss, &acc);
+        pe_prefetch_release(pf, b); /* the step returned: its parts are free */
+      } else {
+        if ((t->cfg.steps && ep_steps >= t->cfg.steps) || !pe_batcher_next(bt, t->x, t->y, &n))
+          break;
+        st = t->be->step(t, n, &loss, &acc);
+      }
       if (st) {
         char what[64];
         snprintf(what, sizeof what, "train step %ld", r->steps + 1);
@@ -311,6 +378,7 @@ static int train_loop(trainer *t, train_result *r) {
         tp_samples = r->samples;
       }
     }
+    pe_prefetch_stop(pf);
     if (t->cfg.steps) pe_batcher_reset(bt); /* a capped epoch: start the next one fresh */
     if (ep_samples) {
       r->final_loss = loss_sum / ep_samples;
@@ -380,9 +448,9 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("places '%s' not supported: the sequential executor runs on cpu:1%s",
                     t.cfg.places, "");
   if (!parallel && (t.cfg.strategy || t.cfg.sync || t.cfg.fuse || t.cfg.fuse_bucket ||
-                    t.cfg.dump_graph || t.cfg.timeline))
-    return bad_args("--strategy, --sync, --fuse, --fuse-bucket, --dump-graph and --timeline "
-                    "need --executor parallel%s%s",
+                    t.cfg.dump_graph || t.cfg.timeline || t.cfg.prefetch))
+    return bad_args("--strategy, --sync, --fuse, --fuse-bucket, --dump-graph, --timeline and "
+                    "--prefetch need --executor parallel%s%s",
                     "", "");
   if (t.cfg.compare_sequential && !parallel)
     return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");

@@ -9,8 +9,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/status.h"
+#include "engine/device.h"
+#include "engine/prefetch.h"
 #include "pe_dataset.h"
 #include "pe_models.h"
 
@@ -23,7 +26,13 @@ typedef struct train_cfg {
   const char *fuse; /* "on" | "off" (a bare --fuse means on) */
   long fuse_bucket;
   bool compare_sequential; /* also run the sequential baseline, report the ratio */
+  const char *prefetch;    /* "on" (default when NULL) | "off": split batches on a thread */
 } train_cfg;
+
+/* Whether --prefetch is on (the default). */
+static inline bool train_cfg_prefetch(const train_cfg *c) {
+  return !c->prefetch || strcmp(c->prefetch, "off") != 0;
+}
 
 typedef struct trainer trainer;
 
@@ -31,7 +40,12 @@ typedef struct trainer trainer;
  * t->x / t->y allocated); step and eval run on the first n rows of t->x /
  * t->y. step returns the batch's mean loss and accuracy; eval the number of
  * correct predictions. json_extra appends ,"key":value pairs to the JSON
- * line (may be NULL). */
+ * line (may be NULL).
+ *
+ * Input prefetch (optional, NULL for none): split_places gives the number of
+ * places and their devices (*devices NULL: host memory parts) the training
+ * loop's pe_prefetch splits each batch onto (inputs 0: images, 1: labels);
+ * step_split then runs one step on such a batch, in place of step. */
 typedef struct train_backend {
   const char *executor;
   int (*setup)(trainer *t);
@@ -39,6 +53,8 @@ typedef struct train_backend {
   pe_status *(*eval)(trainer *t, int n, int64_t *correct);
   void (*teardown)(trainer *t);
   void (*json_extra)(trainer *t, FILE *out);
+  int (*split_places)(trainer *t, pe_device ***devices);
+  pe_status *(*step_split)(trainer *t, const pe_prefetch_batch *b, float *loss, float *acc);
 } train_backend;
 
 struct trainer {

@@ -12,7 +12,11 @@
  * non-per-sample fetch is the places' mean weighted by n_p / N, which is
  * right for a mean and wrong for a count, so correct = round(accuracy * n).
  *
- * Extra JSON keys: strategy, fuse, fuse_bucket_bytes, sync, pool_threads,
+ * Input prefetch (--prefetch on, the default): the training loop's
+ * pe_prefetch splits batch k+1 onto the places' devices while step k runs,
+ * and par_step_split binds the parts (pe_par_exec_run_split: no copy).
+ *
+ * Extra JSON keys: prefetch, strategy, fuse, fuse_bucket_bytes, sync, pool_threads,
  * graph_nodes, memory_plan {planned_bytes, unplanned_bytes} (the main
  * graph's temporaries for the per-place batch ceil(batch / places)), and
  * timeline_spans / timeline_dropped with --timeline. */
@@ -35,6 +39,7 @@ typedef struct par_state {
   pe_model *model;
   pe_par_exec *step, *test;
   pe_timeline *tl;
+  pe_device **devices; /* the places' devices (the runtime's), for the prefetcher */
   pe_tensor out[2];
   int64_t planned, unplanned;
   int graph_nodes;
@@ -125,6 +130,18 @@ static int par_setup(trainer *t) {
     pe_graph_free(g_eval);
     return pe_bench_train_fail(st, "runtime");
   }
+  /* The model opened the places' devices; the prefetcher allocates and
+   * copies its parts on the same ones. */
+  s->devices = calloc((size_t)s->n_places, sizeof *s->devices);
+  if (!s->devices) st = pe_error(PE_ENOMEM, "parallel executor: %d device slots", s->n_places);
+  for (int p = 0; !st && p < s->n_places; p++)
+    st = pe_runtime_device(s->rt, (pe_place){s->kind, p}, s->n_places, &s->devices[p]);
+  if (st) {
+    pe_graph_free(g_train);
+    pe_graph_free(g_init);
+    pe_graph_free(g_eval);
+    return pe_bench_train_fail(st, "devices");
+  }
   pe_par_exec *init = NULL;
   st = pe_par_exec_new(s->model, g_init, &init); /* takes g_init, also on failure */
   if (!st) {
@@ -166,6 +183,7 @@ static void par_teardown(trainer *t) {
   pe_par_exec_free(s->test);
   pe_model_free(s->model);
   pe_runtime_free(s->rt);
+  free(s->devices);
   pe_tensor_release(&s->out[0]);
   pe_tensor_release(&s->out[1]);
   free(s);
@@ -197,6 +215,35 @@ static pe_status *par_step(trainer *t, int n, float *loss, float *acc) {
   return NULL;
 }
 
+static int par_split_places(trainer *t, pe_device ***devices) {
+  par_state *s = t->impl;
+  *devices = s->devices;
+  return s->n_places;
+}
+
+/* One step on a batch the prefetcher split onto the places (inputs 0:
+ * images, 1: labels); the fetches as par_step's. */
+static pe_status *par_step_split(trainer *t, const pe_prefetch_batch *b, float *loss,
+                                 float *acc) {
+  par_state *s = t->impl;
+  if (b->n_places != s->n_places || b->n_inputs != 2)
+    return pe_error(PE_EINVAL, "train step: batch split onto %d places x %d inputs, want %d x 2",
+                    b->n_places, b->n_inputs, s->n_places);
+  const pe_tensor *x[PE_MAX_PLACES], *y[PE_MAX_PLACES];
+  for (int p = 0; p < s->n_places; p++) {
+    x[p] = pe_prefetch_part(b, p, 0);
+    y[p] = pe_prefetch_part(b, p, 1);
+  }
+  pe_feed_split feeds[2] = {{t->m.image, x}, {t->m.label, y}};
+  const char *fetch[2] = {t->m.loss, t->m.accuracy};
+  pe_run_opts opts = {.sync = s->sync, .timeline = s->tl};
+  pe_status *st = pe_par_exec_run_split(s->step, feeds, 2, fetch, 2, s->out, &opts, NULL);
+  if (st) return st;
+  *loss = pe_f32(&s->out[0])[0];
+  *acc = pe_f32(&s->out[1])[0];
+  return NULL;
+}
+
 static pe_status *par_eval(trainer *t, int n, int64_t *correct) {
   par_state *s = t->impl;
   const char *fetch[1] = {t->m.accuracy};
@@ -207,6 +254,7 @@ static pe_status *par_eval(trainer *t, int n, int64_t *correct) {
 
 static void par_json(trainer *t, FILE *f) {
   par_state *s = t->impl;
+  fprintf(f, ",\"prefetch\":%s", train_cfg_prefetch(&t->cfg) ? "true" : "false");
   fprintf(f,
           ",\"strategy\":\"%s\",\"fuse\":%s,\"fuse_bucket_bytes\":%lld,\"sync\":\"%s\","
           "\"graph_nodes\":%d,\"memory_plan\":{\"planned_bytes\":%lld,\"unplanned_bytes\":%lld}",
@@ -220,5 +268,11 @@ static void par_json(trainer *t, FILE *f) {
             (unsigned long long)pe_timeline_dropped(s->tl));
 }
 
-const train_backend pe_train_parallel = {"parallel", par_setup,    par_step,
-                                         par_eval,   par_teardown, par_json};
+const train_backend pe_train_parallel = {.executor = "parallel",
+                                         .setup = par_setup,
+                                         .step = par_step,
+                                         .eval = par_eval,
+                                         .teardown = par_teardown,
+                                         .json_extra = par_json,
+                                         .split_places = par_split_places,
+                                         .step_split = par_step_split};
