@@ -360,6 +360,21 @@ START_TEST(test_two_places) {
 }
 END_TEST
 
+/* Registering `mlp` as model `model` for CLIENT fails with code/needle. */
+static void register_refused(int s, const pe_model_spec *mlp, const char *model, int code,
+                             const char *needle) {
+  Pe__Request rq = dh_req(CLIENT);
+  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
+  reg.program.data = mlp->bytes;
+  reg.program.len = mlp->len;
+  reg.model = (char *)model;
+  rq.body_case = PE__REQUEST__BODY_REGISTER;
+  rq.register_ = &reg;
+  Pe__Reply *rep = dh_call(s, &rq);
+  dh_err(rep, code, needle);
+  pe__reply__free_unpacked(rep, NULL);
+}
+
 START_TEST(test_limits) {
   dh_daemon d = {0};
   dh_start(&d, "[limits]\nmax_programs = 1\n");
@@ -368,16 +383,9 @@ START_TEST(test_limits) {
   uint64_t h = dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL);
   /* The same program again is not a new one. */
   ck_assert_uint_eq(dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL), h);
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
-  reg.program.data = mlp.bytes;
-  reg.program.len = mlp.len;
-  reg.model = (char *)"m2";
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &reg;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_err(rep, PE_EINVAL, "max_programs = 1");
-  pe__reply__free_unpacked(rep, NULL);
+  register_refused(s, &mlp, "m2", PE_EINVAL, "max_programs = 1");
+  Pe__Request rq;
+  Pe__Reply *rep;
   /* Deregister frees the slot. */
   rq = dh_req(CLIENT);
   Pe__DeregisterRequest dr = PE__DEREGISTER_REQUEST__INIT;
@@ -404,8 +412,6 @@ START_TEST(test_limits) {
 }
 END_TEST
 
-/* sd_notify: READY=1 once serving, WATCHDOG=1 at WATCHDOG_USEC/2, STATUS=,
- * STOPPING=1 on SIGTERM; through a fake NOTIFY_SOCKET. */
 /* memory_per_client: once a client's models hold more parameter bytes than
  * the limit, its next new program is refused (its existing ones keep
  * working); another client is not affected. The MLP holds ~0.9 MB. */
@@ -418,16 +424,7 @@ START_TEST(test_memory_per_client) {
   Pe__Reply *rep = dh_init(s, CLIENT, h);
   dh_ok(rep);
   pe__reply__free_unpacked(rep, NULL);
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
-  reg.program.data = mlp.bytes;
-  reg.program.len = mlp.len;
-  reg.model = (char *)"m2";
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &reg;
-  rep = dh_call(s, &rq);
-  dh_err(rep, PE_ENOMEM, "memory_per_client = 65536");
-  pe__reply__free_unpacked(rep, NULL);
+  register_refused(s, &mlp, "m2", PE_ENOMEM, "memory_per_client = 65536");
   /* Another client starts from zero bytes. */
   ck_assert_uint_ne(dh_register(s, CLIENT + 1, &mlp, "m3", 1, false, NULL, NULL), 0);
   ck_assert(dh_ping(s));
@@ -438,6 +435,8 @@ START_TEST(test_memory_per_client) {
 }
 END_TEST
 
+/* sd_notify: READY=1 once serving, WATCHDOG=1 at WATCHDOG_USEC/2, STATUS=,
+ * STOPPING=1 on SIGTERM; through a fake NOTIFY_SOCKET. */
 START_TEST(test_sd_notify) {
   dh_daemon d = {0};
   snprintf(d.dir, sizeof d.dir, "/tmp/pe-e2e-XXXXXX");
