@@ -140,7 +140,8 @@ pe_status *pe_model_get_place(pe_model *m, const char *name, int place, pe_tenso
  * naming the variable and both shapes). Ordered after the runs pushed
  * before it, before the runs pushed after it. */
 pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value);
-/* Bytes of persistable storage per place (for status reports). */
+/* Bytes of persistable storage per place (for status reports): an engine
+ * read of every persistable, so it waits for runs pushed before it. */
 int64_t pe_model_bytes(pe_model *m);
 
 /* --- executor ----------------------------------------------------------------- */

@@ -170,19 +170,19 @@ static void io_done(void *arg, const pe_status *st) {
   pthread_mutex_unlock(&io->mu);
 }
 
-/* Push fn(io) reading or mutating en's variable and wait for it. */
-static pe_status *io_run(pe_model *m, pe_engine_fn fn, model_io *io, bool mutate) {
+/* Push fn(io) with these engine accesses and wait for it. */
+static pe_status *io_push(pe_model *m, pe_engine_fn fn, model_io *io, pe_engine_var *const *reads,
+                          int n_reads, pe_engine_var *const *mutates, int n_mutates) {
   pthread_mutex_init(&io->mu, NULL);
   pthread_cond_init(&io->cv, NULL);
   io->done = false;
-  pe_engine_op_args a = {.fn = fn, .arg = io, .on_done = io_done};
-  if (mutate) { /* set: every replica */
-    a.mutates = io->en->ev;
-    a.n_mutates = m->n_places;
-  } else { /* get: the replica read */
-    a.reads = &io->en->ev[io->place];
-    a.n_reads = 1;
-  }
+  pe_engine_op_args a = {.fn = fn,
+                         .arg = io,
+                         .on_done = io_done,
+                         .reads = reads,
+                         .n_reads = n_reads,
+                         .mutates = mutates,
+                         .n_mutates = n_mutates};
   pe_status *st = pe_engine_op_new(m->rt->eng, &a, NULL);
   if (!st) {
     pthread_mutex_lock(&io->mu);
@@ -193,6 +193,13 @@ static pe_status *io_run(pe_model *m, pe_engine_fn fn, model_io *io, bool mutate
   pthread_cond_destroy(&io->cv);
   pthread_mutex_destroy(&io->mu);
   return st;
+}
+
+/* Push fn(io) reading or mutating en's variable and wait for it. */
+static pe_status *io_run(pe_model *m, pe_engine_fn fn, model_io *io, bool mutate) {
+  if (mutate) /* set: every replica */
+    return io_push(m, fn, io, NULL, 0, io->en->ev, m->n_places);
+  return io_push(m, fn, io, &io->en->ev[io->place], 1, NULL, 0); /* get: the replica read */
 }
 
 static pe_status *get_fn(void *arg) {
@@ -262,13 +269,45 @@ pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value) {
   return io_run(m, set_fn, &io, true);
 }
 
-int64_t pe_model_bytes(pe_model *m) {
-  pthread_mutex_lock(&m->mu);
-  int64_t b = 0;
-  for (int i = 0; i < m->n_ent; i++) {
-    const pe_tensor *t = &m->ent[i]->v[0]->t;
-    if (t->data) b += (int64_t)pe_tensor_bytes(t);
+/* Sums place 0's persistables; runs as an engine read of all of them, so
+ * it never races with a kernel that resizes one (startup, set). */
+typedef struct bytes_io {
+  model_io io;
+  par_entry **ent;
+  int n;
+  int64_t bytes;
+} bytes_io;
+
+static pe_status *bytes_fn(void *arg) {
+  bytes_io *b = arg;
+  for (int i = 0; i < b->n; i++) {
+    const pe_tensor *t = &b->ent[i]->v[0]->t;
+    if (t->data) b->bytes += (int64_t)pe_tensor_bytes(t);
   }
+  return NULL;
+}
+
+int64_t pe_model_bytes(pe_model *m) {
+  bytes_io b = {.io = {.m = m}};
+  pthread_mutex_lock(&m->mu);
+  b.n = m->n_ent;
+  b.ent = malloc(sizeof *b.ent * (size_t)(b.n ? b.n : 1));
+  pe_engine_var **vars = malloc(sizeof *vars * (size_t)(b.n ? b.n : 1));
+  if (b.ent && vars)
+    for (int i = 0; i < b.n; i++) {
+      b.ent[i] = m->ent[i];
+      vars[i] = m->ent[i]->ev[0];
+    }
   pthread_mutex_unlock(&m->mu);
-  return b;
+  int64_t bytes = 0; /* out of memory: reported as 0 */
+  if (b.ent && vars) {
+    pe_status *st = io_push(m, bytes_fn, &b.io, vars, b.n, NULL, 0);
+    if (st)
+      pe_status_free(st);
+    else
+      bytes = b.bytes;
+  }
+  free(vars);
+  free(b.ent);
+  return bytes;
 }
