@@ -7,7 +7,12 @@
 
 #include "status.h"
 
-typedef enum pe_place_kind { PE_PLACE_CPU = 0, PE_PLACE_SIM = 1, PE_PLACE_CUDA = 2 } pe_place_kind;
+typedef enum pe_place_kind {
+  PE_PLACE_CPU = 0,
+  PE_PLACE_SIM = 1,
+  PE_PLACE_CUDA = 2,
+  PE_PLACE_KINDS /* count */
+} pe_place_kind;
 
 typedef struct pe_place {
   pe_place_kind kind;

@@ -11,7 +11,6 @@
 #include "engine/collective.h"
 #include "engine/par_executor.h"
 
-#define PE_PLACE_KINDS 3
 
 struct pe_runtime {
   int cores;

@@ -34,21 +34,30 @@ pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
     m->persistent = ms[i].persistent;
     r->models[r->n_models++] = m;
   }
-  /* Places: the daemon's own, with the parameter bytes every model keeps
-   * there (a model on cpu:2 holds a replica on cpu:0 and cpu:1). */
-  int n = s->n_places > 0 ? s->n_places : 1;
+  /* Places: the daemon's own plus every place a model lives on (a model
+   * registered on cpu:2 or sim:4 opens those places), each with the
+   * parameter bytes the models keep there (one replica per place). */
+  int count[PE_PLACE_KINDS] = {0};
+  count[s->place_kind] = s->n_places > 0 ? s->n_places : 1;
+  for (int k = 0; k < nm; k++)
+    if ((unsigned)ms[k].kind < PE_PLACE_KINDS && ms[k].n_places > count[ms[k].kind])
+      count[ms[k].kind] = ms[k].n_places;
+  int n = 0;
+  for (int kind = 0; kind < PE_PLACE_KINDS; kind++) n += count[kind];
   r->places = pe_arena_alloc(a, sizeof *r->places * (size_t)n);
   if (!r->places) return pe_error(PE_ENOMEM, "status: out of memory");
-  for (int i = 0; i < n; i++) {
-    Pe__PlaceStatus *p = pe_arena_alloc(a, sizeof *p);
-    char name[32];
-    pe_place_str((pe_place){s->place_kind, i}, name, sizeof name);
-    if (!p) return pe_error(PE_ENOMEM, "status: out of memory");
-    pe__place_status__init(p);
-    p->place = pe_arena_strdup(a, name);
-    for (int k = 0; k < nm; k++)
-      if (ms[k].kind == s->place_kind && ms[k].n_places > i) p->bytes_in_use += ms[k].param_bytes;
-    r->places[r->n_places++] = p;
-  }
+  for (int kind = 0; kind < PE_PLACE_KINDS; kind++)
+    for (int i = 0; i < count[kind]; i++) {
+      Pe__PlaceStatus *p = pe_arena_alloc(a, sizeof *p);
+      char name[32];
+      pe_place_str((pe_place){(pe_place_kind)kind, i}, name, sizeof name);
+      if (!p) return pe_error(PE_ENOMEM, "status: out of memory");
+      pe__place_status__init(p);
+      p->place = pe_arena_strdup(a, name);
+      for (int k = 0; k < nm; k++)
+        if (ms[k].kind == (pe_place_kind)kind && ms[k].n_places > i)
+          p->bytes_in_use += ms[k].param_bytes;
+      r->places[r->n_places++] = p;
+    }
   return NULL;
 }

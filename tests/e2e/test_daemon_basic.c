@@ -344,6 +344,18 @@ START_TEST(test_two_places) {
   rep = dh_init(s, CLIENT, h2);
   dh_ok(rep);
   pe__reply__free_unpacked(rep, NULL);
+  /* Status lists every place a model lives on: cpu:0 holds both models'
+   * parameters, cpu:1 only the replica of the cpu:2 model. */
+  rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_STATUS;
+  rq.status = 1;
+  rep = dh_call(s, &rq);
+  dh_ok(rep);
+  ck_assert_int_eq((int)rep->status->n_places, 2);
+  ck_assert_str_eq(rep->status->places[1]->place, "cpu:1");
+  ck_assert_int_gt(rep->status->places[1]->bytes_in_use, 0);
+  ck_assert_int_eq(rep->status->places[0]->bytes_in_use, 2 * rep->status->places[1]->bytes_in_use);
+  pe__reply__free_unpacked(rep, NULL);
   dh_batch b;
   dh_batch_make(&b, 16, 5);
   for (int step = 0; step < 3; step++) {
