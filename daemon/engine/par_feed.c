@@ -373,30 +373,29 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
     }
     if (proto->dtype != PE_F32 && proto->dtype != PE_F64) continue;
     int64_t n = pe_tensor_numel(proto);
-    double *acc = calloc((size_t)(n ? n : 1), sizeof(double));
-    if (!acc) return OOM();
+    double wgt[PE_MAX_PLACES]; /* each place's share; 0: it had no rows */
     for (int p = 0; p < np; p++) {
-      if (lv[p] < 0) continue;
-      double wgt =
-          e->has_feeds && e->batch > 0 ? (double)e->n_rows[p] / (double)e->batch : 1.0 / np;
-      if (wgt == 0) continue;
+      wgt[p] = e->has_feeds && e->batch > 0 ? (double)e->n_rows[p] / (double)e->batch : 1.0 / np;
+      if (lv[p] < 0 || wgt[p] == 0) continue;
       const pe_tensor *t = e->lt[lv[p]];
-      if (t->dtype != proto->dtype || pe_tensor_numel(t) != n) {
-        free(acc);
+      if (t->dtype != proto->dtype || pe_tensor_numel(t) != n)
         return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, expected %s %s", name, p,
                         pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
                         pe_dtype_name(proto->dtype), pe_shape_str(&proto->shape, s2, sizeof s2));
-      }
-      for (int64_t i = 0; i < n; i++)
-        acc[i] += wgt * (t->dtype == PE_F32 ? (double)pe_f32(t)[i] : ((const double *)t->data)[i]);
     }
+    /* Element by element, places in order: no scratch buffer per run. */
     for (int64_t i = 0; i < n; i++) {
+      double acc = 0;
+      for (int p = 0; p < np; p++) {
+        if (lv[p] < 0 || wgt[p] == 0) continue;
+        const pe_tensor *t = e->lt[lv[p]];
+        acc += wgt[p] * (t->dtype == PE_F32 ? (double)pe_f32(t)[i] : ((const double *)t->data)[i]);
+      }
       if (proto->dtype == PE_F32)
-        pe_f32(out)[i] = (float)acc[i];
+        pe_f32(out)[i] = (float)acc;
       else
-        ((double *)out->data)[i] = acc[i];
+        ((double *)out->data)[i] = acc;
     }
-    free(acc);
   }
   return NULL;
 }
