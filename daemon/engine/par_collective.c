@@ -145,14 +145,32 @@ static void chunk_range(int64_t count, int c, int n, int64_t *lo, int64_t *hi) {
   *hi = per * (c + 1) < count ? per * (c + 1) : count;
 }
 
+/* Sum [lo, hi) over the places in place order (bit-identical wherever it
+ * runs) into dst_only, or into every place's buffer. Blocks of SUM_BLOCK
+ * through a stack accumulator, with `omp simd` loops: the buffers are
+ * distinct, but the compiler cannot know it and would otherwise emit a
+ * scalar loop. */
+#define SUM_BLOCK 2048
 static void sum_range(float *const *b, int np, float *dst_only, int64_t lo, int64_t hi) {
-  for (int64_t i = lo; i < hi; i++) {
-    float s = b[0][i];
-    for (int p = 1; p < np; p++) s += b[p][i];
+  float acc[SUM_BLOCK] __attribute__((aligned(64)));
+  for (int64_t a = lo; a < hi; a += SUM_BLOCK) {
+    int64_t m = hi - a < SUM_BLOCK ? hi - a : SUM_BLOCK;
+    const float *b0 = b[0] + a, *b1 = b[np > 1 ? 1 : 0] + a;
+    if (np > 1) {
+#pragma omp simd
+      for (int64_t i = 0; i < m; i++) acc[i] = b0[i] + b1[i];
+    } else {
+      memcpy(acc, b0, (size_t)m * sizeof(float));
+    }
+    for (int p = 2; p < np; p++) {
+      const float *bp = b[p] + a;
+#pragma omp simd
+      for (int64_t i = 0; i < m; i++) acc[i] += bp[i];
+    }
     if (dst_only)
-      dst_only[i] = s;
+      memcpy(dst_only + a, acc, (size_t)m * sizeof(float));
     else
-      for (int p = 0; p < np; p++) b[p][i] = s;
+      for (int p = 0; p < np; p++) memcpy(b[p] + a, acc, (size_t)m * sizeof(float));
   }
 }
 

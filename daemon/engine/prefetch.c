@@ -21,12 +21,17 @@ typedef struct slot {
   pe_prefetch_batch batch;
   int64_t *counts;  /* n_places */
   pe_tensor *parts; /* n_places * n_inputs */
+  pe_tensor *inputs; /* host places only: this slot's own staging (parts view it) */
 } slot;
 
 struct pe_prefetch {
   pe_prefetch_opts o;
   pe_device **devices; /* copy of o.devices, or NULL */
   pe_tensor *inputs;   /* staging: the producer's output; prefetch thread only */
+  /* Every place is a cpu place: the parts are views of rows of the slot's
+   * own staging, so a split copies nothing (a copy there would only take a
+   * core from the pool). Devices (sim, cuda) get real copies on h2d. */
+  bool host_views;
   pe_event **events;   /* per device, for the h2d copies; prefetch thread only */
   slot *slots;
   pthread_t thread;
@@ -40,10 +45,9 @@ struct pe_prefetch {
   pe_status *err;    /* the thread's failure, returned by next */
 };
 
-/* Split the staged inputs into slot s (prefetch thread, s is FREE). */
-static pe_status *split(pe_prefetch *pf, slot *s, uint64_t index) {
+/* Split the staged inputs `in` into slot s (prefetch thread, s is FREE). */
+static pe_status *split(pe_prefetch *pf, slot *s, pe_tensor *in, uint64_t index) {
   int np = pf->o.n_places, ni = pf->o.n_inputs;
-  const pe_tensor *in = pf->inputs;
   char sa[PE_SHAPE_STRLEN], sb[PE_SHAPE_STRLEN];
   for (int i = 0; i < ni; i++) {
     if (in[i].shape.ndim < 1 || (!in[i].data && pe_tensor_numel(&in[i]) > 0))
@@ -69,13 +73,16 @@ static pe_status *split(pe_prefetch *pf, slot *s, uint64_t index) {
       pe_tensor *t = &s->parts[p * ni + i];
       pe_shape sh = in[i].shape;
       sh.d[0] = cnt;
-      PE_TRY(pe_tensor_resize_with(t, a, in[i].dtype, &sh, "prefetch part"));
-      t->place = dev ? dev->place : (pe_place){PE_PLACE_CPU, p};
       size_t row =
           (size_t)pe_shape_prod(&in[i].shape, 1, in[i].shape.ndim) * pe_dtype_size(in[i].dtype);
-      const char *src = (const char *)in[i].data + (size_t)off * row;
+      char *src = (char *)in[i].data + (size_t)off * row;
       size_t bytes = (size_t)cnt * row;
-      if (!bytes) continue;
+      if (pf->host_views)
+        pe_tensor_view(t, in[i].dtype, &sh, bytes ? src : NULL);
+      else
+        PE_TRY(pe_tensor_resize_with(t, a, in[i].dtype, &sh, "prefetch part"));
+      t->place = dev ? dev->place : (pe_place){PE_PLACE_CPU, p};
+      if (!bytes || pf->host_views) continue;
       if (dev)
         PE_TRY(
             pe_stream_copy(pe_device_stream(dev, PE_STREAM_H2D), t->data, src, bytes, PE_COPY_H2D));
@@ -109,11 +116,12 @@ static void *prefetch_main(void *arg) {
     if (stop) break;
 
     bool end = false;
-    pe_status *st = pf->o.produce(pf->o.ctx, pf->inputs, pf->o.n_inputs, &end);
+    pe_tensor *in = pf->host_views ? s->inputs : pf->inputs;
+    pe_status *st = pf->o.produce(pf->o.ctx, in, pf->o.n_inputs, &end);
     if (st)
       st = pe_status_wrap(st, "prefetch batch %llu: producer", (unsigned long long)k);
     else if (!end)
-      st = split(pf, s, k);
+      st = split(pf, s, in, k);
 
     pthread_mutex_lock(&pf->mu);
     if (st || end) {
@@ -142,6 +150,9 @@ static void pf_free(pe_prefetch *pf) {
         for (int j = 0; j < np * ni; j++) pe_tensor_release(&pf->slots[k].parts[j]);
       free(pf->slots[k].parts);
       free(pf->slots[k].counts);
+      if (pf->slots[k].inputs)
+        for (int i = 0; i < ni; i++) pe_tensor_release(&pf->slots[k].inputs[i]);
+      free(pf->slots[k].inputs);
     }
   if (pf->inputs)
     for (int i = 0; i < ni; i++) pe_tensor_release(&pf->inputs[i]);
@@ -178,14 +189,18 @@ pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
   for (int k = 0; ok && k < depth; k++) {
     slot *s = &pf->slots[k];
     ok = (s->counts = calloc((size_t)np, sizeof(int64_t))) &&
-         (s->parts = calloc((size_t)np * (size_t)ni, sizeof(pe_tensor)));
+         (s->parts = calloc((size_t)np * (size_t)ni, sizeof(pe_tensor))) &&
+         (s->inputs = calloc((size_t)ni, sizeof(pe_tensor)));
     if (!ok) break;
     s->state = SLOT_FREE;
     s->batch =
         (pe_prefetch_batch){.n_places = np, .n_inputs = ni, .counts = s->counts, .parts = s->parts};
   }
   pe_status *st = ok ? NULL : pe_error(PE_ENOMEM, "prefetch: out of memory");
-  if (!st && opts->devices) {
+  pf->host_views = true;
+  for (int p = 0; opts->devices && p < np; p++)
+    pf->host_views &= opts->devices[p]->place.kind == PE_PLACE_CPU;
+  if (!st && opts->devices && !pf->host_views) {
     pf->devices = calloc((size_t)np, sizeof(pe_device *));
     pf->events = calloc((size_t)np, sizeof(pe_event *));
     if (!pf->devices || !pf->events) st = pe_error(PE_ENOMEM, "prefetch: out of memory");

@@ -10,7 +10,9 @@
  * thread and the consumer. pe_prefetch_next hands out batches in order;
  * each must be given back with pe_prefetch_release before its slot is
  * filled again. Part tensors belong to the prefetcher and keep their
- * capacity across batches (no allocation in steady state). With devices,
+ * capacity across batches (no allocation in steady state). On cpu places
+ * (no devices, or cpu devices) each slot has its own staging buffers and the
+ * parts are views of their rows: nothing is copied. With other devices,
  * parts are allocated from each device's allocator and copied on its h2d
  * stream; the batch is ready once those copies completed.
  *

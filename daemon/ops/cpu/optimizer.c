@@ -7,6 +7,10 @@
  * or not the slots alias; [1] state (LearningRate, Beta*Pow) is read into
  * locals before any write.
  *
+ * The loops are `omp simd`: in place, ParamOut aliases Param exactly, so the
+ * compiler's overlap check would fail at run time and take the scalar loop
+ * (4-5x slower); element-wise read-then-write makes vector lanes safe.
+ *
  *   sgd       p -= lr * g
  *   momentum  v = mu*v + g;  p -= lr * v            (nesterov: p -= lr * (g + mu*v))
  *   adam      m1 = b1*m1 + (1-b1)*g;  m2 = b2*m2 + (1-b2)*g*g
@@ -93,7 +97,7 @@ static pe_status *sgd_kernel(pe_kernel_ctx *c) {
   float lr = pe_f32(pe_kin(c, SGD_LR, 0))[0];
   int64_t n = pe_tensor_numel(pe_kin(c, SGD_PARAM, 0));
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
+#pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
   for (int64_t i = 0; i < n; i++) po[i] = p[i] - lr * g[i];
   return NULL;
 }
@@ -120,7 +124,7 @@ static pe_status *momentum_kernel(pe_kernel_ctx *c) {
   bool nesterov = pe_attr_b(c->def, c->desc, "use_nesterov");
   int64_t n = pe_tensor_numel(pe_kin(c, MOM_PARAM, 0));
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
+#pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
   for (int64_t i = 0; i < n; i++) {
     float gi = g[i], vn = mu * v[i] + gi, pi = p[i];
     vo[i] = vn;
@@ -170,7 +174,7 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
   float lr_t = (float)(lr * sqrt(1.0 - b2pow) / (1.0 - b1pow));
   int64_t n = pe_tensor_numel(pe_kin(c, ADAM_PARAM, 0));
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
+#pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
   for (int64_t i = 0; i < n; i++) {
     float gi = g[i], pi = p[i];
     float a = b1 * m1[i] + (1.0f - b1) * gi;
