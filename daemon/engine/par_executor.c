@@ -621,12 +621,16 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
       if (atomic_fetch_sub(&x->pending, 1) == 1) pe_pool_submit(e->rt->pool, &x->task);
     }
   }
+  /* Roots first (every place's first ops start together, not one place
+   * after the other's whole guard loop), then the other engine guards. */
+  for (int i = 0; i < g->n_nodes; i++)
+    if (e->x[i].engine && g->nodes[i].in_degree == 0) pe_engine_op_dep_done(eng, e->x[i].eop);
   pe_task *first = NULL, *last = NULL;
   int n_roots = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (x->engine) {
-      pe_engine_op_dep_done(eng, x->eop);
+      if (g->nodes[i].in_degree > 0) pe_engine_op_dep_done(eng, x->eop);
     } else if (g->nodes[i].in_degree == 0 && x->eop == NULL && !atomic_load(&x->failed)) {
       x->task.next = NULL;
       if (last)
