@@ -80,8 +80,10 @@ static const char *shape_str(const pe_shape *s, char *buf) {
   return pe_shape_str(s, buf, PE_SHAPE_STRLEN);
 }
 
-/* Check a wire tensor and make `view` point at its bytes (message or shm).
- * *reg: the shm region to release after use (NULL for inline data). */
+/* Check a wire tensor and make `view` hold its bytes: a view of the message
+ * for inline data, an owned copy for a shm reference (release it after use;
+ * arena tensors are released with the arena). *reg stays NULL (kept for
+ * callers that release regions). */
 static pe_status *tensor_from_pb(pe_server *s, const char *op, const Pe__Tensor *x, pe_tensor *view,
                                  pe_shm_region **reg) {
   *reg = NULL;
@@ -122,9 +124,10 @@ static pe_status *tensor_from_pb(pe_server *s, const char *op, const Pe__Tensor 
     if (x->shm->offset % esz)
       return pe_error(PE_EINVAL, "%s: tensor '%.64s': shm offset %llu is not a multiple of %zu", op,
                       name, (unsigned long long)x->shm->offset, esz);
-    PE_TRY(pe_status_wrap(
-        pe_shm_acquire(s->shm, x->shm->region, x->shm->offset, x->shm->length, &data, reg),
-        "%s: tensor '%.64s'", op, name));
+    /* A private copy: a run never reads pages the client could truncate. */
+    PE_TRY(pe_tensor_resize(view, (pe_dtype)x->dtype, &shape, name));
+    return pe_status_wrap(pe_shm_read(s->shm, x->shm->region, x->shm->offset, want, view->data),
+                          "%s: tensor '%.64s'", op, name);
   } else {
     if (x->data.len != want)
       return pe_error(PE_ESHAPE, "%s: tensor '%.64s' %s %s needs %llu bytes, got %zu", op, name,
@@ -506,6 +509,7 @@ static pe_status *h_set_params(ctx *c) {
   for (int i = 0; !st && i < n; i++) st = pe_model_set(m->m, names[i], &views[i]);
   if (!st) pe_model_mark_initialized(m, names, n);
   for (int i = 0; regs && i < n; i++) pe_shm_release(c->s->shm, regs[i]);
+  for (int i = 0; views && i < n; i++) pe_tensor_release(&views[i]);
   free(views);
   free(regs);
   free(names);

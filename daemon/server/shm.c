@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "server/bus_guard.h"
 
 struct pe_shm_region {
   uint64_t id, client;
@@ -187,6 +188,27 @@ void pe_shm_release(pe_shm_table *t, pe_shm_region *g) {
   bool last = --g->refs == 0;
   pthread_mutex_unlock(&t->mu);
   if (last) region_unmap(g);
+}
+
+pe_status *pe_shm_read(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
+                       void *dst) {
+  const void *src = NULL;
+  pe_shm_region *g = NULL;
+  PE_TRY(pe_shm_acquire(t, region, offset, length, &src, &g));
+  bool ok = pe_bus_guarded_copy(dst, src, (size_t)length);
+  uint64_t size = g->size, client = g->client;
+  pe_shm_release(t, g);
+  if (!ok) {
+    PE_LOGW("shm region %llu of client %016llx: SIGBUS reading [%llu, +%llu): object truncated",
+            (unsigned long long)region, (unsigned long long)client, (unsigned long long)offset,
+            (unsigned long long)length);
+    return pe_error(PE_EIO,
+                    "shm region %llu: reading [%llu, +%llu) faulted (SIGBUS): the object was "
+                    "truncated below the %llu bytes it was registered with",
+                    (unsigned long long)region, (unsigned long long)offset,
+                    (unsigned long long)length, (unsigned long long)size);
+  }
+  return NULL;
 }
 
 int pe_shm_count(pe_shm_table *t) {

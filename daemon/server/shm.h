@@ -6,9 +6,13 @@
  * Bounds are checked on every reference: offset + length <= size, without
  * overflow. The region stays mapped while a run uses it: Unregister (or the
  * owner's session expiring) removes it from the table and the last user
- * unmaps it. Caveat: a client that shrinks the object with ftruncate while a
- * run reads it can make the daemon fault (SIGBUS); clients must not resize
- * a registered region.
+ * unmaps it.
+ *
+ * Truncation. A client may shrink the object with ftruncate at any time;
+ * touching the lost pages raises SIGBUS. The daemon therefore never hands
+ * shm pages to kernels: pe_shm_read copies a reference into daemon memory
+ * under a SIGBUS guard (bus_guard.h), and a fault becomes that request's
+ * error while the daemon and other clients carry on.
  *
  * Thread-safe (one mutex). */
 #ifndef PE_SERVER_SHM_H
@@ -38,6 +42,12 @@ void pe_shm_drop_client(pe_shm_table *t, uint64_t client);
 pe_status *pe_shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
                           const void **data, pe_shm_region **reg);
 void pe_shm_release(pe_shm_table *t, pe_shm_region *reg);
+
+/* Copy [offset, offset+length) of a region into dst (length bytes), guarded
+ * against the client truncating the object: PE_EIO then, naming the region
+ * and the range. Bounds and unknown regions fail as pe_shm_acquire does. */
+pe_status *pe_shm_read(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
+                       void *dst);
 
 int pe_shm_count(pe_shm_table *t);
 

@@ -482,6 +482,26 @@ START_TEST(test_shm_feeds) {
   rep = dh_call(s, &rq);
   dh_err(rep, PE_EINVAL, "outside");
   pe__reply__free_unpacked(rep, NULL);
+  /* The client truncates the object under the daemon: that run fails with
+   * an error naming the region, the daemon stays up and serves the rest. */
+  rl.offset = isz;
+  int tfd = shm_open(name, O_RDWR, 0);
+  ck_assert_int_ge(tfd, 0);
+  ck_assert_int_eq(ftruncate(tfd, 0), 0);
+  rq = dh_run_req(CLIENT, &run, h2, feeds, 2, fl, 1, 1);
+  rep = dh_call(s, &rq);
+  dh_err(rep, PE_EIO, "truncated");
+  pe__reply__free_unpacked(rep, NULL);
+  /* Grown back and refilled, the region works again, and the failed run
+   * left h2 as it was: its second step equals h1's second step. */
+  ck_assert_int_eq(ftruncate(tfd, (off_t)size), 0);
+  close(tfd);
+  memcpy(map, b.image, isz);
+  memcpy(map + isz, b.label, lsz);
+  float got2 = dh_run_loss(s, CLIENT, h2, &sb, mlp.loss, 1);
+  float want2 = dh_run_loss(s, CLIENT, h1, &b, mlp.loss, 1);
+  ck_assert_msg(got2 == want2 && got2 != want, "after truncation: shm loss %g, inline %g (first %g)",
+                got2, want2, want);
   /* Unregister, then a reference is unknown. */
   rq = dh_req(CLIENT);
   Pe__ShmRequest ur = PE__SHM_REQUEST__INIT;
