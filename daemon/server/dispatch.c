@@ -82,11 +82,9 @@ static const char *shape_str(const pe_shape *s, char *buf) {
 
 /* Check a wire tensor and make `view` hold its bytes: a view of the message
  * for inline data, an owned copy for a shm reference (release it after use;
- * arena tensors are released with the arena). *reg stays NULL (kept for
- * callers that release regions). */
-static pe_status *tensor_from_pb(pe_server *s, const char *op, const Pe__Tensor *x, pe_tensor *view,
-                                 pe_shm_region **reg) {
-  *reg = NULL;
+ * arena tensors are released with the arena). */
+static pe_status *tensor_from_pb(pe_server *s, const char *op, const Pe__Tensor *x,
+                                 pe_tensor *view) {
   const char *name = x->name ? x->name : "";
   if (!name[0]) return pe_error(PE_EINVAL, "%s: a tensor has an empty name", op);
   if (!pe_dtype_valid((int)x->dtype))
@@ -289,11 +287,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
    * declared feed present. */
   int nf = (int)rq->n_feeds;
   pe_feed *feeds = pe_arena_alloc(c->a, sizeof *feeds * (size_t)(nf ? nf : 1));
-  pe_shm_region **regs = calloc((size_t)(nf ? nf : 1), sizeof *regs);
-  if (!feeds || !regs) {
-    free(regs);
-    return OOM("run");
-  }
+  if (!feeds) return OOM("run");
   pe_status *st = NULL;
   for (int i = 0; i < nf && !st; i++) {
     const Pe__Tensor *x = rq->feeds[i];
@@ -317,7 +311,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
       st = OOM("run");
       break;
     }
-    st = tensor_from_pb(s, "run feed", x, t, &regs[i]);
+    st = tensor_from_pb(s, "run feed", x, t);
     if (st) break;
     char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
     if (t->dtype != decl->dtype) {
@@ -382,8 +376,6 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
     atomic_fetch_add(&s->runs_total, done);
   }
   double t1 = pe_now_s();
-  for (int i = 0; i < nf; i++) pe_shm_release(s->shm, regs[i]);
-  free(regs);
   /* Fetched buffers belong to the arena from here on. */
   for (int i = 0; fetched && i < nx; i++) {
     pe_tensor *t = arena_tensor(c->a);
@@ -492,12 +484,11 @@ static pe_status *h_set_params(ctx *c) {
   int n = (int)rq->n_values;
   pe_status *st = NULL;
   pe_tensor *views = calloc((size_t)(n ? n : 1), sizeof *views);
-  pe_shm_region **regs = calloc((size_t)(n ? n : 1), sizeof *regs);
   const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
-  if (!views || !regs || !names) st = OOM("set_params");
+  if (!views || !names) st = OOM("set_params");
   /* Check every value before setting any. */
   for (int i = 0; !st && i < n; i++) {
-    st = tensor_from_pb(c->s, "set_params", rq->values[i], &views[i], &regs[i]);
+    st = tensor_from_pb(c->s, "set_params", rq->values[i], &views[i]);
     names[i] = rq->values[i]->name;
   }
   for (int i = 0; !st && i < n; i++) {
@@ -508,10 +499,8 @@ static pe_status *h_set_params(ctx *c) {
   }
   for (int i = 0; !st && i < n; i++) st = pe_model_set(m->m, names[i], &views[i]);
   if (!st) pe_model_mark_initialized(m, names, n);
-  for (int i = 0; regs && i < n; i++) pe_shm_release(c->s->shm, regs[i]);
   for (int i = 0; views && i < n; i++) pe_tensor_release(&views[i]);
   free(views);
-  free(regs);
   free(names);
   pe_registry_model_release(c->s->reg, m);
   return st ? pe_status_wrap(st, "set_params of model '%s'", rq->model) : NULL;
