@@ -27,7 +27,7 @@ typedef struct slot {
 struct pe_prefetch {
   pe_prefetch_opts o;
   pe_device **devices; /* copy of o.devices, or NULL */
-  pe_tensor *inputs;   /* staging: the producer's output; prefetch thread only */
+  pe_tensor *inputs;   /* staging for device copies; prefetch thread only */
   /* Every place is a cpu place: the parts are views of rows of the slot's
    * own staging, so a split copies nothing (a copy there would only take a
    * core from the pool). Devices (sim, cuda) get real copies on h2d. */
@@ -184,22 +184,22 @@ pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
   pthread_cond_init(&pf->ready_cv, NULL);
   pthread_cond_init(&pf->free_cv, NULL);
   int np = pf->o.n_places, ni = pf->o.n_inputs, depth = pf->o.depth;
+  pf->host_views = true;
+  for (int p = 0; opts->devices && p < np; p++)
+    pf->host_views &= opts->devices[p]->place.kind == PE_PLACE_CPU;
   bool ok = (pf->inputs = calloc((size_t)ni, sizeof(pe_tensor))) &&
             (pf->slots = calloc((size_t)depth, sizeof(slot)));
   for (int k = 0; ok && k < depth; k++) {
     slot *s = &pf->slots[k];
     ok = (s->counts = calloc((size_t)np, sizeof(int64_t))) &&
          (s->parts = calloc((size_t)np * (size_t)ni, sizeof(pe_tensor))) &&
-         (s->inputs = calloc((size_t)ni, sizeof(pe_tensor)));
+         (!pf->host_views || (s->inputs = calloc((size_t)ni, sizeof(pe_tensor))));
     if (!ok) break;
     s->state = SLOT_FREE;
     s->batch =
         (pe_prefetch_batch){.n_places = np, .n_inputs = ni, .counts = s->counts, .parts = s->parts};
   }
   pe_status *st = ok ? NULL : pe_error(PE_ENOMEM, "prefetch: out of memory");
-  pf->host_views = true;
-  for (int p = 0; opts->devices && p < np; p++)
-    pf->host_views &= opts->devices[p]->place.kind == PE_PLACE_CPU;
   if (!st && opts->devices && !pf->host_views) {
     pf->devices = calloc((size_t)np, sizeof(pe_device *));
     pf->events = calloc((size_t)np, sizeof(pe_event *));

@@ -14,12 +14,12 @@
 #include "core/log.h"
 #include "server/bus_guard.h"
 
-struct pe_shm_region {
+typedef struct pe_shm_region {
   uint64_t id, client;
   void *base;
   uint64_t size;
   int refs; /* table entry (1 while registered) + runs reading it */
-};
+} pe_shm_region;
 
 struct pe_shm_table {
   pthread_mutex_t mu;
@@ -160,8 +160,10 @@ void pe_shm_drop_client(pe_shm_table *t, uint64_t client) {
   }
 }
 
-pe_status *pe_shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
-                          const void **data, pe_shm_region **reg) {
+/* Pin [offset, offset+length) of a region: *data points into the mapping
+ * until shm_release(*reg). */
+static pe_status *shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
+                               const void **data, pe_shm_region **reg) {
   pthread_mutex_lock(&t->mu);
   for (int i = 0; i < t->n; i++) {
     pe_shm_region *g = t->r[i];
@@ -182,7 +184,7 @@ pe_status *pe_shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uin
   return pe_error(PE_ENOTFOUND, "shm region %llu not registered", (unsigned long long)region);
 }
 
-void pe_shm_release(pe_shm_table *t, pe_shm_region *g) {
+static void shm_release(pe_shm_table *t, pe_shm_region *g) {
   if (!g) return;
   pthread_mutex_lock(&t->mu);
   bool last = --g->refs == 0;
@@ -194,10 +196,10 @@ pe_status *pe_shm_read(pe_shm_table *t, uint64_t region, uint64_t offset, uint64
                        void *dst) {
   const void *src = NULL;
   pe_shm_region *g = NULL;
-  PE_TRY(pe_shm_acquire(t, region, offset, length, &src, &g));
+  PE_TRY(shm_acquire(t, region, offset, length, &src, &g));
   bool ok = pe_bus_guarded_copy(dst, src, (size_t)length);
   uint64_t size = g->size, client = g->client;
-  pe_shm_release(t, g);
+  shm_release(t, g);
   if (!ok) {
     PE_LOGW("shm region %llu of client %016llx: SIGBUS reading [%llu, +%llu): object truncated",
             (unsigned long long)region, (unsigned long long)client, (unsigned long long)offset,

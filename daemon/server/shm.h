@@ -24,7 +24,6 @@
 #include "core/status.h"
 
 typedef struct pe_shm_table pe_shm_table;
-typedef struct pe_shm_region pe_shm_region;
 
 pe_status *pe_shm_table_new(pe_shm_table **out);
 void pe_shm_table_free(pe_shm_table *t);
@@ -37,15 +36,10 @@ pe_status *pe_shm_unregister(pe_shm_table *t, uint64_t client, uint64_t region);
 /* Unregister every region of a client (session expiry). */
 void pe_shm_drop_client(pe_shm_table *t, uint64_t client);
 
-/* Acquire [offset, offset+length) of a region for reading: *data points into
- * the mapping until pe_shm_release(*reg). Errors name the region and bounds. */
-pe_status *pe_shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
-                          const void **data, pe_shm_region **reg);
-void pe_shm_release(pe_shm_table *t, pe_shm_region *reg);
-
 /* Copy [offset, offset+length) of a region into dst (length bytes), guarded
  * against the client truncating the object: PE_EIO then, naming the region
- * and the range. Bounds and unknown regions fail as pe_shm_acquire does. */
+ * and the range. Bounds and unknown regions are PE_EINVAL and PE_ENOTFOUND. The only way to
+ * read a region: no caller gets a pointer into client pages. */
 pe_status *pe_shm_read(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
                        void *dst);
 
