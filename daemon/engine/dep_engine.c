@@ -32,7 +32,12 @@
  * before it touches the op's counter, because the op may run and be freed
  * as soon as the counter reaches zero. var->err is written only by the
  * op holding the variable's mutation grant (or under var->mu during that
- * op's release), so ops holding a grant read it without the lock. */
+ * op's release), so ops holding a grant read it without the lock.
+ *
+ * An op whose fn returned PE_ENGINE_PENDING keeps its grants and its place
+ * in n_ops; the thread that calls pe_engine_op_complete does the completion
+ * (op_finish) in the worker's stead, so from fn's return on only that
+ * thread may touch the op. */
 #define _GNU_SOURCE
 #include "dep_engine.h"
 
@@ -41,6 +46,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -443,24 +449,11 @@ static void op_count_done(pe_engine *eng) {
   }
 }
 
-/* Run (or skip) op, release its variables, and return one newly ready op
- * for the caller to run next. */
-static pe_engine_op *op_execute(pe_engine_op *op) {
+/* Complete op with outcome st (owned): release its variables, call
+ * on_done, record the error, free the op. Returns one newly ready op for
+ * the caller to run next (or to submit); the rest are queued. */
+static pe_engine_op *op_finish(pe_engine_op *op, pe_status *st) {
   pe_engine *eng = op->eng;
-  pe_status *st = NULL;
-  bool skipped = false;
-  if (!(op->flags & OP_ALWAYS)) {
-    for (int i = 0; i < op->n_deps; i++) {
-      pe_engine_var *v = op->deps[i].var;
-      if (v->err) { /* we hold a grant on v: no writer can change err now */
-        st = status_copy(v->err);
-        skipped = true;
-        break;
-      }
-    }
-  }
-  if (!skipped && op->fn) st = op->fn(op->arg);
-
   ready_list r = {0};
   pe_engine_var *dead = NULL;
   for (int i = 0; i < op->n_deps; i++) {
@@ -490,8 +483,69 @@ static pe_engine_op *op_execute(pe_engine_op *op) {
   return next;
 }
 
+/* The sentinel's value is never read; only its address matters. Aligned
+ * so that the cast to pe_status * in PE_ENGINE_PENDING is well defined. */
+alignas(max_align_t) const char pe_engine_pending_tag = 0;
+
+/* The op whose fn runs on this thread (see pe_engine_op_current). Saved and
+ * restored around fn because a waiting fn may run other ops inline. */
+static _Thread_local pe_engine_op *tl_current_op;
+
+pe_engine_op *pe_engine_op_current(void) {
+  return tl_current_op;
+}
+
+/* Run (or skip) op and complete it, returning one newly ready op for the
+ * caller to run next; or, when fn returns PE_ENGINE_PENDING, leave it
+ * running and return NULL (pe_engine_op_complete finishes it). */
+static pe_engine_op *op_execute(pe_engine_op *op) {
+  pe_status *st = NULL;
+  bool skipped = false;
+  if (!(op->flags & OP_ALWAYS)) {
+    for (int i = 0; i < op->n_deps; i++) {
+      pe_engine_var *v = op->deps[i].var;
+      if (v->err) { /* we hold a grant on v: no writer can change err now */
+        st = status_copy(v->err);
+        skipped = true;
+        break;
+      }
+    }
+  }
+  if (!skipped && op->fn) {
+    pe_engine_op *outer = tl_current_op;
+    tl_current_op = op;
+    st = op->fn(op->arg);
+    tl_current_op = outer;
+    /* The op now belongs to whoever completes it, which may already have
+     * happened on another thread (or inside fn): op may be freed, and so
+     * may the engine if it was the last op. Touch neither. */
+    if (st == PE_ENGINE_PENDING) return NULL;
+  }
+  return op_finish(op, st);
+}
+
 static void op_task(void *arg) {
   for (pe_engine_op *op = arg; op;) op = op_execute(op);
+}
+
+void pe_engine_op_complete(pe_engine *eng, pe_engine_op *op, pe_status *st) {
+  /* Decide before op_finish: once it counted the op done, eng is kept
+   * alive only by a returned successor. */
+  bool on_worker = pe_pool_is_worker(eng->pool);
+  if (st == PE_ENGINE_PENDING) /* a caller bug; never store the sentinel */
+    st = pe_error(PE_EINVAL, "engine: pe_engine_op_complete given PE_ENGINE_PENDING as outcome");
+  pe_engine_op *next = op_finish(op, st);
+  if (!next) return;
+  /* Inline only from a plain pool task (the last chunk): like a normal
+   * completion, no queue hop. Inside an op's fn (an fn completing its own
+   * op before returning PENDING, or completing another) running the
+   * successors here would nest them in that fn, while it holds its grants,
+   * and a chain of such completions would grow the stack without bound;
+   * submitted from a worker, next still runs first on it (LIFO queue). */
+  if (on_worker && !tl_current_op)
+    op_task(next);
+  else
+    op_submit(eng, next, false); /* next is counted: eng is alive */
 }
 
 /* --- push -------------------------------------------------------------------------------- */

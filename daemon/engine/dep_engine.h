@@ -20,7 +20,8 @@
  * Running. The worker that completes an op releases its variables; the
  * ops that become ready are scheduled there: the one with the highest
  * priority runs next on the same worker (no queue hop), the others go to
- * that worker's queue, where idle workers steal them.
+ * that worker's queue, where idle workers steal them. (An asynchronous
+ * completion from outside the pool or inside an op's fn submits them all.)
  *
  * Priority (an int, default 0) is a hint and never overrides a
  * dependency. It does exactly two things: (1) among the ops released
@@ -29,6 +30,19 @@
  * when it is pushed from outside the pool and has priority > 0 goes to the
  * pool's urgent queue, which workers empty before the normal one. Ops
  * already queued are not reordered.
+ *
+ * Asynchronous completion. fn may return PE_ENGINE_PENDING instead of
+ * NULL or a failure: it started work that finishes later elsewhere (for
+ * example chunks it submitted to the pool). The op then stays running: its
+ * variables stay granted, on_done is not called, and the waits do not
+ * return for it, until someone calls pe_engine_op_complete(op, st) exactly
+ * once, from any thread (typically the pool task that finishes last). That
+ * call is the op's completion: it releases the variables and schedules the
+ * successors as described under Running; the outcome it is given follows
+ * the rules under Errors like one returned by fn. fn learns its op handle from
+ * pe_engine_op_current() (or its caller keeps the one pe_engine_op_new
+ * returned with extra_deps > 0). A skipped op never calls fn, so it never
+ * pends.
  *
  * Errors (MXNet's rule). fn returns NULL or a failure. A failure is stored
  * on every variable the op mutates (a variable keeps its first error). An
@@ -42,8 +56,9 @@
  * inside an op, except the waits: pe_engine_wait_all must not be called
  * from a pool worker (it returns PE_EINVAL there), and pe_engine_wait_var
  * must not be called by an op that itself uses the variable (it would wait
- * for itself). A worker that waits for a variable runs other pool tasks
- * meanwhile. */
+ * for itself; the same holds for the work of a pending op, which must not
+ * wait for its op's variables or for wait_all before it completes the op).
+ * A worker that waits for a variable runs other pool tasks meanwhile. */
 #ifndef PE_ENGINE_DEP_ENGINE_H
 #define PE_ENGINE_DEP_ENGINE_H
 
@@ -55,13 +70,24 @@ typedef struct pe_engine_var pe_engine_var;
 typedef struct pe_engine_op pe_engine_op;
 
 /* The work of an op. Runs on a pool thread; returns NULL or a failure,
- * which the engine takes ownership of. */
+ * which the engine takes ownership of, or PE_ENGINE_PENDING. */
 typedef pe_status *(*pe_engine_fn)(void *arg);
+
+/* Returned by an op's fn instead of NULL or a failure: the op is not
+ * finished when fn returns. Whoever finishes its work later must call
+ * pe_engine_op_complete exactly once; until then the op's variables stay
+ * granted, on_done is not called and pe_engine_wait_all / wait_var do not
+ * return for it. Once fn returned it, fn's thread must not touch the op
+ * again: the completion may already have happened. Never a real status:
+ * do not free it or report it. */
+extern const char pe_engine_pending_tag;
+#define PE_ENGINE_PENDING ((pe_status *)&pe_engine_pending_tag)
 
 /* The pool is borrowed and must outlive the engine. */
 pe_status *pe_engine_new(pe_pool *pool, pe_engine **out);
 /* Waits for every op, then frees the engine and the variables not deleted.
- * Every op handle's extra dependencies must have been dropped. */
+ * Every op handle's extra dependencies must have been dropped, and every
+ * pending op must get its pe_engine_op_complete (free waits for it). */
 void pe_engine_free(pe_engine *eng);
 
 pe_status *pe_engine_new_var(pe_engine *eng, pe_engine_var **out);
@@ -75,7 +101,8 @@ pe_status *pe_engine_push(pe_engine *eng, pe_engine_fn fn, void *arg, pe_engine_
 typedef struct pe_engine_op_args {
   pe_engine_fn fn; /* may be NULL */
   void *arg;
-  /* Optional; called exactly once per op on the thread that completed it,
+  /* Optional; called exactly once per op on the thread that completed it
+   * (for a pending op, the one that called pe_engine_op_complete),
    * whether fn ran, failed or was skipped, after the op's variables were
    * released and before pe_engine_wait_all can return. st is the op's
    * outcome (borrowed). Use it to free arg or to count completions. */
@@ -98,12 +125,38 @@ typedef struct pe_engine_op_args {
 
 /* Register an op. With extra_deps > 0, *out (if out is not NULL) stays
  * valid until the call to pe_engine_op_dep_done that drops the last extra
- * dependency; with extra_deps == 0 the op may already be running when this
- * returns and *out is set to NULL. */
+ * dependency, and, if fn then returns PE_ENGINE_PENDING, until the call to
+ * pe_engine_op_complete (the engine frees the op there, not before); with
+ * extra_deps == 0 the op may already be running when this returns and *out
+ * is set to NULL (fn gets its handle from pe_engine_op_current). */
 pe_status *pe_engine_op_new(pe_engine *eng, const pe_engine_op_args *args, pe_engine_op **out);
 /* One extra dependency of op is satisfied. Any thread; exactly extra_deps
  * calls per op. The call that makes the op ready submits it to the pool. */
 void pe_engine_op_dep_done(pe_engine *eng, pe_engine_op *op);
+
+/* The op whose fn is running on the calling thread (the innermost one if a
+ * waiting fn runs other ops meanwhile), NULL outside an op's fn. For an fn
+ * that returns PE_ENGINE_PENDING to hand its own op to whoever completes it;
+ * the handle is valid until that pe_engine_op_complete. */
+pe_engine_op *pe_engine_op_current(void);
+
+/* Finish an op whose fn returned PE_ENGINE_PENDING. Any thread, exactly
+ * once per such op; it may even come from inside fn before fn returns.
+ * st is NULL or the op's failure, which the engine takes ownership of (the
+ * same rules as a failure returned by fn: stored on the mutated variables
+ * and reported by wait_all). Releases the variables, calls on_done, frees
+ * the op, and schedules the ops that became ready: called from a pool task
+ * on a worker of the engine's pool, the highest-priority one runs inline,
+ * inside this call (as after a normal completion), the others are queued;
+ * called from inside an op's fn (also fn's own, before it returns
+ * PE_ENGINE_PENDING) or from a thread outside the pool, they are all
+ * submitted (from a worker to its own queue, where it runs next). So call
+ * it last in the task, holding no lock that those ops might take. The
+ * successors see what the calling thread wrote, or had acquired, before the
+ * call (so chunks that count down to the last one must use acq_rel). The
+ * pending op keeps the engine from being freed until this call has
+ * released it. */
+void pe_engine_op_complete(pe_engine *eng, pe_engine_op *op, pe_status *st);
 
 /* Wait until every op pushed before this call that uses var has completed.
  * Returns a copy of the variable's error at that point (NULL if none);
