@@ -100,6 +100,9 @@ typedef struct pe_device_opts {
    * cores / places. sim binds it on its compute and comm stream threads
    * (its copy threads use 1). */
   int threads;
+  /* 0 (default): the threads the device creates to run kernels (sim
+   * streams) flush denormals to zero (core/fpenv.h); non-zero: keep them. */
+  int keep_denormals;
 } pe_device_opts;
 
 /* One row per device kind. Implementations: device_cpu.c, device_sim.c.

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fpenv.h"
 #include "device_impl.h"
 
 typedef enum item_kind { ITEM_FN, ITEM_COPY, ITEM_WAIT, ITEM_WAIT_FOREIGN } item_kind;
@@ -71,6 +72,7 @@ struct sim_stream {
   pe_status *err;      /* first error since the last take_error */
   uint64_t err_ticket; /* position of the item that produced it */
   pe_device_ctx ctx;   /* bound on the stream thread */
+  bool keep_denormals; /* pe_device_opts.keep_denormals, applied at thread start */
 };
 
 typedef struct sim_device {
@@ -111,6 +113,10 @@ static pe_status *run_item(sim_item *it) {
 
 static void *stream_main(void *p) {
   sim_stream *s = p;
+  /* Kernels run here: the same denormal policy as the pool workers
+   * (core/fpenv.h). Before the first parallel region, so this stream's
+   * OpenMP team inherits it. */
+  pe_fpenv_flush_denormals(!s->keep_denormals);
   pe_device_ctx_bind(&s->ctx);
   pthread_mutex_lock(&s->mu);
   for (;;) {
@@ -299,6 +305,7 @@ static pe_status *sim_open(pe_place place, const pe_device_opts *opts, pe_device
     s->base.dev = &d->base;
     s->base.kind = (pe_stream_kind)k;
     s->base.ctx = &s->ctx;
+    s->keep_denormals = opts->keep_denormals != 0;
     snprintf(s->base.name, sizeof s->base.name, "sim:%d/%s", place.id,
              pe_stream_kind_name((pe_stream_kind)k));
     pthread_mutex_init(&s->mu, NULL);

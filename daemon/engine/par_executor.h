@@ -98,6 +98,9 @@ typedef struct pe_runtime_opts {
   int threads; /* pool workers; <= 0: the number of online cores */
   int cores;   /* cores to share between places' intra-op teams; <= 0: online cores */
   int spin_us; /* pool idle polling (0: pool default) */
+  /* 0 (default): pool workers and sim stream threads flush denormals to
+   * zero (FTZ+DAZ, core/fpenv.h says why); non-zero: IEEE denormals. */
+  int keep_denormals;
 } pe_runtime_opts;
 
 typedef struct pe_runtime pe_runtime;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "compiler/validate.h"
+#include "core/fpenv.h"
 #include "engine/op_run.h"
 #include "ops/registry.h"
 
@@ -56,7 +57,8 @@ struct pe_seq_exec {
   exec_feed *feeds;
   pe_device_ctx dev;
   bool dev_init;
-  pe_rng rng; /* the program generator: advances across runs */
+  bool keep_denormals; /* pe_exec_opts.keep_denormals */
+  pe_rng rng;          /* the program generator: advances across runs */
 };
 
 /* --- compile ------------------------------------------------------------------ */
@@ -163,6 +165,7 @@ pe_status *pe_seq_exec_new(const pe_program *p, int block, pe_scope *model_scope
   e->local = e->model ? pe_scope_new(e->model) : NULL;
   uint64_t seed = opts && opts->seed ? opts->seed : 1;
   pe_rng_init(&e->rng, seed);
+  e->keep_denormals = opts && opts->keep_denormals;
   pe_status *st = NULL;
   if (!e->model || !e->local) st = pe_error(PE_ENOMEM, "executor: out of memory");
   if (!st) st = pe_device_ctx_init(&e->dev, pe_cpu_place(), opts ? opts->threads : 0);
@@ -257,8 +260,8 @@ static pe_status *run_op(pe_seq_exec *e, int i) {
   return pe_op_run(x->def, x->def->kernel_cpu, x->tl, x->ml, &x->ic, &x->kc, NULL);
 }
 
-pe_status *pe_seq_exec_run(pe_seq_exec *e, const pe_feed *feeds, int n_feeds,
-                           const char *const *fetch, int n_fetch, const pe_tensor **fetched) {
+static pe_status *run_block(pe_seq_exec *e, const pe_feed *feeds, int n_feeds,
+                            const char *const *fetch, int n_fetch, const pe_tensor **fetched) {
   if (n_feeds < 0 || n_fetch < 0 || (n_feeds && !feeds) || (n_fetch && (!fetch || !fetched)))
     return pe_error(PE_EINVAL, "executor: bad feed/fetch arguments");
   for (int f = 0; f < n_feeds; f++)
@@ -278,4 +281,17 @@ pe_status *pe_seq_exec_run(pe_seq_exec *e, const pe_feed *feeds, int n_feeds,
     fetched[f] = &v->t;
   }
   return NULL;
+}
+
+/* Kernels run on the caller's thread: flush denormals for the run only and
+ * give the caller back its own setting (core/fpenv.h: a dead unit's
+ * momentum decays into denormals, which x86 processes in microcode). */
+pe_status *pe_seq_exec_run(pe_seq_exec *e, const pe_feed *feeds, int n_feeds,
+                           const char *const *fetch, int n_fetch, const pe_tensor **fetched) {
+  if (e->keep_denormals) return run_block(e, feeds, n_feeds, fetch, n_fetch, fetched);
+  pe_fpenv_state saved = pe_fpenv_save();
+  pe_fpenv_flush_denormals(true);
+  pe_status *st = run_block(e, feeds, n_feeds, fetch, n_fetch, fetched);
+  pe_fpenv_restore(saved);
+  return st;
 }

@@ -26,6 +26,10 @@ typedef struct pe_feed {
 typedef struct pe_exec_opts {
   uint64_t seed;  /* program generator seed (0: 1) */
   int threads;    /* intra-op threads (0: all cores) */
+  /* 0 (default): each run flushes denormals to zero on the calling thread
+   * and restores the caller's setting after (core/fpenv.h says why);
+   * non-zero: run with the caller's setting as it is. */
+  int keep_denormals;
 } pe_exec_opts;
 
 typedef struct pe_seq_exec pe_seq_exec;
@@ -38,7 +42,10 @@ void pe_seq_exec_free(pe_seq_exec *e);
 /* Run once. Every is_feed variable of the block must be in feeds (else
  * PE_EMISSING_FEED naming it); dtypes must match and shapes must be
  * compatible with the declaration (else PE_EDTYPE / PE_ESHAPE). fetched[i]
- * points at the tensor of fetch[i], valid until the next run or free. */
+ * points at the tensor of fetch[i], valid until the next run or free..
+ * Denormals are flushed for the duration of the run unless keep_denormals;
+ * an OpenMP team the caller's thread created before its first run keeps the
+ * setting it was created with. */
 pe_status *pe_seq_exec_run(pe_seq_exec *e, const pe_feed *feeds, int n_feeds,
                            const char *const *fetch, int n_fetch, const pe_tensor **fetched);
 

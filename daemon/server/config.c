@@ -66,6 +66,7 @@ static const char embedded_defaults[] =
     "places = auto\n"
     "worker_threads = 0\n"
     "sync = event\n"
+    "flush_denormals = true\n"
     "[state]\n"
     "checkpoint_on_shutdown = true\n"
     "shutdown_checkpoint = shutdown\n"
@@ -229,6 +230,11 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
       pe_sync_strategy s;
       if (!pe_sync_strategy_parse(value, &s)) return BAD("expected event or producer");
       return set_str(&c->sync, value);
+    }
+    if (!strcmp(key, "flush_denormals")) {
+      if (!parse_bool(value, &bv)) return BAD("expected true or false");
+      c->flush_denormals = bv;
+      return NULL;
     }
   } else if (!strcmp(section, "state")) {
     if (!strcmp(key, "dir")) {

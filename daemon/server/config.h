@@ -31,6 +31,8 @@ typedef struct pe_srv_config {
   char *places;       /* "auto" | "cpu:N" | "sim:N" | "cuda:N" */
   int worker_threads; /* compute pool workers; 0: online cores */
   char *sync;         /* "event" | "producer" */
+  /* Kernel threads flush denormals to zero (core/fpenv.h). */
+  bool flush_denormals;
   /* [state] */
   char *state_dir; /* checkpoints live under it */
   bool checkpoint_on_shutdown;

@@ -112,7 +112,8 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
   if (!st && !pe_sync_strategy_parse(s->cfg.sync, &s->sync))
     st = pe_error(PE_EINVAL, "config [runtime] sync '%s' unknown", s->cfg.sync);
   if (!st) {
-    pe_runtime_opts ro = {.threads = s->cfg.worker_threads};
+    pe_runtime_opts ro = {.threads = s->cfg.worker_threads,
+                          .keep_denormals = !s->cfg.flush_denormals};
     st = pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime");
   }
   if (!st) st = pe_registry_new(s, &s->reg);
@@ -477,8 +478,10 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
     return;
   }
   if (strcmp(nc.places, s->cfg.places) || nc.worker_threads != s->cfg.worker_threads ||
-      nc.request_threads != s->cfg.request_threads)
-    PE_LOGW("SIGHUP: places, worker_threads and request_threads need a restart; unchanged");
+      nc.request_threads != s->cfg.request_threads || nc.flush_denormals != s->cfg.flush_denormals)
+    PE_LOGW(
+        "SIGHUP: places, worker_threads, flush_denormals and request_threads need a restart; "
+        "unchanged");
   pthread_mutex_lock(&s->cfg_mu);
   pe_config_reloadable_apply(&s->cfg, &nc);
   pthread_mutex_unlock(&s->cfg_mu);

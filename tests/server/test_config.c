@@ -24,6 +24,7 @@ START_TEST(test_defaults) {
   ck_assert_str_eq(c.sync, "event");
   ck_assert_int_eq(c.request_threads, 8);
   ck_assert_int_eq(c.worker_threads, 0);
+  ck_assert(c.flush_denormals);
   ck_assert(c.checkpoint_on_shutdown);
   ck_assert_int_eq(c.max_message, 64 << 20);
   ck_assert_int_eq(c.max_programs, 256);
@@ -57,6 +58,7 @@ START_TEST(test_file_layers) {
       "places = cpu:2\n"
       "worker_threads = 3\n"
       "sync = producer\n"
+      "flush_denormals = off\n"
       "[state]\n"
       "dir = /tmp/pe-state\n"
       "checkpoint_on_shutdown = no\n"
@@ -79,6 +81,7 @@ START_TEST(test_file_layers) {
   ck_assert_str_eq(c.places, "cpu:2");
   ck_assert_int_eq(c.worker_threads, 3);
   ck_assert_str_eq(c.sync, "producer");
+  ck_assert(!c.flush_denormals);
   ck_assert_str_eq(c.state_dir, "/tmp/pe-state");
   ck_assert(!c.checkpoint_on_shutdown);
   ck_assert_double_eq(c.session_ttl_s, 2.5);
@@ -122,6 +125,8 @@ START_TEST(test_errors) {
                 (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nsync = maybe\n", "t.conf"), PE_EINVAL,
                 "event or producer", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[runtime]\nflush_denormals = maybe\n", "t.conf"),
+                PE_EINVAL, "flush_denormals", "maybe", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[server]\nsocket = /no/scheme\n", "t.conf"), PE_EINVAL,
                 "nanomsg address", (const char *)NULL);
   expect_errors(pe_config_load_file(&c, "/nonexistent/pe.conf"), PE_EIO, "/nonexistent/pe.conf",
