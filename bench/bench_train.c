@@ -31,6 +31,7 @@
 #include "bench_train.h"
 #include "compiler/pass.h"
 #include "compiler/program.h"
+#include "core/fpenv.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
 
@@ -60,7 +61,7 @@ static const opt_row opts[] = {
     {"seed", OPT_INT, CFG(seed), 0, 1L << 62, "initialisation, dropout and shuffling seed (1)"},
     {"threads", OPT_INT, CFG(threads), 0, 4096,
      "sequential: intra-op threads; parallel: pool workers (0: all cores)"},
-    {"strategy", OPT_STR, CFG(strategy), 0, 0, "parallel: allreduce (default) | reduce"},
+    {"strategy", OPT_STR, CFG(strategy), 0, 0, "parallel: allreduce (default) | reduce | sharded"},
     {"fuse", OPT_ONOFF, CFG(fuse), 0, 0, "parallel: fuse gradient all-reduces into buckets [on|off]"},
     {"fuse-bucket", OPT_INT, CFG(fuse_bucket), 0, 1L << 40,
      "parallel: fuse bucket bytes (0: 4 MiB default)"},
@@ -71,6 +72,8 @@ static const opt_row opts[] = {
      "parallel: split the next batch onto the places while a step runs [on|off] (on)"},
     {"compare-sequential", OPT_FLAG, CFG(compare_sequential), 0, 0,
      "parallel: first run the cpu:1 sequential baseline (1 thread) here; report both"},
+    {"denormals", OPT_STR, CFG(denormals), 0, 0,
+     "flush (default): kernel threads flush denormals to zero | keep"},
     {"json", OPT_FLAG, CFG(json), 0, 0, "print one JSON line on stdout"},
     {"help", OPT_FLAG, CFG(help), 0, 0, "this text"},
 };
@@ -171,7 +174,9 @@ static int seq_setup(trainer *t) {
   if ((st = pe_program_compile(s->eval, true))) return fail_st(st, "compile eval program");
   s->scope = pe_scope_new(NULL);
   if (!s->scope) return fail_st(pe_error(PE_ENOMEM, "model scope"), "setup");
-  pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed, .threads = (int)t->cfg.threads};
+  pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed,
+                     .threads = (int)t->cfg.threads,
+                     .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
   /* The train program's startup block also initialises the optimizer state
    * and learning rate the optimizer pass added. */
   pe_seq_exec *init = NULL;
@@ -454,6 +459,12 @@ int pe_bench_train(int argc, char **argv) {
                     "", "");
   if (t.cfg.compare_sequential && !parallel)
     return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");
+  if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
+    return bad_args("--denormals '%s': expected flush or keep%s", t.cfg.denormals, "");
+  /* The executors set it on the threads that run kernels; the main thread
+   * too, before it starts any thread (its OpenMP team, the prefetcher), so
+   * that every thread of the process follows --denormals. */
+  pe_fpenv_flush_denormals(!train_cfg_keep_denormals(&t.cfg));
   /* The baseline first, in this process, on the same batches (same seed). */
   train_result base = {0};
   if (t.cfg.compare_sequential) {
@@ -475,11 +486,12 @@ int pe_bench_train(int argc, char **argv) {
       printf(
           "{\"bench\":\"train\",\"model\":\"%s\",\"executor\":\"%s\",\"places\":\"%s\","
           "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
-          "\"threads\":%ld,\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,"
+          "\"threads\":%ld,\"denormals\":\"%s\",\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,"
           "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.5f,"
           "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f",
           t.cfg.model, t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples,
-          t.cfg.seed, t.cfg.threads, sps, r.train_seconds, r.eval_seconds, r.test_acc, r.final_loss,
+          t.cfg.seed, t.cfg.threads, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush", sps,
+          r.train_seconds, r.eval_seconds, r.test_acc, r.final_loss,
           r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
       if (t.cfg.compare_sequential) {

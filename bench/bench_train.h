@@ -27,7 +27,14 @@ typedef struct train_cfg {
   long fuse_bucket;
   bool compare_sequential; /* also run the sequential baseline, report the ratio */
   const char *prefetch;    /* "on" (default when NULL) | "off": split batches on a thread */
+  const char *denormals;   /* "flush" (default when NULL) | "keep" (core/fpenv.h) */
 } train_cfg;
+
+/* Whether --denormals keep: kernel threads use IEEE denormals instead of
+ * flushing them to zero (the default, as the daemon does). */
+static inline bool train_cfg_keep_denormals(const train_cfg *c) {
+  return c->denormals && strcmp(c->denormals, "keep") == 0;
+}
 
 /* Whether --prefetch is on (the default). */
 static inline bool train_cfg_prefetch(const train_cfg *c) {

@@ -92,9 +92,11 @@ static int par_setup(trainer *t) {
   const char *strategy = t->cfg.strategy ? t->cfg.strategy : "allreduce";
   if (!strcmp(strategy, "allreduce")) s->strategy = PE_STRATEGY_ALLREDUCE;
   else if (!strcmp(strategy, "reduce")) s->strategy = PE_STRATEGY_REDUCE;
+  else if (!strcmp(strategy, "sharded")) s->strategy = PE_STRATEGY_SHARDED;
   else
     return pe_bench_train_fail(
-        pe_error(PE_EINVAL, "strategy '%s' (known: allreduce, reduce)", strategy), "--strategy");
+        pe_error(PE_EINVAL, "strategy '%s' (known: allreduce, reduce, sharded)", strategy),
+        "--strategy");
   const char *sync = t->cfg.sync ? t->cfg.sync : "event";
   if (!strcmp(sync, "event")) s->sync = PE_SYNC_WAIT_EVENT;
   else if (!strcmp(sync, "producer")) s->sync = PE_SYNC_WAIT_PRODUCER;
@@ -122,7 +124,8 @@ static int par_setup(trainer *t) {
   pe_graph_memory_bytes(g_train, (t->cfg.batch + s->n_places - 1) / s->n_places, &s->planned,
                         &s->unplanned);
 
-  pe_runtime_opts ro = {.threads = (int)t->cfg.threads};
+  pe_runtime_opts ro = {.threads = (int)t->cfg.threads,
+                        .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
   if ((st = pe_runtime_new(&ro, &s->rt)) ||
       (st = pe_model_new(s->rt, s->kind, s->n_places, (uint64_t)t->cfg.seed, &s->model))) {
     pe_graph_free(g_train);
@@ -258,7 +261,7 @@ static void par_json(trainer *t, FILE *f) {
   fprintf(f,
           ",\"strategy\":\"%s\",\"fuse\":%s,\"fuse_bucket_bytes\":%lld,\"sync\":\"%s\","
           "\"graph_nodes\":%d,\"memory_plan\":{\"planned_bytes\":%lld,\"unplanned_bytes\":%lld}",
-          s->strategy == PE_STRATEGY_REDUCE ? "reduce" : "allreduce", s->fuse ? "true" : "false",
+          pe_strategy_name(s->strategy), s->fuse ? "true" : "false",
           (long long)(t->cfg.fuse_bucket ? t->cfg.fuse_bucket : PE_FUSE_BUCKET_BYTES_DEFAULT),
           s->sync == PE_SYNC_WAIT_PRODUCER ? "producer" : "event", s->graph_nodes,
           (long long)s->planned, (long long)s->unplanned);

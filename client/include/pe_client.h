@@ -137,7 +137,14 @@ const pe_client_tensor *pe_client_find(const pe_client_tensor *ts, size_t n, con
 
 int pe_client_ping(pe_client *c);
 
-typedef enum pe_client_strategy { PE_C_ALLREDUCE = 0, PE_C_REDUCE = 1 } pe_client_strategy;
+/* Gradient strategy across the places (docs/architecture.md): all-reduce +
+ * an optimizer per place, reduce to an owner + broadcast, or sharded (one
+ * sliced optimizer update per parameter; cpu and sim places). */
+typedef enum pe_client_strategy {
+  PE_C_ALLREDUCE = 0,
+  PE_C_REDUCE = 1,
+  PE_C_SHARDED = 2
+} pe_client_strategy;
 
 typedef struct pe_client_register_args {
   const uint8_t *program; /* ProgramDesc bytes (pe_builder_finish) */

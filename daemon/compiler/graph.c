@@ -18,6 +18,7 @@
 
 static const char *const kind_names[PE_NODE_KIND_COUNT] = {
     "op", "all_reduce", "fused_all_reduce", "reduce", "broadcast", "loss_grad_scale",
+    "sharded_update",
 };
 
 const char *pe_node_kind_name(pe_node_kind k) {
@@ -25,7 +26,9 @@ const char *pe_node_kind_name(pe_node_kind k) {
 }
 
 const char *pe_strategy_name(pe_graph_strategy s) {
-  return s == PE_STRATEGY_REDUCE ? "reduce" : "allreduce";
+  return s == PE_STRATEGY_REDUCE    ? "reduce"
+         : s == PE_STRATEGY_SHARDED ? "sharded"
+                                    : "allreduce";
 }
 
 /* Grow *arr (elements of `size` bytes) so that it holds at least `need`. */

@@ -56,6 +56,13 @@ typedef enum pe_graph_strategy {
    * reduced to the owner, the optimizer runs only there, and the updated
    * parameter is broadcast to the other places. */
   PE_STRATEGY_REDUCE = 1,
+  /* ZeRO-1 style, one sharded_update node per parameter: it sums the places'
+   * gradients and runs the optimizer slice by slice (each slice once, the
+   * slices spread over the pool), writing the new parameter and optimizer
+   * state to every place. No place runs the whole optimizer, and the gradient
+   * sum is never written back. Parameters whose optimizer is not
+   * PE_OP_ELEMENTWISE fall back to AllReduce. cpu and sim places only. */
+  PE_STRATEGY_SHARDED = 2,
 } pe_graph_strategy;
 
 typedef enum pe_node_kind {
@@ -65,6 +72,7 @@ typedef enum pe_node_kind {
   PE_NODE_REDUCE,           /* sum to root (the owner place) */
   PE_NODE_BROADCAST,        /* root's var to every other place */
   PE_NODE_LOSS_GRAD_SCALE,  /* fill loss@GRAD on one place with n_p / N */
+  PE_NODE_SHARDED_UPDATE,   /* sum of the places' gradients + optimizer, sliced */
   PE_NODE_KIND_COUNT
 } pe_node_kind;
 
@@ -93,6 +101,11 @@ const char *pe_strategy_name(pe_graph_strategy s);
  *      REDUCE: in[p*width + k] for every p -> out[k] on root;
  *      BROADCAST: in[k] on root -> out[i*width + k] on the i-th place
  *        other than root (places in increasing order).
+ *  - SHARDED_UPDATE (place == -1, root == 0): desc/def/src_op are the
+ *    optimizer op's; in_slot/out_slot give one place's layout, and place p's
+ *    inputs are in[p*w_in ..) with w_in = in_slot[def->n_inputs] (outputs
+ *    likewise, w_out = out_slot[def->n_outputs]); width = w_in. It reads
+ *    every place's Grad and writes every place's Param and state.
  *
  * Dependencies (filled by ssa): in_degree = number of distinct producer
  * nodes of all in[] (dummies included); succ = the distinct consumer nodes of

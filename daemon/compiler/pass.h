@@ -29,7 +29,7 @@ typedef struct pe_pass_opts {
    * no fusion, no dump. */
   pe_place_kind place_kind;
   int n_places;               /* 0: 1 */
-  pe_graph_strategy strategy; /* PE_STRATEGY_ALLREDUCE / _REDUCE */
+  pe_graph_strategy strategy; /* PE_STRATEGY_ALLREDUCE / _REDUCE / _SHARDED */
   bool fuse;                  /* fuse_allreduce: false keeps one per gradient */
   int64_t fuse_bucket_bytes;  /* 0: PE_FUSE_BUCKET_BYTES_DEFAULT */
   const char *dump_path;      /* "dump" pass target (NULL: stderr) */

@@ -11,7 +11,12 @@
  *    parameter's owner (Reduce), so communication overlaps the rest of
  *    backward;
  *  - optimizer ops run on every place (AllReduce) or only on the owner,
- *    followed by a broadcast of the updated parameter (Reduce).
+ *    followed by a broadcast of the updated parameter (Reduce);
+ *  - Sharded: at the optimizer op, one sharded_update node per parameter
+ *    (graph.h) replaces both the all_reduce and the per-place optimizers:
+ *    it needs every place's finished gradient anyway, so placing it at the
+ *    optimizer changes nothing for overlap (it starts as soon as the
+ *    gradients exist, while backward goes on).
  * Owners are assigned by size: parameters in decreasing byte size, each to
  * the place with the fewest bytes so far (ties: lowest place), which is
  * round-robin for equal sizes and balances optimizer work otherwise.
@@ -42,14 +47,15 @@ typedef struct dp_ctx {
   const pe_block *b;
   pe_strmap grad_index; /* grad name -> param index + 1 */
   int *last_writer;     /* [n_params] op index, -1 */
+  bool *sharded;        /* [n_params] updated by a sharded_update node, or NULL */
 } dp_ctx;
 
-/* One op node for op i of the block on place p, slots in def order. */
-static pe_status *add_op_node(pe_graph *g, int i, int p, pe_node_kind kind, int *out) {
+/* Node id for op i of the block: desc, def and empty slot tables. */
+static pe_status *add_op_shell(pe_graph *g, int i, pe_node_kind kind, int p, int *out) {
   const pe_op_desc *op = g->prog->blocks[g->block]->ops[i];
   const pe_op_def *def = pe_op_lookup(op->type);
   if (!def) return pe_error(PE_EUNKNOWN_OP, "op #%d: unknown op type '%s'", i, op->type);
-  int id;
+  int id = -1;
   PE_TRY(pe_graph_add_node(g, kind, p, &id));
   pe_graph_node *n = &g->nodes[id];
   n->desc = op;
@@ -58,8 +64,16 @@ static pe_status *add_op_node(pe_graph *g, int i, int p, pe_node_kind kind, int 
   n->in_slot = calloc((size_t)def->n_inputs + 1, sizeof(int));
   n->out_slot = calloc((size_t)def->n_outputs + 1, sizeof(int));
   if (!n->in_slot || !n->out_slot) return OOM();
-  PE_TRY(kind == PE_NODE_OP ? pe_graph_set_name(g, id, "%s#%d@p%d", op->type, i, p)
-                            : pe_graph_set_name(g, id, "loss_grad_scale@p%d", p));
+  *out = id;
+  return NULL;
+}
+
+/* Append the op's args on place p to node id, slots in def order; the slot
+ * offsets are recorded when `record` (one place's layout). */
+static pe_status *add_op_args(pe_graph *g, int id, int p, bool record) {
+  const pe_op_desc *op = g->nodes[id].desc;
+  const pe_op_def *def = g->nodes[id].def;
+  int in0 = g->nodes[id].n_in_lv, out0 = g->nodes[id].n_out_lv;
   for (int dir = 0; dir < 2; dir++) {
     const pe_slot_def *sd = dir ? def->outputs : def->inputs;
     int ns = dir ? def->n_outputs : def->n_inputs;
@@ -71,14 +85,38 @@ static pe_status *add_op_node(pe_graph *g, int i, int p, pe_node_kind kind, int 
         PE_TRY(pe_graph_lvar_get(g, slot->args[k], p, &lv));
         PE_TRY(dir ? pe_graph_node_add_out(g, id, lv) : pe_graph_node_add_in(g, id, lv));
       }
-      n = &g->nodes[id];
+      pe_graph_node *n = &g->nodes[id];
+      if (!record) continue;
       if (dir)
-        n->out_slot[s + 1] = n->n_out_lv;
+        n->out_slot[s + 1] = n->n_out_lv - out0;
       else
-        n->in_slot[s + 1] = n->n_in_lv;
+        n->in_slot[s + 1] = n->n_in_lv - in0;
     }
   }
+  return NULL;
+}
+
+/* One op node for op i of the block on place p. */
+static pe_status *add_op_node(pe_graph *g, int i, int p, pe_node_kind kind, int *out) {
+  int id = -1;
+  PE_TRY(add_op_shell(g, i, kind, p, &id));
+  const pe_op_desc *op = g->nodes[id].desc;
+  PE_TRY(kind == PE_NODE_OP ? pe_graph_set_name(g, id, "%s#%d@p%d", op->type, i, p)
+                            : pe_graph_set_name(g, id, "loss_grad_scale@p%d", p));
+  PE_TRY(add_op_args(g, id, p, true));
   *out = id;
+  return NULL;
+}
+
+/* The sharded strategy's node for optimizer op i (parameter `param`): the
+ * op's args on every place, place-major (graph.h). */
+static pe_status *add_sharded_update(pe_graph *g, int i, const char *param) {
+  int id = -1;
+  PE_TRY(add_op_shell(g, i, PE_NODE_SHARDED_UPDATE, -1, &id));
+  g->nodes[id].root = 0;
+  PE_TRY(pe_graph_set_name(g, id, "sharded_update(%s#%d %s)", g->nodes[id].desc->type, i, param));
+  for (int p = 0; p < g->n_places; p++) PE_TRY(add_op_args(g, id, p, p == 0));
+  g->nodes[id].width = g->nodes[id].in_slot[g->nodes[id].def->n_inputs];
   return NULL;
 }
 
@@ -225,6 +263,29 @@ static int param_of_opt(dp_ctx *c, const pe_op_desc *op) {
   return (int)j - 1;
 }
 
+/* Sharded strategy: a parameter is updated by a sharded_update node when
+ * exactly one optimizer op uses its gradient and that op is element-wise;
+ * others keep all_reduce + an optimizer per place. */
+static pe_status *find_sharded(dp_ctx *c) {
+  const pe_graph *g = c->g;
+  int *uses = calloc((size_t)(g->n_params ? g->n_params : 1), sizeof(int));
+  c->sharded = calloc((size_t)(g->n_params ? g->n_params : 1), sizeof(bool));
+  if (!uses || !c->sharded) {
+    free(uses);
+    return OOM();
+  }
+  for (int i = 0; i < c->b->n_ops; i++) {
+    if (!is_optimizer(c->b->ops[i])) continue;
+    int pj = param_of_opt(c, c->b->ops[i]);
+    if (pj < 0) continue;
+    uses[pj]++;
+    c->sharded[pj] = (pe_op_lookup(c->b->ops[i]->type)->flags & PE_OP_ELEMENTWISE) != 0;
+  }
+  for (int j = 0; j < g->n_params; j++) c->sharded[j] = c->sharded[j] && uses[j] == 1;
+  free(uses);
+  return NULL;
+}
+
 static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
   pe_graph *g = c->g;
   const pe_block *b = c->b;
@@ -248,10 +309,15 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
     PE_TRY(assign_owners(g));
   else
     for (int j = 0; j < g->n_params; j++) g->owner[j] = -1;
+  if (multi && g->strategy == PE_STRATEGY_SHARDED) PE_TRY(find_sharded(c));
   for (int i = 0; i < b->n_ops; i++) {
     const pe_op_desc *op = b->ops[i];
     bool opt = is_optimizer(op);
     int pj = opt ? param_of_opt(c, op) : -1;
+    if (pj >= 0 && c->sharded && c->sharded[pj]) {
+      PE_TRY(add_sharded_update(g, i, g->params[pj]));
+      continue;
+    }
     for (int p = 0; p < g->n_places; p++) {
       if (opt && reduce && pj >= 0 && g->owner[pj] != p) continue;
       int id;
@@ -260,7 +326,7 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
     if (multi && opt && reduce && pj >= 0)
       PE_TRY(add_collective(g, PE_NODE_BROADCAST, g->params[pj], g->owner[pj]));
     for (int j = 0; multi && j < g->n_params; j++)
-      if (c->last_writer[j] == i)
+      if (c->last_writer[j] == i && !(c->sharded && c->sharded[j]))
         PE_TRY(add_collective(g, reduce ? PE_NODE_REDUCE : PE_NODE_ALL_REDUCE, g->grads[j],
                               g->owner[j]));
   }
@@ -317,16 +383,22 @@ static pe_status *new_graph(const pe_ir *ir, const pe_pass_opts *o, int block, p
 pe_status *pe_pass_data_parallel(pe_ir *ir) {
   static const pe_pass_opts none = {0};
   const pe_pass_opts *o = ir->opts ? ir->opts : &none;
-  if (o->strategy != PE_STRATEGY_ALLREDUCE && o->strategy != PE_STRATEGY_REDUCE)
+  if (o->strategy != PE_STRATEGY_ALLREDUCE && o->strategy != PE_STRATEGY_REDUCE &&
+      o->strategy != PE_STRATEGY_SHARDED)
     return pe_error(PE_EINVAL, "data_parallel: unknown strategy %d", (int)o->strategy);
+  if (o->strategy == PE_STRATEGY_SHARDED && o->place_kind == PE_PLACE_CUDA)
+    return pe_error(PE_EINVAL,
+                    "data_parallel: strategy sharded runs on cpu and sim places, not cuda "
+                    "(use allreduce or reduce)");
   if (!pe_program_main(ir->prog)) return pe_error(PE_EINVAL, "data_parallel: no main block");
   pe_ir_destroy(ir); /* a rerun replaces the graphs */
   pe_graph *g = NULL, *s = NULL;
   PE_TRY(new_graph(ir, o, ir->prog->main_block, &g));
-  dp_ctx c = {g, g->prog->blocks[g->block], {0}, NULL};
+  dp_ctx c = {g, g->prog->blocks[g->block], {0}, NULL, NULL};
   pe_strmap_init(&c.grad_index);
   pe_status *st = build_main(&c, o);
   free(c.last_writer);
+  free(c.sharded);
   pe_strmap_destroy(&c.grad_index);
   if (!st && ir->prog->startup_block >= 0) {
     st = new_graph(ir, o, ir->prog->startup_block, &s);

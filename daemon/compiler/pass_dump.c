@@ -21,6 +21,7 @@ static const char *kind_color(pe_node_kind k) {
     case PE_NODE_REDUCE: return "plum";
     case PE_NODE_BROADCAST: return "palegreen";
     case PE_NODE_LOSS_GRAD_SCALE: return "gold";
+    case PE_NODE_SHARDED_UPDATE: return "darkseagreen";
     default: return "white";
   }
 }

@@ -15,8 +15,8 @@ pe_status *pe_tensor_fit(pe_tensor *t, pe_allocator *alloc, pe_dtype dt, const p
   return pe_tensor_resize(t, dt, shape, name);
 }
 
-pe_status *pe_op_run(const pe_op_def *def, pe_kernel_fn kernel, pe_tensor_list *tl,
-                     pe_meta_list *ml, pe_infer_ctx *ic, pe_kernel_ctx *kc, pe_allocator *alloc) {
+pe_status *pe_op_prepare(const pe_op_def *def, pe_tensor_list *tl, pe_meta_list *ml,
+                         pe_infer_ctx *ic, pe_allocator *alloc) {
   char sb[PE_SHAPE_STRLEN];
   for (int li = 0; li < def->n_inputs; li++)
     for (int k = 0; k < tl[li].n; k++) {
@@ -47,6 +47,12 @@ pe_status *pe_op_run(const pe_op_def *def, pe_kernel_fn kernel, pe_tensor_list *
       PE_TRY(pe_tensor_fit(otl->t[k], alloc, m->dtype, &m->shape, oml->names[k]));
     }
   }
+  return NULL;
+}
+
+pe_status *pe_op_run(const pe_op_def *def, pe_kernel_fn kernel, pe_tensor_list *tl,
+                     pe_meta_list *ml, pe_infer_ctx *ic, pe_kernel_ctx *kc, pe_allocator *alloc) {
+  PE_TRY(pe_op_prepare(def, tl, ml, ic, alloc));
   if (!kernel) return pe_error(PE_EUNKNOWN_OP, "op '%s': no kernel for this place kind", def->type);
   return kernel(kc);
 }

@@ -26,5 +26,9 @@ pe_status *pe_tensor_fit(pe_tensor *t, pe_allocator *alloc, pe_dtype dt, const p
 
 pe_status *pe_op_run(const pe_op_def *def, pe_kernel_fn kernel, pe_tensor_list *tl,
                      pe_meta_list *ml, pe_infer_ctx *ic, pe_kernel_ctx *kc, pe_allocator *alloc);
+/* pe_op_run without the kernel call: the checks, inference and output
+ * sizing (for callers that run the kernel on slices themselves). */
+pe_status *pe_op_prepare(const pe_op_def *def, pe_tensor_list *tl, pe_meta_list *ml,
+                         pe_infer_ctx *ic, pe_allocator *alloc);
 
 #endif

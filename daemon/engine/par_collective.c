@@ -6,9 +6,13 @@
  * each other). The data is cut into chunks; each chunk task reduces its
  * range across all places in place order (so every place gets bit-identical
  * sums, whatever task ran it) and the last task to finish completes the
- * node. A collective that is an engine op (a broadcast of parameters) runs
- * its chunks inline, so its engine variables are held until the data is
- * final.
+ * node. A collective that is an engine op (a broadcast of parameters, a
+ * sharded update) completes its engine op the same way: its fn returns
+ * PE_ENGINE_PENDING and the last chunk calls pe_engine_op_complete, so the
+ * engine variables are held until the data is final.
+ *
+ * The sharded update (par_sharded.c) is a collective of this kind: its
+ * chunks are slices of the parameter.
  *
  * sim: an all-reduce launches one pe_coll_part per place on the place's comm
  * stream, all of them under the runtime's coll_mu so that every comm stream
@@ -51,6 +55,7 @@ pe_status *par_coll_compile(pe_par_exec *e, xnode *x) {
           n->n_out_lv != w * (e->n_places - 1))
         return pe_error(PE_EINTERNAL, "node %d %s: malformed broadcast", x->id, n->name);
       break;
+    case PE_NODE_SHARDED_UPDATE: PE_TRY(par_shard_compile(e, x)); break;
     default: return pe_error(PE_EINTERNAL, "node %d %s: not a collective", x->id, n->name);
   }
   if (n->kind == PE_NODE_REDUCE && (n->root < 0 || n->root >= e->n_places || n->n_out_lv != w))
@@ -63,6 +68,7 @@ pe_status *par_coll_compile(pe_par_exec *e, xnode *x) {
 }
 
 void par_coll_free(xnode *x) {
+  par_shard_free(x);
   free(x->cin);
   free(x->cout);
   free(x->counts);
@@ -110,6 +116,10 @@ static pe_status *coll_prepare(xnode *x) {
       x->counts[0] = g->buckets[n->bucket].bytes / (int64_t)sizeof(float);
       total = x->counts[0];
       break;
+    case PE_NODE_SHARDED_UPDATE:
+      PE_TRY(par_shard_prepare(x, &x->counts[0]));
+      total = x->counts[0];
+      break;
     case PE_NODE_BROADCAST:
       for (int k = 0; k < w; k++) {
         const pe_tensor *r = x->cin[k];
@@ -145,28 +155,33 @@ static void chunk_range(int64_t count, int c, int n, int64_t *lo, int64_t *hi) {
   *hi = per * (c + 1) < count ? per * (c + 1) : count;
 }
 
-/* Sum [lo, hi) over the places in place order (bit-identical wherever it
- * runs) into dst_only, or into every place's buffer. Blocks of SUM_BLOCK
- * through a stack accumulator, with `omp simd` loops: the buffers are
- * distinct, but the compiler cannot know it and would otherwise emit a
- * scalar loop. */
+/* `omp simd` loops: dst and the buffers are distinct, but the compiler
+ * cannot know it and would otherwise emit a scalar loop. */
+void par_sum_block(float *dst, const float *const *b, int np, int64_t m) {
+  const float *b0 = b[0], *b1 = b[np > 1 ? 1 : 0];
+  if (np > 1) {
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) dst[i] = b0[i] + b1[i];
+  } else if (m > 0) {
+    memcpy(dst, b0, (size_t)m * sizeof(float));
+  }
+  for (int p = 2; p < np; p++) {
+    const float *bp = b[p];
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) dst[i] += bp[i];
+  }
+}
+
+/* Sum [lo, hi) over the places into dst_only, or into every place's buffer,
+ * in blocks of SUM_BLOCK through a stack accumulator. */
 #define SUM_BLOCK 2048
 static void sum_range(float *const *b, int np, float *dst_only, int64_t lo, int64_t hi) {
   float acc[SUM_BLOCK] __attribute__((aligned(64)));
+  const float *o[PE_MAX_PLACES];
   for (int64_t a = lo; a < hi; a += SUM_BLOCK) {
     int64_t m = hi - a < SUM_BLOCK ? hi - a : SUM_BLOCK;
-    const float *b0 = b[0] + a, *b1 = b[np > 1 ? 1 : 0] + a;
-    if (np > 1) {
-#pragma omp simd
-      for (int64_t i = 0; i < m; i++) acc[i] = b0[i] + b1[i];
-    } else {
-      memcpy(acc, b0, (size_t)m * sizeof(float));
-    }
-    for (int p = 2; p < np; p++) {
-      const float *bp = b[p] + a;
-#pragma omp simd
-      for (int64_t i = 0; i < m; i++) acc[i] += bp[i];
-    }
+    for (int p = 0; p < np; p++) o[p] = b[p] + a;
+    par_sum_block(acc, o, np, m);
     if (dst_only)
       memcpy(dst_only + a, acc, (size_t)m * sizeof(float));
     else
@@ -174,6 +189,8 @@ static void sum_range(float *const *b, int np, float *dst_only, int64_t lo, int6
   }
 }
 
+/* Chunk c of x's data; a failure (a sharded update's kernel) is recorded as
+ * the run's error and fails the node. */
 static void coll_chunk(xnode *x, int c) {
   pe_par_exec *e = x->e;
   const pe_graph_node *n = x->n;
@@ -203,8 +220,24 @@ static void coll_chunk(xnode *x, int c) {
           if (hi > lo) memcpy((char *)x->cout[i * w + k]->data + lo, src + lo, (size_t)(hi - lo));
       }
       break;
+    case PE_NODE_SHARDED_UPDATE: {
+      chunk_range(x->counts[0], c, x->n_chunks, &lo, &hi);
+      pe_status *st = par_shard_chunk(x, c, lo, hi);
+      if (st) {
+        par_fail(e, st);
+        atomic_store_explicit(&x->failed, true, memory_order_release);
+      }
+      break;
+    }
     default: break;
   }
+}
+
+/* After the last chunk, on the thread that ran it. */
+static void coll_finish(xnode *x) {
+  if (x->n->kind == PE_NODE_SHARDED_UPDATE &&
+      !atomic_load_explicit(&x->failed, memory_order_acquire))
+    par_shard_finish(x);
 }
 
 static void chunk_task(void *arg) {
@@ -217,7 +250,11 @@ static void chunk_task(void *arg) {
     snprintf(lane, sizeof lane, "worker %d", pe_pool_current_worker());
     par_record(x, x->e->g->places[0], lane, t0);
   }
-  if (atomic_fetch_sub_explicit(&x->chunks_left, 1, memory_order_acq_rel) == 1)
+  if (atomic_fetch_sub_explicit(&x->chunks_left, 1, memory_order_acq_rel) != 1) return;
+  coll_finish(x);
+  if (x->engine)
+    par_engine_complete(x); /* releases its variables, then par_node_done */
+  else
     par_run_chain(par_node_done(x, true));
 }
 
@@ -244,6 +281,9 @@ static pe_status *sim_root_fn(void *arg) {
     return NULL;
   }
   for (int c = 0; c < x->n_chunks; c++) coll_chunk(x, c);
+  coll_finish(x);
+  if (atomic_load_explicit(&x->failed, memory_order_acquire))
+    atomic_store_explicit(&x->sfail, true, memory_order_release);
   int root = x->n->root >= 0 ? x->n->root : 0;
   par_record(x, x->e->g->places[root], x->ev_stream[0]->name, t0);
   return NULL;
@@ -346,6 +386,7 @@ bool par_coll_run(xnode *x, bool may_fan_out) {
   int nc = x->n_chunks;
   if (!may_fan_out || nc == 1) {
     for (int c = 0; c < nc; c++) coll_chunk(x, c);
+    coll_finish(x);
     if (e->tl) {
       char lane[32];
       snprintf(lane, sizeof lane, "worker %d", pe_pool_current_worker());

@@ -16,6 +16,7 @@
 
 typedef struct pe_par_exec pe_par_exec;
 typedef struct xnode xnode;
+typedef struct par_shard par_shard;
 
 /* One part of a sim all-reduce: runs on place p's comm stream. */
 typedef struct par_simpart {
@@ -62,6 +63,7 @@ struct xnode {
   int64_t *counts;    /* [width] elements (bytes for broadcast) this run */
   int n_chunks;
   atomic_int chunks_left;
+  par_shard *shard; /* SHARDED_UPDATE: see par_sharded.c */
 
   /* Engine variables. */
   pe_engine_var **reads, **muts;
@@ -145,6 +147,9 @@ void par_fail(pe_par_exec *e, pe_status *st);
  * successors. Returns one ready non-engine successor for the caller to run
  * inline (or NULL); the others are submitted. */
 xnode *par_node_done(xnode *x, bool may_inline);
+/* Complete the engine op of an engine node whose fn left it pending (a
+ * fanned-out collective): releases its variables, then par_node_done. */
+void par_engine_complete(xnode *x);
 /* Run a non-engine node and the chain of successors it makes ready. */
 void par_run_chain(xnode *x);
 /* Make stream `s` (place p) see the stream work of every predecessor of x. */
@@ -154,7 +159,29 @@ void par_delay(xnode *x);
 /* Timeline lane of the calling thread. */
 void par_record(xnode *x, pe_place place, const char *lane, uint64_t t0);
 
+/* Bind an op node's kernel, tensors and contexts (x->tl/ml/ic/kc; for a
+ * SHARDED_UPDATE node, those of place 0). ctx: the kernel's device ctx. */
+pe_status *par_compile_op_node(pe_par_exec *e, xnode *x, pe_device_ctx *ctx);
+
+/* par_sharded.c: the SHARDED_UPDATE node's parts, called by the collective
+ * code (par_collective.c) like any other collective's prepare/chunk. */
+pe_status *par_shard_compile(pe_par_exec *e, xnode *x);
+void par_shard_free(xnode *x);
+/* Per run, before any chunk: checks every place's args against place 0's,
+ * sizes outputs, snapshots the small inputs; *count = Param's elements. */
+pe_status *par_shard_prepare(xnode *x, int64_t *count);
+/* Slice [lo, hi) of the parameter: sum the gradients, run the optimizer,
+ * copy the slice of every Param-shaped output to the other places. Chunk c
+ * writes the small outputs into its own scratch. Any thread. */
+pe_status *par_shard_chunk(xnode *x, int c, int64_t lo, int64_t hi);
+/* After every chunk: chunk 0's small outputs to every place. */
+void par_shard_finish(xnode *x);
+
 /* par_collective.c */
+/* dst[0, m) = b[0][i] + b[1][i] + ... in place order: the one summation
+ * order of every cpu/sim all-reduce and sharded update, so their results
+ * are bit-identical wherever they run. */
+void par_sum_block(float *dst, const float *const *b, int np, int64_t m);
 pe_status *par_coll_compile(pe_par_exec *e, xnode *x);
 void par_coll_free(xnode *x);
 /* Run a collective node on the host. Returns true when it completed

@@ -98,7 +98,7 @@ static pe_status *compile_lvars(pe_par_exec *e) {
   return NULL;
 }
 
-static pe_status *compile_op_node(pe_par_exec *e, xnode *x) {
+pe_status *par_compile_op_node(pe_par_exec *e, xnode *x, pe_device_ctx *ctx) {
   const pe_graph_node *n = x->n;
   const pe_op_def *def = n->def;
   if (!def || !n->desc)
@@ -141,7 +141,7 @@ static pe_status *compile_op_node(pe_par_exec *e, xnode *x) {
                           x->tl + def->n_inputs,
                           &x->state,
                           (def->flags & PE_OP_RANDOM) ? &e->rng : NULL,
-                          pe_stream_ctx(x->stream)};
+                          ctx};
   return NULL;
 }
 
@@ -201,7 +201,7 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   if (x->batch_dep)
     for (int i = 0; i < n->n_out_lv; i++) lv_batch[n->out_lv[i]] = true;
   if (n->kind == PE_NODE_OP || n->kind == PE_NODE_LOSS_GRAD_SCALE)
-    PE_TRY(compile_op_node(e, x));
+    PE_TRY(par_compile_op_node(e, x, pe_stream_ctx(x->stream)));
   else
     PE_TRY(par_coll_compile(e, x));
   /* Events for async devices. */
@@ -521,12 +521,16 @@ void par_run_chain(xnode *x) {
 }
 
 /* Engine op of a node: runs on a pool worker once its variables are granted
- * and its predecessors are done. A cpu collective runs its chunks inline
- * here (the engine variables are held until the data is final). */
+ * and its predecessors are done. A cpu collective that fans its chunks out
+ * leaves the op pending; its last chunk calls par_engine_complete (the
+ * engine variables are held until the data is final). */
 static pe_status *engine_fn(void *arg) {
   xnode *x = arg;
-  (void)node_exec(x, false);
-  return NULL;
+  return node_exec(x, true) ? NULL : PE_ENGINE_PENDING;
+}
+
+void par_engine_complete(xnode *x) {
+  pe_engine_op_complete(x->e->rt->eng, x->eop, NULL);
 }
 
 /* On the worker that completed the op, after its variables were released:

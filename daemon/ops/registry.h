@@ -58,6 +58,12 @@ typedef struct pe_attr_def {
 #define PE_OP_RANDOM 0x1    /* draws from the program's generator (ctx->rng) */
 #define PE_OP_OPTIMIZER 0x2 /* updates a parameter in place */
 #define PE_OP_NO_GRAD 0x4   /* never differentiated (metrics, creation ops) */
+/* Optimizers only: element i of every output shaped like Param depends only
+ * on element i of the inputs shaped like Param and on the small inputs
+ * (learning rate, beta powers); small outputs depend only on small inputs.
+ * So the kernel may run on any slice [lo, hi) of Param-shaped tensors with
+ * the small ones whole (the sharded strategy, par_collective.c). */
+#define PE_OP_ELEMENTWISE 0x8
 
 /* Shape/dtype of one variable as inference sees it (-1 allowed at compile time). */
 typedef struct pe_meta {

@@ -217,10 +217,14 @@ static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int
   po.n_places = n_places;
   if (o) {
     if (o->loss && o->loss[0]) po.loss = o->loss;
-    if (o->strategy != PE__STRATEGY__ALLREDUCE && o->strategy != PE__STRATEGY__REDUCE && !st)
-      st = pe_error(PE_EINVAL, "register: options.strategy %d unknown (0 allreduce, 1 reduce)",
+    if (o->strategy != PE__STRATEGY__ALLREDUCE && o->strategy != PE__STRATEGY__REDUCE &&
+        o->strategy != PE__STRATEGY__SHARDED && !st)
+      st = pe_error(PE_EINVAL,
+                    "register: options.strategy %d unknown (0 allreduce, 1 reduce, 2 sharded)",
                     (int)o->strategy);
-    po.strategy = o->strategy == PE__STRATEGY__REDUCE ? PE_STRATEGY_REDUCE : PE_STRATEGY_ALLREDUCE;
+    po.strategy = o->strategy == PE__STRATEGY__REDUCE    ? PE_STRATEGY_REDUCE
+                  : o->strategy == PE__STRATEGY__SHARDED ? PE_STRATEGY_SHARDED
+                                                         : PE_STRATEGY_ALLREDUCE;
     po.fuse = o->fuse_allreduce;
     if (o->fuse_bucket_bytes < 0 && !st)
       st = pe_error(PE_EINVAL, "register: options.fuse_bucket_bytes %lld must be >= 0",

@@ -228,6 +228,8 @@ static inline void dh_cleanup(dh_daemon *d) {
 /* --- protocol helpers ----------------------------------------------------------- */
 /* Places asked for by dh_register (NULL: the daemon's, cpu:1). */
 static const char *dh_places = NULL;
+/* Strategy asked for by dh_register. */
+static Pe__Strategy dh_strategy = PE__STRATEGY__ALLREDUCE;
 
 /* Register model spec `spec` ("mlp") under model name; returns the handle. */
 static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spec *spec,
@@ -242,6 +244,7 @@ static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spe
   opts.n_keep = 1;
   opts.keep = keep;
   if (dh_places) opts.places = (char *)dh_places;
+  opts.strategy = dh_strategy;
   reg.program.data = spec->bytes;
   reg.program.len = spec->len;
   reg.model = (char *)model;

@@ -34,7 +34,8 @@
  * or a skipped optimizer step changes the loss by > 1e-2 within two steps.
  * Parameters across places, on the other hand, must be bitwise identical:
  * every place applies the same update to the same all-reduced gradient
- * (AllReduce), or receives the owner's bytes (Reduce). */
+ * (AllReduce), or receives the owner's bytes (Reduce), or every slice's
+ * bytes from the one sharded update (Sharded). */
 #ifndef PE_TESTS_PAR_EQUIV_H
 #define PE_TESTS_PAR_EQUIV_H
 
@@ -65,7 +66,8 @@ static const int eq_batches[4] = {32, 30, 32, 29};
 
 /* fuse_allreduce fuses all-reduces; under Reduce there are none (each
  * gradient goes to its owner), so "Reduce, fused" is the Reduce graph and
- * is not a row of its own. */
+ * is not a row of its own; likewise under Sharded (every parameter of these
+ * models has an element-wise optimizer, so no all-reduce is left). */
 
 typedef struct eq_setting {
   const char *name;
@@ -92,6 +94,10 @@ static const eq_setting eq_settings[] = {
            "sim:4 producer allreduce fused"),
     EQ_ROW(PE_PLACE_SIM, 4, PE_SYNC_WAIT_PRODUCER, PE_STRATEGY_REDUCE, false,
            "sim:4 producer reduce"),
+    EQ_ROW(PE_PLACE_CPU, 2, PE_SYNC_WAIT_EVENT, PE_STRATEGY_SHARDED, false, "cpu:2 sharded"),
+    EQ_ROW(PE_PLACE_SIM, 4, PE_SYNC_WAIT_EVENT, PE_STRATEGY_SHARDED, false, "sim:4 event sharded"),
+    EQ_ROW(PE_PLACE_SIM, 4, PE_SYNC_WAIT_PRODUCER, PE_STRATEGY_SHARDED, false,
+           "sim:4 producer sharded"),
 };
 #define EQ_N_SETTINGS ((int)(sizeof eq_settings / sizeof eq_settings[0]))
 

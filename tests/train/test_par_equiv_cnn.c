@@ -2,7 +2,7 @@
  * (two 5x5 conv + max-pool layers, fc1024, dropout made the identity,
  * fc10; momentum SGD): the loss curve over 20 steps and the parameters
  * after every step, in every setting of issue 3's matrix (cpu:2; sim:4
- * with event waits and with producer waits; AllReduce and Reduce; fused
+ * with event waits and with producer waits; AllReduce, Reduce and Sharded; fused
  * and unfused all-reduce); the parallel startup against the sequential
  * one; a batch of 3 on 4 places. See par_equiv.h for the data, the
  * tolerances and why. */

@@ -2,7 +2,7 @@
  * (784-256-128-10, momentum SGD): the loss curve over 20 steps and the
  * parameters after every step, in every setting of issue 3's matrix
  * (cpu:2; sim:4 with event waits and with producer waits; AllReduce and
- * Reduce; fused and unfused all-reduce); the parallel startup against the
+ * Reduce and Sharded; fused and unfused all-reduce); the parallel startup against the
  * sequential one; a batch of 3 on 2 and 4 places. See par_equiv.h for the
  * data, the tolerances and why. */
 #include "check_main.h"
@@ -21,9 +21,9 @@ START_TEST(mlp_parallel_startup_matches_sequential) {
 }
 END_TEST
 
-/* cpu:2 AllReduce and Reduce, sim:4 AllReduce and Reduce with event waits,
- * sim:4 Reduce with producer waits. */
-static const int uneven_rows[] = {0, 2, 3, 5, 8};
+/* cpu:2 AllReduce, Reduce and Sharded, sim:4 AllReduce and Reduce with
+ * event waits, sim:4 Reduce and Sharded with producer waits. */
+static const int uneven_rows[] = {0, 2, 9, 3, 5, 8, 11};
 
 START_TEST(mlp_batch_of_3_matches_one_place) {
   eq_uneven_check("mlp", &eq_settings[uneven_rows[_i]]);

@@ -1,0 +1,597 @@
+/* The Sharded strategy (PE_STRATEGY_SHARDED, graph.h; par_sharded.c) against
+ * AllReduce on the same program, seed and batches.
+ *
+ * Why bitwise: a sharded_update node sums the places' gradients slice by
+ * slice in place order, the same order as all_reduce, and runs the same
+ * element-wise optimizer kernel on each slice, so every loss, parameter and
+ * optimizer state must be bit-identical to AllReduce's, on every place. Any
+ * difference (a slice summed twice or skipped, a chunk boundary off by one,
+ * a small arg such as Beta1Pow updated once per chunk, a place not copied)
+ * shows as a changed bit, and is a bug.
+ *
+ * The MLP's first weight (250 x 509 = 127250 elements) is cut into several
+ * chunks (>= 16384 elements each, up to 2 x pool threads), so the update
+ * runs as concurrent chunk tasks and completes its engine op from the last
+ * one; the other parameters take one chunk. Tests:
+ *   equivalence   sgd/momentum/adam x cpu:2, cpu:3, sim:4 (both sync rules):
+ *                 10 steps on uneven batches (a place gets 0 rows on 4 places)
+ *   kernel_error  adam with Beta1Pow = 1.5 on one parameter: the run fails
+ *                 naming the node and Beta1Pow, and after a restore the same
+ *                 executor trains bit-identically to AllReduce again
+ *   many_runs     200 quick cpu:2 runs with 1, 2 and 4 pool threads (2, 4
+ *                 and 7 chunks; some runs with random delays): bit-identical
+ *                 losses and parameters
+ *   tiny_params   a 1-unit hidden layer: a 1-element parameter, whose
+ *                 learning rate and beta pows have its element count and so
+ *                 are sliced with it
+ *   denormal_velocity  flushed (or kept) denormals exactly as AllReduce's
+ *                 optimizer, on cpu and sim, OpenMP teams on the AllReduce
+ *                 side */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "compiler/pass.h"
+#include "engine/par_executor.h"
+#include "engine/timeline.h"
+#include "pe_builder.h"
+#include "test_assert.h"
+
+enum { CLASSES = 10, MAX_IN = 256, MAX_ROWS = 24, STEPS = 10 };
+
+/* The MLP's sizes. The default's first weight, 250 x 509 = 127250
+ * elements, is no multiple of 16 or of the chunk count: the chunks' ends
+ * and the last 8192-element block of each are ragged. */
+typedef struct net {
+  int in, hidden;
+} net;
+static const net BIG = {250, 509};
+
+/* The loss variable's name, as the builder named it. */
+static char loss_name[64];
+
+/* x [-1, in] -> fc(hidden, relu) -> fc(CLASSES) -> softmax xent -> mean,
+ * trained with `opt`. */
+static pe_program *program(const char *opt, net nt) {
+  pe_builder *b = pe_builder_new();
+  ck_assert_ptr_nonnull(b);
+  const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, nt.in));
+  const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
+  pe_b_fc_opts relu = {.act = PE_B_ACT_RELU};
+  const char *h = pe_builder_fc(b, x, nt.hidden, &relu);
+  const char *logits = pe_builder_fc(b, h, CLASSES, NULL);
+  const char *loss = pe_builder_mean(b, pe_builder_softmax_with_cross_entropy(b, logits, y, NULL));
+  ck_assert_ptr_nonnull(loss);
+  snprintf(loss_name, sizeof loss_name, "%s", loss);
+  ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
+  if (!strcmp(opt, "adam"))
+    ck_assert_int_eq(pe_builder_adam(b, 0.002f, 0.9f, 0.999f, 1e-8f), 0);
+  else if (!strcmp(opt, "momentum"))
+    ck_assert_int_eq(pe_builder_momentum(b, 0.02f, 0.9f, false), 0);
+  else
+    ck_assert_int_eq(pe_builder_sgd(b, 0.1f), 0);
+  uint8_t *bytes;
+  size_t len;
+  ck_assert_msg(pe_builder_finish(b, &bytes, &len) == 0, "%s", pe_builder_error(b));
+  pe_builder_free(b);
+  pe_program *p;
+  PE_CK_OK(pe_program_decode(bytes, len, &p));
+  free(bytes);
+  return p;
+}
+
+static uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Batch of step s, n rows of `in` features: x uniform in [-0.5, 0.5), y =
+ * argmax of the first CLASSES (or in) features: learnable, so the loss
+ * visibly falls. */
+typedef struct batch {
+  float x[MAX_ROWS * MAX_IN];
+  int64_t y[MAX_ROWS];
+  pe_tensor xt, yt;
+  pe_feed feeds[2];
+} batch;
+
+static void batch_make(batch *b, int s, int n, int in) {
+  ck_assert_int_le(n, MAX_ROWS);
+  ck_assert_int_le(in, MAX_IN);
+  for (int i = 0; i < n * in; i++)
+    b->x[i] =
+        (float)((double)(mix((uint64_t)s * 1000003u + (uint64_t)i + 1) >> 11) / 9007199254740992.0 -
+                0.5);
+  for (int r = 0; r < n; r++) {
+    int best = 0;
+    for (int c = 1; c < CLASSES && c < in; c++)
+      if (b->x[r * in + c] > b->x[r * in + best]) best = c;
+    b->y[r] = best;
+  }
+  pe_tensor_init(&b->xt);
+  pe_tensor_init(&b->yt);
+  pe_shape xs = PE_SHAPE(n, in), ys = PE_SHAPE(n, 1);
+  pe_tensor_view(&b->xt, PE_F32, &xs, b->x);
+  pe_tensor_view(&b->yt, PE_I64, &ys, b->y);
+  b->feeds[0] = (pe_feed){"x", &b->xt};
+  b->feeds[1] = (pe_feed){"y", &b->yt};
+}
+
+/* Uneven on every place count; 3 rows on 4 places leaves one place empty. */
+static const int ROWS[STEPS] = {24, 17, 24, 5, 3, 24, 11, 3, 20, 24};
+
+static pe_runtime *rt_new(int threads) {
+  pe_runtime_opts o = {.threads = threads, .cores = 2};
+  pe_runtime *rt;
+  PE_CK_OK(pe_runtime_new(&o, &rt));
+  return rt;
+}
+
+/* One model trained by one strategy. */
+typedef struct side {
+  net nt;
+  pe_program *prog;
+  pe_model *m;
+  pe_par_exec *step, *init;
+} side;
+
+static void side_new(side *s, pe_runtime *rt, const char *opt, net nt, pe_place_kind kind, int n,
+                     pe_graph_strategy strategy) {
+  s->nt = nt;
+  s->prog = program(opt, nt);
+  pe_pass_opts o = {.place_kind = kind, .n_places = n, .strategy = strategy};
+  pe_ir ir = {s->prog, NULL, NULL, &o};
+  PE_CK_OK(pe_graph_compile(&ir, false));
+  /* The graph is what it claims: a sharded_update per parameter, or none. */
+  int n_sharded = 0, n_allreduce = 0;
+  for (int i = 0; i < ir.graph->n_nodes; i++) {
+    n_sharded += ir.graph->nodes[i].kind == PE_NODE_SHARDED_UPDATE;
+    n_allreduce += ir.graph->nodes[i].kind == PE_NODE_ALL_REDUCE;
+  }
+  ck_assert_int_eq(ir.graph->n_params, 4);
+  ck_assert_int_eq(n_sharded, strategy == PE_STRATEGY_SHARDED ? 4 : 0);
+  ck_assert_int_eq(n_allreduce, strategy == PE_STRATEGY_SHARDED ? 0 : 4);
+  PE_CK_OK(pe_model_new(rt, kind, n, 42, &s->m));
+  pe_graph *g = ir.graph, *st = ir.startup;
+  ir.graph = ir.startup = NULL;
+  PE_CK_OK(pe_par_exec_new(s->m, g, &s->step));
+  PE_CK_OK(pe_par_exec_new(s->m, st, &s->init));
+  PE_CK_OK(pe_par_exec_run(s->init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+}
+
+static void side_free(side *s) {
+  pe_par_exec_free(s->step);
+  pe_par_exec_free(s->init);
+  pe_model_free(s->m);
+  pe_program_free(s->prog);
+}
+
+/* Run step `step` with n rows; the run's status, the loss in *loss. */
+static pe_status *side_run(side *s, int step, int n, const pe_run_opts *ro, float *loss) {
+  batch *b = malloc(sizeof *b);
+  ck_assert_ptr_nonnull(b);
+  batch_make(b, step, n, s->nt.in);
+  pe_tensor out;
+  pe_tensor_init(&out);
+  const char *fetch = loss_name;
+  pe_run_stats stats;
+  pe_status *st = pe_par_exec_run(s->step, b->feeds, 2, &fetch, 1, &out, ro, &stats);
+  if (!st) {
+    ck_assert_int_eq(stats.batch, n);
+    ck_assert_int_eq(pe_tensor_numel(&out), 1);
+    *loss = pe_f32(&out)[0];
+  }
+  pe_tensor_release(&out);
+  free(b);
+  return st;
+}
+
+static float side_step(side *s, int step, int n, const pe_run_opts *ro) {
+  float loss = NAN;
+  PE_CK_OK(side_run(s, step, n, ro, &loss));
+  return loss;
+}
+
+/* Every persistable of a (parameters, velocities, moments, beta pows, the
+ * learning rate) on every place is bitwise equal to b's on the same place
+ * and to a's on place 0. Returns how many variables were compared. */
+static int expect_models_equal(side *a, side *b, const char *when) {
+  const char **na, **nb;
+  int ca, cb;
+  PE_CK_OK(pe_model_names(a->m, &na, &ca));
+  PE_CK_OK(pe_model_names(b->m, &nb, &cb));
+  ck_assert_int_eq(ca, cb);
+  int n_places = pe_model_places(a->m);
+  ck_assert_int_eq(pe_model_places(b->m), n_places);
+  for (int i = 0; i < ca; i++) {
+    ck_assert_str_eq(na[i], nb[i]);
+    pe_tensor ref, ta, tb;
+    pe_tensor_init(&ref);
+    pe_tensor_init(&ta);
+    pe_tensor_init(&tb);
+    PE_CK_OK(pe_model_get_place(a->m, na[i], 0, &ref));
+    for (int p = 0; p < n_places; p++) {
+      PE_CK_OK(pe_model_get_place(a->m, na[i], p, &ta));
+      PE_CK_OK(pe_model_get_place(b->m, na[i], p, &tb));
+      char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
+      ck_assert_msg(ta.dtype == tb.dtype && pe_shape_equal(&ta.shape, &tb.shape),
+                    "%s: '%s' on place %d: %s %s vs %s %s", when, na[i], p, pe_dtype_name(ta.dtype),
+                    pe_shape_str(&ta.shape, s1, sizeof s1), pe_dtype_name(tb.dtype),
+                    pe_shape_str(&tb.shape, s2, sizeof s2));
+      size_t bytes = pe_tensor_bytes(&ta);
+      ck_assert_msg(bytes > 0, "%s: '%s' is empty on place %d", when, na[i], p);
+      if (memcmp(ta.data, tb.data, bytes) != 0) {
+        int64_t k = 0;
+        if (ta.dtype == PE_F32)
+          while (k < pe_tensor_numel(&ta) && !memcmp(&pe_f32(&ta)[k], &pe_f32(&tb)[k], 4)) k++;
+        ck_abort_msg(
+            "%s: '%s' on place %d differs between the models, first at element %lld "
+            "(%.9g vs %.9g)",
+            when, na[i], p, (long long)k, ta.dtype == PE_F32 ? pe_f32(&ta)[k] : 0.0,
+            ta.dtype == PE_F32 ? pe_f32(&tb)[k] : 0.0);
+      }
+      ck_assert_msg(memcmp(ta.data, ref.data, bytes) == 0,
+                    "%s: '%s' differs on place %d from place 0", when, na[i], p);
+    }
+    pe_tensor_release(&ref);
+    pe_tensor_release(&ta);
+    pe_tensor_release(&tb);
+  }
+  free(na);
+  free(nb);
+  return ca;
+}
+
+/* Persistable `name` of s's model, place 0, as a host tensor. */
+static float get1(side *s, const char *name) {
+  pe_tensor t;
+  pe_tensor_init(&t);
+  PE_CK_OK(pe_model_get(s->m, name, &t));
+  ck_assert_int_eq(pe_tensor_numel(&t), 1);
+  float v = pe_f32(&t)[0];
+  pe_tensor_release(&t);
+  return v;
+}
+
+/* --- equivalence --------------------------------------------------------------------------- */
+
+typedef struct setting {
+  pe_place_kind kind;
+  int n;
+  pe_sync_strategy sync;
+  const char *label;
+} setting;
+
+static const setting SETTINGS[] = {
+    {PE_PLACE_CPU, 2, PE_SYNC_WAIT_EVENT, "cpu:2"},
+    {PE_PLACE_CPU, 3, PE_SYNC_WAIT_EVENT, "cpu:3"},
+    {PE_PLACE_SIM, 4, PE_SYNC_WAIT_EVENT, "sim:4 wait-event"},
+    {PE_PLACE_SIM, 4, PE_SYNC_WAIT_PRODUCER, "sim:4 wait-producer"},
+};
+static const char *const OPTS[] = {"sgd", "momentum", "adam"};
+enum { N_SETTINGS = 4, N_OPTS = 3 };
+
+/* Loop index i: optimizer i / N_SETTINGS, setting i % N_SETTINGS. */
+START_TEST(equivalence) {
+  const char *opt = OPTS[_i / N_SETTINGS];
+  const setting *st = &SETTINGS[_i % N_SETTINGS];
+  pe_runtime *rt = rt_new(2);
+  side ar, sh;
+  side_new(&ar, rt, opt, BIG, st->kind, st->n, PE_STRATEGY_ALLREDUCE);
+  side_new(&sh, rt, opt, BIG, st->kind, st->n, PE_STRATEGY_SHARDED);
+  char when[96];
+  snprintf(when, sizeof when, "%s %s startup", opt, st->label);
+  int n_vars = expect_models_equal(&ar, &sh, when);
+  /* 4 parameters + learning rate, + 4 velocities, + 4 x (2 moments, 2 pows) */
+  ck_assert_int_eq(n_vars, !strcmp(opt, "adam") ? 21 : !strcmp(opt, "momentum") ? 9 : 5);
+  pe_run_opts ro = {.sync = st->sync};
+  float losses[STEPS];
+  char curve[STEPS * 12] = "";
+  for (int s = 0; s < STEPS; s++) {
+    float la = side_step(&ar, s, ROWS[s], &ro), lb = side_step(&sh, s, ROWS[s], &ro);
+    ck_assert_msg(isfinite(la), "%s %s step %d: loss %g", opt, st->label, s, la);
+    ck_assert_msg(memcmp(&la, &lb, sizeof la) == 0,
+                  "%s %s step %d (%d rows): AllReduce loss %.9g, Sharded %.9g", opt, st->label, s,
+                  ROWS[s], la, lb);
+    snprintf(when, sizeof when, "%s %s after step %d (%d rows)", opt, st->label, s, ROWS[s]);
+    expect_models_equal(&ar, &sh, when);
+    losses[s] = la;
+    snprintf(curve + strlen(curve), sizeof curve - strlen(curve), " %.4f", la);
+  }
+  /* Step 0's batch again: after 10 updates its loss is lower. */
+  float again_a = side_step(&ar, 0, ROWS[0], &ro), again_b = side_step(&sh, 0, ROWS[0], &ro);
+  ck_assert_msg(memcmp(&again_a, &again_b, sizeof again_a) == 0,
+                "%s %s, batch 0 again: %.9g vs %.9g", opt, st->label, again_a, again_b);
+  expect_models_equal(&ar, &sh, "after batch 0 again");
+  if (!strcmp(opt, "adam")) { /* one update per step, not one per chunk */
+    ck_assert_float_eq(get1(&sh, "fc_0.w@BETA1POW"), get1(&ar, "fc_0.w@BETA1POW"));
+    ck_assert_float_eq_tol(get1(&sh, "fc_0.w@BETA1POW"), powf(0.9f, STEPS + 2), 1e-6f);
+  }
+  fprintf(stderr, "par_sharded %-8s %-19s loss:%s; batch 0 again %.4f\n", opt, st->label, curve,
+          again_a);
+  ck_assert_msg(again_a < losses[0] - 0.05f, "%s %s: batch 0's loss went from %.4f to %.4f", opt,
+                st->label, losses[0], again_a);
+  side_free(&sh);
+  side_free(&ar);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+/* --- a failing kernel inside a sharded update ----------------------------------------------- */
+
+static const setting ERR_SETTINGS[] = {
+    {PE_PLACE_CPU, 2, PE_SYNC_WAIT_EVENT, "cpu:2"},
+    {PE_PLACE_SIM, 3, PE_SYNC_WAIT_PRODUCER, "sim:3 wait-producer"},
+};
+
+/* Save every persistable of s (place 0) / set them all back. The names are
+ * copied: the model's own die with it. */
+typedef struct saved {
+  int n;
+  char **names;
+  pe_tensor *t;
+} saved;
+
+static void save_all(side *s, saved *sv) {
+  const char **names;
+  PE_CK_OK(pe_model_names(s->m, &names, &sv->n));
+  sv->names = calloc((size_t)sv->n, sizeof(*sv->names));
+  sv->t = calloc((size_t)sv->n, sizeof(*sv->t));
+  ck_assert(sv->names && sv->t);
+  for (int i = 0; i < sv->n; i++) {
+    sv->names[i] = strdup(names[i]);
+    ck_assert_ptr_nonnull(sv->names[i]);
+    pe_tensor_init(&sv->t[i]);
+    PE_CK_OK(pe_model_get(s->m, sv->names[i], &sv->t[i]));
+  }
+  free(names);
+}
+
+static void restore_all(side *s, saved *sv) {
+  for (int i = 0; i < sv->n; i++) PE_CK_OK(pe_model_set(s->m, sv->names[i], &sv->t[i]));
+}
+
+static void saved_free(saved *sv) {
+  for (int i = 0; i < sv->n; i++) {
+    pe_tensor_release(&sv->t[i]);
+    free(sv->names[i]);
+  }
+  free(sv->t);
+  free(sv->names);
+}
+
+START_TEST(kernel_error) {
+  const setting *st = &ERR_SETTINGS[_i];
+  pe_runtime *rt = rt_new(2);
+  side ar, sh;
+  side_new(&ar, rt, "adam", BIG, st->kind, st->n, PE_STRATEGY_ALLREDUCE);
+  side_new(&sh, rt, "adam", BIG, st->kind, st->n, PE_STRATEGY_SHARDED);
+  pe_run_opts ro = {.sync = st->sync};
+  for (int s = 0; s < 2; s++) {
+    float la = side_step(&ar, s, ROWS[s], &ro), lb = side_step(&sh, s, ROWS[s], &ro);
+    ck_assert(memcmp(&la, &lb, sizeof la) == 0);
+  }
+  saved sv;
+  save_all(&sh, &sv);
+  /* The big (multi-chunk) weight's Beta1Pow, on every place: every chunk's
+   * kernel call fails. The other parameters still update. */
+  float bad = 1.5f;
+  pe_tensor bt;
+  pe_tensor_init(&bt);
+  pe_shape one = PE_SHAPE(1);
+  pe_tensor_view(&bt, PE_F32, &one, &bad);
+  PE_CK_OK(pe_model_set(sh.m, "fc_0.w@BETA1POW", &bt));
+  for (int attempt = 0; attempt < 2; attempt++) { /* fails the same way twice */
+    float loss = NAN;
+    pe_status *e = side_run(&sh, 2, ROWS[2], &ro, &loss);
+    ck_assert_msg(e != NULL, "%s: Beta1Pow = 1.5: the run succeeded", st->label);
+    const char *msg = pe_status_msg(e);
+    if (attempt == 0) fprintf(stderr, "par_sharded %s error: %s\n", st->label, msg);
+    ck_assert_msg(strstr(msg, "sharded_update(adam#") && strstr(msg, "fc_0.w)") &&
+                      strstr(msg, "Beta1Pow") && strstr(msg, "1.5"),
+                  "%s: message does not name the node, Beta1Pow and its value: %s", st->label, msg);
+    pe_status_free(e);
+    /* The failed node wrote nothing: Beta1Pow is still the bad value. */
+    ck_assert_float_eq(get1(&sh, "fc_0.w@BETA1POW"), 1.5f);
+  }
+  /* Restore the state before the failed steps: the same executor then
+   * follows AllReduce bit for bit again. */
+  restore_all(&sh, &sv);
+  saved_free(&sv);
+  expect_models_equal(&ar, &sh, "after restore");
+  for (int s = 2; s < 5; s++) {
+    float la = side_step(&ar, s, ROWS[s], &ro), lb = side_step(&sh, s, ROWS[s], &ro);
+    ck_assert_msg(isfinite(lb) && memcmp(&la, &lb, sizeof la) == 0,
+                  "%s after the error, step %d: AllReduce %.9g, Sharded %.9g", st->label, s, la,
+                  lb);
+    expect_models_equal(&ar, &sh, "after the error");
+  }
+  side_free(&sh);
+  side_free(&ar);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+/* --- many quick runs: the asynchronous completion ------------------------------------------- */
+
+enum { MANY = 200 };
+
+/* MANY momentum steps of 1..8 rows on cpu:2 with `threads` pool workers;
+ * the losses into loss[], the final persistables into *sv. With `delays`,
+ * every 8th run sleeps each node a random 0..200 us before it runs, which
+ * reorders the nodes around the updates. The first run is recorded on a
+ * timeline: fc_0.w's update must have run as min(7, 2 x threads) chunks
+ * (127250 elements, >= 16384 per chunk), one span each. */
+static void many_runs(int threads, bool delays, float *loss, saved *sv) {
+  pe_runtime *rt = rt_new(threads);
+  side sh;
+  side_new(&sh, rt, "momentum", BIG, PE_PLACE_CPU, 2, PE_STRATEGY_SHARDED);
+  pe_timeline *tl;
+  PE_CK_OK(pe_timeline_new(16, 1024, &tl));
+  for (int s = 0; s < MANY; s++) {
+    pe_run_opts ro = {.delay_us = delays && s % 8 == 5 ? 200 : 0, .delay_seed = (uint64_t)s + 1};
+    ro.timeline = s == 0 ? tl : NULL;
+    loss[s] = side_step(&sh, s, 1 + s % 8, &ro);
+  }
+  char *json;
+  PE_CK_OK(pe_timeline_json(tl, &json, NULL));
+  int spans = 0;
+  for (const char *q = json; (q = strstr(q, " fc_0.w)\"")); q++) spans++;
+  int want = 2 * threads < 7 ? 2 * threads : 7;
+  ck_assert_msg(spans == want, "%d threads: fc_0.w's update ran as %d chunk spans, want %d",
+                threads, spans, want);
+  free(json);
+  pe_timeline_free(tl);
+  save_all(&sh, sv);
+  side_free(&sh);
+  pe_runtime_free(rt);
+}
+
+START_TEST(many_runs_any_thread_count) {
+  static float ref[MANY], got[MANY];
+  saved r, g;
+  many_runs(1, false, ref, &r);
+  ck_assert(isfinite(ref[MANY - 1]));
+  for (int threads = 2; threads <= 4; threads += 2) {
+    many_runs(threads, true, got, &g);
+    for (int s = 0; s < MANY; s++)
+      ck_assert_msg(memcmp(&ref[s], &got[s], sizeof(float)) == 0,
+                    "%d threads, run %d: loss %.9g, 1 thread %.9g", threads, s, got[s], ref[s]);
+    ck_assert_int_eq(g.n, r.n);
+    for (int i = 0; i < r.n; i++) {
+      ck_assert_str_eq(g.names[i], r.names[i]);
+      ck_assert_int_eq(pe_tensor_bytes(&g.t[i]), pe_tensor_bytes(&r.t[i]));
+      ck_assert_msg(memcmp(g.t[i].data, r.t[i].data, pe_tensor_bytes(&r.t[i])) == 0,
+                    "%d threads: '%s' differs from the 1-thread run after %d runs", threads,
+                    r.names[i], MANY);
+    }
+    saved_free(&g);
+  }
+  saved_free(&r);
+}
+END_TEST
+
+/* --- tiny parameters ------------------------------------------------------------------------ */
+
+/* in 3 -> hidden 1 -> CLASSES: fc_0.b has 1 element, fc_0.w 3, fc_1.w 10:
+ * every arg of fc_0.b's update (LearningRate, Beta1Pow, ... included) has
+ * Param's element count, so the node slices them all; the others keep their
+ * [1] args whole. Loop index: adam / momentum on cpu:3 and sim:2. */
+START_TEST(tiny_params) {
+  static const net TINY = {3, 1};
+  const char *opt = _i / 2 ? "momentum" : "adam";
+  pe_place_kind kind = _i % 2 ? PE_PLACE_SIM : PE_PLACE_CPU;
+  int n = _i % 2 ? 2 : 3;
+  pe_runtime *rt = rt_new(2);
+  side ar, sh;
+  side_new(&ar, rt, opt, TINY, kind, n, PE_STRATEGY_ALLREDUCE);
+  side_new(&sh, rt, opt, TINY, kind, n, PE_STRATEGY_SHARDED);
+  expect_models_equal(&ar, &sh, "tiny startup");
+  for (int s = 0; s < STEPS; s++) {
+    float la = side_step(&ar, s, ROWS[s], NULL), lb = side_step(&sh, s, ROWS[s], NULL);
+    ck_assert_msg(memcmp(&la, &lb, sizeof la) == 0, "tiny %s step %d: %.9g vs %.9g", opt, s, la,
+                  lb);
+    char when[64];
+    snprintf(when, sizeof when, "tiny %s after step %d", opt, s);
+    expect_models_equal(&ar, &sh, when);
+  }
+  if (!strcmp(opt, "adam")) { /* 0.9^11: one update per step */
+    ck_assert_float_eq(get1(&sh, "fc_0.b@BETA1POW"), get1(&ar, "fc_0.b@BETA1POW"));
+    ck_assert_float_eq_tol(get1(&sh, "fc_0.b@BETA1POW"), powf(0.9f, STEPS + 1), 1e-6f);
+  }
+  side_free(&sh);
+  side_free(&ar);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+/* --- denormals: the same flushing rule on both paths ------------------------------------------ */
+
+/* The update must flush (or keep) denormals exactly as the per-place
+ * optimizer does (core/fpenv.h): it runs on other threads (a pool worker
+ * per chunk, or place 0's comm stream on sim) and with a one-thread ctx,
+ * where AllReduce's kernel may use an OpenMP team (cores 4 over 2 places).
+ * fc_0.w's velocity is set to a denormal and an all-zero batch makes its
+ * gradient 0, so v = mu * v: 0 when flushed, mu * v when kept. Loop index:
+ * keep_denormals (i / 2) x cpu:2 / sim:2 (i % 2). */
+START_TEST(denormal_velocity) {
+  int keep = _i / 2;
+  pe_place_kind kind = _i % 2 ? PE_PLACE_SIM : PE_PLACE_CPU;
+  /* Under TSan no teams: libgomp is not instrumented, so a team's reads
+   * of its parent's stack read as races (./pe, run_tsan). */
+#ifdef __SANITIZE_THREAD__
+  pe_runtime_opts o = {.threads = 2, .cores = 2, .keep_denormals = keep};
+#else
+  pe_runtime_opts o = {.threads = 2, .cores = 4, .keep_denormals = keep};
+#endif
+  pe_runtime *rt;
+  PE_CK_OK(pe_runtime_new(&o, &rt));
+  side ar, sh;
+  side_new(&ar, rt, "momentum", BIG, kind, 2, PE_STRATEGY_ALLREDUCE);
+  side_new(&sh, rt, "momentum", BIG, kind, 2, PE_STRATEGY_SHARDED);
+  int64_t numel = (int64_t)BIG.in * BIG.hidden;
+  float *v = malloc((size_t)numel * sizeof(float));
+  ck_assert_ptr_nonnull(v);
+  const float tiny = 1e-39f; /* denormal: below FLT_MIN = 1.18e-38 */
+  for (int64_t k = 0; k < numel; k++) v[k] = tiny;
+  pe_tensor vt;
+  pe_tensor_init(&vt);
+  pe_shape vs = PE_SHAPE(BIG.in, BIG.hidden);
+  pe_tensor_view(&vt, PE_F32, &vs, v);
+  PE_CK_OK(pe_model_set(ar.m, "fc_0.w@VELOCITY", &vt));
+  PE_CK_OK(pe_model_set(sh.m, "fc_0.w@VELOCITY", &vt));
+  /* 8 rows of zeros: x^T dh = 0 for fc_0.w. */
+  static float x[8 * MAX_IN];
+  int64_t y[8] = {0};
+  pe_tensor xt, yt, out;
+  pe_tensor_init(&xt);
+  pe_tensor_init(&yt);
+  pe_tensor_init(&out);
+  pe_shape xs = PE_SHAPE(8, BIG.in), ys = PE_SHAPE(8, 1);
+  pe_tensor_view(&xt, PE_F32, &xs, x);
+  pe_tensor_view(&yt, PE_I64, &ys, y);
+  pe_feed feeds[2] = {{"x", &xt}, {"y", &yt}};
+  const char *fetch = loss_name;
+  PE_CK_OK(pe_par_exec_run(ar.step, feeds, 2, &fetch, 1, &out, NULL, NULL));
+  PE_CK_OK(pe_par_exec_run(sh.step, feeds, 2, &fetch, 1, &out, NULL, NULL));
+  pe_tensor_release(&out);
+  expect_models_equal(&ar, &sh, keep ? "denormals kept" : "denormals flushed");
+  volatile float mu = 0.9f, dn = tiny;
+  float want = keep ? mu * dn : 0.0f;
+  ck_assert(!keep || (want > 0 && want < 1.17549435e-38f));
+  for (int p = 0; p < 2; p++) {
+    pe_tensor t;
+    pe_tensor_init(&t);
+    PE_CK_OK(pe_model_get_place(sh.m, "fc_0.w@VELOCITY", p, &t));
+    for (int64_t k = 0; k < numel; k += 997)
+      ck_assert_msg(pe_f32(&t)[k] == want,
+                    "%s keep_denormals %d, place %d: velocity[%lld] = %g, "
+                    "want %g",
+                    pe_place_kind_name(kind), keep, p, (long long)k, pe_f32(&t)[k], want);
+    pe_tensor_release(&t);
+  }
+  free(v);
+  side_free(&sh);
+  side_free(&ar);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("par_sharded");
+  TCase *tc = tcase_create("sharded");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, equivalence, 0, N_OPTS * N_SETTINGS);
+  tcase_add_loop_test(tc, kernel_error, 0, 2);
+  tcase_add_test(tc, many_runs_any_thread_count);
+  tcase_add_loop_test(tc, tiny_params, 0, 4);
+  tcase_add_loop_test(tc, denormal_velocity, 0, 4);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
