@@ -17,10 +17,11 @@
 #include "prog_util.h"
 
 /* An MLP: x f32 [-1,in] -> fc(h, relu) for each hidden size -> fc(classes)
- * -> softmax_with_cross_entropy(label i64 [-1,1]) -> mean; sgd (or
- * momentum when `momentum`). Decoded, not compiled. */
+ * -> softmax_with_cross_entropy(label i64 [-1,1]) -> mean; trained with
+ * `opt`: "sgd", "momentum" or "adam" ("none": gradients only, no
+ * optimizer). Decoded, not compiled. */
 static inline pe_program *gu_mlp(int64_t in, int n_hidden, const int64_t *hidden, int64_t classes,
-                                 bool momentum) {
+                                 const char *opt) {
   pe_builder *b = pe_builder_new();
   ck_assert_ptr_nonnull(b);
   const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, in));
@@ -33,9 +34,11 @@ static inline pe_program *gu_mlp(int64_t in, int n_hidden, const int64_t *hidden
   const char *ce = pe_builder_softmax_with_cross_entropy(b, logits, label, NULL);
   const char *loss = pe_builder_mean(b, ce);
   pe_builder_append_backward(b, loss);
-  if (momentum)
+  if (!strcmp(opt, "adam"))
+    pe_builder_adam(b, 0.01f, 0.9f, 0.999f, 1e-8f);
+  else if (!strcmp(opt, "momentum"))
     pe_builder_momentum(b, 0.1f, 0.9f, false);
-  else
+  else if (!strcmp(opt, "sgd"))
     pe_builder_sgd(b, 0.1f);
   uint8_t *bytes = NULL;
   size_t len = 0;
@@ -50,7 +53,7 @@ static inline pe_program *gu_mlp(int64_t in, int n_hidden, const int64_t *hidden
 /* The 2-hidden-layer MLP used by most tests: 6 parameters. */
 static inline pe_program *gu_mlp_small(void) {
   static const int64_t hidden[] = {16, 8};
-  return gu_mlp(12, 2, hidden, 4, false);
+  return gu_mlp(12, 2, hidden, 4, "sgd");
 }
 
 #define GU_TRAIN "validate,backward,optimizer,validate"

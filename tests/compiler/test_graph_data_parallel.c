@@ -199,34 +199,9 @@ START_TEST(reduce_4_places) {
 }
 END_TEST
 
-/* An MLP like gu_mlp (12 -> 16 relu -> 8 relu -> 4) trained with `opt`:
- * "sgd", "momentum" or "adam"; "none": gradients only (no optimizer). */
+/* The 12 -> 16 relu -> 8 relu -> 4 MLP trained with `opt` (gu_mlp). */
 static pe_program *mlp_with(const char *opt) {
-  pe_builder *b = pe_builder_new();
-  ck_assert_ptr_nonnull(b);
-  const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 12));
-  const char *label = pe_builder_data(b, "label", PE_B_I64, PE_B_SHAPE(-1, 1));
-  pe_b_fc_opts relu = {.act = PE_B_ACT_RELU};
-  x = pe_builder_fc(b, x, 16, &relu);
-  x = pe_builder_fc(b, x, 8, &relu);
-  const char *logits = pe_builder_fc(b, x, 4, NULL);
-  const char *loss =
-      pe_builder_mean(b, pe_builder_softmax_with_cross_entropy(b, logits, label, NULL));
-  pe_builder_append_backward(b, loss);
-  if (!strcmp(opt, "adam"))
-    pe_builder_adam(b, 0.01f, 0.9f, 0.999f, 1e-8f);
-  else if (!strcmp(opt, "momentum"))
-    pe_builder_momentum(b, 0.1f, 0.9f, false);
-  else if (!strcmp(opt, "sgd"))
-    pe_builder_sgd(b, 0.1f);
-  uint8_t *bytes = NULL;
-  size_t len = 0;
-  ck_assert_msg(pe_builder_finish(b, &bytes, &len) == 0, "%s", pe_builder_error(b));
-  pe_builder_free(b);
-  pe_program *p = NULL;
-  PU_OK(pe_program_decode(bytes, len, &p));
-  free(bytes);
-  return p;
+  return gu_mlp(12, 2, (const int64_t[]){16, 8}, 4, opt);
 }
 
 /* Sharded strategy on n places: one sharded_update node per parameter in
@@ -449,7 +424,7 @@ START_TEST(sharded_one_place_and_errors) {
 END_TEST
 
 static void check_startup(int n_places) {
-  pe_program *p = gu_mlp(12, 1, (const int64_t[]){16}, 4, true);
+  pe_program *p = gu_mlp(12, 1, (const int64_t[]){16}, 4, "momentum");
   pe_pass_opts o = {.n_places = n_places};
   pe_ir ir = gu_compile(p, &o, GU_TRAIN ",data_parallel,ssa");
   const pe_graph *s = ir.startup;

@@ -71,7 +71,7 @@ static void check_buckets(const pe_graph *g, int64_t limit) {
 
 static void run(int n_places, int64_t limit, const char *list, int expect_buckets) {
   static const int64_t hidden[] = {16, 8};
-  pe_program *p = gu_mlp(12, 2, hidden, 4, true);
+  pe_program *p = gu_mlp(12, 2, hidden, 4, "momentum");
   pe_pass_opts o = {.n_places = n_places, .fuse = true, .fuse_bucket_bytes = limit};
   pe_ir ir = gu_compile(p, &o, list);
   check_buckets(ir.graph, limit);
