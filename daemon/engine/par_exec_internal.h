@@ -115,6 +115,10 @@ struct pe_par_exec {
   int n_feeds;
   par_feedvar *feeds;
   int *grad_lv, *param_lv; /* [n_params * n_places] lvar ids (-1: absent) */
+  /* [n_params] where a fetch finds parameter j's whole-batch gradient: the
+   * place holding the sum (all-reduce: 0; reduce: the owner), or -1: sum
+   * the places' gradients (a sharded update consumed them). */
+  int *grad_sum_place;
   /* Fetch lookups of the previous runs (a training loop fetches the same
    * names every step): fetch slot i -> name and its lvar per place. */
 #define PAR_FETCH_CACHE 8

@@ -324,6 +324,7 @@ void pe_par_exec_free(pe_par_exec *e) {
   for (int f = 0; e->feeds && f < e->n_feeds; f++) free(e->feeds[f].lv);
   free(e->feeds);
   free(e->grad_lv);
+  free(e->grad_sum_place);
   free(e->param_lv);
   for (int i = 0; i < PAR_FETCH_CACHE; i++) {
     free(e->fetch_name[i]);

@@ -39,6 +39,11 @@
  *   - per-sample (dim 0 is the batch): the places' parts concatenated in
  *     place order (the whole batch, as the sequential executor gives it);
  *   - persistable: place 0's value (all places hold the same after a run);
+ *   - a parameter's gradient: the gradient of the whole batch, under every
+ *     strategy: a copy of an all-reduced place's (AllReduce) or of the
+ *     owner's (Reduce), or the places' gradients summed at fetch time in
+ *     the all-reduce's order (Sharded, whose update never writes the sum
+ *     back), so all three give the same bits;
  *   - any other (a scalar loss, an accuracy): the mean over the places
  *     weighted by each place's share of the batch, n_p / N (places with
  *     n_p == 0 skipped), which equals the sequential value for mean-style

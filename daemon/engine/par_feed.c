@@ -16,12 +16,22 @@ pe_status *par_feeds_compile(pe_par_exec *e) {
   int np = g->n_params * e->n_places;
   e->grad_lv = calloc((size_t)(np ? np : 1), sizeof(int));
   e->param_lv = calloc((size_t)(np ? np : 1), sizeof(int));
-  if (!e->grad_lv || !e->param_lv) return OOM();
+  e->grad_sum_place = calloc((size_t)(g->n_params ? g->n_params : 1), sizeof(int));
+  if (!e->grad_lv || !e->param_lv || !e->grad_sum_place) return OOM();
   for (int i = 0; i < g->n_params; i++)
     for (int p = 0; p < e->n_places; p++) {
       e->grad_lv[i * e->n_places + p] = pe_graph_lvar_find(g, g->grads[i], p);
       e->param_lv[i * e->n_places + p] = pe_graph_lvar_find(g, g->params[i], p);
     }
+  /* Which node combines each gradient (none with one place: place 0). */
+  for (int n = 0; n < g->n_nodes; n++) {
+    const pe_graph_node *x = &g->nodes[n];
+    if (x->kind != PE_NODE_REDUCE && x->kind != PE_NODE_SHARDED_UPDATE) continue;
+    for (int i = 0; i < g->n_params; i++)
+      for (int k = 0; k < x->n_in_lv; k++)
+        if (x->in_lv[k] == e->grad_lv[i * e->n_places]) /* its place-0 copy */
+          e->grad_sum_place[i] = x->kind == PE_NODE_REDUCE ? x->root : -1;
+  }
   const pe_block *b = g->prog->blocks[g->block];
   e->feeds = calloc((size_t)(b->n_vars ? b->n_vars : 1), sizeof(*e->feeds));
   if (!e->feeds) return OOM();
@@ -172,10 +182,10 @@ pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int 
       PE_TRY(check_tensor(v, t, where));
       const pe_tensor *t0 = src[0]->parts[p];
       if (j > 0 && t->shape.d[0] != t0->shape.d[0])
-        return pe_error(PE_ESHAPE, "feed '%s'%s: %lld rows (shape %s), feed '%s' has %lld (shape %s)",
-                        v->name, where, (long long)t->shape.d[0],
-                        pe_shape_str(&t->shape, s1, sizeof s1), src[0]->name,
-                        (long long)t0->shape.d[0], pe_shape_str(&t0->shape, s2, sizeof s2));
+        return pe_error(
+            PE_ESHAPE, "feed '%s'%s: %lld rows (shape %s), feed '%s' has %lld (shape %s)", v->name,
+            where, (long long)t->shape.d[0], pe_shape_str(&t->shape, s1, sizeof s1), src[0]->name,
+            (long long)t0->shape.d[0], pe_shape_str(&t0->shape, s2, sizeof s2));
     }
   }
   e->has_feeds = e->n_feeds > 0;
@@ -267,6 +277,35 @@ static bool has_value(const pe_tensor *t) {
   return t->data || t->shape.ndim > 0;
 }
 
+/* Parameter j whose gradient on place 0 is lvar lv, or -1. */
+static int param_grad_index(const pe_par_exec *e, int lv) {
+  for (int j = 0; j < e->g->n_params; j++)
+    if (e->grad_lv[j * e->n_places] == lv) return j;
+  return -1;
+}
+
+/* out = the places' gradients of parameter j summed in place order (the
+ * all-reduce's order: the same bits AllReduce leaves on every place). */
+static pe_status *fetch_grad_sum(pe_par_exec *e, int j, const char *name, pe_tensor *out) {
+  char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
+  const float *b[PE_MAX_PLACES];
+  const pe_tensor *t0 = e->lt[e->grad_lv[j * e->n_places]];
+  for (int p = 0; p < e->n_places; p++) {
+    int lv = e->grad_lv[j * e->n_places + p];
+    const pe_tensor *t = lv >= 0 ? e->lt[lv] : NULL;
+    if (!t || !has_value(t))
+      return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value on place %d", name, p);
+    if (t->dtype != PE_F32 || !pe_shape_equal(&t->shape, &t0->shape))
+      return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, place 0 %s %s (f32 expected)",
+                      name, p, pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
+                      pe_dtype_name(t0->dtype), pe_shape_str(&t0->shape, s2, sizeof s2));
+    b[p] = pe_f32(t);
+  }
+  PE_TRY(pe_tensor_resize(out, PE_F32, &t0->shape, name));
+  par_sum_block(pe_f32(out), b, e->n_places, pe_tensor_numel(t0));
+  return NULL;
+}
+
 pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
   const pe_graph *g = e->g;
   char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
@@ -302,7 +341,13 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
             "it to the keep list",
             name);
     pe_tensor *out = &fetched[f];
-    if (l0->persistable || np == 1) {
+    int gj = np > 1 && first == 0 ? param_grad_index(e, lv[0]) : -1;
+    if (gj >= 0 && e->grad_sum_place[gj] < 0) {
+      PE_TRY(fetch_grad_sum(e, gj, name, out));
+      continue;
+    }
+    if (gj >= 0 && lv[e->grad_sum_place[gj]] >= 0) first = e->grad_sum_place[gj];
+    if (gj >= 0 || l0->persistable || np == 1) {
       const pe_tensor *t = e->lt[lv[first]];
       if (!has_value(t)) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
       PE_TRY(pe_tensor_copy(out, t, name));

@@ -139,11 +139,19 @@ typedef struct side {
   pe_par_exec *step, *init;
 } side;
 
+/* Gradients every side keeps fetchable (grad_fetch). */
+static const char *const GRADS[] = {"fc_0.w@GRAD", "fc_0.b@GRAD", "fc_1.w@GRAD", "fc_1.b@GRAD"};
+enum { N_GRADS = 4 };
+
 static void side_new(side *s, pe_runtime *rt, const char *opt, net nt, pe_place_kind kind, int n,
                      pe_graph_strategy strategy) {
   s->nt = nt;
   s->prog = program(opt, nt);
-  pe_pass_opts o = {.place_kind = kind, .n_places = n, .strategy = strategy};
+  pe_pass_opts o = {.place_kind = kind,
+                    .n_places = n,
+                    .strategy = strategy,
+                    .keep = GRADS,
+                    .n_keep = N_GRADS};
   pe_ir ir = {s->prog, NULL, NULL, &o};
   PE_CK_OK(pe_graph_compile(&ir, false));
   /* The graph is what it claims: a sharded_update per parameter, or none. */
@@ -153,8 +161,8 @@ static void side_new(side *s, pe_runtime *rt, const char *opt, net nt, pe_place_
     n_allreduce += ir.graph->nodes[i].kind == PE_NODE_ALL_REDUCE;
   }
   ck_assert_int_eq(ir.graph->n_params, 4);
-  ck_assert_int_eq(n_sharded, strategy == PE_STRATEGY_SHARDED ? 4 : 0);
-  ck_assert_int_eq(n_allreduce, strategy == PE_STRATEGY_SHARDED ? 0 : 4);
+  ck_assert_int_eq(n_sharded, n > 1 && strategy == PE_STRATEGY_SHARDED ? 4 : 0);
+  ck_assert_int_eq(n_allreduce, n > 1 && strategy == PE_STRATEGY_ALLREDUCE ? 4 : 0);
   PE_CK_OK(pe_model_new(rt, kind, n, 42, &s->m));
   pe_graph *g = ir.graph, *st = ir.startup;
   ir.graph = ir.startup = NULL;
@@ -317,6 +325,71 @@ START_TEST(equivalence) {
                 st->label, losses[0], again_a);
   side_free(&sh);
   side_free(&ar);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+/* --- fetching a parameter's gradient --------------------------------------------------------- */
+
+/* Run step `step` with n rows, fetching the loss and GRADS into out[0..]. */
+static void side_run_grads(side *s, int step, int n, const pe_run_opts *ro, pe_tensor *out) {
+  batch *b = malloc(sizeof *b);
+  ck_assert_ptr_nonnull(b);
+  batch_make(b, step, n, s->nt.in);
+  const char *fetch[1 + N_GRADS] = {loss_name};
+  for (int k = 0; k < N_GRADS; k++) fetch[1 + k] = GRADS[k];
+  PE_CK_OK(pe_par_exec_run(s->step, b->feeds, 2, fetch, 1 + N_GRADS, out, ro, NULL));
+  free(b);
+}
+
+/* A gradient fetched by name is the whole batch's under every strategy:
+ * AllReduce (a place's all-reduced copy), Reduce (the owner's) and Sharded
+ * (summed at fetch time: no place holds the sum) give the same bits, and
+ * match one place running the whole batch. Loop: cpu:2, sim:4. */
+START_TEST(grad_fetch) {
+  const setting *st = &SETTINGS[_i == 0 ? 0 : 2];
+  pe_runtime *rt = rt_new(2);
+  side one, sides[3];
+  static const pe_graph_strategy strat[3] = {PE_STRATEGY_ALLREDUCE, PE_STRATEGY_REDUCE,
+                                             PE_STRATEGY_SHARDED};
+  static const char *const names[3] = {"allreduce", "reduce", "sharded"};
+  side_new(&one, rt, "momentum", BIG, st->kind, 1, PE_STRATEGY_ALLREDUCE);
+  for (int k = 0; k < 3; k++) side_new(&sides[k], rt, "momentum", BIG, st->kind, st->n, strat[k]);
+  pe_run_opts ro = {.sync = st->sync};
+  pe_tensor ref[1 + N_GRADS], got[3][1 + N_GRADS];
+  for (int f = 0; f <= N_GRADS; f++) {
+    pe_tensor_init(&ref[f]);
+    for (int k = 0; k < 3; k++) pe_tensor_init(&got[k][f]);
+  }
+  for (int s = 0; s < 5; s++) { /* 24, 17, 24, 5, 3 rows: one empty place on sim:4 */
+    side_run_grads(&one, s, ROWS[s], &ro, ref);
+    for (int k = 0; k < 3; k++) side_run_grads(&sides[k], s, ROWS[s], &ro, got[k]);
+    for (int f = 1; f <= N_GRADS; f++) {
+      const char *g = GRADS[f - 1];
+      ck_assert_msg(pe_shape_equal(&ref[f].shape, &got[0][f].shape), "%s: shape", g);
+      for (int k = 1; k < 3; k++)
+        ck_assert_msg(pe_tensor_bytes(&got[k][f]) == pe_tensor_bytes(&got[0][f]) &&
+                          memcmp(got[k][f].data, got[0][f].data, pe_tensor_bytes(&got[0][f])) == 0,
+                      "%s step %d (%d rows): %s differs between allreduce and %s", st->label, s,
+                      ROWS[s], g, names[k]);
+      double worst = 0, norm = 0;
+      for (int64_t i = 0; i < pe_tensor_numel(&ref[f]); i++) {
+        double a = pe_f32(&got[2][f])[i], b = pe_f32(&ref[f])[i];
+        worst = fmax(worst, fabs(a - b) / fmax(1.0, fabs(b)));
+        norm += b * b;
+      }
+      ck_assert_msg(norm > 0, "%s step %d: %s is all zero", st->label, s, g);
+      ck_assert_msg(worst <= 1e-5,
+                    "%s step %d (%d rows): %s differs from one place's by %.3g (relative)",
+                    st->label, s, ROWS[s], g, worst);
+    }
+  }
+  for (int f = 0; f <= N_GRADS; f++) {
+    pe_tensor_release(&ref[f]);
+    for (int k = 0; k < 3; k++) pe_tensor_release(&got[k][f]);
+  }
+  for (int k = 0; k < 3; k++) side_free(&sides[k]);
+  side_free(&one);
   pe_runtime_free(rt);
 }
 END_TEST
@@ -587,6 +660,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, equivalence, 0, N_OPTS * N_SETTINGS);
   tcase_add_loop_test(tc, kernel_error, 0, 2);
+  tcase_add_loop_test(tc, grad_fetch, 0, 2);
   tcase_add_test(tc, many_runs_any_thread_count);
   tcase_add_loop_test(tc, tiny_params, 0, 4);
   tcase_add_loop_test(tc, denormal_velocity, 0, 4);
