@@ -82,6 +82,7 @@ struct pe_engine_op {
   void (*on_done)(void *arg, const pe_status *st);
   atomic_int pending;
   int priority;
+  int affinity; /* pe_engine_op_args.affinity */
   int flags;
   int n_deps;               /* after deduplication */
   int n_alloc;              /* entries allocated (reads + mutates) */
@@ -358,6 +359,8 @@ static void op_submit(pe_engine *eng, pe_engine_op *op, bool at_push) {
   op->task.arg = op;
   if (at_push && op->priority > 0)
     pe_pool_submit_urgent(eng->pool, &op->task);
+  else if (op->affinity > 0 && !pe_pool_is_worker(eng->pool))
+    pe_pool_submit_to(eng->pool, op->affinity - 1, &op->task, &op->task, 1);
   else
     pe_pool_submit(eng->pool, &op->task);
 }
@@ -601,6 +604,7 @@ static pe_status *op_create(pe_engine *eng, const pe_engine_op_args *a, int flag
   op->arg = a->arg;
   op->on_done = a->on_done;
   op->priority = a->priority;
+  op->affinity = a->affinity;
   op->flags = flags;
   op->n_deps = u;
   op->ready_next = NULL;

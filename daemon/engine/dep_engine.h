@@ -121,6 +121,10 @@ typedef struct pe_engine_op_args {
    * its variables, so an extra dependency must not itself wait for those
    * variables through ops pushed later. */
   int extra_deps;
+  /* 0: none; w + 1: when the op becomes ready on a thread outside the pool,
+   * queue it on pool worker w (pe_pool_submit_to). Ops made ready by a
+   * completing op stay on that worker, as always. */
+  int affinity;
 } pe_engine_op_args;
 
 /* Register an op. With extra_deps > 0, *out (if out is not NULL) stays

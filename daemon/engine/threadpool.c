@@ -490,6 +490,12 @@ void pe_pool_submit_batch(pe_pool *pool, pe_task *first, pe_task *last, int n) {
   wake(pool, n);
 }
 
+void pe_pool_submit_to(pe_pool *pool, int w, pe_task *first, pe_task *last, int n) {
+  if (n <= 0) return;
+  queue_push(&pool->w[(w % pool->n + pool->n) % pool->n].q, first, last, n, false);
+  wake(pool, pool->n); /* any sleeper may be the one: wake them all */
+}
+
 void pe_pool_submit(pe_pool *pool, pe_task *task) {
   pe_pool_submit_batch(pool, task, task, 1);
 }

@@ -79,6 +79,11 @@ void pe_pool_submit_urgent(pe_pool *pool, pe_task *task);
 /* From a worker of this pool: push to its own queue. Called from another
  * thread it behaves like pe_pool_submit. */
 void pe_pool_submit_local(pe_pool *pool, pe_task *task);
+/* Any thread: first..last (n tasks) to the back of worker (w mod threads)'s
+ * queue, after the tasks it has. Placement, not a promise: an idle worker
+ * may still steal them. For work that should stay on one core across runs
+ * (a place's ops: its inputs and replicas stay in that core's cache). */
+void pe_pool_submit_to(pe_pool *pool, int w, pe_task *first, pe_task *last, int n);
 
 /* Pop one task the caller could run (own queue, inject queue, steal) and
  * run it. Returns false when none was found. For threads that must wait

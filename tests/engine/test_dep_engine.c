@@ -920,6 +920,63 @@ START_TEST(free_waits_for_pending_ops) {
 }
 END_TEST
 
+/* --- affinity ------------------------------------------------------------------------- */
+
+typedef struct aff_block {
+  atomic_int open, entered, worker;
+} aff_block;
+
+static void aff_block_task(void *arg) {
+  aff_block *b = arg;
+  atomic_store(&b->worker, pe_pool_current_worker());
+  atomic_store(&b->entered, 1);
+  wait_at_least(&b->open, 1, 10);
+}
+
+typedef struct aff_probe {
+  atomic_int ran, worker;
+} aff_probe;
+
+static pe_status *aff_probe_fn(void *arg) {
+  aff_probe *p = arg;
+  atomic_store(&p->worker, pe_pool_current_worker());
+  atomic_store(&p->ran, 1);
+  return NULL;
+}
+
+/* An op with affinity w + 1, ready when pushed from outside the pool,
+ * runs on worker w; affinity to a worker that is busy is a preference
+ * only: the op still runs (stolen), with the worker still blocked. */
+START_TEST(affinity_places_ready_ops) {
+  for (int round = 0; round < 20; round++) {
+    env e = env_new(2);
+    aff_block b = {0};
+    pe_task bt = {.fn = aff_block_task, .arg = &b};
+    pe_pool_submit(e.pool, &bt);
+    ck_assert(wait_at_least(&b.entered, 1, 10));
+    int busy = atomic_load(&b.worker), free_w = 1 - busy;
+    pe_engine_var *v;
+    OK(pe_engine_new_var(e.eng, &v));
+    aff_probe to_free = {0}, to_busy = {0};
+    pe_engine_op_args a = {.fn = aff_probe_fn, .arg = &to_free, .mutates = &v, .n_mutates = 1,
+                           .affinity = free_w + 1};
+    OK(pe_engine_op_new(e.eng, &a, NULL));
+    ck_assert(wait_at_least(&to_free.ran, 1, 10));
+    ck_assert_int_eq(atomic_load(&to_free.worker), free_w);
+    a.arg = &to_busy;
+    a.affinity = busy + 1;
+    OK(pe_engine_op_new(e.eng, &a, NULL));
+    ck_assert_msg(wait_at_least(&to_busy.ran, 1, 10), "op stuck behind a busy worker");
+    ck_assert_int_eq(atomic_load(&to_busy.worker), free_w);
+    ck_assert_int_eq(atomic_load(&b.open), 0);
+    atomic_store(&b.open, 1);
+    OK(pe_engine_wait_all(e.eng));
+    OK(pe_engine_delete_var(e.eng, v));
+    env_free(&e);
+  }
+}
+END_TEST
+
 START_TEST(bad_arguments) {
   env e = env_new(1);
   pe_engine_var *v = NULL, *null_var = NULL;
@@ -951,6 +1008,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("engine");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, random_sequences_match_serial_order);
+  tcase_add_test(tc, affinity_places_ready_ops);
   tcase_add_test(tc, concurrent_pushers_share_variables);
   tcase_add_test(tc, readers_run_in_parallel);
   tcase_add_test(tc, writers_run_alone_in_push_order);

@@ -1,7 +1,7 @@
 /* Thread pool: every task runs exactly once (external and internal
  * submission, 1..8 workers), stealing, FIFO and urgent order from outside,
  * no lost wake-ups over many sleep/wake rounds, free drains, worker ids and
- * start/stop hooks, run_one. Waits in the tests have deadlines, so a lost
+ * start/stop hooks, run_one, submit_to placement. Waits in the tests have deadlines, so a lost
  * wake-up fails instead of hanging. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -373,6 +373,59 @@ START_TEST(run_one_lets_a_worker_help) {
 }
 END_TEST
 
+/* --- placement on a worker ------------------------------------------------------------ */
+
+/* Blocks the worker that runs it until `open`; says which worker that is. */
+typedef struct blocker {
+  atomic_int open, entered, worker;
+} blocker;
+
+static void blocker_fn(void *arg) {
+  blocker *b = arg;
+  atomic_store(&b->worker, pe_pool_current_worker());
+  atomic_store(&b->entered, 1);
+  wait_at_least(&b->open, 1, 10);
+}
+
+typedef struct where {
+  pe_task t;
+  atomic_int ran, worker;
+} where;
+
+static void where_fn(void *arg) {
+  where *w = arg;
+  atomic_store(&w->worker, pe_pool_current_worker());
+  atomic_store(&w->ran, 1);
+}
+
+/* submit_to queues on the given worker: with the other worker blocked, a
+ * task for the free one runs there; a task for the blocked one is not
+ * stuck behind it (the free worker steals it: placement, not a promise).
+ * Sleeping and spinning workers. */
+START_TEST(submit_to_places_tasks) {
+  for (int spin = -1; spin <= 0; spin++)
+    for (int round = 0; round < 20; round++) {
+      pe_pool *p = new_pool(2, spin);
+      blocker b = {0};
+      pe_task bt = {.fn = blocker_fn, .arg = &b};
+      pe_pool_submit(p, &bt);
+      ck_assert(wait_at_least(&b.entered, 1, 10));
+      int busy = atomic_load(&b.worker), free_w = 1 - busy;
+      where to_free = {.t = {.fn = where_fn, .arg = &to_free}};
+      where to_busy = {.t = {.fn = where_fn, .arg = &to_busy}};
+      pe_pool_submit_to(p, free_w + 2, &to_free.t, &to_free.t, 1); /* taken mod threads */
+      ck_assert(wait_at_least(&to_free.ran, 1, 10));
+      ck_assert_int_eq(atomic_load(&to_free.worker), free_w);
+      pe_pool_submit_to(p, busy, &to_busy.t, &to_busy.t, 1);
+      ck_assert_msg(wait_at_least(&to_busy.ran, 1, 10), "task stuck behind a busy worker");
+      ck_assert_int_eq(atomic_load(&to_busy.worker), free_w);
+      ck_assert_int_eq(atomic_load(&b.open), 0); /* the blocker was still running */
+      atomic_store(&b.open, 1);
+      pe_pool_free(p);
+    }
+}
+END_TEST
+
 START_TEST(bad_thread_counts) {
   pe_pool *p = (pe_pool *)1;
   pe_status *st = pe_pool_new(0, NULL, &p);
@@ -398,6 +451,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, free_drains_queued_tasks);
   tcase_add_test(tc, worker_ids_and_hooks);
   tcase_add_test(tc, run_one_lets_a_worker_help);
+  tcase_add_test(tc, submit_to_places_tasks);
   tcase_add_test(tc, bad_thread_counts);
   suite_add_tcase(s, tc);
   return s;
