@@ -566,10 +566,13 @@ static pe_status *sync_streams(pe_par_exec *e) {
  * p mod workers in every run (pe_engine_op_args.affinity's encoding), so
  * that a place's replicas and its part of the batch stay in one core's
  * cache; successors follow their predecessor's worker anyway. 0 (none)
- * for collectives and async devices. */
+ * for collectives, async devices, and graphs with fewer places than
+ * workers (a daemon's pool shared by small models: homing them all on
+ * the first workers would leave the others to steal). */
 static int place_affinity(const pe_par_exec *e, const xnode *x) {
-  if (e->async || x->collective) return 0;
-  return x->n->place % pe_pool_threads(e->rt->pool) + 1;
+  int workers = pe_pool_threads(e->rt->pool);
+  if (e->async || x->collective || e->n_places < workers) return 0;
+  return x->n->place % workers + 1;
 }
 
 /* One run; the feeds come whole (feeds) or split onto the places (split). */
