@@ -41,6 +41,7 @@ struct xnode {
   bool writes_persistable;
   bool random; /* draws from the graph's generator (mutates the PRNG var) */
   bool collective;
+  int affinity; /* home pool worker + 1, 0: none (place_affinity) */
 
   /* OP and LOSS_GRAD_SCALE: bound once at compile (seq_executor's layout). */
   pe_kernel_fn kernel;

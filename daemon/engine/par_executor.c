@@ -148,6 +148,19 @@ pe_status *par_compile_op_node(pe_par_exec *e, xnode *x, pe_device_ctx *ctx) {
   return NULL;
 }
 
+/* Cache affinity on cpu places: place p's ops start on pool worker
+ * p mod workers in every run (pe_engine_op_args.affinity's encoding), so
+ * that a place's replicas and its part of the batch stay in one core's
+ * cache; successors follow their predecessor's worker anyway. 0 (none)
+ * for collectives, async devices, and graphs with fewer places than
+ * workers (a daemon's pool shared by small models: homing them all on
+ * the first workers would leave the others to steal). */
+static int place_affinity(const pe_par_exec *e, const xnode *x) {
+  int workers = pe_pool_threads(e->rt->pool);
+  if (e->async || x->collective || e->n_places < workers) return 0;
+  return x->n->place % workers + 1;
+}
+
 static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   pe_graph *g = e->g;
   xnode *x = &e->x[id];
@@ -185,6 +198,7 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   x->random = n->def && (n->def->flags & PE_OP_RANDOM);
   if (x->random) add_unique(x->muts, &x->n_muts, e->m->prng);
   x->engine = x->n_reads + x->n_muts > 0;
+  x->affinity = place_affinity(e, x);
   /* Distinct producers (the in-degree's nodes). */
   for (int i = 0; i < n->n_in; i++) {
     int pr = g->vars[n->in[i]].producer;
@@ -562,19 +576,6 @@ static pe_status *sync_streams(pe_par_exec *e) {
   return first;
 }
 
-/* Cache affinity on cpu places: place p's ops start on pool worker
- * p mod workers in every run (pe_engine_op_args.affinity's encoding), so
- * that a place's replicas and its part of the batch stay in one core's
- * cache; successors follow their predecessor's worker anyway. 0 (none)
- * for collectives, async devices, and graphs with fewer places than
- * workers (a daemon's pool shared by small models: homing them all on
- * the first workers would leave the others to steal). */
-static int place_affinity(const pe_par_exec *e, const xnode *x) {
-  int workers = pe_pool_threads(e->rt->pool);
-  if (e->async || x->collective || e->n_places < workers) return 0;
-  return x->n->place % workers + 1;
-}
-
 /* One run; the feeds come whole (feeds) or split onto the places (split). */
 static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split, int n_feeds,
                       const char *const *fetch, int n_fetch, pe_tensor *fetched,
@@ -631,7 +632,7 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
                            x->n_muts,
                            e->opts->priority,
                            g->nodes[i].in_degree + 1,
-                           place_affinity(e, x)};
+                           x->affinity};
     pe_status *pst = pe_engine_op_new(eng, &a, &x->eop);
     if (pst) {
       /* Cannot happen short of memory; treat the node as failed and done. */
@@ -647,18 +648,27 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
    * after the other's whole guard loop), then the other engine guards. */
   for (int i = 0; i < g->n_nodes; i++)
     if (e->x[i].engine && g->nodes[i].in_degree == 0) pe_engine_op_dep_done(eng, e->x[i].eop);
+  pe_task *first = NULL, *last = NULL;
+  int n_roots = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (x->engine) {
       if (g->nodes[i].in_degree > 0) pe_engine_op_dep_done(eng, x->eop);
     } else if (g->nodes[i].in_degree == 0 && x->eop == NULL && !atomic_load(&x->failed)) {
-      int a = place_affinity(e, x);
-      if (a > 0)
-        pe_pool_submit_to(e->rt->pool, a - 1, &x->task, &x->task, 1);
+      if (x->affinity > 0) {
+        pe_pool_submit_to(e->rt->pool, x->affinity - 1, &x->task, &x->task, 1);
+        continue;
+      }
+      x->task.next = NULL; /* no home worker: one batch, one wake-up check */
+      if (last)
+        last->next = &x->task;
       else
-        pe_pool_submit(e->rt->pool, &x->task);
+        first = &x->task;
+      last = &x->task;
+      n_roots++;
     }
   }
+  if (n_roots) pe_pool_submit_batch(e->rt->pool, first, last, n_roots);
 
   pthread_mutex_lock(&e->done_mu);
   while (atomic_load(&e->remaining) > 0) pthread_cond_wait(&e->done_cv, &e->done_mu);
