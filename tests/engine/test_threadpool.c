@@ -13,28 +13,7 @@
 
 #include "check_main.h"
 #include "engine/threadpool.h"
-
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define SCALE 4 /* sanitizers are slow: fewer rounds */
-#else
-#define SCALE 1
-#endif
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Spin (yielding) until *v >= want or the deadline passes. */
-static bool wait_at_least(atomic_int *v, int want, double seconds) {
-  double end = now_s() + seconds;
-  while (atomic_load(v) < want) {
-    if (now_s() > end) return false;
-    sched_yield();
-  }
-  return true;
-}
+#include "engine_test_util.h"
 
 static pe_pool *new_pool(int n, int spin_us) {
   pe_pool_opts o = {.spin_us = spin_us};
@@ -375,18 +354,6 @@ END_TEST
 
 /* --- placement on a worker ------------------------------------------------------------ */
 
-/* Blocks the worker that runs it until `open`; says which worker that is. */
-typedef struct blocker {
-  atomic_int open, entered, worker;
-} blocker;
-
-static void blocker_fn(void *arg) {
-  blocker *b = arg;
-  atomic_store(&b->worker, pe_pool_current_worker());
-  atomic_store(&b->entered, 1);
-  wait_at_least(&b->open, 1, 10);
-}
-
 typedef struct where {
   pe_task t;
   atomic_int ran, worker;
@@ -406,11 +373,8 @@ START_TEST(submit_to_places_tasks) {
   for (int spin = -1; spin <= 0; spin++)
     for (int round = 0; round < 20; round++) {
       pe_pool *p = new_pool(2, spin);
-      blocker b = {0};
-      pe_task bt = {.fn = blocker_fn, .arg = &b};
-      pe_pool_submit(p, &bt);
-      ck_assert(wait_at_least(&b.entered, 1, 10));
-      int busy = atomic_load(&b.worker), free_w = 1 - busy;
+      worker_block b = {0};
+      int busy = worker_block_start(p, &b), free_w = 1 - busy;
       where to_free = {.t = {.fn = where_fn, .arg = &to_free}};
       where to_busy = {.t = {.fn = where_fn, .arg = &to_busy}};
       pe_pool_submit_to(p, free_w + 2, &to_free.t, &to_free.t, 1); /* taken mod threads */
