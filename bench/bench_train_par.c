@@ -85,10 +85,8 @@ static int par_setup(trainer *t) {
   pe_tensor_init(&s->out[1]);
   pe_status *st = pe_places_parse(t->cfg.places, &s->kind, &s->n_places);
   if (st) return pe_bench_train_fail(st, "--places");
-  if (s->kind == PE_PLACE_CUDA)
-    return pe_bench_train_fail(pe_error(PE_EINVAL, "places '%s': use cpu:N or sim:N",
-                                        t->cfg.places),
-                               "--places");
+  if ((st = pe_model_check_kind(s->kind))) /* cuda: not yet, and why */
+    return pe_bench_train_fail(st, "--places");
   const char *strategy = t->cfg.strategy ? t->cfg.strategy : "allreduce";
   if (!strcmp(strategy, "allreduce")) s->strategy = PE_STRATEGY_ALLREDUCE;
   else if (!strcmp(strategy, "reduce")) s->strategy = PE_STRATEGY_REDUCE;

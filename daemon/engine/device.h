@@ -110,6 +110,10 @@ typedef struct pe_device_opts {
 typedef struct pe_device_ops {
   const char *name; /* "cpu", "sim", "cuda" */
   bool async;       /* launch returns before fn ran (sim, cuda) */
+  /* The device's memory is host memory: once the stream work that writes a
+   * block completed, the host may read and write it directly (cpu, sim).
+   * false (cuda): only copies queued on the device's streams reach it. */
+  bool host_memory;
   pe_status *(*open)(pe_place place, const pe_device_opts *opts, pe_device **out);
   /* Drains every stream, stops the stream threads and frees the device.
    * Every event must have been put back. */

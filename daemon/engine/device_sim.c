@@ -340,6 +340,7 @@ static pe_status *sim_open(pe_place place, const pe_device_opts *opts, pe_device
 const pe_device_ops pe_device_sim_ops = {
     .name = "sim",
     .async = true,
+    .host_memory = true,
     .open = sim_open,
     .close = sim_close,
     .launch = sim_launch,

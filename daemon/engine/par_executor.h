@@ -123,8 +123,18 @@ pe_status *pe_runtime_device(pe_runtime *rt, pe_place place, int n_places_hint, 
 /* --- model: parameters across places -------------------------------------- */
 typedef struct pe_model pe_model;
 
-/* n_places places of `kind` (cpu:0.., sim:0..). seed: the model's PRNG seed
- * (0: 1); a seeded run gives the same numbers whatever the thread count. */
+/* Whether models (and so executors) can live on places of `kind`: NULL when
+ * they can, else the reason (caller frees). The executor reads and writes
+ * place memory from the host in places (fetches, pe_model_get/set, the
+ * loss-gradient scale, zeroed gradients of empty places, cpu and sim
+ * collectives), so it needs devices whose memory is host memory
+ * (pe_device_ops.host_memory): cpu and sim. cuda is refused here, before
+ * any device is opened, instead of faulting on device pointers later. */
+pe_status *pe_model_check_kind(pe_place_kind kind);
+
+/* n_places places of `kind` (cpu:0.., sim:0..; pe_model_check_kind's error
+ * otherwise). seed: the model's PRNG seed (0: 1); a seeded run gives the
+ * same numbers whatever the thread count. */
 pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64_t seed,
                         pe_model **out);
 /* Waits for the model's pending work; frees parameters. Executors bound to

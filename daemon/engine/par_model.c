@@ -6,9 +6,24 @@
 
 #include "engine/par_internal.h"
 
+pe_status *pe_model_check_kind(pe_place_kind kind) {
+  const pe_device_ops *ops = pe_device_kind_ops(kind);
+  if (!ops)
+    return pe_error(PE_EINVAL, "places of kind %s: not built into this daemon",
+                    pe_place_kind_name(kind));
+  if (!ops->host_memory)
+    return pe_error(PE_EINVAL,
+                    "places of kind %s: the parallel executor does not run on them yet (it "
+                    "reaches fetches, parameters and the loss-gradient scale through host "
+                    "memory, and %s memory is not host memory); use cpu:N or sim:N",
+                    pe_place_kind_name(kind), pe_place_kind_name(kind));
+  return NULL;
+}
+
 pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64_t seed,
                         pe_model **out) {
   *out = NULL;
+  PE_TRY(pe_status_wrap(pe_model_check_kind(kind), "model"));
   if (n_places < 1 || n_places > PE_MAX_PLACES)
     return pe_error(PE_EINVAL, "model: %d places (1..%d)", n_places, PE_MAX_PLACES);
   pe_model *m = calloc(1, sizeof(*m));

@@ -45,6 +45,7 @@ START_TEST(cuda_kind_is_registered) {
   ck_assert_ptr_nonnull(ops);
   ck_assert_str_eq(ops->name, "cuda");
   ck_assert(ops->async);
+  ck_assert(!ops->host_memory); /* device pointers: never dereferenced on the host */
   ck_assert_ptr_nonnull(ops->event_init);
   ck_assert_ptr_nonnull(ops->event_fini);
 }

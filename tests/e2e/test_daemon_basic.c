@@ -350,6 +350,17 @@ START_TEST(test_two_places) {
   rep = dh_call(s, &rq);
   dh_err(rep, PE_EINVAL, "options.strategy 7 unknown (0 allreduce, 1 reduce, 2 sharded)");
   pe__reply__free_unpacked(rep, NULL);
+  /* cuda places are refused with the reason (the executor does not run on
+   * them yet), with or without a GPU here; the daemon answers on. */
+  rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_REGISTER;
+  rq.register_ = &reg;
+  reg.model = (char *)"five";
+  opts.strategy = PE__STRATEGY__ALLREDUCE;
+  opts.places = (char *)"cuda:1";
+  rep = dh_call(s, &rq);
+  dh_err(rep, PE_EINVAL, "places of kind cuda");
+  pe__reply__free_unpacked(rep, NULL);
   dh_places = NULL;
   rep = dh_init(s, CLIENT, h1);
   dh_ok(rep);

@@ -305,6 +305,29 @@ START_TEST(random_ops_independent_of_threads) {
 }
 END_TEST
 
+/* --- place kinds ------------------------------------------------------------------- */
+
+/* cpu and sim models work; a cuda model is refused with the reason before
+ * any device is opened (no GPU is touched: this runs on machines without
+ * one, and where one exists it must not be reached through host pointers). */
+START_TEST(model_place_kinds) {
+  PE_CK_OK(pe_model_check_kind(PE_PLACE_CPU));
+  PE_CK_OK(pe_model_check_kind(PE_PLACE_SIM));
+  const pe_device_ops *cuda = pe_device_kind_ops(PE_PLACE_CUDA);
+  const char *why = cuda ? "host memory" : "not built";
+  expect_errors(pe_model_check_kind(PE_PLACE_CUDA), PE_EINVAL, "cuda", why, (const char *)NULL);
+  pe_runtime *rt = rt_new(1);
+  pe_model *m = (pe_model *)1;
+  expect_errors(pe_model_new(rt, PE_PLACE_CUDA, 1, 1, &m), PE_EINVAL, "model", "cuda", why,
+                (const char *)NULL);
+  ck_assert_ptr_null(m);
+  /* The runtime is unharmed: a cpu model on it works. */
+  PE_CK_OK(pe_model_new(rt, PE_PLACE_CPU, 1, 1, &m));
+  pe_model_free(m);
+  pe_runtime_free(rt);
+}
+END_TEST
+
 /* --- model get / set ---------------------------------------------------------------- */
 
 START_TEST(model_get_set) {
@@ -479,6 +502,7 @@ static Suite *misc_suite(void) {
   tcase_add_test(tc, two_models_two_threads);
   tcase_add_test(tc, disjoint_models_overlap_same_model_ordered);
   tcase_add_test(tc, random_ops_independent_of_threads);
+  tcase_add_test(tc, model_place_kinds);
   tcase_add_test(tc, model_get_set);
   tcase_add_test(tc, model_get_after_run);
   tcase_add_test(tc, timeline_spans);
