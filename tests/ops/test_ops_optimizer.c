@@ -215,7 +215,8 @@ START_TEST(inference_errors) {
   expect_error(ph_infer_op(s, op, m, 5), PE_EATTR, "beta1 = 1");
   PE_CK_OK(pe_op_set_float(op, "beta1", 0.9f));
   ph_set_f32(s, "b1p", PE_SHAPE(1), (float[]){1.0f});
-  expect_error(ph_run_op(s, op, NULL), PE_EINVAL, "Beta1Pow = 1");
+  expect_errors(ph_run_op(s, op, NULL), PE_EINVAL, "Beta1Pow 'b1p' = 1", "Param 'w'",
+                (const char *)NULL);
   pe_op_desc_free(op);
   pe_scope_free(s);
 }

@@ -168,9 +168,14 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
   double b1pow = pe_f32(pe_kin(c, ADAM_B1POW, 0))[0], b2pow = pe_f32(pe_kin(c, ADAM_B2POW, 0))[0];
   float b1 = pe_attr_f(c->def, c->desc, "beta1"), b2 = pe_attr_f(c->def, c->desc, "beta2");
   float eps = pe_attr_f(c->def, c->desc, "epsilon");
-  if (!(b1pow < 1.0) || !(b2pow < 1.0)) /* a state tensor set by hand to >= 1 */
-    return pe_kernel_error(
-        c, PE_EINVAL, "Beta1Pow = %g, Beta2Pow = %g: bias correction needs both < 1", b1pow, b2pow);
+  if (!(b1pow < 1.0) || !(b2pow < 1.0)) { /* a state tensor set by hand to >= 1 */
+    const char *v1 = pe_op_input_arg(c->desc, "Beta1Pow"), *v2 = pe_op_input_arg(c->desc, "Beta2Pow");
+    const char *w = pe_op_input_arg(c->desc, "Param");
+    return pe_kernel_error(c, PE_EINVAL,
+                           "Beta1Pow '%s' = %g, Beta2Pow '%s' = %g (shape [1]) of Param '%s': bias "
+                           "correction needs both < 1",
+                           v1 ? v1 : "?", b1pow, v2 ? v2 : "?", b2pow, w ? w : "?");
+  }
   float lr_t = (float)(lr * sqrt(1.0 - b2pow) / (1.0 - b1pow));
   int64_t n = pe_tensor_numel(pe_kin(c, ADAM_PARAM, 0));
   int nt = pe_kernel_threads(c);
