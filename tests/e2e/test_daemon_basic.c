@@ -313,6 +313,27 @@ START_TEST(test_oversized) {
 }
 END_TEST
 
+/* Sending reg as a new request for CLIENT (a repeated request id would be
+ * answered from the reply cache) fails with code/needle. */
+static void register_fails(int s, Pe__RegisterRequest *reg, int code, const char *needle) {
+  Pe__Request rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_REGISTER;
+  rq.register_ = reg;
+  Pe__Reply *rep = dh_call(s, &rq);
+  dh_err(rep, code, needle);
+  pe__reply__free_unpacked(rep, NULL);
+}
+
+/* Registering `mlp` as model `model` (default options) fails with code/needle. */
+static void register_refused(int s, const pe_model_spec *mlp, const char *model, int code,
+                             const char *needle) {
+  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
+  reg.program.data = mlp->bytes;
+  reg.program.len = mlp->len;
+  reg.model = (char *)model;
+  register_fails(s, &reg, code, needle);
+}
+
 /* A model on cpu:2 (data parallel) gives the cpu:1 losses: the batch is
  * split, the gradients all-reduced, the loss weighted by each share. */
 START_TEST(test_two_places) {
@@ -327,7 +348,6 @@ START_TEST(test_two_places) {
   uint64_t h3 = dh_register(s, CLIENT, &mlp, "three", 5, false, NULL, NULL);
   dh_strategy = PE__STRATEGY__ALLREDUCE;
   /* One model name lives on one set of places. */
-  Pe__Request rq = dh_req(CLIENT);
   Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
   Pe__RegisterOptions opts = PE__REGISTER_OPTIONS__INIT;
   opts.places = (char *)"cpu:2";
@@ -335,33 +355,19 @@ START_TEST(test_two_places) {
   reg.program.len = mlp.len;
   reg.model = (char *)"one";
   reg.options = &opts;
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &reg;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_err(rep, PE_EINVAL, "lives on cpu:1");
-  pe__reply__free_unpacked(rep, NULL);
-  /* An unknown strategy is refused by name (a new request: the daemon
-   * answers a repeated request id from its reply cache). */
-  rq = dh_req(CLIENT);
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &reg;
+  register_fails(s, &reg, PE_EINVAL, "lives on cpu:1");
+  /* An unknown strategy is refused by name. */
   reg.model = (char *)"four";
   opts.strategy = (Pe__Strategy)7;
-  rep = dh_call(s, &rq);
-  dh_err(rep, PE_EINVAL, "options.strategy 7 unknown (0 allreduce, 1 reduce, 2 sharded)");
-  pe__reply__free_unpacked(rep, NULL);
+  register_fails(s, &reg, PE_EINVAL, "options.strategy 7 unknown (0 allreduce, 1 reduce, 2 sharded)");
   /* cuda places are refused with the reason (the executor does not run on
-   * them yet), with or without a GPU here; the daemon answers on. */
-  rq = dh_req(CLIENT);
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &reg;
+   * them yet), with or without a GPU here; the daemon answers on (below). */
   reg.model = (char *)"five";
   opts.strategy = PE__STRATEGY__ALLREDUCE;
   opts.places = (char *)"cuda:1";
-  rep = dh_call(s, &rq);
-  dh_err(rep, PE_EINVAL, "places of kind cuda");
-  pe__reply__free_unpacked(rep, NULL);
+  register_fails(s, &reg, PE_EINVAL, "places of kind cuda");
   dh_places = NULL;
+  Pe__Reply *rep;
   rep = dh_init(s, CLIENT, h1);
   dh_ok(rep);
   pe__reply__free_unpacked(rep, NULL);
@@ -373,7 +379,7 @@ START_TEST(test_two_places) {
   pe__reply__free_unpacked(rep, NULL);
   /* Status lists every place a model lives on: cpu:0 holds both models'
    * parameters, cpu:1 only the replica of the cpu:2 model. */
-  rq = dh_req(CLIENT);
+  Pe__Request rq = dh_req(CLIENT);
   rq.body_case = PE__REQUEST__BODY_STATUS;
   rq.status = 1;
   rep = dh_call(s, &rq);
@@ -404,21 +410,6 @@ START_TEST(test_two_places) {
   dh_cleanup(&d);
 }
 END_TEST
-
-/* Registering `mlp` as model `model` for CLIENT fails with code/needle. */
-static void register_refused(int s, const pe_model_spec *mlp, const char *model, int code,
-                             const char *needle) {
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
-  reg.program.data = mlp->bytes;
-  reg.program.len = mlp->len;
-  reg.model = (char *)model;
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &reg;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_err(rep, code, needle);
-  pe__reply__free_unpacked(rep, NULL);
-}
 
 START_TEST(test_limits) {
   dh_daemon d = {0};
