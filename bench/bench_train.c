@@ -53,8 +53,8 @@ typedef struct opt_row {
 #define CFG(f) offsetof(train_cfg, f)
 static const opt_row opts[] = {
     {"model", OPT_STR, CFG(model), 0, 0, "mlp | cnn (required)"},
-    {"executor", OPT_STR, CFG(executor), 0, 0, "sequential (default) | parallel"},
-    {"places", OPT_STR, CFG(places), 0, 0, "cpu:N | sim:N (parallel; sequential: cpu:1)"},
+    {"executor", OPT_STR, CFG(executor), 0, 0, "sequential | parallel (default: sequential; parallel on cuda places)"},
+    {"places", OPT_STR, CFG(places), 0, 0, "cpu:N | sim:N | cuda:0 (parallel; sequential: cpu:1)"},
     {"batch", OPT_INT, CFG(batch), 1, 1 << 16, "mini-batch size (mlp 128, cnn 64)"},
     {"epochs", OPT_INT, CFG(epochs), 1, 1000, "passes over the 60,000 training images (1)"},
     {"steps", OPT_INT, CFG(steps), 1, 1L << 40, "cap on steps per epoch (none)"},
@@ -433,7 +433,7 @@ static int run_one(trainer *t, train_result *r) {
 }
 
 int pe_bench_train(int argc, char **argv) {
-  trainer t = {.cfg = {.executor = "sequential", .epochs = 1, .seed = 1}};
+  trainer t = {.cfg = {.epochs = 1, .seed = 1}};
   int rc = parse_args(argc, argv, &t.cfg);
   if (rc) return rc;
   if (t.cfg.help) {
@@ -443,6 +443,10 @@ int pe_bench_train(int argc, char **argv) {
   if (!t.cfg.model) return bad_args("--model is required (%s)%s", pe_model_spec_names(), "");
   if (strcmp(t.cfg.model, "mlp") && strcmp(t.cfg.model, "cnn"))
     return bad_args("unknown model '%s' (known: %s)", t.cfg.model, pe_model_spec_names());
+  /* Only the parallel executor runs on cuda places, so they imply it. */
+  if (!t.cfg.executor)
+    t.cfg.executor =
+        t.cfg.places && !strncmp(t.cfg.places, "cuda", 4) ? "parallel" : "sequential";
   for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
     if (!strcmp(t.cfg.executor, backends[i]->executor)) t.be = backends[i];
   if (!t.be)

@@ -85,7 +85,7 @@ static int par_setup(trainer *t) {
   pe_tensor_init(&s->out[1]);
   pe_status *st = pe_places_parse(t->cfg.places, &s->kind, &s->n_places);
   if (st) return pe_bench_train_fail(st, "--places");
-  if ((st = pe_model_check_kind(s->kind))) /* cuda: not yet, and why */
+  if ((st = pe_model_check_places(s->kind, s->n_places))) /* e.g. cuda:2: not yet, and why */
     return pe_bench_train_fail(st, "--places");
   const char *strategy = t->cfg.strategy ? t->cfg.strategy : "allreduce";
   if (!strcmp(strategy, "allreduce")) s->strategy = PE_STRATEGY_ALLREDUCE;

@@ -100,6 +100,7 @@ void pe_device_base_init(pe_device *d, const pe_device_ops *ops, pe_place place,
   d->ops = ops;
   d->place = place;
   d->threads = threads > 0 ? threads : pe_cpu_cores();
+  d->host_memory = ops->host_memory;
   pthread_mutex_init(&d->ev_mu, NULL);
   d->ev_free = NULL;
   d->ev_out = 0;

@@ -103,6 +103,11 @@ typedef struct pe_device_opts {
   /* 0 (default): the threads the device creates to run kernels (sim
    * streams) flush denormals to zero (core/fpenv.h); non-zero: keep them. */
   int keep_denormals;
+  /* sim only, a test hook: non-zero makes the device report that its memory
+   * is not host memory (pe_device_host_memory false), so the executor
+   * reaches it only through copies, as on cuda, and that path is exercised
+   * without a GPU. The memory itself stays host memory. */
+  int device_memory;
 } pe_device_opts;
 
 /* One row per device kind. Implementations: device_cpu.c, device_sim.c.
@@ -162,6 +167,7 @@ struct pe_device {
   const pe_device_ops *ops;
   pe_place place;
   int threads;         /* intra-op budget (>= 1) */
+  bool host_memory;    /* ops->host_memory, unless opened with opts.device_memory */
   pe_allocator *alloc; /* caching allocator: host memory (cpu, sim), device memory (cuda) */
   pe_stream *streams[PE_STREAM_KINDS];
   /* Event pool (device.c): ev_mu guards ev_free and ev_out. */
@@ -183,6 +189,12 @@ static inline pe_stream *pe_device_stream(pe_device *d, pe_stream_kind k) {
 }
 static inline bool pe_device_is_async(const pe_device *d) {
   return d->ops->async;
+}
+/* Whether the host may read and write this device's memory directly (once
+ * the stream work that writes a block completed); false: only copies on its
+ * streams reach it (engine/place_io.h does them). */
+static inline bool pe_device_host_memory(const pe_device *d) {
+  return d->host_memory;
 }
 static inline pe_allocator *pe_device_allocator(pe_device *d) {
   return d->alloc;

@@ -296,6 +296,7 @@ static pe_status *sim_open(pe_place place, const pe_device_opts *opts, pe_device
   sim_device *d = calloc(1, sizeof(*d));
   if (!d) return pe_error(PE_ENOMEM, "sim:%d: out of memory", place.id);
   pe_device_base_init(&d->base, &pe_device_sim_ops, place, opts->threads);
+  if (opts->device_memory) d->base.host_memory = false; /* the test hook (device.h) */
   /* Device memory is host memory behind the device's own caching
    * allocator; tensors from it must be released before close. */
   d->base.alloc = pe_allocator_new();

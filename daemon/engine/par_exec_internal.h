@@ -89,6 +89,12 @@ struct xnode {
   pe_engine_op *eop;  /* engine nodes: this run's op */
   pe_task task;
   float scale; /* LOSS_GRAD_SCALE: n_p / N */
+  /* LOSS_GRAD_SCALE: the node's own copy of its fill_constant desc, whose
+   * 'value' attribute (scale_attr) each run sets to scale_base * n_p / N, so
+   * the place's own kernel writes the scaled seed on any device kind. */
+  pe_op_desc *scale_desc;
+  pe_attr *scale_attr;
+  float scale_base;
 };
 
 typedef struct par_feedvar {
@@ -125,7 +131,10 @@ struct pe_par_exec {
 #define PAR_FETCH_CACHE 8
   char *fetch_name[PAR_FETCH_CACHE];
   int *fetch_lv[PAR_FETCH_CACHE]; /* [n_places] */
-  pe_rng rng;                     /* the graph's generator (ordered by the model's prng var) */
+  /* [n_places] host copies of place tensors a fetch reads when the place's
+   * memory is not host memory (par_feed.c); capacity kept across runs. */
+  pe_tensor *stage;
+  pe_rng rng; /* the graph's generator (ordered by the model's prng var) */
 
   pthread_mutex_t run_mu; /* one run at a time */
 

@@ -36,6 +36,7 @@
 
 #include "engine/op_run.h"
 #include "engine/par_exec_internal.h"
+#include "engine/place_io.h"
 
 #define OOM() pe_error(PE_ENOMEM, "parallel executor: out of memory")
 
@@ -74,9 +75,10 @@ static pe_status *compile_lvars(pe_par_exec *e) {
       if (!mem)
         return pe_error(PE_ENOMEM, "parallel executor: out of memory for bucket %d (%lld bytes)", b,
                         (long long)g->buckets[b].bytes);
-      memset(mem, 0, (size_t)g->buckets[b].bytes); /* padding is summed too */
       e->bucket_mem[b * e->n_places + p] = mem;
       e->bucket_cap[b * e->n_places + p] = cap;
+      /* Padding is summed too. */
+      PE_TRY(pe_place_zero(e->dev[p], mem, (size_t)g->buckets[b].bytes, "fused gradient bucket"));
     }
   char sb[PE_SHAPE_STRLEN];
   for (int i = 0; i < g->n_lvars; i++) {
@@ -161,6 +163,23 @@ static int place_affinity(const pe_par_exec *e, const xnode *x) {
   return x->n->place % workers + 1;
 }
 
+/* The loss-gradient seed of a place is its fill_constant with the value
+ * scaled by the place's share of the batch: the kernel of the place's kind
+ * writes it (no host access to place memory), reading the node's own copy
+ * of the desc, whose 'value' each run sets before the node is launched. */
+static pe_status *compile_scale(xnode *x) {
+  const pe_graph_node *n = x->n;
+  if (strcmp(n->def->type, "fill_constant"))
+    return pe_error(PE_EINTERNAL, "node %d %s: loss-gradient seed is op '%s', not fill_constant",
+                    x->id, n->name, n->def->type);
+  x->scale_base = pe_attr_f(n->def, n->desc, "value");
+  PE_TRY(pe_op_desc_clone(n->desc, &x->scale_desc));
+  PE_TRY(pe_op_set_float(x->scale_desc, "value", x->scale_base));
+  x->scale_attr = pe_op_find_attr(x->scale_desc, "value");
+  x->ic.desc = x->kc.desc = x->scale_desc;
+  return NULL;
+}
+
 static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   pe_graph *g = e->g;
   xnode *x = &e->x[id];
@@ -219,7 +238,9 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
     for (int i = 0; i < n->n_out_lv; i++) lv_batch[n->out_lv[i]] = true;
   if (n->kind == PE_NODE_OP || n->kind == PE_NODE_LOSS_GRAD_SCALE)
     PE_TRY(par_compile_op_node(e, x, pe_stream_ctx(x->stream)));
-  else
+  if (n->kind == PE_NODE_LOSS_GRAD_SCALE)
+    PE_TRY(compile_scale(x));
+  else if (n->kind != PE_NODE_OP)
     PE_TRY(par_coll_compile(e, x));
   /* Events for async devices. */
   if (e->async) {
@@ -275,9 +296,10 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   pthread_cond_init(&e->done_cv, NULL);
   pe_status *st = NULL;
   e->n_rows = calloc((size_t)e->n_places, sizeof(*e->n_rows));
+  e->stage = calloc((size_t)e->n_places, sizeof(*e->stage));
   e->x = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(*e->x));
   bool *lv_batch = calloc((size_t)(g->n_lvars ? g->n_lvars : 1), sizeof(bool));
-  if (!e->n_rows || !e->x || !lv_batch) st = OOM();
+  if (!e->n_rows || !e->stage || !e->x || !lv_batch) st = OOM();
   if (!st) st = compile_lvars(e);
   for (int i = 0; !st && i < g->n_lvars; i++) lv_batch[i] = g->lvars[i].feed;
   for (int i = 0; !st && i < g->n_nodes; i++) st = compile_node(e, i, lv_batch);
@@ -317,6 +339,7 @@ void pe_par_exec_free(pe_par_exec *e) {
     for (int k = 0; x->ev && k < x->n_ev; k++) pe_event_put(x->ev[k]);
     free(x->ev);
     free(x->ev_stream);
+    pe_op_desc_free(x->scale_desc);
     par_coll_free(x);
   }
   if (e->end_ev)
@@ -347,6 +370,8 @@ void pe_par_exec_free(pe_par_exec *e) {
     free(e->fetch_name[i]);
     free(e->fetch_lv[i]);
   }
+  for (int p = 0; e->stage && p < e->n_places; p++) pe_tensor_release(&e->stage[p]);
+  free(e->stage);
   free(e->n_rows);
   pthread_mutex_destroy(&e->run_mu);
   pthread_mutex_destroy(&e->done_mu);
@@ -406,14 +431,6 @@ static pe_status *run_op(xnode *x) {
   uint64_t t0 = e->tl ? pe_timeline_now_ns() : 0;
   pe_status *st =
       pe_op_run(x->n->def, x->kernel, x->tl, x->ml, &x->ic, &x->kc, pe_device_allocator(x->dev));
-  if (!st && x->n->kind == PE_NODE_LOSS_GRAD_SCALE) {
-    pe_tensor *t = x->tl[x->n->def->n_inputs].n ? x->tl[x->n->def->n_inputs].t[0] : NULL;
-    if (t && t->dtype == PE_F32)
-      for (int64_t i = 0; i < pe_tensor_numel(t); i++) pe_f32(t)[i] = x->scale;
-    else if (t)
-      st = pe_error(PE_EDTYPE, "loss_grad_scale: '%s' is %s, expected f32",
-                    x->names[x->n->n_in_data], pe_dtype_name(t->dtype));
-  }
   if (e->tl) {
     char lane[32];
     if (pe_device_is_async(x->dev))
@@ -614,8 +631,10 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
     atomic_store_explicit(&x->sfail, false, memory_order_relaxed);
     x->eop = NULL;
     x->task = (pe_task){task_fn, x, NULL};
-    if (x->n->kind == PE_NODE_LOSS_GRAD_SCALE)
+    if (x->n->kind == PE_NODE_LOSS_GRAD_SCALE) {
       x->scale = e->batch > 0 ? (float)((double)e->n_rows[x->n->place] / (double)e->batch) : 1.0f;
+      x->scale_attr->f = x->scale_base * x->scale;
+    }
   }
   /* Push the engine nodes in node order, each held by one guard dependency,
    * then drop the guards; then start the non-engine roots. */

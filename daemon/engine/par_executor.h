@@ -106,6 +106,10 @@ typedef struct pe_runtime_opts {
   /* 0 (default): pool workers and sim stream threads flush denormals to
    * zero (FTZ+DAZ, core/fpenv.h says why); non-zero: IEEE denormals. */
   int keep_denormals;
+  /* Test hook: sim places opened by this runtime treat their memory as
+   * device memory (pe_device_opts.device_memory), so models on them take
+   * the copy paths cuda places take. */
+  int sim_device_memory;
 } pe_runtime_opts;
 
 typedef struct pe_runtime pe_runtime;
@@ -123,17 +127,16 @@ pe_status *pe_runtime_device(pe_runtime *rt, pe_place place, int n_places_hint, 
 /* --- model: parameters across places -------------------------------------- */
 typedef struct pe_model pe_model;
 
-/* Whether models (and so executors) can live on places of `kind`: NULL when
- * they can, else the reason (caller frees). The executor reads and writes
- * place memory from the host in places (fetches, pe_model_get/set, the
- * loss-gradient scale, zeroed gradients of empty places, cpu and sim
- * collectives), so it needs devices whose memory is host memory
- * (pe_device_ops.host_memory): cpu and sim. cuda is refused here, before
- * any device is opened, instead of faulting on device pointers later. */
-pe_status *pe_model_check_kind(pe_place_kind kind);
+/* Whether models (and so executors) can live on n_places places of `kind`:
+ * NULL when they can, else the reason (caller frees). The kind must be built
+ * in. On places whose memory the host does not reach (cuda) the executor
+ * goes through copies (engine/place_io.h) and runs on one place; its
+ * collectives over such memory (NCCL) are not wired in, so more than one
+ * cuda place is refused here, before any device is opened. */
+pe_status *pe_model_check_places(pe_place_kind kind, int n_places);
 
-/* n_places places of `kind` (cpu:0.., sim:0..; pe_model_check_kind's error
- * otherwise). seed: the model's PRNG seed (0: 1); a seeded run gives the
+/* n_places places of `kind` (cpu:0.., sim:0.., cuda:0; pe_model_check_places'
+ * error otherwise). seed: the model's PRNG seed (0: 1); a seeded run gives the
  * same numbers whatever the thread count. */
 pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64_t seed,
                         pe_model **out);

@@ -6,6 +6,7 @@
 
 #include "engine/op_run.h"
 #include "engine/par_exec_internal.h"
+#include "engine/place_io.h"
 #include "engine/prefetch.h"
 
 #define OOM() pe_error(PE_ENOMEM, "parallel executor: out of memory")
@@ -243,13 +244,17 @@ pe_status *par_buffers_bind(pe_par_exec *e) {
 }
 
 /* A place with no sample contributes zero gradients to the collectives. The
- * previous run synced every stream, so the host may write them. */
+ * previous run synced every stream, and pe_place_zero has completed when it
+ * returns, so every stream's work launched afterwards sees the zeros. */
 void par_zero_grads(pe_par_exec *e) {
   const pe_graph *g = e->g;
   for (int p = 0; p < e->n_places; p++) {
     if (e->n_rows[p] > 0) continue;
-    for (int b = 0; b < g->n_buckets; b++)
-      memset(e->bucket_mem[b * e->n_places + p], 0, (size_t)g->buckets[b].bytes);
+    for (int b = 0; b < g->n_buckets; b++) {
+      pe_status *st = pe_place_zero(e->dev[p], e->bucket_mem[b * e->n_places + p],
+                                    (size_t)g->buckets[b].bytes, "fused gradient bucket");
+      if (st) par_fail(e, st);
+    }
     for (int i = 0; i < g->n_params; i++) {
       int lv = e->grad_lv[i * e->n_places + p], plv = e->param_lv[i * e->n_places + p];
       if (lv < 0 || plv < 0) continue;
@@ -263,10 +268,8 @@ void par_zero_grads(pe_par_exec *e) {
       }
       pe_status *st =
           pe_tensor_fit(t, pe_device_allocator(e->dev[p]), w->dtype, &w->shape, g->lvars[lv].name);
-      if (st)
-        par_fail(e, st);
-      else
-        pe_tensor_zero(t);
+      if (!st) st = pe_place_zero(e->dev[p], t->data, pe_tensor_bytes(t), g->lvars[lv].name);
+      if (st) par_fail(e, st);
     }
   }
 }
@@ -284,6 +287,18 @@ static int param_grad_index(const pe_par_exec *e, int lv) {
   return -1;
 }
 
+/* Place p's tensor t as the host sees it: t itself when the place's memory
+ * is host memory, else a copy in the executor's staging tensor of p (valid
+ * until the next call for p). The run synced its streams before fetching. */
+static pe_status *host_view(pe_par_exec *e, int p, const pe_tensor *t, const char *name,
+                            const pe_tensor **out) {
+  *out = t;
+  if (pe_device_host_memory(e->dev[p])) return NULL;
+  PE_TRY(pe_place_read(e->dev[p], t, &e->stage[p], name));
+  *out = &e->stage[p];
+  return NULL;
+}
+
 /* out = the places' gradients of parameter j summed in place order (the
  * all-reduce's order: the same bits AllReduce leaves on every place). */
 static pe_status *fetch_grad_sum(pe_par_exec *e, int j, const char *name, pe_tensor *out) {
@@ -299,6 +314,7 @@ static pe_status *fetch_grad_sum(pe_par_exec *e, int j, const char *name, pe_ten
       return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, place 0 %s %s (f32 expected)",
                       name, p, pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
                       pe_dtype_name(t0->dtype), pe_shape_str(&t0->shape, s2, sizeof s2));
+    PE_TRY(host_view(e, p, t, name, &t));
     b[p] = pe_f32(t);
   }
   PE_TRY(pe_tensor_resize(out, PE_F32, &t0->shape, name));
@@ -350,7 +366,7 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
     if (gj >= 0 || l0->persistable || np == 1) {
       const pe_tensor *t = e->lt[lv[first]];
       if (!has_value(t)) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
-      PE_TRY(pe_tensor_copy(out, t, name));
+      PE_TRY(pe_place_read(e->dev[first], t, out, name));
       continue;
     }
     bool per_sample = l0->per_sample || l0->feed;
@@ -385,28 +401,49 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
         if (lv[p] < 0 || (e->has_feeds && e->n_rows[p] == 0)) continue;
         const pe_tensor *t = e->lt[lv[p]];
         size_t bytes = pe_tensor_bytes(t);
-        if (bytes) memcpy((char *)out->data + at, t->data, bytes);
+        if (bytes) {
+          PE_TRY(host_view(e, p, t, name, &t));
+          memcpy((char *)out->data + at, t->data, bytes);
+        }
         at += bytes;
       }
       continue;
     }
-    /* Weighted mean over places with samples (n_p / N). */
+    /* Weighted mean over places with samples (n_p / N). h[p]: place p's
+     * value as the host sees it (NULL: the place does not contribute). */
+    const pe_tensor *h[PE_MAX_PLACES];
     const pe_tensor *proto = NULL;
+    int proto_p = -1;
     for (int p = 0; p < np && !proto; p++)
-      if (lv[p] >= 0 && (!e->has_feeds || e->n_rows[p] > 0) && has_value(e->lt[lv[p]]))
+      if (lv[p] >= 0 && (!e->has_feeds || e->n_rows[p] > 0) && has_value(e->lt[lv[p]])) {
         proto = e->lt[lv[p]];
+        proto_p = p;
+      }
     if (!proto) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
-    PE_TRY(pe_tensor_copy(out, proto, name));
-    if (proto->dtype == PE_I64 || proto->dtype == PE_I32) {
+    bool counts = proto->dtype == PE_I64 || proto->dtype == PE_I32;
+    if (!counts && proto->dtype != PE_F32 && proto->dtype != PE_F64) {
+      PE_TRY(pe_place_read(e->dev[proto_p], proto, out, name)); /* neither: place's value */
+      continue;
+    }
+    int64_t n = pe_tensor_numel(proto);
+    double wgt[PE_MAX_PLACES]; /* each place's share; 0: it had no rows */
+    for (int p = 0; p < np; p++) {
+      h[p] = NULL;
+      wgt[p] = e->has_feeds && e->batch > 0 ? (double)e->n_rows[p] / (double)e->batch : 1.0 / np;
+      if (lv[p] < 0 || wgt[p] == 0 || (counts && p < proto_p)) continue;
+      const pe_tensor *t = e->lt[lv[p]];
+      if (t->dtype != proto->dtype || pe_tensor_numel(t) != n)
+        return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, expected %s %s", name, p,
+                        pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
+                        pe_dtype_name(proto->dtype), pe_shape_str(&proto->shape, s2, sizeof s2));
+      PE_TRY(host_view(e, p, t, name, &h[p]));
+    }
+    if (counts) {
       /* Counts: summed over the places that have samples. */
-      int64_t n = pe_tensor_numel(proto);
-      for (int p = 0; p < np; p++) {
-        const pe_tensor *t = lv[p] >= 0 ? e->lt[lv[p]] : NULL;
-        if (!t || t == proto || (e->has_feeds && e->n_rows[p] == 0)) continue;
-        if (t->dtype != proto->dtype || pe_tensor_numel(t) != n)
-          return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, expected %s %s", name, p,
-                          pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
-                          pe_dtype_name(proto->dtype), pe_shape_str(&proto->shape, s2, sizeof s2));
+      PE_TRY(pe_tensor_copy(out, h[proto_p], name));
+      for (int p = proto_p + 1; p < np; p++) {
+        const pe_tensor *t = h[p];
+        if (!t) continue;
         for (int64_t i = 0; i < n; i++) {
           if (t->dtype == PE_I64)
             pe_i64(out)[i] += pe_i64(t)[i];
@@ -416,24 +453,13 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
       }
       continue;
     }
-    if (proto->dtype != PE_F32 && proto->dtype != PE_F64) continue;
-    int64_t n = pe_tensor_numel(proto);
-    double wgt[PE_MAX_PLACES]; /* each place's share; 0: it had no rows */
-    for (int p = 0; p < np; p++) {
-      wgt[p] = e->has_feeds && e->batch > 0 ? (double)e->n_rows[p] / (double)e->batch : 1.0 / np;
-      if (lv[p] < 0 || wgt[p] == 0) continue;
-      const pe_tensor *t = e->lt[lv[p]];
-      if (t->dtype != proto->dtype || pe_tensor_numel(t) != n)
-        return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, expected %s %s", name, p,
-                        pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
-                        pe_dtype_name(proto->dtype), pe_shape_str(&proto->shape, s2, sizeof s2));
-    }
+    PE_TRY(pe_tensor_resize(out, proto->dtype, &proto->shape, name));
     /* Element by element, places in order: no scratch buffer per run. */
     for (int64_t i = 0; i < n; i++) {
       double acc = 0;
       for (int p = 0; p < np; p++) {
-        if (lv[p] < 0 || wgt[p] == 0) continue;
-        const pe_tensor *t = e->lt[lv[p]];
+        const pe_tensor *t = h[p];
+        if (!t) continue;
         acc += wgt[p] * (t->dtype == PE_F32 ? (double)pe_f32(t)[i] : ((const double *)t->data)[i]);
       }
       if (proto->dtype == PE_F32)

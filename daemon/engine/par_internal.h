@@ -14,7 +14,8 @@
 
 struct pe_runtime {
   int cores;
-  bool keep_denormals; /* pe_runtime_opts.keep_denormals; read-only after new */
+  bool keep_denormals;    /* pe_runtime_opts.keep_denormals; read-only after new */
+  bool sim_device_memory; /* pe_runtime_opts.sim_device_memory; read-only after new */
   pe_pool *pool;
   pe_engine *eng;
   pe_device_ctx worker_ctx; /* default intra-op budget bound by pool workers */

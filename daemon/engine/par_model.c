@@ -5,17 +5,21 @@
 #include <string.h>
 
 #include "engine/par_internal.h"
+#include "engine/place_io.h"
 
-pe_status *pe_model_check_kind(pe_place_kind kind) {
+pe_status *pe_model_check_places(pe_place_kind kind, int n_places) {
   const pe_device_ops *ops = pe_device_kind_ops(kind);
   if (!ops)
     return pe_error(PE_EINVAL, "places of kind %s: not built into this daemon",
                     pe_place_kind_name(kind));
-  if (!ops->host_memory)
+  if (n_places < 1 || n_places > PE_MAX_PLACES)
+    return pe_error(PE_EINVAL, "%d places of kind %s (1..%d)", n_places, pe_place_kind_name(kind),
+                    PE_MAX_PLACES);
+  if (!ops->host_memory && n_places > 1)
     return pe_error(PE_EINVAL,
-                    "places of kind %s: the parallel executor does not run on them yet (it "
-                    "reaches fetches, parameters and the loss-gradient scale through host "
-                    "memory, and %s memory is not host memory); use cpu:N or sim:N",
+                    "%d places of kind %s: the parallel executor runs on one %s place only (its "
+                    "collectives over %s memory, NCCL, are not wired in yet); use %s:0",
+                    n_places, pe_place_kind_name(kind), pe_place_kind_name(kind),
                     pe_place_kind_name(kind), pe_place_kind_name(kind));
   return NULL;
 }
@@ -23,9 +27,7 @@ pe_status *pe_model_check_kind(pe_place_kind kind) {
 pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64_t seed,
                         pe_model **out) {
   *out = NULL;
-  PE_TRY(pe_status_wrap(pe_model_check_kind(kind), "model"));
-  if (n_places < 1 || n_places > PE_MAX_PLACES)
-    return pe_error(PE_EINVAL, "model: %d places (1..%d)", n_places, PE_MAX_PLACES);
+  PE_TRY(pe_status_wrap(pe_model_check_places(kind, n_places), "model"));
   pe_model *m = calloc(1, sizeof(*m));
   if (!m) return pe_error(PE_ENOMEM, "model: out of memory");
   m->rt = rt;
@@ -226,7 +228,7 @@ static pe_status *get_fn(void *arg) {
         "model: persistable '%s' has no value on place %d (run the startup graph or set it)",
         io->en->name, io->place);
   else
-    io->st = pe_tensor_copy(io->out, t, io->en->name);
+    io->st = pe_place_read(io->m->dev[io->place], t, io->out, io->en->name);
   return NULL;
 }
 
@@ -265,12 +267,8 @@ static pe_status *set_fn(void *arg) {
     }
   }
   drain_places(io->m);
-  for (int p = 0; p < io->m->n_places && !io->st; p++) {
-    pe_tensor *t = &io->en->v[p]->t;
-    pe_allocator *a = pe_device_allocator(io->m->dev[p]);
-    if (!t->alloc && a) io->st = pe_tensor_resize_with(t, a, v->dtype, &v->shape, io->en->name);
-    if (!io->st) io->st = pe_tensor_copy(t, v, io->en->name);
-  }
+  for (int p = 0; p < io->m->n_places && !io->st; p++)
+    io->st = pe_place_write(io->m->dev[p], &io->en->v[p]->t, v, io->en->name);
   return NULL;
 }
 

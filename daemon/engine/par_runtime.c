@@ -33,6 +33,7 @@ pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out) {
   int threads = opts && opts->threads > 0 ? opts->threads : online;
   rt->cores = opts && opts->cores > 0 ? opts->cores : online;
   rt->keep_denormals = opts && opts->keep_denormals;
+  rt->sim_device_memory = opts && opts->sim_device_memory;
   pthread_mutex_init(&rt->dev_mu, NULL);
   pthread_mutex_init(&rt->coll_mu, NULL);
   int per_worker = rt->cores / threads;
@@ -84,7 +85,8 @@ pe_status *pe_runtime_device(pe_runtime *rt, pe_place place, int n_places_hint, 
   if (!*slot) {
     int hint = n_places_hint > 0 ? n_places_hint : 1;
     pe_device_opts o = {.threads = rt->cores / hint > 0 ? rt->cores / hint : 1,
-                        .keep_denormals = rt->keep_denormals};
+                        .keep_denormals = rt->keep_denormals,
+                        .device_memory = rt->sim_device_memory && place.kind == PE_PLACE_SIM};
     st = pe_device_open(place, &o, slot);
   }
   *out = *slot;

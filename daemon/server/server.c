@@ -84,15 +84,18 @@ pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *
     snprintf(dev, sizeof dev, "/dev/nvidia%d", i);
     if (access(dev, F_OK) == 0) gpus++;
   }
-  pe_status *why = gpus > 0 ? pe_model_check_kind(PE_PLACE_CUDA) : NULL;
-  if (gpus > 0 && !why) {
+  pe_status *why = gpus > 0 ? pe_model_check_places(PE_PLACE_CUDA, gpus) : NULL;
+  if (gpus > 0) {
+    /* The executor may run on fewer GPUs than are present: say which are
+     * left unused and why. */
+    if (why) {
+      PE_LOGW("places auto: %d GPUs found, using cuda:0 only: %s", gpus, pe_status_msg(why));
+      pe_status_free(why);
+      gpus = 1;
+    }
     *kind = PE_PLACE_CUDA;
     *n = gpus;
     return NULL;
-  }
-  if (why) { /* GPUs the executor cannot use yet: run on the cpu, say why */
-    PE_LOGW("places auto: %d GPU(s) found, not used: %s; using cpu:1", gpus, pe_status_msg(why));
-    pe_status_free(why);
   }
 #endif
   *kind = PE_PLACE_CPU;
@@ -115,8 +118,8 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
     st = pe_status_wrap(pe_server_resolve_places(s->cfg.places, &s->place_kind, &s->n_places),
                         "config [runtime] places");
   if (!st)
-    st = pe_status_wrap(pe_model_check_kind(s->place_kind), "config [runtime] places '%s'",
-                        s->cfg.places);
+    st = pe_status_wrap(pe_model_check_places(s->place_kind, s->n_places),
+                        "config [runtime] places '%s'", s->cfg.places);
   if (!st && !pe_sync_strategy_parse(s->cfg.sync, &s->sync))
     st = pe_error(PE_EINVAL, "config [runtime] sync '%s' unknown", s->cfg.sync);
   if (!st) {

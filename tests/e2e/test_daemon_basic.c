@@ -360,11 +360,12 @@ START_TEST(test_two_places) {
   reg.model = (char *)"four";
   opts.strategy = (Pe__Strategy)7;
   register_fails(s, &reg, PE_EINVAL, "options.strategy 7 unknown (0 allreduce, 1 reduce, 2 sharded)");
-  /* cuda places are refused with the reason (the executor does not run on
-   * them yet), with or without a GPU here; the daemon answers on (below). */
+  /* Two cuda places are refused with the reason (the executor runs on one
+   * cuda place only), with or without GPUs here; the daemon answers on
+   * (below). */
   reg.model = (char *)"five";
   opts.strategy = PE__STRATEGY__ALLREDUCE;
-  opts.places = (char *)"cuda:1";
+  opts.places = (char *)"cuda:2";
   register_fails(s, &reg, PE_EINVAL, "places of kind cuda");
   dh_places = NULL;
   Pe__Reply *rep;

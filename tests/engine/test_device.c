@@ -10,6 +10,8 @@
 
 #include "check_main.h"
 #include "engine/device.h"
+#include "engine/place_io.h"
+#include "test_assert.h"
 
 static pe_device *open_dev(pe_place_kind kind, int id, int threads) {
   pe_device *d = NULL;
@@ -313,6 +315,69 @@ START_TEST(sim_copies_h2d_d2h) {
 }
 END_TEST
 
+/* pe_place_read / write / zero on a sim device opened with the
+ * device_memory hook (copies on its copy streams, as on cuda) and on cpu
+ * (plain copies): round trips, zeroing across several zero blocks without
+ * touching the byte after, and a failure kept on the d2h stream reported
+ * with the variable, its shape and the place. */
+static void check_place_io(pe_device *d) {
+  enum { N = 100000 };
+  float *v = malloc(N * sizeof(float));
+  for (int i = 0; i < N; i++) v[i] = (float)i * 0.5f;
+  pe_tensor host, dev, back;
+  pe_tensor_init(&host);
+  pe_tensor_init(&dev);
+  pe_tensor_init(&back);
+  pe_shape sh = PE_SHAPE(N);
+  pe_tensor_view(&host, PE_F32, &sh, v);
+  PE_CK_OK(pe_place_write(d, &dev, &host, "w"));
+  ck_assert_ptr_eq(dev.alloc, pe_device_allocator(d)); /* lives in the device's memory */
+  PE_CK_OK(pe_place_read(d, &dev, &back, "w"));
+  ck_assert(pe_shape_equal(&back.shape, &sh));
+  ck_assert_int_eq(memcmp(back.data, v, N * sizeof(float)), 0);
+  /* Zero all but the last element: 3 full zero blocks and a partial one. */
+  size_t bytes = (N - 1) * sizeof(float);
+  ck_assert_uint_gt(bytes, 3 * 65536);
+  PE_CK_OK(pe_place_zero(d, dev.data, bytes, "w"));
+  PE_CK_OK(pe_place_read(d, &dev, &back, "w"));
+  int64_t nonzero = 0;
+  for (int i = 0; i < N - 1; i++) nonzero += pe_f32(&back)[i] != 0.0f;
+  ck_assert_int_eq(nonzero, 0);
+  ck_assert_float_eq(pe_f32(&back)[N - 1], (float)(N - 1) * 0.5f);
+  /* A failure kept on the d2h stream comes back from the read, named. */
+  char want[64];
+  pe_place_str(d->place, want, sizeof want);
+  ck_assert_ptr_null(pe_stream_launch(pe_device_stream(d, PE_STREAM_D2H), fail_fn, "d2h"));
+  pe_status *st = pe_place_read(d, &dev, &back, "w");
+  if (pe_device_host_memory(d)) {
+    ck_assert_ptr_null(st); /* a plain copy: the stream is not involved */
+    pe_status_free(pe_stream_sync(pe_device_stream(d, PE_STREAM_D2H)));
+  } else {
+    expect_errors(st, PE_EBACKEND, "kernel d2h failed", "reading 'w'", "f32 [100000]", want,
+                  (const char *)NULL);
+    PE_CK_OK(pe_place_read(d, &dev, &back, "w")); /* the error was taken */
+  }
+  pe_tensor_release(&dev);
+  pe_tensor_release(&back);
+  free(v);
+}
+
+START_TEST(place_io_device_memory_and_host) {
+  pe_device *sim = NULL;
+  pe_device_opts o = {.threads = 1, .device_memory = 1};
+  PE_CK_OK(pe_device_open((pe_place){PE_PLACE_SIM, 0}, &o, &sim));
+  ck_assert(!pe_device_host_memory(sim));
+  pe_device *cpu = open_dev(PE_PLACE_CPU, 0, 1), *plain = open_dev(PE_PLACE_SIM, 1, 1);
+  ck_assert(pe_device_host_memory(cpu) && pe_device_host_memory(plain));
+  check_place_io(sim);
+  check_place_io(cpu);
+  check_place_io(plain);
+  pe_device_close(sim);
+  pe_device_close(cpu);
+  pe_device_close(plain);
+}
+END_TEST
+
 /* --- kernel context ------------------------------------------------------------------- */
 
 typedef struct ctx_probe {
@@ -423,6 +488,7 @@ static Suite *device_suite(void) {
   tcase_add_test(tc, async_error_surfaces_on_sync);
   tcase_add_test(tc, caching_allocator_reuses_blocks);
   tcase_add_test(tc, sim_copies_h2d_d2h);
+  tcase_add_test(tc, place_io_device_memory_and_host);
   tcase_add_test(tc, sim_stream_threads_bind_budget);
   tcase_add_test(tc, sim_wait_chain_across_devices);
   tcase_add_test(tc, open_close_and_names);

@@ -307,18 +307,27 @@ END_TEST
 
 /* --- place kinds ------------------------------------------------------------------- */
 
-/* cpu and sim models work; a cuda model is refused with the reason before
- * any device is opened (no GPU is touched: this runs on machines without
- * one, and where one exists it must not be reached through host pointers). */
+/* cpu and sim models work on any number of places; cuda models on one place
+ * only (the executor reaches cuda memory through copies, but its collectives
+ * over it are not wired in), and more are refused with the reason before any
+ * device is opened (no GPU is touched: this runs on machines without one). */
 START_TEST(model_place_kinds) {
-  PE_CK_OK(pe_model_check_kind(PE_PLACE_CPU));
-  PE_CK_OK(pe_model_check_kind(PE_PLACE_SIM));
+  PE_CK_OK(pe_model_check_places(PE_PLACE_CPU, 2));
+  PE_CK_OK(pe_model_check_places(PE_PLACE_SIM, 4));
+  expect_errors(pe_model_check_places(PE_PLACE_SIM, PE_MAX_PLACES + 1), PE_EINVAL, "sim",
+                (const char *)NULL);
   const pe_device_ops *cuda = pe_device_kind_ops(PE_PLACE_CUDA);
-  const char *why = cuda ? "host memory" : "not built";
-  expect_errors(pe_model_check_kind(PE_PLACE_CUDA), PE_EINVAL, "cuda", why, (const char *)NULL);
+  if (cuda)
+    PE_CK_OK(pe_model_check_places(PE_PLACE_CUDA, 1));
+  else
+    expect_errors(pe_model_check_places(PE_PLACE_CUDA, 1), PE_EINVAL, "cuda", "not built",
+                  (const char *)NULL);
+  const char *why = cuda ? "NCCL" : "not built";
+  expect_errors(pe_model_check_places(PE_PLACE_CUDA, 2), PE_EINVAL, "cuda", why,
+                (const char *)NULL);
   pe_runtime *rt = rt_new(1);
   pe_model *m = (pe_model *)1;
-  expect_errors(pe_model_new(rt, PE_PLACE_CUDA, 1, 1, &m), PE_EINVAL, "model", "cuda", why,
+  expect_errors(pe_model_new(rt, PE_PLACE_CUDA, 2, 1, &m), PE_EINVAL, "model", "cuda", why,
                 (const char *)NULL);
   ck_assert_ptr_null(m);
   /* The runtime is unharmed: a cpu model on it works. */

@@ -76,6 +76,10 @@ typedef struct eq_setting {
   pe_sync_strategy sync;
   pe_graph_strategy strategy;
   bool fuse;
+  /* sim places opened with the device_memory hook: every host access to
+   * place memory (feeds, fetches, model get/set, zeroed gradients, the
+   * scaled loss-gradient seed) takes the copy path cuda places take. */
+  bool device_memory;
 } eq_setting;
 
 #define EQ_ROW(k, n, s, st, f, nm) {nm, k, n, s, st, f}
@@ -100,6 +104,19 @@ static const eq_setting eq_settings[] = {
            "sim:4 producer sharded"),
 };
 #define EQ_N_SETTINGS ((int)(sizeof eq_settings / sizeof eq_settings[0]))
+
+/* The same on sim places whose memory the executor treats as device memory
+ * (the path of cuda places, checked without a GPU). sim:1 is the shape of
+ * cuda:0: one place, no collective, a loss-gradient seed of 1. */
+#define EQ_DEVMEM(n, s, st, f, nm) {nm, PE_PLACE_SIM, n, s, st, f, true}
+static const eq_setting eq_devmem_settings[] = {
+    EQ_DEVMEM(1, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, false, "sim:1 device memory"),
+    EQ_DEVMEM(4, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, true,
+              "sim:4 device memory event allreduce fused"),
+    EQ_DEVMEM(4, PE_SYNC_WAIT_PRODUCER, PE_STRATEGY_REDUCE, false,
+              "sim:4 device memory producer reduce"),
+};
+#define EQ_N_DEVMEM ((int)(sizeof eq_devmem_settings / sizeof eq_devmem_settings[0]))
 
 /* --- generated data ------------------------------------------------------------------- */
 
@@ -262,9 +279,14 @@ static inline void eq_par_new(const pe_program *p, const eq_setting *set, int64_
   ck_assert_int_eq(g->fuse, set->fuse);
   if (set->fuse)
     ck_assert_msg(g->n_buckets > 1, "%s: %d buckets", set->name, g->n_buckets);
-  pe_runtime_opts ro = {0};
+  pe_runtime_opts ro = {.sim_device_memory = set->device_memory};
   PE_CK_OK(pe_runtime_new(&ro, &e->rt));
   PE_CK_OK(pe_model_new(e->rt, set->kind, set->n_places, EQ_SEED, &e->m));
+  if (set->device_memory) { /* the hook took: the copy paths are the ones tested */
+    pe_device *d;
+    PE_CK_OK(pe_runtime_device(e->rt, (pe_place){set->kind, 0}, set->n_places, &d));
+    ck_assert(!pe_device_host_memory(d));
+  }
   PE_CK_OK(pe_par_exec_new(e->m, g, &e->step));
 }
 

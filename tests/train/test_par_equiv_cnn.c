@@ -25,6 +25,12 @@ START_TEST(cnn_batch_of_3_matches_one_place) {
 }
 END_TEST
 
+/* sim:1 with device memory (the cuda:0 shape, par_equiv.h). */
+START_TEST(cnn_device_memory_matches_sequential) {
+  eq_run_setting("cnn", &eq_devmem_settings[0]);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("par_equiv_cnn");
   TCase *tc = tcase_create("equiv");
@@ -32,6 +38,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, cnn_matches_sequential, 0, EQ_N_SETTINGS);
   tcase_add_test(tc, cnn_parallel_startup_matches_sequential);
   tcase_add_test(tc, cnn_batch_of_3_matches_one_place);
+  tcase_add_test(tc, cnn_device_memory_matches_sequential);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -3,7 +3,8 @@
  * parameters after every step, in every setting of issue 3's matrix
  * (cpu:2; sim:4 with event waits and with producer waits; AllReduce and
  * Reduce and Sharded; fused and unfused all-reduce); the parallel startup against the
- * sequential one; a batch of 3 on 2 and 4 places. See par_equiv.h for the
+ * sequential one; a batch of 3 on 2 and 4 places; and the same on sim
+ * places treated as device memory (the cuda path). See par_equiv.h for the
  * data, the tolerances and why. */
 #include "check_main.h"
 #include "par_equiv.h"
@@ -30,6 +31,22 @@ START_TEST(mlp_batch_of_3_matches_one_place) {
 }
 END_TEST
 
+/* Device-memory sim places (par_equiv.h): 20 steps in each row, the
+ * parallel startup on sim:4 (broadcast, values read back through copies),
+ * a batch of 3 on sim:4 (place 3's gradients zeroed through copies, fused
+ * buckets and unfused). */
+START_TEST(mlp_device_memory_matches_sequential) {
+  eq_run_setting("mlp", &eq_devmem_settings[_i]);
+}
+END_TEST
+
+START_TEST(mlp_device_memory_startup_and_uneven) {
+  eq_startup_check("mlp", &eq_devmem_settings[1]);
+  eq_uneven_check("mlp", &eq_devmem_settings[1]);
+  eq_uneven_check("mlp", &eq_devmem_settings[2]);
+}
+END_TEST
+
 #define LEN(a) ((int)(sizeof a / sizeof a[0]))
 
 static Suite *suite(void) {
@@ -39,6 +56,8 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, mlp_matches_sequential, 0, EQ_N_SETTINGS);
   tcase_add_loop_test(tc, mlp_parallel_startup_matches_sequential, 0, LEN(startup_rows));
   tcase_add_loop_test(tc, mlp_batch_of_3_matches_one_place, 0, LEN(uneven_rows));
+  tcase_add_loop_test(tc, mlp_device_memory_matches_sequential, 0, EQ_N_DEVMEM);
+  tcase_add_test(tc, mlp_device_memory_startup_and_uneven);
   suite_add_tcase(s, tc);
   return s;
 }
