@@ -75,9 +75,7 @@ void par_coll_free(xnode *x) {
   free(x->parts);
 }
 
-/* Size check / output sizing for this run; sets counts and n_chunks. Runs
- * on the host (cpu) or on the stream thread (sim reduce/broadcast). */
-static pe_status *coll_prepare(xnode *x) {
+pe_status *par_coll_prepare(xnode *x) {
   pe_par_exec *e = x->e;
   const pe_graph_node *n = x->n;
   const pe_graph *g = e->g;
@@ -260,21 +258,15 @@ static void chunk_task(void *arg) {
 
 /* --- sim ------------------------------------------------------------------------- */
 
-static bool preds_sfailed(const xnode *x) {
-  for (int k = 0; k < x->n_pred; k++)
-    if (atomic_load_explicit(&x->e->x[x->pred[k]].sfail, memory_order_acquire)) return true;
-  return false;
-}
-
 /* Reduce / broadcast on the root's comm stream. */
 static pe_status *sim_root_fn(void *arg) {
   xnode *x = arg;
-  if (preds_sfailed(x)) {
+  if (par_preds_sfailed(x)) {
     atomic_store_explicit(&x->sfail, true, memory_order_release);
     return NULL;
   }
   uint64_t t0 = x->e->tl ? pe_timeline_now_ns() : 0;
-  pe_status *st = coll_prepare(x);
+  pe_status *st = par_coll_prepare(x);
   if (st) {
     par_fail(x->e, st);
     atomic_store_explicit(&x->sfail, true, memory_order_release);
@@ -296,7 +288,7 @@ static pe_status *sim_part_fn(void *arg) {
   xnode *x = sp->x;
   pe_par_exec *e = x->e;
   const pe_graph_node *n = x->n;
-  bool failed = preds_sfailed(x);
+  bool failed = par_preds_sfailed(x);
   uint64_t t0 = e->tl ? pe_timeline_now_ns() : 0;
   int w = n->width > 0 ? n->width : 1;
   pe_status *st = NULL;
@@ -368,6 +360,16 @@ static pe_status *sim_launch(xnode *x) {
 
 bool par_coll_run(xnode *x, bool may_fan_out) {
   pe_par_exec *e = x->e;
+#ifdef PE_HAVE_CUDA
+  if (e->m->nccl) {
+    pe_status *st = par_nccl_launch(x);
+    if (st) {
+      par_fail(e, pe_status_wrap(st, "node %d %s", x->id, x->n->name));
+      atomic_store(&x->failed, true);
+    }
+    return true;
+  }
+#endif
   if (e->async) {
     pe_status *st = sim_launch(x);
     if (st) {
@@ -377,7 +379,7 @@ bool par_coll_run(xnode *x, bool may_fan_out) {
     return true;
   }
   uint64_t t0 = e->tl ? pe_timeline_now_ns() : 0;
-  pe_status *st = coll_prepare(x);
+  pe_status *st = par_coll_prepare(x);
   if (st) {
     par_fail(e, st);
     atomic_store(&x->failed, true);

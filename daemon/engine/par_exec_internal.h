@@ -191,7 +191,14 @@ pe_status *par_shard_chunk(xnode *x, int c, int64_t lo, int64_t hi);
 /* After every chunk: chunk 0's small outputs to every place. */
 void par_shard_finish(xnode *x);
 
+/* par_executor.c: a predecessor's stream work failed or was skipped. */
+bool par_preds_sfailed(const xnode *x);
+
 /* par_collective.c */
+/* Size check / output sizing for this run; sets counts and n_chunks. Runs
+ * on the host (cpu, cuda) or on the stream thread (sim reduce/broadcast).
+ * Touches metadata and allocations only, never the data. */
+pe_status *par_coll_prepare(xnode *x);
 /* dst[0, m) = b[0][i] + b[1][i] + ... in place order: the one summation
  * order of every cpu/sim all-reduce and sharded update, so their results
  * are bit-identical wherever they run. */
@@ -202,6 +209,15 @@ void par_coll_free(xnode *x);
  * (the caller then calls par_node_done), false when chunk tasks were
  * submitted and the last of them completes the node. */
 bool par_coll_run(xnode *x, bool may_fan_out);
+
+/* par_coll_nccl.c (cuda builds): launch collective x with NCCL on every
+ * place's comm stream (the model has an NCCL communicator: cuda, > 1
+ * place). */
+pe_status *par_nccl_launch(xnode *x);
+/* At the end of a run, before its streams are synced: wait for the comm
+ * streams while polling NCCL's asynchronous errors, with a time limit, so a
+ * failed collective is the run's error instead of a hang. */
+pe_status *par_nccl_finish(pe_par_exec *e);
 
 /* par_feed.c */
 pe_status *par_feeds_compile(pe_par_exec *e);

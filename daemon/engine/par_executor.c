@@ -246,8 +246,9 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   if (e->async) {
     if (!x->collective) {
       x->n_ev = 1;
-    } else if (n->kind == PE_NODE_ALL_REDUCE || n->kind == PE_NODE_FUSED_ALL_REDUCE) {
-      x->n_ev = e->n_places;
+    } else if (n->kind == PE_NODE_ALL_REDUCE || n->kind == PE_NODE_FUSED_ALL_REDUCE ||
+               e->m->nccl) {
+      x->n_ev = e->n_places; /* a part on every place's comm stream */
     } else {
       x->n_ev = 1;
     }
@@ -275,6 +276,17 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   if (g->n_places != m->n_places || g->place_kind != m->kind) {
     pe_status *st = pe_error(PE_EINVAL, "parallel executor: graph on %s:%d, model on %s:%d",
                              pe_place_kind_name(g->place_kind), g->n_places,
+                             pe_place_kind_name(m->kind), m->n_places);
+    pe_graph_free(g);
+    return st;
+  }
+  for (int i = 0; m->nccl && i < g->n_nodes; i++) {
+    const pe_graph_node *n = &g->nodes[i];
+    if (n->kind != PE_NODE_REDUCE && n->kind != PE_NODE_SHARDED_UPDATE) continue;
+    pe_status *st = pe_error(PE_EINVAL,
+                             "parallel executor: node %d %s (strategy %s) on %s:%d: cuda places "
+                             "take the allreduce strategy only (NCCL all-reduce and broadcast)",
+                             i, n->name, pe_strategy_name(g->strategy),
                              pe_place_kind_name(m->kind), m->n_places);
     pe_graph_free(g);
     return st;
@@ -443,7 +455,7 @@ static pe_status *run_op(xnode *x) {
   return st ? op_failed(x, st) : NULL;
 }
 
-static bool preds_sfailed(const xnode *x) {
+bool par_preds_sfailed(const xnode *x) {
   for (int k = 0; k < x->n_pred; k++)
     if (atomic_load_explicit(&x->e->x[x->pred[k]].sfail, memory_order_acquire)) return true;
   return false;
@@ -452,7 +464,7 @@ static bool preds_sfailed(const xnode *x) {
 /* Stream wrapper of an op node on an async device. */
 static pe_status *sim_op_fn(void *arg) {
   xnode *x = arg;
-  if (preds_sfailed(x)) {
+  if (par_preds_sfailed(x)) {
     atomic_store_explicit(&x->sfail, true, memory_order_release);
     return NULL;
   }
@@ -692,6 +704,9 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
   pthread_mutex_lock(&e->done_mu);
   while (atomic_load(&e->remaining) > 0) pthread_cond_wait(&e->done_cv, &e->done_mu);
   pthread_mutex_unlock(&e->done_mu);
+#ifdef PE_HAVE_CUDA
+  if (e->m->nccl) par_fail(e, par_nccl_finish(e)); /* NCCL errors, not hangs */
+#endif
   if (e->async) par_fail(e, sync_streams(e));
   /* Restore engine flags changed by a failed push. */
   for (int i = 0; i < g->n_nodes; i++) e->x[i].engine = e->x[i].n_reads + e->x[i].n_muts > 0;

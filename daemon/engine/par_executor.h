@@ -128,11 +128,12 @@ pe_status *pe_runtime_device(pe_runtime *rt, pe_place place, int n_places_hint, 
 typedef struct pe_model pe_model;
 
 /* Whether models (and so executors) can live on n_places places of `kind`:
- * NULL when they can, else the reason (caller frees). The kind must be built
- * in. On places whose memory the host does not reach (cuda) the executor
- * goes through copies (engine/place_io.h) and runs on one place; its
- * collectives over such memory (NCCL) are not wired in, so more than one
- * cuda place is refused here, before any device is opened. */
+ * NULL when they can, else the reason (caller frees): the kind must be built
+ * in, 1 <= n_places <= PE_MAX_PLACES. Checked before any device is opened.
+ * On places whose memory the host does not reach (cuda) the executor goes
+ * through copies (engine/place_io.h), and collectives across several cuda
+ * places are NCCL's (AllReduce strategy only; pe_par_exec_new refuses the
+ * others there). */
 pe_status *pe_model_check_places(pe_place_kind kind, int n_places);
 
 /* n_places places of `kind` (cpu:0.., sim:0.., cuda:0; pe_model_check_places'

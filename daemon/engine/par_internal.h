@@ -54,6 +54,11 @@ struct pe_model {
   int n_ent, cap_ent;
   pe_engine_var *prng;           /* ordering of every random op of the model's graphs */
   pe_comm *comm;                 /* sim collectives: one rank per place */
+  /* cuda with more than one place: the NCCL communicator over the places'
+   * GPUs (rank p = place p; cuda/nccl_comm.h), else NULL. nccl_mu: one
+   * pe_nccl_wait at a time (runs of several executors end concurrently). */
+  struct pe_nccl_comm *nccl;
+  pthread_mutex_t nccl_mu;
   atomic_uint_fast64_t coll_seq; /* op ids of sim collectives */
 };
 

@@ -6,6 +6,9 @@
 
 #include "engine/par_internal.h"
 #include "engine/place_io.h"
+#ifdef PE_HAVE_CUDA
+#include "cuda/nccl_comm.h"
+#endif
 
 pe_status *pe_model_check_places(pe_place_kind kind, int n_places) {
   const pe_device_ops *ops = pe_device_kind_ops(kind);
@@ -15,12 +18,6 @@ pe_status *pe_model_check_places(pe_place_kind kind, int n_places) {
   if (n_places < 1 || n_places > PE_MAX_PLACES)
     return pe_error(PE_EINVAL, "%d places of kind %s (1..%d)", n_places, pe_place_kind_name(kind),
                     PE_MAX_PLACES);
-  if (!ops->host_memory && n_places > 1)
-    return pe_error(PE_EINVAL,
-                    "%d places of kind %s: the parallel executor runs on one %s place only (its "
-                    "collectives over %s memory, NCCL, are not wired in yet); use %s:0",
-                    n_places, pe_place_kind_name(kind), pe_place_kind_name(kind),
-                    pe_place_kind_name(kind), pe_place_kind_name(kind));
   return NULL;
 }
 
@@ -35,6 +32,7 @@ pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64
   m->n_places = n_places;
   m->seed = seed ? seed : 1;
   pthread_mutex_init(&m->mu, NULL);
+  pthread_mutex_init(&m->nccl_mu, NULL);
   pe_strmap_init(&m->index);
   pe_status *st = NULL;
   for (int p = 0; !st && p < n_places; p++) {
@@ -44,6 +42,12 @@ pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64
   }
   if (!st) st = pe_engine_new_var(rt->eng, &m->prng);
   if (!st) st = pe_comm_new(n_places, &m->comm);
+#ifdef PE_HAVE_CUDA
+  /* Collectives over cuda memory are NCCL's: one communicator per model, over
+   * the same devices (and so comm streams) as every other model's. */
+  if (!st && kind == PE_PLACE_CUDA && n_places > 1)
+    st = pe_nccl_comm_new(m->dev, n_places, &m->nccl);
+#endif
   if (st) {
     pe_model_free(m);
     return pe_status_wrap(st, "model");
@@ -71,6 +75,10 @@ void pe_model_free(pe_model *m) {
   for (int p = 0; p < m->n_places; p++)
     if (m->dev[p])
       for (int k = 0; k < PE_STREAM_KINDS; k++) pe_stream_drain(pe_device_stream(m->dev[p], k));
+#ifdef PE_HAVE_CUDA
+  pe_nccl_comm_free(m->nccl); /* the comm streams were drained above */
+#endif
+  pthread_mutex_destroy(&m->nccl_mu);
   free(m->ent);
   pe_strmap_destroy(&m->index);
   for (int p = 0; p < m->n_places; p++) pe_scope_free(m->scope[p]);

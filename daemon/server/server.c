@@ -84,15 +84,7 @@ pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *
     snprintf(dev, sizeof dev, "/dev/nvidia%d", i);
     if (access(dev, F_OK) == 0) gpus++;
   }
-  pe_status *why = gpus > 0 ? pe_model_check_places(PE_PLACE_CUDA, gpus) : NULL;
-  if (gpus > 0) {
-    /* The executor may run on fewer GPUs than are present: say which are
-     * left unused and why. */
-    if (why) {
-      PE_LOGW("places auto: %d GPUs found, using cuda:0 only: %s", gpus, pe_status_msg(why));
-      pe_status_free(why);
-      gpus = 1;
-    }
+  if (gpus > 0) { /* every GPU; a driver that does not work: open_default_places */
     *kind = PE_PLACE_CUDA;
     *n = gpus;
     return NULL;
@@ -104,6 +96,25 @@ pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *
 }
 
 /* --- construction ------------------------------------------------------------ */
+
+/* Open the default places' devices now, so that a configured device that
+ * does not work (no GPU, a broken driver) stops start-up with the reason
+ * instead of failing every Register. `auto` that chose GPUs falls back to
+ * cpu:1 with a warning: the daemon is still useful without them. */
+static pe_status *open_default_places(pe_server *s) {
+  pe_status *st = NULL;
+  for (int p = 0; p < s->n_places && !st; p++) {
+    pe_device *d;
+    st = pe_runtime_device(s->rt, (pe_place){s->place_kind, p}, s->n_places, &d);
+  }
+  if (!st || strcmp(s->cfg.places, "auto") || s->place_kind == PE_PLACE_CPU) return st;
+  PE_LOGW("places auto: %s; using cpu:1", pe_status_msg(st));
+  pe_status_free(st);
+  s->place_kind = PE_PLACE_CPU;
+  s->n_places = 1;
+  return open_default_places(s);
+}
+
 pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server **out) {
   pe_server *s = calloc(1, sizeof *s);
   if (!s) return pe_error(PE_ENOMEM, "server: out of memory");
@@ -127,6 +138,8 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
                           .keep_denormals = !s->cfg.flush_denormals};
     st = pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime");
   }
+  if (!st)
+    st = pe_status_wrap(open_default_places(s), "config [runtime] places '%s'", s->cfg.places);
   if (!st) st = pe_registry_new(s, &s->reg);
   if (!st) st = pe_shm_table_new(&s->shm);
   if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes)))

@@ -77,10 +77,11 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
 pe_status *pe_server_run(pe_server *s);
 void pe_server_free(pe_server *s);
 
-/* "auto" -> the NVIDIA GPUs when the CUDA backend is built and devices exist
- * (as many as the executor runs on, pe_model_check_places: today cuda:0,
- * with a warning naming the GPUs left unused and why), else cpu:1 (one
- * place; its kernels use all cores). */
+/* "auto" -> every NVIDIA GPU (cuda:N) when the CUDA backend is built and
+ * /dev/nvidia* exist, else cpu:1 (one place; its kernels use all cores).
+ * pe_server_new then opens the places: when auto's GPUs cannot be opened (a
+ * missing or broken driver) it warns with the reason and uses cpu:1; an
+ * explicit spec that cannot be opened stops start-up with the reason. */
 pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *n);
 
 double pe_now_s(void); /* CLOCK_MONOTONIC seconds */

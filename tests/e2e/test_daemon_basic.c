@@ -7,6 +7,7 @@
 
 #include "check_main.h"
 #include "compiler/program.h"
+#include "engine/device.h"
 #include "daemon_harness.h"
 #include "test_assert.h"
 
@@ -336,6 +337,38 @@ static void register_refused(int s, const pe_model_spec *mlp, const char *model,
 
 /* A model on cpu:2 (data parallel) gives the cpu:1 losses: the batch is
  * split, the gradients all-reduced, the loss weighted by each share. */
+/* A configured device that cannot be opened stops start-up with the
+ * reason, before the daemon says it is ready: here cuda:1 on a machine
+ * without a GPU (on one with a GPU, cuda:1 opens and there is nothing to
+ * check). */
+START_TEST(test_start_refuses_unusable_places) {
+  if (access("/dev/nvidia0", F_OK) == 0) {
+    printf("a GPU is present: cuda:1 opens, nothing to refuse\n");
+    return;
+  }
+  dh_daemon d = {0};
+  snprintf(d.dir, sizeof d.dir, "/tmp/pe-e2e-XXXXXX");
+  ck_assert(mkdtemp(d.dir) != NULL);
+  char cmd[1024], out[2048] = "";
+  snprintf(cmd, sizeof cmd,
+           "'%s/pe-executord' --places cuda:1 --socket 'ipc://%s/d.sock' --state-dir '%s/state' "
+           "2>&1",
+           getenv("PE_BUILD_DIR"), d.dir, d.dir);
+  FILE *f = popen(cmd, "r");
+  ck_assert(f != NULL);
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = 0;
+  int st = pclose(f);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status 0x%x, output: %s", st, out);
+  ck_assert_msg(strstr(out, "config [runtime] places 'cuda:1'") && strstr(out, "cuda") &&
+                    !strstr(out, "ready on"),
+                "output: %s", out);
+  if (pe_device_kind_ops(PE_PLACE_CUDA))
+    ck_assert_msg(strstr(out, "device cuda:0"), "output: %s", out);
+  dh_cleanup(&d);
+}
+END_TEST
+
 START_TEST(test_two_places) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
@@ -360,13 +393,15 @@ START_TEST(test_two_places) {
   reg.model = (char *)"four";
   opts.strategy = (Pe__Strategy)7;
   register_fails(s, &reg, PE_EINVAL, "options.strategy 7 unknown (0 allreduce, 1 reduce, 2 sharded)");
-  /* Two cuda places are refused with the reason (the executor runs on one
-   * cuda place only), with or without GPUs here; the daemon answers on
-   * (below). */
-  reg.model = (char *)"five";
-  opts.strategy = PE__STRATEGY__ALLREDUCE;
-  opts.places = (char *)"cuda:2";
-  register_fails(s, &reg, PE_EINVAL, "places of kind cuda");
+  /* cuda places that cannot be opened (no GPU here) are refused with the
+   * reason; the daemon answers on (below). */
+  if (access("/dev/nvidia0", F_OK) != 0) {
+    reg.model = (char *)"five";
+    opts.strategy = PE__STRATEGY__ALLREDUCE;
+    opts.places = (char *)"cuda:2";
+    register_fails(s, &reg, pe_device_kind_ops(PE_PLACE_CUDA) ? PE_EBACKEND : PE_EINVAL,
+                   "cuda");
+  }
   dh_places = NULL;
   Pe__Reply *rep;
   rep = dh_init(s, CLIENT, h1);
@@ -528,6 +563,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_bad_requests);
   tcase_add_test(tc, test_oversized);
   tcase_add_test(tc, test_two_places);
+  tcase_add_test(tc, test_start_refuses_unusable_places);
   tcase_add_test(tc, test_limits);
   tcase_add_test(tc, test_memory_per_client);
   tcase_add_test(tc, test_sd_notify);

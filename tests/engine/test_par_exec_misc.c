@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../compiler/prog_util.h"
 #include "check_main.h"
@@ -307,28 +308,31 @@ END_TEST
 
 /* --- place kinds ------------------------------------------------------------------- */
 
-/* cpu and sim models work on any number of places; cuda models on one place
- * only (the executor reaches cuda memory through copies, but its collectives
- * over it are not wired in), and more are refused with the reason before any
- * device is opened (no GPU is touched: this runs on machines without one). */
+/* Every built kind takes any number of places up to PE_MAX_PLACES (cuda:N
+ * too: its collectives are NCCL's); a kind not built in is refused with the
+ * reason, before any device is opened (no GPU is touched here: this runs on
+ * machines without one). */
 START_TEST(model_place_kinds) {
   PE_CK_OK(pe_model_check_places(PE_PLACE_CPU, 2));
   PE_CK_OK(pe_model_check_places(PE_PLACE_SIM, 4));
   expect_errors(pe_model_check_places(PE_PLACE_SIM, PE_MAX_PLACES + 1), PE_EINVAL, "sim",
                 (const char *)NULL);
-  const pe_device_ops *cuda = pe_device_kind_ops(PE_PLACE_CUDA);
-  if (cuda)
+  expect_errors(pe_model_check_places(PE_PLACE_CPU, 0), PE_EINVAL, "0 places", "cpu",
+                (const char *)NULL);
+  bool built = pe_device_kind_ops(PE_PLACE_CUDA) != NULL;
+  if (built) {
     PE_CK_OK(pe_model_check_places(PE_PLACE_CUDA, 1));
-  else
+    PE_CK_OK(pe_model_check_places(PE_PLACE_CUDA, 2));
+    if (access("/dev/nvidia0", F_OK) == 0) return; /* a GPU: cuda models may open */
+  } else {
     expect_errors(pe_model_check_places(PE_PLACE_CUDA, 1), PE_EINVAL, "cuda", "not built",
                   (const char *)NULL);
-  const char *why = cuda ? "NCCL" : "not built";
-  expect_errors(pe_model_check_places(PE_PLACE_CUDA, 2), PE_EINVAL, "cuda", why,
-                (const char *)NULL);
+  }
+  /* No GPU (or no backend): a cuda model fails with the reason. */
   pe_runtime *rt = rt_new(1);
   pe_model *m = (pe_model *)1;
-  expect_errors(pe_model_new(rt, PE_PLACE_CUDA, 2, 1, &m), PE_EINVAL, "model", "cuda", why,
-                (const char *)NULL);
+  expect_errors(pe_model_new(rt, PE_PLACE_CUDA, 2, 1, &m), built ? PE_EBACKEND : PE_EINVAL,
+                "model", built ? "device cuda:0" : "not built", (const char *)NULL);
   ck_assert_ptr_null(m);
   /* The runtime is unharmed: a cpu model on it works. */
   PE_CK_OK(pe_model_new(rt, PE_PLACE_CPU, 1, 1, &m));
