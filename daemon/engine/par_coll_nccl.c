@@ -81,8 +81,6 @@ static pe_status *enqueue(xnode *x) {
 pe_status *par_nccl_launch(xnode *x) {
   pe_par_exec *e = x->e;
   int np = e->n_places;
-  if (x->n->kind == PE_NODE_ALL_REDUCE && x->n->width > 8 * PE_MAX_PLACES)
-    return pe_error(PE_EINTERNAL, "node %d %s: width %d", x->id, x->n->name, x->n->width);
   uint64_t t0 = e->tl ? pe_timeline_now_ns() : 0;
   /* A failed predecessor: nothing is enqueued (on no rank, so no peer waits
    * for a missing part); the events still move so consumers do not wait on
