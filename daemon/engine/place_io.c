@@ -17,14 +17,20 @@ static pe_status *failed(pe_device *d, pe_status *st, const char *what, const ch
                         pe_place_str(d->place, pb, sizeof pb));
 }
 
+/* One copy queued on d's stream k, then that stream waited for. */
+static pe_status *copy_and_wait(pe_device *d, pe_stream_kind k, void *dst, const void *src,
+                                size_t bytes, pe_copy_kind ck) {
+  pe_stream *s = pe_device_stream(d, k);
+  pe_status *st = pe_stream_copy(s, dst, src, bytes, ck);
+  return st ? st : pe_stream_sync(s);
+}
+
 pe_status *pe_place_read(pe_device *d, const pe_tensor *src, pe_tensor *dst, const char *name) {
   if (pe_device_host_memory(d)) return pe_tensor_copy(dst, src, name);
   PE_TRY(pe_tensor_resize(dst, src->dtype, &src->shape, name));
   size_t bytes = pe_tensor_bytes(src);
   if (!bytes) return NULL;
-  pe_stream *s = pe_device_stream(d, PE_STREAM_D2H);
-  pe_status *st = pe_stream_copy(s, dst->data, src->data, bytes, PE_COPY_D2H);
-  if (!st) st = pe_stream_sync(s);
+  pe_status *st = copy_and_wait(d, PE_STREAM_D2H, dst->data, src->data, bytes, PE_COPY_D2H);
   return st ? failed(d, st, "reading", name, src) : NULL;
 }
 
@@ -35,9 +41,7 @@ pe_status *pe_place_write(pe_device *d, pe_tensor *dst, const pe_tensor *src, co
   PE_TRY(pe_tensor_resize(dst, src->dtype, &src->shape, name));
   size_t bytes = pe_tensor_bytes(src);
   if (!bytes) return NULL;
-  pe_stream *s = pe_device_stream(d, PE_STREAM_H2D);
-  pe_status *st = pe_stream_copy(s, dst->data, src->data, bytes, PE_COPY_H2D);
-  if (!st) st = pe_stream_sync(s);
+  pe_status *st = copy_and_wait(d, PE_STREAM_H2D, dst->data, src->data, bytes, PE_COPY_H2D);
   return st ? failed(d, st, "writing", name, src) : NULL;
 }
 
