@@ -290,7 +290,10 @@ static inline void eq_par_new(const pe_program *p, const eq_setting *set, int64_
   ck_assert_int_eq(g->fuse, set->fuse);
   if (set->fuse)
     ck_assert_msg(g->n_buckets > 1, "%s: %d buckets", set->name, g->n_buckets);
-  pe_runtime_opts ro = {.sim_device_memory = set->device_memory};
+  /* One intra-op thread per place (what cpu:2 and sim:4 get on 2 cores
+   * anyway; sim:1 would get 2): the executor is what is checked here, and
+   * the TSan stage cannot see libgomp's team hand-offs (./pe says more). */
+  pe_runtime_opts ro = {.cores = set->n_places, .sim_device_memory = set->device_memory};
   PE_CK_OK(pe_runtime_new(&ro, &e->rt));
   PE_CK_OK(pe_model_new(e->rt, set->kind, set->n_places, EQ_SEED, &e->m));
   if (set->device_memory) { /* the hook took: the copy paths are the ones tested */
