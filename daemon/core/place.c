@@ -29,6 +29,7 @@ pe_status *pe_places_parse(const char *spec, pe_place_kind *kind, int *count) {
   long n = strtol(colon + 1, &end, 10);
   if (*end || end == colon + 1 || n < 0 || n > PE_MAX_PLACES || (k != PE_PLACE_CUDA && n == 0))
     return pe_error(PE_EINVAL, "places '%s': count must be 1..%d", spec, PE_MAX_PLACES);
+  if (n == 0) n = 1; /* cuda:0: "GPU 0", the usual spelling of one GPU */
   *kind = (pe_place_kind)k;
   *count = (int)n;
   return NULL;

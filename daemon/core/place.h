@@ -39,8 +39,9 @@ bool pe_place_equal(pe_place a, pe_place b);
 const char *pe_place_kind_name(pe_place_kind k);
 /* "cpu:0" into buf. */
 const char *pe_place_str(pe_place p, char *buf, int len);
-/* Parse "cpu:2" / "sim:4" / "cuda:0": a kind and a count (or device id for
- * cuda). Errors name the offending spec. */
+/* Parse "cpu:2" / "sim:4" / "cuda:2": a kind and a count of places (ids
+ * 0..count-1). "cuda:0" is accepted as one place (GPU 0, the usual way to
+ * name one GPU), the same as "cuda:1". Errors name the offending spec. */
 pe_status *pe_places_parse(const char *spec, pe_place_kind *kind, int *count);
 
 #endif

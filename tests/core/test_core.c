@@ -1,10 +1,11 @@
-/* Core: status, shapes, tensors, allocator, scope, strmap, rng. */
+/* Core: status, shapes, tensors, allocator, scope, strmap, rng, place specs. */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "check_main.h"
 #include "core/allocator.h"
+#include "core/place.h"
 #include "core/rng.h"
 #include "core/scope.h"
 #include "core/status.h"
@@ -120,6 +121,35 @@ START_TEST(rng_is_counter_based) {
 }
 END_TEST
 
+/* KIND:N is a kind and a count of places; cuda:0 (one GPU, the usual
+ * spelling) is one place; malformed specs are errors naming the spec. */
+START_TEST(places_parse) {
+  static const struct {
+    const char *spec;
+    pe_place_kind kind;
+    int n;
+  } ok[] = {{"cpu:2", PE_PLACE_CPU, 2}, {"sim:4", PE_PLACE_SIM, 4}, {"cuda:0", PE_PLACE_CUDA, 1},
+            {"cuda:1", PE_PLACE_CUDA, 1}, {"cuda:2", PE_PLACE_CUDA, 2}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    pe_place_kind k = PE_PLACE_CPU;
+    int n = -1;
+    pe_status *st = pe_places_parse(ok[i].spec, &k, &n);
+    ck_assert_msg(!st, "%s: %s", ok[i].spec, st ? pe_status_msg(st) : "");
+    ck_assert_msg(k == ok[i].kind && n == ok[i].n, "%s: kind %d, %d places", ok[i].spec, (int)k, n);
+  }
+  static const char *const bad[][2] = {{"cpu:0", "count"},  {"sim:65", "count"}, {"gpu:1", "unknown kind"},
+                                       {"cpu", "KIND:N"},   {"cpu:x", "count"},  {"cuda:-1", "count"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    pe_place_kind k;
+    int n;
+    pe_status *st = pe_places_parse(bad[i][0], &k, &n);
+    ck_assert_msg(st && strstr(pe_status_msg(st), bad[i][0]) && strstr(pe_status_msg(st), bad[i][1]),
+                  "%s: %s", bad[i][0], st ? pe_status_msg(st) : "accepted");
+    pe_status_free(st);
+  }
+}
+END_TEST
+
 static Suite *core_suite(void) {
   Suite *s = suite_create("core");
   TCase *tc = tcase_create("core");
@@ -130,6 +160,7 @@ static Suite *core_suite(void) {
   tcase_add_test(tc, scope_lookup_walks_parents);
   tcase_add_test(tc, strmap_grows);
   tcase_add_test(tc, rng_is_counter_based);
+  tcase_add_test(tc, places_parse);
   suite_add_tcase(s, tc);
   return s;
 }
