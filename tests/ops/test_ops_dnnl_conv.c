@@ -141,6 +141,99 @@ START_TEST(conv_matches_reference) {
 }
 END_TEST
 
+/* Naive gradients of conv_ref (stride s, padding p, dilation 1, groups
+ * 1): dx and dw (either may be NULL) from dout. */
+static void conv_ref_grad(const float *x, const int64_t *xs, const float *w, const int64_t *ws,
+                          int64_t s, int64_t p, const float *dout, int64_t oh, int64_t ow,
+                          float *dx, float *dw) {
+  int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+  double *gx = calloc((size_t)nx, sizeof(double)), *gw = calloc((size_t)nw, sizeof(double));
+  for (int64_t n = 0; n < xs[0]; n++)
+    for (int64_t o = 0; o < ws[0]; o++)
+      for (int64_t i = 0; i < oh; i++)
+        for (int64_t j = 0; j < ow; j++) {
+          double g = dout[((n * ws[0] + o) * oh + i) * ow + j];
+          for (int64_t c = 0; c < ws[1]; c++)
+            for (int64_t a = 0; a < ws[2]; a++)
+              for (int64_t b = 0; b < ws[3]; b++) {
+                int64_t r = i * s - p + a, q = j * s - p + b;
+                if (r < 0 || r >= xs[2] || q < 0 || q >= xs[3]) continue;
+                int64_t xi = ((n * xs[1] + c) * xs[2] + r) * xs[3] + q;
+                int64_t wi = ((o * ws[1] + c) * ws[2] + a) * ws[3] + b;
+                gx[xi] += g * w[wi];
+                gw[wi] += g * x[xi];
+              }
+        }
+  for (int64_t i = 0; dx && i < nx; i++) dx[i] = (float)gx[i];
+  for (int64_t i = 0; dw && i < nw; i++) dw[i] = (float)gw[i];
+  free(gx);
+  free(gw);
+}
+
+/* The CNN's two convolutions (channel counts oneDNN blocks by 8 or 16), the
+ * shapes on which the primitives choose blocked layouts and the kernels
+ * stage their arguments through reorders (dnnl_layout.c): forward, both
+ * gradients (the weights pass reading Output@GRAD through the data pass's
+ * stage) and the weights gradient alone (the first layer's case: its input
+ * is a feed). Sums run over up to 800 terms of magnitude <= 1, so the
+ * tolerance is 1e-4 relative. On a CPU with AVX2 the layouts must really be
+ * blocked (reorders > 0): that is the path under test. */
+START_TEST(conv_blocked_layouts_match_reference) {
+  struct {
+    int64_t x[4], w[4];
+  } cases[] = {{{2, 32, 14, 14}, {64, 32, 5, 5}}, {{2, 1, 28, 28}, {32, 1, 5, 5}}};
+  pe_device_ctx dev;
+  PE_CK_OK(pe_device_ctx_init(&dev, pe_cpu_place(), 0));
+  pe_device_ctx_bind(&dev);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const int64_t *xs = cases[k].x, *ws = cases[k].w;
+    int64_t oh = xs[2], ow = xs[3]; /* 5x5, padding 2, stride 1 */
+    pe_scope *s = pe_scope_new(NULL);
+    pe_tensor *x = ph_set_uniform(s, "x", pe_shape_make(4, xs), -1, 1, 70 + k);
+    pe_tensor *w = ph_set_uniform(s, "w", pe_shape_make(4, ws), -1, 1, 72 + k);
+    pe_tensor *dout = ph_set_uniform(s, "dout", PE_SHAPE(xs[0], ws[0], oh, ow), -1, 1, 74 + k);
+    int64_t ny = pe_tensor_numel(dout), nx = pe_tensor_numel(x), nw = pe_tensor_numel(w);
+    float *want = malloc((size_t)ny * sizeof(float)), *want_dx = malloc((size_t)nx * sizeof(float)),
+          *want_dw = malloc((size_t)nw * sizeof(float));
+    conv_ref(pe_f32(x), xs, pe_f32(w), ws, 1, 2, 1, 1, want, oh, ow);
+    conv_ref_grad(pe_f32(x), xs, pe_f32(w), ws, 1, 2, pe_f32(dout), oh, ow, want_dx, want_dw);
+
+    pe_op_desc *op = conv_op(1, 2, 1, 1);
+    ph_op_inst *inst = ph_op_inst_new(op, &dev);
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL)); /* the entry again: stages reused */
+    dt_expect_close(pe_f32(ph_get(s, "out")), want, ny, 1e-4, "blocked conv forward");
+    bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) ck_assert_int_gt(pe_dnnl_cache_stats_of(inst->state).reorders, 0);
+    ph_op_inst_free(inst);
+    pe_op_desc_free(op);
+
+    for (int both = 1; both >= 0; both--) {
+      op = ph_op("conv2d_grad", "Input", "x", "Filter", "w", "Output@GRAD", "dout", NULL,
+                 "Filter@GRAD", "dw", NULL);
+      if (both) pe_op_set_output(op, "Input@GRAD", 1, (const char *[]){"dx"});
+      pe_op_set_ints(op, "paddings", 2, (int64_t[]){2, 2});
+      inst = ph_op_inst_new(op, &dev);
+      PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+      PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+      if (both) dt_expect_close(pe_f32(ph_get(s, "dx")), want_dx, nx, 1e-4, "blocked conv dx");
+      dt_expect_close(pe_f32(ph_get(s, "dw")), want_dw, nw, 1e-4,
+                      both ? "blocked conv dw (with dx)" : "blocked conv dw alone");
+      if (avx2) ck_assert_int_gt(pe_dnnl_cache_stats_of(inst->state).reorders, 0);
+      ph_op_inst_free(inst);
+      pe_op_desc_free(op);
+      ph_set_uniform(s, "dw", pe_shape_make(4, ws), 5, 6, 76); /* stale values: must be rewritten */
+      ph_set_uniform(s, "dx", pe_shape_make(4, xs), 5, 6, 77);
+    }
+    free(want);
+    free(want_dx);
+    free(want_dw);
+    pe_scope_free(s);
+  }
+  pe_device_ctx_destroy(&dev);
+}
+END_TEST
+
 START_TEST(conv_grad_numeric) {
   const char *outs[] = {"out"}, *wrt[] = {"x", "w"};
   /* stride 2, padding 1, dilation 2, groups 2 together. */
@@ -506,6 +599,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, conv_groups_written_out);
   tcase_add_test(tc, conv_matches_reference);
   tcase_add_test(tc, conv_grad_numeric);
+  tcase_add_test(tc, conv_blocked_layouts_match_reference);
   tcase_add_test(tc, conv_infer);
   tcase_add_test(tc, pool_written_out);
   tcase_add_test(tc, pool_grad_numeric);

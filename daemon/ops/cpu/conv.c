@@ -93,9 +93,13 @@ static pe_status *conv_grad_infer(pe_infer_ctx *c) {
   return pe_infer_grad_like_inputs(c);
 }
 
-/* Memory descs and oneDNN-style params of one (input, filter) pair. */
+/* Memory descs and oneDNN-style params of one (input, filter) pair: the
+ * tensors' plain descs, and the same dims with format any, from which the
+ * primitives are created (they choose blocked layouts; see
+ * pe_dnnl_stage_make). */
 typedef struct conv_descs {
-  dnnl_memory_desc_t src, wei, dst;
+  dnnl_memory_desc_t src, wei, dst;             /* plain: the tensors */
+  dnnl_memory_desc_t src_any, wei_any, dst_any; /* what the primitives see */
   dnnl_dims_t strides, dilates, pad;
 } conv_descs;
 
@@ -109,16 +113,15 @@ static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_
   int64_t oh = conv_out_dim(x->d[2], w->d[2], p.strides[0], p.paddings[0], p.dilations[0]);
   int64_t ow = conv_out_dim(x->d[3], w->d[3], p.strides[1], p.paddings[1], p.dilations[1]);
   int64_t dst[4] = {x->d[0], w->d[0], oh, ow};
-  dnnl_status_t s = pe_dnnl_md_of(&d->src, x);
+  int64_t g5[5] = {p.groups, w->d[0] / p.groups, w->d[1], w->d[2], w->d[3]};
+  const int64_t *wd = p.groups == 1 ? w->d : g5;
+  int wn = p.groups == 1 ? 4 : 5;
+  dnnl_status_t s = pe_dnnl_md_plain(&d->src, 4, x->d);
   if (s == dnnl_success) s = pe_dnnl_md_plain(&d->dst, 4, dst);
-  if (s == dnnl_success) {
-    if (p.groups == 1) {
-      s = pe_dnnl_md_of(&d->wei, w);
-    } else {
-      int64_t g5[5] = {p.groups, w->d[0] / p.groups, w->d[1], w->d[2], w->d[3]};
-      s = pe_dnnl_md_plain(&d->wei, 5, g5);
-    }
-  }
+  if (s == dnnl_success) s = pe_dnnl_md_plain(&d->wei, wn, wd);
+  if (s == dnnl_success) s = pe_dnnl_md_any(&d->src_any, 4, x->d);
+  if (s == dnnl_success) s = pe_dnnl_md_any(&d->dst_any, 4, dst);
+  if (s == dnnl_success) s = pe_dnnl_md_any(&d->wei_any, wn, wd);
   for (int i = 0; i < 2; i++) {
     d->strides[i] = p.strides[i];
     d->dilates[i] = p.dilations[i] - 1;
@@ -130,8 +133,8 @@ static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_
 static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, dnnl_primitive_desc_t *pd) {
   dnnl_convolution_desc_t cd;
   PE_TRY(pe_dnnl_check(dnnl_dilated_convolution_forward_desc_init(
-                           &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src, &d->wei,
-                           NULL, &d->dst, d->strides, d->dilates, d->pad, d->pad),
+                           &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any,
+                           &d->wei_any, NULL, &d->dst_any, d->strides, d->dilates, d->pad, d->pad),
                        c, "convolution forward desc"));
   return pe_dnnl_pd(c, &cd, NULL, "convolution forward primitive desc", pd);
 }
@@ -145,6 +148,9 @@ static pe_status *conv_key(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor
   return pe_dnnl_cache_lookup(c, key, nk, e, fresh);
 }
 
+/* Forward entry: prims[0] the convolution; stages[FS_*] its arguments. */
+enum { FS_SRC, FS_WEI, FS_DST };
+
 static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
                              const pe_shape *w) {
   conv_descs d;
@@ -154,6 +160,10 @@ static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape 
   static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
   pe_dnnl_prim *p;
   pe_status *st = pe_dnnl_entry_add(c, e, pd, args, 3, "convolution forward", &p);
+  if (!st) st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_SRC, &d.src, false, NULL, &e->stages[FS_SRC]);
+  if (!st)
+    st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_WEIGHTS, &d.wei, false, NULL, &e->stages[FS_WEI]);
+  if (!st) st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_DST, &d.dst, true, NULL, &e->stages[FS_DST]);
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
@@ -164,42 +174,61 @@ static pe_status *conv_kernel(pe_kernel_ctx *c) {
   bool fresh;
   PE_TRY(conv_key(c, x, w, &e, &fresh));
   if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_build(c, e, &x->shape, &w->shape)));
-  void *h[] = {x->data, w->data, out->data};
-  return pe_dnnl_run(c, &e->prims[0], h, "conv2d");
+  const pe_dnnl_stage *s = e->stages;
+  PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_SRC], x->data));
+  PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_WEI], w->data)); /* every call: weights change */
+  void *h[] = {pe_dnnl_stage_handle(e, &s[FS_SRC], x->data),
+               pe_dnnl_stage_handle(e, &s[FS_WEI], w->data),
+               pe_dnnl_stage_handle(e, &s[FS_DST], out->data)};
+  PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d"));
+  return pe_dnnl_stage_out(c, e, &s[FS_DST], out->data);
 }
 
-/* prims[0]: backward data, prims[1]: backward weights (both hinted by the
- * forward primitive desc, which is not kept). */
+/* Grad entry: prims[0] backward data, prims[1] backward weights (both
+ * hinted by the forward primitive desc, which is not kept); stages[GS_*]
+ * their arguments. The weights pass reads Output@GRAD through the data
+ * pass's stage when both chose the same layout. */
+enum { GS_BD_DDST, GS_BD_WEI, GS_BD_DSRC, GS_BW_SRC, GS_BW_DDST, GS_BW_DWEI };
+
 static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
                                   const pe_shape *w) {
   conv_descs d;
-  dnnl_primitive_desc_t hint, pd = NULL;
+  dnnl_primitive_desc_t hint, bd = NULL, bw = NULL;
   PE_TRY(conv_descs_make(c, x, w, &d));
   PE_TRY(conv_fwd_pd(c, &d, &hint));
   dnnl_convolution_desc_t cd;
   pe_dnnl_prim *p;
-  pe_status *st = pe_dnnl_check(
-      dnnl_dilated_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &d.src, &d.wei,
-                                                       &d.dst, d.strides, d.dilates, d.pad, d.pad),
-      c, "convolution backward data desc");
-  if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward data primitive desc", &pd);
+  pe_status *st = pe_dnnl_check(dnnl_dilated_convolution_backward_data_desc_init(
+                                    &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any,
+                                    &d.dst_any, d.strides, d.dilates, d.pad, d.pad),
+                                c, "convolution backward data desc");
+  if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward data primitive desc", &bd);
   if (!st) {
     static const int args[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
-    st = pe_dnnl_entry_add(c, e, pd, args, 3, "convolution backward data", &p);
+    st = pe_dnnl_entry_add(c, e, bd, args, 3, "convolution backward data", &p);
   }
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  pd = NULL;
   if (!st)
     st = pe_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
-                           &cd, dnnl_convolution_direct, &d.src, &d.wei, NULL, &d.dst, d.strides,
-                           d.dilates, d.pad, d.pad),
+                           &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any, NULL, &d.dst_any,
+                           d.strides, d.dilates, d.pad, d.pad),
                        c, "convolution backward weights desc");
-  if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward weights primitive desc", &pd);
+  if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward weights primitive desc", &bw);
   if (!st) {
     static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
-    st = pe_dnnl_entry_add(c, e, pd, args, 3, "convolution backward weights", &p);
+    st = pe_dnnl_entry_add(c, e, bw, args, 3, "convolution backward weights", &p);
   }
-  if (pd) dnnl_primitive_desc_destroy(pd);
+  pe_dnnl_stage *s = e->stages;
+  if (!st) st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_DST, &d.dst, false, NULL, &s[GS_BD_DDST]);
+  if (!st) st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_WEIGHTS, &d.wei, false, NULL, &s[GS_BD_WEI]);
+  if (!st) st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_SRC, &d.src, true, NULL, &s[GS_BD_DSRC]);
+  if (!st) st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_SRC, &d.src, false, NULL, &s[GS_BW_SRC]);
+  if (!st)
+    st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_DIFF_DST, &d.dst, false, &s[GS_BD_DDST],
+                            &s[GS_BW_DDST]);
+  if (!st)
+    st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_DIFF_WEIGHTS, &d.wei, true, NULL, &s[GS_BW_DWEI]);
+  if (bd) dnnl_primitive_desc_destroy(bd);
+  if (bw) dnnl_primitive_desc_destroy(bw);
   dnnl_primitive_desc_destroy(hint);
   return st;
 }
@@ -217,13 +246,25 @@ static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
   bool fresh;
   PE_TRY(conv_key(c, x, w, &e, &fresh));
   if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_grad_build(c, e, &x->shape, &w->shape)));
+  const pe_dnnl_stage *s = e->stages;
   if (dx) {
-    void *h[] = {dout->data, w->data, dx->data};
+    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_DDST], dout->data));
+    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_WEI], w->data));
+    void *h[] = {pe_dnnl_stage_handle(e, &s[GS_BD_DDST], dout->data),
+                 pe_dnnl_stage_handle(e, &s[GS_BD_WEI], w->data),
+                 pe_dnnl_stage_handle(e, &s[GS_BD_DSRC], dx->data)};
     PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d_grad data"));
+    PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BD_DSRC], dx->data));
   }
   if (dw) {
-    void *h[] = {x->data, dout->data, dw->data};
+    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_SRC], x->data));
+    if (!dx || !pe_dnnl_stage_same(&s[GS_BW_DDST], &s[GS_BD_DDST]))
+      PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_DDST], dout->data));
+    void *h[] = {pe_dnnl_stage_handle(e, &s[GS_BW_SRC], x->data),
+                 pe_dnnl_stage_handle(e, &s[GS_BW_DDST], dout->data),
+                 pe_dnnl_stage_handle(e, &s[GS_BW_DWEI], dw->data)};
     PE_TRY(pe_dnnl_run(c, &e->prims[1], h, "conv2d_grad weights"));
+    PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BW_DWEI], dw->data));
   }
   return NULL;
 }

@@ -176,8 +176,11 @@ void pe_dnnl_cache_free(void *state) {
 
 pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state) {
   const pe_dnnl_cache *cache = state;
-  pe_dnnl_cache_stats z = {0};
-  return cache ? cache->stats : z;
+  pe_dnnl_cache_stats st = {0};
+  if (!cache) return st;
+  st = cache->stats;
+  for (int i = 0; i < cache->n; i++) st.reorders += cache->e[i].nreorders;
+  return st;
 }
 
 pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,

@@ -11,8 +11,10 @@
  * least recently used entry is evicted beyond that. An entry owns its
  * primitives, one buffer-less dnnl_memory_t per primitive argument (data
  * handles are set on each call to the tensors' buffers) and any scratch
- * buffers the kernel needs (workspaces, unused gradients). All formats are
- * plain (abcd / ab), so no reorders are needed. */
+ * buffers the kernel needs (workspaces, unused gradients). Tensors are
+ * always plain (abcd / ab); a primitive that runs faster on a layout of its
+ * own choosing (convolution) reaches it through stages (below), which
+ * reorder between the tensor and an entry buffer. */
 #ifndef PE_OPS_CPU_DNNL_UTIL_H
 #define PE_OPS_CPU_DNNL_UTIL_H
 
@@ -42,9 +44,10 @@ dnnl_status_t pe_dnnl_md_matrix(dnnl_memory_desc_t *md, int64_t rows, int64_t co
 /* --- per-op primitive cache ---------------------------------------------- */
 #define PE_DNNL_CACHE_ENTRIES 4
 #define PE_DNNL_KEY_MAX 32
-#define PE_DNNL_MAX_PRIMS 3
+#define PE_DNNL_MAX_PRIMS 10 /* convolution backward: 2 + 6 reorders */
 #define PE_DNNL_MAX_ARGS 10
-#define PE_DNNL_MAX_BUFS 4
+#define PE_DNNL_MAX_BUFS 8
+#define PE_DNNL_MAX_STAGES 6
 
 /* Scratchpads are user-managed: every primitive gets its own (one buffer of
  * its entry, bound once), because Debian's oneDNN is built without
@@ -60,6 +63,16 @@ typedef struct pe_dnnl_prim {
   void *scratch; /* its scratchpad (owned, 64-byte aligned), NULL if none */
 } pe_dnnl_prim;
 
+/* One argument of a primitive created with format `any` (dnnl_layout.c):
+ * when the layout oneDNN chose differs from the tensor's plain one, the
+ * argument lives in entry buffer `buf` and prims[reorder] copies between
+ * the two (plain -> chosen for an input, chosen -> plain for an output).
+ * Indices, not pointers: entries are moved by value inside the cache. */
+typedef struct pe_dnnl_stage {
+  int reorder; /* index in prims; -1: the layouts agree, the tensor is used as is */
+  int buf;     /* index in bufs; -1 when reorder is -1 */
+} pe_dnnl_stage;
+
 typedef struct pe_dnnl_entry {
   int nkey;
   int64_t key[PE_DNNL_KEY_MAX];
@@ -68,6 +81,8 @@ typedef struct pe_dnnl_entry {
   pe_dnnl_prim prims[PE_DNNL_MAX_PRIMS];
   int nbufs;
   void *bufs[PE_DNNL_MAX_BUFS]; /* owned scratch, 64-byte aligned */
+  pe_dnnl_stage stages[PE_DNNL_MAX_STAGES]; /* kernel-defined meaning (conv.c) */
+  int nreorders; /* layout reorders among prims (pe_dnnl_stage_make) */
 } pe_dnnl_entry;
 
 typedef struct pe_dnnl_cache_stats {
@@ -75,6 +90,7 @@ typedef struct pe_dnnl_cache_stats {
   uint64_t hits;      /* lookups served by an existing entry */
   uint64_t evictions; /* entries dropped to make room */
   int entries;        /* entries held now */
+  int reorders;       /* layout reorders in the entries held now (0: all plain) */
 } pe_dnnl_cache_stats;
 
 typedef struct pe_dnnl_cache {
@@ -118,6 +134,35 @@ pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitiv
                       const char *what, dnnl_primitive_desc_t *pd);
 /* Bind handles[i] to args[i] of p, execute on the place's stream, wait. */
 pe_status *pe_dnnl_run(pe_kernel_ctx *c, pe_dnnl_prim *p, void *const *handles, const char *what);
+
+/* --- layouts chosen by the primitive (dnnl_layout.c) -------------------------
+ * Why: oneDNN's direct convolutions (jit:avx512_core, ...) run on blocked
+ * layouts (nChw16c data, OIhw16i16o filters); asked for plain NCHW/OIHW
+ * they fall back to im2col + GEMM, 2-3x slower on the CNN. Tensors stay
+ * plain everywhere else, so the kernel creates the primitive with
+ * pe_dnnl_md_any descs and stages each argument: */
+
+/* A desc of ndims dims whose layout the primitive chooses (format any). */
+dnnl_status_t pe_dnnl_md_any(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+/* Stage argument `arg` of pd, whose tensor has the plain desc `plain`: a
+ * no-op stage when pd chose that layout, else an entry buffer in the
+ * chosen layout and a reorder (plain -> chosen if !out, chosen -> plain if
+ * out). When `share` is a stage of the same entry already holding the same
+ * chosen layout of the same tensor, its buffer and reorder are reused. */
+pe_status *pe_dnnl_stage_make(pe_kernel_ctx *c, pe_dnnl_entry *e, const_dnnl_primitive_desc_t pd,
+                              int arg, const dnnl_memory_desc_t *plain, bool out,
+                              const pe_dnnl_stage *share, pe_dnnl_stage *st);
+/* The handle the primitive reads or writes for this argument: the entry
+ * buffer of a staged argument, else `data` itself. */
+void *pe_dnnl_stage_handle(const pe_dnnl_entry *e, const pe_dnnl_stage *st, void *data);
+/* Input: copy the tensor `data` into the stage's layout (no-op if none). */
+pe_status *pe_dnnl_stage_in(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_dnnl_stage *st,
+                            void *data);
+/* Output, after the primitive ran: copy the stage back to `data`. */
+pe_status *pe_dnnl_stage_out(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_dnnl_stage *st,
+                             void *data);
+/* True when st reuses an earlier stage's buffer (pe_dnnl_stage_make's share). */
+bool pe_dnnl_stage_same(const pe_dnnl_stage *a, const pe_dnnl_stage *b);
 
 /* --- infer helpers --------------------------------------------------------- */
 /* Every present input arg must be f32 (these kernels are f32 only). */
