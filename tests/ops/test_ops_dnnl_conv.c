@@ -359,17 +359,44 @@ START_TEST(pool_grad_numeric) {
 END_TEST
 
 /* Max-pool backward routes each output gradient to its window's argmax. */
+/* Max-pool gradient, written out: with Out (the direct loop, Paddle's
+ * rule) and without it (oneDNN's backward on a recomputed workspace); and
+ * a tie, which goes to the first element of the window in row-major order.
+ * Stale values in dx must be overwritten. */
 START_TEST(pool_max_grad_written_out) {
+  static const float want[16] = {0, 1, 0, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 4};
+  for (int with_out = 1; with_out >= 0; with_out--) {
+    pe_scope *s = pe_scope_new(NULL);
+    ph_set_f32(s, "x", PE_SHAPE(1, 1, 4, 4),
+               (float[]){1, 9, 2, 3, 4, 5, 8, 6, 7, 1, 2, 2, 0, 3, 1, 4});
+    ph_set_f32(s, "out", PE_SHAPE(1, 1, 2, 2), (float[]){9, 8, 7, 4});
+    ph_set_f32(s, "dout", PE_SHAPE(1, 1, 2, 2), (float[]){1, 2, 3, 4});
+    ph_set_uniform(s, "dx", PE_SHAPE(1, 1, 4, 4), 5, 6, 1);
+    pe_op_desc *op = ph_op("pool2d_grad", "X", "x", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
+    if (with_out) pe_op_set_input(op, "Out", 1, (const char *[]){"out"});
+    pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
+    pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
+    PE_CK_OK(ph_run_op(s, op, NULL));
+    dt_expect_close(pe_f32(ph_get(s, "dx")), want, 16, 0, with_out ? "max dx (Out)" : "max dx");
+    pe_op_desc_free(op);
+    pe_scope_free(s);
+  }
+  /* Ties, 3x3 windows at stride 2 with padding 1 (overlapping: accumulate). */
   pe_scope *s = pe_scope_new(NULL);
-  ph_set_f32(s, "x", PE_SHAPE(1, 1, 4, 4),
-             (float[]){1, 9, 2, 3, 4, 5, 8, 6, 7, 1, 2, 2, 0, 3, 1, 4});
+  ph_set_f32(s, "x", PE_SHAPE(1, 1, 3, 3), (float[]){5, 5, 1, 5, 5, 1, 1, 1, 1});
+  ph_set_f32(s, "out", PE_SHAPE(1, 1, 2, 2), (float[]){5, 5, 5, 5});
   ph_set_f32(s, "dout", PE_SHAPE(1, 1, 2, 2), (float[]){1, 2, 3, 4});
-  pe_op_desc *op = ph_op("pool2d_grad", "X", "x", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
-  pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
+  pe_op_desc *op = ph_op("pool2d_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL,
+                         "X@GRAD", "dx", NULL);
+  pe_op_set_ints(op, "ksize", 2, (int64_t[]){3, 3});
   pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
+  pe_op_set_ints(op, "paddings", 2, (int64_t[]){1, 1});
   PE_CK_OK(ph_run_op(s, op, NULL));
-  dt_expect_close(pe_f32(ph_get(s, "dx")),
-                  (float[]){0, 1, 0, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 0, 4}, 16, 0, "max dx");
+  /* Windows (clipped to the plane): (0,0) rows 0-1 cols 0-1, first 5 at
+   * [0][0]; (0,1) rows 0-1 cols 1-2: [0][1]; (1,0) rows 1-2 cols 0-1:
+   * [1][0]; (1,1) rows 1-2 cols 1-2: [1][1]. */
+  dt_expect_close(pe_f32(ph_get(s, "dx")), (float[]){1, 2, 0, 3, 4, 0, 0, 0, 0}, 9, 0,
+                  "max dx ties");
   pe_op_desc_free(op);
   pe_scope_free(s);
 }
