@@ -13,6 +13,7 @@
 #include "compiler/graph.h"
 #include "compiler/pass.h"
 #include "ops/registry.h"
+#include "builder_util.h"
 #include "pe_builder.h"
 #include "prog_util.h"
 
@@ -40,14 +41,7 @@ static inline pe_program *gu_mlp(int64_t in, int n_hidden, const int64_t *hidden
     pe_builder_momentum(b, 0.1f, 0.9f, false);
   else if (!strcmp(opt, "sgd"))
     pe_builder_sgd(b, 0.1f);
-  uint8_t *bytes = NULL;
-  size_t len = 0;
-  ck_assert_msg(pe_builder_finish(b, &bytes, &len) == 0, "%s", pe_builder_error(b));
-  pe_builder_free(b);
-  pe_program *p = NULL;
-  PU_OK(pe_program_decode(bytes, len, &p));
-  free(bytes);
-  return p;
+  return tb_finish(b);
 }
 
 /* The 2-hidden-layer MLP used by most tests: 6 parameters. */

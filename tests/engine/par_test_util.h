@@ -15,6 +15,7 @@
 #include "compiler/pass.h"
 #include "engine/par_executor.h"
 #include "engine/seq_executor.h"
+#include "builder_util.h"
 #include "pe_builder.h"
 #include "test_assert.h"
 
@@ -52,14 +53,7 @@ static inline pe_program *mlp_program(void) {
   ck_assert_str_eq(loss, "mean_0.out");
   ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
   ck_assert_int_eq(pe_builder_momentum(b, 0.1f, 0.9f, false), 0);
-  uint8_t *bytes;
-  size_t len;
-  ck_assert_msg(pe_builder_finish(b, &bytes, &len) == 0, "%s", pe_builder_error(b));
-  pe_builder_free(b);
-  pe_program *p;
-  PE_CK_OK(pe_program_decode(bytes, len, &p));
-  free(bytes);
-  return p;
+  return tb_finish(b);
 }
 
 static const char *LOSS = "mean_0.out";

@@ -37,6 +37,7 @@
 #include "compiler/pass.h"
 #include "engine/par_executor.h"
 #include "engine/timeline.h"
+#include "builder_util.h"
 #include "pe_builder.h"
 #include "test_assert.h"
 
@@ -73,14 +74,7 @@ static pe_program *program(const char *opt, net nt) {
     ck_assert_int_eq(pe_builder_momentum(b, 0.02f, 0.9f, false), 0);
   else
     ck_assert_int_eq(pe_builder_sgd(b, 0.1f), 0);
-  uint8_t *bytes;
-  size_t len;
-  ck_assert_msg(pe_builder_finish(b, &bytes, &len) == 0, "%s", pe_builder_error(b));
-  pe_builder_free(b);
-  pe_program *p;
-  PE_CK_OK(pe_program_decode(bytes, len, &p));
-  free(bytes);
-  return p;
+  return tb_finish(b);
 }
 
 static uint64_t mix(uint64_t z) {
