@@ -18,18 +18,21 @@
 
 #define DEFAULT_TIMEOUT_MS 60000
 #define DEFAULT_SEND_TIMEOUT_MS 5000
-/* Resends and nanomsg 1.1.5. The REQ socket keeps the last request for
- * resending; its timer resend (NN_REQ_RESEND_IVL) and any reply that comes
- * back for a superseded request leave the socket's stored message freed but
- * not reset, and nn_close then frees it again (chunk-tag assertion in
- * nn_req_term, reproduced by tests/e2e/test_client_lib.c at a 1 ms
- * interval). So: the timer resend is switched off (a ~12-day interval); by
- * default a request is sent once, and nanomsg resends it only when the
- * connection to the daemon is re-established (that path replays the same
- * message and is safe). With resend_ivl_ms set, the client re-sends the
- * same bytes (same ids, so the daemon applies it once) after each interval
- * without a reply, and such a handle is never nn_close'd (pe_client_free):
- * its socket stays open until the process exits, instead of aborting. */
+/* Resends and nanomsg 1.1.5. The REQ socket accepts only the reply to the
+ * last copy it sent; a reply to an older copy is dropped by nn_req_in with
+ * nn_msg_term but not re-initialised, so (a) arriving after the newest
+ * copy's reply it frees that stored reply (nn_recv then aborts on the chunk
+ * tag), and (b) arriving last it is freed again by nn_close (nn_req_term).
+ * The daemon answers only the newest copy of a request and never an older
+ * copy after a newer one (daemon/server/dedup.h), which rules out (a) for
+ * this daemon. Against (b) and nanomsg's own timer resend: the timer resend
+ * is switched off (a ~12-day interval); by default a request is sent once,
+ * and nanomsg resends it only when the connection to the daemon is
+ * re-established (it replays the same copy). With resend_ivl_ms set, the
+ * client re-sends the same bytes (same ids, so the daemon applies it once)
+ * after each interval without a reply, and such a handle is never
+ * nn_close'd (pe_client_free): its socket stays open until the process
+ * exits, instead of risking (b). */
 #define NN_TIMER_RESEND_OFF_MS (1 << 30)
 #define UNIX_PATH_MAX 108 /* sizeof sockaddr_un.sun_path */
 

@@ -12,8 +12,9 @@ typedef struct entry {
   bool done;
   uint8_t *reply;
   size_t len;
-  void **waiters;
-  int n_waiters, cap_waiters;
+  uint64_t top_seq; /* newest copy answered */
+  pe_dedup_copy *parked; /* copies waiting for the reply, by receive order */
+  int n_parked, cap_parked;
   struct entry *chain;                 /* hash bucket */
   struct entry *fifo_prev, *fifo_next; /* finished entries, oldest first */
 } entry;
@@ -24,6 +25,8 @@ struct pe_dedup {
   size_t n_buckets; /* power of two */
   entry *oldest, *newest;
   size_t max_entries, max_bytes;
+  pe_dedup_send_fn send;
+  void *send_ctx;
   pe_dedup_stats st;
 };
 
@@ -35,7 +38,7 @@ static size_t hash_key(uint64_t c, uint64_t r) {
   return (size_t)h;
 }
 
-pe_dedup *pe_dedup_new(size_t max_entries, size_t max_bytes) {
+pe_dedup *pe_dedup_new(size_t max_entries, size_t max_bytes, pe_dedup_send_fn send, void *ctx) {
   pe_dedup *d = calloc(1, sizeof *d);
   if (!d) return NULL;
   d->n_buckets = 1024;
@@ -48,12 +51,14 @@ pe_dedup *pe_dedup_new(size_t max_entries, size_t max_bytes) {
   pthread_mutex_init(&d->mu, NULL);
   d->max_entries = max_entries ? max_entries : 1;
   d->max_bytes = max_bytes;
+  d->send = send;
+  d->send_ctx = ctx;
   return d;
 }
 
 static void entry_free(entry *e) {
   free(e->reply);
-  free(e->waiters);
+  free(e->parked);
   free(e);
 }
 
@@ -106,95 +111,109 @@ static void evict(pe_dedup *d) {
   }
 }
 
-pe_dedup_state pe_dedup_begin(pe_dedup *d, uint64_t client, uint64_t request, void *waiter,
-                              uint8_t **reply, size_t *len) {
+/* Under d->mu: insert job into e's parked copies, kept sorted by seq. */
+static bool park(entry *e, uint64_t seq, void *job) {
+  if (e->n_parked == e->cap_parked) {
+    int cap = e->cap_parked ? 2 * e->cap_parked : 4;
+    pe_dedup_copy *p = realloc(e->parked, (size_t)cap * sizeof *p);
+    if (!p) return false;
+    e->parked = p;
+    e->cap_parked = cap;
+  }
+  int i = e->n_parked++;
+  for (; i > 0 && e->parked[i - 1].seq > seq; i--) e->parked[i] = e->parked[i - 1];
+  e->parked[i] = (pe_dedup_copy){seq, job};
+  return true;
+}
+
+pe_dedup_state pe_dedup_begin(pe_dedup *d, uint64_t client, uint64_t request, uint64_t seq,
+                              void *job) {
   if (client == 0) return PE_DEDUP_NEW;
   pthread_mutex_lock(&d->mu);
   entry **pp = find_slot(d, client, request);
-  pe_dedup_state out = PE_DEDUP_NEW;
-  if (*pp) {
-    entry *e = *pp;
-    if (e->done) {
-      uint8_t *copy = malloc(e->len ? e->len : 1);
-      if (copy) {
-        memcpy(copy, e->reply, e->len);
-        *reply = copy;
-        *len = e->len;
-        d->st.hits++;
-        out = PE_DEDUP_DONE;
-      } else {
-        /* Cannot copy: answering nothing lets the client retry later. */
-        *reply = NULL;
-        *len = 0;
-        out = PE_DEDUP_DONE;
-      }
-    } else {
-      if (e->n_waiters == e->cap_waiters) {
-        int cap = e->cap_waiters ? 2 * e->cap_waiters : 4;
-        void **w = realloc(e->waiters, (size_t)cap * sizeof *w);
-        if (w) {
-          e->waiters = w;
-          e->cap_waiters = cap;
-        }
-      }
-      if (e->n_waiters < e->cap_waiters) {
-        e->waiters[e->n_waiters++] = waiter;
-        d->st.waits++;
-        out = PE_DEDUP_WAITING;
-      } else {
-        /* Cannot park: drop this copy; the original's reply still goes out. */
-        *reply = NULL;
-        *len = 0;
-        out = PE_DEDUP_DONE;
-      }
-    }
-  } else {
-    entry *e = calloc(1, sizeof *e);
-    if (e) {
+  entry *e = *pp;
+  pe_dedup_state out;
+  if (!e) {
+    out = PE_DEDUP_NEW;
+    if ((e = calloc(1, sizeof *e))) {
       e->client = client;
       e->request = request;
       *pp = e;
       d->st.in_flight++;
     }
+  } else if (!e->done) {
+    out = park(e, seq, job) ? PE_DEDUP_WAITING : PE_DEDUP_STALE;
+    if (out == PE_DEDUP_WAITING) d->st.waits++;
+  } else if (seq > e->top_seq) {
+    out = PE_DEDUP_DONE;
+    e->top_seq = seq;
+    d->st.hits++;
+    d->send(d->send_ctx, job, e->reply, e->len);
+  } else {
+    out = PE_DEDUP_STALE;
   }
+  if (out == PE_DEDUP_STALE) d->st.stale++;
   pthread_mutex_unlock(&d->mu);
   return out;
 }
 
-void pe_dedup_finish(pe_dedup *d, uint64_t client, uint64_t request, const uint8_t *reply,
-                     size_t len, void ***waiters, int *n_waiters) {
-  *waiters = NULL;
-  *n_waiters = 0;
-  if (client == 0) return;
+/* Under d->mu: keep a copy of the reply on e (dropping e when out of memory:
+ * a later resend is then handled as new). */
+static void store_reply(pe_dedup *d, entry **pp, const uint8_t *reply, size_t len) {
+  entry *e = *pp;
+  if (!(e->reply = malloc(len ? len : 1))) {
+    *pp = e->chain;
+    entry_free(e);
+    return;
+  }
+  memcpy(e->reply, reply, len);
+  e->len = len;
+  e->done = true;
+  e->fifo_prev = d->newest;
+  if (d->newest)
+    d->newest->fifo_next = e;
+  else
+    d->oldest = e;
+  d->newest = e;
+  d->st.entries++;
+  d->st.bytes += len;
+  evict(d);
+}
+
+int pe_dedup_finish(pe_dedup *d, uint64_t client, uint64_t request, uint64_t seq, void *job,
+                    const uint8_t *reply, size_t len, pe_dedup_copy **parked_out) {
+  *parked_out = NULL;
+  if (client == 0) {
+    d->send(d->send_ctx, job, reply, len);
+    return 0;
+  }
   pthread_mutex_lock(&d->mu);
   entry **pp = find_slot(d, client, request);
   entry *e = *pp;
+  int n = 0;
+  pe_dedup_copy *ps = NULL;
   if (e && !e->done) {
     d->st.in_flight--;
-    *waiters = e->waiters;
-    *n_waiters = e->n_waiters;
-    e->waiters = NULL;
-    e->n_waiters = e->cap_waiters = 0;
-    e->reply = malloc(len ? len : 1);
-    if (!e->reply) {
-      *pp = e->chain;
-      entry_free(e);
-    } else {
-      memcpy(e->reply, reply, len);
-      e->len = len;
-      e->done = true;
-      e->fifo_prev = d->newest;
-      if (d->newest)
-        d->newest->fifo_next = e;
-      else
-        d->oldest = e;
-      d->newest = e;
-      d->st.entries++;
-      d->st.bytes += len;
-      evict(d);
-    }
+    ps = e->parked;
+    n = e->n_parked;
+    e->parked = NULL;
+    e->n_parked = e->cap_parked = 0;
+    e->top_seq = n && ps[n - 1].seq > seq ? ps[n - 1].seq : seq;
+    store_reply(d, pp, reply, len);
   }
+  /* job and the parked copies, oldest first (job's place among them by seq). */
+  bool job_sent = false;
+  for (int i = 0; i < n; i++) {
+    if (!job_sent && seq < ps[i].seq) {
+      d->send(d->send_ctx, job, reply, len);
+      job_sent = true;
+    }
+    d->send(d->send_ctx, ps[i].job, reply, len);
+  }
+  if (!job_sent) d->send(d->send_ctx, job, reply, len);
   pthread_mutex_unlock(&d->mu);
+  *parked_out = ps;
+  return n;
 }
 
 void pe_dedup_forget_client(pe_dedup *d, uint64_t client) {

@@ -36,6 +36,7 @@ typedef struct job {
   size_t len;
   void *ctrl;
   double received;
+  uint64_t seq; /* receive order (main thread): which copy of a resent request is newest */
   struct job *next;
 } job;
 
@@ -60,12 +61,15 @@ struct pe_loop {
   bool closing;
   out_msg *out_head, *out_tail;
   int alive; /* request threads not yet exited */
+  uint64_t recv_seq; /* main thread only */
 
   pthread_t *threads;
   int n_threads;
   bool stopping;
   char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
 };
+
+static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len);
 
 pe_limits pe_server_limits(pe_server *s) {
   pthread_mutex_lock(&s->cfg_mu);
@@ -142,7 +146,8 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
     st = pe_status_wrap(open_default_places(s), "config [runtime] places '%s'", s->cfg.places);
   if (!st) st = pe_registry_new(s, &s->reg);
   if (!st) st = pe_shm_table_new(&s->shm);
-  if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes)))
+  if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes,
+                                           send_to_job, s)))
     st = pe_error(PE_ENOMEM, "server: out of memory for the reply cache");
   if (!st) st = pe_mkdir_p(s->cfg.state_dir, 0750);
   if (st) {
@@ -261,6 +266,14 @@ static uint8_t *pack_reply(pe_server *s, Pe__Reply *rep, size_t *len) {
   return buf;
 }
 
+/* The reply cache's send (under its lock): queue the reply to a copy's
+ * routing header, which the queue takes over. */
+static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len) {
+  job *j = copy;
+  queue_reply(ctx, j->ctrl, reply, len);
+  j->ctrl = NULL;
+}
+
 /* --- request threads -------------------------------------------------------- */
 static void job_free(job *j) {
   if (j->body) nn_freemsg(j->body);
@@ -297,31 +310,19 @@ static void handle_job(pe_server *s, job *j) {
   }
   const char *kind = pe_request_kind_name(rq->body_case);
   uint64_t cid = rq->client_id, rid = rq->request_id;
-  uint8_t *stored = NULL;
-  size_t stored_len = 0;
-  switch (pe_dedup_begin(s->dedup, cid, rid, j, &stored, &stored_len)) {
-    case PE_DEDUP_DONE:
-      PE_LOGI(
-          "req client=%016llx id=%llu kind=%s: resend answered from the reply cache (not applied "
-          "again)",
-          (unsigned long long)cid, (unsigned long long)rid, kind);
-      if (stored) {
-        queue_reply(s, j->ctrl, stored, stored_len);
-        j->ctrl = NULL;
-      }
-      free(stored);
-      job_free(j);
-      pe__request__free_unpacked(rq, NULL);
-      return;
-    case PE_DEDUP_WAITING:
-      /* j is parked in the cache; the original's handler answers it. */
-      PE_LOGI(
-          "req client=%016llx id=%llu kind=%s: duplicate of a request in progress, waiting for its "
-          "reply",
-          (unsigned long long)cid, (unsigned long long)rid, kind);
-      pe__request__free_unpacked(rq, NULL);
-      return;
-    case PE_DEDUP_NEW: break;
+  pe_dedup_state seen = pe_dedup_begin(s->dedup, cid, rid, j->seq, j);
+  if (seen != PE_DEDUP_NEW) {
+    static const char *const what[] = {
+        [PE_DEDUP_DONE] = "resend answered from the reply cache (not applied again)",
+        [PE_DEDUP_WAITING] = "duplicate of a request in progress, waiting for its reply",
+        [PE_DEDUP_STALE] = "an older copy of a request whose newer copy was answered first: not "
+                           "answered",
+    };
+    PE_LOGI("req client=%016llx id=%llu kind=%s: %s", (unsigned long long)cid,
+            (unsigned long long)rid, kind, what[seen]);
+    if (seen != PE_DEDUP_WAITING) job_free(j); /* WAITING: parked, the original answers it */
+    pe__request__free_unpacked(rq, NULL);
+    return;
   }
   Pe__Reply rep = PE__REPLY__INIT;
   pe_arena arena = {0};
@@ -342,26 +343,15 @@ static void handle_job(pe_server *s, job *j) {
             (unsigned long long)rid, kind, ms);
   pe_arena_free(&arena);
   pe__request__free_unpacked(rq, NULL);
-  void **waiters = NULL;
-  int n_waiters = 0;
-  if (buf)
-    pe_dedup_finish(s->dedup, cid, rid, buf, len, &waiters, &n_waiters);
-  else
+  if (buf) {
+    pe_dedup_copy *parked;
+    int n = pe_dedup_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
+    for (int i = 0; i < n; i++) job_free(parked[i].job);
+    free(parked);
+  } else {
     PE_LOGE("req client=%016llx id=%llu: out of memory packing the reply", (unsigned long long)cid,
             (unsigned long long)rid);
-  if (buf) {
-    queue_reply(s, j->ctrl, buf, len);
-    j->ctrl = NULL;
   }
-  for (int i = 0; i < n_waiters; i++) {
-    job *w = waiters[i];
-    if (buf) {
-      queue_reply(s, w->ctrl, buf, len);
-      w->ctrl = NULL;
-    }
-    job_free(w);
-  }
-  free(waiters);
   free(buf);
   job_free(j);
 }
@@ -420,6 +410,7 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
     j->len = (size_t)n;
     j->ctrl = ctrl;
     j->received = pe_now_s();
+    j->seq = ++L->recv_seq;
     pthread_mutex_lock(&L->mu);
     if (L->q_tail)
       L->q_tail->next = j;
