@@ -236,6 +236,9 @@ typedef struct pe_client_status {
   const pe_client_model_status *models;
   int programs, queue_depth, clients, worker_threads;
   uint64_t requests_total, requests_failed, runs_total;
+  /* Resends (see proto/service.proto StatusReply) */
+  uint64_t reply_cache_entries, reply_cache_bytes;
+  uint64_t resends_answered, resends_waited, resends_stale, reply_cache_evictions;
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out);

@@ -274,6 +274,12 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .requests_total = s->requests_total,
       .requests_failed = s->requests_failed,
       .runs_total = s->runs_total,
+      .reply_cache_entries = s->reply_cache_entries,
+      .reply_cache_bytes = s->reply_cache_bytes,
+      .resends_answered = s->resends_answered,
+      .resends_waited = s->resends_waited,
+      .resends_stale = s->resends_stale,
+      .reply_cache_evictions = s->reply_cache_evictions,
   };
   return 0;
 }

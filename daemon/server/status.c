@@ -1,5 +1,5 @@
 /* The Status reply: uptime, places with parameter bytes, models, programs,
- * queue depth, request counters, clients. */
+ * queue depth, request counters, clients, reply cache counters. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +16,14 @@ pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
   r->runs_total = atomic_load(&s->runs_total);
   /* The pool's real size (worker_threads = 0 in the config means one per core). */
   r->worker_threads = pe_pool_threads(pe_runtime_pool(s->rt));
+  pe_dedup_stats ds;
+  pe_dedup_stats_get(s->dedup, &ds);
+  r->reply_cache_entries = ds.entries;
+  r->reply_cache_bytes = ds.bytes;
+  r->resends_answered = ds.hits;
+  r->resends_waited = ds.waits;
+  r->resends_stale = ds.stale;
+  r->reply_cache_evictions = ds.evictions;
   pe_model_snapshot *ms = NULL;
   int nm = 0, np = 0, nc = 0;
   pe_registry_snapshot(s->reg, true, &ms, &nm, &np, &nc);

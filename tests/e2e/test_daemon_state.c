@@ -95,6 +95,14 @@ START_TEST(test_resend_applied_once) {
   Pe__Reply *st = dh_call(s, &rq);
   dh_ok(st);
   ck_assert_uint_eq(st->status->runs_total, 21);
+  /* Its counters: the sequential resend was answered from the cache; the
+   * second in-flight copy was parked behind the first (or, had the first
+   * finished before it was looked at, answered from the cache). */
+  ck_assert_uint_ge(st->status->resends_answered, 1);
+  ck_assert_uint_eq(st->status->resends_answered + st->status->resends_waited, 2);
+  ck_assert_uint_eq(st->status->resends_stale, 0);
+  ck_assert_uint_ge(st->status->reply_cache_entries, 3);
+  ck_assert_uint_gt(st->status->reply_cache_bytes, 0);
   pe__reply__free_unpacked(st, NULL);
 
   free(w0);
