@@ -256,6 +256,10 @@ static pe_status *par_eval(trainer *t, int n, int64_t *correct) {
 static void par_json(trainer *t, FILE *f) {
   par_state *s = t->impl;
   fprintf(f, ",\"prefetch\":%s", train_cfg_prefetch(&t->cfg) ? "true" : "false");
+  /* What the runtime chose: inter-op workers and each place's OpenMP team. */
+  fprintf(f, ",\"pool_workers\":%d,\"intra_op_threads\":%d",
+          pe_pool_threads(pe_runtime_pool(s->rt)),
+          pe_stream_ctx(pe_device_stream(s->devices[0], PE_STREAM_COMPUTE))->threads);
   fprintf(f,
           ",\"strategy\":\"%s\",\"fuse\":%s,\"fuse_bucket_bytes\":%lld,\"sync\":\"%s\","
           "\"graph_nodes\":%d,\"memory_plan\":{\"planned_bytes\":%lld,\"unplanned_bytes\":%lld}",

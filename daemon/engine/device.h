@@ -96,8 +96,8 @@ typedef pe_status *(*pe_stream_fn)(void *arg);
 
 typedef struct pe_device_opts {
   /* Intra-op thread budget of this device's kernels (OpenMP team size of
-   * the threads that run them); <= 0: all cores. The executor passes
-   * cores / places. sim binds it on its compute and comm stream threads
+   * the threads that run them); <= 0: all cores. The runtime passes
+   * cores / places (cpu: cores / max(places, pool workers)). sim binds it on its compute and comm stream threads
    * (its copy threads use 1). */
   int threads;
   /* 0 (default): the threads the device creates to run kernels (sim

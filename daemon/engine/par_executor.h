@@ -8,8 +8,9 @@
  *   pe_runtime  what one process (the daemon) owns once: the worker pool,
  *               the dependency engine on it, and the devices, opened on
  *               first use and shared by every model. Intra-op threads:
- *               every place gets cores / places OpenMP threads, bound on
- *               the thread that runs the place's kernels (pool worker for
+ *               a sim place gets cores / places OpenMP threads, a cpu
+ *               place cores / max(places, pool workers), bound on the
+ *               thread that runs the place's kernels (pool worker for
  *               cpu, stream thread for sim), so pool and oneDNN together
  *               never oversubscribe the cores.
  *
@@ -120,8 +121,10 @@ pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out);
 void pe_runtime_free(pe_runtime *rt);
 pe_pool *pe_runtime_pool(pe_runtime *rt);
 pe_engine *pe_runtime_engine(pe_runtime *rt);
-/* The device of `place`, opened on first use with an intra-op budget of
- * cores / n_places_hint (>= 1) and kept until pe_runtime_free. */
+/* The device of `place`, opened on first use and kept until
+ * pe_runtime_free, with an intra-op budget (>= 1) of cores / n_places_hint,
+ * on cpu places cores / max(n_places_hint, pool workers) (par_runtime.c
+ * says why). */
 pe_status *pe_runtime_device(pe_runtime *rt, pe_place place, int n_places_hint, pe_device **out);
 
 /* --- model: parameters across places -------------------------------------- */

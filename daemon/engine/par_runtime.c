@@ -2,9 +2,17 @@
  * devices, opened on first use.
  *
  * Intra-op budget. Each pool worker binds, at start, an OpenMP team of
- * cores / workers (>= 1); the executor re-binds the place's budget
- * (cores / places, the device's ctx) around each kernel it runs on a worker,
- * and sim stream threads bind their device's budget themselves.
+ * cores / workers (>= 1); the executor re-binds the place's budget (the
+ * device's ctx) around each kernel it runs on a worker, and sim stream
+ * threads bind their device's budget themselves. A cpu place's budget is
+ * cores / max(places, workers): every worker may run a kernel of the place
+ * at the same time, so workers x team <= cores whatever runs. (cores /
+ * places alone gave cpu:1 on a 2-worker pool two 2-thread teams on 2 cores:
+ * measured, the MLP at about half the speed of a 1-worker pool; libgomp,
+ * managing more threads than cores, stops spinning between parallel regions.) A model that wants wide kernels on few places runs on a runtime
+ * with fewer workers (pe_runtime_opts.threads). A sim place's budget is
+ * cores / places: its kernels run on its own stream thread, which emulates
+ * an accelerator, not on the pool.
  *
  * Denormals. Unless opts->keep_denormals, every pool worker flushes
  * denormals to zero (core/fpenv.h: on the MLP a dead unit's momentum decays
@@ -83,8 +91,10 @@ pe_status *pe_runtime_device(pe_runtime *rt, pe_place place, int n_places_hint, 
   pe_device **slot = &rt->dev[place.kind][place.id];
   pe_status *st = NULL;
   if (!*slot) {
-    int hint = n_places_hint > 0 ? n_places_hint : 1;
-    pe_device_opts o = {.threads = rt->cores / hint > 0 ? rt->cores / hint : 1,
+    int share = n_places_hint > 0 ? n_places_hint : 1;
+    int workers = pe_pool_threads(rt->pool);
+    if (place.kind == PE_PLACE_CPU && share < workers) share = workers;
+    pe_device_opts o = {.threads = rt->cores / share > 0 ? rt->cores / share : 1,
                         .keep_denormals = rt->keep_denormals,
                         .device_memory = rt->sim_device_memory && place.kind == PE_PLACE_SIM};
     st = pe_device_open(place, &o, slot);

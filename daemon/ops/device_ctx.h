@@ -4,8 +4,9 @@
  * Threading choice: oneDNN here is built on OpenMP. An executor thread that
  * runs kernels for a place calls pe_device_ctx_bind once; it sets that
  * thread's OpenMP team size (omp_set_num_threads is per calling thread) to the
- * place's budget = cores / places, so that pool threads x OpenMP threads never
- * exceed the cores. Hand-written kernels use the same budget. */
+ * place's budget (cores / max(places, pool workers) on the parallel
+ * executor's cpu places), so that pool threads x OpenMP threads never exceed
+ * the cores. Hand-written kernels use the same budget. */
 #ifndef PE_OPS_DEVICE_CTX_H
 #define PE_OPS_DEVICE_CTX_H
 

@@ -472,6 +472,43 @@ START_TEST(eval_graph_sim) {
 }
 END_TEST
 
+/* --- intra-op budget ------------------------------------------------------------------- */
+
+static int team_of(pe_runtime *rt, pe_place_kind kind, int n_places) {
+  pe_device *d;
+  PE_CK_OK(pe_runtime_device(rt, (pe_place){kind, 0}, n_places, &d));
+  return pe_stream_ctx(pe_device_stream(d, PE_STREAM_COMPUTE))->threads;
+}
+
+/* Any pool worker may run any cpu place's kernel while the others run
+ * theirs, so a cpu place's OpenMP team is cores / max(places, workers):
+ * workers x team never exceeds the cores (cores / places gave cpu:1 on two
+ * workers two 2-thread teams on 2 cores). Sim kernels run on the device's own
+ * stream thread, not on the pool: cores / places. */
+START_TEST(intra_op_teams_fit_the_cores) {
+  static const struct {
+    int workers, places, cpu_team, sim_team;
+  } cases[] = {
+      {1, 1, 4, 4}, {2, 1, 2, 4}, {4, 1, 1, 4}, {8, 1, 1, 4}, {1, 2, 2, 2},
+      {2, 2, 2, 2}, {4, 2, 1, 2}, {1, 4, 1, 1}, {2, 4, 1, 1}, {1, 8, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pe_runtime_opts o = {.threads = cases[i].workers, .cores = 4};
+    pe_runtime *rt;
+    PE_CK_OK(pe_runtime_new(&o, &rt));
+    int cpu = team_of(rt, PE_PLACE_CPU, cases[i].places);
+    int sim = team_of(rt, PE_PLACE_SIM, cases[i].places);
+    ck_assert_msg(cpu == cases[i].cpu_team && sim == cases[i].sim_team,
+                  "%d workers, %d places on 4 cores: cpu team %d (want %d), sim team %d (want %d)",
+                  cases[i].workers, cases[i].places, cpu, cases[i].cpu_team, sim,
+                  cases[i].sim_team);
+    if (cases[i].workers <= 4)
+      ck_assert_int_le(cases[i].workers * cpu, 4);
+    pe_runtime_free(rt);
+  }
+}
+END_TEST
+
 /* --- timeline -------------------------------------------------------------------------- */
 
 START_TEST(timeline_spans) {
@@ -519,6 +556,7 @@ static Suite *misc_suite(void) {
   tcase_add_test(tc, model_get_set);
   tcase_add_test(tc, model_get_after_run);
   tcase_add_test(tc, timeline_spans);
+  tcase_add_test(tc, intra_op_teams_fit_the_cores);
   tcase_add_test(tc, eval_graph_cpu);
   tcase_add_test(tc, eval_graph_sim);
   suite_add_tcase(s, tc);
