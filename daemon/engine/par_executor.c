@@ -700,6 +700,11 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
     }
   }
   if (n_roots) pe_pool_submit_batch(e->rt->pool, first, last, n_roots);
+  /* The caller's part of the run (feeds, re-arming, engine pushes) on its
+   * own lane: it delays the places' first ops. */
+  if (e->tl)
+    pe_timeline_record(pe_timeline_thread_lane(e->tl, "caller"), e->g->places[0], "run start",
+                       t_start, pe_timeline_now_ns());
 
   pthread_mutex_lock(&e->done_mu);
   while (atomic_load(&e->remaining) > 0) pthread_cond_wait(&e->done_cv, &e->done_mu);

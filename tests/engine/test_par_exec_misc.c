@@ -530,6 +530,8 @@ START_TEST(timeline_spans) {
     char *json;
     PE_CK_OK(pe_timeline_json(tl, &json, NULL));
     ck_assert_msg(strstr(json, k ? "sim:1/compute" : "worker"), "lane names missing");
+    ck_assert_msg(strstr(json, "\"caller\"") && strstr(json, "\"run start\""),
+                  "the caller's run start span is missing");
     ck_assert(strstr(json, "matmul") || strstr(json, "mul"));
     free(json);
     pe_timeline_free(tl);
