@@ -122,7 +122,9 @@ static int par_setup(trainer *t) {
   pe_graph_memory_bytes(g_train, (t->cfg.batch + s->n_places - 1) / s->n_places, &s->planned,
                         &s->unplanned);
 
-  pe_runtime_opts ro = {.threads = (int)t->cfg.threads,
+  int workers = t->cfg.threads > 0 ? (int)t->cfg.threads
+                                   : pe_runtime_default_workers(s->kind, s->n_places);
+  pe_runtime_opts ro = {.threads = workers,
                         .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
   if ((st = pe_runtime_new(&ro, &s->rt)) ||
       (st = pe_model_new(s->rt, s->kind, s->n_places, (uint64_t)t->cfg.seed, &s->model))) {

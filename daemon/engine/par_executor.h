@@ -116,6 +116,12 @@ typedef struct pe_runtime_opts {
 typedef struct pe_runtime pe_runtime;
 
 pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out);
+/* The pool size for a process whose models run on n_places places of kind
+ * (for pe_runtime_opts.threads when the user asked for none): one worker per
+ * cpu place (at most the cores), so that each cpu place's kernels get an
+ * OpenMP team of cores / places; the online cores otherwise (sim and cuda
+ * kernels do not run on the pool). */
+int pe_runtime_default_workers(pe_place_kind kind, int n_places);
 /* Waits for every pushed op, closes the devices, frees the pool. Every model
  * and executor must have been freed. NULL: no-op. */
 void pe_runtime_free(pe_runtime *rt);

@@ -9,8 +9,11 @@
  * at the same time, so workers x team <= cores whatever runs. (cores /
  * places alone gave cpu:1 on a 2-worker pool two 2-thread teams on 2 cores:
  * measured, the MLP at about half the speed of a 1-worker pool; libgomp,
- * managing more threads than cores, stops spinning between parallel regions.) A model that wants wide kernels on few places runs on a runtime
- * with fewer workers (pe_runtime_opts.threads). A sim place's budget is
+ * managing more threads than cores, stops spinning between parallel
+ * regions.) A pool of one worker per cpu place (pe_runtime_default_workers,
+ * what the daemon and pe-bench use unless told otherwise) gives each place
+ * cores / places; more workers trade intra-op for inter-op parallelism
+ * (several clients' models at once). A sim place's budget is
  * cores / places: its kernels run on its own stream thread, which emulates
  * an accelerator, not on the pool.
  *
@@ -57,6 +60,12 @@ pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out) {
   }
   *out = rt;
   return NULL;
+}
+
+int pe_runtime_default_workers(pe_place_kind kind, int n_places) {
+  int cores = pe_cpu_cores();
+  if (kind != PE_PLACE_CPU || n_places < 1) return cores;
+  return n_places < cores ? n_places : cores;
 }
 
 void pe_runtime_free(pe_runtime *rt) {

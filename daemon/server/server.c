@@ -138,7 +138,10 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
   if (!st && !pe_sync_strategy_parse(s->cfg.sync, &s->sync))
     st = pe_error(PE_EINVAL, "config [runtime] sync '%s' unknown", s->cfg.sync);
   if (!st) {
-    pe_runtime_opts ro = {.threads = s->cfg.worker_threads,
+    int workers = s->cfg.worker_threads > 0
+                      ? s->cfg.worker_threads
+                      : pe_runtime_default_workers(s->place_kind, s->n_places);
+    pe_runtime_opts ro = {.threads = workers,
                           .keep_denormals = !s->cfg.flush_denormals};
     st = pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime");
   }

@@ -14,7 +14,7 @@ pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);
-  /* The pool's real size (worker_threads = 0 in the config means one per core). */
+  /* The pool's real size (worker_threads = 0: pe_runtime_default_workers). */
   r->worker_threads = pe_pool_threads(pe_runtime_pool(s->rt));
   pe_dedup_stats ds;
   pe_dedup_stats_get(s->dedup, &ds);

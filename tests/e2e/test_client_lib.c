@@ -178,6 +178,9 @@ START_TEST(train_steps_lower_the_loss) {
   pe_client_status s;
   CD_OK(f.c, pe_client_get_status(f.c, &s));
   ck_assert_uint_ge(s.runs_total, 10);
+  /* --places cpu:1, worker_threads unset: one pool worker, whose kernels
+   * get every core (par_runtime.c). */
+  ck_assert_int_eq(s.worker_threads, 1);
   bool saw = false;
   for (size_t i = 0; i < s.n_models; i++) saw |= !strcmp(s.models[i].name, "mlp-a");
   ck_assert(saw);
