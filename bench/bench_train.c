@@ -20,6 +20,8 @@
  * epoch's batches come from a pe_prefetch whose thread reads batch k+1 from
  * the batcher and splits it onto the places while step k runs: the same
  * batches in the same order as without it. */
+#include "bench_train.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -28,7 +30,6 @@
 #include <time.h>
 
 #include "bench.h"
-#include "bench_train.h"
 #include "compiler/pass.h"
 #include "compiler/program.h"
 #include "core/fpenv.h"
@@ -53,7 +54,8 @@ typedef struct opt_row {
 #define CFG(f) offsetof(train_cfg, f)
 static const opt_row opts[] = {
     {"model", OPT_STR, CFG(model), 0, 0, "mlp | cnn (required)"},
-    {"executor", OPT_STR, CFG(executor), 0, 0, "sequential | parallel (default: sequential; parallel on cuda places)"},
+    {"executor", OPT_STR, CFG(executor), 0, 0,
+     "sequential | parallel (default: sequential; parallel on cuda places)"},
     {"places", OPT_STR, CFG(places), 0, 0, "cpu:N | sim:N | cuda:0 (parallel; sequential: cpu:1)"},
     {"batch", OPT_INT, CFG(batch), 1, 1 << 16, "mini-batch size (mlp 128, cnn 64)"},
     {"epochs", OPT_INT, CFG(epochs), 1, 1000, "passes over the 60,000 training images (1)"},
@@ -62,7 +64,8 @@ static const opt_row opts[] = {
     {"threads", OPT_INT, CFG(threads), 0, 4096,
      "sequential: intra-op threads; parallel: pool workers (0: one per cpu place, else all cores)"},
     {"strategy", OPT_STR, CFG(strategy), 0, 0, "parallel: allreduce (default) | reduce | sharded"},
-    {"fuse", OPT_ONOFF, CFG(fuse), 0, 0, "parallel: fuse gradient all-reduces into buckets [on|off]"},
+    {"fuse", OPT_ONOFF, CFG(fuse), 0, 0,
+     "parallel: fuse gradient all-reduces into buckets [on|off]"},
     {"fuse-bucket", OPT_INT, CFG(fuse_bucket), 0, 1L << 40,
      "parallel: fuse bucket bytes (0: 4 MiB default)"},
     {"sync", OPT_STR, CFG(sync), 0, 0, "parallel: cross-stream sync, event (default) | producer"},
@@ -113,10 +116,10 @@ static int parse_args(int argc, char **argv, train_cfg *c) {
     if (!o) return bad_args("unknown option '%s'%s", arg, "");
     char *field = (char *)c + o->off;
     if (o->kind == OPT_ONOFF) {
-      const char *val = eq                                                        ? eq + 1
-                        : i + 1 < argc && (!strcmp(argv[i + 1], "on") ||
-                                           !strcmp(argv[i + 1], "off"))          ? argv[++i]
-                                                                                 : "on";
+      const char *val =
+          eq                                                                            ? eq + 1
+          : i + 1 < argc && (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off")) ? argv[++i]
+                                                                                        : "on";
       if (strcmp(val, "on") && strcmp(val, "off"))
         return bad_args("option '%s' takes on or off%s", arg, "");
       *(const char **)field = val;
@@ -205,8 +208,8 @@ static void seq_teardown(trainer *t) {
 }
 
 /* One run of `e` on n examples in t->x / t->y; fetched as asked. */
-static pe_status *seq_run(trainer *t, pe_seq_exec *e, int n, const char *const *fetch,
-                          int n_fetch, const pe_tensor **out) {
+static pe_status *seq_run(trainer *t, pe_seq_exec *e, int n, const char *const *fetch, int n_fetch,
+                          const pe_tensor **out) {
   pe_shape xs = pe_shape_make(t->m.image_ndim, t->m.image_dims), ys = PE_SHAPE(n, 1);
   xs.d[0] = n;
   pe_tensor xt, yt;
@@ -445,8 +448,7 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("unknown model '%s' (known: %s)", t.cfg.model, pe_model_spec_names());
   /* Only the parallel executor runs on cuda places, so they imply it. */
   if (!t.cfg.executor)
-    t.cfg.executor =
-        t.cfg.places && !strncmp(t.cfg.places, "cuda", 4) ? "parallel" : "sequential";
+    t.cfg.executor = t.cfg.places && !strncmp(t.cfg.places, "cuda", 4) ? "parallel" : "sequential";
   for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
     if (!strcmp(t.cfg.executor, backends[i]->executor)) t.be = backends[i];
   if (!t.be)
@@ -458,9 +460,10 @@ int pe_bench_train(int argc, char **argv) {
                     t.cfg.places, "");
   if (!parallel && (t.cfg.strategy || t.cfg.sync || t.cfg.fuse || t.cfg.fuse_bucket ||
                     t.cfg.dump_graph || t.cfg.timeline || t.cfg.prefetch))
-    return bad_args("--strategy, --sync, --fuse, --fuse-bucket, --dump-graph, --timeline and "
-                    "--prefetch need --executor parallel%s%s",
-                    "", "");
+    return bad_args(
+        "--strategy, --sync, --fuse, --fuse-bucket, --dump-graph, --timeline and "
+        "--prefetch need --executor parallel%s%s",
+        "", "");
   if (t.cfg.compare_sequential && !parallel)
     return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");
   if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
@@ -495,15 +498,15 @@ int pe_bench_train(int argc, char **argv) {
           "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f",
           t.cfg.model, t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples,
           t.cfg.seed, t.cfg.threads, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush", sps,
-          r.train_seconds, r.eval_seconds, r.test_acc, r.final_loss,
-          r.final_train_acc);
+          r.train_seconds, r.eval_seconds, r.test_acc, r.final_loss, r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
       if (t.cfg.compare_sequential) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;
-        printf(",\"baseline\":{\"executor\":\"sequential\",\"places\":\"cpu:1\",\"threads\":1,"
-               "\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,"
-               "\"final_loss\":%.5f},\"speedup_vs_sequential\":%.3f",
-               bsps, base.train_seconds, base.test_acc, base.final_loss, bsps > 0 ? sps / bsps : 0);
+        printf(
+            ",\"baseline\":{\"executor\":\"sequential\",\"places\":\"cpu:1\",\"threads\":1,"
+            "\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,"
+            "\"final_loss\":%.5f},\"speedup_vs_sequential\":%.3f",
+            bsps, base.train_seconds, base.test_acc, base.final_loss, bsps > 0 ? sps / bsps : 0);
       }
       printf("}\n");
     } else {

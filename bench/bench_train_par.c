@@ -88,16 +88,21 @@ static int par_setup(trainer *t) {
   if ((st = pe_model_check_places(s->kind, s->n_places))) /* e.g. cuda:2: not yet, and why */
     return pe_bench_train_fail(st, "--places");
   const char *strategy = t->cfg.strategy ? t->cfg.strategy : "allreduce";
-  if (!strcmp(strategy, "allreduce")) s->strategy = PE_STRATEGY_ALLREDUCE;
-  else if (!strcmp(strategy, "reduce")) s->strategy = PE_STRATEGY_REDUCE;
-  else if (!strcmp(strategy, "sharded")) s->strategy = PE_STRATEGY_SHARDED;
+  if (!strcmp(strategy, "allreduce"))
+    s->strategy = PE_STRATEGY_ALLREDUCE;
+  else if (!strcmp(strategy, "reduce"))
+    s->strategy = PE_STRATEGY_REDUCE;
+  else if (!strcmp(strategy, "sharded"))
+    s->strategy = PE_STRATEGY_SHARDED;
   else
     return pe_bench_train_fail(
         pe_error(PE_EINVAL, "strategy '%s' (known: allreduce, reduce, sharded)", strategy),
         "--strategy");
   const char *sync = t->cfg.sync ? t->cfg.sync : "event";
-  if (!strcmp(sync, "event")) s->sync = PE_SYNC_WAIT_EVENT;
-  else if (!strcmp(sync, "producer")) s->sync = PE_SYNC_WAIT_PRODUCER;
+  if (!strcmp(sync, "event"))
+    s->sync = PE_SYNC_WAIT_EVENT;
+  else if (!strcmp(sync, "producer"))
+    s->sync = PE_SYNC_WAIT_PRODUCER;
   else
     return pe_bench_train_fail(pe_error(PE_EINVAL, "sync '%s' (known: event, producer)", sync),
                                "--sync");
@@ -122,10 +127,9 @@ static int par_setup(trainer *t) {
   pe_graph_memory_bytes(g_train, (t->cfg.batch + s->n_places - 1) / s->n_places, &s->planned,
                         &s->unplanned);
 
-  int workers = t->cfg.threads > 0 ? (int)t->cfg.threads
-                                   : pe_runtime_default_workers(s->kind, s->n_places);
-  pe_runtime_opts ro = {.threads = workers,
-                        .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
+  int workers =
+      t->cfg.threads > 0 ? (int)t->cfg.threads : pe_runtime_default_workers(s->kind, s->n_places);
+  pe_runtime_opts ro = {.threads = workers, .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
   if ((st = pe_runtime_new(&ro, &s->rt)) ||
       (st = pe_model_new(s->rt, s->kind, s->n_places, (uint64_t)t->cfg.seed, &s->model))) {
     pe_graph_free(g_train);
@@ -226,8 +230,7 @@ static int par_split_places(trainer *t, pe_device ***devices) {
 
 /* One step on a batch the prefetcher split onto the places (inputs 0:
  * images, 1: labels); the fetches as par_step's. */
-static pe_status *par_step_split(trainer *t, const pe_prefetch_batch *b, float *loss,
-                                 float *acc) {
+static pe_status *par_step_split(trainer *t, const pe_prefetch_batch *b, float *loss, float *acc) {
   par_state *s = t->impl;
   if (b->n_places != s->n_places || b->n_inputs != 2)
     return pe_error(PE_EINVAL, "train step: batch split onto %d places x %d inputs, want %d x 2",

@@ -82,7 +82,6 @@ typedef struct pe_device pe_device;
 typedef struct pe_stream pe_stream;
 typedef struct pe_event pe_event;
 
-
 typedef enum pe_copy_kind { PE_COPY_H2D = 0, PE_COPY_D2H = 1, PE_COPY_D2D = 2 } pe_copy_kind;
 
 typedef enum pe_sync_strategy {
@@ -97,8 +96,8 @@ typedef pe_status *(*pe_stream_fn)(void *arg);
 typedef struct pe_device_opts {
   /* Intra-op thread budget of this device's kernels (OpenMP team size of
    * the threads that run them); <= 0: all cores. The runtime passes
-   * cores / places (cpu: cores / max(places, pool workers)). sim binds it on its compute and comm stream threads
-   * (its copy threads use 1). */
+   * cores / places (cpu: cores / max(places, pool workers)). sim binds it
+   * on its compute and comm stream threads (its copy threads use 1). */
   int threads;
   /* 0 (default): the threads the device creates to run kernels (sim
    * streams) flush denormals to zero (core/fpenv.h); non-zero: keep them. */

@@ -8,9 +8,9 @@
  * cores / max(places, workers): every worker may run a kernel of the place
  * at the same time, so workers x team <= cores whatever runs. (cores /
  * places alone gave cpu:1 on a 2-worker pool two 2-thread teams on 2 cores:
- * measured, the MLP at about half the speed of a 1-worker pool; libgomp,
- * managing more threads than cores, stops spinning between parallel
- * regions.) A pool of one worker per cpu place (pe_runtime_default_workers,
+ * measured, the MLP at about half the speed of a 1-worker pool; likely
+ * libgomp's throttled spinning once it manages more threads than cores,
+ * not checked.) A pool of one worker per cpu place (pe_runtime_default_workers,
  * what the daemon and pe-bench use unless told otherwise) gives each place
  * cores / places; more workers trade intra-op for inter-op parallelism
  * (several clients' models at once). A sim place's budget is

@@ -15,9 +15,9 @@
 
 struct pe_device_ctx {
   pe_place place;
-  int threads;         /* intra-op budget, >= 1 */
-  void *dnnl_engine;   /* dnnl_engine_t, created lazily, owned */
-  void *dnnl_stream;   /* dnnl_stream_t, created lazily, owned */
+  int threads;       /* intra-op budget, >= 1 */
+  void *dnnl_engine; /* dnnl_engine_t, created lazily, owned */
+  void *dnnl_stream; /* dnnl_stream_t, created lazily, owned */
   /* cuda places: the stream's pe_cuda_ctx (daemon/cuda/cuda_ctx.h: cudaStream_t,
    * cuBLAS and cuDNN handles), owned by the cuda device; NULL elsewhere. */
   void *cuda;

@@ -60,7 +60,7 @@ struct pe_loop {
   job *q_head, *q_tail;
   bool closing;
   out_msg *out_head, *out_tail;
-  int alive; /* request threads not yet exited */
+  int alive;         /* request threads not yet exited */
   uint64_t recv_seq; /* main thread only */
 
   pthread_t *threads;
@@ -141,8 +141,7 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
     int workers = s->cfg.worker_threads > 0
                       ? s->cfg.worker_threads
                       : pe_runtime_default_workers(s->place_kind, s->n_places);
-    pe_runtime_opts ro = {.threads = workers,
-                          .keep_denormals = !s->cfg.flush_denormals};
+    pe_runtime_opts ro = {.threads = workers, .keep_denormals = !s->cfg.flush_denormals};
     st = pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime");
   }
   if (!st)
@@ -150,7 +149,7 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
   if (!st) st = pe_registry_new(s, &s->reg);
   if (!st) st = pe_shm_table_new(&s->shm);
   if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes,
-                                           send_to_job, s)))
+                                       send_to_job, s)))
     st = pe_error(PE_ENOMEM, "server: out of memory for the reply cache");
   if (!st) st = pe_mkdir_p(s->cfg.state_dir, 0750);
   if (st) {
@@ -318,8 +317,9 @@ static void handle_job(pe_server *s, job *j) {
     static const char *const what[] = {
         [PE_DEDUP_DONE] = "resend answered from the reply cache (not applied again)",
         [PE_DEDUP_WAITING] = "duplicate of a request in progress, waiting for its reply",
-        [PE_DEDUP_STALE] = "an older copy of a request whose newer copy was answered first: not "
-                           "answered",
+        [PE_DEDUP_STALE] =
+            "an older copy of a request whose newer copy was answered first: not "
+            "answered",
     };
     PE_LOGI("req client=%016llx id=%llu kind=%s: %s", (unsigned long long)cid,
             (unsigned long long)rid, kind, what[seen]);

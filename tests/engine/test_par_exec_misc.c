@@ -331,8 +331,8 @@ START_TEST(model_place_kinds) {
   /* No GPU (or no backend): a cuda model fails with the reason. */
   pe_runtime *rt = rt_new(1);
   pe_model *m = (pe_model *)1;
-  expect_errors(pe_model_new(rt, PE_PLACE_CUDA, 2, 1, &m), built ? PE_EBACKEND : PE_EINVAL,
-                "model", built ? "device cuda:0" : "not built", (const char *)NULL);
+  expect_errors(pe_model_new(rt, PE_PLACE_CUDA, 2, 1, &m), built ? PE_EBACKEND : PE_EINVAL, "model",
+                built ? "device cuda:0" : "not built", (const char *)NULL);
   ck_assert_ptr_null(m);
   /* The runtime is unharmed: a cpu model on it works. */
   PE_CK_OK(pe_model_new(rt, PE_PLACE_CPU, 1, 1, &m));
@@ -502,8 +502,7 @@ START_TEST(intra_op_teams_fit_the_cores) {
                   "%d workers, %d places on 4 cores: cpu team %d (want %d), sim team %d (want %d)",
                   cases[i].workers, cases[i].places, cpu, cases[i].cpu_team, sim,
                   cases[i].sim_team);
-    if (cases[i].workers <= 4)
-      ck_assert_int_le(cases[i].workers * cpu, 4);
+    if (cases[i].workers <= 4) ck_assert_int_le(cases[i].workers * cpu, 4);
     pe_runtime_free(rt);
   }
   /* The default pool: one worker per cpu place (each place then gets
