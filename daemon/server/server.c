@@ -21,6 +21,7 @@
 #include "server/checkpoint_file.h"
 #include "server/dispatch.h"
 #include "server/programs.h"
+#include "server/reply_pack.h"
 #include "server/shm.h"
 
 double pe_now_s(void) {
@@ -101,22 +102,37 @@ pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *
 
 /* --- construction ------------------------------------------------------------ */
 
-/* Open the default places' devices now, so that a configured device that
- * does not work (no GPU, a broken driver) stops start-up with the reason
- * instead of failing every Register. `auto` that chose GPUs falls back to
- * cpu:1 with a warning: the daemon is still useful without them. */
-static pe_status *open_default_places(pe_server *s) {
+/* The runtime (its pool sized for the daemon's places) and the default
+ * places' devices, opened now so that a configured device that does not
+ * work (no GPU, a broken driver) stops start-up with the reason instead of
+ * failing every Register. */
+static pe_status *start_runtime(pe_server *s) {
+  int workers = s->cfg.worker_threads > 0 ? s->cfg.worker_threads
+                                          : pe_runtime_default_workers(s->place_kind, s->n_places);
+  pe_runtime_opts ro = {.threads = workers, .keep_denormals = !s->cfg.flush_denormals};
+  PE_TRY(pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime"));
   pe_status *st = NULL;
   for (int p = 0; p < s->n_places && !st; p++) {
     pe_device *d;
     st = pe_runtime_device(s->rt, (pe_place){s->place_kind, p}, s->n_places, &d);
   }
+  return pe_status_wrap(st, "config [runtime] places '%s'", s->cfg.places);
+}
+
+/* start_runtime, where `auto` that chose GPUs falls back to cpu:1 with a
+ * warning (the daemon is still useful without them). The fallback starts a
+ * new runtime: the first one's pool was sized for GPUs (the cores), which
+ * would leave cpu:1 one-thread kernels on every worker. */
+static pe_status *start_runtime_or_cpu(pe_server *s) {
+  pe_status *st = start_runtime(s);
   if (!st || strcmp(s->cfg.places, "auto") || s->place_kind == PE_PLACE_CPU) return st;
   PE_LOGW("places auto: %s; using cpu:1", pe_status_msg(st));
   pe_status_free(st);
+  pe_runtime_free(s->rt); /* closes the GPUs that did open */
+  s->rt = NULL;
   s->place_kind = PE_PLACE_CPU;
   s->n_places = 1;
-  return open_default_places(s);
+  return start_runtime(s);
 }
 
 pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server **out) {
@@ -137,15 +153,7 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
                         "config [runtime] places '%s'", s->cfg.places);
   if (!st && !pe_sync_strategy_parse(s->cfg.sync, &s->sync))
     st = pe_error(PE_EINVAL, "config [runtime] sync '%s' unknown", s->cfg.sync);
-  if (!st) {
-    int workers = s->cfg.worker_threads > 0
-                      ? s->cfg.worker_threads
-                      : pe_runtime_default_workers(s->place_kind, s->n_places);
-    pe_runtime_opts ro = {.threads = workers, .keep_denormals = !s->cfg.flush_denormals};
-    st = pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime");
-  }
-  if (!st)
-    st = pe_status_wrap(open_default_places(s), "config [runtime] places '%s'", s->cfg.places);
+  if (!st) st = start_runtime_or_cpu(s);
   if (!st) st = pe_registry_new(s, &s->reg);
   if (!st) st = pe_shm_table_new(&s->shm);
   if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes,
@@ -247,25 +255,11 @@ static void snd_cb(struct ev_loop *loop, ev_io *w, int revents) {
   flush_replies(w->data);
 }
 
-/* Pack a reply; a reply the client could not receive becomes an error. */
-static uint8_t *pack_reply(pe_server *s, Pe__Reply *rep, size_t *len) {
-  size_t n = pe__reply__get_packed_size(rep);
-  pe_limits lim = pe_server_limits(s);
-  char msg[256];
-  if ((int64_t)n > lim.max_message) {
-    snprintf(msg, sizeof msg,
-             "reply of %zu bytes exceeds max_message %lld (fetch less per request)", n,
-             (long long)lim.max_message);
-    rep->code = PE_EINVAL;
-    rep->message = msg;
-    rep->body_case = PE__REPLY__BODY__NOT_SET;
-    n = pe__reply__get_packed_size(rep);
-  }
-  uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return NULL;
-  pe__reply__pack(rep, buf);
-  *len = n;
-  return buf;
+/* Pack a reply (server/reply_pack.h: too big or out of memory, an error
+ * reply takes its place; never NULL). */
+static const uint8_t *pack_reply(pe_server *s, Pe__Reply *rep, pe_reply_buf *rb, size_t *len,
+                                 bool *owned) {
+  return pe_reply_pack(rep, pe_server_limits(s).max_message, malloc, rb, len, owned);
 }
 
 /* The reply cache's send (under its lock): queue the reply to a copy's
@@ -299,14 +293,14 @@ static void handle_job(pe_server *s, job *j) {
     rep.code = PE_EINVAL;
     rep.message = msg;
     size_t len;
-    uint8_t *buf = pack_reply(s, &rep, &len);
+    bool owned;
+    pe_reply_buf rb;
+    const uint8_t *buf = pack_reply(s, &rep, &rb, &len, &owned);
     atomic_fetch_add(&s->requests_failed, 1);
     PE_LOGW("req client=- id=- kind=? code=EINVAL: %s", msg);
-    if (buf) {
-      queue_reply(s, j->ctrl, buf, len);
-      j->ctrl = NULL;
-    }
-    free(buf);
+    queue_reply(s, j->ctrl, buf, len);
+    j->ctrl = NULL;
+    if (owned) free((void *)buf);
     job_free(j);
     return;
   }
@@ -330,9 +324,11 @@ static void handle_job(pe_server *s, job *j) {
   Pe__Reply rep = PE__REPLY__INIT;
   pe_arena arena = {0};
   pe_dispatch(s, rq, j->received, &rep, &arena);
-  if (rep.code) atomic_fetch_add(&s->requests_failed, 1);
   size_t len = 0;
-  uint8_t *buf = pack_reply(s, &rep, &len);
+  bool owned;
+  pe_reply_buf rb;
+  const uint8_t *buf = pack_reply(s, &rep, &rb, &len, &owned);
+  if (rep.code) atomic_fetch_add(&s->requests_failed, 1); /* a reply too big counts */
   double ms = (pe_now_s() - t0) * 1e3;
   if (rep.code)
     PE_LOGW("req client=%016llx id=%llu kind=%s code=%s %.2f ms: %s", (unsigned long long)cid,
@@ -346,16 +342,13 @@ static void handle_job(pe_server *s, job *j) {
             (unsigned long long)rid, kind, ms);
   pe_arena_free(&arena);
   pe__request__free_unpacked(rq, NULL);
-  if (buf) {
-    pe_dedup_copy *parked;
-    int n = pe_dedup_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
-    for (int i = 0; i < n; i++) job_free(parked[i].job);
-    free(parked);
-  } else {
-    PE_LOGE("req client=%016llx id=%llu: out of memory packing the reply", (unsigned long long)cid,
-            (unsigned long long)rid);
-  }
-  free(buf);
+  /* Always finished, also with the out-of-memory notice: an entry left in
+   * flight would park this request's resends forever. */
+  pe_dedup_copy *parked;
+  int n = pe_dedup_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
+  for (int i = 0; i < n; i++) job_free(parked[i].job);
+  free(parked);
+  if (owned) free((void *)buf);
   job_free(j);
 }
 
