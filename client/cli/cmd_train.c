@@ -10,13 +10,19 @@
  * (weighted by batch size), test accuracy over the test split with batches
  * of 500. With --shm the batches travel through a shared-memory region
  * instead of the socket. eval runs only the evaluation part on the
- * parameters the model has (after train, or load). */
+ * parameters the model has (after train, or load).
+ *
+ * Batches are gathered by a pe_batch_prefetch thread into two buffer
+ * pairs: the next batch is copied out of the data set while the current
+ * one's request is in flight. */
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "pe_batch_prefetch.h"
 #include "pe_dataset.h"
 
 #define EVAL_BATCH 500
@@ -55,9 +61,9 @@ typedef struct trainer {
   pe_dataset *train, *test;
   pe_client *c;
   uint64_t train_h, eval_h;
-  pe_client_shm shm; /* --shm: image batch then label batch */
-  float *x;          /* batch buffers (inside the shm region with --shm) */
-  int64_t *y;
+  pe_client_shm shm; /* --shm: pair 0's images and labels, then pair 1's */
+  float *x[2];       /* two batch buffer pairs (inside the shm region with --shm) */
+  int64_t *y[2];
   bool initialized;
 } trainer;
 
@@ -70,30 +76,45 @@ typedef struct train_result {
 static void trainer_free(trainer *t) {
   if (t->shm.base)
     pe_client_shm_close(t->c, &t->shm);
-  else {
-    free(t->x);
-    free(t->y);
-  }
+  else
+    for (int k = 0; k < 2; k++) {
+      free(t->x[k]);
+      free(t->y[k]);
+    }
   pe_client_free(t->c);
   pe_dataset_free(t->train);
   pe_dataset_free(t->test);
   pe_model_spec_release(&t->m);
 }
 
-/* Batch buffers for max(batch, EVAL_BATCH) examples. */
+/* Two batch buffer pairs for max(batch, EVAL_BATCH) examples each. */
 static int alloc_batches(trainer *t) {
   size_t cap = (size_t)(t->cfg.batch > EVAL_BATCH ? t->cfg.batch : EVAL_BATCH);
   size_t xbytes = cap * (size_t)t->train->dim * sizeof(float);
+  size_t pair = xbytes + cap * sizeof(int64_t); /* xbytes is a multiple of 8 */
   if (t->cfg.shm) {
-    int code = pe_client_shm_create(t->c, xbytes + cap * sizeof(int64_t), &t->shm);
+    int code = pe_client_shm_create(t->c, 2 * pair, &t->shm);
     if (code) return cli_fail(t->ctx, t->c, code);
-    t->x = t->shm.base;
-    t->y = (int64_t *)((char *)t->shm.base + xbytes); /* xbytes is a multiple of 8 */
+    for (int k = 0; k < 2; k++) {
+      t->x[k] = (float *)((char *)t->shm.base + k * pair);
+      t->y[k] = (int64_t *)((char *)t->x[k] + xbytes);
+    }
     return CLI_OK;
   }
-  t->x = malloc(xbytes);
-  t->y = malloc(cap * sizeof *t->y);
-  return t->x && t->y ? CLI_OK : cli_error(t->ctx, "out of memory for %zu-example batches", cap);
+  for (int k = 0; k < 2; k++) {
+    t->x[k] = malloc(xbytes);
+    t->y[k] = malloc(cap * sizeof(int64_t));
+    if (!t->x[k] || !t->y[k])
+      return cli_error(t->ctx, "out of memory for %zu-example batches", cap);
+  }
+  return CLI_OK;
+}
+
+/* Starts gathering bt's batches into the two buffer pairs. */
+static int prefetch_start(trainer *t, pe_batcher *bt, long max_batches, pe_batch_prefetch **pf) {
+  if (pe_batch_prefetch_start(bt, t->x, t->y, max_batches, pf))
+    return cli_error(t->ctx, "cannot start the batch prefetch thread: %s", strerror(errno));
+  return CLI_OK;
 }
 
 /* Load model and data, connect, register (train unless eval_only) + eval,
@@ -122,13 +143,13 @@ static int trainer_setup(trainer *t, bool eval_only) {
   return alloc_batches(t);
 }
 
-/* Feeds for n examples in t->x / t->y (by reference into shm with --shm). */
-static void batch_feeds(trainer *t, int n, pe_client_tensor feeds[2]) {
-  cli_batch_feeds(&t->m, n, t->x, t->y, feeds);
+/* Feeds for n examples in buffer pair k (by reference into shm with --shm). */
+static void batch_feeds(trainer *t, int k, int n, pe_client_tensor feeds[2]) {
+  cli_batch_feeds(&t->m, n, t->x[k], t->y[k], feeds);
   if (t->shm.base) {
     feeds[0].shm_region = feeds[1].shm_region = t->shm.region;
-    feeds[0].shm_offset = 0;
-    feeds[1].shm_offset = (uint64_t)((char *)t->y - (char *)t->shm.base);
+    feeds[0].shm_offset = (uint64_t)((char *)t->x[k] - (char *)t->shm.base);
+    feeds[1].shm_offset = (uint64_t)((char *)t->y[k] - (char *)t->shm.base);
   }
 }
 
@@ -166,10 +187,14 @@ static int train_loop(trainer *t, train_result *r) {
   for (long ep = 1; ep <= t->cfg.epochs && !rc; ep++) {
     double loss_sum = 0, acc_sum = 0, last_loss = 0, ep_t0 = cli_now();
     long ep_samples = 0, ep_steps = 0;
-    int n;
-    while ((!t->cfg.steps || ep_steps < t->cfg.steps) && pe_batcher_next(bt, t->x, t->y, &n)) {
+    /* One prefetch per epoch: the batcher is reset below only after the
+     * thread stopped. */
+    pe_batch_prefetch *pf;
+    if ((rc = prefetch_start(t, bt, t->cfg.steps, &pf))) break;
+    int n, k;
+    while ((k = pe_batch_prefetch_next(pf, &n)) >= 0) {
       pe_client_tensor feeds[2];
-      batch_feeds(t, n, feeds);
+      batch_feeds(t, k, n, feeds);
       pe_client_run_result res;
       int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, NULL, &res);
       const pe_client_tensor *lt =
@@ -200,6 +225,7 @@ static int train_loop(trainer *t, train_result *r) {
       progress_draw(&pg, ep, t->cfg.epochs, ep_steps, per_epoch, ep_samples / (cli_now() - ep_t0),
                     last_loss);
     }
+    pe_batch_prefetch_stop(pf);
     if (t->cfg.steps) pe_batcher_reset(bt); /* a capped epoch: the next starts fresh */
     if (ep_samples) {
       r->final_loss = loss_sum / ep_samples;
@@ -224,10 +250,12 @@ static int evaluate(trainer *t, train_result *r) {
   const char *fetch[1] = {t->m.correct};
   double t0 = cli_now();
   int64_t correct = 0;
-  int n, rc = CLI_OK;
-  while (pe_batcher_next(bt, t->x, t->y, &n)) {
+  pe_batch_prefetch *pf;
+  int rc = prefetch_start(t, bt, 0, &pf);
+  int n, k;
+  while (!rc && (k = pe_batch_prefetch_next(pf, &n)) >= 0) {
     pe_client_tensor feeds[2];
-    batch_feeds(t, n, feeds);
+    batch_feeds(t, k, n, feeds);
     pe_client_run_result res;
     int code = pe_client_run(t->c, t->eval_h, feeds, 2, fetch, 1, NULL, &res);
     if (code) {
@@ -245,6 +273,7 @@ static int evaluate(trainer *t, train_result *r) {
   }
   r->eval_s = cli_now() - t0;
   r->test_acc = r->test_seen ? (double)correct / (double)r->test_seen : 0;
+  pe_batch_prefetch_stop(pf);
   pe_batcher_free(bt);
   return rc;
 }

@@ -182,7 +182,24 @@ void pe_server_free(pe_server *s) {
 }
 
 /* --- replies ------------------------------------------------------------------ */
-/* Queue bytes for the main thread to send under routing header ctrl (taken). */
+/* Non-blocking send of one reply (body and ctrl are nanomsg chunks, taken
+ * on success). Returns 0, or the nanomsg errno. */
+static int send_now(pe_loop *L, void *body, void *ctrl) {
+  struct nn_iovec iov = {&body, NN_MSG};
+  struct nn_msghdr hdr = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctrl, .msg_controllen = NN_MSG};
+  return nn_sendmsg(L->sock, &hdr, NN_DONTWAIT) >= 0 ? 0 : nn_errno();
+}
+
+/* Send bytes under routing header ctrl (taken), from a request thread.
+ * When no reply is waiting in the out queue the thread sends it itself
+ * (nanomsg sockets are thread-safe, and NN_DONTWAIT never blocks): that
+ * saves the main thread's wake-up, a fifth of a small request's round trip.
+ * Otherwise, or when the socket pushes back, the reply joins the queue and
+ * the main thread sends it (flush_replies). Every send happens under mu and
+ * only from the queue's head or into an empty queue, so replies leave in
+ * the order they were handed over: the reply cache hands over the replies
+ * to the copies of one request oldest first, and they must arrive so. */
 static void queue_reply(pe_server *s, void *ctrl, const uint8_t *bytes, size_t len) {
   pe_loop *L = s->loop;
   void *body = nn_allocmsg(len, 0);
@@ -199,6 +216,19 @@ static void queue_reply(pe_server *s, void *ctrl, const uint8_t *bytes, size_t l
   m->body = body;
   m->next = NULL;
   pthread_mutex_lock(&L->mu);
+  if (!L->out_head) {
+    int err = send_now(L, m->body, m->ctrl);
+    if (!err || err != EAGAIN) {
+      pthread_mutex_unlock(&L->mu);
+      if (err) {
+        PE_LOGW("send reply: %s (reply dropped; the client will resend)", nn_strerror(err));
+        nn_freemsg(m->body);
+        nn_freemsg(m->ctrl);
+      }
+      free(m); /* sent: nanomsg owns body and ctrl now */
+      return;
+    }
+  }
   if (L->out_tail)
     L->out_tail->next = m;
   else
@@ -208,44 +238,35 @@ static void queue_reply(pe_server *s, void *ctrl, const uint8_t *bytes, size_t l
   ev_async_send(L->loop, &L->reply_async);
 }
 
-/* Main thread: send what the request threads produced, until the socket
- * pushes back (then wait for NN_SNDFD). */
+/* Main thread: send what the request threads queued, in order, until the
+ * socket pushes back (then wait for NN_SNDFD). Sends happen under mu, like
+ * queue_reply's direct send, so a reply never overtakes one queued before
+ * it (the reply cache relies on that for the copies of one request). */
 static void flush_replies(pe_server *s) {
   pe_loop *L = s->loop;
-  for (;;) {
-    pthread_mutex_lock(&L->mu);
+  bool blocked = false;
+  pthread_mutex_lock(&L->mu);
+  while (L->out_head) {
     out_msg *m = L->out_head;
-    if (m) {
-      L->out_head = m->next;
-      if (!L->out_head) L->out_tail = NULL;
-    }
-    pthread_mutex_unlock(&L->mu);
-    if (!m) {
-      ev_io_stop(L->loop, &L->snd_w);
-      return;
-    }
-    struct nn_iovec iov = {&m->body, NN_MSG};
-    struct nn_msghdr hdr = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &m->ctrl, .msg_controllen = NN_MSG};
-    if (nn_sendmsg(L->sock, &hdr, NN_DONTWAIT) >= 0) {
-      free(m); /* nanomsg owns body and ctrl now */
-      continue;
-    }
-    int err = nn_errno();
+    int err = send_now(L, m->body, m->ctrl);
     if (err == EAGAIN) {
-      pthread_mutex_lock(&L->mu);
-      m->next = L->out_head;
-      L->out_head = m;
-      if (!L->out_tail) L->out_tail = m;
-      pthread_mutex_unlock(&L->mu);
-      ev_io_start(L->loop, &L->snd_w);
-      return;
+      blocked = true;
+      break;
     }
-    PE_LOGW("send reply: %s (reply dropped; the client will resend)", nn_strerror(err));
-    nn_freemsg(m->body);
-    nn_freemsg(m->ctrl);
-    free(m);
+    L->out_head = m->next;
+    if (!L->out_head) L->out_tail = NULL;
+    if (err) {
+      PE_LOGW("send reply: %s (reply dropped; the client will resend)", nn_strerror(err));
+      nn_freemsg(m->body);
+      nn_freemsg(m->ctrl);
+    }
+    free(m); /* sent: nanomsg owns body and ctrl now */
   }
+  pthread_mutex_unlock(&L->mu);
+  if (blocked)
+    ev_io_start(L->loop, &L->snd_w);
+  else
+    ev_io_stop(L->loop, &L->snd_w);
 }
 
 static void reply_async_cb(struct ev_loop *loop, ev_async *w, int revents) {

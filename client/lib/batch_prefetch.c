@@ -1,0 +1,108 @@
+/* Background batch gathering (contract in pe_batch_prefetch.h).
+ *
+ * Batch k goes to pair k % 2. A pair is filled by the thread, handed to
+ * the consumer by next, and is free again when the consumer calls next
+ * once more. `ready`, `n`, `held`, `done` and `stop` are guarded by mu; the
+ * thread writes a pair's buffers without the lock, only while that pair is
+ * neither ready nor held, and publishes them by setting ready under mu. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "pe_batch_prefetch.h"
+
+struct pe_batch_prefetch {
+  pe_batcher *bt;
+  float *x[2];
+  int64_t *y[2];
+  long max; /* batches to gather, 0: to the epoch's end */
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* any change of ready, held, done or stop */
+  bool ready[2];     /* gathered, not yet handed out */
+  int n[2];          /* its size */
+  int held;          /* the pair the consumer holds, -1: none */
+  long next;         /* the batch next hands out (consumer) */
+  bool done;         /* the thread gathered its last batch */
+  bool stop;
+};
+
+static void *prefetch_main(void *arg) {
+  pe_batch_prefetch *pf = arg;
+  for (long k = 0;; k++) {
+    int s = (int)(k % 2);
+    pthread_mutex_lock(&pf->mu);
+    while ((pf->ready[s] || pf->held == s) && !pf->stop) pthread_cond_wait(&pf->cv, &pf->mu);
+    bool stop = pf->stop;
+    pthread_mutex_unlock(&pf->mu);
+    int n = 0;
+    bool more =
+        !stop && (!pf->max || k < pf->max) && pe_batcher_next(pf->bt, pf->x[s], pf->y[s], &n);
+    pthread_mutex_lock(&pf->mu);
+    if (more) {
+      pf->n[s] = n;
+      pf->ready[s] = true;
+    } else {
+      pf->done = true;
+    }
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+    if (!more) return NULL;
+  }
+}
+
+int pe_batch_prefetch_start(pe_batcher *bt, float *const x[2], int64_t *const y[2],
+                            long max_batches, pe_batch_prefetch **out) {
+  if (out) *out = NULL;
+  if (!bt || !x || !y || !x[0] || !x[1] || !y[0] || !y[1] || !out || max_batches < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  pe_batch_prefetch *pf = calloc(1, sizeof *pf);
+  if (!pf) return -1; /* errno: ENOMEM */
+  *pf = (pe_batch_prefetch){
+      .bt = bt, .x = {x[0], x[1]}, .y = {y[0], y[1]}, .max = max_batches, .held = -1};
+  pthread_mutex_init(&pf->mu, NULL);
+  pthread_cond_init(&pf->cv, NULL);
+  int err = pthread_create(&pf->thread, NULL, prefetch_main, pf);
+  if (err) {
+    pthread_cond_destroy(&pf->cv);
+    pthread_mutex_destroy(&pf->mu);
+    free(pf);
+    errno = err;
+    return -1;
+  }
+  *out = pf;
+  return 0;
+}
+
+int pe_batch_prefetch_next(pe_batch_prefetch *pf, int *n) {
+  int s = (int)(pf->next % 2);
+  pthread_mutex_lock(&pf->mu);
+  pf->held = -1; /* the previous pair: the thread may refill it */
+  pthread_cond_broadcast(&pf->cv);
+  while (!pf->ready[s] && !pf->done) pthread_cond_wait(&pf->cv, &pf->mu);
+  bool ok = pf->ready[s];
+  if (ok) {
+    pf->ready[s] = false;
+    pf->held = s;
+    *n = pf->n[s];
+    pf->next++;
+  }
+  pthread_mutex_unlock(&pf->mu);
+  if (!ok) *n = 0;
+  return ok ? s : -1;
+}
+
+void pe_batch_prefetch_stop(pe_batch_prefetch *pf) {
+  if (!pf) return;
+  pthread_mutex_lock(&pf->mu);
+  pf->stop = true;
+  pthread_cond_broadcast(&pf->cv);
+  pthread_mutex_unlock(&pf->mu);
+  pthread_join(pf->thread, NULL);
+  pthread_cond_destroy(&pf->cv);
+  pthread_mutex_destroy(&pf->mu);
+  free(pf);
+}
