@@ -218,7 +218,7 @@ static void queue_reply(pe_server *s, void *ctrl, const uint8_t *bytes, size_t l
   pthread_mutex_lock(&L->mu);
   if (!L->out_head) {
     int err = send_now(L, m->body, m->ctrl);
-    if (!err || err != EAGAIN) {
+    if (err != EAGAIN) {
       pthread_mutex_unlock(&L->mu);
       if (err) {
         PE_LOGW("send reply: %s (reply dropped; the client will resend)", nn_strerror(err));
