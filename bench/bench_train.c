@@ -294,36 +294,38 @@ static void teardown(trainer *t) {
 }
 
 /* The prefetcher's producer (prefetch thread only; the loop does not touch
- * the batcher while a prefetcher runs): the next batch of the epoch, shaped
- * like the feeds of a step, or the end at the epoch's end or --steps cap. */
+ * the batcher while a prefetcher runs): claims the next batch of the epoch
+ * and sizes the inputs like the feeds of a step, or says the end at the
+ * epoch's end or --steps cap. fill_rows then copies the batch's rows, one
+ * call per place (on the places' pool workers where the backend says so). */
 typedef struct epoch_feed {
   trainer *t;
   pe_batcher *bt;
   long produced, cap; /* cap 0: the whole epoch */
+  const int64_t *idx; /* the claimed batch's examples, until the next claim */
 } epoch_feed;
 
 static pe_status *produce_batch(void *ctx, pe_tensor *in, int n_in, bool *end) {
   epoch_feed *f = ctx;
   const trainer *t = f->t;
   (void)n_in; /* 2: images, labels */
-  if (f->cap && f->produced >= f->cap) {
-    *end = true;
-    return NULL;
-  }
-  /* Full-batch capacity first (kept across batches), then the batch's rows. */
-  pe_shape xs = pe_shape_make(t->m.image_ndim, t->m.image_dims), ys = PE_SHAPE(t->cfg.batch, 1);
-  xs.d[0] = t->cfg.batch;
-  PE_TRY(pe_tensor_resize(&in[0], PE_F32, &xs, t->m.image));
-  PE_TRY(pe_tensor_resize(&in[1], PE_I64, &ys, t->m.label));
   int n;
-  if (!pe_batcher_next(f->bt, pe_f32(&in[0]), pe_i64(&in[1]), &n)) {
+  if ((f->cap && f->produced >= f->cap) || !pe_batcher_claim(f->bt, &f->idx, &n)) {
     *end = true;
     return NULL;
   }
-  xs.d[0] = ys.d[0] = n;
+  pe_shape xs = pe_shape_make(t->m.image_ndim, t->m.image_dims), ys = PE_SHAPE(n, 1);
+  xs.d[0] = n;
   PE_TRY(pe_tensor_resize(&in[0], PE_F32, &xs, t->m.image));
   PE_TRY(pe_tensor_resize(&in[1], PE_I64, &ys, t->m.label));
   f->produced++;
+  return NULL;
+}
+
+static pe_status *fill_rows(void *ctx, pe_tensor *in, int n_in, int64_t lo, int64_t hi) {
+  epoch_feed *f = ctx;
+  (void)n_in;
+  pe_dataset_gather(f->t->train_ds, f->idx, (int)lo, (int)hi, pe_f32(&in[0]), pe_i64(&in[1]));
   return NULL;
 }
 
@@ -342,8 +344,12 @@ static int train_loop(trainer *t, train_result *r) {
     pe_prefetch *pf = NULL;
     epoch_feed feed = {t, bt, 0, t->cfg.steps};
     if (use_pf) {
-      pe_prefetch_opts po = {.n_inputs = 2, .depth = 2, .produce = produce_batch, .ctx = &feed};
-      po.n_places = t->be->split_places(t, &po.devices);
+      pe_prefetch_opts po = {
+          .n_inputs = 2, .depth = 2, .produce = produce_batch, .fill = fill_rows, .ctx = &feed};
+      po.n_places = t->be->split_places(t, &po.devices, &po.pool);
+      /* Pool workers fill a batch in their idle time, which may come only
+       * at the end of a step: a third slot keeps the next batch ready. */
+      if (po.pool) po.depth = 3;
       pe_status *st = pe_prefetch_start(&po, &pf);
       if (st) {
         rc = fail_st(st, "input prefetch");

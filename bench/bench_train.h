@@ -50,7 +50,9 @@ typedef struct trainer trainer;
  * line (may be NULL).
  *
  * Input prefetch (optional, NULL for none): split_places gives the number of
- * places and their devices (*devices NULL: host memory parts) the training
+ * places, their devices (*devices NULL: host memory parts) and the pool
+ * whose workers copy each place's rows (*fill_pool NULL: the prefetch
+ * thread copies the whole batch; pe_prefetch_opts.pool) the training
  * loop's pe_prefetch splits each batch onto (inputs 0: images, 1: labels);
  * step_split then runs one step on such a batch, in place of step. */
 typedef struct train_backend {
@@ -60,7 +62,7 @@ typedef struct train_backend {
   pe_status *(*eval)(trainer *t, int n, int64_t *correct);
   void (*teardown)(trainer *t);
   void (*json_extra)(trainer *t, FILE *out);
-  int (*split_places)(trainer *t, pe_device ***devices);
+  int (*split_places)(trainer *t, pe_device ***devices, pe_pool **fill_pool);
   pe_status *(*step_split)(trainer *t, const pe_prefetch_batch *b, float *loss, float *acc);
 } train_backend;
 

@@ -14,7 +14,9 @@
  *
  * Input prefetch (--prefetch on, the default): the training loop's
  * pe_prefetch splits batch k+1 onto the places' devices while step k runs,
- * and par_step_split binds the parts (pe_par_exec_run_split: no copy).
+ * and par_step_split binds the parts (pe_par_exec_run_split: no copy). On
+ * cpu places the rows of each place are copied from the data set by that
+ * place's pool worker (pe_prefetch_opts.pool), not by the prefetch thread.
  *
  * Extra JSON keys: prefetch, strategy, fuse, fuse_bucket_bytes, sync, pool_threads,
  * graph_nodes, memory_plan {planned_bytes, unplanned_bytes} (the main
@@ -222,9 +224,14 @@ static pe_status *par_step(trainer *t, int n, float *loss, float *acc) {
   return NULL;
 }
 
-static int par_split_places(trainer *t, pe_device ***devices) {
+static int par_split_places(trainer *t, pe_device ***devices, pe_pool **fill_pool) {
   par_state *s = t->impl;
   *devices = s->devices;
+  /* On cpu places each place's rows are copied by the pool worker that runs
+   * the place's ops, in its idle time and into its cache, instead of by the
+   * prefetch thread taking one place's core at the start of every step. On
+   * sim and cuda the prefetcher copies the parts to the devices anyway. */
+  *fill_pool = s->kind == PE_PLACE_CPU ? pe_runtime_pool(s->rt) : NULL;
   return s->n_places;
 }
 

@@ -63,6 +63,15 @@ void pe_batcher_free(pe_batcher *bt);
  * after which the next call starts the next epoch. So one epoch is
  *   while (pe_batcher_next(bt, x, y, &n)) { ... } */
 bool pe_batcher_next(pe_batcher *bt, float *images, int64_t *labels, int *n);
+/* pe_batcher_next in two halves, for callers that copy a batch's rows on
+ * several threads. claim takes the next batch: same sequence, *n and
+ * return value as pe_batcher_next, with *idx[0..*n) the examples' indices
+ * (owned by the batcher, valid until its next claim, next or reset).
+ * gather copies examples idx[lo..hi) into rows lo..hi of images / labels
+ * (either may be NULL); gathers of disjoint rows may run concurrently. */
+bool pe_batcher_claim(pe_batcher *bt, const int64_t **idx, int *n);
+void pe_dataset_gather(const pe_dataset *ds, const int64_t *idx, int lo, int hi, float *images,
+                       int64_t *labels);
 /* Abandon the current epoch; the next call starts a new one. */
 void pe_batcher_reset(pe_batcher *bt);
 /* Epochs started so far (1 during the first). */

@@ -254,8 +254,9 @@ static void epoch_start(pe_batcher *bt) {
   bt->pos = 0;
 }
 
-bool pe_batcher_next(pe_batcher *bt, float *images, int64_t *labels, int *n) {
+bool pe_batcher_claim(pe_batcher *bt, const int64_t **idx, int *n) {
   *n = 0;
+  *idx = NULL;
   if (bt->pos < 0) epoch_start(bt);
   const pe_dataset *ds = bt->ds;
   if (bt->pos >= ds->n) {
@@ -263,14 +264,26 @@ bool pe_batcher_next(pe_batcher *bt, float *images, int64_t *labels, int *n) {
     return false;
   }
   int64_t k = ds->n - bt->pos < bt->batch ? ds->n - bt->pos : bt->batch;
-  for (int64_t i = 0; i < k; i++) {
-    int64_t e = bt->perm[bt->pos + i];
+  *idx = bt->perm + bt->pos;
+  bt->pos += k;
+  *n = (int)k;
+  return true;
+}
+
+void pe_dataset_gather(const pe_dataset *ds, const int64_t *idx, int lo, int hi, float *images,
+                       int64_t *labels) {
+  for (int i = lo; i < hi; i++) {
+    int64_t e = idx[i];
     if (images)
       memcpy(images + i * ds->dim, ds->images + e * ds->dim, (size_t)ds->dim * sizeof(float));
     if (labels) labels[i] = ds->labels[e];
   }
-  bt->pos += k;
-  *n = (int)k;
+}
+
+bool pe_batcher_next(pe_batcher *bt, float *images, int64_t *labels, int *n) {
+  const int64_t *idx;
+  if (!pe_batcher_claim(bt, &idx, n)) return false;
+  pe_dataset_gather(bt->ds, idx, 0, *n, images, labels);
   return true;
 }
 

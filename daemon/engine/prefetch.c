@@ -14,13 +14,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One place's rows of a two-phase batch (opts.fill), as a pool task. */
+typedef struct fill_task {
+  pe_task task;
+  pe_prefetch *pf;
+  pe_tensor *in;
+  int64_t lo, hi;
+  pe_status *st;
+} fill_task;
+
 typedef enum slot_state { SLOT_FREE, SLOT_READY, SLOT_TAKEN } slot_state;
 
 typedef struct slot {
   slot_state state;
   pe_prefetch_batch batch;
-  int64_t *counts;  /* n_places */
-  pe_tensor *parts; /* n_places * n_inputs */
+  int64_t *counts;   /* n_places */
+  pe_tensor *parts;  /* n_places * n_inputs */
   pe_tensor *inputs; /* host places only: this slot's own staging (parts view it) */
 } slot;
 
@@ -32,7 +41,7 @@ struct pe_prefetch {
    * own staging, so a split copies nothing (a copy there would only take a
    * core from the pool). Devices (sim, cuda) get real copies on h2d. */
   bool host_views;
-  pe_event **events;   /* per device, for the h2d copies; prefetch thread only */
+  pe_event **events; /* per device, for the h2d copies; prefetch thread only */
   slot *slots;
   pthread_t thread;
   bool started;
@@ -43,6 +52,12 @@ struct pe_prefetch {
   bool stop;         /* stop requested */
   bool done;         /* the thread finished: end of data or error */
   pe_status *err;    /* the thread's failure, returned by next */
+  /* opts.fill with opts.pool: one task per place; fill_left counts the
+   * batch's tasks not yet done, under fill_mu (the last one signals). */
+  fill_task *fills;
+  pthread_mutex_t fill_mu;
+  pthread_cond_t fill_cv;
+  int fill_left;
 };
 
 /* Split the staged inputs `in` into slot s (prefetch thread, s is FREE). */
@@ -104,6 +119,43 @@ static pe_status *split(pe_prefetch *pf, slot *s, pe_tensor *in, uint64_t index)
   return NULL;
 }
 
+static void fill_run(void *arg) {
+  fill_task *f = arg;
+  pe_prefetch *pf = f->pf;
+  f->st = pf->o.fill(pf->o.ctx, f->in, pf->o.n_inputs, f->lo, f->hi);
+  pthread_mutex_lock(&pf->fill_mu);
+  if (--pf->fill_left == 0) pthread_cond_signal(&pf->fill_cv);
+  pthread_mutex_unlock(&pf->fill_mu);
+}
+
+/* Write the rows of the batch the producer sized in `in` (opts.fill): one
+ * call per place for its rows, on the pool when there is one. Returns the
+ * first place's failure. */
+static pe_status *fill_rows(pe_prefetch *pf, pe_tensor *in) {
+  int np = pf->o.n_places;
+  int64_t total = in[0].shape.ndim >= 1 ? in[0].shape.d[0] : 0, off = 0;
+  if (!pf->o.pool) return pf->o.fill(pf->o.ctx, in, pf->o.n_inputs, 0, total);
+  pf->fill_left = np;
+  for (int p = 0; p < np; p++) {
+    fill_task *f = &pf->fills[p];
+    int64_t cnt = pe_split_count(total, np, p);
+    *f = (fill_task){{fill_run, f, NULL}, pf, in, off, off + cnt, NULL};
+    off += cnt;
+    pe_pool_submit_to(pf->o.pool, p, &f->task, &f->task, 1);
+  }
+  pthread_mutex_lock(&pf->fill_mu);
+  while (pf->fill_left > 0) pthread_cond_wait(&pf->fill_cv, &pf->fill_mu);
+  pthread_mutex_unlock(&pf->fill_mu);
+  pe_status *first = NULL;
+  for (int p = 0; p < np; p++) {
+    if (!first)
+      first = pf->fills[p].st;
+    else
+      pe_status_free(pf->fills[p].st);
+  }
+  return first;
+}
+
 static void *prefetch_main(void *arg) {
   pe_prefetch *pf = arg;
   int depth = pf->o.depth;
@@ -118,6 +170,7 @@ static void *prefetch_main(void *arg) {
     bool end = false;
     pe_tensor *in = pf->host_views ? s->inputs : pf->inputs;
     pe_status *st = pf->o.produce(pf->o.ctx, in, pf->o.n_inputs, &end);
+    if (!st && !end && pf->o.fill) st = fill_rows(pf, in);
     if (st)
       st = pe_status_wrap(st, "prefetch batch %llu: producer", (unsigned long long)k);
     else if (!end)
@@ -159,6 +212,9 @@ static void pf_free(pe_prefetch *pf) {
   if (pf->events)
     for (int p = 0; p < np; p++) pe_event_put(pf->events[p]);
   free(pf->events);
+  free(pf->fills);
+  pthread_cond_destroy(&pf->fill_cv);
+  pthread_mutex_destroy(&pf->fill_mu);
   free(pf->slots);
   free(pf->inputs);
   free(pf->devices);
@@ -172,9 +228,10 @@ static void pf_free(pe_prefetch *pf) {
 pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
   *out = NULL;
   if (opts->n_places < 1 || opts->n_places > PE_MAX_PLACES || opts->n_inputs < 1 ||
-      opts->n_inputs > 64 || !opts->produce)
+      opts->n_inputs > 64 || !opts->produce || (opts->pool && !opts->fill))
     return pe_error(PE_EINVAL,
-                    "prefetch: need 1..%d places, 1..64 inputs and a producer (got %d, %d)",
+                    "prefetch: need 1..%d places, 1..64 inputs, a producer, and a fill with a "
+                    "pool (got %d, %d)",
                     PE_MAX_PLACES, opts->n_places, opts->n_inputs);
   pe_prefetch *pf = calloc(1, sizeof(*pf));
   if (!pf) return pe_error(PE_ENOMEM, "prefetch: out of memory");
@@ -183,12 +240,15 @@ pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
   pthread_mutex_init(&pf->mu, NULL);
   pthread_cond_init(&pf->ready_cv, NULL);
   pthread_cond_init(&pf->free_cv, NULL);
+  pthread_mutex_init(&pf->fill_mu, NULL);
+  pthread_cond_init(&pf->fill_cv, NULL);
   int np = pf->o.n_places, ni = pf->o.n_inputs, depth = pf->o.depth;
   pf->host_views = true;
   for (int p = 0; opts->devices && p < np; p++)
     pf->host_views &= opts->devices[p]->place.kind == PE_PLACE_CPU;
   bool ok = (pf->inputs = calloc((size_t)ni, sizeof(pe_tensor))) &&
-            (pf->slots = calloc((size_t)depth, sizeof(slot)));
+            (pf->slots = calloc((size_t)depth, sizeof(slot))) &&
+            (!opts->pool || (pf->fills = calloc((size_t)np, sizeof(fill_task))));
   for (int k = 0; ok && k < depth; k++) {
     slot *s = &pf->slots[k];
     ok = (s->counts = calloc((size_t)np, sizeof(int64_t))) &&

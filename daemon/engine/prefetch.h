@@ -33,11 +33,17 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/device.h"
+#include "engine/threadpool.h"
 
 /* Fill inputs[0..n_inputs) with the next batch (resize them as needed; they
  * are host tensors owned by the prefetcher and reused). Every input's dim 0
  * is the batch size. At the end of the data set *end = true. */
 typedef pe_status *(*pe_batch_producer)(void *ctx, pe_tensor *inputs, int n_inputs, bool *end);
+/* Two-phase production (pe_prefetch_opts.fill): after the producer sized
+ * the inputs for the batch, write rows [lo, hi) of every input. Calls for
+ * disjoint ranges of one batch may run concurrently. */
+typedef pe_status *(*pe_batch_fill)(void *ctx, pe_tensor *inputs, int n_inputs, int64_t lo,
+                                    int64_t hi);
 
 typedef struct pe_prefetch_opts {
   int n_places; /* >= 1 */
@@ -49,6 +55,16 @@ typedef struct pe_prefetch_opts {
    * stream). NULL: host memory, places are cpu:p. Devices outlive the
    * prefetcher. */
   pe_device **devices;
+  /* Optional: with fill set, produce only sizes the inputs (and decides the
+   * end); the rows are then written by fill, one call per place for that
+   * place's rows. With pool set too, each of those calls is a task on pool
+   * worker p mod workers (placed there, not pinned: pe_pool_submit_to) and
+   * the thread waits for them: on cpu places a batch's rows are then
+   * copied by the cores that run the places' ops, in parallel, in their
+   * idle time, instead of by this thread taking one of their cores. The
+   * pool must outlive the prefetcher; fill calls run on its workers. */
+  pe_batch_fill fill;
+  pe_pool *pool;
 } pe_prefetch_opts;
 
 typedef struct pe_prefetch_batch {

@@ -186,6 +186,44 @@ START_TEST(shuffle_is_seeded_permutation) {
 }
 END_TEST
 
+START_TEST(claim_and_gather_match_next) {
+  /* The two halves of pe_batcher_next, rows gathered in two pieces (the
+   * second half first), give the same batches as next with the same seed,
+   * over two epochs and their ends. */
+  enum { N = 23, B = 5 };
+  mk_tmpdir();
+  write_indexed("train", N);
+  pe_dataset *ds;
+  char err[256];
+  ck_assert_msg(pe_dataset_open(tmpdir, "train", &ds, err, sizeof err) == 0, "%s", err);
+  pe_batcher *ref = pe_batcher_new(ds, B, true, 9), *bt = pe_batcher_new(ds, B, true, 9);
+  for (int call = 0; call < 2 * (N / B + 2); call++) {
+    float rx[B], x[B];
+    int64_t ry[B], y[B];
+    int rn, n;
+    const int64_t *idx;
+    bool more = pe_batcher_next(ref, rx, ry, &rn);
+    ck_assert_int_eq(pe_batcher_claim(bt, &idx, &n), more);
+    ck_assert_int_eq(n, rn);
+    if (!more) {
+      ck_assert_ptr_null(idx);
+      continue;
+    }
+    memset(x, 0xff, sizeof x);
+    pe_dataset_gather(ds, idx, n / 2, n, x, y);
+    pe_dataset_gather(ds, idx, 0, n / 2, x, NULL);
+    pe_dataset_gather(ds, idx, 0, n / 2, NULL, y);
+    ck_assert_mem_eq(x, rx, (size_t)n * sizeof(float));
+    ck_assert_mem_eq(y, ry, (size_t)n * sizeof(int64_t));
+  }
+  ck_assert_int_eq(pe_batcher_epoch(bt), pe_batcher_epoch(ref));
+  pe_batcher_free(ref);
+  pe_batcher_free(bt);
+  pe_dataset_free(ds);
+  rm_tmpdir();
+}
+END_TEST
+
 START_TEST(missing_file) {
   mk_tmpdir();
   const char *e = open_fails();
@@ -315,6 +353,7 @@ static Suite *dataset_suite(void) {
   tcase_add_test(tc, reads_small_files);
   tcase_add_test(tc, batches_cover_epoch_with_partial_last);
   tcase_add_test(tc, shuffle_is_seeded_permutation);
+  tcase_add_test(tc, claim_and_gather_match_next);
   tcase_add_test(tc, missing_file);
   tcase_add_test(tc, bad_magic);
   tcase_add_test(tc, truncated_files);

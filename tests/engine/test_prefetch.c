@@ -1,5 +1,6 @@
 /* Prefetch: every batch in order with the right splits, overlap with the
- * consumer, producer errors on next, clean stop, sim devices. */
+ * consumer, producer errors on next, clean stop, sim devices, two-phase
+ * batches filled per place on a pool (and their errors). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <stdatomic.h>
@@ -12,7 +13,8 @@
 #include "engine/prefetch.h"
 
 /* A producer of batches of given sizes. Sample s has image row
- * {s, s+0.25, s+0.5} (f32 [B,3]) and label s (i64 [B]). */
+ * {s, s+0.25, s+0.5} (f32 [B,3]) and label s (i64 [B]). With two_phase,
+ * produce only sizes the inputs and fill writes the rows (opts.fill). */
 typedef struct source {
   const int64_t *sizes;
   int n_batches;
@@ -20,7 +22,25 @@ typedef struct source {
   int next;    /* prefetch thread only */
   int64_t sample;
   _Atomic int calls; /* producer calls started (read by the consumer) */
+  /* two_phase */
+  bool two_phase;
+  int np;                  /* places, to check each fill's rows */
+  int fill_fail_batch;     /* fill of this batch fails (-1: none)... */
+  int fill_fail_place;     /* ...for this place's rows */
+  const pe_pool *pool;     /* fills are expected on its workers when set */
+  int64_t base;            /* the batch's first sample (set by produce) */
+  int64_t total;           /* the batch's rows */
+  _Atomic int fills;       /* fill calls */
+  _Atomic int fills_wrong; /* calls on the wrong thread or rows */
 } source;
+
+static void write_rows(pe_tensor *in, int64_t lo, int64_t hi, int64_t base) {
+  for (int64_t i = lo; i < hi; i++) {
+    int64_t id = base + i;
+    for (int j = 0; j < 3; j++) pe_f32(&in[0])[i * 3 + j] = (float)id + 0.25f * (float)j;
+    pe_i64(&in[1])[i] = id;
+  }
+}
 
 static pe_status *produce(void *ctx, pe_tensor *in, int n_inputs, bool *end) {
   source *s = ctx;
@@ -34,11 +54,30 @@ static pe_status *produce(void *ctx, pe_tensor *in, int n_inputs, bool *end) {
   pe_shape img = PE_SHAPE(b, 3), lab = PE_SHAPE(b);
   PE_TRY(pe_tensor_resize(&in[0], PE_F32, &img, "image"));
   PE_TRY(pe_tensor_resize(&in[1], PE_I64, &lab, "label"));
-  for (int64_t i = 0; i < b; i++) {
-    int64_t id = s->sample++;
-    for (int j = 0; j < 3; j++) pe_f32(&in[0])[i * 3 + j] = (float)id + 0.25f * (float)j;
-    pe_i64(&in[1])[i] = id;
+  s->base = s->sample;
+  s->total = b;
+  s->sample += b;
+  if (!s->two_phase) write_rows(in, 0, b, s->base);
+  return NULL;
+}
+
+/* opts.fill: rows [lo, hi) must be one place's rows (with a pool, on one
+ * of its workers) or, without a pool, the whole batch on the thread. */
+static pe_status *fill(void *ctx, pe_tensor *in, int n_inputs, int64_t lo, int64_t hi) {
+  source *s = ctx;
+  (void)n_inputs;
+  atomic_fetch_add(&s->fills, 1);
+  int place = -1;
+  if (s->pool) {
+    for (int64_t p = 0, off = 0; p < s->np; off += pe_split_count(s->total, s->np, (int)p), p++)
+      if (lo == off && hi == off + pe_split_count(s->total, s->np, (int)p)) place = (int)p;
+    if (place < 0 || !pe_pool_is_worker(s->pool)) atomic_fetch_add(&s->fills_wrong, 1);
+  } else if (lo != 0 || hi != s->total || pe_pool_current_worker() >= 0) {
+    atomic_fetch_add(&s->fills_wrong, 1);
   }
+  if (s->next - 1 == s->fill_fail_batch && place == s->fill_fail_place)
+    return pe_error(PE_EIO, "rows %lld..%lld unreadable", (long long)lo, (long long)hi);
+  write_rows(in, lo, hi, s->base);
   return NULL;
 }
 
@@ -247,6 +286,96 @@ START_TEST(sim_devices_receive_parts) {
 }
 END_TEST
 
+START_TEST(fill_rows_on_the_pool) {
+  /* Two-phase batches: each place's rows are written by a task on the
+   * pool, one per place (also places with 0 rows), then split as before;
+   * without a pool the thread fills the whole batch in one call. */
+  static const int64_t sizes[] = {3, 8, 0, 5, 64, 1, 7, 4, 13, 2};
+  const int nb = (int)(sizeof sizes / sizeof sizes[0]);
+  for (int workers = 0; workers <= 2; workers++) {
+    pe_pool *pool = NULL;
+    if (workers) ck_assert_ptr_null(pe_pool_new(workers, NULL, &pool));
+    for (int np = 1; np <= 4; np++) {
+      source src = {.sizes = sizes,
+                    .n_batches = nb,
+                    .fail_at = -1,
+                    .two_phase = true,
+                    .np = np,
+                    .fill_fail_batch = -1,
+                    .pool = pool};
+      pe_prefetch *pf;
+      pe_prefetch_opts o = {.n_places = np,
+                            .n_inputs = 2,
+                            .depth = 3,
+                            .produce = produce,
+                            .fill = fill,
+                            .pool = pool,
+                            .ctx = &src};
+      ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+      int64_t id = 0;
+      for (int k = 0; k < nb; k++) {
+        pe_prefetch_batch *b;
+        ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+        ck_assert_ptr_nonnull(b);
+        check_batch(b, np, sizes[k], &id, PE_PLACE_CPU);
+        pe_prefetch_release(pf, b);
+      }
+      pe_prefetch_batch *b;
+      ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+      ck_assert_ptr_null(b);
+      pe_prefetch_stop(pf);
+      ck_assert_int_eq(atomic_load(&src.fills), pool ? nb * np : nb);
+      ck_assert_int_eq(atomic_load(&src.fills_wrong), 0);
+    }
+    pe_pool_free(pool);
+  }
+}
+END_TEST
+
+START_TEST(fill_error_surfaces_on_next) {
+  /* Place 1's rows of batch 2 fail: batches 0 and 1 arrive, then the
+   * error (wrapped with the batch) on every later next. */
+  static const int64_t sizes[] = {6, 6, 6, 6, 6};
+  pe_pool *pool;
+  ck_assert_ptr_null(pe_pool_new(2, NULL, &pool));
+  source src = {.sizes = sizes,
+                .n_batches = 5,
+                .fail_at = -1,
+                .two_phase = true,
+                .np = 3,
+                .fill_fail_batch = 2,
+                .fill_fail_place = 1,
+                .pool = pool};
+  pe_prefetch *pf;
+  pe_prefetch_opts o = {
+      .n_places = 3, .n_inputs = 2, .produce = produce, .fill = fill, .pool = pool, .ctx = &src};
+  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+  int64_t id = 0;
+  for (int k = 0; k < 2; k++) {
+    pe_prefetch_batch *b;
+    ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+    check_batch(b, 3, 6, &id, PE_PLACE_CPU);
+    pe_prefetch_release(pf, b);
+  }
+  for (int again = 0; again < 2; again++) {
+    pe_prefetch_batch *b;
+    pe_status *st = pe_prefetch_next(pf, &b);
+    ck_assert_ptr_null(b);
+    ck_assert_int_eq(pe_status_code(st), PE_EIO);
+    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "prefetch batch 2"));
+    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "rows 2..4 unreadable"));
+    pe_status_free(st);
+  }
+  pe_prefetch_stop(pf);
+  /* A pool without a fill is refused. */
+  o.fill = NULL;
+  pe_status *st = pe_prefetch_start(&o, &pf);
+  ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+  pe_status_free(st);
+  pe_pool_free(pool);
+}
+END_TEST
+
 static Suite *prefetch_suite(void) {
   Suite *s = suite_create("prefetch");
 #define ADD(fn)                    \
@@ -263,6 +392,8 @@ static Suite *prefetch_suite(void) {
   ADD(mismatched_batch_sizes_fail);
   ADD(stop_with_batches_outstanding);
   ADD(sim_devices_receive_parts);
+  ADD(fill_rows_on_the_pool);
+  ADD(fill_error_surfaces_on_next);
 #undef ADD
   return s;
 }
