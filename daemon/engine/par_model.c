@@ -233,8 +233,9 @@ static pe_status *get_fn(void *arg) {
   if (!t->data && t->shape.ndim == 0)
     io->st = pe_error(
         PE_EUSE_BEFORE_DEF,
-        "model: persistable '%s' has no value on place %d (run the startup graph or set it)",
-        io->en->name, io->place);
+        "model: persistable '%s' has no value on place %d (run the startup graph or set it%s)",
+        io->en->name, io->place,
+        io->place > 0 ? "; the sharded strategy keeps optimizer state on place 0 only" : "");
   else
     io->st = pe_place_read(io->m->dev[io->place], t, io->out, io->en->name);
   return NULL;

@@ -9,7 +9,7 @@
  * it sums the places' gradients for the slice into a stack block (in place
  * order, so the sums are bit-identical to all_reduce's), runs the
  * optimizer's own kernel on the slice, and copies the new slice of the
- * parameter and its state to the other places. On 2 places that is about
+ * parameter to the other places. On 2 places that is about
  * half the memory traffic per place of all_reduce + a full optimizer, and
  * the gradient sum is never written back.
  *
@@ -18,11 +18,20 @@
  * rate, beta powers). Small inputs are copied before any chunk runs (an
  * in-place optimizer rewrites them: adam's Beta1Pow); each chunk writes its
  * small outputs to its own scratch, and after the last chunk chunk 0's go
- * to every place (every chunk computes the same values).
+ * to place 0 (and a small ParamOut to every place; every chunk computes the
+ * same values).
  *
- * Place 0's Param and state are the ones read: all places hold equal copies
- * (this node is their only writer after the startup broadcast). The kernel
- * runs with a one-thread device ctx: the chunks are the parallelism.
+ * What each place holds (ZeRO-1: optimizer state once, not per place).
+ * Place 0's Param, optimizer state and small inputs are the ones read, and
+ * every place's Grad. The new Param goes to every place (their forward ops
+ * read their own replica); the optimizer state (every output but ParamOut:
+ * Velocity, Moment1/2, Beta*Pow) is kept on place 0 only, and on the other
+ * places the node releases it at its first run (the startup broadcast had
+ * filled it), which saves a copy per slice and step and that memory per
+ * place. So after a sharded run, reading a state variable on place p > 0
+ * (pe_model_get_place) finds no value; place 0's is the model's. The
+ * kernel runs with a one-thread device ctx: the chunks are the
+ * parallelism.
  *
  * Threads: prepare and finish run on one thread, before the chunks are
  * submitted and after the last one ended; chunks run concurrently on
@@ -38,9 +47,10 @@
 #define SHARD_BLOCK 8192  /* gradient elements summed on the stack per kernel call */
 
 struct par_shard {
-  int w_in, w_out; /* args per place */
-  int param, grad; /* their index among one place's inputs */
-  int64_t n;       /* Param's elements, this run */
+  int w_in, w_out;             /* args per place */
+  int param, grad;             /* their index among one place's inputs */
+  int param_out;               /* ParamOut's index among one place's outputs */
+  int64_t n;                   /* Param's elements, this run */
   bool sliced[SHARD_MAX_ARGS]; /* [w_in + w_out], this run */
   float small_in[SHARD_MAX_ARGS][SHARD_SMALL];
   float small_out[PAR_MAX_CHUNKS][SHARD_MAX_ARGS][SHARD_SMALL];
@@ -68,6 +78,13 @@ static int input_index(const pe_graph_node *n, const char *slot) {
   return -1;
 }
 
+static int output_index(const pe_graph_node *n, const char *slot) {
+  for (int s = 0; s < n->def->n_outputs; s++)
+    if (!strcmp(n->def->outputs[s].name, slot) && n->out_slot[s + 1] - n->out_slot[s] == 1)
+      return n->out_slot[s];
+  return -1;
+}
+
 pe_status *par_shard_compile(pe_par_exec *e, xnode *x) {
   const pe_graph_node *n = x->n;
   const pe_op_def *def = n->def;
@@ -80,12 +97,13 @@ pe_status *par_shard_compile(pe_par_exec *e, xnode *x) {
   s->w_out = n->out_slot[def->n_outputs];
   s->param = input_index(n, "Param");
   s->grad = input_index(n, "Grad");
-  if (!(def->flags & PE_OP_ELEMENTWISE) || s->param < 0 || s->grad < 0 ||
+  s->param_out = output_index(n, "ParamOut");
+  if (!(def->flags & PE_OP_ELEMENTWISE) || s->param < 0 || s->grad < 0 || s->param_out < 0 ||
       s->w_in + s->w_out > SHARD_MAX_ARGS || def->n_inputs + def->n_outputs > SHARD_MAX_ARGS ||
       n->n_in_lv != s->w_in * e->n_places || n->n_out_lv != s->w_out * e->n_places)
     return pe_error(PE_EINTERNAL,
-                    "node %d %s: op '%s' cannot be sharded (element-wise optimizer with one Param "
-                    "and one Grad, at most %d args) or the node is malformed",
+                    "node %d %s: op '%s' cannot be sharded (element-wise optimizer with one Param, "
+                    "one Grad and one ParamOut, at most %d args) or the node is malformed",
                     x->id, n->name, def->type, SHARD_MAX_ARGS);
   PE_TRY(pe_device_ctx_init(&s->ctx, pe_cpu_place(), 1));
   s->ctx_init = true;
@@ -107,19 +125,24 @@ pe_status *par_shard_prepare(xnode *x, int64_t *count) {
   /* Place 0 as an ordinary op: value checks, the op's inference, outputs. */
   pe_status *st = pe_op_prepare(n->def, x->tl, x->ml, &x->ic, pe_device_allocator(e->dev[0]));
   if (st) return pe_status_wrap(st, "node %d %s", x->id, n->name);
+  /* Other places: their Grad is read, their ParamOut written, their
+   * optimizer state dropped (see the top of the file). */
   for (int p = 1; p < e->n_places; p++) {
-    for (int k = 0; k < s->w_in; k++) {
-      const pe_tensor *t0 = in_t(x, 0, k), *t = in_t(x, p, k);
-      if (t->dtype != t0->dtype || !pe_shape_equal(&t->shape, &t0->shape) ||
-          (!t->data && pe_tensor_numel(t) > 0))
-        return pe_error(PE_ESHAPE, "node %d %s: '%s' on place %d is %s %s, on place 0 %s %s",
-                        x->id, n->name, arg_name(x, p, k), p, pe_dtype_name(t->dtype),
-                        pe_shape_str(&t->shape, s1, sizeof s1), pe_dtype_name(t0->dtype),
-                        pe_shape_str(&t0->shape, s2, sizeof s2));
-    }
+    const pe_tensor *g0 = in_t(x, 0, s->grad), *g = in_t(x, p, s->grad);
+    if (g->dtype != g0->dtype || !pe_shape_equal(&g->shape, &g0->shape) ||
+        (!g->data && pe_tensor_numel(g) > 0))
+      return pe_error(PE_ESHAPE, "node %d %s: '%s' on place %d is %s %s, on place 0 %s %s", x->id,
+                      n->name, arg_name(x, p, s->grad), p, pe_dtype_name(g->dtype),
+                      pe_shape_str(&g->shape, s1, sizeof s1), pe_dtype_name(g0->dtype),
+                      pe_shape_str(&g0->shape, s2, sizeof s2));
     for (int k = 0; k < s->w_out; k++) {
+      pe_tensor *o = out_t(x, p, k);
+      if (k != s->param_out) {
+        if (o != out_t(x, 0, k)) pe_tensor_release(o);
+        continue;
+      }
       const pe_tensor *o0 = out_t(x, 0, k);
-      PE_TRY(pe_tensor_fit(out_t(x, p, k), pe_device_allocator(e->dev[p]), o0->dtype, &o0->shape,
+      PE_TRY(pe_tensor_fit(o, pe_device_allocator(e->dev[p]), o0->dtype, &o0->shape,
                            arg_name(x, p, s->w_in + k)));
     }
   }
@@ -187,13 +210,13 @@ pe_status *par_shard_chunk(xnode *x, int c, int64_t lo, int64_t hi) {
       if (s->sliced[s->w_in + k])
         pe_tensor_view(&v[s->w_in + k], PE_F32, &sh, pe_f32(out_t(x, 0, k)) + a0);
     pe_status *st = x->kernel(&kc);
-    if (st) return pe_status_wrap(st, "node %d %s, slice [%lld, %lld)", x->id, n->name,
-                                  (long long)a0, (long long)(a0 + m));
-    for (int p = 1; p < np; p++)
-      for (int k = 0; k < s->w_out; k++)
-        if (s->sliced[s->w_in + k] && m > 0)
-          memcpy(pe_f32(out_t(x, p, k)) + a0, pe_f32(out_t(x, 0, k)) + a0,
-                 (size_t)m * sizeof(float));
+    if (st)
+      return pe_status_wrap(st, "node %d %s, slice [%lld, %lld)", x->id, n->name, (long long)a0,
+                            (long long)(a0 + m));
+    if (s->sliced[s->w_in + s->param_out] && m > 0)
+      for (int p = 1; p < np; p++)
+        memcpy(pe_f32(out_t(x, p, s->param_out)) + a0, pe_f32(out_t(x, 0, s->param_out)) + a0,
+               (size_t)m * sizeof(float));
     a0 += m;
   } while (a0 < hi);
   return NULL;
@@ -203,7 +226,7 @@ void par_shard_finish(xnode *x) {
   const par_shard *s = x->shard;
   for (int k = 0; k < s->w_out; k++) {
     if (s->sliced[s->w_in + k]) continue;
-    for (int p = 0; p < x->e->n_places; p++) {
+    for (int p = 0; p < (k == s->param_out ? x->e->n_places : 1); p++) {
       pe_tensor *t = out_t(x, p, k);
       int64_t m = pe_tensor_numel(t);
       if (m > 0) memcpy(t->data, s->small_out[0][k], (size_t)m * sizeof(float));

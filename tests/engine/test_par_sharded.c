@@ -3,8 +3,9 @@
  *
  * Why bitwise: a sharded_update node sums the places' gradients slice by
  * slice in place order, the same order as all_reduce, and runs the same
- * element-wise optimizer kernel on each slice, so every loss, parameter and
- * optimizer state must be bit-identical to AllReduce's, on every place. Any
+ * element-wise optimizer kernel on each slice, so every loss and parameter
+ * (on every place) and every optimizer state (on place 0, the only place
+ * Sharded keeps it once it ran) must be bit-identical to AllReduce's. Any
  * difference (a slice summed twice or skipped, a chunk boundary off by one,
  * a small arg such as Beta1Pow updated once per chunk, a place not copied)
  * shows as a changed bit, and is a bug.
@@ -33,11 +34,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "builder_util.h"
 #include "check_main.h"
 #include "compiler/pass.h"
 #include "engine/par_executor.h"
 #include "engine/timeline.h"
-#include "builder_util.h"
 #include "pe_builder.h"
 #include "test_assert.h"
 
@@ -141,11 +142,8 @@ static void side_new(side *s, pe_runtime *rt, const char *opt, net nt, pe_place_
                      pe_graph_strategy strategy) {
   s->nt = nt;
   s->prog = program(opt, nt);
-  pe_pass_opts o = {.place_kind = kind,
-                    .n_places = n,
-                    .strategy = strategy,
-                    .keep = GRADS,
-                    .n_keep = N_GRADS};
+  pe_pass_opts o = {
+      .place_kind = kind, .n_places = n, .strategy = strategy, .keep = GRADS, .n_keep = N_GRADS};
   pe_ir ir = {s->prog, NULL, NULL, &o};
   PE_CK_OK(pe_graph_compile(&ir, false));
   /* The graph is what it claims: a sharded_update per parameter, or none. */
@@ -198,10 +196,19 @@ static float side_step(side *s, int step, int n, const pe_run_opts *ro) {
   return loss;
 }
 
-/* Every persistable of a (parameters, velocities, moments, beta pows, the
- * learning rate) on every place is bitwise equal to b's on the same place
- * and to a's on place 0. Returns how many variables were compared. */
-static int expect_models_equal(side *a, side *b, const char *when) {
+/* Optimizer state (velocity, moments, beta pows): "<param>@<STATE>". */
+static bool is_state(const char *name) {
+  return strstr(name, "@VELOCITY") || strstr(name, "@MOMENT") || strstr(name, "@BETA");
+}
+
+/* Every persistable of a (AllReduce: parameters, velocities, moments, beta
+ * pows, the learning rate) on every place is bitwise equal to a's on place
+ * 0 and to b's (Sharded) on the same place, except, once b ran (b_ran), b's
+ * optimizer state on places > 0, which b keeps on place 0 only: there it
+ * must have no value. Before b's first run (after the startup broadcast, or
+ * after a restore, which sets every place) it is still there and equal.
+ * Returns how many variables were compared. */
+static int expect_models_equal(side *a, side *b, const char *when, bool b_ran) {
   const char **na, **nb;
   int ca, cb;
   PE_CK_OK(pe_model_names(a->m, &na, &ca));
@@ -218,6 +225,17 @@ static int expect_models_equal(side *a, side *b, const char *when) {
     PE_CK_OK(pe_model_get_place(a->m, na[i], 0, &ref));
     for (int p = 0; p < n_places; p++) {
       PE_CK_OK(pe_model_get_place(a->m, na[i], p, &ta));
+      if (b_ran && p > 0 && is_state(na[i])) {
+        ck_assert_msg(memcmp(ta.data, ref.data, pe_tensor_bytes(&ta)) == 0,
+                      "%s: '%s' differs on place %d from place 0 (AllReduce)", when, na[i], p);
+        pe_status *st = pe_model_get_place(b->m, na[i], p, &tb);
+        ck_assert_msg(pe_status_code(st) == PE_EUSE_BEFORE_DEF &&
+                          strstr(pe_status_msg(st), "on place 0 only"),
+                      "%s: sharded '%s' on place %d: %s", when, na[i], p,
+                      st ? pe_status_msg(st) : "has a value");
+        pe_status_free(st);
+        continue;
+      }
       PE_CK_OK(pe_model_get_place(b->m, na[i], p, &tb));
       char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
       ck_assert_msg(ta.dtype == tb.dtype && pe_shape_equal(&ta.shape, &tb.shape),
@@ -287,7 +305,7 @@ START_TEST(equivalence) {
   side_new(&sh, rt, opt, BIG, st->kind, st->n, PE_STRATEGY_SHARDED);
   char when[96];
   snprintf(when, sizeof when, "%s %s startup", opt, st->label);
-  int n_vars = expect_models_equal(&ar, &sh, when);
+  int n_vars = expect_models_equal(&ar, &sh, when, false);
   /* 4 parameters + learning rate, + 4 velocities, + 4 x (2 moments, 2 pows) */
   ck_assert_int_eq(n_vars, !strcmp(opt, "adam") ? 21 : !strcmp(opt, "momentum") ? 9 : 5);
   pe_run_opts ro = {.sync = st->sync};
@@ -300,7 +318,7 @@ START_TEST(equivalence) {
                   "%s %s step %d (%d rows): AllReduce loss %.9g, Sharded %.9g", opt, st->label, s,
                   ROWS[s], la, lb);
     snprintf(when, sizeof when, "%s %s after step %d (%d rows)", opt, st->label, s, ROWS[s]);
-    expect_models_equal(&ar, &sh, when);
+    expect_models_equal(&ar, &sh, when, true);
     losses[s] = la;
     snprintf(curve + strlen(curve), sizeof curve - strlen(curve), " %.4f", la);
   }
@@ -308,7 +326,7 @@ START_TEST(equivalence) {
   float again_a = side_step(&ar, 0, ROWS[0], &ro), again_b = side_step(&sh, 0, ROWS[0], &ro);
   ck_assert_msg(memcmp(&again_a, &again_b, sizeof again_a) == 0,
                 "%s %s, batch 0 again: %.9g vs %.9g", opt, st->label, again_a, again_b);
-  expect_models_equal(&ar, &sh, "after batch 0 again");
+  expect_models_equal(&ar, &sh, "after batch 0 again", true);
   if (!strcmp(opt, "adam")) { /* one update per step, not one per chunk */
     ck_assert_float_eq(get1(&sh, "fc_0.w@BETA1POW"), get1(&ar, "fc_0.w@BETA1POW"));
     ck_assert_float_eq_tol(get1(&sh, "fc_0.w@BETA1POW"), powf(0.9f, STEPS + 2), 1e-6f);
@@ -476,13 +494,13 @@ START_TEST(kernel_error) {
    * follows AllReduce bit for bit again. */
   restore_all(&sh, &sv);
   saved_free(&sv);
-  expect_models_equal(&ar, &sh, "after restore");
+  expect_models_equal(&ar, &sh, "after restore", false);
   for (int s = 2; s < 5; s++) {
     float la = side_step(&ar, s, ROWS[s], &ro), lb = side_step(&sh, s, ROWS[s], &ro);
     ck_assert_msg(isfinite(lb) && memcmp(&la, &lb, sizeof la) == 0,
                   "%s after the error, step %d: AllReduce %.9g, Sharded %.9g", st->label, s, la,
                   lb);
-    expect_models_equal(&ar, &sh, "after the error");
+    expect_models_equal(&ar, &sh, "after the error", true);
   }
   side_free(&sh);
   side_free(&ar);
@@ -564,14 +582,14 @@ START_TEST(tiny_params) {
   side ar, sh;
   side_new(&ar, rt, opt, TINY, kind, n, PE_STRATEGY_ALLREDUCE);
   side_new(&sh, rt, opt, TINY, kind, n, PE_STRATEGY_SHARDED);
-  expect_models_equal(&ar, &sh, "tiny startup");
+  expect_models_equal(&ar, &sh, "tiny startup", false);
   for (int s = 0; s < STEPS; s++) {
     float la = side_step(&ar, s, ROWS[s], NULL), lb = side_step(&sh, s, ROWS[s], NULL);
     ck_assert_msg(memcmp(&la, &lb, sizeof la) == 0, "tiny %s step %d: %.9g vs %.9g", opt, s, la,
                   lb);
     char when[64];
     snprintf(when, sizeof when, "tiny %s after step %d", opt, s);
-    expect_models_equal(&ar, &sh, when);
+    expect_models_equal(&ar, &sh, when, true);
   }
   if (!strcmp(opt, "adam")) { /* 0.9^11: one update per step */
     ck_assert_float_eq(get1(&sh, "fc_0.b@BETA1POW"), get1(&ar, "fc_0.b@BETA1POW"));
@@ -633,14 +651,15 @@ START_TEST(denormal_velocity) {
   PE_CK_OK(pe_par_exec_run(ar.step, feeds, 2, &fetch, 1, &out, NULL, NULL));
   PE_CK_OK(pe_par_exec_run(sh.step, feeds, 2, &fetch, 1, &out, NULL, NULL));
   pe_tensor_release(&out);
-  expect_models_equal(&ar, &sh, keep ? "denormals kept" : "denormals flushed");
+  expect_models_equal(&ar, &sh, keep ? "denormals kept" : "denormals flushed", true);
   volatile float mu = 0.9f, dn = tiny;
   float want = keep ? mu * dn : 0.0f;
   ck_assert(!keep || (want > 0 && want < 1.17549435e-38f));
   for (int p = 0; p < 2; p++) {
     pe_tensor t;
     pe_tensor_init(&t);
-    PE_CK_OK(pe_model_get_place(sh.m, "fc_0.w@VELOCITY", p, &t));
+    /* AllReduce's on both places; Sharded's on place 0 (the only one). */
+    PE_CK_OK(pe_model_get_place(p ? ar.m : sh.m, "fc_0.w@VELOCITY", p, &t));
     for (int64_t k = 0; k < numel; k += 997)
       ck_assert_msg(pe_f32(&t)[k] == want,
                     "%s keep_denormals %d, place %d: velocity[%lld] = %g, "
