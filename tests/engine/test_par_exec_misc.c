@@ -226,8 +226,12 @@ END_TEST
  * run's wall time is dominated by sleeps, not by the CPU: two models run from
  * two threads must take clearly less than the sum of their times alone
  * (serialised they would take at least the sum), and two threads running
- * the same model's step take at least the sum (ordered). The pool has enough
- * workers that sleeping nodes never starve each other. */
+ * the same model's step take about the sum (ordered; overlapping, they
+ * would take about half). Every run draws new delays, so the times of
+ * different runs differ by chance: 4 steps per job and bounds at 0.75 and
+ * 0.8 of the sum keep that chance (a few percent per run) far from the
+ * bounds, which sit midway between overlapped (0.5) and serialised (1.0).
+ * The pool has enough workers that sleeping nodes never starve each other. */
 typedef struct timed_job {
   par *q;
   int steps;
@@ -260,17 +264,17 @@ START_TEST(disjoint_models_overlap_same_model_ordered) {
   par_new(&qb, rt, PE_PLACE_CPU, 1, PE_STRATEGY_ALLREDUCE, false, 32);
   PE_CK_OK(pe_par_exec_run(qa.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
   PE_CK_OK(pe_par_exec_run(qb.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
-  timed_job a = {&qa, 2, 0}, b = {&qb, 2, 0};
+  timed_job a = {&qa, 4, 0}, b = {&qb, 4, 0};
   timed_steps(&a);
   timed_steps(&b);
   double a_alone = a.ms, alone = a.ms + b.ms;
   double both = run_pair(&a, &b);
   ck_assert_msg(both < 0.75 * alone, "two models: %.1f ms together, %.1f ms one after the other",
                 both, alone);
-  timed_job a2 = {&qa, 2, 0};
+  timed_job a2 = {&qa, 4, 0};
   double same = run_pair(&a, &a2);
-  ck_assert_msg(same >= 0.9 * 2 * a_alone, "one model from two threads: %.1f ms, one run %.1f ms",
-                same, a_alone);
+  ck_assert_msg(same >= 0.8 * 2 * a_alone,
+                "one model from two threads: %.1f ms, one job alone %.1f ms", same, a_alone);
   par_free(&qa);
   par_free(&qb);
   pe_runtime_free(rt);
