@@ -56,12 +56,14 @@ typedef struct pe_prefetch_opts {
    * prefetcher. */
   pe_device **devices;
   /* Optional: with fill set, produce only sizes the inputs (and decides the
-   * end); the rows are then written by fill, one call per place for that
-   * place's rows. With pool set too, each of those calls is a task on pool
-   * worker p mod workers (placed there, not pinned: pe_pool_submit_to) and
-   * the thread waits for them: on cpu places a batch's rows are then
-   * copied by the cores that run the places' ops, in parallel, in their
-   * idle time, instead of by this thread taking one of their cores. The
+   * end); the rows are then written by fill: without a pool, one call for
+   * the whole batch on the prefetch thread; with pool set, one call per
+   * place for that place's rows, each a task on pool worker p mod workers
+   * (placed there, not pinned: pe_pool_submit_to), and the thread waits for
+   * them (the first failing place's error is the batch's). On cpu places
+   * a batch's rows are then copied by the cores that run the places' ops,
+   * in parallel, in their idle time, instead of by this thread taking one
+   * of their cores. The
    * pool must outlive the prefetcher; fill calls run on its workers. */
   pe_batch_fill fill;
   pe_pool *pool;

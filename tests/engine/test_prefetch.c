@@ -179,18 +179,16 @@ START_TEST(next_batch_is_prepared_during_the_step) {
 }
 END_TEST
 
-START_TEST(producer_error_surfaces_on_next) {
-  static const int64_t sizes[] = {2, 2, 2, 2, 2};
-  source src = {.sizes = sizes, .n_batches = 5, .fail_at = 3};
-  pe_prefetch *pf;
-  pe_prefetch_opts o = {.n_places = 2, .n_inputs = 2, .produce = produce, .ctx = &src};
-  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+/* n_good batches of `size` samples on np places arrive, then next returns
+ * PE_EIO naming `what` and `why`, and again on the call after it. */
+static void expect_batches_then_error(pe_prefetch *pf, int n_good, int np, int64_t size,
+                                      const char *what, const char *why) {
   int64_t id = 0;
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < n_good; k++) {
     pe_prefetch_batch *b;
     ck_assert_ptr_null(pe_prefetch_next(pf, &b));
     ck_assert_ptr_nonnull(b);
-    check_batch(b, 2, 2, &id, PE_PLACE_CPU);
+    check_batch(b, np, size, &id, PE_PLACE_CPU);
     pe_prefetch_release(pf, b);
   }
   for (int again = 0; again < 2; again++) {
@@ -198,10 +196,19 @@ START_TEST(producer_error_surfaces_on_next) {
     pe_status *st = pe_prefetch_next(pf, &b);
     ck_assert_ptr_null(b);
     ck_assert_int_eq(pe_status_code(st), PE_EIO);
-    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "prefetch batch 3"));
-    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "reading record 3 failed"));
+    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), what));
+    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), why));
     pe_status_free(st);
   }
+}
+
+START_TEST(producer_error_surfaces_on_next) {
+  static const int64_t sizes[] = {2, 2, 2, 2, 2};
+  source src = {.sizes = sizes, .n_batches = 5, .fail_at = 3};
+  pe_prefetch *pf;
+  pe_prefetch_opts o = {.n_places = 2, .n_inputs = 2, .produce = produce, .ctx = &src};
+  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+  expect_batches_then_error(pf, 3, 2, 2, "prefetch batch 3", "reading record 3 failed");
   pe_prefetch_stop(pf);
 }
 END_TEST
@@ -350,22 +357,7 @@ START_TEST(fill_error_surfaces_on_next) {
   pe_prefetch_opts o = {
       .n_places = 3, .n_inputs = 2, .produce = produce, .fill = fill, .pool = pool, .ctx = &src};
   ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
-  int64_t id = 0;
-  for (int k = 0; k < 2; k++) {
-    pe_prefetch_batch *b;
-    ck_assert_ptr_null(pe_prefetch_next(pf, &b));
-    check_batch(b, 3, 6, &id, PE_PLACE_CPU);
-    pe_prefetch_release(pf, b);
-  }
-  for (int again = 0; again < 2; again++) {
-    pe_prefetch_batch *b;
-    pe_status *st = pe_prefetch_next(pf, &b);
-    ck_assert_ptr_null(b);
-    ck_assert_int_eq(pe_status_code(st), PE_EIO);
-    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "prefetch batch 2"));
-    ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "rows 2..4 unreadable"));
-    pe_status_free(st);
-  }
+  expect_batches_then_error(pf, 2, 3, 6, "prefetch batch 2", "rows 2..4 unreadable");
   pe_prefetch_stop(pf);
   /* A pool without a fill is refused. */
   o.fill = NULL;
