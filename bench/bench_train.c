@@ -16,10 +16,12 @@
  * over the last epoch's steps (weighted by batch size), stated in the JSON as
  * "final_loss_window": "last_epoch".
  *
- * With a backend that has step_split (parallel) and --prefetch on, every
+ * With a backend that has steps_split (parallel) and --prefetch on, every
  * epoch's batches come from a pe_prefetch whose thread reads batch k+1 from
  * the batcher and splits it onto the places while step k runs: the same
- * batches in the same order as without it. */
+ * batches in the same order as without it. --steps-per-run N hands the
+ * executor N steps per call (pe_par_exec_run_steps: the pool worker that
+ * ends a step starts the next); 0, the default, the whole epoch. */
 #include "bench_train.h"
 
 #include <errno.h>
@@ -71,6 +73,8 @@ static const opt_row opts[] = {
     {"sync", OPT_STR, CFG(sync), 0, 0, "parallel: cross-stream sync, event (default) | producer"},
     {"dump-graph", OPT_STR, CFG(dump_graph), 0, 0, "parallel: write the train graph's Graphviz"},
     {"timeline", OPT_STR, CFG(timeline), 0, 0, "parallel: write a Chrome trace of every step"},
+    {"steps-per-run", OPT_INT, CFG(steps_per_run), 0, 1L << 40,
+     "parallel with prefetch: steps per executor call, chained by the pool (0: the epoch)"},
     {"prefetch", OPT_ONOFF, CFG(prefetch), 0, 0,
      "parallel: split the next batch onto the places while a step runs [on|off] (on)"},
     {"compare-sequential", OPT_FLAG, CFG(compare_sequential), 0, 0,
@@ -329,79 +333,94 @@ static pe_status *fill_rows(void *ctx, pe_tensor *in, int n_in, int64_t lo, int6
   return NULL;
 }
 
+/* One epoch's running sums; account() may run on a pool worker (the
+ * parallel backend's steps_split), one step at a time, in step order. */
+typedef struct epoch_acc {
+  trainer *t;
+  train_result *r;
+  long ep;
+  double loss_sum, acc_sum;
+  long samples, steps;
+  double tp; /* progress lines: time and samples of the last one */
+  long tp_samples;
+} epoch_acc;
+
+static void account(void *ctx, int n, float loss, float acc) {
+  epoch_acc *a = ctx;
+  train_result *r = a->r;
+  a->loss_sum += (double)loss * n;
+  a->acc_sum += (double)acc * n;
+  a->samples += n;
+  a->steps++;
+  r->steps++;
+  r->samples += n;
+  if (!a->t->cfg.json && r->steps % PROGRESS_EVERY == 0) {
+    double now = now_s();
+    fprintf(stderr, "epoch %ld step %ld: loss %.4f, %.0f samples/s\n", a->ep, r->steps, loss,
+            (r->samples - a->tp_samples) / (now - a->tp));
+    a->tp = now;
+    a->tp_samples = r->samples;
+  }
+}
+
+static int train_step_failed(pe_status *st, const train_result *r) {
+  char what[64];
+  snprintf(what, sizeof what, "train step %ld", r->steps + 1);
+  return fail_st(st, what);
+}
+
+/* The epoch's steps on batches a pe_prefetch splits onto the places. */
+static int prefetched_steps(trainer *t, epoch_feed *feed, epoch_acc *acc) {
+  pe_prefetch_opts po = {
+      .n_inputs = 2, .depth = 2, .produce = produce_batch, .fill = fill_rows, .ctx = feed};
+  po.n_places = t->be->split_places(t, &po.devices, &po.pool);
+  /* Pool workers fill a batch in their idle time, which may come only at
+   * the end of a step: a third slot keeps the next batch ready. */
+  if (po.pool) po.depth = 3;
+  pe_prefetch *pf = NULL;
+  pe_status *st = pe_prefetch_start(&po, &pf);
+  if (st) return fail_st(st, "input prefetch");
+  bool end = false;
+  while (!end && !st) st = t->be->steps_split(t, pf, t->cfg.steps_per_run, account, acc, &end);
+  pe_prefetch_stop(pf);
+  return st ? train_step_failed(st, acc->r) : 0;
+}
+
 static int train_loop(trainer *t, train_result *r) {
   pe_batcher *bt = pe_batcher_new(t->train_ds, (int)t->cfg.batch, true, (uint64_t)t->cfg.seed);
   if (!bt) return fail_st(pe_error(PE_ENOMEM, "batcher"), "setup");
-  double t0 = now_s(), tp = t0;
-  long tp_samples = 0;
+  double t0 = now_s();
+  epoch_acc acc = {.t = t, .r = r, .tp = t0};
   int rc = 0;
-  bool use_pf = t->be->step_split && t->be->split_places && train_cfg_prefetch(&t->cfg);
+  bool use_pf = t->be->steps_split && t->be->split_places && train_cfg_prefetch(&t->cfg);
   for (long ep = 1; ep <= t->cfg.epochs && !rc; ep++) {
-    double loss_sum = 0, acc_sum = 0;
-    long ep_samples = 0, ep_steps = 0;
+    acc = (epoch_acc){.t = t, .r = r, .ep = ep, .tp = acc.tp, .tp_samples = acc.tp_samples};
     /* One prefetcher per epoch: its producer ends with the epoch, and the
      * batcher is reset below only after the thread stopped. */
-    pe_prefetch *pf = NULL;
-    epoch_feed feed = {t, bt, 0, t->cfg.steps};
     if (use_pf) {
-      pe_prefetch_opts po = {
-          .n_inputs = 2, .depth = 2, .produce = produce_batch, .fill = fill_rows, .ctx = &feed};
-      po.n_places = t->be->split_places(t, &po.devices, &po.pool);
-      /* Pool workers fill a batch in their idle time, which may come only
-       * at the end of a step: a third slot keeps the next batch ready. */
-      if (po.pool) po.depth = 3;
-      pe_status *st = pe_prefetch_start(&po, &pf);
-      if (st) {
-        rc = fail_st(st, "input prefetch");
-        break;
-      }
-    }
-    for (;;) {
+      epoch_feed feed = {t, bt, 0, t->cfg.steps};
+      rc = prefetched_steps(t, &feed, &acc);
+    } else {
       int n;
-      float loss, acc;
-      pe_status *st;
-      if (pf) {
-        pe_prefetch_batch *b = NULL;
-        st = pe_prefetch_next(pf, &b);
-        if (!st && !b) break; /* the epoch's end */
-        n = b ? (int)b->total : 0;
-        if (!st) st = t->be->step_split(t, b, &loss, &acc);
-        pe_prefetch_release(pf, b); /* the step returned: its parts are free */
-      } else {
-        if ((t->cfg.steps && ep_steps >= t->cfg.steps) || !pe_batcher_next(bt, t->x, t->y, &n))
-          break;
-        st = t->be->step(t, n, &loss, &acc);
-      }
-      if (st) {
-        char what[64];
-        snprintf(what, sizeof what, "train step %ld", r->steps + 1);
-        rc = fail_st(st, what);
-        break;
-      }
-      loss_sum += (double)loss * n;
-      acc_sum += (double)acc * n;
-      ep_samples += n;
-      ep_steps++;
-      r->steps++;
-      r->samples += n;
-      if (!t->cfg.json && r->steps % PROGRESS_EVERY == 0) {
-        double now = now_s();
-        fprintf(stderr, "epoch %ld step %ld: loss %.4f, %.0f samples/s\n", ep, r->steps, loss,
-                (r->samples - tp_samples) / (now - tp));
-        tp = now;
-        tp_samples = r->samples;
+      float loss, a;
+      while (!rc && !(t->cfg.steps && acc.steps >= t->cfg.steps) &&
+             pe_batcher_next(bt, t->x, t->y, &n)) {
+        pe_status *st = t->be->step(t, n, &loss, &a);
+        if (st)
+          rc = train_step_failed(st, r);
+        else
+          account(&acc, n, loss, a);
       }
     }
-    pe_prefetch_stop(pf);
     if (t->cfg.steps) pe_batcher_reset(bt); /* a capped epoch: start the next one fresh */
-    if (ep_samples) {
-      r->final_loss = loss_sum / ep_samples;
-      r->final_train_acc = acc_sum / ep_samples;
+    if (acc.samples) {
+      r->final_loss = acc.loss_sum / acc.samples;
+      r->final_train_acc = acc.acc_sum / acc.samples;
     }
     if (!t->cfg.json && !rc)
       fprintf(stderr,
               "epoch %ld done: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n",
-              ep, ep_steps, r->final_loss, r->final_train_acc, r->samples / (now_s() - t0));
+              ep, acc.steps, r->final_loss, r->final_train_acc, r->samples / (now_s() - t0));
   }
   r->train_seconds = now_s() - t0;
   pe_batcher_free(bt);

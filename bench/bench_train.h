@@ -25,6 +25,7 @@ typedef struct train_cfg {
   const char *strategy, *sync, *dump_graph, *timeline;
   const char *fuse; /* "on" | "off" (a bare --fuse means on) */
   long fuse_bucket;
+  long steps_per_run;      /* steps per executor call (0: the whole epoch) */
   bool compare_sequential; /* also run the sequential baseline, report the ratio */
   const char *prefetch;    /* "on" (default when NULL) | "off": split batches on a thread */
   const char *denormals;   /* "flush" (default when NULL) | "keep" (core/fpenv.h) */
@@ -42,6 +43,7 @@ static inline bool train_cfg_prefetch(const train_cfg *c) {
 }
 
 typedef struct trainer trainer;
+typedef void (*train_sink)(void *ctx, int n, float loss, float acc);
 
 /* One executor. setup compiles and initialises (after the data is loaded,
  * t->x / t->y allocated); step and eval run on the first n rows of t->x /
@@ -54,7 +56,10 @@ typedef struct trainer trainer;
  * whose workers copy each place's rows (*fill_pool NULL: the prefetch
  * thread copies the whole batch; pe_prefetch_opts.pool) the training
  * loop's pe_prefetch splits each batch onto (inputs 0: images, 1: labels);
- * step_split then runs one step on such a batch, in place of step. */
+ * steps_split then runs steps on pf's batches in place of step: at most
+ * `max` (0: no cap) per call, stopping early (*end) when pf ends; each
+ * step's batch size, loss and accuracy go to sink, in step order, maybe
+ * on another thread (a pool worker). */
 typedef struct train_backend {
   const char *executor;
   int (*setup)(trainer *t);
@@ -63,7 +68,8 @@ typedef struct train_backend {
   void (*teardown)(trainer *t);
   void (*json_extra)(trainer *t, FILE *out);
   int (*split_places)(trainer *t, pe_device ***devices, pe_pool **fill_pool);
-  pe_status *(*step_split)(trainer *t, const pe_prefetch_batch *b, float *loss, float *acc);
+  pe_status *(*steps_split)(trainer *t, pe_prefetch *pf, long max, train_sink sink, void *sink_ctx,
+                            bool *end);
 } train_backend;
 
 struct trainer {

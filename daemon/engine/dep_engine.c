@@ -354,11 +354,15 @@ static void grant(dep *d, ready_list *r) {
   if (op_dep_drop(op, 1)) ready_add(r, op);
 }
 
-static void op_submit(pe_engine *eng, pe_engine_op *op, bool at_push) {
+/* homed: the op goes to its affinity worker from any thread (a start, not
+ * a completing predecessor's worker). */
+static void op_submit(pe_engine *eng, pe_engine_op *op, bool at_push, bool homed) {
   op->task.fn = op_task;
   op->task.arg = op;
   if (at_push && op->priority > 0)
     pe_pool_submit_urgent(eng->pool, &op->task);
+  else if (op->affinity > 0 && homed)
+    pe_pool_submit_to_front(eng->pool, op->affinity - 1, &op->task);
   else if (op->affinity > 0 && !pe_pool_is_worker(eng->pool))
     pe_pool_submit_to(eng->pool, op->affinity - 1, &op->task, &op->task, 1);
   else
@@ -548,7 +552,7 @@ void pe_engine_op_complete(pe_engine *eng, pe_engine_op *op, pe_status *st) {
   if (on_worker && !tl_current_op)
     op_task(next);
   else
-    op_submit(eng, next, false); /* next is counted: eng is alive */
+    op_submit(eng, next, false, false); /* next is counted: eng is alive */
 }
 
 /* --- push -------------------------------------------------------------------------------- */
@@ -649,7 +653,7 @@ static pe_status *op_create(pe_engine *eng, const pe_engine_op_args *a, int flag
   bool keep = a->extra_deps > 0;
   if (out) *out = keep ? op : NULL;
   /* From here op may be completed by others unless it holds extra deps. */
-  if (op_dep_drop(op, granted + 1)) op_submit(eng, op, true);
+  if (op_dep_drop(op, granted + 1)) op_submit(eng, op, true, false);
   return NULL;
 }
 
@@ -659,7 +663,11 @@ pe_status *pe_engine_op_new(pe_engine *eng, const pe_engine_op_args *args, pe_en
 }
 
 void pe_engine_op_dep_done(pe_engine *eng, pe_engine_op *op) {
-  if (op_dep_drop(op, 1)) op_submit(eng, op, false);
+  if (op_dep_drop(op, 1)) op_submit(eng, op, false, false);
+}
+
+void pe_engine_op_start(pe_engine *eng, pe_engine_op *op) {
+  if (op_dep_drop(op, 1)) op_submit(eng, op, false, true);
 }
 
 pe_status *pe_engine_push(pe_engine *eng, pe_engine_fn fn, void *arg, pe_engine_var *const *reads,

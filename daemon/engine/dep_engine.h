@@ -121,9 +121,10 @@ typedef struct pe_engine_op_args {
    * its variables, so an extra dependency must not itself wait for those
    * variables through ops pushed later. */
   int extra_deps;
-  /* 0: none; w + 1: when the op becomes ready on a thread outside the pool,
-   * queue it on pool worker w (pe_pool_submit_to). Ops made ready by a
-   * completing op stay on that worker, as always. */
+  /* 0: none; w + 1: when the op becomes ready on a thread outside the pool
+   * (or through pe_engine_op_start), queue it on pool worker w
+   * (pe_pool_submit_to). Ops made ready by a completing op stay on that
+   * worker, as always. */
   int affinity;
 } pe_engine_op_args;
 
@@ -137,6 +138,11 @@ pe_status *pe_engine_op_new(pe_engine *eng, const pe_engine_op_args *args, pe_en
 /* One extra dependency of op is satisfied. Any thread; exactly extra_deps
  * calls per op. The call that makes the op ready submits it to the pool. */
 void pe_engine_op_dep_done(pe_engine *eng, pe_engine_op *op);
+/* pe_engine_op_dep_done for a dependency the caller held to start the op
+ * (not a predecessor that completed): a ready op goes to the front of its
+ * affinity worker's queue (pe_pool_submit_to_front), also when the caller
+ * is a pool worker. */
+void pe_engine_op_start(pe_engine *eng, pe_engine_op *op);
 
 /* The op whose fn is running on the calling thread (the innermost one if a
  * waiting fn runs other ops meanwhile), NULL outside an op's fn. For an fn

@@ -114,8 +114,7 @@ pe_status *par_nccl_finish(pe_par_exec *e) {
   pthread_mutex_lock(&e->m->nccl_mu);
   pe_status *st = pe_nccl_wait(e->m->nccl, NCCL_FINISH_TIMEOUT_MS);
   pthread_mutex_unlock(&e->m->nccl_mu);
-  return st ? pe_status_wrap(st, "parallel executor: collectives on %d cuda places",
-                             e->n_places)
+  return st ? pe_status_wrap(st, "parallel executor: collectives on %d cuda places", e->n_places)
             : NULL;
 }
 

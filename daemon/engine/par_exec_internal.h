@@ -150,10 +150,35 @@ struct pe_par_exec {
   _Atomic(pe_status *) err;
   atomic_int remaining;
   atomic_int executed;
+  /* The caller's thread sleeps on done_cv until `back` (under done_mu):
+   * set when a step's last node is done, or, when pool workers chain the
+   * steps of pe_par_exec_run_steps, when the chain stops. */
   pthread_mutex_t done_mu;
   pthread_cond_t done_cv;
+  bool back;
+  /* pe_par_exec_run_steps (par_steps.c); set by the caller while nothing
+   * runs. chain_steps: the last node's worker queues steps_task, which ends
+   * the step and starts the next, instead of handing back. */
+  bool chain_steps;
+  pe_task steps_task;
+  struct par_steps *steps;
   pe_event **end_ev; /* [n_places * PE_STREAM_KINDS] */
 };
+
+/* One step of a run (par_executor.c). The caller holds run_mu and set the
+ * options (par_set_opts). par_step_begin binds the feeds, re-arms the nodes
+ * and starts the roots (on an error nothing started); from then on the
+ * last node's worker either chains (chain_steps) or hands back
+ * (par_hand_back: par_wait_back returns). par_step_end, once every node is
+ * done, waits for the devices, takes the step's first error and fetches.
+ * begin and end may run on a pool worker (host executors: no device waits
+ * there). */
+void par_set_opts(pe_par_exec *e, const pe_run_opts *opts);
+pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
+                          int n_feeds);
+pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
+void par_hand_back(pe_par_exec *e);
+void par_wait_back(pe_par_exec *e);
 
 /* Record a failure as the run's first error (or free it). */
 void par_fail(pe_par_exec *e, pe_status *st);

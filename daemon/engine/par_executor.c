@@ -525,12 +525,14 @@ static bool node_exec(xnode *x, bool may_fan_out) {
   return true;
 }
 
+/* The step's last node: the worker chains the next step (par_steps.c) or
+ * the caller's thread takes over. */
 static void finish_run_node(pe_par_exec *e) {
-  if (atomic_fetch_sub_explicit(&e->remaining, 1, memory_order_acq_rel) == 1) {
-    pthread_mutex_lock(&e->done_mu);
-    pthread_cond_broadcast(&e->done_cv);
-    pthread_mutex_unlock(&e->done_mu);
-  }
+  if (atomic_fetch_sub_explicit(&e->remaining, 1, memory_order_acq_rel) != 1) return;
+  if (e->chain_steps)
+    pe_pool_submit(e->rt->pool, &e->steps_task);
+  else
+    par_hand_back(e);
 }
 
 static void task_fn(void *arg) {
@@ -604,21 +606,30 @@ static pe_status *sync_streams(pe_par_exec *e) {
   return first;
 }
 
-/* One run; the feeds come whole (feeds) or split onto the places (split). */
-static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split, int n_feeds,
-                      const char *const *fetch, int n_fetch, pe_tensor *fetched,
-                      const pe_run_opts *opts, pe_run_stats *stats) {
-  if (n_feeds < 0 || n_fetch < 0 || (n_feeds && !feeds && !split) ||
-      (n_fetch && (!fetch || !fetched)))
-    return pe_error(PE_EINVAL, "parallel executor: bad feed/fetch arguments");
-  if (pe_pool_is_worker(e->rt->pool))
-    return pe_error(PE_EINVAL, "parallel executor: run called from a pool worker");
-  uint64_t t_start = pe_timeline_now_ns();
-  pthread_mutex_lock(&e->run_mu);
+void par_hand_back(pe_par_exec *e) {
+  pthread_mutex_lock(&e->done_mu);
+  e->back = true;
+  pthread_cond_broadcast(&e->done_cv);
+  pthread_mutex_unlock(&e->done_mu);
+}
+
+void par_wait_back(pe_par_exec *e) {
+  pthread_mutex_lock(&e->done_mu);
+  while (!e->back) pthread_cond_wait(&e->done_cv, &e->done_mu);
+  e->back = false;
+  pthread_mutex_unlock(&e->done_mu);
+}
+
+void par_set_opts(pe_par_exec *e, const pe_run_opts *opts) {
   static const pe_run_opts defaults = {0};
   e->opts = opts ? opts : &defaults;
   e->sync = e->opts->sync;
   e->tl = e->opts->timeline;
+}
+
+pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
+                          int n_feeds) {
+  uint64_t t_start = pe_timeline_now_ns();
   e->delay_salt++;
   atomic_store(&e->err, NULL);
   atomic_store(&e->executed, 0);
@@ -628,7 +639,6 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
       split ? par_feeds_load_split(e, split, n_feeds) : par_feeds_load(e, feeds, n_feeds);
   if (st) {
     if (e->async) pe_status_free(sync_streams(e));
-    pthread_mutex_unlock(&e->run_mu);
     return st;
   }
   if (e->has_feeds) par_zero_grads(e);
@@ -677,16 +687,16 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
   /* Roots first (every place's first ops start together, not one place
    * after the other's whole guard loop), then the other engine guards. */
   for (int i = 0; i < g->n_nodes; i++)
-    if (e->x[i].engine && g->nodes[i].in_degree == 0) pe_engine_op_dep_done(eng, e->x[i].eop);
+    if (e->x[i].engine && g->nodes[i].in_degree == 0) pe_engine_op_start(eng, e->x[i].eop);
   pe_task *first = NULL, *last = NULL;
   int n_roots = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (x->engine) {
-      if (g->nodes[i].in_degree > 0) pe_engine_op_dep_done(eng, x->eop);
+      if (g->nodes[i].in_degree > 0) pe_engine_op_start(eng, x->eop);
     } else if (g->nodes[i].in_degree == 0 && x->eop == NULL && !atomic_load(&x->failed)) {
       if (x->affinity > 0) {
-        pe_pool_submit_to(e->rt->pool, x->affinity - 1, &x->task, &x->task, 1);
+        pe_pool_submit_to_front(e->rt->pool, x->affinity - 1, &x->task);
         continue;
       }
       x->task.next = NULL; /* no home worker: one batch, one wake-up check */
@@ -701,22 +711,50 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
   if (n_roots) pe_pool_submit_batch(e->rt->pool, first, last, n_roots);
   /* The caller's part of the run (feeds, re-arming, engine pushes) on its
    * own lane: it delays the places' first ops. */
-  if (e->tl)
-    pe_timeline_record(pe_timeline_thread_lane(e->tl, "caller"), e->g->places[0], "run start",
-                       t_start, pe_timeline_now_ns());
+  if (e->tl) {
+    char lane[32] = "caller";
+    if (pe_pool_is_worker(e->rt->pool))
+      snprintf(lane, sizeof lane, "worker %d", pe_pool_current_worker());
+    pe_timeline_record(pe_timeline_thread_lane(e->tl, lane), e->g->places[0], "run start", t_start,
+                       pe_timeline_now_ns());
+  }
+  if (g->n_nodes == 0) { /* nothing will count down to 0 */
+    atomic_store(&e->remaining, 1);
+    finish_run_node(e);
+  }
+  return NULL;
+}
 
-  pthread_mutex_lock(&e->done_mu);
-  while (atomic_load(&e->remaining) > 0) pthread_cond_wait(&e->done_cv, &e->done_mu);
-  pthread_mutex_unlock(&e->done_mu);
+pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
 #ifdef PE_HAVE_CUDA
   if (e->m->nccl) par_fail(e, par_nccl_finish(e)); /* NCCL errors, not hangs */
 #endif
   if (e->async) par_fail(e, sync_streams(e));
   /* Restore engine flags changed by a failed push. */
+  const pe_graph *g = e->g;
   for (int i = 0; i < g->n_nodes; i++) e->x[i].engine = e->x[i].n_reads + e->x[i].n_muts > 0;
-
-  st = atomic_exchange(&e->err, NULL);
+  pe_status *st = atomic_exchange(&e->err, NULL);
   if (!st && n_fetch) st = par_fetch(e, fetch, n_fetch, fetched);
+  return st;
+}
+
+/* One run; the feeds come whole (feeds) or split onto the places (split). */
+static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split, int n_feeds,
+                      const char *const *fetch, int n_fetch, pe_tensor *fetched,
+                      const pe_run_opts *opts, pe_run_stats *stats) {
+  if (n_feeds < 0 || n_fetch < 0 || (n_feeds && !feeds && !split) ||
+      (n_fetch && (!fetch || !fetched)))
+    return pe_error(PE_EINVAL, "parallel executor: bad feed/fetch arguments");
+  if (pe_pool_is_worker(e->rt->pool))
+    return pe_error(PE_EINVAL, "parallel executor: run called from a pool worker");
+  uint64_t t_start = pe_timeline_now_ns();
+  pthread_mutex_lock(&e->run_mu);
+  par_set_opts(e, opts);
+  pe_status *st = par_step_begin(e, feeds, split, n_feeds);
+  if (!st) {
+    par_wait_back(e);
+    st = par_step_end(e, fetch, n_fetch, fetched);
+  }
   if (stats) {
     stats->wall_ms = (double)(pe_timeline_now_ns() - t_start) / 1e6;
     stats->batch = e->batch;

@@ -11,7 +11,6 @@
 #include "engine/collective.h"
 #include "engine/par_executor.h"
 
-
 struct pe_runtime {
   int cores;
   bool keep_denormals;    /* pe_runtime_opts.keep_denormals; read-only after new */
@@ -52,8 +51,8 @@ struct pe_model {
   pe_strmap index;    /* name -> par_entry* */
   par_entry **ent;
   int n_ent, cap_ent;
-  pe_engine_var *prng;           /* ordering of every random op of the model's graphs */
-  pe_comm *comm;                 /* sim collectives: one rank per place */
+  pe_engine_var *prng; /* ordering of every random op of the model's graphs */
+  pe_comm *comm;       /* sim collectives: one rank per place */
   /* cuda with more than one place: the NCCL communicator over the places'
    * GPUs (rank p = place p; cuda/nccl_comm.h), else NULL. nccl_mu: one
    * pe_nccl_wait at a time (runs of several executors end concurrently). */

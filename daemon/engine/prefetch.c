@@ -1,16 +1,26 @@
 /* Input prefetch (contract in prefetch.h).
  *
  * Slots. Slot k % depth holds batch k. Its state moves
- *   FREE --(thread fills it)--> READY --(next)--> TAKEN --(release)--> FREE.
- * All state, the sequence counters, `done` and `err` are guarded by mu. The
- * thread fills a slot without the lock: while a slot is FREE only the
- * thread touches its tensors, while READY/TAKEN only the consumer does, and
- * each hand-over goes through mu. The thread waits on free_cv for its next
- * slot to be FREE; the consumer waits on ready_cv for its next slot to be
- * READY or for the thread to be done. */
+ *   FREE --(filled)--> READY --(next)--> TAKEN --(release)--> FREE.
+ * All state, the sequence counters, `done`, `err` and `busy` are guarded by
+ * mu. A slot is filled without the lock: while a slot is FREE only its
+ * filler touches its tensors, while READY/TAKEN only the consumer does, and
+ * each hand-over goes through mu. The consumer waits on ready_cv for its
+ * next slot to be READY or for production to be done.
+ *
+ * Who fills. Without a pool, the prefetch thread: it waits on free_cv for
+ * its next slot to be FREE, then produces, fills and splits it. With a
+ * pool (two-phase batches) there is no thread: whoever frees a slot or
+ * finishes a batch (release, the start, the batch's last fill task) calls
+ * kick, which produces the next batch if its slot is FREE and none is in
+ * flight (`busy`), and queues one fill task per place; the last of them
+ * splits the batch, publishes it and kicks again. Why: a thread that
+ * sleeps and wakes twice per batch takes a busy core from the pool at
+ * every step end on a machine whose cores are all pool workers. */
 #include "prefetch.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,21 +53,21 @@ struct pe_prefetch {
   bool host_views;
   pe_event **events; /* per device, for the h2d copies; prefetch thread only */
   slot *slots;
-  pthread_t thread;
+  pthread_t thread; /* without a pool */
   bool started;
   pthread_mutex_t mu;
   pthread_cond_t ready_cv, free_cv;
   uint64_t produced; /* batches made READY (thread) */
   uint64_t consumed; /* batches handed out by next (consumer) */
   bool stop;         /* stop requested */
-  bool done;         /* the thread finished: end of data or error */
-  pe_status *err;    /* the thread's failure, returned by next */
-  /* opts.fill with opts.pool: one task per place; fill_left counts the
-   * batch's tasks not yet done, under fill_mu (the last one signals). */
+  bool done;         /* production finished: end of data or error */
+  pe_status *err;    /* the production failure, returned by next */
+  /* With a pool: a batch is being produced or filled (its index: filling;
+   * its fill tasks: fills, fill_left counts those not done). */
+  bool busy;
+  uint64_t filling;
   fill_task *fills;
-  pthread_mutex_t fill_mu;
-  pthread_cond_t fill_cv;
-  int fill_left;
+  atomic_int fill_left;
 };
 
 /* Split the staged inputs `in` into slot s (prefetch thread, s is FREE). */
@@ -119,23 +129,64 @@ static pe_status *split(pe_prefetch *pf, slot *s, pe_tensor *in, uint64_t index)
   return NULL;
 }
 
-static void fill_run(void *arg) {
-  fill_task *f = arg;
-  pe_prefetch *pf = f->pf;
-  f->st = pf->o.fill(pf->o.ctx, f->in, pf->o.n_inputs, f->lo, f->hi);
-  pthread_mutex_lock(&pf->fill_mu);
-  if (--pf->fill_left == 0) pthread_cond_signal(&pf->fill_cv);
-  pthread_mutex_unlock(&pf->fill_mu);
+/* Make slot s's batch READY, or record the end / failure (under mu; the
+ * caller broadcasts ready_cv). */
+static void publish_locked(pe_prefetch *pf, slot *s, pe_status *st, bool end) {
+  if (st || end) {
+    pf->err = st;
+    pf->done = true;
+  } else {
+    s->state = SLOT_READY;
+    pf->produced++;
+  }
+  pf->busy = false;
 }
 
-/* Write the rows of the batch the producer sized in `in` (opts.fill): one
- * call per place for its rows, on the pool when there is one. Returns the
- * first place's failure. */
-static pe_status *fill_rows(pe_prefetch *pf, pe_tensor *in) {
+static void publish(pe_prefetch *pf, slot *s, pe_status *st, bool end) {
+  pthread_mutex_lock(&pf->mu);
+  publish_locked(pf, s, st, end);
+  pthread_cond_broadcast(&pf->ready_cv);
+  pthread_mutex_unlock(&pf->mu);
+}
+
+static pe_tensor *staging(pe_prefetch *pf, slot *s) {
+  return pf->host_views ? s->inputs : pf->inputs;
+}
+
+static pe_status *producer_failed(pe_status *st, uint64_t k) {
+  return pe_status_wrap(st, "prefetch batch %llu: producer", (unsigned long long)k);
+}
+
+/* --- with a pool: no thread ---------------------------------------------------- */
+
+/* Under mu: take the next batch if its slot is FREE and none is in flight.
+ * Once busy is set only the batch's filler touches pf until it publishes;
+ * stop waits for that. */
+static bool claim_locked(pe_prefetch *pf) {
+  slot *s = &pf->slots[pf->produced % (uint64_t)pf->o.depth];
+  if (pf->busy || pf->done || pf->stop || s->state != SLOT_FREE) return false;
+  pf->busy = true;
+  pf->filling = pf->produced;
+  return true;
+}
+
+static void fill_run(void *arg);
+
+/* Produce the claimed batch and queue its rows: one task per place, on
+ * worker p. */
+static void produce_claimed(pe_prefetch *pf) {
+  uint64_t k = pf->filling;
+  slot *s = &pf->slots[k % (uint64_t)pf->o.depth];
+  bool end = false;
+  pe_tensor *in = staging(pf, s);
+  pe_status *st = pf->o.produce(pf->o.ctx, in, pf->o.n_inputs, &end);
+  if (st || end) {
+    publish(pf, s, st ? producer_failed(st, k) : NULL, end);
+    return;
+  }
   int np = pf->o.n_places;
   int64_t total = in[0].shape.ndim >= 1 ? in[0].shape.d[0] : 0, off = 0;
-  if (!pf->o.pool) return pf->o.fill(pf->o.ctx, in, pf->o.n_inputs, 0, total);
-  pf->fill_left = np;
+  atomic_store_explicit(&pf->fill_left, np, memory_order_relaxed);
   for (int p = 0; p < np; p++) {
     fill_task *f = &pf->fills[p];
     int64_t cnt = pe_split_count(total, np, p);
@@ -143,18 +194,49 @@ static pe_status *fill_rows(pe_prefetch *pf, pe_tensor *in) {
     off += cnt;
     pe_pool_submit_to(pf->o.pool, p, &f->task, &f->task, 1);
   }
-  pthread_mutex_lock(&pf->fill_mu);
-  while (pf->fill_left > 0) pthread_cond_wait(&pf->fill_cv, &pf->fill_mu);
-  pthread_mutex_unlock(&pf->fill_mu);
-  pe_status *first = NULL;
-  for (int p = 0; p < np; p++) {
-    if (!first)
-      first = pf->fills[p].st;
+}
+
+/* Start the next batch if it can start. Any thread. */
+static void kick(pe_prefetch *pf) {
+  pthread_mutex_lock(&pf->mu);
+  bool go = claim_locked(pf);
+  pthread_mutex_unlock(&pf->mu);
+  if (go) produce_claimed(pf);
+}
+
+/* The batch's last fill task: the first failing place's error, or split;
+ * publish it and, in the same critical section, claim the next one. */
+static void batch_filled(pe_prefetch *pf) {
+  uint64_t k = pf->filling;
+  slot *s = &pf->slots[k % (uint64_t)pf->o.depth];
+  pe_status *st = NULL;
+  for (int p = 0; p < pf->o.n_places; p++) {
+    if (!st)
+      st = pf->fills[p].st;
     else
       pe_status_free(pf->fills[p].st);
   }
-  return first;
+  if (st)
+    st = producer_failed(st, k);
+  else
+    st = split(pf, s, staging(pf, s), k);
+  pthread_mutex_lock(&pf->mu);
+  publish_locked(pf, s, st, false);
+  bool go = claim_locked(pf);
+  pthread_cond_broadcast(&pf->ready_cv);
+  pthread_mutex_unlock(&pf->mu);
+  if (go) produce_claimed(pf);
 }
+
+static void fill_run(void *arg) {
+  fill_task *f = arg;
+  pe_prefetch *pf = f->pf;
+  f->st = pf->o.fill(pf->o.ctx, f->in, pf->o.n_inputs, f->lo, f->hi);
+  /* acq_rel: the last one sees every place's rows and status. */
+  if (atomic_fetch_sub_explicit(&pf->fill_left, 1, memory_order_acq_rel) == 1) batch_filled(pf);
+}
+
+/* --- without a pool: the prefetch thread ---------------------------------------- */
 
 static void *prefetch_main(void *arg) {
   pe_prefetch *pf = arg;
@@ -168,24 +250,17 @@ static void *prefetch_main(void *arg) {
     if (stop) break;
 
     bool end = false;
-    pe_tensor *in = pf->host_views ? s->inputs : pf->inputs;
+    pe_tensor *in = staging(pf, s);
     pe_status *st = pf->o.produce(pf->o.ctx, in, pf->o.n_inputs, &end);
-    if (!st && !end && pf->o.fill) st = fill_rows(pf, in);
+    if (!st && !end && pf->o.fill) {
+      int64_t total = in[0].shape.ndim >= 1 ? in[0].shape.d[0] : 0;
+      st = pf->o.fill(pf->o.ctx, in, pf->o.n_inputs, 0, total);
+    }
     if (st)
-      st = pe_status_wrap(st, "prefetch batch %llu: producer", (unsigned long long)k);
+      st = producer_failed(st, k);
     else if (!end)
       st = split(pf, s, in, k);
-
-    pthread_mutex_lock(&pf->mu);
-    if (st || end) {
-      pf->err = st;
-      pf->done = true;
-    } else {
-      s->state = SLOT_READY;
-      pf->produced++;
-    }
-    pthread_cond_broadcast(&pf->ready_cv);
-    pthread_mutex_unlock(&pf->mu);
+    publish(pf, s, st, end);
     if (st || end) break;
   }
   pthread_mutex_lock(&pf->mu);
@@ -213,8 +288,6 @@ static void pf_free(pe_prefetch *pf) {
     for (int p = 0; p < np; p++) pe_event_put(pf->events[p]);
   free(pf->events);
   free(pf->fills);
-  pthread_cond_destroy(&pf->fill_cv);
-  pthread_mutex_destroy(&pf->fill_mu);
   free(pf->slots);
   free(pf->inputs);
   free(pf->devices);
@@ -240,8 +313,6 @@ pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
   pthread_mutex_init(&pf->mu, NULL);
   pthread_cond_init(&pf->ready_cv, NULL);
   pthread_cond_init(&pf->free_cv, NULL);
-  pthread_mutex_init(&pf->fill_mu, NULL);
-  pthread_cond_init(&pf->fill_cv, NULL);
   int np = pf->o.n_places, ni = pf->o.n_inputs, depth = pf->o.depth;
   pf->host_views = true;
   for (int p = 0; opts->devices && p < np; p++)
@@ -270,7 +341,9 @@ pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
     }
     pf->o.devices = pf->devices;
   }
-  if (!st) {
+  if (!st && pf->o.pool) {
+    kick(pf); /* every later batch: kicked by a release or the previous batch */
+  } else if (!st) {
     int rc = pthread_create(&pf->thread, NULL, prefetch_main, pf);
     if (rc)
       st = pe_error(PE_EINTERNAL, "prefetch: cannot start the thread (error %d)", rc);
@@ -285,17 +358,21 @@ pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
   return NULL;
 }
 
-pe_status *pe_prefetch_next(pe_prefetch *pf, pe_prefetch_batch **out) {
+static pe_status *take(pe_prefetch *pf, bool block, pe_prefetch_batch **out, bool *ready) {
   *out = NULL;
+  *ready = true;
   pe_status *st = NULL;
   pthread_mutex_lock(&pf->mu);
   slot *s = &pf->slots[pf->consumed % (uint64_t)pf->o.depth];
   /* Batches are READY in order, so "consumed < produced" means s is ours. */
-  while (pf->consumed == pf->produced && !pf->done) pthread_cond_wait(&pf->ready_cv, &pf->mu);
+  while (block && pf->consumed == pf->produced && !pf->done)
+    pthread_cond_wait(&pf->ready_cv, &pf->mu);
   if (pf->consumed < pf->produced) {
     s->state = SLOT_TAKEN;
     pf->consumed++;
     *out = &s->batch;
+  } else if (!pf->done) {
+    *ready = false;
   } else if (pf->err) {
     st = pe_error(pf->err->code, "%s", pf->err->msg);
   }
@@ -303,13 +380,23 @@ pe_status *pe_prefetch_next(pe_prefetch *pf, pe_prefetch_batch **out) {
   return st;
 }
 
+pe_status *pe_prefetch_next(pe_prefetch *pf, pe_prefetch_batch **out) {
+  bool ready;
+  return take(pf, true, out, &ready);
+}
+
+pe_status *pe_prefetch_try_next(pe_prefetch *pf, pe_prefetch_batch **out, bool *ready) {
+  return take(pf, false, out, ready);
+}
+
 void pe_prefetch_release(pe_prefetch *pf, pe_prefetch_batch *b) {
   if (!b) return;
   slot *s = &pf->slots[b->index % (uint64_t)pf->o.depth];
   pthread_mutex_lock(&pf->mu);
   s->state = SLOT_FREE;
-  pthread_cond_signal(&pf->free_cv);
+  if (!pf->o.pool) pthread_cond_signal(&pf->free_cv);
   pthread_mutex_unlock(&pf->mu);
+  if (pf->o.pool) kick(pf);
 }
 
 void pe_prefetch_stop(pe_prefetch *pf) {
@@ -317,6 +404,8 @@ void pe_prefetch_stop(pe_prefetch *pf) {
   pthread_mutex_lock(&pf->mu);
   pf->stop = true;
   pthread_cond_broadcast(&pf->free_cv);
+  /* With a pool: a batch in flight has fill tasks that use pf. */
+  while (pf->busy) pthread_cond_wait(&pf->ready_cv, &pf->mu);
   pthread_mutex_unlock(&pf->mu);
   if (pf->started) pthread_join(pf->thread, NULL);
   pf_free(pf);

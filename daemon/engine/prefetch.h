@@ -1,6 +1,7 @@
-/* Input prefetch (seed 002): a background thread takes the next batch from
- * a producer callback and splits it along dim 0 onto N places, so that
- * reading and splitting batch k+1 overlaps step k.
+/* Input prefetch (seed 002): a background thread (or, with a pool, the
+ * pool's workers) takes the next batch from a producer callback and splits
+ * it along dim 0 onto N places, so that reading and splitting batch k+1
+ * overlaps step k.
  *
  * Splits are as even as possible: with B samples on N places, place p gets
  * B/N samples plus one if p < B%N (3 samples on 4 places: 1,1,1,0). A place
@@ -17,13 +18,15 @@
  * stream; the batch is ready once those copies completed.
  *
  * Errors. A producer failure (or a split failure: inputs of different
- * batch sizes, out of memory) stops the thread; pe_prefetch_next returns
+ * batch sizes, out of memory) stops production; pe_prefetch_next returns
  * it after handing out every batch completed before it, and then returns
  * a copy of it on every later call.
  *
- * Threads. The producer runs on the prefetch thread only. next, release
- * and stop are for one consumer thread (they are thread-safe, but batches
- * come out in one sequence). */
+ * Threads. The producer runs on the prefetch thread (with a pool: see
+ * pe_prefetch_opts.fill), one call at a time. next, try_next, release and
+ * stop are for one consumer at a time (they are thread-safe, but batches
+ * come out in one sequence); the consumer may move between threads, e.g.
+ * pool workers chaining steps (pe_par_exec_run_steps). */
 #ifndef PE_ENGINE_PREFETCH_H
 #define PE_ENGINE_PREFETCH_H
 
@@ -59,12 +62,16 @@ typedef struct pe_prefetch_opts {
    * end); the rows are then written by fill: without a pool, one call for
    * the whole batch on the prefetch thread; with pool set, one call per
    * place for that place's rows, each a task on pool worker p mod workers
-   * (placed there, not pinned: pe_pool_submit_to), and the thread waits for
-   * them (the first failing place's error is the batch's). On cpu places
-   * a batch's rows are then copied by the cores that run the places' ops,
-   * in parallel, in their idle time, instead of by this thread taking one
-   * of their cores. The
-   * pool must outlive the prefetcher; fill calls run on its workers. */
+   * (placed there, not pinned: pe_pool_submit_to); the first failing
+   * place's error is the batch's. On cpu places a batch's rows are then
+   * copied by the cores that run the places' ops, in parallel, in their
+   * idle time, instead of by a thread taking one of their cores.
+   * With a pool there is no prefetch thread at all: the next batch is
+   * produced by whichever thread frees its slot or completes the batch
+   * before it (pe_prefetch_start, pe_prefetch_release, the last fill
+   * task, which also splits the batch), one call at a time; so produce
+   * must be quick (size the inputs, pick the rows) and may run on a pool
+   * worker. The pool must outlive the prefetcher. */
   pe_batch_fill fill;
   pe_pool *pool;
 } pe_prefetch_opts;
@@ -88,10 +95,15 @@ pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out);
 /* Block until the next batch is ready. *out = NULL at the end of the data
  * (and on every call after it). */
 pe_status *pe_prefetch_next(pe_prefetch *pf, pe_prefetch_batch **out);
+/* pe_prefetch_next without waiting: *ready false (and *out NULL) when the
+ * next batch is not split yet; otherwise as pe_prefetch_next. For a pool
+ * worker, which must not wait for fills queued behind itself. */
+pe_status *pe_prefetch_try_next(pe_prefetch *pf, pe_prefetch_batch **out, bool *ready);
 /* Give a batch from next back; NULL is a no-op. */
 void pe_prefetch_release(pe_prefetch *pf, pe_prefetch_batch *b);
 /* Stop the thread (after the producer call in progress returns), join it
- * and free everything; batches not released are freed too. NULL: no-op. */
+ * and free everything; batches not released are freed too. With a pool, it
+ * first waits for the fill tasks of a batch in flight. NULL: no-op. */
 void pe_prefetch_stop(pe_prefetch *pf);
 
 /* The split rule: samples of place p out of total on n places. */

@@ -24,8 +24,8 @@ typedef struct pe_feed {
 } pe_feed;
 
 typedef struct pe_exec_opts {
-  uint64_t seed;  /* program generator seed (0: 1) */
-  int threads;    /* intra-op threads (0: all cores) */
+  uint64_t seed; /* program generator seed (0: 1) */
+  int threads;   /* intra-op threads (0: all cores) */
   /* 0 (default): each run flushes denormals to zero on the calling thread
    * and restores the caller's setting after (core/fpenv.h says why);
    * non-zero: run with the caller's setting as it is. */

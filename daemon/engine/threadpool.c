@@ -496,6 +496,11 @@ void pe_pool_submit_to(pe_pool *pool, int w, pe_task *first, pe_task *last, int 
   wake(pool, pool->n); /* any sleeper may be the one: wake them all */
 }
 
+void pe_pool_submit_to_front(pe_pool *pool, int w, pe_task *task) {
+  queue_push(&pool->w[(w % pool->n + pool->n) % pool->n].q, task, task, 1, true);
+  wake(pool, pool->n);
+}
+
 void pe_pool_submit(pe_pool *pool, pe_task *task) {
   pe_pool_submit_batch(pool, task, task, 1);
 }

@@ -84,6 +84,10 @@ void pe_pool_submit_local(pe_pool *pool, pe_task *task);
  * may still steal them. For work that should stay on one core across runs
  * (a place's ops: its inputs and replicas stay in that core's cache). */
 void pe_pool_submit_to(pe_pool *pool, int w, pe_task *first, pe_task *last, int n);
+/* pe_pool_submit_to, but to the front of the queue, before the tasks it
+ * has: a step's first ops ahead of background work queued there earlier
+ * (the next batches' rows, pe_prefetch). */
+void pe_pool_submit_to_front(pe_pool *pool, int w, pe_task *task);
 
 /* Pop one task the caller could run (own queue, inject queue, steal) and
  * run it. Returns false when none was found. For threads that must wait

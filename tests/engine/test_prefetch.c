@@ -1,8 +1,11 @@
 /* Prefetch: every batch in order with the right splits, overlap with the
  * consumer, producer errors on next, clean stop, sim devices, two-phase
- * batches filled per place on a pool (and their errors). */
+ * batches filled per place on a pool (and their errors), without a thread,
+ * and try_next. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,7 @@ typedef struct source {
   const int64_t *sizes;
   int n_batches;
   int fail_at; /* batch index that fails; -1: none */
-  int next;    /* prefetch thread only */
+  int next;    /* the producer's (one call at a time) */
   int64_t sample;
   _Atomic int calls; /* producer calls started (read by the consumer) */
   /* two_phase */
@@ -368,6 +371,116 @@ START_TEST(fill_error_surfaces_on_next) {
 }
 END_TEST
 
+/* Threads of this process (/proc/self/task entries). */
+static int process_threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  ck_assert_ptr_nonnull(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* A pool task that holds its worker until the gate opens. */
+typedef struct gate {
+  atomic_bool open, entered;
+  pe_task task;
+} gate;
+
+static void gate_run(void *arg) {
+  gate *g = arg;
+  atomic_store(&g->entered, true);
+  while (!atomic_load(&g->open)) usleep(100);
+}
+
+static void *open_gate_later(void *arg) {
+  usleep(20000);
+  atomic_store(&((gate *)arg)->open, true);
+  return NULL;
+}
+
+START_TEST(pool_fill_has_no_thread_and_try_next) {
+  /* With a pool there is no prefetch thread: production is kicked by the
+   * start, each release and each finished batch. Its one worker is held by
+   * a gate, so batch 0's rows wait: try_next says not ready and takes
+   * nothing; once the gate opens, every batch arrives in order. Then stop
+   * with a batch in flight (its fills queued behind a closed gate) waits
+   * for them. */
+  static const int64_t sizes[] = {4, 7, 0, 5, 9};
+  const int nb = (int)(sizeof sizes / sizeof sizes[0]);
+  pe_pool *pool;
+  ck_assert_ptr_null(pe_pool_new(1, NULL, &pool));
+  gate g = {0};
+  g.task = (pe_task){gate_run, &g, NULL};
+  pe_pool_submit(pool, &g.task);
+  while (!atomic_load(&g.entered)) usleep(100);
+
+  source src = {.sizes = sizes,
+                .n_batches = nb,
+                .fail_at = -1,
+                .two_phase = true,
+                .np = 2,
+                .fill_fail_batch = -1,
+                .pool = pool};
+  pe_prefetch_opts o = {.n_places = 2,
+                        .n_inputs = 2,
+                        .depth = 2,
+                        .produce = produce,
+                        .fill = fill,
+                        .pool = pool,
+                        .ctx = &src};
+  int threads = process_threads();
+  pe_prefetch *pf;
+  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+  ck_assert_int_eq(process_threads(), threads);
+  ck_assert_int_eq(atomic_load(&src.calls), 1); /* batch 0 sized by the start */
+  pe_prefetch_batch *b = (pe_prefetch_batch *)&g;
+  bool ready = true;
+  ck_assert_ptr_null(pe_prefetch_try_next(pf, &b, &ready));
+  ck_assert(!ready);
+  ck_assert_ptr_null(b);
+  atomic_store(&g.open, true);
+  int64_t id = 0;
+  for (int k = 0; k < nb; k++) {
+    if (k % 2) { /* alternate: poll, then block */
+      do ck_assert_ptr_null(pe_prefetch_try_next(pf, &b, &ready));
+      while (!ready);
+    } else {
+      ck_assert_ptr_null(pe_prefetch_next(pf, &b));
+    }
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(b->index, k);
+    check_batch(b, 2, sizes[k], &id, PE_PLACE_CPU);
+    pe_prefetch_release(pf, b);
+  }
+  ck_assert_ptr_null(pe_prefetch_try_next(pf, &b, &ready));
+  ck_assert(ready); /* the end: ready, and no batch */
+  ck_assert_ptr_null(b);
+  ck_assert_int_eq(atomic_load(&src.fills), nb * 2);
+  ck_assert_int_eq(atomic_load(&src.fills_wrong), 0);
+  pe_prefetch_stop(pf);
+
+  /* Stop with batch 0 in flight behind a closed gate. */
+  gate g2 = {0};
+  g2.task = (pe_task){gate_run, &g2, NULL};
+  pe_pool_submit(pool, &g2.task);
+  while (!atomic_load(&g2.entered)) usleep(100);
+  source src2 = src;
+  src2.next = 0;
+  src2.sample = 0;
+  atomic_store(&src2.calls, 0);
+  atomic_store(&src2.fills, 0);
+  o.ctx = &src2;
+  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+  pthread_t opener;
+  ck_assert_int_eq(pthread_create(&opener, NULL, open_gate_later, &g2), 0);
+  pe_prefetch_stop(pf); /* returns once batch 0's fills ran */
+  ck_assert_int_eq(atomic_load(&src2.fills), 2);
+  pthread_join(opener, NULL);
+  pe_pool_free(pool);
+}
+END_TEST
+
 static Suite *prefetch_suite(void) {
   Suite *s = suite_create("prefetch");
 #define ADD(fn)                    \
@@ -386,6 +499,7 @@ static Suite *prefetch_suite(void) {
   ADD(sim_devices_receive_parts);
   ADD(fill_rows_on_the_pool);
   ADD(fill_error_surfaces_on_next);
+  ADD(pool_fill_has_no_thread_and_try_next);
 #undef ADD
   return s;
 }
