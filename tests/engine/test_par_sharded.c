@@ -516,7 +516,7 @@ enum { MANY = 200 };
  * the losses into loss[], the final persistables into *sv. With `delays`,
  * every 8th run sleeps each node a random 0..200 us before it runs, which
  * reorders the nodes around the updates. The first run is recorded on a
- * timeline: fc_0.w's update must have run as min(7, 2 x threads) chunks
+ * timeline: fc_0.w's update must have run as min(7, 4 x threads) chunks
  * (127250 elements, >= 16384 per chunk), one span each. */
 static void many_runs(int threads, bool delays, float *loss, saved *sv) {
   pe_runtime *rt = rt_new(threads);
@@ -533,7 +533,7 @@ static void many_runs(int threads, bool delays, float *loss, saved *sv) {
   PE_CK_OK(pe_timeline_json(tl, &json, NULL));
   int spans = 0;
   for (const char *q = json; (q = strstr(q, " fc_0.w)\"")); q++) spans++;
-  int want = 2 * threads < 7 ? 2 * threads : 7;
+  int want = 4 * threads < 7 ? 4 * threads : 7;
   ck_assert_msg(spans == want, "%d threads: fc_0.w's update ran as %d chunk spans, want %d",
                 threads, spans, want);
   free(json);
