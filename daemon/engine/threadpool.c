@@ -490,14 +490,19 @@ void pe_pool_submit_batch(pe_pool *pool, pe_task *first, pe_task *last, int n) {
   wake(pool, n);
 }
 
+/* Worker w mod threads's queue (w may be any int). */
+static task_queue *home_queue(pe_pool *pool, int w) {
+  return &pool->w[(w % pool->n + pool->n) % pool->n].q;
+}
+
 void pe_pool_submit_to(pe_pool *pool, int w, pe_task *first, pe_task *last, int n) {
   if (n <= 0) return;
-  queue_push(&pool->w[(w % pool->n + pool->n) % pool->n].q, first, last, n, false);
+  queue_push(home_queue(pool, w), first, last, n, false);
   wake(pool, pool->n); /* any sleeper may be the one: wake them all */
 }
 
 void pe_pool_submit_to_front(pe_pool *pool, int w, pe_task *task) {
-  queue_push(&pool->w[(w % pool->n + pool->n) % pool->n].q, task, task, 1, true);
+  queue_push(home_queue(pool, w), task, task, 1, true);
   wake(pool, pool->n);
 }
 
