@@ -1,0 +1,218 @@
+#!/bin/sh
+# gpu_verify.sh: issue 5's verification, run on a lent GPU machine from a kit
+# that `./pe gpu-kit` built on a development machine (the GPU machine has the
+# CUDA driver and, in its Python packages, cudart/cuBLAS/cuDNN/NCCL 13, but
+# none of our other libraries and no network, so nothing is built there).
+#
+#   sh .gpukit/gpu_verify.sh [STAGE...]   stages: env tests bench daemon memcheck
+#                                         (default: all five, in that order)
+#
+# Every stage writes its log under $OUT (the device tool's return folder;
+# /tmp/pe-gpu-out elsewhere) and a line to $OUT/summary.txt. Each command has
+# its own time limit, cut to what is left of PE_GPU_BUDGET seconds (default
+# 560), so that the whole run ends inside one 10-minute call.
+# The exit status is non-zero when a test or run failed (a skipped suite,
+# exit 77, is reported as skipped, not as a failure).
+set -u
+
+KIT=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-/tmp/pe-gpu-out}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+WORK=${PE_GPU_WORK:-/tmp/pe-gpu-kit}
+failed=0
+DEADLINE=$(($(date +%s) + ${PE_GPU_BUDGET:-560}))
+
+note() { printf '%s\n' "$*" | tee -a "$SUMMARY"; }
+
+# run_logged NAME LIMIT_S CMD...: run CMD with a time limit, stdout+stderr to
+# $OUT/NAME.log, one summary line with its exit status and wall time.
+run_logged() {
+  name=$1 limit=$2
+  shift 2
+  t0=$(date +%s)
+  left=$((DEADLINE - t0))
+  if [ $left -lt 5 ]; then
+    note "$name: NOT RUN, the budget (PE_GPU_BUDGET) is spent"
+    failed=1
+    return 1
+  fi
+  [ $limit -gt $left ] && limit=$left
+  timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  dt=$(($(date +%s) - t0))
+  case $rc in
+    0) verdict=passed ;;
+    77) verdict=skipped ;;
+    124 | 137) verdict="TIMED OUT after ${limit}s" failed=1 ;;
+    *) verdict="FAILED (exit $rc)" failed=1 ;;
+  esac
+  note "$name: $verdict, ${dt}s"
+  return $rc
+}
+
+# The kit's binaries and non-CUDA libraries, unpacked once per machine.
+unpack() {
+  [ -x "$WORK/bin/pe-bench" ] && return 0
+  mkdir -p "$WORK"
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    "$KIT/kit.tar.xz" "$WORK" || {
+    note "kit: cannot unpack $KIT/kit.tar.xz"
+    exit 1
+  }
+}
+
+# CUDA's libraries come from the machine: the CUDA toolkit's directories and
+# the nvidia-* Python wheels (PyTorch's). Each directory that holds one of
+# the sonames the kit's binaries need goes onto LD_LIBRARY_PATH.
+cuda_lib_path() {
+  roots="/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
+    /usr/lib/x86_64-linux-gnu"
+  roots="$roots $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)"
+  dirs=""
+  for so in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2; do
+    found=""
+    for r in $roots; do
+      [ -d "$r" ] || continue
+      found=$(find "$r" -name "$so" 2>/dev/null | head -n 1)
+      [ -n "$found" ] && break
+    done
+    if [ -z "$found" ]; then
+      note "env: $so not found on this machine (searched: $roots)"
+      continue
+    fi
+    d=$(dirname "$found")
+    case ":$dirs:" in *":$d:"*) ;; *) dirs="$dirs:$d" ;; esac
+  done
+  printf '%s' "${dirs#:}"
+}
+
+# The kit's libraries that this machine lacks (ldconfig's cache): a system
+# library that is there (libstdc++, libz, ...) is likely newer than the kit's
+# and may be what CUDA's own libraries need. PE_GPU_KIT_LIBS=all takes every
+# library from the kit instead.
+kit_lib_path() {
+  use="$WORK/lib-use"
+  rm -rf "$use"
+  mkdir -p "$use"
+  cache=$(ldconfig -p 2>/dev/null)
+  for f in "$WORK"/lib/*; do
+    so=$(basename "$f")
+    if [ "${PE_GPU_KIT_LIBS:-missing}" = all ] ||
+      ! printf '%s\n' "$cache" | grep -q "^[[:space:]]*$so "; then
+      ln -sf "$f" "$use/$so"
+    fi
+  done
+  printf '%s' "$use"
+}
+
+setup() {
+  unpack
+  LD_LIBRARY_PATH="$(kit_lib_path):$(cuda_lib_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
+  export PE_FASHION_MNIST_DIR="$KIT/data"
+  export OMP_WAIT_POLICY=passive
+  BIN="$WORK/bin"
+}
+
+stage_env() {
+  {
+    echo "kit: $(cat "$WORK/MANIFEST" 2>/dev/null)"
+    uname -a
+    nvidia-smi 2>&1
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "from the kit: $(ls "$WORK/lib-use" | tr '\n' ' ')"
+  } >"$OUT/env.log" 2>&1
+  for b in "$BIN"/*; do
+    echo "== ldd $(basename "$b")"
+    ldd "$b" 2>&1
+  done >"$OUT/ldd.log"
+  if grep -q 'not found' "$OUT/ldd.log"; then
+    note "env: a library is missing (see ldd.log):"
+    grep 'not found' "$OUT/ldd.log" | sort -u | tee -a "$SUMMARY"
+    failed=1
+  else
+    note "env: every library resolved; GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total \
+      --format=csv,noheader 2>&1 | head -n 1)"
+  fi
+}
+
+# The suites of tests/cuda in the order of docs/cuda.md's table; test_cuda_nccl
+# needs two GPUs and skips on one.
+stage_tests() {
+  for t in test_cuda_build test_cuda_device test_cuda_kernels test_cuda_train test_cuda_nccl; do
+    run_logged "$t" 240 "$BIN/$t"
+    tail -n 3 "$OUT/$t.log" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
+  done
+}
+
+# The issue's two benchmark lines, then both sync strategies of the MLP.
+stage_bench() {
+  : >"$OUT/bench.jsonl"
+  for args in "--model mlp --places cuda:0" "--model cnn --places cuda:0" \
+    "--model mlp --places cuda:0 --sync producer" "--model mlp --places cuda:0 --prefetch off"; do
+    name="bench_$(printf '%s' "$args" | tr -c 'a-z0-9' '_' | tr -s _)"
+    # shellcheck disable=SC2086
+    if run_logged "$name" 300 "$BIN/pe-bench" train $args --json; then
+      tail -n 1 "$OUT/$name.log" | tee -a "$OUT/bench.jsonl" "$SUMMARY"
+    else
+      tail -n 5 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+    fi
+  done
+}
+
+# The product's path: pe-executord with places auto (every GPU), pe-client
+# training the MLP through it, then SIGTERM (checkpoint, exit 0).
+stage_daemon() {
+  d=$(mktemp -d /tmp/pe-gpu-daemon.XXXXXX)
+  sock="ipc://$d/pe.sock"
+  "$BIN/pe-executord" --socket "$sock" --state-dir "$d/state" --places auto \
+    --log-level info >"$OUT/daemon.log" 2>&1 &
+  pid=$!
+  tries=0
+  until "$BIN/pe-client" --socket "$sock" --timeout 1000 ping >/dev/null 2>&1; do
+    tries=$((tries + 1))
+    if ! kill -0 "$pid" 2>/dev/null || [ $tries -ge 100 ]; then
+      note "daemon: did not start (see daemon.log)"
+      failed=1
+      return
+    fi
+    sleep 0.2
+  done
+  run_logged daemon_status 30 "$BIN/pe-client" --socket "$sock" status
+  run_logged daemon_train 300 "$BIN/pe-client" --socket "$sock" --json train --model mlp \
+    --epochs 1 --places cuda:0 --quiet && tail -n 1 "$OUT/daemon_train.log" | tee -a "$SUMMARY"
+  kill -TERM "$pid"
+  wait "$pid"
+  drc=$?
+  note "daemon: exit status $drc after SIGTERM"
+  [ $drc -eq 0 ] || failed=1
+  rm -rf "$d"
+}
+
+# compute-sanitizer's memcheck over the kernel and training suites: an
+# out-of-bounds or misaligned access in a kernel that the comparisons with
+# the CPU happen not to show.
+stage_memcheck() {
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+  if [ -z "$cs" ]; then
+    note "memcheck: compute-sanitizer not found, not run"
+    return
+  fi
+  for t in test_cuda_kernels test_cuda_train; do
+    run_logged "memcheck_$t" 300 "$cs" --tool memcheck --error-exitcode 9 "$BIN/$t"
+    grep -E 'ERROR SUMMARY|Invalid' "$OUT/memcheck_$t.log" | head -n 5 | sed 's/^/    /' |
+      tee -a "$SUMMARY"
+  done
+}
+
+setup
+stages=${*:-env tests bench daemon memcheck}
+for s in $stages; do
+  case $s in
+    env | tests | bench | daemon | memcheck) "stage_$s" ;;
+    *) note "unknown stage '$s' (env tests bench daemon memcheck)"; failed=1 ;;
+  esac
+done
+note "gpu_verify: $([ $failed -eq 0 ] && echo 'all passed' || echo 'FAILURES, see above')"
+exit $failed
