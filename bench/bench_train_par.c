@@ -30,6 +30,7 @@
 #include "compiler/pass.h"
 #include "compiler/program.h"
 #include "engine/par_executor.h"
+#include "engine/prefetch_steps.h"
 
 typedef struct par_state {
   pe_place_kind kind;
@@ -235,80 +236,38 @@ static int par_split_places(trainer *t, pe_device ***devices, pe_pool **fill_poo
   return s->n_places;
 }
 
-/* pe_par_exec_run_steps' source over a prefetcher's batches (inputs 0:
- * images, 1: labels). One step is in flight at a time (done(k) comes
- * before next(k + 1)), so one set of feed arrays serves every step. */
-typedef struct split_source {
-  trainer *t;
-  pe_prefetch *pf;
-  long max;
+/* Each prefetched step's loss and accuracy go to the training loop's sink
+ * (on the thread that ends the step: the caller's or a pool worker). */
+typedef struct step_sink {
   train_sink sink;
-  void *sink_ctx;
-  bool end;             /* pf ended */
-  pe_prefetch_batch *b; /* the running step's batch */
-  const pe_tensor *x[PE_MAX_PLACES], *y[PE_MAX_PLACES];
-  pe_feed_split feeds[2];
-} split_source;
+  void *ctx;
+} step_sink;
 
-static pe_status *split_next(void *ctx, int64_t step, bool may_block, const pe_feed_split **feeds,
-                             pe_step_next *what) {
-  split_source *c = ctx;
-  const par_state *s = c->t->impl;
-  *what = PE_STEP_END;
-  if (c->max && step >= c->max) return NULL;
-  pe_prefetch_batch *b = NULL;
-  pe_status *st;
-  if (may_block) {
-    st = pe_prefetch_next(c->pf, &b);
-  } else {
-    bool ready;
-    st = pe_prefetch_try_next(c->pf, &b, &ready);
-    if (!st && !ready) {
-      *what = PE_STEP_WOULD_BLOCK;
-      return NULL;
-    }
-  }
-  if (st) return st;
-  if (!b) {
-    c->end = true;
-    return NULL;
-  }
-  c->b = b;
-  if (b->n_places != s->n_places || b->n_inputs != 2)
-    return pe_error(PE_EINVAL, "train step: batch split onto %d places x %d inputs, want %d x 2",
-                    b->n_places, b->n_inputs, s->n_places);
-  for (int p = 0; p < s->n_places; p++) {
-    c->x[p] = pe_prefetch_part(b, p, 0);
-    c->y[p] = pe_prefetch_part(b, p, 1);
-  }
-  *feeds = c->feeds;
-  *what = PE_STEP_READY;
-  return NULL;
-}
-
-static pe_status *split_done(void *ctx, int64_t step, const pe_tensor *fetched, int n_fetch) {
-  split_source *c = ctx;
+static pe_status *split_done(void *ctx, int64_t step, int64_t samples, const pe_tensor *fetched,
+                             int n_fetch) {
+  step_sink *k = ctx;
   (void)step;
   (void)n_fetch; /* 2: loss, accuracy */
-  int n = (int)c->b->total;
-  pe_prefetch_release(c->pf, c->b); /* the step ended: its parts are free */
-  c->b = NULL;
-  c->sink(c->sink_ctx, n, pe_f32(&fetched[0])[0], pe_f32(&fetched[1])[0]);
+  k->sink(k->ctx, (int)samples, pe_f32(&fetched[0])[0], pe_f32(&fetched[1])[0]);
   return NULL;
 }
 
 static pe_status *par_steps_split(trainer *t, pe_prefetch *pf, long max, train_sink sink,
                                   void *sink_ctx, bool *end) {
   par_state *s = t->impl;
-  split_source c = {t, pf, max, sink, sink_ctx, false, NULL, {0}, {0}, {{0}}};
-  c.feeds[0] = (pe_feed_split){t->m.image, c.x};
-  c.feeds[1] = (pe_feed_split){t->m.label, c.y};
-  pe_step_source src = {split_next, split_done, &c};
+  step_sink k = {sink, sink_ctx};
+  const char *names[2] = {t->m.image, t->m.label};
+  pe_prefetch_steps ps = {.pf = pf,
+                          .n_places = s->n_places,
+                          .n_inputs = 2,
+                          .names = names,
+                          .max = max,
+                          .done = split_done,
+                          .ctx = &k};
   const char *fetch[2] = {t->m.loss, t->m.accuracy};
   pe_run_opts opts = {.sync = s->sync, .timeline = s->tl};
-  pe_status *st = pe_par_exec_run_steps(s->step, &src, 2, fetch, 2, s->out, &opts, NULL);
-  pe_prefetch_release(pf, c.b); /* a step that failed to start */
-  *end = c.end;
+  pe_status *st = pe_prefetch_run_steps(s->step, &ps, fetch, 2, s->out, &opts, NULL);
+  *end = ps.end;
   return st;
 }
 

@@ -71,10 +71,27 @@ int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out);
 /* Register m under model namespace ns: the training program, or with
  * for_test the evaluation program. The fetch names a trainer uses are kept
  * fetchable. Prints the error on failure (returns the exit status). */
+/* How the daemon compiles the program across its places (the register
+ * options of pe_client_register_args); NULL/0 fields: the daemon's. Commands
+ * that register embed one and list CLI_GRAPH_OPTS in their option table. */
+typedef struct cli_graph_opts {
+  const char *strategy, *sync;
+  bool fuse;
+  long fuse_bucket;
+} cli_graph_opts;
+
+#define CLI_GRAPH_OPTS(T, f)                                                                      \
+  {"strategy", CLI_STR, offsetof(T, f.strategy), 0, 0, "allreduce (default) | reduce | sharded"}, \
+      {"sync", CLI_STR, offsetof(T, f.sync), 0, 0, "event | producer (daemon's)"},                \
+      {"fuse", CLI_FLAG, offsetof(T, f.fuse), 0, 0, "fuse gradient all-reduces into buckets"}, {  \
+    "fuse-bucket", CLI_INT, offsetof(T, f.fuse_bucket), 1, 1L << 40, "bucket bytes (4 MiB)"       \
+  }
+
 typedef struct cli_reg {
   const char *ns, *places;
   long seed;
   bool for_test, persistent;
+  const cli_graph_opts *graph; /* NULL: the daemon's defaults */
 } cli_reg;
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
                  pe_client_program *out);

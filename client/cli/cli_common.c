@@ -157,9 +157,29 @@ void cli_json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* --strategy by name; the daemon checks the rest of the graph options. */
+static int parse_strategy(const cli_ctx *ctx, const char *name, pe_client_strategy *out) {
+  static const char *const names[] = {"allreduce", "reduce", "sharded"};
+  static const pe_client_strategy values[] = {PE_C_ALLREDUCE, PE_C_REDUCE, PE_C_SHARDED};
+  *out = PE_C_ALLREDUCE;
+  if (!name) return CLI_OK;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(name, names[i])) {
+      *out = values[i];
+      return CLI_OK;
+    }
+  fprintf(stderr, "pe-client %s: --strategy '%s' unknown (allreduce, reduce, sharded)\n", ctx->cmd,
+          name);
+  return CLI_USAGE;
+}
+
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
                  pe_client_program *out) {
   const char *keep_train[] = {m->loss, m->accuracy, m->correct};
+  const cli_graph_opts none = {0}, *g = r->graph ? r->graph : &none;
+  pe_client_strategy strategy;
+  int rc = parse_strategy(ctx, g->strategy, &strategy);
+  if (rc) return rc;
   pe_client_register_args a = {
       .program = m->bytes,
       .program_len = m->len,
@@ -168,6 +188,10 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
       .seed = (uint64_t)r->seed,
       .for_test = r->for_test,
       .persistent = r->persistent,
+      .strategy = strategy,
+      .sync = g->sync,
+      .fuse_allreduce = g->fuse,
+      .fuse_bucket_bytes = g->fuse_bucket,
       .keep = keep_train,
       .n_keep = 3,
   };

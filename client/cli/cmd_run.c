@@ -13,19 +13,20 @@ typedef struct run_cfg {
   const char *model, *name, *places, *fetch, *out, *data;
   long batch, steps, seed;
   bool eval;
+  cli_graph_opts graph;
 } run_cfg;
 
-#define RUN_OPTS                                                                               \
-  {"model", CLI_STR, offsetof(run_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},           \
-      {"model-name", CLI_STR, offsetof(run_cfg, name), 0, 0, "parameter namespace"},           \
-      {"places", CLI_STR, offsetof(run_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"}, \
-      {"batch", CLI_INT, offsetof(run_cfg, batch), 1, 1 << 16, "batch size (model default)"},  \
-      {"steps", CLI_INT, offsetof(run_cfg, steps), 1, 1 << 20, "steps on the same batch (1)"}, \
-      {"seed", CLI_INT, offsetof(run_cfg, seed), 0, 1L << 62, "initialisation seed (1)"},      \
-      {"eval", CLI_FLAG, offsetof(run_cfg, eval), 0, 0, "run the evaluation program"},         \
-      {"data", CLI_STR, offsetof(run_cfg, data), 0, 0, "Fashion-MNIST directory"}, {           \
-    "fetch", CLI_STR, offsetof(run_cfg, fetch), 0, 0, "comma-separated names (loss,accuracy)"  \
-  }
+#define RUN_OPTS                                                                                   \
+  {"model", CLI_STR, offsetof(run_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},               \
+      {"model-name", CLI_STR, offsetof(run_cfg, name), 0, 0, "parameter namespace"},               \
+      {"places", CLI_STR, offsetof(run_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},     \
+      {"batch", CLI_INT, offsetof(run_cfg, batch), 1, 1 << 16, "batch size (model default)"},      \
+      {"steps", CLI_INT, offsetof(run_cfg, steps), 1, 1 << 20, "steps on the same batch (1)"},     \
+      {"seed", CLI_INT, offsetof(run_cfg, seed), 0, 1L << 62, "initialisation seed (1)"},          \
+      {"eval", CLI_FLAG, offsetof(run_cfg, eval), 0, 0, "run the evaluation program"},             \
+      {"data", CLI_STR, offsetof(run_cfg, data), 0, 0, "Fashion-MNIST directory"},                 \
+      {"fetch", CLI_STR, offsetof(run_cfg, fetch), 0, 0, "comma-separated names (loss,accuracy)"}, \
+      CLI_GRAPH_OPTS(run_cfg, graph)
 
 static const cli_opt run_opts[] = {RUN_OPTS};
 static const cli_opt trace_opts[] = {
@@ -102,7 +103,8 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
   cli_reg r = {.ns = cfg.name ? cfg.name : m.name,
                .places = cfg.places,
                .seed = cfg.seed,
-               .for_test = cfg.eval};
+               .for_test = cfg.eval,
+               .graph = &cfg.graph};
   pe_client_program prog;
   if ((rc = cli_register(ctx, c, &m, &r, &prog))) goto out;
   int code = pe_client_init(c, prog.handle, false, NULL);

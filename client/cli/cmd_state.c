@@ -11,6 +11,7 @@ typedef struct register_cfg {
   const char *model, *name, *places;
   long seed;
   bool eval, persistent, init;
+  cli_graph_opts graph;
 } register_cfg;
 
 static const cli_opt register_opts[] = {
@@ -23,6 +24,7 @@ static const cli_opt register_opts[] = {
     {"persistent", CLI_FLAG, offsetof(register_cfg, persistent), 0, 0,
      "the model outlives this client's session"},
     {"init", CLI_FLAG, offsetof(register_cfg, init), 0, 0, "also initialise the parameters"},
+    CLI_GRAPH_OPTS(register_cfg, graph),
 };
 
 static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
@@ -46,7 +48,8 @@ static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
                .places = cfg.places,
                .seed = cfg.seed,
                .for_test = cfg.eval,
-               .persistent = cfg.persistent};
+               .persistent = cfg.persistent,
+               .graph = &cfg.graph};
   pe_client_program prog;
   bool initialized = false;
   rc = cli_register(ctx, c, &m, &r, &prog);

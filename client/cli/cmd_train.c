@@ -1,8 +1,10 @@
 /* train and eval: Fashion-MNIST through the daemon.
  *
  * train registers the model's training and evaluation programs under one
- * model name (they share the parameters), initialises them, runs one
- * request per mini-batch with a progress bar on stderr, then evaluates test
+ * model name (they share the parameters), initialises them, runs the
+ * mini-batches (--steps-per-request of them per request, 16 by default:
+ * the daemon runs them back to back, RunRequest.batches; the same steps as
+ * one request each) with a progress bar on stderr, then evaluates test
  * accuracy. The loop mirrors pe-bench train (bench/bench_train.c): inputs
  * standardised with the training split's statistics, shuffled batches from
  * the seed, samples_per_sec = training samples / training wall time (the
@@ -13,8 +15,8 @@
  * parameters the model has (after train, or load).
  *
  * Batches are gathered by a pe_batch_prefetch thread into two buffer
- * pairs: the next batch is copied out of the data set while the current
- * one's request is in flight. */
+ * pairs: the next group of batches is copied out of the data set while the
+ * current one's request is in flight. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -29,8 +31,9 @@
 
 typedef struct train_cfg {
   const char *model, *name, *places, *data;
-  long epochs, batch, steps, seed, limit;
+  long epochs, batch, steps, seed, limit, per_request;
   bool shm, quiet, persistent;
+  cli_graph_opts graph;
 } train_cfg;
 
 static const cli_opt train_opts[] = {
@@ -46,9 +49,12 @@ static const cli_opt train_opts[] = {
     {"seed", CLI_INT, offsetof(train_cfg, seed), 0, 1L << 62, "init and shuffle seed (1)"},
     {"data", CLI_STR, offsetof(train_cfg, data), 0, 0, "Fashion-MNIST directory"},
     {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "feed batches through shared memory"},
+    {"steps-per-request", CLI_INT, offsetof(train_cfg, per_request), 1, 1024,
+     "mini-batches per request, run back to back by the daemon (16)"},
     {"persistent", CLI_FLAG, offsetof(train_cfg, persistent), 0, 0,
      "the model outlives this client"},
     {"quiet", CLI_FLAG, offsetof(train_cfg, quiet), 0, 0, "no progress on stderr"},
+    CLI_GRAPH_OPTS(train_cfg, graph),
 };
 #define N_TRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
 
@@ -87,9 +93,11 @@ static void trainer_free(trainer *t) {
   pe_model_spec_release(&t->m);
 }
 
-/* Two batch buffer pairs for max(batch, EVAL_BATCH) examples each. */
+/* Two batch buffer pairs for max(batch x per_request, EVAL_BATCH) examples
+ * each. */
 static int alloc_batches(trainer *t) {
-  size_t cap = (size_t)(t->cfg.batch > EVAL_BATCH ? t->cfg.batch : EVAL_BATCH);
+  long rows = t->cfg.batch * t->cfg.per_request;
+  size_t cap = (size_t)(rows > EVAL_BATCH ? rows : EVAL_BATCH);
   size_t xbytes = cap * (size_t)t->train->dim * sizeof(float);
   size_t pair = xbytes + cap * sizeof(int64_t); /* xbytes is a multiple of 8 */
   if (t->cfg.shm) {
@@ -127,8 +135,11 @@ static int trainer_setup(trainer *t, bool eval_only) {
   if (rc) return rc;
   if (!(t->c = cli_connect(t->ctx, &rc))) return rc;
   pe_client_program prog;
-  cli_reg r = {
-      .ns = t->ns, .places = t->cfg.places, .seed = t->cfg.seed, .persistent = t->cfg.persistent};
+  cli_reg r = {.ns = t->ns,
+               .places = t->cfg.places,
+               .seed = t->cfg.seed,
+               .persistent = t->cfg.persistent,
+               .graph = &t->cfg.graph};
   if (!eval_only) {
     if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
     t->train_h = prog.handle;
@@ -143,13 +154,16 @@ static int trainer_setup(trainer *t, bool eval_only) {
   return alloc_batches(t);
 }
 
-/* Feeds for n examples in buffer pair k (by reference into shm with --shm). */
-static void batch_feeds(trainer *t, int k, int n, pe_client_tensor feeds[2]) {
-  cli_batch_feeds(&t->m, n, t->x[k], t->y[k], feeds);
+/* Feeds for examples [off, off + n) of buffer pair k (by reference into
+ * shm with --shm). */
+static void batch_feeds(trainer *t, int k, long off, long n, pe_client_tensor feeds[2]) {
+  const float *x = t->x[k] + off * t->train->dim;
+  const int64_t *y = t->y[k] + off;
+  cli_batch_feeds(&t->m, (int)n, x, y, feeds);
   if (t->shm.base) {
     feeds[0].shm_region = feeds[1].shm_region = t->shm.region;
-    feeds[0].shm_offset = (uint64_t)((char *)t->x[k] - (char *)t->shm.base);
-    feeds[1].shm_offset = (uint64_t)((char *)t->y[k] - (char *)t->shm.base);
+    feeds[0].shm_offset = (uint64_t)((const char *)x - (char *)t->shm.base);
+    feeds[1].shm_offset = (uint64_t)((const char *)y - (char *)t->shm.base);
   }
 }
 
@@ -175,68 +189,94 @@ static void progress_draw(progress *p, long ep, long epochs, long done, long tot
   fflush(stderr);
 }
 
-static int train_loop(trainer *t, train_result *r) {
-  pe_batcher *bt = pe_batcher_new(t->train, (int)t->cfg.batch, true, (uint64_t)t->cfg.seed);
-  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", t->cfg.batch);
+/* One epoch's running sums. */
+typedef struct epoch_sums {
+  double loss, acc, last_loss;
+  long samples, steps;
+} epoch_sums;
+
+/* Mini-batches [off, off + rows) of buffer pair k in one request: nb of
+ * the batch size each (nb > 1: RunRequest.batches), or one short batch. */
+static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sums *e,
+                       train_result *r) {
   const char *fetch[2] = {t->m.loss, t->m.accuracy};
+  pe_client_tensor feeds[2];
+  batch_feeds(t, k, off, rows, feeds);
+  pe_client_run_opts o = {.batches = nb > 1 ? (uint32_t)nb : 0};
+  pe_client_run_result res;
+  int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);
+  if (code) {
+    fprintf(stderr, "pe-client train: steps %ld-%ld: ", r->steps + 1, r->steps + nb);
+    return cli_fail(t->ctx, t->c, code);
+  }
+  const pe_client_tensor *lt = pe_client_find(res.fetched, res.n_fetched, fetch[0]);
+  const pe_client_tensor *at = pe_client_find(res.fetched, res.n_fetched, fetch[1]);
+  if (!lt || !at || lt->dtype != PE_B_F32 || at->dtype != PE_B_F32 ||
+      pe_client_tensor_numel(lt) < nb || pe_client_tensor_numel(at) < nb)
+    return cli_error(t->ctx, "steps %ld-%ld: the reply lacks %d f32 '%s' and '%s'", r->steps + 1,
+                     r->steps + nb, nb, fetch[0], fetch[1]);
+  /* Step j's values are element j * (numel / nb) of the stacked fetches. */
+  int64_t ls = pe_client_tensor_numel(lt) / nb, as = pe_client_tensor_numel(at) / nb;
+  long n = rows / nb;
+  for (int j = 0; j < nb; j++) {
+    e->last_loss = ((const float *)lt->data)[j * ls];
+    e->loss += e->last_loss * n;
+    e->acc += (double)((const float *)at->data)[j * as] * n;
+    e->samples += n;
+    e->steps++;
+  }
+  r->run_ms += res.run_ms;
+  r->queue_ms += res.queue_ms;
+  r->steps += nb;
+  r->samples += rows;
+  return CLI_OK;
+}
+
+/* The epochs. The batcher hands out groups of per_request batches (the
+ * same examples in the same order as batch by batch: its permutation does
+ * not depend on the batch size); each group goes in one request, except
+ * the epoch's short last batch, and the --steps cap, which may cut a group. */
+static int train_loop(trainer *t, train_result *r) {
+  long b = t->cfg.batch, group = b * t->cfg.per_request;
+  pe_batcher *bt = pe_batcher_new(t->train, (int)group, true, (uint64_t)t->cfg.seed);
+  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", group);
   progress pg = {.tty = isatty(2), .quiet = t->cfg.quiet};
-  long per_epoch = pe_batcher_batches(bt);
+  long per_epoch = (long)((t->train->n + b - 1) / b);
   if (t->cfg.steps && t->cfg.steps < per_epoch) per_epoch = t->cfg.steps;
+  long max_groups = t->cfg.steps ? (t->cfg.steps + t->cfg.per_request - 1) / t->cfg.per_request : 0;
   double t0 = cli_now();
   int rc = CLI_OK;
   for (long ep = 1; ep <= t->cfg.epochs && !rc; ep++) {
-    double loss_sum = 0, acc_sum = 0, last_loss = 0, ep_t0 = cli_now();
-    long ep_samples = 0, ep_steps = 0;
+    epoch_sums e = {0};
+    double ep_t0 = cli_now();
     /* One prefetch per epoch: the batcher is reset below only after the
      * thread stopped. */
     pe_batch_prefetch *pf;
-    if ((rc = prefetch_start(t, bt, t->cfg.steps, &pf))) break;
+    if ((rc = prefetch_start(t, bt, max_groups, &pf))) break;
     int n, k;
-    while ((k = pe_batch_prefetch_next(pf, &n)) >= 0) {
-      pe_client_tensor feeds[2];
-      batch_feeds(t, k, n, feeds);
-      pe_client_run_result res;
-      int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, NULL, &res);
-      const pe_client_tensor *lt =
-          code ? NULL : pe_client_find(res.fetched, res.n_fetched, fetch[0]);
-      const pe_client_tensor *at =
-          code ? NULL : pe_client_find(res.fetched, res.n_fetched, fetch[1]);
-      if (code) {
-        if (pg.tty && !pg.quiet) fputc('\n', stderr);
-        fprintf(stderr, "pe-client train: step %ld: ", r->steps + 1);
-        rc = cli_fail(t->ctx, t->c, code);
-        break;
+    while (!rc && e.steps < per_epoch && (k = pe_batch_prefetch_next(pf, &n)) >= 0) {
+      for (long off = 0; off < n && e.steps < per_epoch && !rc;) {
+        long full = (n - off) / b, nb = full < per_epoch - e.steps ? full : per_epoch - e.steps;
+        long rows = nb ? nb * b : n - off;
+        rc = run_request(t, k, off, rows, nb ? (int)nb : 1, &e, r);
+        off += rows;
       }
-      if (!lt || !at || lt->dtype != PE_B_F32 || at->dtype != PE_B_F32 ||
-          pe_client_tensor_numel(lt) < 1 || pe_client_tensor_numel(at) < 1) {
-        rc = cli_error(t->ctx, "step %ld: the reply lacks f32 '%s' or '%s'", r->steps + 1, fetch[0],
-                       fetch[1]);
-        break;
-      }
-      last_loss = ((const float *)lt->data)[0];
-      loss_sum += last_loss * n;
-      acc_sum += (double)((const float *)at->data)[0] * n;
-      r->run_ms += res.run_ms;
-      r->queue_ms += res.queue_ms;
-      ep_samples += n;
-      ep_steps++;
-      r->steps++;
-      r->samples += n;
-      progress_draw(&pg, ep, t->cfg.epochs, ep_steps, per_epoch, ep_samples / (cli_now() - ep_t0),
-                    last_loss);
+      if (rc && pg.tty && !pg.quiet) fputc('\n', stderr);
+      if (!rc)
+        progress_draw(&pg, ep, t->cfg.epochs, e.steps, per_epoch, e.samples / (cli_now() - ep_t0),
+                      e.last_loss);
     }
     pe_batch_prefetch_stop(pf);
     if (t->cfg.steps) pe_batcher_reset(bt); /* a capped epoch: the next starts fresh */
-    if (ep_samples) {
-      r->final_loss = loss_sum / ep_samples;
-      r->final_acc = acc_sum / ep_samples;
+    if (e.samples) {
+      r->final_loss = e.loss / e.samples;
+      r->final_acc = e.acc / e.samples;
     }
     if (!rc && !pg.quiet) {
       if (pg.tty) fputc('\n', stderr);
       fprintf(stderr,
               "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n", ep,
-              t->cfg.epochs, ep_steps, r->final_loss, r->final_acc,
-              ep_samples / (cli_now() - ep_t0));
+              t->cfg.epochs, e.steps, r->final_loss, r->final_acc, e.samples / (cli_now() - ep_t0));
     }
   }
   r->train_s = cli_now() - t0;
@@ -255,7 +295,7 @@ static int evaluate(trainer *t, train_result *r) {
   int n, k;
   while (!rc && (k = pe_batch_prefetch_next(pf, &n)) >= 0) {
     pe_client_tensor feeds[2];
-    batch_feeds(t, k, n, feeds);
+    batch_feeds(t, k, 0, n, feeds);
     pe_client_run_result res;
     int code = pe_client_run(t->c, t->eval_h, feeds, 2, fetch, 1, NULL, &res);
     if (code) {
@@ -288,17 +328,20 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     cli_json_str(stdout, t->ns);
     printf(",\"places\":");
     cli_json_str(stdout, t->cfg.places ? t->cfg.places : "");
+    printf(",\"strategy\":");
+    cli_json_str(stdout, t->cfg.graph.strategy ? t->cfg.graph.strategy : "allreduce");
     printf(",\"socket\":");
     cli_json_str(stdout, pe_client_address(t->c));
     if (trained)
       printf(
           ",\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
-          "\"shm\":%s,\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,\"run_ms_total\":%.1f,"
+          "\"shm\":%s,\"steps_per_request\":%ld,\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,"
+          "\"run_ms_total\":%.1f,"
           "\"queue_ms_total\":%.1f,\"final_loss\":%.5f,\"final_loss_window\":\"last_epoch\","
           "\"final_train_accuracy\":%.4f,\"train_handle\":\"%s\"",
           t->cfg.batch, t->cfg.epochs, r->steps, r->samples, t->cfg.seed,
-          t->cfg.shm ? "true" : "false", sps, r->train_s, r->run_ms, r->queue_ms, r->final_loss,
-          r->final_acc, th);
+          t->cfg.shm ? "true" : "false", t->cfg.per_request, sps, r->train_s, r->run_ms,
+          r->queue_ms, r->final_loss, r->final_acc, th);
     printf(
         ",\"eval_handle\":\"%s\",\"initialized\":%s,\"test_examples\":%lld,"
         "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",
@@ -316,7 +359,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
 }
 
 static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
-  trainer t = {.ctx = ctx, .cfg = {.epochs = 1, .seed = 1}};
+  trainer t = {.ctx = ctx, .cfg = {.epochs = 1, .seed = 1, .per_request = 16}};
   bool help;
   int rc = cli_parse(ctx, train_opts, N_TRAIN_OPTS, argc, argv, &t.cfg, &help);
   if (rc || help) return rc;

@@ -184,6 +184,10 @@ int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized)
 
 typedef struct pe_client_run_opts {
   uint32_t steps; /* 0: 1 */
+  /* > 1: every feed holds this many mini-batches of equal size along dim 0;
+   * the daemon runs one step per mini-batch in order (steps 0 or equal) and
+   * each fetched tensor is every step's value, [batches, shape...]. */
+  uint32_t batches;
   bool trace;
   uint32_t timeout_ms; /* daemon-side run timeout; 0: none */
   int32_t priority;

@@ -127,6 +127,7 @@ int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, 
   r.n_fetch = n_fetch;
   r.fetch = (char **)fetch;
   r.steps = opts ? opts->steps : 0;
+  r.batches = opts ? opts->batches : 0;
   r.options = &ro;
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_RUN;

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "server/checkpoint.h"
 #include "server/programs.h"
+#include "server/run_batches.h"
 #include "server/shm.h"
 
 /* Requests that would make the daemon loop for hours are refused up front. */
@@ -279,6 +280,13 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
   uint32_t steps = rq->steps ? rq->steps : 1;
   if (steps > PE_MAX_STEPS)
     return pe_error(PE_EINVAL, "run: steps %u exceeds %u", steps, PE_MAX_STEPS);
+  /* batches > 1: the feeds hold that many mini-batches (run_batches.h). */
+  uint32_t batches = rq->batches;
+  if (batches > PE_MAX_STEPS)
+    return pe_error(PE_EINVAL, "run: batches %u exceeds %u", batches, PE_MAX_STEPS);
+  if (batches > 1 && rq->steps && rq->steps != batches)
+    return pe_error(PE_EINVAL, "run: steps %u with batches %u: steps must be 0 or %u", rq->steps,
+                    batches, batches);
   if (rq->n_feeds > PE_MAX_FEEDS || rq->n_fetch > PE_MAX_FETCH)
     return pe_error(PE_EINVAL, "run: %zu feeds / %zu fetches exceed %d / %d", rq->n_feeds,
                     rq->n_fetch, PE_MAX_FEEDS, PE_MAX_FETCH);
@@ -320,7 +328,10 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
                     shape_str(&decl->shape, b));
       break;
     }
-    if (t->shape.ndim != decl->shape.ndim || !pe_shape_compatible(&t->shape, &decl->shape)) {
+    /* With batches, each mini-batch must fit the declaration. */
+    pe_shape per = t->shape;
+    if (batches > 1 && per.ndim && per.d[0] % batches == 0) per.d[0] /= batches;
+    if (t->shape.ndim != decl->shape.ndim || !pe_shape_compatible(&per, &decl->shape)) {
       st = pe_error(PE_ESHAPE, "run: feed '%s' has shape %s, the program declares %s", name,
                     shape_str(&t->shape, a), shape_str(&decl->shape, b));
       break;
@@ -364,14 +375,26 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
         .sync = p->sync, .priority = rq->options ? rq->options->priority : 0, .timeline = tl};
     double deadline =
         rq->options && rq->options->timeout_ms ? t0 + rq->options->timeout_ms / 1e3 : 0;
-    for (done = 0; done < steps && !st; done++) {
-      if (deadline && done > 0 && pe_now_s() > deadline) {
-        st = pe_error(PE_EIO, "run: timeout of %u ms reached after %u of %u steps",
-                      rq->options->timeout_ms, done, steps);
-        break;
+    if (batches > 1) {
+      pe_run_batches rb = {.feeds = feeds,
+                           .n_feeds = nf,
+                           .batches = batches,
+                           .fetch = (const char *const *)rq->fetch,
+                           .n_fetch = nx,
+                           .opts = &ro,
+                           .deadline = deadline,
+                           .timeout_ms = rq->options ? rq->options->timeout_ms : 0};
+      st = pe_srv_run_batches(s->rt, p, &rb, fetched, &done);
+    } else {
+      for (done = 0; done < steps && !st; done++) {
+        if (deadline && done > 0 && pe_now_s() > deadline) {
+          st = pe_error(PE_EIO, "run: timeout of %u ms reached after %u of %u steps",
+                        rq->options->timeout_ms, done, steps);
+          break;
+        }
+        st = pe_par_exec_run(p->exec, feeds, nf, (const char *const *)rq->fetch, nx, fetched, &ro,
+                             &stats);
       }
-      st = pe_par_exec_run(p->exec, feeds, nf, (const char *const *)rq->fetch, nx, fetched, &ro,
-                           &stats);
     }
     atomic_fetch_add(&s->runs_total, done);
   }

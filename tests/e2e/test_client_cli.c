@@ -144,6 +144,47 @@ START_TEST(model_file_trains_like_the_name) {
 }
 END_TEST
 
+/* Mini-batches grouped into requests (--steps-per-request, the daemon
+ * runs each group back to back) train exactly like one request per
+ * mini-batch: groups of 3 over 1000 examples (two full groups, then one
+ * full batch and the short one of 104), and a --steps cap of 7 that cuts
+ * the third group; on cpu:2 with the sharded update, through the socket
+ * and through shared memory. */
+START_TEST(grouped_requests_train_alike) {
+  cd_daemon d;
+  cd_start(&d);
+  const char *runs[][2] = {
+      {"--steps-per-request 1", "--steps-per-request 3"},
+      {"--steps-per-request 1 --steps 7", "--steps-per-request 3 --steps 7 --shm"},
+  };
+  for (int i = 0; i < 2; i++) {
+    char args[512], one[4096];
+    for (int j = 0; j < 2; j++) {
+      snprintf(args, sizeof args,
+               "train --model mlp --model-name g%d%d --places cpu:2 --strategy sharded "
+               "--epochs 2 --limit 1000 --json %s",
+               i, j, runs[i][j]);
+      CLI_OK(&d, args);
+      const char *line = last_line(d.dir);
+      ck_assert_ptr_nonnull(strstr(line, "\"strategy\":\"sharded\""));
+      ck_assert_double_eq(json_num(line, "steps"), i ? 14 : 16);
+      if (!j) {
+        snprintf(one, sizeof one, "%s", line);
+        continue;
+      }
+      ck_assert_double_eq(json_num(line, "steps_per_request"), 3);
+      ck_assert_msg(json_num(line, "final_loss") == json_num(one, "final_loss") &&
+                        json_num(line, "test_accuracy") == json_num(one, "test_accuracy"),
+                    "grouped %s\nsingle %s", line, one);
+    }
+  }
+  /* A strategy that does not exist: usage, exit 2. */
+  ck_assert_int_eq(cli(&d, d.dir, "train --model mlp --strategy ring"), 2);
+  ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "--strategy 'ring' unknown"));
+  cd_stop(&d);
+}
+END_TEST
+
 START_TEST(exit_statuses) {
   cd_daemon d;
   cd_start(&d);
@@ -177,6 +218,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, train_eval_save_trace);
   tcase_add_test(tc, model_file_trains_like_the_name);
+  tcase_add_test(tc, grouped_requests_train_alike);
   tcase_add_test(tc, exit_statuses);
   suite_add_tcase(s, tc);
   return s;

@@ -1,0 +1,261 @@
+/* Run requests that carry several mini-batches (RunRequest.batches, the
+ * daemon's run_batches.c) against the real daemon:
+ *  - k batches in one request give, step for step, the losses of k
+ *    single-batch requests, and then bit-identical parameters: on cpu:2
+ *    (AllReduce and Sharded), cpu:3 (uneven splits of 32 rows) and sim:2;
+ *    the fetches come back stacked [k, 1];
+ *  - bad requests are refused naming the feed, the shape and the batches,
+ *    and change nothing; a step that fails (a label out of range in the
+ *    third batch) stops the request with the step's error, the two steps
+ *    before it stay applied (the parameters equal those after two
+ *    single-batch requests), and the daemon goes on serving.
+ * Data: synthetic batches (no dataset needed). Skipped (77) when
+ * pe-executord is not built. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_daemon.h"
+#include "pe_client.h"
+#include "pe_models.h"
+
+#define ROWS 32 /* per mini-batch */
+#define K 4     /* mini-batches per request */
+#define DIM 784
+
+/* K deterministic mini-batches, stored back to back: pixels from an LCG,
+ * labels (i + batch) % 10. */
+typedef struct batches {
+  float x[K * ROWS * DIM];
+  int64_t y[K * ROWS];
+} batches;
+
+static batches *batches_new(void) {
+  batches *b = malloc(sizeof *b);
+  ck_assert_ptr_nonnull(b);
+  uint32_t s = 12345;
+  for (int i = 0; i < K * ROWS * DIM; i++) {
+    s = s * 1664525u + 1013904223u;
+    b->x[i] = (float)(s >> 8) / (float)(1u << 24);
+  }
+  for (int i = 0; i < K * ROWS; i++) b->y[i] = (i + i / ROWS) % 10;
+  return b;
+}
+
+/* Feeds over mini-batches [first, first + n) of b. */
+static void feeds_of(const pe_model_spec *m, const batches *b, int first, int n,
+                     pe_client_tensor f[2]) {
+  pe_client_tensor_set(&f[0], m->image, PE_B_F32, 2, (int64_t[]){(int64_t)n * ROWS, DIM},
+                       &b->x[(size_t)first * ROWS * DIM]);
+  pe_client_tensor_set(&f[1], m->label, PE_B_I64, 2, (int64_t[]){(int64_t)n * ROWS, 1},
+                       &b->y[(size_t)first * ROWS]);
+}
+
+typedef struct fixture {
+  cd_daemon d;
+  pe_client *c;
+  pe_model_spec m;
+  batches *b;
+} fixture;
+
+static void fixture_start(fixture *f) {
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &f->m, err, sizeof err) == 0, "%s", err);
+  f->b = batches_new();
+  cd_start(&f->d);
+  f->c = cd_connect(&f->d);
+}
+
+static void fixture_stop(fixture *f) {
+  pe_client_free(f->c);
+  cd_stop(&f->d);
+  pe_model_spec_release(&f->m);
+  free(f->b);
+}
+
+/* Register and initialise model ns (seed 5) on places; its train handle. */
+static uint64_t model_new(fixture *f, const char *ns, const char *places,
+                          pe_client_strategy strategy) {
+  const char *keep[] = {f->m.loss, f->m.accuracy};
+  pe_client_register_args a = {.program = f->m.bytes,
+                               .program_len = f->m.len,
+                               .model = ns,
+                               .places = places,
+                               .strategy = strategy,
+                               .seed = 5,
+                               .keep = keep,
+                               .n_keep = 2};
+  pe_client_program p;
+  CD_OK(f->c, pe_client_register(f->c, &a, &p));
+  CD_OK(f->c, pe_client_init(f->c, p.handle, false, NULL));
+  return p.handle;
+}
+
+/* Every parameter of models a and b is bit-identical. */
+static void params_same(fixture *f, const char *a, const char *b) {
+  const pe_client_tensor *v;
+  size_t n, nb;
+  CD_OK(f->c, pe_client_get_params(f->c, a, NULL, 0, &v, &n));
+  ck_assert_uint_ge(n, 6);
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += v[i].nbytes;
+  /* The reply's tensors live until the next request: copy a's. */
+  char **names = calloc(n, sizeof *names);
+  void **data = calloc(n, sizeof *data);
+  size_t *bytes = calloc(n, sizeof *bytes);
+  for (size_t i = 0; i < n; i++) {
+    names[i] = strdup(v[i].name);
+    bytes[i] = v[i].nbytes;
+    data[i] = malloc(bytes[i]);
+    memcpy(data[i], v[i].data, bytes[i]);
+  }
+  CD_OK(f->c, pe_client_get_params(f->c, b, NULL, 0, &v, &nb));
+  ck_assert_uint_eq(nb, n);
+  for (size_t i = 0; i < n; i++) {
+    const pe_client_tensor *w = pe_client_find(v, nb, names[i]);
+    ck_assert_msg(w, "model %s has no %s", b, names[i]);
+    ck_assert_uint_eq(w->nbytes, bytes[i]);
+    ck_assert_msg(!memcmp(w->data, data[i], bytes[i]), "%s differs between %s and %s", names[i], a,
+                  b);
+    free(names[i]);
+    free(data[i]);
+  }
+  ck_assert_uint_gt(total, 784 * 256 * 4);
+  free(names);
+  free(data);
+  free(bytes);
+}
+
+/* Losses of k single-batch requests on model `single` vs one k-batch
+ * request on model `multi`, then their parameters. */
+static void check_equal(fixture *f, const char *places, pe_client_strategy strategy) {
+  char single[64], multi[64];
+  snprintf(single, sizeof single, "single-%s-%d", places, (int)strategy);
+  snprintf(multi, sizeof multi, "multi-%s-%d", places, (int)strategy);
+  single[strcspn(single, ":")] = '_';
+  multi[strcspn(multi, ":")] = '_';
+  uint64_t hs = model_new(f, single, places, strategy);
+  uint64_t hm = model_new(f, multi, places, strategy);
+  const char *fetch[] = {f->m.loss, f->m.accuracy};
+  pe_client_tensor feeds[2];
+  pe_client_run_result r;
+  float loss[K], acc[K];
+  for (int k = 0; k < K; k++) {
+    feeds_of(&f->m, f->b, k, 1, feeds);
+    CD_OK(f->c, pe_client_run(f->c, hs, feeds, 2, fetch, 2, NULL, &r));
+    loss[k] = ((const float *)pe_client_find(r.fetched, r.n_fetched, fetch[0])->data)[0];
+    acc[k] = ((const float *)pe_client_find(r.fetched, r.n_fetched, fetch[1])->data)[0];
+  }
+  ck_assert_msg(loss[K - 1] < loss[0], "%s: loss %g -> %g", places, loss[0], loss[K - 1]);
+  feeds_of(&f->m, f->b, 0, K, feeds);
+  pe_client_run_opts o = {.batches = K};
+  CD_OK(f->c, pe_client_run(f->c, hm, feeds, 2, fetch, 2, &o, &r));
+  ck_assert_uint_eq(r.steps, K);
+  ck_assert_uint_eq(r.n_fetched, 2);
+  for (int j = 0; j < 2; j++) {
+    const pe_client_tensor *t = pe_client_find(r.fetched, r.n_fetched, fetch[j]);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(t->dtype, PE_B_F32);
+    ck_assert_int_eq(t->ndim, 2);
+    ck_assert_int_eq(t->shape[0], K);
+    ck_assert_int_eq(t->shape[1], 1);
+    for (int k = 0; k < K; k++) {
+      float want = j ? acc[k] : loss[k], got = ((const float *)t->data)[k];
+      ck_assert_msg(!memcmp(&got, &want, sizeof got),
+                    "%s %s step %d: %.9g in one request, %.9g "
+                    "in single ones",
+                    places, fetch[j], k, got, want);
+    }
+  }
+  params_same(f, single, multi);
+}
+
+START_TEST(batches_equal_single_requests) {
+  fixture f;
+  fixture_start(&f);
+  check_equal(&f, "cpu:2", PE_C_ALLREDUCE);
+  check_equal(&f, "cpu:2", PE_C_SHARDED);
+  check_equal(&f, "cpu:3", PE_C_ALLREDUCE);
+  check_equal(&f, "sim:2", PE_C_ALLREDUCE);
+  fixture_stop(&f);
+}
+END_TEST
+
+/* A refused request: an error code from the daemon naming every word of
+ * `want`. */
+static void refused(fixture *f, uint64_t h, const pe_client_tensor *feeds, uint32_t batches,
+                    uint32_t steps, const char *const *want) {
+  const char *fetch[] = {f->m.loss};
+  pe_client_run_opts o = {.batches = batches, .steps = steps};
+  pe_client_run_result r;
+  int rc = pe_client_run(f->c, h, feeds, 2, fetch, 1, &o, &r);
+  ck_assert_msg(rc != 0 && rc < PE_C_CLIENT_BASE, "rc %d: %s", rc, pe_client_error(f->c));
+  fprintf(stderr, "refused as expected: %s\n", pe_client_error(f->c));
+  for (; *want; want++)
+    ck_assert_msg(strstr(pe_client_error(f->c), *want), "'%s' not in: %s", *want,
+                  pe_client_error(f->c));
+}
+
+START_TEST(bad_batches_and_a_failing_step) {
+  fixture f;
+  fixture_start(&f);
+  uint64_t h = model_new(&f, "multi", "cpu:2", PE_C_ALLREDUCE);
+  uint64_t h2 = model_new(&f, "two-steps", "cpu:2", PE_C_ALLREDUCE);
+  pe_client_tensor feeds[2];
+  /* 4 x 32 rows refused as 3 batches. */
+  feeds_of(&f.m, f.b, 0, K, feeds);
+  refused(&f, h, feeds, 3, 0,
+          (const char *[]){f.m.image, "[128,784]", "not a multiple of batches 3", NULL});
+  /* steps that disagree with batches. */
+  refused(&f, h, feeds, K, 3, (const char *[]){"steps 3 with batches 4", NULL});
+  /* Feeds with different rows per batch. */
+  feeds[1].shape[0] = 2 * ROWS;
+  feeds[1].nbytes /= 2;
+  refused(&f, h, feeds, 2, 0,
+          (const char *[]){f.m.label, "[64,1]", "[128,784]", "rows per batch", NULL});
+  /* None of that changed the model: it still equals a fresh one. */
+  params_same(&f, "multi", "two-steps");
+
+  /* A label out of range in mini-batch 2: steps 0 and 1 run, step 2 fails. */
+  f.b->y[2 * ROWS + 5] = 10;
+  feeds_of(&f.m, f.b, 0, K, feeds);
+  refused(&f, h, feeds, K, 0, (const char *[]){"step 2", "10", NULL});
+  const char *fetch[] = {f.m.loss};
+  pe_client_run_result r;
+  for (int k = 0; k < 2; k++) {
+    feeds_of(&f.m, f.b, k, 1, feeds);
+    CD_OK(f.c, pe_client_run(f.c, h2, feeds, 2, fetch, 1, NULL, &r));
+  }
+  params_same(&f, "multi", "two-steps");
+  /* The daemon goes on: a good multi-batch request on both models. */
+  f.b->y[2 * ROWS + 5] = 5;
+  feeds_of(&f.m, f.b, 2, 2, feeds);
+  pe_client_run_opts o = {.batches = 2};
+  CD_OK(f.c, pe_client_run(f.c, h, feeds, 2, fetch, 1, &o, &r));
+  ck_assert_uint_eq(r.steps, 2);
+  CD_OK(f.c, pe_client_run(f.c, h2, feeds, 2, fetch, 1, &o, &r));
+  params_same(&f, "multi", "two-steps");
+  CD_OK(f.c, pe_client_ping(f.c));
+  fixture_stop(&f);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("run_batches");
+  TCase *tc = tcase_create("run_batches");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, batches_equal_single_requests);
+  tcase_add_test(tc, bad_batches_and_a_failing_step);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  cd_require_binary("pe-executord");
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
