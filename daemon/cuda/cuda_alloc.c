@@ -40,19 +40,33 @@ pe_cuda_cache *pe_cuda_cache_new(pe_cuda_backend b) {
 }
 
 void pe_cuda_cache_trim(pe_cuda_cache *c) {
+  /* Detach the cached blocks under the lock, give them back outside it:
+   * cudaFree/cudaFreeHost synchronise with the device, and a stream's host
+   * function (device_cuda.c's staged copies) may be waiting for this lock
+   * to release its pinned buffer, so calling them under it can deadlock. */
+  cache_node *all = NULL;
   pthread_mutex_lock(&c->mu);
   for (int k = 0; k < N_CLASSES; k++) {
     cache_node *n = c->free_list[k];
     while (n) {
       cache_node *next = n->next;
-      c->b.free(n->p, c->b.arg);
-      n->next = c->spare;
-      c->spare = n;
+      n->next = all;
+      all = n;
       n = next;
     }
     c->free_list[k] = NULL;
   }
   c->st.bytes_cached = 0;
+  pthread_mutex_unlock(&c->mu);
+  if (!all) return;
+  cache_node *last = all;
+  for (cache_node *n = all; n; n = n->next) {
+    c->b.free(n->p, c->b.arg);
+    last = n;
+  }
+  pthread_mutex_lock(&c->mu);
+  last->next = c->spare;
+  c->spare = all;
   pthread_mutex_unlock(&c->mu);
 }
 

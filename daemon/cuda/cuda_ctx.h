@@ -4,11 +4,14 @@
  * pe_kernel_ctx.dev->cuda (ops/device_ctx.h).
  *
  * Threading: the stream and the handles are created at device open and are
- * read-only afterwards. Several host threads may enqueue on the same stream;
- * cuBLAS/cuDNN handles are bound to their stream once and never re-bound, so
- * sharing them is safe. The scratch workspace is used only by kernels on the
- * compute stream; kernels of one stream are enqueued in order and the work
- * space is stream-ordered, so later kernels may reuse it at once. */
+ * read-only afterwards. Several host threads may launch on the same stream,
+ * but the device runs one launched fn at a time per stream (cuda_launch's
+ * lock): a cuDNN handle must not be used by two threads at once, and an
+ * op's kernels reach the stream as one piece. cuBLAS/cuDNN handles are bound
+ * to their stream once and never re-bound. The scratch workspace is used
+ * only by kernels on the compute stream; an op's kernels are enqueued
+ * together and the workspace is stream-ordered, so later ops may reuse it
+ * at once. */
 #ifndef PE_CUDA_CUDA_CTX_H
 #define PE_CUDA_CUDA_CTX_H
 

@@ -42,6 +42,9 @@ typedef struct cuda_stream {
   pe_device_ctx ctx;  /* ctx.cuda = &cctx */
   pe_cuda_ctx cctx;   /* stream + handles */
   pthread_mutex_t mu; /* guards err, err_id */
+  /* Held while a launched fn enqueues its work: one fn at a time per
+   * stream, as on sim (see cuda_launch). */
+  pthread_mutex_t launch_mu;
   pe_status *err;
   uint64_t err_id;
   _Atomic uint64_t err_seq;
@@ -239,6 +242,7 @@ static void close_streams(cuda_device *d) {
     if (s->cctx.stream) cudaStreamDestroy(s->cctx.stream);
     pe_status_free(s->err);
     pthread_mutex_destroy(&s->cctx.ws_mu);
+    pthread_mutex_destroy(&s->launch_mu);
     pthread_mutex_destroy(&s->mu);
     pe_device_ctx_destroy(&s->ctx);
     memset(&s->cctx, 0, sizeof s->cctx);
@@ -263,6 +267,7 @@ static pe_status *open_stream(cuda_device *d, int k) {
   snprintf(s->base.name, sizeof s->base.name, "cuda:%d/%s", place.id,
            pe_stream_kind_name((pe_stream_kind)k));
   pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->launch_mu, NULL);
   pthread_mutex_init(&s->cctx.ws_mu, NULL);
   atomic_init(&s->err_seq, 0);
   PE_TRY(pe_device_ctx_init(&s->ctx, place, d->base.threads));
@@ -320,13 +325,24 @@ static pe_status *cuda_open(pe_place place, const pe_device_opts *opts, pe_devic
 
 /* --- streams ---------------------------------------------------------------- */
 
+/* The executor's pool threads launch on the same stream concurrently (cpu
+ * semantics), but a fn's work must reach the stream as one piece, as on sim
+ * where the stream's one thread runs fns one at a time: the compute
+ * stream's cuDNN handle must not be used by two threads at once (cuDNN's
+ * thread-safety rule), and an op's kernels that pass data through the
+ * stream's workspace (batch norm without its optional outputs, pool2d_grad
+ * without Out, cuDNN's own multi-kernel calls) must not interleave with
+ * another op's kernels on that workspace. So fns on one stream are
+ * serialised; they only enqueue, so the lock is held briefly. */
 static pe_status *cuda_launch(pe_stream *base, pe_stream_fn fn, void *arg) {
   cuda_stream *s = (cuda_stream *)base;
   pe_status *st = set_device(base->dev);
   if (st) return st; /* not queued */
+  pthread_mutex_lock(&s->launch_mu);
   st = fn(arg);
   /* A launch failure fn did not check (bad configuration, sticky fault). */
   cudaError_t e = cudaGetLastError();
+  pthread_mutex_unlock(&s->launch_mu);
   if (!st && e != cudaSuccess) st = pe_cuda_status(e, base->name);
   if (st) keep_error(s, st);
   return NULL;

@@ -148,6 +148,14 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* Abort every rank so that kernels stuck waiting for peers return; the
+ * communicator fails every later call. */
+static void abort_all(pe_nccl_comm *c) {
+  for (int q = 0; q < c->n; q++) ncclCommAbort(c->comms[q]);
+  for (int q = 0; q < c->n; q++) c->comms[q] = NULL;
+  c->aborted = true;
+}
+
 pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms) {
   PE_TRY(usable(c, "wait"));
   double start = now_ms();
@@ -181,16 +189,29 @@ pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms) {
         st = pe_error(PE_EBACKEND, "nccl wait: rank %d (cuda:%d) not done after %d ms", r,
                       c->gpu[r], timeout_ms);
       if (st) {
-        /* Abort so that kernels stuck waiting for peers return. */
-        for (int q = 0; q < c->n; q++) ncclCommAbort(c->comms[q]);
-        for (int q = 0; q < c->n; q++) c->comms[q] = NULL;
-        c->aborted = true;
+        abort_all(c);
         return st;
       }
     }
     if (left > 0) {
       struct timespec ts = {0, 50 * 1000}; /* 50 us between polls */
       nanosleep(&ts, NULL);
+    }
+  }
+  /* A collective that failed can still let its stream complete (its
+   * kernels give up): the communicators' error state is the last word. */
+  for (int r = 0; r < c->n; r++) {
+    ncclResult_t ae = ncclSuccess;
+    ncclResult_t q = ncclCommGetAsyncError(c->comms[r], &ae);
+    pe_status *st = NULL;
+    if (q != ncclSuccess)
+      st = nccl_status(q, "ncclCommGetAsyncError");
+    else if (ae != ncclSuccess && ae != ncclInProgress)
+      st = pe_status_wrap(nccl_status(ae, "asynchronous NCCL error"), "rank %d (cuda:%d)", r,
+                          c->gpu[r]);
+    if (st) {
+      abort_all(c);
+      return st;
     }
   }
   return NULL;

@@ -279,23 +279,31 @@ pe_status *pe_cuk_scale_grad(pe_kernel_ctx *c) {
 
 /* Out may be one of the inputs (gradient accumulation): a launch reads all
  * of its (up to 64) inputs before writing an element, and later launches
- * add the running total in Out to the next inputs. (Out aliasing an input
- * beyond the first 64 is not supported: the CPU kernel allows it.) */
+ * add the running total in Out to the next inputs. An input that Out
+ * aliases is summed in the first launch, before Out is overwritten (so more
+ * than 64 inputs work in place too, as on the CPU). */
 pe_status *pe_cuk_sum(pe_kernel_ctx *c) {
   NEED(c, x);
   int nx = c->in[0].n;
   pe_tensor *o = pe_kout(c, 0, 0);
   int64_t n = pe_tensor_numel(o);
-  for (int k = 0; k < nx; k++)
+  int alias = 0; /* the input taken first */
+  for (int k = 0; k < nx; k++) {
     if (pe_tensor_numel(pe_kin(c, 0, k)) != n)
       return pe_kernel_error(c, PE_ESHAPE, "input X #%d has %lld elements, Out has %lld", k,
                              (long long)pe_tensor_numel(pe_kin(c, 0, k)), (long long)n);
+    if (k >= 64 && n && pe_kin(c, 0, k)->data == o->data) alias = k;
+  }
   const float *xs[64];
   int done = 0;
   while (done < nx) {
     int k = 0;
     if (done > 0) xs[k++] = pe_f32(o); /* the running total */
-    while (k < 64 && done < nx) xs[k++] = pe_f32(pe_kin(c, 0, done++));
+    for (; k < 64 && done < nx; done++) {
+      /* Order: alias, then the others in order (alias == 0: the identity). */
+      int i = done == 0 ? alias : done <= alias ? done - 1 : done;
+      xs[k++] = pe_f32(pe_kin(c, 0, i));
+    }
     PE_TRY(pe_cu_check(c, pe_cu_sum(xs, k, pe_f32(o), n, x->stream), "sum"));
   }
   return NULL;

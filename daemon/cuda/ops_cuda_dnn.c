@@ -230,6 +230,52 @@ pe_status *pe_cuk_softmax_grad(pe_kernel_ctx *c) {
 
 /* --- conv2d ----------------------------------------------------------------------- */
 
+/* Algorithm choice. cuDNN's heuristics rank candidates of every math type:
+ * a candidate tagged with a tensor-op math type is a TF32 variant on f32
+ * data, which the descriptor (CUDNN_FMA_MATH) does not run, and the
+ * workspace a heuristic reports may be that variant's. So the choice is the
+ * first ranked candidate that succeeded, is not a tensor-op variant, and
+ * whose workspace cuDNN reports for the descriptor as it is (the size the
+ * call will use); the first one that succeeded and has a workspace size if
+ * no candidate qualifies otherwise. */
+typedef struct algo_cand {
+  int algo;
+  cudnnStatus_t status;
+  cudnnMathType_t math;
+} algo_cand;
+
+typedef cudnnStatus_t (*ws_query)(cudnnHandle_t h, const dnn_state *s, int algo, size_t *bytes);
+
+static cudnnStatus_t ws_fwd(cudnnHandle_t h, const dnn_state *s, int algo, size_t *bytes) {
+  return cudnnGetConvolutionForwardWorkspaceSize(h, s->xd, s->wd, s->cd, s->yd,
+                                                 (cudnnConvolutionFwdAlgo_t)algo, bytes);
+}
+static cudnnStatus_t ws_data(cudnnHandle_t h, const dnn_state *s, int algo, size_t *bytes) {
+  return cudnnGetConvolutionBackwardDataWorkspaceSize(h, s->wd, s->yd, s->cd, s->xd,
+                                                      (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+}
+static cudnnStatus_t ws_filter(cudnnHandle_t h, const dnn_state *s, int algo, size_t *bytes) {
+  return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+      h, s->xd, s->yd, s->cd, s->wd, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+}
+
+static bool pick_algo(cudnnHandle_t h, const dnn_state *s, const algo_cand *c, int n, ws_query q,
+                      int *algo, size_t *ws) {
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++) {
+      if (c[i].status != CUDNN_STATUS_SUCCESS) continue;
+      bool tensor_op =
+          c[i].math == CUDNN_TENSOR_OP_MATH || c[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+      if (pass == 0 && tensor_op) continue;
+      size_t bytes = 0;
+      if (q(h, s, c[i].algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+      *algo = c[i].algo;
+      *ws = bytes;
+      return true;
+    }
+  return false;
+}
+
 /* Descriptors and algorithms for input x [N,C,H,W], filter w [O,C/g,KH,KW]. */
 static pe_status *conv_state(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *in,
                              const pe_tensor *w, bool grad, dnn_state **out) {
@@ -273,11 +319,13 @@ static pe_status *conv_state(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *
         cudnnGetConvolutionForwardAlgorithm_v7(x->cudnn, s->xd, s->wd, s->cd, s->yd,
                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf),
         "cudnnGetConvolutionForwardAlgorithm_v7"));
-    int i = 0;
-    while (i < got && perf[i].status != CUDNN_STATUS_SUCCESS) i++;
-    if (i == got) return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no forward algorithm here");
-    s->fwd = perf[i].algo;
-    s->ws_fwd = perf[i].memory;
+    algo_cand cand[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    for (int i = 0; i < got; i++)
+      cand[i] = (algo_cand){perf[i].algo, perf[i].status, perf[i].mathType};
+    int a;
+    if (!pick_algo(x->cudnn, s, cand, got, ws_fwd, &a, &s->ws_fwd))
+      return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no forward algorithm here");
+    s->fwd = (cudnnConvolutionFwdAlgo_t)a;
   } else {
     cudnnConvolutionBwdDataAlgoPerf_t pdata[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     PE_TRY(dnn_check(c,
@@ -285,22 +333,23 @@ static pe_status *conv_state(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *
                          x->cudnn, s->wd, s->yd, s->cd, s->xd,
                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, pdata),
                      "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
-    int i = 0;
-    while (i < got && pdata[i].status != CUDNN_STATUS_SUCCESS) i++;
-    if (i == got) return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no backward-data algorithm");
-    s->bwd_data = pdata[i].algo;
-    s->ws_data = pdata[i].memory;
+    algo_cand cand[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT + CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    for (int i = 0; i < got; i++)
+      cand[i] = (algo_cand){pdata[i].algo, pdata[i].status, pdata[i].mathType};
+    int a;
+    if (!pick_algo(x->cudnn, s, cand, got, ws_data, &a, &s->ws_data))
+      return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no backward-data algorithm");
+    s->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a;
     cudnnConvolutionBwdFilterAlgoPerf_t pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     PE_TRY(dnn_check(c,
                      cudnnGetConvolutionBackwardFilterAlgorithm_v7(
                          x->cudnn, s->xd, s->yd, s->cd, s->wd,
                          CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, pf),
                      "cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
-    i = 0;
-    while (i < got && pf[i].status != CUDNN_STATUS_SUCCESS) i++;
-    if (i == got) return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no backward-filter algorithm");
-    s->bwd_filter = pf[i].algo;
-    s->ws_filter = pf[i].memory;
+    for (int i = 0; i < got; i++) cand[i] = (algo_cand){pf[i].algo, pf[i].status, pf[i].mathType};
+    if (!pick_algo(x->cudnn, s, cand, got, ws_filter, &a, &s->ws_filter))
+      return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no backward-filter algorithm");
+    s->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)a;
   }
   dnn_built(s, key, 16);
   return NULL;

@@ -11,7 +11,10 @@ int main(void) {
 #else
 
 #include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda/cuda_ctx.h"
 #include "cuda/kernels.h"
@@ -195,6 +198,44 @@ START_TEST(kernel_context_is_bound_to_the_stream) {
 }
 END_TEST
 
+/* The executor's pool threads launch on one stream at once; the device runs
+ * one fn at a time per stream (cuDNN handles are not for concurrent use,
+ * and an op's kernels must not interleave with another's on the stream's
+ * workspace). */
+typedef struct overlap_job {
+  pe_stream *s;
+  atomic_int *inside, *overlaps;
+} overlap_job;
+
+static pe_status *overlap_fn(void *arg) {
+  overlap_job *j = arg;
+  if (atomic_fetch_add(j->inside, 1) != 0) atomic_fetch_add(j->overlaps, 1);
+  struct timespec ts = {0, 20 * 1000};
+  nanosleep(&ts, NULL);
+  atomic_fetch_sub(j->inside, 1);
+  return NULL;
+}
+
+static void *overlap_thread(void *arg) {
+  overlap_job *j = arg;
+  for (int i = 0; i < 200; i++)
+    if (pe_stream_launch(j->s, overlap_fn, j)) atomic_fetch_add(j->overlaps, 1000);
+  return NULL;
+}
+
+START_TEST(launches_on_one_stream_do_not_overlap) {
+  pe_device *d = open_cuda(0);
+  atomic_int inside = 0, overlaps = 0;
+  overlap_job j = {pe_device_stream(d, PE_STREAM_COMPUTE), &inside, &overlaps};
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(pthread_create(&th[i], NULL, overlap_thread, &j), 0);
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  ck_assert_int_eq(atomic_load(&overlaps), 0);
+  ck_assert_ptr_null(pe_stream_sync(j.s));
+  pe_device_close(d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_device");
   TCase *t = tcase_create("gpu");
@@ -206,6 +247,7 @@ static Suite *suite(void) {
   tcase_add_test(t, copies_round_trip_through_staging);
   tcase_add_test(t, allocator_reuses_device_blocks);
   tcase_add_test(t, kernel_context_is_bound_to_the_stream);
+  tcase_add_test(t, launches_on_one_stream_do_not_overlap);
   suite_add_tcase(s, t);
   return s;
 }
