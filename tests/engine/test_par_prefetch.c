@@ -2,12 +2,15 @@
  * splits batch k+1 onto the places on its own thread while step k runs, and
  * pe_par_exec_run_split binds the parts without copying. The losses and the
  * parameters must be bit-identical to whole-batch runs of the same batches
- * (same rows on the same places, same kernels), uneven splits included. */
+ * (same rows on the same places, same kernels), uneven splits included.
+ * The same through pe_prefetch_run_steps (prefetch_steps.h: the pool's
+ * workers fill the rows and chain the steps), stopped by `max` and resumed. */
 #include <check.h>
 #include <string.h>
 
 #include "check_main.h"
 #include "engine/prefetch.h"
+#include "engine/prefetch_steps.h"
 #include "par_test_util.h"
 
 enum { STEPS = 6 };
@@ -16,6 +19,7 @@ static const int sizes[STEPS] = {16, 11, 2, 16, 7, 13};
 
 typedef struct producer {
   int step;
+  int filling; /* with fill: the batch being filled */
 } producer;
 
 static pe_status *produce(void *ctx, pe_tensor *in, int n_in, bool *end) {
@@ -31,6 +35,58 @@ static pe_status *produce(void *ctx, pe_tensor *in, int n_in, bool *end) {
   make_batch(pr->step, n, pe_f32(&in[0]), pe_i64(&in[1]));
   pr->step++;
   return NULL;
+}
+
+/* Two-phase: produce_sizes sizes the inputs, fill_rows writes rows [lo, hi)
+ * (on pool workers, concurrently for disjoint ranges). */
+static pe_status *produce_sizes(void *ctx, pe_tensor *in, int n_in, bool *end) {
+  producer *pr = ctx;
+  (void)n_in;
+  if (pr->step == STEPS) {
+    *end = true;
+    return NULL;
+  }
+  int n = sizes[pr->step];
+  pe_shape xs = PE_SHAPE(n, DIM), ys = PE_SHAPE(n, 1);
+  PE_TRY(pe_tensor_resize(&in[0], PE_F32, &xs, "x"));
+  PE_TRY(pe_tensor_resize(&in[1], PE_I64, &ys, "y"));
+  pr->filling = pr->step++;
+  return NULL;
+}
+
+static pe_status *fill_rows(void *ctx, pe_tensor *in, int n_in, int64_t lo, int64_t hi) {
+  producer *pr = ctx;
+  (void)n_in;
+  float x[16 * DIM];
+  int64_t y[16];
+  int n = sizes[pr->filling];
+  make_batch(pr->filling, n, x, y);
+  memcpy(pe_f32(&in[0]) + lo * DIM, x + lo * DIM, sizeof(float) * (size_t)((hi - lo) * DIM));
+  memcpy(pe_i64(&in[1]) + lo, y + lo, sizeof(int64_t) * (size_t)(hi - lo));
+  return NULL;
+}
+
+/* Every persistable of a and b is the same, bit for bit, on every place. */
+static void models_equal(const par *a, const par *b, int places) {
+  const char *const *names;
+  int n = 0;
+  PE_CK_OK(pe_model_names(a->m, (const char ***)&names, &n));
+  ck_assert_int_gt(n, 0);
+  for (int i = 0; i < n; i++) {
+    pe_tensor ta, tb;
+    pe_tensor_init(&ta);
+    pe_tensor_init(&tb);
+    for (int q = 0; q < places; q++) {
+      if (pe_model_get_place(a->m, names[i], q, &ta)) continue; /* not on this place */
+      PE_CK_OK(pe_model_get_place(b->m, names[i], q, &tb));
+      ck_assert_int_eq(pe_tensor_bytes(&ta), pe_tensor_bytes(&tb));
+      ck_assert_msg(memcmp(ta.data, tb.data, pe_tensor_bytes(&ta)) == 0, "%s differs on place %d",
+                    names[i], q);
+    }
+    pe_tensor_release(&ta);
+    pe_tensor_release(&tb);
+  }
+  free((void *)names);
 }
 
 static void prefetched_equals_whole(pe_place_kind kind, int places) {
@@ -84,26 +140,7 @@ static void prefetched_equals_whole(pe_place_kind kind, int places) {
   ck_assert_ptr_null(b); /* end of data */
   pe_prefetch_stop(p);
 
-  /* Same parameters, bit for bit, on every place. */
-  const char *const *names;
-  int n = 0;
-  PE_CK_OK(pe_model_names(whole.m, (const char ***)&names, &n));
-  ck_assert_int_gt(n, 0);
-  for (int i = 0; i < n; i++) {
-    pe_tensor a, c;
-    pe_tensor_init(&a);
-    pe_tensor_init(&c);
-    for (int q = 0; q < places; q++) {
-      if (pe_model_get_place(whole.m, names[i], q, &a)) continue; /* not on this place */
-      PE_CK_OK(pe_model_get_place(pf.m, names[i], q, &c));
-      ck_assert_int_eq(pe_tensor_bytes(&a), pe_tensor_bytes(&c));
-      ck_assert_msg(memcmp(a.data, c.data, pe_tensor_bytes(&a)) == 0, "%s differs on place %d",
-                    names[i], q);
-    }
-    pe_tensor_release(&a);
-    pe_tensor_release(&c);
-  }
-  free((void *)names);
+  models_equal(&whole, &pf, places);
 
   /* A whole-batch run after split runs copies again (the views are gone). */
   float want = par_step(&whole, 0, 5, NULL), got = par_step(&pf, 0, 5, NULL);
@@ -115,6 +152,95 @@ static void prefetched_equals_whole(pe_place_kind kind, int places) {
   seq_free(&s);
   pe_runtime_free(rt);
 }
+
+/* pe_prefetch_run_steps: each step's loss and batch size reach done in
+ * order; max stops a call (end false), the next call resumes at the next
+ * batch, the prefetcher's end sets end. */
+typedef struct steps_seen {
+  int64_t first; /* the call's first step is step `first` of the data */
+  float loss[STEPS];
+  int64_t samples[STEPS];
+  int n;
+} steps_seen;
+
+static pe_status *on_step(void *ctx, int64_t step, int64_t samples, const pe_tensor *fetched,
+                          int n_fetch) {
+  steps_seen *s = ctx;
+  ck_assert_int_eq(n_fetch, 1);
+  ck_assert_int_eq(step + s->first, s->n);
+  s->loss[s->n] = pe_f32(&fetched[0])[0];
+  s->samples[s->n++] = samples;
+  return NULL;
+}
+
+static void run_steps_equal_whole(pe_place_kind kind, int places) {
+  pe_runtime *rt = rt_new(2);
+  seqref s;
+  seq_new(&s, 5);
+  par whole, pf;
+  par_new(&whole, rt, kind, places, PE_STRATEGY_ALLREDUCE, false, 5);
+  par_new(&pf, rt, kind, places, PE_STRATEGY_ALLREDUCE, false, 5);
+  copy_params(&s, &whole);
+  copy_params(&s, &pf);
+  producer pr = {0};
+  pe_device *dev[PE_MAX_PLACES];
+  for (int q = 0; q < places; q++)
+    PE_CK_OK(pe_runtime_device(rt, (pe_place){kind, q}, places, &dev[q]));
+  /* As the daemon and pe-bench do: on cpu the pool's workers fill. */
+  pe_prefetch_opts po = {.n_places = places,
+                         .n_inputs = 2,
+                         .depth = 3,
+                         .produce = produce_sizes,
+                         .fill = fill_rows,
+                         .ctx = &pr,
+                         .devices = dev,
+                         .pool = kind == PE_PLACE_CPU ? pe_runtime_pool(rt) : NULL};
+  pe_prefetch *p = NULL;
+  PE_CK_OK(pe_prefetch_start(&po, &p));
+  steps_seen seen = {0};
+  const char *names[2] = {"x", "y"};
+  pe_prefetch_steps ps = {.pf = p,
+                          .n_places = places,
+                          .n_inputs = 2,
+                          .names = names,
+                          .max = 4,
+                          .done = on_step,
+                          .ctx = &seen};
+  pe_tensor out;
+  pe_tensor_init(&out);
+  int64_t steps = 0;
+  PE_CK_OK(pe_prefetch_run_steps(pf.step, &ps, &LOSS, 1, &out, NULL, &steps));
+  ck_assert_int_eq(steps, 4);
+  ck_assert(!ps.end);
+  seen.first = 4;
+  ps.max = 0;
+  PE_CK_OK(pe_prefetch_run_steps(pf.step, &ps, &LOSS, 1, &out, NULL, &steps));
+  ck_assert_int_eq(steps, STEPS - 4);
+  ck_assert(ps.end);
+  pe_prefetch_stop(p);
+  ck_assert_int_eq(seen.n, STEPS);
+  for (int step = 0; step < STEPS; step++) {
+    float want = par_step(&whole, step, sizes[step], NULL);
+    ck_assert_int_eq(seen.samples[step], sizes[step]);
+    ck_assert_msg(memcmp(&seen.loss[step], &want, sizeof want) == 0,
+                  "step %d: run_steps %.9g, whole %.9g", step, seen.loss[step], want);
+  }
+  models_equal(&whole, &pf, places);
+  pe_tensor_release(&out);
+  par_free(&whole);
+  par_free(&pf);
+  seq_free(&s);
+  pe_runtime_free(rt);
+}
+
+START_TEST(run_steps_cpu3) {
+  run_steps_equal_whole(PE_PLACE_CPU, 3);
+}
+END_TEST
+START_TEST(run_steps_sim2) {
+  run_steps_equal_whole(PE_PLACE_SIM, 2);
+}
+END_TEST
 
 START_TEST(prefetch_cpu3) {
   prefetched_equals_whole(PE_PLACE_CPU, 3);
@@ -168,6 +294,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, prefetch_cpu3);
   tcase_add_test(tc, prefetch_sim3);
   tcase_add_test(tc, split_errors);
+  tcase_add_test(tc, run_steps_cpu3);
+  tcase_add_test(tc, run_steps_sim2);
   suite_add_tcase(s, tc);
   return s;
 }
