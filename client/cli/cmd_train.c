@@ -151,6 +151,11 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * optimizer state. No-op when the model's parameters exist. */
   int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
   if (code) return cli_fail(t->ctx, t->c, code);
+  /* Through the socket a group's rows travel in the request: keep it under
+   * the largest message the connection takes (with room for the rest). */
+  size_t row = (size_t)t->train->dim * sizeof(float) + sizeof(int64_t);
+  long fit = (long)(pe_client_max_message(t->c) / 10 * 9 / (row * (size_t)t->cfg.batch));
+  if (!t->cfg.shm && t->cfg.per_request > fit) t->cfg.per_request = fit > 1 ? fit : 1;
   return alloc_batches(t);
 }
 
@@ -206,7 +211,10 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
   pe_client_run_result res;
   int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);
   if (code) {
-    fprintf(stderr, "pe-client train: steps %ld-%ld: ", r->steps + 1, r->steps + nb);
+    if (nb > 1)
+      fprintf(stderr, "pe-client train: steps %ld-%ld: ", r->steps + 1, r->steps + nb);
+    else
+      fprintf(stderr, "pe-client train: step %ld: ", r->steps + 1);
     return cli_fail(t->ctx, t->c, code);
   }
   const pe_client_tensor *lt = pe_client_find(res.fetched, res.n_fetched, fetch[0]);
