@@ -89,30 +89,48 @@ static void models_equal(const par *a, const par *b, int places) {
   free((void *)names);
 }
 
-static void prefetched_equals_whole(pe_place_kind kind, int places) {
-  pe_runtime *rt = rt_new(2);
+/* Two executors on the same places with the same parameters (copied from
+ * the sequential reference): `whole` runs whole batches, `pf` prefetched
+ * ones; dev holds the places' devices for the prefetcher. */
+typedef struct twins {
+  pe_runtime *rt;
   seqref s;
-  seq_new(&s, 5);
   par whole, pf;
-  par_new(&whole, rt, kind, places, PE_STRATEGY_ALLREDUCE, false, 5);
-  par_new(&pf, rt, kind, places, PE_STRATEGY_ALLREDUCE, false, 5);
-  copy_params(&s, &whole);
-  copy_params(&s, &pf);
+  pe_device *dev[PE_MAX_PLACES];
+} twins;
 
+static void twins_new(twins *t, pe_place_kind kind, int places) {
+  t->rt = rt_new(2);
+  seq_new(&t->s, 5);
+  par_new(&t->whole, t->rt, kind, places, PE_STRATEGY_ALLREDUCE, false, 5);
+  par_new(&t->pf, t->rt, kind, places, PE_STRATEGY_ALLREDUCE, false, 5);
+  copy_params(&t->s, &t->whole);
+  copy_params(&t->s, &t->pf);
+  for (int q = 0; q < places; q++)
+    PE_CK_OK(pe_runtime_device(t->rt, (pe_place){kind, q}, places, &t->dev[q]));
+}
+
+static void twins_free(twins *t) {
+  par_free(&t->whole);
+  par_free(&t->pf);
+  seq_free(&t->s);
+  pe_runtime_free(t->rt);
+}
+
+static void prefetched_equals_whole(pe_place_kind kind, int places) {
+  twins tw;
+  twins_new(&tw, kind, places);
   producer pr = {0};
   /* The places' devices, as pe-bench passes them: cpu parts are views of
    * one staging buffer, sim parts are copies on each device. */
-  pe_device *dev[PE_MAX_PLACES];
-  for (int q = 0; q < places; q++)
-    PE_CK_OK(pe_runtime_device(rt, (pe_place){kind, q}, places, &dev[q]));
   pe_prefetch_opts po = {
-      .n_places = places, .n_inputs = 2, .produce = produce, .ctx = &pr, .devices = dev};
+      .n_places = places, .n_inputs = 2, .produce = produce, .ctx = &pr, .devices = tw.dev};
   pe_prefetch *p = NULL;
   PE_CK_OK(pe_prefetch_start(&po, &p));
   pe_tensor out;
   pe_tensor_init(&out);
   for (int step = 0; step < STEPS; step++) {
-    float want = par_step(&whole, step, sizes[step], NULL);
+    float want = par_step(&tw.whole, step, sizes[step], NULL);
     pe_prefetch_batch *b = NULL;
     PE_CK_OK(pe_prefetch_next(p, &b));
     ck_assert_ptr_nonnull(b);
@@ -128,7 +146,7 @@ static void prefetched_equals_whole(pe_place_kind kind, int places) {
     }
     pe_feed_split feeds[2] = {{"x", xs}, {"y", ys}};
     pe_run_stats st;
-    PE_CK_OK(pe_par_exec_run_split(pf.step, feeds, 2, &LOSS, 1, &out, NULL, &st));
+    PE_CK_OK(pe_par_exec_run_split(tw.pf.step, feeds, 2, &LOSS, 1, &out, NULL, &st));
     pe_prefetch_release(p, b);
     ck_assert_int_eq(st.batch, sizes[step]);
     float got = pe_f32(&out)[0];
@@ -140,17 +158,14 @@ static void prefetched_equals_whole(pe_place_kind kind, int places) {
   ck_assert_ptr_null(b); /* end of data */
   pe_prefetch_stop(p);
 
-  models_equal(&whole, &pf, places);
+  models_equal(&tw.whole, &tw.pf, places);
 
   /* A whole-batch run after split runs copies again (the views are gone). */
-  float want = par_step(&whole, 0, 5, NULL), got = par_step(&pf, 0, 5, NULL);
+  float want = par_step(&tw.whole, 0, 5, NULL), got = par_step(&tw.pf, 0, 5, NULL);
   ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "whole after split: %.9g vs %.9g", got, want);
 
   pe_tensor_release(&out);
-  par_free(&whole);
-  par_free(&pf);
-  seq_free(&s);
-  pe_runtime_free(rt);
+  twins_free(&tw);
 }
 
 /* pe_prefetch_run_steps: each step's loss and batch size reach done in
@@ -174,18 +189,9 @@ static pe_status *on_step(void *ctx, int64_t step, int64_t samples, const pe_ten
 }
 
 static void run_steps_equal_whole(pe_place_kind kind, int places) {
-  pe_runtime *rt = rt_new(2);
-  seqref s;
-  seq_new(&s, 5);
-  par whole, pf;
-  par_new(&whole, rt, kind, places, PE_STRATEGY_ALLREDUCE, false, 5);
-  par_new(&pf, rt, kind, places, PE_STRATEGY_ALLREDUCE, false, 5);
-  copy_params(&s, &whole);
-  copy_params(&s, &pf);
+  twins tw;
+  twins_new(&tw, kind, places);
   producer pr = {0};
-  pe_device *dev[PE_MAX_PLACES];
-  for (int q = 0; q < places; q++)
-    PE_CK_OK(pe_runtime_device(rt, (pe_place){kind, q}, places, &dev[q]));
   /* As the daemon and pe-bench do: on cpu the pool's workers fill. */
   pe_prefetch_opts po = {.n_places = places,
                          .n_inputs = 2,
@@ -193,8 +199,8 @@ static void run_steps_equal_whole(pe_place_kind kind, int places) {
                          .produce = produce_sizes,
                          .fill = fill_rows,
                          .ctx = &pr,
-                         .devices = dev,
-                         .pool = kind == PE_PLACE_CPU ? pe_runtime_pool(rt) : NULL};
+                         .devices = tw.dev,
+                         .pool = kind == PE_PLACE_CPU ? pe_runtime_pool(tw.rt) : NULL};
   pe_prefetch *p = NULL;
   PE_CK_OK(pe_prefetch_start(&po, &p));
   steps_seen seen = {0};
@@ -209,28 +215,25 @@ static void run_steps_equal_whole(pe_place_kind kind, int places) {
   pe_tensor out;
   pe_tensor_init(&out);
   int64_t steps = 0;
-  PE_CK_OK(pe_prefetch_run_steps(pf.step, &ps, &LOSS, 1, &out, NULL, &steps));
+  PE_CK_OK(pe_prefetch_run_steps(tw.pf.step, &ps, &LOSS, 1, &out, NULL, &steps));
   ck_assert_int_eq(steps, 4);
   ck_assert(!ps.end);
   seen.first = 4;
   ps.max = 0;
-  PE_CK_OK(pe_prefetch_run_steps(pf.step, &ps, &LOSS, 1, &out, NULL, &steps));
+  PE_CK_OK(pe_prefetch_run_steps(tw.pf.step, &ps, &LOSS, 1, &out, NULL, &steps));
   ck_assert_int_eq(steps, STEPS - 4);
   ck_assert(ps.end);
   pe_prefetch_stop(p);
   ck_assert_int_eq(seen.n, STEPS);
   for (int step = 0; step < STEPS; step++) {
-    float want = par_step(&whole, step, sizes[step], NULL);
+    float want = par_step(&tw.whole, step, sizes[step], NULL);
     ck_assert_int_eq(seen.samples[step], sizes[step]);
     ck_assert_msg(memcmp(&seen.loss[step], &want, sizeof want) == 0,
                   "step %d: run_steps %.9g, whole %.9g", step, seen.loss[step], want);
   }
-  models_equal(&whole, &pf, places);
+  models_equal(&tw.whole, &tw.pf, places);
   pe_tensor_release(&out);
-  par_free(&whole);
-  par_free(&pf);
-  seq_free(&s);
-  pe_runtime_free(rt);
+  twins_free(&tw);
 }
 
 START_TEST(run_steps_cpu3) {
