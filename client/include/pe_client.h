@@ -253,9 +253,11 @@ int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64
 int pe_client_unregister_shm(pe_client *c, uint64_t region);
 
 /* A region made and registered in one call: shm_open (a unique name, mode
- * 0600: the daemon must run as the same user), ftruncate, mmap, RegisterShm.
- * The name stays until pe_client_shm_close, since the daemon opens it by
- * name. */
+ * 0600), ftruncate, mmap, RegisterShm. When the daemon runs as another user
+ * (the owner of its ipc:// socket file, e.g. the service's pe-executord),
+ * one POSIX ACL entry gives that user, and no one else, read access; a file
+ * system without ACLs is then an error (PE_C_EIO) that says so. The name
+ * stays until pe_client_shm_close, since the daemon opens it by name. */
 typedef struct pe_client_shm {
   uint64_t region;
   void *base;

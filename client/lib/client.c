@@ -183,6 +183,8 @@ static int check_ipc_path(pe_client *c) {
   if (!S_ISSOCK(st.st_mode))
     return pec_fail(c, PE_C_ECONNECT, "connect %s: %s exists but is not a socket", c->address,
                     path);
+  c->daemon_uid = st.st_uid; /* bind() made the file: the daemon's user */
+  c->daemon_uid_known = true;
   return 0;
 }
 
@@ -206,6 +208,7 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
   if (c->max_message > (size_t)INT32_MAX)
     return pec_fail(c, PE_C_EARG, "connect: max_message %zu over the %d bytes nanomsg allows",
                     c->max_message, INT32_MAX);
+  c->daemon_uid_known = false;
   int rc = check_ipc_path(c);
   if (rc) return rc;
   c->sock = nn_socket(AF_SP, NN_REQ);

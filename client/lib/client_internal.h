@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "pe_client.h"
 #include "service.pb-c.h"
@@ -19,6 +20,10 @@ struct pe_client {
   uint64_t last_request_id;                       /* ids start at 1 and only grow */
   int timeout_ms, send_timeout_ms, resend_ivl_ms; /* resend_ivl_ms 0: never */
   bool resent; /* a request went out twice: never nn_close (client.c) */
+  /* The uid that owns the daemon's ipc:// socket file (the daemon's user),
+   * learnt at connect; shared-memory regions are opened to it (shm_grant.c). */
+  bool daemon_uid_known;
+  uid_t daemon_uid;
   size_t max_message;
   /* The last reply and the result arrays built from it; both are freed at
    * the start of the next request (results point into the reply). */
@@ -35,6 +40,12 @@ int pec_fail(pe_client *c, int code, const char *fmt, ...) __attribute__((format
  * reply is c->reply, its code is 0 and its body is `want` (NOT_SET: any).
  * `what` names the request in every error message. */
 int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCase want);
+
+/* Give the daemon's user read access to the shared-memory object fd (name
+ * for messages) when the daemon runs as another user: one POSIX ACL entry
+ * for that uid only; the owner keeps rw and nobody else gets anything.
+ * Nothing to do when the daemon is this process's user or unknown. */
+int pec_shm_grant_daemon(pe_client *c, int fd, const char *name);
 
 /* Result storage owned by the handle until the next request. */
 void *pec_results_alloc(pe_client *c, size_t bytes);

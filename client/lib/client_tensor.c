@@ -158,6 +158,12 @@ int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out) {
     return pec_fail(c, PE_C_EIO, "%s: ftruncate %s to %zu bytes: %s", what, out->name, size,
                     strerror(e));
   }
+  int grant = pec_shm_grant_daemon(c, fd, out->name);
+  if (grant) {
+    close(fd);
+    shm_unlink(out->name);
+    return grant;
+  }
   void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
   close(fd); /* the mapping keeps the region */

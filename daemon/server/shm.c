@@ -72,6 +72,12 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
     return pe_error(PE_EINVAL, "register_shm %s: size %llu must be > 0", name,
                     (unsigned long long)size);
   int fd = shm_open(name, O_RDONLY, 0);
+  if (fd < 0 && errno == EACCES)
+    return pe_error(PE_EIO,
+                    "register_shm %s: shm_open: %s: the daemon's user (uid %u) may not read it "
+                    "(give it read access, e.g. an ACL entry; libpeclient's "
+                    "pe_client_shm_create does)",
+                    name, strerror(EACCES), (unsigned)geteuid());
   if (fd < 0)
     return pe_error(errno == ENOENT ? PE_ENOTFOUND : PE_EIO, "register_shm %s: shm_open: %s", name,
                     strerror(errno));
@@ -163,7 +169,7 @@ void pe_shm_drop_client(pe_shm_table *t, uint64_t client) {
 /* Pin [offset, offset+length) of a region: *data points into the mapping
  * until shm_release(*reg). */
 static pe_status *shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
-                               const void **data, pe_shm_region **reg) {
+                              const void **data, pe_shm_region **reg) {
   pthread_mutex_lock(&t->mu);
   for (int i = 0; i < t->n; i++) {
     pe_shm_region *g = t->r[i];

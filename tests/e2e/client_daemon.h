@@ -10,6 +10,7 @@
 
 #include <check.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,8 +65,10 @@ static inline void cd_dump_log(const cd_daemon *d) {
   fclose(f);
 }
 
-/* Start the daemon and wait (up to 15 s) for a ping to answer. */
-static inline void cd_start(cd_daemon *d) {
+/* Start the daemon and wait (up to 15 s) for a ping to answer; as user
+ * uid/gid when uid is not (uid_t)-1 (the caller is root): its directory is
+ * handed to that user and the daemon runs without supplementary groups. */
+static inline void cd_start_as(cd_daemon *d, uid_t uid, gid_t gid) {
   memset(d, 0, sizeof *d);
   snprintf(d->dir, sizeof d->dir, "/tmp/pe-e2e-client-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(d->dir));
@@ -82,6 +85,11 @@ static inline void cd_start(cd_daemon *d) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) dup2(fd, 2);
+    if (uid != (uid_t)-1 && (chown(d->dir, uid, gid) != 0 || setgroups(0, NULL) != 0 ||
+                             setgid(gid) != 0 || setuid(uid) != 0)) {
+      perror("pe-e2e: switching to the daemon's user");
+      _exit(126);
+    }
     execl(bin, bin, "--socket", d->addr, "--state-dir", d->state, (char *)NULL);
     _exit(127);
   }
@@ -100,6 +108,10 @@ static inline void cd_start(cd_daemon *d) {
   }
   cd_dump_log(d);
   ck_abort_msg("pe-executord did not answer a ping on %s within 15 s", d->addr);
+}
+
+static inline void cd_start(cd_daemon *d) {
+  cd_start_as(d, (uid_t)-1, (gid_t)-1);
 }
 
 /* SIGTERM, wait (up to 20 s), expect exit 0; remove the directory. */
