@@ -69,6 +69,12 @@ static void tensor_dtor(void *p) {
   free(p);
 }
 
+/* Arena owner of a calloc'd pin: released, then freed. */
+static void shm_pin_dtor(void *p) {
+  pe_shm_pin_release(p);
+  free(p);
+}
+
 static pe_tensor *arena_tensor(pe_arena *a) {
   pe_tensor *t = calloc(1, sizeof *t);
   return pe_arena_own(a, t, tensor_dtor) ? t : NULL;
@@ -83,9 +89,11 @@ static const char *shape_str(const pe_shape *s, char *buf) {
 
 /* Check a wire tensor and make `view` hold its bytes: a view of the message
  * for inline data, an owned copy for a shm reference (release it after use;
- * arena tensors are released with the arena). */
-static pe_status *tensor_from_pb(pe_server *s, const char *op, const Pe__Tensor *x,
-                                 pe_tensor *view) {
+ * arena tensors are released with the arena). With `pin`, a shm reference
+ * is pinned there instead of copied and `view` gets the dtype and shape
+ * only (data NULL): the caller reads the rows through the pin. */
+static pe_status *tensor_from_pb(pe_server *s, const char *op, const Pe__Tensor *x, pe_tensor *view,
+                                 pe_shm_pin *pin) {
   const char *name = x->name ? x->name : "";
   if (!name[0]) return pe_error(PE_EINVAL, "%s: a tensor has an empty name", op);
   if (!pe_dtype_valid((int)x->dtype))
@@ -123,6 +131,11 @@ static pe_status *tensor_from_pb(pe_server *s, const char *op, const Pe__Tensor 
     if (x->shm->offset % esz)
       return pe_error(PE_EINVAL, "%s: tensor '%.64s': shm offset %llu is not a multiple of %zu", op,
                       name, (unsigned long long)x->shm->offset, esz);
+    if (pin) {
+      pe_tensor_view(view, (pe_dtype)x->dtype, &shape, NULL);
+      return pe_status_wrap(pe_shm_pin_acquire(s->shm, x->shm->region, x->shm->offset, want, pin),
+                            "%s: tensor '%.64s'", op, name);
+    }
     /* A private copy: a run never reads pages the client could truncate. */
     PE_TRY(pe_tensor_resize(view, (pe_dtype)x->dtype, &shape, name));
     return pe_status_wrap(pe_shm_read(s->shm, x->shm->region, x->shm->offset, want, view->data),
@@ -295,7 +308,8 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
    * declared feed present. */
   int nf = (int)rq->n_feeds;
   pe_feed *feeds = pe_arena_alloc(c->a, sizeof *feeds * (size_t)(nf ? nf : 1));
-  if (!feeds) return OOM("run");
+  pe_shm_pin **pins = pe_arena_alloc(c->a, sizeof *pins * (size_t)(nf ? nf : 1));
+  if (!feeds || !pins) return OOM("run"); /* both zeroed */
   pe_status *st = NULL;
   for (int i = 0; i < nf && !st; i++) {
     const Pe__Tensor *x = rq->feeds[i];
@@ -319,7 +333,18 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
       st = OOM("run");
       break;
     }
-    st = tensor_from_pb(s, "run feed", x, t);
+    /* Several mini-batches from shared memory: each is copied from the
+     * region when its step needs it (run_batches.c), not the whole feed
+     * up front. */
+    if (batches > 1 && x->shm) {
+      pins[i] = calloc(1, sizeof *pins[i]);
+      if (!pe_arena_own(c->a, pins[i], shm_pin_dtor)) {
+        pins[i] = NULL;
+        st = OOM("run");
+        break;
+      }
+    }
+    st = tensor_from_pb(s, "run feed", x, t, pins[i]);
     if (st) break;
     char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
     if (t->dtype != decl->dtype) {
@@ -377,6 +402,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
         rq->options && rq->options->timeout_ms ? t0 + rq->options->timeout_ms / 1e3 : 0;
     if (batches > 1) {
       pe_run_batches rb = {.feeds = feeds,
+                           .pins = (const pe_shm_pin *const *)pins,
                            .n_feeds = nf,
                            .batches = batches,
                            .fetch = (const char *const *)rq->fetch,
@@ -511,7 +537,7 @@ static pe_status *h_set_params(ctx *c) {
   if (!views || !names) st = OOM("set_params");
   /* Check every value before setting any. */
   for (int i = 0; !st && i < n; i++) {
-    st = tensor_from_pb(c->s, "set_params", rq->values[i], &views[i]);
+    st = tensor_from_pb(c->s, "set_params", rq->values[i], &views[i], NULL);
     names[i] = rq->values[i]->name;
   }
   for (int i = 0; !st && i < n; i++) {

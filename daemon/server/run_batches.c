@@ -6,7 +6,9 @@
  * on the pool's workers, in their idle time (pe_prefetch_opts.pool); on
  * device places the prefetcher's thread fills and copies onto the devices.
  * One batch is produced at a time (prefetch.h), so `cur` names the batch
- * that fill is copying. */
+ * that fill is copying. A feed in shared memory is read from its pinned
+ * range (rb->pins): one copy, region to the places' rows, instead of a
+ * private copy of the whole feed before the first step. */
 #include "server/run_batches.h"
 
 #include <stdlib.h>
@@ -44,8 +46,14 @@ static pe_status *fill(void *ctx, pe_tensor *in, int n_in, int64_t lo, int64_t h
   for (int i = 0; i < n_in; i++) {
     const pe_tensor *t = b->rb->feeds[i].t;
     size_t row = pe_tensor_bytes(t) / (size_t)t->shape.d[0];
-    const char *src = (const char *)t->data + ((int64_t)b->cur * b->rows + lo) * (int64_t)row;
-    memcpy((char *)in[i].data + lo * (int64_t)row, src, (size_t)(hi - lo) * row);
+    size_t from = (size_t)((int64_t)b->cur * b->rows + lo) * row, bytes = (size_t)(hi - lo) * row;
+    char *dst = (char *)in[i].data + lo * (int64_t)row;
+    const pe_shm_pin *pin = b->rb->pins ? b->rb->pins[i] : NULL;
+    if (pin)
+      PE_TRY(pe_status_wrap(pe_shm_pin_read(pin, from, bytes, dst), "feed '%s' batch %u",
+                            b->rb->feeds[i].name, b->cur));
+    else
+      memcpy(dst, (const char *)t->data + from, bytes);
   }
   return NULL;
 }

@@ -7,9 +7,11 @@
  * on the 2-core machine) on its critical path, and the places wait between
  * steps while the request thread takes the fetches and re-arms the graph;
  * an MLP step on cpu:2 is ~800 us. Here the client sends k batches at once
- * (in shared memory, nothing is copied on the way) and the daemon's pool
- * splits batch j+1 onto the places while step j runs (pe_prefetch, as
- * pe-bench does), the worker ending step j starting step j+1.
+ * (in shared memory: the places' rows of each mini-batch are copied
+ * straight from the region, no private copy of the whole feed first) and
+ * the daemon's pool splits batch j+1 onto the places while step j runs
+ * (pe_prefetch, as pe-bench does), the worker ending step j starting step
+ * j+1.
  *
  * Each step is exactly a pe_par_exec_run of its mini-batch: the same
  * parameters after k batches as after k single-batch requests. A failing
@@ -19,9 +21,14 @@
 #define PE_SERVER_RUN_BATCHES_H
 
 #include "server/programs.h"
+#include "server/shm.h"
 
 typedef struct pe_run_batches {
   const pe_feed *feeds; /* every feed holds `batches` mini-batches along dim 0 */
+  /* Per feed (may be NULL): a pinned shm range that holds the feed's bytes;
+   * that feed's tensor then has dtype and shape only, and each mini-batch's
+   * rows are copied from the region (SIGBUS-guarded) when needed. */
+  const pe_shm_pin *const *pins;
   int n_feeds;
   uint32_t batches; /* > 1 */
   const char *const *fetch;

@@ -198,25 +198,47 @@ static void shm_release(pe_shm_table *t, pe_shm_region *g) {
   if (last) region_unmap(g);
 }
 
+pe_status *pe_shm_pin_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
+                              pe_shm_pin *out) {
+  memset(out, 0, sizeof *out);
+  const void *data = NULL;
+  pe_shm_region *g = NULL;
+  PE_TRY(shm_acquire(t, region, offset, length, &data, &g));
+  *out = (pe_shm_pin){
+      .t = t, .g = g, .data = data, .region = region, .offset = offset, .length = length};
+  return NULL;
+}
+
+pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, void *dst) {
+  if (at > p->length || length > p->length - at)
+    return pe_error(PE_EINVAL, "shm region %llu: [%llu, +%llu) is outside the %llu bytes pinned",
+                    (unsigned long long)p->region, (unsigned long long)(p->offset + at),
+                    (unsigned long long)length, (unsigned long long)p->length);
+  if (pe_bus_guarded_copy(dst, (const uint8_t *)p->data + at, (size_t)length)) return NULL;
+  uint64_t from = p->offset + at;
+  PE_LOGW("shm region %llu of client %016llx: SIGBUS reading [%llu, +%llu): object truncated",
+          (unsigned long long)p->region, (unsigned long long)p->g->client, (unsigned long long)from,
+          (unsigned long long)length);
+  return pe_error(PE_EIO,
+                  "shm region %llu: reading [%llu, +%llu) faulted (SIGBUS): the object was "
+                  "truncated below the %llu bytes it was registered with",
+                  (unsigned long long)p->region, (unsigned long long)from,
+                  (unsigned long long)length, (unsigned long long)p->g->size);
+}
+
+void pe_shm_pin_release(pe_shm_pin *p) {
+  if (!p || !p->g) return;
+  shm_release(p->t, p->g);
+  p->g = NULL;
+}
+
 pe_status *pe_shm_read(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
                        void *dst) {
-  const void *src = NULL;
-  pe_shm_region *g = NULL;
-  PE_TRY(shm_acquire(t, region, offset, length, &src, &g));
-  bool ok = pe_bus_guarded_copy(dst, src, (size_t)length);
-  uint64_t size = g->size, client = g->client;
-  shm_release(t, g);
-  if (!ok) {
-    PE_LOGW("shm region %llu of client %016llx: SIGBUS reading [%llu, +%llu): object truncated",
-            (unsigned long long)region, (unsigned long long)client, (unsigned long long)offset,
-            (unsigned long long)length);
-    return pe_error(PE_EIO,
-                    "shm region %llu: reading [%llu, +%llu) faulted (SIGBUS): the object was "
-                    "truncated below the %llu bytes it was registered with",
-                    (unsigned long long)region, (unsigned long long)offset,
-                    (unsigned long long)length, (unsigned long long)size);
-  }
-  return NULL;
+  pe_shm_pin p;
+  PE_TRY(pe_shm_pin_acquire(t, region, offset, length, &p));
+  pe_status *st = pe_shm_pin_read(&p, 0, length, dst);
+  pe_shm_pin_release(&p);
+  return st;
 }
 
 int pe_shm_count(pe_shm_table *t) {

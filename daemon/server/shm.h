@@ -43,6 +43,27 @@ void pe_shm_drop_client(pe_shm_table *t, uint64_t client);
 pe_status *pe_shm_read(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
                        void *dst);
 
+/* A range of a region held for one request (RunRequest.batches: the
+ * daemon copies each mini-batch's rows straight from the region when it
+ * needs them instead of a private copy of the whole feed first). Pinning
+ * checks the bounds once; the mapping stays while pinned, even when the
+ * region is unregistered meanwhile. Reads are SIGBUS-guarded copies, as
+ * pe_shm_read; the pin is used by one thread at a time or read-only by
+ * several (the pool's workers). */
+typedef struct pe_shm_pin {
+  pe_shm_table *t;
+  struct pe_shm_region *g; /* a held reference */
+  const void *data;        /* offset's byte in the mapping */
+  uint64_t region, offset, length;
+} pe_shm_pin;
+
+pe_status *pe_shm_pin_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
+                              pe_shm_pin *out);
+/* Copy [at, at+length) of the pinned range into dst. */
+pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, void *dst);
+/* Release (NULL or never pinned: no-op). */
+void pe_shm_pin_release(pe_shm_pin *p);
+
 int pe_shm_count(pe_shm_table *t);
 
 #endif

@@ -8,13 +8,19 @@
  *    and change nothing; a step that fails (a label out of range in the
  *    third batch) stops the request with the step's error, the two steps
  *    before it stay applied (the parameters equal those after two
- *    single-batch requests), and the daemon goes on serving.
+ *    single-batch requests), and the daemon goes on serving;
+ *  - the batches from a shared-memory region equal inline ones, and a
+ *    region truncated under a request fails the step whose rows are gone
+ *    (the steps before it stay applied).
  * Data: synthetic batches (no dataset needed). Skipped (77) when
  * pe-executord is not built. */
 #include <check.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "client_daemon.h"
 #include "pe_client.h"
@@ -241,12 +247,81 @@ START_TEST(bad_batches_and_a_failing_step) {
 }
 END_TEST
 
+/* The same K mini-batches from a shared-memory region (labels first, then
+ * images: the daemon copies each mini-batch's rows straight from the
+ * region) and inline: the same stacked fetches and parameters. Then the
+ * client truncates the region inside mini-batch 2's images: steps 0 and 1
+ * run, the request fails at mini-batch 2 naming the feed, the batch and the
+ * truncation, and the model equals one that ran mini-batches 0 and 1
+ * inline (on cpu the pool's workers copy the rows, on sim the prefetch
+ * thread: the SIGBUS guard holds on either). */
+static void shm_check(fixture *f, const char *places) {
+  char in_ns[64], shm_ns[64];
+  snprintf(in_ns, sizeof in_ns, "inline-%s", places);
+  snprintf(shm_ns, sizeof shm_ns, "shm-%s", places);
+  in_ns[strcspn(in_ns, ":")] = '_';
+  shm_ns[strcspn(shm_ns, ":")] = '_';
+  uint64_t hi = model_new(f, in_ns, places, PE_C_ALLREDUCE);
+  uint64_t hs = model_new(f, shm_ns, places, PE_C_ALLREDUCE);
+  const size_t ysz = sizeof f->b->y, xsz = sizeof f->b->x;
+  pe_client_shm shm;
+  int rc = pe_client_shm_create(f->c, ysz + xsz, &shm);
+  ck_assert_msg(rc == 0, "shm: %s", pe_client_error(f->c));
+  memcpy(shm.base, f->b->y, ysz);
+  memcpy((char *)shm.base + ysz, f->b->x, xsz);
+  const char *fetch[] = {f->m.loss, f->m.accuracy};
+  pe_client_run_opts o = {.batches = K};
+  pe_client_tensor feeds[2];
+  pe_client_run_result r;
+  feeds_of(&f->m, f->b, 0, K, feeds);
+  CD_OK(f->c, pe_client_run(f->c, hi, feeds, 2, fetch, 2, &o, &r));
+  float want[2][K];
+  for (int j = 0; j < 2; j++)
+    memcpy(want[j], pe_client_find(r.fetched, r.n_fetched, fetch[j])->data, sizeof want[j]);
+  feeds[0].shm_region = feeds[1].shm_region = shm.region;
+  feeds[0].shm_offset = ysz;
+  feeds[1].shm_offset = 0;
+  CD_OK(f->c, pe_client_run(f->c, hs, feeds, 2, fetch, 2, &o, &r));
+  ck_assert_uint_eq(r.steps, K);
+  for (int j = 0; j < 2; j++)
+    ck_assert_msg(
+        !memcmp(pe_client_find(r.fetched, r.n_fetched, fetch[j])->data, want[j], sizeof want[j]),
+        "%s: %s from shared memory differs from inline", places, fetch[j]);
+  params_same(f, in_ns, shm_ns);
+
+  /* Cut inside mini-batch 2's images, two pages past its first row (the
+   * pages of batches 0 and 1 stay readable). */
+  size_t batch_bytes = (size_t)ROWS * DIM * sizeof(float);
+  int fd = shm_open(shm.name, O_RDWR, 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, (off_t)(ysz + 2 * batch_bytes + 8192)), 0);
+  refused(f, hs, feeds, K, 0, (const char *[]){"batch 2", f->m.image, "truncated", NULL});
+  feeds_of(&f->m, f->b, 0, 2, feeds);
+  o.batches = 2;
+  CD_OK(f->c, pe_client_run(f->c, hi, feeds, 2, fetch, 2, &o, &r));
+  params_same(f, in_ns, shm_ns);
+  CD_OK(f->c, pe_client_ping(f->c));
+  ck_assert_int_eq(ftruncate(fd, (off_t)(ysz + xsz)), 0);
+  close(fd);
+  pe_client_shm_close(f->c, &shm);
+}
+
+START_TEST(shm_batches_and_a_truncated_region) {
+  fixture f;
+  fixture_start(&f);
+  shm_check(&f, "cpu:2");
+  shm_check(&f, "sim:2");
+  fixture_stop(&f);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_batches");
   TCase *tc = tcase_create("run_batches");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, batches_equal_single_requests);
   tcase_add_test(tc, bad_batches_and_a_failing_step);
+  tcase_add_test(tc, shm_batches_and_a_truncated_region);
   suite_add_tcase(s, tc);
   return s;
 }
