@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,18 @@ static inline void cd_dump_log(const cd_daemon *d) {
   fclose(f);
 }
 
+/* Copy the file src to dst (created with mode). */
+static inline bool cd_copy_file(const char *src, const char *dst, mode_t mode) {
+  int in = open(src, O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  bool ok = in >= 0 && out >= 0;
+  char buf[1 << 16];
+  ssize_t n;
+  while (ok && (n = read(in, buf, sizeof buf)) != 0) ok = n > 0 && write(out, buf, (size_t)n) == n;
+  if (in >= 0) close(in);
+  if (out >= 0 && close(out) != 0) ok = false;
+  return ok;
+}
+
 /* Start the daemon and wait (up to 15 s) for a ping to answer; as user
  * uid/gid when uid is not (uid_t)-1 (the caller is root): its directory is
  * handed to that user and the daemon runs without supplementary groups. */
@@ -85,10 +98,18 @@ static inline void cd_start_as(cd_daemon *d, uid_t uid, gid_t gid) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd >= 0) dup2(fd, 2);
-    if (uid != (uid_t)-1 && (chown(d->dir, uid, gid) != 0 || setgroups(0, NULL) != 0 ||
-                             setgid(gid) != 0 || setuid(uid) != 0)) {
-      perror("pe-e2e: switching to the daemon's user");
-      _exit(126);
+    /* The build tree may be out of the other user's reach (a checkout
+     * under a 0700 directory): it runs a copy of the binary from its own
+     * directory. */
+    char copy[160];
+    snprintf(copy, sizeof copy, "%s/pe-executord", d->dir);
+    if (uid != (uid_t)-1) {
+      if (!cd_copy_file(bin, copy, 0755) || chown(d->dir, uid, gid) != 0 ||
+          setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
+        perror("pe-e2e: starting the daemon as another user");
+        _exit(126);
+      }
+      snprintf(bin, sizeof bin, "%s", copy);
     }
     execl(bin, bin, "--socket", d->addr, "--state-dir", d->state, (char *)NULL);
     _exit(127);
