@@ -44,7 +44,7 @@ int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCa
 /* Give the daemon's user read access to the shared-memory object fd (name
  * for messages) when the daemon runs as another user: one POSIX ACL entry
  * for that uid only; the owner keeps rw and nobody else gets anything.
- * Nothing to do when the daemon is this process's user or unknown. */
+ * Nothing to do when the daemon is this process's user, root or unknown. */
 int pec_shm_grant_daemon(pe_client *c, int fd, const char *name);
 
 /* Result storage owned by the handle until the next request. */

@@ -17,7 +17,8 @@
 
 int pec_shm_grant_daemon(pe_client *c, int fd, const char *name) {
   static const char what[] = "register_shm";
-  if (!c->daemon_uid_known || c->daemon_uid == geteuid()) return 0;
+  /* root reads any region: no entry needed (nor ACL support) for it. */
+  if (!c->daemon_uid_known || c->daemon_uid == geteuid() || c->daemon_uid == 0) return 0;
   /* The mask bounds the named entry: r--. */
   char text[128];
   snprintf(text, sizeof text, "u::rw-,u:%u:r--,g::---,m::r--,o::---", (unsigned)c->daemon_uid);
