@@ -22,21 +22,6 @@ typedef struct producer {
   int filling; /* with fill: the batch being filled */
 } producer;
 
-static pe_status *produce(void *ctx, pe_tensor *in, int n_in, bool *end) {
-  producer *pr = ctx;
-  if (pr->step == STEPS) {
-    *end = true;
-    return NULL;
-  }
-  int n = sizes[pr->step];
-  pe_shape xs = PE_SHAPE(n, DIM), ys = PE_SHAPE(n, 1);
-  PE_TRY(pe_tensor_resize(&in[0], PE_F32, &xs, "x"));
-  PE_TRY(pe_tensor_resize(&in[1], PE_I64, &ys, "y"));
-  make_batch(pr->step, n, pe_f32(&in[0]), pe_i64(&in[1]));
-  pr->step++;
-  return NULL;
-}
-
 /* Two-phase: produce_sizes sizes the inputs, fill_rows writes rows [lo, hi)
  * (on pool workers, concurrently for disjoint ranges). */
 static pe_status *produce_sizes(void *ctx, pe_tensor *in, int n_in, bool *end) {
@@ -51,6 +36,15 @@ static pe_status *produce_sizes(void *ctx, pe_tensor *in, int n_in, bool *end) {
   PE_TRY(pe_tensor_resize(&in[0], PE_F32, &xs, "x"));
   PE_TRY(pe_tensor_resize(&in[1], PE_I64, &ys, "y"));
   pr->filling = pr->step++;
+  return NULL;
+}
+
+/* One-phase: produce_sizes, then the whole batch made by the producer. */
+static pe_status *produce(void *ctx, pe_tensor *in, int n_in, bool *end) {
+  producer *pr = ctx;
+  int step = pr->step;
+  PE_TRY(produce_sizes(ctx, in, n_in, end));
+  if (pr->step != step) make_batch(step, sizes[step], pe_f32(&in[0]), pe_i64(&in[1]));
   return NULL;
 }
 
