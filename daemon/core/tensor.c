@@ -32,8 +32,10 @@ pe_status *pe_tensor_resize_with(pe_tensor *t, pe_allocator *a, pe_dtype dt, con
     t->cap = cap;
     t->alloc = a;
   }
-  t->dtype = dt;
-  t->shape = *shape;
+  /* Unchanged metadata is not written: a same-shape resize (every kernel's
+   * output, every run) stays a read for threads that look at it. */
+  if (t->dtype != dt) t->dtype = dt;
+  if (!pe_shape_equal(&t->shape, shape)) t->shape = *shape;
   return NULL;
 }
 

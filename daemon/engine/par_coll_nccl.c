@@ -91,6 +91,7 @@ pe_status *par_nccl_launch(xnode *x) {
   for (int p = 0; p < np && !st && !skip; p++) {
     pe_stream *s = x->ev_stream[p];
     st = par_sync_preds(x, s, p);
+    if (!st) st = par_wait_fences(x, s);
     if (!st && x->writes_persistable)
       st = pe_device_sync_dep(e->sync, pe_device_stream(e->dev[p], PE_STREAM_COMPUTE), NULL, s);
   }

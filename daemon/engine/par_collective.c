@@ -334,7 +334,10 @@ static pe_status *sim_launch(xnode *x) {
     /* Every part's stream synchronised first, then every part launched: with
      * WAIT_PRODUCER a sync drains a producer's stream, which must not hold a
      * part of this collective (it would wait for peers not launched yet). */
-    for (int p = 0; p < np && !st; p++) st = par_sync_preds(x, x->ev_stream[p], p);
+    for (int p = 0; p < np && !st; p++) {
+      st = par_sync_preds(x, x->ev_stream[p], p);
+      if (!st) st = par_wait_fences(x, x->ev_stream[p]);
+    }
     for (int p = 0; p < np && !st; p++) {
       pe_stream *s = x->ev_stream[p];
       x->parts[p] =
@@ -349,6 +352,7 @@ static pe_status *sim_launch(xnode *x) {
   }
   pe_stream *s = x->ev_stream[0];
   PE_TRY(par_sync_preds(x, s, n->root));
+  PE_TRY(par_wait_fences(x, s));
   if (x->writes_persistable)
     for (int p = 0; p < np; p++)
       for (int k = 0; k < 2; k++) {

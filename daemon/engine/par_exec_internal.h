@@ -69,6 +69,10 @@ struct xnode {
   /* Engine variables. */
   pe_engine_var **reads, **muts;
   int n_reads, n_muts;
+  /* Async places: write fences of the persistable replicas the node reads
+   * (waited for on its stream) and writes (recorded after its launch). */
+  par_fence **rfence, **wfence;
+  int n_rfence, n_wfence;
 
   int n_pred;
   int *pred; /* distinct producer nodes (from in[]) */
@@ -163,21 +167,34 @@ struct pe_par_exec {
   pe_task steps_task;
   struct par_steps *steps;
   pe_event **end_ev; /* [n_places * PE_STREAM_KINDS] */
+  /* Async places: the last run returned before its stream work ran (end_ev
+   * recorded, not waited for). The next run, pe_par_exec_sync and free wait
+   * for it first (par_drain); its stream errors arrive in err meanwhile.
+   * tail_quiet: the run returned an error, so the tail's errors (often
+   * its consequences) are dropped: a run reports one error, its first.
+   * Under run_mu. */
+  bool tail, tail_quiet;
 };
 
 /* One step of a run (par_executor.c). The caller holds run_mu and set the
- * options (par_set_opts). par_step_begin binds the feeds, re-arms the nodes
- * and starts the roots (on an error nothing started); from then on the
- * last node's worker either chains (chain_steps) or hands back
- * (par_hand_back: par_wait_back returns). par_step_end, once every node is
- * done, waits for the devices, takes the step's first error and fetches.
- * begin and end may run on a pool worker (host executors: no device waits
- * there). */
+ * options (par_set_opts). par_step_begin waits for the previous step's
+ * stream work (par_drain), binds the feeds, re-arms the nodes and starts
+ * the roots (on an error nothing started); from then on the last node's
+ * worker either chains (chain_steps) or hands back (par_hand_back:
+ * par_wait_back returns). par_step_end, once every node is done (on async
+ * places: launched), takes the step's first error and fetches. On async
+ * places it waits only for what the caller hands over: the feed copies
+ * (they read the caller's memory), the fetched variables' producers, and
+ * everything when the feeds are views of the caller's parts or a timeline
+ * records; the rest is the step's tail (e->tail). begin and end may run on
+ * a pool worker (host executors: no device waits there). */
 void par_set_opts(pe_par_exec *e, const pe_run_opts *opts);
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds);
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
 void par_hand_back(pe_par_exec *e);
+/* Wait for the previous step's tail; its stream errors, if any (wrapped). */
+pe_status *par_drain(pe_par_exec *e);
 void par_wait_back(pe_par_exec *e);
 
 /* Record a failure as the run's first error (or free it). */
@@ -193,6 +210,8 @@ void par_engine_complete(xnode *x);
 void par_run_chain(xnode *x);
 /* Make stream `s` (place p) see the stream work of every predecessor of x. */
 pe_status *par_sync_preds(xnode *x, pe_stream *s, int p);
+/* Make stream s see the newest writes of the persistables x reads. */
+pe_status *par_wait_fences(xnode *x, pe_stream *s);
 /* The pseudo-random delay hook. */
 void par_delay(xnode *x);
 /* Timeline lane of the calling thread. */
@@ -250,6 +269,10 @@ pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds);
 /* pe_par_exec_run_split's feeds: the parts become the feed tensors (views). */
 pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int n_feeds);
 pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
+/* Async places: make each place's d2h stream wait for the fetched
+ * variables' values there (their last producers, or the write fence of a
+ * persistable), then wait for those d2h streams on the host. */
+pe_status *par_fetch_wait(pe_par_exec *e, const char *const *fetch, int n_fetch);
 void par_zero_grads(pe_par_exec *e);
 pe_status *par_buffers_bind(pe_par_exec *e);
 

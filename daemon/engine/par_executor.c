@@ -26,14 +26,27 @@
  * after the launch. The stream wrapper skips the kernel when a predecessor's
  * stream work failed (sfail). A node that writes a persistable first makes
  * its stream wait for the place's other streams (pending readers of the old
- * value, launched by runs of other graphs) and, as an engine op, syncs its
- * event before its engine variables are released; so does a random op (its
- * kernel reserves generator counters when it runs). The run ends after an
- * event recorded on every stream of every place completed. */
+ * value, launched by runs of other graphs), then records the replica's write
+ * fence (par_internal.h) after its launch and releases its engine variables
+ * at once: readers of other graphs on another stream wait for the fence,
+ * host readers sync it. Only a write that allocates the replica (its first)
+ * and a random op (its kernel reserves generator counters when it runs)
+ * sync their event before the release.
+ *
+ * Run end on async places. Once every node is launched the run waits for
+ * what its caller hands over (the feed copies read the caller's memory; the
+ * fetched values' producers, on the d2h streams), records an event on every
+ * stream of every place (end_ev) and returns: with nothing fetched, nothing
+ * waits for the devices. The next run (or pe_par_exec_sync, or free) waits
+ * for those events before it touches the executor's state (par_drain), and
+ * reports a failure of that tail as its own error. A run whose feeds are
+ * views of the caller's parts (they are read until the end), or which
+ * records a timeline, waits for every stream before it returns. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core/log.h"
 #include "engine/op_run.h"
 #include "engine/par_exec_internal.h"
 #include "engine/place_io.h"
@@ -180,6 +193,30 @@ static pe_status *compile_scale(xnode *x) {
   return NULL;
 }
 
+static void add_fence(par_fence **a, int *n, par_fence *f) {
+  for (int i = 0; i < *n; i++)
+    if (a[i] == f) return;
+  a[(*n)++] = f;
+}
+
+/* The write fences of the persistable replicas x reads and writes. */
+static pe_status *compile_fences(pe_par_exec *e, xnode *x) {
+  const pe_graph_node *n = x->n;
+  const pe_graph *g = e->g;
+  x->rfence = calloc((size_t)(n->n_in_lv ? n->n_in_lv : 1), sizeof(*x->rfence));
+  x->wfence = calloc((size_t)(n->n_out_lv ? n->n_out_lv : 1), sizeof(*x->wfence));
+  if (!x->rfence || !x->wfence) return OOM();
+  for (int i = 0; i < n->n_out_lv; i++) {
+    int lv = n->out_lv[i];
+    if (e->lentry[lv]) add_fence(x->wfence, &x->n_wfence, &e->lentry[lv]->fence[g->lvars[lv].place]);
+  }
+  for (int i = 0; i < n->n_in_lv; i++) {
+    int lv = n->in_lv[i];
+    if (e->lentry[lv]) add_fence(x->rfence, &x->n_rfence, &e->lentry[lv]->fence[g->lvars[lv].place]);
+  }
+  return NULL;
+}
+
 static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   pe_graph *g = e->g;
   xnode *x = &e->x[id];
@@ -214,6 +251,7 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
       for (int k = 0; k < x->n_muts; k++) mut |= x->muts[k] == v;
       if (!mut) add_unique(x->reads, &x->n_reads, v);
     }
+  if (e->async) PE_TRY(compile_fences(e, x));
   x->random = n->def && (n->def->flags & PE_OP_RANDOM);
   if (x->random) add_unique(x->muts, &x->n_muts, e->m->prng);
   x->engine = x->n_reads + x->n_muts > 0;
@@ -334,7 +372,13 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
 void pe_par_exec_free(pe_par_exec *e) {
   if (!e) return;
   pe_graph *g = e->g;
-  /* Earlier runs synced their streams; nothing of ours is in flight. */
+  /* The last run's tail may still be in flight: wait for it. Nobody is
+   * left to report its failure to but the log. */
+  pe_status *tail = par_drain(e);
+  if (tail) {
+    pe_log(PE_LOG_WARN, "parallel executor freed: %s", pe_status_msg(tail));
+    pe_status_free(tail);
+  }
   for (int i = 0; e->x && i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (x->state && x->state_free) x->state_free(x->state);
@@ -346,6 +390,8 @@ void pe_par_exec_free(pe_par_exec *e) {
     free(x->names);
     free(x->reads);
     free(x->muts);
+    free(x->rfence);
+    free(x->wfence);
     free(x->pred);
     for (int k = 0; x->ev && k < x->n_ev; k++) pe_event_put(x->ev[k]);
     free(x->ev);
@@ -486,22 +532,42 @@ pe_status *par_sync_preds(xnode *x, pe_stream *s, int p) {
   return NULL;
 }
 
+pe_status *par_wait_fences(xnode *x, pe_stream *s) {
+  for (int i = 0; i < x->n_rfence; i++) PE_TRY(par_fence_wait(x->e->sync, x->rfence[i], s));
+  return NULL;
+}
+
+/* x writes a persistable replica that has no storage yet: its kernel
+ * allocates it (host-visible metadata changes). */
+static bool allocates_persistable(const xnode *x) {
+  const pe_graph_node *n = x->n;
+  for (int i = 0; i < n->n_out_lv; i++)
+    if (x->e->lentry[n->out_lv[i]] && !x->e->lt[n->out_lv[i]]->data) return true;
+  return false;
+}
+
 /* Launch an op node on its async stream. */
 static pe_status *launch_op(xnode *x) {
   pe_par_exec *e = x->e;
   pe_stream *s = x->stream;
   PE_TRY(par_sync_preds(x, s, x->n->place));
-  if (x->writes_persistable)
+  PE_TRY(par_wait_fences(x, s));
+  bool hold = x->random;
+  if (x->writes_persistable) {
+    hold |= allocates_persistable(x);
     for (int k = 0; k < 2; k++) {
       pe_stream *o = pe_device_stream(x->dev, k == 0 ? PE_STREAM_COMPUTE : PE_STREAM_COMM);
       if (o != s) PE_TRY(pe_device_sync_dep(e->sync, o, NULL, s));
     }
+  }
   PE_TRY(pe_stream_launch(s, sim_op_fn, x));
   PE_TRY(pe_event_record(x->ev[0], s));
-  if (x->engine && (x->writes_persistable || x->random)) {
-    /* Keep the engine variables until the new value exists; a random
-     * kernel reserves its generator range when it runs on the stream, so
-     * the PRNG variable is held until then (draw order = push order). */
+  for (int i = 0; i < x->n_wfence; i++) PE_TRY(par_fence_record(x->wfence[i], s));
+  if (x->engine && hold) {
+    /* Keep the engine variables until the kernel ran: a first write sets
+     * the replica's storage, which host readers look at; a random kernel
+     * reserves its generator range when it runs on the stream, so the PRNG
+     * variable is held until then (draw order = push order). */
     pe_status_free(pe_event_sync(x->ev[0]));
   }
   return NULL;
@@ -591,19 +657,54 @@ static void engine_done(void *arg, const pe_status *st) {
 
 /* --- run ---------------------------------------------------------------------- */
 
-static pe_status *sync_streams(pe_par_exec *e) {
+/* Record (record) and/or wait for (wait) end_ev on the places' streams of
+ * the kinds in mask (bit k: pe_stream_kind k). The first error. */
+static pe_status *end_events(pe_par_exec *e, unsigned mask, bool record, bool wait) {
   pe_status *first = NULL;
   for (int p = 0; p < e->n_places; p++)
     for (int k = 0; k < PE_STREAM_KINDS; k++) {
+      if (!(mask & (1u << k))) continue;
       pe_event *ev = e->end_ev[p * PE_STREAM_KINDS + k];
-      pe_status *st = pe_event_record(ev, pe_device_stream(e->dev[p], k));
-      if (!st) st = pe_event_sync(ev);
+      pe_status *st = record ? pe_event_record(ev, pe_device_stream(e->dev[p], k)) : NULL;
+      if (!st && wait) st = pe_event_sync(ev);
       if (st && !first)
         first = st;
       else
         pe_status_free(st);
     }
   return first;
+}
+
+#define ALL_STREAMS ((1u << PE_STREAM_KINDS) - 1)
+
+static pe_status *sync_streams(pe_par_exec *e) {
+  return end_events(e, ALL_STREAMS, true, true);
+}
+
+pe_status *par_drain(pe_par_exec *e) {
+  if (!e->tail) return NULL;
+  e->tail = false;
+#ifdef PE_HAVE_CUDA
+  if (e->m->nccl) par_fail(e, par_nccl_finish(e)); /* NCCL errors, not hangs */
+#endif
+  par_fail(e, end_events(e, ALL_STREAMS, false, true));
+  pe_status *st = atomic_exchange(&e->err, NULL);
+  if (e->tail_quiet) {
+    pe_status_free(st);
+    return NULL;
+  }
+  return st ? pe_status_wrap(st, "the previous run returned before its device work ran, which "
+                                 "then failed (nothing of this run started)")
+            : NULL;
+}
+
+pe_status *pe_par_exec_sync(pe_par_exec *e) {
+  if (pe_pool_is_worker(e->rt->pool))
+    return pe_error(PE_EINVAL, "parallel executor: sync called from a pool worker");
+  pthread_mutex_lock(&e->run_mu);
+  pe_status *st = par_drain(e);
+  pthread_mutex_unlock(&e->run_mu);
+  return st;
 }
 
 void par_hand_back(pe_par_exec *e) {
@@ -630,6 +731,7 @@ void par_set_opts(pe_par_exec *e, const pe_run_opts *opts) {
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds) {
   uint64_t t_start = pe_timeline_now_ns();
+  PE_TRY(par_drain(e)); /* before anything the tail may still read */
   e->delay_salt++;
   atomic_store(&e->err, NULL);
   atomic_store(&e->executed, 0);
@@ -725,16 +827,32 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   return NULL;
 }
 
-pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
+/* Async places: wait for what the caller hands over (see the file
+ * comment), leave the rest as the run's tail. */
+static void end_async(pe_par_exec *e, const char *const *fetch, int n_fetch) {
+  bool all = e->feeds_viewed || e->tl;
 #ifdef PE_HAVE_CUDA
-  if (e->m->nccl) par_fail(e, par_nccl_finish(e)); /* NCCL errors, not hangs */
+  /* NCCL errors, not hangs: before waiting for any collective's output. */
+  if (e->m->nccl && (all || n_fetch)) par_fail(e, par_nccl_finish(e));
 #endif
-  if (e->async) par_fail(e, sync_streams(e));
+  if (all) {
+    par_fail(e, sync_streams(e));
+    return;
+  }
+  if (e->has_feeds) par_fail(e, end_events(e, 1u << PE_STREAM_H2D, true, true));
+  if (n_fetch) par_fail(e, par_fetch_wait(e, fetch, n_fetch));
+  par_fail(e, end_events(e, ALL_STREAMS, true, false));
+  e->tail = true;
+}
+
+pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
+  if (e->async) end_async(e, fetch, n_fetch);
   /* Restore engine flags changed by a failed push. */
   const pe_graph *g = e->g;
   for (int i = 0; i < g->n_nodes; i++) e->x[i].engine = e->x[i].n_reads + e->x[i].n_muts > 0;
   pe_status *st = atomic_exchange(&e->err, NULL);
   if (!st && n_fetch) st = par_fetch(e, fetch, n_fetch, fetched);
+  e->tail_quiet = st != NULL;
   return st;
 }
 

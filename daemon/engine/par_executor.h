@@ -210,10 +210,21 @@ typedef struct pe_run_stats {
  * PE_ESHAPE naming variable and shapes). fetched[i] (caller-owned host
  * tensors, resized as needed) receives fetch[i] as described above. opts
  * and stats may be NULL. Blocks the calling thread (not a pool worker)
- * until the run completed. */
+ * until the run completed; on asynchronous places (sim, cuda) until every
+ * node is launched, the feeds are copied and the fetched values are on the
+ * host: the rest of the device work (with nothing fetched: all of it) runs
+ * after the call returned. The next run of e waits for it before it starts
+ * and returns its failure, if any, as its own error; pe_par_exec_sync
+ * waits for it alone. Model reads (pe_model_get) see the newest values
+ * whatever is still in flight. */
 pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
                            const char *const *fetch, int n_fetch, pe_tensor *fetched,
                            const pe_run_opts *opts, pe_run_stats *stats);
+
+/* Wait for the device work the last run of e left in flight (see
+ * pe_par_exec_run); its first error (NULL: none, or nothing in flight).
+ * Not from a pool worker. */
+pe_status *pe_par_exec_sync(pe_par_exec *e);
 
 /* Feeds already split onto the places (seed 002: pe_prefetch splits the
  * next batch on its own thread while the current step runs). parts[p] holds

@@ -244,8 +244,9 @@ pe_status *par_buffers_bind(pe_par_exec *e) {
 }
 
 /* A place with no sample contributes zero gradients to the collectives. The
- * previous run synced every stream, and pe_place_zero has completed when it
- * returns, so every stream's work launched afterwards sees the zeros. */
+ * previous run's stream work is done (par_drain), and pe_place_zero has
+ * completed when it returns, so every stream's work launched afterwards
+ * sees the zeros. */
 void par_zero_grads(pe_par_exec *e) {
   const pe_graph *g = e->g;
   for (int p = 0; p < e->n_places; p++) {
@@ -289,7 +290,8 @@ static int param_grad_index(const pe_par_exec *e, int lv) {
 
 /* Place p's tensor t as the host sees it: t itself when the place's memory
  * is host memory, else a copy in the executor's staging tensor of p (valid
- * until the next call for p). The run synced its streams before fetching. */
+ * until the next call for p). The run waited for t's producer before
+ * fetching (par_fetch_wait, or every stream). */
 static pe_status *host_view(pe_par_exec *e, int p, const pe_tensor *t, const char *name,
                             const pe_tensor **out) {
   *out = t;
@@ -322,6 +324,55 @@ static pe_status *fetch_grad_sum(pe_par_exec *e, int j, const char *name, pe_ten
   return NULL;
 }
 
+/* lv[p] = fetch slot f's (name's) lvar on place p, or -1; whether any
+ * place has it. Slot f remembers the last lookup. */
+static bool fetch_lookup(pe_par_exec *e, int f, const char *name, int *lv) {
+  int np = e->n_places;
+  bool any = false;
+  bool cached = f < PAR_FETCH_CACHE && name && e->fetch_name[f] && !strcmp(e->fetch_name[f], name);
+  for (int p = 0; p < np; p++) {
+    lv[p] = cached ? e->fetch_lv[f][p] : name ? pe_graph_lvar_find(e->g, name, p) : -1;
+    any |= lv[p] >= 0;
+  }
+  if (!cached && any && f < PAR_FETCH_CACHE) {
+    free(e->fetch_name[f]);
+    if (!e->fetch_lv[f]) e->fetch_lv[f] = malloc((size_t)np * sizeof(int));
+    e->fetch_name[f] = e->fetch_lv[f] ? strdup(name) : NULL;
+    if (e->fetch_name[f]) memcpy(e->fetch_lv[f], lv, (size_t)np * sizeof(int));
+  }
+  return any;
+}
+
+/* Make d2h see lvar lv's final value: its last version's producer (any
+ * stream, any place), or the write fence of a persistable. Feeds were
+ * waited for with the h2d streams. */
+static pe_status *d2h_wait_value(pe_par_exec *e, int lv, pe_stream *d2h) {
+  const pe_graph *g = e->g;
+  const pe_graph_lvar *l = &g->lvars[lv];
+  if (e->lentry[lv]) PE_TRY(par_fence_wait(e->sync, &e->lentry[lv]->fence[l->place], d2h));
+  if (l->n_versions < 1) return NULL;
+  int pr = g->vars[l->versions[l->n_versions - 1]].producer;
+  if (pr < 0) return NULL;
+  const xnode *y = &e->x[pr];
+  for (int j = 0; j < y->n_ev; j++)
+    PE_TRY(pe_device_sync_dep(e->sync, y->ev_stream[j], y->ev[j], d2h));
+  return NULL;
+}
+
+pe_status *par_fetch_wait(pe_par_exec *e, const char *const *fetch, int n_fetch) {
+  int lv[PE_MAX_PLACES];
+  for (int f = 0; f < n_fetch; f++) {
+    if (!fetch_lookup(e, f, fetch[f], lv)) continue; /* par_fetch names it */
+    for (int p = 0; p < e->n_places; p++)
+      if (lv[p] >= 0)
+        PE_TRY(d2h_wait_value(e, lv[p], pe_device_stream(e->dev[p], PE_STREAM_D2H)));
+  }
+  /* The host reads after the d2h streams passed those waits (also where a
+   * place's memory is host memory and no copy goes through d2h). */
+  for (int p = 0; p < e->n_places; p++) PE_TRY(pe_stream_sync(pe_device_stream(e->dev[p], PE_STREAM_D2H)));
+  return NULL;
+}
+
 pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
   const pe_graph *g = e->g;
   char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
@@ -329,19 +380,7 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
   for (int f = 0; f < n_fetch; f++) {
     const char *name = fetch[f];
     int lv[PE_MAX_PLACES];
-    bool any = false;
-    bool cached =
-        f < PAR_FETCH_CACHE && name && e->fetch_name[f] && !strcmp(e->fetch_name[f], name);
-    for (int p = 0; p < np; p++) {
-      lv[p] = cached ? e->fetch_lv[f][p] : name ? pe_graph_lvar_find(g, name, p) : -1;
-      any |= lv[p] >= 0;
-    }
-    if (!cached && any && f < PAR_FETCH_CACHE) {
-      free(e->fetch_name[f]);
-      if (!e->fetch_lv[f]) e->fetch_lv[f] = malloc((size_t)np * sizeof(int));
-      e->fetch_name[f] = e->fetch_lv[f] ? strdup(name) : NULL;
-      if (e->fetch_name[f]) memcpy(e->fetch_lv[f], lv, (size_t)np * sizeof(int));
-    }
+    bool any = fetch_lookup(e, f, name, lv);
     if (!any)
       return pe_error(PE_EUNKNOWN_VAR, "fetch '%s' is not a variable of the graph",
                       name ? name : "(null)");

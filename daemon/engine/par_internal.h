@@ -28,6 +28,30 @@ struct pe_runtime {
   pthread_mutex_t coll_mu;
 };
 
+/* Write fence of one replica on an asynchronous place. An op node that
+ * updates a persistable releases its engine variable once its kernel is
+ * launched, not when it ran, so the replica's newest value may still be in
+ * flight on the writer's stream: `s` is that stream and `ev` an event of the
+ * replica's device recorded right after the write (s == NULL: no write
+ * queued yet; ev == NULL on host places). Written by the writer while it
+ * holds the replica's engine variable exclusively; read by holders of the
+ * variable: stream readers on another stream wait for it
+ * (par_fence_wait), host readers sync it (par_fence_sync). Writes that
+ * change a replica's storage (a first write allocates it) and collective
+ * writers still complete before they release the variable, so metadata
+ * (dtype, shape, data pointer) the host reads never changes under it. */
+typedef struct par_fence {
+  pe_event *ev;
+  pe_stream *s;
+} par_fence;
+
+/* Make stream s see f's write (nothing when s queued it itself). */
+pe_status *par_fence_wait(pe_sync_strategy sync, const par_fence *f, pe_stream *s);
+/* Wait on the host until f's write ran. */
+pe_status *par_fence_sync(const par_fence *f);
+/* Record f right after a write queued on s (a stream of f's device). */
+pe_status *par_fence_record(par_fence *f, pe_stream *s);
+
 /* One persistable name of a model: its variable and its engine variable on
  * every place. One engine variable per place (not per name): the replicas
  * are independent storage, so the optimizers (or batch-norm statistics) of
@@ -38,6 +62,7 @@ typedef struct par_entry {
   const char *name; /* == v[0]->name */
   pe_engine_var *ev[PE_MAX_PLACES];
   pe_var *v[PE_MAX_PLACES];
+  par_fence fence[PE_MAX_PLACES];
 } par_entry;
 
 struct pe_model {

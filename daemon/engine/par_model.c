@@ -59,22 +59,25 @@ pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64
 void pe_model_free(pe_model *m) {
   if (!m) return;
   pe_engine *eng = m->rt->eng;
-  for (int i = 0; i < m->n_ent; i++) {
+  for (int i = 0; i < m->n_ent; i++)
     for (int p = 0; p < m->n_places; p++) {
       pe_status_free(pe_engine_wait_var(eng, m->ent[i]->ev[p]));
       pe_status_free(pe_engine_delete_var(eng, m->ent[i]->ev[p]));
     }
-    free(m->ent[i]);
-  }
   if (m->prng) {
     pe_status_free(pe_engine_wait_var(eng, m->prng));
     pe_status_free(pe_engine_delete_var(eng, m->prng));
   }
   /* Deletes are mutations: wait until they ran before freeing what the
-   * stream work of earlier runs might still touch. */
+   * stream work of earlier runs might still touch (fenced writes too). */
   for (int p = 0; p < m->n_places; p++)
     if (m->dev[p])
       for (int k = 0; k < PE_STREAM_KINDS; k++) pe_stream_drain(pe_device_stream(m->dev[p], k));
+  for (int i = 0; i < m->n_ent; i++) {
+    for (int p = 0; p < m->n_places; p++)
+      if (m->ent[i]->fence[p].ev) pe_event_put(m->ent[i]->fence[p].ev);
+    free(m->ent[i]);
+  }
 #ifdef PE_HAVE_CUDA
   pe_nccl_comm_free(m->nccl); /* the comm streams were drained above */
 #endif
@@ -103,6 +106,8 @@ pe_status *par_model_entry(pe_model *m, const char *name, par_entry **out) {
       if (!st) en->v[p]->persistable = true;
     }
     for (int p = 0; !st && p < m->n_places; p++) st = pe_engine_new_var(m->rt->eng, &en->ev[p]);
+    for (int p = 0; !st && p < m->n_places; p++)
+      if (pe_device_is_async(m->dev[p])) st = pe_event_get(m->dev[p], &en->fence[p].ev);
     if (!st && m->n_ent == m->cap_ent) {
       int cap = m->cap_ent ? 2 * m->cap_ent : 16;
       par_entry **a = realloc(m->ent, (size_t)cap * sizeof(*a));
@@ -120,8 +125,10 @@ pe_status *par_model_entry(pe_model *m, const char *name, par_entry **out) {
     if (!st)
       m->ent[m->n_ent++] = en;
     else {
-      for (int p = 0; en && p < m->n_places; p++)
+      for (int p = 0; en && p < m->n_places; p++) {
         if (en->ev[p]) pe_status_free(pe_engine_delete_var(m->rt->eng, en->ev[p]));
+        if (en->fence[p].ev) pe_event_put(en->fence[p].ev);
+      }
       free(en); /* scope vars stay (empty); the next call reuses them */
       en = NULL;
     }
@@ -129,6 +136,22 @@ pe_status *par_model_entry(pe_model *m, const char *name, par_entry **out) {
   pthread_mutex_unlock(&m->mu);
   *out = en;
   return st;
+}
+
+pe_status *par_fence_wait(pe_sync_strategy sync, const par_fence *f, pe_stream *s) {
+  if (!f->s || f->s == s) return NULL; /* none, or in stream order already */
+  return pe_device_sync_dep(sync, f->s, f->ev, s);
+}
+
+pe_status *par_fence_sync(const par_fence *f) {
+  return f->s ? pe_event_sync(f->ev) : NULL;
+}
+
+pe_status *par_fence_record(par_fence *f, pe_stream *s) {
+  if (!f->ev) return NULL; /* host place: written when the kernel returned */
+  PE_TRY(pe_event_record(f->ev, s));
+  f->s = s;
+  return NULL;
 }
 
 static par_entry *find_entry(pe_model *m, const char *name) {
@@ -230,6 +253,8 @@ static pe_status *io_run(pe_model *m, pe_engine_fn fn, model_io *io, bool mutate
 static pe_status *get_fn(void *arg) {
   model_io *io = arg;
   const pe_tensor *t = &io->en->v[io->place]->t;
+  io->st = par_fence_sync(&io->en->fence[io->place]); /* the newest write ran */
+  if (io->st) return NULL;
   if (!t->data && t->shape.ndim == 0)
     io->st = pe_error(
         PE_EUSE_BEFORE_DEF,

@@ -200,6 +200,10 @@ static inline double param_diff(seqref *s, par *q) {
 
 static inline void assert_places_identical(par *q) {
   pe_model *m = q->m;
+  /* The replicas are read directly: wait for the runs' device work first
+   * (on async places the last run returned before its updates ran). */
+  PE_CK_OK(pe_par_exec_sync(q->init));
+  PE_CK_OK(pe_par_exec_sync(q->step));
   for (int i = 0; i < m->n_ent; i++) {
     if (!replicated(q, m->ent[i]->name)) continue;
     const pe_tensor *t0 = &m->ent[i]->v[0]->t;
