@@ -693,8 +693,8 @@ pe_status *par_drain(pe_par_exec *e) {
     pe_status_free(st);
     return NULL;
   }
-  return st ? pe_status_wrap(st, "the previous run returned before its device work ran, which "
-                                 "then failed (nothing of this run started)")
+  return st ? pe_status_wrap(st, "the previous run returned before its device work ran; that work "
+                                 "failed")
             : NULL;
 }
 
@@ -731,7 +731,8 @@ void par_set_opts(pe_par_exec *e, const pe_run_opts *opts) {
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds) {
   uint64_t t_start = pe_timeline_now_ns();
-  PE_TRY(par_drain(e)); /* before anything the tail may still read */
+  /* Before anything the previous run's tail may still read. */
+  PE_TRY(pe_status_wrap(par_drain(e), "nothing of this run started"));
   e->delay_salt++;
   atomic_store(&e->err, NULL);
   atomic_store(&e->executed, 0);
