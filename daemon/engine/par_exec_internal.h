@@ -188,7 +188,9 @@ struct pe_par_exec {
  * everything when the feeds are views of the caller's parts or a timeline
  * records; the rest is the step's tail (e->tail). begin and end may run on
  * a pool worker (host executors: no device waits there). */
-void par_set_opts(pe_par_exec *e, const pe_run_opts *opts);
+/* Waits for the previous run's tail (its error, wrapped, if it failed:
+ * then nothing is set), then sets the options. */
+pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts);
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds);
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
@@ -258,7 +260,7 @@ bool par_coll_run(xnode *x, bool may_fan_out);
  * place's comm stream (the model has an NCCL communicator: cuda, > 1
  * place). */
 pe_status *par_nccl_launch(xnode *x);
-/* At the end of a run, before its streams are synced: wait for the comm
+/* Before a run's fetches or in par_drain, before the end events: wait for the comm
  * streams while polling NCCL's asynchronous errors, with a time limit, so a
  * failed collective is the run's error instead of a hang. */
 pe_status *par_nccl_finish(pe_par_exec *e);

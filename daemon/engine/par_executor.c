@@ -208,11 +208,13 @@ static pe_status *compile_fences(pe_par_exec *e, xnode *x) {
   if (!x->rfence || !x->wfence) return OOM();
   for (int i = 0; i < n->n_out_lv; i++) {
     int lv = n->out_lv[i];
-    if (e->lentry[lv]) add_fence(x->wfence, &x->n_wfence, &e->lentry[lv]->fence[g->lvars[lv].place]);
+    if (e->lentry[lv])
+      add_fence(x->wfence, &x->n_wfence, &e->lentry[lv]->fence[g->lvars[lv].place]);
   }
   for (int i = 0; i < n->n_in_lv; i++) {
     int lv = n->in_lv[i];
-    if (e->lentry[lv]) add_fence(x->rfence, &x->n_rfence, &e->lentry[lv]->fence[g->lvars[lv].place]);
+    if (e->lentry[lv])
+      add_fence(x->rfence, &x->n_rfence, &e->lentry[lv]->fence[g->lvars[lv].place]);
   }
   return NULL;
 }
@@ -693,8 +695,9 @@ pe_status *par_drain(pe_par_exec *e) {
     pe_status_free(st);
     return NULL;
   }
-  return st ? pe_status_wrap(st, "the previous run returned before its device work ran; that work "
-                                 "failed")
+  return st ? pe_status_wrap(st,
+                             "the previous run returned before its device work ran; that work "
+                             "failed")
             : NULL;
 }
 
@@ -721,18 +724,25 @@ void par_wait_back(pe_par_exec *e) {
   pthread_mutex_unlock(&e->done_mu);
 }
 
-void par_set_opts(pe_par_exec *e, const pe_run_opts *opts) {
+/* The previous run's tail first: its stream work reads the executor's
+ * state (options, timeline, node flags, buffers). */
+static pe_status *drain_before_run(pe_par_exec *e) {
+  return pe_status_wrap(par_drain(e), "nothing of this run started");
+}
+
+pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts) {
+  PE_TRY(drain_before_run(e));
   static const pe_run_opts defaults = {0};
   e->opts = opts ? opts : &defaults;
   e->sync = e->opts->sync;
   e->tl = e->opts->timeline;
+  return NULL;
 }
 
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds) {
   uint64_t t_start = pe_timeline_now_ns();
-  /* Before anything the previous run's tail may still read. */
-  PE_TRY(pe_status_wrap(par_drain(e), "nothing of this run started"));
+  PE_TRY(drain_before_run(e)); /* a step of run_steps after a tail */
   e->delay_salt++;
   atomic_store(&e->err, NULL);
   atomic_store(&e->executed, 0);
@@ -868,8 +878,8 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
     return pe_error(PE_EINVAL, "parallel executor: run called from a pool worker");
   uint64_t t_start = pe_timeline_now_ns();
   pthread_mutex_lock(&e->run_mu);
-  par_set_opts(e, opts);
-  pe_status *st = par_step_begin(e, feeds, split, n_feeds);
+  pe_status *st = par_set_opts(e, opts);
+  if (!st) st = par_step_begin(e, feeds, split, n_feeds);
   if (!st) {
     par_wait_back(e);
     st = par_step_end(e, fetch, n_fetch, fetched);

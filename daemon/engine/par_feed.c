@@ -212,8 +212,8 @@ pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int 
  * per buffer, sized for this run's rows on its place (capacity kept across
  * runs: steady state allocates nothing), and every member lvar a view of it.
  * A member whose runtime size exceeds the plan falls back to storage of its
- * own (pe_tensor_fit), re-attached here on the next run. The previous run
- * synced every stream, so the host may move blocks. */
+ * own (pe_tensor_fit), re-attached here on the next run. The previous
+ * run's stream work is done (par_drain), so the host may move blocks. */
 pe_status *par_buffers_bind(pe_par_exec *e) {
   const pe_graph *g = e->g;
   for (int b = 0; b < g->n_buffers; b++) {
@@ -364,12 +364,12 @@ pe_status *par_fetch_wait(pe_par_exec *e, const char *const *fetch, int n_fetch)
   for (int f = 0; f < n_fetch; f++) {
     if (!fetch_lookup(e, f, fetch[f], lv)) continue; /* par_fetch names it */
     for (int p = 0; p < e->n_places; p++)
-      if (lv[p] >= 0)
-        PE_TRY(d2h_wait_value(e, lv[p], pe_device_stream(e->dev[p], PE_STREAM_D2H)));
+      if (lv[p] >= 0) PE_TRY(d2h_wait_value(e, lv[p], pe_device_stream(e->dev[p], PE_STREAM_D2H)));
   }
   /* The host reads after the d2h streams passed those waits (also where a
    * place's memory is host memory and no copy goes through d2h). */
-  for (int p = 0; p < e->n_places; p++) PE_TRY(pe_stream_sync(pe_device_stream(e->dev[p], PE_STREAM_D2H)));
+  for (int p = 0; p < e->n_places; p++)
+    PE_TRY(pe_stream_sync(pe_device_stream(e->dev[p], PE_STREAM_D2H)));
   return NULL;
 }
 

@@ -10,8 +10,10 @@
  * PE_STEP_END hands back with the result.
  *
  * Device executors (sim, NCCL): par_step_end waits for the devices'
- * streams, which is the caller's thread's job: the last node hands back
- * and the caller ends the step, calls done and next and begins.
+ * streams (the step's feeds are views of the source's parts, read until
+ * the step's last kernel), which is the caller's thread's job: the last
+ * node hands back and the caller ends the step, calls done and next and
+ * begins.
  *
  * Threads: the par_steps record is used by one thread at a time: the
  * caller until a begin, then the worker that chains the step, then the
@@ -90,7 +92,11 @@ pe_status *pe_par_exec_run_steps(pe_par_exec *e, const pe_step_source *src, int 
   if (pe_pool_is_worker(e->rt->pool))
     return pe_error(PE_EINVAL, "parallel executor: run_steps called from a pool worker");
   pthread_mutex_lock(&e->run_mu);
-  par_set_opts(e, opts);
+  pe_status *ost = par_set_opts(e, opts);
+  if (ost) {
+    pthread_mutex_unlock(&e->run_mu);
+    return ost;
+  }
   par_steps s = {src, n_feeds, fetch, n_fetch, fetched, 0, 0, NULL, PE_STEP_END};
   e->steps = &s;
   e->steps_task = (pe_task){chain_task, e, NULL};

@@ -263,8 +263,7 @@ static void tail_error(bool via_sync) {
   fprintf(stderr, "tail error (%s): %s\n", via_sync ? "sync" : "next run", msg);
   ck_assert_msg(strstr(msg, "previous run") && strstr(msg, "softmax_with_cross_entropy") &&
                     strstr(msg, "sim:1") && strstr(msg, "99"),
-                "message does not name the earlier run, the op, the place and the label: %s",
-                msg);
+                "message does not name the earlier run, the op, the place and the label: %s", msg);
   pe_status_free(st);
   PE_CK_OK(pe_par_exec_sync(q.step)); /* reported once */
   /* Usable: from the same parameters, a few steps equal the reference. */
@@ -319,8 +318,8 @@ START_TEST(free_waits_for_the_tail) {
   ck_assert_int_eq(pe_tensor_numel(&got), pe_tensor_numel(&ref->t));
   for (int64_t k = 0; k < pe_tensor_numel(&got); k++) {
     double a = pe_f32(&got)[k], b = pe_f32(&ref->t)[k];
-    ck_assert_msg(fabs(a - b) <= RTOL * (fabs(b) > 1e-3 ? fabs(b) : 1e-3), "fc_0.w[%lld]: %.9g vs %.9g",
-                  (long long)k, a, b);
+    ck_assert_msg(fabs(a - b) <= RTOL * (fabs(b) > 1e-3 ? fabs(b) : 1e-3),
+                  "fc_0.w[%lld]: %.9g vs %.9g", (long long)k, a, b);
   }
   pe_tensor_release(&got);
   par_free(&q);
