@@ -245,8 +245,11 @@ static pe_status *seq_eval(trainer *t, int n, int64_t *correct) {
   return st;
 }
 
-const train_backend pe_train_sequential = {"sequential", seq_setup,    seq_step,
-                                           seq_eval,     seq_teardown, NULL};
+const train_backend pe_train_sequential = {.executor = "sequential",
+                                           .setup = seq_setup,
+                                           .step = seq_step,
+                                           .eval = seq_eval,
+                                           .teardown = seq_teardown};
 
 /* --- the training run ----------------------------------------------------------- */
 
@@ -421,6 +424,10 @@ static int train_loop(trainer *t, train_result *r) {
       fprintf(stderr,
               "epoch %ld done: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n",
               ep, acc.steps, r->final_loss, r->final_train_acc, r->samples / (now_s() - t0));
+  }
+  if (!rc && t->be->finish) {
+    pe_status *st = t->be->finish(t);
+    if (st) rc = train_step_failed(st, r);
   }
   r->train_seconds = now_s() - t0;
   pe_batcher_free(bt);

@@ -65,6 +65,9 @@ typedef struct train_backend {
   int (*setup)(trainer *t);
   pe_status *(*step)(trainer *t, int n, float *loss, float *acc);
   pe_status *(*eval)(trainer *t, int n, int64_t *correct);
+  /* Optional: wait for device work the last step left in flight (async
+   * places return before it ran), so the training time includes it. */
+  pe_status *(*finish)(trainer *t);
   void (*teardown)(trainer *t);
   void (*json_extra)(trainer *t, FILE *out);
   int (*split_places)(trainer *t, pe_device ***devices, pe_pool **fill_pool);

@@ -225,6 +225,11 @@ static pe_status *par_step(trainer *t, int n, float *loss, float *acc) {
   return NULL;
 }
 
+static pe_status *par_finish(trainer *t) {
+  par_state *s = t->impl;
+  return pe_par_exec_sync(s->step);
+}
+
 static int par_split_places(trainer *t, pe_device ***devices, pe_pool **fill_pool) {
   par_state *s = t->impl;
   *devices = s->devices;
@@ -304,6 +309,7 @@ const train_backend pe_train_parallel = {.executor = "parallel",
                                          .setup = par_setup,
                                          .step = par_step,
                                          .eval = par_eval,
+                                         .finish = par_finish,
                                          .teardown = par_teardown,
                                          .json_extra = par_json,
                                          .split_places = par_split_places,
