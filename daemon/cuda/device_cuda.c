@@ -515,6 +515,7 @@ static bool cuda_event_query(const pe_event *e) {
 const pe_device_ops pe_device_cuda_ops = {
     .name = "cuda",
     .async = true,
+    .fn_at_launch = true,
     .host_memory = false,
     .open = cuda_open,
     .close = cuda_close,

@@ -113,7 +113,12 @@ typedef struct pe_device_opts {
  * Entries marked (opt) may be NULL. */
 typedef struct pe_device_ops {
   const char *name; /* "cpu", "sim", "cuda" */
-  bool async;       /* launch returns before fn ran (sim, cuda) */
+  bool async;       /* launch returns before fn's device work ran (sim, cuda) */
+  /* launch runs fn itself on the calling thread before it returns (cpu;
+   * cuda: fn enqueues the kernels), so fn's host-side effects (output
+   * metadata, allocations, generator reservations) are done when launch
+   * returns. false (sim): fn runs later on the stream's thread. */
+  bool fn_at_launch;
   /* The device's memory is host memory: once the stream work that writes a
    * block completed, the host may read and write it directly (cpu, sim).
    * false (cuda): only copies queued on the device's streams reach it. */

@@ -159,6 +159,7 @@ static void cpu_free(pe_device *d, void *p, size_t cap) {
 const pe_device_ops pe_device_cpu_ops = {
     .name = "cpu",
     .async = false,
+    .fn_at_launch = true,
     .host_memory = true,
     .open = cpu_open,
     .close = cpu_close,

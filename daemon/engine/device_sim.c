@@ -341,6 +341,7 @@ static pe_status *sim_open(pe_place place, const pe_device_opts *opts, pe_device
 const pe_device_ops pe_device_sim_ops = {
     .name = "sim",
     .async = true,
+    .fn_at_launch = false,
     .host_memory = true,
     .open = sim_open,
     .close = sim_close,

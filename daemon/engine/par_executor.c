@@ -29,9 +29,10 @@
  * value, launched by runs of other graphs), then records the replica's write
  * fence (par_internal.h) after its launch and releases its engine variables
  * at once: readers of other graphs on another stream wait for the fence,
- * host readers sync it. Only a write that allocates the replica (its first)
- * and a random op (its kernel reserves generator counters when it runs)
- * sync their event before the release.
+ * host readers sync it. On sim, where the op's fn runs later on the stream
+ * thread, a write that allocates the replica (its first) and a random op
+ * (its kernel reserves generator counters when it runs) sync their event
+ * before the release; on cuda fn ran when launch returned.
  *
  * Run end on async places. Once every node is launched the run waits for
  * what its caller hands over (the feed copies read the caller's memory; the
@@ -554,9 +555,12 @@ static pe_status *launch_op(xnode *x) {
   pe_stream *s = x->stream;
   PE_TRY(par_sync_preds(x, s, x->n->place));
   PE_TRY(par_wait_fences(x, s));
-  bool hold = x->random;
+  /* Where fn runs at launch (cuda), its host-side effects are done when
+   * launch returns: nothing to hold for. */
+  bool at_launch = x->dev->ops->fn_at_launch;
+  bool hold = !at_launch && x->random;
   if (x->writes_persistable) {
-    hold |= allocates_persistable(x);
+    hold |= !at_launch && allocates_persistable(x);
     for (int k = 0; k < 2; k++) {
       pe_stream *o = pe_device_stream(x->dev, k == 0 ? PE_STREAM_COMPUTE : PE_STREAM_COMM);
       if (o != s) PE_TRY(pe_device_sync_dep(e->sync, o, NULL, s));
@@ -566,10 +570,10 @@ static pe_status *launch_op(xnode *x) {
   PE_TRY(pe_event_record(x->ev[0], s));
   for (int i = 0; i < x->n_wfence; i++) PE_TRY(par_fence_record(x->wfence[i], s));
   if (x->engine && hold) {
-    /* Keep the engine variables until the kernel ran: a first write sets
-     * the replica's storage, which host readers look at; a random kernel
-     * reserves its generator range when it runs on the stream, so the PRNG
-     * variable is held until then (draw order = push order). */
+    /* sim: keep the engine variables until the kernel ran: a first write
+     * sets the replica's storage, which host readers look at; a random
+     * kernel reserves its generator range when it runs on the stream, so
+     * the PRNG variable is held until then (draw order = push order). */
     pe_status_free(pe_event_sync(x->ev[0]));
   }
   return NULL;

@@ -36,10 +36,12 @@ struct pe_runtime {
  * queued yet; ev == NULL on host places). Written by the writer while it
  * holds the replica's engine variable exclusively; read by holders of the
  * variable: stream readers on another stream wait for it
- * (par_fence_wait), host readers sync it (par_fence_sync). Writes that
- * change a replica's storage (a first write allocates it) and collective
- * writers still complete before they release the variable, so metadata
- * (dtype, shape, data pointer) the host reads never changes under it. */
+ * (par_fence_wait), host readers sync it (par_fence_sync). On sim (whose
+ * kernels set output metadata when they run, on the stream thread) writes
+ * that change a replica's storage (a first write allocates it) still
+ * complete before they release the variable, and so do collective writers,
+ * so metadata (dtype, shape, data pointer) the host reads never changes
+ * under it; on cuda an op's fn set them before its launch returned. */
 typedef struct par_fence {
   pe_event *ev;
   pe_stream *s;
