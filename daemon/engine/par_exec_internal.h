@@ -195,8 +195,21 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
                           int n_feeds);
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
 void par_hand_back(pe_par_exec *e);
+
+/* par_async.c (async places). */
 /* Wait for the previous step's tail; its stream errors, if any (wrapped). */
 pe_status *par_drain(pe_par_exec *e);
+/* par_step_end's device part: wait for what the caller gets back (the
+ * feed copies, the fetched values; every stream when the feeds are views
+ * or a timeline records), leave the rest as the tail. */
+void par_end_async(pe_par_exec *e, const char *const *fetch, int n_fetch);
+/* Record an event on every stream of every place and wait for them. */
+pe_status *par_sync_streams(pe_par_exec *e);
+/* x's read and write fences (x->rfence, x->wfence), at compile. */
+pe_status *par_compile_fences(pe_par_exec *e, xnode *x);
+/* x writes a persistable replica that has no storage yet: its kernel
+ * allocates it (host-visible metadata changes). */
+bool par_allocates_persistable(const xnode *x);
 void par_wait_back(pe_par_exec *e);
 
 /* Record a failure as the run's first error (or free it). */

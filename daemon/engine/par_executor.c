@@ -34,15 +34,9 @@
  * (its kernel reserves generator counters when it runs) sync their event
  * before the release; on cuda fn ran when launch returned.
  *
- * Run end on async places. Once every node is launched the run waits for
- * what its caller hands over (the feed copies read the caller's memory; the
- * fetched values' producers, on the d2h streams), records an event on every
- * stream of every place (end_ev) and returns: with nothing fetched, nothing
- * waits for the devices. The next run (or pe_par_exec_sync, or free) waits
- * for those events before it touches the executor's state (par_drain), and
- * reports a failure of that tail as its own error. A run whose feeds are
- * views of the caller's parts (they are read until the end), or which
- * records a timeline, waits for every stream before it returns. */
+ * Run end on async places (par_async.c): the run waits only for what its
+ * caller gets back and leaves the rest in flight (its tail), which the next
+ * run waits for before it touches the executor's state (par_drain). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -194,32 +188,6 @@ static pe_status *compile_scale(xnode *x) {
   return NULL;
 }
 
-static void add_fence(par_fence **a, int *n, par_fence *f) {
-  for (int i = 0; i < *n; i++)
-    if (a[i] == f) return;
-  a[(*n)++] = f;
-}
-
-/* The write fences of the persistable replicas x reads and writes. */
-static pe_status *compile_fences(pe_par_exec *e, xnode *x) {
-  const pe_graph_node *n = x->n;
-  const pe_graph *g = e->g;
-  x->rfence = calloc((size_t)(n->n_in_lv ? n->n_in_lv : 1), sizeof(*x->rfence));
-  x->wfence = calloc((size_t)(n->n_out_lv ? n->n_out_lv : 1), sizeof(*x->wfence));
-  if (!x->rfence || !x->wfence) return OOM();
-  for (int i = 0; i < n->n_out_lv; i++) {
-    int lv = n->out_lv[i];
-    if (e->lentry[lv])
-      add_fence(x->wfence, &x->n_wfence, &e->lentry[lv]->fence[g->lvars[lv].place]);
-  }
-  for (int i = 0; i < n->n_in_lv; i++) {
-    int lv = n->in_lv[i];
-    if (e->lentry[lv])
-      add_fence(x->rfence, &x->n_rfence, &e->lentry[lv]->fence[g->lvars[lv].place]);
-  }
-  return NULL;
-}
-
 static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   pe_graph *g = e->g;
   xnode *x = &e->x[id];
@@ -254,7 +222,7 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
       for (int k = 0; k < x->n_muts; k++) mut |= x->muts[k] == v;
       if (!mut) add_unique(x->reads, &x->n_reads, v);
     }
-  if (e->async) PE_TRY(compile_fences(e, x));
+  if (e->async) PE_TRY(par_compile_fences(e, x));
   x->random = n->def && (n->def->flags & PE_OP_RANDOM);
   if (x->random) add_unique(x->muts, &x->n_muts, e->m->prng);
   x->engine = x->n_reads + x->n_muts > 0;
@@ -535,20 +503,6 @@ pe_status *par_sync_preds(xnode *x, pe_stream *s, int p) {
   return NULL;
 }
 
-pe_status *par_wait_fences(xnode *x, pe_stream *s) {
-  for (int i = 0; i < x->n_rfence; i++) PE_TRY(par_fence_wait(x->e->sync, x->rfence[i], s));
-  return NULL;
-}
-
-/* x writes a persistable replica that has no storage yet: its kernel
- * allocates it (host-visible metadata changes). */
-static bool allocates_persistable(const xnode *x) {
-  const pe_graph_node *n = x->n;
-  for (int i = 0; i < n->n_out_lv; i++)
-    if (x->e->lentry[n->out_lv[i]] && !x->e->lt[n->out_lv[i]]->data) return true;
-  return false;
-}
-
 /* Launch an op node on its async stream. */
 static pe_status *launch_op(xnode *x) {
   pe_par_exec *e = x->e;
@@ -560,7 +514,7 @@ static pe_status *launch_op(xnode *x) {
   bool at_launch = x->dev->ops->fn_at_launch;
   bool hold = !at_launch && x->random;
   if (x->writes_persistable) {
-    hold |= !at_launch && allocates_persistable(x);
+    hold |= !at_launch && par_allocates_persistable(x);
     for (int k = 0; k < 2; k++) {
       pe_stream *o = pe_device_stream(x->dev, k == 0 ? PE_STREAM_COMPUTE : PE_STREAM_COMM);
       if (o != s) PE_TRY(pe_device_sync_dep(e->sync, o, NULL, s));
@@ -663,57 +617,6 @@ static void engine_done(void *arg, const pe_status *st) {
 
 /* --- run ---------------------------------------------------------------------- */
 
-/* Record (record) and/or wait for (wait) end_ev on the places' streams of
- * the kinds in mask (bit k: pe_stream_kind k). The first error. */
-static pe_status *end_events(pe_par_exec *e, unsigned mask, bool record, bool wait) {
-  pe_status *first = NULL;
-  for (int p = 0; p < e->n_places; p++)
-    for (int k = 0; k < PE_STREAM_KINDS; k++) {
-      if (!(mask & (1u << k))) continue;
-      pe_event *ev = e->end_ev[p * PE_STREAM_KINDS + k];
-      pe_status *st = record ? pe_event_record(ev, pe_device_stream(e->dev[p], k)) : NULL;
-      if (!st && wait) st = pe_event_sync(ev);
-      if (st && !first)
-        first = st;
-      else
-        pe_status_free(st);
-    }
-  return first;
-}
-
-#define ALL_STREAMS ((1u << PE_STREAM_KINDS) - 1)
-
-static pe_status *sync_streams(pe_par_exec *e) {
-  return end_events(e, ALL_STREAMS, true, true);
-}
-
-pe_status *par_drain(pe_par_exec *e) {
-  if (!e->tail) return NULL;
-  e->tail = false;
-#ifdef PE_HAVE_CUDA
-  if (e->m->nccl) par_fail(e, par_nccl_finish(e)); /* NCCL errors, not hangs */
-#endif
-  par_fail(e, end_events(e, ALL_STREAMS, false, true));
-  pe_status *st = atomic_exchange(&e->err, NULL);
-  if (e->tail_quiet) {
-    pe_status_free(st);
-    return NULL;
-  }
-  return st ? pe_status_wrap(st,
-                             "the previous run returned before its device work ran; that work "
-                             "failed")
-            : NULL;
-}
-
-pe_status *pe_par_exec_sync(pe_par_exec *e) {
-  if (pe_pool_is_worker(e->rt->pool))
-    return pe_error(PE_EINVAL, "parallel executor: sync called from a pool worker");
-  pthread_mutex_lock(&e->run_mu);
-  pe_status *st = par_drain(e);
-  pthread_mutex_unlock(&e->run_mu);
-  return st;
-}
-
 void par_hand_back(pe_par_exec *e) {
   pthread_mutex_lock(&e->done_mu);
   e->back = true;
@@ -755,7 +658,7 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   pe_status *st =
       split ? par_feeds_load_split(e, split, n_feeds) : par_feeds_load(e, feeds, n_feeds);
   if (st) {
-    if (e->async) pe_status_free(sync_streams(e));
+    if (e->async) pe_status_free(par_sync_streams(e));
     return st;
   }
   if (e->has_feeds) par_zero_grads(e);
@@ -842,26 +745,8 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   return NULL;
 }
 
-/* Async places: wait for what the caller hands over (see the file
- * comment), leave the rest as the run's tail. */
-static void end_async(pe_par_exec *e, const char *const *fetch, int n_fetch) {
-  bool all = e->feeds_viewed || e->tl;
-#ifdef PE_HAVE_CUDA
-  /* NCCL errors, not hangs: before waiting for any collective's output. */
-  if (e->m->nccl && (all || n_fetch)) par_fail(e, par_nccl_finish(e));
-#endif
-  if (all) {
-    par_fail(e, sync_streams(e));
-    return;
-  }
-  if (e->has_feeds) par_fail(e, end_events(e, 1u << PE_STREAM_H2D, true, true));
-  if (n_fetch) par_fail(e, par_fetch_wait(e, fetch, n_fetch));
-  par_fail(e, end_events(e, ALL_STREAMS, true, false));
-  e->tail = true;
-}
-
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
-  if (e->async) end_async(e, fetch, n_fetch);
+  if (e->async) par_end_async(e, fetch, n_fetch);
   /* Restore engine flags changed by a failed push. */
   const pe_graph *g = e->g;
   for (int i = 0; i < g->n_nodes; i++) e->x[i].engine = e->x[i].n_reads + e->x[i].n_muts > 0;

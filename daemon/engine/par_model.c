@@ -138,22 +138,6 @@ pe_status *par_model_entry(pe_model *m, const char *name, par_entry **out) {
   return st;
 }
 
-pe_status *par_fence_wait(pe_sync_strategy sync, const par_fence *f, pe_stream *s) {
-  if (!f->s || f->s == s) return NULL; /* none, or in stream order already */
-  return pe_device_sync_dep(sync, f->s, f->ev, s);
-}
-
-pe_status *par_fence_sync(const par_fence *f) {
-  return f->s ? pe_event_sync(f->ev) : NULL;
-}
-
-pe_status *par_fence_record(par_fence *f, pe_stream *s) {
-  if (!f->ev) return NULL; /* host place: written when the kernel returned */
-  PE_TRY(pe_event_record(f->ev, s));
-  f->s = s;
-  return NULL;
-}
-
 static par_entry *find_entry(pe_model *m, const char *name) {
   pthread_mutex_lock(&m->mu);
   par_entry *en = name ? pe_strmap_get(&m->index, name) : NULL;

@@ -129,11 +129,25 @@ static bool same_bytes(const pe_tensor *a, const pe_tensor *b) {
          memcmp(a->data, b->data, pe_tensor_bytes(a)) == 0;
 }
 
-/* Reference and model from the same parameters. */
-static void setup(seqref *s, par *q, pe_runtime *rt) {
-  seq_new(s, 5);
-  par_new(q, rt, PE_PLACE_SIM, 2, PE_STRATEGY_ALLREDUCE, false, 5);
-  copy_params(s, q);
+/* A runtime, the sequential reference and a sim:2 model from the same
+ * parameters. */
+typedef struct fixture {
+  pe_runtime *rt;
+  seqref s;
+  par q;
+} fixture;
+
+static void fixture_open(fixture *f) {
+  f->rt = rt_new(2);
+  seq_new(&f->s, 5);
+  par_new(&f->q, f->rt, PE_PLACE_SIM, 2, PE_STRATEGY_ALLREDUCE, false, 5);
+  copy_params(&f->s, &f->q);
+}
+
+static void fixture_close(fixture *f) {
+  par_free(&f->q);
+  seq_free(&f->s);
+  pe_runtime_free(f->rt);
 }
 
 /* --- tests ---------------------------------------------------------------------- */
@@ -143,44 +157,42 @@ static void setup(seqref *s, par *q, pe_runtime *rt) {
  * (the replicas are unchanged), and once the gate opens the update equals
  * the sequential one. */
 START_TEST(fetch_returns_before_the_update) {
-  pe_runtime *rt = rt_new(2);
-  seqref s;
-  par q;
-  setup(&s, &q, rt);
+  fixture f;
+  fixture_open(&f);
+  seqref *s = &f.s;
+  par *q = &f.q;
   pe_tensor w0, w1, after;
   pe_tensor_init(&w0);
   pe_tensor_init(&w1);
   pe_tensor_init(&after);
-  replica(&q, "fc_0.w", 1, &w0);
+  replica(q, "fc_0.w", 1, &w0);
   gate g;
-  gate_close_on(&g, q.m, 0, PE_STREAM_COMM);
+  gate_close_on(&g, q->m, 0, PE_STREAM_COMM);
   runner r;
-  bool returned = run_returns(&r, &q, 0, 10, true, -1);
-  if (returned) replica(&q, "fc_0.w", 1, &w1); /* before the gate opens */
+  bool returned = run_returns(&r, q, 0, 10, true, -1);
+  if (returned) replica(q, "fc_0.w", 1, &w1); /* before the gate opens */
   gate_open(&g);
   runner_join(&r);
   ck_assert_msg(returned, "a run fetching the loss waited for the all-reduce held on comm");
   PE_CK_OK(r.st);
-  float ref = seq_step(&s, 0, 10);
+  float ref = seq_step(s, 0, 10);
   ck_assert_msg(fabsf(r.loss - ref) <= RTOL * fabsf(ref), "loss %.9g, reference %.9g", r.loss, ref);
   ck_assert_msg(same_bytes(&w0, &w1), "place 1's fc_0.w changed before its all-reduce ran");
   /* pe_model_get waits for the newest write itself. */
-  PE_CK_OK(pe_model_get_place(q.m, "fc_0.w", 1, &after));
+  PE_CK_OK(pe_model_get_place(q->m, "fc_0.w", 1, &after));
   ck_assert_msg(!same_bytes(&w0, &after), "fc_0.w was not updated");
-  ck_assert_double_le(param_diff(&s, &q), RTOL);
-  assert_places_identical(&q);
+  ck_assert_double_le(param_diff(s, q), RTOL);
+  assert_places_identical(q);
   /* The next runs go on as usual. */
   for (int step = 1; step < 3; step++) {
-    float a = seq_step(&s, step, 10), c = par_step(&q, step, 10, NULL);
+    float a = seq_step(s, step, 10), c = par_step(q, step, 10, NULL);
     ck_assert_msg(fabsf(a - c) <= RTOL * fabsf(a), "step %d: %.9g vs %.9g", step, a, c);
   }
-  ck_assert_double_le(param_diff(&s, &q), RTOL);
+  ck_assert_double_le(param_diff(s, q), RTOL);
   pe_tensor_release(&w0);
   pe_tensor_release(&w1);
   pe_tensor_release(&after);
-  par_free(&q);
-  seq_free(&s);
-  pe_runtime_free(rt);
+  fixture_close(&f);
 }
 END_TEST
 
@@ -188,37 +200,35 @@ END_TEST
  * A model read started before the gate opens (it opens 200 ms later on
  * another thread) waits for the write fence and sees the updated value. */
 START_TEST(no_fetch_returns_and_reads_wait_for_the_write) {
-  pe_runtime *rt = rt_new(2);
-  seqref s;
-  par q;
-  setup(&s, &q, rt);
+  fixture f;
+  fixture_open(&f);
+  seqref *s = &f.s;
+  par *q = &f.q;
   pe_tensor w0, got;
   pe_tensor_init(&w0);
   pe_tensor_init(&got);
-  replica(&q, "fc_1.w", 0, &w0);
+  replica(q, "fc_1.w", 0, &w0);
   gate g;
-  gate_close_on(&g, q.m, 0, PE_STREAM_COMPUTE);
+  gate_close_on(&g, q->m, 0, PE_STREAM_COMPUTE);
   runner r;
-  bool returned = run_returns(&r, &q, 0, 10, false, -1);
+  bool returned = run_returns(&r, q, 0, 10, false, -1);
   pthread_t opener;
   ck_assert_int_eq(pthread_create(&opener, NULL, gate_open_later, &g), 0);
-  PE_CK_OK(pe_model_get_place(q.m, "fc_1.w", 0, &got));
+  PE_CK_OK(pe_model_get_place(q->m, "fc_1.w", 0, &got));
   pthread_join(opener, NULL);
   if (!returned) gate_open(&g);
   runner_join(&r);
   ck_assert_msg(returned, "a run without fetches waited for its device work");
   PE_CK_OK(r.st);
-  seq_step(&s, 0, 10);
+  seq_step(s, 0, 10);
   ck_assert_msg(!same_bytes(&w0, &got), "model get read fc_1.w before its update ran");
-  ck_assert_double_le(param_diff(&s, &q), RTOL);
-  PE_CK_OK(pe_par_exec_sync(q.step));
-  PE_CK_OK(pe_par_exec_sync(q.step)); /* nothing in flight: at once */
-  assert_places_identical(&q);
+  ck_assert_double_le(param_diff(s, q), RTOL);
+  PE_CK_OK(pe_par_exec_sync(q->step));
+  PE_CK_OK(pe_par_exec_sync(q->step)); /* nothing in flight: at once */
+  assert_places_identical(q);
   pe_tensor_release(&w0);
   pe_tensor_release(&got);
-  par_free(&q);
-  seq_free(&s);
-  pe_runtime_free(rt);
+  fixture_close(&f);
 }
 END_TEST
 
@@ -227,36 +237,25 @@ END_TEST
  * starts nothing; the one after works. Once through the next run, once
  * through pe_par_exec_sync. */
 static void tail_error(bool via_sync) {
-  pe_runtime *rt = rt_new(2);
-  seqref s;
-  par q;
-  setup(&s, &q, rt);
+  fixture f;
+  fixture_open(&f);
+  seqref *s = &f.s;
+  par *q = &f.q;
   gate g;
-  gate_close_on(&g, q.m, 1, PE_STREAM_COMPUTE);
+  gate_close_on(&g, q->m, 1, PE_STREAM_COMPUTE);
   runner r;
-  bool returned = run_returns(&r, &q, 0, 8, false, 6); /* row 6: place 1 */
+  bool returned = run_returns(&r, q, 0, 8, false, 6); /* row 6: place 1 */
   gate_open(&g);
   runner_join(&r);
   ck_assert_msg(returned, "a run without fetches waited for its device work");
   PE_CK_OK(r.st); /* the failure had not happened yet */
   pe_status *st = NULL;
   if (via_sync) {
-    st = pe_par_exec_sync(q.step);
-  } else {
-    pe_tensor out;
-    pe_tensor_init(&out);
-    float x[MAXB * DIM];
-    int64_t y[MAXB];
-    make_batch(1, 8, x, y);
-    pe_tensor xt, yt;
-    pe_tensor_init(&xt);
-    pe_tensor_init(&yt);
-    pe_shape xs = PE_SHAPE(8, DIM), ys = PE_SHAPE(8, 1);
-    pe_tensor_view(&xt, PE_F32, &xs, x);
-    pe_tensor_view(&yt, PE_I64, &ys, y);
-    pe_feed feeds[2] = {{"x", &xt}, {"y", &yt}};
-    st = pe_par_exec_run(q.step, feeds, 2, &LOSS, 1, &out, NULL, NULL);
-    pe_tensor_release(&out);
+    st = pe_par_exec_sync(q->step);
+  } else { /* the next run, a good batch with the loss fetched */
+    ck_assert(run_returns(&r, q, 1, 8, true, -1));
+    runner_join(&r);
+    st = r.st;
   }
   ck_assert_msg(st != NULL, "the failure of the earlier run's device work was not reported");
   const char *msg = pe_status_msg(st);
@@ -265,18 +264,16 @@ static void tail_error(bool via_sync) {
                     strstr(msg, "sim:1") && strstr(msg, "99"),
                 "message does not name the earlier run, the op, the place and the label: %s", msg);
   pe_status_free(st);
-  PE_CK_OK(pe_par_exec_sync(q.step)); /* reported once */
+  PE_CK_OK(pe_par_exec_sync(q->step)); /* reported once */
   /* Usable: from the same parameters, a few steps equal the reference. */
-  copy_params(&s, &q);
+  copy_params(s, q);
   for (int step = 0; step < 3; step++) {
-    float a = seq_step(&s, step, 10), c = par_step(&q, step, 10, NULL);
+    float a = seq_step(s, step, 10), c = par_step(q, step, 10, NULL);
     ck_assert_msg(fabsf(a - c) <= RTOL * fabsf(a), "after the error, step %d: %.9g vs %.9g", step,
                   a, c);
   }
-  ck_assert_double_le(param_diff(&s, &q), RTOL);
-  par_free(&q);
-  seq_free(&s);
-  pe_runtime_free(rt);
+  ck_assert_double_le(param_diff(s, q), RTOL);
+  fixture_close(&f);
 }
 
 START_TEST(tail_error_reported_by_the_next_run) {
@@ -292,29 +289,29 @@ END_TEST
 /* Freeing an executor whose last run is still in flight waits for it
  * (ASan: nothing the stream work touches is freed under it). */
 START_TEST(free_waits_for_the_tail) {
-  pe_runtime *rt = rt_new(2);
-  seqref s;
-  par q;
-  setup(&s, &q, rt);
+  fixture f;
+  fixture_open(&f);
+  seqref *s = &f.s;
+  par *q = &f.q;
   gate g;
-  gate_close_on(&g, q.m, 1, PE_STREAM_COMM);
+  gate_close_on(&g, q->m, 1, PE_STREAM_COMM);
   runner r;
-  bool returned = run_returns(&r, &q, 0, 10, false, -1);
+  bool returned = run_returns(&r, q, 0, 10, false, -1);
   pthread_t opener;
   ck_assert_int_eq(pthread_create(&opener, NULL, gate_open_later, &g), 0);
   runner_join(&r);
   ck_assert_msg(returned, "a run without fetches waited for its device work");
   PE_CK_OK(r.st);
-  seq_step(&s, 0, 10);
-  pe_par_exec_free(q.step); /* while the gate is (most likely) still closed */
-  q.step = NULL;
+  seq_step(s, 0, 10);
+  pe_par_exec_free(q->step); /* while the gate is (most likely) still closed */
+  q->step = NULL;
   pthread_join(opener, NULL);
   /* The update ran in full: place 1's replica equals the reference. */
-  pe_var *ref = pe_scope_find(s.scope, "fc_0.w");
+  pe_var *ref = pe_scope_find(s->scope, "fc_0.w");
   ck_assert_ptr_nonnull(ref);
   pe_tensor got;
   pe_tensor_init(&got);
-  replica(&q, "fc_0.w", 1, &got);
+  replica(q, "fc_0.w", 1, &got);
   ck_assert_int_eq(pe_tensor_numel(&got), pe_tensor_numel(&ref->t));
   for (int64_t k = 0; k < pe_tensor_numel(&got); k++) {
     double a = pe_f32(&got)[k], b = pe_f32(&ref->t)[k];
@@ -322,9 +319,7 @@ START_TEST(free_waits_for_the_tail) {
                   "fc_0.w[%lld]: %.9g vs %.9g", (long long)k, a, b);
   }
   pe_tensor_release(&got);
-  par_free(&q);
-  seq_free(&s);
-  pe_runtime_free(rt);
+  fixture_close(&f);
 }
 END_TEST
 
