@@ -111,6 +111,7 @@ struct pe_par_exec {
   pe_runtime *rt;
   pe_graph *g;
   bool async; /* the places' devices are asynchronous (sim) */
+  bool writes_persistables; /* some node updates one: a run is a model change */
   int n_places;
   pe_device **dev; /* [n_places] */
 

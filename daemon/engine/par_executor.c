@@ -226,6 +226,7 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   x->random = n->def && (n->def->flags & PE_OP_RANDOM);
   if (x->random) add_unique(x->muts, &x->n_muts, e->m->prng);
   x->engine = x->n_reads + x->n_muts > 0;
+  e->writes_persistables |= x->writes_persistable;
   x->affinity = place_affinity(e, x);
   /* Distinct producers (the in-degree's nodes). */
   for (int i = 0; i < n->n_in; i++) {
@@ -680,6 +681,10 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   /* Push the engine nodes in node order, each held by one guard dependency,
    * then drop the guards; then start the non-engine roots. */
   pe_engine *eng = e->rt->eng;
+  /* Under the model's push lock: a get_many/set_many lands before or after
+   * all of this run's ops (par_internal.h). */
+  pthread_mutex_lock(&e->m->push_mu);
+  if (e->writes_persistables) atomic_fetch_add(&e->m->changes, 1);
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (!x->engine) continue;
@@ -704,6 +709,7 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
       if (atomic_fetch_sub(&x->pending, 1) == 1) pe_pool_submit(e->rt->pool, &x->task);
     }
   }
+  pthread_mutex_unlock(&e->m->push_mu);
   /* Roots first (every place's first ops start together, not one place
    * after the other's whole guard loop), then the other engine guards. */
   for (int i = 0; i < g->n_nodes; i++)

@@ -171,6 +171,28 @@ pe_status *pe_model_get_place(pe_model *m, const char *name, int place, pe_tenso
  * naming the variable and both shapes). Ordered after the runs pushed
  * before it, before the runs pushed after it. */
 pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value);
+/* Several persistables at once, as one engine op: a consistent snapshot.
+ * Runs push all of their engine ops under the model's push lock, and so does
+ * this call, so every value read comes from the same point between two
+ * runs: after every run pushed before the call, before every run pushed
+ * after it (one pe_model_get per name could read one variable before a
+ * concurrent run's update and the next after it). Place 0's values.
+ * has_value NULL: a name without a value is PE_EUSE_BEFORE_DEF naming it;
+ * else has_value[i] says whether out[i] got one (out[i] left empty if not).
+ * *version (may be NULL): pe_model_changes() as of the snapshot. On error
+ * every out[i] is released. */
+pe_status *pe_model_get_many(pe_model *m, const char *const *names, int n, pe_tensor *out,
+                             bool *has_value, uint64_t *version);
+/* Set several persistables on every place as one engine op (all or none
+ * are checked first: any dtype/shape mismatch sets nothing), ordered like
+ * pe_model_get_many: no run sees some of the new values and not the
+ * others. Names must be distinct. */
+pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_tensor *values,
+                             int n);
+/* Monotonic count of the changes pushed to the model so far: runs of
+ * graphs that update persistables, and sets. Equal counts: no change in
+ * between (used to skip rewriting an unchanged checkpoint). */
+uint64_t pe_model_changes(pe_model *m);
 /* Bytes of persistable storage per place (for status reports): an engine
  * read of every persistable, so it waits for runs pushed before it. */
 int64_t pe_model_bytes(pe_model *m);

@@ -75,6 +75,14 @@ struct pe_model {
   pe_device *dev[PE_MAX_PLACES];
   pe_scope *scope[PE_MAX_PLACES];
   pthread_mutex_t mu; /* guards index, entries (the table, not the values) */
+  /* Held while a run pushes its engine ops, and while pe_model_get_many /
+   * set_many (par_model_io.c) push theirs: no such op lands between two of
+   * a run's, so it sees every persistable at the same step boundary.
+   * Pushing never waits, so it is held for microseconds. changes counts
+   * the pushed runs that write persistables and the sets (under push_mu;
+   * read without it). */
+  pthread_mutex_t push_mu;
+  atomic_uint_fast64_t changes;
   pe_strmap index;    /* name -> par_entry* */
   par_entry **ent;
   int n_ent, cap_ent;

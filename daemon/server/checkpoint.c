@@ -32,22 +32,28 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   int n = 0;
   PE_TRY(
       pe_status_wrap(pe_model_names(m->m, &names, &n), "save '%s' of model '%s'", name, m->name));
+  /* One snapshot of every persistable (pe_model_get_many): the file holds
+   * one step boundary even while other clients' runs go on. */
   pe_ckpt_entry *e = calloc(n ? (size_t)n : 1, sizeof *e);
-  pe_status *st = e ? NULL : pe_error(PE_ENOMEM, "save '%s': out of memory", name);
+  pe_tensor *t = calloc(n ? (size_t)n : 1, sizeof *t);
+  bool *has = calloc(n ? (size_t)n : 1, sizeof *has);
+  pe_status *st = e && t && has ? NULL : pe_error(PE_ENOMEM, "save '%s': out of memory", name);
+  if (!st) st = pe_model_get_many(m->m, names, n, t, has, NULL);
   int kept = 0, skipped = 0;
   for (int i = 0; i < n && !st; i++) {
-    st = pe_model_get(m->m, names[i], &e[kept].t);
-    if (pe_status_code(st) == PE_EUSE_BEFORE_DEF) {
-      /* Declared by a program but never given a value: nothing to save. */
-      pe_status_free(st);
-      st = NULL;
+    if (!has[i]) { /* declared by a program but never given a value */
       skipped++;
       continue;
     }
+    e[kept].t = t[i];
+    memset(&t[i], 0, sizeof t[i]); /* moved */
     e[kept].name = strdup(names[i]);
-    if (!st && !e[kept].name) st = pe_error(PE_ENOMEM, "save '%s': out of memory", name);
     kept++;
+    if (!e[kept - 1].name) st = pe_error(PE_ENOMEM, "save '%s': out of memory", name);
   }
+  for (int i = 0; t && i < n; i++) pe_tensor_release(&t[i]);
+  free(t);
+  free(has);
   free(names);
   if (skipped)
     PE_LOGD("model '%s': save '%s' skips %d persistables without a value", m->name, name, skipped);
@@ -84,15 +90,22 @@ pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char
   if (st) return pe_status_wrap(st, "load '%s' of model '%s'", name, m->name);
   /* All or nothing: a checkpoint of another architecture changes nothing. */
   for (int i = 0; i < n && !st; i++) st = pe_srv_model_check_value(m, e[i].name, &e[i].t);
-  for (int i = 0; i < n && !st; i++) st = pe_model_set(m->m, e[i].name, &e[i].t);
+  /* One engine op: no run sees part of the checkpoint. */
+  const char **names = NULL;
+  pe_tensor *vals = NULL;
   if (!st) {
-    const char **names = malloc((n ? (size_t)n : 1) * sizeof *names);
-    if (names) {
-      for (int i = 0; i < n; i++) names[i] = e[i].name;
-      pe_model_mark_initialized(m, names, n);
-      free(names);
-    }
+    names = malloc((n ? (size_t)n : 1) * sizeof *names);
+    vals = malloc((n ? (size_t)n : 1) * sizeof *vals);
+    if (!names || !vals) st = pe_error(PE_ENOMEM, "out of memory");
   }
+  for (int i = 0; i < n && !st; i++) {
+    names[i] = e[i].name;
+    vals[i] = e[i].t;
+  }
+  if (!st) st = pe_model_set_many(m->m, names, vals, n);
+  if (!st) pe_model_mark_initialized(m, names, n);
+  free(names);
+  free(vals);
   pe_ckpt_entries_free(e, n);
   if (st) return pe_status_wrap(st, "load '%s' of model '%s'", name, m->name);
   *path = strdup(full);

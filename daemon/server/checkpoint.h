@@ -1,11 +1,13 @@
 /* Save and Load of a model's persistables as a named checkpoint under the
  * state directory (format and atomic write: checkpoint_file.h).
  *
- * Save reads every persistable (place 0's value) after the runs pushed
- * before it (engine ordering), so a checkpoint is a consistent step
- * boundary. Load checks the whole file (magic, CRC, bounds) before setting
- * anything, then sets each tensor on every place (dtype and shape must match
- * an existing parameter; unknown names are created).
+ * Save reads every persistable (place 0's value) in one engine op
+ * (pe_model_get_many), after the runs pushed before it and before those
+ * pushed after it, so a checkpoint is one step boundary even while other
+ * clients train the model. Load checks the whole file (magic, CRC, bounds)
+ * before setting anything, then sets every tensor on every place in one
+ * engine op (dtype and shape must match an existing parameter; unknown names
+ * are created).
  *
  * Threads: any non-pool thread; the model must be acquired. */
 #ifndef PE_SERVER_CHECKPOINT_H

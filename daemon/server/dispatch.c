@@ -508,15 +508,25 @@ static pe_status *h_get_params(ctx *c) {
     r->values = pe_arena_alloc(c->a, sizeof *r->values * (size_t)(n ? n : 1));
     if (!r->values) st = OOM("get_params");
   }
+  /* One snapshot (pe_model_get_many): every value from the same step
+   * boundary, also while other clients train the model. */
+  pe_tensor *got = st ? NULL : calloc((size_t)(n ? n : 1), sizeof *got);
+  if (!st && !got) st = OOM("get_params");
+  if (!st) st = pe_model_get_many(m->m, names, n, got, NULL, NULL);
   for (int i = 0; !st && i < n; i++) {
     pe_tensor *t = arena_tensor(c->a);
-    if (!t) st = OOM("get_params");
-    if (!st) st = pe_model_get(m->m, names[i], t);
-    if (st) break;
+    if (!t) {
+      st = OOM("get_params");
+      break;
+    }
+    *t = got[i]; /* moved into the arena */
+    pe_tensor_init(&got[i]);
     r->values[i] = tensor_to_pb(c->a, names[i], t);
     if (!r->values[i]) st = OOM("get_params");
     r->n_values++;
   }
+  for (int i = 0; got && i < n; i++) pe_tensor_release(&got[i]);
+  free(got);
   if (!st) {
     c->rep->body_case = PE__REPLY__BODY_PARAMS;
     c->rep->params = r;
@@ -546,7 +556,7 @@ static pe_status *h_set_params(ctx *c) {
       if (!strcmp(names[i], names[j])) st = pe_error(PE_EINVAL, "'%.64s' given twice", names[i]);
     if (!st) st = pe_srv_model_check_value(m, names[i], &views[i]);
   }
-  for (int i = 0; !st && i < n; i++) st = pe_model_set(m->m, names[i], &views[i]);
+  if (!st) st = pe_model_set_many(m->m, names, views, n); /* no run sees half of it */
   if (!st) pe_model_mark_initialized(m, names, n);
   for (int i = 0; views && i < n; i++) pe_tensor_release(&views[i]);
   free(views);

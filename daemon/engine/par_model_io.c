@@ -1,0 +1,300 @@
+/* Reads and writes of a model's persistables from outside a run
+ * (pe_model_get*, pe_model_set*, pe_model_bytes; par_executor.h). Each call
+ * is one engine op over the variables it touches, pushed under the model's
+ * push_mu like a run's ops, so it is ordered with the runs pushed before and
+ * after it, and a call over several variables sees them all at one step
+ * boundary. The caller's thread waits for the op (never a pool worker's:
+ * the op needs one). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/par_internal.h"
+#include "engine/place_io.h"
+
+/* Drain the places' compute and comm streams: stream work of earlier runs
+ * that read the variable may still be queued (readers release their engine
+ * variables when launched; only writers wait for their stream work). */
+static void drain_places(pe_model *m) {
+  for (int p = 0; p < m->n_places; p++)
+    if (pe_device_is_async(m->dev[p])) {
+      pe_stream_drain(pe_device_stream(m->dev[p], PE_STREAM_COMPUTE));
+      pe_stream_drain(pe_device_stream(m->dev[p], PE_STREAM_COMM));
+    }
+}
+
+typedef struct model_io {
+  pe_model *m;
+  par_entry **en; /* [n] */
+  int n;
+  int place;           /* get: the replica read */
+  pe_tensor *out;      /* get: [n] */
+  bool *has_value;     /* get: [n] or NULL (no value is an error) */
+  const pe_tensor *in; /* set: [n] */
+  uint64_t version;    /* pe_model_changes as of the op's push */
+  pe_status *st;
+  /* Completion: pe_engine_wait_var is itself a read, so it does not wait
+   * for an earlier read (our get); the op signals its own end. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+} model_io;
+
+static void io_done(void *arg, const pe_status *st) {
+  (void)st;
+  model_io *io = arg;
+  pthread_mutex_lock(&io->mu);
+  io->done = true;
+  pthread_cond_signal(&io->cv);
+  pthread_mutex_unlock(&io->mu);
+}
+
+/* Push fn(io) with these engine accesses (under push_mu; a push with
+ * mutations is a change) and wait for it. */
+static pe_status *io_push(pe_model *m, pe_engine_fn fn, model_io *io, pe_engine_var *const *reads,
+                          int n_reads, pe_engine_var *const *mutates, int n_mutates) {
+  pthread_mutex_init(&io->mu, NULL);
+  pthread_cond_init(&io->cv, NULL);
+  io->done = false;
+  pe_engine_op_args a = {.fn = fn,
+                         .arg = io,
+                         .on_done = io_done,
+                         .reads = reads,
+                         .n_reads = n_reads,
+                         .mutates = mutates,
+                         .n_mutates = n_mutates};
+  pthread_mutex_lock(&m->push_mu);
+  pe_status *st = pe_engine_op_new(m->rt->eng, &a, NULL);
+  if (!st && n_mutates) atomic_fetch_add(&m->changes, 1);
+  io->version = atomic_load(&m->changes);
+  pthread_mutex_unlock(&m->push_mu);
+  if (!st) {
+    pthread_mutex_lock(&io->mu);
+    while (!io->done) pthread_cond_wait(&io->cv, &io->mu);
+    pthread_mutex_unlock(&io->mu);
+    st = io->st;
+  }
+  pthread_cond_destroy(&io->cv);
+  pthread_mutex_destroy(&io->mu);
+  return st;
+}
+
+/* The entries of names (n >= 1), or PE_EUNKNOWN_VAR naming the first
+ * unknown one; *out is malloc'd. create: make missing entries (set). */
+static pe_status *find_entries(pe_model *m, const char *what, const char *const *names, int n,
+                               bool create, par_entry ***out) {
+  par_entry **en = malloc(sizeof *en * (size_t)n);
+  if (!en) return pe_error(PE_ENOMEM, "model: %s: out of memory", what);
+  pe_status *st = NULL;
+  for (int i = 0; i < n && !st; i++) {
+    if (!names[i]) {
+      st = pe_error(PE_EINVAL, "model: %s: name %d is NULL", what, i);
+    } else if (create) {
+      st = par_model_entry(m, names[i], &en[i]);
+    } else {
+      pthread_mutex_lock(&m->mu);
+      en[i] = pe_strmap_get(&m->index, names[i]);
+      pthread_mutex_unlock(&m->mu);
+      if (!en[i]) st = pe_error(PE_EUNKNOWN_VAR, "model: %s: no persistable '%s'", what, names[i]);
+    }
+  }
+  if (st) {
+    free(en);
+    return st;
+  }
+  *out = en;
+  return NULL;
+}
+
+/* --- get ----------------------------------------------------------------------------- */
+
+static pe_status *get_fn(void *arg) {
+  model_io *io = arg;
+  for (int i = 0; i < io->n && !io->st; i++) {
+    par_entry *en = io->en[i];
+    const pe_tensor *t = &en->v[io->place]->t;
+    io->st = par_fence_sync(&en->fence[io->place]); /* the newest write ran */
+    if (io->st) break;
+    if (!t->data && t->shape.ndim == 0) {
+      if (io->has_value) {
+        io->has_value[i] = false;
+        continue;
+      }
+      io->st = pe_error(
+          PE_EUSE_BEFORE_DEF,
+          "model: persistable '%s' has no value on place %d (run the startup graph or set it%s)",
+          en->name, io->place,
+          io->place > 0 ? "; the sharded strategy keeps optimizer state on place 0 only" : "");
+      break;
+    }
+    io->st = pe_place_read(io->m->dev[io->place], t, &io->out[i], en->name);
+    if (io->has_value) io->has_value[i] = !io->st;
+  }
+  return NULL;
+}
+
+/* Read names[0..n) of `place` as one engine op. */
+static pe_status *get_entries(pe_model *m, const char *const *names, int n, int place,
+                              pe_tensor *out, bool *has_value, uint64_t *version) {
+  if (n <= 0) {
+    if (version) *version = atomic_load(&m->changes);
+    return NULL;
+  }
+  par_entry **en;
+  PE_TRY(find_entries(m, "get", names, n, false, &en));
+  pe_engine_var **vars = malloc(sizeof *vars * (size_t)n);
+  if (!vars) {
+    free(en);
+    return pe_error(PE_ENOMEM, "model: get: out of memory");
+  }
+  /* One read per variable: a name given twice reads once. */
+  int nv = 0;
+  for (int i = 0; i < n; i++) {
+    bool dup = false;
+    for (int k = 0; k < nv && !dup; k++) dup = vars[k] == en[i]->ev[place];
+    if (!dup) vars[nv++] = en[i]->ev[place];
+  }
+  if (has_value) memset(has_value, 0, sizeof *has_value * (size_t)n);
+  model_io io = {.m = m, .en = en, .n = n, .place = place, .out = out, .has_value = has_value};
+  pe_status *st = io_push(m, get_fn, &io, vars, nv, NULL, 0);
+  if (st)
+    for (int i = 0; i < n; i++) pe_tensor_release(&out[i]);
+  else if (version)
+    *version = io.version;
+  free(vars);
+  free(en);
+  return st;
+}
+
+pe_status *pe_model_get_place(pe_model *m, const char *name, int place, pe_tensor *out) {
+  if (place < 0 || place >= m->n_places)
+    return pe_error(PE_EINVAL, "model: get '%s': place %d out of range (%d places)",
+                    name ? name : "(null)", place, m->n_places);
+  if (!name) return pe_error(PE_EUNKNOWN_VAR, "model: no persistable '(null)'");
+  return get_entries(m, &name, 1, place, out, NULL, NULL);
+}
+
+pe_status *pe_model_get(pe_model *m, const char *name, pe_tensor *out) {
+  return pe_model_get_place(m, name, 0, out);
+}
+
+pe_status *pe_model_get_many(pe_model *m, const char *const *names, int n, pe_tensor *out,
+                             bool *has_value, uint64_t *version) {
+  if (n < 0 || (n && (!names || !out)))
+    return pe_error(PE_EINVAL, "model: get of %d persistables: bad arguments", n);
+  return get_entries(m, names, n, 0, out, has_value, version);
+}
+
+/* --- set ----------------------------------------------------------------------------- */
+
+/* Whether in may replace en's value: PE_EDTYPE / PE_ESHAPE naming both. */
+static pe_status *check_value(const par_entry *en, const pe_tensor *v) {
+  char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
+  const pe_tensor *t0 = &en->v[0]->t;
+  if (!t0->data && !t0->shape.ndim) return NULL; /* no value yet: any */
+  if (t0->dtype != v->dtype)
+    return pe_error(PE_EDTYPE, "model: set '%s': value is %s %s, the variable is %s %s", en->name,
+                    pe_dtype_name(v->dtype), pe_shape_str(&v->shape, s1, sizeof s1),
+                    pe_dtype_name(t0->dtype), pe_shape_str(&t0->shape, s2, sizeof s2));
+  if (!pe_shape_equal(&t0->shape, &v->shape))
+    return pe_error(PE_ESHAPE, "model: set '%s': value has shape %s, the variable has %s", en->name,
+                    pe_shape_str(&v->shape, s1, sizeof s1),
+                    pe_shape_str(&t0->shape, s2, sizeof s2));
+  return NULL;
+}
+
+static pe_status *set_fn(void *arg) {
+  model_io *io = arg;
+  /* Every value is checked before any is written: all or nothing. */
+  for (int i = 0; i < io->n && !io->st; i++) io->st = check_value(io->en[i], &io->in[i]);
+  if (io->st) return NULL;
+  drain_places(io->m);
+  for (int i = 0; i < io->n && !io->st; i++)
+    for (int p = 0; p < io->m->n_places && !io->st; p++)
+      io->st = pe_place_write(io->m->dev[p], &io->en[i]->v[p]->t, &io->in[i], io->en[i]->name);
+  return NULL;
+}
+
+pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_tensor *values,
+                             int n) {
+  if (n < 0 || (n && (!names || !values)))
+    return pe_error(PE_EINVAL, "model: set of %d persistables: bad arguments", n);
+  if (n == 0) return NULL;
+  for (int i = 0; i < n; i++) {
+    const char *nm = names[i] ? names[i] : "(null)";
+    const pe_tensor *v = &values[i];
+    if (pe_shape_numel(&v->shape) < 0 || (pe_tensor_numel(v) > 0 && !v->data))
+      return pe_error(PE_EINVAL, "model: set '%s': value has no data", nm);
+    for (int k = 0; k < i; k++)
+      if (names[k] && names[i] && !strcmp(names[k], names[i]))
+        return pe_error(PE_EINVAL, "model: set: '%s' given twice", nm);
+  }
+  par_entry **en;
+  PE_TRY(find_entries(m, "set", names, n, true, &en));
+  size_t nv = (size_t)n * (size_t)m->n_places;
+  pe_engine_var **vars = malloc(sizeof *vars * nv);
+  pe_status *st = vars ? NULL : pe_error(PE_ENOMEM, "model: set: out of memory");
+  if (!st) {
+    for (int i = 0; i < n; i++)
+      for (int p = 0; p < m->n_places; p++)
+        vars[(size_t)i * (size_t)m->n_places + p] = en[i]->ev[p];
+    model_io io = {.m = m, .en = en, .n = n, .in = values};
+    st = io_push(m, set_fn, &io, NULL, 0, vars, (int)nv);
+  }
+  free(vars);
+  free(en);
+  return st;
+}
+
+pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value) {
+  if (!name || !value) return pe_error(PE_EINVAL, "model: set: no name or value");
+  return pe_model_set_many(m, &name, value, 1);
+}
+
+uint64_t pe_model_changes(pe_model *m) {
+  return atomic_load(&m->changes);
+}
+
+/* --- bytes --------------------------------------------------------------------------- */
+
+/* Sums place 0's persistables; runs as an engine read of all of them, so
+ * it never races with a kernel that resizes one (startup, set). */
+typedef struct bytes_io {
+  model_io io;
+  par_entry **ent;
+  int n;
+  int64_t bytes;
+} bytes_io;
+
+static pe_status *bytes_fn(void *arg) {
+  bytes_io *b = arg;
+  for (int i = 0; i < b->n; i++) {
+    const pe_tensor *t = &b->ent[i]->v[0]->t;
+    if (t->data) b->bytes += (int64_t)pe_tensor_bytes(t);
+  }
+  return NULL;
+}
+
+int64_t pe_model_bytes(pe_model *m) {
+  bytes_io b = {.io = {.m = m}};
+  pthread_mutex_lock(&m->mu);
+  b.n = m->n_ent;
+  b.ent = malloc(sizeof *b.ent * (size_t)(b.n ? b.n : 1));
+  pe_engine_var **vars = malloc(sizeof *vars * (size_t)(b.n ? b.n : 1));
+  if (b.ent && vars)
+    for (int i = 0; i < b.n; i++) {
+      b.ent[i] = m->ent[i];
+      vars[i] = m->ent[i]->ev[0];
+    }
+  pthread_mutex_unlock(&m->mu);
+  int64_t bytes = 0; /* out of memory: reported as 0 */
+  if (b.ent && vars) {
+    pe_status *st = io_push(m, bytes_fn, &b.io, vars, b.n, NULL, 0);
+    if (st)
+      pe_status_free(st);
+    else
+      bytes = b.bytes;
+  }
+  free(vars);
+  free(b.ent);
+  return bytes;
+}

@@ -1,0 +1,337 @@
+/* pe_model_get_many / pe_model_set_many while another thread trains the
+ * model: a snapshot holds every persistable at one step boundary, and no
+ * run sees part of a set. The reference: the same steps run alone, with a
+ * snapshot after each (the parallel executor is deterministic), so a
+ * snapshot taken during training must equal one of them bit for bit.
+ * Also pe_model_changes and the calls' errors. cpu:2 and sim:2. */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "par_test_util.h"
+
+/* Every step trains on the same batch, so the state after j steps from
+ * any state is a function of that state and j alone (a set in the middle
+ * of training restarts the sequence). */
+enum { STEPS = 40, ROWS = 8, BATCH = 1 };
+
+/* Every persistable of a model, at one point. */
+typedef struct snap {
+  pe_tensor t[64];
+} snap;
+
+typedef struct fixture {
+  pe_runtime *rt;
+  pe_place_kind kind;
+  const char **names; /* the reference model's, sorted */
+  int n;
+  snap ref[STEPS + 1]; /* ref[k]: after the startup graph and k steps */
+} fixture;
+
+static void snap_take(pe_model *m, const fixture *f, snap *s) {
+  PE_CK_OK(pe_model_get_many(m, f->names, f->n, s->t, NULL, NULL));
+}
+
+static void snap_release(const fixture *f, snap *s) {
+  for (int i = 0; i < f->n; i++) pe_tensor_release(&s->t[i]);
+}
+
+static bool snap_equal(const fixture *f, const snap *a, const snap *b) {
+  for (int i = 0; i < f->n; i++) {
+    const pe_tensor *x = &a->t[i], *y = &b->t[i];
+    if (x->dtype != y->dtype || !pe_shape_equal(&x->shape, &y->shape) ||
+        memcmp(x->data, y->data, pe_tensor_bytes(x)) != 0)
+      return false;
+  }
+  return true;
+}
+
+/* The reference step s is equal to, or -1. */
+static int snap_find(const fixture *f, const snap *s) {
+  for (int k = 0; k <= STEPS; k++)
+    if (snap_equal(f, s, &f->ref[k])) return k;
+  return -1;
+}
+
+static void model_start(fixture *f, par *q) {
+  par_new(q, f->rt, f->kind, 2, PE_STRATEGY_ALLREDUCE, false, 7);
+  PE_CK_OK(pe_par_exec_run(q->init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+}
+
+static void fixture_new(fixture *f, pe_place_kind kind) {
+  memset(f, 0, sizeof *f);
+  f->rt = rt_new(2);
+  f->kind = kind;
+  par q;
+  model_start(f, &q);
+  const char **names;
+  PE_CK_OK(pe_model_names(q.m, &names, &f->n));
+  ck_assert_int_le(f->n, 64);
+  f->names = malloc(sizeof *f->names * (size_t)f->n);
+  for (int i = 0; i < f->n; i++) f->names[i] = strdup(names[i]);
+  free(names);
+  snap_take(q.m, f, &f->ref[0]);
+  for (int k = 1; k <= STEPS; k++) {
+    par_step(&q, BATCH, ROWS, NULL);
+    snap_take(q.m, f, &f->ref[k]);
+  }
+  par_free(&q);
+  for (int k = 1; k <= STEPS; k++)
+    ck_assert_msg(!snap_equal(f, &f->ref[k], &f->ref[k - 1]), "step %d changed nothing", k);
+}
+
+static void fixture_free(fixture *f) {
+  for (int k = 0; k <= STEPS; k++) snap_release(f, &f->ref[k]);
+  for (int i = 0; i < f->n; i++) free((char *)f->names[i]);
+  free(f->names);
+  pe_runtime_free(f->rt);
+}
+
+/* The trainer thread: steps 1..STEPS, counted in `done`. */
+typedef struct trainer {
+  par *q;
+  atomic_int done;
+  pthread_t th;
+} trainer;
+
+static void *train_fn(void *arg) {
+  trainer *t = arg;
+  for (int k = 1; k <= STEPS; k++) {
+    par_step(t->q, BATCH, ROWS, NULL);
+    atomic_store(&t->done, k);
+  }
+  return NULL;
+}
+
+static void trainer_start(trainer *t, par *q) {
+  t->q = q;
+  atomic_store(&t->done, 0);
+  ck_assert_int_eq(pthread_create(&t->th, NULL, train_fn, t), 0);
+}
+
+/* Snapshots taken while the trainer runs each equal the reference after
+ * some step, and those steps never go backwards. */
+static void snapshots_during_training(pe_place_kind kind) {
+  fixture f;
+  fixture_new(&f, kind);
+  par q;
+  model_start(&f, &q);
+  trainer t;
+  trainer_start(&t, &q);
+  int last = 0, taken = 0, inside = 0;
+  while (atomic_load(&t.done) < STEPS) {
+    snap s;
+    snap_take(q.m, &f, &s);
+    int k = snap_find(&f, &s);
+    ck_assert_msg(k >= 0, "snapshot %d (trainer at step %d) is no step boundary: torn", taken,
+                  atomic_load(&t.done));
+    ck_assert_msg(k >= last, "snapshot %d is step %d after step %d", taken, k, last);
+    last = k;
+    taken++;
+    inside += k > 0 && k < STEPS;
+    snap_release(&f, &s);
+  }
+  pthread_join(t.th, NULL);
+  snap s;
+  snap_take(q.m, &f, &s);
+  ck_assert_int_eq(snap_find(&f, &s), STEPS);
+  snap_release(&f, &s);
+  printf("%s: %d snapshots during training, %d between its first and last step\n",
+         pe_place_kind_name(kind), taken, inside);
+  par_free(&q);
+  fixture_free(&f);
+}
+
+START_TEST(snapshots_during_training_cpu) {
+  snapshots_during_training(PE_PLACE_CPU);
+}
+END_TEST
+
+START_TEST(snapshots_during_training_sim) {
+  snapshots_during_training(PE_PLACE_SIM);
+}
+END_TEST
+
+/* Setting every persistable back to the start in the middle of training:
+ * the steps after the set start from it, so the end state is the
+ * reference after (steps after the set), never a mix. */
+static void set_during_training(pe_place_kind kind) {
+  fixture f;
+  fixture_new(&f, kind);
+  par q;
+  model_start(&f, &q);
+  trainer t;
+  trainer_start(&t, &q);
+  while (atomic_load(&t.done) < 5) sched_yield();
+  uint64_t before = pe_model_changes(q.m);
+  PE_CK_OK(pe_model_set_many(q.m, f.names, f.ref[0].t, f.n));
+  uint64_t after = pe_model_changes(q.m);
+  pthread_join(t.th, NULL);
+  /* The set is one change; the runs pushed before it are `before` minus the
+   * startup run, the rest came after it. */
+  /* The set is one change, pushed when the count was between before + 1
+   * and after; the runs pushed before it are that count minus the startup
+   * run and the set, the rest started from the set's values. */
+  ck_assert_uint_ge(after, before + 1);
+  ck_assert_uint_ge(before, 6);
+  int lo = STEPS - (int)after + 2, hi = STEPS - (int)before + 1;
+  snap s;
+  snap_take(q.m, &f, &s);
+  int k = snap_find(&f, &s);
+  ck_assert_msg(k >= 0, "after a set in the middle of training the state is no step boundary");
+  ck_assert_msg(k >= lo && k <= hi, "end state is step %d; %d to %d steps ran after the set", k, lo,
+                hi);
+  printf("%s: changes %llu -> %llu around the set; end state = reference step %d\n",
+         pe_place_kind_name(kind), (unsigned long long)before, (unsigned long long)after, k);
+  snap_release(&f, &s);
+  assert_places_identical(&q);
+  par_free(&q);
+  fixture_free(&f);
+}
+
+START_TEST(set_during_training_cpu) {
+  set_during_training(PE_PLACE_CPU);
+}
+END_TEST
+
+START_TEST(set_during_training_sim) {
+  set_during_training(PE_PLACE_SIM);
+}
+END_TEST
+
+/* pe_model_changes counts runs that write persistables and sets; reads and
+ * runs that only read (an eval graph) are not changes. */
+START_TEST(changes_counted) {
+  pe_runtime *rt = rt_new(2);
+  par q;
+  par_new(&q, rt, PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, 7);
+  ck_assert_uint_eq(pe_model_changes(q.m), 0);
+  PE_CK_OK(pe_par_exec_run(q.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  ck_assert_uint_eq(pe_model_changes(q.m), 1);
+  for (int k = 1; k <= 3; k++) par_step(&q, k, ROWS, NULL);
+  ck_assert_uint_eq(pe_model_changes(q.m), 4);
+  pe_tensor w;
+  pe_tensor_init(&w);
+  uint64_t v = 0;
+  const char *name = "fc_0.w";
+  PE_CK_OK(pe_model_get_many(q.m, &name, 1, &w, NULL, &v));
+  ck_assert_uint_eq(v, 4);
+  ck_assert_uint_eq(pe_model_changes(q.m), 4);
+  /* An eval graph of the same program reads the parameters only. */
+  pe_program *eval = mlp_program();
+  pe_pass_opts o = {.place_kind = PE_PLACE_CPU, .n_places = 2};
+  pe_ir ir = {eval, NULL, NULL, &o};
+  PE_CK_OK(pe_graph_compile(&ir, true));
+  pe_par_exec *ev;
+  PE_CK_OK(pe_par_exec_new(q.m, ir.graph, &ev));
+  ir.graph = NULL;
+  pe_ir_destroy(&ir);
+  float x[ROWS * DIM];
+  int64_t y[ROWS];
+  make_batch(1, ROWS, x, y);
+  pe_tensor xt, yt, out;
+  pe_tensor_init(&xt);
+  pe_tensor_init(&yt);
+  pe_tensor_init(&out);
+  pe_shape xs = PE_SHAPE(ROWS, DIM), ys = PE_SHAPE(ROWS, 1);
+  pe_tensor_view(&xt, PE_F32, &xs, x);
+  pe_tensor_view(&yt, PE_I64, &ys, y);
+  pe_feed feeds[2] = {{"x", &xt}, {"y", &yt}};
+  PE_CK_OK(pe_par_exec_run(ev, feeds, 2, &LOSS, 1, &out, NULL, NULL));
+  pe_tensor_release(&out);
+  ck_assert_uint_eq(pe_model_changes(q.m), 4);
+  pe_par_exec_free(ev);
+  pe_program_free(eval);
+  PE_CK_OK(pe_model_set_many(q.m, &name, &w, 1));
+  ck_assert_uint_eq(pe_model_changes(q.m), 5);
+  pe_tensor_release(&w);
+  par_free(&q);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+/* Errors name the variable; a failed set changes nothing, a failed get
+ * hands back no tensor. */
+START_TEST(many_errors) {
+  pe_runtime *rt = rt_new(2);
+  par q;
+  par_new(&q, rt, PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, 7);
+  PE_CK_OK(pe_par_exec_run(q.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  const char *names[3] = {"fc_0.w", "nope", "fc_1.w"};
+  pe_tensor t[3];
+  memset(t, 0, sizeof t);
+  pe_status *st = pe_model_get_many(q.m, names, 3, t, NULL, NULL);
+  ck_assert_int_eq(pe_status_code(st), PE_EUNKNOWN_VAR);
+  ck_assert_msg(strstr(pe_status_msg(st), "'nope'"), "%s", pe_status_msg(st));
+  pe_status_free(st);
+  for (int i = 0; i < 3; i++) ck_assert_ptr_null(t[i].data);
+  /* A name without a value: an error, or has_value false. */
+  par_entry *en;
+  PE_CK_OK(par_model_entry(q.m, "declared_only", &en));
+  const char *two[2] = {"fc_0.w", "declared_only"};
+  st = pe_model_get_many(q.m, two, 2, t, NULL, NULL);
+  ck_assert_int_eq(pe_status_code(st), PE_EUSE_BEFORE_DEF);
+  ck_assert_msg(strstr(pe_status_msg(st), "'declared_only'"), "%s", pe_status_msg(st));
+  pe_status_free(st);
+  ck_assert_ptr_null(t[0].data);
+  bool has[2];
+  PE_CK_OK(pe_model_get_many(q.m, two, 2, t, has, NULL));
+  ck_assert(has[0] && !has[1]);
+  ck_assert_ptr_nonnull(t[0].data);
+  ck_assert_ptr_null(t[1].data);
+  /* Set: the second value has the wrong shape, so the first is not set
+   * either. */
+  pe_tensor good, bad, now;
+  pe_tensor_init(&good);
+  pe_tensor_init(&bad);
+  pe_tensor_init(&now);
+  PE_CK_OK(pe_tensor_resize(&good, t[0].dtype, &t[0].shape, "good"));
+  memset(good.data, 0, pe_tensor_bytes(&good));
+  pe_shape bs = PE_SHAPE(3, 3);
+  PE_CK_OK(pe_tensor_resize(&bad, PE_F32, &bs, "bad"));
+  memset(bad.data, 0, pe_tensor_bytes(&bad));
+  const char *set_names[2] = {"fc_0.w", "fc_1.w"};
+  pe_tensor vals[2] = {good, bad};
+  st = pe_model_set_many(q.m, set_names, vals, 2);
+  ck_assert_int_eq(pe_status_code(st), PE_ESHAPE);
+  ck_assert_msg(strstr(pe_status_msg(st), "'fc_1.w'") && strstr(pe_status_msg(st), "[3,3]"), "%s",
+                pe_status_msg(st));
+  pe_status_free(st);
+  PE_CK_OK(pe_model_get(q.m, "fc_0.w", &now));
+  ck_assert_msg(memcmp(now.data, t[0].data, pe_tensor_bytes(&now)) == 0,
+                "fc_0.w changed by a set that failed");
+  /* The same name twice. */
+  const char *twice[2] = {"fc_0.w", "fc_0.w"};
+  pe_tensor vals2[2] = {good, good};
+  st = pe_model_set_many(q.m, twice, vals2, 2);
+  ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+  ck_assert_msg(strstr(pe_status_msg(st), "given twice"), "%s", pe_status_msg(st));
+  pe_status_free(st);
+  pe_tensor_release(&now);
+  pe_tensor_release(&good);
+  pe_tensor_release(&bad);
+  pe_tensor_release(&t[0]);
+  par_free(&q);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+static Suite *snapshot_suite(void) {
+  Suite *s = suite_create("par_snapshot");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, snapshots_during_training_cpu);
+  tcase_add_test(tc, snapshots_during_training_sim);
+  tcase_add_test(tc, set_during_training_cpu);
+  tcase_add_test(tc, set_during_training_sim);
+  tcase_add_test(tc, changes_counted);
+  tcase_add_test(tc, many_errors);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(snapshot_suite)
