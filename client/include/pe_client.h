@@ -58,6 +58,10 @@ typedef enum pe_client_code {
   PE_C_ENOGRAD = 15,
   PE_C_EBACKEND = 16,
   PE_C_EINTERNAL = 17,
+  /* A resend of a run the model already has (after a daemon restart from a
+   * checkpoint that includes it, or once its cached reply was evicted): not
+   * applied again; the message says how many of its steps reached it. */
+  PE_C_EALREADY = 18,
   /* Raised by the client. */
   PE_C_CLIENT_BASE = 100,
   PE_C_ETIMEDOUT = 100, /* no reply within the receive timeout */

@@ -26,6 +26,7 @@ typedef enum pe_code {
   PE_ENOGRAD,         /* gradient requested where none exists */
   PE_EBACKEND,        /* oneDNN / CUDA / NCCL reported an error */
   PE_EINTERNAL,       /* broken invariant inside the runtime */
+  PE_EALREADY,        /* a resent request whose run already reached the model */
   PE_ECODE_COUNT
 } pe_code;
 

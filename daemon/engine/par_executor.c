@@ -684,7 +684,10 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   /* Under the model's push lock: a get_many/set_many lands before or after
    * all of this run's ops (par_internal.h). */
   pthread_mutex_lock(&e->m->push_mu);
-  if (e->writes_persistables) atomic_fetch_add(&e->m->changes, 1);
+  if (e->writes_persistables) {
+    atomic_fetch_add(&e->m->changes, 1);
+    if (e->opts->origin.client) par_model_note_origin(e->m, &e->opts->origin);
+  }
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (!x->engine) continue;

@@ -171,6 +171,28 @@ pe_status *pe_model_get_place(pe_model *m, const char *name, int place, pe_tenso
  * naming the variable and both shapes). Ordered after the runs pushed
  * before it, before the runs pushed after it. */
 pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value);
+/* Where a run came from: a client's request (the daemon's ids). A model
+ * remembers, per client, the newest request whose run reached it and how
+ * many of that request's steps did (pe_model_origin), and a snapshot
+ * carries that record, so a checkpoint says which requests its values
+ * include: a resend of one of them is never applied again, also after a
+ * restart from the checkpoint (architecture property 6). */
+typedef struct pe_run_origin {
+  uint64_t client; /* 0: none (not recorded) */
+  uint64_t request;
+  uint32_t steps; /* steps of `request` pushed (record only; ignored in opts) */
+} pe_run_origin;
+
+/* A point of the model's history: its change count and the record of run
+ * origins (malloc'd, in order of their last run, oldest first). */
+typedef struct pe_model_mark {
+  uint64_t version;
+  pe_run_origin *origins;
+  int n_origins;
+} pe_model_mark;
+#define PE_MODEL_ORIGINS 4096
+void pe_model_mark_release(pe_model_mark *mk);
+
 /* Several persistables at once, as one engine op: a consistent snapshot.
  * Runs push all of their engine ops under the model's push lock, and so does
  * this call, so every value read comes from the same point between two
@@ -179,16 +201,22 @@ pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value);
  * concurrent run's update and the next after it). Place 0's values.
  * has_value NULL: a name without a value is PE_EUSE_BEFORE_DEF naming it;
  * else has_value[i] says whether out[i] got one (out[i] left empty if not).
- * *version (may be NULL): pe_model_changes() as of the snapshot. On error
- * every out[i] is released. */
+ * mark (may be NULL): the snapshot's pe_model_changes() and run origins
+ * (release it with pe_model_mark_release). On error every out[i] is
+ * released. */
 pe_status *pe_model_get_many(pe_model *m, const char *const *names, int n, pe_tensor *out,
-                             bool *has_value, uint64_t *version);
+                             bool *has_value, pe_model_mark *mark);
 /* Set several persistables on every place as one engine op (all or none
  * are checked first: any dtype/shape mismatch sets nothing), ordered like
  * pe_model_get_many: no run sees some of the new values and not the
- * others. Names must be distinct. */
+ * others. Names must be distinct. restore (may be NULL; its version is
+ * ignored): the values come from a snapshot with these run origins (a
+ * checkpoint), which replace the model's record at the same point. */
 pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_tensor *values,
-                             int n);
+                             int n, const pe_model_mark *restore);
+/* The model's record of client's runs: false when it has none (never ran
+ * here, or evicted: the newest PE_MODEL_ORIGINS clients are kept). */
+bool pe_model_origin(pe_model *m, uint64_t client, pe_run_origin *out);
 /* Monotonic count of the changes pushed to the model so far: runs of
  * graphs that update persistables, and sets. Equal counts: no change in
  * between (used to skip rewriting an unchanged checkpoint). */
@@ -211,6 +239,9 @@ const pe_graph *pe_par_exec_graph(const pe_par_exec *e);
 
 typedef struct pe_run_opts {
   pe_sync_strategy sync; /* cross-stream rule (default PE_SYNC_WAIT_EVENT) */
+  /* Recorded by the model when the run writes persistables (at the push of
+   * its ops, so consistent with snapshots). */
+  pe_run_origin origin;
   int priority;          /* engine priority of the run's parameter ops */
   pe_timeline *timeline; /* when set, every node's span is recorded into it */
   /* Test hook: when > 0, every node sleeps a pseudo-random 0..delay_us

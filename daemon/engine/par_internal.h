@@ -83,6 +83,10 @@ struct pe_model {
    * read without it). */
   pthread_mutex_t push_mu;
   atomic_uint_fast64_t changes;
+  /* Under push_mu: per client, its newest run (pe_run_origin), ordered by
+   * last update (oldest first); at most PE_MODEL_ORIGINS. */
+  pe_run_origin *origins;
+  int n_origins, cap_origins;
   pe_strmap index;    /* name -> par_entry* */
   par_entry **ent;
   int n_ent, cap_ent;
@@ -95,6 +99,10 @@ struct pe_model {
   pthread_mutex_t nccl_mu;
   atomic_uint_fast64_t coll_seq; /* op ids of sim collectives */
 };
+
+/* Record a run of origin o (client != 0) that writes persistables; the
+ * caller holds push_mu. Out of memory: not recorded. */
+void par_model_note_origin(pe_model *m, const pe_run_origin *o);
 
 /* The entry of `name`, created on every place (empty) when absent. */
 pe_status *par_model_entry(pe_model *m, const char *name, par_entry **out);

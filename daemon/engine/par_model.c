@@ -84,6 +84,7 @@ void pe_model_free(pe_model *m) {
 #endif
   pthread_mutex_destroy(&m->nccl_mu);
   pthread_mutex_destroy(&m->push_mu);
+  free(m->origins);
   free(m->ent);
   pe_strmap_destroy(&m->index);
   for (int p = 0; p < m->n_places; p++) pe_scope_free(m->scope[p]);

@@ -26,11 +26,12 @@ typedef struct model_io {
   pe_model *m;
   par_entry **en; /* [n] */
   int n;
-  int place;           /* get: the replica read */
-  pe_tensor *out;      /* get: [n] */
-  bool *has_value;     /* get: [n] or NULL (no value is an error) */
-  const pe_tensor *in; /* set: [n] */
-  uint64_t version;    /* pe_model_changes as of the op's push */
+  int place;                    /* get: the replica read */
+  pe_tensor *out;               /* get: [n] */
+  bool *has_value;              /* get: [n] or NULL (no value is an error) */
+  const pe_tensor *in;          /* set: [n] */
+  pe_model_mark *mark;          /* get: filled at the push (may be NULL) */
+  const pe_model_mark *restore; /* set: origins to install at the push */
   pe_status *st;
   /* Completion: pe_engine_wait_var is itself a read, so it does not wait
    * for an earlier read (our get); the op signals its own end. */
@@ -47,6 +48,87 @@ static void io_done(void *arg, const pe_status *st) {
   pthread_cond_signal(&io->cv);
   pthread_mutex_unlock(&io->mu);
 }
+
+/* --- run origins -------------------------------------------------------------------- */
+
+/* Copy from's origins (the newest PE_MODEL_ORIGINS) into *dst, grown as
+ * needed (*cap: its capacity). */
+static pe_status *origins_copy(const pe_model_mark *from, pe_run_origin **dst, int *n, int *cap) {
+  int k = from->n_origins < PE_MODEL_ORIGINS ? from->n_origins : PE_MODEL_ORIGINS;
+  const pe_run_origin *src = from->origins + (from->n_origins - k);
+  if (k > *cap) {
+    pe_run_origin *a = realloc(*dst, sizeof *a * (size_t)k);
+    if (!a) return pe_error(PE_ENOMEM, "model: out of memory for %d run origins", k);
+    *dst = a;
+    *cap = k;
+  }
+  if (k) memcpy(*dst, src, sizeof **dst * (size_t)k);
+  *n = k;
+  return NULL;
+}
+
+/* The model's change count and origins now; the caller holds push_mu. */
+static pe_status *mark_take(pe_model *m, pe_model_mark *mark) {
+  *mark = (pe_model_mark){.version = atomic_load(&m->changes)};
+  pe_model_mark from = {.origins = m->origins, .n_origins = m->n_origins};
+  int cap = 0;
+  return origins_copy(&from, &mark->origins, &mark->n_origins, &cap);
+}
+
+void par_model_note_origin(pe_model *m, const pe_run_origin *o) {
+  int n = m->n_origins, i = n - 1;
+  if (i < 0 || m->origins[i].client != o->client) {
+    /* Not the newest: move the client's record (or a new one) to the end,
+     * evicting the oldest when full. */
+    while (--i >= 0 && m->origins[i].client != o->client) {
+    }
+    pe_run_origin cur = {.client = o->client};
+    if (i >= 0) {
+      cur = m->origins[i];
+      memmove(&m->origins[i], &m->origins[i + 1], sizeof cur * (size_t)(n - 1 - i));
+      n--;
+    } else if (n == PE_MODEL_ORIGINS) {
+      memmove(&m->origins[0], &m->origins[1], sizeof cur * (size_t)(n - 1));
+      n--;
+    } else if (n == m->cap_origins) {
+      int cap = m->cap_origins ? 2 * m->cap_origins : 16;
+      pe_run_origin *a = realloc(m->origins, sizeof *a * (size_t)cap);
+      if (!a) return; /* not recorded: a resend could then apply again */
+      m->origins = a;
+      m->cap_origins = cap;
+    }
+    m->origins[n++] = cur;
+    m->n_origins = n;
+    i = n - 1;
+  }
+  pe_run_origin *r = &m->origins[i];
+  if (r->request == o->request) {
+    r->steps++;
+  } else if (o->request > r->request) {
+    r->request = o->request;
+    r->steps = 1;
+  }
+}
+
+bool pe_model_origin(pe_model *m, uint64_t client, pe_run_origin *out) {
+  bool found = false;
+  pthread_mutex_lock(&m->push_mu);
+  for (int i = m->n_origins - 1; i >= 0 && !found; i--)
+    if (m->origins[i].client == client) {
+      *out = m->origins[i];
+      found = true;
+    }
+  pthread_mutex_unlock(&m->push_mu);
+  return found;
+}
+
+void pe_model_mark_release(pe_model_mark *mk) {
+  if (!mk) return;
+  free(mk->origins);
+  *mk = (pe_model_mark){0};
+}
+
+/* --- engine ops ------------------------------------------------------------------------ */
 
 /* Push fn(io) with these engine accesses (under push_mu; a push with
  * mutations is a change) and wait for it. */
@@ -65,7 +147,9 @@ static pe_status *io_push(pe_model *m, pe_engine_fn fn, model_io *io, pe_engine_
   pthread_mutex_lock(&m->push_mu);
   pe_status *st = pe_engine_op_new(m->rt->eng, &a, NULL);
   if (!st && n_mutates) atomic_fetch_add(&m->changes, 1);
-  io->version = atomic_load(&m->changes);
+  if (!st && io->restore)
+    st = origins_copy(io->restore, &m->origins, &m->n_origins, &m->cap_origins);
+  if (!st && io->mark) st = mark_take(m, io->mark);
   pthread_mutex_unlock(&m->push_mu);
   if (!st) {
     pthread_mutex_lock(&io->mu);
@@ -134,10 +218,15 @@ static pe_status *get_fn(void *arg) {
 
 /* Read names[0..n) of `place` as one engine op. */
 static pe_status *get_entries(pe_model *m, const char *const *names, int n, int place,
-                              pe_tensor *out, bool *has_value, uint64_t *version) {
-  if (n <= 0) {
-    if (version) *version = atomic_load(&m->changes);
-    return NULL;
+                              pe_tensor *out, bool *has_value, pe_model_mark *mark) {
+  if (n <= 0) { /* nothing to read: the mark alone */
+    pe_status *st = NULL;
+    if (mark) {
+      pthread_mutex_lock(&m->push_mu);
+      st = mark_take(m, mark);
+      pthread_mutex_unlock(&m->push_mu);
+    }
+    return st;
   }
   par_entry **en;
   PE_TRY(find_entries(m, "get", names, n, false, &en));
@@ -154,12 +243,13 @@ static pe_status *get_entries(pe_model *m, const char *const *names, int n, int 
     if (!dup) vars[nv++] = en[i]->ev[place];
   }
   if (has_value) memset(has_value, 0, sizeof *has_value * (size_t)n);
-  model_io io = {.m = m, .en = en, .n = n, .place = place, .out = out, .has_value = has_value};
+  model_io io = {
+      .m = m, .en = en, .n = n, .place = place, .out = out, .has_value = has_value, .mark = mark};
   pe_status *st = io_push(m, get_fn, &io, vars, nv, NULL, 0);
-  if (st)
+  if (st) {
     for (int i = 0; i < n; i++) pe_tensor_release(&out[i]);
-  else if (version)
-    *version = io.version;
+    pe_model_mark_release(mark);
+  }
   free(vars);
   free(en);
   return st;
@@ -178,10 +268,10 @@ pe_status *pe_model_get(pe_model *m, const char *name, pe_tensor *out) {
 }
 
 pe_status *pe_model_get_many(pe_model *m, const char *const *names, int n, pe_tensor *out,
-                             bool *has_value, uint64_t *version) {
+                             bool *has_value, pe_model_mark *mark) {
   if (n < 0 || (n && (!names || !out)))
     return pe_error(PE_EINVAL, "model: get of %d persistables: bad arguments", n);
-  return get_entries(m, names, n, 0, out, has_value, version);
+  return get_entries(m, names, n, 0, out, has_value, mark);
 }
 
 /* --- set ----------------------------------------------------------------------------- */
@@ -214,8 +304,8 @@ static pe_status *set_fn(void *arg) {
   return NULL;
 }
 
-pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_tensor *values,
-                             int n) {
+pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_tensor *values, int n,
+                             const pe_model_mark *restore) {
   if (n < 0 || (n && (!names || !values)))
     return pe_error(PE_EINVAL, "model: set of %d persistables: bad arguments", n);
   if (n == 0) return NULL;
@@ -237,7 +327,10 @@ pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_ten
     for (int i = 0; i < n; i++)
       for (int p = 0; p < m->n_places; p++)
         vars[(size_t)i * (size_t)m->n_places + p] = en[i]->ev[p];
-    model_io io = {.m = m, .en = en, .n = n, .in = values};
+    /* restore's origins are installed at the push, before set_fn checks
+     * the values: a set that then fails keeps them (callers check the
+     * values first: pe_srv_model_check_value). */
+    model_io io = {.m = m, .en = en, .n = n, .in = values, .restore = restore};
     st = io_push(m, set_fn, &io, NULL, 0, vars, (int)nv);
   }
   free(vars);
@@ -247,7 +340,7 @@ pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_ten
 
 pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value) {
   if (!name || !value) return pe_error(PE_EINVAL, "model: set: no name or value");
-  return pe_model_set_many(m, &name, value, 1);
+  return pe_model_set_many(m, &name, value, 1, NULL);
 }
 
 uint64_t pe_model_changes(pe_model *m) {

@@ -38,7 +38,8 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   pe_tensor *t = calloc(n ? (size_t)n : 1, sizeof *t);
   bool *has = calloc(n ? (size_t)n : 1, sizeof *has);
   pe_status *st = e && t && has ? NULL : pe_error(PE_ENOMEM, "save '%s': out of memory", name);
-  if (!st) st = pe_model_get_many(m->m, names, n, t, has, NULL);
+  pe_model_mark mark = {0}; /* which requests' runs the values include */
+  if (!st) st = pe_model_get_many(m->m, names, n, t, has, &mark);
   int kept = 0, skipped = 0;
   for (int i = 0; i < n && !st; i++) {
     if (!has[i]) { /* declared by a program but never given a value */
@@ -60,7 +61,8 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   n = kept;
   uint8_t *buf = NULL;
   size_t len = 0;
-  if (!st) st = pe_ckpt_encode(e, n, &buf, &len);
+  if (!st) st = pe_ckpt_encode(e, n, mark.origins, mark.n_origins, &buf, &len);
+  pe_model_mark_release(&mark);
   pe_ckpt_entries_free(e, n);
   if (!st) st = pe_mkdir_p(dir, 0750);
   if (!st) st = pe_write_atomic(dir, file, buf, len);
@@ -85,7 +87,8 @@ pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char
                         "load '%s' of model '%s'", name, m->name));
   pe_ckpt_entry *e;
   int n;
-  pe_status *st = pe_ckpt_decode(buf, len, full, &e, &n);
+  pe_model_mark restore = {0};
+  pe_status *st = pe_ckpt_decode(buf, len, full, &e, &n, &restore.origins, &restore.n_origins);
   free(buf);
   if (st) return pe_status_wrap(st, "load '%s' of model '%s'", name, m->name);
   /* All or nothing: a checkpoint of another architecture changes nothing. */
@@ -102,7 +105,10 @@ pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char
     names[i] = e[i].name;
     vals[i] = e[i].t;
   }
-  if (!st) st = pe_model_set_many(m->m, names, vals, n);
+  /* The model's run origins become the file's: a resend of a request the
+   * values include is refused (server/dispatch.c), one after them runs. */
+  if (!st) st = pe_model_set_many(m->m, names, vals, n, &restore);
+  pe_model_mark_release(&restore);
   if (!st) pe_model_mark_initialized(m, names, n);
   free(names);
   free(vals);

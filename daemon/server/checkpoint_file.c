@@ -10,7 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char ckpt_magic[8] = {'P', 'E', 'C', 'K', 'P', 'T', '0', '1'};
+/* Version 02 adds the run origins; 01 files (no origins) still load. */
+static const char ckpt_magic[8] = {'P', 'E', 'C', 'K', 'P', 'T', '0', '2'};
+static const char ckpt_magic_v1[8] = {'P', 'E', 'C', 'K', 'P', 'T', '0', '1'};
+#define ORIGIN_BYTES 20 /* client u64, request u64, steps u32 */
 
 bool pe_name_valid(const char *name) {
   if (!name || !name[0] || name[0] == '.') return false;
@@ -96,7 +99,8 @@ static int cmp_entry_name(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, uint8_t **buf, size_t *len) {
+pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, const pe_run_origin *origins,
+                          int n_origins, uint8_t **buf, size_t *len) {
   const pe_ckpt_entry **order = calloc(n ? (size_t)n : 1, sizeof *order);
   if (!order) return pe_error(PE_ENOMEM, "checkpoint: out of memory sorting %d tensors", n);
   for (int i = 0; i < n; i++) order[i] = &e[i];
@@ -117,6 +121,12 @@ pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, uint8_t **buf, size_t *
     if (nb) put(&w, x->t.data, nb);
   }
   free(order);
+  put_u32(&w, (uint32_t)n_origins);
+  for (int i = 0; i < n_origins; i++) {
+    put_u64(&w, origins[i].client);
+    put_u64(&w, origins[i].request);
+    put_u32(&w, origins[i].steps);
+  }
   if (!w.oom) put_u32(&w, pe_crc32(w.p, w.len));
   if (w.oom) {
     free(w.p);
@@ -156,10 +166,13 @@ static bool get_u64(rbuf *r, uint64_t *v) {
 }
 
 pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **out,
-                          int *out_n) {
+                          int *out_n, pe_run_origin **origins, int *n_origins) {
   *out = NULL;
   *out_n = 0;
-  if (len < sizeof ckpt_magic + 8 || memcmp(buf, ckpt_magic, sizeof ckpt_magic))
+  if (origins) *origins = NULL;
+  if (n_origins) *n_origins = 0;
+  bool v1 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic_v1, sizeof ckpt_magic_v1);
+  if (len < sizeof ckpt_magic + 8 || (!v1 && memcmp(buf, ckpt_magic, sizeof ckpt_magic)))
     return pe_error(PE_ECORRUPT, "checkpoint %s: not a pe checkpoint (bad magic or %zu bytes)",
                     what, len);
   rbuf crc_r = {buf, len, len - 4};
@@ -223,11 +236,29 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
     if (st) break;
     if (nb) get(&r, e[i].t.data, nb);
   }
+  uint32_t no = 0;
+  pe_run_origin *o = NULL;
+  if (!st && !v1) {
+    if (!get_u32(&r, &no) || (size_t)no > (r.len - r.off) / ORIGIN_BYTES)
+      st = pe_error(PE_ECORRUPT, "checkpoint %s: bad run origin count", what);
+    else if (!(o = calloc(no ? no : 1, sizeof *o)))
+      st = pe_error(PE_ENOMEM, "checkpoint %s: out of memory for %u run origins", what, no);
+    for (uint32_t k = 0; !st && k < no; k++)
+      if (!get_u64(&r, &o[k].client) || !get_u64(&r, &o[k].request) || !get_u32(&r, &o[k].steps))
+        st = pe_error(PE_ECORRUPT, "checkpoint %s: run origin %u truncated", what, k);
+  }
   if (!st && r.off != r.len)
     st = pe_error(PE_ECORRUPT, "checkpoint %s: %zu trailing bytes", what, r.len - r.off);
   if (st) {
+    free(o);
     pe_ckpt_entries_free(e, (int)n);
     return st;
+  }
+  if (origins) {
+    *origins = o;
+    *n_origins = (int)no;
+  } else {
+    free(o);
   }
   *out = e;
   *out_n = (int)n;

@@ -8,7 +8,7 @@
  * (no "..", no '/', no hidden files).
  *
  * Format (all integers little-endian):
- *     magic    8 bytes  "PECKPT01"
+ *     magic    8 bytes  "PECKPT02" ("PECKPT01": the same without origins)
  *     count    u32      number of tensors
  *     then per tensor, in name order:
  *       name_len u32, name bytes (no NUL)
@@ -17,6 +17,8 @@
  *       dims     i64 x ndim (each >= 0)
  *       nbytes   u64  (= numel * dtype size)
  *       data     nbytes, row-major
+ *     n_origins u32     run origins: which requests the values include
+ *     then per origin: client u64, request u64, steps u32 (pe_run_origin)
  *     crc32    u32      CRC-32 (IEEE) of every byte before it
  * The reader checks every count and size against the file length before
  * using it, and the CRC before returning anything.
@@ -35,6 +37,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "engine/par_executor.h" /* pe_run_origin */
 
 #define PE_NAME_MAX 64
 
@@ -52,9 +55,12 @@ void pe_ckpt_entries_free(pe_ckpt_entry *e, int n);
 
 /* Serialise entries (sorted by name by the caller or not: the writer sorts a
  * copy of the order) into a malloc'd buffer. */
-pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, uint8_t **buf, size_t *len);
+pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, const pe_run_origin *origins,
+                          int n_origins, uint8_t **buf, size_t *len);
+/* origins may be NULL (not wanted); else *origins is malloc'd (NULL for a
+ * version 01 file, which has none). */
 pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **e,
-                          int *n);
+                          int *n, pe_run_origin **origins, int *n_origins);
 
 /* mkdir -p with mode for the components it creates. */
 pe_status *pe_mkdir_p(const char *path, mode_t mode);

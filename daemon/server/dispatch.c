@@ -287,9 +287,33 @@ static void feed_names(const pe_srv_program *p, char *buf, size_t len) {
     o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? ", " : "", p->feeds[i].name);
 }
 
+/* A run whose request already reached the model is not applied again
+ * (architecture property 6). The reply cache answers resends while it holds
+ * the reply; this catches the rest: a resend after a daemon restart from a
+ * checkpoint that includes the run (its origins travel in the file), or
+ * after the cached reply was evicted. A client's request ids increase, so
+ * any id up to the model's newest for that client has been seen. */
+static pe_status *check_not_applied(ctx *c, pe_srv_program *p) {
+  uint64_t client = c->rq->client_id, request = c->rq->request_id;
+  pe_run_origin o;
+  if (!client || !pe_model_origin(p->model->m, client, &o) || request > o.request) return NULL;
+  if (request == o.request)
+    return pe_error(PE_EALREADY,
+                    "run: request %llu of client %016llx already reached model '%s' (%u step(s) of "
+                    "it are in its parameters); a resend is not applied again",
+                    (unsigned long long)request, (unsigned long long)client, p->model->name,
+                    o.steps);
+  return pe_error(PE_EALREADY,
+                  "run: request %llu of client %016llx is older than its request %llu, which "
+                  "already reached model '%s'; a resend is not applied again",
+                  (unsigned long long)request, (unsigned long long)client,
+                  (unsigned long long)o.request, p->model->name);
+}
+
 static pe_status *run_program(ctx *c, pe_srv_program *p) {
   const Pe__RunRequest *rq = c->rq->run;
   pe_server *s = c->s;
+  PE_TRY(check_not_applied(c, p));
   uint32_t steps = rq->steps ? rq->steps : 1;
   if (steps > PE_MAX_STEPS)
     return pe_error(PE_EINVAL, "run: steps %u exceeds %u", steps, PE_MAX_STEPS);
@@ -396,8 +420,10 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
   uint32_t done = 0;
   pe_run_stats stats = {0};
   if (!st) {
-    pe_run_opts ro = {
-        .sync = p->sync, .priority = rq->options ? rq->options->priority : 0, .timeline = tl};
+    pe_run_opts ro = {.sync = p->sync,
+                      .origin = {.client = c->rq->client_id, .request = c->rq->request_id},
+                      .priority = rq->options ? rq->options->priority : 0,
+                      .timeline = tl};
     double deadline =
         rq->options && rq->options->timeout_ms ? t0 + rq->options->timeout_ms / 1e3 : 0;
     if (batches > 1) {
@@ -556,7 +582,7 @@ static pe_status *h_set_params(ctx *c) {
       if (!strcmp(names[i], names[j])) st = pe_error(PE_EINVAL, "'%.64s' given twice", names[i]);
     if (!st) st = pe_srv_model_check_value(m, names[i], &views[i]);
   }
-  if (!st) st = pe_model_set_many(m->m, names, views, n); /* no run sees half of it */
+  if (!st) st = pe_model_set_many(m->m, names, views, n, NULL); /* no run sees half of it */
   if (!st) pe_model_mark_initialized(m, names, n);
   for (int i = 0; views && i < n; i++) pe_tensor_release(&views[i]);
   free(views);

@@ -168,7 +168,7 @@ static void set_during_training(pe_place_kind kind) {
   trainer_start(&t, &q);
   while (atomic_load(&t.done) < 5) sched_yield();
   uint64_t before = pe_model_changes(q.m);
-  PE_CK_OK(pe_model_set_many(q.m, f.names, f.ref[0].t, f.n));
+  PE_CK_OK(pe_model_set_many(q.m, f.names, f.ref[0].t, f.n, NULL));
   uint64_t after = pe_model_changes(q.m);
   pthread_join(t.th, NULL);
   /* The set is one change; the runs pushed before it are `before` minus the
@@ -216,10 +216,11 @@ START_TEST(changes_counted) {
   ck_assert_uint_eq(pe_model_changes(q.m), 4);
   pe_tensor w;
   pe_tensor_init(&w);
-  uint64_t v = 0;
+  pe_model_mark mk;
   const char *name = "fc_0.w";
-  PE_CK_OK(pe_model_get_many(q.m, &name, 1, &w, NULL, &v));
-  ck_assert_uint_eq(v, 4);
+  PE_CK_OK(pe_model_get_many(q.m, &name, 1, &w, NULL, &mk));
+  ck_assert_uint_eq(mk.version, 4);
+  pe_model_mark_release(&mk);
   ck_assert_uint_eq(pe_model_changes(q.m), 4);
   /* An eval graph of the same program reads the parameters only. */
   pe_program *eval = mlp_program();
@@ -246,9 +247,76 @@ START_TEST(changes_counted) {
   ck_assert_uint_eq(pe_model_changes(q.m), 4);
   pe_par_exec_free(ev);
   pe_program_free(eval);
-  PE_CK_OK(pe_model_set_many(q.m, &name, &w, 1));
+  PE_CK_OK(pe_model_set_many(q.m, &name, &w, 1, NULL));
   ck_assert_uint_eq(pe_model_changes(q.m), 5);
   pe_tensor_release(&w);
+  par_free(&q);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+static void step_from(par *q, uint64_t client, uint64_t request) {
+  pe_run_opts ro = {.origin = {.client = client, .request = request}};
+  par_step(q, BATCH, ROWS, &ro);
+}
+
+static void expect_origin(pe_model *m, uint64_t client, uint64_t request, uint32_t steps) {
+  pe_run_origin o;
+  ck_assert_msg(pe_model_origin(m, client, &o), "no record of client %llu",
+                (unsigned long long)client);
+  ck_assert_msg(o.client == client && o.request == request && o.steps == steps,
+                "client %llu: request %llu, %u steps; want %llu, %u", (unsigned long long)client,
+                (unsigned long long)o.request, o.steps, (unsigned long long)request, steps);
+}
+
+/* Runs that write persistables record their origin (per client: newest
+ * request, its steps); a snapshot's mark carries the record, a set with a
+ * restore mark replaces it; the oldest clients are evicted past
+ * PE_MODEL_ORIGINS. */
+START_TEST(origins_recorded) {
+  pe_runtime *rt = rt_new(2);
+  par q;
+  par_new(&q, rt, PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, 7);
+  PE_CK_OK(pe_par_exec_run(q.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  pe_run_origin o;
+  ck_assert(!pe_model_origin(q.m, 7, &o));
+  step_from(&q, 7, 3);
+  step_from(&q, 7, 3); /* the same request's second step */
+  expect_origin(q.m, 7, 3, 2);
+  step_from(&q, 9, 1);
+  step_from(&q, 7, 5);
+  step_from(&q, 7, 4); /* older than the record: not recorded */
+  expect_origin(q.m, 7, 5, 1);
+  expect_origin(q.m, 9, 1, 1);
+  step_from(&q, 0, 8); /* client 0: no origin */
+  ck_assert(!pe_model_origin(q.m, 0, &o));
+  /* The snapshot's mark: oldest first (9 ran before 7's last run). */
+  const char *name = "fc_0.w";
+  pe_tensor w;
+  pe_tensor_init(&w);
+  pe_model_mark mk;
+  PE_CK_OK(pe_model_get_many(q.m, &name, 1, &w, NULL, &mk));
+  ck_assert_int_eq(mk.n_origins, 2);
+  ck_assert(mk.origins[0].client == 9 && mk.origins[1].client == 7);
+  ck_assert(mk.origins[1].request == 5 && mk.origins[1].steps == 1);
+  /* Restore an older point: its record replaces the model's. */
+  pe_run_origin old = {.client = 7, .request = 2, .steps = 1};
+  pe_model_mark restore = {.origins = &old, .n_origins = 1};
+  PE_CK_OK(pe_model_set_many(q.m, &name, &w, 1, &restore));
+  expect_origin(q.m, 7, 2, 1);
+  ck_assert(!pe_model_origin(q.m, 9, &o));
+  pe_model_mark_release(&mk);
+  ck_assert_ptr_null(mk.origins);
+  pe_tensor_release(&w);
+  /* Bounded: past PE_MODEL_ORIGINS clients the oldest goes. */
+  for (uint64_t c = 100; c < 100 + PE_MODEL_ORIGINS; c++) step_from(&q, c, 1);
+  ck_assert(!pe_model_origin(q.m, 7, &o));
+  expect_origin(q.m, 100, 1, 1);
+  expect_origin(q.m, 99 + PE_MODEL_ORIGINS, 1, 1);
+  step_from(&q, 100, 2); /* becomes the newest: 101 is now the oldest */
+  step_from(&q, 5, 1);
+  expect_origin(q.m, 100, 2, 1);
+  ck_assert(!pe_model_origin(q.m, 101, &o));
   par_free(&q);
   pe_runtime_free(rt);
 }
@@ -296,7 +364,7 @@ START_TEST(many_errors) {
   memset(bad.data, 0, pe_tensor_bytes(&bad));
   const char *set_names[2] = {"fc_0.w", "fc_1.w"};
   pe_tensor vals[2] = {good, bad};
-  st = pe_model_set_many(q.m, set_names, vals, 2);
+  st = pe_model_set_many(q.m, set_names, vals, 2, NULL);
   ck_assert_int_eq(pe_status_code(st), PE_ESHAPE);
   ck_assert_msg(strstr(pe_status_msg(st), "'fc_1.w'") && strstr(pe_status_msg(st), "[3,3]"), "%s",
                 pe_status_msg(st));
@@ -307,7 +375,7 @@ START_TEST(many_errors) {
   /* The same name twice. */
   const char *twice[2] = {"fc_0.w", "fc_0.w"};
   pe_tensor vals2[2] = {good, good};
-  st = pe_model_set_many(q.m, twice, vals2, 2);
+  st = pe_model_set_many(q.m, twice, vals2, 2, NULL);
   ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
   ck_assert_msg(strstr(pe_status_msg(st), "given twice"), "%s", pe_status_msg(st));
   pe_status_free(st);
@@ -330,6 +398,7 @@ static Suite *snapshot_suite(void) {
   tcase_add_test(tc, set_during_training_sim);
   tcase_add_test(tc, changes_counted);
   tcase_add_test(tc, many_errors);
+  tcase_add_test(tc, origins_recorded);
   suite_add_tcase(s, tc);
   return s;
 }

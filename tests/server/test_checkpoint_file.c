@@ -57,10 +57,16 @@ START_TEST(test_round_trip) {
   make_entries(&e, &n);
   uint8_t *buf;
   size_t len;
-  PE_CK_OK(pe_ckpt_encode(e, n, &buf, &len));
+  const pe_run_origin orig[2] = {{0x1234567890abcdefull, 41, 16}, {7, 1, 1}};
+  PE_CK_OK(pe_ckpt_encode(e, n, orig, 2, &buf, &len));
   pe_ckpt_entry *d;
   int nd;
-  PE_CK_OK(pe_ckpt_decode(buf, len, "mem", &d, &nd));
+  pe_run_origin *o;
+  int no;
+  PE_CK_OK(pe_ckpt_decode(buf, len, "mem", &d, &nd, &o, &no));
+  ck_assert_int_eq(no, 2);
+  ck_assert_int_eq(memcmp(o, orig, sizeof orig), 0);
+  free(o);
   ck_assert_int_eq(nd, 3);
   /* Sorted by name. */
   ck_assert_str_eq(d[0].name, "a_step");
@@ -75,7 +81,7 @@ START_TEST(test_round_trip) {
   /* Encoding is deterministic: the decoded set encodes to the same bytes. */
   uint8_t *buf2;
   size_t len2;
-  PE_CK_OK(pe_ckpt_encode(d, nd, &buf2, &len2));
+  PE_CK_OK(pe_ckpt_encode(d, nd, orig, 2, &buf2, &len2));
   ck_assert_uint_eq(len, len2);
   ck_assert_int_eq(memcmp(buf, buf2, len), 0);
   free(buf2);
@@ -84,17 +90,52 @@ START_TEST(test_round_trip) {
   /* Every single-byte corruption and every truncation is caught. */
   for (size_t i = 0; i < len; i++) {
     buf[i] ^= 0x40;
-    pe_status *st = pe_ckpt_decode(buf, len, "mem", &d, &nd);
+    pe_status *st = pe_ckpt_decode(buf, len, "mem", &d, &nd, NULL, NULL);
     ck_assert_msg(st != NULL, "flip at byte %zu not detected", i);
     ck_assert_int_eq(pe_status_code(st), PE_ECORRUPT);
     pe_status_free(st);
     buf[i] ^= 0x40;
   }
   for (size_t cut = 0; cut < len; cut += 7) {
-    pe_status *st = pe_ckpt_decode(buf, cut, "mem", &d, &nd);
+    pe_status *st = pe_ckpt_decode(buf, cut, "mem", &d, &nd, NULL, NULL);
     ck_assert_msg(st != NULL, "truncation to %zu bytes not detected", cut);
     pe_status_free(st);
   }
+  free(buf);
+  pe_ckpt_entries_free(e, n);
+}
+END_TEST
+
+/* A version 01 file (no run origins) still loads, with no origins; a lying
+ * origin count under a valid CRC is refused. */
+START_TEST(test_v1_and_origin_counts) {
+  pe_ckpt_entry *e;
+  int n;
+  make_entries(&e, &n);
+  uint8_t *buf;
+  size_t len;
+  PE_CK_OK(pe_ckpt_encode(e, n, NULL, 0, &buf, &len));
+  /* v1: magic 01, no origin count before the CRC. */
+  buf[7] = '1';
+  len -= 4;
+  uint32_t crc = pe_crc32(buf, len - 4);
+  memcpy(buf + len - 4, &crc, 4);
+  pe_ckpt_entry *d;
+  int nd, no = -1;
+  pe_run_origin *o = (pe_run_origin *)1;
+  PE_CK_OK(pe_ckpt_decode(buf, len, "v1", &d, &nd, &o, &no));
+  ck_assert_int_eq(nd, 3);
+  ck_assert_int_eq(no, 0);
+  ck_assert_ptr_null(o);
+  pe_ckpt_entries_free(d, nd);
+  /* v2 with a huge origin count and a valid CRC. */
+  free(buf);
+  PE_CK_OK(pe_ckpt_encode(e, n, NULL, 0, &buf, &len));
+  uint32_t lie = 0x10000000;
+  memcpy(buf + len - 8, &lie, 4);
+  crc = pe_crc32(buf, len - 4);
+  memcpy(buf + len - 4, &crc, 4);
+  expect_error(pe_ckpt_decode(buf, len, "lie", &d, &nd, &o, &no), PE_ECORRUPT, "run origin count");
   free(buf);
   pe_ckpt_entries_free(e, n);
 }
@@ -112,7 +153,7 @@ START_TEST(test_lying_counts_with_valid_crc) {
   memcpy(buf + 16, &crc, 4);
   pe_ckpt_entry *d;
   int nd;
-  expect_error(pe_ckpt_decode(buf, sizeof buf, "lie", &d, &nd), PE_ECORRUPT, "lie");
+  expect_error(pe_ckpt_decode(buf, sizeof buf, "lie", &d, &nd, NULL, NULL), PE_ECORRUPT, "lie");
   /* CRC-32 check value of "123456789". */
   ck_assert_uint_eq(pe_crc32((const uint8_t *)"123456789", 9), 0xCBF43926u);
 }
@@ -161,6 +202,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_names);
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_lying_counts_with_valid_crc);
+  tcase_add_test(tc, test_v1_and_origin_counts);
   tcase_add_test(tc, test_atomic_write);
   suite_add_tcase(s, tc);
   return s;
