@@ -70,6 +70,7 @@ static const char embedded_defaults[] =
     "[state]\n"
     "checkpoint_on_shutdown = true\n"
     "shutdown_checkpoint = shutdown\n"
+    "checkpoint_interval = 300\n"
     "[sessions]\n"
     "ttl = 600\n"
     "[limits]\n"
@@ -142,6 +143,17 @@ static bool parse_int(const char *s, long lo, long hi, int *out) {
   long v = strtol(s, &end, 10);
   if (errno || *end || v < lo || v > hi) return false;
   *out = (int)v;
+  return true;
+}
+
+/* Seconds: a finite number >= 0 (fractions allowed). */
+static bool parse_seconds(const char *s, double *out) {
+  if (!s || !*s) return false;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (errno || *end || !isfinite(v) || v < 0) return false;
+  *out = v;
   return true;
 }
 
@@ -253,14 +265,15 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
         return BAD("expected a checkpoint name [A-Za-z0-9._-]{1,64} not starting with '.'");
       return set_str(&c->shutdown_checkpoint, value);
     }
+    if (!strcmp(key, "checkpoint_interval")) {
+      if (!parse_seconds(value, &c->checkpoint_interval_s))
+        return BAD("expected seconds >= 0 (0: no periodic checkpoints)");
+      return NULL;
+    }
   } else if (!strcmp(section, "sessions")) {
     if (!strcmp(key, "ttl")) {
-      char *end;
-      errno = 0;
-      double v = strtod(value, &end);
-      if (errno || *end || !*value || !isfinite(v) || v < 0)
+      if (!parse_seconds(value, &c->session_ttl_s))
         return BAD("expected seconds >= 0 (0: sessions never expire)");
-      c->session_ttl_s = v;
       return NULL;
     }
   } else if (!strcmp(section, "limits")) {
@@ -359,4 +372,5 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->max_programs = src->max_programs;
   dst->memory_per_client = src->memory_per_client;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
+  dst->checkpoint_interval_s = src->checkpoint_interval_s;
 }

@@ -4,8 +4,9 @@
  * documents every key.
  *
  * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
- * max message, max programs, memory per client. Everything else (socket,
- * places, worker threads, state dir) needs a restart.
+ * max message, max programs, memory per client, checkpoint_on_shutdown,
+ * checkpoint interval. Everything else (socket, places, worker threads,
+ * state dir) needs a restart.
  *
  * Ownership: a pe_srv_config owns its strings; pe_config_free releases them.
  * Not thread-safe: the main thread builds it; request threads read the
@@ -37,6 +38,8 @@ typedef struct pe_srv_config {
   char *state_dir; /* checkpoints live under it */
   bool checkpoint_on_shutdown;
   char *shutdown_checkpoint; /* name used for persistent models on SIGTERM */
+  /* Seconds between autosaves of the persistent models (0: off). */
+  double checkpoint_interval_s;
   /* [sessions] */
   double session_ttl_s; /* idle client reclaimed after this; 0: never */
   /* [limits] */

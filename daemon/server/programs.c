@@ -564,6 +564,13 @@ pe_status *pe_srv_model_check_value(pe_srv_model *m, const char *name, const pe_
   return st;
 }
 
+bool pe_srv_model_has_values(pe_srv_model *m) {
+  pthread_mutex_lock(&m->init_mu);
+  bool any = m->initialized.len > 0;
+  pthread_mutex_unlock(&m->init_mu);
+  return any;
+}
+
 void pe_model_mark_initialized(pe_srv_model *m, const char *const *names, int n) {
   pthread_mutex_lock(&m->init_mu);
   for (int i = 0; i < n; i++)

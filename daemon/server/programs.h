@@ -96,6 +96,13 @@ void pe_registry_model_release(pe_registry *r, pe_srv_model *m);
  * Load sets any, so a bad request changes nothing. */
 pe_status *pe_srv_model_check_value(pe_srv_model *m, const char *name, const pe_tensor *value);
 
+/* Whether anything of the model has a value yet (Init, Load, SetParams or
+ * an autoload marked it); under init_mu, which an autoload holds while it
+ * loads. The set never shrinks, so the answer stays true once true. A
+ * model without values must not be checkpointed under the restart name:
+ * that would replace the file it failed to load, or is about to. */
+bool pe_srv_model_has_values(pe_srv_model *m);
+
 /* Mark names initialised (after Init, SetParams, Load). */
 void pe_model_mark_initialized(pe_srv_model *m, const char *const *names, int n);
 

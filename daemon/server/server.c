@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "server/autosave.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_file.h"
 #include "server/dispatch.h"
@@ -66,6 +67,7 @@ struct pe_loop {
 
   pthread_t *threads;
   int n_threads;
+  pe_autosave *autosave; /* its own thread; stopped before the shutdown checkpoint */
   bool stopping;
   char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
 };
@@ -518,15 +520,17 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   pe_config_reloadable_apply(&s->cfg, &nc);
   pthread_mutex_unlock(&s->cfg_mu);
   pe_log_set_level(nc.log_level);
+  pe_autosave_set_interval(s->loop->autosave, nc.checkpoint_interval_s);
   int maxsz = (int)nc.max_message;
   if (nn_setsockopt(s->loop->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof maxsz) < 0)
     PE_LOGW("SIGHUP: NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
   pe_dedup_set_limits(s->dedup, (size_t)nc.dedup_entries, (size_t)nc.dedup_bytes);
   PE_LOGI(
       "SIGHUP: reloaded %s: log_level %d, ttl %.0f s, max_message %lld, max_programs %d, "
-      "memory_per_client %lld",
+      "memory_per_client %lld, checkpoint_interval %.3g s",
       s->config_path ? s->config_path : "embedded defaults", (int)nc.log_level, nc.session_ttl_s,
-      (long long)nc.max_message, nc.max_programs, (long long)nc.memory_per_client);
+      (long long)nc.max_message, nc.max_programs, (long long)nc.memory_per_client,
+      nc.checkpoint_interval_s);
   pe_config_free(&nc);
 }
 
@@ -587,11 +591,21 @@ static void checkpoint_persistent(pe_server *s) {
     pe_status *st = pe_registry_model_acquire(s->reg, names[i], &m);
     char *path = NULL;
     uint64_t bytes = 0;
+    bool skip = false;
     if (!st) {
-      st = pe_checkpoint_save(s->cfg.state_dir, m, s->cfg.shutdown_checkpoint, &path, &bytes);
+      /* Nothing initialised (its restart checkpoint failed to load, or no
+       * client got to Init): keep whatever file is there. */
+      skip = !pe_srv_model_has_values(m);
+      if (!skip)
+        st = pe_checkpoint_save(s->cfg.state_dir, m, s->cfg.shutdown_checkpoint, &path, &bytes);
       pe_registry_model_release(s->reg, m);
     }
-    if (st) {
+    if (skip) {
+      PE_LOGW(
+          "shutdown: persistent model '%s' has no values; its restart checkpoint is left as "
+          "it was",
+          names[i]);
+    } else if (st) {
       PE_LOGE("shutdown: checkpoint of persistent model '%s' failed: %s", names[i],
               pe_status_msg(st));
       pe_status_free(st);
@@ -662,6 +676,10 @@ pe_status *pe_server_run(pe_server *s) {
       }
     }
   }
+  /* Autosave: its saves run off the loop and the pool, for seconds. */
+  if (!st)
+    st = pe_autosave_start(s->reg, s->cfg.state_dir, s->cfg.shutdown_checkpoint,
+                           s->cfg.checkpoint_interval_s, &L->autosave);
   if (!st) {
     char places[32];
     snprintf(places, sizeof places, "%s:%d", pe_place_kind_name(s->place_kind), s->n_places);
@@ -679,6 +697,9 @@ pe_status *pe_server_run(pe_server *s) {
   pthread_mutex_unlock(&L->mu);
   for (int i = 0; i < L->n_threads; i++) pthread_join(L->threads[i], NULL);
   free(L->threads);
+  /* Before the shutdown checkpoint, which writes the same files. */
+  pe_autosave_stop(L->autosave);
+  L->autosave = NULL;
   if (!st) flush_replies(s);
   if (!st) checkpoint_persistent(s);
   /* Requests left behind (none after a clean drain). */

@@ -9,6 +9,8 @@
  *                   runs block) decode, deduplicate, dispatch and encode;
  *                   replies go back to the main thread through ev_async.
  *   compute pool    the runtime's workers; only the executor uses them.
+ *   autosave        checkpoints persistent models every checkpoint_interval
+ *                   (server/autosave.h); joined before the shutdown checkpoint.
  *
  * Ownership: pe_server owns the runtime, the registry, the shm table and the
  * dedup cache; pe_server_free releases them in that reverse order after the

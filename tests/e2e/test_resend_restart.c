@@ -1,11 +1,13 @@
 /* pe-executord end to end: a resent run is never applied twice, also where
  * the reply cache cannot answer it: after a daemon restart from the
  * checkpoint that includes the run (the file carries the model's run
- * origins), and after its cached reply was evicted. nanomsg's REQ socket
+ * origins; SIGTERM's checkpoint or an autosave before a kill -9), after a
+ * Load, and after its cached reply was evicted. nanomsg's REQ socket
  * replays an unanswered request when it reconnects to a restarted daemon,
  * which is the first case. */
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "server/checkpoint_file.h"
 #include "test_assert.h"
 
 #define CLIENT_A 0xa11ce
@@ -103,6 +105,68 @@ START_TEST(test_resend_after_restart) {
 }
 END_TEST
 
+/* Wait (10 s at most) until the restart checkpoint of "rm" records
+ * request `request` of client A. */
+static void wait_autosaved(const dh_daemon *d, uint64_t request) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/models/rm/shutdown.ckpt", d->state);
+  double t0 = dh_now();
+  for (;;) {
+    uint8_t *buf;
+    size_t len;
+    bool found = false;
+    pe_status *st = pe_read_file(path, (size_t)1 << 30, &buf, &len);
+    if (!st) {
+      pe_ckpt_entry *e;
+      int n, no;
+      pe_run_origin *o;
+      st = pe_ckpt_decode(buf, len, path, &e, &n, &o, &no);
+      free(buf);
+      if (!st) {
+        for (int i = 0; i < no; i++) found |= o[i].client == CLIENT_A && o[i].request == request;
+        free(o);
+        pe_ckpt_entries_free(e, n);
+      }
+    }
+    pe_status_free(st);
+    if (found) return;
+    ck_assert_msg(dh_now() - t0 < 10, "no autosave of request %llu in %s after 10 s",
+                  (unsigned long long)request, path);
+    dh_sleep_ms(50);
+  }
+}
+
+/* kill -9 after an autosave that includes the run: the restart loads the
+ * autosave, and the replayed request is refused. */
+START_TEST(test_resend_after_sigkill) {
+  world x;
+  world_start(&x, "[state]\ncheckpoint_interval = 0.2\n");
+  size_t len, n;
+  uint8_t *run = pack_run(&x, 2, &len);
+  uint64_t id = dh_next_id - 1;
+  Pe__Reply *rep = dh_call_raw(x.s, run, len);
+  dh_ok(rep);
+  pe__reply__free_unpacked(rep, NULL);
+  uint8_t *w1 = weight(&x, &n);
+  wait_autosaved(&x.d, id);
+  nn_close(x.s);
+  ck_assert(WIFSIGNALED(dh_stop(&x.d, SIGKILL)));
+
+  dh_start(&x.d, "[state]\ncheckpoint_interval = 0.2\n");
+  x.s = dh_connect(&x.d, 30000);
+  register_model(&x, CLIENT_B);
+  rep = dh_call_raw(x.s, run, len);
+  dh_err(rep, PE_EALREADY, "(2 step(s) of it are in its parameters)");
+  pe__reply__free_unpacked(rep, NULL);
+  uint8_t *w2 = weight(&x, &n);
+  ck_assert_msg(memcmp(w1, w2, n) == 0, "%s: not the autosaved value, or the resend ran", x.w);
+  free(w1);
+  free(w2);
+  free(run);
+  world_stop(&x);
+}
+END_TEST
+
 /* A checkpoint loaded by hand brings its origins in place of the model's:
  * a run the file includes is refused, a run made after the save (not in
  * the loaded values) runs again. A cache of one reply, so the resends get
@@ -188,6 +252,7 @@ static Suite *resend_suite(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_resend_after_restart);
+  tcase_add_test(tc, test_resend_after_sigkill);
   tcase_add_test(tc, test_resend_after_load);
   tcase_add_test(tc, test_resend_after_eviction);
   suite_add_tcase(s, tc);
