@@ -65,7 +65,9 @@ START_TEST(test_round_trip) {
   int no;
   PE_CK_OK(pe_ckpt_decode(buf, len, "mem", &d, &nd, &o, &no));
   ck_assert_int_eq(no, 2);
-  ck_assert_int_eq(memcmp(o, orig, sizeof orig), 0);
+  for (int i = 0; i < 2; i++) /* field by field: the struct has padding */
+    ck_assert(o[i].client == orig[i].client && o[i].request == orig[i].request &&
+              o[i].steps == orig[i].steps);
   free(o);
   ck_assert_int_eq(nd, 3);
   /* Sorted by name. */
