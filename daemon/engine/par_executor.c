@@ -683,11 +683,7 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   pe_engine *eng = e->rt->eng;
   /* Under the model's push lock: a get_many/set_many lands before or after
    * all of this run's ops (par_internal.h). */
-  pthread_mutex_lock(&e->m->push_mu);
-  if (e->writes_persistables) {
-    atomic_fetch_add(&e->m->changes, 1);
-    if (e->opts->origin.client) par_model_note_origin(e->m, &e->opts->origin);
-  }
+  par_model_push_begin(e->m, e->writes_persistables, &e->opts->origin);
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (!x->engine) continue;
@@ -712,7 +708,7 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
       if (atomic_fetch_sub(&x->pending, 1) == 1) pe_pool_submit(e->rt->pool, &x->task);
     }
   }
-  pthread_mutex_unlock(&e->m->push_mu);
+  par_model_push_end(e->m);
   /* Roots first (every place's first ops start together, not one place
    * after the other's whole guard loop), then the other engine guards. */
   for (int i = 0; i < g->n_nodes; i++)

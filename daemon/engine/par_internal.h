@@ -100,9 +100,11 @@ struct pe_model {
   atomic_uint_fast64_t coll_seq; /* op ids of sim collectives */
 };
 
-/* Record a run of origin o (client != 0) that writes persistables; the
- * caller holds push_mu. Out of memory: not recorded. */
-void par_model_note_origin(pe_model *m, const pe_run_origin *o);
+/* Around a run's engine pushes (par_model_io.c): takes push_mu; a run that
+ * writes persistables is a change, recorded with its origin o (client 0:
+ * none). */
+void par_model_push_begin(pe_model *m, bool writes, const pe_run_origin *o);
+void par_model_push_end(pe_model *m);
 
 /* The entry of `name`, created on every place (empty) when absent. */
 pe_status *par_model_entry(pe_model *m, const char *name, par_entry **out);

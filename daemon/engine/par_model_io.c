@@ -75,7 +75,9 @@ static pe_status *mark_take(pe_model *m, pe_model_mark *mark) {
   return origins_copy(&from, &mark->origins, &mark->n_origins, &cap);
 }
 
-void par_model_note_origin(pe_model *m, const pe_run_origin *o) {
+/* Record a run of origin o; the caller holds push_mu. Out of memory: not
+ * recorded (a resend could then apply again). */
+static void note_origin(pe_model *m, const pe_run_origin *o) {
   int n = m->n_origins, i = n - 1;
   if (i < 0 || m->origins[i].client != o->client) {
     /* Not the newest: move the client's record (or a new one) to the end,
@@ -93,7 +95,7 @@ void par_model_note_origin(pe_model *m, const pe_run_origin *o) {
     } else if (n == m->cap_origins) {
       int cap = m->cap_origins ? 2 * m->cap_origins : 16;
       pe_run_origin *a = realloc(m->origins, sizeof *a * (size_t)cap);
-      if (!a) return; /* not recorded: a resend could then apply again */
+      if (!a) return;
       m->origins = a;
       m->cap_origins = cap;
     }
@@ -108,6 +110,17 @@ void par_model_note_origin(pe_model *m, const pe_run_origin *o) {
     r->request = o->request;
     r->steps = 1;
   }
+}
+
+void par_model_push_begin(pe_model *m, bool writes, const pe_run_origin *o) {
+  pthread_mutex_lock(&m->push_mu);
+  if (!writes) return;
+  atomic_fetch_add(&m->changes, 1);
+  if (o->client) note_origin(m, o);
+}
+
+void par_model_push_end(pe_model *m) {
+  pthread_mutex_unlock(&m->push_mu);
 }
 
 bool pe_model_origin(pe_model *m, uint64_t client, pe_run_origin *out) {
@@ -169,18 +182,16 @@ static pe_status *find_entries(pe_model *m, const char *what, const char *const 
   par_entry **en = malloc(sizeof *en * (size_t)n);
   if (!en) return pe_error(PE_ENOMEM, "model: %s: out of memory", what);
   pe_status *st = NULL;
+  if (!create) pthread_mutex_lock(&m->mu); /* one lookup pass */
   for (int i = 0; i < n && !st; i++) {
-    if (!names[i]) {
+    if (!names[i])
       st = pe_error(PE_EINVAL, "model: %s: name %d is NULL", what, i);
-    } else if (create) {
-      st = par_model_entry(m, names[i], &en[i]);
-    } else {
-      pthread_mutex_lock(&m->mu);
-      en[i] = pe_strmap_get(&m->index, names[i]);
-      pthread_mutex_unlock(&m->mu);
-      if (!en[i]) st = pe_error(PE_EUNKNOWN_VAR, "model: %s: no persistable '%s'", what, names[i]);
-    }
+    else if (create)
+      st = par_model_entry(m, names[i], &en[i]); /* takes m->mu itself */
+    else if (!(en[i] = pe_strmap_get(&m->index, names[i])))
+      st = pe_error(PE_EUNKNOWN_VAR, "model: %s: no persistable '%s'", what, names[i]);
   }
+  if (!create) pthread_mutex_unlock(&m->mu);
   if (st) {
     free(en);
     return st;

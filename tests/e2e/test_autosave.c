@@ -132,6 +132,19 @@ static void train(int s, uint64_t h, pe_model_spec *mlp, unsigned seed, uint32_t
   dh_batch_free(&b);
 }
 
+/* Start the daemon with conf, register and Init persistent model "pm" and
+ * train it `steps` steps; *s: the socket, path: pm's restart checkpoint. */
+static uint64_t start_trained(dh_daemon *d, const char *conf, int *s, pe_model_spec *mlp,
+                              uint64_t seed, uint32_t steps, char *path, size_t len) {
+  dh_start(d, conf);
+  *s = dh_connect(d, 30000);
+  *mlp = dh_mlp();
+  uint64_t h = setup_model(*s, mlp, "pm", seed);
+  train(*s, h, mlp, (unsigned)seed, steps);
+  ckpt_path(d, "pm", path, len);
+  return h;
+}
+
 /* Train, let an autosave catch up, kill -9, restart: the model registered
  * again starts from the autosave (the trained values, not a fresh Init). */
 START_TEST(test_sigkill_restores_last_autosave) {
@@ -254,13 +267,11 @@ END_TEST
  * shutdown checkpoint on SIGTERM. */
 START_TEST(test_interval_zero_only_sigterm) {
   dh_daemon d = {0};
-  dh_start(&d, "[state]\ncheckpoint_interval = 0\n");
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = setup_model(s, &mlp, "pm", 7);
-  train(s, h, &mlp, 7, 2);
+  int s;
+  pe_model_spec mlp;
   char path[512];
-  ckpt_path(&d, "pm", path, sizeof path);
+  uint64_t h =
+      start_trained(&d, "[state]\ncheckpoint_interval = 0\n", &s, &mlp, 7, 2, path, sizeof path);
   for (int i = 0; i < 4; i++) { /* 3 intervals' worth of the fast tests, while training */
     dh_sleep_ms(400);
     train(s, h, &mlp, 7, 1);
@@ -279,13 +290,10 @@ END_TEST
  * after the old interval. */
 START_TEST(test_sighup_changes_interval) {
   dh_daemon d = {0};
-  dh_start(&d, "[state]\ncheckpoint_interval = 300\n");
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = setup_model(s, &mlp, "pm", 8);
-  train(s, h, &mlp, 8, 2);
+  int s;
+  pe_model_spec mlp;
   char path[512];
-  ckpt_path(&d, "pm", path, sizeof path);
+  start_trained(&d, "[state]\ncheckpoint_interval = 300\n", &s, &mlp, 8, 2, path, sizeof path);
   dh_sleep_ms(300);
   ck_assert_msg(access(path, F_OK) != 0, "%s written before the interval", path);
   FILE *f = fopen(d.conf, "w");

@@ -57,9 +57,14 @@ static int snap_find(const fixture *f, const snap *s) {
   return -1;
 }
 
-static void model_start(fixture *f, par *q) {
-  par_new(q, f->rt, f->kind, 2, PE_STRATEGY_ALLREDUCE, false, 7);
+/* A model on 2 places of `kind`, after its startup graph. */
+static void model_on(pe_runtime *rt, pe_place_kind kind, par *q) {
+  par_new(q, rt, kind, 2, PE_STRATEGY_ALLREDUCE, false, 7);
   PE_CK_OK(pe_par_exec_run(q->init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+}
+
+static void model_start(fixture *f, par *q) {
+  model_on(f->rt, f->kind, q);
 }
 
 static void fixture_new(fixture *f, pe_place_kind kind) {
@@ -276,8 +281,7 @@ static void expect_origin(pe_model *m, uint64_t client, uint64_t request, uint32
 START_TEST(origins_recorded) {
   pe_runtime *rt = rt_new(2);
   par q;
-  par_new(&q, rt, PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, 7);
-  PE_CK_OK(pe_par_exec_run(q.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  model_on(rt, PE_PLACE_CPU, &q);
   pe_run_origin o;
   ck_assert(!pe_model_origin(q.m, 7, &o));
   step_from(&q, 7, 3);
@@ -327,8 +331,7 @@ END_TEST
 START_TEST(many_errors) {
   pe_runtime *rt = rt_new(2);
   par q;
-  par_new(&q, rt, PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, 7);
-  PE_CK_OK(pe_par_exec_run(q.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  model_on(rt, PE_PLACE_CPU, &q);
   const char *names[3] = {"fc_0.w", "nope", "fc_1.w"};
   pe_tensor t[3];
   memset(t, 0, sizeof t);
