@@ -71,12 +71,16 @@ typedef struct trainer {
   float *x[2];       /* two batch buffer pairs (inside the shm region with --shm) */
   int64_t *y[2];
   bool initialized;
+  uint64_t recoveries; /* pe_client_recovery_info's count already reported */
 } trainer;
 
 typedef struct train_result {
   long steps, samples;
   double train_s, eval_s, final_loss, final_acc, test_acc, run_ms, queue_ms;
   int64_t test_seen;
+  /* Daemon losses survived (pe_client_recovery_info): steps whose fetches
+   * were lost (already applied) and answered steps rolled back. */
+  long recoveries, steps_unfetched, steps_rolled_back;
 } train_result;
 
 static void trainer_free(trainer *t) {
@@ -200,6 +204,24 @@ typedef struct epoch_sums {
   long samples, steps;
 } epoch_sums;
 
+/* After a request: tell the user when libpeclient registered a program
+ * again because the daemon had lost it (a restart, usually), and what the
+ * restored parameters include. Training goes on. */
+static void report_recovery(trainer *t, train_result *r) {
+  pe_client_recovery rv;
+  pe_client_recovery_info(t->c, &rv);
+  if (rv.recoveries == t->recoveries) return;
+  t->recoveries = rv.recoveries;
+  r->recoveries++;
+  r->steps_rolled_back += (long)rv.rolled_back_steps;
+  fprintf(stderr,
+          "pe-client %s: the daemon had lost program %016llx (restarted?); registered it again. "
+          "Model %s's parameters include this trainer's requests up to %llu; %llu answered "
+          "request(s), %llu step(s), were rolled back by the restore\n",
+          t->ctx->cmd, (unsigned long long)rv.handle, t->ns, (unsigned long long)rv.applied_request,
+          (unsigned long long)rv.rolled_back_runs, (unsigned long long)rv.rolled_back_steps);
+}
+
 /* Mini-batches [off, off + rows) of buffer pair k in one request: nb of
  * the batch size each (nb > 1: RunRequest.batches), or one short batch. */
 static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sums *e,
@@ -210,6 +232,17 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
   pe_client_run_opts o = {.batches = nb > 1 ? (uint32_t)nb : 0};
   pe_client_run_result res;
   int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);
+  report_recovery(t, r);
+  if (code == PE_C_EALREADY) {
+    /* The request reached the parameters before the daemon lost it: its
+     * steps count, its loss and accuracy are gone. */
+    fprintf(stderr, "pe-client %s: %s\n", t->ctx->cmd, pe_client_error(t->c));
+    e->steps += nb;
+    r->steps += nb;
+    r->samples += rows;
+    r->steps_unfetched += nb;
+    return CLI_OK;
+  }
   if (code) {
     if (nb > 1)
       fprintf(stderr, "pe-client train: steps %ld-%ld: ", r->steps + 1, r->steps + nb);
@@ -306,6 +339,7 @@ static int evaluate(trainer *t, train_result *r) {
     batch_feeds(t, k, 0, n, feeds);
     pe_client_run_result res;
     int code = pe_client_run(t->c, t->eval_h, feeds, 2, fetch, 1, NULL, &res);
+    report_recovery(t, r);
     if (code) {
       fprintf(stderr, "pe-client %s: evaluation: ", t->ctx->cmd);
       rc = cli_fail(t->ctx, t->c, code);
@@ -350,6 +384,9 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
           t->cfg.batch, t->cfg.epochs, r->steps, r->samples, t->cfg.seed,
           t->cfg.shm ? "true" : "false", t->cfg.per_request, sps, r->train_s, r->run_ms,
           r->queue_ms, r->final_loss, r->final_acc, th);
+    if (trained)
+      printf(",\"recoveries\":%ld,\"steps_unfetched\":%ld,\"steps_rolled_back\":%ld", r->recoveries,
+             r->steps_unfetched, r->steps_rolled_back);
     printf(
         ",\"eval_handle\":\"%s\",\"initialized\":%s,\"test_examples\":%lld,"
         "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",

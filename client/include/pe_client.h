@@ -12,7 +12,9 @@
  * Requests: each handle has a random 64-bit client id and numbers its
  * requests 1, 2, ...; the daemon deduplicates by that pair, so a resent
  * request is never applied twice. nanomsg resends a request when the
- * connection to the daemon comes back (a restarted daemon). Timed resends
+ * connection to the daemon comes back (a restarted daemon), and a request
+ * whose program the daemon has lost registers it again (pe_client_recovery,
+ * below) and is sent once more, still applied at most once. Timed resends
  * are off by default: nanomsg's NN_REQ_RESEND_IVL timer is switched off
  * because in nanomsg 1.1.5 resends corrupt the socket (lib/client.c); with
  * opts.resend_ivl_ms the client resends itself, and such a handle keeps its
@@ -86,6 +88,9 @@ typedef struct pe_client_opts {
    * reply latency (seconds), or replies keep arriving too late. */
   int resend_ivl_ms;
   size_t max_message; /* 0: $PE_MAX_MESSAGE or PE_CLIENT_MAX_MESSAGE_DEFAULT */
+  /* Do not recover lost programs (see pe_client_recovery_info): a request
+   * whose program the daemon no longer has fails with NOT_FOUND. */
+  bool no_recover;
 } pe_client_opts;
 
 /* The daemon's default socket: ipc:///run/pe-executord/pe-executord.sock as
@@ -106,6 +111,9 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts);
 const char *pe_client_error(const pe_client *c);
 const char *pe_client_address(const pe_client *c);
 uint64_t pe_client_id(const pe_client *c);
+/* The id of the last request sent (0 before the first): with the client id,
+ * the key the daemon logs a request under and deduplicates it by. */
+uint64_t pe_client_last_request_id(const pe_client *c);
 size_t pe_client_max_message(const pe_client *c);
 /* Change the reply timeout for later requests (ms, > 0). */
 int pe_client_set_timeout(pe_client *c, int timeout_ms);
@@ -176,12 +184,46 @@ typedef struct pe_client_param {
 
 typedef struct pe_client_program {
   uint64_t handle;
-  bool existed; /* the same program and options were registered before */
+  bool existed;    /* the same program and options were registered before */
+  bool has_values; /* every parameter of the model has a value */
+  /* This client's newest request whose run reached the model's parameters
+   * (0: none) and how many of its steps did; after a daemon restart, as
+   * restored from the model's checkpoint. */
+  uint64_t applied_request;
+  uint32_t applied_steps;
   size_t n_params;
   const pe_client_param *params; /* valid until the next request */
 } pe_client_program;
 
 int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client_program *out);
+
+/* Recovery. When the daemon no longer has a program this handle registered
+ * (it restarted, or the session expired), a request on it (run, init, or
+ * get/set params, save, load of its model) registers the handle's
+ * shared-memory regions and the program again and is sent once more, with
+ * a new request id. A persistent model comes back from its restart
+ * checkpoint; the register reply says which of this client's runs that
+ * includes, so a run is never applied twice:
+ *   - the request itself reached the parameters before the loss: it is not
+ *     sent again; it fails with ALREADY_APPLIED (its fetches are lost);
+ *   - runs answered before but newer than the checkpoint were rolled back
+ *     (counted below, for a trainer to report or repeat);
+ *   - a model that came back without parameters (not persistent, or no
+ *     checkpoint) is not run: NOT_FOUND says to register and init again.
+ * Ids the caller holds (handles, regions) stay valid. Off with
+ * opts.no_recover. */
+typedef struct pe_client_recovery {
+  uint64_t recoveries; /* programs registered again so far */
+  /* The last one: */
+  uint64_t handle;
+  uint64_t applied_request; /* as in pe_client_program */
+  uint32_t applied_steps;
+  /* Answered runs of the program (and their steps) that its parameters no
+   * longer include (the newest 4096 runs are remembered). */
+  uint64_t rolled_back_runs, rolled_back_steps;
+} pe_client_recovery;
+void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out);
+
 /* Run the startup program unless the model's parameters exist (force: do
  * it anyway). *initialized (may be NULL) tells whether it ran. */
 int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized);

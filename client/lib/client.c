@@ -128,6 +128,7 @@ static void drop_results(pe_client *c) {
 void pe_client_free(pe_client *c) {
   if (!c) return;
   drop_results(c);
+  pec_recover_free(c);
   /* A socket that resent may hold a freed-but-not-reset message (see the
    * note on resends above): closing it would abort the process. */
   if (c->sock >= 0 && !c->resent) nn_close(c->sock);
@@ -142,6 +143,9 @@ const char *pe_client_address(const pe_client *c) {
 }
 uint64_t pe_client_id(const pe_client *c) {
   return c->client_id;
+}
+uint64_t pe_client_last_request_id(const pe_client *c) {
+  return c->last_request_id;
 }
 size_t pe_client_max_message(const pe_client *c) {
   return c->max_message;
@@ -203,6 +207,7 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
       o.timeout_ms > 0 ? o.timeout_ms : (int)env_long("PE_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
   c->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : DEFAULT_SEND_TIMEOUT_MS;
   c->resend_ivl_ms = o.resend_ivl_ms > 0 ? o.resend_ivl_ms : 0; /* 0: never */
+  c->no_recover = o.no_recover;
   c->max_message = o.max_message
                        ? o.max_message
                        : (size_t)env_long("PE_MAX_MESSAGE", PE_CLIENT_MAX_MESSAGE_DEFAULT);

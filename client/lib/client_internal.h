@@ -31,6 +31,11 @@ struct pe_client {
   void *results;
   char *trace; /* NUL-terminated copy of the last trace */
   char err[PEC_ERR_LEN];
+  /* What was registered, to register it again (client_recover.c). */
+  bool no_recover;
+  struct pec_prog *progs;
+  struct pec_region *regions;
+  pe_client_recovery recovery;
 };
 
 /* Record a failure in c->err ("what: message") and return code. */
@@ -46,6 +51,28 @@ int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCa
  * for that uid only; the owner keeps rw and nobody else gets anything.
  * Nothing to do when the daemon is this process's user, root or unknown. */
 int pec_shm_grant_daemon(pe_client *c, int fd, const char *name);
+
+/* Recovery from lost programs (client_recover.c). Remember a registered
+ * program (a copy of its arguments) or region; forget it at deregister or
+ * unregister. pec_prog_answered records an answered run (request id,
+ * steps) of a program. pec_region_now maps the region id a caller holds
+ * to the daemon's current one. */
+int pec_prog_remember(pe_client *c, const pe_client_register_args *a, uint64_t handle);
+void pec_prog_forget(pe_client *c, uint64_t handle);
+void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t steps);
+int pec_region_remember(pe_client *c, const char *name, uint64_t size, uint64_t id);
+void pec_region_forget(pe_client *c, uint64_t given);
+uint64_t pec_region_now(const pe_client *c, uint64_t given);
+void pec_recover_free(pe_client *c);
+/* After `request` (id; its program: handle, or the first remembered one of
+ * model when model is not NULL) failed with code: when code is NOT_FOUND
+ * and the program is remembered, register the regions and the program
+ * again. Returns 0 when the request should be sent again; else a failure
+ * (code with c->err kept or extended; ALREADY_APPLIED when the restored
+ * parameters include the request; with need_values, NOT_FOUND when the
+ * model came back without values). */
+int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const char *model,
+                uint64_t request, bool need_values);
 
 /* Result storage owned by the handle until the next request. */
 void *pec_results_alloc(pe_client *c, size_t bytes);

@@ -43,6 +43,7 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   int rc = pec_call(c, what, &req, PE__REPLY__BODY_REGISTER);
   if (rc) return rc;
   const Pe__RegisterReply *rr = c->reply->register_;
+  if ((rc = pec_prog_remember(c, a, rr->handle))) return rc;
   pe_client_param *ps = pec_results_alloc(c, rr->n_params * sizeof *ps);
   if (!ps) return pec_fail(c, PE_C_ENOMEM, "%s: %zu params", what, rr->n_params);
   for (size_t i = 0; i < rr->n_params; i++) {
@@ -57,9 +58,34 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   }
   out->handle = rr->handle;
   out->existed = rr->existed;
+  out->has_values = rr->has_values;
+  out->applied_request = rr->applied_request;
+  out->applied_steps = rr->applied_steps;
   out->n_params = rr->n_params;
   out->params = ps;
   return 0;
+}
+
+/* The program a request names: a handle, or (handle 0) a model name. */
+typedef struct target {
+  uint64_t handle;
+  const char *model;
+  bool need_values; /* only worth sending again when the model has values */
+} target;
+
+/* pec_call; when the daemon lost the target's program, once more after the
+ * recovery (client_recover.c) under a new request id. feeds (n of them, pbs
+ * their proto form) get the regions' current ids for the second send. */
+static int call_recovering(pe_client *c, const char *what, Pe__Request *req,
+                           Pe__Reply__BodyCase want, target t, const pe_client_tensor *feeds,
+                           Pe__Tensor *const *pbs, size_t n) {
+  int rc = pec_call(c, what, req, want);
+  if (rc != PE_C_ENOTFOUND) return rc;
+  rc = pec_recover(c, what, rc, t.handle, t.model, req->request_id, t.need_values);
+  if (rc) return rc;
+  for (size_t i = 0; i < n; i++)
+    if (feeds[i].shm_region) pbs[i]->shm->region = pec_region_now(c, feeds[i].shm_region);
+  return pec_call(c, what, req, want);
 }
 
 int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized) {
@@ -69,7 +95,8 @@ int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized)
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_INIT;
   req.init = &r;
-  int rc = pec_call(c, "init", &req, PE__REPLY__BODY__NOT_SET);
+  int rc = call_recovering(c, "init", &req, PE__REPLY__BODY__NOT_SET, (target){handle, NULL, false},
+                           NULL, NULL, 0);
   if (!rc && initialized)
     *initialized = c->reply->body_case == PE__REPLY__BODY_INIT && c->reply->init->initialized;
   return rc;
@@ -132,10 +159,12 @@ int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, 
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_RUN;
   req.run = &r;
-  rc = pec_call(c, what, &req, PE__REPLY__BODY_RUN);
+  rc = call_recovering(c, what, &req, PE__REPLY__BODY_RUN, (target){handle, NULL, true}, feeds,
+                       pf.ptrs, n_feeds);
   free(pf.block);
   if (rc) return rc;
   const Pe__RunReply *rr = c->reply->run;
+  pec_prog_answered(c, handle, req.request_id, rr->steps);
   rc = pec_tensors_from_pb(c, what, rr->fetched, rr->n_fetched, &out->fetched);
   if (rc) return rc;
   out->n_fetched = rr->n_fetched;
@@ -166,7 +195,8 @@ int pe_client_get_params(pe_client *c, const char *model, const char *const *nam
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_GET_PARAMS;
   req.get_params = &r;
-  int rc = pec_call(c, what, &req, PE__REPLY__BODY_PARAMS);
+  int rc = call_recovering(c, what, &req, PE__REPLY__BODY_PARAMS, (target){0, model, true}, NULL,
+                           NULL, 0);
   if (rc) return rc;
   const Pe__ParamsReply *pr = c->reply->params;
   rc = pec_tensors_from_pb(c, what, pr->values, pr->n_values, values);
@@ -191,7 +221,8 @@ int pe_client_set_params(pe_client *c, const char *model, const pe_client_tensor
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_SET_PARAMS;
   req.set_params = &r;
-  rc = pec_call(c, what, &req, PE__REPLY__BODY__NOT_SET);
+  rc = call_recovering(c, what, &req, PE__REPLY__BODY__NOT_SET, (target){0, model, false}, values,
+                       pf.ptrs, n_values);
   free(pf.block);
   return rc;
 }
@@ -212,7 +243,8 @@ static int checkpoint(pe_client *c, bool save, const char *model, const char *na
     req.save = &r;
   else
     req.load = &r;
-  int rc = pec_call(c, what, &req, PE__REPLY__BODY__NOT_SET);
+  int rc = call_recovering(c, what, &req, PE__REPLY__BODY__NOT_SET, (target){0, model, save}, NULL,
+                           NULL, 0);
   if (rc) return rc;
   if (c->reply->body_case == PE__REPLY__BODY_CHECKPOINT) {
     if (path) *path = c->reply->checkpoint->path;
@@ -237,7 +269,9 @@ int pe_client_deregister(pe_client *c, uint64_t handle) {
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_DEREGISTER;
   req.deregister = &r;
-  return pec_call(c, "deregister", &req, PE__REPLY__BODY__NOT_SET);
+  int rc = pec_call(c, "deregister", &req, PE__REPLY__BODY__NOT_SET);
+  if (!rc || rc == PE_C_ENOTFOUND) pec_prog_forget(c, handle);
+  return rc;
 }
 
 int pe_client_get_status(pe_client *c, pe_client_status *out) {
@@ -303,13 +337,19 @@ static int shm_request(pe_client *c, bool reg, const char *name, uint64_t size, 
   return rc;
 }
 
+/* Registering a name already remembered (the daemon answers the same id,
+ * or a new one after it lost the region) updates the remembered id. */
 int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64_t *region) {
   if (!name || name[0] != '/')
     return pec_fail(c, PE_C_EARG, "register_shm: name '%s' must start with '/'",
                     name ? name : "(null)");
-  return shm_request(c, true, name, size, 0, region);
+  int rc = shm_request(c, true, name, size, 0, region);
+  if (rc) return rc;
+  return pec_region_remember(c, name, size, *region);
 }
 
 int pe_client_unregister_shm(pe_client *c, uint64_t region) {
-  return shm_request(c, false, NULL, 0, region, NULL);
+  int rc = shm_request(c, false, NULL, 0, pec_region_now(c, region), NULL);
+  if (!rc || rc == PE_C_ENOTFOUND) pec_region_forget(c, region);
+  return rc;
 }

@@ -95,7 +95,7 @@ int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, 
   pb->shape = shape;
   if (t->shm_region) {
     pe__shm_ref__init(shm);
-    shm->region = t->shm_region;
+    shm->region = pec_region_now(c, t->shm_region);
     shm->offset = t->shm_offset;
     shm->length = want;
     pb->shm = shm;

@@ -225,6 +225,12 @@ static pe_status *h_register(ctx *c) {
   }
   if (!st && !existed && p->model->persistent)
     pe_checkpoint_autoload(c->s->cfg.state_dir, c->s->cfg.shutdown_checkpoint, p->model);
+  pe_run_origin o;
+  if (!st && c->rq->client_id && pe_model_origin(p->model->m, c->rq->client_id, &o)) {
+    r->applied_request = o.request;
+    r->applied_steps = o.steps;
+  }
+  if (!st) r->has_values = pe_srv_model_has_values(p->model);
   if (!st) {
     c->rep->body_case = PE__REPLY__BODY_REGISTER;
     c->rep->register_ = r;

@@ -5,17 +5,23 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/log.h"
 #include "server/bus_guard.h"
 
+#define PE_SHM_NAME_MAX 201 /* '/' and up to 200 of [A-Za-z0-9._-] */
+
 typedef struct pe_shm_region {
   uint64_t id, client;
+  char name[PE_SHM_NAME_MAX + 1];
   void *base;
   uint64_t size;
   int refs; /* table entry (1 while registered) + runs reading it */
@@ -25,14 +31,12 @@ struct pe_shm_table {
   pthread_mutex_t mu;
   pe_shm_region **r;
   int n, cap;
-  uint64_t next_id;
 };
 
 pe_status *pe_shm_table_new(pe_shm_table **out) {
   pe_shm_table *t = calloc(1, sizeof *t);
   if (!t) return pe_error(PE_ENOMEM, "shm: out of memory");
   pthread_mutex_init(&t->mu, NULL);
-  t->next_id = 1;
   *out = t;
   return NULL;
 }
@@ -52,7 +56,7 @@ void pe_shm_table_free(pe_shm_table *t) {
 
 static bool shm_name_valid(const char *name) {
   size_t n = strlen(name);
-  if (n < 2 || n > 201 || name[0] != '/') return false;
+  if (n < 2 || n > PE_SHM_NAME_MAX || name[0] != '/') return false;
   for (size_t i = 1; i < n; i++) {
     char c = name[i];
     if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
@@ -60,6 +64,37 @@ static bool shm_name_valid(const char *name) {
       return false;
   }
   return true;
+}
+
+/* The region this client registered under name with this size, if any:
+ * registering it again answers its id (libpeclient registers its regions
+ * again when it recovers from a lost program, and a region that is still
+ * there must not be mapped twice). Lock held. */
+static pe_shm_region *find_same(pe_shm_table *t, uint64_t client, const char *name, uint64_t size) {
+  for (int i = 0; i < t->n; i++) {
+    pe_shm_region *g = t->r[i];
+    if (g->client == client && g->size == size && !strcmp(g->name, name)) return g;
+  }
+  return NULL;
+}
+
+/* A random id, nonzero and unused. Random rather than counted: a request
+ * replayed to a restarted daemon (nanomsg does, on reconnect) must not find
+ * a region another client registered since under the same number. Lock
+ * held. */
+static uint64_t new_id(pe_shm_table *t) {
+  for (;;) {
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      id = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)t->n << 48);
+    }
+    id &= ~(1ull << 63); /* printed signed by some tools; keep it positive */
+    bool used = id == 0;
+    for (int i = 0; i < t->n && !used; i++) used = t->r[i]->id == id;
+    if (!used) return id;
+  }
 }
 
 pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
@@ -71,6 +106,11 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
   if (size == 0 || size > (uint64_t)SIZE_MAX / 2)
     return pe_error(PE_EINVAL, "register_shm %s: size %llu must be > 0", name,
                     (unsigned long long)size);
+  pthread_mutex_lock(&t->mu);
+  pe_shm_region *same = find_same(t, client, name, size);
+  if (same) *region = same->id;
+  pthread_mutex_unlock(&t->mu);
+  if (same) return NULL;
   int fd = shm_open(name, O_RDONLY, 0);
   if (fd < 0 && errno == EACCES)
     return pe_error(PE_EIO,
@@ -103,6 +143,7 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
     return pe_error(PE_ENOMEM, "register_shm: out of memory");
   }
   g->client = client;
+  snprintf(g->name, sizeof g->name, "%s", name);
   g->base = base;
   g->size = size;
   g->refs = 1;
@@ -118,7 +159,7 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
     t->r = r;
     t->cap = cap;
   }
-  g->id = t->next_id++;
+  g->id = new_id(t);
   t->r[t->n++] = g;
   pthread_mutex_unlock(&t->mu);
   *region = g->id;

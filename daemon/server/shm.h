@@ -29,7 +29,9 @@ pe_status *pe_shm_table_new(pe_shm_table **out);
 void pe_shm_table_free(pe_shm_table *t);
 
 /* name: "/pe-..." ('/' then [A-Za-z0-9._-]{1,200}); size > 0 and <= the
- * object's size. */
+ * object's size. *region: a random nonzero id, unused in this table (ids
+ * of a restarted daemon do not repeat the old one's). The same client
+ * registering the same name and size again gets the same region. */
 pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
                            uint64_t *region);
 pe_status *pe_shm_unregister(pe_shm_table *t, uint64_t client, uint64_t region);

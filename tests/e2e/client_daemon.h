@@ -81,13 +81,7 @@ static inline bool cd_copy_file(const char *src, const char *dst, mode_t mode) {
 /* Start the daemon and wait (up to 15 s) for a ping to answer; as user
  * uid/gid when uid is not (uid_t)-1 (the caller is root): its directory is
  * handed to that user and the daemon runs without supplementary groups. */
-static inline void cd_start_as(cd_daemon *d, uid_t uid, gid_t gid) {
-  memset(d, 0, sizeof *d);
-  snprintf(d->dir, sizeof d->dir, "/tmp/pe-e2e-client-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(d->dir));
-  snprintf(d->addr, sizeof d->addr, "ipc://%s/d.sock", d->dir);
-  snprintf(d->state, sizeof d->state, "%s/state", d->dir);
-  snprintf(d->log, sizeof d->log, "%s/daemon.log", d->dir);
+static inline void cd_spawn(cd_daemon *d, uid_t uid, gid_t gid) {
   char bin[1024];
   cd_binary(bin, sizeof bin, "pe-executord");
   d->pid = fork();
@@ -96,7 +90,7 @@ static inline void cd_start_as(cd_daemon *d, uid_t uid, gid_t gid) {
     /* A failed assertion ends the test process without cd_stop: the
      * daemon must not outlive it. */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
-    int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (fd >= 0) dup2(fd, 2);
     /* The build tree may be out of the other user's reach (a checkout
      * under a 0700 directory): it runs a copy of the binary from its own
@@ -131,8 +125,29 @@ static inline void cd_start_as(cd_daemon *d, uid_t uid, gid_t gid) {
   ck_abort_msg("pe-executord did not answer a ping on %s within 15 s", d->addr);
 }
 
+static inline void cd_start_as(cd_daemon *d, uid_t uid, gid_t gid) {
+  memset(d, 0, sizeof *d);
+  snprintf(d->dir, sizeof d->dir, "/tmp/pe-e2e-client-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(d->dir));
+  snprintf(d->addr, sizeof d->addr, "ipc://%s/d.sock", d->dir);
+  snprintf(d->state, sizeof d->state, "%s/state", d->dir);
+  snprintf(d->log, sizeof d->log, "%s/daemon.log", d->dir);
+  cd_spawn(d, uid, gid);
+}
+
 static inline void cd_start(cd_daemon *d) {
   cd_start_as(d, (uid_t)-1, (gid_t)-1);
+}
+
+/* Stop the daemon with sig (exit 0 expected after SIGTERM) and start it
+ * again on the same socket and state directory (its log appends). */
+static inline void cd_restart(cd_daemon *d, int sig) {
+  kill(d->pid, sig);
+  int st = 0;
+  ck_assert_int_eq(waitpid(d->pid, &st, 0), d->pid);
+  ck_assert_msg(sig != SIGTERM || (WIFEXITED(st) && WEXITSTATUS(st) == 0),
+                "pe-executord: status 0x%x after SIGTERM", st);
+  cd_spawn(d, (uid_t)-1, (gid_t)-1);
 }
 
 /* SIGTERM, wait (up to 20 s), expect exit 0; remove the directory. */

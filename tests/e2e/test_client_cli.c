@@ -185,6 +185,74 @@ START_TEST(grouped_requests_train_alike) {
 }
 END_TEST
 
+/* pe-client ARGS in the background (as cli()); returns its pid. */
+static pid_t cli_start(const cd_daemon *d, const char *dir, const char *args) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) _exit(cli(d, dir, args));
+  return pid;
+}
+
+static int cli_wait(pid_t pid) {
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* Wait (30 s at most) until the daemon's log has `times` lines with
+ * needle. */
+static void wait_log(const cd_daemon *d, const char *needle, int times) {
+  for (int i = 0; i < 600; i++) {
+    FILE *f = fopen(d->log, "r");
+    char line[1024];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+    if (f) fclose(f);
+    if (n >= times) return;
+    cd_sleep_ms(50);
+  }
+  cd_dump_log(d);
+  ck_abort_msg("no %d lines with '%s' in the daemon's log after 30 s", times, needle);
+}
+
+/* `systemctl restart pe-executord` in the middle of a `pe-client train`:
+ * the trainer goes on (libpeclient registers its programs again), every
+ * step counts, nothing is rolled back (SIGTERM checkpoints all answered
+ * runs), and the trained parameters are those of a run without the
+ * restart: the same test accuracy to the last digit. */
+START_TEST(train_survives_restart) {
+  cd_daemon d;
+  cd_start(&d);
+  static const char args[] =
+      "train --model mlp --epochs 15 --limit 10000 --persistent --json --quiet";
+  char ref_args[256];
+  snprintf(ref_args, sizeof ref_args, "%s --model-name ref", args);
+  CLI_OK(&d, ref_args);
+  char ref[1 << 14];
+  snprintf(ref, sizeof ref, "%s", last_line(d.dir));
+
+  pid_t pid = cli_start(&d, d.dir, args);
+  wait_log(&d, "register client=", 4); /* ref's two programs, then this one's */
+  cd_sleep_ms(300);
+  cd_restart(&d, SIGTERM);
+  int rc = cli_wait(pid);
+  if (rc) cd_dump_log(&d);
+  ck_assert_msg(rc == 0, "pe-client train across a restart: exit %d\nstderr: %s", rc,
+                slurp(d.dir, "err"));
+  const char *got = last_line(d.dir);
+  ck_assert_msg(json_num(got, "recoveries") >= 1,
+                "no recovery: the restart missed the training (%s)", got);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "registered it again"), "%s", slurp(d.dir, "err"));
+  ck_assert_double_eq(json_num(got, "steps"), json_num(ref, "steps"));
+  ck_assert_double_eq(json_num(got, "steps_rolled_back"), 0);
+  ck_assert_msg(json_num(got, "test_accuracy") == json_num(ref, "test_accuracy"),
+                "test accuracy %g after a restart, %g without", json_num(got, "test_accuracy"),
+                json_num(ref, "test_accuracy"));
+  ck_assert_msg(json_num(ref, "test_accuracy") > 0.75, "%s", ref);
+  cd_stop(&d);
+}
+END_TEST
+
 START_TEST(exit_statuses) {
   cd_daemon d;
   cd_start(&d);
@@ -220,6 +288,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, model_file_trains_like_the_name);
   tcase_add_test(tc, grouped_requests_train_alike);
   tcase_add_test(tc, exit_statuses);
+  tcase_add_test(tc, train_survives_restart);
   suite_add_tcase(s, tc);
   return s;
 }

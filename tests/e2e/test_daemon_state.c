@@ -463,6 +463,28 @@ START_TEST(test_shm_feeds) {
   dh_ok(rep);
   uint64_t region = rep->shm->region;
   pe__reply__free_unpacked(rep, NULL);
+  /* Ids are random, not counted (a restarted daemon must not hand out the
+   * old numbers); the same name and size again is the same region, another
+   * size another one. */
+  ck_assert_uint_ne(region, 0);
+  ck_assert_uint_ne(region, 1);
+  rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_REGISTER_SHM;
+  rq.register_shm = &sr;
+  rep = dh_call(s, &rq);
+  dh_ok(rep);
+  ck_assert_uint_eq(rep->shm->region, region);
+  pe__reply__free_unpacked(rep, NULL);
+  sr.size = size - 8;
+  rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_REGISTER_SHM;
+  rq.register_shm = &sr;
+  rep = dh_call(s, &rq);
+  dh_ok(rep);
+  uint64_t smaller = rep->shm->region;
+  ck_assert_uint_ne(smaller, region);
+  pe__reply__free_unpacked(rep, NULL);
+  sr.size = size;
 
   Pe__ShmRef ri = PE__SHM_REF__INIT, rl = PE__SHM_REF__INIT;
   ri.region = rl.region = region;
@@ -508,8 +530,8 @@ START_TEST(test_shm_feeds) {
   memcpy(map + isz, b.label, lsz);
   float got2 = dh_run_loss(s, CLIENT, h2, &sb, mlp.loss, 1);
   float want2 = dh_run_loss(s, CLIENT, h1, &b, mlp.loss, 1);
-  ck_assert_msg(got2 == want2 && got2 != want, "after truncation: shm loss %g, inline %g (first %g)",
-                got2, want2, want);
+  ck_assert_msg(got2 == want2 && got2 != want,
+                "after truncation: shm loss %g, inline %g (first %g)", got2, want2, want);
   /* Unregister, then a reference is unknown. */
   rq = dh_req(CLIENT);
   Pe__ShmRequest ur = PE__SHM_REQUEST__INIT;

@@ -6,6 +6,7 @@
  * replays an unanswered request when it reconnects to a restarted daemon,
  * which is the first case. */
 #include "check_main.h"
+#include "ckpt_watch.h"
 #include "daemon_harness.h"
 #include "server/checkpoint_file.h"
 #include "test_assert.h"
@@ -105,37 +106,6 @@ START_TEST(test_resend_after_restart) {
 }
 END_TEST
 
-/* Wait (10 s at most) until the restart checkpoint of "rm" records
- * request `request` of client A. */
-static void wait_autosaved(const dh_daemon *d, uint64_t request) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/models/rm/shutdown.ckpt", d->state);
-  double t0 = dh_now();
-  for (;;) {
-    uint8_t *buf;
-    size_t len;
-    bool found = false;
-    pe_status *st = pe_read_file(path, (size_t)1 << 30, &buf, &len);
-    if (!st) {
-      pe_ckpt_entry *e;
-      int n, no;
-      pe_run_origin *o;
-      st = pe_ckpt_decode(buf, len, path, &e, &n, &o, &no);
-      free(buf);
-      if (!st) {
-        for (int i = 0; i < no; i++) found |= o[i].client == CLIENT_A && o[i].request == request;
-        free(o);
-        pe_ckpt_entries_free(e, n);
-      }
-    }
-    pe_status_free(st);
-    if (found) return;
-    ck_assert_msg(dh_now() - t0 < 10, "no autosave of request %llu in %s after 10 s",
-                  (unsigned long long)request, path);
-    dh_sleep_ms(50);
-  }
-}
-
 /* kill -9 after an autosave that includes the run: the restart loads the
  * autosave, and the replayed request is refused. */
 START_TEST(test_resend_after_sigkill) {
@@ -148,7 +118,7 @@ START_TEST(test_resend_after_sigkill) {
   dh_ok(rep);
   pe__reply__free_unpacked(rep, NULL);
   uint8_t *w1 = weight(&x, &n);
-  wait_autosaved(&x.d, id);
+  cw_wait_autosaved(&x.d, "rm", CLIENT_A, id);
   nn_close(x.s);
   ck_assert(WIFSIGNALED(dh_stop(&x.d, SIGKILL)));
 
