@@ -29,10 +29,11 @@ typedef struct pec_prog {
   uint8_t *program;
   char *model, *places, *loss, *sync;
   char **keep;
-  /* This client's answered runs of the program, oldest first (ids grow). */
+  /* This client's answered runs of the program: a ring of ANSWERED_MAX,
+   * n_ans of them from ans_start, oldest first (ids grow). */
   uint64_t *ans_request;
   uint32_t *ans_steps;
-  size_t n_ans;
+  size_t ans_start, n_ans;
   struct pec_prog *next;
 } pec_prog;
 
@@ -113,13 +114,13 @@ void pec_prog_forget(pe_client *c, uint64_t handle) {
 void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t steps) {
   pec_prog *p = find_prog(c, handle, NULL);
   if (!p || p->args.for_test) return; /* evaluation runs change nothing */
-  if (p->n_ans == ANSWERED_MAX) {
-    memmove(p->ans_request, p->ans_request + 1, (ANSWERED_MAX - 1) * sizeof *p->ans_request);
-    memmove(p->ans_steps, p->ans_steps + 1, (ANSWERED_MAX - 1) * sizeof *p->ans_steps);
+  if (p->n_ans == ANSWERED_MAX) {     /* drop the oldest */
+    p->ans_start = (p->ans_start + 1) % ANSWERED_MAX;
     p->n_ans--;
   }
-  p->ans_request[p->n_ans] = request;
-  p->ans_steps[p->n_ans++] = steps ? steps : 1;
+  size_t at = (p->ans_start + p->n_ans++) % ANSWERED_MAX;
+  p->ans_request[at] = request;
+  p->ans_steps[at] = steps ? steps : 1;
 }
 
 int pec_region_remember(pe_client *c, const char *name, uint64_t size, uint64_t id) {
@@ -173,18 +174,17 @@ void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out) {
 /* The runs of p answered after what the parameters include (request,
  * steps): counted into c->recovery and forgotten. */
 static void count_rolled_back(pe_client *c, pec_prog *p, uint64_t request, uint32_t steps) {
-  size_t keep = p->n_ans;
-  while (keep > 0 && p->ans_request[keep - 1] >= request) keep--;
   uint64_t runs = 0, lost = 0;
-  for (size_t i = keep; i < p->n_ans; i++) {
-    if (p->ans_request[i] == request) {
-      if (p->ans_steps[i] > steps) lost += p->ans_steps[i] - steps;
-      continue; /* partly or wholly in the parameters */
+  for (; p->n_ans > 0; p->n_ans--) {
+    size_t at = (p->ans_start + p->n_ans - 1) % ANSWERED_MAX;
+    if (p->ans_request[at] == request && p->ans_steps[at] > steps) {
+      lost += p->ans_steps[at] - steps; /* partly in the parameters */
+      p->ans_steps[at] = steps;
     }
+    if (p->ans_request[at] <= request) break;
     runs++;
-    lost += p->ans_steps[i];
+    lost += p->ans_steps[at];
   }
-  p->n_ans = keep;
   c->recovery.rolled_back_runs = runs;
   c->recovery.rolled_back_steps = lost;
 }

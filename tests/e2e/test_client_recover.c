@@ -16,7 +16,6 @@
 #define MODEL "rec"
 #define NO_AUTOSAVE "[state]\ncheckpoint_interval = 0\n"
 #define AUTOSAVE "[state]\ncheckpoint_interval = 0.2\n"
-#define LONG_STEPS 20000 /* a run of seconds on cpu:1: killed mid-way */
 
 typedef struct rig {
   dh_daemon d;
@@ -84,6 +83,16 @@ static void rig_restart(rig *x, int sig) {
 static int rig_run(rig *x, uint32_t steps, pe_client_run_result *res) {
   pe_client_run_opts o = {.steps = steps};
   return pe_client_run(x->c, x->h, x->feeds, 2, NULL, 0, &o, res);
+}
+
+/* Steps for a run of about `seconds` in this build on this machine (a
+ * sanitizer build is many times slower), timed on 200 steps. */
+static uint32_t steps_lasting(rig *x, double seconds) {
+  double t0 = dh_now();
+  CD_OK(x->c, rig_run(x, 200, NULL));
+  double per_step = (dh_now() - t0) / 200;
+  double n = seconds / (per_step > 1e-6 ? per_step : 1e-6);
+  return n < 1000 ? 1000 : n > 1e6 ? 1000000 : (uint32_t)n;
 }
 
 /* A malloc'd copy of the weight's bytes, through x->c. */
@@ -229,19 +238,19 @@ static void *kill_and_restart(void *arg) {
 START_TEST(test_recover_in_flight_resent) {
   rig x;
   rig_start(&x, NO_AUTOSAVE, true);
-  CD_OK(x.c, rig_run(&x, 1, NULL));
+  uint32_t long_steps = steps_lasting(&x, 2.0);
   uint64_t r1 = pe_client_last_request_id(x.c);
   rig_restart(&x, SIGTERM); /* the restart checkpoint holds r1 */
   size_t n;
-  free(rig_weight(&x, &n)); /* recovery 1 */
-  killer k = {.x = &x, .delay_ms = 300};
+  free(rig_weight(&x, &n));              /* recovery 1 */
+  killer k = {.x = &x, .delay_ms = 300}; /* a seventh of the run */
   pthread_t th;
   ck_assert_int_eq(pthread_create(&th, NULL, kill_and_restart, &k), 0);
   pe_client_run_result res;
-  int rc = rig_run(&x, LONG_STEPS, &res);
+  int rc = rig_run(&x, long_steps, &res);
   pthread_join(th, NULL);
   ck_assert_msg(rc == 0, "the long run: %s (%s)", pe_client_error(x.c), pe_client_code_name(rc));
-  ck_assert_uint_eq(res.steps, LONG_STEPS);
+  ck_assert_uint_eq(res.steps, long_steps);
   pe_client_recovery r = recovery(&x);
   ck_assert_msg(r.recoveries == 2, "%llu recoveries: the kill missed the long run",
                 (unsigned long long)r.recoveries);
@@ -257,11 +266,12 @@ END_TEST
 START_TEST(test_recover_in_flight_already_applied) {
   rig x;
   rig_start(&x, AUTOSAVE, true);
+  uint32_t long_steps = steps_lasting(&x, 4.0);
   killer k = {.x = &x, .client = pe_client_id(x.c)};
   k.request = pe_client_last_request_id(x.c) + 1; /* the long run's id */
   pthread_t th;
   ck_assert_int_eq(pthread_create(&th, NULL, kill_and_restart, &k), 0);
-  int rc = rig_run(&x, LONG_STEPS, NULL);
+  int rc = rig_run(&x, long_steps, NULL);
   pthread_join(th, NULL);
   ck_assert_msg(rc == PE_C_EALREADY, "the long run: %s (%s)", pe_client_error(x.c),
                 pe_client_code_name(rc));
@@ -270,7 +280,7 @@ START_TEST(test_recover_in_flight_already_applied) {
   ck_assert_uint_eq(r.recoveries, 1);
   ck_assert_uint_eq(r.applied_request, k.request);
   ck_assert_uint_ge(r.applied_steps, k.seen.steps);
-  ck_assert_uint_lt(r.applied_steps, LONG_STEPS);
+  ck_assert_uint_lt(r.applied_steps, long_steps);
   /* The values are the restored file's: the run was not applied again. */
   pe_run_origin o;
   uint8_t *file_w = NULL, *w;
