@@ -24,7 +24,8 @@ static void usage(FILE *f) {
           "  --log-level L     error | warn | info | debug\n"
           "\n"
           "Signals: SIGTERM/SIGINT stop (finish in-flight requests, checkpoint persistent\n"
-          "models, exit 0); SIGHUP reloads log level, session TTL and limits.\n");
+          "models, exit 0); SIGHUP reloads log level, session TTL, limits and\n"
+          "checkpoint_interval.\n");
 }
 
 int main(int argc, char **argv) {

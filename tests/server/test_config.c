@@ -30,6 +30,7 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.max_programs, 256);
   ck_assert_int_eq(c.memory_per_client, 0);
   ck_assert_double_eq(c.session_ttl_s, 600);
+  ck_assert_double_eq(c.checkpoint_interval_s, 300);
   ck_assert(c.state_dir[0] == '/');
   PE_CK_OK(pe_config_check(&c));
   pe_config_free(&c);
@@ -62,6 +63,7 @@ START_TEST(test_file_layers) {
       "[state]\n"
       "dir = /tmp/pe-state\n"
       "checkpoint_on_shutdown = no\n"
+      "checkpoint_interval = 0.5\n"
       "[sessions]\n"
       "ttl = 2.5\n"
       "[limits]\n"
@@ -84,6 +86,7 @@ START_TEST(test_file_layers) {
   ck_assert(!c.flush_denormals);
   ck_assert_str_eq(c.state_dir, "/tmp/pe-state");
   ck_assert(!c.checkpoint_on_shutdown);
+  ck_assert_double_eq(c.checkpoint_interval_s, 0.5);
   ck_assert_double_eq(c.session_ttl_s, 2.5);
   ck_assert_int_eq(c.max_message, 1 << 20);
   ck_assert_int_eq(c.max_programs, 7);
@@ -96,6 +99,7 @@ START_TEST(test_file_layers) {
   PE_CK_OK(pe_config_defaults(&d));
   pe_config_reloadable_apply(&d, &c);
   ck_assert_double_eq(d.session_ttl_s, 2.5);
+  ck_assert_double_eq(d.checkpoint_interval_s, 0.5);
   ck_assert_int_eq(d.max_programs, 7);
   ck_assert_int_eq(d.log_level, PE_LOG_DEBUG);
   ck_assert_str_eq(d.places, "auto"); /* not reloadable */
@@ -123,6 +127,8 @@ START_TEST(test_errors) {
                 "absolute", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[sessions]\nttl = -1\n", "t.conf"), PE_EINVAL, "ttl",
                 (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[state]\ncheckpoint_interval = -5\n", "t.conf"),
+                PE_EINVAL, "checkpoint_interval", "-5", "seconds >= 0", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nsync = maybe\n", "t.conf"), PE_EINVAL,
                 "event or producer", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nflush_denormals = maybe\n", "t.conf"),
