@@ -79,10 +79,13 @@ int pec_prog_remember(pe_client *c, const pe_client_register_args *a, uint64_t h
   p->loss = dup_or_null(a->loss);
   p->sync = dup_or_null(a->sync);
   p->keep = a->n_keep ? calloc(a->n_keep, sizeof *p->keep) : NULL;
-  p->ans_request = malloc(ANSWERED_MAX * sizeof *p->ans_request);
-  p->ans_steps = malloc(ANSWERED_MAX * sizeof *p->ans_steps);
+  if (!a->for_test) { /* the ledger: evaluation runs change nothing */
+    p->ans_request = malloc(ANSWERED_MAX * sizeof *p->ans_request);
+    p->ans_steps = malloc(ANSWERED_MAX * sizeof *p->ans_steps);
+  }
   bool ok = p->program && p->model && (!a->places || p->places) && (!a->loss || p->loss) &&
-            (!a->sync || p->sync) && (!a->n_keep || p->keep) && p->ans_request && p->ans_steps;
+            (!a->sync || p->sync) && (!a->n_keep || p->keep) &&
+            (a->for_test || (p->ans_request && p->ans_steps));
   for (size_t i = 0; ok && i < a->n_keep; i++) ok = (p->keep[i] = strdup(a->keep[i])) != NULL;
   if (!ok) {
     p->args.n_keep = a->n_keep;
@@ -113,8 +116,8 @@ void pec_prog_forget(pe_client *c, uint64_t handle) {
 
 void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t steps) {
   pec_prog *p = find_prog(c, handle, NULL);
-  if (!p || p->args.for_test) return; /* evaluation runs change nothing */
-  if (p->n_ans == ANSWERED_MAX) {     /* drop the oldest */
+  if (!p || !p->ans_request) return; /* unknown, or an evaluation program */
+  if (p->n_ans == ANSWERED_MAX) {    /* drop the oldest */
     p->ans_start = (p->ans_start + 1) % ANSWERED_MAX;
     p->n_ans--;
   }
