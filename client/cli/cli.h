@@ -58,6 +58,8 @@ void cli_print_opts(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts);
 /* Connect per ctx; on failure print the error and return NULL
  * (*rc = CLI_UNREACHABLE). */
 pe_client *cli_connect(const cli_ctx *ctx, int *rc);
+/* The same with options (address and timeout still come from ctx). */
+pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc);
 /* Print "pe-client CMD: <error> (CODE)" and return the exit status for a
  * failed library call. */
 int cli_fail(const cli_ctx *ctx, pe_client *c, int code);

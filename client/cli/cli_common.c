@@ -82,13 +82,18 @@ int cli_parse(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, int argc, 
 }
 
 pe_client *cli_connect(const cli_ctx *ctx, int *rc) {
+  return cli_connect_with(ctx, (pe_client_opts){0}, rc);
+}
+
+pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc) {
   pe_client *c = pe_client_new();
   if (!c) {
     fprintf(stderr, "pe-client %s: out of memory\n", ctx->cmd);
     *rc = CLI_FAIL;
     return NULL;
   }
-  pe_client_opts o = {.address = ctx->socket, .timeout_ms = (int)ctx->timeout_ms};
+  o.address = ctx->socket;
+  o.timeout_ms = (int)ctx->timeout_ms;
   int code = pe_client_connect(c, &o);
   if (code) {
     *rc = cli_fail(ctx, c, code);

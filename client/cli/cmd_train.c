@@ -16,7 +16,12 @@
  *
  * Batches are gathered by a pe_batch_prefetch thread into two buffer
  * pairs: the next group of batches is copied out of the data set while the
- * current one's request is in flight. */
+ * current one's request is in flight.
+ *
+ * A daemon restart does not stop training: libpeclient registers the
+ * programs again. When the restored checkpoint lacks steps this trainer
+ * had been answered, train goes back to where the parameters stand
+ * (train_log.h) and repeats them on the same batches. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -26,8 +31,10 @@
 #include "cli.h"
 #include "pe_batch_prefetch.h"
 #include "pe_dataset.h"
+#include "train_log.h"
 
 #define EVAL_BATCH 500
+#define TRAIN_LOG_REQUESTS 4097 /* libpeclient remembers 4096 answered runs; + the lost one */
 
 typedef struct train_cfg {
   const char *model, *name, *places, *data;
@@ -72,6 +79,8 @@ typedef struct trainer {
   int64_t *y[2];
   bool initialized;
   uint64_t recoveries; /* pe_client_recovery_info's count already reported */
+  train_log log;       /* the recent training requests, to go back to a step */
+  long rewind_to;      /* the step to go back to (run_request's TRAIN_REWIND) */
 } trainer;
 
 typedef struct train_result {
@@ -79,8 +88,9 @@ typedef struct train_result {
   double train_s, eval_s, final_loss, final_acc, test_acc, run_ms, queue_ms;
   int64_t test_seen;
   /* Daemon losses survived (pe_client_recovery_info): steps whose fetches
-   * were lost (already applied) and answered steps rolled back. */
-  long recoveries, steps_unfetched, steps_rolled_back;
+   * were lost (already applied), answered steps rolled back, and steps
+   * repeated because of that. */
+  long recoveries, steps_unfetched, steps_rolled_back, steps_repeated;
 } train_result;
 
 static void trainer_free(trainer *t) {
@@ -92,6 +102,7 @@ static void trainer_free(trainer *t) {
       free(t->y[k]);
     }
   pe_client_free(t->c);
+  train_log_free(&t->log);
   pe_dataset_free(t->train);
   pe_dataset_free(t->test);
   pe_model_spec_release(&t->m);
@@ -137,7 +148,13 @@ static int trainer_setup(trainer *t, bool eval_only) {
   t->ns = t->cfg.name ? t->cfg.name : t->m.name;
   int rc = cli_data_load(t->ctx, t->cfg.data, t->cfg.limit, &t->train, &t->test);
   if (rc) return rc;
-  if (!(t->c = cli_connect(t->ctx, &rc))) return rc;
+  /* A run that a daemon restart rolled back is repeated here, in order:
+   * libpeclient does not send the lost request on top of older
+   * parameters (ROLLED_BACK). */
+  if (!(t->c = cli_connect_with(t->ctx, (pe_client_opts){.fail_on_rollback = true}, &rc)))
+    return rc;
+  if (!train_log_init(&t->log, TRAIN_LOG_REQUESTS))
+    return cli_error(t->ctx, "out of memory for the request log");
   pe_client_program prog;
   cli_reg r = {.ns = t->ns,
                .places = t->cfg.places,
@@ -198,12 +215,6 @@ static void progress_draw(progress *p, long ep, long epochs, long done, long tot
   fflush(stderr);
 }
 
-/* One epoch's running sums. */
-typedef struct epoch_sums {
-  double loss, acc, last_loss;
-  long samples, steps;
-} epoch_sums;
-
 /* After a request: tell the user when libpeclient registered a program
  * again because the daemon had lost it (a restart, usually), and what the
  * restored parameters include. Training goes on. */
@@ -222,8 +233,25 @@ static void report_recovery(trainer *t, train_result *r) {
           (unsigned long long)rv.rolled_back_runs, (unsigned long long)rv.rolled_back_steps);
 }
 
+#define TRAIN_REWIND (-1) /* run_request: go back to t->rewind_to */
+
+/* The step the parameters stand at after the request that starts at step
+ * `at` failed with code after a recovery (train connects with
+ * fail_on_rollback): ALREADY_APPLIED, part or all of it is in them;
+ * ROLLED_BACK, they lack the last rolled_back_steps answered steps. -1
+ * when not known (runs older than the 4096 remembered were rolled back). */
+static long restored_step(trainer *t, int code, long at, long nb) {
+  pe_client_recovery rv;
+  pe_client_recovery_info(t->c, &rv);
+  if (code == PE_C_EALREADY) return at + (rv.applied_steps < nb ? (long)rv.applied_steps : nb);
+  if (!rv.rolled_back_exact || (long)rv.rolled_back_steps > at) return -1;
+  return at - (long)rv.rolled_back_steps;
+}
+
 /* Mini-batches [off, off + rows) of buffer pair k in one request: nb of
- * the batch size each (nb > 1: RunRequest.batches), or one short batch. */
+ * the batch size each (nb > 1: RunRequest.batches), or one short batch.
+ * Returns TRAIN_REWIND when a daemon restart left the parameters at
+ * another step than this request's start (t->rewind_to). */
 static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sums *e,
                        train_result *r) {
   const char *fetch[2] = {t->m.loss, t->m.accuracy};
@@ -231,17 +259,19 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
   batch_feeds(t, k, off, rows, feeds);
   pe_client_run_opts o = {.batches = nb > 1 ? (uint32_t)nb : 0};
   pe_client_run_result res;
+  train_log_push(&t->log, &(train_mark){r->steps, r->samples, nb, rows, *e});
   int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);
   report_recovery(t, r);
-  if (code == PE_C_EALREADY) {
-    /* The request reached the parameters before the daemon lost it: its
-     * steps count, its loss and accuracy are gone. */
+  if (code == PE_C_EALREADY || code == PE_C_EROLLEDBACK) {
     fprintf(stderr, "pe-client %s: %s\n", t->ctx->cmd, pe_client_error(t->c));
-    e->steps += nb;
-    r->steps += nb;
-    r->samples += rows;
-    r->steps_unfetched += nb;
-    return CLI_OK;
+    if ((t->rewind_to = restored_step(t, code, r->steps, nb)) >= 0) return TRAIN_REWIND;
+    /* Rolled back further than remembered: those steps stay lost; this
+     * request goes out as it is (the program is registered again). */
+    fprintf(stderr,
+            "pe-client %s: the rolled-back steps are older than the last %zu requests; "
+            "they are not repeated\n",
+            t->ctx->cmd, t->log.cap);
+    code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);
   }
   if (code) {
     if (nb > 1)
@@ -273,10 +303,49 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
   return CLI_OK;
 }
 
-/* The epochs. The batcher hands out groups of per_request batches (the
- * same examples in the same order as batch by batch: its permutation does
- * not depend on the batch size); each group goes in one request, except
- * the epoch's short last batch, and the --steps cap, which may cut a group. */
+/* Go back (or, after ALREADY_APPLIED, on) to step t->rewind_to: the run's
+ * totals and the epoch's sums as they were there. */
+static int rewind_to(trainer *t, epoch_sums *e, train_result *r) {
+  train_mark at;
+  long unfetched, from = r->steps;
+  if (!train_log_rewind(&t->log, t->rewind_to, t->cfg.batch, &at, &unfetched))
+    return cli_error(t->ctx, "cannot go back to step %ld: it is not among the last %zu requests",
+                     t->rewind_to + 1, t->log.cap);
+  r->steps = at.step;
+  r->samples = at.samples;
+  *e = at.e;
+  r->steps_unfetched += unfetched;
+  if (from > at.step) {
+    r->steps_repeated += from - at.step;
+    fprintf(stderr,
+            "pe-client %s: repeating from step %ld: the restored parameters lack the "
+            "last %ld step(s)\n",
+            t->ctx->cmd, at.step + 1, from - at.step);
+  }
+  return CLI_OK;
+}
+
+/* The end of epoch ep: its figures become the run's last ones. */
+static void epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, train_result *r,
+                      const progress *pg) {
+  if (e->samples) {
+    r->final_loss = e->loss / e->samples;
+    r->final_acc = e->acc / e->samples;
+  }
+  if (pg->quiet) return;
+  if (pg->tty) fputc('\n', stderr);
+  fprintf(stderr, "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n",
+          ep, t->cfg.epochs, e->steps, r->final_loss, r->final_acc,
+          e->samples / (cli_now() - ep_t0));
+}
+
+/* The epochs, as one run of steps: step s is batch s % per_epoch of epoch
+ * s / per_epoch + 1. The batcher hands out groups of per_request batches
+ * from a step on (the same examples in the same order as batch by batch:
+ * its permutation does not depend on the batch size); each group goes in
+ * one request, except the epoch's short last batch, and the --steps cap,
+ * which may cut a group. After a daemon restart that rolled steps back,
+ * the loop goes back to where the parameters stand and repeats them. */
 static int train_loop(trainer *t, train_result *r) {
   long b = t->cfg.batch, group = b * t->cfg.per_request;
   pe_batcher *bt = pe_batcher_new(t->train, (int)group, true, (uint64_t)t->cfg.seed);
@@ -284,16 +353,18 @@ static int train_loop(trainer *t, train_result *r) {
   progress pg = {.tty = isatty(2), .quiet = t->cfg.quiet};
   long per_epoch = (long)((t->train->n + b - 1) / b);
   if (t->cfg.steps && t->cfg.steps < per_epoch) per_epoch = t->cfg.steps;
-  long max_groups = t->cfg.steps ? (t->cfg.steps + t->cfg.per_request - 1) / t->cfg.per_request : 0;
-  double t0 = cli_now();
+  long total = per_epoch * t->cfg.epochs;
+  double t0 = cli_now(), ep_t0 = t0;
+  epoch_sums e = {0};
   int rc = CLI_OK;
-  for (long ep = 1; ep <= t->cfg.epochs && !rc; ep++) {
-    epoch_sums e = {0};
-    double ep_t0 = cli_now();
-    /* One prefetch per epoch: the batcher is reset below only after the
-     * thread stopped. */
+  while (!rc && r->steps < total) {
+    long ep = r->steps / per_epoch + 1, left = per_epoch - e.steps; /* e.steps: step in epoch */
+    /* One prefetch per stretch: the batcher moves only while it is stopped. */
+    pe_batcher_seek(bt, (int)ep, e.steps * b);
     pe_batch_prefetch *pf;
-    if ((rc = prefetch_start(t, bt, max_groups, &pf))) break;
+    if ((rc = prefetch_start(
+             t, bt, t->cfg.steps ? (left + t->cfg.per_request - 1) / t->cfg.per_request : 0, &pf)))
+      break;
     int n, k;
     while (!rc && e.steps < per_epoch && (k = pe_batch_prefetch_next(pf, &n)) >= 0) {
       for (long off = 0; off < n && e.steps < per_epoch && !rc;) {
@@ -308,17 +379,16 @@ static int train_loop(trainer *t, train_result *r) {
                       e.last_loss);
     }
     pe_batch_prefetch_stop(pf);
-    if (t->cfg.steps) pe_batcher_reset(bt); /* a capped epoch: the next starts fresh */
-    if (e.samples) {
-      r->final_loss = e.loss / e.samples;
-      r->final_acc = e.acc / e.samples;
+    if (rc == TRAIN_REWIND) {
+      rc = rewind_to(t, &e, r);
+      if (r->steps / per_epoch + 1 != ep) ep_t0 = cli_now(); /* another epoch */
+      if (rc || e.steps < per_epoch) continue;
+      ep = r->steps / per_epoch; /* exactly at the end of an epoch */
     }
-    if (!rc && !pg.quiet) {
-      if (pg.tty) fputc('\n', stderr);
-      fprintf(stderr,
-              "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n", ep,
-              t->cfg.epochs, e.steps, r->final_loss, r->final_acc, e.samples / (cli_now() - ep_t0));
-    }
+    if (rc) break;
+    epoch_end(t, ep, &e, ep_t0, r, &pg);
+    e = (epoch_sums){0};
+    ep_t0 = cli_now();
   }
   r->train_s = cli_now() - t0;
   pe_batcher_free(bt);
@@ -385,8 +455,10 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
           t->cfg.shm ? "true" : "false", t->cfg.per_request, sps, r->train_s, r->run_ms,
           r->queue_ms, r->final_loss, r->final_acc, th);
     if (trained)
-      printf(",\"recoveries\":%ld,\"steps_unfetched\":%ld,\"steps_rolled_back\":%ld", r->recoveries,
-             r->steps_unfetched, r->steps_rolled_back);
+      printf(
+          ",\"recoveries\":%ld,\"steps_unfetched\":%ld,\"steps_rolled_back\":%ld,"
+          "\"steps_repeated\":%ld",
+          r->recoveries, r->steps_unfetched, r->steps_rolled_back, r->steps_repeated);
     printf(
         ",\"eval_handle\":\"%s\",\"initialized\":%s,\"test_examples\":%lld,"
         "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",

@@ -71,6 +71,9 @@ typedef enum pe_client_code {
   PE_C_ETOOBIG = 102,   /* request larger than max_message */
   PE_C_EPROTO = 103,    /* reply that does not decode or does not match */
   PE_C_EARG = 104,      /* bad argument to a pe_client call */
+  /* A run not sent after a recovery that rolled back runs this handle had
+   * answered (opts.fail_on_rollback; see pe_client_recovery). */
+  PE_C_EROLLEDBACK = 105,
 } pe_client_code;
 
 /* "OK", "SHAPE_MISMATCH", ..., "TIMED_OUT"; "UNKNOWN_CODE" otherwise. */
@@ -91,6 +94,13 @@ typedef struct pe_client_opts {
   /* Do not recover lost programs (see pe_client_recovery_info): a request
    * whose program the daemon no longer has fails with NOT_FOUND. */
   bool no_recover;
+  /* When a recovery finds that the restore rolled back runs this handle
+   * had answered, do not send the lost run on top of the older parameters:
+   * it fails with PE_C_EROLLEDBACK, and pe_client_recovery_info says where
+   * the parameters stand, for the caller to repeat its work from there
+   * (pe-client train rewinds its data). Without it the run is sent and the
+   * rolled-back runs are only counted. */
+  bool fail_on_rollback;
 } pe_client_opts;
 
 /* The daemon's default socket: ipc:///run/pe-executord/pe-executord.sock as
@@ -207,7 +217,11 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
  *   - the request itself reached the parameters before the loss: it is not
  *     sent again; it fails with ALREADY_APPLIED (its fetches are lost);
  *   - runs answered before but newer than the checkpoint were rolled back
- *     (counted below, for a trainer to report or repeat);
+ *     (counted below, for a trainer to report or repeat); with
+ *     opts.fail_on_rollback the request is then not sent: it fails with
+ *     ROLLED_BACK, so that the caller can repeat from where the parameters
+ *     stand (its steps answered so far, less rolled_back_steps; after
+ *     ALREADY_APPLIED, the request's start plus applied_steps);
  *   - a model that came back without parameters (not persistent, or no
  *     checkpoint) is not run: NOT_FOUND says to register and init again.
  * Ids the caller holds (handles, regions) stay valid. Off with
@@ -221,6 +235,9 @@ typedef struct pe_client_recovery {
   /* Answered runs of the program (and their steps) that its parameters no
    * longer include (the newest 4096 runs are remembered). */
   uint64_t rolled_back_runs, rolled_back_steps;
+  /* The counts cover every rolled-back run: false when the parameters are
+   * older than the oldest run remembered. */
+  bool rolled_back_exact;
 } pe_client_recovery;
 void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out);
 

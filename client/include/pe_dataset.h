@@ -74,6 +74,12 @@ void pe_dataset_gather(const pe_dataset *ds, const int64_t *idx, int lo, int hi,
                        int64_t *labels);
 /* Abandon the current epoch; the next call starts a new one. */
 void pe_batcher_reset(pe_batcher *bt);
+/* Go to example `offset` (0 <= offset <= n) of epoch `epoch` (>= 1): the
+ * next batch starts there, in that epoch's order, and later epochs follow
+ * as usual. For a trainer that repeats steps from a point (the order of an
+ * epoch depends only on the seed and the epoch). Returns false on a bad
+ * argument. */
+bool pe_batcher_seek(pe_batcher *bt, int epoch, int64_t offset);
 /* Epochs started so far (1 during the first). */
 int pe_batcher_epoch(const pe_batcher *bt);
 /* Batches per epoch: ceil(n / batch). */

@@ -62,6 +62,7 @@ const char *pe_client_code_name(int code) {
       [PE_C_ETOOBIG] = "MESSAGE_TOO_LARGE",
       [PE_C_EPROTO] = "PROTOCOL_ERROR",
       [PE_C_EARG] = "BAD_CLIENT_ARGUMENT",
+      [PE_C_EROLLEDBACK] = "ROLLED_BACK",
   };
   if (code < 0 || (size_t)code >= sizeof names / sizeof names[0] || !names[code])
     return "UNKNOWN_CODE";
@@ -208,6 +209,7 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
   c->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : DEFAULT_SEND_TIMEOUT_MS;
   c->resend_ivl_ms = o.resend_ivl_ms > 0 ? o.resend_ivl_ms : 0; /* 0: never */
   c->no_recover = o.no_recover;
+  c->fail_on_rollback = o.fail_on_rollback;
   c->max_message = o.max_message
                        ? o.max_message
                        : (size_t)env_long("PE_MAX_MESSAGE", PE_CLIENT_MAX_MESSAGE_DEFAULT);

@@ -32,7 +32,7 @@ struct pe_client {
   char *trace; /* NUL-terminated copy of the last trace */
   char err[PEC_ERR_LEN];
   /* What was registered, to register it again (client_recover.c). */
-  bool no_recover;
+  bool no_recover, fail_on_rollback;
   struct pec_prog *progs;
   struct pec_region *regions;
   pe_client_recovery recovery;
@@ -64,13 +64,14 @@ int pec_region_remember(pe_client *c, const char *name, uint64_t size, uint64_t 
 void pec_region_forget(pe_client *c, uint64_t given);
 uint64_t pec_region_now(const pe_client *c, uint64_t given);
 void pec_recover_free(pe_client *c);
-/* After `request` (id; its program: handle, or the first remembered one of
+/* After `request` (a run's id, 0 for other requests; its program: handle, or the first remembered one of
  * model when model is not NULL) failed with code: when code is NOT_FOUND
  * and the program is remembered, register the regions and the program
  * again. Returns 0 when the request should be sent again; else a failure
  * (code with c->err kept or extended; ALREADY_APPLIED when the restored
- * parameters include the request; with need_values, NOT_FOUND when the
- * model came back without values). */
+ * parameters include the request; ROLLED_BACK for a run when
+ * fail_on_rollback is set and answered runs were rolled back; with
+ * need_values, NOT_FOUND when the model came back without values). */
 int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const char *model,
                 uint64_t request, bool need_values);
 

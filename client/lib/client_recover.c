@@ -10,7 +10,9 @@
  * restored checkpoint after a restart). A request at or below it already
  * reached the parameters: it is not sent again (ALREADY_APPLIED, its
  * fetches are lost). Runs answered earlier but newer than it were rolled
- * back by the restore; they are counted for pe_client_recovery_info.
+ * back by the restore; they are counted for pe_client_recovery_info. With
+ * fail_on_rollback the lost run is then not sent (ROLLED_BACK): the caller
+ * repeats the rolled-back work first, in its order.
  *
  * Ids the caller holds stay valid: a program's handle is a content hash
  * (the same after a restart) and regions are mapped from the id the caller
@@ -34,6 +36,7 @@ typedef struct pec_prog {
   uint64_t *ans_request;
   uint32_t *ans_steps;
   size_t ans_start, n_ans;
+  bool ans_dropped; /* the ring overflowed: older runs are forgotten */
   struct pec_prog *next;
 } pec_prog;
 
@@ -120,6 +123,7 @@ void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t
   if (p->n_ans == ANSWERED_MAX) {    /* drop the oldest */
     p->ans_start = (p->ans_start + 1) % ANSWERED_MAX;
     p->n_ans--;
+    p->ans_dropped = true;
   }
   size_t at = (p->ans_start + p->n_ans++) % ANSWERED_MAX;
   p->ans_request[at] = request;
@@ -175,21 +179,25 @@ void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out) {
 }
 
 /* The runs of p answered after what the parameters include (request,
- * steps): counted into c->recovery and forgotten. */
+ * steps): counted into c->recovery and forgotten. The count is exact when
+ * it stopped at a run the parameters include, or the ring never dropped
+ * one. */
 static void count_rolled_back(pe_client *c, pec_prog *p, uint64_t request, uint32_t steps) {
   uint64_t runs = 0, lost = 0;
+  bool bounded = false;
   for (; p->n_ans > 0; p->n_ans--) {
     size_t at = (p->ans_start + p->n_ans - 1) % ANSWERED_MAX;
     if (p->ans_request[at] == request && p->ans_steps[at] > steps) {
       lost += p->ans_steps[at] - steps; /* partly in the parameters */
       p->ans_steps[at] = steps;
     }
-    if (p->ans_request[at] <= request) break;
+    if ((bounded = p->ans_request[at] <= request)) break;
     runs++;
     lost += p->ans_steps[at];
   }
   c->recovery.rolled_back_runs = runs;
   c->recovery.rolled_back_steps = lost;
+  c->recovery.rolled_back_exact = bounded || !p->ans_request || !p->ans_dropped;
 }
 
 int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const char *model,
@@ -235,5 +243,13 @@ int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const
                     "and its fetches are lost",
                     what, (unsigned long long)request, p->model, (unsigned long long)p->handle,
                     out.applied_steps);
+  if (request && c->fail_on_rollback && c->recovery.rolled_back_steps)
+    return pec_fail(c, PE_C_EROLLEDBACK,
+                    "%s: request %llu not sent: the daemon lost program %016llx and model '%s' "
+                    "came back from a checkpoint without %llu answered request(s), %llu step(s), "
+                    "of this client's",
+                    what, (unsigned long long)request, (unsigned long long)p->handle, p->model,
+                    (unsigned long long)c->recovery.rolled_back_runs,
+                    (unsigned long long)c->recovery.rolled_back_steps);
   return 0;
 }

@@ -71,6 +71,7 @@ typedef struct target {
   uint64_t handle;
   const char *model;
   bool need_values; /* only worth sending again when the model has values */
+  bool run;
 } target;
 
 /* pec_call; when the daemon lost the target's program, once more after the
@@ -81,7 +82,7 @@ static int call_recovering(pe_client *c, const char *what, Pe__Request *req,
                            Pe__Tensor *const *pbs, size_t n) {
   int rc = pec_call(c, what, req, want);
   if (rc != PE_C_ENOTFOUND) return rc;
-  rc = pec_recover(c, what, rc, t.handle, t.model, req->request_id, t.need_values);
+  rc = pec_recover(c, what, rc, t.handle, t.model, t.run ? req->request_id : 0, t.need_values);
   if (rc) return rc;
   for (size_t i = 0; i < n; i++)
     if (feeds[i].shm_region) pbs[i]->shm->region = pec_region_now(c, feeds[i].shm_region);
@@ -159,8 +160,8 @@ int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, 
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_RUN;
   req.run = &r;
-  rc = call_recovering(c, what, &req, PE__REPLY__BODY_RUN, (target){handle, NULL, true}, feeds,
-                       pf.ptrs, n_feeds);
+  rc = call_recovering(c, what, &req, PE__REPLY__BODY_RUN, (target){handle, NULL, true, true},
+                       feeds, pf.ptrs, n_feeds);
   free(pf.block);
   if (rc) return rc;
   const Pe__RunReply *rr = c->reply->run;

@@ -291,6 +291,14 @@ void pe_batcher_reset(pe_batcher *bt) {
   bt->pos = -1;
 }
 
+bool pe_batcher_seek(pe_batcher *bt, int epoch, int64_t offset) {
+  if (epoch < 1 || offset < 0 || offset > bt->ds->n) return false;
+  bt->epoch = epoch - 1;
+  epoch_start(bt);
+  bt->pos = offset;
+  return true;
+}
+
 int pe_batcher_epoch(const pe_batcher *bt) {
   return bt->epoch;
 }

@@ -1,7 +1,8 @@
 /* libpeclient's recovery bookkeeping against a scripted daemon (a nanomsg
  * REP socket in a thread of the test): which request ids go out, and the
  * count of rolled-back runs and steps, exactly, also past the 4096 answered
- * runs a program remembers and for a run only partly in the parameters.
+ * runs a program remembers and for a run only partly in the parameters,
+ * and fail_on_rollback's refusal to send a run on rolled-back parameters.
  * The real daemon's side is in e2e.test_client_recover. */
 #include <check.h>
 #include <nanomsg/nn.h>
@@ -85,7 +86,7 @@ typedef struct rig {
   pe_client *c;
 } rig;
 
-static void rig_start(rig *x, bool no_recover) {
+static void rig_start(rig *x, bool no_recover, bool fail_on_rollback) {
   memset(x, 0, sizeof *x);
   snprintf(x->dir, sizeof x->dir, "/tmp/pe-ledger-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(x->dir));
@@ -94,7 +95,10 @@ static void rig_start(rig *x, bool no_recover) {
   ck_assert_int_ge(nn_bind(x->f.sock, x->addr), 0);
   ck_assert_int_eq(pthread_create(&x->th, NULL, serve, &x->f), 0);
   x->c = pe_client_new();
-  pe_client_opts o = {.address = x->addr, .timeout_ms = 5000, .no_recover = no_recover};
+  pe_client_opts o = {.address = x->addr,
+                      .timeout_ms = 5000,
+                      .no_recover = no_recover,
+                      .fail_on_rollback = fail_on_rollback};
   ck_assert_int_eq(pe_client_connect(x->c, &o), 0);
   static const uint8_t program[] = {1, 2, 3};
   pe_client_register_args a = {
@@ -126,7 +130,7 @@ static int run(rig *x, uint32_t steps) {
  * remembered run newer than it, 4086 + the resent one. */
 START_TEST(rolled_back_runs_and_steps_are_counted_exactly) {
   rig x;
-  rig_start(&x, false);
+  rig_start(&x, false, false);
   for (int i = 0; i < 5000; i++) ck_assert_int_eq(run(&x, 2), 0);
   ck_assert_uint_eq(x.f.last_run_request, 5001);
   x.f.lost = true;
@@ -143,6 +147,7 @@ START_TEST(rolled_back_runs_and_steps_are_counted_exactly) {
   ck_assert_uint_eq(r.applied_request, 4991);
   ck_assert_uint_eq(r.rolled_back_runs, 10);
   ck_assert_uint_eq(r.rolled_back_steps, 21);
+  ck_assert(r.rolled_back_exact);
 
   x.f.lost = true;
   x.f.applied = 100;
@@ -152,6 +157,7 @@ START_TEST(rolled_back_runs_and_steps_are_counted_exactly) {
   ck_assert_uint_eq(r.recoveries, 2);
   ck_assert_uint_eq(r.rolled_back_runs, 4087);
   ck_assert_uint_eq(r.rolled_back_steps, 4085 * 2 + 1 + 2);
+  ck_assert(!r.rolled_back_exact); /* runs 101..905 were forgotten */
   ck_assert_int_eq(x.f.runs, 5002);
   rig_stop(&x);
 }
@@ -161,7 +167,7 @@ END_TEST
  * message names the request and its steps, and it is not sent again. */
 START_TEST(a_run_already_in_the_parameters_is_not_sent_again) {
   rig x;
-  rig_start(&x, false);
+  rig_start(&x, false, false);
   ck_assert_int_eq(run(&x, 3), 0);
   x.f.lost = true;
   x.f.applied_lost = true;
@@ -184,10 +190,46 @@ START_TEST(a_run_already_in_the_parameters_is_not_sent_again) {
 }
 END_TEST
 
+/* With fail_on_rollback a lost run is not sent on top of parameters that
+ * lack answered runs: ROLLED_BACK, with the counts, and the caller goes on
+ * from there. With nothing rolled back it is sent as usual. */
+START_TEST(fail_on_rollback_stops_the_lost_run) {
+  rig x;
+  rig_start(&x, false, true);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(run(&x, 2), 0); /* ids 2, 3, 4 */
+  x.f.lost = true;
+  x.f.applied = 2;
+  x.f.applied_steps = 2;
+  ck_assert_int_eq(run(&x, 2), PE_C_EROLLEDBACK);
+  ck_assert_str_eq(pe_client_error(x.c),
+                   "run: request 5 not sent: the daemon lost program 0000000000005eed and model "
+                   "'m' came back from a checkpoint without 2 answered request(s), 4 step(s), of "
+                   "this client's");
+  ck_assert_str_eq(pe_client_code_name(PE_C_EROLLEDBACK), "ROLLED_BACK");
+  ck_assert_int_eq(x.f.runs, 3);
+  pe_client_recovery r;
+  pe_client_recovery_info(x.c, &r);
+  ck_assert_uint_eq(r.applied_request, 2);
+  ck_assert_uint_eq(r.rolled_back_steps, 4);
+  ck_assert(r.rolled_back_exact);
+  ck_assert_int_eq(run(&x, 2), 0); /* the caller repeats: it goes out */
+  ck_assert_uint_eq(x.f.last_run_request, 7);
+
+  x.f.lost = true; /* restored with every answered run: sent again */
+  x.f.applied = 7;
+  x.f.applied_steps = 2;
+  ck_assert_int_eq(run(&x, 2), 0);
+  ck_assert_uint_eq(x.f.lost_request, 8);
+  ck_assert_uint_eq(x.f.last_run_request, 10);
+  ck_assert_int_eq(x.f.runs, 5);
+  rig_stop(&x);
+}
+END_TEST
+
 /* With no_recover the daemon's NOT_FOUND comes back as it is. */
 START_TEST(no_recover_returns_not_found) {
   rig x;
-  rig_start(&x, true);
+  rig_start(&x, true, false);
   x.f.lost = true;
   ck_assert_int_eq(run(&x, 1), PE_C_ENOTFOUND);
   ck_assert_str_eq(pe_client_error(x.c), "run: handle 0000000000005eed: no such program");
@@ -205,6 +247,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, rolled_back_runs_and_steps_are_counted_exactly);
   tcase_add_test(tc, a_run_already_in_the_parameters_is_not_sent_again);
+  tcase_add_test(tc, fail_on_rollback_stops_the_lost_run);
   tcase_add_test(tc, no_recover_returns_not_found);
   suite_add_tcase(s, tc);
   return s;

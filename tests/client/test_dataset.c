@@ -63,6 +63,16 @@ static void write_indexed(const char *split, uint32_t n) {
   write_idx(split, false, 0x801, 1, (uint32_t[]){n}, lab, n);
 }
 
+/* A fresh directory with an n-example "train" split (write_indexed), open. */
+static pe_dataset *open_indexed(uint32_t n) {
+  mk_tmpdir();
+  write_indexed("train", n);
+  pe_dataset *ds;
+  char err[256];
+  ck_assert_msg(pe_dataset_open(tmpdir, "train", &ds, err, sizeof err) == 0, "%s", err);
+  return ds;
+}
+
 /* Open split "train" of tmpdir, expecting failure; returns the message. */
 static const char *open_fails(void) {
   static char err[512];
@@ -100,11 +110,7 @@ START_TEST(reads_small_files) {
 END_TEST
 
 START_TEST(batches_cover_epoch_with_partial_last) {
-  mk_tmpdir();
-  write_indexed("train", 10);
-  pe_dataset *ds;
-  char err[256];
-  ck_assert_msg(pe_dataset_open(tmpdir, "train", &ds, err, sizeof err) == 0, "%s", err);
+  pe_dataset *ds = open_indexed(10);
   pe_batcher *bt = pe_batcher_new(ds, 4, false, 0);
   ck_assert_int_eq(pe_batcher_batches(bt), 3);
   float x[4];
@@ -147,11 +153,7 @@ static void epoch_order(pe_batcher *bt, int64_t n, int64_t *order) {
 
 START_TEST(shuffle_is_seeded_permutation) {
   enum { N = 200 };
-  mk_tmpdir();
-  write_indexed("train", N);
-  pe_dataset *ds;
-  char err[256];
-  ck_assert_msg(pe_dataset_open(tmpdir, "train", &ds, err, sizeof err) == 0, "%s", err);
+  pe_dataset *ds = open_indexed(N);
   pe_batcher *a = pe_batcher_new(ds, 7, true, 42), *b = pe_batcher_new(ds, 7, true, 42);
   pe_batcher *c = pe_batcher_new(ds, 7, true, 43);
   int64_t oa[N], oa2[N], ob[N], oc[N];
@@ -186,16 +188,50 @@ START_TEST(shuffle_is_seeded_permutation) {
 }
 END_TEST
 
+/* A seek to (epoch, offset) gives that epoch's order from that example on
+ * (whatever the batcher did before), then the following epochs as usual. */
+START_TEST(seek_repeats_an_epoch_from_an_example) {
+  enum { N = 200, AT = 45 };
+  pe_dataset *ds = open_indexed(N);
+  pe_batcher *a = pe_batcher_new(ds, 7, true, 42), *b = pe_batcher_new(ds, 7, true, 42);
+  int64_t ref[4][N], got[N];
+  for (int ep = 0; ep < 4; ep++) epoch_order(a, N, ref[ep]);
+  /* b is in epoch 1; it jumps ahead to epoch 3, example AT. */
+  float x[7];
+  int64_t y[7];
+  int k;
+  ck_assert(pe_batcher_next(b, x, y, &k));
+  ck_assert(pe_batcher_seek(b, 3, AT));
+  ck_assert_int_eq(pe_batcher_epoch(b), 3);
+  int at = AT;
+  while (pe_batcher_next(b, x, y, &k))
+    for (int i = 0; i < k; i++, at++) ck_assert_int_eq((int64_t)(x[i] * 255.0f + 0.5f), ref[2][at]);
+  ck_assert_int_eq(at, N);
+  epoch_order(b, N, got); /* then epoch 4 */
+  ck_assert_mem_eq(got, ref[3], sizeof got);
+  ck_assert(pe_batcher_seek(b, 2, 0)); /* and back to a whole earlier epoch */
+  epoch_order(b, N, got);
+  ck_assert_mem_eq(got, ref[1], sizeof got);
+  ck_assert(pe_batcher_seek(b, 1, N)); /* at the end: the epoch ends at once */
+  ck_assert(!pe_batcher_next(b, x, y, &k));
+  epoch_order(b, N, got);
+  ck_assert_mem_eq(got, ref[1], sizeof got);
+  ck_assert(!pe_batcher_seek(b, 0, 0));
+  ck_assert(!pe_batcher_seek(b, 1, -1));
+  ck_assert(!pe_batcher_seek(b, 1, N + 1));
+  pe_batcher_free(a);
+  pe_batcher_free(b);
+  pe_dataset_free(ds);
+  rm_tmpdir();
+}
+END_TEST
+
 START_TEST(claim_and_gather_match_next) {
   /* The two halves of pe_batcher_next, rows gathered in two pieces (the
    * second half first), give the same batches as next with the same seed,
    * over two epochs and their ends. */
   enum { N = 23, B = 5 };
-  mk_tmpdir();
-  write_indexed("train", N);
-  pe_dataset *ds;
-  char err[256];
-  ck_assert_msg(pe_dataset_open(tmpdir, "train", &ds, err, sizeof err) == 0, "%s", err);
+  pe_dataset *ds = open_indexed(N);
   pe_batcher *ref = pe_batcher_new(ds, B, true, 9), *bt = pe_batcher_new(ds, B, true, 9);
   for (int call = 0; call < 2 * (N / B + 2); call++) {
     float rx[B], x[B];
@@ -353,6 +389,7 @@ static Suite *dataset_suite(void) {
   tcase_add_test(tc, reads_small_files);
   tcase_add_test(tc, batches_cover_epoch_with_partial_last);
   tcase_add_test(tc, shuffle_is_seeded_permutation);
+  tcase_add_test(tc, seek_repeats_an_epoch_from_an_example);
   tcase_add_test(tc, claim_and_gather_match_next);
   tcase_add_test(tc, missing_file);
   tcase_add_test(tc, bad_magic);

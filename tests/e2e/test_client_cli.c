@@ -215,16 +215,20 @@ static void wait_log(const cd_daemon *d, const char *needle, int times) {
   ck_abort_msg("no %d lines with '%s' in the daemon's log after 30 s", times, needle);
 }
 
-/* `systemctl restart pe-executord` in the middle of a `pe-client train`:
- * the trainer goes on (libpeclient registers its programs again), every
- * step counts, nothing is rolled back (SIGTERM checkpoints all answered
- * runs), and the trained parameters are those of a run without the
- * restart: the same test accuracy to the last digit. */
+/* `systemctl restart pe-executord` in the middle of a `pe-client train`,
+ * then a crash that loses the newest steps: the trainer goes on
+ * (libpeclient registers its programs again), and the trained parameters
+ * are those of a run without either, to the last digit.
+ *   - SIGTERM checkpoints every answered run: nothing is rolled back.
+ *   - kill -9, with the restart checkpoint put back to the one SIGTERM
+ *     wrote (as if the daemon died long before its next autosave): the
+ *     answered steps since are rolled back, and the trainer goes back to
+ *     where the parameters stand and repeats them on the same batches. */
 START_TEST(train_survives_restart) {
   cd_daemon d;
   cd_start(&d);
   static const char args[] =
-      "train --model mlp --epochs 15 --limit 10000 --persistent --json --quiet";
+      "train --model mlp --epochs 30 --limit 10000 --persistent --json --quiet";
   char ref_args[256];
   snprintf(ref_args, sizeof ref_args, "%s --model-name ref", args);
   CLI_OK(&d, ref_args);
@@ -235,18 +239,34 @@ START_TEST(train_survives_restart) {
   wait_log(&d, "register client=", 4); /* ref's two programs, then this one's */
   cd_sleep_ms(300);
   cd_restart(&d, SIGTERM);
+  char ckpt[256], old[256];
+  snprintf(ckpt, sizeof ckpt, "%s/models/mlp/shutdown.ckpt", d.state);
+  snprintf(old, sizeof old, "%s/sigterm.ckpt", d.dir);
+  ck_assert(cd_copy_file(ckpt, old, 0600));
+  wait_log(&d, "register client=", 5); /* the trainer's recovery */
+  cd_sleep_ms(400);
+  kill(d.pid, SIGKILL);
+  ck_assert_int_eq(waitpid(d.pid, NULL, 0), d.pid);
+  ck_assert(rename(old, ckpt) == 0);
+  cd_spawn(&d, (uid_t)-1, (gid_t)-1);
+
   int rc = cli_wait(pid);
   if (rc) cd_dump_log(&d);
-  ck_assert_msg(rc == 0, "pe-client train across a restart: exit %d\nstderr: %s", rc,
-                slurp(d.dir, "err"));
+  char err[1 << 14];
+  snprintf(err, sizeof err, "%s", slurp(d.dir, "err")); /* slurp's buffer is reused */
+  ck_assert_msg(rc == 0, "pe-client train across restarts: exit %d\nstderr: %s", rc, err);
   const char *got = last_line(d.dir);
-  ck_assert_msg(json_num(got, "recoveries") >= 1,
-                "no recovery: the restart missed the training (%s)", got);
-  ck_assert_msg(strstr(slurp(d.dir, "err"), "registered it again"), "%s", slurp(d.dir, "err"));
+  ck_assert_msg(json_num(got, "recoveries") >= 2,
+                "fewer than two recoveries: the restarts missed the training (%s)", got);
+  ck_assert_msg(strstr(err, "0 answered request(s), 0 step(s), were rolled back"),
+                "SIGTERM rolled steps back: %s", err);
+  ck_assert_msg(json_num(got, "steps_rolled_back") > 0, "the kill -9 rolled nothing back: %s", got);
+  ck_assert_msg(strstr(err, "repeating from step"), "%s", err);
+  ck_assert_double_eq(json_num(got, "steps_repeated"), json_num(got, "steps_rolled_back"));
   ck_assert_double_eq(json_num(got, "steps"), json_num(ref, "steps"));
-  ck_assert_double_eq(json_num(got, "steps_rolled_back"), 0);
+  ck_assert_double_eq(json_num(got, "final_loss"), json_num(ref, "final_loss"));
   ck_assert_msg(json_num(got, "test_accuracy") == json_num(ref, "test_accuracy"),
-                "test accuracy %g after a restart, %g without", json_num(got, "test_accuracy"),
+                "test accuracy %g after the restarts, %g without", json_num(got, "test_accuracy"),
                 json_num(ref, "test_accuracy"));
   ck_assert_msg(json_num(ref, "test_accuracy") > 0.75, "%s", ref);
   cd_stop(&d);
