@@ -65,7 +65,9 @@ static const opt_row opts[] = {
     {"seed", OPT_INT, CFG(seed), 0, 1L << 62, "initialisation, dropout and shuffling seed (1)"},
     {"threads", OPT_INT, CFG(threads), 0, 4096,
      "sequential: intra-op threads; parallel: pool workers (0: one per cpu place, else all cores)"},
-    {"strategy", OPT_STR, CFG(strategy), 0, 0, "parallel: allreduce (default) | reduce | sharded"},
+    {"strategy", OPT_STR, CFG(strategy), 0, 0,
+     "parallel: auto (default: sharded on cpu/sim, allreduce on cuda) | allreduce | reduce | "
+     "sharded"},
     {"fuse", OPT_ONOFF, CFG(fuse), 0, 0,
      "parallel: fuse gradient all-reduces into buckets [on|off]"},
     {"fuse-bucket", OPT_INT, CFG(fuse_bucket), 0, 1L << 40,

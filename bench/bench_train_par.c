@@ -90,8 +90,10 @@ static int par_setup(trainer *t) {
   if (st) return pe_bench_train_fail(st, "--places");
   if ((st = pe_model_check_places(s->kind, s->n_places))) /* e.g. cuda:2: not yet, and why */
     return pe_bench_train_fail(st, "--places");
-  const char *strategy = t->cfg.strategy ? t->cfg.strategy : "allreduce";
-  if (!strcmp(strategy, "allreduce"))
+  const char *strategy = t->cfg.strategy ? t->cfg.strategy : "auto";
+  if (!strcmp(strategy, "auto"))
+    s->strategy = pe_strategy_auto(s->kind);
+  else if (!strcmp(strategy, "allreduce"))
     s->strategy = PE_STRATEGY_ALLREDUCE;
   else if (!strcmp(strategy, "reduce"))
     s->strategy = PE_STRATEGY_REDUCE;
@@ -99,7 +101,7 @@ static int par_setup(trainer *t) {
     s->strategy = PE_STRATEGY_SHARDED;
   else
     return pe_bench_train_fail(
-        pe_error(PE_EINVAL, "strategy '%s' (known: allreduce, reduce, sharded)", strategy),
+        pe_error(PE_EINVAL, "strategy '%s' (known: auto, allreduce, reduce, sharded)", strategy),
         "--strategy");
   const char *sync = t->cfg.sync ? t->cfg.sync : "event";
   if (!strcmp(sync, "event"))

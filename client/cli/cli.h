@@ -82,11 +82,11 @@ typedef struct cli_graph_opts {
   long fuse_bucket;
 } cli_graph_opts;
 
-#define CLI_GRAPH_OPTS(T, f)                                                                      \
-  {"strategy", CLI_STR, offsetof(T, f.strategy), 0, 0, "allreduce (default) | reduce | sharded"}, \
-      {"sync", CLI_STR, offsetof(T, f.sync), 0, 0, "event | producer (daemon's)"},                \
-      {"fuse", CLI_FLAG, offsetof(T, f.fuse), 0, 0, "fuse gradient all-reduces into buckets"}, {  \
-    "fuse-bucket", CLI_INT, offsetof(T, f.fuse_bucket), 1, 1L << 40, "bucket bytes (4 MiB)"       \
+#define CLI_GRAPH_OPTS(T, f)                                                                       \
+  {"strategy", CLI_STR, offsetof(T, f.strategy), 0, 0, "auto (default)|allreduce|reduce|sharded"}, \
+      {"sync", CLI_STR, offsetof(T, f.sync), 0, 0, "event | producer (daemon's)"},                 \
+      {"fuse", CLI_FLAG, offsetof(T, f.fuse), 0, 0, "fuse gradient all-reduces into buckets"}, {   \
+    "fuse-bucket", CLI_INT, offsetof(T, f.fuse_bucket), 1, 1L << 40, "bucket bytes (4 MiB)"        \
   }
 
 typedef struct cli_reg {

@@ -164,17 +164,15 @@ void cli_json_str(FILE *f, const char *s) {
 
 /* --strategy by name; the daemon checks the rest of the graph options. */
 static int parse_strategy(const cli_ctx *ctx, const char *name, pe_client_strategy *out) {
-  static const char *const names[] = {"allreduce", "reduce", "sharded"};
-  static const pe_client_strategy values[] = {PE_C_ALLREDUCE, PE_C_REDUCE, PE_C_SHARDED};
-  *out = PE_C_ALLREDUCE;
+  *out = PE_C_STRATEGY_AUTO;
   if (!name) return CLI_OK;
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (!strcmp(name, names[i])) {
-      *out = values[i];
+  for (pe_client_strategy s = PE_C_STRATEGY_AUTO; s <= PE_C_SHARDED; s++)
+    if (!strcmp(name, pe_client_strategy_name(s))) {
+      *out = s;
       return CLI_OK;
     }
-  fprintf(stderr, "pe-client %s: --strategy '%s' unknown (allreduce, reduce, sharded)\n", ctx->cmd,
-          name);
+  fprintf(stderr, "pe-client %s: --strategy '%s' unknown (auto, allreduce, reduce, sharded)\n",
+          ctx->cmd, name);
   return CLI_USAGE;
 }
 

@@ -74,8 +74,9 @@ typedef struct trainer {
   pe_dataset *train, *test;
   pe_client *c;
   uint64_t train_h, eval_h;
-  pe_client_shm shm; /* --shm: pair 0's images and labels, then pair 1's */
-  float *x[2];       /* two batch buffer pairs (inside the shm region with --shm) */
+  pe_client_strategy strategy; /* the training program's, as the daemon compiled it */
+  pe_client_shm shm;           /* --shm: pair 0's images and labels, then pair 1's */
+  float *x[2];                 /* two batch buffer pairs (inside the shm region with --shm) */
   int64_t *y[2];
   bool initialized;
   uint64_t recoveries; /* pe_client_recovery_info's count already reported */
@@ -164,10 +165,12 @@ static int trainer_setup(trainer *t, bool eval_only) {
   if (!eval_only) {
     if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
     t->train_h = prog.handle;
+    t->strategy = prog.strategy;
   }
   r.for_test = true;
   if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
   t->eval_h = prog.handle;
+  if (eval_only) t->strategy = prog.strategy;
   /* Init through the training program: its startup block also creates the
    * optimizer state. No-op when the model's parameters exist. */
   int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
@@ -441,7 +444,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     printf(",\"places\":");
     cli_json_str(stdout, t->cfg.places ? t->cfg.places : "");
     printf(",\"strategy\":");
-    cli_json_str(stdout, t->cfg.graph.strategy ? t->cfg.graph.strategy : "allreduce");
+    cli_json_str(stdout, pe_client_strategy_name(t->strategy));
     printf(",\"socket\":");
     cli_json_str(stdout, pe_client_address(t->c));
     if (trained)

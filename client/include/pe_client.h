@@ -161,12 +161,17 @@ int pe_client_ping(pe_client *c);
 
 /* Gradient strategy across the places (docs/architecture.md): all-reduce +
  * an optimizer per place, reduce to an owner + broadcast, or sharded (one
- * sliced optimizer update per parameter; cpu and sim places). */
+ * sliced optimizer update per parameter; cpu and sim places). The default,
+ * auto, is the daemon's choice: sharded on cpu and sim places (the same
+ * results as all-reduce, bit for bit, and faster), all-reduce on cuda. */
 typedef enum pe_client_strategy {
-  PE_C_ALLREDUCE = 0,
-  PE_C_REDUCE = 1,
-  PE_C_SHARDED = 2
+  PE_C_STRATEGY_AUTO = 0,
+  PE_C_ALLREDUCE = 1,
+  PE_C_REDUCE = 2,
+  PE_C_SHARDED = 3
 } pe_client_strategy;
+/* "auto", "allreduce", "reduce", "sharded"; "unknown" otherwise. */
+const char *pe_client_strategy_name(pe_client_strategy s);
 
 typedef struct pe_client_register_args {
   const uint8_t *program; /* ProgramDesc bytes (pe_builder_finish) */
@@ -194,8 +199,9 @@ typedef struct pe_client_param {
 
 typedef struct pe_client_program {
   uint64_t handle;
-  bool existed;    /* the same program and options were registered before */
-  bool has_values; /* every parameter of the model has a value */
+  bool existed;                /* the same program and options were registered before */
+  bool has_values;             /* every parameter of the model has a value */
+  pe_client_strategy strategy; /* as compiled (auto resolved) */
   /* This client's newest request whose run reached the model's parameters
    * (0: none) and how many of its steps did; after a daemon restart, as
    * restored from the model's checkpoint. */

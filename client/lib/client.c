@@ -36,6 +36,11 @@
 #define NN_TIMER_RESEND_OFF_MS (1 << 30)
 #define UNIX_PATH_MAX 108 /* sizeof sockaddr_un.sun_path */
 
+const char *pe_client_strategy_name(pe_client_strategy s) {
+  static const char *const names[] = {"auto", "allreduce", "reduce", "sharded"};
+  return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "unknown";
+}
+
 const char *pe_client_code_name(int code) {
   static const char *const names[] = {
       [PE_C_OK] = "OK",

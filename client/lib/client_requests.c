@@ -20,9 +20,14 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   if (!a || !a->program || !a->program_len)
     return pec_fail(c, PE_C_EARG, "%s: no program bytes", what);
   if (!a->model || !*a->model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
+  if ((unsigned)a->strategy > PE_C_SHARDED)
+    return pec_fail(c, PE_C_EARG, "%s: strategy %d unknown", what, (int)a->strategy);
   Pe__RegisterOptions o = PE__REGISTER_OPTIONS__INIT;
   o.places = (char *)(a->places ? a->places : "");
-  o.strategy = (Pe__Strategy)a->strategy;
+  o.strategy = a->strategy == PE_C_ALLREDUCE ? PE__STRATEGY__ALLREDUCE
+               : a->strategy == PE_C_REDUCE  ? PE__STRATEGY__REDUCE
+               : a->strategy == PE_C_SHARDED ? PE__STRATEGY__SHARDED
+                                             : PE__STRATEGY__AUTO;
   o.loss = (char *)(a->loss ? a->loss : "");
   o.seed = a->seed;
   o.fuse_allreduce = a->fuse_allreduce;
@@ -59,6 +64,9 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   out->handle = rr->handle;
   out->existed = rr->existed;
   out->has_values = rr->has_values;
+  out->strategy = rr->strategy == PE__STRATEGY__REDUCE    ? PE_C_REDUCE
+                  : rr->strategy == PE__STRATEGY__SHARDED ? PE_C_SHARDED
+                                                          : PE_C_ALLREDUCE;
   out->applied_request = rr->applied_request;
   out->applied_steps = rr->applied_steps;
   out->n_params = rr->n_params;

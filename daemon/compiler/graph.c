@@ -31,6 +31,10 @@ const char *pe_strategy_name(pe_graph_strategy s) {
                                     : "allreduce";
 }
 
+pe_graph_strategy pe_strategy_auto(pe_place_kind kind) {
+  return kind == PE_PLACE_CUDA ? PE_STRATEGY_ALLREDUCE : PE_STRATEGY_SHARDED;
+}
+
 /* Grow *arr (elements of `size` bytes) so that it holds at least `need`. */
 static bool grow(void **arr, int *cap, int need, size_t size) {
   if (need <= *cap) return true;

@@ -78,6 +78,11 @@ typedef enum pe_node_kind {
 
 const char *pe_node_kind_name(pe_node_kind k);
 const char *pe_strategy_name(pe_graph_strategy s);
+/* The default for places of kind `kind`: Sharded on cpu
+ * and sim places (bit-identical to AllReduce; the memory-bound optimizer
+ * update runs once per slice, not once per place), AllReduce on cuda
+ * (Sharded is not built there; NCCL all-reduce). */
+pe_graph_strategy pe_strategy_auto(pe_place_kind kind);
 
 /* One unit of work.
  *

@@ -204,6 +204,9 @@ static pe_status *h_register(ctx *c) {
     pe__register_reply__init(r);
     r->handle = p->handle;
     r->existed = existed;
+    r->strategy = p->strategy == PE_STRATEGY_REDUCE    ? PE__STRATEGY__REDUCE
+                  : p->strategy == PE_STRATEGY_SHARDED ? PE__STRATEGY__SHARDED
+                                                       : PE__STRATEGY__ALLREDUCE;
     r->params = pe_arena_alloc(c->a, sizeof *r->params * (size_t)(p->n_params ? p->n_params : 1));
     if (!r->params) st = OOM("register");
   }

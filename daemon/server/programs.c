@@ -218,12 +218,14 @@ static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int
   if (o) {
     if (o->loss && o->loss[0]) po.loss = o->loss;
     if (o->strategy != PE__STRATEGY__ALLREDUCE && o->strategy != PE__STRATEGY__REDUCE &&
-        o->strategy != PE__STRATEGY__SHARDED && !st)
+        o->strategy != PE__STRATEGY__SHARDED && o->strategy != PE__STRATEGY__AUTO && !st)
       st = pe_error(PE_EINVAL,
-                    "register: options.strategy %d unknown (0 allreduce, 1 reduce, 2 sharded)",
+                    "register: options.strategy %d unknown (0 allreduce, 1 reduce, 2 sharded, "
+                    "3 auto)",
                     (int)o->strategy);
     po.strategy = o->strategy == PE__STRATEGY__REDUCE    ? PE_STRATEGY_REDUCE
                   : o->strategy == PE__STRATEGY__SHARDED ? PE_STRATEGY_SHARDED
+                  : o->strategy == PE__STRATEGY__AUTO    ? pe_strategy_auto(kind)
                                                          : PE_STRATEGY_ALLREDUCE;
     po.fuse = o->fuse_allreduce;
     if (o->fuse_bucket_bytes < 0 && !st)
@@ -233,6 +235,7 @@ static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int
     po.n_keep = (int)o->n_keep;
     po.keep = (const char *const *)o->keep;
   }
+  p->strategy = po.strategy;
   pe_ir ir = {.prog = prog, .opts = &po};
   if (!st) st = pe_status_wrap(pe_graph_compile(&ir, o && o->for_test), "register: compile");
   /* Declarations after the passes: the optimizer adds its state. */

@@ -60,6 +60,7 @@ typedef struct pe_srv_program {
   pe_par_exec *exec;
   pe_par_exec *startup; /* NULL: the program has no startup block */
   pe_sync_strategy sync;
+  pe_graph_strategy strategy; /* as compiled: options.strategy, AUTO resolved */
   bool for_test;
   int n_params; /* persistables of the program (main + startup blocks) */
   pe_var_info *params;

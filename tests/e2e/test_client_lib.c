@@ -351,6 +351,70 @@ START_TEST(run_errors_and_deregister) {
 }
 END_TEST
 
+/* The default strategy is the daemon's choice: sharded on cpu and sim
+ * places, reported in the register reply, and it trains bit for bit like
+ * an explicit all-reduce. A strategy value outside the enum is refused. */
+static uint64_t register_on(pe_client *c, const pe_model_spec *m, const char *ns,
+                            const char *places, pe_client_strategy s, pe_client_strategy want) {
+  const char *keep[] = {m->loss};
+  pe_client_register_args a = {.program = m->bytes,
+                               .program_len = m->len,
+                               .model = ns,
+                               .places = places,
+                               .strategy = s,
+                               .seed = 3,
+                               .keep = keep,
+                               .n_keep = 1};
+  pe_client_program p;
+  CD_OK(c, pe_client_register(c, &a, &p));
+  ck_assert_msg(p.strategy == want, "%s on %s: strategy %s, expected %s", ns, places,
+                pe_client_strategy_name(p.strategy), pe_client_strategy_name(want));
+  CD_OK(c, pe_client_init(c, p.handle, false, NULL));
+  return p.handle;
+}
+
+START_TEST(auto_strategy_is_sharded_on_cpu_and_trains_alike) {
+  fixture f;
+  setup_model(&f, "mlp-s");
+  uint64_t ha = register_on(f.c, &f.m, "auto", "cpu:2", PE_C_STRATEGY_AUTO, PE_C_SHARDED);
+  uint64_t hr = register_on(f.c, &f.m, "ar", "cpu:2", PE_C_ALLREDUCE, PE_C_ALLREDUCE);
+  register_on(f.c, &f.m, "sim", "sim:2", PE_C_STRATEGY_AUTO, PE_C_SHARDED);
+  pe_client_tensor feeds[2];
+  feeds_of(&f.m, &f.b, feeds);
+  const char *fetch[] = {f.m.loss};
+  pe_client_run_result r;
+  float la = 0, lr = 0;
+  for (int step = 0; step < 3; step++) {
+    CD_OK(f.c, pe_client_run(f.c, ha, feeds, 2, fetch, 1, NULL, &r));
+    la = ((const float *)r.fetched[0].data)[0];
+    CD_OK(f.c, pe_client_run(f.c, hr, feeds, 2, fetch, 1, NULL, &r));
+    lr = ((const float *)r.fetched[0].data)[0];
+    ck_assert_msg(la == lr, "step %d: loss %.9g (auto) vs %.9g (allreduce)", step, la, lr);
+  }
+  const char *w[] = {"fc_0.w"};
+  const pe_client_tensor *v;
+  size_t nv;
+  CD_OK(f.c, pe_client_get_params(f.c, "auto", w, 1, &v, &nv));
+  size_t bytes = (size_t)pe_client_tensor_numel(&v[0]) * sizeof(float);
+  float *wa = malloc(bytes);
+  memcpy(wa, v[0].data, bytes);
+  CD_OK(f.c, pe_client_get_params(f.c, "ar", w, 1, &v, &nv));
+  ck_assert_mem_eq(wa, v[0].data, bytes);
+  free(wa);
+  const char *keep[] = {f.m.loss};
+  pe_client_register_args bad = {.program = f.m.bytes,
+                                 .program_len = f.m.len,
+                                 .model = "bad",
+                                 .strategy = (pe_client_strategy)9,
+                                 .keep = keep,
+                                 .n_keep = 1};
+  pe_client_program p;
+  ck_assert_int_eq(pe_client_register(f.c, &bad, &p), PE_C_EARG);
+  ck_assert_str_eq(pe_client_error(f.c), "register: strategy 9 unknown");
+  teardown_model(&f);
+}
+END_TEST
+
 /* One handle per thread: two threads train two models (same program, seed
  * and data, different namespaces) at the same time; their losses agree
  * step for step, as two separate single-client runs would. */
@@ -517,6 +581,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, save_then_load_restores_bits);
   tcase_add_test(tc, shm_feeds_equal_inline_feeds);
   tcase_add_test(tc, run_errors_and_deregister);
+  tcase_add_test(tc, auto_strategy_is_sharded_on_cpu_and_trains_alike);
   tcase_add_test(tc, two_threads_two_handles);
   tcase_add_test(tc, resent_runs_apply_once);
   suite_add_tcase(s, tc);

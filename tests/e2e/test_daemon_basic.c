@@ -7,8 +7,8 @@
 
 #include "check_main.h"
 #include "compiler/program.h"
-#include "engine/device.h"
 #include "daemon_harness.h"
+#include "engine/device.h"
 #include "test_assert.h"
 
 #define CLIENT 0x1001
@@ -392,15 +392,15 @@ START_TEST(test_two_places) {
   /* An unknown strategy is refused by name. */
   reg.model = (char *)"four";
   opts.strategy = (Pe__Strategy)7;
-  register_fails(s, &reg, PE_EINVAL, "options.strategy 7 unknown (0 allreduce, 1 reduce, 2 sharded)");
+  register_fails(s, &reg, PE_EINVAL,
+                 "options.strategy 7 unknown (0 allreduce, 1 reduce, 2 sharded, 3 auto)");
   /* cuda places that cannot be opened (no GPU here) are refused with the
    * reason; the daemon answers on (below). */
   if (access("/dev/nvidia0", F_OK) != 0) {
     reg.model = (char *)"five";
     opts.strategy = PE__STRATEGY__ALLREDUCE;
     opts.places = (char *)"cuda:2";
-    register_fails(s, &reg, pe_device_kind_ops(PE_PLACE_CUDA) ? PE_EBACKEND : PE_EINVAL,
-                   "cuda");
+    register_fails(s, &reg, pe_device_kind_ops(PE_PLACE_CUDA) ? PE_EBACKEND : PE_EINVAL, "cuda");
   }
   dh_places = NULL;
   Pe__Reply *rep;
@@ -425,7 +425,8 @@ START_TEST(test_two_places) {
   ck_assert_int_gt(rep->status->places[1]->bytes_in_use, 0);
   /* cpu:0: one + two + three; cpu:1: two + three (sharded keeps full
    * replicas of the parameters and optimizer state too). */
-  ck_assert_int_eq(2 * rep->status->places[0]->bytes_in_use, 3 * rep->status->places[1]->bytes_in_use);
+  ck_assert_int_eq(2 * rep->status->places[0]->bytes_in_use,
+                   3 * rep->status->places[1]->bytes_in_use);
   pe__reply__free_unpacked(rep, NULL);
   dh_batch b;
   dh_batch_make(&b, 16, 5);
