@@ -10,8 +10,9 @@
  * the seed, samples_per_sec = training samples / training wall time (the
  * step loop only), final_loss = mean loss over the last epoch's steps
  * (weighted by batch size), test accuracy over the test split with batches
- * of 500. With --shm the batches travel through a shared-memory region
- * instead of the socket. eval runs only the evaluation part on the
+ * of 500. The batches travel through a shared-memory region (--feed shm;
+ * the default on an ipc:// socket, where the daemon is local) or in the
+ * requests, through the socket (--feed socket). eval runs only the evaluation part on the
  * parameters the model has (after train, or load).
  *
  * Batches are gathered by a pe_batch_prefetch thread into two buffer
@@ -37,7 +38,7 @@
 #define TRAIN_LOG_REQUESTS 4097 /* libpeclient remembers 4096 answered runs; + the lost one */
 
 typedef struct train_cfg {
-  const char *model, *name, *places, *data;
+  const char *model, *name, *places, *data, *feed;
   long epochs, batch, steps, seed, limit, per_request;
   bool shm, quiet, persistent;
   cli_graph_opts graph;
@@ -55,7 +56,9 @@ static const cli_opt train_opts[] = {
      "use only the first N examples of each split"},
     {"seed", CLI_INT, offsetof(train_cfg, seed), 0, 1L << 62, "init and shuffle seed (1)"},
     {"data", CLI_STR, offsetof(train_cfg, data), 0, 0, "Fashion-MNIST directory"},
-    {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "feed batches through shared memory"},
+    {"feed", CLI_STR, offsetof(train_cfg, feed), 0, 0,
+     "auto (shm on an ipc:// socket, else socket) | shm | socket"},
+    {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "the same as --feed shm"},
     {"steps-per-request", CLI_INT, offsetof(train_cfg, per_request), 1, 1024,
      "mini-batches per request, run back to back by the daemon (16)"},
     {"persistent", CLI_FLAG, offsetof(train_cfg, persistent), 0, 0,
@@ -75,7 +78,8 @@ typedef struct trainer {
   pe_client *c;
   uint64_t train_h, eval_h;
   pe_client_strategy strategy; /* the training program's, as the daemon compiled it */
-  pe_client_shm shm;           /* --shm: pair 0's images and labels, then pair 1's */
+  pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
+  bool use_shm;                /* the batches are in shm */
   float *x[2];                 /* two batch buffer pairs (inside the shm region with --shm) */
   int64_t *y[2];
   bool initialized;
@@ -110,21 +114,42 @@ static void trainer_free(trainer *t) {
 }
 
 /* Two batch buffer pairs for max(batch x per_request, EVAL_BATCH) examples
- * each. */
-static int alloc_batches(trainer *t) {
+ * each, in one shared-memory region or on the heap; *pair_bytes: one pair. */
+static size_t pair_layout(const trainer *t, size_t *xbytes, size_t *cap) {
   long rows = t->cfg.batch * t->cfg.per_request;
-  size_t cap = (size_t)(rows > EVAL_BATCH ? rows : EVAL_BATCH);
-  size_t xbytes = cap * (size_t)t->train->dim * sizeof(float);
-  size_t pair = xbytes + cap * sizeof(int64_t); /* xbytes is a multiple of 8 */
-  if (t->cfg.shm) {
+  *cap = (size_t)(rows > EVAL_BATCH ? rows : EVAL_BATCH);
+  *xbytes = *cap * (size_t)t->train->dim * sizeof(float);
+  return *xbytes + *cap * sizeof(int64_t); /* xbytes is a multiple of 8 */
+}
+
+/* Shared memory when asked (--feed shm) or by default on a local (ipc://)
+ * daemon, where it saves the copies through the socket; when the default
+ * cannot set a region up, the socket. */
+static int alloc_batches(trainer *t) {
+  size_t xbytes, cap, pair = pair_layout(t, &xbytes, &cap);
+  bool want = !strcmp(t->cfg.feed, "shm") ||
+              (!strcmp(t->cfg.feed, "auto") && !strncmp(pe_client_address(t->c), "ipc://", 6));
+  if (want) {
     int code = pe_client_shm_create(t->c, 2 * pair, &t->shm);
-    if (code) return cli_fail(t->ctx, t->c, code);
-    for (int k = 0; k < 2; k++) {
-      t->x[k] = (float *)((char *)t->shm.base + k * pair);
-      t->y[k] = (int64_t *)((char *)t->x[k] + xbytes);
+    if (code && strcmp(t->cfg.feed, "auto")) return cli_fail(t->ctx, t->c, code);
+    if (code && !t->cfg.quiet)
+      fprintf(stderr, "pe-client %s: no shared-memory feeds (%s); feeding through the socket\n",
+              t->ctx->cmd, pe_client_error(t->c));
+    if (!code) {
+      t->use_shm = true;
+      for (int k = 0; k < 2; k++) {
+        t->x[k] = (float *)((char *)t->shm.base + k * pair);
+        t->y[k] = (int64_t *)((char *)t->x[k] + xbytes);
+      }
+      return CLI_OK;
     }
-    return CLI_OK;
   }
+  /* Through the socket a group's rows travel in the request: keep it under
+   * the largest message the connection takes (with room for the rest). */
+  size_t row = (size_t)t->train->dim * sizeof(float) + sizeof(int64_t);
+  long fit = (long)(pe_client_max_message(t->c) / 10 * 9 / (row * (size_t)t->cfg.batch));
+  if (t->cfg.per_request > fit) t->cfg.per_request = fit > 1 ? fit : 1;
+  pair_layout(t, &xbytes, &cap);
   for (int k = 0; k < 2; k++) {
     t->x[k] = malloc(xbytes);
     t->y[k] = malloc(cap * sizeof(int64_t));
@@ -175,11 +200,6 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * optimizer state. No-op when the model's parameters exist. */
   int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
   if (code) return cli_fail(t->ctx, t->c, code);
-  /* Through the socket a group's rows travel in the request: keep it under
-   * the largest message the connection takes (with room for the rest). */
-  size_t row = (size_t)t->train->dim * sizeof(float) + sizeof(int64_t);
-  long fit = (long)(pe_client_max_message(t->c) / 10 * 9 / (row * (size_t)t->cfg.batch));
-  if (!t->cfg.shm && t->cfg.per_request > fit) t->cfg.per_request = fit > 1 ? fit : 1;
   return alloc_batches(t);
 }
 
@@ -455,7 +475,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
           "\"queue_ms_total\":%.1f,\"final_loss\":%.5f,\"final_loss_window\":\"last_epoch\","
           "\"final_train_accuracy\":%.4f,\"train_handle\":\"%s\"",
           t->cfg.batch, t->cfg.epochs, r->steps, r->samples, t->cfg.seed,
-          t->cfg.shm ? "true" : "false", t->cfg.per_request, sps, r->train_s, r->run_ms,
+          t->use_shm ? "true" : "false", t->cfg.per_request, sps, r->train_s, r->run_ms,
           r->queue_ms, r->final_loss, r->final_acc, th);
     if (trained)
       printf(
@@ -483,6 +503,18 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   bool help;
   int rc = cli_parse(ctx, train_opts, N_TRAIN_OPTS, argc, argv, &t.cfg, &help);
   if (rc || help) return rc;
+  if (t.cfg.shm && t.cfg.feed && strcmp(t.cfg.feed, "shm")) {
+    fprintf(stderr, "pe-client %s: --shm and --feed %s contradict each other\n", ctx->cmd,
+            t.cfg.feed);
+    return CLI_USAGE;
+  }
+  if (t.cfg.shm) t.cfg.feed = "shm";
+  if (!t.cfg.feed) t.cfg.feed = "auto";
+  if (strcmp(t.cfg.feed, "auto") && strcmp(t.cfg.feed, "shm") && strcmp(t.cfg.feed, "socket")) {
+    fprintf(stderr, "pe-client %s: --feed '%s' unknown (auto, shm, socket)\n", ctx->cmd,
+            t.cfg.feed);
+    return CLI_USAGE;
+  }
   if (!t.cfg.model) {
     fprintf(stderr, "pe-client %s: --model is required (%s | FILE)\n", ctx->cmd,
             pe_model_spec_names());
@@ -494,7 +526,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
     fprintf(stderr,
             "pe-client train: model %s (%s), batch %ld, %ld epoch(s), %lld examples, via %s%s\n",
             t.ns, t.cfg.model, t.cfg.batch, t.cfg.epochs, (long long)t.train->n,
-            pe_client_address(t.c), t.cfg.shm ? " (shared-memory feeds)" : "");
+            pe_client_address(t.c), t.use_shm ? " (shared-memory feeds)" : "");
   if (!rc && !eval_only) rc = train_loop(&t, &r);
   if (!rc) rc = evaluate(&t, &r);
   if (!rc) print_result(&t, &r, !eval_only);

@@ -125,13 +125,15 @@ START_TEST(model_file_trains_like_the_name) {
   char args[1024];
   snprintf(args, sizeof args,
            "train --model '%s/conf/models/mlp' --model-name from-file --epochs 1 --limit 500 "
-           "--json",
+           "--feed socket --json",
            src ? src : ".");
   CLI_OK(&d, args);
   char file_run[4096];
   snprintf(file_run, sizeof file_run, "%s", last_line(d.dir));
-  /* The built-in name, its batches through shared memory. */
-  CLI_OK(&d, "train --model mlp --model-name from-name --shm --epochs 1 --limit 500 --json");
+  ck_assert_ptr_nonnull(strstr(file_run, "\"shm\":false"));
+  /* The built-in name, its batches through shared memory: the default on
+   * an ipc:// socket. */
+  CLI_OK(&d, "train --model mlp --model-name from-name --epochs 1 --limit 500 --json");
   const char *name_run = last_line(d.dir);
   ck_assert_ptr_nonnull(strstr(name_run, "\"shm\":true"));
   /* Same program, seed and data, inline or shared-memory feeds: the same
@@ -154,8 +156,8 @@ START_TEST(grouped_requests_train_alike) {
   cd_daemon d;
   cd_start(&d);
   const char *runs[][2] = {
-      {"--steps-per-request 1", "--steps-per-request 3"},
-      {"--steps-per-request 1 --steps 7", "--steps-per-request 3 --steps 7 --shm"},
+      {"--steps-per-request 1 --feed socket", "--steps-per-request 3 --feed socket"},
+      {"--steps-per-request 1 --steps 7 --feed socket", "--steps-per-request 3 --steps 7 --shm"},
   };
   for (int i = 0; i < 2; i++) {
     char args[512], one[4096];
