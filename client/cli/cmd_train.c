@@ -80,7 +80,7 @@ typedef struct trainer {
   pe_client_strategy strategy; /* the training program's, as the daemon compiled it */
   pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
   bool use_shm;                /* the batches are in shm */
-  float *x[2];                 /* two batch buffer pairs (inside the shm region with --shm) */
+  float *x[2];                 /* two batch buffer pairs (inside the region when use_shm) */
   int64_t *y[2];
   bool initialized;
   uint64_t recoveries; /* pe_client_recovery_info's count already reported */
@@ -113,8 +113,9 @@ static void trainer_free(trainer *t) {
   pe_model_spec_release(&t->m);
 }
 
-/* Two batch buffer pairs for max(batch x per_request, EVAL_BATCH) examples
- * each, in one shared-memory region or on the heap; *pair_bytes: one pair. */
+/* The layout of a batch buffer pair for max(batch x per_request,
+ * EVAL_BATCH) examples: *cap examples, *xbytes of images then the labels;
+ * returns the pair's bytes. */
 static size_t pair_layout(const trainer *t, size_t *xbytes, size_t *cap) {
   long rows = t->cfg.batch * t->cfg.per_request;
   *cap = (size_t)(rows > EVAL_BATCH ? rows : EVAL_BATCH);
@@ -122,9 +123,10 @@ static size_t pair_layout(const trainer *t, size_t *xbytes, size_t *cap) {
   return *xbytes + *cap * sizeof(int64_t); /* xbytes is a multiple of 8 */
 }
 
-/* Shared memory when asked (--feed shm) or by default on a local (ipc://)
- * daemon, where it saves the copies through the socket; when the default
- * cannot set a region up, the socket. */
+/* The two batch buffer pairs: in one shared-memory region when asked
+ * (--feed shm) or by default on a local (ipc://) daemon, where it saves
+ * the copies through the socket; else, or when the default cannot set a
+ * region up, on the heap, the batches then travel in the requests. */
 static int alloc_batches(trainer *t) {
   size_t xbytes, cap, pair = pair_layout(t, &xbytes, &cap);
   bool want = !strcmp(t->cfg.feed, "shm") ||
