@@ -1,13 +1,13 @@
 /* The cuda backend's kernel table: one row per op of the core set (and
  * their _grad ops), merged into the registry's rows at init
- * (ops/registry.c). Random ops keep their op-local generator in the state
- * (pe_kernel_rng); cuDNN ops keep descriptors there. */
+ * (ops/registry.c). cuDNN ops keep descriptors in the op state; random
+ * ops keep none (they draw from the program generator: pe_kernel_rng). */
 #include "cuda/ops_cuda.h"
 
 const pe_kernel_row pe_cuda_kernel_table[] = {
     {"fill_constant", pe_cuk_fill_constant, NULL},
-    {"uniform_random", pe_cuk_uniform_random, pe_kernel_rng_free},
-    {"gaussian_random", pe_cuk_gaussian_random, pe_kernel_rng_free},
+    {"uniform_random", pe_cuk_uniform_random, NULL},
+    {"gaussian_random", pe_cuk_gaussian_random, NULL},
     {"assign", pe_cuk_assign, NULL},
     {"assign_grad", pe_cuk_assign_grad, NULL},
     {"reshape", pe_cuk_reshape, NULL},
@@ -24,7 +24,7 @@ const pe_kernel_row pe_cuda_kernel_table[] = {
     {"scale_grad", pe_cuk_scale_grad, NULL},
     {"sum", pe_cuk_sum, NULL},
     {"sum_grad", pe_cuk_sum_grad, NULL},
-    {"dropout", pe_cuk_dropout, pe_kernel_rng_free},
+    {"dropout", pe_cuk_dropout, NULL},
     {"dropout_grad", pe_cuk_dropout_grad, NULL},
     {"relu", pe_cuk_relu, NULL},
     {"relu_grad", pe_cuk_relu_grad, NULL},

@@ -92,9 +92,10 @@ pe_status *pe_cuk_uniform_random(pe_kernel_ctx *c) {
   pe_tensor *out = pe_kout(c, 0, 0);
   if (!out) return NULL;
   pe_rng *r = NULL;
-  PE_TRY(pe_kernel_rng(c, &r));
+  uint64_t seed = 0;
+  PE_TRY(pe_kernel_rng(c, &r, &seed));
   int64_t n = pe_tensor_numel(out);
-  uint64_t seed = r->seed, base = pe_rng_reserve(r, (uint64_t)n);
+  uint64_t base = pe_rng_reserve(r, (uint64_t)n);
   return pe_cu_check(
       c,
       pe_cu_uniform(out->data, (int)out->dtype, n, seed, base, pe_attr_f(c->def, c->desc, "min"),
@@ -107,11 +108,12 @@ pe_status *pe_cuk_gaussian_random(pe_kernel_ctx *c) {
   pe_tensor *out = pe_kout(c, 0, 0);
   if (!out) return NULL;
   pe_rng *r = NULL;
-  PE_TRY(pe_kernel_rng(c, &r));
+  uint64_t seed = 0;
+  PE_TRY(pe_kernel_rng(c, &r, &seed));
   int64_t n = pe_tensor_numel(out);
   /* The same counter layout as the CPU kernel (ops/cpu/creation.c). */
   uint64_t pad = r->offset & 1;
-  uint64_t seed = r->seed, base = (pe_rng_reserve(r, 2 * (uint64_t)n + pad) + pad) / 2;
+  uint64_t base = (pe_rng_reserve(r, 2 * (uint64_t)n + pad) + pad) / 2;
   return pe_cu_check(
       c,
       pe_cu_gaussian(out->data, (int)out->dtype, n, seed, base, pe_attr_f(c->def, c->desc, "mean"),
@@ -363,8 +365,9 @@ pe_status *pe_cuk_dropout(pe_kernel_ctx *c) {
     return NULL;
   }
   pe_rng *r = NULL;
-  PE_TRY(pe_kernel_rng(c, &r));
-  uint64_t seed = r->seed, base = pe_rng_reserve(r, (uint64_t)n);
+  uint64_t seed = 0;
+  PE_TRY(pe_kernel_rng(c, &r, &seed));
+  uint64_t base = pe_rng_reserve(r, (uint64_t)n);
   return pe_cu_check(c,
                      pe_cu_dropout(pe_f32(in), f32_or_null(out), mask ? mask->data : NULL, n, seed,
                                    base, cfg.p, scale, x->stream),

@@ -139,7 +139,6 @@ struct pe_par_exec {
   /* [n_places] host copies of place tensors a fetch reads when the place's
    * memory is not host memory (par_feed.c); capacity kept across runs. */
   pe_tensor *stage;
-  pe_rng rng; /* the graph's generator (ordered by the model's prng var) */
 
   pthread_mutex_t run_mu; /* one run at a time */
 

@@ -153,7 +153,7 @@ pe_status *par_compile_op_node(pe_par_exec *e, xnode *x, pe_device_ctx *ctx) {
                           x->tl,
                           x->tl + def->n_inputs,
                           &x->state,
-                          (def->flags & PE_OP_RANDOM) ? &e->rng : NULL,
+                          (def->flags & PE_OP_RANDOM) ? &e->m->rng : NULL,
                           ctx};
   return NULL;
 }
@@ -311,7 +311,6 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   e->n_places = g->n_places;
   e->dev = m->dev;
   e->async = pe_device_is_async(m->dev[0]);
-  pe_rng_init(&e->rng, m->seed);
   pthread_mutex_init(&e->run_mu, NULL);
   pthread_mutex_init(&e->done_mu, NULL);
   pthread_cond_init(&e->done_cv, NULL);

@@ -183,12 +183,18 @@ typedef struct pe_run_origin {
   uint32_t steps; /* steps of `request` pushed (record only; ignored in opts) */
 } pe_run_origin;
 
-/* A point of the model's history: its change count and the record of run
- * origins (malloc'd, in order of their last run, oldest first). */
+/* A point of the model's history: its change count, the record of run
+ * origins (malloc'd, in order of their last run, oldest first) and the
+ * offset of the model's random generator (every random op of the model's
+ * graphs draws its counters from it; has_rng false: not known, e.g. a
+ * checkpoint older than the generator's record, and a restore leaves the
+ * generator where it is). */
 typedef struct pe_model_mark {
   uint64_t version;
   pe_run_origin *origins;
   int n_origins;
+  bool has_rng;
+  uint64_t rng_offset;
 } pe_model_mark;
 #define PE_MODEL_ORIGINS 4096
 void pe_model_mark_release(pe_model_mark *mk);
@@ -201,8 +207,9 @@ void pe_model_mark_release(pe_model_mark *mk);
  * concurrent run's update and the next after it). Place 0's values.
  * has_value NULL: a name without a value is PE_EUSE_BEFORE_DEF naming it;
  * else has_value[i] says whether out[i] got one (out[i] left empty if not).
- * mark (may be NULL): the snapshot's pe_model_changes() and run origins
- * (release it with pe_model_mark_release). On error every out[i] is
+ * mark (may be NULL): the snapshot's pe_model_changes(), run origins and
+ * generator offset, read after the random ops of the runs before it
+ * (release it with pe_model_mark_release; n == 0: no generator offset). On error every out[i] is
  * released. */
 pe_status *pe_model_get_many(pe_model *m, const char *const *names, int n, pe_tensor *out,
                              bool *has_value, pe_model_mark *mark);
@@ -211,9 +218,12 @@ pe_status *pe_model_get_many(pe_model *m, const char *const *names, int n, pe_te
  * pe_model_get_many: no run sees some of the new values and not the
  * others. Names must be distinct. restore (may be NULL; its version is
  * ignored): the values come from a snapshot with these run origins (a
- * checkpoint), which replace the model's record at the same point. */
-pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_tensor *values,
-                             int n, const pe_model_mark *restore);
+ * checkpoint), which replace the model's record at the same point; with
+ * has_rng, the generator's offset becomes its rng_offset there too, so the
+ * runs after the restore draw the random numbers (dropout masks) the runs
+ * after the snapshot drew. */
+pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_tensor *values, int n,
+                             const pe_model_mark *restore);
 /* The model's record of client's runs: false when it has none (never ran
  * here, or evicted: the newest PE_MODEL_ORIGINS clients are kept). */
 bool pe_model_origin(pe_model *m, uint64_t client, pe_run_origin *out);

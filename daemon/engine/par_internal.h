@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/rng.h"
 #include "core/strmap.h"
 #include "engine/collective.h"
 #include "engine/par_executor.h"
@@ -87,11 +88,17 @@ struct pe_model {
    * last update (oldest first); at most PE_MODEL_ORIGINS. */
   pe_run_origin *origins;
   int n_origins, cap_origins;
-  pe_strmap index;    /* name -> par_entry* */
+  pe_strmap index; /* name -> par_entry* */
   par_entry **ent;
   int n_ent, cap_ent;
-  pe_engine_var *prng; /* ordering of every random op of the model's graphs */
-  pe_comm *comm;       /* sim collectives: one rank per place */
+  /* The model's generator: every random op of every graph of the model
+   * (startup included) draws its counters from it, in the order the prng
+   * engine variable gives (each such op mutates it). Its offset is the
+   * model's whole random state; snapshots and checkpoints carry it
+   * (pe_model_mark). */
+  pe_rng rng;
+  pe_engine_var *prng;
+  pe_comm *comm; /* sim collectives: one rank per place */
   /* cuda with more than one place: the NCCL communicator over the places'
    * GPUs (rank p = place p; cuda/nccl_comm.h), else NULL. nccl_mu: one
    * pe_nccl_wait at a time (runs of several executors end concurrently). */

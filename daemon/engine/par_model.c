@@ -31,6 +31,7 @@ pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64
   m->kind = kind;
   m->n_places = n_places;
   m->seed = seed ? seed : 1;
+  pe_rng_init(&m->rng, m->seed);
   pthread_mutex_init(&m->mu, NULL);
   pthread_mutex_init(&m->push_mu, NULL);
   pthread_mutex_init(&m->nccl_mu, NULL);

@@ -31,6 +31,7 @@ typedef struct model_io {
   bool *has_value;              /* get: [n] or NULL (no value is an error) */
   const pe_tensor *in;          /* set: [n] */
   pe_model_mark *mark;          /* get: filled at the push (may be NULL) */
+  uint64_t rng_offset;          /* get with a mark: the generator's, in the op */
   const pe_model_mark *restore; /* set: origins to install at the push */
   pe_status *st;
   /* Completion: pe_engine_wait_var is itself a read, so it does not wait
@@ -224,6 +225,9 @@ static pe_status *get_fn(void *arg) {
     io->st = pe_place_read(io->m->dev[io->place], t, &io->out[i], en->name);
     if (io->has_value) io->has_value[i] = !io->st;
   }
+  /* Not into *io->mark: the pushing thread fills that after the push,
+   * maybe while this runs. */
+  if (io->mark) io->rng_offset = io->m->rng.offset;
   return NULL;
 }
 
@@ -241,7 +245,7 @@ static pe_status *get_entries(pe_model *m, const char *const *names, int n, int 
   }
   par_entry **en;
   PE_TRY(find_entries(m, "get", names, n, false, &en));
-  pe_engine_var **vars = malloc(sizeof *vars * (size_t)n);
+  pe_engine_var **vars = malloc(sizeof *vars * (size_t)(n + 1));
   if (!vars) {
     free(en);
     return pe_error(PE_ENOMEM, "model: get: out of memory");
@@ -253,10 +257,15 @@ static pe_status *get_entries(pe_model *m, const char *const *names, int n, int 
     for (int k = 0; k < nv && !dup; k++) dup = vars[k] == en[i]->ev[place];
     if (!dup) vars[nv++] = en[i]->ev[place];
   }
+  if (mark) vars[nv++] = m->prng; /* after the random ops before us */
   if (has_value) memset(has_value, 0, sizeof *has_value * (size_t)n);
   model_io io = {
       .m = m, .en = en, .n = n, .place = place, .out = out, .has_value = has_value, .mark = mark};
   pe_status *st = io_push(m, get_fn, &io, vars, nv, NULL, 0);
+  if (!st && mark) {
+    mark->has_rng = true;
+    mark->rng_offset = io.rng_offset;
+  }
   if (st) {
     for (int i = 0; i < n; i++) pe_tensor_release(&out[i]);
     pe_model_mark_release(mark);
@@ -312,6 +321,7 @@ static pe_status *set_fn(void *arg) {
   for (int i = 0; i < io->n && !io->st; i++)
     for (int p = 0; p < io->m->n_places && !io->st; p++)
       io->st = pe_place_write(io->m->dev[p], &io->en[i]->v[p]->t, &io->in[i], io->en[i]->name);
+  if (!io->st && io->restore && io->restore->has_rng) io->m->rng.offset = io->restore->rng_offset;
   return NULL;
 }
 
@@ -332,12 +342,13 @@ pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_ten
   par_entry **en;
   PE_TRY(find_entries(m, "set", names, n, true, &en));
   size_t nv = (size_t)n * (size_t)m->n_places;
-  pe_engine_var **vars = malloc(sizeof *vars * nv);
+  pe_engine_var **vars = malloc(sizeof *vars * (nv + 1));
   pe_status *st = vars ? NULL : pe_error(PE_ENOMEM, "model: set: out of memory");
   if (!st) {
     for (int i = 0; i < n; i++)
       for (int p = 0; p < m->n_places; p++)
         vars[(size_t)i * (size_t)m->n_places + p] = en[i]->ev[p];
+    if (restore && restore->has_rng) vars[nv++] = m->prng; /* set_fn moves the generator */
     /* restore's origins are installed at the push, before set_fn checks
      * the values: a set that then fails keeps them (callers check the
      * values first: pe_srv_model_check_value). */

@@ -229,26 +229,12 @@ int pe_kernel_threads(const pe_kernel_ctx *c) {
   return c->dev && c->dev->threads > 0 ? c->dev->threads : 1;
 }
 
-pe_status *pe_kernel_rng(pe_kernel_ctx *c, pe_rng **out) {
-  int64_t seed = pe_attr_i(c->def, c->desc, "seed");
-  if (seed == 0) {
-    if (!c->rng) return pe_kernel_error(c, PE_EINTERNAL, "no program generator");
-    *out = c->rng;
-    return NULL;
-  }
-  pe_rng *r = *c->state;
-  if (!r) {
-    if (!(r = malloc(sizeof(*r))))
-      return pe_kernel_error(c, PE_ENOMEM, "out of memory for the op-local generator");
-    pe_rng_init(r, (uint64_t)seed);
-    *c->state = r;
-  }
-  *out = r;
+pe_status *pe_kernel_rng(pe_kernel_ctx *c, pe_rng **gen, uint64_t *seed) {
+  if (!c->rng) return pe_kernel_error(c, PE_EINTERNAL, "no program generator");
+  int64_t op_seed = pe_attr_i(c->def, c->desc, "seed");
+  *gen = c->rng;
+  *seed = op_seed ? (uint64_t)op_seed : c->rng->seed;
   return NULL;
-}
-
-void pe_kernel_rng_free(void *state) {
-  free(state);
 }
 
 /* --- gradient helpers ------------------------------------------------------------ */

@@ -204,12 +204,13 @@ pe_status *pe_kernel_error(const pe_kernel_ctx *c, pe_code code, const char *fmt
     __attribute__((format(printf, 3, 4)));
 /* Intra-op thread budget of this place (>= 1). */
 int pe_kernel_threads(const pe_kernel_ctx *c);
-/* The generator a random kernel draws from: the program generator c->rng
- * when the op's INT attribute "seed" is 0, else an op-local one seeded with
- * it, created in *c->state on the first run so that successive runs of the
- * op instance advance it. Rows using it set state_free = pe_kernel_rng_free. */
-pe_status *pe_kernel_rng(pe_kernel_ctx *c, pe_rng **out);
-void pe_kernel_rng_free(void *state);
+/* What a random kernel draws from: counters reserved from the program
+ * generator c->rng (*gen), with the op's INT attribute "seed" as the seed
+ * when it is non-zero, the generator's own seed otherwise (*seed). An op
+ * seed gives the op its own stream without its own counter: the program's
+ * whole random state stays the generator's offset, which a checkpoint
+ * saves, so a restored model draws what an uninterrupted one would. */
+pe_status *pe_kernel_rng(pe_kernel_ctx *c, pe_rng **gen, uint64_t *seed);
 
 /* --- helpers for gradient makers ---------------------------------------- */
 pe_status *pe_grad_default(pe_grad_ctx *g);

@@ -38,7 +38,7 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   pe_tensor *t = calloc(n ? (size_t)n : 1, sizeof *t);
   bool *has = calloc(n ? (size_t)n : 1, sizeof *has);
   pe_status *st = e && t && has ? NULL : pe_error(PE_ENOMEM, "save '%s': out of memory", name);
-  pe_model_mark mark = {0}; /* which requests' runs the values include */
+  pe_model_mark mark = {0}; /* which requests' runs the values include, the generator */
   if (!st) st = pe_model_get_many(m->m, names, n, t, has, &mark);
   int kept = 0, skipped = 0;
   for (int i = 0; i < n && !st; i++) {
@@ -61,7 +61,7 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   n = kept;
   uint8_t *buf = NULL;
   size_t len = 0;
-  if (!st) st = pe_ckpt_encode(e, n, mark.origins, mark.n_origins, &buf, &len);
+  if (!st) st = pe_ckpt_encode(e, n, &mark, &buf, &len);
   pe_model_mark_release(&mark);
   pe_ckpt_entries_free(e, n);
   if (!st) st = pe_mkdir_p(dir, 0750);
@@ -88,7 +88,7 @@ pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char
   pe_ckpt_entry *e;
   int n;
   pe_model_mark restore = {0};
-  pe_status *st = pe_ckpt_decode(buf, len, full, &e, &n, &restore.origins, &restore.n_origins);
+  pe_status *st = pe_ckpt_decode(buf, len, full, &e, &n, &restore);
   free(buf);
   if (st) return pe_status_wrap(st, "load '%s' of model '%s'", name, m->name);
   /* All or nothing: a checkpoint of another architecture changes nothing. */
@@ -106,7 +106,9 @@ pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char
     vals[i] = e[i].t;
   }
   /* The model's run origins become the file's: a resend of a request the
-   * values include is refused (server/dispatch.c), one after them runs. */
+   * values include is refused (server/dispatch.c), one after them runs.
+   * So does its generator offset: the runs after it draw the dropout masks
+   * the runs after the save drew. */
   if (!st) st = pe_model_set_many(m->m, names, vals, n, &restore);
   pe_model_mark_release(&restore);
   if (!st) pe_model_mark_initialized(m, names, n);

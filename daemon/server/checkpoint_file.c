@@ -10,8 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Version 02 adds the run origins; 01 files (no origins) still load. */
-static const char ckpt_magic[8] = {'P', 'E', 'C', 'K', 'P', 'T', '0', '2'};
+/* Version 02 added the run origins, 03 the generator offset; 01 and 02
+ * files still load (without what they lack). */
+static const char ckpt_magic[8] = {'P', 'E', 'C', 'K', 'P', 'T', '0', '3'};
+static const char ckpt_magic_v2[8] = {'P', 'E', 'C', 'K', 'P', 'T', '0', '2'};
 static const char ckpt_magic_v1[8] = {'P', 'E', 'C', 'K', 'P', 'T', '0', '1'};
 #define ORIGIN_BYTES 20 /* client u64, request u64, steps u32 */
 
@@ -99,8 +101,10 @@ static int cmp_entry_name(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, const pe_run_origin *origins,
-                          int n_origins, uint8_t **buf, size_t *len) {
+pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, const pe_model_mark *mark, uint8_t **buf,
+                          size_t *len) {
+  const pe_model_mark none = {0};
+  if (!mark) mark = &none;
   const pe_ckpt_entry **order = calloc(n ? (size_t)n : 1, sizeof *order);
   if (!order) return pe_error(PE_ENOMEM, "checkpoint: out of memory sorting %d tensors", n);
   for (int i = 0; i < n; i++) order[i] = &e[i];
@@ -121,12 +125,14 @@ pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, const pe_run_origin *or
     if (nb) put(&w, x->t.data, nb);
   }
   free(order);
-  put_u32(&w, (uint32_t)n_origins);
-  for (int i = 0; i < n_origins; i++) {
-    put_u64(&w, origins[i].client);
-    put_u64(&w, origins[i].request);
-    put_u32(&w, origins[i].steps);
+  put_u32(&w, (uint32_t)mark->n_origins);
+  for (int i = 0; i < mark->n_origins; i++) {
+    put_u64(&w, mark->origins[i].client);
+    put_u64(&w, mark->origins[i].request);
+    put_u32(&w, mark->origins[i].steps);
   }
+  put_u32(&w, mark->has_rng ? 1u : 0u);
+  put_u64(&w, mark->has_rng ? mark->rng_offset : 0);
   if (!w.oom) put_u32(&w, pe_crc32(w.p, w.len));
   if (w.oom) {
     free(w.p);
@@ -166,13 +172,13 @@ static bool get_u64(rbuf *r, uint64_t *v) {
 }
 
 pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **out,
-                          int *out_n, pe_run_origin **origins, int *n_origins) {
+                          int *out_n, pe_model_mark *mark) {
   *out = NULL;
   *out_n = 0;
-  if (origins) *origins = NULL;
-  if (n_origins) *n_origins = 0;
+  if (mark) *mark = (pe_model_mark){0};
   bool v1 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic_v1, sizeof ckpt_magic_v1);
-  if (len < sizeof ckpt_magic + 8 || (!v1 && memcmp(buf, ckpt_magic, sizeof ckpt_magic)))
+  bool v2 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic_v2, sizeof ckpt_magic_v2);
+  if (len < sizeof ckpt_magic + 8 || (!v1 && !v2 && memcmp(buf, ckpt_magic, sizeof ckpt_magic)))
     return pe_error(PE_ECORRUPT, "checkpoint %s: not a pe checkpoint (bad magic or %zu bytes)",
                     what, len);
   rbuf crc_r = {buf, len, len - 4};
@@ -247,6 +253,10 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
       if (!get_u64(&r, &o[k].client) || !get_u64(&r, &o[k].request) || !get_u32(&r, &o[k].steps))
         st = pe_error(PE_ECORRUPT, "checkpoint %s: run origin %u truncated", what, k);
   }
+  uint32_t has_rng = 0;
+  uint64_t rng_offset = 0;
+  if (!st && !v1 && !v2 && (!get_u32(&r, &has_rng) || has_rng > 1 || !get_u64(&r, &rng_offset)))
+    st = pe_error(PE_ECORRUPT, "checkpoint %s: bad generator record", what);
   if (!st && r.off != r.len)
     st = pe_error(PE_ECORRUPT, "checkpoint %s: %zu trailing bytes", what, r.len - r.off);
   if (st) {
@@ -254,9 +264,11 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
     pe_ckpt_entries_free(e, (int)n);
     return st;
   }
-  if (origins) {
-    *origins = o;
-    *n_origins = (int)no;
+  if (mark) {
+    mark->origins = o;
+    mark->n_origins = (int)no;
+    mark->has_rng = has_rng;
+    mark->rng_offset = rng_offset;
   } else {
     free(o);
   }

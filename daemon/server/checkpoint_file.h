@@ -8,7 +8,8 @@
  * (no "..", no '/', no hidden files).
  *
  * Format (all integers little-endian):
- *     magic    8 bytes  "PECKPT02" ("PECKPT01": the same without origins)
+ *     magic    8 bytes  "PECKPT03" ("PECKPT02": without the generator
+ *                       record; "PECKPT01": without origins either)
  *     count    u32      number of tensors
  *     then per tensor, in name order:
  *       name_len u32, name bytes (no NUL)
@@ -19,6 +20,8 @@
  *       data     nbytes, row-major
  *     n_origins u32     run origins: which requests the values include
  *     then per origin: client u64, request u64, steps u32 (pe_run_origin)
+ *     has_rng  u32      1: the model generator's offset follows, 0: unknown
+ *     rng_offset u64    (pe_model_mark: the random state of the snapshot)
  *     crc32    u32      CRC-32 (IEEE) of every byte before it
  * The reader checks every count and size against the file length before
  * using it, and the CRC before returning anything.
@@ -55,12 +58,15 @@ void pe_ckpt_entries_free(pe_ckpt_entry *e, int n);
 
 /* Serialise entries (sorted by name by the caller or not: the writer sorts a
  * copy of the order) into a malloc'd buffer. */
-pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, const pe_run_origin *origins,
-                          int n_origins, uint8_t **buf, size_t *len);
-/* origins may be NULL (not wanted); else *origins is malloc'd (NULL for a
- * version 01 file, which has none). */
+/* mark (may be NULL: none): the snapshot's run origins and generator
+ * offset (its version is not written). */
+pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, const pe_model_mark *mark, uint8_t **buf,
+                          size_t *len);
+/* mark may be NULL (not wanted); else it gets the file's origins (malloc'd;
+ * none in a version 01 file) and generator offset (has_rng false before
+ * version 03); release it with pe_model_mark_release. */
 pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **e,
-                          int *n, pe_run_origin **origins, int *n_origins);
+                          int *n, pe_model_mark *mark);
 
 /* mkdir -p with mode for the components it creates. */
 pe_status *pe_mkdir_p(const char *path, mode_t mode);

@@ -25,14 +25,14 @@ static inline bool cw_read(const dh_daemon *d, const char *model, uint64_t clien
   pe_status *st = pe_read_file(path, (size_t)1 << 30, &buf, &len);
   if (!st) {
     pe_ckpt_entry *e;
-    int ne, no;
-    pe_run_origin *o;
-    st = pe_ckpt_decode(buf, len, path, &e, &ne, &o, &no);
+    int ne;
+    pe_model_mark mk;
+    st = pe_ckpt_decode(buf, len, path, &e, &ne, &mk);
     free(buf);
     if (!st) {
-      for (int i = 0; i < no; i++)
-        if (o[i].client == client) {
-          *out = o[i];
+      for (int i = 0; i < mk.n_origins; i++)
+        if (mk.origins[i].client == client) {
+          *out = mk.origins[i];
           found = true;
         }
       for (int i = 0; value && i < ne; i++)
@@ -41,7 +41,7 @@ static inline bool cw_read(const dh_daemon *d, const char *model, uint64_t clien
           *value = malloc(*n ? *n : 1);
           memcpy(*value, e[i].t.data, *n);
         }
-      free(o);
+      pe_model_mark_release(&mk);
       pe_ckpt_entries_free(e, ne);
     }
   }

@@ -225,13 +225,26 @@ static void wait_log(const cd_daemon *d, const char *needle, int times) {
  *   - kill -9, with the restart checkpoint put back to the one SIGTERM
  *     wrote (as if the daemon died long before its next autosave): the
  *     answered steps since are rolled back, and the trainer goes back to
- *     where the parameters stand and repeats them on the same batches. */
+ *     where the parameters stand and repeats them on the same batches.
+ * The model is the MLP with a dropout: every step draws a mask, and the
+ * checkpoints carry the generator, so the repeated steps draw the masks
+ * the lost ones drew. */
 START_TEST(train_survives_restart) {
   cd_daemon d;
   cd_start(&d);
-  static const char args[] =
-      "train --model mlp --epochs 30 --limit 10000 --persistent --json --quiet";
-  char ref_args[256];
+  char model[256], args[512];
+  snprintf(model, sizeof model, "%s/mlp-dropout", d.dir);
+  FILE *f = fopen(model, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(
+      "name mlp\nbatch 128\ninput image 784\nlabel label\n"
+      "fc 256 act=relu\ndropout 0.2\nfc 128 act=relu\nfc 10\n"
+      "loss softmax_with_cross_entropy\naccuracy top=1\noptimizer momentum lr=0.1 mu=0.9\n",
+      f);
+  fclose(f);
+  snprintf(args, sizeof args,
+           "train --model '%s' --epochs 30 --limit 10000 --persistent --json --quiet", model);
+  char ref_args[640];
   snprintf(ref_args, sizeof ref_args, "%s --model-name ref", args);
   CLI_OK(&d, ref_args);
   char ref[1 << 14];

@@ -19,6 +19,7 @@
 #include "core/scope.h"
 #include "engine/seq_executor.h"
 #include "pe_client.h"
+#include "pe_model_file.h"
 #include "pe_models.h"
 #include "test_assert.h"
 
@@ -52,9 +53,15 @@ typedef struct fixture {
   uint64_t train_h, eval_h;
 } fixture;
 
-static void setup_model(fixture *f, const char *ns) {
+/* Register the model (text: a model file, NULL: the built-in mlp; either
+ * way 784-256-... so the checks below hold) under namespace ns, init it. */
+static void setup_model_from(fixture *f, const char *ns, const char *text) {
   char err[256];
-  ck_assert_msg(pe_model_spec_build("mlp", &f->m, err, sizeof err) == 0, "%s", err);
+  if (text)
+    ck_assert_msg(pe_model_file_parse(text, strlen(text), ns, &f->m, err, sizeof err) == 0, "%s",
+                  err);
+  else
+    ck_assert_msg(pe_model_spec_build("mlp", &f->m, err, sizeof err) == 0, "%s", err);
   batch_fill(&f->b, 7);
   cd_start(&f->d);
   f->c = cd_connect(&f->d);
@@ -98,6 +105,10 @@ static void setup_model(fixture *f, const char *ns) {
   ck_assert(!inited); /* the model's parameters exist: shared with the eval program */
 }
 
+static void setup_model(fixture *f, const char *ns) {
+  setup_model_from(f, ns, NULL);
+}
+
 static void teardown_model(fixture *f) {
   pe_client_free(f->c);
   cd_stop(&f->d);
@@ -135,6 +146,7 @@ typedef struct params_copy {
   char names[32][64];
   size_t nbytes[32];
   void *data[32];
+  pe_client_tensor t[32]; /* the same, as set_params takes them */
 } params_copy;
 
 static void params_get(fixture *f, const char *ns, params_copy *pc) {
@@ -149,6 +161,7 @@ static void params_get(fixture *f, const char *ns, params_copy *pc) {
     pc->nbytes[i] = v[i].nbytes;
     pc->data[i] = malloc(v[i].nbytes);
     memcpy(pc->data[i], v[i].data, v[i].nbytes);
+    pe_client_tensor_set(&pc->t[i], pc->names[i], v[i].dtype, v[i].ndim, v[i].shape, pc->data[i]);
   }
 }
 
@@ -292,6 +305,50 @@ START_TEST(save_then_load_restores_bits) {
   params_free(&saved);
   params_free(&changed);
   params_free(&loaded);
+  teardown_model(&f);
+}
+END_TEST
+
+/* The MLP with a dropout after its first layer: every training step draws
+ * a mask from the model's generator. */
+static const char dropout_mlp[] =
+    "batch 32\n"
+    "input image 784\n"
+    "label label\n"
+    "fc 256 act=relu\n"
+    "dropout 0.5\n"
+    "fc 10\n"
+    "loss softmax_with_cross_entropy\n"
+    "accuracy\n"
+    "optimizer momentum lr=0.1 mu=0.9\n";
+
+/* A checkpoint carries the model's random generator: the steps after a
+ * Load draw the dropout masks the steps after the Save drew, so training
+ * resumed from a checkpoint ends bit for bit where the uninterrupted run
+ * did. The control: the same parameters put back with set_params (which
+ * leaves the generator where it is) train on other masks to other values,
+ * so the masks do change the result. */
+START_TEST(load_resumes_the_random_stream) {
+  fixture f;
+  setup_model_from(&f, "mlp-drop", dropout_mlp);
+  train_step(&f, 2);
+  CD_OK(f.c, pe_client_save(f.c, "mlp-drop", "ck", NULL, NULL));
+  params_copy saved, straight, resumed, reset;
+  params_get(&f, "mlp-drop", &saved);
+  train_step(&f, 3);
+  params_get(&f, "mlp-drop", &straight);
+  CD_OK(f.c, pe_client_load(f.c, "mlp-drop", "ck", NULL, NULL));
+  train_step(&f, 3);
+  params_get(&f, "mlp-drop", &resumed);
+  ck_assert(params_equal(&straight, &resumed));
+  CD_OK(f.c, pe_client_set_params(f.c, "mlp-drop", saved.t, saved.n));
+  train_step(&f, 3);
+  params_get(&f, "mlp-drop", &reset);
+  ck_assert(!params_equal(&straight, &reset));
+  params_free(&saved);
+  params_free(&straight);
+  params_free(&resumed);
+  params_free(&reset);
   teardown_model(&f);
 }
 END_TEST
@@ -579,6 +636,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, eval_matches_in_process);
   tcase_add_test(tc, get_and_set_params);
   tcase_add_test(tc, save_then_load_restores_bits);
+  tcase_add_test(tc, load_resumes_the_random_stream);
   tcase_add_test(tc, shm_feeds_equal_inline_feeds);
   tcase_add_test(tc, run_errors_and_deregister);
   tcase_add_test(tc, auto_strategy_is_sharded_on_cpu_and_trains_alike);

@@ -193,7 +193,7 @@ START_TEST(test_params_and_checkpoints) {
     pe_tensor_zero(&e[1].t);
     uint8_t *fb;
     size_t fl;
-    PE_CK_OK(pe_ckpt_encode(e, 2, NULL, 0, &fb, &fl));
+    PE_CK_OK(pe_ckpt_encode(e, 2, NULL, &fb, &fl));
     char dir[400];
     snprintf(dir, sizeof dir, "%s/models/m", d.state);
     PE_CK_OK(pe_write_atomic(dir, "mismatch.ckpt", fb, fl));
@@ -298,7 +298,7 @@ START_TEST(test_restart_and_sigterm) {
   PE_CK_OK(pe_read_file(path, (size_t)1 << 30, &buf, &len));
   pe_ckpt_entry *e;
   int ne;
-  PE_CK_OK(pe_ckpt_decode(buf, len, path, &e, &ne, NULL, NULL));
+  PE_CK_OK(pe_ckpt_decode(buf, len, path, &e, &ne, NULL));
   bool found = false;
   for (int i = 0; i < ne; i++)
     if (!strcmp(e[i].name, w)) {

@@ -219,17 +219,21 @@ START_TEST(seeded_and_thread_independent) {
   ck_assert(memcmp(o1->data, o2->data, pe_tensor_bytes(o1)) == 0);
   ck_assert_ptr_null(a->state); /* seed 0 keeps no state */
 
-  /* seed != 0: op-local generator in op state; program generator untouched;
-   * a second run advances; a fresh instance replays. */
+  /* seed != 0: the op's own seed, counters from the program generator (no
+   * op state): at the same offset the mask differs from seed 0's, the
+   * generator advances by one counter per element, and the same offset
+   * gives the same mask again. */
   PE_CK_OK(pe_op_set_int(op, "seed", 77));
-  pe_rng prog = {4, 0};
-  PE_CK_OK(ph_op_inst_run(a, s1, &prog));
-  ck_assert_ptr_nonnull(a->state);
+  pe_rng prog = {4, 9};
   PE_CK_OK(ph_op_inst_run(a, s2, &prog));
+  ck_assert_ptr_null(a->state);
+  ck_assert_uint_eq(prog.offset, 9 + 200000);
   ck_assert(memcmp(m1->data, m2->data, 200000) != 0);
-  ck_assert_uint_eq(prog.offset, 0);
-  PE_CK_OK(ph_op_inst_run(b, s2, &prog));
+  prog.offset = 9;
+  PE_CK_OK(ph_op_inst_run(b, s1, &prog));
   ck_assert(memcmp(m1->data, m2->data, 200000) == 0);
+  PE_CK_OK(ph_op_inst_run(b, s1, &prog)); /* the next counters: another mask */
+  ck_assert(memcmp(m1->data, m2->data, 200000) != 0);
   ph_op_inst_free(a);
   ph_op_inst_free(b);
 

@@ -57,18 +57,21 @@ START_TEST(test_round_trip) {
   make_entries(&e, &n);
   uint8_t *buf;
   size_t len;
-  const pe_run_origin orig[2] = {{0x1234567890abcdefull, 41, 16}, {7, 1, 1}};
-  PE_CK_OK(pe_ckpt_encode(e, n, orig, 2, &buf, &len));
+  pe_run_origin orig[2] = {{0x1234567890abcdefull, 41, 16}, {7, 1, 1}};
+  const pe_model_mark mark = {
+      .origins = orig, .n_origins = 2, .has_rng = true, .rng_offset = 0xfedcba9876543210ull};
+  PE_CK_OK(pe_ckpt_encode(e, n, &mark, &buf, &len));
   pe_ckpt_entry *d;
   int nd;
-  pe_run_origin *o;
-  int no;
-  PE_CK_OK(pe_ckpt_decode(buf, len, "mem", &d, &nd, &o, &no));
-  ck_assert_int_eq(no, 2);
+  pe_model_mark got;
+  PE_CK_OK(pe_ckpt_decode(buf, len, "mem", &d, &nd, &got));
+  ck_assert_int_eq(got.n_origins, 2);
   for (int i = 0; i < 2; i++) /* field by field: the struct has padding */
-    ck_assert(o[i].client == orig[i].client && o[i].request == orig[i].request &&
-              o[i].steps == orig[i].steps);
-  free(o);
+    ck_assert(got.origins[i].client == orig[i].client &&
+              got.origins[i].request == orig[i].request && got.origins[i].steps == orig[i].steps);
+  ck_assert(got.has_rng);
+  ck_assert(got.rng_offset == 0xfedcba9876543210ull);
+  pe_model_mark_release(&got);
   ck_assert_int_eq(nd, 3);
   /* Sorted by name. */
   ck_assert_str_eq(d[0].name, "a_step");
@@ -83,7 +86,7 @@ START_TEST(test_round_trip) {
   /* Encoding is deterministic: the decoded set encodes to the same bytes. */
   uint8_t *buf2;
   size_t len2;
-  PE_CK_OK(pe_ckpt_encode(d, nd, orig, 2, &buf2, &len2));
+  PE_CK_OK(pe_ckpt_encode(d, nd, &mark, &buf2, &len2));
   ck_assert_uint_eq(len, len2);
   ck_assert_int_eq(memcmp(buf, buf2, len), 0);
   free(buf2);
@@ -92,14 +95,14 @@ START_TEST(test_round_trip) {
   /* Every single-byte corruption and every truncation is caught. */
   for (size_t i = 0; i < len; i++) {
     buf[i] ^= 0x40;
-    pe_status *st = pe_ckpt_decode(buf, len, "mem", &d, &nd, NULL, NULL);
+    pe_status *st = pe_ckpt_decode(buf, len, "mem", &d, &nd, NULL);
     ck_assert_msg(st != NULL, "flip at byte %zu not detected", i);
     ck_assert_int_eq(pe_status_code(st), PE_ECORRUPT);
     pe_status_free(st);
     buf[i] ^= 0x40;
   }
   for (size_t cut = 0; cut < len; cut += 7) {
-    pe_status *st = pe_ckpt_decode(buf, cut, "mem", &d, &nd, NULL, NULL);
+    pe_status *st = pe_ckpt_decode(buf, cut, "mem", &d, &nd, NULL);
     ck_assert_msg(st != NULL, "truncation to %zu bytes not detected", cut);
     pe_status_free(st);
   }
@@ -108,36 +111,66 @@ START_TEST(test_round_trip) {
 }
 END_TEST
 
-/* A version 01 file (no run origins) still loads, with no origins; a lying
- * origin count under a valid CRC is refused. */
-START_TEST(test_v1_and_origin_counts) {
+/* Turn a version 03 encoding into an older one: drop the generator record
+ * (12 bytes before the CRC) and, for 01, the origin count (4 more; the
+ * encoding must have no origins), then fix the magic and the CRC. */
+static void downgrade(uint8_t *buf, size_t *len, char version) {
+  *len -= 12 + (version == '1' ? 4 : 0);
+  buf[7] = (uint8_t)version;
+  uint32_t crc = pe_crc32(buf, *len - 4);
+  memcpy(buf + *len - 4, &crc, 4);
+}
+
+/* Version 01 (no run origins) and 02 (no generator record) files still
+ * load, without what they lack; lying counts and flags under a valid CRC
+ * are refused. */
+START_TEST(test_old_versions_and_lying_records) {
   pe_ckpt_entry *e;
   int n;
   make_entries(&e, &n);
   uint8_t *buf;
   size_t len;
-  PE_CK_OK(pe_ckpt_encode(e, n, NULL, 0, &buf, &len));
-  /* v1: magic 01, no origin count before the CRC. */
-  buf[7] = '1';
-  len -= 4;
+  pe_run_origin orig = {9, 3, 2};
+  pe_model_mark mark = {.origins = &orig, .n_origins = 1, .has_rng = true, .rng_offset = 77};
+  pe_ckpt_entry *d;
+  int nd;
+  pe_model_mark got;
+  /* v2: the origins, no generator. */
+  PE_CK_OK(pe_ckpt_encode(e, n, &mark, &buf, &len));
+  downgrade(buf, &len, '2');
+  PE_CK_OK(pe_ckpt_decode(buf, len, "v2", &d, &nd, &got));
+  ck_assert_int_eq(nd, 3);
+  ck_assert_int_eq(got.n_origins, 1);
+  ck_assert(got.origins[0].client == 9 && got.origins[0].request == 3);
+  ck_assert(!got.has_rng);
+  pe_model_mark_release(&got);
+  pe_ckpt_entries_free(d, nd);
+  free(buf);
+  /* v1: neither. */
+  PE_CK_OK(pe_ckpt_encode(e, n, NULL, &buf, &len));
+  downgrade(buf, &len, '1');
+  PE_CK_OK(pe_ckpt_decode(buf, len, "v1", &d, &nd, &got));
+  ck_assert_int_eq(nd, 3);
+  ck_assert_int_eq(got.n_origins, 0);
+  ck_assert_ptr_null(got.origins);
+  ck_assert(!got.has_rng);
+  pe_ckpt_entries_free(d, nd);
+  free(buf);
+  /* v3 with a huge origin count and a valid CRC. */
+  PE_CK_OK(pe_ckpt_encode(e, n, NULL, &buf, &len));
+  uint32_t lie = 0x10000000;
+  memcpy(buf + len - 20, &lie, 4);
   uint32_t crc = pe_crc32(buf, len - 4);
   memcpy(buf + len - 4, &crc, 4);
-  pe_ckpt_entry *d;
-  int nd, no = -1;
-  pe_run_origin *o = (pe_run_origin *)1;
-  PE_CK_OK(pe_ckpt_decode(buf, len, "v1", &d, &nd, &o, &no));
-  ck_assert_int_eq(nd, 3);
-  ck_assert_int_eq(no, 0);
-  ck_assert_ptr_null(o);
-  pe_ckpt_entries_free(d, nd);
-  /* v2 with a huge origin count and a valid CRC. */
+  expect_error(pe_ckpt_decode(buf, len, "lie", &d, &nd, &got), PE_ECORRUPT, "run origin count");
   free(buf);
-  PE_CK_OK(pe_ckpt_encode(e, n, NULL, 0, &buf, &len));
-  uint32_t lie = 0x10000000;
-  memcpy(buf + len - 8, &lie, 4);
+  /* v3 with a generator flag other than 0 or 1. */
+  PE_CK_OK(pe_ckpt_encode(e, n, &mark, &buf, &len));
+  lie = 2;
+  memcpy(buf + len - 16, &lie, 4);
   crc = pe_crc32(buf, len - 4);
   memcpy(buf + len - 4, &crc, 4);
-  expect_error(pe_ckpt_decode(buf, len, "lie", &d, &nd, &o, &no), PE_ECORRUPT, "run origin count");
+  expect_error(pe_ckpt_decode(buf, len, "lie", &d, &nd, &got), PE_ECORRUPT, "generator record");
   free(buf);
   pe_ckpt_entries_free(e, n);
 }
@@ -155,7 +188,7 @@ START_TEST(test_lying_counts_with_valid_crc) {
   memcpy(buf + 16, &crc, 4);
   pe_ckpt_entry *d;
   int nd;
-  expect_error(pe_ckpt_decode(buf, sizeof buf, "lie", &d, &nd, NULL, NULL), PE_ECORRUPT, "lie");
+  expect_error(pe_ckpt_decode(buf, sizeof buf, "lie", &d, &nd, NULL), PE_ECORRUPT, "lie");
   /* CRC-32 check value of "123456789". */
   ck_assert_uint_eq(pe_crc32((const uint8_t *)"123456789", 9), 0xCBF43926u);
 }
@@ -204,7 +237,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_names);
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_lying_counts_with_valid_crc);
-  tcase_add_test(tc, test_v1_and_origin_counts);
+  tcase_add_test(tc, test_old_versions_and_lying_records);
   tcase_add_test(tc, test_atomic_write);
   suite_add_tcase(s, tc);
   return s;

@@ -1,10 +1,9 @@
 /* Creation ops: fill_constant, uniform_random, gaussian_random, assign.
  *
  * The random ops draw from a counter-based generator (core/rng.h). With
- * seed == 0 they use the program generator ctx->rng; with seed != 0 an
- * op-local generator seeded with the attribute, kept in the op's state so
- * that successive runs of the same op instance advance it (pe_kernel_rng in
- * ops/registry.h). Either way the op reserves one counter range for the
+ * seed == 0 they use the program generator ctx->rng; with seed != 0 the
+ * attribute is the seed, and the counters still come from the program
+ * generator (pe_kernel_rng in ops/registry.h). Either way the op reserves one counter range for the
  * whole tensor before touching any element, and element i derives its value
  * from (seed, base + i) alone, so the result does not depend on how the loop
  * is split across threads.
@@ -129,9 +128,10 @@ static pe_status *uniform_kernel(pe_kernel_ctx *c) {
   pe_tensor *out = pe_kout(c, 0, 0);
   if (!out) return NULL;
   pe_rng *r = NULL;
-  PE_TRY(pe_kernel_rng(c, &r));
+  uint64_t seed = 0;
+  PE_TRY(pe_kernel_rng(c, &r, &seed));
   int64_t n = pe_tensor_numel(out);
-  uint64_t seed = r->seed, base = pe_rng_reserve(r, (uint64_t)n);
+  uint64_t base = pe_rng_reserve(r, (uint64_t)n);
   double lo = pe_attr_f(c->def, c->desc, "min"), hi = pe_attr_f(c->def, c->desc, "max");
   int nt = pe_kernel_threads(c);
   if (out->dtype == PE_F64) {
@@ -170,10 +170,11 @@ static pe_status *gaussian_kernel(pe_kernel_ctx *c) {
   pe_tensor *out = pe_kout(c, 0, 0);
   if (!out) return NULL;
   pe_rng *r = NULL;
-  PE_TRY(pe_kernel_rng(c, &r));
+  uint64_t seed = 0;
+  PE_TRY(pe_kernel_rng(c, &r, &seed));
   int64_t n = pe_tensor_numel(out);
   uint64_t pad = r->offset & 1; /* align so uniform counters 2c, 2c+1 are ours */
-  uint64_t seed = r->seed, base = (pe_rng_reserve(r, 2 * (uint64_t)n + pad) + pad) / 2;
+  uint64_t base = (pe_rng_reserve(r, 2 * (uint64_t)n + pad) + pad) / 2;
   double mean = pe_attr_f(c->def, c->desc, "mean"), sd = pe_attr_f(c->def, c->desc, "std");
   int nt = pe_kernel_threads(c);
   if (out->dtype == PE_F64) {
@@ -259,16 +260,14 @@ const pe_op_def pe_ops_creation[] = {
      .attrs = uniform_attrs,
      .flags = PE_OP_RANDOM | PE_OP_NO_GRAD,
      .infer = uniform_infer,
-     .kernel_cpu = uniform_kernel,
-     .state_free = pe_kernel_rng_free},
+     .kernel_cpu = uniform_kernel},
     {.type = "gaussian_random",
      .inputs = no_slots,
      .outputs = out_slots,
      .attrs = gaussian_attrs,
      .flags = PE_OP_RANDOM | PE_OP_NO_GRAD,
      .infer = gaussian_infer,
-     .kernel_cpu = gaussian_kernel,
-     .state_free = pe_kernel_rng_free},
+     .kernel_cpu = gaussian_kernel},
     {.type = "assign",
      .inputs = assign_in,
      .outputs = out_slots,

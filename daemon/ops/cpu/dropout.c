@@ -1,8 +1,8 @@
 /* dropout and dropout_grad (f32).
  *
  * Training: element i is kept (Mask 1) when u_i >= p, where u_i is uniform in
- * [0, 1) from counter base + i of the generator (the program generator for
- * seed == 0, an op-local one kept in op state otherwise: pe_kernel_rng).
+ * [0, 1) from counter base + i of the program generator (seeded with the
+ * op's seed attribute when it is non-zero: pe_kernel_rng).
  * So P(keep) = 1 - p, p == 0 keeps everything and p == 1 drops everything,
  * and the mask does not depend on the thread count.
  *
@@ -113,8 +113,9 @@ static pe_status *dropout_kernel(pe_kernel_ctx *c) {
    * generator's offset after this op does not depend on which outputs the
    * program kept. */
   pe_rng *r = NULL;
-  PE_TRY(pe_kernel_rng(c, &r));
-  uint64_t seed = r->seed, base = pe_rng_reserve(r, (uint64_t)n);
+  uint64_t seed = 0;
+  PE_TRY(pe_kernel_rng(c, &r, &seed));
+  uint64_t base = pe_rng_reserve(r, (uint64_t)n);
   double p = cfg.p;
 #pragma omp parallel for num_threads(nt) if (n >= DROPOUT_PAR_MIN) schedule(static)
   for (int64_t i = 0; i < n; i++) {
@@ -209,7 +210,6 @@ const pe_op_def pe_ops_dropout[] = {
      .flags = PE_OP_RANDOM,
      .infer = dropout_infer,
      .kernel_cpu = dropout_kernel,
-     .state_free = pe_kernel_rng_free,
      .grad = dropout_grad_maker},
     {.type = "dropout_grad",
      .inputs = dropout_grad_in,
