@@ -104,7 +104,7 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
                     "register_shm: name '%.80s' must be '/' followed by [A-Za-z0-9._-]{1,200}",
                     name);
   if (size == 0 || size > (uint64_t)SIZE_MAX / 2)
-    return pe_error(PE_EINVAL, "register_shm %s: size %llu must be > 0", name,
+    return pe_error(PE_EINVAL, "register_shm: %s: size %llu must be > 0", name,
                     (unsigned long long)size);
   pthread_mutex_lock(&t->mu);
   pe_shm_region *same = find_same(t, client, name, size);
@@ -114,28 +114,28 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
   int fd = shm_open(name, O_RDONLY, 0);
   if (fd < 0 && errno == EACCES)
     return pe_error(PE_EIO,
-                    "register_shm %s: shm_open: %s: the daemon's user (uid %u) may not read it "
+                    "register_shm: %s: shm_open: %s: the daemon's user (uid %u) may not read it "
                     "(give it read access, e.g. an ACL entry; libpeclient's "
                     "pe_client_shm_create does)",
                     name, strerror(EACCES), (unsigned)geteuid());
   if (fd < 0)
-    return pe_error(errno == ENOENT ? PE_ENOTFOUND : PE_EIO, "register_shm %s: shm_open: %s", name,
+    return pe_error(errno == ENOENT ? PE_ENOTFOUND : PE_EIO, "register_shm: %s: shm_open: %s", name,
                     strerror(errno));
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
-    pe_status *st = pe_error(PE_EIO, "register_shm %s: fstat: %s", name, strerror(errno));
+    pe_status *st = pe_error(PE_EIO, "register_shm: %s: fstat: %s", name, strerror(errno));
     close(fd);
     return st;
   }
   if ((uint64_t)sb.st_size < size) {
     close(fd);
-    return pe_error(PE_EINVAL, "register_shm %s: object has %lld bytes, %llu requested", name,
+    return pe_error(PE_EINVAL, "register_shm: %s: object has %lld bytes, %llu requested", name,
                     (long long)sb.st_size, (unsigned long long)size);
   }
   void *base = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED)
-    return pe_error(PE_EIO, "register_shm %s: mmap %llu bytes: %s", name, (unsigned long long)size,
+    return pe_error(PE_EIO, "register_shm: %s: mmap %llu bytes: %s", name, (unsigned long long)size,
                     strerror(errno));
   pe_shm_region *g = calloc(1, sizeof *g);
   if (!g) {

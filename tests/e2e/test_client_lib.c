@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client_daemon.h"
 #include "compiler/pass.h"
@@ -403,6 +404,15 @@ START_TEST(run_errors_and_deregister) {
   CD_OK(f.c, pe_client_deregister(f.c, f.train_h));
   rc = pe_client_run(f.c, f.train_h, feeds, 2, fetch, 1, NULL, &r);
   ck_assert_msg(rc == PE_C_ENOTFOUND, "rc %d: %s", rc, pe_client_error(f.c));
+  /* A region that does not exist: the daemon's reason, named once. */
+  char name[64], want[160];
+  snprintf(name, sizeof name, "/pe-test-none-%d", (int)getpid());
+  uint64_t region;
+  rc = pe_client_register_shm(f.c, name, 4096, &region);
+  snprintf(want, sizeof want, "register_shm: %s: shm_open: No such file or directory", name);
+  ck_assert_msg(rc == PE_C_ENOTFOUND && strstr(pe_client_error(f.c), want) &&
+                    !strstr(strstr(pe_client_error(f.c), "register_shm") + 1, "register_shm"),
+                "rc %d: %s", rc, pe_client_error(f.c));
   CD_OK(f.c, pe_client_ping(f.c));
   teardown_model(&f);
 }
