@@ -118,7 +118,12 @@ struct pe_par_exec {
   pe_tensor *own;     /* [n_lvars] storage of non-persistable lvars */
   pe_tensor **lt;     /* [n_lvars] the tensor of each lvar */
   par_entry **lentry; /* [n_lvars] model entry of a persistable lvar, else NULL */
-  void **buf_mem;     /* [n_buffers] blocks of shared (memory-planned) buffers */
+  /* Persistables this graph updates on one place only, and that place
+   * (pe_par_exec_claim_homes makes it their home). */
+  par_entry **home_en;
+  int *home_place;
+  int n_homes;
+  void **buf_mem; /* [n_buffers] blocks of shared (memory-planned) buffers */
   size_t *buf_cap;
   void **bucket_mem; /* [n_buckets * n_places] */
   size_t *bucket_cap;

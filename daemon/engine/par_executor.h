@@ -39,7 +39,9 @@
  * Fetch of a variable:
  *   - per-sample (dim 0 is the batch): the places' parts concatenated in
  *     place order (the whole batch, as the sequential executor gives it);
- *   - persistable: place 0's value (all places hold the same after a run);
+ *   - persistable: the model's value: place 0's (all places hold the same
+ *     after a run), or the one place this model's graphs update it on
+ *     (pe_par_exec_claim_homes: Reduce's optimizer state);
  *   - a parameter's gradient: the gradient of the whole batch, under every
  *     strategy: a copy of an all-reduced place's (AllReduce) or of the
  *     owner's (Reduce), or the places' gradients summed at fetch time in
@@ -159,7 +161,8 @@ bool pe_model_has(pe_model *m, const char *name);
 /* Names of the persistables, sorted; *names is malloc'd, the strings belong
  * to the model (valid until it is freed). */
 pe_status *pe_model_names(pe_model *m, const char ***names, int *n);
-/* Copy persistable `name` (place 0's value) into the host tensor out, after
+/* Copy persistable `name` (the model's value: place 0's, or its home's,
+ * pe_par_exec_claim_homes) into the host tensor out, after
  * every run pushed before the call that writes it (engine ordering). */
 pe_status *pe_model_get(pe_model *m, const char *name, pe_tensor *out);
 /* Copy persistable `name` of place `place` (0..n_places-1) into host tensor
@@ -204,7 +207,8 @@ void pe_model_mark_release(pe_model_mark *mk);
  * this call, so every value read comes from the same point between two
  * runs: after every run pushed before the call, before every run pushed
  * after it (one pe_model_get per name could read one variable before a
- * concurrent run's update and the next after it). Place 0's values.
+ * concurrent run's update and the next after it). The model's values (as
+ * pe_model_get).
  * has_value NULL: a name without a value is PE_EUSE_BEFORE_DEF naming it;
  * else has_value[i] says whether out[i] got one (out[i] left empty if not).
  * mark (may be NULL): the snapshot's pe_model_changes(), run origins and
@@ -242,7 +246,15 @@ typedef struct pe_par_exec pe_par_exec;
  * the model's) to model m. Takes ownership of g (freed with the executor,
  * also on failure). Persistables the graph reads and the model lacks are
  * created empty; running a graph that reads an uninitialised parameter
- * fails with PE_EUSE_BEFORE_DEF naming it (run the startup graph first). */
+ * fails with PE_EUSE_BEFORE_DEF naming it (run the startup graph first).
+ * Persistables g updates on one place only (the Reduce strategy's optimizer
+ * state, updated by the parameter's owner) get that place as their home:
+ * the model's value (pe_model_get*, snapshots, checkpoints, fetches) is
+ * then read there, not from a replica that keeps its startup value. A
+ * graph that updates a name on another place than an earlier graph of the
+ * model claimed is refused (PE_EINVAL naming the variable and both
+ * places): the two would keep diverging values. Claims are never
+ * released. */
 pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out);
 void pe_par_exec_free(pe_par_exec *e);
 const pe_graph *pe_par_exec_graph(const pe_par_exec *e);

@@ -402,6 +402,10 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
       continue;
     }
     if (gj >= 0 && lv[e->grad_sum_place[gj]] >= 0) first = e->grad_sum_place[gj];
+    if (l0->persistable && e->lentry[lv[first]]) { /* the model's value: its home's */
+      int h = atomic_load_explicit(&e->lentry[lv[first]]->home, memory_order_relaxed);
+      if (h < np && lv[h] >= 0) first = h;
+    }
     if (gj >= 0 || l0->persistable || np == 1) {
       const pe_tensor *t = e->lt[lv[first]];
       if (!has_value(t)) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);

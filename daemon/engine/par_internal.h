@@ -63,6 +63,14 @@ pe_status *par_fence_record(par_fence *f, pe_stream *s);
  * freed, so executors keep pointers to it (and to v[p]->t). */
 typedef struct par_entry {
   const char *name; /* == v[0]->name */
+  /* The place whose value is the model's (pe_model_get*, checkpoints): 0,
+   * or the one place a bound graph updates the name on (Reduce: the
+   * optimizer state of a parameter lives with its owner; the other
+   * replicas keep their startup values). Set by pe_par_exec_claim_homes
+   * (under the model's mu, with home_claimed), never unset; read without
+   * the lock (fetches). */
+  atomic_int home;
+  bool home_claimed;
   pe_engine_var *ev[PE_MAX_PLACES];
   pe_var *v[PE_MAX_PLACES];
   par_fence fence[PE_MAX_PLACES];

@@ -26,7 +26,7 @@ typedef struct model_io {
   pe_model *m;
   par_entry **en; /* [n] */
   int n;
-  int place;                    /* get: the replica read */
+  const int *at;                /* get: [n] the replica read of each */
   pe_tensor *out;               /* get: [n] */
   bool *has_value;              /* get: [n] or NULL (no value is an error) */
   const pe_tensor *in;          /* set: [n] */
@@ -207,8 +207,9 @@ static pe_status *get_fn(void *arg) {
   model_io *io = arg;
   for (int i = 0; i < io->n && !io->st; i++) {
     par_entry *en = io->en[i];
-    const pe_tensor *t = &en->v[io->place]->t;
-    io->st = par_fence_sync(&en->fence[io->place]); /* the newest write ran */
+    int place = io->at[i];
+    const pe_tensor *t = &en->v[place]->t;
+    io->st = par_fence_sync(&en->fence[place]); /* the newest write ran */
     if (io->st) break;
     if (!t->data && t->shape.ndim == 0) {
       if (io->has_value) {
@@ -218,11 +219,11 @@ static pe_status *get_fn(void *arg) {
       io->st = pe_error(
           PE_EUSE_BEFORE_DEF,
           "model: persistable '%s' has no value on place %d (run the startup graph or set it%s)",
-          en->name, io->place,
-          io->place > 0 ? "; the sharded strategy keeps optimizer state on place 0 only" : "");
+          en->name, place,
+          place > 0 ? "; the sharded strategy keeps optimizer state on place 0 only" : "");
       break;
     }
-    io->st = pe_place_read(io->m->dev[io->place], t, &io->out[i], en->name);
+    io->st = pe_place_read(io->m->dev[place], t, &io->out[i], en->name);
     if (io->has_value) io->has_value[i] = !io->st;
   }
   /* Not into *io->mark: the pushing thread fills that after the push,
@@ -231,7 +232,8 @@ static pe_status *get_fn(void *arg) {
   return NULL;
 }
 
-/* Read names[0..n) of `place` as one engine op. */
+/* Read names[0..n) of `place` (-1: each one's home, par_entry) as one
+ * engine op. */
 static pe_status *get_entries(pe_model *m, const char *const *names, int n, int place,
                               pe_tensor *out, bool *has_value, pe_model_mark *mark) {
   if (n <= 0) { /* nothing to read: the mark alone */
@@ -243,24 +245,29 @@ static pe_status *get_entries(pe_model *m, const char *const *names, int n, int 
     }
     return st;
   }
-  par_entry **en;
+  par_entry **en = NULL;
   PE_TRY(find_entries(m, "get", names, n, false, &en));
   pe_engine_var **vars = malloc(sizeof *vars * (size_t)(n + 1));
-  if (!vars) {
+  int *at = malloc(sizeof *at * (size_t)n);
+  if (!vars || !at) {
+    free(vars);
+    free(at);
     free(en);
     return pe_error(PE_ENOMEM, "model: get: out of memory");
   }
+  for (int i = 0; i < n; i++)
+    at[i] = place >= 0 ? place : atomic_load_explicit(&en[i]->home, memory_order_relaxed);
   /* One read per variable: a name given twice reads once. */
   int nv = 0;
   for (int i = 0; i < n; i++) {
     bool dup = false;
-    for (int k = 0; k < nv && !dup; k++) dup = vars[k] == en[i]->ev[place];
-    if (!dup) vars[nv++] = en[i]->ev[place];
+    for (int k = 0; k < nv && !dup; k++) dup = vars[k] == en[i]->ev[at[i]];
+    if (!dup) vars[nv++] = en[i]->ev[at[i]];
   }
   if (mark) vars[nv++] = m->prng; /* after the random ops before us */
   if (has_value) memset(has_value, 0, sizeof *has_value * (size_t)n);
   model_io io = {
-      .m = m, .en = en, .n = n, .place = place, .out = out, .has_value = has_value, .mark = mark};
+      .m = m, .en = en, .n = n, .at = at, .out = out, .has_value = has_value, .mark = mark};
   pe_status *st = io_push(m, get_fn, &io, vars, nv, NULL, 0);
   if (!st && mark) {
     mark->has_rng = true;
@@ -271,6 +278,7 @@ static pe_status *get_entries(pe_model *m, const char *const *names, int n, int 
     pe_model_mark_release(mark);
   }
   free(vars);
+  free(at);
   free(en);
   return st;
 }
@@ -284,14 +292,15 @@ pe_status *pe_model_get_place(pe_model *m, const char *name, int place, pe_tenso
 }
 
 pe_status *pe_model_get(pe_model *m, const char *name, pe_tensor *out) {
-  return pe_model_get_place(m, name, 0, out);
+  if (!name) return pe_error(PE_EUNKNOWN_VAR, "model: no persistable '(null)'");
+  return get_entries(m, &name, 1, -1, out, NULL, NULL);
 }
 
 pe_status *pe_model_get_many(pe_model *m, const char *const *names, int n, pe_tensor *out,
                              bool *has_value, pe_model_mark *mark) {
   if (n < 0 || (n && (!names || !out)))
     return pe_error(PE_EINVAL, "model: get of %d persistables: bad arguments", n);
-  return get_entries(m, names, n, 0, out, has_value, mark);
+  return get_entries(m, names, n, -1, out, has_value, mark);
 }
 
 /* --- set ----------------------------------------------------------------------------- */
@@ -339,7 +348,7 @@ pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_ten
       if (names[k] && names[i] && !strcmp(names[k], names[i]))
         return pe_error(PE_EINVAL, "model: set: '%s' given twice", nm);
   }
-  par_entry **en;
+  par_entry **en = NULL;
   PE_TRY(find_entries(m, "set", names, n, true, &en));
   size_t nv = (size_t)n * (size_t)m->n_places;
   pe_engine_var **vars = malloc(sizeof *vars * (nv + 1));

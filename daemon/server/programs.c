@@ -359,6 +359,28 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
   return NULL;
 }
 
+/* One strategy trains a model on more than one place: the optimizer state
+ * is laid out for it (AllReduce: on every place; Reduce: with each
+ * parameter's owner; Sharded: on place 0 only), and a training program of
+ * another strategy would read state that is missing there or stale. The
+ * first training program sets it (lock held). */
+static pe_status *claim_train_strategy_locked(pe_srv_model *m, const pe_srv_program *p) {
+  if (p->for_test || m->n_places < 2) return NULL;
+  if (!m->has_train_strategy) {
+    m->has_train_strategy = true;
+    m->train_strategy = p->strategy;
+    return NULL;
+  }
+  if (m->train_strategy == p->strategy) return NULL;
+  const char *have = pe_strategy_name(m->train_strategy), *want = pe_strategy_name(p->strategy);
+  return pe_error(PE_EINVAL,
+                  "register: model '%s' is trained with the %s strategy on %s:%d, and its "
+                  "optimizer state is laid out for it; this training program asks for %s: "
+                  "register it with strategy %s (or auto where that resolves to it), or under "
+                  "another model name",
+                  m->name, have, pe_place_kind_name(m->kind), m->n_places, want, have);
+}
+
 pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__RegisterRequest *rq,
                                 pe_srv_program **out, bool *existed) {
   *out = NULL;
@@ -427,11 +449,17 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
           (unsigned long long)client, (long long)used, (long long)lim.memory_per_client);
   }
   if (!st && !winner) st = model_get_locked(r, rq->model, kind, n_places, seed, &m);
+  pe_srv_model *refused = NULL;
+  if (!st && !winner && (st = claim_train_strategy_locked(m, p))) {
+    m->refs--;
+    refused = model_maybe_unlink(r, m);
+  }
   pthread_mutex_unlock(&r->mu);
   if (st || winner) {
     pe_graph_free(g);
     pe_graph_free(sg);
     program_destroy(p);
+    destroy_later(NULL, refused);
     *out = winner;
     *existed = winner != NULL;
     return st;

@@ -41,6 +41,11 @@ typedef struct pe_srv_model {
   bool persistent;
   /* Registry lock: */
   int n_programs;
+  /* The strategy of the model's first training program (on more than one
+   * place), for the model's life: its optimizer state is laid out for it
+   * (programs.c, claim_train_strategy_locked). */
+  bool has_train_strategy;
+  pe_graph_strategy train_strategy;
   int refs; /* acquisitions by requests in progress */
   /* init_mu (recursive) orders Init / Load / SetParams bookkeeping of
    * `initialized`. */

@@ -323,6 +323,24 @@ static const char dropout_mlp[] =
     "accuracy\n"
     "optimizer momentum lr=0.1 mu=0.9\n";
 
+/* Train 2 steps, save, train 3 more (*straight); load, train 3 (resumed):
+ * the resumed parameters equal the straight ones bit for bit. *saved: the
+ * parameters at the save. Trains through f->train_h. */
+static void check_resume(fixture *f, const char *ns, params_copy *saved, params_copy *straight) {
+  train_step(f, 2);
+  CD_OK(f->c, pe_client_save(f->c, ns, "ck", NULL, NULL));
+  params_get(f, ns, saved);
+  train_step(f, 3);
+  params_get(f, ns, straight);
+  CD_OK(f->c, pe_client_load(f->c, ns, "ck", NULL, NULL));
+  train_step(f, 3);
+  params_copy resumed;
+  params_get(f, ns, &resumed);
+  ck_assert_msg(params_equal(straight, &resumed),
+                "%s: training resumed from the checkpoint differs", ns);
+  params_free(&resumed);
+}
+
 /* A checkpoint carries the model's random generator: the steps after a
  * Load draw the dropout masks the steps after the Save drew, so training
  * resumed from a checkpoint ends bit for bit where the uninterrupted run
@@ -332,23 +350,14 @@ static const char dropout_mlp[] =
 START_TEST(load_resumes_the_random_stream) {
   fixture f;
   setup_model_from(&f, "mlp-drop", dropout_mlp);
-  train_step(&f, 2);
-  CD_OK(f.c, pe_client_save(f.c, "mlp-drop", "ck", NULL, NULL));
-  params_copy saved, straight, resumed, reset;
-  params_get(&f, "mlp-drop", &saved);
-  train_step(&f, 3);
-  params_get(&f, "mlp-drop", &straight);
-  CD_OK(f.c, pe_client_load(f.c, "mlp-drop", "ck", NULL, NULL));
-  train_step(&f, 3);
-  params_get(&f, "mlp-drop", &resumed);
-  ck_assert(params_equal(&straight, &resumed));
+  params_copy saved, straight, reset;
+  check_resume(&f, "mlp-drop", &saved, &straight);
   CD_OK(f.c, pe_client_set_params(f.c, "mlp-drop", saved.t, saved.n));
   train_step(&f, 3);
   params_get(&f, "mlp-drop", &reset);
   ck_assert(!params_equal(&straight, &reset));
   params_free(&saved);
   params_free(&straight);
-  params_free(&resumed);
   params_free(&reset);
   teardown_model(&f);
 }
@@ -478,6 +487,42 @@ START_TEST(auto_strategy_is_sharded_on_cpu_and_trains_alike) {
   pe_client_program p;
   ck_assert_int_eq(pe_client_register(f.c, &bad, &p), PE_C_EARG);
   ck_assert_str_eq(pe_client_error(f.c), "register: strategy 9 unknown");
+  teardown_model(&f);
+}
+END_TEST
+
+/* Under the reduce strategy a parameter's optimizer state is updated on its
+ * owner place only (the other replica keeps its startup value): get_params
+ * and checkpoints take it from the owner, so training resumed from a
+ * checkpoint goes on bit for bit. And one strategy trains a model: a
+ * training program of another is refused, naming both; an evaluation
+ * program of any strategy is not. */
+START_TEST(reduce_state_is_read_from_its_owner) {
+  fixture f;
+  setup_model(&f, "mlp-r0");
+  f.train_h = register_on(f.c, &f.m, "red", "cpu:2", PE_C_REDUCE, PE_C_REDUCE);
+  params_copy saved, straight;
+  check_resume(&f, "red", &saved, &straight);
+  params_free(&saved);
+  params_free(&straight);
+  const char *keep[] = {f.m.loss};
+  pe_client_register_args a = {.program = f.m.bytes,
+                               .program_len = f.m.len,
+                               .model = "red",
+                               .places = "cpu:2",
+                               .strategy = PE_C_ALLREDUCE,
+                               .seed = 3,
+                               .keep = keep,
+                               .n_keep = 1};
+  pe_client_program p;
+  int rc = pe_client_register(f.c, &a, &p);
+  ck_assert_msg(rc == PE_C_EINVAL &&
+                    strstr(pe_client_error(f.c),
+                           "model 'red' is trained with the reduce strategy on cpu:2") &&
+                    strstr(pe_client_error(f.c), "asks for allreduce"),
+                "rc %d: %s", rc, pe_client_error(f.c));
+  a.for_test = true;
+  CD_OK(f.c, pe_client_register(f.c, &a, &p));
   teardown_model(&f);
 }
 END_TEST
@@ -647,6 +692,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, get_and_set_params);
   tcase_add_test(tc, save_then_load_restores_bits);
   tcase_add_test(tc, load_resumes_the_random_stream);
+  tcase_add_test(tc, reduce_state_is_read_from_its_owner);
   tcase_add_test(tc, shm_feeds_equal_inline_feeds);
   tcase_add_test(tc, run_errors_and_deregister);
   tcase_add_test(tc, auto_strategy_is_sharded_on_cpu_and_trains_alike);

@@ -174,14 +174,15 @@ static inline bool replicated(par *q, const char *name) {
   return false;
 }
 
-/* Max relative difference of every seq persistable against the model; also
- * checks that every place holds the same bytes (through the model scopes:
- * get reads place 0, so compare places directly after a run). */
+/* Max relative difference of every seq persistable (f32) against the
+ * model's value (pe_model_get: the home place's). */
 static inline double param_diff(seqref *s, par *q) {
   double worst = 0;
   for (int i = 0; i < s->scope->n; i++) {
     pe_var *v = s->scope->order[i];
-    if (!v->persistable || v->t.dtype != PE_F32 || !v->t.data || !replicated(q, v->name)) continue;
+    /* Every persistable, optimizer state included: the model's value is its
+     * home's (Reduce: the owner's), whatever the strategy. */
+    if (!v->persistable || v->t.dtype != PE_F32 || !v->t.data) continue;
     pe_tensor t;
     pe_tensor_init(&t);
     PE_CK_OK(pe_model_get(q->m, v->name, &t));

@@ -421,6 +421,44 @@ START_TEST(model_get_after_run) {
 }
 END_TEST
 
+/* Under Reduce each optimizer state variable is updated on its parameter's
+ * owner only, which makes that place its home (the model's value). A graph
+ * that would update one on another single place is refused, naming the
+ * variable and both places, and the homes stay. White box: the earlier
+ * claim is moved by hand (two real Reduce programs with other owners need
+ * other parameter sets). */
+START_TEST(conflicting_homes_are_refused) {
+  pe_runtime *rt = rt_new(2);
+  par q;
+  par_new(&q, rt, PE_PLACE_CPU, 2, PE_STRATEGY_REDUCE, false, 5);
+  par_entry *on1 = NULL;
+  int claimed = 0;
+  for (int i = 0; i < q.m->n_ent; i++) {
+    par_entry *en = q.m->ent[i];
+    claimed += en->home_claimed;
+    if (en->home_claimed && atomic_load(&en->home) == 1 && !on1) on1 = en;
+  }
+  ck_assert_msg(on1 && claimed >= 2, "no optimizer state homed on place 1 (%d claims)", claimed);
+  atomic_store(&on1->home, 0); /* as if another graph updated it on place 0 */
+  pe_program *p2 = mlp_program();
+  pe_pass_opts o = {.place_kind = PE_PLACE_CPU, .n_places = 2, .strategy = PE_STRATEGY_REDUCE};
+  pe_ir ir = {p2, NULL, NULL, &o};
+  PE_CK_OK(pe_graph_compile(&ir, false));
+  pe_par_exec *again = NULL;
+  char want[256];
+  snprintf(want, sizeof want, "'%s' is updated on place 1 only by this graph and on place 0 only",
+           on1->name);
+  expect_error(pe_par_exec_new(q.m, ir.graph, &again), PE_EINVAL, want);
+  ck_assert_ptr_null(again);
+  ck_assert_int_eq(atomic_load(&on1->home), 0);
+  ir.graph = NULL;
+  pe_ir_destroy(&ir);
+  pe_program_free(p2);
+  par_free(&q);
+  pe_runtime_free(rt);
+}
+END_TEST
+
 /* An evaluation graph bound to the same model reads the parameters the
  * training graph updated (engine-ordered), on cpu and sim. */
 static void eval_on(pe_place_kind kind) {
@@ -577,6 +615,7 @@ static Suite *misc_suite(void) {
   tcase_add_test(tc, intra_op_teams_fit_the_cores);
   tcase_add_test(tc, eval_graph_cpu);
   tcase_add_test(tc, eval_graph_sim);
+  tcase_add_test(tc, conflicting_homes_are_refused);
   suite_add_tcase(s, tc);
   return s;
 }
