@@ -59,13 +59,13 @@ static void print_status_json(const pe_client_status *s) {
       "\"worker_threads\":%d,\"requests_total\":%llu,\"requests_failed\":%llu,"
       "\"runs_total\":%llu,\"reply_cache_entries\":%llu,\"reply_cache_bytes\":%llu,"
       "\"resends_answered\":%llu,\"resends_waited\":%llu,\"resends_stale\":%llu,"
-      "\"reply_cache_evictions\":%llu,\"places\":[",
+      "\"reply_cache_evictions\":%llu,\"checkpoint_interval_s\":%.3f,\"places\":[",
       s->uptime_s, s->programs, s->queue_depth, s->clients, s->worker_threads,
       (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
       (unsigned long long)s->runs_total, (unsigned long long)s->reply_cache_entries,
       (unsigned long long)s->reply_cache_bytes, (unsigned long long)s->resends_answered,
       (unsigned long long)s->resends_waited, (unsigned long long)s->resends_stale,
-      (unsigned long long)s->reply_cache_evictions);
+      (unsigned long long)s->reply_cache_evictions, s->checkpoint_interval_s);
   for (size_t i = 0; i < s->n_places; i++) {
     printf("%s{\"place\":", i ? "," : "");
     cli_json_str(stdout, s->places[i].place);
@@ -76,8 +76,16 @@ static void print_status_json(const pe_client_status *s) {
   for (size_t i = 0; i < s->n_models; i++) {
     printf("%s{\"name\":", i ? "," : "");
     cli_json_str(stdout, s->models[i].name);
-    printf(",\"programs\":%d,\"param_bytes\":%lld,\"persistent\":%s}", s->models[i].programs,
-           (long long)s->models[i].param_bytes, s->models[i].persistent ? "true" : "false");
+    const pe_client_model_status *m = &s->models[i];
+    printf(
+        ",\"programs\":%d,\"param_bytes\":%lld,\"persistent\":%s,\"checkpoints_saved\":%llu,"
+        "\"checkpoint_failures\":%llu,\"last_checkpoint\":",
+        m->programs, (long long)m->param_bytes, m->persistent ? "true" : "false",
+        (unsigned long long)m->checkpoints_saved, (unsigned long long)m->checkpoint_failures);
+    cli_json_str(stdout, m->last_checkpoint);
+    printf(",\"last_checkpoint_age_s\":%.3f,\"last_checkpoint_error\":", m->last_checkpoint_age_s);
+    cli_json_str(stdout, m->last_checkpoint_error);
+    printf(",\"changes_since_checkpoint\":%lld}", (long long)m->changes_since_checkpoint);
   }
   printf("]}\n");
 }
@@ -88,18 +96,33 @@ static void print_status_text(const pe_client_status *s) {
   printf("requests %llu (%llu failed), runs %llu, queue depth %d, clients %d, programs %d\n",
          (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
          (unsigned long long)s->runs_total, s->queue_depth, s->clients, s->programs);
-  printf("resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
-         "cache %llu replies, %llu bytes, %llu evicted\n",
-         (unsigned long long)s->resends_answered, (unsigned long long)s->resends_waited,
-         (unsigned long long)s->resends_stale, (unsigned long long)s->reply_cache_entries,
-         (unsigned long long)s->reply_cache_bytes, (unsigned long long)s->reply_cache_evictions);
+  printf(
+      "resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
+      "cache %llu replies, %llu bytes, %llu evicted\n",
+      (unsigned long long)s->resends_answered, (unsigned long long)s->resends_waited,
+      (unsigned long long)s->resends_stale, (unsigned long long)s->reply_cache_entries,
+      (unsigned long long)s->reply_cache_bytes, (unsigned long long)s->reply_cache_evictions);
   for (size_t i = 0; i < s->n_places; i++)
     printf("place %-8s %12lld bytes in use, %12lld cached\n", s->places[i].place,
            (long long)s->places[i].bytes_in_use, (long long)s->places[i].bytes_cached);
-  for (size_t i = 0; i < s->n_models; i++)
-    printf("model %-16s %d program(s), %lld parameter bytes%s\n", s->models[i].name,
-           s->models[i].programs, (long long)s->models[i].param_bytes,
-           s->models[i].persistent ? ", persistent" : "");
+  if (s->checkpoint_interval_s > 0)
+    printf("autosave every %.3g s\n", s->checkpoint_interval_s);
+  else
+    printf("autosave off\n");
+  for (size_t i = 0; i < s->n_models; i++) {
+    const pe_client_model_status *m = &s->models[i];
+    printf("model %-16s %d program(s), %lld parameter bytes%s\n", m->name, m->programs,
+           (long long)m->param_bytes, m->persistent ? ", persistent" : "");
+    if (m->checkpoints_saved)
+      printf("  checkpoint '%s' written %.1f s ago, %lld change(s) since; %llu written\n",
+             m->last_checkpoint, m->last_checkpoint_age_s, (long long)m->changes_since_checkpoint,
+             (unsigned long long)m->checkpoints_saved);
+    else if (m->persistent)
+      printf("  no checkpoint written since the daemon started\n");
+    if (m->checkpoint_failures)
+      printf("  %llu checkpoint write(s) failed, the newest: %s\n",
+             (unsigned long long)m->checkpoint_failures, m->last_checkpoint_error);
+  }
 }
 
 static int cmd_status(cli_ctx *ctx, int argc, char **argv) {

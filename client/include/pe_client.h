@@ -299,6 +299,15 @@ typedef struct pe_client_model_status {
   int programs;
   int64_t param_bytes;
   bool persistent;
+  /* Checkpoints since the daemon started (Save, autosave, SIGTERM): written
+   * and failed; the newest written one's name ("" none) and age (-1 none);
+   * the newest failure's message ("" none); changes (runs, sets, loads)
+   * since the newest written one's values (-1 none). */
+  uint64_t checkpoints_saved, checkpoint_failures;
+  const char *last_checkpoint;
+  double last_checkpoint_age_s;
+  const char *last_checkpoint_error;
+  int64_t changes_since_checkpoint;
 } pe_client_model_status;
 
 typedef struct pe_client_status {
@@ -312,6 +321,7 @@ typedef struct pe_client_status {
   /* Resends (see proto/service.proto StatusReply) */
   uint64_t reply_cache_entries, reply_cache_bytes;
   uint64_t resends_answered, resends_waited, resends_stale, reply_cache_evictions;
+  double checkpoint_interval_s; /* the autosave interval (0: off) */
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out);

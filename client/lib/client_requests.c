@@ -301,9 +301,19 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
   for (size_t i = 0; i < s->n_places; i++)
     ps[i] = (pe_client_place_status){s->places[i]->place, s->places[i]->bytes_in_use,
                                      s->places[i]->bytes_cached};
-  for (size_t i = 0; i < s->n_models; i++)
-    ms[i] = (pe_client_model_status){s->models[i]->name, s->models[i]->programs,
-                                     s->models[i]->param_bytes, s->models[i]->persistent};
+  for (size_t i = 0; i < s->n_models; i++) {
+    const Pe__ModelStatus *x = s->models[i];
+    ms[i] = (pe_client_model_status){.name = x->name,
+                                     .programs = x->programs,
+                                     .param_bytes = x->param_bytes,
+                                     .persistent = x->persistent,
+                                     .checkpoints_saved = x->checkpoints_saved,
+                                     .checkpoint_failures = x->checkpoint_failures,
+                                     .last_checkpoint = x->last_checkpoint,
+                                     .last_checkpoint_age_s = x->last_checkpoint_age_s,
+                                     .last_checkpoint_error = x->last_checkpoint_error,
+                                     .changes_since_checkpoint = x->changes_since_checkpoint};
+  }
   *out = (pe_client_status){
       .version = s->version,
       .uptime_s = s->uptime_s,
@@ -324,6 +334,7 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .resends_waited = s->resends_waited,
       .resends_stale = s->resends_stale,
       .reply_cache_evictions = s->reply_cache_evictions,
+      .checkpoint_interval_s = s->checkpoint_interval_s,
   };
   return 0;
 }

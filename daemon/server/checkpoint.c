@@ -30,14 +30,18 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   PE_TRY(pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file));
   const char **names = NULL;
   int n = 0;
-  PE_TRY(
-      pe_status_wrap(pe_model_names(m->m, &names, &n), "save '%s' of model '%s'", name, m->name));
+  pe_status *st = pe_model_names(m->m, &names, &n);
+  if (st) {
+    st = pe_status_wrap(st, "save '%s' of model '%s'", name, m->name);
+    pe_srv_model_note_save(m, name, 0, st);
+    return st;
+  }
   /* One snapshot of every persistable (pe_model_get_many): the file holds
    * one step boundary even while other clients' runs go on. */
   pe_ckpt_entry *e = calloc(n ? (size_t)n : 1, sizeof *e);
   pe_tensor *t = calloc(n ? (size_t)n : 1, sizeof *t);
   bool *has = calloc(n ? (size_t)n : 1, sizeof *has);
-  pe_status *st = e && t && has ? NULL : pe_error(PE_ENOMEM, "save '%s': out of memory", name);
+  st = e && t && has ? NULL : pe_error(PE_ENOMEM, "save '%s': out of memory", name);
   pe_model_mark mark = {0}; /* which requests' runs the values include, the generator */
   if (!st) st = pe_model_get_many(m->m, names, n, t, has, &mark);
   int kept = 0, skipped = 0;
@@ -62,12 +66,15 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   uint8_t *buf = NULL;
   size_t len = 0;
   if (!st) st = pe_ckpt_encode(e, n, &mark, &buf, &len);
+  uint64_t version = mark.version;
   pe_model_mark_release(&mark);
   pe_ckpt_entries_free(e, n);
   if (!st) st = pe_mkdir_p(dir, 0750);
   if (!st) st = pe_write_atomic(dir, file, buf, len);
   free(buf);
-  if (st) return pe_status_wrap(st, "save '%s' of model '%s'", name, m->name);
+  if (st) st = pe_status_wrap(st, "save '%s' of model '%s'", name, m->name);
+  pe_srv_model_note_save(m, name, version, st);
+  if (st) return st;
   char full[4300];
   snprintf(full, sizeof full, "%s/%s", dir, file);
   *path = strdup(full);

@@ -66,6 +66,7 @@ static void program_destroy(pe_srv_program *p) {
 
 static void model_destroy(pe_srv_model *m) {
   pe_model_free(m->m);
+  pthread_mutex_destroy(&m->ckpt_mu);
   pthread_mutex_destroy(&m->init_mu);
   pe_strmap_destroy(&m->initialized);
   free(m);
@@ -350,6 +351,7 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
   pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
   pthread_mutex_init(&m->init_mu, &attr);
   pthread_mutexattr_destroy(&attr);
+  pthread_mutex_init(&m->ckpt_mu, NULL);
   pe_strmap_init(&m->initialized);
   r->models[r->n_models++] = m;
   m->refs = 1;
@@ -690,6 +692,10 @@ void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **m
     x->persistent = m->persistent;
     x->kind = m->kind;
     x->n_places = m->n_places;
+    pthread_mutex_lock(&m->ckpt_mu);
+    x->ckpt = m->ckpt;
+    pthread_mutex_unlock(&m->ckpt_mu);
+    x->changes = pe_model_changes(m->m);
   }
   int live = 0;
   for (int i = 0; i < r->n_progs; i++) live += !r->progs[i]->dead;
@@ -708,4 +714,20 @@ void pe_registry_persistent_models(pe_registry *r, char ***names, int *n) {
       if (s) (*names)[(*n)++] = s;
     }
   pthread_mutex_unlock(&r->mu);
+}
+
+void pe_srv_model_note_save(pe_srv_model *m, const char *name, uint64_t version,
+                            const pe_status *st) {
+  pthread_mutex_lock(&m->ckpt_mu);
+  pe_ckpt_record *c = &m->ckpt;
+  if (st) {
+    c->failed++;
+    snprintf(c->last_error, sizeof c->last_error, "%s", pe_status_msg(st));
+  } else {
+    c->saved++;
+    snprintf(c->last, sizeof c->last, "%s", name);
+    c->last_time = pe_now_s();
+    c->last_version = version;
+  }
+  pthread_mutex_unlock(&m->ckpt_mu);
 }

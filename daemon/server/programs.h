@@ -32,6 +32,18 @@
 #include "server/server.h"
 #include "service.pb-c.h"
 
+/* What the model's checkpoint writes since the daemon started (the
+ * model's ckpt_mu): written and failed counts, the newest written one
+ * (name, pe_now_s() time, the pe_model_changes() count its values
+ * correspond to) and the newest failure's message. */
+typedef struct pe_ckpt_record {
+  uint64_t saved, failed;
+  char last[PE_NAME_MAX + 1]; /* "": none */
+  double last_time;
+  uint64_t last_version;
+  char last_error[320];
+} pe_ckpt_record;
+
 typedef struct pe_srv_model {
   char name[PE_NAME_MAX + 1];
   pe_model *m;
@@ -50,8 +62,15 @@ typedef struct pe_srv_model {
   /* init_mu (recursive) orders Init / Load / SetParams bookkeeping of
    * `initialized`. */
   pthread_mutex_t init_mu;
-  pe_strmap initialized; /* persistable names with a value (values unused) */
+  pe_strmap initialized;   /* persistable names with a value (values unused) */
+  pthread_mutex_t ckpt_mu; /* guards ckpt (held for a copy, never across I/O) */
+  pe_ckpt_record ckpt;
 } pe_srv_model;
+
+/* Note a checkpoint write of m (pe_checkpoint_save): written as `name`
+ * with values of change count `version`, or failed with st. */
+void pe_srv_model_note_save(pe_srv_model *m, const char *name, uint64_t version,
+                            const pe_status *st);
 
 typedef struct pe_var_info {
   char *name;
@@ -128,6 +147,8 @@ typedef struct pe_model_snapshot {
   bool persistent;
   pe_place_kind kind;
   int n_places;
+  pe_ckpt_record ckpt;
+  uint64_t changes; /* pe_model_changes() at the snapshot */
 } pe_model_snapshot;
 /* with_bytes: fill param_bytes (reads every model's tensors: Status only). */
 void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **models,

@@ -1,5 +1,6 @@
-/* The Status reply: uptime, places with parameter bytes, models, programs,
- * queue depth, request counters, clients, reply cache counters. */
+/* The Status reply: uptime, places with parameter bytes, models (with what
+ * their checkpoints did), programs, queue depth, request counters, clients,
+ * reply cache counters, the autosave interval. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,9 @@ pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
   r->resends_waited = ds.waits;
   r->resends_stale = ds.stale;
   r->reply_cache_evictions = ds.evictions;
+  pthread_mutex_lock(&s->cfg_mu);
+  r->checkpoint_interval_s = s->cfg.checkpoint_interval_s;
+  pthread_mutex_unlock(&s->cfg_mu);
   pe_model_snapshot *ms = NULL;
   int nm = 0, np = 0, nc = 0;
   pe_registry_snapshot(s->reg, true, &ms, &nm, &np, &nc);
@@ -40,6 +44,17 @@ pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
     m->programs = ms[i].programs;
     m->param_bytes = ms[i].param_bytes * ms[i].n_places;
     m->persistent = ms[i].persistent;
+    const pe_ckpt_record *c = &ms[i].ckpt;
+    m->checkpoints_saved = c->saved;
+    m->checkpoint_failures = c->failed;
+    m->last_checkpoint = pe_arena_strdup(a, c->last);
+    m->last_checkpoint_error = pe_arena_strdup(a, c->last_error);
+    if (!m->last_checkpoint || !m->last_checkpoint_error)
+      return pe_error(PE_ENOMEM, "status: out of memory");
+    m->last_checkpoint_age_s = c->saved ? pe_now_s() - c->last_time : -1;
+    m->changes_since_checkpoint = c->saved && ms[i].changes >= c->last_version
+                                      ? (int64_t)(ms[i].changes - c->last_version)
+                                      : -1;
     r->models[r->n_models++] = m;
   }
   /* Places: the daemon's own plus every place a model lives on (a model

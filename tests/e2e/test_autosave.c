@@ -286,6 +286,95 @@ START_TEST(test_interval_zero_only_sigterm) {
 }
 END_TEST
 
+/* Status of model `name` (its checkpoint fields copied; the reply freed). */
+typedef struct ckpt_status {
+  uint64_t saved, failed;
+  char last[64], error[512];
+  double age_s, interval_s;
+  int64_t changes;
+} ckpt_status;
+
+static ckpt_status status_of(int s, const char *name) {
+  Pe__Request rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_STATUS;
+  rq.status = 1;
+  Pe__Reply *rep = dh_call(s, &rq);
+  dh_ok(rep);
+  ckpt_status c = {.interval_s = rep->status->checkpoint_interval_s};
+  bool found = false;
+  for (size_t i = 0; i < rep->status->n_models; i++) {
+    const Pe__ModelStatus *m = rep->status->models[i];
+    if (strcmp(m->name, name)) continue;
+    found = true;
+    c.saved = m->checkpoints_saved;
+    c.failed = m->checkpoint_failures;
+    snprintf(c.last, sizeof c.last, "%s", m->last_checkpoint);
+    snprintf(c.error, sizeof c.error, "%s", m->last_checkpoint_error);
+    c.age_s = m->last_checkpoint_age_s;
+    c.changes = m->changes_since_checkpoint;
+  }
+  pe__reply__free_unpacked(rep, NULL);
+  ck_assert_msg(found, "no model '%s' in the status", name);
+  return c;
+}
+
+/* Status tells an operator what the checkpoints did: none yet (age -1),
+ * then the autosave written with no change since; a restart checkpoint
+ * that cannot be written (a directory in its place) counts failures with
+ * the reason and the changes piling up since the last good one; once it
+ * can be written again, it is, and the changes since go back to 0. */
+START_TEST(test_status_reports_checkpoints) {
+  dh_daemon d = {0};
+  dh_start(&d, "[state]\ncheckpoint_interval = 300\n");
+  int s = dh_connect(&d, 30000);
+  pe_model_spec mlp = dh_mlp();
+  uint64_t h = setup_model(s, &mlp, "pm", 4);
+  ckpt_status c = status_of(s, "pm");
+  ck_assert_msg(c.saved == 0 && c.failed == 0 && c.age_s == -1 && c.changes == -1 &&
+                    c.last[0] == 0 && c.error[0] == 0 && c.interval_s == 300,
+                "before any checkpoint: saved %llu failed %llu age %g changes %lld '%s' '%s' %g",
+                (unsigned long long)c.saved, (unsigned long long)c.failed, c.age_s,
+                (long long)c.changes, c.last, c.error, c.interval_s);
+  FILE *f = fopen(d.conf, "w");
+  ck_assert(f != NULL);
+  fputs(FAST, f);
+  fclose(f);
+  ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+  train(s, h, &mlp, 4, 2);
+  char path[512];
+  ckpt_path(&d, "pm", path, sizeof path);
+  wait_stable(path, 800, 10);
+  c = status_of(s, "pm");
+  ck_assert_msg(c.saved >= 1 && c.failed == 0 && !strcmp(c.last, "shutdown") && c.changes == 0 &&
+                    c.age_s >= 0 && c.age_s < 10 && c.interval_s == 0.5,
+                "after an autosave: saved %llu failed %llu '%s' changes %lld age %g interval %g",
+                (unsigned long long)c.saved, (unsigned long long)c.failed, c.last,
+                (long long)c.changes, c.age_s, c.interval_s);
+  uint64_t saved = c.saved;
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(mkdir(path, 0700), 0);
+  train(s, h, &mlp, 4, 3);
+  double t0 = dh_now();
+  while ((c = status_of(s, "pm")).failed == 0) {
+    ck_assert_msg(dh_now() - t0 < 10, "no failed autosave reported in 10 s");
+    dh_sleep_ms(100);
+  }
+  ck_assert_msg(strstr(c.error, path) && strstr(c.error, "Is a directory") && c.saved == saved &&
+                    c.changes >= 1,
+                "after a failed autosave: '%s', saved %llu (was %llu), changes %lld", c.error,
+                (unsigned long long)c.saved, (unsigned long long)saved, (long long)c.changes);
+  ck_assert_int_eq(rmdir(path), 0);
+  wait_stable(path, 800, 10);
+  c = status_of(s, "pm");
+  ck_assert_msg(c.saved > saved && c.changes == 0, "after the fix: saved %llu changes %lld",
+                (unsigned long long)c.saved, (long long)c.changes);
+  pe_model_spec_release(&mlp);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_cleanup(&d);
+}
+END_TEST
+
 /* SIGHUP from 300 s to 0.5 s: the thread wakes and saves at once, not
  * after the old interval. */
 START_TEST(test_sighup_changes_interval) {
@@ -352,6 +441,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_unloadable_restart_checkpoint_kept);
   tcase_add_test(tc, test_interval_zero_only_sigterm);
   tcase_add_test(tc, test_sighup_changes_interval);
+  tcase_add_test(tc, test_status_reports_checkpoints);
   tcase_add_test(tc, test_bad_interval_refused);
   suite_add_tcase(s, tc);
   return s;

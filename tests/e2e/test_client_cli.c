@@ -113,7 +113,20 @@ START_TEST(train_eval_save_trace) {
   ck_assert_msg(*tr == '{' || *tr == '[', "trace does not start as JSON: %.40s", tr);
 
   CLI_OK(&d, "--json status");
-  ck_assert_ptr_nonnull(strstr(last_line(d.dir), "\"name\":\"mlp\""));
+  const char *st = last_line(d.dir);
+  ck_assert_ptr_nonnull(strstr(st, "\"name\":\"mlp\""));
+  /* The save above is the model's only checkpoint; the load and the traced
+   * step changed the model since. */
+  ck_assert_msg(strstr(st,
+                       "\"checkpoints_saved\":1,\"checkpoint_failures\":0,"
+                       "\"last_checkpoint\":\"after-train\"") &&
+                    json_num(st, "changes_since_checkpoint") >= 2 &&
+                    json_num(st, "checkpoint_interval_s") == 300,
+                "%s", st);
+  CLI_OK(&d, "status");
+  ck_assert_msg(strstr(slurp(d.dir, "out"), "checkpoint 'after-train' written") &&
+                    strstr(slurp(d.dir, "out"), "autosave every 300 s"),
+                "%s", slurp(d.dir, "out"));
   cd_stop(&d);
 }
 END_TEST
