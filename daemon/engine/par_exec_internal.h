@@ -296,4 +296,11 @@ pe_status *par_fetch_wait(pe_par_exec *e, const char *const *fetch, int n_fetch)
 void par_zero_grads(pe_par_exec *e);
 pe_status *par_buffers_bind(pe_par_exec *e);
 
+/* par_homes.c: find the persistables e's graph updates on one place only
+ * (e->home_en, e->home_place), then make those places their homes in the
+ * model, or refuse (PE_EINVAL naming the variable and both places) when
+ * another graph claimed another place; claims are never released. */
+pe_status *par_find_homes(pe_par_exec *e);
+pe_status *par_claim_homes(pe_par_exec *e);
+
 #endif

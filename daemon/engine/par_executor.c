@@ -275,60 +275,6 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   return NULL;
 }
 
-/* The persistables the graph writes on exactly one place (e->home_en,
- * e->home_place). A name replicated on every place is written on every
- * place (AllReduce's optimizers, Reduce's parameter broadcast) or on none. */
-static pe_status *find_homes(pe_par_exec *e) {
-  const pe_graph *g = e->g;
-  int nl = g->n_lvars;
-  bool *written = calloc((size_t)(nl ? nl : 1), sizeof *written);
-  bool *seen = calloc((size_t)(nl ? nl : 1), sizeof *seen);
-  e->home_en = calloc((size_t)(nl ? nl : 1), sizeof *e->home_en);
-  e->home_place = calloc((size_t)(nl ? nl : 1), sizeof *e->home_place);
-  pe_status *st = written && seen && e->home_en && e->home_place ? NULL : OOM();
-  for (int i = 0; !st && i < g->n_nodes; i++)
-    for (int k = 0; k < g->nodes[i].n_out_lv; k++) written[g->nodes[i].out_lv[k]] = true;
-  for (int i = 0; !st && i < nl; i++) {
-    par_entry *en = e->lentry[i];
-    if (!en || !written[i] || seen[i]) continue;
-    uint64_t places = 0;
-    for (int j = i; j < nl; j++)
-      if (e->lentry[j] == en) {
-        seen[j] = true;
-        if (written[j]) places |= (uint64_t)1 << g->lvars[j].place;
-      }
-    if (places & (places - 1)) continue; /* more than one place */
-    e->home_en[e->n_homes] = en;
-    e->home_place[e->n_homes++] = g->lvars[i].place;
-  }
-  free(written);
-  free(seen);
-  return st;
-}
-
-/* Make e's one-place persistables' homes the model's (pe_par_exec_new). */
-static pe_status *claim_homes(pe_par_exec *e) {
-  pe_model *m = e->m;
-  pe_status *st = NULL;
-  pthread_mutex_lock(&m->mu);
-  for (int i = 0; i < e->n_homes && !st; i++) {
-    const par_entry *en = e->home_en[i];
-    int home = atomic_load_explicit(&en->home, memory_order_relaxed);
-    if (en->home_claimed && home != e->home_place[i])
-      st = pe_error(PE_EINVAL,
-                    "'%s' is updated on place %d only by this graph and on place %d only by "
-                    "another graph of the model (different parameter owners under the reduce "
-                    "strategy): the two would keep two diverging values",
-                    en->name, e->home_place[i], home);
-  }
-  for (int i = 0; i < e->n_homes && !st; i++) {
-    atomic_store_explicit(&e->home_en[i]->home, e->home_place[i], memory_order_relaxed);
-    e->home_en[i]->home_claimed = true;
-  }
-  pthread_mutex_unlock(&m->mu);
-  return st;
-}
-
 pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   *out = NULL;
   if (!g) return pe_error(PE_EINVAL, "parallel executor: no graph");
@@ -378,7 +324,7 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   for (int i = 0; !st && i < g->n_lvars; i++) lv_batch[i] = g->lvars[i].feed;
   for (int i = 0; !st && i < g->n_nodes; i++) st = compile_node(e, i, lv_batch);
   free(lv_batch);
-  if (!st && !g->startup && e->n_places > 1) st = find_homes(e);
+  if (!st && !g->startup && e->n_places > 1) st = par_find_homes(e);
   if (!st) st = par_feeds_compile(e);
   if (!st && e->async) {
     e->end_ev = calloc((size_t)e->n_places * PE_STREAM_KINDS, sizeof(*e->end_ev));
@@ -387,7 +333,7 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
       for (int k = 0; !st && k < PE_STREAM_KINDS; k++)
         st = pe_event_get(e->dev[p], &e->end_ev[p * PE_STREAM_KINDS + k]);
   }
-  if (!st) st = claim_homes(e); /* last: nothing fails after it */
+  if (!st) st = par_claim_homes(e); /* last: nothing fails after it */
   if (st) {
     pe_par_exec_free(e);
     return pe_status_wrap(st, "parallel executor");
