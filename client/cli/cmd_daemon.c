@@ -96,12 +96,11 @@ static void print_status_text(const pe_client_status *s) {
   printf("requests %llu (%llu failed), runs %llu, queue depth %d, clients %d, programs %d\n",
          (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
          (unsigned long long)s->runs_total, s->queue_depth, s->clients, s->programs);
-  printf(
-      "resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
-      "cache %llu replies, %llu bytes, %llu evicted\n",
-      (unsigned long long)s->resends_answered, (unsigned long long)s->resends_waited,
-      (unsigned long long)s->resends_stale, (unsigned long long)s->reply_cache_entries,
-      (unsigned long long)s->reply_cache_bytes, (unsigned long long)s->reply_cache_evictions);
+  printf("resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
+         "cache %llu replies, %llu bytes, %llu evicted\n",
+         (unsigned long long)s->resends_answered, (unsigned long long)s->resends_waited,
+         (unsigned long long)s->resends_stale, (unsigned long long)s->reply_cache_entries,
+         (unsigned long long)s->reply_cache_bytes, (unsigned long long)s->reply_cache_evictions);
   for (size_t i = 0; i < s->n_places; i++)
     printf("place %-8s %12lld bytes in use, %12lld cached\n", s->places[i].place,
            (long long)s->places[i].bytes_in_use, (long long)s->places[i].bytes_cached);

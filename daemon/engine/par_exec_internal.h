@@ -119,7 +119,7 @@ struct pe_par_exec {
   pe_tensor **lt;     /* [n_lvars] the tensor of each lvar */
   par_entry **lentry; /* [n_lvars] model entry of a persistable lvar, else NULL */
   /* Persistables this graph updates on one place only, and that place
-   * (pe_par_exec_claim_homes makes it their home). */
+   * (par_claim_homes makes it their home). */
   par_entry **home_en;
   int *home_place;
   int n_homes;

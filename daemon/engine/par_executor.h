@@ -41,7 +41,7 @@
  *     place order (the whole batch, as the sequential executor gives it);
  *   - persistable: the model's value: place 0's (all places hold the same
  *     after a run), or the one place this model's graphs update it on
- *     (pe_par_exec_claim_homes: Reduce's optimizer state);
+ *     (pe_par_exec_new: Reduce's optimizer state);
  *   - a parameter's gradient: the gradient of the whole batch, under every
  *     strategy: a copy of an all-reduced place's (AllReduce) or of the
  *     owner's (Reduce), or the places' gradients summed at fetch time in
@@ -162,7 +162,7 @@ bool pe_model_has(pe_model *m, const char *name);
  * to the model (valid until it is freed). */
 pe_status *pe_model_names(pe_model *m, const char ***names, int *n);
 /* Copy persistable `name` (the model's value: place 0's, or its home's,
- * pe_par_exec_claim_homes) into the host tensor out, after
+ * pe_par_exec_new) into the host tensor out, after
  * every run pushed before the call that writes it (engine ordering). */
 pe_status *pe_model_get(pe_model *m, const char *name, pe_tensor *out);
 /* Copy persistable `name` of place `place` (0..n_places-1) into host tensor
@@ -213,8 +213,8 @@ void pe_model_mark_release(pe_model_mark *mk);
  * else has_value[i] says whether out[i] got one (out[i] left empty if not).
  * mark (may be NULL): the snapshot's pe_model_changes(), run origins and
  * generator offset, read after the random ops of the runs before it
- * (release it with pe_model_mark_release; n == 0: no generator offset). On error every out[i] is
- * released. */
+ * (release it with pe_model_mark_release; n == 0: no generator offset).
+ * On error every out[i] is released. */
 pe_status *pe_model_get_many(pe_model *m, const char *const *names, int n, pe_tensor *out,
                              bool *has_value, pe_model_mark *mark);
 /* Set several persistables on every place as one engine op (all or none

@@ -66,7 +66,7 @@ typedef struct par_entry {
   /* The place whose value is the model's (pe_model_get*, checkpoints): 0,
    * or the one place a bound graph updates the name on (Reduce: the
    * optimizer state of a parameter lives with its owner; the other
-   * replicas keep their startup values). Set by pe_par_exec_claim_homes
+   * replicas keep their startup values). Set by par_claim_homes (par_homes.c)
    * (under the model's mu, with home_claimed), never unset; read without
    * the lock (fetches). */
   atomic_int home;

@@ -3,10 +3,10 @@
  * The random ops draw from a counter-based generator (core/rng.h). With
  * seed == 0 they use the program generator ctx->rng; with seed != 0 the
  * attribute is the seed, and the counters still come from the program
- * generator (pe_kernel_rng in ops/registry.h). Either way the op reserves one counter range for the
- * whole tensor before touching any element, and element i derives its value
- * from (seed, base + i) alone, so the result does not depend on how the loop
- * is split across threads.
+ * generator (pe_kernel_rng in ops/registry.h). Either way the op reserves
+ * one counter range for the whole tensor before touching any element, and
+ * element i derives its value from (seed, base + i) alone, so the result
+ * does not depend on how the loop is split across threads.
  *
  * gaussian_random: pe_rng_normal(seed, c) consumes the uniform counters 2c
  * and 2c+1. To keep a later op on the same generator from reusing those
