@@ -169,6 +169,11 @@ int pe_builder_append_backward(pe_builder *b, const char *loss);
 int pe_builder_sgd(pe_builder *b, float lr);
 int pe_builder_momentum(pe_builder *b, float lr, float mu, bool nesterov);
 int pe_builder_adam(pe_builder *b, float lr, float beta1, float beta2, float epsilon);
+/* L2 regularisation of every trainable parameter: the optimizer updates
+ * with grad + coeff * param (PyTorch's SGD/Adam weight_decay; Paddle's
+ * L2Decay). Any order with the optimizer setter; 0 (the default) is none.
+ * A finite coeff >= 0; with no optimizer at finish it is an error. */
+int pe_builder_weight_decay(pe_builder *b, float coeff);
 
 /* Serialise. On success *bytes is malloc'd (caller frees) and 0 returned.
  * An optimizer without a loss is an error (a loss without an optimizer

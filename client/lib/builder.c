@@ -420,6 +420,16 @@ int pe_builder_adam(pe_builder *b, float lr, float beta1, float beta2, float eps
   return 0;
 }
 
+int pe_builder_weight_decay(pe_builder *b, float coeff) {
+  if (!b || b->err) return -1;
+  if (!(coeff >= 0) || !isfinite(coeff)) {
+    peb_fail(b, "weight_decay %g must be finite and >= 0", coeff);
+    return -1;
+  }
+  b->weight_decay = coeff;
+  return 0;
+}
+
 /* --- serialisation
  * ----------------------------------------------------------------------------------- */
 
@@ -533,6 +543,10 @@ int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len) {
              b->opt_type);
     return -1;
   }
+  if (b->weight_decay > 0 && !b->opt_type) {
+    peb_fail(b, "finish: weight_decay %g is set but no optimizer", b->weight_decay);
+    return -1;
+  }
   pb_block blocks[2] = {0};
   Pe__BlockDesc *bp[2] = {&blocks[0].blk, &blocks[1].blk};
   int rc = -1;
@@ -556,6 +570,7 @@ int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len) {
       opt.beta1 = b->beta1;
       opt.beta2 = b->beta2;
       opt.epsilon = b->eps;
+      opt.weight_decay = b->weight_decay;
       train.optimizer = &opt;
     }
     prog.train = &train;

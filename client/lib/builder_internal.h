@@ -65,6 +65,7 @@ struct pe_builder {
   char *loss;
   char *opt_type; /* NULL: no optimizer */
   float lr, mu, beta1, beta2, eps;
+  float weight_decay; /* pe_builder_weight_decay; kept across optimizer setters */
   bool nesterov;
   b_counter counters[16];
   int n_counters;

@@ -46,7 +46,7 @@ typedef struct mf {
   int n_opts;
   /* optimizer, applied at the end */
   char opt_type[16];
-  float lr, mu, beta1, beta2, eps;
+  float lr, mu, beta1, beta2, eps, weight_decay;
   bool nesterov;
 } mf;
 
@@ -316,7 +316,9 @@ static int h_optimizer(mf *m) {
   m->beta1 = 0.9f;
   m->beta2 = 0.999f;
   m->eps = 1e-8f;
+  m->weight_decay = 0;
   if (opt_float(m, "lr", 0, 1e6f, &m->lr)) return -1;
+  if (opt_float(m, "weight_decay", 0, 1, &m->weight_decay)) return -1;
   if (m->lr < 0) return mf_fail(m, "optimizer: no learning rate (lr=...)");
   if (!strcmp(t, "momentum") && opt_float(m, "mu", 0, 1, &m->mu)) return -1;
   if (!strcmp(t, "adam") &&
@@ -359,8 +361,9 @@ static const mf_row rows[] = {
     {"flatten", 0, 0, "axis=", h_flatten, "flatten [axis=N]"},
     {"loss", 1, 1, "", h_loss, "loss softmax_with_cross_entropy|cross_entropy"},
     {"accuracy", 0, 0, "top=", h_accuracy, "accuracy [top=K]"},
-    {"optimizer", 1, 1, "lr= mu= nesterov beta1= beta2= epsilon=", h_optimizer,
-     "optimizer sgd|momentum|adam lr=X [mu=X] [nesterov] [beta1=X beta2=X epsilon=X]"},
+    {"optimizer", 1, 1, "lr= mu= nesterov beta1= beta2= epsilon= weight_decay=", h_optimizer,
+     "optimizer sgd|momentum|adam lr=X [mu=X] [nesterov] [beta1=X beta2=X epsilon=X] "
+     "[weight_decay=X]"},
 };
 #define N_ROWS (sizeof rows / sizeof rows[0])
 
@@ -446,6 +449,7 @@ static int finish(mf *m, pe_model_spec *out) {
   if (!m->loss) return mf_fail(m, "no 'loss' line");
   if (!m->acc) return mf_fail(m, "no 'accuracy' line");
   int rc = pe_builder_append_backward(m->b, m->loss);
+  if (!rc && m->weight_decay > 0) rc = pe_builder_weight_decay(m->b, m->weight_decay);
   if (!rc && !strcmp(m->opt_type, "sgd")) rc = pe_builder_sgd(m->b, m->lr);
   if (!rc && !strcmp(m->opt_type, "momentum"))
     rc = pe_builder_momentum(m->b, m->lr, m->mu, m->nesterov);

@@ -11,7 +11,13 @@
  *   <p>@MOMENT1, @MOMENT2    shape of p   = 0        (adam)
  *   <p>@BETA1POW, @BETA2POW  [1]          = beta1, beta2 (adam)
  * The update ops write the parameter and its state in place. The optimizer
- * kind is a table row: adding one is a row plus its state list. */
+ * kind is a table row: adding one is a row plus its state list.
+ * opt.weight_decay > 0 sets every update op's L2 regularisation (the
+ * attributes regularization_method "l2_decay" and regularization_coeff, as
+ * Paddle's momentum op has them): the kernel adds coeff * Param to the
+ * gradient, so the all-reduced gradient stays the loss's own and every
+ * strategy (sharded slices included) decays each element once. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +53,7 @@ static const opt_kind kinds[] = {
 
 /* Hyper-parameters with proto3's "0 means unset" resolved. */
 typedef struct hyper {
-  float lr, mu, beta1, beta2, eps;
+  float lr, mu, beta1, beta2, eps, weight_decay;
   bool nesterov;
 } hyper;
 
@@ -110,6 +116,10 @@ static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *
     PE_TRY(pe_op_set_float(op, "beta2", h->beta2));
     PE_TRY(pe_op_set_float(op, "epsilon", h->eps));
   }
+  if (h->weight_decay > 0.0f) {
+    PE_TRY(pe_op_set_string(op, "regularization_method", "l2_decay"));
+    PE_TRY(pe_op_set_float(op, "regularization_coeff", h->weight_decay));
+  }
   return NULL;
 }
 
@@ -126,9 +136,13 @@ pe_status *pe_pass_optimizer(pe_ir *ir) {
              p->opt.beta1 != 0.0f ? p->opt.beta1 : 0.9f,
              p->opt.beta2 != 0.0f ? p->opt.beta2 : 0.999f,
              p->opt.epsilon != 0.0f ? p->opt.epsilon : 1e-8f,
+             p->opt.weight_decay,
              p->opt.nesterov};
   if (!(h.lr > 0.0f))
     return pe_error(PE_EINVAL, "optimizer %s: learning rate %g must be > 0", k->type, (double)h.lr);
+  if (!(h.weight_decay >= 0.0f) || !isfinite(h.weight_decay))
+    return pe_error(PE_EINVAL, "optimizer %s: weight_decay %g must be finite and >= 0", k->type,
+                    (double)h.weight_decay);
   pe_block *main = pe_program_main(p);
   if (!main) return pe_error(PE_EINVAL, "optimizer: no main block");
   if (pe_block_find_var(p, main, LR_NAME))

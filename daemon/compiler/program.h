@@ -79,6 +79,7 @@ typedef struct pe_block {
 typedef struct pe_optimizer_desc {
   char *type; /* sgd | momentum | adam; NULL: none */
   float lr, momentum, beta1, beta2, epsilon;
+  float weight_decay; /* L2 coefficient; 0: none */
   bool nesterov;
 } pe_optimizer_desc;
 

@@ -179,6 +179,9 @@ static pe_status *check_program(const Pe__ProgramDesc *pd) {
     if (!finite_nonneg(od->epsilon))
       return pe_error(PE_EINVAL, "optimizer %s: epsilon %g must be finite and >= 0", od->type,
                       (double)od->epsilon);
+    if (!finite_nonneg(od->weight_decay))
+      return pe_error(PE_EINVAL, "optimizer %s: weight_decay %g must be finite and >= 0", od->type,
+                      (double)od->weight_decay);
   }
   return NULL;
 }
@@ -259,6 +262,7 @@ static pe_status *decode_into(pe_program *p, const Pe__ProgramDesc *pd) {
     p->opt.beta1 = od->beta1;
     p->opt.beta2 = od->beta2;
     p->opt.epsilon = od->epsilon;
+    p->opt.weight_decay = od->weight_decay;
   }
   return NULL;
 }
@@ -434,6 +438,7 @@ pe_status *pe_program_encode(const pe_program *p, uint8_t **buf, size_t *len) {
       od.beta1 = p->opt.beta1;
       od.beta2 = p->opt.beta2;
       od.epsilon = p->opt.epsilon;
+      od.weight_decay = p->opt.weight_decay;
       ts.optimizer = &od;
     }
     pd.train = &ts;

@@ -57,14 +57,16 @@ cudaError_t pe_cu_act_fwd(pe_cu_act a, const float *x, float *y, int64_t n, cuda
 /* relu reads x, tanh/sigmoid read y (the other may be NULL). */
 cudaError_t pe_cu_act_bwd(pe_cu_act a, const float *x, const float *y, const float *dy, float *dx,
                           int64_t n, cudaStream_t s);
-cudaError_t pe_cu_sgd(const float *p, const float *g, const float *lr, float *po, int64_t n,
-                      cudaStream_t s);
+/* wd: the L2 coefficient (pe_optimizer_l2_coeff; 0: none). */
+cudaError_t pe_cu_sgd(const float *p, const float *g, const float *lr, float wd, float *po,
+                      int64_t n, cudaStream_t s);
 cudaError_t pe_cu_momentum(const float *p, const float *g, const float *v, const float *lr,
-                           float mu, int nesterov, float *po, float *vo, int64_t n, cudaStream_t s);
+                           float mu, int nesterov, float wd, float *po, float *vo, int64_t n,
+                           cudaStream_t s);
 cudaError_t pe_cu_adam(const float *p, const float *g, const float *lr, const float *m1,
                        const float *m2, const float *b1pow, const float *b2pow, float b1, float b2,
-                       float eps, float *po, float *m1o, float *m2o, float *b1o, float *b2o,
-                       int64_t n, cudaStream_t s);
+                       float eps, float wd, float *po, float *m1o, float *m2o, float *b1o,
+                       float *b2o, int64_t n, cudaStream_t s);
 
 /* losses, reductions, metrics, batch norm (kernels_nn.cu) */
 cudaError_t pe_cu_swce(const float *x, const int64_t *hard, const float *soft, float *sm,

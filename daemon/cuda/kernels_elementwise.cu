@@ -202,16 +202,18 @@ __global__ void act_bwd_kernel(const float *x, const float *y, const float *dy, 
   }
 }
 
-__global__ void sgd_kernel(const float *p, const float *g, const float *lr, float *po, int64_t n) {
+// wd: the L2 coefficient (0: none); the gradient used is g + wd * p.
+__global__ void sgd_kernel(const float *p, const float *g, const float *lr, float wd, float *po,
+                           int64_t n) {
   float l = *lr;
-  GRID_LOOP(i, n) po[i] = p[i] - l * g[i];
+  GRID_LOOP(i, n) po[i] = p[i] - l * (wd != 0.0f ? g[i] + wd * p[i] : g[i]);
 }
 
 __global__ void momentum_kernel(const float *p, const float *g, const float *v, const float *lr,
-                                float mu, int nesterov, float *po, float *vo, int64_t n) {
+                                float mu, int nesterov, float wd, float *po, float *vo, int64_t n) {
   float l = *lr;
   GRID_LOOP(i, n) {
-    float gi = g[i], vn = mu * v[i] + gi, pi = p[i];
+    float pi = p[i], gi = wd != 0.0f ? g[i] + wd * pi : g[i], vn = mu * v[i] + gi;
     vo[i] = vn;
     po[i] = nesterov ? pi - l * (gi + mu * vn) : pi - l * vn;
   }
@@ -219,13 +221,14 @@ __global__ void momentum_kernel(const float *p, const float *g, const float *v, 
 
 __global__ void adam_kernel(const float *p, const float *g, const float *lr, const float *m1,
                             const float *m2, const float *b1pow, const float *b2pow, float b1,
-                            float b2, float eps, float *po, float *m1o, float *m2o, int64_t n) {
+                            float b2, float eps, float wd, float *po, float *m1o, float *m2o,
+                            int64_t n) {
   double bp1 = *b1pow, bp2 = *b2pow;
   // The CPU rejects pows >= 1 with an error; here a NaN step makes it visible.
   float lr_t = (bp1 < 1.0 && bp2 < 1.0) ? (float)((double)*lr * sqrt(1.0 - bp2) / (1.0 - bp1))
                                         : __int_as_float(0x7fc00000);
   GRID_LOOP(i, n) {
-    float gi = g[i], pi = p[i];
+    float pi = p[i], gi = wd != 0.0f ? g[i] + wd * pi : g[i];
     float a = b1 * m1[i] + (1.0f - b1) * gi;
     float b = b2 * m2[i] + (1.0f - b2) * gi * gi;
     m1o[i] = a;
@@ -364,26 +367,27 @@ cudaError_t pe_cu_act_bwd(pe_cu_act a, const float *x, const float *y, const flo
   return cudaGetLastError();
 }
 
-cudaError_t pe_cu_sgd(const float *p, const float *g, const float *lr, float *po, int64_t n,
-                      cudaStream_t s) {
+cudaError_t pe_cu_sgd(const float *p, const float *g, const float *lr, float wd, float *po,
+                      int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  sgd_kernel<<<LAUNCH(n)>>>(p, g, lr, po, n);
+  sgd_kernel<<<LAUNCH(n)>>>(p, g, lr, wd, po, n);
   return cudaGetLastError();
 }
 
 cudaError_t pe_cu_momentum(const float *p, const float *g, const float *v, const float *lr,
-                           float mu, int nesterov, float *po, float *vo, int64_t n,
+                           float mu, int nesterov, float wd, float *po, float *vo, int64_t n,
                            cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  momentum_kernel<<<LAUNCH(n)>>>(p, g, v, lr, mu, nesterov, po, vo, n);
+  momentum_kernel<<<LAUNCH(n)>>>(p, g, v, lr, mu, nesterov, wd, po, vo, n);
   return cudaGetLastError();
 }
 
 cudaError_t pe_cu_adam(const float *p, const float *g, const float *lr, const float *m1,
                        const float *m2, const float *b1pow, const float *b2pow, float b1, float b2,
-                       float eps, float *po, float *m1o, float *m2o, float *b1o, float *b2o,
-                       int64_t n, cudaStream_t s) {
-  if (n > 0) adam_kernel<<<LAUNCH(n)>>>(p, g, lr, m1, m2, b1pow, b2pow, b1, b2, eps, po, m1o, m2o, n);
+                       float eps, float wd, float *po, float *m1o, float *m2o, float *b1o,
+                       float *b2o, int64_t n, cudaStream_t s) {
+  if (n > 0)
+    adam_kernel<<<LAUNCH(n)>>>(p, g, lr, m1, m2, b1pow, b2pow, b1, b2, eps, wd, po, m1o, m2o, n);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   adam_pows_kernel<<<1, 1, 0, s>>>(b1pow, b2pow, b1, b2, b1o, b2o);

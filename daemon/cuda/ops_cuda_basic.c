@@ -15,6 +15,7 @@
 
 #include "cuda/ops_cuda.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/op_tables.h"
 
 /* --- helpers ---------------------------------------------------------------- */
 
@@ -445,7 +446,8 @@ pe_status *pe_cuk_sgd(pe_kernel_ctx *c) {
   pe_tensor *p = pe_kin(c, 0, 0);
   return pe_cu_check(c,
                      pe_cu_sgd(pe_f32(p), pe_f32(pe_kin(c, 1, 0)), pe_f32(pe_kin(c, 2, 0)),
-                               pe_f32(pe_kout(c, 0, 0)), pe_tensor_numel(p), x->stream),
+                               pe_optimizer_l2_coeff(c->def, c->desc), pe_f32(pe_kout(c, 0, 0)),
+                               pe_tensor_numel(p), x->stream),
                      "sgd");
 }
 
@@ -456,7 +458,8 @@ pe_status *pe_cuk_momentum(pe_kernel_ctx *c) {
       c,
       pe_cu_momentum(pe_f32(p), pe_f32(pe_kin(c, 1, 0)), pe_f32(pe_kin(c, 2, 0)),
                      pe_f32(pe_kin(c, 3, 0)), pe_attr_f(c->def, c->desc, "mu"),
-                     pe_attr_b(c->def, c->desc, "use_nesterov"), pe_f32(pe_kout(c, 0, 0)),
+                     pe_attr_b(c->def, c->desc, "use_nesterov"),
+                     pe_optimizer_l2_coeff(c->def, c->desc), pe_f32(pe_kout(c, 0, 0)),
                      pe_f32(pe_kout(c, 1, 0)), pe_tensor_numel(p), x->stream),
       "momentum");
 }
@@ -470,8 +473,9 @@ pe_status *pe_cuk_adam(pe_kernel_ctx *c) {
                  pe_f32(pe_kin(c, 3, 0)), pe_f32(pe_kin(c, 4, 0)), pe_f32(pe_kin(c, 5, 0)),
                  pe_f32(pe_kin(c, 6, 0)), pe_attr_f(c->def, c->desc, "beta1"),
                  pe_attr_f(c->def, c->desc, "beta2"), pe_attr_f(c->def, c->desc, "epsilon"),
-                 pe_f32(pe_kout(c, 0, 0)), pe_f32(pe_kout(c, 1, 0)), pe_f32(pe_kout(c, 2, 0)),
-                 pe_f32(pe_kout(c, 3, 0)), pe_f32(pe_kout(c, 4, 0)), pe_tensor_numel(p), x->stream),
+                 pe_optimizer_l2_coeff(c->def, c->desc), pe_f32(pe_kout(c, 0, 0)),
+                 pe_f32(pe_kout(c, 1, 0)), pe_f32(pe_kout(c, 2, 0)), pe_f32(pe_kout(c, 3, 0)),
+                 pe_f32(pe_kout(c, 4, 0)), pe_tensor_numel(p), x->stream),
       "adam");
 }
 

@@ -251,6 +251,43 @@ START_TEST(inference_program) {
 }
 END_TEST
 
+/* Weight decay travels in the TrainSpec, set before or after the optimizer;
+ * a bad coefficient, or one with no optimizer, is an error. */
+START_TEST(weight_decay) {
+  for (int order = 0; order < 2; order++) {
+    pe_builder *b = pe_builder_new();
+    const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
+    const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
+    const char *loss = pe_builder_mean(
+        b, pe_builder_softmax_with_cross_entropy(b, pe_builder_fc(b, x, 3, NULL), y, NULL));
+    ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
+    if (order == 0) ck_assert_int_eq(pe_builder_weight_decay(b, 5e-4f), 0);
+    ck_assert_int_eq(pe_builder_momentum(b, 0.1f, 0.9f, false), 0);
+    if (order == 1) ck_assert_int_eq(pe_builder_weight_decay(b, 5e-4f), 0);
+    uint8_t *bytes;
+    size_t len;
+    ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), 0);
+    pe_program *p = decode_valid(bytes, len);
+    ck_assert(p->opt.weight_decay == 5e-4f);
+    pe_program_free(p);
+    free(bytes);
+    pe_builder_free(b);
+  }
+  pe_builder *b = pe_builder_new();
+  ck_assert_int_eq(pe_builder_weight_decay(b, -1.0f), -1);
+  ck_assert_str_eq(pe_builder_error(b), "weight_decay -1 must be finite and >= 0");
+  pe_builder_free(b);
+  b = pe_builder_new();
+  pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
+  ck_assert_int_eq(pe_builder_weight_decay(b, 0.01f), 0);
+  uint8_t *bytes = NULL;
+  size_t len;
+  ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), -1);
+  ck_assert_str_eq(pe_builder_error(b), "finish: weight_decay 0.01 is set but no optimizer");
+  pe_builder_free(b);
+}
+END_TEST
+
 /* --- errors ------------------------------------------------------------------------- */
 
 START_TEST(first_error_sticks) {
@@ -386,6 +423,7 @@ static Suite *builder_suite(void) {
   tcase_add_test(tc, output_is_deterministic);
   tcase_add_test(tc, other_layers_validate);
   tcase_add_test(tc, inference_program);
+  tcase_add_test(tc, weight_decay);
   tcase_add_test(tc, first_error_sticks);
   tcase_add_test(tc, bad_layer_arguments);
   suite_add_tcase(s, tc);

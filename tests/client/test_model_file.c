@@ -78,6 +78,8 @@ START_TEST(errors_carry_the_line) {
   expect_parse_error("fc 10\n", "cnn:1: fc: no 'input' line before it");
   expect_parse_error(HEAD "fc 10\noptimizer sgd lr=0.1 mu=0.5\n",
                      "cnn:4: optimizer: option 'mu' does not apply");
+  expect_parse_error(HEAD "fc 10\noptimizer sgd lr=0.1 weight_decay=2\n",
+                     "cnn:4: optimizer: weight_decay '2' is not a number in [0, 1]");
   expect_parse_error(HEAD "fc 10\naccuracy\noptimizer sgd lr=0.1\n", "cnn: no 'loss' line");
   expect_parse_error(HEAD "fc 10\n" TAIL "fc 3\n", "cnn:7: fc: a layer after the 'loss' line");
   expect_parse_error(HEAD "dropout 1.5\n" TAIL, "cnn:3: dropout: probability '1.5'");
@@ -92,7 +94,7 @@ START_TEST(a_small_model_of_other_layers) {
       "conv2d 4 3x3 stride=1 pad=1\nbatch_norm act=relu\npool2d avg 2 stride=2\n"
       "flatten\nfc 16 act=tanh no_bias\nfc 3\n"
       "loss softmax_with_cross_entropy\naccuracy top=2\n"
-      "optimizer adam lr=0.001\n";
+      "optimizer adam lr=0.001 weight_decay=0.0005\n";
   pe_model_spec m;
   char err[512];
   ck_assert_msg(pe_model_file_parse(text, strlen(text), "tiny-src", &m, err, sizeof err) == 0, "%s",
@@ -107,6 +109,7 @@ START_TEST(a_small_model_of_other_layers) {
   PE_CK_OK(pe_program_decode(m.bytes, m.len, &p));
   PE_CK_OK(pe_program_validate(p));
   ck_assert_str_eq(p->opt.type, "adam");
+  ck_assert(p->opt.weight_decay == 0.0005f);
   ck_assert_str_eq(p->loss, m.loss);
   pe_var_desc *w = pe_block_find_var_local(pe_program_main(p), "conv2d_0.w");
   ck_assert_ptr_nonnull(w);

@@ -2,6 +2,7 @@
  * protobuf-c lets through (enums, dims, names, block graph) or catches
  * (garbage, truncation). */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,7 @@ static pe_program *sample_program(void) {
   p->opt.epsilon = 1e-7f;
   p->opt.momentum = 0.5f;
   p->opt.nesterov = true;
+  p->opt.weight_decay = 5e-4f;
   pe_var_desc *v;
   pe_shape sx = PE_SHAPE(-1, 4), sw = PE_SHAPE(4, 2), s1 = PE_SHAPE(1);
   PE_CK_OK(pe_block_add_var(m, "x", PE_F32, &sx, &v));
@@ -89,7 +91,7 @@ static void assert_program_eq(const pe_program *a, const pe_program *b) {
   ck_assert_str_eq(a->opt.type ? a->opt.type : "", b->opt.type ? b->opt.type : "");
   ck_assert(a->opt.lr == b->opt.lr && a->opt.beta1 == b->opt.beta1 && a->opt.beta2 == b->opt.beta2);
   ck_assert(a->opt.epsilon == b->opt.epsilon && a->opt.momentum == b->opt.momentum);
-  ck_assert(a->opt.nesterov == b->opt.nesterov);
+  ck_assert(a->opt.nesterov == b->opt.nesterov && a->opt.weight_decay == b->opt.weight_decay);
   ck_assert_int_eq(a->n_blocks, b->n_blocks);
   for (int bi = 0; bi < a->n_blocks; bi++) {
     const pe_block *x = a->blocks[bi], *y = b->blocks[bi];
@@ -358,6 +360,11 @@ START_TEST(bad_ops_and_optimizer) {
   od.learning_rate = 0.1f;
   od.beta1 = 1.5f;
   raw_expect(&r, "beta1", NULL);
+  od.beta1 = 0.0f;
+  od.weight_decay = -0.01f;
+  raw_expect(&r, "optimizer sgd: weight_decay -0.01 must be finite and >= 0", NULL);
+  od.weight_decay = NAN;
+  raw_expect(&r, "weight_decay nan", NULL);
 }
 END_TEST
 

@@ -71,10 +71,11 @@ static pe_program *program(const char *opt, net nt) {
   ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
   if (!strcmp(opt, "adam"))
     ck_assert_int_eq(pe_builder_adam(b, 0.002f, 0.9f, 0.999f, 1e-8f), 0);
-  else if (!strcmp(opt, "momentum"))
+  else if (!strncmp(opt, "momentum", 8))
     ck_assert_int_eq(pe_builder_momentum(b, 0.02f, 0.9f, false), 0);
   else
     ck_assert_int_eq(pe_builder_sgd(b, 0.1f), 0);
+  if (strstr(opt, "+l2")) ck_assert_int_eq(pe_builder_weight_decay(b, 0.01f), 0);
   return tb_finish(b);
 }
 
@@ -292,8 +293,10 @@ static const setting SETTINGS[] = {
     {PE_PLACE_SIM, 4, PE_SYNC_WAIT_EVENT, "sim:4 wait-event"},
     {PE_PLACE_SIM, 4, PE_SYNC_WAIT_PRODUCER, "sim:4 wait-producer"},
 };
-static const char *const OPTS[] = {"sgd", "momentum", "adam"};
-enum { N_SETTINGS = 4, N_OPTS = 3 };
+/* momentum+l2: with weight decay (each slice decays once, as AllReduce's
+ * every-place update does). */
+static const char *const OPTS[] = {"sgd", "momentum", "adam", "momentum+l2"};
+enum { N_SETTINGS = 4, N_OPTS = 4 };
 
 /* Loop index i: optimizer i / N_SETTINGS, setting i % N_SETTINGS. */
 START_TEST(equivalence) {
@@ -307,7 +310,7 @@ START_TEST(equivalence) {
   snprintf(when, sizeof when, "%s %s startup", opt, st->label);
   int n_vars = expect_models_equal(&ar, &sh, when, false);
   /* 4 parameters + learning rate, + 4 velocities, + 4 x (2 moments, 2 pows) */
-  ck_assert_int_eq(n_vars, !strcmp(opt, "adam") ? 21 : !strcmp(opt, "momentum") ? 9 : 5);
+  ck_assert_int_eq(n_vars, !strcmp(opt, "adam") ? 21 : !strncmp(opt, "momentum", 8) ? 9 : 5);
   pe_run_opts ro = {.sync = st->sync};
   float losses[STEPS];
   char curve[STEPS * 12] = "";

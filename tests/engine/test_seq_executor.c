@@ -350,6 +350,59 @@ START_TEST(adam_converges) {
 }
 END_TEST
 
+/* Weight decay: the program's optimizer weight_decay L makes the optimizer
+ * pass's updates minimise loss + L/2 |theta|^2 (theta = w and b), so
+ * training converges to the ridge solution of the same data,
+ * (2/N A^T A + L I) theta = 2/N A^T y with A = [x, 1], solved here in double;
+ * with L = 0.5 it lies far from the unregularised TRUE_W / TRUE_B. */
+static void ridge_solution(float lambda, double theta[4]) {
+  double m[4][5] = {{0}};
+  for (int i = 0; i < N_SAMPLES; i++) {
+    double a[4] = {0, 0, 0, 1}, y = TRUE_B;
+    for (int k = 0; k < 3; k++) {
+      a[k] = (float)pe_rng_uniform(99, (uint64_t)(i * 3 + k)) * 2 - 1; /* train()'s x */
+      y += a[k] * TRUE_W[k];
+    }
+    for (int r = 0; r < 4; r++) {
+      for (int c = 0; c < 4; c++) m[r][c] += 2.0 / N_SAMPLES * a[r] * a[c];
+      m[r][4] += 2.0 / N_SAMPLES * a[r] * y;
+    }
+  }
+  for (int r = 0; r < 4; r++) m[r][r] += lambda;
+  for (int c = 0; c < 4; c++) /* Gauss-Jordan: the matrix is symmetric positive definite */
+    for (int r = 0; r < 4; r++) {
+      if (r == c) continue;
+      double f = m[r][c] / m[c][c];
+      for (int k = c; k < 5; k++) m[r][k] -= f * m[c][k];
+    }
+  for (int r = 0; r < 4; r++) theta[r] = m[r][4] / m[r][r];
+}
+
+static void expect_ridge(const char *opt, float lr, int steps, float tol) {
+  const float lambda = 0.5f;
+  pe_program *p = regression_program(opt, lr);
+  p->opt.weight_decay = lambda;
+  float w[3], b, first;
+  train(p, steps, w, &b, &first);
+  double theta[4];
+  ridge_solution(lambda, theta);
+  for (int k = 0; k < 4; k++) {
+    float got = k < 3 ? w[k] : b, truth = k < 3 ? TRUE_W[k] : TRUE_B;
+    ck_assert_msg(fabs(got - theta[k]) < tol, "%s: theta[%d] = %.6f, ridge %.6f", opt, k, got,
+                  theta[k]);
+    ck_assert_msg(fabs(theta[k] - truth) > 0.05, "ridge theta[%d] %.6f too close to %.6f", k,
+                  theta[k], truth);
+  }
+  pe_program_free(p);
+}
+
+START_TEST(weight_decay_converges_to_ridge) {
+  expect_ridge("sgd", 0.3f, 400, 1e-4f);
+  expect_ridge("momentum", 0.05f, 300, 1e-4f);
+  expect_ridge("adam", 0.05f, 600, 1e-2f);
+}
+END_TEST
+
 START_TEST(optimizer_pass_structure) {
   pe_program *p = regression_program("adam", 0.01f);
   free(p->opt.type);
@@ -383,6 +436,27 @@ START_TEST(optimizer_pass_structure) {
   ck_assert_int_lt(pu_find_op(m, "adam", a + 2), 0);       /* only two params */
   const pe_attr *b1 = pe_op_find_attr(m->ops[a], "beta1"); /* 0 in opt: default */
   ck_assert(b1 && fabsf(b1->f - 0.9f) < 1e-7f);
+  ck_assert_ptr_null(pe_op_find_attr(m->ops[a], "regularization_method")); /* no weight decay */
+  pe_program_free(p);
+
+  /* weight_decay: every update op gets l2_decay and the coefficient; a
+   * negative one is refused. */
+  p = regression_program("momentum", 0.1f);
+  p->opt.weight_decay = 0.25f;
+  PU_OK(pe_program_compile(p, false));
+  m = pe_program_main(p);
+  for (int k = 0, at = -1; k < 2; k++) {
+    at = pu_find_op(m, "momentum", at + 1);
+    ck_assert_int_ge(at, 0);
+    const pe_attr *rm = pe_op_find_attr(m->ops[at], "regularization_method");
+    const pe_attr *rc = pe_op_find_attr(m->ops[at], "regularization_coeff");
+    ck_assert(rm && rc && !strcmp(rm->s, "l2_decay") && rc->f == 0.25f);
+  }
+  pe_program_free(p);
+  p = regression_program("sgd", 0.1f);
+  p->opt.weight_decay = -1.0f;
+  pu_expect(pe_passes_run(&(pe_ir){.prog = p}, "validate,backward,optimizer"), PE_EINVAL,
+            "optimizer sgd: weight_decay -1 must be finite and >= 0", NULL);
   pe_program_free(p);
 
   /* Without an optimizer type the pass changes nothing. */
@@ -462,6 +536,7 @@ static Suite *seq_exec_suite(void) {
   tcase_add_test(tc, sgd_converges);
   tcase_add_test(tc, momentum_converges);
   tcase_add_test(tc, adam_converges);
+  tcase_add_test(tc, weight_decay_converges_to_ridge);
   tcase_add_test(tc, optimizer_pass_structure);
   tcase_add_test(tc, client_model_trains);
   suite_add_tcase(s, tc);

@@ -176,6 +176,109 @@ START_TEST(large_in_place_update_matches_reference) {
 }
 END_TEST
 
+static void set_l2(pe_op_desc *op, const char *method, float coeff) {
+  PE_CK_OK(pe_op_set_string(op, "regularization_method", method));
+  PE_CK_OK(pe_op_set_float(op, "regularization_coeff", coeff));
+}
+
+START_TEST(momentum_l2_decay_two_steps) {
+  /* mu 0.9, lr 0.1, coeff 0.1; the gradient used is g + 0.1 w.
+   * step 1: g' = [1.1, -0.8]; v = g';  w = [0.89, 2.08]
+   * step 2: g' = [0.5 + 0.089, 0.5 + 0.208]; v = 0.9 [1.1, -0.8] + g' = [1.579, -0.012]
+   *         w = [0.89 - 0.1579, 2.08 + 0.0012] */
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "w", PE_SHAPE(2), (float[]){1, 2});
+  ph_set_f32(s, "v", PE_SHAPE(2), (float[]){0, 0});
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.1f});
+  pe_op_desc *op = momentum_op(false);
+  set_l2(op, "l2_decay", 0.1f);
+  set_grad(s, (float[]){1, -1}, 2);
+  PE_CK_OK(ph_run_op(s, op, NULL));
+  expect_values(s, "v", (double[]){1.1, -0.8}, 2);
+  expect_values(s, "w", (double[]){0.89, 2.08}, 2);
+  set_grad(s, (float[]){0.5f, 0.5f}, 2);
+  PE_CK_OK(ph_run_op(s, op, NULL));
+  expect_values(s, "v", (double[]){1.579, -0.012}, 2);
+  expect_values(s, "w", (double[]){0.7321, 2.0812}, 2);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+/* Each optimizer with l2_decay c on gradient g updates like the same
+ * optimizer without it on g + c * w (two steps, 1e5 elements: the parallel
+ * loop too); a coefficient without the method is no decay (Paddle's rule). */
+static pe_op_desc *opt_op(int kind) {
+  if (kind == 1) return momentum_op(true);
+  if (kind == 2) return adam_op();
+  return ph_op("sgd", "Param", "w", "Grad", "w@GRAD", "LearningRate", "lr", NULL, "ParamOut", "w",
+               NULL);
+}
+
+static pe_scope *opt_scope(int n) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "w", PE_SHAPE(n), -1, 1, 1);
+  ph_set_uniform(s, "v", PE_SHAPE(n), -1, 1, 2);
+  ph_set_uniform(s, "m1", PE_SHAPE(n), -1, 1, 3);
+  ph_set_uniform(s, "m2", PE_SHAPE(n), 0, 1, 4);
+  ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0.05f});
+  ph_set_f32(s, "b1p", PE_SHAPE(1), (float[]){0.9f});
+  ph_set_f32(s, "b2p", PE_SHAPE(1), (float[]){0.999f});
+  return s;
+}
+
+START_TEST(l2_decay_is_the_gradient_plus_coeff_times_param) {
+  enum { N = 100000 };
+  const float c = 0.03f;
+  int kind = _i;
+  pe_scope *dec = opt_scope(N), *ref = opt_scope(N), *off = opt_scope(N);
+  pe_op_desc *op_dec = opt_op(kind), *op_ref = opt_op(kind), *op_off = opt_op(kind);
+  set_l2(op_dec, "l2_decay", c);
+  set_l2(op_off, "", c);
+  for (int step = 0; step < 2; step++) {
+    pe_tensor *g = ph_set_uniform(dec, "w@GRAD", PE_SHAPE(N), -1, 1, 10 + step);
+    const float *w = pe_f32(ph_get(ref, "w"));
+    float *g2 = pe_f32(ph_set_uniform(ref, "w@GRAD", PE_SHAPE(N), 0, 0, 0));
+    for (int i = 0; i < N; i++) g2[i] = pe_f32(g)[i] + c * w[i];
+    ph_set_uniform(off, "w@GRAD", PE_SHAPE(N), -1, 1, 10 + step);
+    PE_CK_OK(ph_run_op(dec, op_dec, NULL));
+    PE_CK_OK(ph_run_op(ref, op_ref, NULL));
+    PE_CK_OK(ph_run_op(off, op_off, NULL));
+  }
+  const char *vars[] = {"w", "v", "m1", "m2"};
+  for (int k = 0; k < 4; k++) {
+    const float *a = pe_f32(ph_get(dec, vars[k])), *b = pe_f32(ph_get(ref, vars[k]));
+    for (int i = 0; i < N; i++)
+      ck_assert_msg(fabsf(a[i] - b[i]) <= 1e-6f * fmaxf(1, fabsf(b[i])),
+                    "kind %d %s[%d]: %.9g vs %.9g", kind, vars[k], i, a[i], b[i]);
+  }
+  /* Without the method the coefficient is ignored: the undecayed update. */
+  const float *w_off = pe_f32(ph_get(off, "w")), *w_dec = pe_f32(ph_get(dec, "w"));
+  pe_scope *plain = opt_scope(N);
+  pe_op_desc *op_plain = opt_op(kind);
+  for (int step = 0; step < 2; step++) {
+    ph_set_uniform(plain, "w@GRAD", PE_SHAPE(N), -1, 1, 10 + step);
+    PE_CK_OK(ph_run_op(plain, op_plain, NULL));
+  }
+  const float *w_plain = pe_f32(ph_get(plain, "w"));
+  int differ = 0;
+  for (int i = 0; i < N; i++) {
+    ck_assert_msg(w_off[i] == w_plain[i], "kind %d w[%d]: %.9g vs %.9g", kind, i, w_off[i],
+                  w_plain[i]);
+    differ += w_dec[i] != w_plain[i];
+  }
+  ck_assert_int_gt(differ, N / 2); /* the decay did change the update */
+  pe_op_desc_free(op_dec);
+  pe_op_desc_free(op_ref);
+  pe_op_desc_free(op_off);
+  pe_op_desc_free(op_plain);
+  pe_scope_free(dec);
+  pe_scope_free(ref);
+  pe_scope_free(off);
+  pe_scope_free(plain);
+}
+END_TEST
+
 START_TEST(inference_errors) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_uniform(s, "w", PE_SHAPE(3, 4), -1, 1, 1);
@@ -217,6 +320,15 @@ START_TEST(inference_errors) {
   ph_set_f32(s, "b1p", PE_SHAPE(1), (float[]){1.0f});
   expect_errors(ph_run_op(s, op, NULL), PE_EINVAL, "Beta1Pow 'b1p' = 1", "Param 'w'",
                 (const char *)NULL);
+  ph_set_f32(s, "b1p", PE_SHAPE(1), (float[]){0.9f});
+  /* Regularisation: a known method and a finite coefficient >= 0. */
+  set_l2(op, "l1_decay", 0.1f);
+  expect_errors(ph_infer_op(s, op, m, 5), PE_EATTR, "adam",
+                "regularization_method = 'l1_decay' unknown", (const char *)NULL);
+  set_l2(op, "l2_decay", -0.1f);
+  expect_error(ph_infer_op(s, op, m, 5), PE_EATTR, "regularization_coeff = -0.1");
+  set_l2(op, "l2_decay", NAN);
+  expect_error(ph_run_op(s, op, NULL), PE_EATTR, "regularization_coeff = nan");
   pe_op_desc_free(op);
   pe_scope_free(s);
 }
@@ -230,6 +342,8 @@ static Suite *optimizer_suite(void) {
   tcase_add_test(tc, momentum_nesterov_two_steps);
   tcase_add_test(tc, adam_two_steps);
   tcase_add_test(tc, large_in_place_update_matches_reference);
+  tcase_add_test(tc, momentum_l2_decay_two_steps);
+  tcase_add_loop_test(tc, l2_decay_is_the_gradient_plus_coeff_times_param, 0, 3);
   tcase_add_test(tc, inference_errors);
   suite_add_tcase(s, tc);
   return s;

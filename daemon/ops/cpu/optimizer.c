@@ -18,8 +18,14 @@
  *             p -= lr_t * m1 / (sqrt(m2) + eps)
  *             b1pow *= b1;  b2pow *= b2   (after the update: lr_t uses the old pows)
  * The Beta*Pow tensors start at beta (startup), so the first step uses
- * 1 - beta, the bias correction of step 1. */
+ * 1 - beta, the bias correction of step 1.
+ *
+ * L2 regularisation (Paddle's momentum attributes, on all three here):
+ * regularization_method "l2_decay" with regularization_coeff c uses
+ * g + c * p for the gradient g in the formulas above (PyTorch's
+ * weight_decay of SGD and Adam); "" (the default) leaves g as it is. */
 #include <math.h>
+#include <string.h>
 
 #include "ops/op_tables.h"
 
@@ -80,6 +86,26 @@ static void out_like(pe_infer_ctx *c, int out_slot, int in_slot) {
   pe_infer_set(c, out_slot, m->dtype, &m->shape);
 }
 
+/* regularization_method and regularization_coeff: "" or "l2_decay" with a
+ * finite coefficient >= 0 (the kernels assume it). */
+static pe_status *check_regularization(pe_infer_ctx *c) {
+  const char *m = pe_attr_s(c->def, c->desc, "regularization_method");
+  float coeff = pe_attr_f(c->def, c->desc, "regularization_coeff");
+  if (m[0] && strcmp(m, "l2_decay") != 0)
+    return pe_infer_error(
+        c, PE_EATTR, "attribute regularization_method = '%.32s' unknown (\"\" or l2_decay)", m);
+  if (!(coeff >= 0.0f) || !isfinite(coeff))
+    return pe_infer_error(
+        c, PE_EATTR, "attribute regularization_coeff = %g must be finite and >= 0", (double)coeff);
+  return NULL;
+}
+
+float pe_optimizer_l2_coeff(const pe_op_def *d, const pe_op_desc *op) {
+  return strcmp(pe_attr_s(d, op, "regularization_method"), "l2_decay") == 0
+             ? pe_attr_f(d, op, "regularization_coeff")
+             : 0.0f;
+}
+
 /* --- sgd ----------------------------------------------------------------------- */
 
 static pe_status *sgd_infer(pe_infer_ctx *c) {
@@ -87,6 +113,7 @@ static pe_status *sgd_infer(pe_infer_ctx *c) {
   PE_TRY(expect_param(c, SGD_PARAM, &p));
   PE_TRY(expect_like(c, SGD_GRAD, SGD_PARAM));
   PE_TRY(expect_scalar(c, SGD_LR));
+  PE_TRY(check_regularization(c));
   out_like(c, SGD_PARAM_OUT, SGD_PARAM);
   return NULL;
 }
@@ -95,10 +122,11 @@ static pe_status *sgd_kernel(pe_kernel_ctx *c) {
   const float *p = pe_f32(pe_kin(c, SGD_PARAM, 0)), *g = pe_f32(pe_kin(c, SGD_GRAD, 0));
   float *po = pe_f32(pe_kout(c, SGD_PARAM_OUT, 0));
   float lr = pe_f32(pe_kin(c, SGD_LR, 0))[0];
+  float wd = pe_optimizer_l2_coeff(c->def, c->desc);
   int64_t n = pe_tensor_numel(pe_kin(c, SGD_PARAM, 0));
   int nt = pe_kernel_threads(c);
 #pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
-  for (int64_t i = 0; i < n; i++) po[i] = p[i] - lr * g[i];
+  for (int64_t i = 0; i < n; i++) po[i] = p[i] - lr * (wd != 0.0f ? g[i] + wd * p[i] : g[i]);
   return NULL;
 }
 
@@ -110,6 +138,7 @@ static pe_status *momentum_infer(pe_infer_ctx *c) {
   PE_TRY(expect_like(c, MOM_GRAD, MOM_PARAM));
   PE_TRY(expect_like(c, MOM_VELOCITY, MOM_PARAM));
   PE_TRY(expect_scalar(c, MOM_LR));
+  PE_TRY(check_regularization(c));
   out_like(c, MOM_PARAM_OUT, MOM_PARAM);
   out_like(c, MOM_VELOCITY_OUT, MOM_VELOCITY);
   return NULL;
@@ -122,11 +151,12 @@ static pe_status *momentum_kernel(pe_kernel_ctx *c) {
   float lr = pe_f32(pe_kin(c, MOM_LR, 0))[0];
   float mu = pe_attr_f(c->def, c->desc, "mu");
   bool nesterov = pe_attr_b(c->def, c->desc, "use_nesterov");
+  float wd = pe_optimizer_l2_coeff(c->def, c->desc);
   int64_t n = pe_tensor_numel(pe_kin(c, MOM_PARAM, 0));
   int nt = pe_kernel_threads(c);
 #pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
   for (int64_t i = 0; i < n; i++) {
-    float gi = g[i], vn = mu * v[i] + gi, pi = p[i];
+    float pi = p[i], gi = wd != 0.0f ? g[i] + wd * pi : g[i], vn = mu * v[i] + gi;
     vo[i] = vn;
     po[i] = nesterov ? pi - lr * (gi + mu * vn) : pi - lr * vn;
   }
@@ -151,6 +181,7 @@ static pe_status *adam_infer(pe_infer_ctx *c) {
   PE_TRY(expect_like(c, ADAM_M2, ADAM_PARAM));
   PE_TRY(expect_scalar(c, ADAM_B1POW));
   PE_TRY(expect_scalar(c, ADAM_B2POW));
+  PE_TRY(check_regularization(c));
   out_like(c, ADAM_PARAM_OUT, ADAM_PARAM);
   out_like(c, ADAM_M1_OUT, ADAM_M1);
   out_like(c, ADAM_M2_OUT, ADAM_M2);
@@ -177,11 +208,12 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
                            v1 ? v1 : "?", b1pow, v2 ? v2 : "?", b2pow, w ? w : "?");
   }
   float lr_t = (float)(lr * sqrt(1.0 - b2pow) / (1.0 - b1pow));
+  float wd = pe_optimizer_l2_coeff(c->def, c->desc);
   int64_t n = pe_tensor_numel(pe_kin(c, ADAM_PARAM, 0));
   int nt = pe_kernel_threads(c);
 #pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
   for (int64_t i = 0; i < n; i++) {
-    float gi = g[i], pi = p[i];
+    float pi = p[i], gi = wd != 0.0f ? g[i] + wd * pi : g[i];
     float a = b1 * m1[i] + (1.0f - b1) * gi;
     float b = b2 * m2[i] + (1.0f - b2) * gi * gi;
     m1o[i] = a;
@@ -198,7 +230,12 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
 static const pe_slot_def sgd_in[] = {
     {"Param", 1, 1, 0}, {"Grad", 1, 1, 0}, {"LearningRate", 1, 1, 0}, {NULL}};
 static const pe_slot_def sgd_out[] = {{"ParamOut", 1, 1, 0}, {NULL}};
-static const pe_attr_def no_attrs[] = {{NULL}};
+/* Every optimizer's L2 regularisation (check_regularization). */
+static const pe_attr_def sgd_attrs[] = {
+    {"regularization_method", PE_ATTR_STRING, false, 0, ""},
+    {"regularization_coeff", PE_ATTR_FLOAT, false, 0, NULL},
+    {NULL},
+};
 
 static const pe_slot_def momentum_in[] = {{"Param", 1, 1, 0},
                                           {"Grad", 1, 1, 0},
@@ -209,6 +246,8 @@ static const pe_slot_def momentum_out[] = {{"ParamOut", 1, 1, 0}, {"VelocityOut"
 static const pe_attr_def momentum_attrs[] = {
     {"mu", PE_ATTR_FLOAT, false, 0.9, NULL},
     {"use_nesterov", PE_ATTR_BOOL, false, 0, NULL},
+    {"regularization_method", PE_ATTR_STRING, false, 0, ""},
+    {"regularization_coeff", PE_ATTR_FLOAT, false, 0, NULL},
     {NULL},
 };
 
@@ -222,6 +261,8 @@ static const pe_attr_def adam_attrs[] = {
     {"beta1", PE_ATTR_FLOAT, false, 0.9, NULL},
     {"beta2", PE_ATTR_FLOAT, false, 0.999, NULL},
     {"epsilon", PE_ATTR_FLOAT, false, 1e-8, NULL},
+    {"regularization_method", PE_ATTR_STRING, false, 0, ""},
+    {"regularization_coeff", PE_ATTR_FLOAT, false, 0, NULL},
     {NULL},
 };
 
@@ -229,7 +270,7 @@ const pe_op_def pe_ops_optimizer[] = {
     {.type = "sgd",
      .inputs = sgd_in,
      .outputs = sgd_out,
-     .attrs = no_attrs,
+     .attrs = sgd_attrs,
      .flags = PE_OP_OPTIMIZER | PE_OP_NO_GRAD | PE_OP_ELEMENTWISE,
      .infer = sgd_infer,
      .kernel_cpu = sgd_kernel},
