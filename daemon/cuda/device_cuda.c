@@ -339,6 +339,11 @@ static pe_status *cuda_launch(pe_stream *base, pe_stream_fn fn, void *arg) {
   pe_status *st = set_device(base->dev);
   if (st) return st; /* not queued */
   pthread_mutex_lock(&s->launch_mu);
+  /* The runtime's last error is per thread: drop what an earlier call of
+   * this pool thread left (a failed event record, another place's launch),
+   * so that only fn's own failure is kept on this stream. A kept error is
+   * reported by every later sync of the stream. */
+  (void)cudaGetLastError();
   st = fn(arg);
   /* A launch failure fn did not check (bad configuration, sticky fault). */
   cudaError_t e = cudaGetLastError();

@@ -24,12 +24,14 @@
 
 static pe_status *dnn_check(pe_kernel_ctx *c, cudnnStatus_t s, const char *what) {
   if (s == CUDNN_STATUS_SUCCESS) return NULL;
+  (void)cudaGetLastError(); /* reported here (as pe_cu_check), not kept on the stream */
   return pe_kernel_error(c, PE_EBACKEND, "%s: cuDNN error %d (%s)", what, (int)s,
                          cudnnGetErrorString(s));
 }
 
 static pe_status *blas_check(pe_kernel_ctx *c, cublasStatus_t s, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS) return NULL;
+  (void)cudaGetLastError(); /* reported here (as pe_cu_check), not kept on the stream */
   return pe_kernel_error(c, PE_EBACKEND, "%s: cuBLAS error %d (%s)", what, (int)s,
                          cublasGetStatusString(s));
 }

@@ -111,12 +111,16 @@ pe_status *par_nccl_launch(xnode *x) {
   return st;
 }
 
+pe_status *par_model_nccl_finish(pe_model *m) {
+  pthread_mutex_lock(&m->nccl_mu);
+  pe_status *st = pe_nccl_wait(m->nccl, NCCL_FINISH_TIMEOUT_MS);
+  pthread_mutex_unlock(&m->nccl_mu);
+  return st ? pe_status_wrap(st, "collectives on %d cuda places", m->n_places) : NULL;
+}
+
 pe_status *par_nccl_finish(pe_par_exec *e) {
-  pthread_mutex_lock(&e->m->nccl_mu);
-  pe_status *st = pe_nccl_wait(e->m->nccl, NCCL_FINISH_TIMEOUT_MS);
-  pthread_mutex_unlock(&e->m->nccl_mu);
-  return st ? pe_status_wrap(st, "parallel executor: collectives on %d cuda places", e->n_places)
-            : NULL;
+  pe_status *st = par_model_nccl_finish(e->m);
+  return st ? pe_status_wrap(st, "parallel executor") : NULL;
 }
 
 #else

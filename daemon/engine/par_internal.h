@@ -115,6 +115,11 @@ struct pe_model {
   atomic_uint_fast64_t coll_seq; /* op ids of sim collectives */
 };
 
+/* par_coll_nccl.c (cuda builds, m->nccl set): wait for the places' comm
+ * streams while polling NCCL's asynchronous errors, with a time limit
+ * (pe_nccl_wait, which aborts the communicator on an error or timeout). */
+pe_status *par_model_nccl_finish(pe_model *m);
+
 /* Around a run's engine pushes (par_model_io.c): takes push_mu; a run that
  * writes persistables is a change, recorded with its origin o (client 0:
  * none). */

@@ -22,6 +22,18 @@ static void drain_places(pe_model *m) {
     }
 }
 
+/* NCCL errors, not hangs (cuda, more than one place). A run without fetches
+ * returns with its collectives in flight (par_async.c); the fence syncs and
+ * stream drains below would wait for a failed or stuck one with no limit,
+ * and after a failed one read values it never produced. */
+static pe_status *nccl_settled(pe_model *m) {
+#ifdef PE_HAVE_CUDA
+  if (m->nccl) return pe_status_wrap(par_model_nccl_finish(m), "model");
+#endif
+  (void)m;
+  return NULL;
+}
+
 typedef struct model_io {
   pe_model *m;
   par_entry **en; /* [n] */
@@ -205,6 +217,7 @@ static pe_status *find_entries(pe_model *m, const char *what, const char *const 
 
 static pe_status *get_fn(void *arg) {
   model_io *io = arg;
+  io->st = nccl_settled(io->m);
   for (int i = 0; i < io->n && !io->st; i++) {
     par_entry *en = io->en[i];
     int place = io->at[i];
@@ -325,6 +338,7 @@ static pe_status *set_fn(void *arg) {
   model_io *io = arg;
   /* Every value is checked before any is written: all or nothing. */
   for (int i = 0; i < io->n && !io->st; i++) io->st = check_value(io->en[i], &io->in[i]);
+  if (!io->st) io->st = nccl_settled(io->m);
   if (io->st) return NULL;
   drain_places(io->m);
   for (int i = 0; i < io->n && !io->st; i++)
