@@ -104,9 +104,12 @@ pe_status *par_nccl_launch(xnode *x) {
       pe_status_free(rs);
   }
   pthread_mutex_unlock(&e->rt->coll_mu);
+  /* A persistable writer (the startup broadcast) holds its engine variables
+   * until its collective ran. Waited for with NCCL's error poll and time
+   * limit, not an event sync: a stuck collective would block this pool
+   * worker, and the run with it, forever. */
+  if (!st && !skip && x->engine && x->writes_persistable) st = par_model_nccl_finish(e->m);
   if (st || skip) atomic_store_explicit(&x->sfail, true, memory_order_release);
-  if (!st && x->engine && x->writes_persistable)
-    for (int p = 0; p < np; p++) pe_status_free(pe_event_sync(x->ev[p]));
   if (e->tl) par_record(x, e->g->places[0], x->ev_stream[0]->name, t0);
   return st;
 }
