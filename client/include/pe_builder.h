@@ -175,6 +175,28 @@ int pe_builder_adam(pe_builder *b, float lr, float beta1, float beta2, float eps
  * A finite coeff >= 0; with no optimizer at finish it is an error. */
 int pe_builder_weight_decay(pe_builder *b, float coeff);
 
+/* A learning-rate schedule, counted in optimizer steps (one per batch):
+ * PyTorch's StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR (no
+ * restarts) and LinearLR, with an optional linear warmup of warmup_steps
+ * first. proto/program.proto (LrSchedule) has the formulas. The daemon keeps
+ * the step counter as model state (persistable, checkpointed and restored
+ * with the parameters), and writes learning_rate every step: a later
+ * SetParams of learning_rate is overwritten at the next step. */
+#define PE_B_MAX_MILESTONES 32
+typedef struct pe_lr_schedule_opts {
+  const char *type; /* constant | step | multistep | exponential | cosine | linear */
+  int64_t warmup_steps, decay_steps;
+  float gamma, min_lr;       /* 0: the kind's default (gamma 0.1 for step/multistep) */
+  int n_milestones;          /* at most PE_B_MAX_MILESTONES */
+  const int64_t *milestones; /* multistep: increasing step numbers */
+} pe_lr_schedule_opts;
+/* Any order with the optimizer setter; a later call replaces the schedule.
+ * The options are copied. Checked here: the type, counts and signs (finite,
+ * >= 0); the rest (decay_steps needed, gamma in (0, 1], min_lr below the
+ * learning rate, increasing milestones) by the daemon at Register. With no
+ * optimizer at finish it is an error. */
+int pe_builder_lr_schedule(pe_builder *b, const pe_lr_schedule_opts *s);
+
 /* Serialise. On success *bytes is malloc'd (caller frees) and 0 returned.
  * An optimizer without a loss is an error (a loss without an optimizer
  * only computes gradients). The builder

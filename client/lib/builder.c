@@ -430,6 +430,60 @@ int pe_builder_weight_decay(pe_builder *b, float coeff) {
   return 0;
 }
 
+int pe_builder_lr_schedule(pe_builder *b, const pe_lr_schedule_opts *s) {
+  static const char *const kinds[] = {"constant",    "step",   "multistep",
+                                      "exponential", "cosine", "linear"};
+  if (!b || b->err) return -1;
+  if (!s || !s->type) {
+    peb_fail(b, "lr_schedule: %s NULL", s ? "type is" : "options are");
+    return -1;
+  }
+  const char *k = NULL;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(s->type, kinds[i]) == 0) k = kinds[i];
+  if (!k) {
+    peb_fail(b,
+             "lr_schedule: unknown type '%.64s' (known: constant, step, multistep, exponential, "
+             "cosine, linear)",
+             s->type);
+    return -1;
+  }
+  if (s->warmup_steps < 0 || s->decay_steps < 0) {
+    bool w = s->warmup_steps < 0;
+    peb_fail(b, "lr_schedule %s: %s %lld must be >= 0", k, w ? "warmup_steps" : "decay_steps",
+             (long long)(w ? s->warmup_steps : s->decay_steps));
+    return -1;
+  }
+  if (!(s->gamma >= 0) || !isfinite(s->gamma) || !(s->min_lr >= 0) || !isfinite(s->min_lr)) {
+    bool g = !(s->gamma >= 0) || !isfinite(s->gamma);
+    peb_fail(b, "lr_schedule %s: %s %g must be finite and >= 0", k, g ? "gamma" : "min_lr",
+             g ? s->gamma : s->min_lr);
+    return -1;
+  }
+  if (s->n_milestones < 0) {
+    peb_fail(b, "lr_schedule %s: n_milestones %d must be >= 0", k, s->n_milestones);
+    return -1;
+  }
+  if (s->n_milestones > PE_B_MAX_MILESTONES) {
+    peb_fail(b, "lr_schedule %s: %d milestones (at most %d)", k, s->n_milestones,
+             PE_B_MAX_MILESTONES);
+    return -1;
+  }
+  if (s->n_milestones > 0 && !s->milestones) {
+    peb_fail(b, "lr_schedule %s: n_milestones %d but milestones is NULL", k, s->n_milestones);
+    return -1;
+  }
+  b_sched *d = &b->sched;
+  d->type = k;
+  d->warmup = s->warmup_steps;
+  d->decay = s->decay_steps;
+  d->gamma = s->gamma;
+  d->min_lr = s->min_lr;
+  d->n_ms = s->n_milestones;
+  if (s->n_milestones > 0) memcpy(d->ms, s->milestones, (size_t)s->n_milestones * sizeof d->ms[0]);
+  return 0;
+}
+
 /* --- serialisation
  * ----------------------------------------------------------------------------------- */
 
@@ -547,6 +601,10 @@ int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len) {
     peb_fail(b, "finish: weight_decay %g is set but no optimizer", b->weight_decay);
     return -1;
   }
+  if (b->sched.type && !b->opt_type) {
+    peb_fail(b, "finish: lr_schedule %s is set but no optimizer", b->sched.type);
+    return -1;
+  }
   pb_block blocks[2] = {0};
   Pe__BlockDesc *bp[2] = {&blocks[0].blk, &blocks[1].blk};
   int rc = -1;
@@ -555,6 +613,7 @@ int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len) {
   Pe__ProgramDesc prog = PE__PROGRAM_DESC__INIT;
   Pe__TrainSpec train = PE__TRAIN_SPEC__INIT;
   Pe__OptimizerDesc opt = PE__OPTIMIZER_DESC__INIT;
+  Pe__LrSchedule sched = PE__LR_SCHEDULE__INIT;
   prog.version = 1;
   prog.n_blocks = 2;
   prog.blocks = bp;
@@ -571,6 +630,16 @@ int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len) {
       opt.beta2 = b->beta2;
       opt.epsilon = b->eps;
       opt.weight_decay = b->weight_decay;
+      if (b->sched.type) {
+        sched.type = (char *)b->sched.type;
+        sched.warmup_steps = b->sched.warmup;
+        sched.decay_steps = b->sched.decay;
+        sched.gamma = b->sched.gamma;
+        sched.min_lr = b->sched.min_lr;
+        sched.n_milestones = (size_t)b->sched.n_ms;
+        sched.milestones = b->sched.n_ms ? b->sched.ms : NULL;
+        opt.lr_schedule = &sched;
+      }
       train.optimizer = &opt;
     }
     prog.train = &train;

@@ -59,6 +59,15 @@ typedef struct b_counter {
   int n;
 } b_counter;
 
+/* pe_builder_lr_schedule's options, copied. */
+typedef struct b_sched {
+  const char *type; /* a static kind name; NULL: no schedule */
+  int64_t warmup, decay;
+  float gamma, min_lr;
+  int n_ms;
+  int64_t ms[PE_B_MAX_MILESTONES];
+} b_sched;
+
 struct pe_builder {
   b_block main, startup;
   char *err; /* first error, sticky */
@@ -67,6 +76,7 @@ struct pe_builder {
   float lr, mu, beta1, beta2, eps;
   float weight_decay; /* pe_builder_weight_decay; kept across optimizer setters */
   bool nesterov;
+  b_sched sched; /* pe_builder_lr_schedule; kept across optimizer setters */
   b_counter counters[16];
   int n_counters;
 };

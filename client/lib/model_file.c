@@ -4,10 +4,10 @@
  * words listed as a row's flags are flags. Every keyword is a row of the
  * table below (arity, options, handler). Layers chain: each consumes the
  * current variable and makes its output current. Loss and accuracy read the
- * current variable as logits. The optimizer and the backward mark are
- * recorded at the end, so the file's order of `loss`, `accuracy` and
- * `optimizer` lines matters only for op order (pe_models.h emits loss, then
- * accuracy). */
+ * current variable as logits. The optimizer, its schedule and the backward
+ * mark are recorded at the end, so the file's order of `loss`, `accuracy`,
+ * `optimizer` and `schedule` lines matters only for op order (pe_models.h
+ * emits loss, then accuracy). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -48,6 +48,13 @@ typedef struct mf {
   char opt_type[16];
   float lr, mu, beta1, beta2, eps, weight_decay;
   bool nesterov;
+  /* schedule, applied at the end; sched_line 0: none */
+  int sched_line;
+  char sched_type[16];
+  long warmup, decay_steps;
+  float gamma, min_lr;
+  int n_milestones;
+  int64_t milestones[PE_B_MAX_MILESTONES];
 } mf;
 
 static int mf_fail(mf *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -130,6 +137,31 @@ static int parse_pair(mf *m, const char *what, const char *s, long min, int out[
 static int opt_pair(mf *m, const char *key, long min, int out[2]) {
   const char *v = opt_str(m, key);
   return v ? parse_pair(m, key, v, min, out) : 0;
+}
+
+/* "A,B,C": integers in [min, max], at most cap of them (absent: *n unchanged). */
+static int opt_long_list(mf *m, const char *key, long min, long max, int64_t *out, int cap,
+                         int *n) {
+  const char *v = opt_str(m, key);
+  if (!v) return 0;
+  int k = 0;
+  for (const char *p = v;;) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (k == cap) return mf_fail(m, "%s: %s '%s' has more than %d values", m->kw, key, v, cap);
+    char item[32];
+    if (len == 0 || len >= sizeof item)
+      return mf_fail(m, "%s: %s '%s' is not a comma-separated list of integers", m->kw, key, v);
+    memcpy(item, p, len);
+    item[len] = 0;
+    long x = 0;
+    if (parse_long(m, key, item, min, max, &x)) return -1;
+    out[k++] = x;
+    if (!e) break;
+    p = e + 1;
+  }
+  *n = k;
+  return 0;
 }
 
 static int opt_act(mf *m, pe_b_act *out) {
@@ -332,6 +364,32 @@ static int h_optimizer(mf *m) {
   return 0;
 }
 
+static int h_schedule(mf *m) {
+  static const char *const kinds[] = {"constant",    "step",   "multistep",
+                                      "exponential", "cosine", "linear"};
+  const char *t = m->pos[0];
+  if (m->sched_line) return mf_fail(m, "schedule: a second schedule line");
+  bool known = false;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) known |= !strcmp(t, kinds[i]);
+  if (!known)
+    return mf_fail(m,
+                   "schedule: unknown kind '%s' (known: constant, step, multistep, exponential, "
+                   "cosine, linear)",
+                   t);
+  m->warmup = m->decay_steps = 0;
+  m->gamma = m->min_lr = 0;
+  m->n_milestones = 0;
+  if (opt_long(m, "warmup", 0, 1L << 62, &m->warmup) ||
+      opt_long(m, "decay_steps", 0, 1L << 62, &m->decay_steps) ||
+      opt_float(m, "gamma", 0, 1, &m->gamma) || opt_float(m, "min_lr", 0, 1e6f, &m->min_lr) ||
+      opt_long_list(m, "milestones", 0, 1L << 62, m->milestones, PE_B_MAX_MILESTONES,
+                    &m->n_milestones))
+    return -1;
+  snprintf(m->sched_type, sizeof m->sched_type, "%s", t);
+  m->sched_line = m->line;
+  return 0;
+}
+
 /* --- the table ------------------------------------------------------------------------ */
 
 typedef struct mf_row {
@@ -364,6 +422,9 @@ static const mf_row rows[] = {
     {"optimizer", 1, 1, "lr= mu= nesterov beta1= beta2= epsilon= weight_decay=", h_optimizer,
      "optimizer sgd|momentum|adam lr=X [mu=X] [nesterov] [beta1=X beta2=X epsilon=X] "
      "[weight_decay=X]"},
+    {"schedule", 1, 1, "warmup= decay_steps= gamma= min_lr= milestones=", h_schedule,
+     "schedule constant|step|multistep|exponential|cosine|linear [warmup=N] [decay_steps=N] "
+     "[gamma=X] [min_lr=X] [milestones=A,B,C]"},
 };
 #define N_ROWS (sizeof rows / sizeof rows[0])
 
@@ -448,6 +509,24 @@ static int finish(mf *m, pe_model_spec *out) {
   if (!m->label) return mf_fail(m, "no 'label' line");
   if (!m->loss) return mf_fail(m, "no 'loss' line");
   if (!m->acc) return mf_fail(m, "no 'accuracy' line");
+  if (m->sched_line) {
+    /* the schedule's errors carry its line */
+    m->line = m->sched_line;
+    m->kw = "schedule";
+    if (!m->opt_type[0])
+      return mf_fail(m, "schedule: no 'optimizer' line (a schedule needs an optimizer)");
+    pe_lr_schedule_opts so = {.type = m->sched_type,
+                              .warmup_steps = m->warmup,
+                              .decay_steps = m->decay_steps,
+                              .gamma = m->gamma,
+                              .min_lr = m->min_lr,
+                              .n_milestones = m->n_milestones,
+                              .milestones = m->milestones};
+    if (pe_builder_lr_schedule(m->b, &so))
+      return mf_fail(m, "schedule: %s", pe_builder_error(m->b));
+    m->line = 0;
+    m->kw = "end of file";
+  }
   int rc = pe_builder_append_backward(m->b, m->loss);
   if (!rc && m->weight_decay > 0) rc = pe_builder_weight_decay(m->b, m->weight_decay);
   if (!rc && !strcmp(m->opt_type, "sgd")) rc = pe_builder_sgd(m->b, m->lr);

@@ -16,13 +16,19 @@
  * attributes regularization_method "l2_decay" and regularization_coeff, as
  * Paddle's momentum op has them): the kernel adds coeff * Param to the
  * gradient, so the all-reduced gradient stays the loss's own and every
- * strategy (sharded slices included) decays each element once. */
+ * strategy (sharded slices included) decays each element once.
+ * A learning-rate schedule (opt.sched) adds the persistable step counter
+ *   @LR_DECAY_COUNTER@       [1] int64    = 0
+ * and one lr_schedule op before the updates, which writes learning_rate from
+ * the counter and advances it (Paddle's @LR_DECAY_COUNTER@ and its decay ops,
+ * fused into one op). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler/pass.h"
+#include "ops/lr_schedule.h"
 #include "ops/registry.h"
 
 #define LR_NAME "learning_rate"
@@ -123,6 +129,29 @@ static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *
   return NULL;
 }
 
+/* The step counter and the lr_schedule op that writes learning_rate. */
+static pe_status *add_schedule(pe_block *main, pe_block *startup, const pe_optimizer_desc *o) {
+  pe_lr_params lp;
+  PE_TRY(pe_lr_params_from_desc(&o->sched, o->lr, &lp));
+  pe_shape one = PE_SHAPE(1);
+  if (pe_block_find_var_local(main, PE_LR_COUNTER_NAME))
+    return pe_error(PE_EINVAL, "optimizer: variable '%s' already exists", PE_LR_COUNTER_NAME);
+  PE_TRY(add_state(main, startup, PE_LR_COUNTER_NAME, PE_I64, &one, 0.0f));
+  pe_op_desc *op;
+  PE_TRY(pe_block_append_op(main, "lr_schedule", &op));
+  PE_TRY(pe_op_input1(op, "Step", PE_LR_COUNTER_NAME));
+  PE_TRY(pe_op_output1(op, "StepOut", PE_LR_COUNTER_NAME));
+  PE_TRY(pe_op_output1(op, "LearningRate", LR_NAME));
+  PE_TRY(pe_op_set_string(op, "schedule", pe_lr_kind_name(lp.kind)));
+  PE_TRY(pe_op_set_float(op, "base_lr", o->lr));
+  PE_TRY(pe_op_set_long(op, "warmup_steps", lp.warmup));
+  PE_TRY(pe_op_set_long(op, "decay_steps", lp.decay_steps));
+  PE_TRY(pe_op_set_float(op, "gamma", (float)lp.gamma));
+  PE_TRY(pe_op_set_float(op, "min_lr", (float)lp.min_lr));
+  if (lp.n_milestones > 0) PE_TRY(pe_op_set_ints(op, "milestones", lp.n_milestones, lp.milestones));
+  return NULL;
+}
+
 pe_status *pe_pass_optimizer(pe_ir *ir) {
   pe_program *p = ir->prog;
   if (!p->opt.type) return NULL;
@@ -170,6 +199,7 @@ pe_status *pe_pass_optimizer(pe_ir *ir) {
   if (!st) st = startup_block(p, &startup);
   pe_shape one = PE_SHAPE(1);
   if (!st) st = add_state(main, startup, LR_NAME, PE_F32, &one, h.lr);
+  if (!st && p->opt.sched.type) st = add_schedule(main, startup, &p->opt);
   for (int i = 0; !st && i < n_params; i++) st = add_update(main, startup, k, &h, params[i]);
   free(params);
   if (st) return pe_status_wrap(st, "optimizer %s", k->type);

@@ -67,6 +67,7 @@ void pe_program_free(pe_program *p) {
   free(p->blocks);
   free(p->loss);
   free(p->opt.type);
+  free(p->opt.sched.type);
   free(p);
 }
 
@@ -386,7 +387,10 @@ pe_status *pe_program_clone(const pe_program *p, pe_program **out) {
   if (p->loss && !(c->loss = strdup(p->loss))) st = OOM("loss");
   c->opt = p->opt;
   c->opt.type = NULL;
+  c->opt.sched.type = NULL;
   if (!st && p->opt.type && !(c->opt.type = strdup(p->opt.type))) st = OOM("optimizer");
+  if (!st && p->opt.sched.type && !(c->opt.sched.type = strdup(p->opt.sched.type)))
+    st = OOM("lr_schedule");
   for (int bi = 0; !st && bi < p->n_blocks; bi++) {
     const pe_block *b = p->blocks[bi];
     pe_block *nb;

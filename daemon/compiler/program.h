@@ -76,11 +76,23 @@ typedef struct pe_block {
   pe_op_desc **ops;
 } pe_block;
 
+/* A learning-rate schedule as the program states it (proto LrSchedule;
+ * ops/lr_schedule.h has the formula and the checks). */
+#define PE_LR_MAX_MILESTONES 32
+typedef struct pe_lr_schedule_desc {
+  char *type; /* constant | step | multistep | exponential | cosine | linear; NULL: none */
+  int64_t warmup_steps, decay_steps;
+  float gamma, min_lr; /* 0: unset */
+  int n_milestones;
+  int64_t milestones[PE_LR_MAX_MILESTONES];
+} pe_lr_schedule_desc;
+
 typedef struct pe_optimizer_desc {
   char *type; /* sgd | momentum | adam; NULL: none */
   float lr, momentum, beta1, beta2, epsilon;
   float weight_decay; /* L2 coefficient; 0: none */
   bool nesterov;
+  pe_lr_schedule_desc sched;
 } pe_optimizer_desc;
 
 typedef struct pe_program {
@@ -151,6 +163,11 @@ pe_attr *pe_op_find_attr(const pe_op_desc *op, const char *name);
  * validation (ops, shapes, order) is pe_program_validate's job. Sizes are
  * capped by the caller (transport). */
 pe_status *pe_program_decode(const uint8_t *buf, size_t len, pe_program **out);
+/* Check a protobuf OptimizerDesc (type, hyper-parameters, lr_schedule) and
+ * replace *out with it (out owns its strings); an empty type leaves *out as
+ * it is. Decode and Register's optimizer override both use it. */
+struct Pe__OptimizerDesc;
+pe_status *pe_optimizer_decode(const struct Pe__OptimizerDesc *od, pe_optimizer_desc *out);
 /* Encode to freshly malloc'd bytes. */
 pe_status *pe_program_encode(const pe_program *p, uint8_t **buf, size_t *len);
 

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "compiler/program.h"
+#include "ops/lr_schedule.h"
 #include "program.pb-c.h"
 
 /* Limits on what one program may declare. The transport caps the message
@@ -162,27 +163,65 @@ static pe_status *check_program(const Pe__ProgramDesc *pd) {
   const Pe__TrainSpec *ts = pd->train;
   if (ts && ts->loss[0] && strlen(ts->loss) >= PB_MAX_NAME)
     return pe_error(PE_EINVAL, "train.loss name is longer than %d bytes", PB_MAX_NAME - 1);
-  const Pe__OptimizerDesc *od = ts ? ts->optimizer : NULL;
-  if (od && od->type[0]) {
-    if (strcmp(od->type, "sgd") && strcmp(od->type, "momentum") && strcmp(od->type, "adam"))
-      return pe_error(PE_EINVAL, "optimizer type '%.64s' unknown (sgd, momentum, adam)", od->type);
-    if (!isfinite(od->learning_rate) || od->learning_rate <= 0.0f)
-      return pe_error(PE_EINVAL, "optimizer %s: learning_rate %g must be finite and > 0", od->type,
-                      (double)od->learning_rate);
-    if (!finite_nonneg(od->momentum) || od->momentum >= 1.0f)
-      return pe_error(PE_EINVAL, "optimizer %s: momentum %g must be in [0, 1)", od->type,
-                      (double)od->momentum);
-    if (!finite_nonneg(od->beta1) || od->beta1 >= 1.0f || !finite_nonneg(od->beta2) ||
-        od->beta2 >= 1.0f)
-      return pe_error(PE_EINVAL, "optimizer %s: beta1 %g / beta2 %g must be in [0, 1)", od->type,
-                      (double)od->beta1, (double)od->beta2);
-    if (!finite_nonneg(od->epsilon))
-      return pe_error(PE_EINVAL, "optimizer %s: epsilon %g must be finite and >= 0", od->type,
-                      (double)od->epsilon);
-    if (!finite_nonneg(od->weight_decay))
-      return pe_error(PE_EINVAL, "optimizer %s: weight_decay %g must be finite and >= 0", od->type,
-                      (double)od->weight_decay);
+  return NULL;
+}
+
+/* --- optimizer ------------------------------------------------------------- */
+
+pe_status *pe_optimizer_decode(const Pe__OptimizerDesc *od, pe_optimizer_desc *out) {
+  if (!od->type[0]) return NULL; /* proto3: an empty message is no optimizer */
+  if (strcmp(od->type, "sgd") && strcmp(od->type, "momentum") && strcmp(od->type, "adam"))
+    return pe_error(PE_EINVAL, "optimizer type '%.64s' unknown (sgd, momentum, adam)", od->type);
+  if (!isfinite(od->learning_rate) || od->learning_rate <= 0.0f)
+    return pe_error(PE_EINVAL, "optimizer %s: learning_rate %g must be finite and > 0", od->type,
+                    (double)od->learning_rate);
+  if (!finite_nonneg(od->momentum) || od->momentum >= 1.0f)
+    return pe_error(PE_EINVAL, "optimizer %s: momentum %g must be in [0, 1)", od->type,
+                    (double)od->momentum);
+  if (!finite_nonneg(od->beta1) || od->beta1 >= 1.0f || !finite_nonneg(od->beta2) ||
+      od->beta2 >= 1.0f)
+    return pe_error(PE_EINVAL, "optimizer %s: beta1 %g / beta2 %g must be in [0, 1)", od->type,
+                    (double)od->beta1, (double)od->beta2);
+  if (!finite_nonneg(od->epsilon))
+    return pe_error(PE_EINVAL, "optimizer %s: epsilon %g must be finite and >= 0", od->type,
+                    (double)od->epsilon);
+  if (!finite_nonneg(od->weight_decay))
+    return pe_error(PE_EINVAL, "optimizer %s: weight_decay %g must be finite and >= 0", od->type,
+                    (double)od->weight_decay);
+  pe_optimizer_desc o = {0};
+  const Pe__LrSchedule *ls = od->lr_schedule;
+  if (ls && ls->type[0]) {
+    if (ls->n_milestones > PE_LR_MAX_MILESTONES)
+      return pe_error(PE_EINVAL, "optimizer %s: lr_schedule %.64s: %zu milestones (at most %d)",
+                      od->type, ls->type, ls->n_milestones, PE_LR_MAX_MILESTONES);
+    o.sched.type = (char *)ls->type; /* borrowed until the check passes */
+    o.sched.warmup_steps = ls->warmup_steps;
+    o.sched.decay_steps = ls->decay_steps;
+    o.sched.gamma = ls->gamma;
+    o.sched.min_lr = ls->min_lr;
+    o.sched.n_milestones = (int)ls->n_milestones;
+    for (size_t i = 0; i < ls->n_milestones; i++) o.sched.milestones[i] = ls->milestones[i];
+    pe_lr_params lp;
+    PE_TRY(pe_status_wrap(pe_lr_params_from_desc(&o.sched, od->learning_rate, &lp), "optimizer %s",
+                          od->type));
   }
+  o.type = strdup(od->type);
+  o.sched.type = o.sched.type ? strdup(o.sched.type) : NULL;
+  if (!o.type || (ls && ls->type[0] && !o.sched.type)) {
+    free(o.type);
+    free(o.sched.type);
+    return pe_error(PE_ENOMEM, "decode: out of memory (optimizer)");
+  }
+  o.lr = od->learning_rate;
+  o.momentum = od->momentum;
+  o.nesterov = od->nesterov;
+  o.beta1 = od->beta1;
+  o.beta2 = od->beta2;
+  o.epsilon = od->epsilon;
+  o.weight_decay = od->weight_decay;
+  free(out->type);
+  free(out->sched.type);
+  *out = o;
   return NULL;
 }
 
@@ -252,18 +291,7 @@ static pe_status *decode_into(pe_program *p, const Pe__ProgramDesc *pd) {
   const Pe__TrainSpec *ts = pd->train;
   if (ts && ts->loss[0] && !(p->loss = strdup(ts->loss)))
     return pe_error(PE_ENOMEM, "decode: out of memory");
-  const Pe__OptimizerDesc *od = ts ? ts->optimizer : NULL;
-  if (od) {
-    if (od->type[0] && !(p->opt.type = strdup(od->type)))
-      return pe_error(PE_ENOMEM, "decode: out of memory");
-    p->opt.lr = od->learning_rate;
-    p->opt.momentum = od->momentum;
-    p->opt.nesterov = od->nesterov;
-    p->opt.beta1 = od->beta1;
-    p->opt.beta2 = od->beta2;
-    p->opt.epsilon = od->epsilon;
-    p->opt.weight_decay = od->weight_decay;
-  }
+  if (ts && ts->optimizer) PE_TRY(pe_optimizer_decode(ts->optimizer, &p->opt));
   return NULL;
 }
 
@@ -422,6 +450,7 @@ pe_status *pe_program_encode(const pe_program *p, uint8_t **buf, size_t *len) {
   Pe__ProgramDesc pd = PE__PROGRAM_DESC__INIT;
   Pe__TrainSpec ts = PE__TRAIN_SPEC__INIT;
   Pe__OptimizerDesc od = PE__OPTIMIZER_DESC__INIT;
+  Pe__LrSchedule ls = PE__LR_SCHEDULE__INIT;
   pd.version = p->version;
   pd.main_block = p->main_block;
   pd.startup_block = p->startup_block;
@@ -439,6 +468,16 @@ pe_status *pe_program_encode(const pe_program *p, uint8_t **buf, size_t *len) {
       od.beta2 = p->opt.beta2;
       od.epsilon = p->opt.epsilon;
       od.weight_decay = p->opt.weight_decay;
+      if (p->opt.sched.type) {
+        ls.type = p->opt.sched.type;
+        ls.warmup_steps = p->opt.sched.warmup_steps;
+        ls.decay_steps = p->opt.sched.decay_steps;
+        ls.gamma = p->opt.sched.gamma;
+        ls.min_lr = p->opt.sched.min_lr;
+        ls.n_milestones = (size_t)p->opt.sched.n_milestones;
+        ls.milestones = (int64_t *)p->opt.sched.milestones;
+        od.lr_schedule = &ls;
+      }
       ts.optimizer = &od;
     }
     pd.train = &ts;

@@ -32,6 +32,7 @@ const pe_kernel_row pe_cuda_kernel_table[] = {
     {"tanh_grad", pe_cuk_tanh_grad, NULL},
     {"sigmoid", pe_cuk_sigmoid, NULL},
     {"sigmoid_grad", pe_cuk_sigmoid_grad, NULL},
+    {"lr_schedule", pe_cuk_lr_schedule, NULL},
     {"sgd", pe_cuk_sgd, NULL},
     {"momentum", pe_cuk_momentum, NULL},
     {"adam", pe_cuk_adam, NULL},

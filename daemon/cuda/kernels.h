@@ -57,6 +57,11 @@ cudaError_t pe_cu_act_fwd(pe_cu_act a, const float *x, float *y, int64_t n, cuda
 /* relu reads x, tanh/sigmoid read y (the other may be NULL). */
 cudaError_t pe_cu_act_bwd(pe_cu_act a, const float *x, const float *y, const float *dy, float *dx,
                           int64_t n, cudaStream_t s);
+/* lr_schedule: *lr = pe_lr_at(p, *step) and *step_out = *step + 1, by one
+ * thread (step_out may alias step). */
+struct pe_lr_params;
+cudaError_t pe_cu_lr_schedule(const int64_t *step, int64_t *step_out, float *lr,
+                              const struct pe_lr_params *p, cudaStream_t s);
 /* wd: the L2 coefficient (pe_optimizer_l2_coeff; 0: none). */
 cudaError_t pe_cu_sgd(const float *p, const float *g, const float *lr, float wd, float *po,
                       int64_t n, cudaStream_t s);

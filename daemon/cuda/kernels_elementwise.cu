@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "ops/lr_schedule.h"
 
 namespace {
 
@@ -202,6 +203,14 @@ __global__ void act_bwd_kernel(const float *x, const float *y, const float *dy, 
   }
 }
 
+// One thread: the cpu kernel's formula (ops/lr_schedule.h), in double.
+__global__ void lr_schedule_kernel(const int64_t *step, int64_t *step_out, float *lr,
+                                   pe_lr_params p) {
+  int64_t st = *step < 0 ? 0 : *step;
+  *lr = (float)pe_lr_at(&p, st);
+  *step_out = st < INT64_MAX ? st + 1 : st;
+}
+
 // wd: the L2 coefficient (0: none); the gradient used is g + wd * p.
 __global__ void sgd_kernel(const float *p, const float *g, const float *lr, float wd, float *po,
                            int64_t n) {
@@ -364,6 +373,12 @@ cudaError_t pe_cu_act_bwd(pe_cu_act a, const float *x, const float *y, const flo
     act_bwd_kernel<PE_CU_TANH><<<LAUNCH(n)>>>(x, y, dy, dx, n);
   else
     act_bwd_kernel<PE_CU_SIGMOID><<<LAUNCH(n)>>>(x, y, dy, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_lr_schedule(const int64_t *step, int64_t *step_out, float *lr,
+                              const pe_lr_params *p, cudaStream_t s) {
+  lr_schedule_kernel<<<1, 1, 0, s>>>(step, step_out, lr, *p);
   return cudaGetLastError();
 }
 

@@ -61,6 +61,7 @@ pe_status *pe_cuk_tanh(pe_kernel_ctx *c);
 pe_status *pe_cuk_tanh_grad(pe_kernel_ctx *c);
 pe_status *pe_cuk_sigmoid(pe_kernel_ctx *c);
 pe_status *pe_cuk_sigmoid_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_lr_schedule(pe_kernel_ctx *c);
 pe_status *pe_cuk_sgd(pe_kernel_ctx *c);
 pe_status *pe_cuk_momentum(pe_kernel_ctx *c);
 pe_status *pe_cuk_adam(pe_kernel_ctx *c);

@@ -15,6 +15,7 @@
 
 #include "cuda/ops_cuda.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/lr_schedule.h"
 #include "ops/op_tables.h"
 
 /* --- helpers ---------------------------------------------------------------- */
@@ -440,6 +441,17 @@ pe_status *pe_cuk_sigmoid_grad(pe_kernel_ctx *c) {
 }
 
 /* --- optimizers (the learning rate and the Adam powers stay on the device) ---------- */
+
+pe_status *pe_cuk_lr_schedule(pe_kernel_ctx *c) {
+  NEED(c, x);
+  pe_lr_params p;
+  PE_TRY(pe_lr_params_from_op(c->def, c->desc, &p));
+  return pe_cu_check(
+      c,
+      pe_cu_lr_schedule((const int64_t *)pe_kin(c, 0, 0)->data, (int64_t *)pe_kout(c, 0, 0)->data,
+                        pe_f32(pe_kout(c, 1, 0)), &p, x->stream),
+      "lr_schedule");
+}
 
 pe_status *pe_cuk_sgd(pe_kernel_ctx *c) {
   NEED(c, x);

@@ -21,5 +21,11 @@ extern const pe_op_def pe_ops_activation[];  /* relu, tanh, sigmoid, softmax (on
 extern const pe_op_def pe_ops_conv[];        /* conv2d (oneDNN) */
 extern const pe_op_def pe_ops_pool[];        /* pool2d (oneDNN) */
 extern const pe_op_def pe_ops_batch_norm[];  /* batch_norm (oneDNN) */
+extern const pe_op_def pe_ops_schedule[];    /* lr_schedule */
+/* The lr_schedule op's attributes as checked params (cpu and cuda kernels);
+ * PE_EATTR naming the attribute when they are not a valid schedule. */
+struct pe_lr_params;
+pe_status *pe_lr_params_from_op(const pe_op_def *d, const pe_op_desc *op,
+                                struct pe_lr_params *out);
 
 #endif

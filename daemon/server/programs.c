@@ -176,33 +176,11 @@ static pe_status *add_info(pe_var_info **arr, int *n, int *cap, const pe_var_des
   return NULL;
 }
 
+/* Register's optimizer override replaces the program's whole optimizer
+ * (weight decay and schedule included), checked as decode checks it. */
 static pe_status *apply_optimizer(pe_program *prog, const Pe__OptimizerDesc *od) {
   if (!od || !od->type || !od->type[0]) return NULL;
-  if (strcmp(od->type, "sgd") && strcmp(od->type, "momentum") && strcmp(od->type, "adam"))
-    return pe_error(PE_EINVAL,
-                    "register: options.optimizer.type '%.64s' unknown (sgd, momentum, adam)",
-                    od->type);
-  if (!isfinite(od->learning_rate) || od->learning_rate <= 0)
-    return pe_error(PE_EINVAL,
-                    "register: options.optimizer %s: learning_rate %g must be finite and > 0",
-                    od->type, (double)od->learning_rate);
-  if (!(od->momentum >= 0 && od->momentum < 1) || !(od->beta1 >= 0 && od->beta1 < 1) ||
-      !(od->beta2 >= 0 && od->beta2 < 1) || !(od->epsilon >= 0 && isfinite(od->epsilon)))
-    return pe_error(
-        PE_EINVAL,
-        "register: options.optimizer %s: momentum/beta1/beta2 must be in [0, 1), epsilon >= 0",
-        od->type);
-  char *t = strdup(od->type);
-  if (!t) return pe_error(PE_ENOMEM, "register: out of memory");
-  free(prog->opt.type);
-  prog->opt.type = t;
-  prog->opt.lr = od->learning_rate;
-  prog->opt.momentum = od->momentum;
-  prog->opt.nesterov = od->nesterov;
-  prog->opt.beta1 = od->beta1;
-  prog->opt.beta2 = od->beta2;
-  prog->opt.epsilon = od->epsilon;
-  return NULL;
+  return pe_status_wrap(pe_optimizer_decode(od, &prog->opt), "register: options.optimizer");
 }
 
 /* Decode, apply options, compile; fills the program's graphs and var infos. */

@@ -288,6 +288,161 @@ START_TEST(weight_decay) {
 }
 END_TEST
 
+/* A trainable x[4] -> fc 3 -> softmax_with_cross_entropy program, loss marked. */
+static pe_builder *trainable(void) {
+  pe_builder *b = pe_builder_new();
+  const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
+  const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
+  const char *loss = pe_builder_mean(
+      b, pe_builder_softmax_with_cross_entropy(b, pe_builder_fc(b, x, 3, NULL), y, NULL));
+  ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
+  return b;
+}
+
+/* The schedule travels in OptimizerDesc.lr_schedule, field by field, set
+ * before or after the optimizer; the options are copied. */
+START_TEST(lr_schedule) {
+  for (int kind = 0; kind < 2; kind++)
+    for (int order = 0; order < 2; order++) {
+      pe_builder *b = trainable();
+      int64_t ms[3] = {100, 250, 400};
+      pe_lr_schedule_opts so = {.type = "multistep",
+                                .warmup_steps = 10,
+                                .gamma = 0.5f,
+                                .n_milestones = 3,
+                                .milestones = ms};
+      if (kind == 1)
+        so = (pe_lr_schedule_opts){
+            .type = "cosine", .warmup_steps = 500, .decay_steps = 9000, .min_lr = 1e-4f};
+      char type[16];
+      snprintf(type, sizeof type, "%s", so.type);
+      so.type = type;
+      if (order == 0) ck_assert_int_eq(pe_builder_lr_schedule(b, &so), 0);
+      ck_assert_int_eq(pe_builder_adam(b, 0.01f, 0.9f, 0.999f, 1e-8f), 0);
+      if (order == 1) ck_assert_int_eq(pe_builder_lr_schedule(b, &so), 0);
+      /* the builder holds its own copies */
+      memset(ms, 0, sizeof ms);
+      memset(type, 0, sizeof type);
+      uint8_t *bytes;
+      size_t len;
+      ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), 0);
+      Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, len, bytes);
+      ck_assert_ptr_nonnull(pd);
+      ck_assert_ptr_nonnull(pd->train);
+      const Pe__OptimizerDesc *od = pd->train->optimizer;
+      ck_assert_ptr_nonnull(od);
+      ck_assert_str_eq(od->type, "adam");
+      ck_assert(od->learning_rate == 0.01f);
+      const Pe__LrSchedule *ls = od->lr_schedule;
+      ck_assert_ptr_nonnull(ls);
+      if (kind == 0) {
+        ck_assert_str_eq(ls->type, "multistep");
+        ck_assert_int_eq(ls->warmup_steps, 10);
+        ck_assert_int_eq(ls->decay_steps, 0);
+        ck_assert(ls->gamma == 0.5f);
+        ck_assert(ls->min_lr == 0.0f);
+        ck_assert_uint_eq(ls->n_milestones, 3);
+        ck_assert_int_eq(ls->milestones[0], 100);
+        ck_assert_int_eq(ls->milestones[1], 250);
+        ck_assert_int_eq(ls->milestones[2], 400);
+      } else {
+        ck_assert_str_eq(ls->type, "cosine");
+        ck_assert_int_eq(ls->warmup_steps, 500);
+        ck_assert_int_eq(ls->decay_steps, 9000);
+        ck_assert(ls->gamma == 0.0f);
+        ck_assert(ls->min_lr == 1e-4f);
+        ck_assert_uint_eq(ls->n_milestones, 0);
+      }
+      pe__program_desc__free_unpacked(pd, NULL);
+      /* and the daemon's decoder and validation accept it */
+      pe_program *p = decode_valid(bytes, len);
+      ck_assert_str_eq(p->opt.sched.type, kind ? "cosine" : "multistep");
+      pe_program_free(p);
+      free(bytes);
+      pe_builder_free(b);
+    }
+  /* no schedule: no lr_schedule message */
+  pe_builder *b = trainable();
+  ck_assert_int_eq(pe_builder_sgd(b, 0.1f), 0);
+  uint8_t *bytes;
+  size_t len;
+  ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), 0);
+  Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, len, bytes);
+  ck_assert_ptr_nonnull(pd);
+  ck_assert_ptr_null(pd->train->optimizer->lr_schedule);
+  pe__program_desc__free_unpacked(pd, NULL);
+  free(bytes);
+  pe_builder_free(b);
+}
+END_TEST
+
+/* Client-side checks name the value; the first error sticks; a schedule
+ * with no optimizer fails at finish. */
+START_TEST(lr_schedule_errors) {
+  int64_t ms[PE_B_MAX_MILESTONES + 1] = {0};
+  static const struct {
+    pe_lr_schedule_opts o;
+    const char *want;
+  } cases[] = {
+      {{.type = "poly"},
+       "lr_schedule: unknown type 'poly' (known: constant, step, multistep, exponential, cosine, "
+       "linear)"},
+      {{.type = NULL}, "lr_schedule: type is NULL"},
+      {{.type = "cosine", .warmup_steps = -3, .decay_steps = 10},
+       "lr_schedule cosine: warmup_steps -3 must be >= 0"},
+      {{.type = "step", .decay_steps = -1}, "lr_schedule step: decay_steps -1 must be >= 0"},
+      {{.type = "step", .decay_steps = 5, .gamma = -0.5f},
+       "lr_schedule step: gamma -0.5 must be finite and >= 0"},
+      {{.type = "exponential", .gamma = INFINITY},
+       "lr_schedule exponential: gamma inf must be finite and >= 0"},
+      {{.type = "linear", .decay_steps = 5, .min_lr = NAN},
+       "lr_schedule linear: min_lr nan must be finite and >= 0"},
+      {{.type = "cosine", .decay_steps = 5, .min_lr = -1e-3f},
+       "lr_schedule cosine: min_lr -0.001 must be finite and >= 0"},
+      {{.type = "multistep", .n_milestones = PE_B_MAX_MILESTONES + 1},
+       "lr_schedule multistep: 33 milestones (at most 32)"},
+      {{.type = "multistep", .n_milestones = -1},
+       "lr_schedule multistep: n_milestones -1 must be >= 0"},
+      {{.type = "multistep", .n_milestones = 2, .milestones = NULL},
+       "lr_schedule multistep: n_milestones 2 but milestones is NULL"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pe_builder *b = trainable();
+    pe_lr_schedule_opts o = cases[i].o;
+    if (o.n_milestones > 2) o.milestones = ms;
+    ck_assert_int_eq(pe_builder_lr_schedule(b, &o), -1);
+    ck_assert_msg(pe_builder_error(b) && strcmp(pe_builder_error(b), cases[i].want) == 0,
+                  "case %zu: want '%s', got '%s'", i, cases[i].want,
+                  pe_builder_error(b) ? pe_builder_error(b) : "(no error)");
+    /* sticky: a later good call fails with the same message */
+    ck_assert_int_eq(pe_builder_lr_schedule(b, &(pe_lr_schedule_opts){.type = "constant"}), -1);
+    ck_assert_str_eq(pe_builder_error(b), cases[i].want);
+    pe_builder_free(b);
+  }
+  pe_builder *b = pe_builder_new();
+  ck_assert_int_eq(pe_builder_lr_schedule(b, NULL), -1);
+  ck_assert_str_eq(pe_builder_error(b), "lr_schedule: options are NULL");
+  pe_builder_free(b);
+  /* Exactly 32 milestones pass the client; their order is the daemon's check. */
+  b = trainable();
+  ck_assert_int_eq(
+      pe_builder_lr_schedule(
+          b, &(pe_lr_schedule_opts){.type = "multistep", .n_milestones = 32, .milestones = ms}),
+      0);
+  pe_builder_free(b);
+  /* a schedule but no optimizer */
+  b = trainable();
+  pe_lr_schedule_opts so = {.type = "step", .decay_steps = 100};
+  ck_assert_int_eq(pe_builder_lr_schedule(b, &so), 0);
+  uint8_t *bytes = NULL;
+  size_t len;
+  ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), -1);
+  ck_assert_ptr_null(bytes);
+  ck_assert_str_eq(pe_builder_error(b), "finish: lr_schedule step is set but no optimizer");
+  pe_builder_free(b);
+}
+END_TEST
+
 /* --- errors ------------------------------------------------------------------------- */
 
 START_TEST(first_error_sticks) {
@@ -424,6 +579,8 @@ static Suite *builder_suite(void) {
   tcase_add_test(tc, other_layers_validate);
   tcase_add_test(tc, inference_program);
   tcase_add_test(tc, weight_decay);
+  tcase_add_test(tc, lr_schedule);
+  tcase_add_test(tc, lr_schedule_errors);
   tcase_add_test(tc, first_error_sticks);
   tcase_add_test(tc, bad_layer_arguments);
   suite_add_tcase(s, tc);

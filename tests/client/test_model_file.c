@@ -11,6 +11,7 @@
 #include "compiler/validate.h"
 #include "pe_model_file.h"
 #include "pe_models.h"
+#include "program.pb-c.h"
 #include "test_assert.h"
 
 static void conf_path(char *buf, size_t len, const char *name) {
@@ -121,6 +122,116 @@ START_TEST(a_small_model_of_other_layers) {
 }
 END_TEST
 
+/* Parse text (a small fc model); the packed ProgramDesc, unpacked. */
+static Pe__ProgramDesc *parse_unpacked(const char *text) {
+  pe_model_spec m;
+  char err[512];
+  ck_assert_msg(pe_model_file_parse(text, strlen(text), "sched", &m, err, sizeof err) == 0, "%s",
+                err);
+  /* the daemon accepts it */
+  pe_program *p = NULL;
+  PE_CK_OK(pe_program_decode(m.bytes, m.len, &p));
+  PE_CK_OK(pe_program_validate(p));
+  pe_program_free(p);
+  Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, m.len, m.bytes);
+  ck_assert_ptr_nonnull(pd);
+  pe_model_spec_release(&m);
+  ck_assert_ptr_nonnull(pd->train);
+  ck_assert_ptr_nonnull(pd->train->optimizer);
+  return pd;
+}
+
+#define FC_MODEL "input x 4\nlabel y\nfc 3\nloss softmax_with_cross_entropy\naccuracy\n"
+
+START_TEST(schedule_line) {
+  /* schedule before the optimizer line */
+  Pe__ProgramDesc *pd =
+      parse_unpacked(FC_MODEL
+                     "schedule multistep warmup=20 gamma=0.25 milestones=100,250,4000000000\n"
+                     "optimizer momentum lr=0.1 mu=0.9\n");
+  const Pe__OptimizerDesc *od = pd->train->optimizer;
+  ck_assert_str_eq(od->type, "momentum");
+  ck_assert(od->learning_rate == 0.1f);
+  const Pe__LrSchedule *ls = od->lr_schedule;
+  ck_assert_ptr_nonnull(ls);
+  ck_assert_str_eq(ls->type, "multistep");
+  ck_assert_int_eq(ls->warmup_steps, 20);
+  ck_assert_int_eq(ls->decay_steps, 0);
+  ck_assert(ls->gamma == 0.25f);
+  ck_assert(ls->min_lr == 0.0f);
+  ck_assert_uint_eq(ls->n_milestones, 3);
+  ck_assert_int_eq(ls->milestones[0], 100);
+  ck_assert_int_eq(ls->milestones[1], 250);
+  ck_assert_int_eq(ls->milestones[2], 4000000000LL);
+  pe__program_desc__free_unpacked(pd, NULL);
+  /* after it */
+  pd = parse_unpacked(FC_MODEL
+                      "optimizer adam lr=0.001\n"
+                      "schedule cosine warmup=500 decay_steps=9000 min_lr=0.0001\n");
+  ls = pd->train->optimizer->lr_schedule;
+  ck_assert_ptr_nonnull(ls);
+  ck_assert_str_eq(ls->type, "cosine");
+  ck_assert_int_eq(ls->warmup_steps, 500);
+  ck_assert_int_eq(ls->decay_steps, 9000);
+  ck_assert(ls->gamma == 0.0f);
+  ck_assert(ls->min_lr == 0.0001f);
+  ck_assert_uint_eq(ls->n_milestones, 0);
+  pe__program_desc__free_unpacked(pd, NULL);
+  /* no schedule line: no schedule */
+  pd = parse_unpacked(FC_MODEL "optimizer sgd lr=0.1\n");
+  ck_assert_ptr_null(pd->train->optimizer->lr_schedule);
+  pe__program_desc__free_unpacked(pd, NULL);
+}
+END_TEST
+
+/* Parse text; expect failure with exactly `want`. */
+static void expect_parse_error_eq(const char *text, const char *want) {
+  pe_model_spec m;
+  char err[512] = "";
+  int rc = pe_model_file_parse(text, strlen(text), "cnn", &m, err, sizeof err);
+  ck_assert_msg(rc == -1, "parsed, expected error '%s'", want);
+  ck_assert_str_eq(err, want);
+}
+
+START_TEST(schedule_errors_carry_the_line) {
+  expect_parse_error_eq(FC_MODEL "optimizer sgd lr=0.1\nschedule poly decay_steps=10\n",
+                        "cnn:7: schedule: unknown kind 'poly' (known: constant, step, multistep, "
+                        "exponential, cosine, linear)");
+  expect_parse_error_eq(FC_MODEL "schedule multistep milestones=10,x,30\n",
+                        "cnn:6: schedule: milestones 'x' is not an integer in "
+                        "[0, 4611686018427387904]");
+  expect_parse_error_eq(FC_MODEL "schedule multistep milestones=10,,30\n",
+                        "cnn:6: schedule: milestones '10,,30' is not a comma-separated list of "
+                        "integers");
+  expect_parse_error_eq(FC_MODEL "schedule multistep milestones=10,20,\n",
+                        "cnn:6: schedule: milestones '10,20,' is not a comma-separated list of "
+                        "integers");
+  expect_parse_error_eq(FC_MODEL "schedule multistep milestones=-5\n",
+                        "cnn:6: schedule: milestones '-5' is not an integer in "
+                        "[0, 4611686018427387904]");
+  char list[256] = "1", text[512], want[512];
+  for (int i = 2; i <= 33; i++) snprintf(list + strlen(list), sizeof list - strlen(list), ",%d", i);
+  snprintf(text, sizeof text, FC_MODEL "schedule multistep milestones=%s\n", list);
+  snprintf(want, sizeof want, "cnn:6: schedule: milestones '%s' has more than 32 values", list);
+  expect_parse_error_eq(text, want);
+  expect_parse_error_eq(FC_MODEL "schedule step decay_steps=-1\n",
+                        "cnn:6: schedule: decay_steps '-1' is not an integer in "
+                        "[0, 4611686018427387904]");
+  expect_parse_error_eq(FC_MODEL "schedule step decay_steps=10 gamma=2\n",
+                        "cnn:6: schedule: gamma '2' is not a number in [0, 1]");
+  expect_parse_error_eq(FC_MODEL "schedule step decay_steps=10 mu=0.9\n",
+                        "cnn:6: schedule: unknown option 'mu' (usage: schedule "
+                        "constant|step|multistep|exponential|cosine|linear [warmup=N] "
+                        "[decay_steps=N] [gamma=X] [min_lr=X] [milestones=A,B,C])");
+  expect_parse_error_eq(FC_MODEL
+                        "schedule step decay_steps=10\noptimizer sgd lr=0.1\n"
+                        "schedule cosine decay_steps=10\n",
+                        "cnn:8: schedule: a second schedule line");
+  expect_parse_error_eq(FC_MODEL "schedule cosine decay_steps=10\n",
+                        "cnn:6: schedule: no 'optimizer' line (a schedule needs an optimizer)");
+}
+END_TEST
+
 START_TEST(missing_file) {
   pe_model_spec m;
   char err[512];
@@ -136,6 +247,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, cnn_file_is_the_builtin_cnn);
   tcase_add_test(tc, errors_carry_the_line);
   tcase_add_test(tc, a_small_model_of_other_layers);
+  tcase_add_test(tc, schedule_line);
+  tcase_add_test(tc, schedule_errors_carry_the_line);
   tcase_add_test(tc, missing_file);
   suite_add_tcase(s, tc);
   return s;

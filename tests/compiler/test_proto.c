@@ -33,6 +33,12 @@ static pe_program *sample_program(void) {
   p->opt.momentum = 0.5f;
   p->opt.nesterov = true;
   p->opt.weight_decay = 5e-4f;
+  p->opt.sched.type = strdup("multistep");
+  p->opt.sched.warmup_steps = 7;
+  p->opt.sched.gamma = 0.5f;
+  p->opt.sched.n_milestones = 2;
+  p->opt.sched.milestones[0] = 100;
+  p->opt.sched.milestones[1] = 250;
   pe_var_desc *v;
   pe_shape sx = PE_SHAPE(-1, 4), sw = PE_SHAPE(4, 2), s1 = PE_SHAPE(1);
   PE_CK_OK(pe_block_add_var(m, "x", PE_F32, &sx, &v));
@@ -92,6 +98,12 @@ static void assert_program_eq(const pe_program *a, const pe_program *b) {
   ck_assert(a->opt.lr == b->opt.lr && a->opt.beta1 == b->opt.beta1 && a->opt.beta2 == b->opt.beta2);
   ck_assert(a->opt.epsilon == b->opt.epsilon && a->opt.momentum == b->opt.momentum);
   ck_assert(a->opt.nesterov == b->opt.nesterov && a->opt.weight_decay == b->opt.weight_decay);
+  const pe_lr_schedule_desc *sa = &a->opt.sched, *sb = &b->opt.sched;
+  ck_assert_str_eq(sa->type ? sa->type : "", sb->type ? sb->type : "");
+  ck_assert(sa->warmup_steps == sb->warmup_steps && sa->decay_steps == sb->decay_steps);
+  ck_assert(sa->gamma == sb->gamma && sa->min_lr == sb->min_lr);
+  ck_assert_int_eq(sa->n_milestones, sb->n_milestones);
+  for (int i = 0; i < sa->n_milestones; i++) ck_assert(sa->milestones[i] == sb->milestones[i]);
   ck_assert_int_eq(a->n_blocks, b->n_blocks);
   for (int bi = 0; bi < a->n_blocks; bi++) {
     const pe_block *x = a->blocks[bi], *y = b->blocks[bi];
@@ -365,6 +377,32 @@ START_TEST(bad_ops_and_optimizer) {
   raw_expect(&r, "optimizer sgd: weight_decay -0.01 must be finite and >= 0", NULL);
   od.weight_decay = NAN;
   raw_expect(&r, "weight_decay nan", NULL);
+  od.weight_decay = 0.0f;
+
+  /* The schedule: checked as the optimizer pass and the op check it. */
+  Pe__LrSchedule ls = PE__LR_SCHEDULE__INIT;
+  od.lr_schedule = &ls;
+  ls.type = "triangle";
+  raw_expect(&r, "optimizer sgd: lr_schedule: type 'triangle' unknown (constant, step", NULL);
+  ls.type = "cosine";
+  raw_expect(&r, "lr_schedule cosine: decay_steps must be > 0", NULL);
+  ls.decay_steps = 100;
+  ls.min_lr = 0.2f;
+  raw_expect(&r, "lr_schedule cosine: min_lr 0.2 must be in [0, learning rate 0.1)", NULL);
+  ls.type = "multistep";
+  int64_t ms[PE_LR_MAX_MILESTONES + 1] = {10, 5};
+  ls.milestones = ms;
+  ls.n_milestones = 2;
+  raw_expect(&r, "milestone 1 (5) must be > 0 and greater than the one before", NULL);
+  ls.n_milestones = PE_LR_MAX_MILESTONES + 1;
+  raw_expect(&r, "lr_schedule multistep: 33 milestones (at most 32)", NULL);
+  ls.type = "step";
+  ls.n_milestones = 0;
+  ls.warmup_steps = -3;
+  raw_expect(&r, "lr_schedule step: warmup_steps -3 must be >= 0", NULL);
+  ls.warmup_steps = 0;
+  ls.gamma = 2.0f;
+  raw_expect(&r, "lr_schedule step: gamma 2 must be in (0, 1]", NULL);
 }
 END_TEST
 

@@ -556,6 +556,32 @@ START_TEST(optimizers) {
 }
 END_TEST
 
+/* lr_schedule: one thread computes the cpu kernel's formula (the same
+ * header); every kind at counters around its corners, in place. */
+START_TEST(lr_schedules) {
+  pe_scope *s = pe_scope_new(NULL);
+  const char *kinds[] = {"constant", "step", "multistep", "exponential", "cosine", "linear"};
+  const int64_t counters[] = {-2, 0, 3, 7, 12, 100, 1000000};
+  for (int k = 0; k < 6; k++)
+    for (int c = 0; c < 7; c++) {
+      pe_op_desc *op = ph_op("lr_schedule", "Step", "c", NULL, "StepOut", "c", "LearningRate",
+                             "lr", NULL);
+      PE_CK_OK(pe_op_set_string(op, "schedule", kinds[k]));
+      PE_CK_OK(pe_op_set_float(op, "base_lr", 0.3f));
+      PE_CK_OK(pe_op_set_long(op, "warmup_steps", 2));
+      PE_CK_OK(pe_op_set_long(op, "decay_steps", k == 3 ? 3 : 10));
+      PE_CK_OK(pe_op_set_float(op, "gamma", 0.7f));
+      if (k >= 4) PE_CK_OK(pe_op_set_float(op, "min_lr", 0.01f));
+      if (k == 2) PE_CK_OK(pe_op_set_ints(op, "milestones", 2, (int64_t[]){4, 9}));
+      ph_set_i64(s, "c", PE_SHAPE(1), &counters[c]);
+      ph_set_f32(s, "lr", PE_SHAPE(1), (float[]){0});
+      compare(s, op, TOL);
+      pe_op_desc_free(op);
+    }
+  pe_scope_free(s);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_kernels");
   TCase *t = tcase_create("vs_cpu");
@@ -574,6 +600,7 @@ static Suite *suite(void) {
   tcase_add_test(t, losses_and_mean);
   tcase_add_test(t, metrics);
   tcase_add_test(t, optimizers);
+  tcase_add_test(t, lr_schedules);
   suite_add_tcase(s, t);
   return s;
 }

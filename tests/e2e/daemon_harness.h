@@ -230,6 +230,8 @@ static inline void dh_cleanup(dh_daemon *d) {
 static const char *dh_places = NULL;
 /* Strategy asked for by dh_register. */
 static Pe__Strategy dh_strategy = PE__STRATEGY__ALLREDUCE;
+/* Register's optimizer override sent by dh_register (NULL: none). */
+static Pe__OptimizerDesc *dh_optimizer = NULL;
 
 /* Register model spec `spec` ("mlp") under model name; returns the handle. */
 static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spec *spec,
@@ -245,6 +247,7 @@ static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spe
   opts.keep = keep;
   if (dh_places) opts.places = (char *)dh_places;
   opts.strategy = dh_strategy;
+  opts.optimizer = dh_optimizer;
   reg.program.data = spec->bytes;
   reg.program.len = spec->len;
   reg.model = (char *)model;

@@ -69,13 +69,17 @@ static pe_program *program(const char *opt, net nt) {
   ck_assert_ptr_nonnull(loss);
   snprintf(loss_name, sizeof loss_name, "%s", loss);
   ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
-  if (!strcmp(opt, "adam"))
+  if (!strncmp(opt, "adam", 4))
     ck_assert_int_eq(pe_builder_adam(b, 0.002f, 0.9f, 0.999f, 1e-8f), 0);
   else if (!strncmp(opt, "momentum", 8))
     ck_assert_int_eq(pe_builder_momentum(b, 0.02f, 0.9f, false), 0);
   else
     ck_assert_int_eq(pe_builder_sgd(b, 0.1f), 0);
   if (strstr(opt, "+l2")) ck_assert_int_eq(pe_builder_weight_decay(b, 0.01f), 0);
+  /* Warmup, cosine decay, then flat within the tests' 10 steps. */
+  pe_lr_schedule_opts cos = {
+      .type = "cosine", .warmup_steps = 2, .decay_steps = 5, .min_lr = 1e-3f};
+  if (strstr(opt, "+cosine")) ck_assert_int_eq(pe_builder_lr_schedule(b, &cos), 0);
   return tb_finish(b);
 }
 
@@ -294,9 +298,11 @@ static const setting SETTINGS[] = {
     {PE_PLACE_SIM, 4, PE_SYNC_WAIT_PRODUCER, "sim:4 wait-producer"},
 };
 /* momentum+l2: with weight decay (each slice decays once, as AllReduce's
- * every-place update does). */
-static const char *const OPTS[] = {"sgd", "momentum", "adam", "momentum+l2"};
-enum { N_SETTINGS = 4, N_OPTS = 4 };
+ * every-place update does). adam+cosine: a learning-rate schedule (every
+ * place computes the rate from its own counter; the sharded update reads
+ * the rate of its slice's place). */
+static const char *const OPTS[] = {"sgd", "momentum", "adam", "momentum+l2", "adam+cosine"};
+enum { N_SETTINGS = 4, N_OPTS = 5 };
 
 /* Loop index i: optimizer i / N_SETTINGS, setting i % N_SETTINGS. */
 START_TEST(equivalence) {
@@ -309,8 +315,12 @@ START_TEST(equivalence) {
   char when[96];
   snprintf(when, sizeof when, "%s %s startup", opt, st->label);
   int n_vars = expect_models_equal(&ar, &sh, when, false);
-  /* 4 parameters + learning rate, + 4 velocities, + 4 x (2 moments, 2 pows) */
-  ck_assert_int_eq(n_vars, !strcmp(opt, "adam") ? 21 : !strncmp(opt, "momentum", 8) ? 9 : 5);
+  /* 4 parameters + learning rate, + 4 velocities, + 4 x (2 moments, 2 pows),
+   * + the schedule's step counter */
+  ck_assert_int_eq(n_vars, (!strncmp(opt, "adam", 4)       ? 21
+                            : !strncmp(opt, "momentum", 8) ? 9
+                                                           : 5) +
+                               (strstr(opt, "+cosine") ? 1 : 0));
   pe_run_opts ro = {.sync = st->sync};
   float losses[STEPS];
   char curve[STEPS * 12] = "";
@@ -333,6 +343,10 @@ START_TEST(equivalence) {
   if (!strcmp(opt, "adam")) { /* one update per step, not one per chunk */
     ck_assert_float_eq(get1(&sh, "fc_0.w@BETA1POW"), get1(&ar, "fc_0.w@BETA1POW"));
     ck_assert_float_eq_tol(get1(&sh, "fc_0.w@BETA1POW"), powf(0.9f, STEPS + 2), 1e-6f);
+  }
+  if (strstr(opt, "+cosine")) { /* past warmup and decay: min_lr on every place's replica */
+    ck_assert_float_eq(get1(&ar, "learning_rate"), 1e-3f);
+    ck_assert_float_eq(get1(&sh, "learning_rate"), 1e-3f);
   }
   fprintf(stderr, "par_sharded %-8s %-19s loss:%s; batch 0 again %.4f\n", opt, st->label, curve,
           again_a);

@@ -287,8 +287,11 @@ static pe_program *regression_program(const char *opt, float lr) {
   return p;
 }
 
-/* Train for `steps` on fixed data; returns the final loss. */
-static float train(pe_program *p, int steps, float *w_out, float *b_out, float *first_loss) {
+/* Train for `steps` on fixed data; returns the final loss. With set_lr, the
+ * model's learning_rate is set to set_lr[s] before step s; with lr_seen,
+ * lr_seen[s] is learning_rate after step s. */
+static float train_lr(pe_program *p, int steps, const float *set_lr, float *lr_seen, float *w_out,
+                      float *b_out, float *first_loss) {
   PU_OK(pe_program_compile(p, false));
   pe_scope *model = pe_scope_new(NULL);
   pe_seq_exec *init, *step;
@@ -310,9 +313,11 @@ static float train(pe_program *p, int steps, float *w_out, float *b_out, float *
   const pe_tensor *out;
   float loss = 0;
   for (int s = 0; s < steps; s++) {
+    if (set_lr) pe_f32(&pe_scope_find(model, "learning_rate")->t)[0] = set_lr[s];
     PU_OK(pe_seq_exec_run(step, feeds, 2, &fetch, 1, &out));
     loss = pe_f32(out)[0];
     if (s == 0) *first_loss = loss;
+    if (lr_seen) lr_seen[s] = pe_f32(&pe_scope_find(model, "learning_rate")->t)[0];
   }
   memcpy(w_out, pe_scope_find(model, "w")->t.data, 3 * sizeof(float));
   *b_out = pe_f32(&pe_scope_find(model, "b")->t)[0];
@@ -322,6 +327,10 @@ static float train(pe_program *p, int steps, float *w_out, float *b_out, float *
   pe_tensor_release(&y);
   pe_scope_free(model);
   return loss;
+}
+
+static float train(pe_program *p, int steps, float *w_out, float *b_out, float *first_loss) {
+  return train_lr(p, steps, NULL, NULL, w_out, b_out, first_loss);
 }
 
 static void expect_converges(const char *opt, float lr, int steps) {
@@ -471,6 +480,79 @@ START_TEST(optimizer_pass_structure) {
 }
 END_TEST
 
+/* A learning-rate schedule: the optimizer pass declares the step counter and
+ * puts one lr_schedule op before the updates; training with it is training
+ * with learning_rate set by hand to the schedule's rate before every step
+ * (bit for bit), so each update uses the rate of its own step. */
+START_TEST(lr_schedule_drives_the_updates) {
+  pe_program *p = regression_program("momentum", 0.2f);
+  p->opt.sched.type = strdup("cosine");
+  p->opt.sched.warmup_steps = 5;
+  p->opt.sched.decay_steps = 20;
+  p->opt.sched.min_lr = 0.01f;
+  pe_program *hand = NULL;
+  PU_OK(pe_program_clone(p, &hand));
+  free(hand->opt.sched.type);
+  hand->opt.sched.type = NULL;
+
+  enum { STEPS = 30 };
+  float want[STEPS], seen[STEPS], seen_hand[STEPS];
+  /* warmup 5, then cosine 0.2 -> 0.01 over 20, from the f32 attributes. */
+  const double base = 0.2f, min = 0.01f;
+  for (int s = 0; s < STEPS; s++) {
+    double t = s - 5, tt = t < 20 ? t : 20;
+    want[s] =
+        (float)(s < 5 ? base * (s + 1) / 5 : min + (base - min) * (1 + cos(M_PI * tt / 20)) / 2);
+  }
+  float w[3], b, first, wh[3], bh, firsth;
+  float loss = train_lr(p, STEPS, NULL, seen, w, &b, &first);
+  float loss_h = train_lr(hand, STEPS, want, seen_hand, wh, &bh, &firsth);
+  for (int s = 0; s < STEPS; s++)
+    ck_assert_msg(fabsf(seen[s] - want[s]) <= 1e-7f * want[s], "step %d: lr %.9g, want %.9g", s,
+                  seen[s], want[s]);
+  ck_assert_msg(memcmp(w, wh, sizeof w) == 0 && memcmp(&b, &bh, sizeof b) == 0 &&
+                    memcmp(&loss, &loss_h, sizeof loss) == 0,
+                "scheduled w %.9g %.9g %.9g b %.9g loss %.9g; by hand %.9g %.9g %.9g %.9g %.9g",
+                w[0], w[1], w[2], b, loss, wh[0], wh[1], wh[2], bh, loss_h);
+  ck_assert_msg(loss < first * 0.05f, "loss %g (first %g)", loss, first);
+  /* train_lr compiled p. */
+  pe_block *m = pe_program_main(p), *st = pe_program_startup(p);
+  pe_var_desc *c = pe_block_find_var_local(m, "@LR_DECAY_COUNTER@");
+  ck_assert(c && c->persistable && c->stop_gradient && c->dtype == PE_I64);
+  ck_assert(c->shape.ndim == 1 && c->shape.d[0] == 1);
+  ck_assert_int_eq(pu_writers(st, "@LR_DECAY_COUNTER@"), 1);
+  int at = pu_find_op(m, "lr_schedule", 0), upd = pu_find_op(m, "momentum", 0);
+  ck_assert_int_ge(at, 0);
+  ck_assert_int_lt(at, upd); /* before every update */
+  ck_assert_int_lt(pu_find_op(m, "lr_schedule", at + 1), 0);
+  ck_assert_str_eq(pe_op_output_arg(m->ops[at], "LearningRate"), "learning_rate");
+  ck_assert_str_eq(pe_op_output_arg(m->ops[at], "StepOut"), "@LR_DECAY_COUNTER@");
+  ck_assert_str_eq(pe_op_find_attr(m->ops[at], "schedule")->s, "cosine");
+  ck_assert(pe_op_find_attr(m->ops[at], "base_lr")->f == 0.2f);
+  ck_assert_int_eq(pe_op_find_attr(m->ops[at], "decay_steps")->i, 20);
+  ck_assert_int_eq(pe_op_find_attr(m->ops[at], "warmup_steps")->i, 5);
+  /* Without a schedule: neither counter nor op. */
+  pe_program *plain = regression_program("momentum", 0.2f);
+  PU_OK(pe_program_compile(plain, false));
+  ck_assert_ptr_null(pe_block_find_var_local(pe_program_main(plain), "@LR_DECAY_COUNTER@"));
+  ck_assert_int_lt(pu_find_op(pe_program_main(plain), "lr_schedule", 0), 0);
+  pe_program_free(plain);
+
+  pe_program_free(hand);
+  pe_program_free(p);
+
+  /* The pass checks the schedule as decode does. */
+  p = regression_program("sgd", 0.1f);
+  p->opt.sched.type = strdup("cosine");
+  p->opt.sched.decay_steps = 10;
+  p->opt.sched.min_lr = 0.5f;
+  pu_expect(pe_passes_run(&(pe_ir){.prog = p}, "validate,backward,optimizer"), PE_EINVAL,
+            "optimizer sgd: lr_schedule cosine: min_lr 0.5 must be in [0, learning rate 0.1)",
+            NULL);
+  pe_program_free(p);
+}
+END_TEST
+
 /* The client's MLP: decode, compile for training and for test, share one
  * model scope between the train, eval and startup executors, and fit a
  * synthetic separable batch. */
@@ -538,6 +620,7 @@ static Suite *seq_exec_suite(void) {
   tcase_add_test(tc, adam_converges);
   tcase_add_test(tc, weight_decay_converges_to_ridge);
   tcase_add_test(tc, optimizer_pass_structure);
+  tcase_add_test(tc, lr_schedule_drives_the_updates);
   tcase_add_test(tc, client_model_trains);
   suite_add_tcase(s, tc);
   return s;
