@@ -24,6 +24,7 @@
  * had been answered, train goes back to where the parameters stand
  * (train_log.h) and repeats them on the same batches. */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,7 @@ typedef struct train_result {
    * were lost (already applied), answered steps rolled back, and steps
    * repeated because of that. */
   long recoveries, steps_unfetched, steps_rolled_back, steps_repeated;
+  double final_lr; /* learning_rate after the last epoch (a schedule moves it); NAN: unknown */
 } train_result;
 
 static void trainer_free(trainer *t) {
@@ -350,6 +352,20 @@ static int rewind_to(trainer *t, epoch_sums *e, train_result *r) {
   return CLI_OK;
 }
 
+/* The model's learning_rate now (the rate of its last step under a
+ * schedule); NAN when it cannot be read. One GetParams per epoch. */
+static double current_lr(trainer *t) {
+  const char *name = "learning_rate";
+  const pe_client_tensor *v = NULL;
+  size_t n = 0;
+  if (pe_client_get_params(t->c, t->ns, &name, 1, &v, &n) != 0 || n != 1 ||
+      v[0].dtype != PE_B_F32 || v[0].nbytes != sizeof(float))
+    return NAN;
+  float lr;
+  memcpy(&lr, v[0].data, sizeof lr);
+  return lr;
+}
+
 /* The end of epoch ep: its figures become the run's last ones. */
 static void epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, train_result *r,
                       const progress *pg) {
@@ -357,11 +373,14 @@ static void epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tr
     r->final_loss = e->loss / e->samples;
     r->final_acc = e->acc / e->samples;
   }
+  double sps = e->samples / (cli_now() - ep_t0);
+  r->final_lr = current_lr(t);
   if (pg->quiet) return;
   if (pg->tty) fputc('\n', stderr);
-  fprintf(stderr, "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s\n",
-          ep, t->cfg.epochs, e->steps, r->final_loss, r->final_acc,
-          e->samples / (cli_now() - ep_t0));
+  fprintf(stderr,
+          "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s, "
+          "lr %.4g\n",
+          ep, t->cfg.epochs, e->steps, r->final_loss, r->final_acc, sps, r->final_lr);
 }
 
 /* The epochs, as one run of steps: step s is batch s % per_epoch of epoch
@@ -484,6 +503,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
           ",\"recoveries\":%ld,\"steps_unfetched\":%ld,\"steps_rolled_back\":%ld,"
           "\"steps_repeated\":%ld",
           r->recoveries, r->steps_unfetched, r->steps_rolled_back, r->steps_repeated);
+    if (trained && isfinite(r->final_lr)) printf(",\"final_learning_rate\":%.6g", r->final_lr);
     printf(
         ",\"eval_handle\":\"%s\",\"initialized\":%s,\"test_examples\":%lld,"
         "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",
@@ -522,7 +542,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
             pe_model_spec_names());
     return CLI_USAGE;
   }
-  train_result r = {0};
+  train_result r = {.final_lr = NAN};
   rc = trainer_setup(&t, eval_only);
   if (!rc && !t.cfg.quiet && !eval_only)
     fprintf(stderr,

@@ -239,7 +239,8 @@ static void wait_log(const cd_daemon *d, const char *needle, int times) {
  *     wrote (as if the daemon died long before its next autosave): the
  *     answered steps since are rolled back, and the trainer goes back to
  *     where the parameters stand and repeats them on the same batches.
- * The model is the MLP with a dropout: every step draws a mask, and the
+ * The model is the MLP with a dropout and a cosine learning-rate schedule:
+ * every step draws a mask and moves the schedule's counter, and the
  * checkpoints carry the generator, so the repeated steps draw the masks
  * the lost ones drew. */
 START_TEST(train_survives_restart) {
@@ -252,7 +253,8 @@ START_TEST(train_survives_restart) {
   fputs(
       "name mlp\nbatch 128\ninput image 784\nlabel label\n"
       "fc 256 act=relu\ndropout 0.2\nfc 128 act=relu\nfc 10\n"
-      "loss softmax_with_cross_entropy\naccuracy top=1\noptimizer momentum lr=0.1 mu=0.9\n",
+      "loss softmax_with_cross_entropy\naccuracy top=1\noptimizer momentum lr=0.1 mu=0.9\n"
+      "schedule cosine warmup=50 decay_steps=2000 min_lr=0.001\n",
       f);
   fclose(f);
   snprintf(args, sizeof args,
@@ -297,6 +299,11 @@ START_TEST(train_survives_restart) {
                 "test accuracy %g after the restarts, %g without", json_num(got, "test_accuracy"),
                 json_num(ref, "test_accuracy"));
   ck_assert_msg(json_num(ref, "test_accuracy") > 0.75, "%s", ref);
+  /* The learning-rate schedule's step counter is model state: restored and
+   * replayed with the parameters, it ends where the reference's ends. After
+   * 30 x 79 = 2370 steps, past warmup (50) and decay (2000): min_lr. */
+  ck_assert_double_eq(json_num(got, "final_learning_rate"), json_num(ref, "final_learning_rate"));
+  ck_assert_double_eq_tol(json_num(ref, "final_learning_rate"), 0.001, 1e-9);
   cd_stop(&d);
 }
 END_TEST
