@@ -40,6 +40,9 @@ static inline void make_batch(int s, int n, float *x, int64_t *y) {
 /* When set, the MLP gets a dropout (p = 0.5, program generator) after its
  * hidden layer: a random op, ordered by the model's PRNG variable. */
 static bool mlp_with_dropout;
+/* When set, the MLP's momentum follows a step schedule (0.1, halved every
+ * 2 steps): the lr_schedule op and its persistable step counter. */
+static bool mlp_with_schedule;
 
 static inline pe_program *mlp_program(void) {
   pe_builder *b = pe_builder_new();
@@ -53,6 +56,8 @@ static inline pe_program *mlp_program(void) {
   ck_assert_str_eq(loss, "mean_0.out");
   ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
   ck_assert_int_eq(pe_builder_momentum(b, 0.1f, 0.9f, false), 0);
+  pe_lr_schedule_opts step = {.type = "step", .decay_steps = 2, .gamma = 0.5f};
+  if (mlp_with_schedule) ck_assert_int_eq(pe_builder_lr_schedule(b, &step), 0);
   return tb_finish(b);
 }
 

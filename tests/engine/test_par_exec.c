@@ -59,6 +59,15 @@ static void multi_place(pe_place_kind kind, int n, pe_graph_strategy strategy, b
       "par_exec %s:%d strategy %d fuse %d sync %d batch %d: loss rdiff %.3g, param rdiff %.3g\n",
       pe_place_kind_name(kind), n, (int)strategy, (int)fuse, (int)sync, batch, worst, pd);
   ck_assert_msg(pd < RTOL, "parameters differ from seq by %g", pd);
+  if (mlp_with_schedule) { /* 4 steps: the rate of step 3 is 0.1 * 0.5^1 */
+    pe_tensor t;
+    pe_tensor_init(&t);
+    PE_CK_OK(pe_model_get(q.m, "learning_rate", &t));
+    ck_assert_float_eq(pe_f32(&t)[0], 0.05f);
+    PE_CK_OK(pe_model_get(q.m, "@LR_DECAY_COUNTER@", &t));
+    ck_assert_int_eq(pe_i64(&t)[0], 4);
+    pe_tensor_release(&t);
+  }
   par_free(&q);
   seq_free(&s);
   pe_runtime_free(rt);
@@ -85,6 +94,19 @@ START_TEST(sim3_reduce) {
 }
 END_TEST
 /* 3 samples on 4 places: place 3 gets none and contributes zero gradients. */
+/* A learning-rate schedule under both strategies: every place runs the
+ * lr_schedule op on its replica; under Reduce the owner's update reads its
+ * own. The rate (compared with the sequential one by param_diff) and the
+ * counter are the model's. */
+START_TEST(schedule_every_strategy) {
+  mlp_with_schedule = true;
+  multi_place(PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, PE_SYNC_WAIT_EVENT, 12);
+  multi_place(PE_PLACE_CPU, 2, PE_STRATEGY_REDUCE, true, PE_SYNC_WAIT_EVENT, 11);
+  multi_place(PE_PLACE_SIM, 3, PE_STRATEGY_REDUCE, false, PE_SYNC_WAIT_PRODUCER, 10);
+  mlp_with_schedule = false;
+}
+END_TEST
+
 START_TEST(uneven_3_on_4_cpu) {
   multi_place(PE_PLACE_CPU, 4, PE_STRATEGY_ALLREDUCE, false, PE_SYNC_WAIT_EVENT, 3);
 }
@@ -136,6 +158,7 @@ static Suite *par_suite(void) {
   tcase_add_test(tc, sim2_allreduce_event);
   tcase_add_test(tc, sim2_fused_producer);
   tcase_add_test(tc, sim3_reduce);
+  tcase_add_test(tc, schedule_every_strategy);
   tcase_add_test(tc, uneven_3_on_4_cpu);
   tcase_add_test(tc, uneven_3_on_4_sim);
   tcase_add_test(tc, startup_cpu2);
