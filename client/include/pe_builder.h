@@ -196,6 +196,9 @@ typedef struct pe_lr_schedule_opts {
  * learning rate, increasing milestones) by the daemon at Register. With no
  * optimizer at finish it is an error. */
 int pe_builder_lr_schedule(pe_builder *b, const pe_lr_schedule_opts *s);
+/* The schedule kinds: name's static copy when it is one, else NULL. */
+#define PE_LR_SCHEDULE_KINDS "constant, step, multistep, exponential, cosine, linear"
+const char *pe_lr_schedule_kind(const char *name);
 
 /* Serialise. On success *bytes is malloc'd (caller frees) and 0 returned.
  * An optimizer without a loss is an error (a loss without an optimizer

@@ -430,22 +430,23 @@ int pe_builder_weight_decay(pe_builder *b, float coeff) {
   return 0;
 }
 
-int pe_builder_lr_schedule(pe_builder *b, const pe_lr_schedule_opts *s) {
+const char *pe_lr_schedule_kind(const char *name) {
   static const char *const kinds[] = {"constant",    "step",   "multistep",
                                       "exponential", "cosine", "linear"};
+  for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(name, kinds[i]) == 0) return kinds[i];
+  return NULL;
+}
+
+int pe_builder_lr_schedule(pe_builder *b, const pe_lr_schedule_opts *s) {
   if (!b || b->err) return -1;
   if (!s || !s->type) {
     peb_fail(b, "lr_schedule: %s NULL", s ? "type is" : "options are");
     return -1;
   }
-  const char *k = NULL;
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-    if (strcmp(s->type, kinds[i]) == 0) k = kinds[i];
+  const char *k = pe_lr_schedule_kind(s->type);
   if (!k) {
-    peb_fail(b,
-             "lr_schedule: unknown type '%.64s' (known: constant, step, multistep, exponential, "
-             "cosine, linear)",
-             s->type);
+    peb_fail(b, "lr_schedule: unknown type '%.64s' (known: " PE_LR_SCHEDULE_KINDS ")", s->type);
     return -1;
   }
   if (s->warmup_steps < 0 || s->decay_steps < 0) {

@@ -365,17 +365,10 @@ static int h_optimizer(mf *m) {
 }
 
 static int h_schedule(mf *m) {
-  static const char *const kinds[] = {"constant",    "step",   "multistep",
-                                      "exponential", "cosine", "linear"};
   const char *t = m->pos[0];
   if (m->sched_line) return mf_fail(m, "schedule: a second schedule line");
-  bool known = false;
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) known |= !strcmp(t, kinds[i]);
-  if (!known)
-    return mf_fail(m,
-                   "schedule: unknown kind '%s' (known: constant, step, multistep, exponential, "
-                   "cosine, linear)",
-                   t);
+  if (!pe_lr_schedule_kind(t))
+    return mf_fail(m, "schedule: unknown kind '%s' (known: " PE_LR_SCHEDULE_KINDS ")", t);
   m->warmup = m->decay_steps = 0;
   m->gamma = m->min_lr = 0;
   m->n_milestones = 0;

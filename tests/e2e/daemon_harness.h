@@ -393,6 +393,38 @@ static inline char *dh_first_weight(const Pe__Reply *reg_rep) {
   return NULL;
 }
 
+/* *od: sgd 0.1 with a step schedule halving it every 2 steps (ls holds the
+ * schedule); rate of step s = 0.1 * 0.5^floor(s / 2). */
+static inline void dh_step_schedule(Pe__OptimizerDesc *od, Pe__LrSchedule *ls) {
+  pe__optimizer_desc__init(od);
+  pe__lr_schedule__init(ls);
+  od->type = "sgd";
+  od->learning_rate = 0.1f;
+  ls->type = "step";
+  ls->decay_steps = 2;
+  ls->gamma = 0.5f;
+  od->lr_schedule = ls;
+}
+
+/* The model's position in its learning-rate schedule: the step counter and
+ * the rate of the last step must be `count` and `rate`. */
+static inline void dh_expect_schedule(int s, uint64_t client, const char *model, int64_t count,
+                                      float rate, const char *when) {
+  size_t n;
+  uint8_t *c = dh_get_param(s, client, model, "@LR_DECAY_COUNTER@", &n);
+  ck_assert_uint_eq(n, sizeof(int64_t));
+  int64_t got;
+  memcpy(&got, c, sizeof got);
+  free(c);
+  uint8_t *r = dh_get_param(s, client, model, "learning_rate", &n);
+  ck_assert_uint_eq(n, sizeof(float));
+  float lr;
+  memcpy(&lr, r, sizeof lr);
+  free(r);
+  ck_assert_msg(got == count && lr == rate, "%s: counter %lld, learning_rate %g; want %lld, %g",
+                when, (long long)got, lr, (long long)count, rate);
+}
+
 static inline pe_model_spec dh_mlp(void) {
   pe_model_spec m;
   char err[256];

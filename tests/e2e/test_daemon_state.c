@@ -258,34 +258,12 @@ END_TEST
 
 /* Save, kill -9, restart on the same state dir, load: bit-identical. Then
  * SIGTERM writes the persistent model's shutdown checkpoint and exits 0. */
-/* The learning-rate schedule's position: the step counter and the rate of
- * the last step, which must equal `count` and `rate`. */
-static void expect_schedule(int s, const char *model, int64_t count, float rate, const char *when) {
-  size_t n;
-  uint8_t *c = dh_get_param(s, CLIENT, model, "@LR_DECAY_COUNTER@", &n);
-  ck_assert_uint_eq(n, sizeof(int64_t));
-  int64_t got;
-  memcpy(&got, c, sizeof got);
-  free(c);
-  uint8_t *r = dh_get_param(s, CLIENT, model, "learning_rate", &n);
-  float lr;
-  memcpy(&lr, r, sizeof lr);
-  free(r);
-  ck_assert_msg(got == count && lr == rate, "%s: counter %lld, learning_rate %g; want %lld, %g",
-                when, (long long)got, lr, (long long)count, rate);
-}
-
 /* The model trains with a step schedule (sgd 0.1, halved every 2 steps), so
  * its position in the schedule is model state that must survive too. */
 START_TEST(test_restart_and_sigterm) {
-  Pe__OptimizerDesc od = PE__OPTIMIZER_DESC__INIT;
-  Pe__LrSchedule ls = PE__LR_SCHEDULE__INIT;
-  od.type = "sgd";
-  od.learning_rate = 0.1f;
-  ls.type = "step";
-  ls.decay_steps = 2;
-  ls.gamma = 0.5f;
-  od.lr_schedule = &ls;
+  Pe__OptimizerDesc od;
+  Pe__LrSchedule ls;
+  dh_step_schedule(&od, &ls);
   dh_optimizer = &od;
   dh_daemon d = {0};
   dh_start(&d, NULL);
@@ -296,7 +274,7 @@ START_TEST(test_restart_and_sigterm) {
   dh_batch b;
   dh_batch_make(&b, 16, 9);
   dh_run_loss(s, CLIENT, h, &b, mlp.loss, 3);
-  expect_schedule(s, "pm", 3, 0.05f, "steps 0-2");
+  dh_expect_schedule(s, CLIENT, "pm", 3, 0.05f, "steps 0-2");
   size_t n;
   uint8_t *w0 = dh_get_param(s, CLIENT, "pm", w, &n);
   Pe__Reply *rep = checkpoint(s, true, "pm", "before-crash");
@@ -314,10 +292,10 @@ START_TEST(test_restart_and_sigterm) {
   pe__reply__free_unpacked(rep, NULL);
   uint8_t *w1 = dh_get_param(s, CLIENT, "pm", w, &n);
   ck_assert_msg(memcmp(w0, w1, n) == 0, "%s differs after kill -9, restart and load", w);
-  expect_schedule(s, "pm", 3, 0.05f, "kill -9, restart and load");
+  dh_expect_schedule(s, CLIENT, "pm", 3, 0.05f, "kill -9, restart and load");
   /* Train on, then SIGTERM: the shutdown checkpoint holds the latest values. */
   dh_run_loss(s, CLIENT, h, &b, mlp.loss, 2);
-  expect_schedule(s, "pm", 5, 0.025f, "steps 3-4");
+  dh_expect_schedule(s, CLIENT, "pm", 5, 0.025f, "steps 3-4");
   uint8_t *w2 = dh_get_param(s, CLIENT, "pm", w, &n);
   nn_close(s);
   st = dh_stop(&d, SIGTERM);
@@ -353,9 +331,9 @@ START_TEST(test_restart_and_sigterm) {
   ck_assert_msg(memcmp(w3, w2, n) == 0, "%s not restored after SIGTERM and restart", w);
   free(w3);
   /* The schedule goes on from step 5 (0.1 * 0.5^2), not from step 0 (0.1). */
-  expect_schedule(s, "pm", 5, 0.025f, "SIGTERM and restart");
+  dh_expect_schedule(s, CLIENT, "pm", 5, 0.025f, "SIGTERM and restart");
   dh_run_loss(s, CLIENT, h, &b, mlp.loss, 1);
-  expect_schedule(s, "pm", 6, 0.025f, "step 5 after the restart");
+  dh_expect_schedule(s, CLIENT, "pm", 6, 0.025f, "step 5 after the restart");
   dh_optimizer = NULL;
   nn_close(s);
   ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
