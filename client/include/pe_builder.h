@@ -169,11 +169,24 @@ int pe_builder_append_backward(pe_builder *b, const char *loss);
 int pe_builder_sgd(pe_builder *b, float lr);
 int pe_builder_momentum(pe_builder *b, float lr, float mu, bool nesterov);
 int pe_builder_adam(pe_builder *b, float lr, float beta1, float beta2, float epsilon);
-/* L2 regularisation of every trainable parameter: the optimizer updates
- * with grad + coeff * param (PyTorch's SGD/Adam weight_decay; Paddle's
- * L2Decay). Any order with the optimizer setter; 0 (the default) is none.
- * A finite coeff >= 0; with no optimizer at finish it is an error. */
+/* Adam with decoupled weight decay (PyTorch's AdamW): each step first scales
+ * the parameter by 1 - lr * weight_decay, and the gradient is not changed.
+ * The coefficient is pe_builder_weight_decay's; unset (0) it is PyTorch's
+ * default, 0.01 (use pe_builder_adam for none). */
+int pe_builder_adamw(pe_builder *b, float lr, float beta1, float beta2, float epsilon);
+/* Weight decay of every trainable parameter: sgd, momentum and adam update
+ * with grad + coeff * param (L2; PyTorch's SGD/Adam weight_decay; Paddle's
+ * L2Decay), adamw decouples it (above). Any order with the optimizer setter;
+ * 0 (the default) is none. A finite coeff >= 0; with no optimizer at finish
+ * it is an error. */
 int pe_builder_weight_decay(pe_builder *b, float coeff);
+/* Exempt the trainable parameter `param` (a name a layer returned or
+ * declared, e.g. "fc_0.b") from weight decay (VarDesc.no_weight_decay). */
+int pe_builder_no_weight_decay(pe_builder *b, const char *param);
+/* Exempt every trainable parameter with one dimension, i.e. the biases and
+ * the batch-norm scale and shift: the usual "no decay on biases and norms"
+ * recipe. Applied at finish, so layers added afterwards count too. */
+int pe_builder_no_weight_decay_1d(pe_builder *b);
 
 /* A learning-rate schedule, counted in optimizer steps (one per batch):
  * PyTorch's StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR (no

@@ -407,17 +407,27 @@ int pe_builder_momentum(pe_builder *b, float lr, float mu, bool nesterov) {
   return 0;
 }
 
-int pe_builder_adam(pe_builder *b, float lr, float beta1, float beta2, float epsilon) {
+/* adam and adamw: the same hyper-parameters. */
+static int set_adam(pe_builder *b, const char *type, float lr, float beta1, float beta2,
+                    float epsilon) {
   if (b && !b->err && !(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1 && epsilon > 0)) {
-    peb_fail(b, "adam: beta1 %g, beta2 %g must be in [0, 1) and epsilon %g positive", beta1, beta2,
-             epsilon);
+    peb_fail(b, "%s: beta1 %g, beta2 %g must be in [0, 1) and epsilon %g positive", type, beta1,
+             beta2, epsilon);
     return -1;
   }
-  if (set_opt(b, "adam", lr)) return -1;
+  if (set_opt(b, type, lr)) return -1;
   b->beta1 = beta1;
   b->beta2 = beta2;
   b->eps = epsilon;
   return 0;
+}
+
+int pe_builder_adam(pe_builder *b, float lr, float beta1, float beta2, float epsilon) {
+  return set_adam(b, "adam", lr, beta1, beta2, epsilon);
+}
+
+int pe_builder_adamw(pe_builder *b, float lr, float beta1, float beta2, float epsilon) {
+  return set_adam(b, "adamw", lr, beta1, beta2, epsilon);
 }
 
 int pe_builder_weight_decay(pe_builder *b, float coeff) {
@@ -427,6 +437,26 @@ int pe_builder_weight_decay(pe_builder *b, float coeff) {
     return -1;
   }
   b->weight_decay = coeff;
+  return 0;
+}
+
+int pe_builder_no_weight_decay(pe_builder *b, const char *param) {
+  if (!b || b->err) return -1;
+  b_var *m = param ? peb_var_find(&b->main, param) : NULL;
+  if (!m || !m->persistable || m->stop_gradient) {
+    peb_fail(b, "no_weight_decay: '%.200s' is not a trainable parameter%s", param ? param : "(null)",
+             m ? "" : " (no such variable)");
+    return -1;
+  }
+  b_var *s = peb_var_find(&b->startup, param);
+  m->no_weight_decay = true;
+  if (s) s->no_weight_decay = true;
+  return 0;
+}
+
+int pe_builder_no_weight_decay_1d(pe_builder *b) {
+  if (!b || b->err) return -1;
+  b->no_decay_1d = true;
   return 0;
 }
 
@@ -507,6 +537,13 @@ static void pb_block_free(pb_block *p) {
   free(p->slots), free(p->slot_ptrs), free(p->attrs), free(p->attr_ptrs);
 }
 
+/* VarDesc.no_weight_decay: marked by name, or a 1-D parameter under
+ * pe_builder_no_weight_decay_1d. */
+static bool var_no_decay(const pe_builder *b, const b_var *v) {
+  return v->no_weight_decay || (b->no_decay_1d && v->persistable && !v->stop_gradient &&
+                                !v->is_feed && v->ndim == 1);
+}
+
 static bool pb_block_make(pe_builder *b, const b_block *src, int idx, pb_block *p) {
   size_t ns = 0, na = 0;
   for (int i = 0; i < src->n_ops; i++) {
@@ -536,6 +573,7 @@ static bool pb_block_make(pe_builder *b, const b_block *src, int idx, pb_block *
     d->persistable = v->persistable;
     d->stop_gradient = v->stop_gradient;
     d->is_feed = v->is_feed;
+    d->no_weight_decay = var_no_decay(b, v);
     p->var_ptrs[i] = d;
   }
   p->blk.n_vars = (size_t)src->n_vars;

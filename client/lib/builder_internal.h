@@ -45,6 +45,7 @@ typedef struct b_var {
   int ndim;
   int64_t d[B_MAX_DIMS];
   bool persistable, stop_gradient, is_feed;
+  bool no_weight_decay; /* pe_builder_no_weight_decay (main and startup copies) */
 } b_var;
 
 typedef struct b_block {
@@ -75,6 +76,7 @@ struct pe_builder {
   char *opt_type; /* NULL: no optimizer */
   float lr, mu, beta1, beta2, eps;
   float weight_decay; /* pe_builder_weight_decay; kept across optimizer setters */
+  bool no_decay_1d;   /* pe_builder_no_weight_decay_1d: applied at finish */
   bool nesterov;
   b_sched sched; /* pe_builder_lr_schedule; kept across optimizer setters */
   b_counter counters[16];

@@ -47,7 +47,7 @@ typedef struct mf {
   /* optimizer, applied at the end */
   char opt_type[16];
   float lr, mu, beta1, beta2, eps, weight_decay;
-  bool nesterov;
+  bool nesterov, no_decay_1d;
   /* schedule, applied at the end; sched_line 0: none */
   int sched_line;
   char sched_type[16];
@@ -341,8 +341,8 @@ static int h_accuracy(mf *m) {
 static int h_optimizer(mf *m) {
   const char *t = m->pos[0];
   if (m->opt_type[0]) return mf_fail(m, "optimizer: a second optimizer line");
-  if (strcmp(t, "sgd") && strcmp(t, "momentum") && strcmp(t, "adam"))
-    return mf_fail(m, "optimizer: unknown kind '%s' (known: sgd, momentum, adam)", t);
+  if (strcmp(t, "sgd") && strcmp(t, "momentum") && strcmp(t, "adam") && strcmp(t, "adamw"))
+    return mf_fail(m, "optimizer: unknown kind '%s' (known: sgd, momentum, adam, adamw)", t);
   m->lr = -1;
   m->mu = 0.9f;
   m->beta1 = 0.9f;
@@ -353,13 +353,18 @@ static int h_optimizer(mf *m) {
   if (opt_float(m, "weight_decay", 0, 1, &m->weight_decay)) return -1;
   if (m->lr < 0) return mf_fail(m, "optimizer: no learning rate (lr=...)");
   if (!strcmp(t, "momentum") && opt_float(m, "mu", 0, 1, &m->mu)) return -1;
-  if (!strcmp(t, "adam") &&
+  if (!strncmp(t, "adam", 4) &&
       (opt_float(m, "beta1", 0, 1, &m->beta1) || opt_float(m, "beta2", 0, 1, &m->beta2) ||
        opt_float(m, "epsilon", 0, 1, &m->eps)))
     return -1;
   m->nesterov = opt_flag(m, "nesterov");
   if (m->nesterov && strcmp(t, "momentum"))
     return mf_fail(m, "optimizer: nesterov applies to momentum only");
+  m->no_decay_1d = opt_flag(m, "no_decay_1d");
+  if (m->no_decay_1d && m->weight_decay == 0 && strcmp(t, "adamw"))
+    return mf_fail(m, "optimizer: no_decay_1d exempts parameters from weight decay, but %s has "
+                      "none (weight_decay=X)",
+                   t);
   snprintf(m->opt_type, sizeof m->opt_type, "%s", t);
   return 0;
 }
@@ -412,9 +417,10 @@ static const mf_row rows[] = {
     {"flatten", 0, 0, "axis=", h_flatten, "flatten [axis=N]"},
     {"loss", 1, 1, "", h_loss, "loss softmax_with_cross_entropy|cross_entropy"},
     {"accuracy", 0, 0, "top=", h_accuracy, "accuracy [top=K]"},
-    {"optimizer", 1, 1, "lr= mu= nesterov beta1= beta2= epsilon= weight_decay=", h_optimizer,
-     "optimizer sgd|momentum|adam lr=X [mu=X] [nesterov] [beta1=X beta2=X epsilon=X] "
-     "[weight_decay=X]"},
+    {"optimizer", 1, 1, "lr= mu= nesterov beta1= beta2= epsilon= weight_decay= no_decay_1d",
+     h_optimizer,
+     "optimizer sgd|momentum|adam|adamw lr=X [mu=X] [nesterov] [beta1=X beta2=X epsilon=X] "
+     "[weight_decay=X] [no_decay_1d]"},
     {"schedule", 1, 1, "warmup= decay_steps= gamma= min_lr= milestones=", h_schedule,
      "schedule constant|step|multistep|exponential|cosine|linear [warmup=N] [decay_steps=N] "
      "[gamma=X] [min_lr=X] [milestones=A,B,C]"},
@@ -527,6 +533,9 @@ static int finish(mf *m, pe_model_spec *out) {
     rc = pe_builder_momentum(m->b, m->lr, m->mu, m->nesterov);
   if (!rc && !strcmp(m->opt_type, "adam"))
     rc = pe_builder_adam(m->b, m->lr, m->beta1, m->beta2, m->eps);
+  if (!rc && !strcmp(m->opt_type, "adamw"))
+    rc = pe_builder_adamw(m->b, m->lr, m->beta1, m->beta2, m->eps);
+  if (!rc && m->no_decay_1d) rc = pe_builder_no_weight_decay_1d(m->b);
   if (!rc) rc = pe_builder_finish(m->b, &out->bytes, &out->len);
   if (rc) return mf_fail(m, "%s", pe_builder_error(m->b));
   snprintf(out->name, sizeof out->name, "%s", m->name);

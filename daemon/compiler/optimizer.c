@@ -16,7 +16,10 @@
  * attributes regularization_method "l2_decay" and regularization_coeff, as
  * Paddle's momentum op has them): the kernel adds coeff * Param to the
  * gradient, so the all-reduced gradient stays the loss's own and every
- * strategy (sharded slices included) decays each element once.
+ * strategy (sharded slices included) decays each element once. "adamw" is
+ * the adam op with regularization_method "decoupled_decay" (weight_decay 0
+ * means PyTorch's default 0.01). Parameters marked no_weight_decay get
+ * neither attribute.
  * A learning-rate schedule (opt.sched) adds the persistable step counter
  *   @LR_DECAY_COUNTER@       [1] int64    = 0
  * and one lr_schedule op before the updates, which writes learning_rate from
@@ -42,20 +45,35 @@ typedef struct opt_state {
 } opt_state;
 
 typedef struct opt_kind {
-  const char *type; /* optimizer name = update op type */
+  const char *type;  /* optimizer name (OptimizerDesc.type) */
+  const char *op;    /* update op type */
+  const char *decay; /* regularization_method of weight_decay */
   opt_state states[5];
 } opt_kind;
 
+#define ADAM_STATES                                  \
+  {{"@MOMENT1", "Moment1", "Moment1Out", false, 0},  \
+   {"@MOMENT2", "Moment2", "Moment2Out", false, 0},  \
+   {"@BETA1POW", "Beta1Pow", "Beta1PowOut", true, 1}, \
+   {"@BETA2POW", "Beta2Pow", "Beta2PowOut", true, 2}, \
+   {0}}
+
 static const opt_kind kinds[] = {
-    {"sgd", {{0}}},
-    {"momentum", {{"@VELOCITY", "Velocity", "VelocityOut", false, 0}, {0}}},
-    {"adam",
-     {{"@MOMENT1", "Moment1", "Moment1Out", false, 0},
-      {"@MOMENT2", "Moment2", "Moment2Out", false, 0},
-      {"@BETA1POW", "Beta1Pow", "Beta1PowOut", true, 1},
-      {"@BETA2POW", "Beta2Pow", "Beta2PowOut", true, 2},
-      {0}}},
+    {"sgd", "sgd", "l2_decay", {{0}}},
+    {"momentum", "momentum", "l2_decay", {{"@VELOCITY", "Velocity", "VelocityOut", false, 0}, {0}}},
+    {"adam", "adam", "l2_decay", ADAM_STATES},
+    {"adamw", "adam", "decoupled_decay", ADAM_STATES},
 };
+
+static const opt_kind *find_kind(const char *type) {
+  for (size_t i = 0; type && i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(kinds[i].type, type) == 0) return &kinds[i];
+  return NULL;
+}
+
+bool pe_optimizer_type_known(const char *type) {
+  return find_kind(type) != NULL;
+}
 
 /* Hyper-parameters with proto3's "0 means unset" resolved. */
 typedef struct hyper {
@@ -101,7 +119,7 @@ static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *
   char grad[512], state[512];
   snprintf(grad, sizeof grad, "%s" PE_GRAD_SUFFIX, param->name);
   pe_op_desc *op;
-  PE_TRY(pe_block_append_op(main, k->type, &op));
+  PE_TRY(pe_block_append_op(main, k->op, &op));
   PE_TRY(pe_op_input1(op, "Param", param->name));
   PE_TRY(pe_op_input1(op, "Grad", grad));
   PE_TRY(pe_op_input1(op, "LearningRate", LR_NAME));
@@ -114,16 +132,16 @@ static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *
     PE_TRY(pe_op_input1(op, s->in_slot, state));
     PE_TRY(pe_op_output1(op, s->out_slot, state));
   }
-  if (strcmp(k->type, "momentum") == 0) {
+  if (strcmp(k->op, "momentum") == 0) {
     PE_TRY(pe_op_set_float(op, "mu", h->mu));
     PE_TRY(pe_op_set_bool(op, "use_nesterov", h->nesterov));
-  } else if (strcmp(k->type, "adam") == 0) {
+  } else if (strcmp(k->op, "adam") == 0) {
     PE_TRY(pe_op_set_float(op, "beta1", h->beta1));
     PE_TRY(pe_op_set_float(op, "beta2", h->beta2));
     PE_TRY(pe_op_set_float(op, "epsilon", h->eps));
   }
-  if (h->weight_decay > 0.0f) {
-    PE_TRY(pe_op_set_string(op, "regularization_method", "l2_decay"));
+  if (h->weight_decay > 0.0f && !param->no_weight_decay) {
+    PE_TRY(pe_op_set_string(op, "regularization_method", k->decay));
     PE_TRY(pe_op_set_float(op, "regularization_coeff", h->weight_decay));
   }
   return NULL;
@@ -155,17 +173,18 @@ static pe_status *add_schedule(pe_block *main, pe_block *startup, const pe_optim
 pe_status *pe_pass_optimizer(pe_ir *ir) {
   pe_program *p = ir->prog;
   if (!p->opt.type) return NULL;
-  const opt_kind *k = NULL;
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-    if (strcmp(kinds[i].type, p->opt.type) == 0) k = &kinds[i];
+  const opt_kind *k = find_kind(p->opt.type);
   if (!k)
-    return pe_error(PE_EINVAL, "optimizer: unknown type '%s' (sgd, momentum, adam)", p->opt.type);
+    return pe_error(PE_EINVAL, "optimizer: unknown type '%s' (" PE_OPTIMIZER_TYPES ")",
+                    p->opt.type);
   hyper h = {p->opt.lr,
              p->opt.momentum != 0.0f ? p->opt.momentum : 0.9f,
              p->opt.beta1 != 0.0f ? p->opt.beta1 : 0.9f,
              p->opt.beta2 != 0.0f ? p->opt.beta2 : 0.999f,
              p->opt.epsilon != 0.0f ? p->opt.epsilon : 1e-8f,
-             p->opt.weight_decay,
+             p->opt.weight_decay != 0.0f || strcmp(k->decay, "decoupled_decay") != 0
+                 ? p->opt.weight_decay
+                 : PE_ADAMW_DEFAULT_DECAY,
              p->opt.nesterov};
   if (!(h.lr > 0.0f))
     return pe_error(PE_EINVAL, "optimizer %s: learning rate %g must be > 0", k->type, (double)h.lr);

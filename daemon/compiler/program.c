@@ -403,6 +403,7 @@ pe_status *pe_program_clone(const pe_program *p, pe_program **out) {
         v->persistable = b->vars[i]->persistable;
         v->stop_gradient = b->vars[i]->stop_gradient;
         v->is_feed = b->vars[i]->is_feed;
+        v->no_weight_decay = b->vars[i]->no_weight_decay;
       }
     }
     for (int i = 0; !st && i < b->n_ops; i++) {

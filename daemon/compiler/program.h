@@ -65,6 +65,7 @@ typedef struct pe_var_desc {
   bool persistable;
   bool stop_gradient;
   bool is_feed;
+  bool no_weight_decay; /* the optimizer's weight decay skips it (persistable only) */
 } pe_var_desc;
 
 typedef struct pe_block {
@@ -88,12 +89,17 @@ typedef struct pe_lr_schedule_desc {
 } pe_lr_schedule_desc;
 
 typedef struct pe_optimizer_desc {
-  char *type; /* sgd | momentum | adam; NULL: none */
+  char *type; /* sgd | momentum | adam | adamw; NULL: none */
   float lr, momentum, beta1, beta2, epsilon;
-  float weight_decay; /* L2 coefficient; 0: none */
+  float weight_decay; /* L2 (adamw: decoupled) coefficient; 0: none (adamw: 0.01) */
   bool nesterov;
   pe_lr_schedule_desc sched;
 } pe_optimizer_desc;
+
+/* OptimizerDesc.type values (the optimizer pass's table, compiler/optimizer.c). */
+#define PE_OPTIMIZER_TYPES "sgd, momentum, adam, adamw"
+#define PE_ADAMW_DEFAULT_DECAY 0.01f /* adamw's weight_decay when 0 (PyTorch's) */
+bool pe_optimizer_type_known(const char *type);
 
 typedef struct pe_program {
   uint32_t version;

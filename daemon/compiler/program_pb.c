@@ -59,6 +59,11 @@ static pe_status *check_var(int bi, const Pe__VarDesc *v) {
       numel *= x;
     }
   }
+  if (v->no_weight_decay && !v->persistable)
+    return pe_error(PE_EINVAL,
+                    "block %d: variable '%s': no_weight_decay is for parameters, but '%s' is not "
+                    "persistable",
+                    bi, v->name, v->name);
   return NULL;
 }
 
@@ -170,8 +175,9 @@ static pe_status *check_program(const Pe__ProgramDesc *pd) {
 
 pe_status *pe_optimizer_decode(const Pe__OptimizerDesc *od, pe_optimizer_desc *out) {
   if (!od->type[0]) return NULL; /* proto3: an empty message is no optimizer */
-  if (strcmp(od->type, "sgd") && strcmp(od->type, "momentum") && strcmp(od->type, "adam"))
-    return pe_error(PE_EINVAL, "optimizer type '%.64s' unknown (sgd, momentum, adam)", od->type);
+  if (!pe_optimizer_type_known(od->type))
+    return pe_error(PE_EINVAL, "optimizer type '%.64s' unknown (" PE_OPTIMIZER_TYPES ")",
+                    od->type);
   if (!isfinite(od->learning_rate) || od->learning_rate <= 0.0f)
     return pe_error(PE_EINVAL, "optimizer %s: learning_rate %g must be finite and > 0", od->type,
                     (double)od->learning_rate);
@@ -277,6 +283,7 @@ static pe_status *decode_block(pe_program *p, const Pe__BlockDesc *bd) {
     var->persistable = vd->persistable;
     var->stop_gradient = vd->stop_gradient;
     var->is_feed = vd->is_feed;
+    var->no_weight_decay = vd->no_weight_decay;
   }
   for (size_t o = 0; o < bd->n_ops; o++) PE_TRY(decode_op(b, bd->ops[o]));
   return NULL;
@@ -435,6 +442,7 @@ static Pe__BlockDesc *enc_block(enc *e, const pe_block *b, int position) {
     vm->persistable = v->persistable;
     vm->stop_gradient = v->stop_gradient;
     vm->is_feed = v->is_feed;
+    vm->no_weight_decay = v->no_weight_decay;
     m->vars[i] = vm;
   }
   m->n_ops = (size_t)b->n_ops;

@@ -62,7 +62,8 @@ cudaError_t pe_cu_act_bwd(pe_cu_act a, const float *x, const float *y, const flo
 struct pe_lr_params;
 cudaError_t pe_cu_lr_schedule(const int64_t *step, int64_t *step_out, float *lr,
                               const struct pe_lr_params *p, cudaStream_t s);
-/* wd: the L2 coefficient (pe_optimizer_l2_coeff; 0: none). */
+/* wd: the L2 coefficient (pe_optimizer_l2_coeff; 0: none); adam's dwd: the
+ * decoupled (AdamW) one (pe_optimizer_decoupled_coeff; 0: none). */
 cudaError_t pe_cu_sgd(const float *p, const float *g, const float *lr, float wd, float *po,
                       int64_t n, cudaStream_t s);
 cudaError_t pe_cu_momentum(const float *p, const float *g, const float *v, const float *lr,
@@ -70,8 +71,8 @@ cudaError_t pe_cu_momentum(const float *p, const float *g, const float *v, const
                            cudaStream_t s);
 cudaError_t pe_cu_adam(const float *p, const float *g, const float *lr, const float *m1,
                        const float *m2, const float *b1pow, const float *b2pow, float b1, float b2,
-                       float eps, float wd, float *po, float *m1o, float *m2o, float *b1o,
-                       float *b2o, int64_t n, cudaStream_t s);
+                       float eps, float wd, float dwd, float *po, float *m1o, float *m2o,
+                       float *b1o, float *b2o, int64_t n, cudaStream_t s);
 
 /* losses, reductions, metrics, batch norm (kernels_nn.cu) */
 cudaError_t pe_cu_swce(const float *x, const int64_t *hard, const float *soft, float *sm,

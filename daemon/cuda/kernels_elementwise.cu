@@ -228,11 +228,14 @@ __global__ void momentum_kernel(const float *p, const float *g, const float *v, 
   }
 }
 
+// dwd: the decoupled (AdamW) coefficient; the parameter is scaled by
+// 1 - lr * dwd before the step, as the cpu kernel does (1 when dwd is 0).
 __global__ void adam_kernel(const float *p, const float *g, const float *lr, const float *m1,
                             const float *m2, const float *b1pow, const float *b2pow, float b1,
-                            float b2, float eps, float wd, float *po, float *m1o, float *m2o,
-                            int64_t n) {
+                            float b2, float eps, float wd, float dwd, float *po, float *m1o,
+                            float *m2o, int64_t n) {
   double bp1 = *b1pow, bp2 = *b2pow;
+  float keep = (float)(1.0 - (double)*lr * dwd);
   // The CPU rejects pows >= 1 with an error; here a NaN step makes it visible.
   float lr_t = (bp1 < 1.0 && bp2 < 1.0) ? (float)((double)*lr * sqrt(1.0 - bp2) / (1.0 - bp1))
                                         : __int_as_float(0x7fc00000);
@@ -242,7 +245,7 @@ __global__ void adam_kernel(const float *p, const float *g, const float *lr, con
     float b = b2 * m2[i] + (1.0f - b2) * gi * gi;
     m1o[i] = a;
     m2o[i] = b;
-    po[i] = pi - lr_t * a / (sqrtf(b) + eps);
+    po[i] = pi * keep - lr_t * a / (sqrtf(b) + eps);
   }
 }
 
@@ -399,10 +402,11 @@ cudaError_t pe_cu_momentum(const float *p, const float *g, const float *v, const
 
 cudaError_t pe_cu_adam(const float *p, const float *g, const float *lr, const float *m1,
                        const float *m2, const float *b1pow, const float *b2pow, float b1, float b2,
-                       float eps, float wd, float *po, float *m1o, float *m2o, float *b1o,
-                       float *b2o, int64_t n, cudaStream_t s) {
+                       float eps, float wd, float dwd, float *po, float *m1o, float *m2o,
+                       float *b1o, float *b2o, int64_t n, cudaStream_t s) {
   if (n > 0)
-    adam_kernel<<<LAUNCH(n)>>>(p, g, lr, m1, m2, b1pow, b2pow, b1, b2, eps, wd, po, m1o, m2o, n);
+    adam_kernel<<<LAUNCH(n)>>>(p, g, lr, m1, m2, b1pow, b2pow, b1, b2, eps, wd, dwd, po, m1o, m2o,
+                               n);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   adam_pows_kernel<<<1, 1, 0, s>>>(b1pow, b2pow, b1, b2, b1o, b2o);

@@ -485,7 +485,8 @@ pe_status *pe_cuk_adam(pe_kernel_ctx *c) {
                  pe_f32(pe_kin(c, 3, 0)), pe_f32(pe_kin(c, 4, 0)), pe_f32(pe_kin(c, 5, 0)),
                  pe_f32(pe_kin(c, 6, 0)), pe_attr_f(c->def, c->desc, "beta1"),
                  pe_attr_f(c->def, c->desc, "beta2"), pe_attr_f(c->def, c->desc, "epsilon"),
-                 pe_optimizer_l2_coeff(c->def, c->desc), pe_f32(pe_kout(c, 0, 0)),
+                 pe_optimizer_l2_coeff(c->def, c->desc),
+                 pe_optimizer_decoupled_coeff(c->def, c->desc), pe_f32(pe_kout(c, 0, 0)),
                  pe_f32(pe_kout(c, 1, 0)), pe_f32(pe_kout(c, 2, 0)), pe_f32(pe_kout(c, 3, 0)),
                  pe_f32(pe_kout(c, 4, 0)), pe_tensor_numel(p), x->stream),
       "adam");

@@ -16,6 +16,8 @@ extern const pe_op_def pe_ops_optimizer[];   /* sgd, momentum, adam */
 /* An optimizer op's L2 coefficient: regularization_coeff where
  * regularization_method is "l2_decay", else 0 (cpu and cuda kernels). */
 float pe_optimizer_l2_coeff(const pe_op_def *d, const pe_op_desc *op);
+/* The AdamW coefficient (regularization_method "decoupled_decay"), else 0. */
+float pe_optimizer_decoupled_coeff(const pe_op_def *d, const pe_op_desc *op);
 extern const pe_op_def pe_ops_matmul[];      /* matmul (oneDNN) */
 extern const pe_op_def pe_ops_activation[];  /* relu, tanh, sigmoid, softmax (oneDNN) */
 extern const pe_op_def pe_ops_conv[];        /* conv2d (oneDNN) */

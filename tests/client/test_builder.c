@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check_main.h"
+#include "compiler/pass.h"
 #include "compiler/program.h"
 #include "compiler/validate.h"
 #include "pe_builder.h"
@@ -299,6 +300,87 @@ static pe_builder *trainable(void) {
   return b;
 }
 
+/* no_weight_decay of the main- and startup-block copies of `name`. */
+static void expect_no_decay(const pe_program *p, const char *name, bool want) {
+  for (int blk = 0; blk < 2; blk++) {
+    const pe_var_desc *v = pe_block_find_var_local(p->blocks[blk], name);
+    ck_assert_msg(v && v->no_weight_decay == want, "block %d: %s no_weight_decay %d, want %d", blk,
+                  name, v ? v->no_weight_decay : -1, want);
+  }
+}
+
+/* adamw travels as its own type with adam's hyper-parameters; a parameter
+ * is exempted from weight decay by name, or every 1-D one (the biases, the
+ * batch-norm scale and shift; not its running statistics) by
+ * pe_builder_no_weight_decay_1d, whatever the order of the calls. */
+START_TEST(adamw_and_no_weight_decay) {
+  for (int order = 0; order < 2; order++) {
+    pe_builder *b = pe_builder_new();
+    const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 2, 4, 4));
+    const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
+    if (order == 0) ck_assert_int_eq(pe_builder_no_weight_decay_1d(b), 0);
+    pe_b_conv_opts co = {.pad = {1, 1}};
+    const char *h = pe_builder_batch_norm(b, pe_builder_conv2d(b, x, 3, 3, 3, &co), NULL);
+    const char *loss = pe_builder_mean(
+        b, pe_builder_softmax_with_cross_entropy(b, pe_builder_fc(b, h, 3, NULL), y, NULL));
+    ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
+    ck_assert_int_eq(pe_builder_adamw(b, 1e-3f, 0.9f, 0.99f, 1e-6f), 0);
+    ck_assert_int_eq(pe_builder_weight_decay(b, 0.05f), 0);
+    if (order == 1) ck_assert_int_eq(pe_builder_no_weight_decay_1d(b), 0);
+    ck_assert_int_eq(pe_builder_no_weight_decay(b, "fc_0.w"), 0);
+    uint8_t *bytes;
+    size_t len;
+    ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), 0);
+    pe_program *p = decode_valid(bytes, len);
+    ck_assert_str_eq(p->opt.type, "adamw");
+    ck_assert(p->opt.lr == 1e-3f && p->opt.beta2 == 0.99f && p->opt.epsilon == 1e-6f);
+    ck_assert(p->opt.weight_decay == 0.05f);
+    expect_no_decay(p, "conv2d_0.w", false);
+    expect_no_decay(p, "fc_0.w", true);
+    const char *exempt[] = {"conv2d_0.b", "batch_norm_0.scale", "batch_norm_0.bias", "fc_0.b"};
+    for (int i = 0; i < 4; i++) expect_no_decay(p, exempt[i], true);
+    expect_no_decay(p, "batch_norm_0.mean", false); /* not trainable */
+    ck_assert(!pe_block_find_var_local(pe_program_main(p), "x")->no_weight_decay);
+    /* The daemon's passes: decoupled decay on conv2d_0.w alone. */
+    PE_CK_OK(pe_program_compile(p, false));
+    const pe_block *m = pe_program_main(p);
+    int n_adam = 0, n_decayed = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+      if (strcmp(m->ops[i]->type, "adam")) continue;
+      n_adam++;
+      const pe_attr *rm = pe_op_find_attr(m->ops[i], "regularization_method");
+      const char *w = pe_op_input_arg(m->ops[i], "Param");
+      ck_assert_msg(!rm == (strcmp(w, "conv2d_0.w") != 0), "%s: decay %s", w, rm ? rm->s : "none");
+      n_decayed += rm && !strcmp(rm->s, "decoupled_decay");
+    }
+    ck_assert_int_eq(n_adam, 6);
+    ck_assert_int_eq(n_decayed, 1);
+    pe_program_free(p);
+    free(bytes);
+    pe_builder_free(b);
+  }
+  /* Only trainable parameters can be exempted. */
+  const char *bad[] = {"x", "nope", "batch_norm_0.mean", NULL};
+  const char *why[] = {"no_weight_decay: 'x' is not a trainable parameter",
+                       "no_weight_decay: 'nope' is not a trainable parameter (no such variable)",
+                       "no_weight_decay: 'batch_norm_0.mean' is not a trainable parameter",
+                       "no_weight_decay: '(null)' is not a trainable parameter (no such variable)"};
+  for (int i = 0; i < 4; i++) {
+    pe_builder *b = pe_builder_new();
+    const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 2, 4, 4));
+    ck_assert_ptr_nonnull(pe_builder_batch_norm(b, x, NULL));
+    ck_assert_int_eq(pe_builder_no_weight_decay(b, bad[i]), -1);
+    ck_assert_str_eq(pe_builder_error(b), why[i]);
+    pe_builder_free(b);
+  }
+  pe_builder *b = pe_builder_new();
+  ck_assert_int_eq(pe_builder_adamw(b, 1e-3f, 1.0f, 0.99f, 1e-6f), -1);
+  ck_assert_str_eq(pe_builder_error(b),
+                   "adamw: beta1 1, beta2 0.99 must be in [0, 1) and epsilon 1e-06 positive");
+  pe_builder_free(b);
+}
+END_TEST
+
 /* The schedule travels in OptimizerDesc.lr_schedule, field by field, set
  * before or after the optimizer; the options are copied. */
 START_TEST(lr_schedule) {
@@ -579,6 +661,7 @@ static Suite *builder_suite(void) {
   tcase_add_test(tc, other_layers_validate);
   tcase_add_test(tc, inference_program);
   tcase_add_test(tc, weight_decay);
+  tcase_add_test(tc, adamw_and_no_weight_decay);
   tcase_add_test(tc, lr_schedule);
   tcase_add_test(tc, lr_schedule_errors);
   tcase_add_test(tc, first_error_sticks);

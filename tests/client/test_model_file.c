@@ -184,6 +184,40 @@ START_TEST(schedule_line) {
 }
 END_TEST
 
+/* VarDesc.no_weight_decay of `name` in the main block of pd. */
+static bool no_decay(const Pe__ProgramDesc *pd, const char *name) {
+  const Pe__BlockDesc *m = pd->blocks[pd->main_block];
+  for (size_t i = 0; i < m->n_vars; i++)
+    if (!strcmp(m->vars[i]->name, name)) return m->vars[i]->no_weight_decay;
+  ck_abort_msg("no variable %s", name);
+  return false;
+}
+
+START_TEST(adamw_and_no_decay_1d) {
+  Pe__ProgramDesc *pd = parse_unpacked(
+      "input x 4\nlabel y\nfc 8 act=relu\nbatch_norm\nfc 3\nloss softmax_with_cross_entropy\n"
+      "accuracy\noptimizer adamw lr=0.001 beta2=0.99 weight_decay=0.05 no_decay_1d\n");
+  const Pe__OptimizerDesc *od = pd->train->optimizer;
+  ck_assert_str_eq(od->type, "adamw");
+  ck_assert(od->learning_rate == 0.001f && od->beta2 == 0.99f && od->weight_decay == 0.05f);
+  ck_assert(!no_decay(pd, "fc_0.w") && !no_decay(pd, "fc_1.w"));
+  ck_assert(no_decay(pd, "fc_0.b") && no_decay(pd, "fc_1.b"));
+  ck_assert(no_decay(pd, "batch_norm_0.scale") && no_decay(pd, "batch_norm_0.bias"));
+  ck_assert(!no_decay(pd, "batch_norm_0.mean") && !no_decay(pd, "batch_norm_0.variance"));
+  pe__program_desc__free_unpacked(pd, NULL);
+  /* adamw without weight_decay: 0, the daemon's default (0.01); no flag, no exemption */
+  pd = parse_unpacked(FC_MODEL "optimizer adamw lr=0.001 no_decay_1d\n");
+  ck_assert(pd->train->optimizer->weight_decay == 0.0f && no_decay(pd, "fc_0.b"));
+  pe__program_desc__free_unpacked(pd, NULL);
+  pd = parse_unpacked(FC_MODEL "optimizer sgd lr=0.1 weight_decay=0.001\n");
+  ck_assert(!no_decay(pd, "fc_0.b"));
+  pe__program_desc__free_unpacked(pd, NULL);
+  pd = parse_unpacked(FC_MODEL "optimizer momentum lr=0.1 weight_decay=0.001 no_decay_1d\n");
+  ck_assert(no_decay(pd, "fc_0.b") && !no_decay(pd, "fc_0.w"));
+  pe__program_desc__free_unpacked(pd, NULL);
+}
+END_TEST
+
 /* Parse text; expect failure with exactly `want`. */
 static void expect_parse_error_eq(const char *text, const char *want) {
   pe_model_spec m;
@@ -192,6 +226,21 @@ static void expect_parse_error_eq(const char *text, const char *want) {
   ck_assert_msg(rc == -1, "parsed, expected error '%s'", want);
   ck_assert_str_eq(err, want);
 }
+
+START_TEST(optimizer_errors_carry_the_line) {
+  expect_parse_error_eq(FC_MODEL "optimizer adagrad lr=0.1\n",
+                        "cnn:6: optimizer: unknown kind 'adagrad' (known: sgd, momentum, adam, "
+                        "adamw)");
+  expect_parse_error_eq(FC_MODEL "optimizer adam lr=0.1 no_decay_1d\n",
+                        "cnn:6: optimizer: no_decay_1d exempts parameters from weight decay, but "
+                        "adam has none (weight_decay=X)");
+  expect_parse_error(FC_MODEL "optimizer adamw lr=0.1 mu=0.9\n",
+                     "cnn:6: optimizer: option 'mu' does not apply here (usage: optimizer "
+                     "sgd|momentum|adam|adamw lr=X");
+  expect_parse_error(FC_MODEL "optimizer adamw lr=0.1 no_decay_1d=1\n",
+                     "cnn:6: optimizer: unknown option 'no_decay_1d' (usage: ");
+}
+END_TEST
 
 START_TEST(schedule_errors_carry_the_line) {
   expect_parse_error_eq(FC_MODEL "optimizer sgd lr=0.1\nschedule poly decay_steps=10\n",
@@ -249,6 +298,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, a_small_model_of_other_layers);
   tcase_add_test(tc, schedule_line);
   tcase_add_test(tc, schedule_errors_carry_the_line);
+  tcase_add_test(tc, adamw_and_no_decay_1d);
+  tcase_add_test(tc, optimizer_errors_carry_the_line);
   tcase_add_test(tc, missing_file);
   suite_add_tcase(s, tc);
   return s;

@@ -25,7 +25,7 @@ static pe_program *sample_program(void) {
   p->main_block = 0;
   p->startup_block = 1;
   p->loss = strdup("loss");
-  p->opt.type = strdup("adam");
+  p->opt.type = strdup("adamw");
   p->opt.lr = 0.01f;
   p->opt.beta1 = 0.8f;
   p->opt.beta2 = 0.99f;
@@ -46,6 +46,7 @@ static pe_program *sample_program(void) {
   v->stop_gradient = true;
   PE_CK_OK(pe_block_add_var(m, "w", PE_F64, &sw, &v));
   v->persistable = true;
+  v->no_weight_decay = true;
   PE_CK_OK(pe_block_add_var(m, "loss", PE_F32, &s1, NULL));
   PE_CK_OK(pe_block_add_var(m, "lbl", PE_I64, NULL, NULL));
   pe_op_desc *op;
@@ -116,7 +117,7 @@ static void assert_program_eq(const pe_program *a, const pe_program *b) {
       ck_assert_int_eq(u->dtype, v->dtype);
       ck_assert(pe_shape_equal(&u->shape, &v->shape));
       ck_assert(u->persistable == v->persistable && u->stop_gradient == v->stop_gradient &&
-                u->is_feed == v->is_feed);
+                u->is_feed == v->is_feed && u->no_weight_decay == v->no_weight_decay);
     }
     ck_assert_int_eq(x->n_ops, y->n_ops);
     for (int i = 0; i < x->n_ops; i++) {
@@ -312,6 +313,21 @@ END_TEST
 START_TEST(duplicate_and_empty_vars) {
   raw r;
   raw_init(&r);
+  r.v[1].no_weight_decay = true; /* only parameters (persistable) may opt out */
+  raw_expect(&r,
+             "block 0: variable 'y': no_weight_decay is for parameters, but 'y' is not "
+             "persistable",
+             NULL);
+  r.v[1].persistable = true;
+  size_t n = pe__program_desc__get_packed_size(&r.pd);
+  uint8_t buf[256];
+  ck_assert_uint_le(n, sizeof buf);
+  pe__program_desc__pack(&r.pd, buf);
+  pe_program *q;
+  PE_CK_OK(pe_program_decode(buf, n, &q));
+  ck_assert(q->blocks[0]->vars[1]->no_weight_decay && !q->blocks[0]->vars[0]->no_weight_decay);
+  pe_program_free(q);
+  raw_init(&r);
   r.v[1].name = "x";
   raw_expect(&r, "block 0", "'x' declared twice");
   raw_init(&r);
@@ -365,7 +381,7 @@ START_TEST(bad_ops_and_optimizer) {
   r.pd.train = &ts;
   od.type = "rmsprop";
   od.learning_rate = 0.1f;
-  raw_expect(&r, "optimizer type 'rmsprop'", NULL);
+  raw_expect(&r, "optimizer type 'rmsprop' unknown (sgd, momentum, adam, adamw)", NULL);
   od.type = "sgd";
   od.learning_rate = -1.0f;
   raw_expect(&r, "learning_rate", NULL);

@@ -532,9 +532,10 @@ START_TEST(optimizers) {
   compare(s, op, TOL);
   compare(s, op, TOL); /* a second step from the updated state */
   pe_op_desc_free(op);
-  /* L2 weight decay (the optimizer pass's weight_decay) on each of the three. */
-  const char *kinds[] = {"sgd", "momentum", "adam"};
-  for (int k = 0; k < 3; k++) {
+  /* L2 weight decay (the optimizer pass's weight_decay) on each of the three,
+   * and adam's decoupled decay (adamw). */
+  const char *kinds[] = {"sgd", "momentum", "adam", "adamw"};
+  for (int k = 0; k < 4; k++) {
     if (k == 0)
       op = ph_op("sgd", "Param", "p", "Grad", "g", "LearningRate", "lr", NULL, "ParamOut", "p",
                  NULL);
@@ -546,7 +547,8 @@ START_TEST(optimizers) {
                  "Moment2", "m2", "Beta1Pow", "b1p", "Beta2Pow", "b2p", NULL, "ParamOut", "p",
                  "Moment1Out", "m1", "Moment2Out", "m2", "Beta1PowOut", "b1p", "Beta2PowOut",
                  "b2p", NULL);
-    PE_CK_OK(pe_op_set_string(op, "regularization_method", "l2_decay"));
+    PE_CK_OK(
+        pe_op_set_string(op, "regularization_method", k == 3 ? "decoupled_decay" : "l2_decay"));
     PE_CK_OK(pe_op_set_float(op, "regularization_coeff", 0.05f));
     ck_assert_msg(pe_op_find_attr(op, "regularization_coeff"), "%s", kinds[k]);
     compare(s, op, TOL);

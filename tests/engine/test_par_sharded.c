@@ -69,13 +69,16 @@ static pe_program *program(const char *opt, net nt) {
   ck_assert_ptr_nonnull(loss);
   snprintf(loss_name, sizeof loss_name, "%s", loss);
   ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
-  if (!strncmp(opt, "adam", 4))
+  if (!strncmp(opt, "adamw", 5))
+    ck_assert_int_eq(pe_builder_adamw(b, 0.002f, 0.9f, 0.999f, 1e-8f), 0);
+  else if (!strncmp(opt, "adam", 4))
     ck_assert_int_eq(pe_builder_adam(b, 0.002f, 0.9f, 0.999f, 1e-8f), 0);
   else if (!strncmp(opt, "momentum", 8))
     ck_assert_int_eq(pe_builder_momentum(b, 0.02f, 0.9f, false), 0);
   else
     ck_assert_int_eq(pe_builder_sgd(b, 0.1f), 0);
   if (strstr(opt, "+l2")) ck_assert_int_eq(pe_builder_weight_decay(b, 0.01f), 0);
+  if (strstr(opt, "+1d")) ck_assert_int_eq(pe_builder_no_weight_decay_1d(b), 0);
   /* Warmup, cosine decay, then flat within the tests' 10 steps. */
   pe_lr_schedule_opts cos = {
       .type = "cosine", .warmup_steps = 2, .decay_steps = 5, .min_lr = 1e-3f};
@@ -300,9 +303,11 @@ static const setting SETTINGS[] = {
 /* momentum+l2: with weight decay (each slice decays once, as AllReduce's
  * every-place update does). adam+cosine: a learning-rate schedule (every
  * place computes the rate from its own counter; the sharded update reads
- * the rate of its slice's place). */
-static const char *const OPTS[] = {"sgd", "momentum", "adam", "momentum+l2", "adam+cosine"};
-enum { N_SETTINGS = 4, N_OPTS = 5 };
+ * the rate of its slice's place). adamw+l2+1d: decoupled decay (0.01) on the
+ * weights, none on the biases. */
+static const char *const OPTS[] = {"sgd",         "momentum",    "adam",
+                                   "momentum+l2", "adam+cosine", "adamw+l2+1d"};
+enum { N_SETTINGS = 4, N_OPTS = 6 };
 
 /* Loop index i: optimizer i / N_SETTINGS, setting i % N_SETTINGS. */
 START_TEST(equivalence) {

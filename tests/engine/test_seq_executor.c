@@ -363,8 +363,10 @@ END_TEST
  * pass's updates minimise loss + L/2 |theta|^2 (theta = w and b), so
  * training converges to the ridge solution of the same data,
  * (2/N A^T A + L I) theta = 2/N A^T y with A = [x, 1], solved here in double;
- * with L = 0.5 it lies far from the unregularised TRUE_W / TRUE_B. */
-static void ridge_solution(float lambda, double theta[4]) {
+ * with L = 0.5 it lies far from the unregularised TRUE_W / TRUE_B. With b
+ * marked no_weight_decay only w is decayed: the last diagonal entry gets no
+ * L (the usual "no decay on biases"). */
+static void ridge_solution(float lambda, bool decay_b, double theta[4]) {
   double m[4][5] = {{0}};
   for (int i = 0; i < N_SAMPLES; i++) {
     double a[4] = {0, 0, 0, 1}, y = TRUE_B;
@@ -377,7 +379,7 @@ static void ridge_solution(float lambda, double theta[4]) {
       m[r][4] += 2.0 / N_SAMPLES * a[r] * y;
     }
   }
-  for (int r = 0; r < 4; r++) m[r][r] += lambda;
+  for (int r = 0; r < 4; r++) m[r][r] += r < 3 || decay_b ? lambda : 0.0;
   for (int c = 0; c < 4; c++) /* Gauss-Jordan: the matrix is symmetric positive definite */
     for (int r = 0; r < 4; r++) {
       if (r == c) continue;
@@ -387,14 +389,16 @@ static void ridge_solution(float lambda, double theta[4]) {
   for (int r = 0; r < 4; r++) theta[r] = m[r][4] / m[r][r];
 }
 
-static void expect_ridge(const char *opt, float lr, int steps, float tol) {
+static void expect_ridge(const char *opt, float lr, int steps, float tol, bool decay_b) {
   const float lambda = 0.5f;
   pe_program *p = regression_program(opt, lr);
   p->opt.weight_decay = lambda;
+  pe_block_find_var_local(pe_program_main(p), "b")->no_weight_decay = !decay_b;
   float w[3], b, first;
   train(p, steps, w, &b, &first);
-  double theta[4];
-  ridge_solution(lambda, theta);
+  double theta[4], all[4];
+  ridge_solution(lambda, decay_b, theta);
+  ridge_solution(lambda, true, all);
   for (int k = 0; k < 4; k++) {
     float got = k < 3 ? w[k] : b, truth = k < 3 ? TRUE_W[k] : TRUE_B;
     ck_assert_msg(fabs(got - theta[k]) < tol, "%s: theta[%d] = %.6f, ridge %.6f", opt, k, got,
@@ -402,13 +406,72 @@ static void expect_ridge(const char *opt, float lr, int steps, float tol) {
     ck_assert_msg(fabs(theta[k] - truth) > 0.05, "ridge theta[%d] %.6f too close to %.6f", k,
                   theta[k], truth);
   }
+  /* The two ridge problems' b differ enough to tell which one was solved. */
+  ck_assert_msg(decay_b || fabs(theta[3] - all[3]) > 3 * tol, "b: %.6f vs %.6f", theta[3], all[3]);
   pe_program_free(p);
 }
 
 START_TEST(weight_decay_converges_to_ridge) {
-  expect_ridge("sgd", 0.3f, 400, 1e-4f);
-  expect_ridge("momentum", 0.05f, 300, 1e-4f);
-  expect_ridge("adam", 0.05f, 600, 1e-2f);
+  expect_ridge("sgd", 0.3f, 400, 1e-4f, true);
+  expect_ridge("momentum", 0.05f, 300, 1e-4f, true);
+  expect_ridge("adam", 0.05f, 600, 1e-2f, true);
+}
+END_TEST
+
+/* b marked no_weight_decay: training solves the ridge problem that
+ * penalises w only. */
+START_TEST(no_weight_decay_excludes_the_bias) {
+  expect_ridge("sgd", 0.3f, 400, 1e-4f, false);
+  expect_ridge("momentum", 0.05f, 300, 1e-4f, false);
+  expect_ridge("adam", 0.05f, 600, 1e-2f, false);
+}
+END_TEST
+
+/* adamw: the adam op with decoupled decay (weight_decay 0: 0.01); a
+ * parameter marked no_weight_decay gets plain adam. With every parameter
+ * excluded it trains bit for bit like adam; with decay, like adam whose
+ * parameters shrink by 1 - lr c before each step, so the weights end
+ * nearer 0 than adam's while the loss still falls. */
+START_TEST(adamw_decoupled_decay) {
+  pe_program *p = regression_program("adamw", 0.05f);
+  pe_block_find_var_local(pe_program_main(p), "b")->no_weight_decay = true;
+  PU_OK(pe_program_compile(p, false));
+  pe_block *m = pe_program_main(p);
+  int a = pu_find_op(m, "adam", 0);
+  ck_assert_int_ge(a, 0);
+  ck_assert_str_eq(pe_op_input_arg(m->ops[a], "Param"), "w");
+  const pe_attr *rm = pe_op_find_attr(m->ops[a], "regularization_method");
+  const pe_attr *rc = pe_op_find_attr(m->ops[a], "regularization_coeff");
+  ck_assert(rm && rc && !strcmp(rm->s, "decoupled_decay") && rc->f == 0.01f);
+  int ab = pu_find_op(m, "adam", a + 1);
+  ck_assert_str_eq(pe_op_input_arg(m->ops[ab], "Param"), "b");
+  ck_assert_ptr_null(pe_op_find_attr(m->ops[ab], "regularization_method"));
+  ck_assert_ptr_nonnull(pe_block_find_var_local(m, "w@MOMENT1")); /* adam's state */
+  pe_program_free(p);
+
+  float w_adam[3], b_adam, w_off[3], b_off, w_dec[3], b_dec, first, first_dec;
+  p = regression_program("adam", 0.05f);
+  float loss_adam = train(p, 300, w_adam, &b_adam, &first);
+  pe_program_free(p);
+  p = regression_program("adamw", 0.05f);
+  p->opt.weight_decay = 0.5f;
+  pe_block_find_var_local(pe_program_main(p), "w")->no_weight_decay = true;
+  pe_block_find_var_local(pe_program_main(p), "b")->no_weight_decay = true;
+  float loss_off = train(p, 300, w_off, &b_off, &first);
+  pe_program_free(p);
+  ck_assert(loss_off == loss_adam && b_off == b_adam && !memcmp(w_off, w_adam, sizeof w_adam));
+  p = regression_program("adamw", 0.05f);
+  p->opt.weight_decay = 0.5f;
+  float loss_dec = train(p, 300, w_dec, &b_dec, &first_dec);
+  pe_program_free(p);
+  double n_adam = 0, n_dec = 0;
+  for (int k = 0; k < 3; k++) {
+    n_adam += w_adam[k] * w_adam[k];
+    n_dec += w_dec[k] * w_dec[k];
+  }
+  ck_assert_msg(n_dec < 0.9 * n_adam, "|w|^2 adamw %g, adam %g", n_dec, n_adam);
+  ck_assert_msg(loss_dec < first_dec * 0.5f && loss_dec > loss_adam, "loss %g (first %g, adam %g)",
+                loss_dec, first_dec, loss_adam);
 }
 END_TEST
 
@@ -619,6 +682,8 @@ static Suite *seq_exec_suite(void) {
   tcase_add_test(tc, momentum_converges);
   tcase_add_test(tc, adam_converges);
   tcase_add_test(tc, weight_decay_converges_to_ridge);
+  tcase_add_test(tc, no_weight_decay_excludes_the_bias);
+  tcase_add_test(tc, adamw_decoupled_decay);
   tcase_add_test(tc, optimizer_pass_structure);
   tcase_add_test(tc, lr_schedule_drives_the_updates);
   tcase_add_test(tc, client_model_trains);

@@ -205,6 +205,34 @@ START_TEST(momentum_l2_decay_two_steps) {
 }
 END_TEST
 
+START_TEST(adamw_two_steps) {
+  /* adam_two_steps with decoupled_decay 0.1 (AdamW): the moments are adam's
+   * (the gradient is not touched) and w is scaled by 1 - lr c = 0.999 before
+   * each of adam's steps, whose sizes do not depend on w:
+   * step 1: w = 0.999 [1, -1] - [0.0099999684, -0.0099999842]
+   *           = [0.98900003, -0.98900002]
+   * step 2: w = 0.999 w - (adam's step 2: [0.0091778018, -0.0026633666])
+   *           = [0.97883323, -0.98534765] */
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_f32(s, "w", PE_SHAPE(2), (float[]){1, -1});
+  adam_init(s, 2);
+  pe_op_desc *op = adam_op();
+  set_l2(op, "decoupled_decay", 0.1f);
+  set_grad(s, (float[]){0.1f, -0.2f}, 2);
+  PE_CK_OK(ph_run_op(s, op, NULL));
+  expect_values(s, "m1", (double[]){0.01, -0.02}, 2);
+  expect_values(s, "m2", (double[]){1e-5, 4e-5}, 2);
+  expect_values(s, "w", (double[]){0.9890000318536434, -0.9890000160423307}, 2);
+  set_grad(s, (float[]){0.3f, 0.1f}, 2);
+  PE_CK_OK(ph_run_op(s, op, NULL));
+  expect_values(s, "w", (double[]){0.978833230052583, -0.9853476494646605}, 2);
+  expect_values(s, "b1p", (double[]){0.729}, 1);
+  expect_values(s, "b2p", (double[]){0.997002999}, 1);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
 /* Each optimizer with l2_decay c on gradient g updates like the same
  * optimizer without it on g + c * w (two steps, 1e5 elements: the parallel
  * loop too); a coefficient without the method is no decay (Paddle's rule). */
@@ -329,7 +357,26 @@ START_TEST(inference_errors) {
   expect_error(ph_infer_op(s, op, m, 5), PE_EATTR, "regularization_coeff = -0.1");
   set_l2(op, "l2_decay", NAN);
   expect_error(ph_run_op(s, op, NULL), PE_EATTR, "regularization_coeff = nan");
+  set_l2(op, "decoupled_decay", -1.0f);
+  expect_error(ph_infer_op(s, op, m, 5), PE_EATTR, "regularization_coeff = -1");
+  set_l2(op, "decoupled", 0.1f);
+  expect_error(ph_infer_op(s, op, m, 5), PE_EATTR,
+               "regularization_method = 'decoupled' unknown (\"\", l2_decay or decoupled_decay)");
+  set_l2(op, "decoupled_decay", 0.1f);
+  PE_CK_OK(ph_infer_op(s, op, m, 5));
   pe_op_desc_free(op);
+  /* decoupled decay is adam's only: sgd and momentum refuse it. */
+  for (int kind = 0; kind < 2; kind++) {
+    ph_set_f32(s, "v", PE_SHAPE(2), (float[]){0, 0});
+    op = opt_op(kind);
+    set_l2(op, "decoupled_decay", 0.1f);
+    expect_errors(ph_infer_op(s, op, m, 5), PE_EATTR, kind ? "momentum" : "sgd",
+                  "regularization_method = 'decoupled_decay' is adam's (adamw)",
+                  (const char *)NULL);
+    set_l2(op, "l1_decay", 0.1f);
+    expect_error(ph_infer_op(s, op, m, 5), PE_EATTR, "'l1_decay' unknown (\"\", l2_decay)");
+    pe_op_desc_free(op);
+  }
   pe_scope_free(s);
 }
 END_TEST
@@ -343,6 +390,7 @@ static Suite *optimizer_suite(void) {
   tcase_add_test(tc, adam_two_steps);
   tcase_add_test(tc, large_in_place_update_matches_reference);
   tcase_add_test(tc, momentum_l2_decay_two_steps);
+  tcase_add_test(tc, adamw_two_steps);
   tcase_add_loop_test(tc, l2_decay_is_the_gradient_plus_coeff_times_param, 0, 3);
   tcase_add_test(tc, inference_errors);
   suite_add_tcase(s, tc);

@@ -23,7 +23,11 @@
  * L2 regularisation (Paddle's momentum attributes, on all three here):
  * regularization_method "l2_decay" with regularization_coeff c uses
  * g + c * p for the gradient g in the formulas above (PyTorch's
- * weight_decay of SGD and Adam); "" (the default) leaves g as it is. */
+ * weight_decay of SGD and Adam); "" (the default) leaves g as it is.
+ * Adam also takes "decoupled_decay" (AdamW, Loshchilov & Hutter; PyTorch's
+ * AdamW): the gradient stays g and the parameter shrinks before the step,
+ *   p = p * (1 - lr * c) - lr_t * m1 / (sqrt(m2) + eps)
+ * with the step's (scheduled) lr, not lr_t. */
 #include <math.h>
 #include <string.h>
 
@@ -86,14 +90,21 @@ static void out_like(pe_infer_ctx *c, int out_slot, int in_slot) {
   pe_infer_set(c, out_slot, m->dtype, &m->shape);
 }
 
-/* regularization_method and regularization_coeff: "" or "l2_decay" with a
- * finite coefficient >= 0 (the kernels assume it). */
-static pe_status *check_regularization(pe_infer_ctx *c) {
+/* regularization_method and regularization_coeff: "", "l2_decay" or (adam
+ * only: `decoupled`) "decoupled_decay", with a finite coefficient >= 0 (the
+ * kernels assume it). */
+static pe_status *check_regularization(pe_infer_ctx *c, bool decoupled) {
   const char *m = pe_attr_s(c->def, c->desc, "regularization_method");
   float coeff = pe_attr_f(c->def, c->desc, "regularization_coeff");
-  if (m[0] && strcmp(m, "l2_decay") != 0)
-    return pe_infer_error(
-        c, PE_EATTR, "attribute regularization_method = '%.32s' unknown (\"\" or l2_decay)", m);
+  if (!decoupled && strcmp(m, "decoupled_decay") == 0)
+    return pe_infer_error(c, PE_EATTR,
+                          "attribute regularization_method = 'decoupled_decay' is adam's (adamw); "
+                          "%s takes \"\" or l2_decay",
+                          c->def->type);
+  if (m[0] && strcmp(m, "l2_decay") != 0 && strcmp(m, "decoupled_decay") != 0)
+    return pe_infer_error(c, PE_EATTR,
+                          "attribute regularization_method = '%.32s' unknown (\"\", l2_decay%s)", m,
+                          decoupled ? " or decoupled_decay" : "");
   if (!(coeff >= 0.0f) || !isfinite(coeff))
     return pe_infer_error(
         c, PE_EATTR, "attribute regularization_coeff = %g must be finite and >= 0", (double)coeff);
@@ -106,6 +117,12 @@ float pe_optimizer_l2_coeff(const pe_op_def *d, const pe_op_desc *op) {
              : 0.0f;
 }
 
+float pe_optimizer_decoupled_coeff(const pe_op_def *d, const pe_op_desc *op) {
+  return strcmp(pe_attr_s(d, op, "regularization_method"), "decoupled_decay") == 0
+             ? pe_attr_f(d, op, "regularization_coeff")
+             : 0.0f;
+}
+
 /* --- sgd ----------------------------------------------------------------------- */
 
 static pe_status *sgd_infer(pe_infer_ctx *c) {
@@ -113,7 +130,7 @@ static pe_status *sgd_infer(pe_infer_ctx *c) {
   PE_TRY(expect_param(c, SGD_PARAM, &p));
   PE_TRY(expect_like(c, SGD_GRAD, SGD_PARAM));
   PE_TRY(expect_scalar(c, SGD_LR));
-  PE_TRY(check_regularization(c));
+  PE_TRY(check_regularization(c, false));
   out_like(c, SGD_PARAM_OUT, SGD_PARAM);
   return NULL;
 }
@@ -138,7 +155,7 @@ static pe_status *momentum_infer(pe_infer_ctx *c) {
   PE_TRY(expect_like(c, MOM_GRAD, MOM_PARAM));
   PE_TRY(expect_like(c, MOM_VELOCITY, MOM_PARAM));
   PE_TRY(expect_scalar(c, MOM_LR));
-  PE_TRY(check_regularization(c));
+  PE_TRY(check_regularization(c, false));
   out_like(c, MOM_PARAM_OUT, MOM_PARAM);
   out_like(c, MOM_VELOCITY_OUT, MOM_VELOCITY);
   return NULL;
@@ -181,7 +198,7 @@ static pe_status *adam_infer(pe_infer_ctx *c) {
   PE_TRY(expect_like(c, ADAM_M2, ADAM_PARAM));
   PE_TRY(expect_scalar(c, ADAM_B1POW));
   PE_TRY(expect_scalar(c, ADAM_B2POW));
-  PE_TRY(check_regularization(c));
+  PE_TRY(check_regularization(c, true));
   out_like(c, ADAM_PARAM_OUT, ADAM_PARAM);
   out_like(c, ADAM_M1_OUT, ADAM_M1);
   out_like(c, ADAM_M2_OUT, ADAM_M2);
@@ -209,6 +226,8 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
   }
   float lr_t = (float)(lr * sqrt(1.0 - b2pow) / (1.0 - b1pow));
   float wd = pe_optimizer_l2_coeff(c->def, c->desc);
+  /* 1 without decoupled decay: p * 1 is p, so adam without it is unchanged. */
+  float keep = (float)(1.0 - lr * pe_optimizer_decoupled_coeff(c->def, c->desc));
   int64_t n = pe_tensor_numel(pe_kin(c, ADAM_PARAM, 0));
   int nt = pe_kernel_threads(c);
 #pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
@@ -218,7 +237,7 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
     float b = b2 * m2[i] + (1.0f - b2) * gi * gi;
     m1o[i] = a;
     m2o[i] = b;
-    po[i] = pi - lr_t * a / (sqrtf(b) + eps);
+    po[i] = pi * keep - lr_t * a / (sqrtf(b) + eps);
   }
   pe_f32(pe_kout(c, ADAM_B1POW_OUT, 0))[0] = (float)(b1pow * b1);
   pe_f32(pe_kout(c, ADAM_B2POW_OUT, 0))[0] = (float)(b2pow * b2);
@@ -230,7 +249,7 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
 static const pe_slot_def sgd_in[] = {
     {"Param", 1, 1, 0}, {"Grad", 1, 1, 0}, {"LearningRate", 1, 1, 0}, {NULL}};
 static const pe_slot_def sgd_out[] = {{"ParamOut", 1, 1, 0}, {NULL}};
-/* Every optimizer's L2 regularisation (check_regularization). */
+/* Every optimizer's weight decay (check_regularization). */
 static const pe_attr_def sgd_attrs[] = {
     {"regularization_method", PE_ATTR_STRING, false, 0, ""},
     {"regularization_coeff", PE_ATTR_FLOAT, false, 0, NULL},
