@@ -149,14 +149,20 @@ static double now_ms(void) {
 }
 
 /* Abort every rank so that kernels stuck waiting for peers return; the
- * communicator fails every later call. */
-static void abort_all(pe_nccl_comm *c) {
-  for (int q = 0; q < c->n; q++) ncclCommAbort(c->comms[q]);
-  for (int q = 0; q < c->n; q++) c->comms[q] = NULL;
-  c->aborted = true;
+ * communicator fails every later call. Under enqueue_mu: no enqueue of
+ * another thread is inside an NCCL call on the comms, and `aborted` is
+ * read by enqueuers (usable) under the same lock. */
+static void abort_all(pe_nccl_comm *c, pthread_mutex_t *enqueue_mu) {
+  if (enqueue_mu) pthread_mutex_lock(enqueue_mu);
+  if (!c->aborted) {
+    for (int q = 0; q < c->n; q++) ncclCommAbort(c->comms[q]);
+    for (int q = 0; q < c->n; q++) c->comms[q] = NULL;
+    c->aborted = true;
+  }
+  if (enqueue_mu) pthread_mutex_unlock(enqueue_mu);
 }
 
-pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms) {
+pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms, pthread_mutex_t *enqueue_mu) {
   PE_TRY(usable(c, "wait"));
   double start = now_ms();
   bool done[PE_MAX_PLACES] = {false};
@@ -189,7 +195,7 @@ pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms) {
         st = pe_error(PE_EBACKEND, "nccl wait: rank %d (cuda:%d) not done after %d ms", r,
                       c->gpu[r], timeout_ms);
       if (st) {
-        abort_all(c);
+        abort_all(c, enqueue_mu);
         return st;
       }
     }
@@ -210,7 +216,7 @@ pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms) {
       st = pe_status_wrap(nccl_status(ae, "asynchronous NCCL error"), "rank %d (cuda:%d)", r,
                           c->gpu[r]);
     if (st) {
-      abort_all(c);
+      abort_all(c, enqueue_mu);
       return st;
     }
   }

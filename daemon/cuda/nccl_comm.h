@@ -29,6 +29,7 @@
 #ifndef PE_CUDA_NCCL_COMM_H
 #define PE_CUDA_NCCL_COMM_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -57,7 +58,12 @@ pe_status *pe_nccl_allreduce_part(pe_nccl_comm *c, int rank, float *buf, size_t 
                                   pe_reduce_op op);
 
 /* Block until every rank's comm stream has finished what was enqueued,
- * polling for asynchronous NCCL errors. timeout_ms <= 0: no timeout. */
-pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms);
+ * polling for asynchronous NCCL errors. timeout_ms <= 0: no timeout. On an
+ * error or the timeout the communicator is aborted (stuck kernels return;
+ * every later call fails) while holding enqueue_mu, the lock under which
+ * other threads enqueue on c (NULL: none does), since an abort frees what
+ * a concurrent enqueue uses. Lock order: the caller's own lock, then
+ * enqueue_mu; never call this holding enqueue_mu. */
+pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms, pthread_mutex_t *enqueue_mu);
 
 #endif

@@ -23,9 +23,23 @@
 
 /* --- fences ----------------------------------------------------------------- */
 
-pe_status *par_fence_wait(pe_sync_strategy sync, const par_fence *f, pe_stream *s) {
+pe_status *par_sync_dep(pe_par_exec *e, bool in_coll, pe_stream *producer, const pe_event *ev,
+                        pe_stream *consumer) {
+#ifdef PE_HAVE_CUDA
+  if (e->sync == PE_SYNC_WAIT_PRODUCER && e->m->nccl && producer && producer != consumer &&
+      producer->kind == PE_STREAM_COMM) {
+    if (!in_coll) return par_model_nccl_finish(e->m);
+    return pe_device_sync_dep(PE_SYNC_WAIT_EVENT, producer, ev, consumer);
+  }
+#else
+  (void)in_coll;
+#endif
+  return pe_device_sync_dep(e->sync, producer, ev, consumer);
+}
+
+pe_status *par_fence_wait(pe_par_exec *e, bool in_coll, const par_fence *f, pe_stream *s) {
   if (!f->s || f->s == s) return NULL; /* none, or in stream order already */
-  return pe_device_sync_dep(sync, f->s, f->ev, s);
+  return par_sync_dep(e, in_coll, f->s, f->ev, s);
 }
 
 pe_status *par_fence_sync(const par_fence *f) {
@@ -65,7 +79,8 @@ pe_status *par_compile_fences(pe_par_exec *e, xnode *x) {
 }
 
 pe_status *par_wait_fences(xnode *x, pe_stream *s) {
-  for (int i = 0; i < x->n_rfence; i++) PE_TRY(par_fence_wait(x->e->sync, x->rfence[i], s));
+  bool in_coll = x->collective; /* launched under coll_mu */
+  for (int i = 0; i < x->n_rfence; i++) PE_TRY(par_fence_wait(x->e, in_coll, x->rfence[i], s));
   return NULL;
 }
 

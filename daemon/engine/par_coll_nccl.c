@@ -4,7 +4,7 @@
  * the per-place parts replaced by one grouped NCCL call from the launching
  * thread (nccl_comm.h: one thread driving several GPUs must group): under
  * the runtime's coll_mu, every place's comm stream first waits for every
- * predecessor of the node (pe_device_sync_dep, either strategy); a node
+ * predecessor of the node (par_sync_dep, either strategy); a node
  * that overwrites persistables also waits for the place's compute stream
  * (readers of the old value); then the group is enqueued and an event is
  * recorded on every comm stream (x->ev[p]), which the node's consumers wait
@@ -115,8 +115,10 @@ pe_status *par_nccl_launch(xnode *x) {
 }
 
 pe_status *par_model_nccl_finish(pe_model *m) {
+  /* nccl_mu, then coll_mu inside (an abort): par_nccl_launch releases
+   * coll_mu before it calls this, and nothing takes nccl_mu under coll_mu. */
   pthread_mutex_lock(&m->nccl_mu);
-  pe_status *st = pe_nccl_wait(m->nccl, NCCL_FINISH_TIMEOUT_MS);
+  pe_status *st = pe_nccl_wait(m->nccl, NCCL_FINISH_TIMEOUT_MS, &m->rt->coll_mu);
   pthread_mutex_unlock(&m->nccl_mu);
   return st ? pe_status_wrap(st, "collectives on %d cuda places", m->n_places) : NULL;
 }

@@ -228,6 +228,18 @@ xnode *par_node_done(xnode *x, bool may_inline);
 void par_engine_complete(xnode *x);
 /* Run a non-engine node and the chain of successors it makes ready. */
 void par_run_chain(xnode *x);
+/* Make `consumer` see `producer`'s work up to ev (NULL: all queued so far):
+ * pe_device_sync_dep with the run's strategy, except that under
+ * WAIT_PRODUCER a comm stream of an NCCL model is never drained on the host,
+ * which would block forever on a stuck collective that only NCCL's error
+ * poll sees: outside coll_mu the wait is par_model_nccl_finish (every comm
+ * stream of the model, with the poll and its time limit); under coll_mu
+ * (in_coll: a collective's launch, where an abort could not take the lock)
+ * the consumer waits for ev on the device. */
+pe_status *par_sync_dep(pe_par_exec *e, bool in_coll, pe_stream *producer, const pe_event *ev,
+                        pe_stream *consumer);
+/* Make stream s see f's write (nothing when s queued it itself). */
+pe_status *par_fence_wait(pe_par_exec *e, bool in_coll, const par_fence *f, pe_stream *s);
 /* Make stream `s` (place p) see the stream work of every predecessor of x. */
 pe_status *par_sync_preds(xnode *x, pe_stream *s, int p);
 /* Make stream s see the newest writes of the persistables x reads. */

@@ -499,10 +499,11 @@ static pe_status *sim_op_fn(void *arg) {
 pe_status *par_sync_preds(xnode *x, pe_stream *s, int p) {
   (void)p;
   pe_par_exec *e = x->e;
+  bool in_coll = x->collective; /* launched under coll_mu */
   for (int k = 0; k < x->n_pred; k++) {
     xnode *y = &e->x[x->pred[k]];
     for (int j = 0; j < y->n_ev; j++)
-      PE_TRY(pe_device_sync_dep(e->sync, y->ev_stream[j], y->ev[j], s));
+      PE_TRY(par_sync_dep(e, in_coll, y->ev_stream[j], y->ev[j], s));
   }
   return NULL;
 }
@@ -521,7 +522,7 @@ static pe_status *launch_op(xnode *x) {
     hold |= !at_launch && par_allocates_persistable(x);
     for (int k = 0; k < 2; k++) {
       pe_stream *o = pe_device_stream(x->dev, k == 0 ? PE_STREAM_COMPUTE : PE_STREAM_COMM);
-      if (o != s) PE_TRY(pe_device_sync_dep(e->sync, o, NULL, s));
+      if (o != s) PE_TRY(par_sync_dep(e, false, o, NULL, s));
     }
   }
   PE_TRY(pe_stream_launch(s, sim_op_fn, x));

@@ -349,13 +349,13 @@ static bool fetch_lookup(pe_par_exec *e, int f, const char *name, int *lv) {
 static pe_status *d2h_wait_value(pe_par_exec *e, int lv, pe_stream *d2h) {
   const pe_graph *g = e->g;
   const pe_graph_lvar *l = &g->lvars[lv];
-  if (e->lentry[lv]) PE_TRY(par_fence_wait(e->sync, &e->lentry[lv]->fence[l->place], d2h));
+  if (e->lentry[lv]) PE_TRY(par_fence_wait(e, false, &e->lentry[lv]->fence[l->place], d2h));
   if (l->n_versions < 1) return NULL;
   int pr = g->vars[l->versions[l->n_versions - 1]].producer;
   if (pr < 0) return NULL;
   const xnode *y = &e->x[pr];
   for (int j = 0; j < y->n_ev; j++)
-    PE_TRY(pe_device_sync_dep(e->sync, y->ev_stream[j], y->ev[j], d2h));
+    PE_TRY(par_sync_dep(e, false, y->ev_stream[j], y->ev[j], d2h));
   return NULL;
 }
 

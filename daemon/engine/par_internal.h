@@ -48,8 +48,6 @@ typedef struct par_fence {
   pe_stream *s;
 } par_fence;
 
-/* Make stream s see f's write (nothing when s queued it itself). */
-pe_status *par_fence_wait(pe_sync_strategy sync, const par_fence *f, pe_stream *s);
 /* Wait on the host until f's write ran. */
 pe_status *par_fence_sync(const par_fence *f);
 /* Record f right after a write queued on s (a stream of f's device). */

@@ -89,11 +89,11 @@ START_TEST(allreduce_sum_and_mean) {
   float total = (float)(r.n * (r.n + 1) / 2); /* sum of i + 1 */
   ranks_fill(&r);
   ck_assert_ptr_null(pe_nccl_allreduce(r.comm, r.buf, N, PE_REDUCE_SUM));
-  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000));
+  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000, NULL));
   expect_all(&r, total);
   ranks_fill(&r);
   ck_assert_ptr_null(pe_nccl_allreduce(r.comm, r.buf, N, PE_REDUCE_MEAN));
-  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000));
+  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000, NULL));
   expect_all(&r, total / (float)r.n);
   ranks_close(&r);
 }
@@ -111,7 +111,7 @@ START_TEST(allreduce_bucket) {
   }
   size_t counts[2] = {1000, N - 1000};
   ck_assert_ptr_null(pe_nccl_allreduce_bucket(r.comm, bufs, counts, 2, PE_REDUCE_SUM));
-  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000));
+  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000, NULL));
   expect_all(&r, (float)(r.n * (r.n + 1) / 2));
   ranks_close(&r);
 }
@@ -143,7 +143,7 @@ START_TEST(allreduce_parts_from_rank_threads) {
     pthread_join(th[i], NULL);
     ck_assert_msg(!args[i].st, "%s", pe_status_msg(args[i].st));
   }
-  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000));
+  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000, NULL));
   expect_all(&r, (float)(r.n * (r.n + 1) / 2));
   ranks_close(&r);
 }
@@ -156,7 +156,7 @@ START_TEST(broadcast_from_root) {
   void *bufs[PE_MAX_PLACES];
   for (int i = 0; i < r.n; i++) bufs[i] = r.buf[i];
   ck_assert_ptr_null(pe_nccl_broadcast(r.comm, bufs, N * sizeof(float), 1));
-  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000));
+  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000, NULL));
   expect_all(&r, 2.0f); /* rank 1's values: 2 * (j % 7) */
   pe_status *st = pe_nccl_broadcast(r.comm, bufs, 4, r.n);
   ck_assert_ptr_nonnull(st);
@@ -172,11 +172,11 @@ START_TEST(lone_part_times_out_into_an_error) {
   /* A full all-reduce first, so that NCCL's lazy connection setup (which
    * needs every rank) is done before the lone part below. */
   ck_assert_ptr_null(pe_nccl_allreduce(r.comm, r.buf, 1024, PE_REDUCE_SUM));
-  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000));
+  ck_assert_ptr_null(pe_nccl_wait(r.comm, 60000, NULL));
   /* Only rank 0 joins: its kernel waits for peers forever. The wait must
    * turn that into a status (timeout, abort), not hang. */
   ck_assert_ptr_null(pe_nccl_allreduce_part(r.comm, 0, r.buf[0], 1024, PE_REDUCE_SUM));
-  pe_status *st = pe_nccl_wait(r.comm, 2000);
+  pe_status *st = pe_nccl_wait(r.comm, 2000, NULL);
   ck_assert_ptr_nonnull(st);
   ck_assert_int_eq(st->code, PE_EBACKEND);
   printf("expected NCCL error: %s\n", st->msg);
