@@ -149,15 +149,31 @@ START_TEST(test_register_optimizer_override) {
   /* The same program with weight decay: another model, same seed. */
   od.weight_decay = 0.01f;
   uint64_t hd = dh_register(s, CLIENT, &mlp, "decayed", 7, false, NULL, NULL);
+  /* adamw (decoupled decay, default coefficient): adam's state. */
+  od.type = "adamw";
+  od.weight_decay = 0.0f;
+  uint64_t ha = dh_register(s, CLIENT, &mlp, "adamw", 7, false, NULL, &reg);
+  char moment[256];
+  snprintf(moment, sizeof moment, "%s@MOMENT1", w);
+  listed = false;
+  for (size_t i = 0; i < reg->register_->n_params; i++)
+    listed |= !strcmp(reg->register_->params[i]->name, moment);
+  ck_assert_msg(listed, "adamw: no %s among the model's variables", moment);
+  pe__reply__free_unpacked(reg, NULL);
+  od.type = "sgd";
+  od.weight_decay = 0.01f;
   dh_optimizer = NULL;
   pe__reply__free_unpacked(dh_init(s, CLIENT, h), NULL);
   pe__reply__free_unpacked(dh_init(s, CLIENT, hd), NULL);
+  pe__reply__free_unpacked(dh_init(s, CLIENT, ha), NULL);
 
   dh_batch b;
   dh_batch_make(&b, 16, 1);
   dh_run_loss(s, CLIENT, h, &b, mlp.loss, 3); /* steps 0, 1, 2 */
   dh_run_loss(s, CLIENT, hd, &b, mlp.loss, 3);
+  dh_run_loss(s, CLIENT, ha, &b, mlp.loss, 3);
   dh_expect_schedule(s, CLIENT, "sched", 3, 0.05f, "steps 0-2"); /* 0.1 * 0.5^(2 / 2) */
+  dh_expect_schedule(s, CLIENT, "adamw", 3, 0.05f, "adamw steps 0-2");
   /* Weight decay was kept by the override: the same steps on the same
    * batch and initial values end elsewhere. */
   size_t n1, n2;
