@@ -21,9 +21,10 @@ void cli_print_opts(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts) {
   fprintf(stderr, "options of pe-client %s:\n", ctx->cmd);
   for (size_t i = 0; i < n_opts; i++)
     fprintf(stderr, "  --%-12s %-5s %s\n", opts[i].name,
-            opts[i].kind == CLI_FLAG  ? ""
-            : opts[i].kind == CLI_INT ? "N"
-                                      : "VALUE",
+            opts[i].kind == CLI_FLAG    ? ""
+            : opts[i].kind == CLI_INT   ? "N"
+            : opts[i].kind == CLI_FLOAT ? "X"
+                                        : "VALUE",
             opts[i].help);
   fprintf(stderr, "global: --socket ADDR, --json, --timeout MS (anywhere on the line)\n");
 }
@@ -69,6 +70,17 @@ int cli_parse(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, int argc, 
     }
     char *end;
     errno = 0;
+    if (o->kind == CLI_FLOAT) {
+      double x = strtod(val, &end);
+      if (errno || end == val || *end || !(x >= (double)o->min && x <= (double)o->max)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "option '--%s': '%%s' is not a number in [%ld, %ld]", o->name,
+                 o->min, o->max);
+        return usage_error(ctx, opts, n_opts, msg, val);
+      }
+      *(double *)field = x;
+      continue;
+    }
     long v = strtol(val, &end, 10);
     if (errno || end == val || *end || v < o->min || v > o->max) {
       char msg[160];

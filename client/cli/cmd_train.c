@@ -19,6 +19,12 @@
  * pairs: the next group of batches is copied out of the data set while the
  * current one's request is in flight.
  *
+ * The recipe flags (--optimizer, --lr, --momentum, --weight-decay,
+ * --no-decay-1d, --lr-schedule with --warmup-epochs and --min-lr) change the
+ * model's optimizer before it is registered (pe_recipe.h); a schedule is
+ * stretched over the run: its warmup and decay are counted in this run's
+ * steps (epochs x steps per epoch), so it ends at --min-lr on the last step.
+ *
  * A daemon restart does not stop training: libpeclient registers the
  * programs again. When the restored checkpoint lacks steps this trainer
  * had been answered, train goes back to where the parameters stand
@@ -33,16 +39,26 @@
 #include "cli.h"
 #include "pe_batch_prefetch.h"
 #include "pe_dataset.h"
+#include "pe_recipe.h"
 #include "train_log.h"
 
 #define EVAL_BATCH 500
 #define TRAIN_LOG_REQUESTS 4097 /* libpeclient remembers 4096 answered runs; + the lost one */
+
+/* The recipe flags; unset: the model's. */
+typedef struct recipe_cfg {
+  const char *optimizer, *schedule;
+  double lr, momentum, weight_decay, min_lr; /* weight_decay -1: unset */
+  long warmup_epochs;
+  bool no_decay_1d;
+} recipe_cfg;
 
 typedef struct train_cfg {
   const char *model, *name, *places, *data, *feed;
   long epochs, batch, steps, seed, limit, per_request;
   bool shm, quiet, persistent;
   cli_graph_opts graph;
+  recipe_cfg recipe;
 } train_cfg;
 
 static const cli_opt train_opts[] = {
@@ -66,6 +82,20 @@ static const cli_opt train_opts[] = {
      "the model outlives this client"},
     {"quiet", CLI_FLAG, offsetof(train_cfg, quiet), 0, 0, "no progress on stderr"},
     CLI_GRAPH_OPTS(train_cfg, graph),
+    {"optimizer", CLI_STR, offsetof(train_cfg, recipe.optimizer), 0, 0,
+     "sgd | momentum | adam | adamw (the model's)"},
+    {"lr", CLI_FLOAT, offsetof(train_cfg, recipe.lr), 0, 1000000, "learning rate (the model's)"},
+    {"momentum", CLI_FLOAT, offsetof(train_cfg, recipe.momentum), 0, 1, "momentum's mu (0.9)"},
+    {"weight-decay", CLI_FLOAT, offsetof(train_cfg, recipe.weight_decay), 0, 1,
+     "L2 (adamw: decoupled) coefficient (the model's)"},
+    {"no-decay-1d", CLI_FLAG, offsetof(train_cfg, recipe.no_decay_1d), 0, 0,
+     "no weight decay on biases and norm scale/shift"},
+    {"lr-schedule", CLI_STR, offsetof(train_cfg, recipe.schedule), 0, 0,
+     "constant | cosine | linear, over the whole run (the model's)"},
+    {"warmup-epochs", CLI_INT, offsetof(train_cfg, recipe.warmup_epochs), 0, 1000,
+     "linear warmup before the schedule (0)"},
+    {"min-lr", CLI_FLOAT, offsetof(train_cfg, recipe.min_lr), 0, 1000000,
+     "where cosine and linear end (0)"},
 };
 #define N_TRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
 
@@ -172,12 +202,58 @@ static int prefetch_start(trainer *t, pe_batcher *bt, long max_batches, pe_batch
 
 /* Load model and data, connect, register (train unless eval_only) + eval,
  * initialise. */
+/* Steps per epoch, as train_loop takes them. */
+static long steps_per_epoch(const trainer *t) {
+  long per_epoch = (long)((t->train->n + t->cfg.batch - 1) / t->cfg.batch);
+  return t->cfg.steps && t->cfg.steps < per_epoch ? t->cfg.steps : per_epoch;
+}
+
+/* The recipe flags, applied to the model's program (t->m.bytes replaced). */
+static int apply_recipe(trainer *t) {
+  const recipe_cfg *c = &t->cfg.recipe;
+  if (!c->optimizer && !c->schedule && c->lr == 0 && c->momentum == 0 && c->weight_decay < 0 &&
+      !c->no_decay_1d && !c->warmup_epochs && c->min_lr == 0)
+    return CLI_OK;
+  if (c->schedule && strcmp(c->schedule, "constant") && strcmp(c->schedule, "cosine") &&
+      strcmp(c->schedule, "linear"))
+    return cli_error(t->ctx,
+                     "--lr-schedule '%s': constant, cosine or linear (other kinds: a model file's "
+                     "schedule line)",
+                     c->schedule);
+  if ((c->warmup_epochs || c->min_lr) && !c->schedule)
+    return cli_error(t->ctx, "--warmup-epochs and --min-lr need --lr-schedule");
+  long total = steps_per_epoch(t) * t->cfg.epochs, warmup = steps_per_epoch(t) * c->warmup_epochs;
+  if (c->schedule && warmup >= total)
+    return cli_error(t->ctx, "--warmup-epochs %ld leaves nothing of %ld epoch(s) to schedule",
+                     c->warmup_epochs, t->cfg.epochs);
+  pe_train_recipe r = {.optimizer = c->optimizer,
+                       .lr = (float)c->lr,
+                       .momentum = (float)c->momentum,
+                       .weight_decay = (float)c->weight_decay,
+                       .no_decay_1d = c->no_decay_1d,
+                       .schedule = c->schedule,
+                       .warmup_steps = c->schedule ? warmup : 0,
+                       .decay_steps = c->schedule && strcmp(c->schedule, "constant") ? total - warmup
+                                                                                       : 0,
+                       .min_lr = (float)c->min_lr};
+  uint8_t *bytes;
+  size_t len;
+  char err[256];
+  if (pe_train_recipe_apply(&r, t->m.bytes, t->m.len, &bytes, &len, err, sizeof err))
+    return cli_error(t->ctx, "%s: %s", t->cfg.model, err);
+  free(t->m.bytes);
+  t->m.bytes = bytes;
+  t->m.len = len;
+  return CLI_OK;
+}
+
 static int trainer_setup(trainer *t, bool eval_only) {
   if (cli_model_load(t->ctx, t->cfg.model, &t->m)) return CLI_FAIL;
   if (!t->cfg.batch) t->cfg.batch = t->m.default_batch;
   t->ns = t->cfg.name ? t->cfg.name : t->m.name;
   int rc = cli_data_load(t->ctx, t->cfg.data, t->cfg.limit, &t->train, &t->test);
   if (rc) return rc;
+  if (!eval_only && (rc = apply_recipe(t))) return rc;
   /* A run that a daemon restart rolled back is repeated here, in order:
    * libpeclient does not send the lost request on top of older
    * parameters (ROLLED_BACK). */
@@ -395,8 +471,7 @@ static int train_loop(trainer *t, train_result *r) {
   pe_batcher *bt = pe_batcher_new(t->train, (int)group, true, (uint64_t)t->cfg.seed);
   if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", group);
   progress pg = {.tty = isatty(2), .quiet = t->cfg.quiet};
-  long per_epoch = (long)((t->train->n + b - 1) / b);
-  if (t->cfg.steps && t->cfg.steps < per_epoch) per_epoch = t->cfg.steps;
+  long per_epoch = steps_per_epoch(t);
   long total = per_epoch * t->cfg.epochs;
   double t0 = cli_now(), ep_t0 = t0;
   epoch_sums e = {0};
@@ -521,7 +596,8 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
 }
 
 static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
-  trainer t = {.ctx = ctx, .cfg = {.epochs = 1, .seed = 1, .per_request = 16}};
+  trainer t = {.ctx = ctx,
+               .cfg = {.epochs = 1, .seed = 1, .per_request = 16, .recipe.weight_decay = -1}};
   bool help;
   int rc = cli_parse(ctx, train_opts, N_TRAIN_OPTS, argc, argv, &t.cfg, &help);
   if (rc || help) return rc;

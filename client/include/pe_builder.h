@@ -166,6 +166,10 @@ const char *pe_builder_accuracy(pe_builder *b, const char *x, const char *label,
 /* Record `loss` (a [1] f32 variable of the main block) as the training loss.
  * The daemon's backward pass differentiates it; nothing is emitted here. */
 int pe_builder_append_backward(pe_builder *b, const char *loss);
+/* The optimizer kinds (OptimizerDesc.type): name's static copy when it is
+ * one, else NULL. */
+#define PE_OPTIMIZER_KINDS "sgd, momentum, adam, adamw"
+const char *pe_optimizer_kind(const char *name);
 int pe_builder_sgd(pe_builder *b, float lr);
 int pe_builder_momentum(pe_builder *b, float lr, float mu, bool nesterov);
 int pe_builder_adam(pe_builder *b, float lr, float beta1, float beta2, float epsilon);

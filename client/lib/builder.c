@@ -460,6 +460,13 @@ int pe_builder_no_weight_decay_1d(pe_builder *b) {
   return 0;
 }
 
+const char *pe_optimizer_kind(const char *name) {
+  static const char *const kinds[] = {"sgd", "momentum", "adam", "adamw"};
+  for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(name, kinds[i]) == 0) return kinds[i];
+  return NULL;
+}
+
 const char *pe_lr_schedule_kind(const char *name) {
   static const char *const kinds[] = {"constant",    "step",   "multistep",
                                       "exponential", "cosine", "linear"};

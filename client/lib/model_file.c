@@ -341,8 +341,8 @@ static int h_accuracy(mf *m) {
 static int h_optimizer(mf *m) {
   const char *t = m->pos[0];
   if (m->opt_type[0]) return mf_fail(m, "optimizer: a second optimizer line");
-  if (strcmp(t, "sgd") && strcmp(t, "momentum") && strcmp(t, "adam") && strcmp(t, "adamw"))
-    return mf_fail(m, "optimizer: unknown kind '%s' (known: sgd, momentum, adam, adamw)", t);
+  if (!pe_optimizer_kind(t))
+    return mf_fail(m, "optimizer: unknown kind '%s' (known: " PE_OPTIMIZER_KINDS ")", t);
   m->lr = -1;
   m->mu = 0.9f;
   m->beta1 = 0.9f;

@@ -1,0 +1,43 @@
+/* Training recipe overrides: change the optimizer, weight decay and
+ * learning-rate schedule of a built ProgramDesc (a built-in model or a model
+ * file) without editing the model, as a trainer's command-line flags do
+ * (pe-client train --optimizer adamw --lr 0.001 --lr-schedule cosine ...).
+ * What the recipe leaves unset keeps the program's value. The daemon checks
+ * the result at Register like any program (ranges, schedule fields). */
+#ifndef PE_RECIPE_H
+#define PE_RECIPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pe_train_recipe {
+  /* sgd | momentum | adam | adamw; NULL: the program's. A new type starts
+   * from its defaults (momentum 0.9; betas 0.9, 0.999; epsilon 1e-8); the
+   * learning rate and weight decay are kept unless set below. */
+  const char *optimizer;
+  float lr;           /* > 0; 0: the program's */
+  float momentum;     /* momentum's mu in (0, 1); 0: the program's (or the default) */
+  float weight_decay; /* >= 0; negative: the program's */
+  bool no_decay_1d;   /* exempt every trainable 1-D parameter (biases, norms) */
+  /* constant | step | multistep | exponential | cosine | linear: replaces
+   * the program's schedule; NULL: the program's. Counted in optimizer
+   * steps (pe_lr_schedule_opts in pe_builder.h; milestones are not taken
+   * here). */
+  const char *schedule;
+  int64_t warmup_steps, decay_steps;
+  float gamma, min_lr;
+} pe_train_recipe;
+
+/* A recipe that changes nothing (weight_decay -1). */
+#define PE_TRAIN_RECIPE_KEEP {.weight_decay = -1.0f}
+
+/* Apply r to the ProgramDesc in (in, len): a new buffer in *out (malloc'd,
+ * the caller frees) of *out_len bytes. Returns 0, or -1 with a message in
+ * err: bytes that are not a ProgramDesc, a program without an optimizer
+ * (TrainSpec.optimizer), an unknown optimizer or schedule kind, a value out
+ * of range. */
+int pe_train_recipe_apply(const pe_train_recipe *r, const uint8_t *in, size_t len, uint8_t **out,
+                          size_t *out_len, char *err, size_t errlen);
+
+#endif
