@@ -55,7 +55,7 @@ typedef struct recipe_cfg {
 
 typedef struct train_cfg {
   const char *model, *name, *places, *data, *feed;
-  long epochs, batch, steps, seed, limit, per_request;
+  long epochs, batch, steps, seed, limit, per_request, eval_every;
   bool shm, quiet, persistent;
   cli_graph_opts graph;
   recipe_cfg recipe;
@@ -81,6 +81,8 @@ static const cli_opt train_opts[] = {
     {"persistent", CLI_FLAG, offsetof(train_cfg, persistent), 0, 0,
      "the model outlives this client"},
     {"quiet", CLI_FLAG, offsetof(train_cfg, quiet), 0, 0, "no progress on stderr"},
+    {"eval-every", CLI_INT, offsetof(train_cfg, eval_every), 0, 1000,
+     "test accuracy after every N epochs too (0: at the end only)"},
     CLI_GRAPH_OPTS(train_cfg, graph),
     {"optimizer", CLI_STR, offsetof(train_cfg, recipe.optimizer), 0, 0,
      "sgd | momentum | adam | adamw (the model's)"},
@@ -128,6 +130,12 @@ typedef struct train_result {
    * repeated because of that. */
   long recoveries, steps_unfetched, steps_rolled_back, steps_repeated;
   double final_lr; /* learning_rate after the last epoch (a schedule moves it); NAN: unknown */
+  /* --eval-every: the test accuracy after each evaluated epoch (epoch k x
+   * eval_every is entry k - 1), and the seconds those evaluations took
+   * (not training time). */
+  double *epoch_acc;
+  long n_epoch_acc;
+  double epoch_eval_s;
 } train_result;
 
 static void trainer_free(trainer *t) {
@@ -442,21 +450,37 @@ static double current_lr(trainer *t) {
   return lr;
 }
 
-/* The end of epoch ep: its figures become the run's last ones. */
-static void epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, train_result *r,
-                      const progress *pg) {
+static int evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, double *secs);
+
+/* The end of epoch ep: its figures become the run's last ones; every
+ * --eval-every epochs, the test accuracy too. */
+static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, train_result *r,
+                     const progress *pg) {
   if (e->samples) {
     r->final_loss = e->loss / e->samples;
     r->final_acc = e->acc / e->samples;
   }
   double sps = e->samples / (cli_now() - ep_t0);
   r->final_lr = current_lr(t);
-  if (pg->quiet) return;
+  char test[48] = "";
+  if (t->cfg.eval_every && ep % t->cfg.eval_every == 0) {
+    double acc, secs;
+    int64_t seen = 0;
+    int rc = evaluate(t, r, &acc, &seen, &secs);
+    if (rc) return rc;
+    long k = ep / t->cfg.eval_every; /* an epoch repeated after a rewind: evaluated again */
+    r->epoch_acc[k - 1] = acc;
+    if (k > r->n_epoch_acc) r->n_epoch_acc = k;
+    r->epoch_eval_s += secs;
+    snprintf(test, sizeof test, ", test accuracy %.4f", acc);
+  }
+  if (pg->quiet) return CLI_OK;
   if (pg->tty) fputc('\n', stderr);
   fprintf(stderr,
           "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s, "
-          "lr %.4g\n",
-          ep, t->cfg.epochs, e->steps, r->final_loss, r->final_acc, sps, r->final_lr);
+          "lr %.4g%s\n",
+          ep, t->cfg.epochs, e->steps, r->final_loss, r->final_acc, sps, r->final_lr, test);
+  return CLI_OK;
 }
 
 /* The epochs, as one run of steps: step s is batch s % per_epoch of epoch
@@ -505,16 +529,18 @@ static int train_loop(trainer *t, train_result *r) {
       ep = r->steps / per_epoch; /* exactly at the end of an epoch */
     }
     if (rc) break;
-    epoch_end(t, ep, &e, ep_t0, r, &pg);
+    rc = epoch_end(t, ep, &e, ep_t0, r, &pg);
     e = (epoch_sums){0};
     ep_t0 = cli_now();
   }
-  r->train_s = cli_now() - t0;
+  r->train_s = cli_now() - t0 - r->epoch_eval_s;
   pe_batcher_free(bt);
   return rc;
 }
 
-static int evaluate(trainer *t, train_result *r) {
+/* Test accuracy over the test split (*acc of *seen examples, in *secs);
+ * r takes the recoveries. */
+static int evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, double *secs) {
   pe_batcher *bt = pe_batcher_new(t->test, EVAL_BATCH, false, 0);
   if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %d)", EVAL_BATCH);
   const char *fetch[1] = {t->m.correct};
@@ -540,10 +566,10 @@ static int evaluate(trainer *t, train_result *r) {
       break;
     }
     correct += ((const int64_t *)ct->data)[0];
-    r->test_seen += n;
+    *seen += n;
   }
-  r->eval_s = cli_now() - t0;
-  r->test_acc = r->test_seen ? (double)correct / (double)r->test_seen : 0;
+  *secs = cli_now() - t0;
+  *acc = *seen ? (double)correct / (double)*seen : 0;
   pe_batch_prefetch_stop(pf);
   pe_batcher_free(bt);
   return rc;
@@ -579,6 +605,11 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
           "\"steps_repeated\":%ld",
           r->recoveries, r->steps_unfetched, r->steps_rolled_back, r->steps_repeated);
     if (trained && isfinite(r->final_lr)) printf(",\"final_learning_rate\":%.6g", r->final_lr);
+    if (trained && t->cfg.eval_every) {
+      printf(",\"eval_every\":%ld,\"test_accuracy_by_epoch\":[", t->cfg.eval_every);
+      for (long i = 0; i < r->n_epoch_acc; i++) printf("%s%.4f", i ? "," : "", r->epoch_acc[i]);
+      printf("]");
+    }
     printf(
         ",\"eval_handle\":\"%s\",\"initialized\":%s,\"test_examples\":%lld,"
         "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",
@@ -619,6 +650,10 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
     return CLI_USAGE;
   }
   train_result r = {.final_lr = NAN};
+  if (t.cfg.eval_every && !(r.epoch_acc = calloc((size_t)t.cfg.epochs, sizeof *r.epoch_acc))) {
+    trainer_free(&t);
+    return cli_error(ctx, "out of memory");
+  }
   rc = trainer_setup(&t, eval_only);
   if (!rc && !t.cfg.quiet && !eval_only)
     fprintf(stderr,
@@ -626,8 +661,9 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
             t.ns, t.cfg.model, t.cfg.batch, t.cfg.epochs, (long long)t.train->n,
             pe_client_address(t.c), t.use_shm ? " (shared-memory feeds)" : "");
   if (!rc && !eval_only) rc = train_loop(&t, &r);
-  if (!rc) rc = evaluate(&t, &r);
+  if (!rc) rc = evaluate(&t, &r, &r.test_acc, &r.test_seen, &r.eval_s);
   if (!rc) print_result(&t, &r, !eval_only);
+  free(r.epoch_acc);
   trainer_free(&t);
   return rc;
 }

@@ -161,8 +161,9 @@ END_TEST
 
 /* The recipe flags train exactly like a model file that says the same in
  * its optimizer and schedule lines, with the schedule stretched over the
- * run (3 epochs of 4 steps: warmup 4, cosine over 8); a bad flag is an
- * error naming it, and the daemon goes on serving. */
+ * run (3 epochs of 4 steps: warmup 4, cosine over 8); --eval-every adds
+ * per-epoch test accuracies without changing the training; a bad flag is
+ * an error naming it, and the daemon goes on serving. */
 START_TEST(recipe_flags_are_the_model_file) {
   cd_daemon d;
   cd_start(&d);
@@ -197,6 +198,30 @@ START_TEST(recipe_flags_are_the_model_file) {
   double want = 1e-4 + (1e-3 - 1e-4) * (1 + cos(M_PI * 7 / 8)) / 2;
   ck_assert_msg(fabs(json_num(flags_run, "final_learning_rate") - want) < 2e-5 * want, "%s, want %g",
                 flags_run, want);
+  /* --eval-every 1: the test accuracy after each epoch, the last one the
+   * final figure; evaluating between epochs changes nothing in training. */
+  snprintf(args, sizeof args,
+           "train --model '%s' --model-name evals --epochs 3 --limit 512 --json --quiet "
+           "--eval-every 1",
+           model);
+  CLI_OK(&d, args);
+  const char *evals = last_line(d.dir);
+  ck_assert_double_eq(json_num(evals, "eval_every"), 1);
+  const char *arr = strstr(evals, "\"test_accuracy_by_epoch\":[");
+  ck_assert_msg(arr, "%s", evals);
+  arr = strchr(arr, '[') + 1;
+  double acc[3];
+  for (int i = 0; i < 3; i++) {
+    char *end;
+    acc[i] = strtod(arr, &end);
+    ck_assert_msg(end != arr && acc[i] > 0.1 && acc[i] <= 1, "entry %d: %s", i, evals);
+    ck_assert_int_eq(*end, i < 2 ? ',' : ']');
+    arr = end + 1;
+  }
+  ck_assert_msg(acc[2] == json_num(evals, "test_accuracy"), "%s", evals);
+  ck_assert_msg(json_num(evals, "final_loss") == json_num(file_run, "final_loss") &&
+                    json_num(evals, "test_accuracy") == json_num(file_run, "test_accuracy"),
+                "with evaluations %s\nwithout %s", evals, file_run);
   /* The momentum model, unchanged: not the same numbers. */
   CLI_OK(&d, "train --model mlp --model-name plain --epochs 3 --limit 512 --json --quiet");
   ck_assert(json_num(last_line(d.dir), "final_loss") != json_num(flags_run, "final_loss"));
