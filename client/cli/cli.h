@@ -31,7 +31,7 @@ typedef enum cli_opt_kind { CLI_STR, CLI_INT, CLI_FLAG, CLI_FLOAT } cli_opt_kind
 typedef struct cli_opt {
   const char *name;
   cli_opt_kind kind;
-  size_t off; /* into the command's option struct: const char *, long, bool or double */
+  size_t off;    /* into the command's option struct: const char *, long, bool or double */
   long min, max; /* CLI_INT and CLI_FLOAT: the accepted range */
   const char *help;
 } cli_opt;

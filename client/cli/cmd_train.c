@@ -234,16 +234,16 @@ static int apply_recipe(trainer *t) {
   if (c->schedule && warmup >= total)
     return cli_error(t->ctx, "--warmup-epochs %ld leaves nothing of %ld epoch(s) to schedule",
                      c->warmup_epochs, t->cfg.epochs);
-  pe_train_recipe r = {.optimizer = c->optimizer,
-                       .lr = (float)c->lr,
-                       .momentum = (float)c->momentum,
-                       .weight_decay = (float)c->weight_decay,
-                       .no_decay_1d = c->no_decay_1d,
-                       .schedule = c->schedule,
-                       .warmup_steps = c->schedule ? warmup : 0,
-                       .decay_steps = c->schedule && strcmp(c->schedule, "constant") ? total - warmup
-                                                                                       : 0,
-                       .min_lr = (float)c->min_lr};
+  pe_train_recipe r = {
+      .optimizer = c->optimizer,
+      .lr = (float)c->lr,
+      .momentum = (float)c->momentum,
+      .weight_decay = (float)c->weight_decay,
+      .no_decay_1d = c->no_decay_1d,
+      .schedule = c->schedule,
+      .warmup_steps = c->schedule ? warmup : 0,
+      .decay_steps = c->schedule && strcmp(c->schedule, "constant") ? total - warmup : 0,
+      .min_lr = (float)c->min_lr};
   uint8_t *bytes;
   size_t len;
   char err[256];

@@ -30,7 +30,8 @@ typedef struct pe_train_recipe {
 } pe_train_recipe;
 
 /* A recipe that changes nothing (weight_decay -1). */
-#define PE_TRAIN_RECIPE_KEEP {.weight_decay = -1.0f}
+#define PE_TRAIN_RECIPE_KEEP \
+  { .weight_decay = -1.0f }
 
 /* Apply r to the ProgramDesc in (in, len): a new buffer in *out (malloc'd,
  * the caller frees) of *out_len bytes. Returns 0, or -1 with a message in

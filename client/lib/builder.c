@@ -444,8 +444,8 @@ int pe_builder_no_weight_decay(pe_builder *b, const char *param) {
   if (!b || b->err) return -1;
   b_var *m = param ? peb_var_find(&b->main, param) : NULL;
   if (!m || !m->persistable || m->stop_gradient) {
-    peb_fail(b, "no_weight_decay: '%.200s' is not a trainable parameter%s", param ? param : "(null)",
-             m ? "" : " (no such variable)");
+    peb_fail(b, "no_weight_decay: '%.200s' is not a trainable parameter%s",
+             param ? param : "(null)", m ? "" : " (no such variable)");
     return -1;
   }
   b_var *s = peb_var_find(&b->startup, param);
@@ -547,8 +547,8 @@ static void pb_block_free(pb_block *p) {
 /* VarDesc.no_weight_decay: marked by name, or a 1-D parameter under
  * pe_builder_no_weight_decay_1d. */
 static bool var_no_decay(const pe_builder *b, const b_var *v) {
-  return v->no_weight_decay || (b->no_decay_1d && v->persistable && !v->stop_gradient &&
-                                !v->is_feed && v->ndim == 1);
+  return v->no_weight_decay ||
+         (b->no_decay_1d && v->persistable && !v->stop_gradient && !v->is_feed && v->ndim == 1);
 }
 
 static bool pb_block_make(pe_builder *b, const b_block *src, int idx, pb_block *p) {

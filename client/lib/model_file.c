@@ -362,8 +362,9 @@ static int h_optimizer(mf *m) {
     return mf_fail(m, "optimizer: nesterov applies to momentum only");
   m->no_decay_1d = opt_flag(m, "no_decay_1d");
   if (m->no_decay_1d && m->weight_decay == 0 && strcmp(t, "adamw"))
-    return mf_fail(m, "optimizer: no_decay_1d exempts parameters from weight decay, but %s has "
-                      "none (weight_decay=X)",
+    return mf_fail(m,
+                   "optimizer: no_decay_1d exempts parameters from weight decay, but %s has "
+                   "none (weight_decay=X)",
                    t);
   snprintf(m->opt_type, sizeof m->opt_type, "%s", t);
   return 0;

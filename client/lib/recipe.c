@@ -30,7 +30,8 @@ static bool finite_nonneg(float x) {
 /* The recipe's own checks (the daemon checks the rest at Register); `type`
  * is the optimizer the program will have. */
 static int check(const pe_train_recipe *r, const char *type, char *err, size_t errlen) {
-  if (!finite_nonneg(r->lr)) return fail(err, errlen, "lr %g must be finite and >= 0 (0: the program's)", r->lr);
+  if (!finite_nonneg(r->lr))
+    return fail(err, errlen, "lr %g must be finite and >= 0 (0: the program's)", r->lr);
   if (!(r->momentum >= 0 && r->momentum < 1))
     return fail(err, errlen, "momentum %g must be in [0, 1)", r->momentum);
   if (r->momentum > 0 && strcmp(type, "momentum"))
@@ -45,8 +46,7 @@ static int check(const pe_train_recipe *r, const char *type, char *err, size_t e
     return fail(err, errlen, "warmup_steps %lld and decay_steps %lld must be >= 0",
                 (long long)r->warmup_steps, (long long)r->decay_steps);
   if (!finite_nonneg(r->gamma) || !finite_nonneg(r->min_lr))
-    return fail(err, errlen, "gamma %g and min_lr %g must be finite and >= 0", r->gamma,
-                r->min_lr);
+    return fail(err, errlen, "gamma %g and min_lr %g must be finite and >= 0", r->gamma, r->min_lr);
   if (!r->schedule && (r->warmup_steps || r->decay_steps || r->gamma || r->min_lr))
     return fail(err, errlen, "warmup, decay_steps, gamma and min_lr need a schedule kind");
   return 0;

@@ -51,12 +51,14 @@ typedef struct opt_kind {
   opt_state states[5];
 } opt_kind;
 
+// clang-format off
 #define ADAM_STATES                                  \
   {{"@MOMENT1", "Moment1", "Moment1Out", false, 0},  \
    {"@MOMENT2", "Moment2", "Moment2Out", false, 0},  \
    {"@BETA1POW", "Beta1Pow", "Beta1PowOut", true, 1}, \
    {"@BETA2POW", "Beta2Pow", "Beta2PowOut", true, 2}, \
    {0}}
+// clang-format on
 
 static const opt_kind kinds[] = {
     {"sgd", "sgd", "l2_decay", {{0}}},

@@ -176,8 +176,7 @@ static pe_status *check_program(const Pe__ProgramDesc *pd) {
 pe_status *pe_optimizer_decode(const Pe__OptimizerDesc *od, pe_optimizer_desc *out) {
   if (!od->type[0]) return NULL; /* proto3: an empty message is no optimizer */
   if (!pe_optimizer_type_known(od->type))
-    return pe_error(PE_EINVAL, "optimizer type '%.64s' unknown (" PE_OPTIMIZER_TYPES ")",
-                    od->type);
+    return pe_error(PE_EINVAL, "optimizer type '%.64s' unknown (" PE_OPTIMIZER_TYPES ")", od->type);
   if (!isfinite(od->learning_rate) || od->learning_rate <= 0.0f)
     return pe_error(PE_EINVAL, "optimizer %s: learning_rate %g must be finite and > 0", od->type,
                     (double)od->learning_rate);

@@ -354,8 +354,7 @@ static pe_status *d2h_wait_value(pe_par_exec *e, int lv, pe_stream *d2h) {
   int pr = g->vars[l->versions[l->n_versions - 1]].producer;
   if (pr < 0) return NULL;
   const xnode *y = &e->x[pr];
-  for (int j = 0; j < y->n_ev; j++)
-    PE_TRY(par_sync_dep(e, false, y->ev_stream[j], y->ev[j], d2h));
+  for (int j = 0; j < y->n_ev; j++) PE_TRY(par_sync_dep(e, false, y->ev_stream[j], y->ev[j], d2h));
   return NULL;
 }
 

@@ -100,7 +100,7 @@ START_TEST(unset_fields_keep_the_program) {
 END_TEST
 
 static void expect_refused(const pe_train_recipe *r, const uint8_t *bytes, size_t len,
-                         const char *want) {
+                           const char *want) {
   uint8_t *out = (uint8_t *)"untouched";
   size_t n = 7;
   char err[256] = "";
@@ -116,7 +116,8 @@ START_TEST(bad_recipes_and_programs) {
   ck_assert_int_eq(pe_model_spec_build("mlp", &m, e, sizeof e), 0);
   pe_train_recipe r = PE_TRAIN_RECIPE_KEEP;
   r.optimizer = "rmsprop";
-  expect_refused(&r, m.bytes, m.len, "optimizer 'rmsprop' unknown (known: sgd, momentum, adam, adamw)");
+  expect_refused(&r, m.bytes, m.len,
+                 "optimizer 'rmsprop' unknown (known: sgd, momentum, adam, adamw)");
   r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
   r.optimizer = "adam";
   r.momentum = 0.5f;
@@ -133,8 +134,8 @@ START_TEST(bad_recipes_and_programs) {
   r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
   r.schedule = "poly";
   expect_refused(&r, m.bytes, m.len,
-               "lr schedule 'poly' unknown (known: constant, step, multistep, exponential, "
-               "cosine, linear)");
+                 "lr schedule 'poly' unknown (known: constant, step, multistep, exponential, "
+                 "cosine, linear)");
   r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
   r.warmup_steps = 10;
   expect_refused(&r, m.bytes, m.len, "warmup, decay_steps, gamma and min_lr need a schedule kind");

@@ -171,33 +171,35 @@ START_TEST(recipe_flags_are_the_model_file) {
   snprintf(model, sizeof model, "%s/mlp-adamw", d.dir);
   FILE *f = fopen(model, "w");
   ck_assert_ptr_nonnull(f);
-  fputs("name mlp\nbatch 128\ninput image 784\nlabel label\n"
-        "fc 256 act=relu\nfc 128 act=relu\nfc 10\n"
-        "loss softmax_with_cross_entropy\naccuracy top=1\n"
-        "optimizer adamw lr=0.001 weight_decay=0.05 no_decay_1d\n"
-        "schedule cosine warmup=4 decay_steps=8 min_lr=0.0001\n",
-        f);
+  fputs(
+      "name mlp\nbatch 128\ninput image 784\nlabel label\n"
+      "fc 256 act=relu\nfc 128 act=relu\nfc 10\n"
+      "loss softmax_with_cross_entropy\naccuracy top=1\n"
+      "optimizer adamw lr=0.001 weight_decay=0.05 no_decay_1d\n"
+      "schedule cosine warmup=4 decay_steps=8 min_lr=0.0001\n",
+      f);
   fclose(f);
   snprintf(args, sizeof args,
            "train --model '%s' --model-name file --epochs 3 --limit 512 --json --quiet", model);
   CLI_OK(&d, args);
   char file_run[4096];
   snprintf(file_run, sizeof file_run, "%s", last_line(d.dir));
-  CLI_OK(&d, "train --model mlp --model-name flags --epochs 3 --limit 512 --json --quiet "
-             "--optimizer adamw --lr 0.001 --weight-decay 0.05 --no-decay-1d "
-             "--lr-schedule cosine --warmup-epochs 1 --min-lr 0.0001");
+  CLI_OK(&d,
+         "train --model mlp --model-name flags --epochs 3 --limit 512 --json --quiet "
+         "--optimizer adamw --lr 0.001 --weight-decay 0.05 --no-decay-1d "
+         "--lr-schedule cosine --warmup-epochs 1 --min-lr 0.0001");
   char flags_run[4096];
   snprintf(flags_run, sizeof flags_run, "%s", last_line(d.dir)); /* last_line's buffer is reused */
   ck_assert_double_eq(json_num(flags_run, "steps"), 12);
   const char *keys[] = {"final_loss", "final_train_accuracy", "test_accuracy",
                         "final_learning_rate"};
   for (int i = 0; i < 4; i++)
-    ck_assert_msg(json_num(file_run, keys[i]) == json_num(flags_run, keys[i]), "%s: file %s\nflags %s",
-                  keys[i], file_run, flags_run);
+    ck_assert_msg(json_num(file_run, keys[i]) == json_num(flags_run, keys[i]),
+                  "%s: file %s\nflags %s", keys[i], file_run, flags_run);
   /* The last step's rate: cosine at 7 of 8 steps past the warmup (printed to 6 digits). */
   double want = 1e-4 + (1e-3 - 1e-4) * (1 + cos(M_PI * 7 / 8)) / 2;
-  ck_assert_msg(fabs(json_num(flags_run, "final_learning_rate") - want) < 2e-5 * want, "%s, want %g",
-                flags_run, want);
+  ck_assert_msg(fabs(json_num(flags_run, "final_learning_rate") - want) < 2e-5 * want,
+                "%s, want %g", flags_run, want);
   /* --eval-every 1: the test accuracy after each epoch, the last one the
    * final figure; evaluating between epochs changes nothing in training. */
   snprintf(args, sizeof args,
@@ -228,8 +230,9 @@ START_TEST(recipe_flags_are_the_model_file) {
   ck_assert_int_eq(cli(&d, d.dir, "train --model mlp --limit 512 --optimizer rmsprop"), 1);
   ck_assert_ptr_nonnull(
       strstr(slurp(d.dir, "err"), "mlp: optimizer 'rmsprop' unknown (known: sgd, momentum, "));
-  ck_assert_int_eq(cli(&d, d.dir, "train --model mlp --limit 512 --lr-schedule cosine --lr 0.01 "
-                                  "--min-lr 0.5"),
+  ck_assert_int_eq(cli(&d, d.dir,
+                       "train --model mlp --limit 512 --lr-schedule cosine --lr 0.01 "
+                       "--min-lr 0.5"),
                    1);
   ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "min_lr"));
   CLI_OK(&d, "ping");
