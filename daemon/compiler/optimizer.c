@@ -34,7 +34,7 @@
 #include "ops/lr_schedule.h"
 #include "ops/registry.h"
 
-#define LR_NAME "learning_rate"
+#define LR_NAME PE_LR_NAME
 
 typedef struct opt_state {
   const char *suffix;   /* "@VELOCITY" */

@@ -99,6 +99,8 @@ typedef struct pe_optimizer_desc {
 /* OptimizerDesc.type values (the optimizer pass's table, compiler/optimizer.c). */
 #define PE_OPTIMIZER_TYPES "sgd, momentum, adam, adamw"
 #define PE_ADAMW_DEFAULT_DECAY 0.01f /* adamw's weight_decay when 0 (PyTorch's) */
+/* The persistable learning rate the optimizer pass declares (opt.lr at startup). */
+#define PE_LR_NAME "learning_rate"
 bool pe_optimizer_type_known(const char *type);
 
 typedef struct pe_program {

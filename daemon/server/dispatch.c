@@ -245,6 +245,36 @@ static pe_status *h_register(ctx *c) {
   return st;
 }
 
+/* The startup of p on a model that already has some of p's persistables
+ * (another program of the model trained them; p adds an optimizer's state,
+ * a schedule's counter): the startup initialises everything, then the values
+ * the model had are put back, so training goes on from them. learning_rate
+ * is not put back: it is the optimizer's setting, and p's is the one asked
+ * for. A run of another client between the read and the write back is
+ * undone by it (init_mu orders inits, not runs). */
+static pe_status *startup_keeping(pe_srv_program *p, const pe_run_opts *ro) {
+  pe_srv_model *m = p->model;
+  const char **keep = calloc((size_t)p->n_params + 1, sizeof *keep);
+  if (!keep) return OOM("init");
+  int n = 0;
+  for (int i = 0; i < p->n_params; i++)
+    if (pe_strmap_has(&m->initialized, p->params[i].name) &&
+        strcmp(p->params[i].name, PE_LR_NAME) != 0)
+      keep[n++] = p->params[i].name;
+  pe_tensor *vals = n ? calloc((size_t)n, sizeof *vals) : NULL;
+  pe_status *st = n && !vals ? OOM("init") : NULL;
+  if (!st && n) st = pe_model_get_many(m->m, keep, n, vals, NULL, NULL);
+  if (!st) st = pe_par_exec_run(p->startup, NULL, 0, NULL, 0, NULL, ro, NULL);
+  if (!st && n) st = pe_model_set_many(m->m, keep, vals, n, NULL);
+  for (int i = 0; vals && i < n; i++) pe_tensor_release(&vals[i]);
+  free(vals);
+  free(keep);
+  if (!st && n)
+    PE_LOGI("init: model %s: %d of %d persistables kept, the others initialised", m->name, n,
+            p->n_params);
+  return st;
+}
+
 static pe_status *h_init(ctx *c) {
   const Pe__InitRequest *rq = c->rq->init;
   pe_srv_program *p;
@@ -259,7 +289,8 @@ static pe_status *h_init(ctx *c) {
     missing = !pe_strmap_has(&m->initialized, p->params[i].name);
   if ((missing || rq->force) && p->startup) {
     pe_run_opts ro = {.sync = p->sync};
-    st = pe_status_wrap(pe_par_exec_run(p->startup, NULL, 0, NULL, 0, NULL, &ro, NULL),
+    st = pe_status_wrap(rq->force ? pe_par_exec_run(p->startup, NULL, 0, NULL, 0, NULL, &ro, NULL)
+                                  : startup_keeping(p, &ro),
                         "init: startup of model '%s'", m->name);
     if (!st) {
       for (int i = 0; i < p->n_params; i++)

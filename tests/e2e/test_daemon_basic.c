@@ -212,6 +212,95 @@ START_TEST(test_register_optimizer_override) {
 }
 END_TEST
 
+/* The f32 scalar `name` of model `model`. */
+static float get_scalar(int s, const char *model, const char *name) {
+  size_t n;
+  uint8_t *v = dh_get_param(s, CLIENT, model, name, &n);
+  ck_assert_uint_eq(n, sizeof(float));
+  float x;
+  memcpy(&x, v, sizeof x);
+  free(v);
+  return x;
+}
+
+/* A model trained with one optimizer, then registered with another
+ * (adamw through Register's options.optimizer) and initialised: the
+ * startup runs for adam's new state, and the trained weights are kept, so
+ * training goes on from them; learning_rate is the new program's. A second
+ * init does nothing; a forced one re-initialises the weights too. */
+START_TEST(test_new_optimizer_keeps_the_weights) {
+  dh_daemon d = {0};
+  dh_start(&d, NULL);
+  int s = dh_connect(&d, 30000);
+  pe_model_spec mlp = dh_mlp();
+  Pe__Reply *reg = NULL;
+  uint64_t h = dh_register(s, CLIENT, &mlp, "cont", 7, false, NULL, &reg);
+  char *w = dh_first_weight(reg);
+  pe__reply__free_unpacked(reg, NULL);
+  pe__reply__free_unpacked(dh_init(s, CLIENT, h), NULL);
+  dh_batch b;
+  dh_batch_make(&b, 16, 1);
+  dh_run_loss(s, CLIENT, h, &b, mlp.loss, 3);
+  size_t n1, n2;
+  uint8_t *trained = dh_get_param(s, CLIENT, "cont", w, &n1);
+
+  Pe__OptimizerDesc od = PE__OPTIMIZER_DESC__INIT;
+  od.type = "adamw";
+  od.learning_rate = 0.001f;
+  dh_optimizer = &od;
+  uint64_t ha = dh_register(s, CLIENT, &mlp, "cont", 7, false, NULL, NULL);
+  dh_optimizer = NULL;
+  ck_assert_uint_ne(ha, h);
+  Pe__Reply *rep = dh_init(s, CLIENT, ha);
+  dh_ok(rep);
+  ck_assert(rep->init->initialized); /* adam's moments and powers were missing */
+  pe__reply__free_unpacked(rep, NULL);
+  uint8_t *kept = dh_get_param(s, CLIENT, "cont", w, &n2);
+  ck_assert_uint_eq(n1, n2);
+  ck_assert_msg(memcmp(trained, kept, n1) == 0, "init of the adamw program reset '%s'", w);
+  free(kept);
+  ck_assert_float_eq(get_scalar(s, "cont", "learning_rate"), 0.001f);
+  char name[256];
+  snprintf(name, sizeof name, "%s@BETA1POW", w);
+  ck_assert_float_eq(get_scalar(s, "cont", name), 0.9f);
+  snprintf(name, sizeof name, "%s@MOMENT1", w);
+  uint8_t *m1 = dh_get_param(s, CLIENT, "cont", name, &n2);
+  ck_assert_uint_eq(n2, n1);
+  for (size_t i = 0; i < n2; i++) ck_assert_msg(m1[i] == 0, "%s byte %zu is %d", name, i, m1[i]);
+  free(m1);
+  /* Training goes on with adamw from the trained weights. */
+  dh_run_loss(s, CLIENT, ha, &b, mlp.loss, 1);
+  kept = dh_get_param(s, CLIENT, "cont", w, &n2);
+  ck_assert(memcmp(trained, kept, n1) != 0);
+  free(kept);
+  rep = dh_init(s, CLIENT, ha);
+  dh_ok(rep);
+  ck_assert(!rep->init->initialized); /* nothing missing now */
+  pe__reply__free_unpacked(rep, NULL);
+  /* force: everything from the startup, the weights included. */
+  Pe__Request rq = dh_req(CLIENT);
+  Pe__InitRequest in = PE__INIT_REQUEST__INIT;
+  in.handle = ha;
+  in.force = true;
+  rq.body_case = PE__REQUEST__BODY_INIT;
+  rq.init = &in;
+  rep = dh_call(s, &rq);
+  dh_ok(rep);
+  ck_assert(rep->init->initialized);
+  pe__reply__free_unpacked(rep, NULL);
+  kept = dh_get_param(s, CLIENT, "cont", w, &n2);
+  ck_assert(memcmp(trained, kept, n1) != 0);
+  free(kept);
+  free(trained);
+  free(w);
+  dh_batch_free(&b);
+  pe_model_spec_release(&mlp);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_cleanup(&d);
+}
+END_TEST
+
 START_TEST(test_bad_requests) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
@@ -648,6 +737,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_ping_status);
   tcase_add_test(tc, test_register_init_run);
   tcase_add_test(tc, test_register_optimizer_override);
+  tcase_add_test(tc, test_new_optimizer_keeps_the_weights);
   tcase_add_test(tc, test_bad_requests);
   tcase_add_test(tc, test_oversized);
   tcase_add_test(tc, test_two_places);
