@@ -14,8 +14,20 @@ struct pe_nccl_comm {
   bool aborted;
   ncclComm_t comms[PE_MAX_PLACES];
   cudaStream_t streams[PE_MAX_PLACES]; /* the ranks' comm streams (owned by the devices) */
+  /* pe_nccl_wait's marks: where each comm stream stood when the wait began
+   * (its callers serialise it: the model's nccl_mu). */
+  cudaEvent_t mark[PE_MAX_PLACES];
   int gpu[PE_MAX_PLACES];
 };
+
+static void comm_release(pe_nccl_comm *c) {
+  for (int r = 0; r < c->n; r++)
+    if (c->mark[r]) {
+      cudaSetDevice(c->gpu[r]);
+      cudaEventDestroy(c->mark[r]);
+    }
+  free(c);
+}
 
 static pe_status *nccl_status(ncclResult_t r, const char *what) {
   if (r == ncclSuccess) return NULL;
@@ -49,9 +61,16 @@ pe_status *pe_nccl_comm_new(pe_device *const *devs, int n, pe_nccl_comm **out) {
         return pe_error(PE_EINVAL, "nccl: ranks %d and %d are both cuda:%d", q, r, gpu);
       }
   }
-  pe_status *st = nccl_status(ncclCommInitAll(c->comms, n, c->gpu), "ncclCommInitAll");
+  pe_status *st = NULL;
+  for (int r = 0; r < n && !st; r++) {
+    st = pe_cuda_status(cudaSetDevice(c->gpu[r]), "nccl: cudaSetDevice");
+    if (!st)
+      st = pe_cuda_status(cudaEventCreateWithFlags(&c->mark[r], cudaEventDisableTiming),
+                          "nccl: cudaEventCreate");
+  }
+  if (!st) st = nccl_status(ncclCommInitAll(c->comms, n, c->gpu), "ncclCommInitAll");
   if (st) {
-    free(c);
+    comm_release(c);
     return st;
   }
   *out = c;
@@ -67,7 +86,7 @@ void pe_nccl_comm_free(pe_nccl_comm *c) {
     else
       ncclCommDestroy(c->comms[r]);
   }
-  free(c);
+  comm_release(c);
 }
 
 int pe_nccl_comm_size(const pe_nccl_comm *c) {
@@ -165,13 +184,26 @@ static void abort_all(pe_nccl_comm *c, pthread_mutex_t *enqueue_mu) {
 pe_status *pe_nccl_wait(pe_nccl_comm *c, int timeout_ms, pthread_mutex_t *enqueue_mu) {
   PE_TRY(usable(c, "wait"));
   double start = now_ms();
+  /* Wait for what is queued now, not for the streams to fall idle: other
+   * executors of the model may keep enqueuing, which must not run this
+   * wait into its time limit. */
+  for (int r = 0; r < c->n; r++) {
+    char what[64];
+    snprintf(what, sizeof what, "nccl wait: mark on the comm stream of cuda:%d", c->gpu[r]);
+    pe_status *st = pe_cuda_status(cudaSetDevice(c->gpu[r]), what);
+    if (!st) st = pe_cuda_status(cudaEventRecord(c->mark[r], c->streams[r]), what);
+    if (st) {
+      abort_all(c, enqueue_mu);
+      return st;
+    }
+  }
   bool done[PE_MAX_PLACES] = {false};
   int left = c->n;
   while (left > 0) {
     for (int r = 0; r < c->n; r++) {
       if (done[r]) continue;
       cudaSetDevice(c->gpu[r]);
-      cudaError_t e = cudaStreamQuery(c->streams[r]);
+      cudaError_t e = cudaEventQuery(c->mark[r]);
       if (e == cudaSuccess) {
         done[r] = true;
         left--;

@@ -57,8 +57,11 @@ pe_status *pe_nccl_broadcast(pe_nccl_comm *c, void *const *bufs, size_t bytes, i
 pe_status *pe_nccl_allreduce_part(pe_nccl_comm *c, int rank, float *buf, size_t count,
                                   pe_reduce_op op);
 
-/* Block until every rank's comm stream has finished what was enqueued,
- * polling for asynchronous NCCL errors. timeout_ms <= 0: no timeout. On an
+/* Block until every rank's comm stream has finished what was enqueued on
+ * it before the call (an event marks each stream's position: work queued
+ * during the wait is not waited for), polling for asynchronous NCCL
+ * errors. Callers serialise it per communicator (the marks are shared).
+ * timeout_ms <= 0: no timeout. On an
  * error or the timeout the communicator is aborted (stuck kernels return;
  * every later call fails) while holding enqueue_mu, the lock under which
  * other threads enqueue on c (NULL: none does), since an abort frees what
