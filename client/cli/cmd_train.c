@@ -23,7 +23,8 @@
  * --no-decay-1d, --lr-schedule with --warmup-epochs and --min-lr) change the
  * model's optimizer before it is registered (pe_recipe.h); a schedule is
  * stretched over the run: its warmup and decay are counted in this run's
- * steps (epochs x steps per epoch), so it ends at --min-lr on the last step.
+ * steps (epochs x steps per epoch), so it ends at --min-lr on the last step,
+ * and the model's step counter starts at 0 (a model trained before has one).
  *
  * A daemon restart does not stop training: libpeclient registers the
  * programs again. When the restored checkpoint lacks steps this trainer
@@ -93,7 +94,7 @@ static const cli_opt train_opts[] = {
     {"no-decay-1d", CLI_FLAG, offsetof(train_cfg, recipe.no_decay_1d), 0, 0,
      "no weight decay on biases and norm scale/shift"},
     {"lr-schedule", CLI_STR, offsetof(train_cfg, recipe.schedule), 0, 0,
-     "constant | cosine | linear, over the whole run (the model's)"},
+     "constant | cosine | linear, over this run (the model's)"},
     {"warmup-epochs", CLI_INT, offsetof(train_cfg, recipe.warmup_epochs), 0, 1000,
      "linear warmup before the schedule (0)"},
     {"min-lr", CLI_FLOAT, offsetof(train_cfg, recipe.min_lr), 0, 1000000,
@@ -288,6 +289,18 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * optimizer state. No-op when the model's parameters exist. */
   int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
   if (code) return cli_fail(t->ctx, t->c, code);
+  /* --lr-schedule spans this run: a model trained before keeps its step
+   * counter (model state), which would start the schedule part-way. */
+  if (!eval_only && t->cfg.recipe.schedule) {
+    int64_t zero = 0;
+    pe_client_tensor v = {.name = PE_LR_STEP_COUNTER,
+                          .dtype = PE_B_I64,
+                          .ndim = 1,
+                          .shape = {1},
+                          .data = &zero,
+                          .nbytes = sizeof zero};
+    if ((code = pe_client_set_params(t->c, t->ns, &v, 1))) return cli_fail(t->ctx, t->c, code);
+  }
   return alloc_batches(t);
 }
 

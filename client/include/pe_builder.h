@@ -215,6 +215,9 @@ typedef struct pe_lr_schedule_opts {
 int pe_builder_lr_schedule(pe_builder *b, const pe_lr_schedule_opts *s);
 /* The schedule kinds: name's static copy when it is one, else NULL. */
 #define PE_LR_SCHEDULE_KINDS "constant, step, multistep, exponential, cosine, linear"
+/* The model's step counter of a schedule (int64 [1], the number of updates
+ * done): SetParams it to move the schedule. */
+#define PE_LR_STEP_COUNTER "@LR_DECAY_COUNTER@"
 const char *pe_lr_schedule_kind(const char *name);
 
 /* Serialise. On success *bytes is malloc'd (caller frees) and 0 returned.

@@ -224,6 +224,22 @@ START_TEST(recipe_flags_are_the_model_file) {
   ck_assert_msg(json_num(evals, "final_loss") == json_num(file_run, "final_loss") &&
                     json_num(evals, "test_accuracy") == json_num(file_run, "test_accuracy"),
                 "with evaluations %s\nwithout %s", evals, file_run);
+  /* A model that outlives its trainer, trained twice with the same flags:
+   * the second run's schedule starts again at step 0 (the model's counter
+   * says 12), so it ends at the same rate, not at min_lr. */
+  const char *again = "train --model mlp --model-name again --persistent --epochs 3 --limit 512 "
+                      "--json --quiet --optimizer adamw --lr 0.001 --lr-schedule cosine "
+                      "--warmup-epochs 1 --min-lr 0.0001";
+  double loss[2];
+  for (int i = 0; i < 2; i++) {
+    CLI_OK(&d, again);
+    ck_assert_msg(json_num(last_line(d.dir), "final_learning_rate") ==
+                      json_num(flags_run, "final_learning_rate"),
+                  "run %d: %s", i, last_line(d.dir));
+    loss[i] = json_num(last_line(d.dir), "final_loss");
+  }
+  ck_assert_msg(loss[1] < loss[0], "the second run (loss %g) did not go on from the first's (%g)",
+                loss[1], loss[0]);
   /* The momentum model, unchanged: not the same numbers. */
   CLI_OK(&d, "train --model mlp --model-name plain --epochs 3 --limit 512 --json --quiet");
   ck_assert(json_num(last_line(d.dir), "final_loss") != json_num(flags_run, "final_loss"));
