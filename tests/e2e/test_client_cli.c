@@ -227,9 +227,10 @@ START_TEST(recipe_flags_are_the_model_file) {
   /* A model that outlives its trainer, trained twice with the same flags:
    * the second run's schedule starts again at step 0 (the model's counter
    * says 12), so it ends at the same rate, not at min_lr. */
-  const char *again = "train --model mlp --model-name again --persistent --epochs 3 --limit 512 "
-                      "--json --quiet --optimizer adamw --lr 0.001 --lr-schedule cosine "
-                      "--warmup-epochs 1 --min-lr 0.0001";
+  const char *again =
+      "train --model mlp --model-name again --persistent --epochs 3 --limit 512 "
+      "--json --quiet --optimizer adamw --lr 0.001 --lr-schedule cosine "
+      "--warmup-epochs 1 --min-lr 0.0001";
   double loss[2];
   for (int i = 0; i < 2; i++) {
     CLI_OK(&d, again);
