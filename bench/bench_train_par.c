@@ -92,7 +92,7 @@ static int par_setup(trainer *t) {
     return pe_bench_train_fail(st, "--places");
   const char *strategy = t->cfg.strategy ? t->cfg.strategy : "auto";
   if (!strcmp(strategy, "auto"))
-    s->strategy = pe_strategy_auto(s->kind);
+    s->strategy = pe_strategy_auto(s->kind, NULL); /* the built-in models do not clip */
   else if (!strcmp(strategy, "allreduce"))
     s->strategy = PE_STRATEGY_ALLREDUCE;
   else if (!strcmp(strategy, "reduce"))

@@ -184,6 +184,15 @@ int pe_builder_adamw(pe_builder *b, float lr, float beta1, float beta2, float ep
  * 0 (the default) is none. A finite coeff >= 0; with no optimizer at finish
  * it is an error. */
 int pe_builder_weight_decay(pe_builder *b, float coeff);
+/* Clip the gradients by their global L2 norm before the updates (PyTorch's
+ * clip_grad_norm_, Paddle's ClipGradByGlobalNorm): with n the norm of all
+ * parameter gradients together, each is scaled by max_norm / (n + 1e-6)
+ * when that is below 1. 0 (the default) is none; a finite max_norm >= 0;
+ * with no optimizer at finish it is an error. On several places the daemon
+ * trains such a program with the AllReduce strategy (auto picks it). The
+ * norm before clipping is fetchable as PE_GRAD_NORM. */
+#define PE_GRAD_NORM "@GRAD_GLOBAL_NORM@"
+int pe_builder_grad_clip_norm(pe_builder *b, float max_norm);
 /* Exempt the trainable parameter `param` (a name a layer returned or
  * declared, e.g. "fc_0.b") from weight decay (VarDesc.no_weight_decay). */
 int pe_builder_no_weight_decay(pe_builder *b, const char *param);

@@ -440,6 +440,16 @@ int pe_builder_weight_decay(pe_builder *b, float coeff) {
   return 0;
 }
 
+int pe_builder_grad_clip_norm(pe_builder *b, float max_norm) {
+  if (!b || b->err) return -1;
+  if (!(max_norm >= 0) || !isfinite(max_norm)) {
+    peb_fail(b, "grad_clip_norm %g must be finite and >= 0", max_norm);
+    return -1;
+  }
+  b->clip_norm = max_norm;
+  return 0;
+}
+
 int pe_builder_no_weight_decay(pe_builder *b, const char *param) {
   if (!b || b->err) return -1;
   b_var *m = param ? peb_var_find(&b->main, param) : NULL;
@@ -647,6 +657,10 @@ int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len) {
     peb_fail(b, "finish: weight_decay %g is set but no optimizer", b->weight_decay);
     return -1;
   }
+  if (b->clip_norm > 0 && !b->opt_type) {
+    peb_fail(b, "finish: grad_clip_norm %g is set but no optimizer", b->clip_norm);
+    return -1;
+  }
   if (b->sched.type && !b->opt_type) {
     peb_fail(b, "finish: lr_schedule %s is set but no optimizer", b->sched.type);
     return -1;
@@ -676,6 +690,7 @@ int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len) {
       opt.beta2 = b->beta2;
       opt.epsilon = b->eps;
       opt.weight_decay = b->weight_decay;
+      opt.grad_clip_norm = b->clip_norm;
       if (b->sched.type) {
         sched.type = (char *)b->sched.type;
         sched.warmup_steps = b->sched.warmup;

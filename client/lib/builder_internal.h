@@ -77,6 +77,7 @@ struct pe_builder {
   float lr, mu, beta1, beta2, eps;
   float weight_decay; /* pe_builder_weight_decay; kept across optimizer setters */
   bool no_decay_1d;   /* pe_builder_no_weight_decay_1d: applied at finish */
+  float clip_norm;    /* pe_builder_grad_clip_norm; kept across optimizer setters */
   bool nesterov;
   b_sched sched; /* pe_builder_lr_schedule; kept across optimizer setters */
   b_counter counters[16];

@@ -31,7 +31,8 @@ const char *pe_strategy_name(pe_graph_strategy s) {
                                     : "allreduce";
 }
 
-pe_graph_strategy pe_strategy_auto(pe_place_kind kind) {
+pe_graph_strategy pe_strategy_auto(pe_place_kind kind, const pe_program *p) {
+  if (p && p->opt.grad_clip_norm > 0.0f) return PE_STRATEGY_ALLREDUCE;
   return kind == PE_PLACE_CUDA ? PE_STRATEGY_ALLREDUCE : PE_STRATEGY_SHARDED;
 }
 

@@ -78,11 +78,13 @@ typedef enum pe_node_kind {
 
 const char *pe_node_kind_name(pe_node_kind k);
 const char *pe_strategy_name(pe_graph_strategy s);
-/* The default for places of kind `kind`: Sharded on cpu
- * and sim places (bit-identical to AllReduce; the memory-bound optimizer
- * update runs once per slice, not once per place), AllReduce on cuda
- * (Sharded is not built there; NCCL all-reduce). */
-pe_graph_strategy pe_strategy_auto(pe_place_kind kind);
+/* The default for places of kind `kind` and program p (may be NULL):
+ * Sharded on cpu and sim places (bit-identical to AllReduce; the
+ * memory-bound optimizer update runs once per slice, not once per place),
+ * AllReduce on cuda (Sharded is not built there; NCCL all-reduce) and for
+ * a program that clips gradients by their global norm (it needs them all on
+ * every place). */
+pe_graph_strategy pe_strategy_auto(pe_place_kind kind, const pe_program *p);
 
 /* One unit of work.
  *

@@ -20,6 +20,12 @@
  * the adam op with regularization_method "decoupled_decay" (weight_decay 0
  * means PyTorch's default 0.01). Parameters marked no_weight_decay get
  * neither attribute.
+ * opt.grad_clip_norm > 0 appends one clip_by_global_norm op over every
+ * trainable parameter's gradient, writing <p>@GRAD@CLIP (temporaries) and
+ * the norm @GRAD_GLOBAL_NORM@ (fetchable); the updates read the clipped
+ * gradients. On several places it reads the all-reduced gradients, so
+ * every replica clips alike (the data-parallel pass allows it under
+ * AllReduce only).
  * A learning-rate schedule (opt.sched) adds the persistable step counter
  *   @LR_DECAY_COUNTER@       [1] int64    = 0
  * and one lr_schedule op before the updates, which writes learning_rate from
@@ -35,6 +41,7 @@
 #include "ops/registry.h"
 
 #define LR_NAME PE_LR_NAME
+#define CLIP_SUFFIX "@CLIP"
 
 typedef struct opt_state {
   const char *suffix;   /* "@VELOCITY" */
@@ -116,10 +123,49 @@ static pe_status *add_state(pe_block *main, pe_block *startup, const char *name,
   return NULL;
 }
 
+/* The gradient an update of param reads: clipped or backward's. */
+static void update_grad(const pe_var_desc *param, bool clipped, char grad[512]) {
+  snprintf(grad, 512, "%s" PE_GRAD_SUFFIX "%s", param->name, clipped ? CLIP_SUFFIX : "");
+}
+
+/* One clip_by_global_norm over the n parameters' gradients. */
+static pe_status *add_clip(pe_block *main, const pe_var_desc *const *params, int n,
+                           float max_norm) {
+  char **in = calloc((size_t)n, sizeof *in), **out = calloc((size_t)n, sizeof *out);
+  pe_status *st = in && out ? NULL : pe_error(PE_ENOMEM, "optimizer: out of memory");
+  for (int i = 0; !st && i < n; i++) {
+    in[i] = malloc(512);
+    out[i] = malloc(512);
+    if (!in[i] || !out[i]) {
+      st = pe_error(PE_ENOMEM, "optimizer: out of memory");
+      break;
+    }
+    update_grad(params[i], false, in[i]);
+    update_grad(params[i], true, out[i]);
+    pe_var_desc *v;
+    st = pe_block_add_var(main, out[i], params[i]->dtype, &params[i]->shape, &v);
+    if (!st) v->stop_gradient = true;
+  }
+  pe_shape one = PE_SHAPE(1);
+  pe_var_desc *nv;
+  if (!st) st = pe_block_add_var(main, PE_GRAD_NORM_NAME, PE_F32, &one, &nv);
+  if (!st) nv->stop_gradient = true;
+  pe_op_desc *op;
+  if (!st) st = pe_block_append_op(main, "clip_by_global_norm", &op);
+  if (!st) st = pe_op_set_input(op, "X", n, (const char *const *)in);
+  if (!st) st = pe_op_set_output(op, "Out", n, (const char *const *)out);
+  if (!st) st = pe_op_output1(op, "GlobalNorm", PE_GRAD_NORM_NAME);
+  if (!st) st = pe_op_set_float(op, "max_norm", max_norm);
+  for (int i = 0; i < n && in && out; i++) free(in[i]), free(out[i]);
+  free(in);
+  free(out);
+  return st;
+}
+
 static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *k, const hyper *h,
-                             const pe_var_desc *param) {
+                             const pe_var_desc *param, bool clipped) {
   char grad[512], state[512];
-  snprintf(grad, sizeof grad, "%s" PE_GRAD_SUFFIX, param->name);
+  update_grad(param, clipped, grad);
   pe_op_desc *op;
   PE_TRY(pe_block_append_op(main, k->op, &op));
   PE_TRY(pe_op_input1(op, "Param", param->name));
@@ -221,7 +267,12 @@ pe_status *pe_pass_optimizer(pe_ir *ir) {
   pe_shape one = PE_SHAPE(1);
   if (!st) st = add_state(main, startup, LR_NAME, PE_F32, &one, h.lr);
   if (!st && p->opt.sched.type) st = add_schedule(main, startup, &p->opt);
-  for (int i = 0; !st && i < n_params; i++) st = add_update(main, startup, k, &h, params[i]);
+  bool clip = p->opt.grad_clip_norm > 0.0f;
+  if (!st && (!(p->opt.grad_clip_norm >= 0.0f) || !isfinite(p->opt.grad_clip_norm)))
+    st = pe_error(PE_EINVAL, "grad_clip_norm %g must be finite and >= 0",
+                  (double)p->opt.grad_clip_norm);
+  if (!st && clip) st = add_clip(main, params, n_params, p->opt.grad_clip_norm);
+  for (int i = 0; !st && i < n_params; i++) st = add_update(main, startup, k, &h, params[i], clip);
   free(params);
   if (st) return pe_status_wrap(st, "optimizer %s", k->type);
   return NULL;

@@ -161,15 +161,34 @@ static pe_status *find_params(dp_ctx *c) {
   g->owner = calloc((size_t)cap, sizeof(*g->owner));
   c->last_writer = calloc((size_t)cap, sizeof(int));
   if (!g->params || !g->grads || !g->owner || !c->last_writer) return OOM();
+  /* An update reading a clipped gradient (clip_by_global_norm's Out k):
+   * the gradient to sum over places is the clip's input X k. */
+  pe_strmap clipped;
+  pe_strmap_init(&clipped);
+  for (int i = 0; i < b->n_ops; i++) {
+    if (strcmp(b->ops[i]->type, "clip_by_global_norm")) continue;
+    const pe_slot *x = pe_op_find_input(b->ops[i], "X"), *out = pe_op_find_output(b->ops[i], "Out");
+    for (int k = 0; x && out && k < out->n && k < x->n; k++)
+      if (!pe_strmap_put(&clipped, out->args[k], x->args[k])) {
+        pe_strmap_destroy(&clipped);
+        return OOM();
+      }
+  }
   for (int i = 0; i < b->n_ops; i++) {
     if (!is_optimizer(b->ops[i])) continue;
     const char *pn = pe_op_input_arg(b->ops[i], "Param");
     const char *gn = pe_op_input_arg(b->ops[i], "Grad");
+    const char *src = gn ? pe_strmap_get(&clipped, gn) : NULL;
+    if (src) gn = src;
     if (!pn || !gn || pe_strmap_get(&c->grad_index, gn)) continue;
     g->params[g->n_params] = pn;
     g->grads[g->n_params++] = gn;
-    if (!pe_strmap_put(&c->grad_index, gn, (void *)(intptr_t)g->n_params)) return OOM();
+    if (!pe_strmap_put(&c->grad_index, gn, (void *)(intptr_t)g->n_params)) {
+      pe_strmap_destroy(&clipped);
+      return OOM();
+    }
   }
+  pe_strmap_destroy(&clipped);
   if (g->n_params == 0) {
     /* Gradient names written by some op, then the matching parameters. */
     pe_strmap written;
@@ -390,7 +409,17 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
     return pe_error(PE_EINVAL,
                     "data_parallel: strategy sharded runs on cpu and sim places, not cuda "
                     "(use allreduce or reduce)");
-  if (!pe_program_main(ir->prog)) return pe_error(PE_EINVAL, "data_parallel: no main block");
+  const pe_block *mb = pe_program_main(ir->prog);
+  if (!mb) return pe_error(PE_EINVAL, "data_parallel: no main block");
+  /* Clipping by the global norm reads every gradient, summed: each place
+   * has them all only under AllReduce. */
+  for (int i = 0; o->n_places > 1 && o->strategy != PE_STRATEGY_ALLREDUCE && i < mb->n_ops; i++)
+    if (!strcmp(mb->ops[i]->type, "clip_by_global_norm"))
+      return pe_error(PE_EINVAL,
+                      "data_parallel: op #%d clip_by_global_norm (the optimizer's grad_clip_norm) "
+                      "needs every summed gradient on every place: strategy %s cannot give it "
+                      "(use allreduce; auto picks it)",
+                      i, pe_strategy_name(o->strategy));
   pe_ir_destroy(ir); /* a rerun replaces the graphs */
   pe_graph *g = NULL, *s = NULL;
   PE_TRY(new_graph(ir, o, ir->prog->main_block, &g));

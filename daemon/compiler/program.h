@@ -92,6 +92,7 @@ typedef struct pe_optimizer_desc {
   char *type; /* sgd | momentum | adam | adamw; NULL: none */
   float lr, momentum, beta1, beta2, epsilon;
   float weight_decay; /* L2 (adamw: decoupled) coefficient; 0: none (adamw: 0.01) */
+  float grad_clip_norm; /* clip gradients to this global L2 norm; 0: none */
   bool nesterov;
   pe_lr_schedule_desc sched;
 } pe_optimizer_desc;
@@ -101,6 +102,8 @@ typedef struct pe_optimizer_desc {
 #define PE_ADAMW_DEFAULT_DECAY 0.01f /* adamw's weight_decay when 0 (PyTorch's) */
 /* The persistable learning rate the optimizer pass declares (opt.lr at startup). */
 #define PE_LR_NAME "learning_rate"
+/* The gradients' global norm before clipping (opt.grad_clip_norm), fetchable. */
+#define PE_GRAD_NORM_NAME "@GRAD_GLOBAL_NORM@"
 bool pe_optimizer_type_known(const char *type);
 
 typedef struct pe_program {

@@ -193,6 +193,9 @@ pe_status *pe_optimizer_decode(const Pe__OptimizerDesc *od, pe_optimizer_desc *o
   if (!finite_nonneg(od->weight_decay))
     return pe_error(PE_EINVAL, "optimizer %s: weight_decay %g must be finite and >= 0", od->type,
                     (double)od->weight_decay);
+  if (!finite_nonneg(od->grad_clip_norm))
+    return pe_error(PE_EINVAL, "optimizer %s: grad_clip_norm %g must be finite and >= 0", od->type,
+                    (double)od->grad_clip_norm);
   pe_optimizer_desc o = {0};
   const Pe__LrSchedule *ls = od->lr_schedule;
   if (ls && ls->type[0]) {
@@ -224,6 +227,7 @@ pe_status *pe_optimizer_decode(const Pe__OptimizerDesc *od, pe_optimizer_desc *o
   o.beta2 = od->beta2;
   o.epsilon = od->epsilon;
   o.weight_decay = od->weight_decay;
+  o.grad_clip_norm = od->grad_clip_norm;
   free(out->type);
   free(out->sched.type);
   *out = o;
@@ -475,6 +479,7 @@ pe_status *pe_program_encode(const pe_program *p, uint8_t **buf, size_t *len) {
       od.beta2 = p->opt.beta2;
       od.epsilon = p->opt.epsilon;
       od.weight_decay = p->opt.weight_decay;
+      od.grad_clip_norm = p->opt.grad_clip_norm;
       if (p->opt.sched.type) {
         ls.type = p->opt.sched.type;
         ls.warmup_steps = p->opt.sched.warmup_steps;

@@ -36,6 +36,7 @@ const pe_kernel_row pe_cuda_kernel_table[] = {
     {"sgd", pe_cuk_sgd, NULL},
     {"momentum", pe_cuk_momentum, NULL},
     {"adam", pe_cuk_adam, NULL},
+    {"clip_by_global_norm", pe_cuk_clip_by_global_norm, NULL},
     {"softmax_with_cross_entropy", pe_cuk_softmax_with_cross_entropy, NULL},
     {"softmax_with_cross_entropy_grad", pe_cuk_softmax_with_cross_entropy_grad, NULL},
     {"cross_entropy", pe_cuk_cross_entropy, NULL},

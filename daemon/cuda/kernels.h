@@ -86,6 +86,13 @@ cudaError_t pe_cu_ce_grad(const float *x, const int64_t *hard, const float *soft
                           float *dx, int64_t rows, int64_t C, cudaStream_t s);
 /* out[0] = mean of x (NaN when n == 0), summed in double. */
 cudaError_t pe_cu_mean(const float *x, int64_t n, float *out, cudaStream_t s);
+/* clip_by_global_norm over k tensors: sq (k doubles of device scratch) gets
+ * each x[j]'s sum of squares (one block each, deterministic), then out[j] =
+ * x[j] times pe_clip_coef (ops/clip.h) of the global norm, which norm (may
+ * be NULL) gets; out[j] may alias x[j]. */
+cudaError_t pe_cu_clip_by_global_norm(const float *const *x, float *const *out, const int64_t *n,
+                                      int k, double max_norm, double *sq, float *norm,
+                                      cudaStream_t s);
 /* dx[i] = dout[0] / n (dout NULL: 0). */
 cudaError_t pe_cu_mean_grad(const float *dout, float *dx, int64_t n, cudaStream_t s);
 cudaError_t pe_cu_accuracy(const void *x, int dtype, const int64_t *label, int64_t n, int64_t cls,

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "ops/clip.h"
 
 namespace {
 
@@ -163,6 +164,35 @@ __global__ void mean_kernel(const float *x, int64_t n, float *out) {
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
   acc = block_sum(acc);
   if (threadIdx.x == 0) *out = n ? (float)(acc / (double)n) : NAN;
+}
+
+// One block: the sum of x^2 in double with a fixed tree (deterministic).
+__global__ void sumsq_kernel(const float *x, int64_t n, double *out) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += (double)x[i] * x[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+// The global norm from the k tensors' sums of squares, in their order.
+__device__ inline double global_norm(const double *sq, int k) {
+  double s = 0;
+  for (int j = 0; j < k; j++) s += sq[j];
+  return sqrt(s);
+}
+
+// out = x * the clipping coefficient (ops/clip.h) when it is below 1.
+__global__ void clip_scale_kernel(const float *x, float *out, int64_t n, const double *sq, int k,
+                                  double max_norm) {
+  double coef = pe_clip_coef(global_norm(sq, k), max_norm);
+  float cf = (float)coef;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)blockDim.x * gridDim.x)
+    out[i] = coef < 1.0 ? x[i] * cf : x[i];
+}
+
+__global__ void clip_norm_kernel(const double *sq, int k, float *norm) {
+  *norm = (float)global_norm(sq, k);
 }
 
 __global__ void mean_grad_kernel(const float *dout, float *dx, int64_t n) {
@@ -361,6 +391,23 @@ cudaError_t pe_cu_ce_grad(const float *x, const int64_t *hard, const float *soft
 cudaError_t pe_cu_mean(const float *x, int64_t n, float *out, cudaStream_t s) {
   mean_kernel<<<1, kThreads, 0, s>>>(x, n, out);
   return cudaGetLastError();
+}
+
+cudaError_t pe_cu_clip_by_global_norm(const float *const *x, float *const *out, const int64_t *n,
+                                      int k, double max_norm, double *sq, float *norm,
+                                      cudaStream_t s) {
+  for (int j = 0; j < k; j++) sumsq_kernel<<<1, kThreads, 0, s>>>(x[j], n[j], sq + j);
+  cudaError_t e = cudaGetLastError();
+  for (int j = 0; j < k && e == cudaSuccess; j++) {
+    if (n[j]) clip_scale_kernel<<<flat_blocks(n[j]), kThreads, 0, s>>>(x[j], out[j], n[j], sq, k,
+                                                                        max_norm);
+    e = cudaGetLastError();
+  }
+  if (e == cudaSuccess && norm) {
+    clip_norm_kernel<<<1, 1, 0, s>>>(sq, k, norm);
+    e = cudaGetLastError();
+  }
+  return e;
 }
 
 cudaError_t pe_cu_mean_grad(const float *dout, float *dx, int64_t n, cudaStream_t s) {

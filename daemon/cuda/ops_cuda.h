@@ -65,6 +65,7 @@ pe_status *pe_cuk_lr_schedule(pe_kernel_ctx *c);
 pe_status *pe_cuk_sgd(pe_kernel_ctx *c);
 pe_status *pe_cuk_momentum(pe_kernel_ctx *c);
 pe_status *pe_cuk_adam(pe_kernel_ctx *c);
+pe_status *pe_cuk_clip_by_global_norm(pe_kernel_ctx *c);
 pe_status *pe_cuk_softmax_with_cross_entropy(pe_kernel_ctx *c);
 pe_status *pe_cuk_softmax_with_cross_entropy_grad(pe_kernel_ctx *c);
 pe_status *pe_cuk_cross_entropy(pe_kernel_ctx *c);

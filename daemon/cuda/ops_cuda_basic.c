@@ -11,6 +11,7 @@
  * only one of them (relu: X; tanh, sigmoid: Out). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/ops_cuda.h"
@@ -565,6 +566,38 @@ pe_status *pe_cuk_mean(pe_kernel_ctx *c) {
   pe_tensor *in = pe_kin(c, 0, 0);
   return pe_cu_check(
       c, pe_cu_mean(pe_f32(in), pe_tensor_numel(in), pe_f32(pe_kout(c, 0, 0)), x->stream), "mean");
+}
+
+/* X (k tensors) -> Out (k), GlobalNorm (optional); the sums of squares in
+ * the stream's workspace. */
+pe_status *pe_cuk_clip_by_global_norm(pe_kernel_ctx *c) {
+  NEED(c, x);
+  int k = c->in[0].n;
+  void *ws;
+  PE_TRY(pe_cuda_workspace(x, (size_t)k * sizeof(double), &ws));
+  const float **xs = calloc((size_t)k, sizeof *xs);
+  float **os = calloc((size_t)k, sizeof *os);
+  int64_t *ns = calloc((size_t)k, sizeof *ns);
+  pe_status *st = NULL;
+  if (!xs || !os || !ns) st = pe_error(PE_ENOMEM, "clip_by_global_norm: out of memory");
+  for (int j = 0; !st && j < k; j++) {
+    xs[j] = pe_f32(pe_kin(c, 0, j));
+    os[j] = pe_f32(pe_kout(c, 0, j));
+    ns[j] = pe_tensor_numel(pe_kin(c, 0, j));
+    if (pe_tensor_numel(pe_kout(c, 0, j)) != ns[j])
+      st = pe_kernel_error(c, PE_ESHAPE, "Out #%d has %lld elements, X #%d has %lld", j,
+                           (long long)pe_tensor_numel(pe_kout(c, 0, j)), j, (long long)ns[j]);
+  }
+  pe_tensor *gn = c->out[1].n ? pe_kout(c, 1, 0) : NULL;
+  if (!st)
+    st = pe_cu_check(c,
+                     pe_cu_clip_by_global_norm(xs, os, ns, k, pe_attr_f(c->def, c->desc, "max_norm"),
+                                               ws, gn ? pe_f32(gn) : NULL, x->stream),
+                     "clip_by_global_norm");
+  free(xs);
+  free(os);
+  free(ns);
+  return st;
 }
 
 pe_status *pe_cuk_mean_grad(pe_kernel_ctx *c) {

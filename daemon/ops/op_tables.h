@@ -13,6 +13,7 @@ extern const pe_op_def pe_ops_shape[];       /* reshape, flatten */
 extern const pe_op_def pe_ops_dropout[];     /* dropout */
 extern const pe_op_def pe_ops_metric[];      /* accuracy, top_k */
 extern const pe_op_def pe_ops_optimizer[];   /* sgd, momentum, adam */
+extern const pe_op_def pe_ops_clip[];        /* clip_by_global_norm */
 /* An optimizer op's L2 coefficient: regularization_coeff where
  * regularization_method is "l2_decay", else 0 (cpu and cuda kernels). */
 float pe_optimizer_l2_coeff(const pe_op_def *d, const pe_op_desc *op);

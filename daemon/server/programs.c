@@ -204,7 +204,7 @@ static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int
                     (int)o->strategy);
     po.strategy = o->strategy == PE__STRATEGY__REDUCE    ? PE_STRATEGY_REDUCE
                   : o->strategy == PE__STRATEGY__SHARDED ? PE_STRATEGY_SHARDED
-                  : o->strategy == PE__STRATEGY__AUTO    ? pe_strategy_auto(kind)
+                  : o->strategy == PE__STRATEGY__AUTO    ? pe_strategy_auto(kind, prog)
                                                          : PE_STRATEGY_ALLREDUCE;
     po.fuse = o->fuse_allreduce;
     if (o->fuse_bucket_bytes < 0 && !st)

@@ -43,6 +43,9 @@ static bool mlp_with_dropout;
 /* When set, the MLP's momentum follows a step schedule (0.1, halved every
  * 2 steps): the lr_schedule op and its persistable step counter. */
 static bool mlp_with_schedule;
+/* When set, the MLP's gradients are clipped to a global norm of 0.05 (far
+ * below theirs: every step clips). */
+static bool mlp_with_clip;
 
 static inline pe_program *mlp_program(void) {
   pe_builder *b = pe_builder_new();
@@ -58,6 +61,7 @@ static inline pe_program *mlp_program(void) {
   ck_assert_int_eq(pe_builder_momentum(b, 0.1f, 0.9f, false), 0);
   pe_lr_schedule_opts step = {.type = "step", .decay_steps = 2, .gamma = 0.5f};
   if (mlp_with_schedule) ck_assert_int_eq(pe_builder_lr_schedule(b, &step), 0);
+  if (mlp_with_clip) ck_assert_int_eq(pe_builder_grad_clip_norm(b, 0.05f), 0);
   return tb_finish(b);
 }
 

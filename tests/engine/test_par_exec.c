@@ -107,6 +107,29 @@ START_TEST(schedule_every_strategy) {
 }
 END_TEST
 
+/* Gradient clipping by the global norm under AllReduce: every place clips
+ * the summed gradients alike, so training follows the sequential run; the
+ * fetched norm is the sequential one. Reduce and Sharded are refused (a
+ * place lacks the other parameters' summed gradients), naming the op. */
+START_TEST(clip_allreduce_only) {
+  mlp_with_clip = true;
+  multi_place(PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, PE_SYNC_WAIT_EVENT, 12);
+  multi_place(PE_PLACE_SIM, 3, PE_STRATEGY_ALLREDUCE, true, PE_SYNC_WAIT_PRODUCER, 10);
+  pe_graph_strategy refused[] = {PE_STRATEGY_REDUCE, PE_STRATEGY_SHARDED};
+  for (int i = 0; i < 2; i++) {
+    pe_program *p = mlp_program();
+    pe_pass_opts o = {.place_kind = PE_PLACE_CPU, .n_places = 2, .strategy = refused[i]};
+    pe_ir ir = {p, NULL, NULL, &o};
+    expect_errors(pe_graph_compile(&ir, false), PE_EINVAL, "clip_by_global_norm",
+                  i ? "strategy sharded cannot" : "strategy reduce cannot", "use allreduce",
+                  (const char *)NULL);
+    pe_ir_destroy(&ir);
+    pe_program_free(p);
+  }
+  mlp_with_clip = false;
+}
+END_TEST
+
 START_TEST(uneven_3_on_4_cpu) {
   multi_place(PE_PLACE_CPU, 4, PE_STRATEGY_ALLREDUCE, false, PE_SYNC_WAIT_EVENT, 3);
 }
@@ -159,6 +182,7 @@ static Suite *par_suite(void) {
   tcase_add_test(tc, sim2_fused_producer);
   tcase_add_test(tc, sim3_reduce);
   tcase_add_test(tc, schedule_every_strategy);
+  tcase_add_test(tc, clip_allreduce_only);
   tcase_add_test(tc, uneven_3_on_4_cpu);
   tcase_add_test(tc, uneven_3_on_4_sim);
   tcase_add_test(tc, startup_cpu2);

@@ -547,6 +547,100 @@ END_TEST
  * puts one lr_schedule op before the updates; training with it is training
  * with learning_rate set by hand to the schedule's rate before every step
  * (bit for bit), so each update uses the rate of its own step. */
+/* grad_clip_norm: one clip_by_global_norm after backward over both
+ * gradients, the updates reading its outputs. With sgd, each step moves
+ * (w, b) by lr * the clipped gradient: a vector of norm lr * max_norm
+ * whenever the fetched global norm is above max_norm, never more. A limit
+ * far above the gradients trains bit for bit like no clipping. */
+START_TEST(clip_grad_norm_bounds_each_step) {
+  const float lr = 0.1f, max_norm = 0.05f;
+  pe_program *p = regression_program("sgd", lr);
+  p->opt.grad_clip_norm = max_norm;
+  PU_OK(pe_program_compile(p, false));
+  pe_block *m = pe_program_main(p);
+  int c = pu_find_op(m, "clip_by_global_norm", 0), u = pu_find_op(m, "sgd", 0);
+  ck_assert_int_ge(c, 0);
+  ck_assert_int_gt(u, c);
+  ck_assert_int_lt(pu_find_op(m, "clip_by_global_norm", c + 1), 0);
+  for (int i = 0; i < c; i++) ck_assert_str_ne(m->ops[i]->type, "sgd");
+  ck_assert_int_eq(pe_op_find_input(m->ops[c], "X")->n, 2);
+  ck_assert_str_eq(pe_op_find_input(m->ops[c], "X")->args[0], "w@GRAD");
+  ck_assert_str_eq(pe_op_find_output(m->ops[c], "Out")->args[1], "b@GRAD@CLIP");
+  ck_assert_str_eq(pe_op_output_arg(m->ops[c], "GlobalNorm"), "@GRAD_GLOBAL_NORM@");
+  ck_assert_str_eq(pe_op_input_arg(m->ops[u], "Grad"), "w@GRAD@CLIP");
+  ck_assert(!pe_block_find_var_local(m, "w@GRAD@CLIP")->persistable);
+
+  pe_scope *model = pe_scope_new(NULL);
+  pe_seq_exec *init, *step;
+  pe_exec_opts o = {7, 1};
+  PU_OK(pe_seq_exec_new(p, p->startup_block, model, &o, &init));
+  PU_OK(pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL));
+  PU_OK(pe_seq_exec_new(p, p->main_block, model, &o, &step));
+  float xv[N_SAMPLES * 3], yv[N_SAMPLES];
+  for (int i = 0; i < N_SAMPLES; i++) {
+    yv[i] = TRUE_B;
+    for (int k = 0; k < 3; k++) {
+      xv[i * 3 + k] = (float)pe_rng_uniform(99, (uint64_t)(i * 3 + k)) * 2 - 1;
+      yv[i] += xv[i * 3 + k] * TRUE_W[k];
+    }
+  }
+  pe_tensor x = make_f32(PE_SHAPE(N_SAMPLES, 3), xv), y = make_f32(PE_SHAPE(N_SAMPLES, 1), yv);
+  pe_feed feeds[] = {{"x", &x}, {"y", &y}};
+  const char *fetch[] = {"loss", "@GRAD_GLOBAL_NORM@"};
+  const pe_tensor *out[2];
+  int clipped = 0;
+  float first = 0, loss = 0;
+  for (int s = 0; s < 60; s++) {
+    float before[4], after[4];
+    memcpy(before, pe_scope_find(model, "w")->t.data, 3 * sizeof(float));
+    before[3] = pe_f32(&pe_scope_find(model, "b")->t)[0];
+    PU_OK(pe_seq_exec_run(step, feeds, 2, fetch, 2, out));
+    loss = pe_f32(out[0])[0];
+    if (!s) first = loss;
+    float norm = pe_f32(out[1])[0];
+    memcpy(after, pe_scope_find(model, "w")->t.data, 3 * sizeof(float));
+    after[3] = pe_f32(&pe_scope_find(model, "b")->t)[0];
+    double d = 0;
+    for (int k = 0; k < 4; k++) d += ((double)after[k] - before[k]) * (after[k] - before[k]);
+    d = sqrt(d);
+    ck_assert_msg(d <= lr * max_norm * (1 + 1e-4), "step %d moved %g > %g", s, d, lr * max_norm);
+    if (norm > max_norm) {
+      clipped++;
+      ck_assert_msg(fabs(d - lr * max_norm) < 1e-3 * lr * max_norm,
+                    "step %d (norm %g): moved %g, not %g", s, norm, d, lr * max_norm);
+    } else {
+      ck_assert_msg(fabs(d - lr * norm) < 1e-3 * lr * norm + 1e-9, "step %d: moved %g, not %g", s,
+                    d, lr * norm);
+    }
+  }
+  ck_assert_int_ge(clipped, 30); /* the limit is well below the early gradients */
+  ck_assert_msg(loss < first, "loss %g -> %g", first, loss);
+  pe_seq_exec_free(step);
+  pe_seq_exec_free(init);
+  pe_tensor_release(&x);
+  pe_tensor_release(&y);
+  pe_scope_free(model);
+  pe_program_free(p);
+
+  /* A limit the gradients never reach: training as without clipping. */
+  float w1[3], b1, f1, w2[3], b2, f2;
+  p = regression_program("momentum", 0.05f);
+  float l1 = train(p, 100, w1, &b1, &f1);
+  pe_program_free(p);
+  p = regression_program("momentum", 0.05f);
+  p->opt.grad_clip_norm = 1e6f;
+  float l2 = train(p, 100, w2, &b2, &f2);
+  pe_program_free(p);
+  ck_assert(l1 == l2 && b1 == b2 && !memcmp(w1, w2, sizeof w1));
+  /* A negative limit is refused by the pass. */
+  p = regression_program("sgd", 0.1f);
+  p->opt.grad_clip_norm = -1.0f;
+  pu_expect(pe_passes_run(&(pe_ir){.prog = p}, "validate,backward,optimizer"), PE_EINVAL,
+            "grad_clip_norm -1 must be finite and >= 0", NULL);
+  pe_program_free(p);
+}
+END_TEST
+
 START_TEST(lr_schedule_drives_the_updates) {
   pe_program *p = regression_program("momentum", 0.2f);
   p->opt.sched.type = strdup("cosine");
@@ -684,6 +778,7 @@ static Suite *seq_exec_suite(void) {
   tcase_add_test(tc, weight_decay_converges_to_ridge);
   tcase_add_test(tc, no_weight_decay_excludes_the_bias);
   tcase_add_test(tc, adamw_decoupled_decay);
+  tcase_add_test(tc, clip_grad_norm_bounds_each_step);
   tcase_add_test(tc, optimizer_pass_structure);
   tcase_add_test(tc, lr_schedule_drives_the_updates);
   tcase_add_test(tc, client_model_trains);
