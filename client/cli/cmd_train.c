@@ -20,7 +20,8 @@
  * current one's request is in flight.
  *
  * The recipe flags (--optimizer, --lr, --momentum, --weight-decay,
- * --no-decay-1d, --lr-schedule with --warmup-epochs and --min-lr) change the
+ * --no-decay-1d, --clip-norm, --lr-schedule with --warmup-epochs and
+ * --min-lr) change the
  * model's optimizer before it is registered (pe_recipe.h); a schedule is
  * stretched over the run: its warmup and decay are counted in this run's
  * steps (epochs x steps per epoch), so it ends at --min-lr on the last step,
@@ -49,7 +50,7 @@
 /* The recipe flags; unset: the model's. */
 typedef struct recipe_cfg {
   const char *optimizer, *schedule;
-  double lr, momentum, weight_decay, min_lr; /* weight_decay -1: unset */
+  double lr, momentum, weight_decay, clip_norm, min_lr; /* weight_decay, clip_norm -1: unset */
   long warmup_epochs;
   bool no_decay_1d;
 } recipe_cfg;
@@ -91,6 +92,8 @@ static const cli_opt train_opts[] = {
     {"momentum", CLI_FLOAT, offsetof(train_cfg, recipe.momentum), 0, 1, "momentum's mu (0.9)"},
     {"weight-decay", CLI_FLOAT, offsetof(train_cfg, recipe.weight_decay), 0, 1,
      "L2 (adamw: decoupled) coefficient (the model's)"},
+    {"clip-norm", CLI_FLOAT, offsetof(train_cfg, recipe.clip_norm), 0, 1000000,
+     "clip gradients to this global norm (the model's; 0: none)"},
     {"no-decay-1d", CLI_FLAG, offsetof(train_cfg, recipe.no_decay_1d), 0, 0,
      "no weight decay on biases and norm scale/shift"},
     {"lr-schedule", CLI_STR, offsetof(train_cfg, recipe.schedule), 0, 0,
@@ -221,7 +224,7 @@ static long steps_per_epoch(const trainer *t) {
 static int apply_recipe(trainer *t) {
   const recipe_cfg *c = &t->cfg.recipe;
   if (!c->optimizer && !c->schedule && c->lr == 0 && c->momentum == 0 && c->weight_decay < 0 &&
-      !c->no_decay_1d && !c->warmup_epochs && c->min_lr == 0)
+      c->clip_norm < 0 && !c->no_decay_1d && !c->warmup_epochs && c->min_lr == 0)
     return CLI_OK;
   if (c->schedule && strcmp(c->schedule, "constant") && strcmp(c->schedule, "cosine") &&
       strcmp(c->schedule, "linear"))
@@ -240,6 +243,7 @@ static int apply_recipe(trainer *t) {
       .lr = (float)c->lr,
       .momentum = (float)c->momentum,
       .weight_decay = (float)c->weight_decay,
+      .grad_clip_norm = (float)c->clip_norm,
       .no_decay_1d = c->no_decay_1d,
       .schedule = c->schedule,
       .warmup_steps = c->schedule ? warmup : 0,
@@ -641,7 +645,10 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
 
 static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   trainer t = {.ctx = ctx,
-               .cfg = {.epochs = 1, .seed = 1, .per_request = 16, .recipe.weight_decay = -1}};
+               .cfg = {.epochs = 1,
+                       .seed = 1,
+                       .per_request = 16,
+                       .recipe = {.weight_decay = -1, .clip_norm = -1}}};
   bool help;
   int rc = cli_parse(ctx, train_opts, N_TRAIN_OPTS, argc, argv, &t.cfg, &help);
   if (rc || help) return rc;

@@ -16,10 +16,11 @@ typedef struct pe_train_recipe {
    * from its defaults (momentum 0.9; betas 0.9, 0.999; epsilon 1e-8); the
    * learning rate and weight decay are kept unless set below. */
   const char *optimizer;
-  float lr;           /* > 0; 0: the program's */
-  float momentum;     /* momentum's mu in (0, 1); 0: the program's (or the default) */
-  float weight_decay; /* >= 0; negative: the program's */
-  bool no_decay_1d;   /* exempt every trainable 1-D parameter (biases, norms) */
+  float lr;             /* > 0; 0: the program's */
+  float momentum;       /* momentum's mu in (0, 1); 0: the program's (or the default) */
+  float weight_decay;   /* >= 0; negative: the program's */
+  float grad_clip_norm; /* >= 0 (0: no clipping); negative: the program's */
+  bool no_decay_1d;     /* exempt every trainable 1-D parameter (biases, norms) */
   /* constant | step | multistep | exponential | cosine | linear: replaces
    * the program's schedule; NULL: the program's. Counted in optimizer
    * steps (pe_lr_schedule_opts in pe_builder.h; milestones are not taken
@@ -29,9 +30,9 @@ typedef struct pe_train_recipe {
   float gamma, min_lr;
 } pe_train_recipe;
 
-/* A recipe that changes nothing (weight_decay -1). */
+/* A recipe that changes nothing (weight_decay and grad_clip_norm -1). */
 #define PE_TRAIN_RECIPE_KEEP \
-  { .weight_decay = -1.0f }
+  { .weight_decay = -1.0f, .grad_clip_norm = -1.0f }
 
 /* Apply r to the ProgramDesc in (in, len): a new buffer in *out (malloc'd,
  * the caller frees) of *out_len bytes. Returns 0, or -1 with a message in

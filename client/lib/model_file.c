@@ -46,7 +46,7 @@ typedef struct mf {
   int n_opts;
   /* optimizer, applied at the end */
   char opt_type[16];
-  float lr, mu, beta1, beta2, eps, weight_decay;
+  float lr, mu, beta1, beta2, eps, weight_decay, clip_norm;
   bool nesterov, no_decay_1d;
   /* schedule, applied at the end; sched_line 0: none */
   int sched_line;
@@ -349,8 +349,10 @@ static int h_optimizer(mf *m) {
   m->beta2 = 0.999f;
   m->eps = 1e-8f;
   m->weight_decay = 0;
+  m->clip_norm = 0;
   if (opt_float(m, "lr", 0, 1e6f, &m->lr)) return -1;
   if (opt_float(m, "weight_decay", 0, 1, &m->weight_decay)) return -1;
+  if (opt_float(m, "clip_norm", 0, 1e6f, &m->clip_norm)) return -1;
   if (m->lr < 0) return mf_fail(m, "optimizer: no learning rate (lr=...)");
   if (!strcmp(t, "momentum") && opt_float(m, "mu", 0, 1, &m->mu)) return -1;
   if (!strncmp(t, "adam", 4) &&
@@ -418,10 +420,10 @@ static const mf_row rows[] = {
     {"flatten", 0, 0, "axis=", h_flatten, "flatten [axis=N]"},
     {"loss", 1, 1, "", h_loss, "loss softmax_with_cross_entropy|cross_entropy"},
     {"accuracy", 0, 0, "top=", h_accuracy, "accuracy [top=K]"},
-    {"optimizer", 1, 1, "lr= mu= nesterov beta1= beta2= epsilon= weight_decay= no_decay_1d",
-     h_optimizer,
+    {"optimizer", 1, 1,
+     "lr= mu= nesterov beta1= beta2= epsilon= weight_decay= no_decay_1d clip_norm=", h_optimizer,
      "optimizer sgd|momentum|adam|adamw lr=X [mu=X] [nesterov] [beta1=X beta2=X epsilon=X] "
-     "[weight_decay=X] [no_decay_1d]"},
+     "[weight_decay=X] [no_decay_1d] [clip_norm=X]"},
     {"schedule", 1, 1, "warmup= decay_steps= gamma= min_lr= milestones=", h_schedule,
      "schedule constant|step|multistep|exponential|cosine|linear [warmup=N] [decay_steps=N] "
      "[gamma=X] [min_lr=X] [milestones=A,B,C]"},
@@ -529,6 +531,7 @@ static int finish(mf *m, pe_model_spec *out) {
   }
   int rc = pe_builder_append_backward(m->b, m->loss);
   if (!rc && m->weight_decay > 0) rc = pe_builder_weight_decay(m->b, m->weight_decay);
+  if (!rc && m->clip_norm > 0) rc = pe_builder_grad_clip_norm(m->b, m->clip_norm);
   if (!rc && !strcmp(m->opt_type, "sgd")) rc = pe_builder_sgd(m->b, m->lr);
   if (!rc && !strcmp(m->opt_type, "momentum"))
     rc = pe_builder_momentum(m->b, m->lr, m->mu, m->nesterov);

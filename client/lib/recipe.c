@@ -39,6 +39,8 @@ static int check(const pe_train_recipe *r, const char *type, char *err, size_t e
                 type);
   if (isnan(r->weight_decay) || isinf(r->weight_decay))
     return fail(err, errlen, "weight_decay %g must be finite", r->weight_decay);
+  if (isnan(r->grad_clip_norm) || isinf(r->grad_clip_norm))
+    return fail(err, errlen, "grad_clip_norm %g must be finite", r->grad_clip_norm);
   if (r->schedule && !pe_lr_schedule_kind(r->schedule))
     return fail(err, errlen, "lr schedule '%.64s' unknown (known: " PE_LR_SCHEDULE_KINDS ")",
                 r->schedule);
@@ -90,6 +92,7 @@ int pe_train_recipe_apply(const pe_train_recipe *r, const uint8_t *in, size_t le
     if (r->lr > 0) od->learning_rate = r->lr;
     if (r->momentum > 0) od->momentum = r->momentum;
     if (r->weight_decay >= 0) od->weight_decay = r->weight_decay;
+    if (r->grad_clip_norm >= 0) od->grad_clip_norm = r->grad_clip_norm;
     if (r->schedule) {
       ls.type = (char *)pe_lr_schedule_kind(r->schedule);
       ls.warmup_steps = r->warmup_steps;

@@ -324,8 +324,10 @@ START_TEST(adamw_and_no_weight_decay) {
     const char *loss = pe_builder_mean(
         b, pe_builder_softmax_with_cross_entropy(b, pe_builder_fc(b, h, 3, NULL), y, NULL));
     ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
+    if (order == 1) ck_assert_int_eq(pe_builder_grad_clip_norm(b, 2.0f), 0);
     ck_assert_int_eq(pe_builder_adamw(b, 1e-3f, 0.9f, 0.99f, 1e-6f), 0);
     ck_assert_int_eq(pe_builder_weight_decay(b, 0.05f), 0);
+    if (order == 0) ck_assert_int_eq(pe_builder_grad_clip_norm(b, 2.0f), 0);
     if (order == 1) ck_assert_int_eq(pe_builder_no_weight_decay_1d(b), 0);
     ck_assert_int_eq(pe_builder_no_weight_decay(b, "fc_0.w"), 0);
     uint8_t *bytes;
@@ -334,7 +336,7 @@ START_TEST(adamw_and_no_weight_decay) {
     pe_program *p = decode_valid(bytes, len);
     ck_assert_str_eq(p->opt.type, "adamw");
     ck_assert(p->opt.lr == 1e-3f && p->opt.beta2 == 0.99f && p->opt.epsilon == 1e-6f);
-    ck_assert(p->opt.weight_decay == 0.05f);
+    ck_assert(p->opt.weight_decay == 0.05f && p->opt.grad_clip_norm == 2.0f);
     expect_no_decay(p, "conv2d_0.w", false);
     expect_no_decay(p, "fc_0.w", true);
     const char *exempt[] = {"conv2d_0.b", "batch_norm_0.scale", "batch_norm_0.bias", "fc_0.b"};
@@ -374,6 +376,18 @@ START_TEST(adamw_and_no_weight_decay) {
     pe_builder_free(b);
   }
   pe_builder *b = pe_builder_new();
+  ck_assert_int_eq(pe_builder_grad_clip_norm(b, -1.0f), -1);
+  ck_assert_str_eq(pe_builder_error(b), "grad_clip_norm -1 must be finite and >= 0");
+  pe_builder_free(b);
+  b = pe_builder_new();
+  pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
+  ck_assert_int_eq(pe_builder_grad_clip_norm(b, 1.0f), 0);
+  uint8_t *nb = NULL;
+  size_t nl;
+  ck_assert_int_eq(pe_builder_finish(b, &nb, &nl), -1);
+  ck_assert_str_eq(pe_builder_error(b), "finish: grad_clip_norm 1 is set but no optimizer");
+  pe_builder_free(b);
+  b = pe_builder_new();
   ck_assert_int_eq(pe_builder_adamw(b, 1e-3f, 1.0f, 0.99f, 1e-6f), -1);
   ck_assert_str_eq(pe_builder_error(b),
                    "adamw: beta1 1, beta2 0.99 must be in [0, 1) and epsilon 1e-06 positive");

@@ -196,9 +196,10 @@ static bool no_decay(const Pe__ProgramDesc *pd, const char *name) {
 START_TEST(adamw_and_no_decay_1d) {
   Pe__ProgramDesc *pd = parse_unpacked(
       "input x 4\nlabel y\nfc 8 act=relu\nbatch_norm\nfc 3\nloss softmax_with_cross_entropy\n"
-      "accuracy\noptimizer adamw lr=0.001 beta2=0.99 weight_decay=0.05 no_decay_1d\n");
+      "accuracy\noptimizer adamw lr=0.001 beta2=0.99 weight_decay=0.05 no_decay_1d clip_norm=5\n");
   const Pe__OptimizerDesc *od = pd->train->optimizer;
   ck_assert_str_eq(od->type, "adamw");
+  ck_assert(od->grad_clip_norm == 5.0f);
   ck_assert(od->learning_rate == 0.001f && od->beta2 == 0.99f && od->weight_decay == 0.05f);
   ck_assert(!no_decay(pd, "fc_0.w") && !no_decay(pd, "fc_1.w"));
   ck_assert(no_decay(pd, "fc_0.b") && no_decay(pd, "fc_1.b"));
@@ -210,7 +211,7 @@ START_TEST(adamw_and_no_decay_1d) {
   ck_assert(pd->train->optimizer->weight_decay == 0.0f && no_decay(pd, "fc_0.b"));
   pe__program_desc__free_unpacked(pd, NULL);
   pd = parse_unpacked(FC_MODEL "optimizer sgd lr=0.1 weight_decay=0.001\n");
-  ck_assert(!no_decay(pd, "fc_0.b"));
+  ck_assert(!no_decay(pd, "fc_0.b") && pd->train->optimizer->grad_clip_norm == 0.0f);
   pe__program_desc__free_unpacked(pd, NULL);
   pd = parse_unpacked(FC_MODEL "optimizer momentum lr=0.1 weight_decay=0.001 no_decay_1d\n");
   ck_assert(no_decay(pd, "fc_0.b") && !no_decay(pd, "fc_0.w"));
@@ -237,6 +238,8 @@ START_TEST(optimizer_errors_carry_the_line) {
   expect_parse_error(FC_MODEL "optimizer adamw lr=0.1 mu=0.9\n",
                      "cnn:6: optimizer: option 'mu' does not apply here (usage: optimizer "
                      "sgd|momentum|adam|adamw lr=X");
+  expect_parse_error(FC_MODEL "optimizer sgd lr=0.1 clip_norm=-1\n",
+                     "cnn:6: optimizer: clip_norm '-1' is not a number in [0, 1e+06]");
   expect_parse_error(FC_MODEL "optimizer adamw lr=0.1 no_decay_1d=1\n",
                      "cnn:6: optimizer: unknown option 'no_decay_1d' (usage: ");
 }

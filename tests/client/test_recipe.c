@@ -49,8 +49,10 @@ START_TEST(adamw_cosine_on_the_cnn) {
   r.warmup_steps = 938;
   r.decay_steps = 8442;
   r.min_lr = 1e-5f;
+  r.grad_clip_norm = 1.5f;
   pe_program *p = apply("cnn", &r);
   ck_assert_str_eq(p->opt.type, "adamw");
+  ck_assert(p->opt.grad_clip_norm == 1.5f);
   ck_assert(p->opt.lr == 1e-3f && p->opt.weight_decay == 0.05f);
   /* momentum's mu is not carried over to another kind */
   ck_assert(p->opt.momentum == 0.0f && p->opt.beta1 == 0.0f && !p->opt.nesterov);
@@ -75,6 +77,7 @@ START_TEST(unset_fields_keep_the_program) {
   pe_program *p = apply("cnn", &keep);
   ck_assert_str_eq(p->opt.type, "momentum");
   ck_assert(p->opt.lr == 0.01f && p->opt.momentum == 0.9f && p->opt.weight_decay == 0.0f);
+  ck_assert(p->opt.grad_clip_norm == 0.0f);
   ck_assert_ptr_null(p->opt.sched.type);
   ck_assert(!no_decay(p, "fc_0.b"));
   pe_program_free(p);
@@ -131,6 +134,9 @@ START_TEST(bad_recipes_and_programs) {
   r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
   r.weight_decay = INFINITY;
   expect_refused(&r, m.bytes, m.len, "weight_decay inf must be finite");
+  r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
+  r.grad_clip_norm = NAN;
+  expect_refused(&r, m.bytes, m.len, "grad_clip_norm nan must be finite");
   r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
   r.schedule = "poly";
   expect_refused(&r, m.bytes, m.len,

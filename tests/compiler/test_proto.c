@@ -33,6 +33,7 @@ static pe_program *sample_program(void) {
   p->opt.momentum = 0.5f;
   p->opt.nesterov = true;
   p->opt.weight_decay = 5e-4f;
+  p->opt.grad_clip_norm = 2.5f;
   p->opt.sched.type = strdup("multistep");
   p->opt.sched.warmup_steps = 7;
   p->opt.sched.gamma = 0.5f;
@@ -99,6 +100,7 @@ static void assert_program_eq(const pe_program *a, const pe_program *b) {
   ck_assert(a->opt.lr == b->opt.lr && a->opt.beta1 == b->opt.beta1 && a->opt.beta2 == b->opt.beta2);
   ck_assert(a->opt.epsilon == b->opt.epsilon && a->opt.momentum == b->opt.momentum);
   ck_assert(a->opt.nesterov == b->opt.nesterov && a->opt.weight_decay == b->opt.weight_decay);
+  ck_assert(a->opt.grad_clip_norm == b->opt.grad_clip_norm);
   const pe_lr_schedule_desc *sa = &a->opt.sched, *sb = &b->opt.sched;
   ck_assert_str_eq(sa->type ? sa->type : "", sb->type ? sb->type : "");
   ck_assert(sa->warmup_steps == sb->warmup_steps && sa->decay_steps == sb->decay_steps);
@@ -394,6 +396,11 @@ START_TEST(bad_ops_and_optimizer) {
   od.weight_decay = NAN;
   raw_expect(&r, "weight_decay nan", NULL);
   od.weight_decay = 0.0f;
+  od.grad_clip_norm = -1.0f;
+  raw_expect(&r, "optimizer sgd: grad_clip_norm -1 must be finite and >= 0", NULL);
+  od.grad_clip_norm = INFINITY;
+  raw_expect(&r, "grad_clip_norm inf", NULL);
+  od.grad_clip_norm = 0.0f;
 
   /* The schedule: checked as the optimizer pass and the op check it. */
   Pe__LrSchedule ls = PE__LR_SCHEDULE__INIT;

@@ -558,6 +558,28 @@ START_TEST(optimizers) {
 }
 END_TEST
 
+/* clip_by_global_norm over three tensors (one of 200k elements): scaled
+ * (max_norm below the norm), copied (above it), and in place. */
+START_TEST(clip_by_global_norm_kernel) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "a", PE_SHAPE(1000, 37), -1, 1, 31);
+  ph_set_uniform(s, "b", PE_SHAPE(5), -3, 3, 32);
+  ph_set_uniform(s, "c", PE_SHAPE(200000), -0.5f, 0.5f, 33);
+  const char *xs[] = {"a", "b", "c"}, *outs[] = {"a@CLIP", "b@CLIP", "c@CLIP"};
+  float limits[] = {1.0f, 1e6f};
+  for (int i = 0; i < 3; i++) {
+    pe_op_desc *op = pe_op_desc_new("clip_by_global_norm");
+    PE_CK_OK(pe_op_set_input(op, "X", 3, xs));
+    PE_CK_OK(pe_op_set_output(op, "Out", 3, i < 2 ? outs : xs));
+    PE_CK_OK(pe_op_output1(op, "GlobalNorm", "norm"));
+    PE_CK_OK(pe_op_set_float(op, "max_norm", limits[i % 2]));
+    compare(s, op, TOL);
+    pe_op_desc_free(op);
+  }
+  pe_scope_free(s);
+}
+END_TEST
+
 /* lr_schedule: one thread computes the cpu kernel's formula (the same
  * header); every kind at counters around its corners, in place. */
 START_TEST(lr_schedules) {
@@ -600,6 +622,7 @@ static Suite *suite(void) {
   tcase_add_test(t, pool2d_cudnn);
   tcase_add_test(t, batch_norm_kernels);
   tcase_add_test(t, losses_and_mean);
+  tcase_add_test(t, clip_by_global_norm_kernel);
   tcase_add_test(t, metrics);
   tcase_add_test(t, optimizers);
   tcase_add_test(t, lr_schedules);

@@ -11,10 +11,11 @@
  * it is written, so Out may alias X. A NaN norm leaves the gradients as
  * they are (c is not < 1): the loss shows the divergence; an infinite one
  * scales them to 0. ops/clip.h has c for both kernels. */
+#include "ops/clip.h"
+
 #include <math.h>
 #include <string.h>
 
-#include "ops/clip.h"
 #include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/op_tables.h"
 
