@@ -287,18 +287,21 @@ static pe_program *regression_program(const char *opt, float lr) {
   return p;
 }
 
-/* Train for `steps` on fixed data; returns the final loss. With set_lr, the
- * model's learning_rate is set to set_lr[s] before step s; with lr_seen,
- * lr_seen[s] is learning_rate after step s. */
-static float train_lr(pe_program *p, int steps, const float *set_lr, float *lr_seen, float *w_out,
-                      float *b_out, float *first_loss) {
-  PU_OK(pe_program_compile(p, false));
-  pe_scope *model = pe_scope_new(NULL);
+/* A compiled regression program initialised (seed 7), with its fixed data
+ * as feeds. */
+typedef struct reg_run {
+  pe_scope *model;
   pe_seq_exec *init, *step;
+  pe_tensor x, y;
+  pe_feed feeds[2];
+} reg_run;
+
+static void reg_open(pe_program *p, reg_run *r) {
+  r->model = pe_scope_new(NULL);
   pe_exec_opts o = {7, 1};
-  PU_OK(pe_seq_exec_new(p, p->startup_block, model, &o, &init));
-  PU_OK(pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL));
-  PU_OK(pe_seq_exec_new(p, p->main_block, model, &o, &step));
+  PU_OK(pe_seq_exec_new(p, p->startup_block, r->model, &o, &r->init));
+  PU_OK(pe_seq_exec_run(r->init, NULL, 0, NULL, 0, NULL));
+  PU_OK(pe_seq_exec_new(p, p->main_block, r->model, &o, &r->step));
   float xv[N_SAMPLES * 3], yv[N_SAMPLES];
   for (int i = 0; i < N_SAMPLES; i++) {
     yv[i] = TRUE_B;
@@ -307,8 +310,31 @@ static float train_lr(pe_program *p, int steps, const float *set_lr, float *lr_s
       yv[i] += xv[i * 3 + k] * TRUE_W[k];
     }
   }
-  pe_tensor x = make_f32(PE_SHAPE(N_SAMPLES, 3), xv), y = make_f32(PE_SHAPE(N_SAMPLES, 1), yv);
-  pe_feed feeds[] = {{"x", &x}, {"y", &y}};
+  r->x = make_f32(PE_SHAPE(N_SAMPLES, 3), xv);
+  r->y = make_f32(PE_SHAPE(N_SAMPLES, 1), yv);
+  r->feeds[0] = (pe_feed){"x", &r->x};
+  r->feeds[1] = (pe_feed){"y", &r->y};
+}
+
+static void reg_close(reg_run *r) {
+  pe_seq_exec_free(r->step);
+  pe_seq_exec_free(r->init);
+  pe_tensor_release(&r->x);
+  pe_tensor_release(&r->y);
+  pe_scope_free(r->model);
+}
+
+/* Train for `steps` on fixed data; returns the final loss. With set_lr, the
+ * model's learning_rate is set to set_lr[s] before step s; with lr_seen,
+ * lr_seen[s] is learning_rate after step s. */
+static float train_lr(pe_program *p, int steps, const float *set_lr, float *lr_seen, float *w_out,
+                      float *b_out, float *first_loss) {
+  PU_OK(pe_program_compile(p, false));
+  reg_run r;
+  reg_open(p, &r);
+  pe_scope *model = r.model;
+  pe_seq_exec *step = r.step;
+  pe_feed *feeds = r.feeds;
   const char *fetch = "loss";
   const pe_tensor *out;
   float loss = 0;
@@ -321,11 +347,7 @@ static float train_lr(pe_program *p, int steps, const float *set_lr, float *lr_s
   }
   memcpy(w_out, pe_scope_find(model, "w")->t.data, 3 * sizeof(float));
   *b_out = pe_f32(&pe_scope_find(model, "b")->t)[0];
-  pe_seq_exec_free(step);
-  pe_seq_exec_free(init);
-  pe_tensor_release(&x);
-  pe_tensor_release(&y);
-  pe_scope_free(model);
+  reg_close(&r);
   return loss;
 }
 
@@ -570,22 +592,9 @@ START_TEST(clip_grad_norm_bounds_each_step) {
   ck_assert_str_eq(pe_op_input_arg(m->ops[u], "Grad"), "w@GRAD@CLIP");
   ck_assert(!pe_block_find_var_local(m, "w@GRAD@CLIP")->persistable);
 
-  pe_scope *model = pe_scope_new(NULL);
-  pe_seq_exec *init, *step;
-  pe_exec_opts o = {7, 1};
-  PU_OK(pe_seq_exec_new(p, p->startup_block, model, &o, &init));
-  PU_OK(pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL));
-  PU_OK(pe_seq_exec_new(p, p->main_block, model, &o, &step));
-  float xv[N_SAMPLES * 3], yv[N_SAMPLES];
-  for (int i = 0; i < N_SAMPLES; i++) {
-    yv[i] = TRUE_B;
-    for (int k = 0; k < 3; k++) {
-      xv[i * 3 + k] = (float)pe_rng_uniform(99, (uint64_t)(i * 3 + k)) * 2 - 1;
-      yv[i] += xv[i * 3 + k] * TRUE_W[k];
-    }
-  }
-  pe_tensor x = make_f32(PE_SHAPE(N_SAMPLES, 3), xv), y = make_f32(PE_SHAPE(N_SAMPLES, 1), yv);
-  pe_feed feeds[] = {{"x", &x}, {"y", &y}};
+  reg_run r;
+  reg_open(p, &r);
+  pe_scope *model = r.model;
   const char *fetch[] = {"loss", "@GRAD_GLOBAL_NORM@"};
   const pe_tensor *out[2];
   int clipped = 0;
@@ -594,7 +603,7 @@ START_TEST(clip_grad_norm_bounds_each_step) {
     float before[4], after[4];
     memcpy(before, pe_scope_find(model, "w")->t.data, 3 * sizeof(float));
     before[3] = pe_f32(&pe_scope_find(model, "b")->t)[0];
-    PU_OK(pe_seq_exec_run(step, feeds, 2, fetch, 2, out));
+    PU_OK(pe_seq_exec_run(r.step, r.feeds, 2, fetch, 2, out));
     loss = pe_f32(out[0])[0];
     if (!s) first = loss;
     float norm = pe_f32(out[1])[0];
@@ -615,11 +624,7 @@ START_TEST(clip_grad_norm_bounds_each_step) {
   }
   ck_assert_int_ge(clipped, 30); /* the limit is well below the early gradients */
   ck_assert_msg(loss < first, "loss %g -> %g", first, loss);
-  pe_seq_exec_free(step);
-  pe_seq_exec_free(init);
-  pe_tensor_release(&x);
-  pe_tensor_release(&y);
-  pe_scope_free(model);
+  reg_close(&r);
   pe_program_free(p);
 
   /* A limit the gradients never reach: training as without clipping. */
