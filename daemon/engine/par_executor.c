@@ -240,12 +240,13 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
     return pe_error(PE_EINTERNAL, "parallel executor: node %d (%s): in_degree %d but %d producers",
                     id, n->name, n->in_degree, x->n_pred);
   /* Batch dependence: an op fed (transitively) by a feed, except optimizers.
-   * Collectives reset it: their outputs are combined across places. */
+   * Collectives reset it: their outputs are combined across places (a clip
+   * after an all-reduce runs on a place with no rows too). */
   if (n->kind == PE_NODE_LOSS_GRAD_SCALE) x->batch_dep = true;
   if (n->kind == PE_NODE_OP && !(n->def->flags & PE_OP_OPTIMIZER))
     for (int i = 0; i < n->n_in_lv && !x->batch_dep; i++) x->batch_dep = lv_batch[n->in_lv[i]];
-  if (x->batch_dep)
-    for (int i = 0; i < n->n_out_lv; i++) lv_batch[n->out_lv[i]] = true;
+  for (int i = 0; i < n->n_out_lv && (x->batch_dep || x->collective); i++)
+    lv_batch[n->out_lv[i]] = x->batch_dep;
   if (n->kind == PE_NODE_OP || n->kind == PE_NODE_LOSS_GRAD_SCALE)
     PE_TRY(par_compile_op_node(e, x, pe_stream_ctx(x->stream)));
   if (n->kind == PE_NODE_LOSS_GRAD_SCALE)

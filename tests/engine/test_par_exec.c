@@ -115,6 +115,10 @@ START_TEST(clip_allreduce_only) {
   mlp_with_clip = true;
   multi_place(PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, PE_SYNC_WAIT_EVENT, 12);
   multi_place(PE_PLACE_SIM, 3, PE_STRATEGY_ALLREDUCE, true, PE_SYNC_WAIT_PRODUCER, 10);
+  /* 3 rows on 4 places: the place with none still clips the summed
+   * gradients (the clip is not skipped as batch work). */
+  multi_place(PE_PLACE_CPU, 4, PE_STRATEGY_ALLREDUCE, false, PE_SYNC_WAIT_EVENT, 3);
+  multi_place(PE_PLACE_SIM, 4, PE_STRATEGY_ALLREDUCE, true, PE_SYNC_WAIT_EVENT, 3);
   pe_graph_strategy refused[] = {PE_STRATEGY_REDUCE, PE_STRATEGY_SHARDED};
   for (int i = 0; i < 2; i++) {
     pe_program *p = mlp_program();
