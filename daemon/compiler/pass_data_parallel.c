@@ -168,11 +168,20 @@ static pe_status *find_params(dp_ctx *c) {
   for (int i = 0; i < b->n_ops; i++) {
     if (strcmp(b->ops[i]->type, "clip_by_global_norm")) continue;
     const pe_slot *x = pe_op_find_input(b->ops[i], "X"), *out = pe_op_find_output(b->ops[i], "Out");
-    for (int k = 0; x && out && k < out->n && k < x->n; k++)
+    for (int k = 0; x && out && k < out->n && k < x->n; k++) {
+      if (g->n_places > 1 && !strcmp(out->args[k], x->args[k])) {
+        pe_strmap_destroy(&clipped);
+        return pe_error(PE_EINVAL,
+                        "data_parallel: op #%d clip_by_global_norm writes '%s' in place: on "
+                        "several places it must write other variables (the all-reduce comes "
+                        "between the gradient and the clip)",
+                        i, x->args[k]);
+      }
       if (!pe_strmap_put(&clipped, out->args[k], x->args[k])) {
         pe_strmap_destroy(&clipped);
         return OOM();
       }
+    }
   }
   for (int i = 0; i < b->n_ops; i++) {
     if (!is_optimizer(b->ops[i])) continue;

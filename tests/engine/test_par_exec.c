@@ -130,6 +130,28 @@ START_TEST(clip_allreduce_only) {
     pe_ir_destroy(&ir);
     pe_program_free(p);
   }
+  /* A clip written in place on the gradients (a hand-made program) would
+   * be all-reduced after clipping: refused on several places. */
+  pe_program *p = mlp_program();
+  pe_pass_opts o = {.place_kind = PE_PLACE_CPU, .n_places = 2};
+  pe_ir ir = {p, NULL, NULL, &o};
+  PE_CK_OK(pe_passes_run(&ir, "validate,backward,optimizer"));
+  pe_block *m = pe_program_main(p);
+  for (int i = 0; i < m->n_ops; i++) {
+    pe_op_desc *op = m->ops[i];
+    if (!strcmp(op->type, "clip_by_global_norm")) {
+      pe_slot *x = pe_op_find_input(op, "X");
+      PE_CK_OK(pe_op_set_output(op, "Out", x->n, (const char *const *)x->args));
+    } else if (!strcmp(op->type, "momentum")) {
+      char g[256];
+      snprintf(g, sizeof g, "%s@GRAD", pe_op_input_arg(op, "Param"));
+      PE_CK_OK(pe_op_input1(op, "Grad", g));
+    }
+  }
+  expect_errors(pe_pass_run(&ir, "data_parallel"), PE_EINVAL, "clip_by_global_norm writes",
+                "in place", (const char *)NULL);
+  pe_ir_destroy(&ir);
+  pe_program_free(p);
   mlp_with_clip = false;
 }
 END_TEST
