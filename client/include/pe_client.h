@@ -247,8 +247,12 @@ typedef struct pe_client_recovery {
 } pe_client_recovery;
 void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out);
 
-/* Run the startup program unless the model's parameters exist (force: do
- * it anyway). *initialized (may be NULL) tells whether it ran. */
+/* Run the startup program unless the model has every persistable the
+ * program declares (force: do it anyway, resetting them all). When the model
+ * has some (it was trained by another program; this one adds an optimizer's
+ * state or a schedule's counter), only the missing ones are initialised: the
+ * others keep their values, learning_rate excepted (this program's).
+ * *initialized (may be NULL) tells whether the startup ran. */
 int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized);
 
 typedef struct pe_client_run_opts {
