@@ -470,19 +470,22 @@ int pe_builder_no_weight_decay_1d(pe_builder *b) {
   return 0;
 }
 
-const char *pe_optimizer_kind(const char *name) {
-  static const char *const kinds[] = {"sgd", "momentum", "adam", "adamw"};
-  for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++)
+/* name's static copy in kinds[0..n), else NULL. */
+static const char *kind_of(const char *const *kinds, size_t n, const char *name) {
+  for (size_t i = 0; name && i < n; i++)
     if (strcmp(name, kinds[i]) == 0) return kinds[i];
   return NULL;
+}
+
+const char *pe_optimizer_kind(const char *name) {
+  static const char *const kinds[] = {"sgd", "momentum", "adam", "adamw"};
+  return kind_of(kinds, sizeof kinds / sizeof kinds[0], name);
 }
 
 const char *pe_lr_schedule_kind(const char *name) {
   static const char *const kinds[] = {"constant",    "step",   "multistep",
                                       "exponential", "cosine", "linear"};
-  for (size_t i = 0; name && i < sizeof kinds / sizeof kinds[0]; i++)
-    if (strcmp(name, kinds[i]) == 0) return kinds[i];
-  return NULL;
+  return kind_of(kinds, sizeof kinds / sizeof kinds[0], name);
 }
 
 int pe_builder_lr_schedule(pe_builder *b, const pe_lr_schedule_opts *s) {

@@ -252,6 +252,20 @@ START_TEST(inference_program) {
 }
 END_TEST
 
+/* A builder with a feed and `set`(v) but no optimizer: finish refuses it
+ * with exactly `want`. */
+static void expect_needs_optimizer(int (*set)(pe_builder *, float), float v, const char *want) {
+  pe_builder *b = pe_builder_new();
+  pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
+  ck_assert_int_eq(set(b, v), 0);
+  uint8_t *bytes = NULL;
+  size_t len;
+  ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), -1);
+  ck_assert_ptr_null(bytes);
+  ck_assert_str_eq(pe_builder_error(b), want);
+  pe_builder_free(b);
+}
+
 /* Weight decay travels in the TrainSpec, set before or after the optimizer;
  * a bad coefficient, or one with no optimizer, is an error. */
 START_TEST(weight_decay) {
@@ -278,14 +292,8 @@ START_TEST(weight_decay) {
   ck_assert_int_eq(pe_builder_weight_decay(b, -1.0f), -1);
   ck_assert_str_eq(pe_builder_error(b), "weight_decay -1 must be finite and >= 0");
   pe_builder_free(b);
-  b = pe_builder_new();
-  pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
-  ck_assert_int_eq(pe_builder_weight_decay(b, 0.01f), 0);
-  uint8_t *bytes = NULL;
-  size_t len;
-  ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), -1);
-  ck_assert_str_eq(pe_builder_error(b), "finish: weight_decay 0.01 is set but no optimizer");
-  pe_builder_free(b);
+  expect_needs_optimizer(pe_builder_weight_decay, 0.01f,
+                         "finish: weight_decay 0.01 is set but no optimizer");
 }
 END_TEST
 
@@ -379,14 +387,8 @@ START_TEST(adamw_and_no_weight_decay) {
   ck_assert_int_eq(pe_builder_grad_clip_norm(b, -1.0f), -1);
   ck_assert_str_eq(pe_builder_error(b), "grad_clip_norm -1 must be finite and >= 0");
   pe_builder_free(b);
-  b = pe_builder_new();
-  pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
-  ck_assert_int_eq(pe_builder_grad_clip_norm(b, 1.0f), 0);
-  uint8_t *nb = NULL;
-  size_t nl;
-  ck_assert_int_eq(pe_builder_finish(b, &nb, &nl), -1);
-  ck_assert_str_eq(pe_builder_error(b), "finish: grad_clip_norm 1 is set but no optimizer");
-  pe_builder_free(b);
+  expect_needs_optimizer(pe_builder_grad_clip_norm, 1.0f,
+                         "finish: grad_clip_norm 1 is set but no optimizer");
   b = pe_builder_new();
   ck_assert_int_eq(pe_builder_adamw(b, 1e-3f, 1.0f, 0.99f, 1e-6f), -1);
   ck_assert_str_eq(pe_builder_error(b),

@@ -63,6 +63,16 @@ static double json_num(const char *json, const char *key) {
   return end == p + strlen(pat) ? NAN : v;
 }
 
+/* Write a model file `name` in d's directory; its path into path. */
+static void write_model(const cd_daemon *d, const char *name, const char *text, char *path,
+                        size_t n) {
+  snprintf(path, n, "%s/%s", d->dir, name);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_ge(fputs(text, f), 0);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
 #define CLI_OK(d, args)                                                             \
   do {                                                                              \
     int cli_rc_ = cli(d, (d)->dir, args);                                           \
@@ -168,17 +178,13 @@ START_TEST(recipe_flags_are_the_model_file) {
   cd_daemon d;
   cd_start(&d);
   char model[256], args[512];
-  snprintf(model, sizeof model, "%s/mlp-adamw", d.dir);
-  FILE *f = fopen(model, "w");
-  ck_assert_ptr_nonnull(f);
-  fputs(
-      "name mlp\nbatch 128\ninput image 784\nlabel label\n"
-      "fc 256 act=relu\nfc 128 act=relu\nfc 10\n"
-      "loss softmax_with_cross_entropy\naccuracy top=1\n"
-      "optimizer adamw lr=0.001 weight_decay=0.05 no_decay_1d\n"
-      "schedule cosine warmup=4 decay_steps=8 min_lr=0.0001\n",
-      f);
-  fclose(f);
+  write_model(&d, "mlp-adamw",
+              "name mlp\nbatch 128\ninput image 784\nlabel label\n"
+              "fc 256 act=relu\nfc 128 act=relu\nfc 10\n"
+              "loss softmax_with_cross_entropy\naccuracy top=1\n"
+              "optimizer adamw lr=0.001 weight_decay=0.05 no_decay_1d\n"
+              "schedule cosine warmup=4 decay_steps=8 min_lr=0.0001\n",
+              model, sizeof model);
   snprintf(args, sizeof args,
            "train --model '%s' --model-name file --epochs 3 --limit 512 --json --quiet", model);
   CLI_OK(&d, args);
@@ -352,16 +358,12 @@ START_TEST(train_survives_restart) {
   cd_daemon d;
   cd_start(&d);
   char model[256], args[512];
-  snprintf(model, sizeof model, "%s/mlp-dropout", d.dir);
-  FILE *f = fopen(model, "w");
-  ck_assert_ptr_nonnull(f);
-  fputs(
-      "name mlp\nbatch 128\ninput image 784\nlabel label\n"
-      "fc 256 act=relu\ndropout 0.2\nfc 128 act=relu\nfc 10\n"
-      "loss softmax_with_cross_entropy\naccuracy top=1\noptimizer momentum lr=0.1 mu=0.9\n"
-      "schedule cosine warmup=50 decay_steps=2000 min_lr=0.001\n",
-      f);
-  fclose(f);
+  write_model(&d, "mlp-dropout",
+              "name mlp\nbatch 128\ninput image 784\nlabel label\n"
+              "fc 256 act=relu\ndropout 0.2\nfc 128 act=relu\nfc 10\n"
+              "loss softmax_with_cross_entropy\naccuracy top=1\noptimizer momentum lr=0.1 mu=0.9\n"
+              "schedule cosine warmup=50 decay_steps=2000 min_lr=0.001\n",
+              model, sizeof model);
   snprintf(args, sizeof args,
            "train --model '%s' --epochs 30 --limit 10000 --persistent --json --quiet", model);
   char ref_args[640];
