@@ -292,6 +292,19 @@ int pe_client_save(pe_client *c, const char *model, const char *name, const char
 int pe_client_load(pe_client *c, const char *model, const char *name, const char **path,
                    uint64_t *bytes);
 int pe_client_deregister(pe_client *c, uint64_t handle);
+/* End this client's session now rather than at the daemon's session TTL
+ * (idle clients are reclaimed after it, 600 s by default): the daemon
+ * deregisters every program this handle registered, freeing a
+ * non-persistent model that no other client's program uses (a persistent
+ * one stays, with its values), and unregisters its shared-memory regions.
+ * A trainer calls it when done, so that its memory is given back and the
+ * next trainer of the same model name starts afresh. pe_client_free alone
+ * sends nothing: the session then lasts until the TTL, which is how a
+ * program registered by one process (`pe-client register`) is used by the
+ * next. The handle stays usable; its programs are forgotten (no recovery
+ * registers them again), and a later request opens a new session.
+ * Idempotent. */
+int pe_client_close(pe_client *c);
 
 typedef struct pe_client_place_status {
   const char *place;

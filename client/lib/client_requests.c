@@ -283,6 +283,16 @@ int pe_client_deregister(pe_client *c, uint64_t handle) {
   return rc;
 }
 
+int pe_client_close(pe_client *c) {
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_CLOSE;
+  req.close = 1;
+  int rc = pec_call(c, "close", &req, PE__REPLY__BODY__NOT_SET);
+  /* The daemon has dropped them: nothing is left to recover. */
+  if (!rc) pec_recover_free(c);
+  return rc;
+}
+
 int pe_client_get_status(pe_client *c, pe_client_status *out) {
   static const char what[] = "status";
   memset(out, 0, sizeof *out);

@@ -670,6 +670,19 @@ static pe_status *h_deregister(ctx *c) {
   return pe_registry_deregister(c->s->reg, c->rq->client_id, c->rq->deregister->handle);
 }
 
+/* The client ends its session (pe_client_close). Its cached replies stay
+ * until the cache evicts them, so that a late copy of one of its requests
+ * (request threads take copies out of order) is still answered from there,
+ * never applied again. */
+static pe_status *h_close(ctx *c) {
+  uint64_t client = c->rq->client_id;
+  int programs = pe_registry_drop_client(c->s->reg, client);
+  pe_shm_drop_client(c->s->shm, client);
+  PE_LOGI("session %016llx closed by its client: %d program(s) given up",
+          (unsigned long long)client, programs);
+  return NULL;
+}
+
 static pe_status *h_register_shm(ctx *c) {
   const Pe__ShmRequest *rq = c->rq->register_shm;
   uint64_t id;
@@ -695,6 +708,7 @@ typedef struct handler_row {
   Pe__Request__BodyCase kind;
   const char *name;
   pe_status *(*fn)(ctx *c);
+  bool ends_session; /* not touched: that would open the session again */
 } handler_row;
 
 static const handler_row handlers[] = {
@@ -710,6 +724,7 @@ static const handler_row handlers[] = {
     {PE__REQUEST__BODY_STATUS, "status", h_status},
     {PE__REQUEST__BODY_REGISTER_SHM, "register_shm", h_register_shm},
     {PE__REQUEST__BODY_UNREGISTER_SHM, "unregister_shm", h_unregister_shm},
+    {PE__REQUEST__BODY_CLOSE, "close", h_close, true},
 };
 
 static const handler_row *find_handler(Pe__Request__BodyCase k) {
@@ -734,10 +749,10 @@ void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, Pe__Reply
     st = pe_error(PE_EINVAL, "request %llu: no request body (kind %d unknown or unset)",
                   (unsigned long long)rq->request_id, (int)rq->body_case);
   } else {
-    pe_registry_touch(s->reg, rq->client_id, pe_now_s());
+    if (!h->ends_session) pe_registry_touch(s->reg, rq->client_id, pe_now_s());
     st = h->fn(&c);
     /* Again at the end: a run longer than the TTL is not idleness. */
-    pe_registry_touch(s->reg, rq->client_id, pe_now_s());
+    if (!h->ends_session) pe_registry_touch(s->reg, rq->client_id, pe_now_s());
   }
   if (st) {
     rep->code = (int32_t)pe_status_code(st);

@@ -607,37 +607,47 @@ void pe_registry_touch(pe_registry *r, uint64_t client, double now) {
   pthread_mutex_unlock(&r->mu);
 }
 
-/* Drop the client's ownerships; collect programs to free (lock held). */
+/* Drop the client's ownerships; collect up to max programs (and models)
+ * to free (lock held). Stops once max are collected, leaving the rest of
+ * the client's programs owned for the next call; *owned counts the
+ * programs given up by this call. */
 static int drop_client_locked(pe_registry *r, uint64_t client, pe_srv_program **fps,
-                              pe_srv_model **fms, int max) {
+                              pe_srv_model **fms, int max, int *owned) {
   int n = 0;
+  *owned = 0;
   for (int i = 0; i < r->n_sessions; i++)
     if (r->sessions[i].client == client) {
       r->sessions[i] = r->sessions[--r->n_sessions];
       break;
     }
-  for (int i = r->n_progs - 1; i >= 0; i--) {
+  /* Downwards: an unlink moves the last program into slot i, one already seen. */
+  for (int i = r->n_progs - 1; i >= 0 && n < max; i--) {
     pe_srv_program *p = r->progs[i];
     bool owner = false;
     for (int k = 0; k < p->n_owners; k++) owner |= p->owners[k] == client;
     if (!owner) continue;
+    ++*owned;
     drop_owner_locked(p, client);
-    if (n < max) {
-      prog_maybe_unlink(r, p, &fps[n], &fms[n]);
-      if (fps[n] || fms[n]) n++;
-    }
+    prog_maybe_unlink(r, p, &fps[n], &fms[n]);
+    if (fps[n] || fms[n]) n++;
   }
   return n;
 }
 
-void pe_registry_drop_client(pe_registry *r, uint64_t client) {
+int pe_registry_drop_client(pe_registry *r, uint64_t client) {
   enum { MAX = 64 };
   pe_srv_program *fps[MAX];
   pe_srv_model *fms[MAX];
-  pthread_mutex_lock(&r->mu);
-  int n = drop_client_locked(r, client, fps, fms, MAX);
-  pthread_mutex_unlock(&r->mu);
-  for (int i = 0; i < n; i++) destroy_later(fps[i], fms[i]);
+  int total = 0, n;
+  do { /* Rounds of MAX: freeing waits for the engine, so it is done unlocked. */
+    int owned;
+    pthread_mutex_lock(&r->mu);
+    n = drop_client_locked(r, client, fps, fms, MAX, &owned);
+    pthread_mutex_unlock(&r->mu);
+    for (int i = 0; i < n; i++) destroy_later(fps[i], fms[i]);
+    total += owned;
+  } while (n == MAX);
+  return total;
 }
 
 int pe_registry_expire(pe_registry *r, double now, double ttl_s, uint64_t *ids, int max) {

@@ -136,8 +136,9 @@ void pe_registry_touch(pe_registry *r, uint64_t client, double now);
 /* Expire clients idle for more than ttl_s; fills up to max ids; returns the
  * number expired. */
 int pe_registry_expire(pe_registry *r, double now, double ttl_s, uint64_t *ids, int max);
-/* Drop a client's session and programs now. */
-void pe_registry_drop_client(pe_registry *r, uint64_t client);
+/* Drop a client's session and programs now; returns how many programs it
+ * owned (each freed when no other client owns it either). */
+int pe_registry_drop_client(pe_registry *r, uint64_t client);
 
 /* Status snapshot (malloc'd arrays; caller frees with pe_registry_snapshot_free). */
 typedef struct pe_model_snapshot {

@@ -1,5 +1,6 @@
 /* pe-client against the real daemon: ping; train on a subset with --json
- * (the last line parses and has sane figures); eval reproduces the trained
+ * (the last line parses and has sane figures; without --persistent the model
+ * goes when the trainer ends, and a second run starts afresh); eval reproduces the trained
  * model's test accuracy; save, load, status; trace writes a Chrome trace; a
  * model file trains exactly like the built-in name, and shared-memory feeds
  * exactly like inline ones; exit statuses for a bad model file, bad usage,
@@ -87,9 +88,24 @@ START_TEST(train_eval_save_trace) {
   CLI_OK(&d, "--json ping");
   ck_assert_ptr_nonnull(strstr(last_line(d.dir), "\"ok\":true"));
 
+  /* A trainer ends its session when done: without --persistent its model
+   * goes with it (status), and the next run starts afresh, exactly alike. */
   CLI_OK(&d, "train --model mlp --epochs 1 --limit 1000 --json");
+  char first[4096];
+  snprintf(first, sizeof first, "%s", last_line(d.dir));
+  CLI_OK(&d, "--json status");
+  ck_assert_msg(
+      strstr(last_line(d.dir), "\"models\":[]") && json_num(last_line(d.dir), "programs") == 0,
+      "after a non-persistent train: %s", last_line(d.dir));
+
+  CLI_OK(&d, "train --model mlp --epochs 1 --limit 1000 --persistent --json");
   char train[4096];
   snprintf(train, sizeof train, "%s", last_line(d.dir));
+  ck_assert_ptr_nonnull(strstr(first, "\"initialized\":true"));
+  ck_assert_ptr_nonnull(strstr(train, "\"initialized\":true"));
+  ck_assert_msg(json_num(train, "final_loss") == json_num(first, "final_loss") &&
+                    json_num(train, "test_accuracy") == json_num(first, "test_accuracy"),
+                "a second run did not start afresh: %s after %s", train, first);
   ck_assert_msg(train[0] == '{' && train[strlen(train) - 1] == '}', "not JSON: %s", train);
   double sps = json_num(train, "samples_per_sec"), acc = json_num(train, "test_accuracy"),
          loss = json_num(train, "final_loss");
@@ -103,7 +119,8 @@ START_TEST(train_eval_save_trace) {
   /* Progress went to stderr, not stdout. */
   ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "epoch 1/1"));
 
-  /* eval on the same parameters: the same accuracy, nothing re-initialised. */
+  /* eval on the same (persistent) parameters: the same accuracy, nothing
+   * re-initialised. */
   CLI_OK(&d, "eval --model mlp --limit 1000 --json");
   const char *ev = last_line(d.dir);
   ck_assert_msg(json_num(ev, "test_accuracy") == acc, "eval %s vs train %s", ev, train);

@@ -3,7 +3,8 @@
  * again and is sent once more, applied at most once (client_recover.c).
  * The real pe-executord is stopped (SIGTERM) or killed (SIGKILL) and
  * started again on the same state directory, also while a run is in
- * flight (nanomsg then replays it to the new daemon). */
+ * flight (nanomsg then replays it to the new daemon). After pe_client_close
+ * nothing is recovered. */
 #include <pthread.h>
 
 #include "check_main.h"
@@ -331,6 +332,42 @@ START_TEST(test_recover_not_persistent_and_off) {
 }
 END_TEST
 
+/* pe_client_close ends the session: the daemon drops the handle's programs
+ * (the non-persistent model with them) and the handle forgets them, so a
+ * later run is not recovered (NOT_FOUND, no re-register); the handle is
+ * usable again after a register and init (a fresh model). Twice is fine. */
+START_TEST(test_close_forgets_programs) {
+  rig x;
+  rig_start(&x, NO_AUTOSAVE, false);
+  CD_OK(x.c, rig_run(&x, 3, NULL));
+  size_t n;
+  uint8_t *trained = rig_weight(&x, &n);
+  CD_OK(x.c, pe_client_close(x.c));
+  CD_OK(x.c, pe_client_close(x.c));
+  int rc = rig_run(&x, 1, NULL);
+  ck_assert_int_eq(rc, PE_C_ENOTFOUND);
+  ck_assert_msg(strstr(pe_client_error(x.c), "no such program"), "%s", pe_client_error(x.c));
+  ck_assert_uint_eq(recovery(&x).recoveries, 0);
+  pe_client_status st;
+  CD_OK(x.c, pe_client_get_status(x.c, &st));
+  ck_assert_int_eq(st.programs, 0);
+  ck_assert_uint_eq(st.n_models, 0);
+
+  uint64_t h;
+  rig_register(&x, x.c, &h);
+  ck_assert_uint_eq(h, x.h);
+  bool initialized = false;
+  CD_OK(x.c, pe_client_init(x.c, h, false, &initialized));
+  ck_assert(initialized);
+  uint8_t *fresh = rig_weight(&x, &n);
+  ck_assert_msg(memcmp(fresh, trained, n) != 0, "the closed model's weights came back");
+  CD_OK(x.c, rig_run(&x, 1, NULL));
+  free(trained);
+  free(fresh);
+  rig_stop(&x);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_recover");
   TCase *tc = tcase_create("e2e");
@@ -340,6 +377,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_recover_in_flight_resent);
   tcase_add_test(tc, test_recover_in_flight_already_applied);
   tcase_add_test(tc, test_recover_not_persistent_and_off);
+  tcase_add_test(tc, test_close_forgets_programs);
   suite_add_tcase(s, tc);
   return s;
 }
