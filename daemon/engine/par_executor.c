@@ -545,6 +545,7 @@ static bool node_exec(xnode *x, bool may_fan_out) {
   pe_par_exec *e = x->e;
   if (atomic_load_explicit(&x->failed, memory_order_acquire)) return true;
   if (!x->collective && x->batch_dep && e->has_feeds && e->n_rows[x->n->place] == 0) return true;
+  if (e->opts->skip && e->opts->skip[x->id]) return true;
   par_delay(x);
   atomic_fetch_add_explicit(&e->executed, 1, memory_order_relaxed);
   if (x->collective) return par_coll_run(x, may_fan_out);

@@ -270,6 +270,11 @@ typedef struct pe_run_opts {
    * microseconds before it runs (hazard tests); seeded by delay_seed. */
   int delay_us;
   uint64_t delay_seed;
+  /* Per node of the graph (pe_par_exec_graph): true skips it, as a place
+   * with no rows skips its batch work: its outputs keep the values they
+   * have and its successors run. NULL: none. Init uses it to run a startup
+   * for the persistables a model lacks without touching the others. */
+  const bool *skip;
 } pe_run_opts;
 
 /* Per-run measurements. */

@@ -247,31 +247,47 @@ static pe_status *h_register(ctx *c) {
 
 /* The startup of p on a model that already has some of p's persistables
  * (another program of the model trained them; p adds an optimizer's state,
- * a schedule's counter): the startup initialises everything, then the values
- * the model had are put back, so training goes on from them. learning_rate
- * is not put back: it is the optimizer's setting, and p's is the one asked
- * for. A run of another client between the read and the write back is
- * undone by it (init_mu orders inits, not runs). */
+ * a schedule's counter): the nodes whose every output is a persistable the
+ * model has (initialisers and their broadcasts) are skipped, so the values
+ * stay and only the missing ones are initialised. learning_rate is set
+ * anyway: it is the optimizer's setting, and p's is the one asked for. The
+ * kept values are never read or written, so runs of other clients on them
+ * (ordered by the engine like any run) lose nothing. */
 static pe_status *startup_keeping(pe_srv_program *p, const pe_run_opts *ro) {
   pe_srv_model *m = p->model;
-  const char **keep = calloc((size_t)p->n_params + 1, sizeof *keep);
-  if (!keep) return OOM("init");
-  int n = 0;
-  for (int i = 0; i < p->n_params; i++)
-    if (pe_strmap_has(&m->initialized, p->params[i].name) &&
-        strcmp(p->params[i].name, PE_LR_NAME) != 0)
-      keep[n++] = p->params[i].name;
-  pe_tensor *vals = n ? calloc((size_t)n, sizeof *vals) : NULL;
-  pe_status *st = n && !vals ? OOM("init") : NULL;
-  if (!st && n) st = pe_model_get_many(m->m, keep, n, vals, NULL, NULL);
-  if (!st) st = pe_par_exec_run(p->startup, NULL, 0, NULL, 0, NULL, ro, NULL);
-  if (!st && n) st = pe_model_set_many(m->m, keep, vals, n, NULL);
-  for (int i = 0; vals && i < n; i++) pe_tensor_release(&vals[i]);
-  free(vals);
-  free(keep);
-  if (!st && n)
-    PE_LOGI("init: model %s: %d of %d persistables kept, the others initialised", m->name, n,
-            p->n_params);
+  const pe_graph *g = pe_par_exec_graph(p->startup);
+  bool *skip = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof *skip);
+  if (!skip) return OOM("init");
+  int kept = 0;
+  pe_status *st = NULL;
+  for (int i = 0; i < g->n_nodes && !st; i++) {
+    const pe_graph_node *n = &g->nodes[i];
+    int has = 0, a_kept = -1, lacks = -1;
+    for (int k = 0; k < n->n_out_lv; k++) {
+      const pe_graph_lvar *v = &g->lvars[n->out_lv[k]];
+      bool keep = v->persistable && strcmp(v->name, PE_LR_NAME) != 0 &&
+                  pe_strmap_has(&m->initialized, v->name);
+      has += keep;
+      if (keep && a_kept < 0) a_kept = k;
+      if (!keep && lacks < 0) lacks = k;
+    }
+    if (has && lacks >= 0)
+      st = pe_error(PE_EINVAL,
+                    "init: startup node %s writes '%s', which model '%s' has, and '%s', which it "
+                    "lacks: one cannot be initialised without the other (init with force "
+                    "re-initialises every value)",
+                    n->name, g->lvars[n->out_lv[a_kept]].name, m->name,
+                    g->lvars[n->out_lv[lacks]].name);
+    skip[i] = has > 0 && has == n->n_out_lv;
+    kept += skip[i];
+  }
+  pe_run_opts o = *ro;
+  o.skip = skip;
+  if (!st) st = pe_par_exec_run(p->startup, NULL, 0, NULL, 0, NULL, &o, NULL);
+  free(skip);
+  if (!st && kept)
+    PE_LOGI("init: model %s: %d of %d startup nodes skipped (values the model has)", m->name, kept,
+            g->n_nodes);
   return st;
 }
 

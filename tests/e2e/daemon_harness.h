@@ -13,6 +13,7 @@
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,12 +99,12 @@ static inline void dh_err(const Pe__Reply *rep, int code, const char *needle) {
   ck_assert_msg(strstr(rep->message, needle), "'%s' not in: %s", needle, rep->message);
 }
 
-static uint64_t dh_next_id = 1;
+static _Atomic uint64_t dh_next_id = 1; /* tests may send from several threads */
 
 static inline Pe__Request dh_req(uint64_t client) {
   Pe__Request rq = PE__REQUEST__INIT;
   rq.client_id = client;
-  rq.request_id = dh_next_id++;
+  rq.request_id = atomic_fetch_add(&dh_next_id, 1);
   return rq;
 }
 
@@ -273,6 +274,16 @@ static inline Pe__Reply *dh_init(int sock, uint64_t client, uint64_t handle) {
   rq.body_case = PE__REQUEST__BODY_INIT;
   rq.init = &in;
   return dh_call(sock, &rq);
+}
+
+/* Init that must succeed; returns whether the startup ran. */
+static inline bool dh_init_ok(int sock, uint64_t client, uint64_t handle) {
+  Pe__Reply *rep = dh_init(sock, client, handle);
+  dh_ok(rep);
+  ck_assert_int_eq(rep->body_case, PE__REPLY__BODY_INIT);
+  bool ran = rep->init->initialized;
+  pe__reply__free_unpacked(rep, NULL);
+  return ran;
 }
 
 /* A deterministic batch of n MLP samples. */

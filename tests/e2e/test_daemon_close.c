@@ -40,9 +40,7 @@ static census take_census(int s) {
 static uint64_t registered_and_init(int s, uint64_t client, pe_model_spec *mlp, const char *model,
                                     bool persistent) {
   uint64_t h = dh_register(s, client, mlp, model, 7, persistent, NULL, NULL);
-  Pe__Reply *rep = dh_init(s, client, h);
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
+  dh_init_ok(s, client, h);
   return h;
 }
 
@@ -73,9 +71,8 @@ START_TEST(test_close_ends_session) {
   uint64_t h_keep = dh_register(s, CLIENT_A, &mlp, "keep", 7, true, NULL, &reg);
   char *weight = dh_first_weight(reg);
   pe__reply__free_unpacked(reg, NULL);
-  Pe__Reply *rep = dh_init(s, CLIENT_A, h_keep);
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
+  dh_init_ok(s, CLIENT_A, h_keep);
+  Pe__Reply *rep;
   uint64_t h_shared = registered_and_init(s, CLIENT_A, &mlp, "shared", false);
   bool existed = false;
   ck_assert_uint_eq(dh_register(s, CLIENT_B, &mlp, "shared", 7, false, &existed, NULL), h_shared);

@@ -2,7 +2,7 @@
  * mismatch, a failing kernel) become the run's error and the executor stays
  * usable; a write-after-read hazard stays correct with random delays
  * injected; two models train from two threads at once on one runtime;
- * model get/set/names; timeline spans. */
+ * model get/set/names; timeline spans; a startup run with nodes skipped. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -514,6 +514,60 @@ START_TEST(eval_graph_sim) {
 }
 END_TEST
 
+/* --- a startup with nodes skipped (pe_run_opts.skip: a partial Init) -------------------- */
+
+static pe_tensor model_value(par *q, const char *name) {
+  pe_tensor t;
+  pe_tensor_init(&t);
+  PE_CK_OK(pe_model_get(q->m, name, &t));
+  return t;
+}
+
+/* Train a few steps, then run the startup again with the nodes that write
+ * the first layer's weight (its initialiser and, on several places, its
+ * broadcast) skipped: that weight keeps its trained bits on every place,
+ * the other weight is initialised again, and the places agree. */
+static void startup_skip_on(pe_place_kind kind) {
+  pe_runtime *rt = rt_new(2);
+  par q;
+  par_new(&q, rt, kind, 2, PE_STRATEGY_ALLREDUCE, false, 5);
+  PE_CK_OK(pe_par_exec_run(q.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  for (int i = 0; i < 3; i++) par_step(&q, i, 8, NULL);
+  const char *kept = "fc_0.w", *other = "fc_1.w";
+  pe_tensor k0 = model_value(&q, kept), o0 = model_value(&q, other);
+  const pe_graph *g = pe_par_exec_graph(q.init);
+  bool skip[512] = {0};
+  ck_assert_int_le(g->n_nodes, 512);
+  int n_skip = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pe_graph_node *n = &g->nodes[i];
+    bool all = n->n_out_lv > 0;
+    for (int k = 0; k < n->n_out_lv; k++) all &= !strcmp(g->lvars[n->out_lv[k]].name, kept);
+    skip[i] = all;
+    n_skip += all;
+  }
+  ck_assert_int_eq(n_skip, 2); /* the initialiser and the broadcast */
+  pe_run_opts ro = {.skip = skip};
+  PE_CK_OK(pe_par_exec_run(q.init, NULL, 0, NULL, 0, NULL, &ro, NULL));
+  pe_tensor k1 = model_value(&q, kept), o1 = model_value(&q, other);
+  ck_assert_msg(memcmp(k0.data, k1.data, pe_tensor_bytes(&k0)) == 0, "'%s' was written", kept);
+  ck_assert_msg(memcmp(o0.data, o1.data, pe_tensor_bytes(&o0)) != 0, "'%s' was not", other);
+  assert_places_identical(&q);
+  pe_tensor *ts[] = {&k0, &o0, &k1, &o1};
+  for (int i = 0; i < 4; i++) pe_tensor_release(ts[i]);
+  par_free(&q);
+  pe_runtime_free(rt);
+}
+
+START_TEST(startup_skip_cpu) {
+  startup_skip_on(PE_PLACE_CPU);
+}
+END_TEST
+START_TEST(startup_skip_sim) {
+  startup_skip_on(PE_PLACE_SIM);
+}
+END_TEST
+
 /* --- intra-op budget ------------------------------------------------------------------- */
 
 static int team_of(pe_runtime *rt, pe_place_kind kind, int n_places) {
@@ -616,6 +670,8 @@ static Suite *misc_suite(void) {
   tcase_add_test(tc, eval_graph_cpu);
   tcase_add_test(tc, eval_graph_sim);
   tcase_add_test(tc, conflicting_homes_are_refused);
+  tcase_add_test(tc, startup_skip_cpu);
+  tcase_add_test(tc, startup_skip_sim);
   suite_add_tcase(s, tc);
   return s;
 }
