@@ -60,6 +60,14 @@ void cli_print_opts(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts);
 pe_client *cli_connect(const cli_ctx *ctx, int *rc);
 /* The same with options (address and timeout still come from ctx). */
 pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc);
+/* The command is done with the daemon: end its session (pe_client_close,
+ * at most 5 s) and free c (may be NULL). The daemon then drops what the
+ * session registered at once instead of after its TTL, and does not count
+ * it among its clients. Skipped when rc is CLI_UNREACHABLE (no wait on a
+ * daemon that does not answer). A failed close only warns: the TTL ends
+ * the session. register, run and trace only free: what they register is
+ * meant for the commands after them. */
+void cli_end(const cli_ctx *ctx, pe_client *c, int rc);
 /* Print "pe-client CMD: <error> (CODE)" and return the exit status for a
  * failed library call. */
 int cli_fail(const cli_ctx *ctx, pe_client *c, int code);

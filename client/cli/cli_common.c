@@ -116,6 +116,21 @@ pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc) {
   return c;
 }
 
+void cli_end(const cli_ctx *ctx, pe_client *c, int rc) {
+  enum { CLOSE_TIMEOUT_MS = 5000 };
+  if (!c) return;
+  if (rc != CLI_UNREACHABLE) {
+    if (ctx->timeout_ms <= 0 || ctx->timeout_ms > CLOSE_TIMEOUT_MS)
+      pe_client_set_timeout(c, CLOSE_TIMEOUT_MS);
+    int code = pe_client_close(c);
+    if (code)
+      fprintf(stderr,
+              "pe-client %s: warning: %s (%s); the daemon drops the session after its TTL\n",
+              ctx->cmd, pe_client_error(c), pe_client_code_name(code));
+  }
+  pe_client_free(c);
+}
+
 int cli_fail(const cli_ctx *ctx, pe_client *c, int code) {
   fprintf(stderr, "pe-client %s: %s (%s)\n", ctx->cmd, pe_client_error(c),
           pe_client_code_name(code));

@@ -45,7 +45,7 @@ static int cmd_ping(cli_ctx *ctx, int argc, char **argv) {
              cfg.count, sum / cfg.count, best);
     }
   }
-  pe_client_free(c);
+  cli_end(ctx, c, rc);
   return rc;
 }
 
@@ -138,7 +138,7 @@ static int cmd_status(cli_ctx *ctx, int argc, char **argv) {
     print_status_json(&s);
   else
     print_status_text(&s);
-  pe_client_free(c);
+  cli_end(ctx, c, rc);
   return rc;
 }
 
@@ -173,7 +173,7 @@ static int cmd_deregister(cli_ctx *ctx, int argc, char **argv) {
     printf("{\"cmd\":\"deregister\",\"handle\":\"%s\",\"ok\":true}\n", hs);
   else
     printf("deregistered %s\n", hs);
-  pe_client_free(c);
+  cli_end(ctx, c, rc);
   return rc;
 }
 

@@ -135,7 +135,7 @@ static int checkpoint_cmd(cli_ctx *ctx, int argc, char **argv, bool save) {
     printf("%s %s: checkpoint %s (%s, %llu bytes)\n", save ? "saved" : "loaded", cfg.model,
            cfg.checkpoint, path && *path ? path : "?", (unsigned long long)bytes);
   }
-  pe_client_free(c);
+  cli_end(ctx, c, rc);
   return rc;
 }
 

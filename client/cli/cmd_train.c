@@ -113,7 +113,6 @@ typedef struct trainer {
   const char *ns;
   pe_dataset *train, *test;
   pe_client *c;
-  bool registered; /* the daemon holds a session of this trainer's, to close */
   uint64_t train_h, eval_h;
   pe_client_strategy strategy; /* the training program's, as the daemon compiled it */
   pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
@@ -143,21 +142,8 @@ typedef struct train_result {
   double epoch_eval_s;
 } train_result;
 
-/* The trainer is done: its session ends now, not at the daemon's TTL, so
- * that its programs and a non-persistent model are freed and the next
- * trainer of the model starts afresh (a --persistent model stays). A
- * failure only costs the TTL: reported, not fatal. */
-static void end_session(trainer *t) {
-  enum { CLOSE_TIMEOUT_MS = 5000 }; /* a daemon that went away must not hold up the exit */
-  if (t->ctx->timeout_ms <= 0 || t->ctx->timeout_ms > CLOSE_TIMEOUT_MS)
-    pe_client_set_timeout(t->c, CLOSE_TIMEOUT_MS);
-  int code = pe_client_close(t->c);
-  if (code)
-    fprintf(stderr, "pe-client %s: warning: %s (%s); the daemon drops the session after its TTL\n",
-            t->ctx->cmd, pe_client_error(t->c), pe_client_code_name(code));
-}
-
-static void trainer_free(trainer *t) {
+/* rc: the command's exit status so far (cli_end). */
+static void trainer_free(trainer *t, int rc) {
   if (t->shm.base)
     pe_client_shm_close(t->c, &t->shm);
   else
@@ -165,8 +151,9 @@ static void trainer_free(trainer *t) {
       free(t->x[k]);
       free(t->y[k]);
     }
-  if (t->registered) end_session(t);
-  pe_client_free(t->c);
+  /* Its session ends now: its programs and a non-persistent model are
+   * freed, and the next trainer of the model starts afresh. */
+  cli_end(t->ctx, t->c, rc);
   train_log_free(&t->log);
   pe_dataset_free(t->train);
   pe_dataset_free(t->test);
@@ -296,7 +283,6 @@ static int trainer_setup(trainer *t, bool eval_only) {
                .seed = t->cfg.seed,
                .persistent = t->cfg.persistent,
                .graph = &t->cfg.graph};
-  t->registered = true; /* also a failed register may have opened the session */
   if (!eval_only) {
     if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
     t->train_h = prog.handle;
@@ -688,7 +674,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   }
   train_result r = {.final_lr = NAN};
   if (t.cfg.eval_every && !(r.epoch_acc = calloc((size_t)t.cfg.epochs, sizeof *r.epoch_acc))) {
-    trainer_free(&t);
+    trainer_free(&t, CLI_FAIL);
     return cli_error(ctx, "out of memory");
   }
   rc = trainer_setup(&t, eval_only);
@@ -701,7 +687,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   if (!rc) rc = evaluate(&t, &r, &r.test_acc, &r.test_seen, &r.eval_s);
   if (!rc) print_result(&t, &r, !eval_only);
   free(r.epoch_acc);
-  trainer_free(&t);
+  trainer_free(&t, rc);
   return rc;
 }
 
