@@ -146,6 +146,10 @@ const char *pe_builder_sigmoid(pe_builder *b, const char *x);
 const char *pe_builder_softmax(pe_builder *b, const char *x); /* last axis */
 /* [prod(dims[:axis]), prod(dims[axis:])]. */
 const char *pe_builder_flatten(pe_builder *b, const char *x, int axis);
+/* x + y, then act: a residual connection (ResNet's shortcut sum). x and y
+ * must have one shape (batch dim included); name NULL: "add_<k>". */
+const char *pe_builder_add(pe_builder *b, const char *x, const char *y, pe_b_act act,
+                           const char *name);
 
 /* --- losses and metrics ---------------------------------------------------- */
 

@@ -320,6 +320,29 @@ const char *pe_builder_softmax(pe_builder *b, const char *x) {
   return pe_builder_act(b, x, PE_B_ACT_SOFTMAX);
 }
 
+const char *pe_builder_add(pe_builder *b, const char *x, const char *y, pe_b_act act,
+                           const char *name) {
+  if (!b) return NULL;
+  b_var *xv = peb_need(b, "add", x), *yv = xv ? peb_need(b, "add", y) : NULL;
+  char layer[B_NAME_LEN], out[B_NAME_LEN], s1[128], s2[128];
+  if (!yv || !peb_layer_name(b, "add", name, layer)) return NULL;
+  bool same = xv->ndim == yv->ndim && xv->dtype == yv->dtype;
+  for (int i = 0; same && i < xv->ndim; i++) same = xv->d[i] == yv->d[i];
+  if (!same) {
+    peb_fail(b, "add '%s': '%s' %s and '%s' %s differ (a residual sum needs one shape)", layer, x,
+             peb_shape_str(xv, s1, sizeof s1), y, peb_shape_str(yv, s2, sizeof s2));
+    return NULL;
+  }
+  peb_vname(out, layer, act == PE_B_ACT_NONE ? "out" : "tmp_0");
+  peb_tmp_var(b, out, xv->dtype, xv->ndim, xv->d);
+  b_op *op = peb_op_add(b, &b->main, "elementwise_add");
+  peb_op_in(b, op, "X", x);
+  peb_op_in(b, op, "Y", y);
+  peb_op_out(b, op, "Out", out);
+  peb_attr_int(b, op, "axis", -1);
+  return finish_layer(b, layer, out, act);
+}
+
 const char *pe_builder_flatten(pe_builder *b, const char *x, int axis) {
   if (!b) return NULL;
   b_var *xv = peb_need(b, "flatten", x);

@@ -3,7 +3,9 @@
  * A line is a keyword, positional arguments and key=value options; bare
  * words listed as a row's flags are flags. Every keyword is a row of the
  * table below (arity, options, handler). Layers chain: each consumes the
- * current variable and makes its output current. Loss and accuracy read the
+ * current variable and makes its output current; `save` labels the current
+ * variable, `from` makes a labelled one current and `add` sums it into the
+ * current one (branches, residual connections). Loss and accuracy read the
  * current variable as logits. The optimizer, its schedule and the backward
  * mark are recorded at the end, so the file's order of `loss`, `accuracy`,
  * `optimizer` and `schedule` lines matters only for op order (pe_models.h
@@ -36,6 +38,13 @@ typedef struct mf {
   char name[PE_MODEL_NAME_LEN];
   int batch;
   const char *x; /* current variable */
+  /* `save` labels: variables a later `from` or `add` reads (branches and
+   * residual sums); names point into the builder. */
+  struct {
+    char label[32];
+    const char *var;
+  } saved[32];
+  int n_saved;
   const char *image, *label, *loss, *acc;
   int image_ndim;
   int64_t image_dims[4];
@@ -305,6 +314,66 @@ static int h_flatten(mf *m) {
   return built(m, pe_builder_flatten(m->b, m->x, (int)axis));
 }
 
+/* --- branches: save, from, add --------------------------------------------------------- */
+
+static const char **saved_slot(mf *m, const char *label) {
+  for (int i = 0; i < m->n_saved; i++)
+    if (!strcmp(m->saved[i].label, label)) return &m->saved[i].var;
+  return NULL;
+}
+
+/* The variable saved as pos[0], or an error listing the labels. */
+static const char *saved_var(mf *m) {
+  const char **v = saved_slot(m, m->pos[0]);
+  if (v) return *v;
+  char known[256] = "";
+  size_t k = 0;
+  for (int i = 0; i < m->n_saved && k < sizeof known; i++)
+    k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", m->saved[i].label);
+  mf_fail(m, "%s: no 'save %s' line before it (saved: %s)", m->kw, m->pos[0],
+          m->n_saved ? known : "none");
+  return NULL;
+}
+
+/* save LABEL: remember the current variable (a later save of the label
+ * replaces it, so a block can be repeated as it is). */
+static int h_save(mf *m) {
+  if (need_input(m)) return -1;
+  const char *label = m->pos[0];
+  size_t n = strlen(label);
+  static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
+  if (n == 0 || n >= sizeof m->saved[0].label || strspn(label, ok) != n)
+    return mf_fail(m, "save: label '%s' must be 1 to %zu letters, digits or '_'", label,
+                   sizeof m->saved[0].label - 1);
+  const char **v = saved_slot(m, label);
+  if (!v) {
+    if (m->n_saved == (int)(sizeof m->saved / sizeof m->saved[0]))
+      return mf_fail(m, "save: more than %d labels", m->n_saved);
+    snprintf(m->saved[m->n_saved].label, sizeof m->saved[0].label, "%s", label);
+    v = &m->saved[m->n_saved++].var;
+  }
+  *v = m->x;
+  return 0;
+}
+
+/* from LABEL: the saved variable becomes the current one (a second branch). */
+static int h_from(mf *m) {
+  if (need_input(m)) return -1;
+  const char *v = saved_var(m);
+  if (!v) return -1;
+  m->x = v;
+  return 0;
+}
+
+/* add LABEL [act=A]: current + saved (a residual sum). */
+static int h_add(mf *m) {
+  pe_b_act act = PE_B_ACT_NONE;
+  if (need_input(m) || opt_act(m, &act)) return -1;
+  const char *v = saved_var(m);
+  if (!v) return -1;
+  return built(m, pe_builder_add(m->b, m->x, v, act, opt_str(m, "name")));
+}
+
 static int h_loss(mf *m) {
   if (need_input(m)) return -1;
   if (!m->label) return mf_fail(m, "loss: no 'label' line before it");
@@ -418,6 +487,9 @@ static const mf_row rows[] = {
     {"sigmoid", 0, 0, "", h_act, "sigmoid"},
     {"softmax", 0, 0, "", h_act, "softmax"},
     {"flatten", 0, 0, "axis=", h_flatten, "flatten [axis=N]"},
+    {"save", 1, 1, "", h_save, "save LABEL"},
+    {"from", 1, 1, "", h_from, "from LABEL"},
+    {"add", 1, 1, "act= name=", h_add, "add LABEL [act=A]"},
     {"loss", 1, 1, "", h_loss, "loss softmax_with_cross_entropy|cross_entropy"},
     {"accuracy", 0, 0, "top=", h_accuracy, "accuracy [top=K]"},
     {"optimizer", 1, 1,

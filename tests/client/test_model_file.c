@@ -1,6 +1,7 @@
 /* Model files: conf/models/mlp and cnn parse into exactly the programs of
  * pe_models.h (byte for byte, same feed/fetch names), the result decodes and
- * validates in the daemon's IR, and bad input gets a line-numbered error. */
+ * validates in the daemon's IR, and bad input gets a line-numbered error;
+ * branches and residual sums (save / from / add) and conf/models/resnet. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +285,95 @@ START_TEST(schedule_errors_carry_the_line) {
 }
 END_TEST
 
+/* The op of main block type `type` that writes `out`; NULL if none. */
+static const pe_op_desc *writer_of(const pe_program *p, const char *type, const char *out) {
+  const pe_block *b = pe_program_main(p);
+  for (int i = 0; i < b->n_ops; i++)
+    if (!strcmp(b->ops[i]->type, type) && !strcmp(pe_op_output_arg(b->ops[i], "Out"), out))
+      return b->ops[i];
+  return NULL;
+}
+
+/* save / from / add: a residual sum reads the saved variable and the
+ * current one; `from` feeds the saved variable to the next layer; a label
+ * saved again names the newer variable. */
+START_TEST(residual_statements) {
+  const char *text =
+      "input x 8\nlabel y\n"
+      "fc 8 act=relu\nsave a\n"        /* fc_0.out */
+      "fc 8\nadd a act=relu\n"         /* add_0: fc_1.out + fc_0.out */
+      "save a\nfc 8\nsave m\nfrom a\n" /* a = add_0.out; fc_2 on it */
+      "fc 8\nadd m name=join\n"        /* join: fc_3.out + fc_2.out */
+      "fc 3\nloss softmax_with_cross_entropy\naccuracy\noptimizer sgd lr=0.1\n";
+  pe_model_spec m;
+  char err[512];
+  ck_assert_msg(pe_model_file_parse(text, strlen(text), "res", &m, err, sizeof err) == 0, "%s",
+                err);
+  pe_program *p = NULL;
+  PE_CK_OK(pe_program_decode(m.bytes, m.len, &p));
+  PE_CK_OK(pe_program_validate(p));
+  const pe_op_desc *a0 = writer_of(p, "elementwise_add", "add_0.tmp_0");
+  ck_assert_ptr_nonnull(a0);
+  ck_assert_str_eq(pe_op_input_arg(a0, "X"), "fc_1.out");
+  ck_assert_str_eq(pe_op_input_arg(a0, "Y"), "fc_0.out");
+  ck_assert_ptr_nonnull(writer_of(p, "relu", "add_0.out"));
+  const pe_op_desc *f3 = writer_of(p, "matmul", "fc_3.tmp_0");
+  ck_assert_ptr_nonnull(f3);
+  ck_assert_str_eq(pe_op_input_arg(f3, "X"), "add_0.out"); /* from a: the second save */
+  const pe_op_desc *j = writer_of(p, "elementwise_add", "join.out");
+  ck_assert_ptr_nonnull(j);
+  ck_assert_str_eq(pe_op_input_arg(j, "X"), "fc_3.out");
+  ck_assert_str_eq(pe_op_input_arg(j, "Y"), "fc_2.out");
+  const pe_op_desc *f4 = writer_of(p, "matmul", "fc_4.tmp_0");
+  ck_assert_ptr_nonnull(f4);
+  ck_assert_str_eq(pe_op_input_arg(f4, "X"), "join.out");
+  pe_program_free(p);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+START_TEST(residual_errors_carry_the_line) {
+  expect_parse_error("save a\n", "cnn:1: save: no 'input' line before it");
+  expect_parse_error(HEAD "fc 8\nadd a\n" TAIL,
+                     "cnn:4: add: no 'save a' line before it (saved: none)");
+  expect_parse_error(HEAD "save x\nsave y\nfrom z\n" TAIL,
+                     "cnn:5: from: no 'save z' line before it (saved: x, y)");
+  expect_parse_error(HEAD "save a-b\n" TAIL,
+                     "cnn:3: save: label 'a-b' must be 1 to 31 letters, digits or '_'");
+  expect_parse_error(HEAD "conv2d 4 3 pad=1\nsave a\nconv2d 4 3 stride=2 pad=1\nadd a\n" TAIL,
+                     "cnn:6: add: add 'add_0': 'conv2d_1.out' [-1,4,14,14] and 'conv2d_0.out' "
+                     "[-1,4,28,28] differ");
+  expect_parse_error(HEAD "save a\nadd a act=gelu\n" TAIL, "cnn:4: add: unknown act 'gelu'");
+  expect_parse_error(HEAD "save a\nfrom a extra\n" TAIL, "cnn:4: from: 2 argument(s), expected 1");
+}
+END_TEST
+
+/* conf/models/resnet: three residual blocks, two of them with a projection
+ * shortcut; the daemon's IR accepts it. */
+START_TEST(resnet_file) {
+  char path[1024], err[512];
+  conf_path(path, sizeof path, "resnet");
+  pe_model_spec m;
+  ck_assert_msg(pe_model_file_load(path, &m, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(m.name, "resnet");
+  pe_program *p = NULL;
+  PE_CK_OK(pe_program_decode(m.bytes, m.len, &p));
+  PE_CK_OK(pe_program_validate(p));
+  const pe_block *b = pe_program_main(p);
+  int adds = 0, convs = 0;
+  for (int i = 0; i < b->n_ops; i++) {
+    convs += !strcmp(b->ops[i]->type, "conv2d");
+    adds += !strcmp(b->ops[i]->type, "elementwise_add") &&
+            !strncmp(pe_op_output_arg(b->ops[i], "Out"), "add_", 4);
+  }
+  ck_assert_int_eq(adds, 3);
+  ck_assert_int_eq(convs, 9);
+  ck_assert_str_eq(p->opt.type, "momentum");
+  pe_program_free(p);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
 START_TEST(missing_file) {
   pe_model_spec m;
   char err[512];
@@ -304,6 +394,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, adamw_and_no_decay_1d);
   tcase_add_test(tc, optimizer_errors_carry_the_line);
   tcase_add_test(tc, missing_file);
+  tcase_add_test(tc, residual_statements);
+  tcase_add_test(tc, residual_errors_carry_the_line);
+  tcase_add_test(tc, resnet_file);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -187,6 +187,27 @@ START_TEST(model_file_trains_like_the_name) {
 }
 END_TEST
 
+/* conf/models/resnet (residual blocks: save / from / add, batch norm,
+ * strided convolutions, global average pooling) trains through the daemon
+ * on two places: the loss falls from chance and the test accuracy is well
+ * above it after 32 steps (batch norm's running statistics need a few dozen). */
+START_TEST(resnet_file_trains) {
+  cd_daemon d;
+  cd_start(&d);
+  const char *src = getenv("PE_SOURCE_DIR");
+  char args[1024];
+  snprintf(args, sizeof args,
+           "train --model '%s/conf/models/resnet' --places cpu:2 --epochs 4 --limit 512 --json",
+           src ? src : ".");
+  CLI_OK(&d, args);
+  const char *run = last_line(d.dir);
+  ck_assert_msg(json_num(run, "steps") == 32 && json_num(run, "final_loss") < 2.0 &&
+                    json_num(run, "test_accuracy") > 0.4,
+                "%s", run);
+  cd_stop(&d);
+}
+END_TEST
+
 /* The recipe flags train exactly like a model file that says the same in
  * its optimizer and schedule lines, with the schedule stretched over the
  * run (3 epochs of 4 steps: warmup 4, cosine over 8); --eval-every adds
@@ -470,6 +491,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, recipe_flags_are_the_model_file);
   tcase_add_test(tc, exit_statuses);
   tcase_add_test(tc, train_survives_restart);
+  tcase_add_test(tc, resnet_file_trains);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,5 +1,6 @@
 /* Equivalence of the parallel executor with the sequential reference
- * (issue 3), shared by test_par_equiv_mlp.c and test_par_equiv_cnn.c.
+ * (issue 3), shared by test_par_equiv_mlp.c, test_par_equiv_cnn.c and
+ * test_par_equiv_residual.c (a model file's text).
  * Header-only: each suite is its own executable.
  *
  * One "pair" trains a model from pe_models.h twice on the same global
@@ -48,6 +49,7 @@
 #include "compiler/pass.h"
 #include "engine/par_executor.h"
 #include "engine/seq_executor.h"
+#include "pe_model_file.h"
 #include "pe_models.h"
 #include "test_assert.h"
 
@@ -93,10 +95,12 @@ static inline double eq_param_tol(const eq_setting *set) {
   return set->rtol > 0 ? set->rtol : EQ_PARAM_RTOL;
 }
 
-#define EQ_ROW(k, n, s, st, f, nm) {nm, k, n, s, st, f}
+#define EQ_ROW(k, n, s, st, f, nm) \
+  { nm, k, n, s, st, f }
 static const eq_setting eq_settings[] = {
     EQ_ROW(PE_PLACE_CPU, 2, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, false, "cpu:2 allreduce"),
-    EQ_ROW(PE_PLACE_CPU, 2, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, true, "cpu:2 allreduce fused"),
+    EQ_ROW(PE_PLACE_CPU, 2, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, true,
+           "cpu:2 allreduce fused"),
     EQ_ROW(PE_PLACE_CPU, 2, PE_SYNC_WAIT_EVENT, PE_STRATEGY_REDUCE, false, "cpu:2 reduce"),
     EQ_ROW(PE_PLACE_SIM, 4, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, false,
            "sim:4 event allreduce"),
@@ -119,7 +123,8 @@ static const eq_setting eq_settings[] = {
 /* The same on sim places whose memory the executor treats as device memory
  * (the path of cuda places, checked without a GPU). sim:1 is the shape of
  * cuda:0: one place, no collective, a loss-gradient seed of 1. */
-#define EQ_DEVMEM(n, s, st, f, nm) {nm, PE_PLACE_SIM, n, s, st, f, true}
+#define EQ_DEVMEM(n, s, st, f, nm) \
+  { nm, PE_PLACE_SIM, n, s, st, f, true }
 static const eq_setting eq_devmem_settings[] = {
     EQ_DEVMEM(1, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, false, "sim:1 device memory"),
     EQ_DEVMEM(4, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, true,
@@ -201,7 +206,11 @@ static inline int eq_data_batch(eq_data *d, int step) {
  * while making it the identity. */
 static inline pe_program *eq_program(const char *name, pe_model_spec *spec) {
   char err[256];
-  ck_assert_msg(pe_model_spec_build(name, spec, err, sizeof err) == 0, "%s", err);
+  /* A name with a line break is a model file's text (pe_model_file.h). */
+  int rc = strchr(name, '\n')
+               ? pe_model_file_parse(name, strlen(name), "model", spec, err, sizeof err)
+               : pe_model_spec_build(name, spec, err, sizeof err);
+  ck_assert_msg(rc == 0, "%s", err);
   pe_program *p;
   PE_CK_OK(pe_program_decode(spec->bytes, spec->len, &p));
   const pe_block *b = p->blocks[p->main_block];
@@ -288,8 +297,7 @@ static inline void eq_par_new(const pe_program *p, const eq_setting *set, int64_
   pe_program_free(prog); /* the graphs own clones of it */
   ck_assert(g && g->ssa && e->startup);
   ck_assert_int_eq(g->fuse, set->fuse);
-  if (set->fuse)
-    ck_assert_msg(g->n_buckets > 1, "%s: %d buckets", set->name, g->n_buckets);
+  if (set->fuse) ck_assert_msg(g->n_buckets > 1, "%s: %d buckets", set->name, g->n_buckets);
   /* One intra-op thread per place (what cpu:2 and sim:4 get on 2 cores
    * anyway; sim:1 would get 2): the executor is what is checked here, and
    * the TSan stage cannot see libgomp's team hand-offs (./pe says more). */
@@ -376,8 +384,8 @@ static inline double eq_check_params(eq_par *e, const eq_seq *s, const char *wha
       PE_CK_OK(pe_model_get_place(e->m, name, q, &pq));
       ck_assert_msg(pe_shape_equal(&p0.shape, &pq.shape) && pe_tensor_bytes(&p0) > 0 &&
                         memcmp(p0.data, pq.data, pe_tensor_bytes(&p0)) == 0,
-                    "%s, step %d: parameter %s differs between place 0 and place %d", what,
-                    step, name, q);
+                    "%s, step %d: parameter %s differs between place 0 and place %d", what, step,
+                    name, q);
     }
     const pe_var *ref = pe_scope_find(s->scope, name);
     ck_assert_msg(ref, "%s: parameter %s not in the sequential scope", what, name);
@@ -405,7 +413,7 @@ static inline void eq_run_setting(const char *model, const eq_setting *set) {
   eq_par_new(p, set, EQ_BUCKET_BYTES, &e);
   eq_par_load(&e, &s);
   char what[128];
-  snprintf(what, sizeof what, "%s on %s", model, set->name);
+  snprintf(what, sizeof what, "%s on %s", spec.name, set->name);
   double worst_loss = 0, worst_param = eq_check_params(&e, &s, what, 0, eq_param_tol(set));
   float first = 0, last = 0;
   for (int step = 1; step <= EQ_STEPS; step++) {
@@ -464,7 +472,7 @@ static inline void eq_startup_check(const char *model, const eq_setting *set) {
       ck_assert_msg(t.dtype == v->t.dtype && pe_shape_equal(&t.shape, &v->t.shape) &&
                         memcmp(t.data, v->t.data, pe_tensor_bytes(&t)) == 0,
                     "%s on %s: startup value of %s on place %d differs from the sequential one",
-                    model, set->name, v->name, q);
+                    spec.name, set->name, v->name, q);
     }
     compared++;
   }
@@ -477,7 +485,7 @@ static inline void eq_startup_check(const char *model, const eq_setting *set) {
     int n = eq_data_batch(&d, step);
     float ls = eq_seq_step(&s, &spec, &d, n), lp = eq_par_step(&e, &spec, &d, n, set->sync);
     ck_assert_msg(fabs((double)lp - ls) <= eq_loss_tol(set) * fmax(1.0, fabs((double)ls)),
-                  "%s on %s after parallel startup, step %d: loss %f, sequential %f", model,
+                  "%s on %s after parallel startup, step %d: loss %f, sequential %f", spec.name,
                   set->name, step, lp, ls);
   }
   eq_data_free(&d);
@@ -500,7 +508,7 @@ static inline void eq_uneven_check(const char *model, const eq_setting *set) {
   eq_par_new(p, set, EQ_BUCKET_BYTES, &e);
   eq_par_load(&e, &s);
   char what[128];
-  snprintf(what, sizeof what, "%s on %s, batch 3", model, set->name);
+  snprintf(what, sizeof what, "%s on %s, batch 3", spec.name, set->name);
   eq_data_batch(&d, 0);
   for (int step = 1; step <= 2; step++) { /* two steps: momentum carries the first */
     float ls = eq_seq_step(&s, &spec, &d, 3), lp = eq_par_step(&e, &spec, &d, 3, set->sync);
