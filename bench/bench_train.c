@@ -37,6 +37,7 @@
 #include "core/fpenv.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
+#include "pe_model_file.h"
 
 #define EVAL_BATCH 500
 #define PROGRESS_EVERY 100 /* steps between progress lines (human mode) */
@@ -55,7 +56,7 @@ typedef struct opt_row {
 
 #define CFG(f) offsetof(train_cfg, f)
 static const opt_row opts[] = {
-    {"model", OPT_STR, CFG(model), 0, 0, "mlp | cnn (required)"},
+    {"model", OPT_STR, CFG(model), 0, 0, "mlp | cnn | FILE: a model file (required)"},
     {"executor", OPT_STR, CFG(executor), 0, 0,
      "sequential | parallel (default: sequential; parallel on cuda places)"},
     {"places", OPT_STR, CFG(places), 0, 0, "cpu:N | sim:N | cuda:0 (parallel; sequential: cpu:1)"},
@@ -88,7 +89,7 @@ static const opt_row opts[] = {
 };
 
 void pe_bench_train_usage(void) {
-  fprintf(stderr, "usage: pe-bench train --model mlp|cnn [options]\n\noptions:\n");
+  fprintf(stderr, "usage: pe-bench train --model mlp|cnn|FILE [options]\n\noptions:\n");
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
     fprintf(stderr, "  --%-18s %-6s %s\n", opts[i].name,
             opts[i].kind == OPT_FLAG    ? ""
@@ -270,7 +271,7 @@ static double now_s(void) {
 
 static int setup(trainer *t) {
   char err[512];
-  if (pe_model_spec_build(t->cfg.model, &t->m, err, sizeof err)) {
+  if (pe_model_resolve(t->cfg.model, &t->m, err, sizeof err)) {
     fprintf(stderr, "pe-bench train: %s\n", err);
     return 1;
   }
@@ -478,8 +479,6 @@ int pe_bench_train(int argc, char **argv) {
     return 0;
   }
   if (!t.cfg.model) return bad_args("--model is required (%s)%s", pe_model_spec_names(), "");
-  if (strcmp(t.cfg.model, "mlp") && strcmp(t.cfg.model, "cnn"))
-    return bad_args("unknown model '%s' (known: %s)", t.cfg.model, pe_model_spec_names());
   /* Only the parallel executor runs on cuda places, so they imply it. */
   if (!t.cfg.executor)
     t.cfg.executor = t.cfg.places && !strncmp(t.cfg.places, "cuda", 4) ? "parallel" : "sequential";

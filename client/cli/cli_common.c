@@ -4,7 +4,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -149,16 +148,9 @@ int cli_error(const cli_ctx *ctx, const char *fmt, ...) {
 
 int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out) {
   char err[1024];
-  struct stat st;
-  bool is_file = strchr(spec, '/') || (stat(spec, &st) == 0 && S_ISREG(st.st_mode));
-  int rc = is_file ? pe_model_file_load(spec, out, err, sizeof err)
-                   : pe_model_spec_build(spec, out, err, sizeof err);
-  if (rc) {
-    fprintf(stderr, "pe-client %s: %s%s\n", ctx->cmd, err,
-            is_file ? "" : " (or give a model file path)");
-    return -1;
-  }
-  return 0;
+  if (!pe_model_resolve(spec, out, err, sizeof err)) return 0;
+  fprintf(stderr, "pe-client %s: %s\n", ctx->cmd, err);
+  return -1;
 }
 
 void cli_handle_str(uint64_t h, char buf[24]) {

@@ -28,4 +28,9 @@ int pe_model_file_parse(const char *text, size_t len, const char *source, pe_mod
 /* Read and parse the file at path; the source is the file's base name. */
 int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t errlen);
 
+/* What a trainer's --model names: a model file when spec has a '/' or is an
+ * existing regular file, else a built-in model (pe_model_spec_build; its
+ * error then adds "(or give a model file path)"). */
+int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t errlen);
+
 #endif

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pe_builder.h"
 #include "pe_model_file.h"
@@ -706,4 +707,14 @@ int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t e
   int rc = pe_model_file_parse(buf, len, base, out, err, errlen);
   free(buf);
   return rc;
+}
+
+int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t errlen) {
+  struct stat st;
+  if (strchr(spec, '/') || (stat(spec, &st) == 0 && S_ISREG(st.st_mode)))
+    return pe_model_file_load(spec, out, err, errlen);
+  if (!pe_model_spec_build(spec, out, err, errlen)) return 0;
+  size_t n = strlen(err);
+  snprintf(err + n, errlen - n, " (or give a model file path)");
+  return -1;
 }

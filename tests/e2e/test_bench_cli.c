@@ -1,0 +1,96 @@
+/* pe-bench train on a model file (--model FILE, pe_model_resolve): the file
+ * of the built-in mlp benchmarks exactly like the name (same program, seed
+ * and data: the same loss and accuracy), and the JSON line has the keys;
+ * an unknown name says a file path is taken too. Needs Fashion-MNIST (the
+ * project's dependency). Skipped (77) when pe-bench is not built. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "client_daemon.h"
+
+/* Run pe-bench ARGS with stdout and stderr into out and err of a fresh
+ * directory; *json: the last stdout line (static). Returns the exit status. */
+static int bench(const char *args, const char **json, const char **err) {
+  static char line[1 << 14], errbuf[1 << 14];
+  char bin[1024], cmd[4096], dir[] = "/tmp/pe-bench-cli-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  cd_binary(bin, sizeof bin, "pe-bench");
+  snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>'%s/err'", bin, args, dir, dir);
+  int st = system(cmd);
+  char path[128];
+  snprintf(path, sizeof path, "%s/out", dir);
+  FILE *f = fopen(path, "r");
+  line[0] = 0;
+  for (char buf[sizeof line]; f && fgets(buf, sizeof buf, f);)
+    if (buf[0] == '{') snprintf(line, sizeof line, "%s", buf);
+  if (f) fclose(f);
+  snprintf(path, sizeof path, "%s/err", dir);
+  f = fopen(path, "r");
+  size_t n = f ? fread(errbuf, 1, sizeof errbuf - 1, f) : 0;
+  errbuf[n] = 0;
+  if (f) fclose(f);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+  *json = line;
+  *err = errbuf;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static double json_num(const char *json, const char *key) {
+  char pat[96];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(json, pat);
+  return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+START_TEST(model_file_benchmarks_like_the_name) {
+  const char *src = getenv("PE_SOURCE_DIR"), *json, *err;
+  char args[1024], by_name[1 << 14];
+  const char *common = "--executor parallel --places cpu:2 --steps 20 --json";
+  snprintf(args, sizeof args, "train --model mlp %s", common);
+  ck_assert_msg(bench(args, &json, &err) == 0, "%s", err);
+  snprintf(by_name, sizeof by_name, "%s", json);
+  snprintf(args, sizeof args, "train --model '%s/conf/models/mlp' %s", src ? src : ".", common);
+  ck_assert_msg(bench(args, &json, &err) == 0, "%s", err);
+  const char *keys[] = {"samples_per_sec", "test_accuracy", "final_loss", "train_seconds"};
+  for (int i = 0; i < 4; i++)
+    ck_assert_msg(isfinite(json_num(json, keys[i])), "no %s: %s", keys[i], json);
+  ck_assert_double_eq(json_num(json, "steps"), 20);
+  ck_assert_msg(json_num(json, "final_loss") == json_num(by_name, "final_loss") &&
+                    json_num(json, "test_accuracy") == json_num(by_name, "test_accuracy"),
+                "file %s\nname %s", json, by_name);
+}
+END_TEST
+
+START_TEST(unknown_model_names_both_kinds) {
+  const char *json, *err;
+  ck_assert_int_ne(bench("train --model resnet50 --json", &json, &err), 0);
+  ck_assert_msg(strstr(err, "resnet50") && strstr(err, "(or give a model file path)"), "%s", err);
+  ck_assert_int_ne(bench("train --model /nonexistent/model --json", &json, &err), 0);
+  ck_assert_msg(strstr(err, "/nonexistent/model: No such file"), "%s", err);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("bench_cli");
+  TCase *tc = tcase_create("bench_cli");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, model_file_benchmarks_like_the_name);
+  tcase_add_test(tc, unknown_model_names_both_kinds);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  cd_require_binary("pe-bench");
+  Suite *s = suite();
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
