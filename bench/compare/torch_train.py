@@ -16,6 +16,14 @@ Kept the same as pe-bench:
   - cnn: conv 5x5 32 (pad 2) ReLU, max pool 2, conv 5x5 64 (pad 2) ReLU,
     max pool 2, fc 1024 ReLU, dropout 0.4, fc 10; momentum SGD lr 0.01,
     momentum 0.9, batch 64;
+  - resnet: conf/models/resnet, a 3x3 conv 16 stem and three residual
+    blocks (16, 32, 64 channels; conv 3x3, batch norm, ReLU, conv 3x3, batch
+    norm, plus the input or its strided 1x1 conv + batch norm projection,
+    ReLU), global average pooling, fc 10; convolutions without bias; batch
+    norm momentum 0.1 (pe's 0.9 is the same running-average weight), eps
+    1e-5; momentum SGD lr 0.05, momentum 0.9, weight decay 5e-4 on the
+    weights only (no_decay_1d: none on biases and batch-norm parameters),
+    batch 64;
   - the loss is softmax cross-entropy averaged over the batch; each epoch
     visits the training set in a fresh random order; the last batch of an
     epoch may be short;
@@ -40,7 +48,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
-MODELS = {"mlp": (128, 0.1), "cnn": (64, 0.01)}  # default batch, learning rate
+# default batch, learning rate, weight decay (of the weights: none on 1-D parameters)
+MODELS = {"mlp": (128, 0.1, 0.0), "cnn": (64, 0.01, 0.0), "resnet": (64, 0.05, 5e-4)}
 
 
 def read_idx(path):
@@ -85,17 +94,50 @@ class Cnn(nn.Module):
         return self.fc1(self.drop(F.relu(self.fc0(x.flatten(1)))))
 
 
+class Block(nn.Module):
+    """conv-bn-relu-conv-bn plus the shortcut (a strided 1x1 conv + bn when the
+    shape changes), then relu: the model file's save / from / add block."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv0 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn0 = nn.BatchNorm2d(cout)
+        self.conv1 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.proj = None
+        if stride != 1 or cin != cout:
+            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn1(self.conv1(F.relu(self.bn0(self.conv0(x)))))
+        return F.relu(y + (self.proj(x) if self.proj is not None else x))
+
+
+class ResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 16, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        self.blocks = nn.Sequential(Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2))
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.stem(x.view(-1, 1, 28, 28))))
+        return self.fc(F.adaptive_avg_pool2d(self.blocks(x), 1).flatten(1))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
-    ap.add_argument("--batch", type=int, default=0, help="mlp 128, cnn 64")
+    ap.add_argument("--batch", type=int, default=0, help="mlp 128, cnn and resnet 64")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--steps", type=int, default=0, help="cap on steps per epoch (0: none)")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--data", default=DATA_DIR)
     a = ap.parse_args()
-    default_batch, lr = MODELS[a.model]
+    default_batch, lr, decay = MODELS[a.model]
     batch = a.batch or default_batch
     threads = a.threads or os.cpu_count()
     torch.set_num_threads(threads)
@@ -106,8 +148,11 @@ def main():
     mean, std = x_train.mean().item(), x_train.std().item()
     x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
 
-    net = Mlp() if a.model == "mlp" else Cnn()
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    net = {"mlp": Mlp, "cnn": Cnn, "resnet": ResNet}[a.model]()
+    weights = [p for p in net.parameters() if p.dim() > 1]
+    others = [p for p in net.parameters() if p.dim() <= 1]
+    opt = torch.optim.SGD([{"params": weights, "weight_decay": decay},
+                           {"params": others, "weight_decay": 0.0}], lr=lr, momentum=0.9)
     gen = torch.Generator().manual_seed(a.seed)
     n = len(x_train)
     steps = samples = 0
