@@ -1,23 +1,28 @@
-/* batch_norm and batch_norm_grad on oneDNN batch normalization. Channels
- * are dim 1 of X ([N, C] or [N, C, H, W]; any rank 2..5, dense).
+/* batch_norm and batch_norm_grad on cpu places. Channels are dim 1 of X
+ * ([N, C] or [N, C, H, W]; any rank 2..5, dense).
  *
- * Training: oneDNN computes Y with the batch statistics and writes the batch
- * mean and (biased) variance into SavedMean / SavedVariance. oneDNN keeps no
- * running statistics, so the kernel then updates them itself:
+ * Written here rather than on oneDNN: the graph's tensors are plain NCHW,
+ * for which oneDNN 2.6 has only its generic ncsp batch normalization (its
+ * JIT versions take blocked or NHWC data, which would cost two reorders a
+ * call); these loops are two passes over X forward and two backward, the
+ * sums in double. PyTorch's CPU batch norm is its own kernel too.
+ *
+ * Training: Y with the batch's mean and biased variance, which go to
+ * SavedMean / SavedVariance, and the running statistics move:
  *   MeanOut = momentum * Mean + (1 - momentum) * SavedMean (same for the
  * variance). MeanOut/VarianceOut are normally the Mean/Variance variables
- * (updated in place); the update is element-wise, so aliasing is safe, and
- * distinct tensors work too.
- * is_test: Y uses the running statistics (dnnl_use_global_stats); the
- * running stats are left alone and SavedMean/SavedVariance receive copies of
- * them, so that a gradient taken in test mode (which then also uses global
- * stats) sees the statistics the forward used.
+ * (updated in place); distinct tensors work too.
+ * is_test: Y uses the running statistics, which are left alone, and
+ * SavedMean/SavedVariance receive copies of them, so that a gradient taken
+ * in test mode (statistics constant) sees the statistics the forward used.
  *
  * The gradient op gets only X, Scale, Bias, SavedMean, SavedVariance and
  * Y@GRAD (custom maker): Y and the running stats are not needed. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
 #include "ops/op_tables.h"
 
@@ -66,113 +71,111 @@ static pe_status *bn_grad_infer(pe_infer_ctx *c) {
   return pe_infer_grad_like_inputs(c);
 }
 
-static unsigned bn_flags(const pe_kernel_ctx *c) {
-  unsigned f = dnnl_use_scale | dnnl_use_shift;
-  return pe_attr_b(c->def, c->desc, "is_test") ? f | dnnl_use_global_stats : f;
+/* X as [N, C, S] (S: the product of the dims after the channels; 1 for
+ * [N, C]): channel c's values are N runs of S contiguous floats. */
+typedef struct bn_dims {
+  int64_t n, ch, sp;
+} bn_dims;
+
+static bn_dims bn_dims_of(const pe_tensor *x) {
+  bn_dims d = {x->shape.d[0], x->shape.d[1], 1};
+  for (int i = 2; i < x->shape.ndim; i++) d.sp *= x->shape.d[i];
+  return d;
 }
 
-static pe_status *bn_fwd_pd(pe_kernel_ctx *c, const pe_shape *x, dnnl_prop_kind_t prop,
-                            unsigned flags, dnnl_primitive_desc_t *pd) {
-  dnnl_memory_desc_t md;
-  dnnl_batch_normalization_desc_t bd;
-  float eps = pe_attr_f(c->def, c->desc, "epsilon");
-  PE_TRY(pe_dnnl_check(pe_dnnl_md_of(&md, x), c, "batch norm desc"));
-  PE_TRY(pe_dnnl_check(dnnl_batch_normalization_forward_desc_init(&bd, prop, &md, eps, flags), c,
-                       "batch norm forward desc"));
-  return pe_dnnl_pd(c, &bd, NULL, "batch norm forward primitive desc", pd);
+/* Channel c's sum and sum of squares (or, with dy, sum of dy and of dy*x),
+ * in double: M = N*S terms of either sign. */
+static void bn_sums(const float *x, const float *dy, bn_dims d, int64_t c, double *s1, double *s2) {
+  double a = 0, b = 0;
+  for (int64_t i = 0; i < d.n; i++) {
+    const float *xr = x + (i * d.ch + c) * d.sp;
+    if (dy) {
+      const float *gr = dy + (i * d.ch + c) * d.sp;
+#pragma omp simd reduction(+ : a, b)
+      for (int64_t k = 0; k < d.sp; k++) {
+        a += gr[k];
+        b += (double)gr[k] * xr[k];
+      }
+    } else {
+#pragma omp simd reduction(+ : a, b)
+      for (int64_t k = 0; k < d.sp; k++) {
+        a += xr[k];
+        b += (double)xr[k] * xr[k];
+      }
+    }
+  }
+  *s1 = a;
+  *s2 = b;
 }
 
-/* prims[0]: training (SRC, SCALE, SHIFT, DST, MEAN, VARIANCE; stats are
- * outputs) or inference (same order; stats are inputs). bufs[0], bufs[1]:
- * stats scratch for absent SavedMean/SavedVariance in training. */
-static pe_status *bn_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x) {
-  bool test = pe_attr_b(c->def, c->desc, "is_test");
-  dnnl_primitive_desc_t pd;
-  PE_TRY(bn_fwd_pd(c, x, test ? dnnl_forward_inference : dnnl_forward_training, bn_flags(c), &pd));
-  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_SCALE, DNNL_ARG_SHIFT,
-                             DNNL_ARG_DST, DNNL_ARG_MEAN,  DNNL_ARG_VARIANCE};
-  pe_dnnl_prim *p;
-  void *buf;
-  pe_status *st = pe_dnnl_entry_add(c, e, pd, args, 6, "batch norm forward", &p);
-  dnnl_primitive_desc_destroy(pd);
-  for (int i = 0; i < 2 && !st; i++)
-    st = pe_dnnl_entry_buffer(c, e, (size_t)x->d[1] * sizeof(float), &buf);
-  return st;
+/* y = x * mul + add over channel c. */
+static void bn_affine(const float *x, float *y, bn_dims d, int64_t c, float mul, float add) {
+  for (int64_t i = 0; i < d.n; i++) {
+    const float *xr = x + (i * d.ch + c) * d.sp;
+    float *yr = y + (i * d.ch + c) * d.sp;
+#pragma omp simd
+    for (int64_t k = 0; k < d.sp; k++) yr[k] = xr[k] * mul + add;
+  }
 }
 
-/* dst[i] = a*src[i] + b*upd[i] for C channels (src and dst may alias). */
-static void bn_blend(float *dst, const float *src, const float *upd, float a, float b, int64_t n) {
-  for (int64_t i = 0; i < n; i++) dst[i] = a * src[i] + b * upd[i];
-}
-
+/* Training: the batch's mean and biased variance per channel (into bm, bv),
+ * then Y; the running statistics blend in the batch's afterwards:
+ * MeanOut = momentum * Mean + (1 - momentum) * batch mean (same for the
+ * variance; element-wise, so MeanOut may be Mean). Test: Y from the running
+ * statistics, which stay; SavedMean/SavedVariance get copies of them, so
+ * that a gradient taken in test mode sees the statistics the forward used.
+ * Channels are spread over the place's team; each is one pass for its sums
+ * and one for Y. */
 static pe_status *bn_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, BN_X, 0), *y = pe_kout(c, BN_Y, 0);
+  const float *scale = pe_f32(pe_kin(c, BN_SCALE, 0)), *bias = pe_f32(pe_kin(c, BN_BIAS, 0));
   pe_tensor *mean = pe_kin(c, BN_MEAN, 0), *var = pe_kin(c, BN_VAR, 0);
   pe_tensor *mean_out = pe_kout(c, BN_MEAN_OUT, 0), *var_out = pe_kout(c, BN_VAR_OUT, 0);
   pe_tensor *saved_mean = pe_kout(c, BN_SAVED_MEAN, 0), *saved_var = pe_kout(c, BN_SAVED_VAR, 0);
   bool test = pe_attr_b(c->def, c->desc, "is_test");
-  int64_t ch = x->shape.d[1];
-  pe_dnnl_entry *e;
-  bool fresh;
-  PE_TRY(pe_dnnl_cache_lookup_shape(c, &x->shape, &e, &fresh));
-  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, bn_build(c, e, &x->shape)));
-  size_t cbytes = (size_t)ch * sizeof(float);
-  if (test) {
-    void *h[] = {
-        x->data,  pe_kin(c, BN_SCALE, 0)->data, pe_kin(c, BN_BIAS, 0)->data, y->data, mean->data,
-        var->data};
-    PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "batch_norm (test)"));
-    /* memmove: an output may be the very tensor it copies from. */
-    if (saved_mean) memmove(saved_mean->data, mean->data, cbytes);
-    if (saved_var) memmove(saved_var->data, var->data, cbytes);
-    if (mean_out) memmove(mean_out->data, mean->data, cbytes);
-    if (var_out) memmove(var_out->data, var->data, cbytes);
-    return NULL;
+  float eps = pe_attr_f(c->def, c->desc, "epsilon"), mom = pe_attr_f(c->def, c->desc, "momentum");
+  bn_dims d = bn_dims_of(x);
+  double m = (double)(d.n * d.sp);
+  if (!test && m == 0)
+    return pe_kernel_error(c, PE_ESHAPE, "input X '%s' has no values to take statistics of",
+                           pe_op_input_arg(c->desc, "X"));
+  const float *xv = pe_f32(x);
+  float *yv = pe_f32(y), *rm = pe_f32(mean), *rv = pe_f32(var);
+  float *sm = saved_mean ? pe_f32(saved_mean) : NULL, *sv = saved_var ? pe_f32(saved_var) : NULL;
+  float *mo = mean_out ? pe_f32(mean_out) : NULL, *vo = var_out ? pe_f32(var_out) : NULL;
+  int nt = pe_kernel_threads(c);
+#pragma omp parallel for num_threads(nt) if (d.ch > 1 && d.n * d.ch * d.sp >= PE_PAR_MIN) \
+    schedule(static)
+  for (int64_t ch = 0; ch < d.ch; ch++) {
+    float bmean, bvar;
+    if (test) {
+      bmean = rm[ch];
+      bvar = rv[ch];
+    } else {
+      double s1, s2;
+      bn_sums(xv, NULL, d, ch, &s1, &s2);
+      double mu = s1 / m, v = s2 / m - mu * mu;
+      bmean = (float)mu;
+      bvar = (float)(v > 0 ? v : 0);
+    }
+    float inv = 1.0f / sqrtf(bvar + eps), mul = scale[ch] * inv;
+    bn_affine(xv, yv, d, ch, mul, bias[ch] - bmean * mul);
+    /* Element-wise per channel: an output may be the very input it reads. */
+    float old_m = rm[ch], old_v = rv[ch];
+    if (sm) sm[ch] = bmean;
+    if (sv) sv[ch] = bvar;
+    if (mo) mo[ch] = test ? old_m : mom * old_m + (1.0f - mom) * bmean;
+    if (vo) vo[ch] = test ? old_v : mom * old_v + (1.0f - mom) * bvar;
   }
-  float *bm = saved_mean ? pe_f32(saved_mean) : e->bufs[0];
-  float *bv = saved_var ? pe_f32(saved_var) : e->bufs[1];
-  void *h[] = {x->data, pe_kin(c, BN_SCALE, 0)->data, pe_kin(c, BN_BIAS, 0)->data, y->data, bm, bv};
-  PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "batch_norm"));
-  float mom = pe_attr_f(c->def, c->desc, "momentum");
-  if (mean_out) bn_blend(pe_f32(mean_out), pe_f32(mean), bm, mom, 1.0f - mom, ch);
-  if (var_out) bn_blend(pe_f32(var_out), pe_f32(var), bv, mom, 1.0f - mom, ch);
   return NULL;
 }
 
-/* prims[0]: backward (SRC, MEAN, VARIANCE, DIFF_DST, SCALE, SHIFT,
- * DIFF_SRC, DIFF_SCALE, DIFF_SHIFT). bufs[0], bufs[1]: [C] scratch for absent
- * Scale@GRAD / Bias@GRAD; bufs[2]: X-sized scratch for an absent X@GRAD. */
-static pe_status *bn_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
-                                bool need_dx) {
-  unsigned flags = bn_flags(c);
-  dnnl_primitive_desc_t hint, pd = NULL;
-  PE_TRY(bn_fwd_pd(c, x, dnnl_forward_training, flags, &hint));
-  dnnl_memory_desc_t md;
-  dnnl_batch_normalization_desc_t bd;
-  float eps = pe_attr_f(c->def, c->desc, "epsilon");
-  dnnl_status_t s = pe_dnnl_md_of(&md, x);
-  if (s == dnnl_success)
-    s = dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &md, &md, eps, flags);
-  pe_status *st = pe_dnnl_check(s, c, "batch norm backward desc");
-  if (!st) st = pe_dnnl_pd(c, &bd, hint, "batch norm backward primitive desc", &pd);
-  dnnl_primitive_desc_destroy(hint);
-  if (st) return st;
-  /* oneDNN 2.6 counts SHIFT among the backward inputs when use_shift is
-   * set (it does not affect the result), so Bias is bound too. */
-  static const int args[] = {DNNL_ARG_SRC,      DNNL_ARG_MEAN,       DNNL_ARG_VARIANCE,
-                             DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE,      DNNL_ARG_SHIFT,
-                             DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT};
-  pe_dnnl_prim *p;
-  void *buf;
-  st = pe_dnnl_entry_add(c, e, pd, args, 9, "batch norm backward", &p);
-  dnnl_primitive_desc_destroy(pd);
-  for (int i = 0; i < 2 && !st; i++)
-    st = pe_dnnl_entry_buffer(c, e, (size_t)x->d[1] * sizeof(float), &buf);
-  if (!st && need_dx)
-    st = pe_dnnl_entry_buffer(c, e, (size_t)pe_shape_numel(x) * sizeof(float), &buf);
-  return st;
-}
-
+/* With the forward's statistics (SavedMean, SavedVariance; M = N*S values
+ * per channel, xhat = (x - mean) * inv_std):
+ *   Bias@GRAD = sum(dy), Scale@GRAD = sum(dy * xhat),
+ *   X@GRAD = scale * inv_std * (dy - Bias@GRAD / M - xhat * Scale@GRAD / M)
+ * in training, where the statistics depend on X; in test mode they are
+ * constants and X@GRAD = scale * inv_std * dy. */
 static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, BNG_X, 0), *dy = pe_kin(c, BNG_DY, 0);
   pe_tensor *dx = pe_kout(c, BNG_DX, 0), *dscale = pe_kout(c, BNG_DSCALE, 0);
@@ -182,24 +185,38 @@ static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
     return NULL;
   }
   if (!dx && !dscale && !dbias) return NULL;
-  int64_t key[PE_DNNL_KEY_MAX];
-  int nk = 0;
-  pe_dnnl_key_shape(key, &nk, &x->shape);
-  pe_dnnl_key_val(key, &nk, dx != NULL); /* the scratch set depends on it */
-  pe_dnnl_entry *e;
-  bool fresh;
-  PE_TRY(pe_dnnl_cache_lookup(c, key, nk, &e, &fresh));
-  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, bn_grad_build(c, e, &x->shape, !dx)));
-  void *h[] = {x->data,
-               pe_kin(c, BNG_SAVED_MEAN, 0)->data,
-               pe_kin(c, BNG_SAVED_VAR, 0)->data,
-               dy->data,
-               pe_kin(c, BNG_SCALE, 0)->data,
-               pe_kin(c, BNG_BIAS, 0)->data,
-               dx ? dx->data : e->bufs[2],
-               dscale ? dscale->data : e->bufs[0],
-               dbias ? dbias->data : e->bufs[1]};
-  return pe_dnnl_run(c, &e->prims[0], h, "batch_norm_grad");
+  bool test = pe_attr_b(c->def, c->desc, "is_test");
+  float eps = pe_attr_f(c->def, c->desc, "epsilon");
+  bn_dims d = bn_dims_of(x);
+  double m = (double)(d.n * d.sp);
+  const float *xv = pe_f32(x), *gv = pe_f32(dy), *scale = pe_f32(pe_kin(c, BNG_SCALE, 0));
+  const float *sm = pe_f32(pe_kin(c, BNG_SAVED_MEAN, 0)), *sv = pe_f32(pe_kin(c, BNG_SAVED_VAR, 0));
+  float *dxv = dx ? pe_f32(dx) : NULL, *dsv = dscale ? pe_f32(dscale) : NULL;
+  float *dbv = dbias ? pe_f32(dbias) : NULL;
+  int nt = pe_kernel_threads(c);
+#pragma omp parallel for num_threads(nt) if (d.ch > 1 && d.n * d.ch * d.sp >= PE_PAR_MIN) \
+    schedule(static)
+  for (int64_t ch = 0; ch < d.ch; ch++) {
+    double s_dy, s_dyx;
+    bn_sums(xv, gv, d, ch, &s_dy, &s_dyx);
+    float inv = 1.0f / sqrtf(sv[ch] + eps);
+    double g_scale = (s_dyx - sm[ch] * s_dy) * inv; /* sum(dy * xhat) */
+    if (dbv) dbv[ch] = (float)s_dy;
+    if (dsv) dsv[ch] = (float)g_scale;
+    if (!dxv) continue;
+    /* dx = k * (dy - a - xhat * b), as dy * k + x * kx + k0 */
+    float k = scale[ch] * inv;
+    float a = test || m == 0 ? 0.0f : (float)(s_dy / m);
+    float b = test || m == 0 ? 0.0f : (float)(g_scale / m);
+    float kx = -k * b * inv, k0 = -k * a + k * b * inv * sm[ch];
+    for (int64_t i = 0; i < d.n; i++) {
+      const float *xr = xv + (i * d.ch + ch) * d.sp, *gr = gv + (i * d.ch + ch) * d.sp;
+      float * or = dxv + (i * d.ch + ch) * d.sp;
+#pragma omp simd
+      for (int64_t q = 0; q < d.sp; q++) or [q] = gr[q] * k + xr[q] * kx + k0;
+    }
+  }
+  return NULL;
 }
 
 /* Custom maker: X, Scale, Bias, SavedMean, SavedVariance, Y@GRAD ->
@@ -262,14 +279,12 @@ const pe_op_def pe_ops_batch_norm[] = {
      .attrs = bn_attrs,
      .infer = bn_infer,
      .kernel_cpu = bn_kernel,
-     .state_free = pe_dnnl_cache_free,
      .grad = bn_grad_maker},
     {.type = "batch_norm_grad",
      .inputs = bn_grad_in,
      .outputs = bn_grad_out,
      .attrs = bn_attrs,
      .infer = bn_grad_infer,
-     .kernel_cpu = bn_grad_kernel,
-     .state_free = pe_dnnl_cache_free},
+     .kernel_cpu = bn_grad_kernel},
     {0},
 };
