@@ -404,6 +404,18 @@ static inline char *dh_first_weight(const Pe__Reply *reg_rep) {
   return NULL;
 }
 
+/* Register spec under `model` and Init it; *w (may be NULL) gets a weight's
+ * name (malloc'd). Returns the handle. */
+static inline uint64_t dh_setup_model(int sock, uint64_t client, const pe_model_spec *spec,
+                                      const char *model, uint64_t seed, bool persistent, char **w) {
+  Pe__Reply *reg;
+  uint64_t h = dh_register(sock, client, spec, model, seed, persistent, NULL, &reg);
+  if (w) *w = dh_first_weight(reg);
+  pe__reply__free_unpacked(reg, NULL);
+  dh_init_ok(sock, client, h);
+  return h;
+}
+
 /* *od: sgd 0.1 with a step schedule halving it every 2 steps (ls holds the
  * schedule); rate of step s = 0.1 * 0.5^floor(s / 2). */
 static inline void dh_step_schedule(Pe__OptimizerDesc *od, Pe__LrSchedule *ls) {

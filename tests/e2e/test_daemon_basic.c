@@ -233,11 +233,8 @@ START_TEST(test_new_optimizer_keeps_the_weights) {
   dh_start(&d, NULL);
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
-  Pe__Reply *reg = NULL;
-  uint64_t h = dh_register(s, CLIENT, &mlp, "cont", 7, false, NULL, &reg);
-  char *w = dh_first_weight(reg);
-  pe__reply__free_unpacked(reg, NULL);
-  pe__reply__free_unpacked(dh_init(s, CLIENT, h), NULL);
+  char *w;
+  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "cont", 7, false, &w);
   dh_batch b;
   dh_batch_make(&b, 16, 1);
   dh_run_loss(s, CLIENT, h, &b, mlp.loss, 3);

@@ -37,13 +37,6 @@ static census take_census(int s) {
   return c;
 }
 
-static uint64_t registered_and_init(int s, uint64_t client, pe_model_spec *mlp, const char *model,
-                                    bool persistent) {
-  uint64_t h = dh_register(s, client, mlp, model, 7, persistent, NULL, NULL);
-  dh_init_ok(s, client, h);
-  return h;
-}
-
 static Pe__Request close_req(uint64_t client) {
   Pe__Request rq = dh_req(client);
   rq.body_case = PE__REQUEST__BODY_CLOSE;
@@ -66,14 +59,11 @@ START_TEST(test_close_ends_session) {
   dh_start(&d, "[sessions]\nttl = 600\n");
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
-  uint64_t h_eph = registered_and_init(s, CLIENT_A, &mlp, "eph", false);
-  Pe__Reply *reg;
-  uint64_t h_keep = dh_register(s, CLIENT_A, &mlp, "keep", 7, true, NULL, &reg);
-  char *weight = dh_first_weight(reg);
-  pe__reply__free_unpacked(reg, NULL);
-  dh_init_ok(s, CLIENT_A, h_keep);
+  uint64_t h_eph = dh_setup_model(s, CLIENT_A, &mlp, "eph", 7, false, NULL);
+  char *weight;
+  dh_setup_model(s, CLIENT_A, &mlp, "keep", 7, true, &weight);
   Pe__Reply *rep;
-  uint64_t h_shared = registered_and_init(s, CLIENT_A, &mlp, "shared", false);
+  uint64_t h_shared = dh_setup_model(s, CLIENT_A, &mlp, "shared", 7, false, NULL);
   bool existed = false;
   ck_assert_uint_eq(dh_register(s, CLIENT_B, &mlp, "shared", 7, false, &existed, NULL), h_shared);
   ck_assert(existed);
@@ -154,7 +144,7 @@ START_TEST(test_close_ends_session) {
   free(weight);
 
   /* The model name A used is free: registering it again starts afresh. */
-  registered_and_init(s, CLIENT_A, &mlp, "eph", false);
+  dh_setup_model(s, CLIENT_A, &mlp, "eph", 7, false, NULL);
   ck_assert(take_census(s).eph);
 
   shm_unlink(name);

@@ -70,11 +70,8 @@ START_TEST(test_init_during_training_loses_no_step) {
   dh_batch_make(&b, 16, 5);
 
   /* The reference: the trainer's steps alone. */
-  Pe__Reply *reg;
-  uint64_t ref = dh_register(s, OTHER, &mlp, "ref", 7, false, NULL, &reg);
-  char *w = dh_first_weight(reg);
-  pe__reply__free_unpacked(reg, NULL);
-  dh_init_ok(s, OTHER, ref);
+  char *w;
+  uint64_t ref = dh_setup_model(s, OTHER, &mlp, "ref", 7, false, &w);
   for (int i = 0; i < REQUESTS; i++) dh_run_loss(s, OTHER, ref, &b, mlp.loss, STEPS);
   char velocity[256];
   snprintf(velocity, sizeof velocity, "%s@VELOCITY", w);
@@ -86,8 +83,7 @@ START_TEST(test_init_during_training_loses_no_step) {
     char model[16];
     snprintf(model, sizeof model, "race%d", t);
     dh_optimizer = NULL;
-    uint64_t h = dh_register(s, OTHER, &mlp, model, 7, false, NULL, NULL);
-    dh_init_ok(s, OTHER, h);
+    uint64_t h = dh_setup_model(s, OTHER, &mlp, model, 7, false, NULL);
     trainer_arg a = {&d, h, mlp.loss, &b, 0, ""};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, trainer_main, &a), 0);
@@ -162,8 +158,7 @@ START_TEST(test_init_refuses_kept_and_missing_in_one_op) {
   pe_model_spec mlp = dh_mlp();
   char bias[128];
   pe_model_spec mixed = mixed_spec(&mlp, bias, sizeof bias);
-  uint64_t h = dh_register(s, OTHER, &mlp, "mixed", 7, false, NULL, NULL);
-  dh_init_ok(s, OTHER, h);
+  uint64_t h = dh_setup_model(s, OTHER, &mlp, "mixed", 7, false, NULL);
   uint64_t h2 = dh_register(s, OTHER, &mixed, "mixed", 7, false, NULL, NULL);
   Pe__Reply *rep = dh_init(s, OTHER, h2);
   dh_err(rep, PE_EINVAL, "clip_by_global_norm");

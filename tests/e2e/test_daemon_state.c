@@ -13,19 +13,6 @@
 
 #define CLIENT 0x2002
 
-/* A trained-once model "m" (returns handle; *w: a weight name). */
-static uint64_t setup_model(int s, pe_model_spec *mlp, const char *model, uint64_t seed,
-                            bool persistent, char **w) {
-  Pe__Reply *reg;
-  uint64_t h = dh_register(s, CLIENT, mlp, model, seed, persistent, NULL, &reg);
-  if (w) *w = dh_first_weight(reg);
-  pe__reply__free_unpacked(reg, NULL);
-  Pe__Reply *rep = dh_init(s, CLIENT, h);
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
-  return h;
-}
-
 static Pe__Reply *checkpoint(int s, bool save, const char *model, const char *name) {
   Pe__Request rq = dh_req(CLIENT);
   Pe__CheckpointRequest cr = PE__CHECKPOINT_REQUEST__INIT;
@@ -47,7 +34,7 @@ START_TEST(test_resend_applied_once) {
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
   char *w;
-  uint64_t h = setup_model(s, &mlp, "m", 3, false, &w);
+  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "m", 3, false, &w);
   dh_batch b;
   dh_batch_make(&b, 16, 3);
   size_t n;
@@ -124,7 +111,7 @@ START_TEST(test_params_and_checkpoints) {
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
   char *w;
-  uint64_t h = setup_model(s, &mlp, "m", 5, false, &w);
+  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "m", 5, false, &w);
   dh_batch b;
   dh_batch_make(&b, 16, 5);
   dh_run_loss(s, CLIENT, h, &b, mlp.loss, 2);
@@ -270,7 +257,7 @@ START_TEST(test_restart_and_sigterm) {
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
   char *w;
-  uint64_t h = setup_model(s, &mlp, "pm", 9, true, &w);
+  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "pm", 9, true, &w);
   dh_batch b;
   dh_batch_make(&b, 16, 9);
   dh_run_loss(s, CLIENT, h, &b, mlp.loss, 3);
@@ -286,7 +273,7 @@ START_TEST(test_restart_and_sigterm) {
 
   dh_start(&d, NULL);
   s = dh_connect(&d, 30000);
-  h = setup_model(s, &mlp, "pm", 9, true, NULL);
+  h = dh_setup_model(s, CLIENT, &mlp, "pm", 9, true, NULL);
   rep = checkpoint(s, false, "pm", "before-crash");
   dh_ok(rep);
   pe__reply__free_unpacked(rep, NULL);
@@ -353,13 +340,13 @@ START_TEST(test_two_clients) {
   dh_start(&d, NULL);
   int sa = dh_connect(&d, 30000), sb = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
-  uint64_t ha = setup_model(sa, &mlp, "ma", 11, false, NULL);
-  uint64_t hb = setup_model(sb, &mlp, "mb", 12, false, NULL);
+  uint64_t ha = dh_setup_model(sa, CLIENT, &mlp, "ma", 11, false, NULL);
+  uint64_t hb = dh_setup_model(sb, CLIENT, &mlp, "mb", 12, false, NULL);
   dh_batch b;
   dh_batch_make(&b, 16, 4);
   /* Reference: the first loss of each model alone (a fresh model per seed). */
-  uint64_t ra = setup_model(sa, &mlp, "ra", 11, false, NULL);
-  uint64_t rb = setup_model(sb, &mlp, "rb", 12, false, NULL);
+  uint64_t ra = dh_setup_model(sa, CLIENT, &mlp, "ra", 11, false, NULL);
+  uint64_t rb = dh_setup_model(sb, CLIENT, &mlp, "rb", 12, false, NULL);
   float want_a = dh_run_loss(sa, CLIENT, ra, &b, mlp.loss, 4);
   float want_b = dh_run_loss(sb, CLIENT, rb, &b, mlp.loss, 4);
   ck_assert_float_ne(want_a, want_b);
@@ -409,8 +396,8 @@ START_TEST(test_session_ttl_after_sighup) {
   dh_start(&d, "[sessions]\nttl = 600\n");
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
-  uint64_t h = setup_model(s, &mlp, "eph", 1, false, NULL);
-  uint64_t hp = setup_model(s, &mlp, "keep", 2, true, NULL);
+  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "eph", 1, false, NULL);
+  uint64_t hp = dh_setup_model(s, CLIENT, &mlp, "keep", 2, true, NULL);
   (void)hp;
   FILE *f = fopen(d.conf, "w");
   ck_assert(f != NULL);
@@ -449,8 +436,8 @@ START_TEST(test_shm_feeds) {
   dh_start(&d, NULL);
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
-  uint64_t h1 = setup_model(s, &mlp, "inline", 21, false, NULL);
-  uint64_t h2 = setup_model(s, &mlp, "shm", 21, false, NULL);
+  uint64_t h1 = dh_setup_model(s, CLIENT, &mlp, "inline", 21, false, NULL);
+  uint64_t h2 = dh_setup_model(s, CLIENT, &mlp, "shm", 21, false, NULL);
   dh_batch b;
   dh_batch_make(&b, 16, 21);
   float want = dh_run_loss(s, CLIENT, h1, &b, mlp.loss, 1);
