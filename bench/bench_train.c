@@ -84,6 +84,8 @@ static const opt_row opts[] = {
      "parallel: first run the cpu:1 sequential baseline (1 thread) here; report both"},
     {"denormals", OPT_STR, CFG(denormals), 0, 0,
      "flush (default): kernel threads flush denormals to zero | keep"},
+    {"fuse-ops", OPT_ONOFF, CFG(fuse_ops), 0, 0,
+     "conv2d + bias add + relu as one op, as the daemon does [on|off] (on)"},
     {"json", OPT_FLAG, CFG(json), 0, 0, "print one JSON line on stdout"},
     {"help", OPT_FLAG, CFG(help), 0, 0, "this text"},
 };
@@ -180,8 +182,13 @@ static int seq_setup(trainer *t) {
   if (!st) st = pe_program_clone(p, &s->eval);
   pe_program_free(p);
   if (st) return fail_st(st, "clone");
-  if ((st = pe_program_compile(s->train, false))) return fail_st(st, "compile train program");
-  if ((st = pe_program_compile(s->eval, true))) return fail_st(st, "compile eval program");
+  /* The step fetches the loss and the accuracy only. */
+  const char *keep[1] = {t->m.accuracy};
+  pe_pass_opts po = {.n_keep = 1, .keep = keep, .fuse_conv_act = train_cfg_fuse_ops(&t->cfg)};
+  if ((st = pe_program_compile_opts(s->train, false, &po)))
+    return fail_st(st, "compile train program");
+  if ((st = pe_program_compile_opts(s->eval, true, &po)))
+    return fail_st(st, "compile eval program");
   s->scope = pe_scope_new(NULL);
   if (!s->scope) return fail_st(pe_error(PE_ENOMEM, "model scope"), "setup");
   pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed,
@@ -526,12 +533,14 @@ int pe_bench_train(int argc, char **argv) {
       printf(
           "{\"bench\":\"train\",\"model\":\"%s\",\"executor\":\"%s\",\"places\":\"%s\","
           "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
-          "\"threads\":%ld,\"denormals\":\"%s\",\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,"
+          "\"threads\":%ld,\"denormals\":\"%s\",\"fuse_ops\":%s,\"samples_per_sec\":%.1f,"
+          "\"train_seconds\":%.3f,"
           "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.5f,"
           "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f",
           t.cfg.model, t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples,
-          t.cfg.seed, t.cfg.threads, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush", sps,
-          r.train_seconds, r.eval_seconds, r.test_acc, r.final_loss, r.final_train_acc);
+          t.cfg.seed, t.cfg.threads, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
+          train_cfg_fuse_ops(&t.cfg) ? "true" : "false", sps, r.train_seconds, r.eval_seconds,
+          r.test_acc, r.final_loss, r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
       if (t.cfg.compare_sequential) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;

@@ -29,12 +29,18 @@ typedef struct train_cfg {
   bool compare_sequential; /* also run the sequential baseline, report the ratio */
   const char *prefetch;    /* "on" (default when NULL) | "off": split batches on a thread */
   const char *denormals;   /* "flush" (default when NULL) | "keep" (core/fpenv.h) */
+  const char *fuse_ops;    /* "on" (default when NULL) | "off": the fuse_conv_act pass */
 } train_cfg;
 
 /* Whether --denormals keep: kernel threads use IEEE denormals instead of
  * flushing them to zero (the default, as the daemon does). */
 static inline bool train_cfg_keep_denormals(const train_cfg *c) {
   return c->denormals && strcmp(c->denormals, "keep") == 0;
+}
+
+/* Whether --fuse-ops is on (the default, as in the daemon). */
+static inline bool train_cfg_fuse_ops(const train_cfg *c) {
+  return !c->fuse_ops || strcmp(c->fuse_ops, "off") != 0;
 }
 
 /* Whether --prefetch is on (the default). */

@@ -64,7 +64,8 @@ static pe_status *par_compile(trainer *t, par_state *s, const pe_program *p, boo
                     .dump_path = for_test ? NULL : t->cfg.dump_graph,
                     .n_keep = 1,
                     .keep = keep,
-                    .batch_hint = (t->cfg.batch + s->n_places - 1) / s->n_places};
+                    .batch_hint = (t->cfg.batch + s->n_places - 1) / s->n_places,
+                    .fuse_conv_act = train_cfg_fuse_ops(&t->cfg)};
   pe_ir ir = {.prog = prog, .opts = &o};
   st = pe_graph_compile(&ir, for_test);
   if (!st) {

@@ -37,6 +37,7 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   o.sync = (char *)(a->sync ? a->sync : "");
   o.n_keep = a->n_keep;
   o.keep = (char **)a->keep;
+  o.no_op_fusion = a->no_op_fusion;
   Pe__RegisterRequest r = PE__REGISTER_REQUEST__INIT;
   r.program.data = (uint8_t *)a->program;
   r.program.len = a->program_len;

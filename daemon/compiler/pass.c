@@ -20,6 +20,8 @@ static const pe_pass pass_table[] = {
      pe_pass_optimizer, true, PE_PASS_PROGRAM},
     {"inference", "set is_test on every op that has it (dropout, batch_norm)", pe_pass_inference,
      true, PE_PASS_PROGRAM},
+    {"fuse_conv_act", "conv2d + per-channel bias add (+ relu) into one conv2d",
+     pe_pass_fuse_conv_act, true, PE_PASS_PROGRAM},
     {"data_parallel",
      "build the graph: replicate on every place, scale loss@GRAD, insert all_reduce (or "
      "reduce + broadcast); startup graph broadcasts from place 0",
@@ -97,16 +99,27 @@ static const char *program_pipeline(const pe_program *p, bool for_test) {
   return "validate";
 }
 
+/* fuse_conv_act first when asked for (the pass checks opts and the place
+ * kind), then the standard pipeline. */
+static pe_status *program_passes(pe_ir *ir, bool for_test) {
+  if (ir->opts && ir->opts->fuse_conv_act) PE_TRY(pe_passes_run(ir, "validate,fuse_conv_act"));
+  return pe_passes_run(ir, program_pipeline(ir->prog, for_test));
+}
+
 pe_status *pe_program_compile(pe_program *p, bool for_test) {
-  pe_ir ir = {.prog = p};
-  return pe_passes_run(&ir, program_pipeline(p, for_test));
+  return pe_program_compile_opts(p, for_test, NULL);
+}
+
+pe_status *pe_program_compile_opts(pe_program *p, bool for_test, const pe_pass_opts *opts) {
+  pe_ir ir = {.prog = p, .opts = opts};
+  return program_passes(&ir, for_test);
 }
 
 pe_status *pe_graph_compile(pe_ir *ir, bool for_test) {
   static const pe_pass_opts none = {0};
   const pe_pass_opts *o = ir->opts ? ir->opts : &none;
   if (!ir->prog) return pe_error(PE_EINVAL, "compile: the compile unit has no program");
-  PE_TRY(pe_passes_run(ir, program_pipeline(ir->prog, for_test)));
+  PE_TRY(program_passes(ir, for_test));
   PE_TRY(pe_passes_run(ir, "data_parallel,ssa"));
   if (o->fuse) PE_TRY(pe_pass_run(ir, "fuse_allreduce"));
   PE_TRY(pe_pass_run(ir, "memory_plan"));

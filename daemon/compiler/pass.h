@@ -12,6 +12,8 @@
  *   test:  validate, inference      (sets is_test on dropout / batch_norm)
  *   parallel train: validate, backward, optimizer, validate, data_parallel,
  *                   ssa, fuse_allreduce, memory_plan
+ * With opts->fuse_conv_act on cpu or sim places, fuse_conv_act runs after
+ * the first validate (before backward).
  */
 #ifndef PE_COMPILER_PASS_H
 #define PE_COMPILER_PASS_H
@@ -39,6 +41,9 @@ typedef struct pe_pass_opts {
   const char *const *keep;
   /* Per-place batch rows for memory_plan's log line (0: 32). */
   int64_t batch_hint;
+  /* Run fuse_conv_act (conv2d + bias add + relu as one op) on cpu and sim
+   * places; off in zero-initialised opts. */
+  bool fuse_conv_act;
 } pe_pass_opts;
 
 /* The compile unit every pass takes. prog is borrowed (the caller owns it);
@@ -79,6 +84,9 @@ pe_status *pe_passes_run(pe_ir *ir, const char *list);
  * validates after every rewriting pass, so "validate,backward,optimizer" ends
  * validated. */
 pe_status *pe_program_compile(pe_program *p, bool for_test);
+/* The same with options (NULL: defaults): loss, keep, and fuse_conv_act,
+ * which then runs after the first validate (place_kind as for graphs). */
+pe_status *pe_program_compile_opts(pe_program *p, bool for_test, const pe_pass_opts *opts);
 /* The parallel pipeline on ir->prog with ir->opts (NULL: defaults):
  * pe_program_compile's train (or test) passes, then data_parallel, ssa,
  * fuse_allreduce (when opts->fuse), memory_plan, and dump when
@@ -98,6 +106,10 @@ pe_status *pe_pass_backward(pe_ir *ir);
  * 0.9, 0.9, 0.999, 1e-8. No optimizer type: the pass does nothing. */
 pe_status *pe_pass_optimizer(pe_ir *ir);
 pe_status *pe_pass_inference(pe_ir *ir);
+/* fuse_conv_act: conv2d -> elementwise_add (bias, axis 1) [-> relu] into one
+ * conv2d with Bias [and fuse_activation relu] where the intermediates are
+ * temporaries nobody else reads or fetches (pass_fuse_conv_act.c). */
+pe_status *pe_pass_fuse_conv_act(pe_ir *ir);
 
 /* --- graph passes (daemon/compiler/pass_<name>.c) ------------------------- */
 /* data_parallel: build ir->graph (main block replicated on every place,

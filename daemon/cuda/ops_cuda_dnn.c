@@ -357,9 +357,22 @@ static pe_status *conv_state(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *
   return NULL;
 }
 
+/* The fused forms (Bias input, fuse_activation; pass fuse_conv_act, which
+ * runs for cpu and sim places only) have no cuda kernel yet. */
+static pe_status *conv_unfused(pe_kernel_ctx *c, int bias_slot) {
+  if (pe_kin(c, bias_slot, 0) || pe_attr_s(c->def, c->desc, "fuse_activation")[0])
+    return pe_kernel_error(c, PE_EINVAL,
+                           "a Bias input or fuse_activation '%s' is not supported on cuda places "
+                           "(add the bias and the activation as their own ops)",
+                           pe_attr_s(c->def, c->desc, "fuse_activation"));
+  return NULL;
+}
+
+/* Inputs Input, Filter, Bias (refused); output Output. */
 pe_status *pe_cuk_conv2d(pe_kernel_ctx *c) {
   NEED(c, x);
   PE_TRY(need_handles(c, x));
+  PE_TRY(conv_unfused(c, 2));
   pe_tensor *in = pe_kin(c, 0, 0), *w = pe_kin(c, 1, 0), *out = pe_kout(c, 0, 0);
   if (pe_tensor_numel(out) == 0) return NULL;
   dnn_state *s;
@@ -373,11 +386,14 @@ pe_status *pe_cuk_conv2d(pe_kernel_ctx *c) {
                    "conv2d");
 }
 
-/* Inputs Input, Filter, Output, Output@GRAD; outputs Input@GRAD, Filter@GRAD. */
+/* Inputs Input, Filter, Bias (refused), Output, Output@GRAD; outputs
+ * Input@GRAD, Filter@GRAD (Bias@GRAD: refused with Bias). Slot indices as
+ * ops/cpu/conv.c's rows. */
 pe_status *pe_cuk_conv2d_grad(pe_kernel_ctx *c) {
   NEED(c, x);
   PE_TRY(need_handles(c, x));
-  pe_tensor *in = pe_kin(c, 0, 0), *w = pe_kin(c, 1, 0), *dout = pe_kin(c, 3, 0);
+  PE_TRY(conv_unfused(c, 2));
+  pe_tensor *in = pe_kin(c, 0, 0), *w = pe_kin(c, 1, 0), *dout = pe_kin(c, 4, 0);
   pe_tensor *din = pe_kout(c, 0, 0), *dw = pe_kout(c, 1, 0);
   if (!dout || pe_tensor_numel(dout) == 0) return pe_cu_zero_outputs(c, x);
   dnn_state *s;

@@ -194,6 +194,7 @@ static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int
   pe_pass_opts po = {0};
   po.place_kind = kind;
   po.n_places = n_places;
+  po.fuse_conv_act = !(o && o->no_op_fusion);
   if (o) {
     if (o->loss && o->loss[0]) po.loss = o->loss;
     if (o->strategy != PE__STRATEGY__ALLREDUCE && o->strategy != PE__STRATEGY__REDUCE &&

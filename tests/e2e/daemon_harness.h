@@ -233,6 +233,8 @@ static const char *dh_places = NULL;
 static Pe__Strategy dh_strategy = PE__STRATEGY__ALLREDUCE;
 /* Register's optimizer override sent by dh_register (NULL: none). */
 static Pe__OptimizerDesc *dh_optimizer = NULL;
+/* RegisterOptions.no_op_fusion sent by dh_register. */
+static bool dh_no_op_fusion = false;
 
 /* Register model spec `spec` ("mlp") under model name; returns the handle. */
 static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spec *spec,
@@ -249,6 +251,7 @@ static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spe
   if (dh_places) opts.places = (char *)dh_places;
   opts.strategy = dh_strategy;
   opts.optimizer = dh_optimizer;
+  opts.no_op_fusion = dh_no_op_fusion;
   reg.program.data = spec->bytes;
   reg.program.len = spec->len;
   reg.model = (char *)model;

@@ -86,6 +86,9 @@ typedef struct eq_setting {
    * EQ_PARAM_RTOL (cuda's kernels need more, tests/cuda/test_cuda_train.c
    * says why). */
   double rtol;
+  /* Compile the parallel side with fuse_conv_act (conv2d + bias + relu as
+   * one op); the sequential reference stays unfused. */
+  bool fuse_ops;
 } eq_setting;
 
 static inline double eq_loss_tol(const eq_setting *set) {
@@ -133,6 +136,19 @@ static const eq_setting eq_devmem_settings[] = {
               "sim:4 device memory producer reduce"),
 };
 #define EQ_N_DEVMEM ((int)(sizeof eq_devmem_settings / sizeof eq_devmem_settings[0]))
+
+/* Fused convolutions (the daemon's default) against the unfused sequential
+ * program: the bias and relu move into the convolution and its gradient,
+ * which changes summation orders (the bias gradient) but not the math. */
+#define EQ_FUSED_OPS(k, n, s, st, nm) \
+  { nm, k, n, s, st, false, false, 0, true }
+static const eq_setting eq_fused_ops_settings[] = {
+    EQ_FUSED_OPS(PE_PLACE_CPU, 2, PE_SYNC_WAIT_EVENT, PE_STRATEGY_SHARDED,
+                 "cpu:2 sharded, fused ops"),
+    EQ_FUSED_OPS(PE_PLACE_SIM, 4, PE_SYNC_WAIT_PRODUCER, PE_STRATEGY_ALLREDUCE,
+                 "sim:4 producer allreduce, fused ops"),
+};
+#define EQ_N_FUSED_OPS ((int)(sizeof eq_fused_ops_settings / sizeof eq_fused_ops_settings[0]))
 
 /* --- generated data ------------------------------------------------------------------- */
 
@@ -287,10 +303,17 @@ static inline void eq_par_new(const pe_program *p, const eq_setting *set, int64_
                     .strategy = set->strategy,
                     .fuse = set->fuse,
                     .fuse_bucket_bytes = bucket_bytes,
-                    .batch_hint = EQ_MAX_BATCH / set->n_places};
+                    .batch_hint = EQ_MAX_BATCH / set->n_places,
+                    .fuse_conv_act = set->fuse_ops};
   pe_ir ir = {.prog = prog, .opts = &o};
   PE_CK_OK(pe_graph_compile(&ir, false));
   pe_graph *g = ir.graph;
+  int fused = 0; /* conv2d nodes with a Bias: the pass took where it should */
+  for (int i = 0; i < g->n_nodes; i++)
+    fused += g->nodes[i].desc && !strcmp(g->nodes[i].desc->type, "conv2d") &&
+             pe_op_find_input(g->nodes[i].desc, "Bias");
+  ck_assert_msg(set->fuse_ops ? fused > 0 : fused == 0, "%s: %d fused conv2d nodes", set->name,
+                fused);
   e->startup = ir.startup;
   ir.graph = ir.startup = NULL;
   pe_ir_destroy(&ir);

@@ -7,16 +7,31 @@
  * the same floor, so symmetric padding (pad_r = pad_l) is always consistent.
  * Dilation differs by one: Paddle's 1 is oneDNN's 0.
  * Grouped filters are described as 5-D [g, O/g, C/g, KH, KW] (goihw), which
- * is the same memory as the 4-D OIHW tensor. */
+ * is the same memory as the 4-D OIHW tensor.
+ *
+ * Fused bias and relu (pass fuse_conv_act, docs/ops.md): with a Bias [O]
+ * input the convolution adds it (oneDNN's bias argument), and with
+ * fuse_activation "relu" it applies relu as a post-op, so Output is
+ * relu(conv + bias) written in one pass. The gradient masks Output@GRAD
+ * with Output > 0 (relu's gradient from its output) into an entry buffer,
+ * then runs the two backward passes on it; Bias@GRAD comes from the
+ * weights pass (oneDNN's diff_bias), or from a per-channel sum when the
+ * filter needs no gradient. */
 #include <string.h>
 
+#include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
 #include "ops/op_tables.h"
 
-enum { CV_IN, CV_FILTER };
+enum { CV_IN, CV_FILTER, CV_BIAS };
 enum { CV_OUT };
-enum { CVG_IN, CVG_FILTER, CVG_OUT, CVG_DOUT };
-enum { CVG_DIN, CVG_DFILTER };
+enum { CVG_IN, CVG_FILTER, CVG_BIAS, CVG_OUT, CVG_DOUT };
+enum { CVG_DIN, CVG_DFILTER, CVG_DBIAS };
+
+/* fuse_activation: "" (none) or "relu"; infer refuses anything else. */
+static bool conv_relu(const pe_op_def *def, const pe_op_desc *op) {
+  return strcmp(pe_attr_s(def, op, "fuse_activation"), "relu") == 0;
+}
 
 typedef struct conv_params {
   int64_t strides[2], paddings[2], dilations[2], groups;
@@ -30,7 +45,7 @@ static int64_t conv_out_dim(int64_t in, int64_t k, int64_t s, int64_t p, int64_t
 
 /* Shared by conv2d and conv2d_grad: checks dtypes, ranks, attrs, channels;
  * computes the output shape. */
-static pe_status *conv_check(pe_infer_ctx *c, int sin, int sf, pe_shape *out) {
+static pe_status *conv_check(pe_infer_ctx *c, int sin, int sf, int sb_slot, pe_shape *out) {
   PE_TRY(pe_dnnl_infer_f32(c));
   pe_meta *x = pe_in_meta(c, sin, 0), *w = pe_in_meta(c, sf, 0);
   if (!x || !w) return pe_infer_error(c, PE_EARITY, "needs inputs Input and Filter");
@@ -77,19 +92,29 @@ static pe_status *conv_check(pe_infer_ctx *c, int sin, int sf, pe_shape *out) {
                           xn, pe_shape_str(&x->shape, sb, sizeof sb), wn,
                           pe_shape_str(&w->shape, sb2, sizeof sb2), (long long)out->d[2],
                           (long long)out->d[3]);
+  const char *act = pe_attr_s(c->def, c->desc, "fuse_activation");
+  if (act[0] && strcmp(act, "relu") != 0)
+    return pe_infer_error(c, PE_EATTR, "fuse_activation '%s' unknown (\"\" or \"relu\")", act);
+  pe_meta *b = pe_in_meta(c, sb_slot, 0);
+  if (b && (b->shape.ndim != 1 || (wd[0] >= 0 && b->shape.d[0] >= 0 && b->shape.d[0] != wd[0])))
+    return pe_infer_error(
+        c, PE_ESHAPE, "input Bias '%s' shape %s must be [%lld], one per filter of '%s'",
+        pe_in_name(c, sb_slot, 0), pe_shape_str(&b->shape, sb, sizeof sb), (long long)wd[0], wn);
   return NULL;
 }
 
 static pe_status *conv_infer(pe_infer_ctx *c) {
   pe_shape out;
-  PE_TRY(conv_check(c, CV_IN, CV_FILTER, &out));
+  PE_TRY(conv_check(c, CV_IN, CV_FILTER, CV_BIAS, &out));
   pe_infer_set(c, CV_OUT, PE_F32, &out);
   return NULL;
 }
 
 static pe_status *conv_grad_infer(pe_infer_ctx *c) {
   pe_shape out;
-  PE_TRY(conv_check(c, CVG_IN, CVG_FILTER, &out));
+  PE_TRY(conv_check(c, CVG_IN, CVG_FILTER, CVG_BIAS, &out));
+  if (conv_relu(c->def, c->desc) && !pe_in_meta(c, CVG_OUT, 0))
+    return pe_infer_error(c, PE_EARITY, "fuse_activation relu needs input Output (the mask)");
   return pe_infer_grad_like_inputs(c);
 }
 
@@ -98,7 +123,7 @@ static pe_status *conv_grad_infer(pe_infer_ctx *c) {
  * primitives are created (they choose blocked layouts; see
  * pe_dnnl_stage_make). */
 typedef struct conv_descs {
-  dnnl_memory_desc_t src, wei, dst;             /* plain: the tensors */
+  dnnl_memory_desc_t src, wei, dst, bia;        /* plain: the tensors (bia: [O]) */
   dnnl_memory_desc_t src_any, wei_any, dst_any; /* what the primitives see */
   dnnl_dims_t strides, dilates, pad;
 } conv_descs;
@@ -119,6 +144,7 @@ static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_
   dnnl_status_t s = pe_dnnl_md_plain(&d->src, 4, x->d);
   if (s == dnnl_success) s = pe_dnnl_md_plain(&d->dst, 4, dst);
   if (s == dnnl_success) s = pe_dnnl_md_plain(&d->wei, wn, wd);
+  if (s == dnnl_success) s = pe_dnnl_md_plain(&d->bia, 1, w->d);
   if (s == dnnl_success) s = pe_dnnl_md_any(&d->src_any, 4, x->d);
   if (s == dnnl_success) s = pe_dnnl_md_any(&d->dst_any, 4, dst);
   if (s == dnnl_success) s = pe_dnnl_md_any(&d->wei_any, wn, wd);
@@ -130,13 +156,17 @@ static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_
   return pe_dnnl_check(s, c, "convolution memory desc");
 }
 
-static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, dnnl_primitive_desc_t *pd) {
+/* bias, relu: the fused forward; the gradients' hint is the plain one. */
+static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, bool bias, bool relu,
+                              dnnl_primitive_desc_t *pd) {
   dnnl_convolution_desc_t cd;
-  PE_TRY(pe_dnnl_check(dnnl_dilated_convolution_forward_desc_init(
-                           &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any,
-                           &d->wei_any, NULL, &d->dst_any, d->strides, d->dilates, d->pad, d->pad),
-                       c, "convolution forward desc"));
-  return pe_dnnl_pd(c, &cd, NULL, "convolution forward primitive desc", pd);
+  PE_TRY(pe_dnnl_check(
+      dnnl_dilated_convolution_forward_desc_init(
+          &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any,
+          bias ? &d->bia : NULL, &d->dst_any, d->strides, d->dilates, d->pad, d->pad),
+      c, "convolution forward desc"));
+  return pe_dnnl_pd_post(c, &cd, NULL, relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef,
+                         "convolution forward primitive desc", pd);
 }
 
 static pe_status *conv_key(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *w,
@@ -152,14 +182,15 @@ static pe_status *conv_key(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor
 enum { FS_SRC, FS_WEI, FS_DST };
 
 static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
-                             const pe_shape *w) {
+                             const pe_shape *w, bool bias) {
   conv_descs d;
   dnnl_primitive_desc_t pd;
   PE_TRY(conv_descs_make(c, x, w, &d));
-  PE_TRY(conv_fwd_pd(c, &d, &pd));
-  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+  PE_TRY(conv_fwd_pd(c, &d, bias, conv_relu(c->def, c->desc), &pd));
+  /* The bias stays plain ([O], format a): no stage. */
+  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
   pe_dnnl_prim *p;
-  pe_status *st = pe_dnnl_entry_add(c, e, pd, args, 3, "convolution forward", &p);
+  pe_status *st = pe_dnnl_entry_add(c, e, pd, args, bias ? 4 : 3, "convolution forward", &p);
   if (!st) st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_SRC, &d.src, false, NULL, &e->stages[FS_SRC]);
   if (!st)
     st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_WEIGHTS, &d.wei, false, NULL, &e->stages[FS_WEI]);
@@ -170,16 +201,17 @@ static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape 
 
 static pe_status *conv_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, CV_IN, 0), *w = pe_kin(c, CV_FILTER, 0), *out = pe_kout(c, CV_OUT, 0);
+  pe_tensor *b = pe_kin(c, CV_BIAS, 0);
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(conv_key(c, x, w, &e, &fresh));
-  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_build(c, e, &x->shape, &w->shape)));
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_build(c, e, &x->shape, &w->shape, b != NULL)));
   const pe_dnnl_stage *s = e->stages;
   PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_SRC], x->data));
   PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_WEI], w->data)); /* every call: weights change */
   void *h[] = {pe_dnnl_stage_handle(e, &s[FS_SRC], x->data),
                pe_dnnl_stage_handle(e, &s[FS_WEI], w->data),
-               pe_dnnl_stage_handle(e, &s[FS_DST], out->data)};
+               pe_dnnl_stage_handle(e, &s[FS_DST], out->data), b ? b->data : NULL};
   PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d"));
   return pe_dnnl_stage_out(c, e, &s[FS_DST], out->data);
 }
@@ -189,13 +221,20 @@ static pe_status *conv_kernel(pe_kernel_ctx *c) {
  * their arguments. The weights pass reads Output@GRAD through the data
  * pass's stage when both chose the same layout. */
 enum { GS_BD_DDST, GS_BD_WEI, GS_BD_DSRC, GS_BW_SRC, GS_BW_DDST, GS_BW_DWEI };
+/* Entry buffers made first, so their indices are fixed: the masked
+ * Output@GRAD (fused relu) and Bias@GRAD when the op has no output for it. */
+enum { GB_DZ, GB_DBIAS };
 
 static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
-                                  const pe_shape *w) {
+                                  const pe_shape *w, const pe_shape *out, bool bias) {
   conv_descs d;
   dnnl_primitive_desc_t hint, bd = NULL, bw = NULL;
+  void *buf;
+  bool relu = conv_relu(c->def, c->desc);
+  PE_TRY(pe_dnnl_entry_buffer(c, e, relu ? (size_t)pe_shape_numel(out) * sizeof(float) : 0, &buf));
+  PE_TRY(pe_dnnl_entry_buffer(c, e, bias ? (size_t)w->d[0] * sizeof(float) : 0, &buf));
   PE_TRY(conv_descs_make(c, x, w, &d));
-  PE_TRY(conv_fwd_pd(c, &d, &hint));
+  PE_TRY(conv_fwd_pd(c, &d, false, false, &hint));
   dnnl_convolution_desc_t cd;
   pe_dnnl_prim *p;
   pe_status *st = pe_dnnl_check(dnnl_dilated_convolution_backward_data_desc_init(
@@ -209,16 +248,18 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   }
   if (!st)
     st = pe_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
-                           &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any, NULL, &d.dst_any,
-                           d.strides, d.dilates, d.pad, d.pad),
+                           &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any,
+                           bias ? &d.bia : NULL, &d.dst_any, d.strides, d.dilates, d.pad, d.pad),
                        c, "convolution backward weights desc");
   if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward weights primitive desc", &bw);
   if (!st) {
-    static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS};
-    st = pe_dnnl_entry_add(c, e, bw, args, 3, "convolution backward weights", &p);
+    static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
+                               DNNL_ARG_DIFF_BIAS};
+    st = pe_dnnl_entry_add(c, e, bw, args, bias ? 4 : 3, "convolution backward weights", &p);
   }
   pe_dnnl_stage *s = e->stages;
-  if (!st) st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_DST, &d.dst, false, NULL, &s[GS_BD_DDST]);
+  if (!st)
+    st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_DST, &d.dst, false, NULL, &s[GS_BD_DDST]);
   if (!st) st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_WEIGHTS, &d.wei, false, NULL, &s[GS_BD_WEI]);
   if (!st) st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_SRC, &d.src, true, NULL, &s[GS_BD_DSRC]);
   if (!st) st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_SRC, &d.src, false, NULL, &s[GS_BW_SRC]);
@@ -233,24 +274,56 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   return st;
 }
 
+/* dz = dout where out > 0, else 0: relu's gradient from its output. */
+static void relu_mask(pe_kernel_ctx *c, float *dz, const float *dout, const float *out, int64_t n) {
+#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+  for (int64_t i = 0; i < n; i++) dz[i] = out[i] > 0.f ? dout[i] : 0.f;
+}
+
+/* db[o] = sum over n, h, w of dz[n, o, h, w] (NCHW), in double. */
+static void bias_grad(pe_kernel_ctx *c, float *db, const float *dz, const pe_shape *s) {
+  int64_t nb = s->d[0], o = s->d[1], hw = s->d[2] * s->d[3];
+#pragma omp parallel for if (nb * o * hw > PE_PAR_MIN) num_threads(pe_kernel_threads(c))
+  for (int64_t k = 0; k < o; k++) {
+    double acc = 0;
+    for (int64_t i = 0; i < nb; i++) {
+      const float *p = dz + (i * o + k) * hw;
+      for (int64_t j = 0; j < hw; j++) acc += p[j];
+    }
+    db[k] = (float)acc;
+  }
+}
+
 static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, CVG_IN, 0), *w = pe_kin(c, CVG_FILTER, 0),
-            *dout = pe_kin(c, CVG_DOUT, 0);
-  pe_tensor *dx = pe_kout(c, CVG_DIN, 0), *dw = pe_kout(c, CVG_DFILTER, 0);
+            *dout = pe_kin(c, CVG_DOUT, 0), *b = pe_kin(c, CVG_BIAS, 0);
+  pe_tensor *dx = pe_kout(c, CVG_DIN, 0), *dw = pe_kout(c, CVG_DFILTER, 0),
+            *db = pe_kout(c, CVG_DBIAS, 0);
   if (!dout) {
     pe_dnnl_zero_outputs(c);
     return NULL;
   }
-  if (!dx && !dw) return NULL;
+  if (!dx && !dw && !db) return NULL;
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(conv_key(c, x, w, &e, &fresh));
-  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_grad_build(c, e, &x->shape, &w->shape)));
+  if (fresh)
+    PE_TRY(pe_dnnl_cache_built(
+        c, e, conv_grad_build(c, e, &x->shape, &w->shape, &dout->shape, b != NULL)));
+  void *g = dout->data; /* the convolution's output gradient */
+  if (conv_relu(c->def, c->desc)) {
+    const pe_tensor *out = pe_kin(c, CVG_OUT, 0);
+    if (!out || pe_tensor_numel(out) != pe_tensor_numel(dout))
+      return pe_kernel_error(c, PE_ESHAPE, "fused relu: Output must have Output@GRAD's shape");
+    g = e->bufs[GB_DZ];
+    relu_mask(c, g, dout->data, out->data, pe_tensor_numel(dout));
+  }
+  if (db && !dw) bias_grad(c, pe_f32(db), g, &dout->shape);
   const pe_dnnl_stage *s = e->stages;
   if (dx) {
-    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_DDST], dout->data));
+    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_DDST], g));
     PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_WEI], w->data));
-    void *h[] = {pe_dnnl_stage_handle(e, &s[GS_BD_DDST], dout->data),
+    void *h[] = {pe_dnnl_stage_handle(e, &s[GS_BD_DDST], g),
                  pe_dnnl_stage_handle(e, &s[GS_BD_WEI], w->data),
                  pe_dnnl_stage_handle(e, &s[GS_BD_DSRC], dx->data)};
     PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d_grad data"));
@@ -259,10 +332,10 @@ static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
   if (dw) {
     PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_SRC], x->data));
     if (!dx || !pe_dnnl_stage_same(&s[GS_BW_DDST], &s[GS_BD_DDST]))
-      PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_DDST], dout->data));
-    void *h[] = {pe_dnnl_stage_handle(e, &s[GS_BW_SRC], x->data),
-                 pe_dnnl_stage_handle(e, &s[GS_BW_DDST], dout->data),
-                 pe_dnnl_stage_handle(e, &s[GS_BW_DWEI], dw->data)};
+      PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_DDST], g));
+    void *h[] = {
+        pe_dnnl_stage_handle(e, &s[GS_BW_SRC], x->data), pe_dnnl_stage_handle(e, &s[GS_BW_DDST], g),
+        pe_dnnl_stage_handle(e, &s[GS_BW_DWEI], dw->data), db ? db->data : e->bufs[GB_DBIAS]};
     PE_TRY(pe_dnnl_run(c, &e->prims[1], h, "conv2d_grad weights"));
     PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BW_DWEI], dw->data));
   }
@@ -270,17 +343,21 @@ static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
 }
 
 static const pe_attr_def conv_attrs[] = {
-    {"strides", PE_ATTR_INTS, false, 0, NULL},   /* [1,1] */
-    {"paddings", PE_ATTR_INTS, false, 0, NULL},  /* [0,0] */
-    {"dilations", PE_ATTR_INTS, false, 0, NULL}, /* [1,1] */
-    {"groups", PE_ATTR_INT, false, 1, NULL},     {NULL},
+    {"strides", PE_ATTR_INTS, false, 0, NULL},         /* [1,1] */
+    {"paddings", PE_ATTR_INTS, false, 0, NULL},        /* [0,0] */
+    {"dilations", PE_ATTR_INTS, false, 0, NULL},       /* [1,1] */
+    {"groups", PE_ATTR_INT, false, 1, NULL},           /* */
+    {"fuse_activation", PE_ATTR_STRING, false, 0, ""}, /* "" | "relu" */
+    {NULL},
 };
-static const pe_slot_def conv_in[] = {{"Input", 1, 1, 0}, {"Filter", 1, 1, 0}, {NULL}};
+static const pe_slot_def conv_in[] = {
+    {"Input", 1, 1, 0}, {"Filter", 1, 1, 0}, {"Bias", 0, 1, 0}, {NULL}};
 static const pe_slot_def conv_out[] = {{"Output", 1, 1, 0}, {NULL}};
-static const pe_slot_def conv_grad_in[] = {
-    {"Input", 1, 1, 0}, {"Filter", 1, 1, 0}, {"Output", 0, 1, 0}, {"Output@GRAD", 0, 1, 0}, {NULL}};
+static const pe_slot_def conv_grad_in[] = {{"Input", 1, 1, 0},       {"Filter", 1, 1, 0},
+                                           {"Bias", 0, 1, 0},        {"Output", 0, 1, 0},
+                                           {"Output@GRAD", 0, 1, 0}, {NULL}};
 static const pe_slot_def conv_grad_out[] = {
-    {"Input@GRAD", 0, 1, 0}, {"Filter@GRAD", 0, 1, 0}, {NULL}};
+    {"Input@GRAD", 0, 1, 0}, {"Filter@GRAD", 0, 1, 0}, {"Bias@GRAD", 0, 1, 0}, {NULL}};
 
 const pe_op_def pe_ops_conv[] = {
     {.type = "conv2d",

@@ -185,14 +185,29 @@ pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state) {
 
 pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
                       const char *what, dnnl_primitive_desc_t *pd) {
+  return pe_dnnl_pd_post(c, op_desc, hint, dnnl_alg_kind_undef, what, pd);
+}
+
+pe_status *pe_dnnl_pd_post(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
+                           dnnl_alg_kind_t post_eltwise, const char *what,
+                           dnnl_primitive_desc_t *pd) {
   dnnl_engine_t eng;
   dnnl_stream_t strm;
   PE_TRY(pe_dnnl_get(c->dev, &eng, &strm));
   *pd = NULL;
   dnnl_primitive_attr_t attr;
   PE_TRY(pe_dnnl_check(dnnl_primitive_attr_create(&attr), c, what));
-  pe_status *st =
-      pe_dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), c, what);
+  pe_status *st = pe_dnnl_check(
+      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), c, what);
+  if (!st && post_eltwise != dnnl_alg_kind_undef) {
+    dnnl_post_ops_t po;
+    st = pe_dnnl_check(dnnl_post_ops_create(&po), c, what);
+    if (!st) {
+      st = pe_dnnl_check(dnnl_post_ops_append_eltwise(po, 1.f, post_eltwise, 0.f, 0.f), c, what);
+      if (!st) st = pe_dnnl_check(dnnl_primitive_attr_set_post_ops(attr, po), c, what);
+      dnnl_post_ops_destroy(po);
+    }
+  }
   if (!st) st = pe_dnnl_check(dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint), c, what);
   dnnl_primitive_attr_destroy(attr);
   return st;

@@ -132,6 +132,11 @@ pe_status *pe_dnnl_entry_buffer(pe_kernel_ctx *c, pe_dnnl_entry *e, size_t bytes
  * with a user-managed scratchpad (see pe_dnnl_prim). */
 pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
                       const char *what, dnnl_primitive_desc_t *pd);
+/* The same with one eltwise post-op (alpha = beta = 0) applied to the
+ * primitive's output (dnnl_alg_kind_undef: none): conv2d's fused relu. */
+pe_status *pe_dnnl_pd_post(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
+                           dnnl_alg_kind_t post_eltwise, const char *what,
+                           dnnl_primitive_desc_t *pd);
 /* Bind handles[i] to args[i] of p, execute on the place's stream, wait. */
 pe_status *pe_dnnl_run(pe_kernel_ctx *c, pe_dnnl_prim *p, void *const *handles, const char *what);
 

@@ -1,0 +1,229 @@
+/* The fuse_conv_act pass (pass_fuse_conv_act.c): which conv2d -> bias add
+ * -> relu chains it fuses, which it leaves alone (each condition that
+ * keeps the rewrite invisible), and that the fused program trains through
+ * the standard pipeline (conv2d_grad with Bias@GRAD, the bias updated). */
+#include <check.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "compiler/pass.h"
+#include "prog_util.h"
+
+/* x [-1,1,6,6] -> conv2d (w [4,1,3,3], pad 1) -> c1 -> + b [4] (axis 1) ->
+ * c2 -> relu -> c3 -> mean -> loss; startup-free, sgd. */
+static pe_program *new_program(pe_block **main) {
+  pe_program *p = pe_program_new();
+  ck_assert_ptr_nonnull(p);
+  PU_OK(pe_program_add_block(p, -1, main));
+  return p;
+}
+
+/* Temporaries declared with their shapes left to inference. */
+static void temps(pe_block *b, const char *const *names) {
+  for (; *names; names++) pu_var(b, *names, PE_F32, NULL);
+}
+
+static pe_program *conv_net(void) {
+  pe_block *b;
+  pe_program *p = new_program(&b);
+  pu_feed(b, "x", PE_F32, PE_SHAPE(-1, 1, 6, 6));
+  pu_param(b, "w", PE_SHAPE(4, 1, 3, 3));
+  pu_param(b, "b", PE_SHAPE(4));
+  temps(b, (const char *[]){"c1", "c2", "c3", "loss", "c1s", "c2s", NULL});
+  pe_op_desc *conv = pu_op(b, "conv2d", "Input", "x", "Filter", "w", NULL, "Output", "c1", NULL);
+  pe_op_set_ints(conv, "paddings", 2, (int64_t[]){1, 1});
+  pe_op_desc *add = pu_op(b, "elementwise_add", "X", "c1", "Y", "b", NULL, "Out", "c2", NULL);
+  pe_op_set_int(add, "axis", 1);
+  pu_op(b, "relu", "X", "c2", NULL, "Out", "c3", NULL);
+  pu_op(b, "mean", "X", "c3", NULL, "Out", "loss", NULL);
+  return p;
+}
+
+static pe_op_desc *find(const pe_program *p, const char *type) {
+  const pe_block *b = pe_program_main(p);
+  int i = pu_find_op(b, type, 0);
+  return i < 0 ? NULL : b->ops[i];
+}
+
+/* Run validate + fuse_conv_act with these opts. */
+static void fuse(pe_program *p, const pe_pass_opts *o) {
+  pe_ir ir = {.prog = p, .opts = o};
+  PU_OK(pe_passes_run(&ir, "validate,fuse_conv_act,validate"));
+}
+
+static void expect_fused(const pe_program *p, const char *out, bool relu) {
+  const pe_op_desc *conv = find(p, "conv2d");
+  ck_assert_ptr_nonnull(conv);
+  ck_assert_str_eq(pe_op_input_arg(conv, "Bias"), "b");
+  ck_assert_str_eq(pe_op_output_arg(conv, "Output"), out);
+  const pe_attr *a = pe_op_find_attr(conv, "fuse_activation");
+  if (relu) {
+    ck_assert(a && !strcmp(a->s, "relu"));
+    ck_assert_ptr_null(find(p, "relu"));
+  } else {
+    ck_assert(!a || !a->s[0]);
+    ck_assert_ptr_nonnull(find(p, "relu"));
+  }
+  ck_assert_ptr_null(find(p, "elementwise_add"));
+}
+
+static void expect_unfused(const pe_program *p) {
+  const pe_op_desc *conv = find(p, "conv2d");
+  ck_assert_ptr_null(pe_op_find_input(conv, "Bias"));
+  ck_assert_str_eq(pe_op_output_arg(conv, "Output"), "c1");
+  ck_assert_ptr_nonnull(find(p, "elementwise_add"));
+  ck_assert_ptr_nonnull(find(p, "relu"));
+}
+
+START_TEST(fuses_bias_and_relu) {
+  pe_program *p = conv_net();
+  pe_pass_opts o = {.fuse_conv_act = true};
+  fuse(p, &o);
+  expect_fused(p, "c3", true);
+  ck_assert_int_eq(pe_program_main(p)->n_ops, 2); /* conv2d, mean */
+  pe_program_free(p);
+}
+END_TEST
+
+START_TEST(fused_program_trains) {
+  pe_program *p = conv_net();
+  p->loss = strdup("loss");
+  p->opt.type = strdup("sgd");
+  p->opt.lr = 0.1f;
+  pe_pass_opts o = {.fuse_conv_act = true};
+  PU_OK(pe_program_compile_opts(p, false, &o));
+  const pe_block *b = pe_program_main(p);
+  int g = pu_find_op(b, "conv2d_grad", 0);
+  ck_assert_int_ge(g, 0);
+  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Bias"), "b");
+  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Output"), "c3");
+  ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Bias@GRAD"), "b@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Filter@GRAD"), "w@GRAD");
+  ck_assert_int_eq(pu_find_op(b, "relu_grad", 0), -1);
+  ck_assert_int_eq(pu_find_op(b, "elementwise_add_grad", 0), -1);
+  int updates = 0;
+  for (int i = 0; i < b->n_ops; i++)
+    if (!strcmp(b->ops[i]->type, "sgd"))
+      updates += !strcmp(pe_op_input_arg(b->ops[i], "Param"), "b") ||
+                 !strcmp(pe_op_input_arg(b->ops[i], "Param"), "w");
+  ck_assert_int_eq(updates, 2);
+  pe_program_free(p);
+}
+END_TEST
+
+START_TEST(off_unless_asked_and_not_on_cuda) {
+  pe_program *p = conv_net();
+  fuse(p, NULL);
+  expect_unfused(p);
+  pe_pass_opts off = {0};
+  fuse(p, &off);
+  expect_unfused(p);
+  pe_program_free(p);
+  /* pe_graph_compile's route: the cuda conv2d kernel takes no Bias. */
+  p = conv_net();
+  pe_pass_opts cuda = {.fuse_conv_act = true, .place_kind = PE_PLACE_CUDA};
+  PU_OK(pe_program_compile_opts(p, true, &cuda));
+  expect_unfused(p);
+  pe_program_free(p);
+  p = conv_net();
+  pe_pass_opts cpu = {.fuse_conv_act = true};
+  PU_OK(pe_program_compile_opts(p, true, &cpu));
+  expect_fused(p, "c3", true);
+  pe_program_free(p);
+}
+END_TEST
+
+START_TEST(kept_intermediates_stay) {
+  /* c1 fetchable: nothing fused. */
+  pe_program *p = conv_net();
+  const char *k1[] = {"c1"};
+  pe_pass_opts o = {.fuse_conv_act = true, .keep = k1, .n_keep = 1};
+  fuse(p, &o);
+  expect_unfused(p);
+  pe_program_free(p);
+  /* c2 fetchable: the bias is fused, the relu stays and reads c2. */
+  p = conv_net();
+  const char *k2[] = {"c2"};
+  o.keep = k2;
+  fuse(p, &o);
+  expect_fused(p, "c2", false);
+  ck_assert_str_eq(pe_op_input_arg(find(p, "relu"), "X"), "c2");
+  pe_program_free(p);
+  /* c2 is the loss: the same. */
+  p = conv_net();
+  pe_pass_opts lo = {.fuse_conv_act = true, .loss = "c2"};
+  fuse(p, &lo);
+  expect_fused(p, "c2", false);
+  pe_program_free(p);
+}
+END_TEST
+
+START_TEST(other_readers_and_shapes_stay) {
+  /* c1 read twice. */
+  pe_program *p = conv_net();
+  pu_op(pe_program_main(p), "scale", "X", "c1", NULL, "Out", "c1s", NULL);
+  pe_pass_opts o = {.fuse_conv_act = true};
+  fuse(p, &o);
+  expect_unfused(p);
+  pe_program_free(p);
+  /* c2 read twice: bias only. */
+  p = conv_net();
+  pu_op(pe_program_main(p), "scale", "X", "c2", NULL, "Out", "c2s", NULL);
+  fuse(p, &o);
+  expect_fused(p, "c2", false);
+  pe_program_free(p);
+  /* axis -1 is numpy broadcasting: on an input 4 wide, b [4] (one per
+   * filter, too) adds along the width, not per channel. */
+  p = conv_net();
+  pe_op_set_int(find(p, "elementwise_add"), "axis", -1);
+  pe_block_find_var_local(pe_program_main(p), "x")->shape = PE_SHAPE(-1, 1, 6, 4);
+  fuse(p, &o);
+  expect_unfused(p);
+  pe_program_free(p);
+  /* The conv's output added to itself: not a bias. */
+  p = conv_net();
+  pe_op_desc *add = find(p, "elementwise_add");
+  pe_op_input1(add, "Y", "c1");
+  pe_op_set_int(add, "axis", -1);
+  fuse(p, &o);
+  expect_unfused(p);
+  pe_program_free(p);
+}
+END_TEST
+
+START_TEST(bias_written_between_stays) {
+  /* b2 = scale(b) is computed after the conv and before the add: the conv
+   * cannot read it where it runs. */
+  pe_block *b;
+  pe_program *p = new_program(&b);
+  pu_feed(b, "x", PE_F32, PE_SHAPE(-1, 1, 6, 6));
+  pu_param(b, "w", PE_SHAPE(4, 1, 3, 3));
+  pu_param(b, "b", PE_SHAPE(4));
+  temps(b, (const char *[]){"b2", "c1", "c2", "loss", NULL});
+  pu_op(b, "conv2d", "Input", "x", "Filter", "w", NULL, "Output", "c1", NULL);
+  pu_op(b, "scale", "X", "b", NULL, "Out", "b2", NULL);
+  pe_op_desc *add = pu_op(b, "elementwise_add", "X", "c1", "Y", "b2", NULL, "Out", "c2", NULL);
+  pe_op_set_int(add, "axis", 1);
+  pu_op(b, "mean", "X", "c2", NULL, "Out", "loss", NULL);
+  pe_pass_opts o = {.fuse_conv_act = true};
+  fuse(p, &o);
+  ck_assert_ptr_null(pe_op_find_input(find(p, "conv2d"), "Bias"));
+  ck_assert_ptr_nonnull(find(p, "elementwise_add"));
+  pe_program_free(p);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("pass_fuse_conv_act");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, fuses_bias_and_relu);
+  tcase_add_test(tc, fused_program_trains);
+  tcase_add_test(tc, off_unless_asked_and_not_on_cuda);
+  tcase_add_test(tc, kept_intermediates_stay);
+  tcase_add_test(tc, other_readers_and_shapes_stay);
+  tcase_add_test(tc, bias_written_between_stays);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)

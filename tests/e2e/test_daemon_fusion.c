@@ -1,0 +1,101 @@
+/* pe-executord end to end, fused convolutions (pass fuse_conv_act): by
+ * default the daemon runs the CNN's conv2d + bias add + relu as one op
+ * (the run's trace has no node for the convolutions' adds and relus), and
+ * RegisterOptions.no_op_fusion keeps them apart; from the same seed both
+ * programs train to the same losses (to rounding). */
+#include <math.h>
+
+#include "check_main.h"
+#include "daemon_harness.h"
+#include "test_assert.h"
+
+#define CLIENT 0xF0F0
+#define BATCH 8
+
+/* Occurrences of needle in s. */
+static int count(const char *s, const char *needle) {
+  int n = 0;
+  for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+typedef struct traced {
+  float loss[3];
+  int adds, relus, convs; /* trace events of one traced step */
+} traced;
+
+/* Register the CNN as `model`, init it (seed 5), run 3 single steps on the
+ * same batch, the last one traced. */
+static traced train_cnn(int s, const pe_model_spec *cnn, const char *model, bool no_fusion) {
+  dh_no_op_fusion = no_fusion;
+  uint64_t h = dh_register(s, CLIENT, cnn, model, 5, false, NULL, NULL);
+  dh_no_op_fusion = false;
+  ck_assert(dh_init_ok(s, CLIENT, h));
+  dh_batch b;
+  dh_batch_make(&b, BATCH, 3);
+  int64_t shape[4] = {BATCH, 1, 28, 28}; /* the CNN's image is NCHW */
+  b.t_image.n_shape = 4;
+  b.t_image.shape = shape;
+  traced t = {{0}};
+  for (int i = 0; i < 2; i++) t.loss[i] = dh_run_loss(s, CLIENT, h, &b, cnn->loss, 1);
+  Pe__RunRequest run;
+  Pe__RunOptions ro = PE__RUN_OPTIONS__INIT;
+  ro.trace = 1;
+  char *fetch[] = {(char *)cnn->loss};
+  Pe__Request rq = dh_run_req(CLIENT, &run, h, b.feeds, 2, fetch, 1, 1);
+  run.options = &ro;
+  Pe__Reply *rep = dh_call(s, &rq);
+  dh_ok(rep);
+  ck_assert_int_eq((int)rep->run->n_fetched, 1);
+  ck_assert_uint_ge(rep->run->fetched[0]->data.len, 4);
+  memcpy(&t.loss[2], rep->run->fetched[0]->data.data, 4);
+  char *json = strndup((const char *)rep->run->trace_json.data, rep->run->trace_json.len);
+  t.adds = count(json, "\"elementwise_add#");
+  t.relus = count(json, "\"relu#");
+  t.convs = count(json, "\"conv2d#");
+  free(json);
+  pe__reply__free_unpacked(rep, NULL);
+  dh_batch_free(&b);
+  return t;
+}
+
+START_TEST(test_conv_fusion_default_and_off) {
+  dh_daemon d = {0};
+  dh_start(&d, NULL);
+  int s = dh_connect(&d, 30000);
+  pe_model_spec cnn;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("cnn", &cnn, err, sizeof err) == 0, "cnn: %s", err);
+  traced fused = train_cnn(s, &cnn, "fused", false);
+  traced plain = train_cnn(s, &cnn, "plain", true);
+  /* Unfused: both convolutions and fc 1024 add a bias and apply relu, fc 10
+   * adds a bias. Fused: only the fully connected layers' ops are left. */
+  ck_assert_int_eq(plain.convs, 2);
+  ck_assert_int_eq(plain.adds, 4);
+  ck_assert_int_eq(plain.relus, 3);
+  ck_assert_int_eq(fused.convs, 2);
+  ck_assert_int_eq(fused.adds, 2);
+  ck_assert_int_eq(fused.relus, 1);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_msg(isfinite(fused.loss[i]), "fused loss %d: %f", i, fused.loss[i]);
+    ck_assert_msg(fabsf(fused.loss[i] - plain.loss[i]) <= 1e-5f * fmaxf(1.f, fabsf(plain.loss[i])),
+                  "step %d: fused loss %.7f, unfused %.7f", i, fused.loss[i], plain.loss[i]);
+  }
+  ck_assert_msg(fused.loss[2] < fused.loss[0], "loss %f -> %f", fused.loss[0], fused.loss[2]);
+  pe_model_spec_release(&cnn);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_cleanup(&d);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("daemon_fusion");
+  TCase *tc = tcase_create("fusion");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_conv_fusion_default_and_off);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
