@@ -285,7 +285,9 @@ static int setup(trainer *t) {
   if (!t->cfg.batch) t->cfg.batch = t->m.default_batch;
   const char *dir = pe_dataset_default_dir();
   if (pe_dataset_open(dir, "train", &t->train_ds, err, sizeof err) ||
-      pe_dataset_open(dir, "t10k", &t->test_ds, err, sizeof err)) {
+      pe_dataset_open(dir, "t10k", &t->test_ds, err, sizeof err) ||
+      pe_dataset_check_input(t->train_ds, t->m.image, t->m.image_ndim, t->m.image_dims, err,
+                             sizeof err)) {
     fprintf(stderr, "pe-bench train: %s\n", err);
     return 1;
   }

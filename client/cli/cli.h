@@ -108,10 +108,11 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
 
 /* Fashion-MNIST, standardised with the training split's mean/std (as
  * pe-bench does); limit > 0 keeps the first `limit` examples of each split.
- * test may be NULL (training split only). Prints the error on failure. */
+ * test may be NULL (training split only). m's image input must take the
+ * images (pe_dataset_check_input). Prints the error on failure. */
 struct pe_dataset;
-int cli_data_load(const cli_ctx *ctx, const char *dir, long limit, struct pe_dataset **train,
-                  struct pe_dataset **test);
+int cli_data_load(const cli_ctx *ctx, const pe_model_spec *m, const char *dir, long limit,
+                  struct pe_dataset **train, struct pe_dataset **test);
 
 /* The image feed [n, dims of m...] and label feed [n, 1] over x and y. */
 void cli_batch_feeds(const pe_model_spec *m, int n, const float *x, const int64_t *y,

@@ -221,16 +221,21 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
   return code ? cli_fail(ctx, c, code) : CLI_OK;
 }
 
-int cli_data_load(const cli_ctx *ctx, const char *dir, long limit, pe_dataset **train,
-                  pe_dataset **test) {
+int cli_data_load(const cli_ctx *ctx, const pe_model_spec *m, const char *dir, long limit,
+                  pe_dataset **train, pe_dataset **test) {
   char err[512];
   if (!dir) dir = pe_dataset_default_dir();
   *train = NULL;
   if (test) *test = NULL;
   if (pe_dataset_open(dir, "train", train, err, sizeof err) ||
-      (test && pe_dataset_open(dir, "t10k", test, err, sizeof err))) {
+      (test && pe_dataset_open(dir, "t10k", test, err, sizeof err)) ||
+      pe_dataset_check_input(*train, m->image, m->image_ndim, m->image_dims, err, sizeof err)) {
     pe_dataset_free(*train);
     *train = NULL;
+    if (test) {
+      pe_dataset_free(*test);
+      *test = NULL;
+    }
     return cli_error(ctx, "%s", err);
   }
   float mean, std;

@@ -95,7 +95,7 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
   float *x = NULL;
   int64_t *y = NULL;
   pe_client *c = NULL;
-  if ((rc = cli_data_load(ctx, cfg.data, cfg.batch, &ds, NULL))) goto out;
+  if ((rc = cli_data_load(ctx, &m, cfg.data, cfg.batch, &ds, NULL))) goto out;
   int n = (int)ds->n; /* the first `batch` training examples */
   x = ds->images;
   y = ds->labels;

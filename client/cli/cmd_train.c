@@ -267,7 +267,7 @@ static int trainer_setup(trainer *t, bool eval_only) {
   if (cli_model_load(t->ctx, t->cfg.model, &t->m)) return CLI_FAIL;
   if (!t->cfg.batch) t->cfg.batch = t->m.default_batch;
   t->ns = t->cfg.name ? t->cfg.name : t->m.name;
-  int rc = cli_data_load(t->ctx, t->cfg.data, t->cfg.limit, &t->train, &t->test);
+  int rc = cli_data_load(t->ctx, &t->m, t->cfg.data, t->cfg.limit, &t->train, &t->test);
   if (rc) return rc;
   if (!eval_only && (rc = apply_recipe(t))) return rc;
   /* A run that a daemon restart rolled back is repeated here, in order:

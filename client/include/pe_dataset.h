@@ -46,6 +46,13 @@ const char *pe_dataset_default_dir(void);
 int pe_dataset_open(const char *dir, const char *split, pe_dataset **out, char *err, size_t errlen);
 void pe_dataset_free(pe_dataset *ds);
 
+/* 0 when a model input `name` of ndim dims (dims[0] the batch) takes ds's
+ * images: the other dims hold ds->dim values (784 for 28x28). Else -1 with a
+ * message naming the input, its shape and both sizes (a model file's
+ * `input image 50000` would otherwise make feeds read past each image). */
+int pe_dataset_check_input(const pe_dataset *ds, const char *name, int ndim, const int64_t *dims,
+                           char *err, size_t errlen);
+
 /* Mean and standard deviation over every pixel of ds (population std). */
 void pe_dataset_stats(const pe_dataset *ds, float *mean, float *std);
 /* x := (x - mean) / std for every pixel (std > 0). */

@@ -306,3 +306,23 @@ int pe_batcher_epoch(const pe_batcher *bt) {
 int64_t pe_batcher_batches(const pe_batcher *bt) {
   return (bt->ds->n + bt->batch - 1) / bt->batch;
 }
+
+int pe_dataset_check_input(const pe_dataset *ds, const char *name, int ndim, const int64_t *dims,
+                           char *err, size_t errlen) {
+  int64_t per = 1;
+  char shape[128];
+  int off = snprintf(shape, sizeof shape, "[");
+  for (int i = 0; i < ndim && off < (int)sizeof shape; i++) {
+    if (i > 0) per = dims[i] > 0 && per > 0 ? per * dims[i] : -1;
+    off += snprintf(shape + off, sizeof shape - (size_t)off, "%s%lld", i ? "," : "",
+                    (long long)dims[i]);
+  }
+  if (off < (int)sizeof shape) snprintf(shape + off, sizeof shape - (size_t)off, "]");
+  if (ndim >= 2 && per == ds->dim) return 0;
+  seterr(err, errlen,
+         "model input '%s' %s holds %lld values per sample; the Fashion-MNIST images have %lld "
+         "(%dx%d): declare it as [-1,%lld] or [-1,1,%d,%d]",
+         name, shape, (long long)per, (long long)ds->dim, ds->rows, ds->cols, (long long)ds->dim,
+         ds->rows, ds->cols);
+  return -1;
+}

@@ -350,6 +350,29 @@ START_TEST(default_dir_from_env) {
 }
 END_TEST
 
+/* A model input must hold one 28x28 image per sample: feeds are cut from
+ * the images at that size (a larger input read past them, a smaller one
+ * trained on shifted pixels). */
+START_TEST(model_input_must_take_the_images) {
+  pe_dataset ds = {.n = 1, .rows = 28, .cols = 28, .dim = 784};
+  char err[256];
+  ck_assert_int_eq(pe_dataset_check_input(&ds, "image", 2, (int64_t[]){-1, 784}, err, sizeof err),
+                   0);
+  ck_assert_int_eq(
+      pe_dataset_check_input(&ds, "image", 4, (int64_t[]){-1, 1, 28, 28}, err, sizeof err), 0);
+  ck_assert_int_eq(pe_dataset_check_input(&ds, "img", 2, (int64_t[]){-1, 50000}, err, sizeof err),
+                   -1);
+  ck_assert_msg(strstr(err, "'img' [-1,50000] holds 50000") && strstr(err, "have 784 (28x28)"),
+                "%s", err);
+  ck_assert_int_eq(pe_dataset_check_input(&ds, "image", 2, (int64_t[]){-1, 783}, err, sizeof err),
+                   -1);
+  ck_assert_int_eq(
+      pe_dataset_check_input(&ds, "image", 4, (int64_t[]){-1, 3, 28, 28}, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "[-1,3,28,28] holds 2352"), "%s", err);
+  ck_assert_int_eq(pe_dataset_check_input(&ds, "image", 1, (int64_t[]){-1}, err, sizeof err), -1);
+}
+END_TEST
+
 /* The installed data set, when present (Debian's dataset-fashion-mnist). */
 START_TEST(real_fashion_mnist) {
   struct stat st;
@@ -396,6 +419,7 @@ static Suite *dataset_suite(void) {
   tcase_add_test(tc, truncated_files);
   tcase_add_test(tc, count_mismatch_and_bad_labels);
   tcase_add_test(tc, default_dir_from_env);
+  tcase_add_test(tc, model_input_must_take_the_images);
   tcase_add_test(tc, real_fashion_mnist);
   suite_add_tcase(s, tc);
   return s;

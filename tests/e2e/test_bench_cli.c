@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "client_daemon.h"
 
@@ -75,12 +76,35 @@ START_TEST(unknown_model_names_both_kinds) {
 }
 END_TEST
 
+/* A model file whose input is not one 28x28 image per sample is refused
+ * before any feed is cut (a larger one used to read past the images). */
+START_TEST(input_size_must_match_the_images) {
+  const char *src = getenv("PE_SOURCE_DIR"), *json, *err;
+  char path[] = "/tmp/pe-bench-in-XXXXXX", cmd[2048];
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  snprintf(cmd, sizeof cmd,
+           "sed 's/^input image 784/input image 50000/' '%s/conf/models/mlp' >'%s'",
+           src ? src : ".", path);
+  ck_assert_int_eq(system(cmd), 0);
+  char args[512];
+  snprintf(args, sizeof args, "train --model '%s' --steps 2 --json", path);
+  ck_assert_int_eq(bench(args, &json, &err), 1);
+  ck_assert_msg(
+      strstr(err, "'image' [-1,50000] holds 50000 values per sample") && strstr(err, "784 (28x28)"),
+      "%s", err);
+  unlink(path);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("bench_cli");
   TCase *tc = tcase_create("bench_cli");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, model_file_benchmarks_like_the_name);
   tcase_add_test(tc, unknown_model_names_both_kinds);
+  tcase_add_test(tc, input_size_must_match_the_images);
   suite_add_tcase(s, tc);
   return s;
 }
