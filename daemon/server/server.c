@@ -581,8 +581,10 @@ static int sock_fd(int sock, int opt) {
 }
 
 /* --- shutdown ------------------------------------------------------------------------ */
-static void checkpoint_persistent(pe_server *s) {
-  if (!s->cfg.checkpoint_on_shutdown) return;
+/* Returns how many persistent models could not be checkpointed. */
+static int checkpoint_persistent(pe_server *s) {
+  if (!s->cfg.checkpoint_on_shutdown) return 0;
+  int failed = 0;
   char **names;
   int n;
   pe_registry_persistent_models(s->reg, &names, &n);
@@ -609,6 +611,7 @@ static void checkpoint_persistent(pe_server *s) {
       PE_LOGE("shutdown: checkpoint of persistent model '%s' failed: %s", names[i],
               pe_status_msg(st));
       pe_status_free(st);
+      failed++;
     } else {
       PE_LOGI("shutdown: persistent model '%s' checkpointed to %s (%llu bytes)", names[i], path,
               (unsigned long long)bytes);
@@ -617,6 +620,7 @@ static void checkpoint_persistent(pe_server *s) {
     free(names[i]);
   }
   free(names);
+  return failed;
 }
 
 pe_status *pe_server_run(pe_server *s) {
@@ -701,7 +705,10 @@ pe_status *pe_server_run(pe_server *s) {
   pe_autosave_stop(L->autosave);
   L->autosave = NULL;
   if (!st) flush_replies(s);
-  if (!st) checkpoint_persistent(s);
+  /* A model that could not be saved makes the exit status 1 (after the
+   * cleanup below): its values since its last checkpoint are gone, and a
+   * supervisor (systemd) should say so. */
+  int unsaved = st ? 0 : checkpoint_persistent(s);
   /* Requests left behind (none after a clean drain). */
   while (L->q_head) {
     job *j = L->q_head;
@@ -722,6 +729,11 @@ pe_status *pe_server_run(pe_server *s) {
   pthread_cond_destroy(&L->cv);
   free(L);
   s->loop = NULL;
+  if (!st && unsaved)
+    st = pe_error(PE_EIO,
+                  "shutdown: %d persistent model(s) could not be checkpointed (see above); their "
+                  "changes since their last checkpoint are lost",
+                  unsaved);
   if (!st) PE_LOGI("pe-executord stopped");
   return st;
 }

@@ -335,6 +335,36 @@ START_TEST(test_restart_and_sigterm) {
 END_TEST
 
 /* Two clients, two models, runs in flight at the same time; both right. */
+/* A persistent model whose shutdown checkpoint cannot be written (a
+ * non-empty directory where the file goes: refused even to root) makes
+ * SIGTERM's exit status 1, so a supervisor sees the loss; the socket is
+ * still removed. */
+START_TEST(test_unsaved_model_fails_the_exit) {
+  dh_daemon d = {0};
+  dh_start(&d, NULL);
+  int s = dh_connect(&d, 30000);
+  pe_model_spec mlp = dh_mlp();
+  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "blocked", 9, true, NULL);
+  dh_batch b;
+  dh_batch_make(&b, 16, 9);
+  dh_run_loss(s, CLIENT, h, &b, mlp.loss, 1);
+  char path[512];
+  snprintf(path, sizeof path, "%s/models/blocked/shutdown.ckpt/keep", d.state);
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s/models/blocked/shutdown.ckpt' && touch '%s'", d.state,
+           path);
+  ck_assert_int_eq(system(cmd), 0);
+  nn_close(s);
+  int st = dh_stop(&d, SIGTERM);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "SIGTERM: wait status %d", st);
+  snprintf(path, sizeof path, "%s/d.sock", d.dir);
+  ck_assert_msg(access(path, F_OK) != 0, "socket %s left behind", path);
+  dh_batch_free(&b);
+  pe_model_spec_release(&mlp);
+  dh_cleanup(&d);
+}
+END_TEST
+
 START_TEST(test_two_clients) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
@@ -671,6 +701,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_resend_applied_once);
   tcase_add_test(tc, test_params_and_checkpoints);
   tcase_add_test(tc, test_restart_and_sigterm);
+  tcase_add_test(tc, test_unsaved_model_fails_the_exit);
   tcase_add_test(tc, test_two_clients);
   tcase_add_test(tc, test_session_ttl_after_sighup);
   tcase_add_test(tc, test_shm_feeds);
