@@ -96,11 +96,12 @@ static void print_status_text(const pe_client_status *s) {
   printf("requests %llu (%llu failed), runs %llu, queue depth %d, clients %d, programs %d\n",
          (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
          (unsigned long long)s->runs_total, s->queue_depth, s->clients, s->programs);
-  printf("resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
-         "cache %llu replies, %llu bytes, %llu evicted\n",
-         (unsigned long long)s->resends_answered, (unsigned long long)s->resends_waited,
-         (unsigned long long)s->resends_stale, (unsigned long long)s->reply_cache_entries,
-         (unsigned long long)s->reply_cache_bytes, (unsigned long long)s->reply_cache_evictions);
+  printf(
+      "resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
+      "cache %llu replies, %llu bytes, %llu evicted\n",
+      (unsigned long long)s->resends_answered, (unsigned long long)s->resends_waited,
+      (unsigned long long)s->resends_stale, (unsigned long long)s->reply_cache_entries,
+      (unsigned long long)s->reply_cache_bytes, (unsigned long long)s->reply_cache_evictions);
   for (size_t i = 0; i < s->n_places; i++)
     printf("place %-8s %12lld bytes in use, %12lld cached\n", s->places[i].place,
            (long long)s->places[i].bytes_in_use, (long long)s->places[i].bytes_cached);
@@ -146,16 +147,23 @@ static int cmd_status(cli_ctx *ctx, int argc, char **argv) {
 
 typedef struct dereg_cfg {
   const char *handle;
+  bool force;
 } dereg_cfg;
 
+/* Each pe-client command is a client of its own, so it owns no program a
+ * `register` before it made: without --force the daemon refuses, naming
+ * the program's owners, and with it drops the program for all of them. */
 static const cli_opt dereg_opts[] = {
     {"handle", CLI_STR, offsetof(dereg_cfg, handle), 0, 0, "program handle (from register)"},
+    {"force", CLI_FLAG, offsetof(dereg_cfg, force), 0, 0,
+     "drop it although other clients use it (their runs fail)"},
 };
 
 static int cmd_deregister(cli_ctx *ctx, int argc, char **argv) {
   dereg_cfg cfg = {0};
   bool help;
-  int rc = cli_parse(ctx, dereg_opts, 1, argc, argv, &cfg, &help);
+  int rc =
+      cli_parse(ctx, dereg_opts, sizeof dereg_opts / sizeof dereg_opts[0], argc, argv, &cfg, &help);
   if (rc || help) return rc;
   uint64_t h;
   if (!cfg.handle || cli_handle_parse(cfg.handle, &h)) {
@@ -164,7 +172,7 @@ static int cmd_deregister(cli_ctx *ctx, int argc, char **argv) {
   }
   pe_client *c = cli_connect(ctx, &rc);
   if (!c) return rc;
-  int code = pe_client_deregister(c, h);
+  int code = cfg.force ? pe_client_deregister_force(c, h) : pe_client_deregister(c, h);
   char hs[24];
   cli_handle_str(h, hs);
   if (code)
@@ -180,6 +188,6 @@ static int cmd_deregister(cli_ctx *ctx, int argc, char **argv) {
 const cli_cmd cli_cmds_daemon[] = {
     {"ping", "[--count N]", "check that the daemon answers", cmd_ping},
     {"status", "", "devices, models, programs, memory, counters", cmd_status},
-    {"deregister", "--handle H", "drop a registered program", cmd_deregister},
+    {"deregister", "--handle H [--force]", "drop a registered program", cmd_deregister},
     {NULL, NULL, NULL, NULL},
 };

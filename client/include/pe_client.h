@@ -64,6 +64,9 @@ typedef enum pe_client_code {
    * checkpoint that includes it, or once its cached reply was evicted): not
    * applied again; the message says how many of its steps reached it. */
   PE_C_EALREADY = 18,
+  /* A request on another client's program that only its owners may make
+   * (deregister without force). */
+  PE_C_EPERM = 19,
   /* Raised by the client. */
   PE_C_CLIENT_BASE = 100,
   PE_C_ETIMEDOUT = 100, /* no reply within the receive timeout */
@@ -292,7 +295,13 @@ int pe_client_save(pe_client *c, const char *model, const char *name, const char
                    uint64_t *bytes);
 int pe_client_load(pe_client *c, const char *model, const char *name, const char **path,
                    uint64_t *bytes);
+/* Drop this client's registration of a program: the program (and a
+ * non-persistent model only it used) goes once no client owns it. A
+ * program this client never registered is refused with PE_C_EPERM (other
+ * trainers' runs depend on it); pe_client_deregister_force drops it for
+ * every owner anyway (an operator's tool: their runs then fail NOT_FOUND). */
 int pe_client_deregister(pe_client *c, uint64_t handle);
+int pe_client_deregister_force(pe_client *c, uint64_t handle);
 /* End this client's session now rather than at the daemon's session TTL
  * (idle clients are reclaimed after it, 600 s by default): the daemon
  * deregisters every program this handle registered, freeing a

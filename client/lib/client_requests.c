@@ -273,15 +273,24 @@ int pe_client_load(pe_client *c, const char *model, const char *name, const char
   return checkpoint(c, false, model, name, path, bytes);
 }
 
-int pe_client_deregister(pe_client *c, uint64_t handle) {
+static int deregister(pe_client *c, uint64_t handle, bool force) {
   Pe__DeregisterRequest r = PE__DEREGISTER_REQUEST__INIT;
   r.handle = handle;
+  r.force = force;
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_DEREGISTER;
   req.deregister = &r;
   int rc = pec_call(c, "deregister", &req, PE__REPLY__BODY__NOT_SET);
   if (!rc || rc == PE_C_ENOTFOUND) pec_prog_forget(c, handle);
   return rc;
+}
+
+int pe_client_deregister(pe_client *c, uint64_t handle) {
+  return deregister(c, handle, false);
+}
+
+int pe_client_deregister_force(pe_client *c, uint64_t handle) {
+  return deregister(c, handle, true);
 }
 
 int pe_client_close(pe_client *c) {

@@ -683,7 +683,8 @@ static pe_status *h_load(ctx *c) {
 }
 
 static pe_status *h_deregister(ctx *c) {
-  return pe_registry_deregister(c->s->reg, c->rq->client_id, c->rq->deregister->handle);
+  return pe_registry_deregister(c->s->reg, c->rq->client_id, c->rq->deregister->handle,
+                                c->rq->deregister->force);
 }
 
 /* The client ends its session (pe_client_close). Its cached replies stay

@@ -519,19 +519,44 @@ static void drop_owner_locked(pe_srv_program *p, uint64_t client) {
   if (p->n_owners == 0) p->dead = true;
 }
 
-pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t handle) {
+/* The error for a client that is not among p's owners (lock held): names
+ * the program, its model, how many clients own it and what dropping it
+ * would do to them. */
+static pe_status *not_owner_locked(pe_registry *r, const pe_srv_program *p) {
+  double now = pe_now_s(), idle = -1;
+  for (int i = 0; i < r->n_sessions; i++)
+    for (int k = 0; k < p->n_owners; k++)
+      if (r->sessions[i].client == p->owners[k] &&
+          (idle < 0 || now - r->sessions[i].last_seen < idle))
+        idle = now - r->sessions[i].last_seen;
+  bool last_user = !p->model->persistent && p->model->n_programs == 1;
+  return pe_error(PE_EPERM,
+                  "program %016llx (model '%s') belongs to %d other client(s) (last request %.0f s "
+                  "ago); only they can deregister it, and it goes when their sessions end. "
+                  "Dropping it would fail their runs%s; use force to drop it anyway",
+                  (unsigned long long)p->handle, p->model->name, p->n_owners, idle < 0 ? 0 : idle,
+                  last_user ? " and free the model's values (not persistent)" : "");
+}
+
+pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t handle, bool force) {
   pe_srv_program *p;
   PE_TRY(pe_status_wrap(pe_registry_acquire(r, handle, &p), "deregister"));
+  pe_status *st = NULL;
   pthread_mutex_lock(&r->mu);
   bool owner = false;
   for (int i = 0; i < p->n_owners; i++) owner |= p->owners[i] == client;
-  if (owner)
+  if (owner) {
     drop_owner_locked(p, client);
-  else
-    p->dead = true; /* handles are capabilities: the holder may drop it for all */
+  } else if (force) {
+    PE_LOGW("client %016llx force-deregistered program %016llx (model '%s') of %d other client(s)",
+            (unsigned long long)client, (unsigned long long)handle, p->model->name, p->n_owners);
+    p->dead = true;
+  } else {
+    st = not_owner_locked(r, p);
+  }
   pthread_mutex_unlock(&r->mu);
   pe_registry_release(r, p);
-  return NULL;
+  return st ? pe_status_wrap(st, "deregister") : NULL;
 }
 
 pe_status *pe_registry_model_acquire(pe_registry *r, const char *name, pe_srv_model **out) {

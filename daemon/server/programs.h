@@ -109,9 +109,12 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
 pe_status *pe_registry_acquire(pe_registry *r, uint64_t handle, pe_srv_program **out);
 void pe_registry_release(pe_registry *r, pe_srv_program *p);
 /* Remove client from the program's owners; the program goes with its last
- * owner. A client that is not an owner may deregister too (handles are
- * capabilities). */
-pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t handle);
+ * owner. A client that is not an owner is refused (PE_EPERM: handles are
+ * content hashes anyone can compute, so holding one proves nothing, and
+ * dropping another trainer's program fails its runs and may free its
+ * model) unless force is set (an operator's `pe-client deregister
+ * --force`), which drops the program for every owner. */
+pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t handle, bool force);
 
 pe_status *pe_registry_model_acquire(pe_registry *r, const char *name, pe_srv_model **out);
 void pe_registry_model_release(pe_registry *r, pe_srv_model *m);

@@ -2,7 +2,8 @@
  * (the loss falls), the daemon's evaluation loss equals an in-process run
  * on the parameters it reports, get/set params, save/load restores the
  * parameters bit for bit, shared-memory feeds equal inline ones, daemon
- * errors come back with their code, deregister drops the handle.
+ * errors come back with their code, deregister drops the handle (its
+ * owners' only, unless forced).
  *
  * Data: a fixed synthetic batch (no dataset needed); the MLP of
  * pe_models.h. Skipped (77) when pe-executord is not built. */
@@ -389,6 +390,52 @@ START_TEST(shm_feeds_equal_inline_feeds) {
 }
 END_TEST
 
+/* Only a program's owners deregister it: another client (same handle, it
+ * is a content hash) is refused with PERMISSION_DENIED naming the model and
+ * what dropping it would do, and the owner keeps training; registering the
+ * program makes that client an owner whose deregister drops only its own
+ * share; force drops it for everyone. */
+START_TEST(deregister_needs_ownership) {
+  fixture f;
+  setup_model(&f, "mlp-own");
+  float before = train_step(&f, 1);
+  CD_OK(f.c, pe_client_deregister(f.c, f.eval_h)); /* the train program: the model's last */
+  pe_client *other = cd_connect(&f.d);
+  int rc = pe_client_deregister(other, f.train_h);
+  const char *e = pe_client_error(other);
+  ck_assert_msg(rc == PE_C_EPERM && strstr(e, "model 'mlp-own'") &&
+                    strstr(e, "belongs to 1 other client") && strstr(e, "free the model's values"),
+                "rc %d: %s", rc, e);
+  ck_assert_str_eq(pe_client_code_name(rc), "PERMISSION_DENIED");
+  ck_assert(train_step(&f, 1) < before); /* the owner's model is intact and still trains */
+  /* The other client registers the same program: an owner now. */
+  const char *keep[] = {f.m.loss, f.m.accuracy, f.m.correct};
+  pe_client_register_args a = {.program = f.m.bytes,
+                               .program_len = f.m.len,
+                               .model = "mlp-own",
+                               .places = "cpu:1",
+                               .seed = 5,
+                               .keep = keep,
+                               .n_keep = 3};
+  pe_client_program p;
+  CD_OK(other, pe_client_register(other, &a, &p));
+  ck_assert_uint_eq(p.handle, f.train_h);
+  CD_OK(other, pe_client_deregister(other, f.train_h)); /* its own share only */
+  train_step(&f, 1);
+  /* Not an owner any more: refused again; force drops it for the owner too. */
+  ck_assert_int_eq(pe_client_deregister(other, f.train_h), PE_C_EPERM);
+  CD_OK(other, pe_client_deregister_force(other, f.train_h));
+  pe_client_tensor feeds[2];
+  feeds_of(&f.m, &f.b, feeds);
+  const char *fetch[] = {f.m.loss};
+  pe_client_run_result r;
+  rc = pe_client_run(f.c, f.train_h, feeds, 2, fetch, 1, NULL, &r);
+  ck_assert_msg(rc == PE_C_ENOTFOUND, "rc %d: %s", rc, pe_client_error(f.c));
+  pe_client_free(other);
+  teardown_model(&f);
+}
+END_TEST
+
 START_TEST(run_errors_and_deregister) {
   fixture f;
   setup_model(&f, "mlp-f");
@@ -695,6 +742,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, reduce_state_is_read_from_its_owner);
   tcase_add_test(tc, shm_feeds_equal_inline_feeds);
   tcase_add_test(tc, run_errors_and_deregister);
+  tcase_add_test(tc, deregister_needs_ownership);
   tcase_add_test(tc, auto_strategy_is_sharded_on_cpu_and_trains_alike);
   tcase_add_test(tc, two_threads_two_handles);
   tcase_add_test(tc, resent_runs_apply_once);
