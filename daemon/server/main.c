@@ -25,7 +25,8 @@ static void usage(FILE *f) {
           "\n"
           "Signals: SIGTERM/SIGINT stop (finish in-flight requests, checkpoint persistent\n"
           "models, exit 0); SIGHUP reloads log level, session TTL, limits and\n"
-          "checkpoint_interval.\n");
+          "checkpoint_interval.\n"
+          "One daemon per state directory: a second one on it exits 1.\n");
 }
 
 int main(int argc, char **argv) {

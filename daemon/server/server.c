@@ -24,6 +24,7 @@
 #include "server/programs.h"
 #include "server/reply_pack.h"
 #include "server/shm.h"
+#include "server/state_lock.h"
 
 double pe_now_s(void) {
   struct timespec ts;
@@ -144,9 +145,14 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&s->cfg_mu, NULL);
   s->start_time = pe_now_s();
+  s->state_lock = -1;
   pe_status *st = NULL;
   if (config_path && !(s->config_path = strdup(config_path)))
     st = pe_error(PE_ENOMEM, "server: out of memory");
+  /* The state dir's lock first: a second daemon on it stops here, before
+   * it opens devices or reads a checkpoint (state_lock.h). */
+  if (!st) st = pe_mkdir_p(s->cfg.state_dir, 0750);
+  if (!st) st = pe_state_lock(s->cfg.state_dir, &s->state_lock);
   if (!st)
     st = pe_status_wrap(pe_server_resolve_places(s->cfg.places, &s->place_kind, &s->n_places),
                         "config [runtime] places");
@@ -161,7 +167,6 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
   if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes,
                                        send_to_job, s)))
     st = pe_error(PE_ENOMEM, "server: out of memory for the reply cache");
-  if (!st) st = pe_mkdir_p(s->cfg.state_dir, 0750);
   if (st) {
     pe_server_free(s);
     return st;
@@ -179,6 +184,7 @@ void pe_server_free(pe_server *s) {
   pe_runtime_free(s->rt);
   pe_config_free(&s->cfg);
   free(s->config_path);
+  pe_state_unlock(s->state_lock); /* last: the shutdown checkpoint is written */
   pthread_mutex_destroy(&s->cfg_mu);
   free(s);
 }

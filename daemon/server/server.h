@@ -43,6 +43,7 @@ typedef struct pe_server {
   pe_srv_config cfg;
   char *config_path; /* NULL: embedded defaults only */
   pthread_mutex_t cfg_mu;
+  int state_lock; /* flock on the state dir, held for the lifetime (state_lock.h) */
 
   pe_runtime *rt;
   pe_place_kind place_kind; /* the daemon's places ("auto" resolved) */
@@ -71,7 +72,7 @@ typedef struct pe_limits {
 pe_limits pe_server_limits(pe_server *s);
 
 /* Build the server from a final config (takes ownership of cfg's strings):
- * runtime, registry, shm table, dedup cache. No socket yet. */
+ * the state dir's lock, runtime, registry, shm table, dedup cache. No socket yet. */
 pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server **out);
 /* Bind the socket, start the request threads, notify systemd READY=1 and
  * run the loop until SIGTERM/SIGINT; then drain, checkpoint persistent
