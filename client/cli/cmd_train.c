@@ -179,6 +179,7 @@ static int alloc_batches(trainer *t) {
   bool want = !strcmp(t->cfg.feed, "shm") ||
               (!strcmp(t->cfg.feed, "auto") && !strncmp(pe_client_address(t->c), "ipc://", 6));
   if (want) {
+    pe_client_shm_unlink_on_signals(); /* Ctrl-C or kill leaves no region in /dev/shm */
     int code = pe_client_shm_create(t->c, 2 * pair, &t->shm);
     if (code && strcmp(t->cfg.feed, "auto")) return cli_fail(t->ctx, t->c, code);
     if (code && !t->cfg.quiet)

@@ -374,4 +374,20 @@ int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out);
 /* Unregister (when c is not NULL), unmap and unlink. */
 void pe_client_shm_close(pe_client *c, pe_client_shm *shm);
 
+/* Regions left behind by a process that did not get to close them. Names
+ * carry the creator's pid and start time ("/pe-<pid>-<start>-<id>-<n>").
+ * pe_client_shm_unlink_all unlinks every region this process created and
+ * has not closed; async-signal-safe (the mappings stay valid until exit).
+ * pe_client_shm_unlink_on_signals installs a handler for SIGINT, SIGTERM,
+ * SIGHUP and SIGQUIT that does that, then dies of the signal (only where
+ * the action is still the default: a program's own handler and an ignored
+ * signal are kept). pe_client_shm_sweep unlinks this user's regions whose
+ * creator has exited (SIGKILL, a crash) and returns how many;
+ * pe_client_shm_create runs it first. The daemon also unlinks such a
+ * region when the session that registered it ends, where it may (it runs
+ * as the region's user or as root). */
+void pe_client_shm_unlink_all(void);
+void pe_client_shm_unlink_on_signals(void);
+int pe_client_shm_sweep(void);
+
 #endif

@@ -1,13 +1,9 @@
-/* Tensors on the client side: plain arrays <-> proto Tensor, and shared-
- * memory regions that feeds can point into. */
-#include <errno.h>
-#include <fcntl.h>
+/* Tensors on the client side: plain arrays <-> proto Tensor (feeds may
+ * point into a shared-memory region instead: shm_region.c). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "client_internal.h"
 
@@ -138,55 +134,4 @@ int pec_tensors_from_pb(pe_client *c, const char *what, Pe__Tensor *const *pbs, 
   }
   *out = ts;
   return 0;
-}
-
-/* --- shared memory ---------------------------------------------------------------- */
-
-int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out) {
-  static const char what[] = "register_shm";
-  memset(out, 0, sizeof *out);
-  if (!size) return pec_fail(c, PE_C_EARG, "%s: size 0", what);
-  /* Unique per handle and call: client id and a counter. */
-  static _Thread_local unsigned counter;
-  snprintf(out->name, sizeof out->name, "/pe-%016" PRIx64 "-%u", pe_client_id(c), ++counter);
-  int fd = shm_open(out->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) return pec_fail(c, PE_C_EIO, "%s: shm_open %s: %s", what, out->name, strerror(errno));
-  if (ftruncate(fd, (off_t)size) != 0) {
-    int e = errno;
-    close(fd);
-    shm_unlink(out->name);
-    return pec_fail(c, PE_C_EIO, "%s: ftruncate %s to %zu bytes: %s", what, out->name, size,
-                    strerror(e));
-  }
-  int grant = pec_shm_grant_daemon(c, fd, out->name);
-  if (grant) {
-    close(fd);
-    shm_unlink(out->name);
-    return grant;
-  }
-  void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  close(fd); /* the mapping keeps the region */
-  if (base == MAP_FAILED) {
-    shm_unlink(out->name);
-    return pec_fail(c, PE_C_EIO, "%s: mmap %s (%zu bytes): %s", what, out->name, size, strerror(e));
-  }
-  out->base = base;
-  out->size = size;
-  int rc = pe_client_register_shm(c, out->name, size, &out->region);
-  if (rc) {
-    munmap(base, size);
-    shm_unlink(out->name);
-    out->base = NULL;
-    return rc;
-  }
-  return 0;
-}
-
-void pe_client_shm_close(pe_client *c, pe_client_shm *shm) {
-  if (!shm || !shm->base) return;
-  if (c && shm->region) pe_client_unregister_shm(c, shm->region);
-  munmap(shm->base, shm->size);
-  shm_unlink(shm->name);
-  memset(shm, 0, sizeof *shm);
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <ini.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,4 +374,64 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->memory_per_client = src->memory_per_client;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
   dst->checkpoint_interval_s = src->checkpoint_interval_s;
+  dst->dedup_entries = src->dedup_entries;
+  dst->dedup_bytes = src->dedup_bytes;
+}
+
+pe_status *pe_config_build(pe_srv_config *c, const char *path, const pe_config_override *ov,
+                           int n_ov) {
+  pe_status *st = pe_config_defaults(c);
+  if (st) return st; /* c freed */
+  if (path) st = pe_config_load_file(c, path);
+  for (int i = 0; !st && i < n_ov; i++)
+    st = pe_status_wrap(pe_config_set(c, ov[i].section, ov[i].key, ov[i].value), "command line");
+  if (!st) st = pe_config_check(c);
+  if (st) pe_config_free(c);
+  return st;
+}
+
+/* The keys a running daemon cannot change, as a table: the reload names
+ * the ones whose value differs. */
+typedef enum { RK_STR, RK_INT, RK_MODE, RK_BOOL } restart_kind;
+static const struct {
+  const char *section, *key;
+  restart_kind kind;
+  size_t off;
+} restart_keys[] = {
+    {"server", "socket", RK_STR, offsetof(pe_srv_config, socket)},
+    {"server", "socket_mode", RK_MODE, offsetof(pe_srv_config, socket_mode)},
+    {"server", "socket_group", RK_STR, offsetof(pe_srv_config, socket_group)},
+    {"server", "request_threads", RK_INT, offsetof(pe_srv_config, request_threads)},
+    {"runtime", "places", RK_STR, offsetof(pe_srv_config, places)},
+    {"runtime", "worker_threads", RK_INT, offsetof(pe_srv_config, worker_threads)},
+    {"runtime", "sync", RK_STR, offsetof(pe_srv_config, sync)},
+    {"runtime", "flush_denormals", RK_BOOL, offsetof(pe_srv_config, flush_denormals)},
+    {"state", "dir", RK_STR, offsetof(pe_srv_config, state_dir)},
+    {"state", "shutdown_checkpoint", RK_STR, offsetof(pe_srv_config, shutdown_checkpoint)},
+};
+
+/* A restart key's value as text ('quoted' strings). */
+static void restart_value(const pe_srv_config *c, int k, char *buf, size_t len) {
+  const char *p = (const char *)c + restart_keys[k].off;
+  switch (restart_keys[k].kind) {
+    case RK_STR: snprintf(buf, len, "'%.200s'", *(char *const *)p); break;
+    case RK_INT: snprintf(buf, len, "%d", *(const int *)p); break;
+    case RK_MODE: snprintf(buf, len, "%04o", *(const unsigned *)p); break;
+    case RK_BOOL: snprintf(buf, len, "%s", *(const bool *)p ? "true" : "false"); break;
+  }
+}
+
+char *pe_config_restart_changes(const pe_srv_config *cur, const pe_srv_config *next) {
+  char out[4096] = "";
+  size_t n = 0;
+  for (int k = 0; k < (int)(sizeof restart_keys / sizeof restart_keys[0]); k++) {
+    char a[256], b[256];
+    restart_value(cur, k, a, sizeof a);
+    restart_value(next, k, b, sizeof b);
+    if (!strcmp(a, b)) continue;
+    int w = snprintf(out + n, sizeof out - n, "%s[%s] %s %s -> %s", n ? ", " : "",
+                     restart_keys[k].section, restart_keys[k].key, a, b);
+    if (w > 0) n += (size_t)w < sizeof out - n ? (size_t)w : sizeof out - n - 1;
+  }
+  return n ? strdup(out) : NULL;
 }

@@ -5,8 +5,10 @@
  *
  * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
  * max message, max programs, memory per client, checkpoint_on_shutdown,
- * checkpoint interval. Everything else (socket, places, worker threads,
- * state dir) needs a restart.
+ * checkpoint interval, reply cache sizes. Everything else (socket, places,
+ * worker threads, state dir, ...: pe_config_restart_changes) needs a
+ * restart. A reload builds the config the way the start did
+ * (pe_config_build), so the command line still wins over the file.
  *
  * Ownership: a pe_srv_config owns its strings; pe_config_free releases them.
  * Not thread-safe: the main thread builds it; request threads read the
@@ -63,6 +65,22 @@ pe_status *pe_config_load_string(pe_srv_config *c, const char *text, const char 
 pe_status *pe_config_check(const pe_srv_config *c);
 /* Copy the reloadable fields of src into dst. */
 void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src);
+
+/* One command-line option: a key set after the file. Strings borrowed
+ * (argv and literals, which outlive the daemon's config). */
+typedef struct pe_config_override {
+  const char *section, *key, *value;
+} pe_config_override;
+
+/* All layers: defaults, the file at path (NULL: none), the overrides
+ * (errors say "command line"), pe_config_check. At start and on SIGHUP.
+ * On error c holds nothing to free. */
+pe_status *pe_config_build(pe_srv_config *c, const char *path, const pe_config_override *ov,
+                           int n_ov);
+/* The keys that need a restart and differ between cur and next, each with
+ * both values ("[runtime] places 'auto' -> 'cpu:2'", comma-separated;
+ * malloc'd), or NULL when none differs. */
+char *pe_config_restart_changes(const pe_srv_config *cur, const pe_srv_config *next);
 
 /* "64M", "1G", "4096" -> bytes. */
 bool pe_config_parse_size(const char *s, int64_t *out);

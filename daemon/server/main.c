@@ -25,7 +25,8 @@ static void usage(FILE *f) {
           "\n"
           "Signals: SIGTERM/SIGINT stop (finish in-flight requests, checkpoint persistent\n"
           "models, exit 0); SIGHUP reloads log level, session TTL, limits and\n"
-          "checkpoint_interval.\n");
+          "checkpoint_interval from FILE (the options given here still win).\n"
+          "One daemon per state directory: a second one on it exits 1.\n");
 }
 
 int main(int argc, char **argv) {
@@ -38,17 +39,18 @@ int main(int argc, char **argv) {
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
   const char *config_path = NULL;
-  /* Command-line overrides, applied after the file: (section, key, value). */
-  const char *ov[8][3];
+  /* Command-line overrides, applied after the file, at start and on every
+   * SIGHUP reload (the server keeps a copy). */
+  pe_config_override ov[8];
   int n_ov = 0;
   int c;
   while ((c = getopt_long(argc, argv, "c:s:p:d:l:Vh", opts, NULL)) != -1) {
     switch (c) {
       case 'c': config_path = optarg; break;
-      case 's': ov[n_ov][0] = "server", ov[n_ov][1] = "socket", ov[n_ov++][2] = optarg; break;
-      case 'p': ov[n_ov][0] = "runtime", ov[n_ov][1] = "places", ov[n_ov++][2] = optarg; break;
-      case 'd': ov[n_ov][0] = "state", ov[n_ov][1] = "dir", ov[n_ov++][2] = optarg; break;
-      case 'l': ov[n_ov][0] = "server", ov[n_ov][1] = "log_level", ov[n_ov++][2] = optarg; break;
+      case 's': ov[n_ov++] = (pe_config_override){"server", "socket", optarg}; break;
+      case 'p': ov[n_ov++] = (pe_config_override){"runtime", "places", optarg}; break;
+      case 'd': ov[n_ov++] = (pe_config_override){"state", "dir", optarg}; break;
+      case 'l': ov[n_ov++] = (pe_config_override){"server", "log_level", optarg}; break;
       case 'V': printf("pe-executord %s\n", PE_SERVER_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -64,22 +66,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   pe_srv_config cfg;
-  pe_status *st = pe_config_defaults(&cfg);
-  if (!st && config_path) st = pe_config_load_file(&cfg, config_path);
-  for (int i = 0; !st && i < n_ov; i++) {
-    st = pe_config_set(&cfg, ov[i][0], ov[i][1], ov[i][2]);
-    if (st) st = pe_status_wrap(st, "command line");
-  }
-  if (!st) st = pe_config_check(&cfg);
+  pe_status *st = pe_config_build(&cfg, config_path, ov, n_ov);
   if (st) {
     PE_LOGE("pe-executord: %s", pe_status_msg(st));
     pe_status_free(st);
-    if (cfg.socket) pe_config_free(&cfg);
     return 2;
   }
   pe_log_set_level(cfg.log_level);
   pe_server *s;
-  st = pe_server_new(&cfg, config_path, &s);
+  st = pe_server_new(&cfg, config_path, ov, n_ov, &s);
   if (st) {
     PE_LOGE("pe-executord: %s", pe_status_msg(st));
     pe_status_free(st);

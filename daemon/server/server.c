@@ -24,6 +24,7 @@
 #include "server/programs.h"
 #include "server/reply_pack.h"
 #include "server/shm.h"
+#include "server/state_lock.h"
 
 double pe_now_s(void) {
   struct timespec ts;
@@ -137,16 +138,31 @@ static pe_status *start_runtime_or_cpu(pe_server *s) {
   return start_runtime(s);
 }
 
-pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server **out) {
+pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_config_override *ov,
+                         int n_ov, pe_server **out) {
   pe_server *s = calloc(1, sizeof *s);
   if (!s) return pe_error(PE_ENOMEM, "server: out of memory");
   s->cfg = *cfg;
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&s->cfg_mu, NULL);
   s->start_time = pe_now_s();
+  s->state_lock = -1;
   pe_status *st = NULL;
   if (config_path && !(s->config_path = strdup(config_path)))
     st = pe_error(PE_ENOMEM, "server: out of memory");
+  if (!st && n_ov > 0) {
+    s->overrides = malloc((size_t)n_ov * sizeof *ov);
+    if (s->overrides) {
+      memcpy(s->overrides, ov, (size_t)n_ov * sizeof *ov);
+      s->n_overrides = n_ov;
+    } else {
+      st = pe_error(PE_ENOMEM, "server: out of memory");
+    }
+  }
+  /* The state dir's lock first: a second daemon on it stops here, before
+   * it opens devices or reads a checkpoint (state_lock.h). */
+  if (!st) st = pe_mkdir_p(s->cfg.state_dir, 0750);
+  if (!st) st = pe_state_lock(s->cfg.state_dir, &s->state_lock);
   if (!st)
     st = pe_status_wrap(pe_server_resolve_places(s->cfg.places, &s->place_kind, &s->n_places),
                         "config [runtime] places");
@@ -161,7 +177,6 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server 
   if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes,
                                        send_to_job, s)))
     st = pe_error(PE_ENOMEM, "server: out of memory for the reply cache");
-  if (!st) st = pe_mkdir_p(s->cfg.state_dir, 0750);
   if (st) {
     pe_server_free(s);
     return st;
@@ -179,6 +194,8 @@ void pe_server_free(pe_server *s) {
   pe_runtime_free(s->rt);
   pe_config_free(&s->cfg);
   free(s->config_path);
+  free(s->overrides);
+  pe_state_unlock(s->state_lock); /* last: the shutdown checkpoint is written */
   pthread_mutex_destroy(&s->cfg_mu);
   free(s);
 }
@@ -500,22 +517,21 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   ev_timer_start(loop, &L->drain_w);
 }
 
+/* Reload: the config is built as at start (file, then the command line),
+ * its reloadable keys take effect, and each key that needs a restart and
+ * changed is named with both values (it keeps its current one). */
 static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   pe_server *s = w->data;
   pe_srv_config nc;
-  pe_status *st = pe_config_defaults(&nc);
-  if (!st && s->config_path) st = pe_config_load_file(&nc, s->config_path);
+  pe_status *st = pe_config_build(&nc, s->config_path, s->overrides, s->n_overrides);
   if (st) {
     PE_LOGE("SIGHUP: reload failed, keeping the current settings: %s", pe_status_msg(st));
     pe_status_free(st);
-    if (nc.socket) pe_config_free(&nc);
     return;
   }
-  if (strcmp(nc.places, s->cfg.places) || nc.worker_threads != s->cfg.worker_threads ||
-      nc.request_threads != s->cfg.request_threads || nc.flush_denormals != s->cfg.flush_denormals)
-    PE_LOGW(
-        "SIGHUP: places, worker_threads, flush_denormals and request_threads need a restart; "
-        "unchanged");
+  char *restart = pe_config_restart_changes(&s->cfg, &nc);
+  if (restart) PE_LOGW("SIGHUP: not applied, these need a restart: %s", restart);
+  free(restart);
   pthread_mutex_lock(&s->cfg_mu);
   pe_config_reloadable_apply(&s->cfg, &nc);
   pthread_mutex_unlock(&s->cfg_mu);
@@ -526,9 +542,10 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
     PE_LOGW("SIGHUP: NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
   pe_dedup_set_limits(s->dedup, (size_t)nc.dedup_entries, (size_t)nc.dedup_bytes);
   PE_LOGI(
-      "SIGHUP: reloaded %s: log_level %d, ttl %.0f s, max_message %lld, max_programs %d, "
+      "SIGHUP: reloaded %s%s: log_level %d, ttl %.0f s, max_message %lld, max_programs %d, "
       "memory_per_client %lld, checkpoint_interval %.3g s",
-      s->config_path ? s->config_path : "embedded defaults", (int)nc.log_level, nc.session_ttl_s,
+      s->config_path ? s->config_path : "embedded defaults",
+      s->n_overrides ? " and the command line" : "", (int)nc.log_level, nc.session_ttl_s,
       (long long)nc.max_message, nc.max_programs, (long long)nc.memory_per_client,
       nc.checkpoint_interval_s);
   pe_config_free(&nc);

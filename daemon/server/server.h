@@ -42,7 +42,11 @@ typedef struct pe_server {
    * them through pe_server_limits. */
   pe_srv_config cfg;
   char *config_path; /* NULL: embedded defaults only */
+  /* The command line's keys, applied again after the file on SIGHUP. */
+  pe_config_override *overrides;
+  int n_overrides;
   pthread_mutex_t cfg_mu;
+  int state_lock; /* flock on the state dir, held for the lifetime (state_lock.h) */
 
   pe_runtime *rt;
   pe_place_kind place_kind; /* the daemon's places ("auto" resolved) */
@@ -71,8 +75,11 @@ typedef struct pe_limits {
 pe_limits pe_server_limits(pe_server *s);
 
 /* Build the server from a final config (takes ownership of cfg's strings):
- * runtime, registry, shm table, dedup cache. No socket yet. */
-pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, pe_server **out);
+ * the state dir's lock, runtime, registry, shm table, dedup cache. No
+ * socket yet. config_path and the overrides (copied; their strings must
+ * outlive the server) are what cfg was built from: SIGHUP builds it again. */
+pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_config_override *ov,
+                         int n_ov, pe_server **out);
 /* Bind the socket, start the request threads, notify systemd READY=1 and
  * run the loop until SIGTERM/SIGINT; then drain, checkpoint persistent
  * models and return NULL (exit 0) or the first fatal error. */

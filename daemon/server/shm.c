@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "server/bus_guard.h"
+#include "shm_owner.h"
 
 #define PE_SHM_NAME_MAX 201 /* '/' and up to 200 of [A-Za-z0-9._-] */
 
@@ -24,6 +25,8 @@ typedef struct pe_shm_region {
   char name[PE_SHM_NAME_MAX + 1];
   void *base;
   uint64_t size;
+  dev_t dev; /* the object mapped, to know the name still names it */
+  ino_t ino;
   int refs; /* table entry (1 while registered) + runs reading it */
 } pe_shm_region;
 
@@ -46,9 +49,35 @@ static void region_unmap(pe_shm_region *g) {
   free(g);
 }
 
+/* A region whose registration ends: unlink its name when the creator has
+ * exited (killed trainers leave it; common/shm_owner.h) and the name still
+ * names the object mapped. A creator that lives keeps it: it may register
+ * it again (a restarted daemon) and unlinks it itself. Unlinking needs the
+ * region's user or root (/dev/shm is sticky); else its user's next
+ * pe_client_shm_create sweeps it. */
+static void unlink_if_orphan(const char *name, dev_t dev, ino_t ino) {
+  long pid;
+  uint64_t start;
+  if (!pe_shm_owner_parse(name, &pid, &start) || !pe_shm_owner_gone(pid, start)) return;
+  int fd = shm_open(name, O_RDONLY, 0);
+  if (fd < 0) return; /* unlinked already */
+  struct stat sb;
+  bool same = fstat(fd, &sb) == 0 && sb.st_dev == dev && sb.st_ino == ino;
+  close(fd);
+  if (!same) return;
+  if (shm_unlink(name) == 0)
+    PE_LOGI("shm %s: its creator (pid %ld) has exited; unlinked", name, pid);
+  else
+    PE_LOGD("shm %s: its creator (pid %ld) has exited; cannot unlink it: %s", name, pid,
+            strerror(errno));
+}
+
 void pe_shm_table_free(pe_shm_table *t) {
   if (!t) return;
-  for (int i = 0; i < t->n; i++) region_unmap(t->r[i]);
+  for (int i = 0; i < t->n; i++) {
+    unlink_if_orphan(t->r[i]->name, t->r[i]->dev, t->r[i]->ino);
+    region_unmap(t->r[i]);
+  }
   free(t->r);
   pthread_mutex_destroy(&t->mu);
   free(t);
@@ -146,6 +175,8 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
   snprintf(g->name, sizeof g->name, "%s", name);
   g->base = base;
   g->size = size;
+  g->dev = sb.st_dev;
+  g->ino = sb.st_ino;
   g->refs = 1;
   pthread_mutex_lock(&t->mu);
   if (t->n == t->cap) {
@@ -194,9 +225,15 @@ void pe_shm_drop_client(pe_shm_table *t, uint64_t client) {
   for (;;) {
     pe_shm_region *g = NULL;
     bool found = false;
+    char name[PE_SHM_NAME_MAX + 1];
+    dev_t dev = 0;
+    ino_t ino = 0;
     pthread_mutex_lock(&t->mu);
     for (int i = 0; i < t->n; i++)
       if (t->r[i]->client == client) {
+        memcpy(name, t->r[i]->name, sizeof name);
+        dev = t->r[i]->dev;
+        ino = t->r[i]->ino;
         g = unlink_at(t, i);
         found = true;
         break;
@@ -204,6 +241,7 @@ void pe_shm_drop_client(pe_shm_table *t, uint64_t client) {
     pthread_mutex_unlock(&t->mu);
     if (g) region_unmap(g);
     if (!found) return;
+    unlink_if_orphan(name, dev, ino);
   }
 }
 

@@ -8,6 +8,10 @@
  * owner's session expiring) removes it from the table and the last user
  * unmaps it.
  *
+ * Names belong to the clients, which unlink them. One whose creator has
+ * exited (common/shm_owner.h: a killed trainer) is unlinked by the daemon
+ * when its session ends or the daemon stops, where the daemon may.
+ *
  * Truncation. A client may shrink the object with ftruncate at any time;
  * touching the lost pages raises SIGBUS. The daemon therefore never hands
  * shm pages to kernels: pe_shm_read copies a reference into daemon memory
@@ -35,7 +39,8 @@ void pe_shm_table_free(pe_shm_table *t);
 pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
                            uint64_t *region);
 pe_status *pe_shm_unregister(pe_shm_table *t, uint64_t client, uint64_t region);
-/* Unregister every region of a client (session expiry). */
+/* Unregister every region of a client (session expiry or close); unlink
+ * those whose creator has exited. */
 void pe_shm_drop_client(pe_shm_table *t, uint64_t client);
 
 /* Copy [offset, offset+length) of a region into dst (length bytes), guarded

@@ -35,6 +35,8 @@ typedef struct dh_daemon {
   char log[320];    /* <dir>/daemon.log (stderr) */
   char conf[320];   /* <dir>/d.conf ("" when none) */
   char notify[320]; /* when set: NOTIFY_SOCKET for the daemon, WATCHDOG_USEC 200 ms */
+  /* More command-line options (up to a NULL). */
+  const char *args[4];
   pid_t pid;
 } dh_daemon;
 
@@ -162,6 +164,7 @@ static inline void dh_start(dh_daemon *d, const char *conf_text) {
       argv[a++] = (char *)"--config";
       argv[a++] = d->conf;
     }
+    for (int i = 0; i < 4 && d->args[i]; i++) argv[a++] = (char *)d->args[i];
     argv[a] = NULL;
     setenv("PE_LOG", "info", 0);
     unsetenv("NOTIFY_SOCKET");

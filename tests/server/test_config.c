@@ -174,6 +174,62 @@ START_TEST(test_shipped_conf_parses) {
 }
 END_TEST
 
+/* The layers of a start and of every SIGHUP reload: the command line wins
+ * over the file; a bad override names the command line. */
+START_TEST(test_build_command_line_wins) {
+  char path[] = "/tmp/pe-conf-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  const char *text = "[server]\nlog_level = info\n[runtime]\nplaces = cpu:2\n";
+  ck_assert_int_eq(write(fd, text, strlen(text)), (int)strlen(text));
+  close(fd);
+  const pe_config_override ov[] = {{"server", "log_level", "error"},
+                                   {"runtime", "places", "cpu:1"}};
+  pe_srv_config c;
+  PE_CK_OK(pe_config_build(&c, path, ov, 2));
+  ck_assert_int_eq(c.log_level, PE_LOG_ERROR);
+  ck_assert_str_eq(c.places, "cpu:1");
+  pe_config_free(&c);
+  PE_CK_OK(pe_config_build(&c, path, NULL, 0));
+  ck_assert_int_eq(c.log_level, PE_LOG_INFO);
+  ck_assert_str_eq(c.places, "cpu:2");
+  pe_config_free(&c);
+  const pe_config_override bad[] = {{"server", "log_level", "loud"}};
+  expect_errors(pe_config_build(&c, path, bad, 1), PE_EINVAL, "command line", "log_level", "'loud'",
+                NULL);
+  unlink(path);
+}
+END_TEST
+
+/* A reload warns about the restart-only keys that changed, with both
+ * values, and about nothing when only reloadable keys changed. */
+START_TEST(test_restart_changes) {
+  pe_srv_config a, b;
+  PE_CK_OK(pe_config_defaults(&a));
+  PE_CK_OK(pe_config_defaults(&b));
+  ck_assert_ptr_null(pe_config_restart_changes(&a, &b));
+  PE_CK_OK(pe_config_set(&b, "server", "log_level", "debug"));
+  PE_CK_OK(pe_config_set(&b, "sessions", "ttl", "5"));
+  PE_CK_OK(pe_config_set(&b, "limits", "dedup_entries", "8"));
+  ck_assert_ptr_null(pe_config_restart_changes(&a, &b));
+  PE_CK_OK(pe_config_set(&b, "runtime", "places", "cpu:2"));
+  PE_CK_OK(pe_config_set(&b, "runtime", "worker_threads", "3"));
+  PE_CK_OK(pe_config_set(&b, "runtime", "flush_denormals", "false"));
+  PE_CK_OK(pe_config_set(&b, "server", "socket_mode", "0600"));
+  char *m = pe_config_restart_changes(&a, &b);
+  ck_assert_ptr_nonnull(m);
+  ck_assert_msg(strstr(m, "[runtime] places 'auto' -> 'cpu:2'") &&
+                    strstr(m, "[runtime] worker_threads 0 -> 3") &&
+                    strstr(m, "[runtime] flush_denormals true -> false") &&
+                    strstr(m, "[server] socket_mode 0660 -> 0600") &&
+                    !strstr(m, "request_threads") && !strstr(m, "log_level"),
+                "changes: %s", m);
+  free(m);
+  pe_config_free(&a);
+  pe_config_free(&b);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("server_config");
   TCase *tc = tcase_create("config");
@@ -182,6 +238,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_sizes);
   tcase_add_test(tc, test_shipped_conf_parses);
+  tcase_add_test(tc, test_build_command_line_wins);
+  tcase_add_test(tc, test_restart_changes);
   suite_add_tcase(s, tc);
   return s;
 }
