@@ -35,11 +35,20 @@ typedef struct pe_train_recipe {
   { .weight_decay = -1.0f, .grad_clip_norm = -1.0f }
 
 /* Apply r to the ProgramDesc in (in, len): a new buffer in *out (malloc'd,
- * the caller frees) of *out_len bytes. Returns 0, or -1 with a message in
- * err: bytes that are not a ProgramDesc, a program without an optimizer
- * (TrainSpec.optimizer), an unknown optimizer or schedule kind, a value out
- * of range. */
+ * the caller frees) of *out_len bytes. A program with a loss but no
+ * optimizer (it computes gradients only) gets r's optimizer, which then
+ * needs r's lr. Returns 0, or -1 with a message in err: bytes that are not
+ * a ProgramDesc, a program without a loss, or without an optimizer when r
+ * names none (or no lr), an unknown optimizer or schedule kind, a value
+ * out of range. */
 int pe_train_recipe_apply(const pe_train_recipe *r, const uint8_t *in, size_t len, uint8_t **out,
                           size_t *out_len, char *err, size_t errlen);
+
+/* The optimizer of the ProgramDesc in (in, len): "sgd", "momentum", "adam"
+ * or "adamw" (static strings); "" when it has none (no TrainSpec, or a
+ * loss without an optimizer: a run computes gradients and updates
+ * nothing); NULL when the bytes are not a ProgramDesc. A trainer checks it
+ * before training: without an optimizer the "training" changes nothing. */
+const char *pe_program_optimizer(const uint8_t *in, size_t len);
 
 #endif

@@ -74,10 +74,24 @@ int pe_train_recipe_apply(const pe_train_recipe *r, const uint8_t *in, size_t le
                 r->optimizer);
   Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, len, in);
   if (!pd) return fail(err, errlen, "not a ProgramDesc (%zu bytes)", len);
-  Pe__OptimizerDesc *od = pd->train ? pd->train->optimizer : NULL;
-  if (!od || !od->type[0]) {
+  if (!pd->train || !pd->train->loss[0]) {
     pe__program_desc__free_unpacked(pd, NULL);
-    return fail(err, errlen, "the program has no optimizer (TrainSpec.optimizer) to change");
+    return fail(err, errlen, "the program has no loss (TrainSpec.loss): nothing to train");
+  }
+  /* A program without an optimizer (it only computes gradients) gets the
+   * recipe's, which then needs its learning rate: there is none to keep. */
+  Pe__OptimizerDesc added = PE__OPTIMIZER_DESC__INIT;
+  Pe__OptimizerDesc *od = pd->train->optimizer;
+  bool adding = !od || !od->type[0];
+  if (adding && (!type || !(r->lr > 0))) {
+    pe__program_desc__free_unpacked(pd, NULL);
+    if (!type) return fail(err, errlen, "the program has no optimizer (TrainSpec.optimizer)");
+    return fail(err, errlen, "the program has no optimizer: %s needs a learning rate (lr)", type);
+  }
+  Pe__OptimizerDesc *orig_od = pd->train->optimizer;
+  if (adding) {
+    added.type = (char *)type;
+    pd->train->optimizer = od = &added;
   }
   int rc = check(r, type ? type : od->type, err, errlen);
   char *orig_type = od->type;
@@ -111,6 +125,16 @@ int pe_train_recipe_apply(const pe_train_recipe *r, const uint8_t *in, size_t le
   }
   od->type = orig_type;
   od->lr_schedule = orig_sched;
+  pd->train->optimizer = orig_od;
   pe__program_desc__free_unpacked(pd, NULL);
   return rc;
+}
+
+const char *pe_program_optimizer(const uint8_t *in, size_t len) {
+  Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, len, in);
+  if (!pd) return NULL;
+  const Pe__OptimizerDesc *od = pd->train ? pd->train->optimizer : NULL;
+  const char *kind = od ? pe_optimizer_kind(od->type) : NULL;
+  pe__program_desc__free_unpacked(pd, NULL);
+  return kind ? kind : "";
 }

@@ -152,17 +152,58 @@ START_TEST(bad_recipes_and_programs) {
   expect_refused(&r, (const uint8_t *)"\xff\xff\xff", 3, "not a ProgramDesc (3 bytes)");
   pe_model_spec_release(&m);
 
-  /* A program with no optimizer (inference only) has nothing to change. */
+  /* A program with no loss (inference only) has nothing to train. */
   pe_builder *b = pe_builder_new();
   const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
   ck_assert_ptr_nonnull(pe_builder_fc(b, x, 3, NULL));
   uint8_t *bytes;
   size_t len;
   ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), 0);
+  ck_assert_str_eq(pe_program_optimizer(bytes, len), "");
   r.optimizer = "sgd";
-  expect_refused(&r, bytes, len, "the program has no optimizer (TrainSpec.optimizer) to change");
+  expect_refused(&r, bytes, len, "the program has no loss (TrainSpec.loss): nothing to train");
   free(bytes);
   pe_builder_free(b);
+}
+END_TEST
+
+/* A loss without an optimizer (a model file without an 'optimizer' line)
+ * trains nothing: pe_program_optimizer says so, and a recipe adds one
+ * only with its learning rate. */
+START_TEST(a_recipe_adds_the_missing_optimizer) {
+  pe_builder *b = pe_builder_new();
+  const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 4));
+  const char *label = pe_builder_data(b, "label", PE_B_I64, PE_B_SHAPE(-1, 1));
+  const char *logits = pe_builder_fc(b, x, 3, NULL);
+  const char *loss =
+      pe_builder_mean(b, pe_builder_softmax_with_cross_entropy(b, logits, label, NULL));
+  ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
+  uint8_t *bytes, *out;
+  size_t len, n;
+  ck_assert_msg(pe_builder_finish(b, &bytes, &len) == 0, "%s", pe_builder_error(b));
+  ck_assert_str_eq(pe_program_optimizer(bytes, len), "");
+  ck_assert_ptr_null(pe_program_optimizer((const uint8_t *)"\xff\xff\xff", 3));
+  pe_train_recipe r = PE_TRAIN_RECIPE_KEEP;
+  r.weight_decay = 0.1f;
+  expect_refused(&r, bytes, len, "the program has no optimizer (TrainSpec.optimizer)");
+  r.optimizer = "adam";
+  expect_refused(&r, bytes, len, "the program has no optimizer: adam needs a learning rate (lr)");
+  r.lr = 0.01f;
+  char err[256];
+  ck_assert_msg(pe_train_recipe_apply(&r, bytes, len, &out, &n, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(pe_program_optimizer(out, n), "adam");
+  pe_program *p = NULL;
+  PE_CK_OK(pe_program_decode(out, n, &p));
+  ck_assert_str_eq(p->opt.type, "adam");
+  ck_assert(p->opt.lr == 0.01f && p->opt.weight_decay == 0.1f && p->opt.grad_clip_norm == 0.0f);
+  pe_program_free(p);
+  free(out);
+  free(bytes);
+  pe_builder_free(b);
+  pe_model_spec m;
+  ck_assert_int_eq(pe_model_spec_build("mlp", &m, err, sizeof err), 0);
+  ck_assert_str_eq(pe_program_optimizer(m.bytes, m.len), "momentum");
+  pe_model_spec_release(&m);
 }
 END_TEST
 
@@ -172,6 +213,7 @@ static Suite *recipe_suite(void) {
   tcase_add_test(tc, adamw_cosine_on_the_cnn);
   tcase_add_test(tc, unset_fields_keep_the_program);
   tcase_add_test(tc, bad_recipes_and_programs);
+  tcase_add_test(tc, a_recipe_adds_the_missing_optimizer);
   suite_add_tcase(s, tc);
   return s;
 }
