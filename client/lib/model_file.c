@@ -442,20 +442,70 @@ static int h_optimizer(mf *m) {
   return 0;
 }
 
+/* What each schedule kind takes and needs. The ranges are the daemon's
+ * (pe_lr_params_check; proto/program.proto's LrSchedule), checked here so
+ * that the errors carry the line: warmup >= 0; decay_steps >= 1; gamma in
+ * (0, 1] (step and multistep: 0.1 when left out); min_lr in [0, lr);
+ * milestones increasing, >= 1, at most 32. An option the kind does not use
+ * is an error, not ignored. */
+typedef struct sched_row {
+  const char *kind, *takes, *needs, *why;
+} sched_row;
+
+static const sched_row sched_rows[] = {
+    {"constant", "warmup", NULL, NULL},
+    {"step", "warmup decay_steps gamma", "decay_steps", "the steps between decays"},
+    {"multistep", "warmup gamma milestones", "milestones", "the steps to decay at"},
+    {"exponential", "warmup decay_steps gamma", "gamma", "the factor per decay_steps steps"},
+    {"cosine", "warmup decay_steps min_lr", "decay_steps", "the steps from lr to min_lr"},
+    {"linear", "warmup decay_steps min_lr", "decay_steps", "the steps from lr to min_lr"},
+};
+
+/* Is word one of the blank-separated words of list? */
+static bool has_word(const char *list, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = strstr(list, word); p; p = strstr(p + 1, word))
+    if ((p == list || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return true;
+  return false;
+}
+
 static int h_schedule(mf *m) {
   const char *t = m->pos[0];
   if (m->sched_line) return mf_fail(m, "schedule: a second schedule line");
-  if (!pe_lr_schedule_kind(t))
-    return mf_fail(m, "schedule: unknown kind '%s' (known: " PE_LR_SCHEDULE_KINDS ")", t);
+  const sched_row *row = NULL;
+  for (size_t i = 0; i < sizeof sched_rows / sizeof sched_rows[0]; i++)
+    if (!strcmp(sched_rows[i].kind, t)) row = &sched_rows[i];
+  if (!row) return mf_fail(m, "schedule: unknown kind '%s' (known: " PE_LR_SCHEDULE_KINDS ")", t);
+  for (int i = 0; i < m->n_opts; i++)
+    if (!has_word(row->takes, m->opts[i].key))
+      return mf_fail(m, "schedule %s: option '%s' does not apply (%s takes: %s)", t, m->opts[i].key,
+                     t, row->takes);
+  if (row->needs && !opt_str(m, row->needs))
+    return mf_fail(m, "schedule %s: no %s=... (%s)", t, row->needs, row->why);
   m->warmup = m->decay_steps = 0;
   m->gamma = m->min_lr = 0;
   m->n_milestones = 0;
   if (opt_long(m, "warmup", 0, 1L << 62, &m->warmup) ||
-      opt_long(m, "decay_steps", 0, 1L << 62, &m->decay_steps) ||
-      opt_float(m, "gamma", 0, 1, &m->gamma) || opt_float(m, "min_lr", 0, 1e6f, &m->min_lr) ||
-      opt_long_list(m, "milestones", 0, 1L << 62, m->milestones, PE_B_MAX_MILESTONES,
+      opt_long(m, "decay_steps", 1, 1L << 62, &m->decay_steps) ||
+      opt_float(m, "min_lr", 0, 1e6f, &m->min_lr) ||
+      opt_long_list(m, "milestones", 1, 1L << 62, m->milestones, PE_B_MAX_MILESTONES,
                     &m->n_milestones))
     return -1;
+  /* gamma 0 is the wire's "unset" (step, multistep: 0.1): written out, it
+   * is a mistake. */
+  const char *g = opt_str(m, "gamma");
+  if (g) {
+    char *end;
+    m->gamma = strtof(g, &end);
+    if (end == g || *end || !(m->gamma > 0 && m->gamma <= 1))
+      return mf_fail(m, "schedule %s: gamma '%s' is not a number in (0, 1]%s", t, g,
+                     strcmp(t, "exponential") ? " (left out: 0.1)" : "");
+  }
+  for (int i = 1; i < m->n_milestones; i++)
+    if (m->milestones[i] <= m->milestones[i - 1])
+      return mf_fail(m, "schedule multistep: milestones '%s' do not increase (%lld after %lld)",
+                     opt_str(m, "milestones"), (long long)m->milestones[i],
+                     (long long)m->milestones[i - 1]);
   snprintf(m->sched_type, sizeof m->sched_type, "%s", t);
   m->sched_line = m->line;
   return 0;
@@ -590,6 +640,12 @@ static int finish(mf *m, pe_model_spec *out) {
     m->kw = "schedule";
     if (!m->opt_type[0])
       return mf_fail(m, "schedule: no 'optimizer' line (a schedule needs an optimizer)");
+    /* min_lr below the optimizer's lr (known only now: either line may
+     * come first). */
+    if ((!strcmp(m->sched_type, "cosine") || !strcmp(m->sched_type, "linear")) &&
+        !(m->min_lr < m->lr))
+      return mf_fail(m, "schedule %s: min_lr %g must be below the optimizer's lr %g", m->sched_type,
+                     m->min_lr, m->lr);
     pe_lr_schedule_opts so = {.type = m->sched_type,
                               .warmup_steps = m->warmup,
                               .decay_steps = m->decay_steps,

@@ -252,7 +252,7 @@ START_TEST(schedule_errors_carry_the_line) {
                         "exponential, cosine, linear)");
   expect_parse_error_eq(FC_MODEL "schedule multistep milestones=10,x,30\n",
                         "cnn:6: schedule: milestones 'x' is not an integer in "
-                        "[0, 4611686018427387904]");
+                        "[1, 4611686018427387904]");
   expect_parse_error_eq(FC_MODEL "schedule multistep milestones=10,,30\n",
                         "cnn:6: schedule: milestones '10,,30' is not a comma-separated list of "
                         "integers");
@@ -261,7 +261,7 @@ START_TEST(schedule_errors_carry_the_line) {
                         "integers");
   expect_parse_error_eq(FC_MODEL "schedule multistep milestones=-5\n",
                         "cnn:6: schedule: milestones '-5' is not an integer in "
-                        "[0, 4611686018427387904]");
+                        "[1, 4611686018427387904]");
   char list[256] = "1", text[512], want[512];
   for (int i = 2; i <= 33; i++) snprintf(list + strlen(list), sizeof list - strlen(list), ",%d", i);
   snprintf(text, sizeof text, FC_MODEL "schedule multistep milestones=%s\n", list);
@@ -269,9 +269,10 @@ START_TEST(schedule_errors_carry_the_line) {
   expect_parse_error_eq(text, want);
   expect_parse_error_eq(FC_MODEL "schedule step decay_steps=-1\n",
                         "cnn:6: schedule: decay_steps '-1' is not an integer in "
-                        "[0, 4611686018427387904]");
+                        "[1, 4611686018427387904]");
   expect_parse_error_eq(FC_MODEL "schedule step decay_steps=10 gamma=2\n",
-                        "cnn:6: schedule: gamma '2' is not a number in [0, 1]");
+                        "cnn:6: schedule step: gamma '2' is not a number in (0, 1] (left out: "
+                        "0.1)");
   expect_parse_error_eq(FC_MODEL "schedule step decay_steps=10 mu=0.9\n",
                         "cnn:6: schedule: unknown option 'mu' (usage: schedule "
                         "constant|step|multistep|exponential|cosine|linear [warmup=N] "
@@ -282,6 +283,61 @@ START_TEST(schedule_errors_carry_the_line) {
                         "cnn:8: schedule: a second schedule line");
   expect_parse_error_eq(FC_MODEL "schedule cosine decay_steps=10\n",
                         "cnn:6: schedule: no 'optimizer' line (a schedule needs an optimizer)");
+}
+END_TEST
+
+/* The schedule's values are checked in the file, with the line, in the
+ * daemon's ranges (what parses registers): what each kind needs, gamma in
+ * (0, 1] (an explicit 0 is not the default), decay_steps >= 1, min_lr
+ * below the optimizer's lr (on either side of it), milestones increasing;
+ * an option the kind does not use is refused. */
+START_TEST(schedule_values_are_checked_in_the_file) {
+#define OPT "optimizer sgd lr=0.1\n"
+  expect_parse_error_eq(
+      FC_MODEL OPT "schedule step decay_steps=10 gamma=0\n",
+      "cnn:7: schedule step: gamma '0' is not a number in (0, 1] (left out: 0.1)");
+  expect_parse_error_eq(FC_MODEL OPT "schedule exponential gamma=0.0\n",
+                        "cnn:7: schedule exponential: gamma '0.0' is not a number in (0, 1]");
+  expect_parse_error_eq(FC_MODEL OPT "schedule exponential decay_steps=10\n",
+                        "cnn:7: schedule exponential: no gamma=... (the factor per decay_steps "
+                        "steps)");
+  expect_parse_error_eq(FC_MODEL OPT "schedule step\n",
+                        "cnn:7: schedule step: no decay_steps=... (the steps between decays)");
+  expect_parse_error_eq(FC_MODEL OPT "schedule cosine min_lr=0.01\n",
+                        "cnn:7: schedule cosine: no decay_steps=... (the steps from lr to min_lr)");
+  expect_parse_error_eq(FC_MODEL OPT "schedule multistep gamma=0.5\n",
+                        "cnn:7: schedule multistep: no milestones=... (the steps to decay at)");
+  expect_parse_error_eq(FC_MODEL OPT "schedule cosine decay_steps=0\n",
+                        "cnn:7: schedule: decay_steps '0' is not an integer in "
+                        "[1, 4611686018427387904]");
+  expect_parse_error_eq(FC_MODEL OPT "schedule cosine decay_steps=10 gamma=0.5\n",
+                        "cnn:7: schedule cosine: option 'gamma' does not apply (cosine takes: "
+                        "warmup decay_steps min_lr)");
+  expect_parse_error_eq(FC_MODEL OPT "schedule step decay_steps=10 min_lr=0.01\n",
+                        "cnn:7: schedule step: option 'min_lr' does not apply (step takes: "
+                        "warmup decay_steps gamma)");
+  expect_parse_error_eq(FC_MODEL OPT "schedule constant decay_steps=10\n",
+                        "cnn:7: schedule constant: option 'decay_steps' does not apply (constant "
+                        "takes: warmup)");
+  expect_parse_error_eq(FC_MODEL OPT "schedule multistep milestones=10,30,20\n",
+                        "cnn:7: schedule multistep: milestones '10,30,20' do not increase (20 "
+                        "after 30)");
+  /* min_lr against the optimizer's lr, whichever line comes first */
+  expect_parse_error_eq(FC_MODEL OPT "schedule cosine decay_steps=10 min_lr=0.1\n",
+                        "cnn:7: schedule cosine: min_lr 0.1 must be below the optimizer's lr 0.1");
+  expect_parse_error_eq(FC_MODEL "schedule linear decay_steps=10 min_lr=0.5\n" OPT,
+                        "cnn:6: schedule linear: min_lr 0.5 must be below the optimizer's lr 0.1");
+  /* each kind with what it takes parses (and the daemon accepts it) */
+  const char *ok[] = {"constant warmup=5",           "step decay_steps=10",
+                      "step decay_steps=10 gamma=1", "multistep milestones=5,10",
+                      "exponential gamma=0.9",       "exponential decay_steps=3 gamma=0.5",
+                      "cosine decay_steps=10",       "linear warmup=2 decay_steps=10 min_lr=0.001"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    char text[512];
+    snprintf(text, sizeof text, FC_MODEL OPT "schedule %s\n", ok[i]);
+    pe__program_desc__free_unpacked(parse_unpacked(text), NULL);
+  }
+#undef OPT
 }
 END_TEST
 
@@ -391,6 +447,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, a_small_model_of_other_layers);
   tcase_add_test(tc, schedule_line);
   tcase_add_test(tc, schedule_errors_carry_the_line);
+  tcase_add_test(tc, schedule_values_are_checked_in_the_file);
   tcase_add_test(tc, adamw_and_no_decay_1d);
   tcase_add_test(tc, optimizer_errors_carry_the_line);
   tcase_add_test(tc, missing_file);
