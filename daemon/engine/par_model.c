@@ -12,9 +12,11 @@
 
 pe_status *pe_model_check_places(pe_place_kind kind, int n_places) {
   const pe_device_ops *ops = pe_device_kind_ops(kind);
-  if (!ops)
-    return pe_error(PE_EINVAL, "places of kind %s: not built into this daemon",
-                    pe_place_kind_name(kind));
+  if (!ops) /* Said by the daemon and by pe-bench alike: "this build", not "this daemon". */
+    return pe_error(PE_EINVAL,
+                    "places of kind %s: not built in (this build has no %s backend; configure with "
+                    "-DPE_CUDA=ON)",
+                    pe_place_kind_name(kind), pe_place_kind_name(kind));
   if (n_places < 1 || n_places > PE_MAX_PLACES)
     return pe_error(PE_EINVAL, "%d places of kind %s (1..%d)", n_places, pe_place_kind_name(kind),
                     PE_MAX_PLACES);
