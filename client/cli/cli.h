@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "json_out.h"
 #include "pe_client.h"
 #include "pe_models.h"
 
@@ -68,11 +69,26 @@ pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc);
  * the session. register, run and trace only free: what they register is
  * meant for the commands after them. */
 void cli_end(const cli_ctx *ctx, pe_client *c, int rc);
-/* Print "pe-client CMD: <error> (CODE)" and return the exit status for a
- * failed library call. */
+/* Errors: each prints "pe-client CMD: <message>" on stderr and returns the
+ * exit status; the command's first error is also what the --json failure
+ * line says (cli_finish). */
+/* A failed library call: "<error> (CODE)", CLI_UNREACHABLE for a timeout
+ * or no connection, else CLI_FAIL. */
 int cli_fail(const cli_ctx *ctx, pe_client *c, int code);
-/* Print "pe-client CMD: <message>" and return CLI_FAIL. */
+/* The same after "what: " (the step, the part of the command). */
+int cli_fail_at(const cli_ctx *ctx, pe_client *c, int code, const char *what);
+/* Anything else that failed: CLI_FAIL. */
 int cli_error(const cli_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Bad usage (options, their values, their combination): CLI_USAGE. */
+int cli_usage(const cli_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* --json: a command's object starts {"cmd":"NAME","ok":true (the command
+ * prints the rest). */
+void cli_json_begin(const cli_ctx *ctx);
+/* After the command (main): with --json and rc not CLI_OK, the failure
+ * line {"cmd":"NAME","ok":false,"error":"...","code":"..."}; code is the
+ * daemon's or libpeclient's code name, USAGE or FAILED. */
+void cli_finish(const cli_ctx *ctx, int rc);
 
 /* mlp | cnn (built in) | a model file (a path, or any name that is an
  * existing file). Prints the error and returns -1 on failure. */
@@ -121,9 +137,6 @@ void cli_batch_feeds(const pe_model_spec *m, int n, const float *x, const int64_
 /* "0x%016llx" handle text and its parse (hex or decimal). */
 void cli_handle_str(uint64_t h, char buf[24]);
 int cli_handle_parse(const char *s, uint64_t *out);
-
-/* JSON string (quoted, escaped) onto f. */
-void cli_json_str(FILE *f, const char *s);
 
 double cli_now(void); /* monotonic seconds */
 

@@ -28,11 +28,86 @@ void cli_print_opts(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts) {
   fprintf(stderr, "global: --socket ADDR, --json, --timeout MS (anywhere on the line)\n");
 }
 
+/* The command's error, for the JSON failure line: the process runs one
+ * command, and its first error is the one the line reports (what follows
+ * it is a consequence). */
+static struct {
+  char msg[1024];
+  const char *code;
+} last_error;
+
+static void report(const cli_ctx *ctx, const char *code, const char *fmt, va_list ap) {
+  char msg[sizeof last_error.msg];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  if (ctx->cmd)
+    fprintf(stderr, "pe-client %s: %s\n", ctx->cmd, msg);
+  else
+    fprintf(stderr, "pe-client: %s\n", msg);
+  if (last_error.code) return;
+  memcpy(last_error.msg, msg, sizeof msg);
+  last_error.code = code;
+}
+
+int cli_error(const cli_ctx *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  report(ctx, "FAILED", fmt, ap);
+  va_end(ap);
+  return CLI_FAIL;
+}
+
+int cli_usage(const cli_ctx *ctx, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  report(ctx, "USAGE", fmt, ap);
+  va_end(ap);
+  return CLI_USAGE;
+}
+
+static void report_code(const cli_ctx *ctx, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void report_code(const cli_ctx *ctx, const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  report(ctx, code, fmt, ap);
+  va_end(ap);
+}
+
+int cli_fail_at(const cli_ctx *ctx, pe_client *c, int code, const char *what) {
+  /* libpeclient names the request ("run: ..."): not again when it is the
+   * command's name ("pe-client run: run: ..."). */
+  const char *msg = pe_client_error(c);
+  size_t n = ctx->cmd ? strlen(ctx->cmd) : 0;
+  if (n && !strncmp(msg, ctx->cmd, n) && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
+  report_code(ctx, pe_client_code_name(code), "%s%s%s (%s)", what ? what : "", what ? ": " : "",
+              msg, pe_client_code_name(code));
+  return code == PE_C_ETIMEDOUT || code == PE_C_ECONNECT ? CLI_UNREACHABLE : CLI_FAIL;
+}
+
+int cli_fail(const cli_ctx *ctx, pe_client *c, int code) {
+  return cli_fail_at(ctx, c, code, NULL);
+}
+
+void cli_json_begin(const cli_ctx *ctx) {
+  printf("{\"cmd\":");
+  cli_json_str(stdout, ctx->cmd);
+  printf(",\"ok\":true");
+}
+
+void cli_finish(const cli_ctx *ctx, int rc) {
+  if (!ctx->json || rc == CLI_OK) return;
+  /* A failure nothing reported (should not happen): still one line. */
+  const char *msg = last_error.code ? last_error.msg : "failed";
+  const char *code = last_error.code ? last_error.code : rc == CLI_USAGE ? "USAGE" : "FAILED";
+  fflush(stdout);
+  cli_json_failure(stdout, "cmd", ctx->cmd, msg, code);
+}
+
 static int usage_error(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, const char *fmt,
                        const char *a) {
-  fprintf(stderr, "pe-client %s: ", ctx->cmd);
-  fprintf(stderr, fmt, a);
-  fprintf(stderr, "\n");
+  char msg[512];
+  snprintf(msg, sizeof msg, fmt, a);
+  cli_usage(ctx, "%s", msg);
   cli_print_opts(ctx, opts, n_opts);
   return CLI_USAGE;
 }
@@ -99,8 +174,7 @@ pe_client *cli_connect(const cli_ctx *ctx, int *rc) {
 pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc) {
   pe_client *c = pe_client_new();
   if (!c) {
-    fprintf(stderr, "pe-client %s: out of memory\n", ctx->cmd);
-    *rc = CLI_FAIL;
+    *rc = cli_error(ctx, "out of memory");
     return NULL;
   }
   o.address = ctx->socket;
@@ -130,26 +204,10 @@ void cli_end(const cli_ctx *ctx, pe_client *c, int rc) {
   pe_client_free(c);
 }
 
-int cli_fail(const cli_ctx *ctx, pe_client *c, int code) {
-  fprintf(stderr, "pe-client %s: %s (%s)\n", ctx->cmd, pe_client_error(c),
-          pe_client_code_name(code));
-  return code == PE_C_ETIMEDOUT || code == PE_C_ECONNECT ? CLI_UNREACHABLE : CLI_FAIL;
-}
-
-int cli_error(const cli_ctx *ctx, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "pe-client %s: ", ctx->cmd);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n");
-  va_end(ap);
-  return CLI_FAIL;
-}
-
 int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out) {
   char err[1024];
   if (!pe_model_resolve(spec, out, err, sizeof err)) return 0;
-  fprintf(stderr, "pe-client %s: %s\n", ctx->cmd, err);
+  cli_error(ctx, "%s", err);
   return -1;
 }
 
@@ -166,21 +224,6 @@ int cli_handle_parse(const char *s, uint64_t *out) {
   return 0;
 }
 
-void cli_json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
-    else if (*p == '\n')
-      fputs("\\n", f);
-    else if (*p < 0x20)
-      fprintf(f, "\\u%04x", *p);
-    else
-      fputc(*p, f);
-  }
-  fputc('"', f);
-}
-
 /* --strategy by name; the daemon checks the rest of the graph options. */
 static int parse_strategy(const cli_ctx *ctx, const char *name, pe_client_strategy *out) {
   *out = PE_C_STRATEGY_AUTO;
@@ -190,9 +233,7 @@ static int parse_strategy(const cli_ctx *ctx, const char *name, pe_client_strate
       *out = s;
       return CLI_OK;
     }
-  fprintf(stderr, "pe-client %s: --strategy '%s' unknown (auto, allreduce, reduce, sharded)\n",
-          ctx->cmd, name);
-  return CLI_USAGE;
+  return cli_usage(ctx, "--strategy '%s' unknown (auto, allreduce, reduce, sharded)", name);
 }
 
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,

@@ -36,7 +36,8 @@ static int cmd_ping(cli_ctx *ctx, int argc, char **argv) {
   }
   if (!rc) {
     if (ctx->json) {
-      printf("{\"cmd\":\"ping\",\"ok\":true,\"socket\":");
+      cli_json_begin(ctx);
+      printf(",\"socket\":");
       cli_json_str(stdout, pe_client_address(c));
       printf(",\"count\":%ld,\"mean_us\":%.1f,\"min_us\":%.1f}\n", cfg.count, sum / cfg.count,
              best);
@@ -51,8 +52,9 @@ static int cmd_ping(cli_ctx *ctx, int argc, char **argv) {
 
 /* --- status ---------------------------------------------------------------------- */
 
-static void print_status_json(const pe_client_status *s) {
-  printf("{\"cmd\":\"status\",\"version\":");
+static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
+  cli_json_begin(ctx);
+  printf(",\"version\":");
   cli_json_str(stdout, s->version);
   printf(
       ",\"uptime_s\":%.1f,\"programs\":%d,\"queue_depth\":%d,\"clients\":%d,"
@@ -136,7 +138,7 @@ static int cmd_status(cli_ctx *ctx, int argc, char **argv) {
   if (code)
     rc = cli_fail(ctx, c, code);
   else if (ctx->json)
-    print_status_json(&s);
+    print_status_json(ctx, &s);
   else
     print_status_text(&s);
   cli_end(ctx, c, rc);
@@ -166,21 +168,21 @@ static int cmd_deregister(cli_ctx *ctx, int argc, char **argv) {
       cli_parse(ctx, dereg_opts, sizeof dereg_opts / sizeof dereg_opts[0], argc, argv, &cfg, &help);
   if (rc || help) return rc;
   uint64_t h;
-  if (!cfg.handle || cli_handle_parse(cfg.handle, &h)) {
-    fprintf(stderr, "pe-client deregister: --handle needs a program handle (0x... or decimal)\n");
-    return CLI_USAGE;
-  }
+  if (!cfg.handle || cli_handle_parse(cfg.handle, &h))
+    return cli_usage(ctx, "--handle needs a program handle (0x... or decimal)");
   pe_client *c = cli_connect(ctx, &rc);
   if (!c) return rc;
   int code = cfg.force ? pe_client_deregister_force(c, h) : pe_client_deregister(c, h);
   char hs[24];
   cli_handle_str(h, hs);
-  if (code)
+  if (code) {
     rc = cli_fail(ctx, c, code);
-  else if (ctx->json)
-    printf("{\"cmd\":\"deregister\",\"handle\":\"%s\",\"ok\":true}\n", hs);
-  else
+  } else if (ctx->json) {
+    cli_json_begin(ctx);
+    printf(",\"handle\":\"%s\"}\n", hs);
+  } else {
     printf("deregistered %s\n", hs);
+  }
   cli_end(ctx, c, rc);
   return rc;
 }

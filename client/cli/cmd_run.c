@@ -2,11 +2,14 @@
  * fetched tensors) and trace (write the run's Chrome trace to a file).
  * Both register the model's training program (idempotent: same handle) and
  * initialise its parameters when they do not exist yet. */
+#include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "out_path.h"
 #include "pe_dataset.h"
 
 typedef struct run_cfg {
@@ -16,17 +19,20 @@ typedef struct run_cfg {
   cli_graph_opts graph;
 } run_cfg;
 
-#define RUN_OPTS                                                                                   \
-  {"model", CLI_STR, offsetof(run_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},               \
-      {"model-name", CLI_STR, offsetof(run_cfg, name), 0, 0, "parameter namespace"},               \
-      {"places", CLI_STR, offsetof(run_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},     \
-      {"batch", CLI_INT, offsetof(run_cfg, batch), 1, 1 << 16, "batch size (model default)"},      \
-      {"steps", CLI_INT, offsetof(run_cfg, steps), 1, 1 << 20, "steps on the same batch (1)"},     \
-      {"seed", CLI_INT, offsetof(run_cfg, seed), 0, 1L << 62, "initialisation seed (1)"},          \
-      {"eval", CLI_FLAG, offsetof(run_cfg, eval), 0, 0, "run the evaluation program"},             \
-      {"data", CLI_STR, offsetof(run_cfg, data), 0, 0, "Fashion-MNIST directory"},                 \
-      {"fetch", CLI_STR, offsetof(run_cfg, fetch), 0, 0, "comma-separated names (loss,accuracy)"}, \
-      CLI_GRAPH_OPTS(run_cfg, graph)
+// clang-format off
+#define RUN_OPTS                                                                                 \
+  {"model", CLI_STR, offsetof(run_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},             \
+  {"model-name", CLI_STR, offsetof(run_cfg, name), 0, 0, "parameter namespace"},                 \
+  {"places", CLI_STR, offsetof(run_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},       \
+  {"batch", CLI_INT, offsetof(run_cfg, batch), 1, 1 << 16, "batch size (model default)"},        \
+  {"steps", CLI_INT, offsetof(run_cfg, steps), 1, 1 << 20, "steps on the same batch (1)"},       \
+  {"seed", CLI_INT, offsetof(run_cfg, seed), 0, 1L << 62, "initialisation seed (1)"},            \
+  {"eval", CLI_FLAG, offsetof(run_cfg, eval), 0, 0, "run the evaluation program"},               \
+  {"data", CLI_STR, offsetof(run_cfg, data), 0, 0, "Fashion-MNIST directory"},                   \
+  {"fetch", CLI_STR, offsetof(run_cfg, fetch), 0, 0,                                             \
+   "comma-separated variables; loss, accuracy, correct: the model's (loss,accuracy)"},           \
+  CLI_GRAPH_OPTS(run_cfg, graph)
+// clang-format on
 
 static const cli_opt run_opts[] = {RUN_OPTS};
 static const cli_opt trace_opts[] = {
@@ -34,32 +40,87 @@ static const cli_opt trace_opts[] = {
 
 #define MAX_FETCH 16
 
+/* Element i of t as a double (the dtypes a fetch returns). */
+static double value_at(const pe_client_tensor *t, int64_t i) {
+  switch (t->dtype) {
+    case PE_B_F32: return ((const float *)t->data)[i];
+    case PE_B_F64: return ((const double *)t->data)[i];
+    case PE_B_I32: return ((const int32_t *)t->data)[i];
+    case PE_B_I64: return (double)((const int64_t *)t->data)[i];
+    case PE_B_U8: return ((const uint8_t *)t->data)[i];
+  }
+  return 0;
+}
+
+/* Element i as text (f32 to 6 digits) or JSON (9 digits; NaN and the
+ * infinities, which JSON lacks, as null). */
+static void print_value(const pe_client_tensor *t, int64_t i, bool json) {
+  double v = value_at(t, i);
+  if (t->dtype != PE_B_F32 && t->dtype != PE_B_F64)
+    printf("%.0f", v);
+  else if (json && !isfinite(v))
+    printf("null");
+  else
+    printf(json || t->dtype == PE_B_F64 ? "%.9g" : "%.6g", v);
+}
+
+static void print_shape(const pe_client_tensor *t) {
+  for (int d = 0; d < t->ndim; d++) printf("%s%lld", d ? "," : "", (long long)t->shape[d]);
+}
+
+/* Text: the name, dtype, shape, the first 8 values and how many there are. */
 static void print_tensor(const pe_client_tensor *t) {
   printf("%s %s [", t->name, pe_client_dtype_name(t->dtype));
-  for (int d = 0; d < t->ndim; d++) printf("%s%lld", d ? "," : "", (long long)t->shape[d]);
+  print_shape(t);
   printf("]:");
   int64_t n = pe_client_tensor_numel(t), show = n < 8 ? n : 8;
   for (int64_t i = 0; i < show; i++) {
-    if (t->dtype == PE_B_F32) printf(" %.6g", ((const float *)t->data)[i]);
-    if (t->dtype == PE_B_F64) printf(" %.9g", ((const double *)t->data)[i]);
-    if (t->dtype == PE_B_I64) printf(" %lld", (long long)((const int64_t *)t->data)[i]);
-    if (t->dtype == PE_B_I32) printf(" %d", ((const int32_t *)t->data)[i]);
-    if (t->dtype == PE_B_U8) printf(" %u", ((const uint8_t *)t->data)[i]);
+    putchar(' ');
+    print_value(t, i, false);
   }
-  printf("%s\n", show < n ? " ..." : "");
+  if (show < n) printf(" ... (%lld values; --json prints them all)", (long long)n);
+  putchar('\n');
 }
 
-/* The first scalar of t as a double (JSON output). */
-static double first_value(const pe_client_tensor *t) {
-  if (pe_client_tensor_numel(t) < 1) return 0;
-  switch (t->dtype) {
-    case PE_B_F32: return ((const float *)t->data)[0];
-    case PE_B_F64: return ((const double *)t->data)[0];
-    case PE_B_I32: return ((const int32_t *)t->data)[0];
-    case PE_B_I64: return (double)((const int64_t *)t->data)[0];
-    case PE_B_U8: return ((const uint8_t *)t->data)[0];
+/* JSON: a one-element tensor (a loss, an accuracy) as its number; any
+ * other as {"dtype":...,"shape":[...],"values":[every value, row-major]}. */
+static void print_tensor_json(const pe_client_tensor *t) {
+  int64_t n = pe_client_tensor_numel(t);
+  if (n == 1) {
+    print_value(t, 0, true);
+    return;
   }
-  return 0;
+  printf("{\"dtype\":\"%s\",\"shape\":[", pe_client_dtype_name(t->dtype));
+  print_shape(t);
+  printf("],\"values\":[");
+  for (int64_t i = 0; i < n; i++) {
+    if (i) putchar(',');
+    print_value(t, i, true);
+  }
+  printf("]}");
+}
+
+/* --fetch: names split at commas into fetch (buf holds them); loss,
+ * accuracy and correct stand for the model's variables. */
+static int parse_fetch(const cli_ctx *ctx, const pe_model_spec *m, const char *list, char *buf,
+                       size_t len, const char **fetch, size_t *n_fetch) {
+  *n_fetch = 0;
+  if (!list) {
+    fetch[(*n_fetch)++] = m->loss;
+    fetch[(*n_fetch)++] = m->accuracy;
+    return CLI_OK;
+  }
+  if (strlen(list) >= len) return cli_usage(ctx, "--fetch: longer than %zu bytes", len - 1);
+  snprintf(buf, len, "%s", list);
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (*n_fetch == MAX_FETCH) return cli_usage(ctx, "--fetch: more than %d names", MAX_FETCH);
+    fetch[(*n_fetch)++] = !strcmp(t, "loss")       ? m->loss
+                          : !strcmp(t, "accuracy") ? m->accuracy
+                          : !strcmp(t, "correct")  ? m->correct
+                                                   : t;
+  }
+  if (!*n_fetch) return cli_usage(ctx, "--fetch: no names in '%s'", list);
+  return CLI_OK;
 }
 
 static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
@@ -70,26 +131,20 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
                  : cli_parse(ctx, run_opts, sizeof run_opts / sizeof run_opts[0], argc, argv, &cfg,
                              &help);
   if (rc || help) return rc;
-  if (!cfg.model) {
-    fprintf(stderr, "pe-client %s: --model is required (%s | FILE)\n", ctx->cmd,
-            pe_model_spec_names());
-    return CLI_USAGE;
-  }
+  if (!cfg.model) return cli_usage(ctx, "--model is required (%s | FILE)", pe_model_spec_names());
+  /* The trace file is written after the step: a path that cannot be
+   * written fails now, before the step changes the model. */
+  char err[1024];
+  if (trace && cli_out_path_check(cfg.out, err, sizeof err)) return cli_error(ctx, "--out %s", err);
   pe_model_spec m;
   if (cli_model_load(ctx, cfg.model, &m)) return CLI_FAIL;
   if (!cfg.batch) cfg.batch = m.default_batch;
-  /* fetch names: copies, split at commas */
   char fetch_buf[1024];
   const char *fetch[MAX_FETCH];
   size_t n_fetch = 0;
-  if (cfg.fetch) {
-    snprintf(fetch_buf, sizeof fetch_buf, "%s", cfg.fetch);
-    for (char *save = NULL, *t = strtok_r(fetch_buf, ",", &save); t && n_fetch < MAX_FETCH;
-         t = strtok_r(NULL, ",", &save))
-      fetch[n_fetch++] = t;
-  } else {
-    fetch[n_fetch++] = m.loss;
-    fetch[n_fetch++] = m.accuracy;
+  if ((rc = parse_fetch(ctx, &m, cfg.fetch, fetch_buf, sizeof fetch_buf, fetch, &n_fetch))) {
+    pe_model_spec_release(&m);
+    return rc;
   }
   pe_dataset *ds = NULL;
   float *x = NULL;
@@ -125,14 +180,19 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
                      (unsigned long long)prog.handle);
       goto out;
     }
+    errno = 0;
     FILE *f = fopen(cfg.out, "wb");
-    if (!f || fwrite(res.trace_json, 1, res.trace_len, f) != res.trace_len || fclose(f)) {
-      rc = cli_error(ctx, "cannot write %s", cfg.out);
+    int e = f ? 0 : errno;
+    if (f && fwrite(res.trace_json, 1, res.trace_len, f) != res.trace_len) e = errno ? errno : EIO;
+    if (f && fclose(f) && !e) e = errno;
+    if (e) {
+      rc = cli_error(ctx, "cannot write %s: %s (the step ran)", cfg.out, strerror(e));
       goto out;
     }
   }
   if (ctx->json) {
-    printf("{\"cmd\":\"%s\",\"model\":", ctx->cmd);
+    cli_json_begin(ctx);
+    printf(",\"model\":");
     cli_json_str(stdout, r.ns);
     printf(",\"batch\":%d,\"steps\":%u,\"run_ms\":%.3f,\"queue_ms\":%.3f,\"wall_ms\":%.3f", n,
            res.steps, res.run_ms, res.queue_ms, wall_ms);
@@ -145,7 +205,8 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
     for (size_t i = 0; i < res.n_fetched; i++) {
       printf("%s", i ? "," : "");
       cli_json_str(stdout, res.fetched[i].name);
-      printf(":%.9g", first_value(&res.fetched[i]));
+      putchar(':');
+      print_tensor_json(&res.fetched[i]);
     }
     printf("}}\n");
   } else {

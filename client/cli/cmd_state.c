@@ -33,10 +33,7 @@ static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
   int rc = cli_parse(ctx, register_opts, sizeof register_opts / sizeof register_opts[0], argc, argv,
                      &cfg, &help);
   if (rc || help) return rc;
-  if (!cfg.model) {
-    fprintf(stderr, "pe-client register: --model is required (%s | FILE)\n", pe_model_spec_names());
-    return CLI_USAGE;
-  }
+  if (!cfg.model) return cli_usage(ctx, "--model is required (%s | FILE)", pe_model_spec_names());
   pe_model_spec m;
   if (cli_model_load(ctx, cfg.model, &m)) return CLI_FAIL;
   pe_client *c = cli_connect(ctx, &rc);
@@ -53,22 +50,30 @@ static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
   pe_client_program prog;
   bool initialized = false;
   rc = cli_register(ctx, c, &m, &r, &prog);
+  /* The reply's parameter list lasts until the next request (the init):
+   * the JSON object is written now and printed once the init went well
+   * (on a failure, main prints the failure line instead). */
+  char *json = NULL;
+  size_t json_len = 0;
+  FILE *js = !rc && ctx->json ? open_memstream(&json, &json_len) : NULL;
+  if (!rc && ctx->json && !js) rc = cli_error(ctx, "out of memory");
   char hs[24];
   cli_handle_str(prog.handle, hs);
-  if (!rc && ctx->json) {
-    printf("{\"cmd\":\"register\",\"model\":");
-    cli_json_str(stdout, r.ns);
-    printf(",\"handle\":\"%s\",\"existed\":%s,\"for_test\":%s,\"params\":[", hs,
-           prog.existed ? "true" : "false", cfg.eval ? "true" : "false");
+  if (js) {
+    fprintf(js, ",\"model\":");
+    cli_json_str(js, r.ns);
+    fprintf(js, ",\"handle\":\"%s\",\"existed\":%s,\"for_test\":%s,\"params\":[", hs,
+            prog.existed ? "true" : "false", cfg.eval ? "true" : "false");
     for (size_t i = 0; i < prog.n_params; i++) {
-      printf("%s{\"name\":", i ? "," : "");
-      cli_json_str(stdout, prog.params[i].name);
-      printf(",\"dtype\":\"%s\",\"shape\":[", pe_client_dtype_name(prog.params[i].dtype));
+      fprintf(js, "%s{\"name\":", i ? "," : "");
+      cli_json_str(js, prog.params[i].name);
+      fprintf(js, ",\"dtype\":\"%s\",\"shape\":[", pe_client_dtype_name(prog.params[i].dtype));
       for (int d = 0; d < prog.params[i].ndim; d++)
-        printf("%s%lld", d ? "," : "", (long long)prog.params[i].shape[d]);
-      printf("]}");
+        fprintf(js, "%s%lld", d ? "," : "", (long long)prog.params[i].shape[d]);
+      fprintf(js, "]}");
     }
-    printf("]");
+    fprintf(js, "]");
+    if (fclose(js)) rc = cli_error(ctx, "out of memory");
   } else if (!rc) {
     printf("model %s: %s program %s%s, %zu parameter(s)\n", r.ns, cfg.eval ? "eval" : "train", hs,
            prog.existed ? " (already registered)" : "", prog.n_params);
@@ -83,12 +88,14 @@ static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
     int code = pe_client_init(c, prog.handle, false, &initialized);
     if (code) rc = cli_fail(ctx, c, code);
   }
-  if (!rc && ctx->json)
+  if (!rc && ctx->json) {
+    cli_json_begin(ctx);
+    fwrite(json, 1, json_len, stdout);
     printf(",\"initialized\":%s}\n", initialized ? "true" : "false");
-  else if (!rc && cfg.init)
+  } else if (!rc && cfg.init) {
     printf("%s\n", initialized ? "parameters initialised" : "parameters existed: kept");
-  else if (ctx->json && prog.handle)
-    printf("}\n"); /* close the object even when init failed */
+  }
+  free(json);
   pe_client_free(c);
   pe_model_spec_release(&m);
   return rc;
@@ -111,10 +118,7 @@ static int checkpoint_cmd(cli_ctx *ctx, int argc, char **argv, bool save) {
   bool help;
   int rc = cli_parse(ctx, ckpt_opts, 2, argc, argv, &cfg, &help);
   if (rc || help) return rc;
-  if (!cfg.model || !cfg.checkpoint) {
-    fprintf(stderr, "pe-client %s: --model and --checkpoint are required\n", ctx->cmd);
-    return CLI_USAGE;
-  }
+  if (!cfg.model || !cfg.checkpoint) return cli_usage(ctx, "--model and --checkpoint are required");
   pe_client *c = cli_connect(ctx, &rc);
   if (!c) return rc;
   const char *path = NULL;
@@ -124,7 +128,8 @@ static int checkpoint_cmd(cli_ctx *ctx, int argc, char **argv, bool save) {
   if (code) {
     rc = cli_fail(ctx, c, code);
   } else if (ctx->json) {
-    printf("{\"cmd\":\"%s\",\"model\":", ctx->cmd);
+    cli_json_begin(ctx);
+    printf(",\"model\":");
     cli_json_str(stdout, cfg.model);
     printf(",\"checkpoint\":");
     cli_json_str(stdout, cfg.checkpoint);

@@ -40,6 +40,7 @@
 
 #include "cli.h"
 #include "pe_batch_prefetch.h"
+#include "pe_builder.h"
 #include "pe_dataset.h"
 #include "pe_recipe.h"
 #include "train_log.h"
@@ -63,29 +64,39 @@ typedef struct train_cfg {
   recipe_cfg recipe;
 } train_cfg;
 
+/* What train and eval both take: the model, where it runs, the data. */
+// clang-format off
+#define TRAIN_EVAL_OPTS                                                                          \
+  {"model", CLI_STR, offsetof(train_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},           \
+  {"model-name", CLI_STR, offsetof(train_cfg, name), 0, 0,                                       \
+   "parameter namespace (default: the model's name)"},                                           \
+  {"places", CLI_STR, offsetof(train_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},     \
+  {"limit", CLI_INT, offsetof(train_cfg, limit), 1, 1L << 30,                                    \
+   "use only the first N examples of each split"},                                               \
+  {"seed", CLI_INT, offsetof(train_cfg, seed), 0, 1L << 62, "init and shuffle seed (1)"},        \
+  {"data", CLI_STR, offsetof(train_cfg, data), 0, 0, "Fashion-MNIST directory"},                 \
+  {"feed", CLI_STR, offsetof(train_cfg, feed), 0, 0,                                             \
+   "auto (shm on an ipc:// socket, else socket) | shm | socket"},                                \
+  {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "the same as --feed shm"},                   \
+  {"persistent", CLI_FLAG, offsetof(train_cfg, persistent), 0, 0,                                \
+   "the model outlives this client"},                                                            \
+  {"quiet", CLI_FLAG, offsetof(train_cfg, quiet), 0, 0, "no progress on stderr"},                \
+  CLI_GRAPH_OPTS(train_cfg, graph)
+// clang-format on
+
+/* eval takes no training option: one would change nothing (a usage error
+ * names it, with eval's list). */
+static const cli_opt eval_opts[] = {TRAIN_EVAL_OPTS};
+
 static const cli_opt train_opts[] = {
-    {"model", CLI_STR, offsetof(train_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},
-    {"model-name", CLI_STR, offsetof(train_cfg, name), 0, 0,
-     "parameter namespace (default: the model's name)"},
+    TRAIN_EVAL_OPTS,
     {"epochs", CLI_INT, offsetof(train_cfg, epochs), 1, 1000, "passes over the training set (1)"},
     {"batch", CLI_INT, offsetof(train_cfg, batch), 1, 1 << 16, "batch size (mlp 128, cnn 64)"},
-    {"places", CLI_STR, offsetof(train_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},
     {"steps", CLI_INT, offsetof(train_cfg, steps), 1, 1L << 40, "cap on steps per epoch"},
-    {"limit", CLI_INT, offsetof(train_cfg, limit), 1, 1L << 30,
-     "use only the first N examples of each split"},
-    {"seed", CLI_INT, offsetof(train_cfg, seed), 0, 1L << 62, "init and shuffle seed (1)"},
-    {"data", CLI_STR, offsetof(train_cfg, data), 0, 0, "Fashion-MNIST directory"},
-    {"feed", CLI_STR, offsetof(train_cfg, feed), 0, 0,
-     "auto (shm on an ipc:// socket, else socket) | shm | socket"},
-    {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "the same as --feed shm"},
     {"steps-per-request", CLI_INT, offsetof(train_cfg, per_request), 1, 1024,
      "mini-batches per request, run back to back by the daemon (16)"},
-    {"persistent", CLI_FLAG, offsetof(train_cfg, persistent), 0, 0,
-     "the model outlives this client"},
-    {"quiet", CLI_FLAG, offsetof(train_cfg, quiet), 0, 0, "no progress on stderr"},
     {"eval-every", CLI_INT, offsetof(train_cfg, eval_every), 0, 1000,
      "test accuracy after every N epochs too (0: at the end only)"},
-    CLI_GRAPH_OPTS(train_cfg, graph),
     {"optimizer", CLI_STR, offsetof(train_cfg, recipe.optimizer), 0, 0,
      "sgd | momentum | adam | adamw (the model's)"},
     {"lr", CLI_FLOAT, offsetof(train_cfg, recipe.lr), 0, 1000000, "learning rate (the model's)"},
@@ -101,9 +112,8 @@ static const cli_opt train_opts[] = {
     {"warmup-epochs", CLI_INT, offsetof(train_cfg, recipe.warmup_epochs), 0, 1000,
      "linear warmup before the schedule (0)"},
     {"min-lr", CLI_FLOAT, offsetof(train_cfg, recipe.min_lr), 0, 1000000,
-     "where cosine and linear end (0)"},
+     "the rate of the run's last step, for cosine and linear (0)"},
 };
-#define N_TRAIN_OPTS (sizeof train_opts / sizeof train_opts[0])
 
 /* One trainer's state; everything is released by trainer_free. */
 typedef struct trainer {
@@ -216,43 +226,73 @@ static int prefetch_start(trainer *t, pe_batcher *bt, long max_batches, pe_batch
   return CLI_OK;
 }
 
-/* Load model and data, connect, register (train unless eval_only) + eval,
- * initialise. */
 /* Steps per epoch, as train_loop takes them. */
 static long steps_per_epoch(const trainer *t) {
   long per_epoch = (long)((t->train->n + t->cfg.batch - 1) / t->cfg.batch);
   return t->cfg.steps && t->cfg.steps < per_epoch ? t->cfg.steps : per_epoch;
 }
 
-/* The recipe flags, applied to the model's program (t->m.bytes replaced). */
-static int apply_recipe(trainer *t) {
-  const recipe_cfg *c = &t->cfg.recipe;
-  if (!c->optimizer && !c->schedule && c->lr == 0 && c->momentum == 0 && c->weight_decay < 0 &&
-      c->clip_norm < 0 && !c->no_decay_1d && !c->warmup_epochs && c->min_lr == 0)
-    return CLI_OK;
+static bool recipe_set(const recipe_cfg *c) {
+  return c->optimizer || c->schedule || c->lr != 0 || c->momentum != 0 || c->weight_decay >= 0 ||
+         c->clip_norm >= 0 || c->no_decay_1d || c->warmup_epochs || c->min_lr != 0;
+}
+
+/* The recipe flags' usage, before anything is loaded. */
+static int check_recipe_flags(const cli_ctx *ctx, const recipe_cfg *c) {
+  if (c->optimizer && !pe_optimizer_kind(c->optimizer))
+    return cli_usage(ctx, "--optimizer '%s' unknown (known: " PE_OPTIMIZER_KINDS ")", c->optimizer);
   if (c->schedule && strcmp(c->schedule, "constant") && strcmp(c->schedule, "cosine") &&
       strcmp(c->schedule, "linear"))
-    return cli_error(t->ctx,
+    return cli_usage(ctx,
                      "--lr-schedule '%s': constant, cosine or linear (other kinds: a model file's "
                      "schedule line)",
                      c->schedule);
   if ((c->warmup_epochs || c->min_lr) && !c->schedule)
-    return cli_error(t->ctx, "--warmup-epochs and --min-lr need --lr-schedule");
+    return cli_usage(ctx, "--warmup-epochs and --min-lr need --lr-schedule");
+  return CLI_OK;
+}
+
+/* Training needs an optimizer: without one (a model file without an
+ * 'optimizer' line: the builder records the loss only) the steps compute
+ * gradients and change nothing. The recipe flags may add one. */
+static int check_optimizer(trainer *t) {
+  const char *kind = pe_program_optimizer(t->m.bytes, t->m.len);
+  const recipe_cfg *c = &t->cfg.recipe;
+  if (!kind || *kind) return CLI_OK; /* not a ProgramDesc: the daemon says so */
+  if (!c->optimizer)
+    return cli_error(t->ctx,
+                     "%s: the model has no optimizer, so training would change nothing: give it "
+                     "an 'optimizer' line (conf/models/README.md) or pass --optimizer and --lr",
+                     t->cfg.model);
+  if (c->lr == 0)
+    return cli_usage(t->ctx, "%s: the model has no optimizer: --optimizer %s needs --lr",
+                     t->cfg.model, c->optimizer);
+  return CLI_OK;
+}
+
+/* The recipe flags, applied to the model's program (t->m.bytes replaced).
+ * A cosine or linear schedule spans the run: T = the steps after the
+ * warmup, minus one, so the last step (t = T) runs at --min-lr, as
+ * PyTorch's CosineAnnealingLR / LinearLR do with T_max / total_iters one
+ * less than the steps they are stepped over. */
+static int apply_recipe(trainer *t) {
+  const recipe_cfg *c = &t->cfg.recipe;
+  if (!recipe_set(c)) return CLI_OK;
   long total = steps_per_epoch(t) * t->cfg.epochs, warmup = steps_per_epoch(t) * c->warmup_epochs;
   if (c->schedule && warmup >= total)
-    return cli_error(t->ctx, "--warmup-epochs %ld leaves nothing of %ld epoch(s) to schedule",
+    return cli_usage(t->ctx, "--warmup-epochs %ld leaves nothing of %ld epoch(s) to schedule",
                      c->warmup_epochs, t->cfg.epochs);
-  pe_train_recipe r = {
-      .optimizer = c->optimizer,
-      .lr = (float)c->lr,
-      .momentum = (float)c->momentum,
-      .weight_decay = (float)c->weight_decay,
-      .grad_clip_norm = (float)c->clip_norm,
-      .no_decay_1d = c->no_decay_1d,
-      .schedule = c->schedule,
-      .warmup_steps = c->schedule ? warmup : 0,
-      .decay_steps = c->schedule && strcmp(c->schedule, "constant") ? total - warmup : 0,
-      .min_lr = (float)c->min_lr};
+  long decay = total - warmup > 1 ? total - warmup - 1 : 1;
+  pe_train_recipe r = {.optimizer = c->optimizer,
+                       .lr = (float)c->lr,
+                       .momentum = (float)c->momentum,
+                       .weight_decay = (float)c->weight_decay,
+                       .grad_clip_norm = (float)c->clip_norm,
+                       .no_decay_1d = c->no_decay_1d,
+                       .schedule = c->schedule,
+                       .warmup_steps = c->schedule ? warmup : 0,
+                       .decay_steps = c->schedule && strcmp(c->schedule, "constant") ? decay : 0,
+                       .min_lr = (float)c->min_lr};
   uint8_t *bytes;
   size_t len;
   char err[256];
@@ -264,12 +304,16 @@ static int apply_recipe(trainer *t) {
   return CLI_OK;
 }
 
+/* Load model and data, connect, register (train unless eval_only) + eval,
+ * initialise. */
 static int trainer_setup(trainer *t, bool eval_only) {
   if (cli_model_load(t->ctx, t->cfg.model, &t->m)) return CLI_FAIL;
   if (!t->cfg.batch) t->cfg.batch = t->m.default_batch;
   t->ns = t->cfg.name ? t->cfg.name : t->m.name;
-  int rc = cli_data_load(t->ctx, &t->m, t->cfg.data, t->cfg.limit, &t->train, &t->test);
-  if (rc) return rc;
+  int rc;
+  if (!eval_only && (rc = check_optimizer(t))) return rc;
+  if ((rc = cli_data_load(t->ctx, &t->m, t->cfg.data, t->cfg.limit, &t->train, &t->test)))
+    return rc;
   if (!eval_only && (rc = apply_recipe(t))) return rc;
   /* A run that a daemon restart rolled back is repeated here, in order:
    * libpeclient does not send the lost request on top of older
@@ -406,11 +450,12 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
     code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);
   }
   if (code) {
+    char what[64];
     if (nb > 1)
-      fprintf(stderr, "pe-client train: steps %ld-%ld: ", r->steps + 1, r->steps + nb);
+      snprintf(what, sizeof what, "steps %ld-%ld", r->steps + 1, r->steps + nb);
     else
-      fprintf(stderr, "pe-client train: step %ld: ", r->steps + 1);
-    return cli_fail(t->ctx, t->c, code);
+      snprintf(what, sizeof what, "step %ld", r->steps + 1);
+    return cli_fail_at(t->ctx, t->c, code, what);
   }
   const pe_client_tensor *lt = pe_client_find(res.fetched, res.n_fetched, fetch[0]);
   const pe_client_tensor *at = pe_client_find(res.fetched, res.n_fetched, fetch[1]);
@@ -497,10 +542,11 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
   }
   if (pg->quiet) return CLI_OK;
   if (pg->tty) fputc('\n', stderr);
+  char lr[32] = ""; /* unknown (the model's learning_rate unreadable): not printed */
+  if (isfinite(r->final_lr)) snprintf(lr, sizeof lr, ", lr %.4g", r->final_lr);
   fprintf(stderr,
-          "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s, "
-          "lr %.4g%s\n",
-          ep, t->cfg.epochs, e->steps, r->final_loss, r->final_acc, sps, r->final_lr, test);
+          "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s%s%s\n", ep,
+          t->cfg.epochs, e->steps, r->final_loss, r->final_acc, sps, lr, test);
   return CLI_OK;
 }
 
@@ -577,8 +623,7 @@ static int evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, dou
     int code = pe_client_run(t->c, t->eval_h, feeds, 2, fetch, 1, NULL, &res);
     report_recovery(t, r);
     if (code) {
-      fprintf(stderr, "pe-client %s: evaluation: ", t->ctx->cmd);
-      rc = cli_fail(t->ctx, t->c, code);
+      rc = cli_fail_at(t->ctx, t->c, code, "evaluation");
       break;
     }
     const pe_client_tensor *ct = pe_client_find(res.fetched, res.n_fetched, fetch[0]);
@@ -602,7 +647,8 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
   cli_handle_str(t->train_h, th);
   cli_handle_str(t->eval_h, eh);
   if (t->ctx->json) {
-    printf("{\"cmd\":\"%s\",\"model\":", t->ctx->cmd);
+    cli_json_begin(t->ctx);
+    printf(",\"model\":");
     cli_json_str(stdout, t->ns);
     printf(",\"places\":");
     cli_json_str(stdout, t->cfg.places ? t->cfg.places : "");
@@ -647,6 +693,23 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
   }
 }
 
+/* eval given one of train's own options: name it (cli_parse would call it
+ * unknown). */
+static int refuse_training_opts(const cli_ctx *ctx, int argc, char **argv) {
+  const size_t n_eval = sizeof eval_opts / sizeof eval_opts[0];
+  for (int i = 1; i < argc; i++) {
+    if (strncmp(argv[i], "--", 2)) continue;
+    size_t len = strcspn(argv[i] + 2, "=");
+    for (size_t k = n_eval; k < sizeof train_opts / sizeof train_opts[0]; k++)
+      if (strlen(train_opts[k].name) == len && !strncmp(train_opts[k].name, argv[i] + 2, len))
+        return cli_usage(ctx,
+                         "--%s is a training option: eval runs the model's parameters as they "
+                         "are (pe-client train takes it)",
+                         train_opts[k].name);
+  }
+  return CLI_OK;
+}
+
 static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   trainer t = {.ctx = ctx,
                .cfg = {.epochs = 1,
@@ -654,25 +717,21 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
                        .per_request = 16,
                        .recipe = {.weight_decay = -1, .clip_norm = -1}}};
   bool help;
-  int rc = cli_parse(ctx, train_opts, N_TRAIN_OPTS, argc, argv, &t.cfg, &help);
+  int rc = eval_only ? refuse_training_opts(ctx, argc, argv) : CLI_OK;
+  if (rc) return rc;
+  rc = eval_only ? cli_parse(ctx, eval_opts, sizeof eval_opts / sizeof eval_opts[0], argc, argv,
+                             &t.cfg, &help)
+                 : cli_parse(ctx, train_opts, sizeof train_opts / sizeof train_opts[0], argc, argv,
+                             &t.cfg, &help);
   if (rc || help) return rc;
-  if (t.cfg.shm && t.cfg.feed && strcmp(t.cfg.feed, "shm")) {
-    fprintf(stderr, "pe-client %s: --shm and --feed %s contradict each other\n", ctx->cmd,
-            t.cfg.feed);
-    return CLI_USAGE;
-  }
+  if (t.cfg.shm && t.cfg.feed && strcmp(t.cfg.feed, "shm"))
+    return cli_usage(ctx, "--shm and --feed %s contradict each other", t.cfg.feed);
   if (t.cfg.shm) t.cfg.feed = "shm";
   if (!t.cfg.feed) t.cfg.feed = "auto";
-  if (strcmp(t.cfg.feed, "auto") && strcmp(t.cfg.feed, "shm") && strcmp(t.cfg.feed, "socket")) {
-    fprintf(stderr, "pe-client %s: --feed '%s' unknown (auto, shm, socket)\n", ctx->cmd,
-            t.cfg.feed);
-    return CLI_USAGE;
-  }
-  if (!t.cfg.model) {
-    fprintf(stderr, "pe-client %s: --model is required (%s | FILE)\n", ctx->cmd,
-            pe_model_spec_names());
-    return CLI_USAGE;
-  }
+  if (strcmp(t.cfg.feed, "auto") && strcmp(t.cfg.feed, "shm") && strcmp(t.cfg.feed, "socket"))
+    return cli_usage(ctx, "--feed '%s' unknown (auto, shm, socket)", t.cfg.feed);
+  if (!t.cfg.model) return cli_usage(ctx, "--model is required (%s | FILE)", pe_model_spec_names());
+  if ((rc = check_recipe_flags(ctx, &t.cfg.recipe))) return rc;
   train_result r = {.final_lr = NAN};
   if (t.cfg.eval_every && !(r.epoch_acc = calloc((size_t)t.cfg.epochs, sizeof *r.epoch_acc))) {
     trainer_free(&t, CLI_FAIL);

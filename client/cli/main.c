@@ -4,6 +4,7 @@
  * they are taken out of argv before the command's own options are parsed.
  * Commands live in tables, one file per group (cli.h). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,12 +22,15 @@ static void usage(FILE *f) {
     for (const cli_cmd *c = groups[g]; c->name; c++)
       fprintf(f, "  %-10s %-44s %s\n", c->name, c->args, c->help);
   char addr[512];
-  fprintf(f,
-          "\nThe socket comes from --socket, else $PE_SOCKET, else the daemon's default\n"
-          "(here %s). --json prints one JSON object as the last stdout line.\n"
-          "COMMAND --help lists a command's options. Exit status: 0 ok, 1 failed request,\n"
-          "2 usage, 3 daemon unreachable (timeout or no socket).\n",
-          pe_client_default_address(addr, sizeof addr));
+  fprintf(
+      f,
+      "\nThe socket comes from --socket, else $PE_SOCKET, else the daemon's default\n"
+      "(here %s). --json prints one JSON object as the last stdout line:\n"
+      "{\"cmd\":...,\"ok\":true,...}, or on failure\n"
+      "{\"cmd\":...,\"ok\":false,\"error\":\"...\",\"code\":\"...\"} (code: the daemon's, USAGE\n"
+      "or FAILED). COMMAND --help lists a command's options. Exit status: 0 ok,\n"
+      "1 failed, 2 usage, 3 daemon unreachable (timeout or no socket).\n",
+      pe_client_default_address(addr, sizeof addr));
 }
 
 static const cli_cmd *find_cmd(const char *name) {
@@ -48,7 +52,7 @@ static int take_globals(cli_ctx *ctx, int argc, char **argv) {
     }
     if (!strcmp(a, "--socket") || !strcmp(a, "--timeout")) {
       if (i + 1 >= argc) {
-        fprintf(stderr, "pe-client: option '%s' needs a value\n", a);
+        cli_usage(ctx, "option '%s' needs a value", a);
         return -1;
       }
       val = argv[++i];
@@ -65,7 +69,7 @@ static int take_globals(cli_ctx *ctx, int argc, char **argv) {
       errno = 0;
       long v = strtol(val, &end, 10);
       if (errno || end == val || *end || v <= 0 || v > 86400000) {
-        fprintf(stderr, "pe-client: --timeout '%s' is not a number of ms in [1, 86400000]\n", val);
+        cli_usage(ctx, "--timeout '%s' is not a number of ms in [1, 86400000]", val);
         return -1;
       }
       ctx->timeout_ms = v;
@@ -75,13 +79,21 @@ static int take_globals(cli_ctx *ctx, int argc, char **argv) {
   return out;
 }
 
-int main(int argc, char **argv) {
-  cli_ctx ctx = {0};
-  argc = take_globals(&ctx, argc, argv);
+/* --json anywhere on the line, before the rest is parsed: a usage error
+ * in the global options still ends with the JSON failure line. */
+static bool wants_json(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--json")) return true;
+  return false;
+}
+
+static int run(cli_ctx *ctx, int argc, char **argv) {
+  argc = take_globals(ctx, argc, argv);
   if (argc < 0) return CLI_USAGE;
   if (argc < 2) {
+    int rc = cli_usage(ctx, "no command");
     usage(stderr);
-    return CLI_USAGE;
+    return rc;
   }
   const char *name = argv[1];
   if (!strcmp(name, "--help") || !strcmp(name, "-h") || !strcmp(name, "help")) {
@@ -94,11 +106,19 @@ int main(int argc, char **argv) {
   }
   const cli_cmd *cmd = find_cmd(name);
   if (!cmd) {
-    fprintf(stderr, "pe-client: unknown command '%s'\n\n", name);
+    int rc = cli_usage(ctx, "unknown command '%s'", name);
+    fputc('\n', stderr);
     usage(stderr);
-    return CLI_USAGE;
+    return rc;
   }
-  ctx.cmd = cmd->name;
+  ctx->cmd = cmd->name;
   /* The command sees argv[0] = its name, then its options. */
-  return cmd->fn(&ctx, argc - 1, argv + 1);
+  return cmd->fn(ctx, argc - 1, argv + 1);
+}
+
+int main(int argc, char **argv) {
+  cli_ctx ctx = {.json = wants_json(argc, argv)};
+  int rc = run(&ctx, argc, argv);
+  cli_finish(&ctx, rc);
+  return rc;
 }
