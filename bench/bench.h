@@ -8,4 +8,10 @@
 int pe_bench_train(int argc, char **argv);
 void pe_bench_train_usage(void);
 
+/* A subcommand's error: "pe-bench CMD: <message>" on stderr. The first one
+ * is what the --json failure line says ({"bench":"CMD","ok":false,
+ * "error":"...","code":"..."}, printed by main for a status other than 0);
+ * code: a status code name (pe_code_name), USAGE or FAILED. */
+void pe_bench_error(const char *code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

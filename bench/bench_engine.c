@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "engine/dep_engine.h"
 #include "engine/graph_run.h"
 #include "engine/threadpool.h"
@@ -70,7 +71,8 @@ void pe_bench_engine_usage(void) {
 }
 
 static int bad_args(const char *what, const char *arg) {
-  fprintf(stderr, "pe-bench engine: %s '%s'\n\n", what, arg);
+  pe_bench_error("USAGE", "%s '%s'", what, arg);
+  fputc('\n', stderr);
   pe_bench_engine_usage();
   return 2;
 }
@@ -248,7 +250,7 @@ int pe_bench_engine_main(int argc, char **argv) {
     if (strcmp(cfg.graph, "chain") && strcmp(cfg.graph, "fanout") && strcmp(cfg.graph, "diamond") &&
         strcmp(cfg.graph, "random"))
       return bad_args("unknown graph", cfg.graph);
-    fprintf(stderr, "pe-bench engine: out of memory building the graph\n");
+    pe_bench_error(pe_code_name(PE_ENOMEM), "out of memory building the graph");
     return 1;
   }
   double *ns = calloc((size_t)repeat, sizeof(double));
@@ -262,8 +264,8 @@ int pe_bench_engine_main(int argc, char **argv) {
   free(e.src);
   free(e.dst);
   if (st) {
-    fprintf(stderr, "pe-bench engine: %s: %s\n", pe_code_name(pe_status_code(st)),
-            pe_status_msg(st));
+    pe_bench_error(pe_code_name(pe_status_code(st)), "%s (%s)", pe_status_msg(st),
+                   pe_code_name(pe_status_code(st)));
     pe_status_free(st);
     free(ns);
     return 1;
@@ -275,8 +277,8 @@ int pe_bench_engine_main(int argc, char **argv) {
   double per_med = med / n, per_min = ns[0] / n, per_mean = sum / repeat / n;
   if (cfg.json)
     printf(
-        "{\"bench\":\"engine\",\"graph\":\"%s\",\"mode\":\"%s\",\"ops\":%d,\"edges\":%d,"
-        "\"threads\":%ld,\"repeat\":%d,\"ns_per_op\":%.1f,\"ns_per_op_min\":%.1f,"
+        "{\"bench\":\"engine\",\"ok\":true,\"graph\":\"%s\",\"mode\":\"%s\",\"ops\":%d,"
+        "\"edges\":%d,\"threads\":%ld,\"repeat\":%d,\"ns_per_op\":%.1f,\"ns_per_op_min\":%.1f,"
         "\"ns_per_op_mean\":%.1f}\n",
         cfg.graph, cfg.mode, n, e.n, cfg.threads, repeat, per_med, per_min, per_mean);
   else

@@ -37,7 +37,10 @@
 #include "core/fpenv.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
+#include "json_out.h"
+#include "out_path.h"
 #include "pe_model_file.h"
+#include "pe_recipe.h"
 
 #define EVAL_BATCH 500
 #define PROGRESS_EVERY 100 /* steps between progress lines (human mode) */
@@ -106,9 +109,10 @@ void pe_bench_train_usage(void) {
 }
 
 static int bad_args(const char *fmt, const char *a, const char *b) {
-  fprintf(stderr, "pe-bench train: ");
-  fprintf(stderr, fmt, a, b);
-  fprintf(stderr, "\n\n");
+  char msg[512];
+  snprintf(msg, sizeof msg, fmt, a, b);
+  pe_bench_error("USAGE", "%s", msg);
+  fputc('\n', stderr);
   pe_bench_train_usage();
   return 2;
 }
@@ -164,8 +168,8 @@ typedef struct seq_state {
 } seq_state;
 
 int pe_bench_train_fail(pe_status *st, const char *what) {
-  fprintf(stderr, "pe-bench train: %s: %s (%s)\n", what, pe_status_msg(st),
-          pe_code_name(pe_status_code(st)));
+  const char *code = pe_code_name(pe_status_code(st));
+  pe_bench_error(code, "%s: %s (%s)", what, pe_status_msg(st), code);
   pe_status_free(st);
   return 1;
 }
@@ -279,7 +283,17 @@ static double now_s(void) {
 static int setup(trainer *t) {
   char err[512];
   if (pe_model_resolve(t->cfg.model, &t->m, err, sizeof err)) {
-    fprintf(stderr, "pe-bench train: %s\n", err);
+    pe_bench_error("FAILED", "%s", err);
+    return 1;
+  }
+  /* Without an optimizer (a model file without an 'optimizer' line) the
+   * steps would compute gradients and change nothing. */
+  const char *opt = pe_program_optimizer(t->m.bytes, t->m.len);
+  if (opt && !*opt) {
+    pe_bench_error("FAILED",
+                   "%s: the model has no optimizer, so training would change nothing: give it an "
+                   "'optimizer' line (conf/models/README.md)",
+                   t->cfg.model);
     return 1;
   }
   if (!t->cfg.batch) t->cfg.batch = t->m.default_batch;
@@ -288,7 +302,7 @@ static int setup(trainer *t) {
       pe_dataset_open(dir, "t10k", &t->test_ds, err, sizeof err) ||
       pe_dataset_check_input(t->train_ds, t->m.image, t->m.image_ndim, t->m.image_dims, err,
                              sizeof err)) {
-    fprintf(stderr, "pe-bench train: %s\n", err);
+    pe_bench_error("FAILED", "%s", err);
     return 1;
   }
   /* Standardise both splits with the training split's statistics. */
@@ -476,6 +490,8 @@ static int run_one(trainer *t, train_result *r) {
             t->cfg.model, t->cfg.batch, t->cfg.epochs, t->cfg.executor, t->cfg.places);
   if (!rc) rc = train_loop(t, r);
   if (!rc) rc = evaluate(t, r);
+  pe_status *st = !rc && t->be->write_outputs ? t->be->write_outputs(t) : NULL;
+  if (st) rc = fail_st(st, "output");
   return rc; /* the caller tears down (after printing) */
 }
 
@@ -510,6 +526,16 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");
   if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
     return bad_args("--denormals '%s': expected flush or keep%s", t.cfg.denormals, "");
+  /* Files written after training: a path that cannot be written fails
+   * now, not after the run. */
+  const char *outs[][2] = {{"--timeline", t.cfg.timeline}, {"--dump-graph", t.cfg.dump_graph}};
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+    char err[1024];
+    if (outs[i][1] && cli_out_path_check(outs[i][1], err, sizeof err)) {
+      pe_bench_error("FAILED", "%s %s", outs[i][0], err);
+      return 1;
+    }
+  }
   /* The executors set it on the threads that run kernels; the main thread
    * too, before it starts any thread (its OpenMP team, the prefetcher), so
    * that every thread of the process follows --denormals. */
@@ -532,15 +558,17 @@ int pe_bench_train(int argc, char **argv) {
   if (!rc) {
     double sps = r.train_seconds > 0 ? r.samples / r.train_seconds : 0;
     if (t.cfg.json) {
+      printf("{\"bench\":\"train\",\"ok\":true,\"model\":");
+      cli_json_str(stdout, t.cfg.model);
       printf(
-          "{\"bench\":\"train\",\"model\":\"%s\",\"executor\":\"%s\",\"places\":\"%s\","
+          ",\"executor\":\"%s\",\"places\":\"%s\","
           "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
           "\"threads\":%ld,\"denormals\":\"%s\",\"fuse_ops\":%s,\"samples_per_sec\":%.1f,"
           "\"train_seconds\":%.3f,"
           "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.5f,"
           "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f",
-          t.cfg.model, t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples,
-          t.cfg.seed, t.cfg.threads, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
+          t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples, t.cfg.seed,
+          t.cfg.threads, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
           train_cfg_fuse_ops(&t.cfg) ? "true" : "false", sps, r.train_seconds, r.eval_seconds,
           r.test_acc, r.final_loss, r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);

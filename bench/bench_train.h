@@ -74,6 +74,9 @@ typedef struct train_backend {
   /* Optional: wait for device work the last step left in flight (async
    * places return before it ran), so the training time includes it. */
   pe_status *(*finish)(trainer *t);
+  /* Optional: after the evaluation, write the files the run recorded
+   * (--timeline); a failure fails the run. */
+  pe_status *(*write_outputs)(trainer *t);
   void (*teardown)(trainer *t);
   void (*json_extra)(trainer *t, FILE *out);
   int (*split_places)(trainer *t, pe_device ***devices, pe_pool **fill_pool);

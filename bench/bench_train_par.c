@@ -31,6 +31,7 @@
 #include "compiler/program.h"
 #include "engine/par_executor.h"
 #include "engine/prefetch_steps.h"
+#include "json_out.h"
 
 typedef struct par_state {
   pe_place_kind kind;
@@ -184,14 +185,18 @@ static int par_setup(trainer *t) {
   return 0;
 }
 
+/* --timeline: the steps' and evaluations' spans, written once the run is
+ * done (a failure fails the run). */
+static pe_status *par_write_outputs(trainer *t) {
+  par_state *s = t->impl;
+  if (!s || !s->tl) return NULL;
+  return pe_status_wrap(pe_timeline_write(s->tl, t->cfg.timeline), "--timeline");
+}
+
 static void par_teardown(trainer *t) {
   par_state *s = t->impl;
   if (!s) return;
-  if (s->tl) {
-    pe_status *st = pe_timeline_write(s->tl, t->cfg.timeline);
-    if (st) pe_bench_train_fail(st, "writing the timeline");
-    pe_timeline_free(s->tl);
-  }
+  pe_timeline_free(s->tl);
   pe_par_exec_free(s->step);
   pe_par_exec_free(s->test);
   pe_model_free(s->model);
@@ -302,10 +307,13 @@ static void par_json(trainer *t, FILE *f) {
           (long long)(t->cfg.fuse_bucket ? t->cfg.fuse_bucket : PE_FUSE_BUCKET_BYTES_DEFAULT),
           s->sync == PE_SYNC_WAIT_PRODUCER ? "producer" : "event", s->graph_nodes,
           (long long)s->planned, (long long)s->unplanned);
-  if (s->tl)
-    fprintf(f, ",\"timeline\":\"%s\",\"timeline_spans\":%llu,\"timeline_dropped\":%llu",
-            t->cfg.timeline, (unsigned long long)pe_timeline_spans(s->tl),
+  if (s->tl) {
+    fprintf(f, ",\"timeline\":");
+    cli_json_str(f, t->cfg.timeline);
+    fprintf(f, ",\"timeline_spans\":%llu,\"timeline_dropped\":%llu",
+            (unsigned long long)pe_timeline_spans(s->tl),
             (unsigned long long)pe_timeline_dropped(s->tl));
+  }
 }
 
 const train_backend pe_train_parallel = {.executor = "parallel",
@@ -313,6 +321,7 @@ const train_backend pe_train_parallel = {.executor = "parallel",
                                          .step = par_step,
                                          .eval = par_eval,
                                          .finish = par_finish,
+                                         .write_outputs = par_write_outputs,
                                          .teardown = par_teardown,
                                          .json_extra = par_json,
                                          .split_places = par_split_places,

@@ -1,10 +1,13 @@
 /* pe-bench: benchmarks that print one JSON line each. Subcommands are rows
  * of a table (name -> handler); `ipc` joins as a row later. */
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bench.h"
 #include "bench_engine.h"
+#include "json_out.h"
 
 typedef struct bench_cmd {
   const char *name;
@@ -27,7 +30,26 @@ static void usage(void) {
   fprintf(stderr, "\n'pe-bench <command> --help' describes a command's options.\n");
 }
 
-int main(int argc, char **argv) {
+/* The running subcommand and its first error (pe_bench_error). */
+static const char *current;
+static struct {
+  char msg[1024];
+  const char *code;
+} last_error;
+
+void pe_bench_error(const char *code, const char *fmt, ...) {
+  char msg[sizeof last_error.msg];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "pe-bench%s%s: %s\n", current ? " " : "", current ? current : "", msg);
+  if (last_error.code) return;
+  memcpy(last_error.msg, msg, sizeof msg);
+  last_error.code = code;
+}
+
+static int run(int argc, char **argv) {
   if (argc < 2) {
     usage();
     return 2;
@@ -37,8 +59,28 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-    if (!strcmp(argv[1], cmds[i].name)) return cmds[i].run(argc - 1, argv + 1);
-  fprintf(stderr, "pe-bench: unknown command '%s'\n\n", argv[1]);
+    if (!strcmp(argv[1], cmds[i].name)) {
+      current = cmds[i].name;
+      return cmds[i].run(argc - 1, argv + 1);
+    }
+  pe_bench_error("USAGE", "unknown command '%s'", argv[1]);
+  fputc('\n', stderr);
   usage();
   return 2;
+}
+
+/* --json promises one JSON line: a failed run prints the failure line
+ * (the subcommand's first error); the exit status stays its own. */
+int main(int argc, char **argv) {
+  bool json = false;
+  for (int i = 2; i < argc; i++) json = json || !strcmp(argv[i], "--json");
+  int rc = run(argc, argv);
+  if (json && rc) {
+    fflush(stdout);
+    cli_json_failure(stdout, "bench", current, last_error.code ? last_error.msg : "failed",
+                     last_error.code ? last_error.code
+                     : rc == 2       ? "USAGE"
+                                     : "FAILED");
+  }
+  return rc;
 }

@@ -73,6 +73,65 @@ START_TEST(unknown_model_names_both_kinds) {
   ck_assert_msg(strstr(err, "resnet50") && strstr(err, "(or give a model file path)"), "%s", err);
   ck_assert_int_ne(bench("train --model /nonexistent/model --json", &json, &err), 0);
   ck_assert_msg(strstr(err, "/nonexistent/model: No such file"), "%s", err);
+  /* --json: the failure is the JSON line too */
+  ck_assert_msg(strstr(json,
+                       "{\"bench\":\"train\",\"ok\":false,\"error\":\"/nonexistent/model: No "
+                       "such file") &&
+                    strstr(json, "\"code\":\"FAILED\"}"),
+                "%s", json);
+}
+END_TEST
+
+/* --json prints one JSON line whatever happens: usage errors (exit 2)
+ * and failed runs (exit 1) end with {"bench":...,"ok":false,...}. An
+ * output file that cannot be written fails before the training, naming
+ * the path and the reason; a model file without an optimizer is refused
+ * (its "training" would change nothing). */
+START_TEST(failures_end_with_json) {
+  const char *json, *err;
+  ck_assert_int_eq(bench("train --model mlp --epochz 2 --json", &json, &err), 2);
+  ck_assert_msg(strstr(json,
+                       "{\"bench\":\"train\",\"ok\":false,\"error\":\"unknown option "
+                       "'--epochz'\",\"code\":\"USAGE\"}"),
+                "%s", json);
+  ck_assert_int_eq(bench("engine --ops 0 --json", &json, &err), 2);
+  ck_assert_msg(strstr(json, "{\"bench\":\"engine\",\"ok\":false,"), "%s", json);
+  ck_assert_int_eq(bench("frobnicate --json", &json, &err), 2);
+  ck_assert_msg(strstr(json, "\"ok\":false,\"error\":\"unknown command 'frobnicate'\""), "%s",
+                json);
+  /* No --json, to see that the run did not start (its banner). */
+  ck_assert_int_eq(bench("train --model mlp --executor parallel --steps 2 --timeline "
+                         "/nonexistent/dir/t.json",
+                         &json, &err),
+                   1);
+  ck_assert_msg(strstr(err, "--timeline /nonexistent/dir/t.json: No such file or directory") &&
+                    !strstr(err, "pe-bench train: model mlp"),
+                "%s", err);
+  ck_assert_int_eq(bench("train --model mlp --executor parallel --steps 2 --dump-graph "
+                         "/nonexistent/g.dot --json",
+                         &json, &err),
+                   1);
+  ck_assert_msg(strstr(json,
+                       "\"ok\":false,\"error\":\"--dump-graph /nonexistent/g.dot: No such "
+                       "file or directory\""),
+                "%s", json);
+  char path[] = "/tmp/pe-bench-noopt-XXXXXX", args[512];
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  const char *text =
+      "input image 784\nlabel label\nfc 10\nloss softmax_with_cross_entropy\naccuracy\n";
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  snprintf(args, sizeof args, "train --model '%s' --steps 2 --json", path);
+  ck_assert_int_eq(bench(args, &json, &err), 1);
+  ck_assert_msg(strstr(err, path) && strstr(err, "has no optimizer") &&
+                    strstr(json, "\"ok\":false") && strstr(json, "has no optimizer"),
+                "%s\n%s", err, json);
+  unlink(path);
+  /* and success says so */
+  ck_assert_int_eq(bench("train --model mlp --steps 2 --json", &json, &err), 0);
+  const char *ok = "{\"bench\":\"train\",\"ok\":true,\"model\":\"mlp\",";
+  ck_assert_msg(!strncmp(json, ok, strlen(ok)), "%s", json);
 }
 END_TEST
 
@@ -105,6 +164,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, model_file_benchmarks_like_the_name);
   tcase_add_test(tc, unknown_model_names_both_kinds);
   tcase_add_test(tc, input_size_must_match_the_images);
+  tcase_add_test(tc, failures_end_with_json);
   suite_add_tcase(s, tc);
   return s;
 }
