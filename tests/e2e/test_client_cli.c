@@ -626,6 +626,32 @@ START_TEST(run_fetches_and_trace_paths) {
 }
 END_TEST
 
+/* deregister: each pe-client command is a client of its own, so the program
+ * an earlier `register` left is another client's: refused with the reason
+ * (exit 1, PERMISSION_DENIED), and --force drops it. */
+START_TEST(deregister_of_another_clients_program) {
+  cd_daemon d;
+  cd_start(&d);
+  CLI_OK(&d, "register --model mlp --model-name owned --init --json");
+  const char *h = strstr(last_line(d.dir), "\"handle\":\"");
+  ck_assert_msg(h, "%s", last_line(d.dir));
+  char handle[32], args[128];
+  snprintf(handle, sizeof handle, "%.*s", (int)strcspn(h + 10, "\""), h + 10);
+  snprintf(args, sizeof args, "deregister --handle %s", handle);
+  ck_assert_int_eq(cli(&d, d.dir, args), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "PERMISSION_DENIED") &&
+                    strstr(slurp(d.dir, "err"), "(model 'owned') belongs to 1 other client"),
+                "%s", slurp(d.dir, "err"));
+  CLI_OK(&d, "--json status");
+  ck_assert_msg(strstr(last_line(d.dir), "\"name\":\"owned\""), "%s", last_line(d.dir));
+  snprintf(args, sizeof args, "deregister --handle %s --force", handle);
+  CLI_OK(&d, args);
+  CLI_OK(&d, "--json status");
+  ck_assert_msg(!strstr(last_line(d.dir), "\"name\":\"owned\""), "%s", last_line(d.dir));
+  cd_stop(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli");
   TCase *tc = tcase_create("client_cli");
@@ -640,6 +666,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, no_optimizer_no_training);
   tcase_add_test(tc, failures_end_with_json);
   tcase_add_test(tc, run_fetches_and_trace_paths);
+  tcase_add_test(tc, deregister_of_another_clients_program);
   suite_add_tcase(s, tc);
   return s;
 }
