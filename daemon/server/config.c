@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/place.h"
+#include "core/strmap.h"
 #include "engine/device.h"
 
 /* Prefer systemd's directories when the unit provides them. */
@@ -318,13 +319,32 @@ typedef struct ini_ctx {
   pe_srv_config *c;
   pe_status *err; /* first error */
   const char *what;
+  pe_strmap seen; /* "section\nkey" of the keys set so far (values unused) */
 } ini_ctx;
 
+/* inih goes on past a bad line (its build has INI_STOP_ON_FIRST_ERROR 0)
+ * and returns the first bad line's number, so a header missing its ']'
+ * shows up here as the keys after it having no section, reported at the
+ * header's line. A key given twice is refused: the second value would
+ * silently win over the one a reader of the file sees first. */
 static int cfg_ini_handler(void *user, const char *section, const char *name, const char *value) {
   ini_ctx *x = user;
   if (x->err) return 1;
   if (!section || !*section) {
-    x->err = pe_error(PE_EINVAL, "key '%.64s' outside any [section]", name);
+    x->err = pe_error(PE_EINVAL,
+                      "key '%.64s' comes before any valid [section] header (each header needs "
+                      "its closing ']')",
+                      name);
+    return 0;
+  }
+  char id[160];
+  snprintf(id, sizeof id, "%.64s\n%.64s", section, name);
+  if (pe_strmap_has(&x->seen, id)) {
+    x->err = pe_error(PE_EINVAL, "config [%.64s] %.64s is set twice", section, name);
+    return 0;
+  }
+  if (!pe_strmap_put(&x->seen, id, NULL)) {
+    x->err = pe_error(PE_ENOMEM, "config: out of memory");
     return 0;
   }
   x->err = pe_config_set(x->c, section, name, value ? value : "");
@@ -332,6 +352,7 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
 }
 
 static pe_status *finish(ini_ctx *x, int rc) {
+  pe_strmap_destroy(&x->seen);
   if (rc < 0) {
     pe_status_free(x->err);
     return pe_error(PE_EIO, "%s: cannot open: %s", x->what, strerror(errno));
@@ -345,6 +366,7 @@ static pe_status *finish(ini_ctx *x, int rc) {
 
 pe_status *pe_config_load_file(pe_srv_config *c, const char *path) {
   ini_ctx x = {c, NULL, path};
+  pe_strmap_init(&x.seen);
   errno = 0;
   int rc = ini_parse(path, cfg_ini_handler, &x);
   return finish(&x, rc);
@@ -352,6 +374,7 @@ pe_status *pe_config_load_file(pe_srv_config *c, const char *path) {
 
 pe_status *pe_config_load_string(pe_srv_config *c, const char *text, const char *what) {
   ini_ctx x = {c, NULL, what};
+  pe_strmap_init(&x.seen);
   int rc = ini_parse_string(text, cfg_ini_handler, &x);
   return finish(&x, rc);
 }

@@ -135,6 +135,18 @@ START_TEST(test_errors) {
                 PE_EINVAL, "flush_denormals", "maybe", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[server]\nsocket = /no/scheme\n", "t.conf"), PE_EINVAL,
                 "nanomsg address", (const char *)NULL);
+  /* A header without its ']': reported at the header's line, not as a
+   * mystery about the key after it. */
+  expect_errors(pe_config_load_string(&c, "[server\nlog_level = debug\n", "t.conf"), PE_EINVAL,
+                "t.conf: line 1", "log_level", "before any valid [section] header",
+                (const char *)NULL);
+  /* A key given twice: refused at the second line (it used to win silently). */
+  expect_errors(
+      pe_config_load_string(&c, "[server]\nlog_level = debug\n\nlog_level = error\n", "t.conf"),
+      PE_EINVAL, "line 4", "[server] log_level is set twice", (const char *)NULL);
+  /* Keys are counted per load: loading a file again (SIGHUP) is no repeat. */
+  PE_CK_OK(pe_config_load_string(&c, "[limits]\nmax_programs = 9\n", "t.conf"));
+  PE_CK_OK(pe_config_load_string(&c, "[limits]\nmax_programs = 9\n", "t.conf"));
   expect_errors(pe_config_load_file(&c, "/nonexistent/pe.conf"), PE_EIO, "/nonexistent/pe.conf",
                 (const char *)NULL);
   /* Failed loads left the values alone. */
