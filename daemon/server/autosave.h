@@ -4,7 +4,7 @@
  *
  * Every interval it writes each persistent model that changed since its
  * last autosave (pe_model_changes) under the restart checkpoint's name
- * (config shutdown_checkpoint), the file pe_checkpoint_autoload reads at
+ * (config shutdown_checkpoint), the file pe_checkpoint_restore reads at
  * the next start. Skipped: models that did not change, and models with no
  * initialised parameter yet (their restart checkpoint may be about to be
  * loaded). A failed save is logged and retried at the next interval.

@@ -83,77 +83,108 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   return NULL;
 }
 
-pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char *name, char **path,
-                              uint64_t *bytes) {
-  char dir[4096], file[128], full[4300];
+/* Entries that do not fit the program's declarations decl (n_decl; may be
+ * 0): "'fc_0.w' has shape [784,256], the program declares [784,512]". */
+static pe_status *check_decls(const pe_ckpt_entry *e, int n, const pe_var_info *decl, int n_decl) {
+  char why[2 * PE_SHAPE_STRLEN + 256];
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n_decl; j++) {
+      if (strcmp(e[i].name, decl[j].name)) continue;
+      pe_var_info have = {e[i].name, e[i].t.dtype, e[i].t.shape};
+      pe_code code = pe_var_misfit(&have, &decl[j], PE_FIT_DECL, why, sizeof why);
+      if (code != PE_OK) return pe_error(code, "%s", why);
+    }
+  return NULL;
+}
+
+/* Load checkpoint `name` into m, every value checked first (against decl,
+ * then the model's claims), so that a misfit changes nothing. Errors are
+ * not prefixed; full gets the file's path. */
+static pe_status *load_checked(const char *state_dir, pe_srv_model *m, const char *name,
+                               const pe_var_info *decl, int n_decl, char *full, size_t full_len,
+                               uint64_t *bytes) {
+  char dir[4096], file[128];
   PE_TRY(pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file));
-  snprintf(full, sizeof full, "%s/%s", dir, file);
+  snprintf(full, full_len, "%s/%s", dir, file);
   uint8_t *buf;
   size_t len;
-  PE_TRY(pe_status_wrap(pe_read_file(full, PE_CKPT_MAX_BYTES, &buf, &len),
-                        "load '%s' of model '%s'", name, m->name));
+  PE_TRY(pe_read_file(full, PE_CKPT_MAX_BYTES, &buf, &len));
   pe_ckpt_entry *e;
   int n;
   pe_model_mark restore = {0};
   pe_status *st = pe_ckpt_decode(buf, len, full, &e, &n, &restore);
   free(buf);
-  if (st) return pe_status_wrap(st, "load '%s' of model '%s'", name, m->name);
-  /* All or nothing: a checkpoint of another architecture changes nothing. */
-  for (int i = 0; i < n && !st; i++) st = pe_srv_model_check_value(m, e[i].name, &e[i].t);
-  /* One engine op: no run sees part of the checkpoint. */
-  const char **names = NULL;
-  pe_tensor *vals = NULL;
-  if (!st) {
-    names = malloc((n ? (size_t)n : 1) * sizeof *names);
-    vals = malloc((n ? (size_t)n : 1) * sizeof *vals);
-    if (!names || !vals) st = pe_error(PE_ENOMEM, "out of memory");
-  }
+  if (st) return st;
+  const char **names = malloc((n ? (size_t)n : 1) * sizeof *names);
+  pe_tensor *vals = malloc((n ? (size_t)n : 1) * sizeof *vals);
+  if (!names || !vals) st = pe_error(PE_ENOMEM, "out of memory");
   for (int i = 0; i < n && !st; i++) {
     names[i] = e[i].name;
     vals[i] = e[i].t;
   }
-  /* The model's run origins become the file's: a resend of a request the
-   * values include is refused (server/dispatch.c), one after them runs.
-   * So does its generator offset: the runs after it draw the dropout masks
-   * the runs after the save drew. */
+  /* All or nothing: a checkpoint of another architecture changes nothing. */
+  if (!st) st = check_decls(e, n, decl, n_decl);
+  if (!st) st = pe_srv_model_claim_values(m, names, vals, n);
+  /* One engine op: no run sees part of the checkpoint. The model's run
+   * origins become the file's: a resend of a request the values include is
+   * refused (server/dispatch.c), one after them runs. So does its generator
+   * offset: the runs after it draw the dropout masks the runs after the
+   * save drew. */
   if (!st) st = pe_model_set_many(m->m, names, vals, n, &restore);
   pe_model_mark_release(&restore);
   if (!st) pe_model_mark_initialized(m, names, n);
   free(names);
   free(vals);
   pe_ckpt_entries_free(e, n);
-  if (st) return pe_status_wrap(st, "load '%s' of model '%s'", name, m->name);
+  if (!st) {
+    *bytes = len;
+    PE_LOGI("model '%s': loaded %d tensors from %s", m->name, n, full);
+  }
+  return st;
+}
+
+pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char *name, char **path,
+                              uint64_t *bytes) {
+  char full[4300];
+  PE_TRY(pe_status_wrap(load_checked(state_dir, m, name, NULL, 0, full, sizeof full, bytes),
+                        "load '%s' of model '%s'", name, m->name));
   *path = strdup(full);
-  *bytes = len;
-  PE_LOGI("model '%s': loaded %d tensors from %s", m->name, n, full);
   return NULL;
 }
 
-bool pe_checkpoint_autoload(const char *state_dir, const char *name, pe_srv_model *m) {
+pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv_model *m,
+                                 const pe_var_info *decl, int n_decl) {
   char dir[4096], file[128], full[4300];
-  if (!pe_name_valid(name)) return false;
+  if (!pe_name_valid(name)) return NULL;
   pe_status *st = pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file);
   if (st) {
     pe_status_free(st);
-    return false;
+    return NULL;
   }
   snprintf(full, sizeof full, "%s/%s", dir, file);
-  bool loaded = false;
+  pe_status *refused = NULL;
   pthread_mutex_lock(&m->init_mu);
   struct stat sb;
   if (m->initialized.len == 0 && stat(full, &sb) == 0) {
-    char *path = NULL;
     uint64_t bytes = 0;
-    st = pe_checkpoint_load(state_dir, m, name, &path, &bytes);
-    if (st) {
+    st = load_checked(state_dir, m, name, decl, n_decl, full, sizeof full, &bytes);
+    pe_code code = pe_status_code(st);
+    if (code == PE_ESHAPE || code == PE_EDTYPE) {
+      refused = pe_error(code,
+                         "register: model '%s': its restart checkpoint %s does not fit the "
+                         "program: %s; the file is kept: register the program under another "
+                         "model name, or drop the model to discard the checkpoint (pe-client "
+                         "drop-model %s)",
+                         m->name, full, pe_status_msg(st), m->name);
+      PE_LOGW("model '%s': restart checkpoint %s not restored: %s", m->name, full,
+              pe_status_msg(st));
+    } else if (st) {
       PE_LOGW("model '%s': not restored from %s: %s", m->name, full, pe_status_msg(st));
-      pe_status_free(st);
     } else {
-      PE_LOGI("model '%s': restored from its shutdown checkpoint %s", m->name, path);
-      loaded = true;
+      PE_LOGI("model '%s': restored from its shutdown checkpoint %s", m->name, full);
     }
-    free(path);
+    pe_status_free(st);
   }
   pthread_mutex_unlock(&m->init_mu);
-  return loaded;
+  return refused;
 }

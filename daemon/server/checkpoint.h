@@ -6,8 +6,9 @@
  * pushed after it, so a checkpoint is one step boundary even while other
  * clients train the model. Load checks the whole file (magic, CRC, bounds)
  * before setting anything, then sets every tensor on every place in one
- * engine op (dtype and shape must match an existing parameter; unknown names
- * are created).
+ * engine op (dtype and shape must match the model's claims, model_shapes.h:
+ * a parameter's value or a bound program's declaration; unknown names are
+ * created).
  *
  * Threads: any non-pool thread; the model must be acquired. */
 #ifndef PE_SERVER_CHECKPOINT_H
@@ -22,10 +23,18 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
                               uint64_t *bytes);
 pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char *name, char **path,
                               uint64_t *bytes);
-/* A persistent model registered with nothing initialised yet starts from
- * its shutdown checkpoint when one exists (daemon restart). Returns whether
- * it loaded; failures are logged (the model then needs Init as usual). */
-bool pe_checkpoint_autoload(const char *state_dir, const char *name, pe_srv_model *m);
+/* A persistent model with nothing initialised yet starts from its restart
+ * checkpoint `name` when one exists (daemon restart), at the register of a
+ * program (decl: its persistables). A file that does not fit them (or the
+ * model's claims: model_shapes.h) is not loaded and refuses the register:
+ * the error (PE_ESHAPE, PE_EDTYPE) names the model, the file, the variable
+ * and both shapes, and nothing of it is set, so the model gets no values
+ * and the file is never replaced by a checkpoint of other values. Other
+ * failures (unreadable, corrupt) are logged and return NULL, as the model
+ * then needs Init as usual; it has no values until then, so nothing
+ * replaces the file before. Holds the model's init_mu. */
+pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv_model *m,
+                                 const pe_var_info *decl, int n_decl);
 /* <state_dir>/models/<model>/<name>.ckpt (names validated). */
 pe_status *pe_checkpoint_path(const char *state_dir, const char *model, const char *name, char *dir,
                               size_t dir_len, char *file, size_t file_len);

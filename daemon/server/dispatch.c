@@ -226,8 +226,6 @@ static pe_status *h_register(ctx *c) {
     pi->shape = dims;
     r->params[r->n_params++] = pi;
   }
-  if (!st && !existed && p->model->persistent)
-    pe_checkpoint_autoload(c->s->cfg.state_dir, c->s->cfg.shutdown_checkpoint, p->model);
   pe_run_origin o;
   if (!st && c->rq->client_id && pe_model_origin(p->model->m, c->rq->client_id, &o)) {
     r->applied_request = o.request;
@@ -636,8 +634,8 @@ static pe_status *h_set_params(ctx *c) {
     if (!names[i][0]) st = pe_error(PE_EINVAL, "value %d has an empty name", i);
     for (int j = 0; !st && j < i; j++)
       if (!strcmp(names[i], names[j])) st = pe_error(PE_EINVAL, "'%.64s' given twice", names[i]);
-    if (!st) st = pe_srv_model_check_value(m, names[i], &views[i]);
   }
+  if (!st) st = pe_srv_model_claim_values(m, names, views, n);
   if (!st) st = pe_model_set_many(m->m, names, views, n, NULL); /* no run sees half of it */
   if (!st) pe_model_mark_initialized(m, names, n);
   for (int i = 0; views && i < n; i++) pe_tensor_release(&views[i]);

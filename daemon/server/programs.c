@@ -8,6 +8,7 @@
 #include "compiler/pass.h"
 #include "compiler/program.h"
 #include "core/log.h"
+#include "server/checkpoint.h"
 
 typedef struct session {
   uint64_t client;
@@ -66,6 +67,7 @@ static void program_destroy(pe_srv_program *p) {
 
 static void model_destroy(pe_srv_model *m) {
   pe_model_free(m->m);
+  pe_shape_claims_destroy(&m->shapes);
   pthread_mutex_destroy(&m->ckpt_mu);
   pthread_mutex_destroy(&m->init_mu);
   pe_strmap_destroy(&m->initialized);
@@ -323,8 +325,8 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
     free(m);
     return pe_status_wrap(st, "register: model '%s'", name);
   }
-  /* Recursive: an autoload holds it across pe_checkpoint_load, which marks
-   * the names it sets. */
+  /* Recursive: a restore holds it across its load, which marks the names
+   * it sets. */
   pthread_mutexattr_t attr;
   pthread_mutexattr_init(&attr);
   pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
@@ -332,12 +334,27 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
   pthread_mutexattr_destroy(&attr);
   pthread_mutex_init(&m->ckpt_mu, NULL);
   pe_strmap_init(&m->initialized);
+  pe_shape_claims_init(&m->shapes);
   r->models[r->n_models++] = m;
   m->refs = 1;
   PE_LOGI("model '%s' created on %s:%d seed %llu", m->name, pe_place_kind_name(kind), n_places,
           (unsigned long long)seed);
   *out = m;
   return NULL;
+}
+
+/* p's persistables fit the model's (model_shapes.h); with claim, p's
+ * declarations become the model's claims (lock held). */
+static pe_status *claim_decls_locked(pe_srv_model *m, const pe_srv_program *p, bool claim) {
+  pe_status *st =
+      pe_shape_claims_check(&m->shapes, m->name, p->params, p->n_params, PE_FIT_DECL, claim);
+  if (!st || pe_status_code(st) == PE_ENOMEM) return pe_status_wrap(st, "register");
+  pe_status *out = pe_error(pe_status_code(st),
+                            "register: %s; register the program under another model name, or "
+                            "drop the model first (pe-client drop-model %s)",
+                            pe_status_msg(st), m->name);
+  pe_status_free(st);
+  return out;
 }
 
 /* One strategy trains a model on more than one place: the optimizer state
@@ -431,10 +448,13 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   }
   if (!st && !winner) st = model_get_locked(r, rq->model, kind, n_places, seed, &m);
   pe_srv_model *refused = NULL;
-  if (!st && !winner && (st = claim_train_strategy_locked(m, p))) {
+  /* Shapes first: a program that does not fit claims no strategy. */
+  if (!st && !winner &&
+      ((st = claim_decls_locked(m, p, false)) || (st = claim_train_strategy_locked(m, p)))) {
     m->refs--;
     refused = model_maybe_unlink(r, m);
   }
+  bool restore = !st && !winner && (persistent || m->persistent);
   pthread_mutex_unlock(&r->mu);
   if (st || winner) {
     pe_graph_free(g);
@@ -446,9 +466,19 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
     return st;
   }
 
-  /* 4 (unlocked): bind the graphs to the model. */
+  /* 4 (unlocked): a persistent model without values starts from its
+   * restart checkpoint, before the graphs bind to it: a checkpoint that
+   * does not fit p refuses p, and nothing of it is set (the file stays). */
   p->model = m;
-  st = pe_status_wrap(pe_par_exec_new(m->m, g, &p->exec), "register: bind to model '%s'", m->name);
+  if (restore)
+    st = pe_checkpoint_restore(s->cfg.state_dir, s->cfg.shutdown_checkpoint, m, p->params,
+                               p->n_params);
+  /* Bind the graphs to the model. */
+  if (st)
+    pe_graph_free(g);
+  else
+    st =
+        pe_status_wrap(pe_par_exec_new(m->m, g, &p->exec), "register: bind to model '%s'", m->name);
   if (!st && sg) {
     st = pe_status_wrap(pe_par_exec_new(m->m, sg, &p->startup),
                         "register: bind startup to model '%s'", m->name);
@@ -457,11 +487,14 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   pe_graph_free(sg); /* g is the executor's now, also on failure */
   if (!st) st = add_owner(p, client);
 
-  /* 5 (locked): publish, unless the same program was published meanwhile. */
+  /* 5 (locked): publish, unless the same program was published meanwhile
+   * or a program or value of other shapes came first (checked again, and
+   * claimed, under the lock). */
   pe_srv_model *fm = NULL;
   pthread_mutex_lock(&r->mu);
   m->refs--;
   if (!st) winner = existing_locked(r, handle, key, key_len, client, persistent, &st);
+  if (!st && !winner) st = claim_decls_locked(m, p, true);
   if (!st && !winner) {
     if (!grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {
       st = pe_error(PE_ENOMEM, "register: out of memory");
@@ -581,23 +614,15 @@ void pe_registry_model_release(pe_registry *r, pe_srv_model *m) {
   destroy_later(NULL, fm);
 }
 
-pe_status *pe_srv_model_check_value(pe_srv_model *m, const char *name, const pe_tensor *value) {
-  if (!pe_model_has(m->m, name)) return NULL;
-  pe_tensor cur = {0};
-  pe_status *st = pe_model_get(m->m, name, &cur);
-  if (pe_status_code(st) == PE_EUSE_BEFORE_DEF) {
-    pe_status_free(st); /* declared, no value yet: any value goes */
-    return NULL;
-  }
-  char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
-  if (!st && cur.dtype != value->dtype)
-    st = pe_error(PE_EDTYPE, "model '%s': '%s' is %s %s, the value is %s %s", m->name, name,
-                  pe_dtype_name(cur.dtype), pe_shape_str(&cur.shape, a, sizeof a),
-                  pe_dtype_name(value->dtype), pe_shape_str(&value->shape, b, sizeof b));
-  else if (!st && !pe_shape_equal(&cur.shape, &value->shape))
-    st = pe_error(PE_ESHAPE, "model '%s': '%s' has shape %s, the value has %s", m->name, name,
-                  pe_shape_str(&cur.shape, a, sizeof a), pe_shape_str(&value->shape, b, sizeof b));
-  pe_tensor_release(&cur);
+pe_status *pe_srv_model_claim_values(pe_srv_model *m, const char *const *names,
+                                     const pe_tensor *values, int n) {
+  pe_var_info *items = calloc(n ? (size_t)n : 1, sizeof *items);
+  if (!items)
+    return pe_error(PE_ENOMEM, "model '%s': out of memory checking %d values", m->name, n);
+  for (int i = 0; i < n; i++)
+    items[i] = (pe_var_info){(char *)names[i], values[i].dtype, values[i].shape};
+  pe_status *st = pe_shape_claims_check(&m->shapes, m->name, items, n, PE_FIT_VALUE, true);
+  free(items);
   return st;
 }
 

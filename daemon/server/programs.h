@@ -29,6 +29,7 @@
 #include "core/strmap.h"
 #include "engine/par_executor.h"
 #include "server/checkpoint_file.h"
+#include "server/model_shapes.h"
 #include "server/server.h"
 #include "service.pb-c.h"
 
@@ -59,6 +60,8 @@ typedef struct pe_srv_model {
   bool has_train_strategy;
   pe_graph_strategy train_strategy;
   int refs; /* acquisitions by requests in progress */
+  /* Every persistable's dtype and shape (model_shapes.h; own leaf lock). */
+  pe_shape_claims shapes;
   /* init_mu (recursive) orders Init / Load / SetParams bookkeeping of
    * `initialized`. */
   pthread_mutex_t init_mu;
@@ -71,12 +74,6 @@ typedef struct pe_srv_model {
  * with values of change count `version`, or failed with st. */
 void pe_srv_model_note_save(pe_srv_model *m, const char *name, uint64_t version,
                             const pe_status *st);
-
-typedef struct pe_var_info {
-  char *name;
-  pe_dtype dtype;
-  pe_shape shape;
-} pe_var_info;
 
 typedef struct pe_srv_program {
   uint64_t handle;
@@ -119,13 +116,15 @@ pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t hand
 pe_status *pe_registry_model_acquire(pe_registry *r, const char *name, pe_srv_model **out);
 void pe_registry_model_release(pe_registry *r, pe_srv_model *m);
 
-/* Whether value may replace persistable `name` (absent, no value yet, or
- * the same dtype and shape): checked for every value before a SetParams or
- * Load sets any, so a bad request changes nothing. */
-pe_status *pe_srv_model_check_value(pe_srv_model *m, const char *name, const pe_tensor *value);
+/* Whether the n values fit the model's persistables (the dtype and shape
+ * claimed by a program's declaration or an earlier value: model_shapes.h),
+ * claiming the names not claimed yet: checked for every value before a
+ * SetParams or Load sets any, so a bad request changes nothing. */
+pe_status *pe_srv_model_claim_values(pe_srv_model *m, const char *const *names,
+                                     const pe_tensor *values, int n);
 
 /* Whether anything of the model has a value yet (Init, Load, SetParams or
- * an autoload marked it); under init_mu, which an autoload holds while it
+ * a restore marked it); under init_mu, which a restore holds while it
  * loads. The set never shrinks, so the answer stays true once true. A
  * model without values must not be checkpointed under the restart name:
  * that would replace the file it failed to load, or is about to. */
