@@ -46,7 +46,7 @@ typedef struct cli_cmd {
 
 /* The command rows of each group (one file per group). */
 extern const cli_cmd cli_cmds_daemon[]; /* ping, status, deregister */
-extern const cli_cmd cli_cmds_state[];  /* register, save, load */
+extern const cli_cmd cli_cmds_state[];  /* register, save, load, drop-model */
 extern const cli_cmd cli_cmds_run[];    /* run, trace */
 extern const cli_cmd cli_cmds_train[];  /* train, eval */
 

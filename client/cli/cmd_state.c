@@ -1,4 +1,5 @@
-/* Commands about programs and model state: register, save, load. */
+/* Commands about programs and model state: register, save, load,
+ * drop-model. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,11 +153,51 @@ static int cmd_load(cli_ctx *ctx, int argc, char **argv) {
   return checkpoint_cmd(ctx, argc, argv, false);
 }
 
+/* --- drop-model -------------------------------------------------------------------- */
+
+typedef struct drop_cfg {
+  const char *model;
+} drop_cfg;
+
+static const cli_opt drop_opts[] = {
+    {"model", CLI_STR, offsetof(drop_cfg, model), 0, 0, "model namespace (required)"},
+};
+
+static int cmd_drop_model(cli_ctx *ctx, int argc, char **argv) {
+  drop_cfg cfg = {0};
+  bool help;
+  int rc = cli_parse(ctx, drop_opts, 1, argc, argv, &cfg, &help);
+  if (rc || help) return rc;
+  if (!cfg.model) return cli_usage(ctx, "--model is required");
+  pe_client *c = cli_connect(ctx, &rc);
+  if (!c) return rc;
+  pe_client_drop_result d;
+  int code = pe_client_drop_model(c, cfg.model, &d);
+  if (code) {
+    rc = cli_fail(ctx, c, code);
+  } else if (ctx->json) {
+    cli_json_begin(ctx);
+    printf(",\"model\":");
+    cli_json_str(stdout, cfg.model);
+    printf(",\"freed\":%s,\"removed\":", d.freed ? "true" : "false");
+    cli_json_str(stdout, d.removed);
+    printf(",\"programs\":%d}\n", d.programs);
+  } else {
+    printf("dropped %s: %s; restart checkpoint %s\n", cfg.model,
+           d.freed ? "freed in the daemon" : "not loaded in the daemon",
+           *d.removed ? d.removed : "none");
+  }
+  cli_end(ctx, c, rc);
+  return rc;
+}
+
 const cli_cmd cli_cmds_state[] = {
     {"register", "--model M [--eval] [--init] [--places P]", "register a program, list its params",
      cmd_register},
     {"save", "--model NAME --checkpoint CKPT", "write the model's parameters to a checkpoint",
      cmd_save},
     {"load", "--model NAME --checkpoint CKPT", "read the model's parameters back", cmd_load},
+    {"drop-model", "--model NAME", "free a model and remove its restart checkpoint",
+     cmd_drop_model},
     {NULL, NULL, NULL, NULL},
 };

@@ -302,6 +302,22 @@ int pe_client_load(pe_client *c, const char *model, const char *name, const char
  * every owner anyway (an operator's tool: their runs then fail NOT_FOUND). */
 int pe_client_deregister(pe_client *c, uint64_t handle);
 int pe_client_deregister_force(pe_client *c, uint64_t handle);
+
+typedef struct pe_client_drop_result {
+  bool freed;          /* a model in the daemon was freed */
+  const char *removed; /* its restart checkpoint, removed ("": none); until the next request */
+  int programs;        /* this handle's programs of the model, deregistered */
+} pe_client_drop_result;
+/* Free model `model` in the daemon and remove its restart checkpoint (the
+ * file a daemon restart restores a persistent model from), so that the name
+ * starts afresh: to register a program of other parameter shapes under it,
+ * or to discard what a persistent model holds. Named checkpoints (Save)
+ * stay. Refused (PE_C_EINVAL, naming each program's handle and client)
+ * while a program of another live client uses the model; this handle's own
+ * programs of it are deregistered. A model not loaded in the daemon (after a
+ * restart) has its restart checkpoint removed; neither: PE_C_ENOTFOUND. out
+ * may be NULL. */
+int pe_client_drop_model(pe_client *c, const char *model, pe_client_drop_result *out);
 /* End this client's session now rather than at the daemon's session TTL
  * (idle clients are reclaimed after it, 600 s by default): the daemon
  * deregisters every program this handle registered, freeing a

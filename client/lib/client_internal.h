@@ -59,6 +59,8 @@ int pec_shm_grant_daemon(pe_client *c, int fd, const char *name);
  * to the daemon's current one. */
 int pec_prog_remember(pe_client *c, const pe_client_register_args *a, uint64_t handle);
 void pec_prog_forget(pe_client *c, uint64_t handle);
+/* Forget every remembered program of model (it was dropped). */
+void pec_prog_forget_model(pe_client *c, const char *model);
 void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t steps);
 int pec_region_remember(pe_client *c, const char *name, uint64_t size, uint64_t id);
 void pec_region_forget(pe_client *c, uint64_t given);

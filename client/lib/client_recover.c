@@ -117,6 +117,10 @@ void pec_prog_forget(pe_client *c, uint64_t handle) {
     }
 }
 
+void pec_prog_forget_model(pe_client *c, const char *model) {
+  for (pec_prog *p; (p = find_prog(c, 0, model));) pec_prog_forget(c, p->handle);
+}
+
 void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t steps) {
   pec_prog *p = find_prog(c, handle, NULL);
   if (!p || !p->ans_request) return; /* unknown, or an evaluation program */

@@ -293,6 +293,24 @@ int pe_client_deregister_force(pe_client *c, uint64_t handle) {
   return deregister(c, handle, true);
 }
 
+int pe_client_drop_model(pe_client *c, const char *model, pe_client_drop_result *out) {
+  static const char what[] = "drop_model";
+  if (out) *out = (pe_client_drop_result){.removed = ""};
+  if (!model || !*model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
+  Pe__DropModelRequest r = PE__DROP_MODEL_REQUEST__INIT;
+  r.model = (char *)model;
+  Pe__Request req = PE__REQUEST__INIT;
+  req.body_case = PE__REQUEST__BODY_DROP_MODEL;
+  req.drop_model = &r;
+  int rc = pec_call(c, what, &req, PE__REPLY__BODY_DROP_MODEL);
+  if (rc) return rc;
+  /* The daemon deregistered them: nothing of the model is to be recovered. */
+  pec_prog_forget_model(c, model);
+  const Pe__DropModelReply *d = c->reply->drop_model;
+  if (out) *out = (pe_client_drop_result){d->freed, d->removed, d->programs};
+  return 0;
+}
+
 int pe_client_close(pe_client *c) {
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_CLOSE;

@@ -69,8 +69,13 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   uint64_t version = mark.version;
   pe_model_mark_release(&mark);
   pe_ckpt_entries_free(e, n);
+  /* save_mu: a drop of the model removes the restart checkpoint between
+   * two writes, never before one that then puts it back. */
+  pthread_mutex_lock(&m->save_mu);
+  if (!st && m->saves_closed) st = pe_error(PE_EINVAL, "the model has been dropped");
   if (!st) st = pe_mkdir_p(dir, 0750);
   if (!st) st = pe_write_atomic(dir, file, buf, len);
+  pthread_mutex_unlock(&m->save_mu);
   free(buf);
   if (st) st = pe_status_wrap(st, "save '%s' of model '%s'", name, m->name);
   pe_srv_model_note_save(m, name, version, st);

@@ -8,7 +8,8 @@
  * before setting anything, then sets every tensor on every place in one
  * engine op (dtype and shape must match the model's claims, model_shapes.h:
  * a parameter's value or a bound program's declaration; unknown names are
- * created).
+ * created). A save's write is refused once the model has been dropped
+ * (model_drop.h).
  *
  * Threads: any non-pool thread; the model must be acquired. */
 #ifndef PE_SERVER_CHECKPOINT_H

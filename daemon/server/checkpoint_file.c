@@ -344,6 +344,21 @@ pe_status *pe_write_atomic(const char *dir, const char *file, const uint8_t *buf
   return fsync_dir(dir);
 }
 
+pe_status *pe_remove_durable(const char *dir, const char *file, bool *existed) {
+  char path[4096];
+  *existed = false;
+  int a = snprintf(path, sizeof path, "%s/%s", dir, file);
+  if (a < 0 || (size_t)a >= sizeof path)
+    return pe_error(PE_EINVAL, "remove %s/%s: path too long", dir, file);
+  if (unlink(path) != 0) {
+    if (errno == ENOENT) return NULL;
+    return pe_error(PE_EIO, "remove %s: %s", path, strerror(errno));
+  }
+  *existed = true;
+  /* Durable like a write: a crash must not bring the file back. */
+  return fsync_dir(dir);
+}
+
 pe_status *pe_read_file(const char *path, size_t max, uint8_t **out, size_t *out_len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)

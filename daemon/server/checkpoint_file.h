@@ -72,6 +72,9 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
 pe_status *pe_mkdir_p(const char *path, mode_t mode);
 /* Atomically replace dir/file with buf (temp file, fsync, rename, dir fsync). */
 pe_status *pe_write_atomic(const char *dir, const char *file, const uint8_t *buf, size_t len);
+/* Remove dir/file and make that durable (directory fsync); *existed: there
+ * was such a file (none is not an error). */
+pe_status *pe_remove_durable(const char *dir, const char *file, bool *existed);
 /* Read a whole file (at most max bytes). */
 pe_status *pe_read_file(const char *path, size_t max, uint8_t **buf, size_t *len);
 

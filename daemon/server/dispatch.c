@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "server/checkpoint.h"
+#include "server/model_drop.h"
 #include "server/programs.h"
 #include "server/run_batches.h"
 #include "server/shm.h"
@@ -685,6 +686,26 @@ static pe_status *h_deregister(ctx *c) {
                                 c->rq->deregister->force);
 }
 
+static pe_status *h_drop_model(ctx *c) {
+  pe_drop_result d;
+  pe_status *st = pe_model_drop(c->s, c->rq->client_id, c->rq->drop_model->model, &d);
+  Pe__DropModelReply *r = st ? NULL : pe_arena_alloc(c->a, sizeof *r);
+  if (!st && !r) st = OOM("drop_model");
+  if (!st) {
+    pe__drop_model_reply__init(r);
+    r->freed = d.freed;
+    r->programs = d.programs;
+    r->removed = pe_arena_strdup(c->a, d.removed ? d.removed : "");
+    if (!r->removed) st = OOM("drop_model");
+  }
+  free(d.removed);
+  if (!st) {
+    c->rep->body_case = PE__REPLY__BODY_DROP_MODEL;
+    c->rep->drop_model = r;
+  }
+  return st;
+}
+
 /* The client ends its session (pe_client_close). Its cached replies stay
  * until the cache evicts them, so that a late copy of one of its requests
  * (request threads take copies out of order) is still answered from there,
@@ -740,6 +761,7 @@ static const handler_row handlers[] = {
     {PE__REQUEST__BODY_REGISTER_SHM, "register_shm", h_register_shm},
     {PE__REQUEST__BODY_UNREGISTER_SHM, "unregister_shm", h_unregister_shm},
     {PE__REQUEST__BODY_CLOSE, "close", h_close, true},
+    {PE__REQUEST__BODY_DROP_MODEL, "drop_model", h_drop_model},
 };
 
 static const handler_row *find_handler(Pe__Request__BodyCase k) {

@@ -68,6 +68,7 @@ static void program_destroy(pe_srv_program *p) {
 static void model_destroy(pe_srv_model *m) {
   pe_model_free(m->m);
   pe_shape_claims_destroy(&m->shapes);
+  pthread_mutex_destroy(&m->save_mu);
   pthread_mutex_destroy(&m->ckpt_mu);
   pthread_mutex_destroy(&m->init_mu);
   pe_strmap_destroy(&m->initialized);
@@ -99,9 +100,10 @@ static pe_srv_model *model_find(pe_registry *r, const char *name) {
 }
 
 /* A model without programs, users or persistence goes; returns it to free
- * outside the lock, or NULL. */
+ * outside the lock, or NULL. A dropped model has left the table already. */
 static pe_srv_model *model_maybe_unlink(pe_registry *r, pe_srv_model *m) {
   if (m->n_programs > 0 || m->refs > 0 || m->persistent) return NULL;
+  if (m->unlinked) return m;
   for (int i = 0; i < r->n_models; i++)
     if (r->models[i] == m) {
       r->models[i] = r->models[--r->n_models];
@@ -303,6 +305,8 @@ static pe_srv_program *existing_locked(pe_registry *r, uint64_t handle, const ui
 static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_kind kind,
                                    int n_places, uint64_t seed, pe_srv_model **out) {
   pe_srv_model *m = model_find(r, name);
+  if (m && m->dropping)
+    return pe_error(PE_EINVAL, "register: model '%s' is being dropped; retry", m->name);
   if (m) {
     if (m->kind != kind || m->n_places != n_places)
       return pe_error(PE_EINVAL, "register: model '%s' lives on %s:%d, the program asks for %s:%d",
@@ -333,6 +337,7 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
   pthread_mutex_init(&m->init_mu, &attr);
   pthread_mutexattr_destroy(&attr);
   pthread_mutex_init(&m->ckpt_mu, NULL);
+  pthread_mutex_init(&m->save_mu, NULL);
   pe_strmap_init(&m->initialized);
   pe_shape_claims_init(&m->shapes);
   r->models[r->n_models++] = m;
@@ -487,13 +492,15 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   pe_graph_free(sg); /* g is the executor's now, also on failure */
   if (!st) st = add_owner(p, client);
 
-  /* 5 (locked): publish, unless the same program was published meanwhile
-   * or a program or value of other shapes came first (checked again, and
-   * claimed, under the lock). */
+  /* 5 (locked): publish, unless the same program was published meanwhile,
+   * the model is being dropped, or a program or value of other shapes came
+   * first (checked again, and claimed, under the lock). */
   pe_srv_model *fm = NULL;
   pthread_mutex_lock(&r->mu);
   m->refs--;
   if (!st) winner = existing_locked(r, handle, key, key_len, client, persistent, &st);
+  if (!st && !winner && m->dropping)
+    st = pe_error(PE_EINVAL, "register: model '%s' was dropped meanwhile; register again", m->name);
   if (!st && !winner) st = claim_decls_locked(m, p, true);
   if (!st && !winner) {
     if (!grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {
@@ -596,18 +603,107 @@ pe_status *pe_registry_model_acquire(pe_registry *r, const char *name, pe_srv_mo
   PE_TRY(pe_name_check("model name", name));
   pthread_mutex_lock(&r->mu);
   pe_srv_model *m = model_find(r, name);
+  bool dropping = m && m->dropping;
+  if (dropping) m = NULL;
   if (m) m->refs++;
   pthread_mutex_unlock(&r->mu);
   *out = m;
   if (!m)
-    return pe_error(PE_ENOTFOUND, "model '%s': no such model (register a program under it first)",
-                    name);
+    return pe_error(
+        PE_ENOTFOUND, "model '%s': %s", name,
+        dropping ? "being dropped" : "no such model (register a program under it first)");
   return NULL;
 }
 
 void pe_registry_model_release(pe_registry *r, pe_srv_model *m) {
   if (!m) return;
   pthread_mutex_lock(&r->mu);
+  m->refs--;
+  pe_srv_model *fm = model_maybe_unlink(r, m);
+  pthread_mutex_unlock(&r->mu);
+  destroy_later(NULL, fm);
+}
+
+/* --- drop --------------------------------------------------------------------- */
+/* The live programs of m that a client other than `client` owns, as an
+ * error naming them (lock held); NULL when there are none. */
+static pe_status *other_users_locked(pe_registry *r, const pe_srv_model *m, uint64_t client) {
+  enum { SHOWN = 4 };
+  char list[SHOWN * 64] = "";
+  size_t o = 0;
+  int n = 0;
+  for (int i = 0; i < r->n_progs; i++) {
+    const pe_srv_program *p = r->progs[i];
+    if (p->model != m || p->dead) continue;
+    for (int k = 0; k < p->n_owners; k++) {
+      if (p->owners[k] == client) continue;
+      if (n++ < SHOWN && o < sizeof list)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%sprogram 0x%016llx of client %016llx",
+                              o ? ", " : "", (unsigned long long)p->handle,
+                              (unsigned long long)p->owners[k]);
+    }
+  }
+  if (!n) return NULL;
+  char more[32] = "";
+  if (n > SHOWN) snprintf(more, sizeof more, " and %d more", n - SHOWN);
+  return pe_error(PE_EINVAL,
+                  "drop_model: model '%s' is in use by %s%s; its clients must deregister those "
+                  "programs or close their sessions first (or an operator drops them: pe-client "
+                  "deregister --force --handle H)",
+                  m->name, list, more);
+}
+
+pe_status *pe_registry_drop_begin(pe_registry *r, uint64_t client, const char *name,
+                                  pe_status *(*absent)(void *arg), void *arg, pe_srv_model **out,
+                                  int *programs) {
+  *out = NULL;
+  *programs = 0;
+  PE_TRY(pe_name_check("drop_model: model name", name));
+  pthread_mutex_lock(&r->mu);
+  pe_srv_model *m = model_find(r, name);
+  pe_srv_program **fps = NULL;
+  pe_status *st = NULL;
+  if (!m)
+    st = absent(arg);
+  else if (m->dropping)
+    st = pe_error(PE_EINVAL, "drop_model: model '%s' is being dropped already", name);
+  else
+    st = other_users_locked(r, m, client);
+  if (!st && m && !(fps = calloc(r->n_progs ? (size_t)r->n_progs : 1, sizeof *fps)))
+    st = pe_error(PE_ENOMEM, "drop_model: out of memory");
+  int n_free = 0;
+  if (!st && m) {
+    m->dropping = true;
+    m->persistent = false;
+    m->refs++; /* so no program's unlink below frees it */
+    /* The caller's programs of m (the only live ones left) go, as with a
+     * deregister; downwards: an unlink moves the last program into slot i. */
+    for (int i = r->n_progs - 1; i >= 0; i--) {
+      pe_srv_program *p = r->progs[i];
+      if (p->model != m || p->dead) continue;
+      ++*programs;
+      drop_owner_locked(p, client);
+      pe_srv_model *fm;
+      prog_maybe_unlink(r, p, &fps[n_free], &fm);
+      if (fps[n_free]) n_free++;
+    }
+    *out = m;
+  }
+  pthread_mutex_unlock(&r->mu);
+  for (int i = 0; i < n_free; i++) destroy_later(fps[i], NULL);
+  free(fps);
+  return st;
+}
+
+void pe_registry_drop_end(pe_registry *r, pe_srv_model *m) {
+  if (!m) return;
+  pthread_mutex_lock(&r->mu);
+  for (int i = 0; i < r->n_models; i++)
+    if (r->models[i] == m) {
+      r->models[i] = r->models[--r->n_models];
+      break;
+    }
+  m->unlinked = true;
   m->refs--;
   pe_srv_model *fm = model_maybe_unlink(r, m);
   pthread_mutex_unlock(&r->mu);

@@ -60,8 +60,17 @@ typedef struct pe_srv_model {
   bool has_train_strategy;
   pe_graph_strategy train_strategy;
   int refs; /* acquisitions by requests in progress */
+  /* A drop (pe_registry_drop_model_begin) is under way: no register binds
+   * to the model and no acquire finds it; unlinked: it has left the table
+   * (its name is free) and goes with its last program or user. */
+  bool dropping, unlinked;
   /* Every persistable's dtype and shape (model_shapes.h; own leaf lock). */
   pe_shape_claims shapes;
+  /* Held around each checkpoint write's rename and around the drop's
+   * removal of the restart checkpoint; after the drop, saves_closed refuses
+   * every write, so a save in flight cannot bring the file back. */
+  pthread_mutex_t save_mu;
+  bool saves_closed;
   /* init_mu (recursive) orders Init / Load / SetParams bookkeeping of
    * `initialized`. */
   pthread_mutex_t init_mu;
@@ -132,6 +141,20 @@ bool pe_srv_model_has_values(pe_srv_model *m);
 
 /* Mark names initialised (after Init, SetParams, Load). */
 void pe_model_mark_initialized(pe_srv_model *m, const char *const *names, int n);
+
+/* Dropping a model (server/model_drop.h), the registry's part. begin:
+ * refused, naming the programs and their clients, while a live program of
+ * another client is bound to the model; else the caller's own programs of
+ * it are deregistered (*programs counts them), the model stops being
+ * persistent, is marked dropping and acquired into *out. No model of that
+ * name: *out = NULL, and absent(arg) runs under the registry lock, so no
+ * register creates the model meanwhile. end: the model leaves the table
+ * (its name is free again) and is released; it is freed once its last
+ * program or user has gone. */
+pe_status *pe_registry_drop_begin(pe_registry *r, uint64_t client, const char *name,
+                                  pe_status *(*absent)(void *arg), void *arg, pe_srv_model **out,
+                                  int *programs);
+void pe_registry_drop_end(pe_registry *r, pe_srv_model *m);
 
 /* Sessions. */
 void pe_registry_touch(pe_registry *r, uint64_t client, double now);

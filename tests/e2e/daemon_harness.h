@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/status.h"
+#include "pe_model_file.h"
 #include "pe_models.h"
 #include "service.pb-c.h"
 
@@ -239,10 +240,9 @@ static Pe__OptimizerDesc *dh_optimizer = NULL;
 /* RegisterOptions.no_op_fusion sent by dh_register. */
 static bool dh_no_op_fusion = false;
 
-/* Register model spec `spec` ("mlp") under model name; returns the handle. */
-static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spec *spec,
-                                   const char *model, uint64_t seed, bool persistent, bool *existed,
-                                   Pe__Reply **rep_out) {
+/* A Register of spec under model name; the reply, whatever its code. */
+static inline Pe__Reply *dh_register_call(int sock, uint64_t client, const pe_model_spec *spec,
+                                          const char *model, uint64_t seed, bool persistent) {
   Pe__Request rq = dh_req(client);
   Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
   Pe__RegisterOptions opts = PE__REGISTER_OPTIONS__INIT;
@@ -261,7 +261,14 @@ static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spe
   reg.options = &opts;
   rq.body_case = PE__REQUEST__BODY_REGISTER;
   rq.register_ = &reg;
-  Pe__Reply *rep = dh_call(sock, &rq);
+  return dh_call(sock, &rq);
+}
+
+/* Register model spec `spec` ("mlp") under model name; returns the handle. */
+static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spec *spec,
+                                   const char *model, uint64_t seed, bool persistent, bool *existed,
+                                   Pe__Reply **rep_out) {
+  Pe__Reply *rep = dh_register_call(sock, client, spec, model, seed, persistent);
   dh_ok(rep);
   ck_assert_int_eq(rep->body_case, PE__REPLY__BODY_REGISTER);
   uint64_t h = rep->register_->handle;
@@ -271,6 +278,21 @@ static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spe
   else
     pe__reply__free_unpacked(rep, NULL);
   return h;
+}
+
+/* Save (save) or Load a checkpoint `name` of model; the reply. */
+static inline Pe__Reply *dh_checkpoint(int sock, uint64_t client, bool save, const char *model,
+                                       const char *name) {
+  Pe__Request rq = dh_req(client);
+  Pe__CheckpointRequest cr = PE__CHECKPOINT_REQUEST__INIT;
+  cr.model = (char *)model;
+  cr.name = (char *)name;
+  rq.body_case = save ? PE__REQUEST__BODY_SAVE : PE__REQUEST__BODY_LOAD;
+  if (save)
+    rq.save = &cr;
+  else
+    rq.load = &cr;
+  return dh_call(sock, &rq);
 }
 
 static inline Pe__Reply *dh_init(int sock, uint64_t client, uint64_t handle) {
@@ -458,6 +480,25 @@ static inline pe_model_spec dh_mlp(void) {
   pe_model_spec m;
   char err[256];
   ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "mlp: %s", err);
+  return m;
+}
+
+/* The mlp with a first layer of 512 (fc_0.w [784,512], fc_0.b [512]): the
+ * same names, other shapes. */
+static inline pe_model_spec dh_mlp_wide(void) {
+  static const char text[] =
+      "input image 784\n"
+      "label label\n"
+      "fc 512 act=relu\n"
+      "fc 128 act=relu\n"
+      "fc 10\n"
+      "loss softmax_with_cross_entropy\n"
+      "accuracy top=1\n"
+      "optimizer momentum lr=0.1 mu=0.9\n";
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_file_parse(text, strlen(text), "wide", &m, err, sizeof err) == 0,
+                "wide: %s", err);
   return m;
 }
 

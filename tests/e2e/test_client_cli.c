@@ -4,7 +4,8 @@
  * model's test accuracy; save, load, status; trace writes a Chrome trace; a
  * model file trains exactly like the built-in name, and shared-memory feeds
  * exactly like inline ones; exit statuses for a bad model file, bad usage,
- * a daemon error and an unreachable daemon. Needs Fashion-MNIST (the
+ * a daemon error and an unreachable daemon; drop-model frees a model name
+ * for a program of other shapes. Needs Fashion-MNIST (the
  * project's dependency). Skipped (77) when pe-executord or pe-client is not
  * built. */
 #include <check.h>
@@ -461,6 +462,36 @@ START_TEST(train_survives_restart) {
 }
 END_TEST
 
+/* A model name keeps its parameters' shapes: a model file of another width
+ * under the name of a live persistent model is refused, naming both shapes
+ * and the way out; drop-model frees the name, and the file trains. */
+START_TEST(drop_model_frees_the_name) {
+  cd_daemon d;
+  cd_start(&d);
+  char wide[256], args[512];
+  write_model(&d, "wide",
+              "name mlp\ninput image 784\nlabel label\nfc 512 act=relu\nfc 10\n"
+              "loss softmax_with_cross_entropy\naccuracy\noptimizer sgd lr=0.1\n",
+              wide, sizeof wide);
+  CLI_OK(&d, "train --model mlp --epochs 1 --limit 300 --persistent");
+  snprintf(args, sizeof args, "train --model '%s' --epochs 1 --limit 300", wide);
+  ck_assert_int_eq(cli(&d, d.dir, args), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"),
+                       "model 'mlp': 'fc_0.w' has shape [784,256], the "
+                       "program declares [784,512]") &&
+                    strstr(slurp(d.dir, "err"), "pe-client drop-model mlp"),
+                "%s", slurp(d.dir, "err"));
+  CLI_OK(&d, "--json drop-model --model mlp");
+  ck_assert_msg(
+      strstr(last_line(d.dir), "\"freed\":true") && strstr(last_line(d.dir), "\"removed\":\"\""),
+      "%s", last_line(d.dir));
+  CLI_OK(&d, args);
+  ck_assert_int_eq(cli(&d, d.dir, "drop-model --model mlp"), 1); /* not persistent: gone */
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "NOT_FOUND"), "%s", slurp(d.dir, "err"));
+  cd_stop(&d);
+}
+END_TEST
+
 START_TEST(exit_statuses) {
   cd_daemon d;
   cd_start(&d);
@@ -661,6 +692,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, grouped_requests_train_alike);
   tcase_add_test(tc, recipe_flags_are_the_model_file);
   tcase_add_test(tc, exit_statuses);
+  tcase_add_test(tc, drop_model_frees_the_name);
   tcase_add_test(tc, train_survives_restart);
   tcase_add_test(tc, resnet_file_trains);
   tcase_add_test(tc, no_optimizer_no_training);

@@ -14,16 +14,7 @@
 #define CLIENT 0x2002
 
 static Pe__Reply *checkpoint(int s, bool save, const char *model, const char *name) {
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__CheckpointRequest cr = PE__CHECKPOINT_REQUEST__INIT;
-  cr.model = (char *)model;
-  cr.name = (char *)name;
-  rq.body_case = save ? PE__REQUEST__BODY_SAVE : PE__REQUEST__BODY_LOAD;
-  if (save)
-    rq.save = &cr;
-  else
-    rq.load = &cr;
-  return dh_call(s, &rq);
+  return dh_checkpoint(s, CLIENT, save, model, name);
 }
 
 /* Resend: the same (client, request) id twice, sequentially and while the

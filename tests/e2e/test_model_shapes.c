@@ -10,54 +10,17 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
-#include "pe_model_file.h"
 #include "server/checkpoint_file.h"
 #include "test_assert.h"
 
 #define CLIENT_A 0x5a01
 #define CLIENT_B 0x5b02
 
-/* The built-in mlp (784-256-128-10) with a wider first layer. */
-static const char wide_text[] =
-    "input image 784\n"
-    "label label\n"
-    "fc 512 act=relu\n"
-    "fc 128 act=relu\n"
-    "fc 10\n"
-    "loss softmax_with_cross_entropy\n"
-    "accuracy top=1\n"
-    "optimizer momentum lr=0.1 mu=0.9\n";
-
-static pe_model_spec wide_spec(void) {
-  pe_model_spec m;
-  char err[256];
-  ck_assert_msg(pe_model_file_parse(wide_text, strlen(wide_text), "wide", &m, err, sizeof err) == 0,
-                "%s", err);
-  return m;
-}
-
-/* A Register request; the reply whatever its code. */
-static Pe__Reply *register_any(int s, uint64_t client, const pe_model_spec *spec, const char *model,
-                               bool persistent) {
-  Pe__Request rq = dh_req(client);
-  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
-  Pe__RegisterOptions opts = PE__REGISTER_OPTIONS__INIT;
-  opts.seed = 3;
-  opts.persistent = persistent;
-  reg.program.data = spec->bytes;
-  reg.program.len = spec->len;
-  reg.model = (char *)model;
-  reg.options = &opts;
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &reg;
-  return dh_call(s, &rq);
-}
-
 /* Register must be refused with code, its message holding every needle
  * (NULL-terminated). */
 static void register_refused(int s, uint64_t client, const pe_model_spec *spec, const char *model,
                              bool persistent, int code, const char *const *needles) {
-  Pe__Reply *rep = register_any(s, client, spec, model, persistent);
+  Pe__Reply *rep = dh_register_call(s, client, spec, model, 3, persistent);
   ck_assert_msg(rep->code == code, "register of %s under '%s': code %d (want %d): %s", spec->name,
                 model, rep->code, code, rep->message);
   for (int i = 0; needles[i]; i++)
@@ -75,16 +38,7 @@ static void close_session(int s, uint64_t client) {
 }
 
 static Pe__Reply *checkpoint(int s, bool save, const char *model, const char *name) {
-  Pe__Request rq = dh_req(CLIENT_A);
-  Pe__CheckpointRequest cr = PE__CHECKPOINT_REQUEST__INIT;
-  cr.model = (char *)model;
-  cr.name = (char *)name;
-  rq.body_case = save ? PE__REQUEST__BODY_SAVE : PE__REQUEST__BODY_LOAD;
-  if (save)
-    rq.save = &cr;
-  else
-    rq.load = &cr;
-  return dh_call(s, &rq);
+  return dh_checkpoint(s, CLIENT_A, save, model, name);
 }
 
 static const char *const mismatch_784x256[] = {"fc_0.w", "[784,256]", "[784,512]", NULL};
@@ -97,7 +51,7 @@ START_TEST(test_register_other_shapes_refused) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
   int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp(), wide = wide_spec();
+  pe_model_spec mlp = dh_mlp(), wide = dh_mlp_wide();
 
   char *w;
   uint64_t h = dh_setup_model(s, CLIENT_A, &mlp, "m", 3, false, &w);
@@ -150,7 +104,7 @@ START_TEST(test_set_and_load_before_init_checked) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
   int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp(), wide = wide_spec();
+  pe_model_spec mlp = dh_mlp(), wide = dh_mlp_wide();
   /* A checkpoint of the wide model under the name "q". */
   dh_setup_model(s, CLIENT_B, &wide, "q", 3, false, NULL);
   Pe__Reply *rep = checkpoint(s, true, "q", "wide");
@@ -218,7 +172,7 @@ START_TEST(test_restart_checkpoint_of_other_shapes_refused) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
   int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp(), wide = wide_spec();
+  pe_model_spec mlp = dh_mlp(), wide = dh_mlp_wide();
   uint64_t h = dh_setup_model(s, CLIENT_A, &mlp, "pm", 3, true, NULL);
   dh_batch b;
   dh_batch_make(&b, 16, 3);
