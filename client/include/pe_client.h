@@ -312,7 +312,7 @@ typedef struct pe_client_drop_result {
  * file a daemon restart restores a persistent model from), so that the name
  * starts afresh: to register a program of other parameter shapes under it,
  * or to discard what a persistent model holds. Named checkpoints (Save)
- * stay. Refused (PE_C_EINVAL, naming each program's handle and client)
+ * stay. Refused (PE_C_EPERM, naming each program's handle and client)
  * while a program of another live client uses the model; this handle's own
  * programs of it are deregistered. A model not loaded in the daemon (after a
  * restart) has its restart checkpoint removed; neither: PE_C_ENOTFOUND. out

@@ -646,7 +646,7 @@ static pe_status *other_users_locked(pe_registry *r, const pe_srv_model *m, uint
   if (!n) return NULL;
   char more[32] = "";
   if (n > SHOWN) snprintf(more, sizeof more, " and %d more", n - SHOWN);
-  return pe_error(PE_EINVAL,
+  return pe_error(PE_EPERM,
                   "drop_model: model '%s' is in use by %s%s; its clients must deregister those "
                   "programs or close their sessions first (or an operator drops them: pe-client "
                   "deregister --force --handle H)",

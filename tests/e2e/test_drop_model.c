@@ -81,7 +81,7 @@ START_TEST(test_drop_live_model) {
   char handle[40], client[40];
   snprintf(handle, sizeof handle, "program 0x%016llx", (unsigned long long)h);
   snprintf(client, sizeof client, "client %016llx", (unsigned long long)CLIENT_A);
-  dh_err(rep, PE_EINVAL, "drop_model: model 'pm' is in use by");
+  dh_err(rep, PE_EPERM, "drop_model: model 'pm' is in use by");
   dh_err(rep, PE_EINVAL, handle);
   dh_err(rep, PE_EINVAL, client);
   pe__reply__free_unpacked(rep, NULL);
