@@ -82,8 +82,8 @@ START_TEST(test_drop_live_model) {
   snprintf(handle, sizeof handle, "program 0x%016llx", (unsigned long long)h);
   snprintf(client, sizeof client, "client %016llx", (unsigned long long)CLIENT_A);
   dh_err(rep, PE_EPERM, "drop_model: model 'pm' is in use by");
-  dh_err(rep, PE_EINVAL, handle);
-  dh_err(rep, PE_EINVAL, client);
+  dh_err(rep, PE_EPERM, handle);
+  dh_err(rep, PE_EPERM, client);
   pe__reply__free_unpacked(rep, NULL);
   ck_assert(exists(restart));
   dh_run_loss(s, CLIENT_A, h, &b, mlp.loss, 1);
