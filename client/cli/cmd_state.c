@@ -63,6 +63,8 @@ static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
   if (js) {
     fprintf(js, ",\"model\":");
     cli_json_str(js, r.ns);
+    fprintf(js, ",\"places\":");
+    cli_json_str(js, prog.places);
     fprintf(js, ",\"handle\":\"%s\",\"existed\":%s,\"for_test\":%s,\"params\":[", hs,
             prog.existed ? "true" : "false", cfg.eval ? "true" : "false");
     for (size_t i = 0; i < prog.n_params; i++) {
@@ -76,8 +78,9 @@ static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
     fprintf(js, "]");
     if (fclose(js)) rc = cli_error(ctx, "out of memory");
   } else if (!rc) {
-    printf("model %s: %s program %s%s, %zu parameter(s)\n", r.ns, cfg.eval ? "eval" : "train", hs,
-           prog.existed ? " (already registered)" : "", prog.n_params);
+    printf("model %s on %s: %s program %s%s, %zu parameter(s)\n", r.ns, prog.places,
+           cfg.eval ? "eval" : "train", hs, prog.existed ? " (already registered)" : "",
+           prog.n_params);
     for (size_t i = 0; i < prog.n_params; i++) {
       printf("  %-24s %s [", prog.params[i].name, pe_client_dtype_name(prog.params[i].dtype));
       for (int d = 0; d < prog.params[i].ndim; d++)

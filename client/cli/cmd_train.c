@@ -125,6 +125,7 @@ typedef struct trainer {
   pe_client *c;
   uint64_t train_h, eval_h;
   pe_client_strategy strategy; /* the training program's, as the daemon compiled it */
+  char places[32];             /* the model's, as the daemon reported them */
   pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
   bool use_shm;                /* the batches are in shm */
   float *x[2];                 /* two batch buffer pairs (inside the region when use_shm) */
@@ -337,6 +338,7 @@ static int trainer_setup(trainer *t, bool eval_only) {
   if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
   t->eval_h = prog.handle;
   if (eval_only) t->strategy = prog.strategy;
+  snprintf(t->places, sizeof t->places, "%s", prog.places);
   /* Init through the training program: its startup block also creates the
    * optimizer state. No-op when the model's parameters exist. */
   int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
@@ -651,7 +653,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     printf(",\"model\":");
     cli_json_str(stdout, t->ns);
     printf(",\"places\":");
-    cli_json_str(stdout, t->cfg.places ? t->cfg.places : "");
+    cli_json_str(stdout, t->places);
     printf(",\"strategy\":");
     cli_json_str(stdout, pe_client_strategy_name(t->strategy));
     printf(",\"socket\":");

@@ -206,6 +206,7 @@ typedef struct pe_client_program {
   bool existed;                /* the same program and options were registered before */
   bool has_values;             /* every parameter of the model has a value */
   pe_client_strategy strategy; /* as compiled (auto resolved) */
+  char places[32];             /* the model's places, KIND:COUNT ("cpu:2"; "" from an old daemon) */
   /* This client's newest request whose run reached the model's parameters
    * (0: none) and how many of its steps did; after a daemon restart, as
    * restored from the model's checkpoint. */

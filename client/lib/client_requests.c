@@ -68,6 +68,7 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   out->strategy = rr->strategy == PE__STRATEGY__REDUCE    ? PE_C_REDUCE
                   : rr->strategy == PE__STRATEGY__SHARDED ? PE_C_SHARDED
                                                           : PE_C_ALLREDUCE;
+  snprintf(out->places, sizeof out->places, "%s", rr->places ? rr->places : "");
   out->applied_request = rr->applied_request;
   out->applied_steps = rr->applied_steps;
   out->n_params = rr->n_params;

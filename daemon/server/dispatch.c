@@ -208,8 +208,12 @@ static pe_status *h_register(ctx *c) {
     r->strategy = p->strategy == PE_STRATEGY_REDUCE    ? PE__STRATEGY__REDUCE
                   : p->strategy == PE_STRATEGY_SHARDED ? PE__STRATEGY__SHARDED
                                                        : PE__STRATEGY__ALLREDUCE;
+    char places[32];
+    snprintf(places, sizeof places, "%s:%d", pe_place_kind_name(p->model->kind),
+             p->model->n_places);
+    r->places = pe_arena_strdup(c->a, places);
     r->params = pe_arena_alloc(c->a, sizeof *r->params * (size_t)(p->n_params ? p->n_params : 1));
-    if (!r->params) st = OOM("register");
+    if (!r->params || !r->places) st = OOM("register");
   }
   for (int i = 0; !st && i < p->n_params; i++) {
     Pe__ParamInfo *pi = pe_arena_alloc(c->a, sizeof *pi);

@@ -104,6 +104,8 @@ START_TEST(train_eval_save_trace) {
   char train[4096];
   snprintf(train, sizeof train, "%s", last_line(d.dir));
   ck_assert_ptr_nonnull(strstr(first, "\"initialized\":true"));
+  /* The places the daemon put the model on (auto without a GPU: cpu:1), not "". */
+  ck_assert_msg(strstr(first, "\"places\":\"cpu:1\""), "%s", first);
   ck_assert_ptr_nonnull(strstr(train, "\"initialized\":true"));
   ck_assert_msg(json_num(train, "final_loss") == json_num(first, "final_loss") &&
                     json_num(train, "test_accuracy") == json_num(first, "test_accuracy"),
@@ -664,6 +666,7 @@ START_TEST(deregister_of_another_clients_program) {
   cd_daemon d;
   cd_start(&d);
   CLI_OK(&d, "register --model mlp --model-name owned --init --json");
+  ck_assert_msg(strstr(last_line(d.dir), "\"places\":\"cpu:1\""), "%s", last_line(d.dir));
   const char *h = strstr(last_line(d.dir), "\"handle\":\"");
   ck_assert_msg(h, "%s", last_line(d.dir));
   char handle[32], args[128];
