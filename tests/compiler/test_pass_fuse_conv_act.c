@@ -52,12 +52,15 @@ static void fuse(pe_program *p, const pe_pass_opts *o) {
   PU_OK(pe_passes_run(&ir, "validate,fuse_conv_act,validate"));
 }
 
-static void expect_fused(const pe_program *p, const char *out, bool relu) {
-  const pe_op_desc *conv = find(p, "conv2d");
-  ck_assert_ptr_nonnull(conv);
-  ck_assert_str_eq(pe_op_input_arg(conv, "Bias"), "b");
-  ck_assert_str_eq(pe_op_output_arg(conv, "Output"), out);
-  const pe_attr *a = pe_op_find_attr(conv, "fuse_activation");
+/* The `type` op (conv2d, matmul) took the bias b and writes `out` through
+ * out_slot; the relu went into it too (or is still there), the add is gone. */
+static void expect_op_fused(const pe_program *p, const char *type, const char *out_slot,
+                            const char *out, bool relu) {
+  const pe_op_desc *op = find(p, type);
+  ck_assert_ptr_nonnull(op);
+  ck_assert_str_eq(pe_op_input_arg(op, "Bias"), "b");
+  ck_assert_str_eq(pe_op_output_arg(op, out_slot), out);
+  const pe_attr *a = pe_op_find_attr(op, "fuse_activation");
   if (relu) {
     ck_assert(a && !strcmp(a->s, "relu"));
     ck_assert_ptr_null(find(p, "relu"));
@@ -68,12 +71,23 @@ static void expect_fused(const pe_program *p, const char *out, bool relu) {
   ck_assert_ptr_null(find(p, "elementwise_add"));
 }
 
-static void expect_unfused(const pe_program *p) {
-  const pe_op_desc *conv = find(p, "conv2d");
-  ck_assert_ptr_null(pe_op_find_input(conv, "Bias"));
-  ck_assert_str_eq(pe_op_output_arg(conv, "Output"), "c1");
+/* The `type` op still writes `out` (its own output), no Bias, no activation. */
+static void expect_op_unfused(const pe_program *p, const char *type, const char *out_slot,
+                              const char *out) {
+  const pe_op_desc *op = find(p, type);
+  ck_assert_ptr_null(pe_op_find_input(op, "Bias"));
+  ck_assert_ptr_null(pe_op_find_attr(op, "fuse_activation"));
+  ck_assert_str_eq(pe_op_output_arg(op, out_slot), out);
   ck_assert_ptr_nonnull(find(p, "elementwise_add"));
   ck_assert_ptr_nonnull(find(p, "relu"));
+}
+
+static void expect_fused(const pe_program *p, const char *out, bool relu) {
+  expect_op_fused(p, "conv2d", "Output", out, relu);
+}
+
+static void expect_unfused(const pe_program *p) {
+  expect_op_unfused(p, "conv2d", "Output", "c1");
 }
 
 START_TEST(fuses_bias_and_relu) {
@@ -86,20 +100,24 @@ START_TEST(fuses_bias_and_relu) {
 }
 END_TEST
 
-START_TEST(fused_program_trains) {
-  pe_program *p = conv_net();
+/* Compile p for training with the pass on: its one grad op `grad` reads
+ * the Bias and the fused output `out` (through out_slot, the mask), writes
+ * Bias@GRAD and the weight's gradient (w_grad slot), and sgd updates w and
+ * b; no relu or bias-add gradient is left. Frees p. */
+static void expect_trains(pe_program *p, const char *grad, const char *out_slot, const char *out,
+                          const char *w_grad) {
   p->loss = strdup("loss");
   p->opt.type = strdup("sgd");
   p->opt.lr = 0.1f;
   pe_pass_opts o = {.fuse_conv_act = true};
   PU_OK(pe_program_compile_opts(p, false, &o));
   const pe_block *b = pe_program_main(p);
-  int g = pu_find_op(b, "conv2d_grad", 0);
+  int g = pu_find_op(b, grad, 0);
   ck_assert_int_ge(g, 0);
   ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Bias"), "b");
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Output"), "c3");
+  ck_assert_str_eq(pe_op_input_arg(b->ops[g], out_slot), out);
   ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Bias@GRAD"), "b@GRAD");
-  ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Filter@GRAD"), "w@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(b->ops[g], w_grad), "w@GRAD");
   ck_assert_int_eq(pu_find_op(b, "relu_grad", 0), -1);
   ck_assert_int_eq(pu_find_op(b, "elementwise_add_grad", 0), -1);
   int updates = 0;
@@ -109,6 +127,10 @@ START_TEST(fused_program_trains) {
                  !strcmp(pe_op_input_arg(b->ops[i], "Param"), "w");
   ck_assert_int_eq(updates, 2);
   pe_program_free(p);
+}
+
+START_TEST(fused_program_trains) {
+  expect_trains(conv_net(), "conv2d_grad", "Output", "c3", "Filter@GRAD");
 }
 END_TEST
 
@@ -248,23 +270,11 @@ static void insert_scale(pe_block *b, int at, const char *x, const char *out) {
 }
 
 static void expect_mm_fused(const pe_program *p, const char *out, bool relu) {
-  const pe_op_desc *mm = find(p, "matmul");
-  ck_assert_ptr_nonnull(mm);
-  ck_assert_str_eq(pe_op_input_arg(mm, "Bias"), "b");
-  ck_assert_str_eq(pe_op_output_arg(mm, "Out"), out);
-  const pe_attr *a = pe_op_find_attr(mm, "fuse_activation");
-  ck_assert(relu ? a && !strcmp(a->s, "relu") : !a || !a->s[0]);
-  ck_assert(relu ? !find(p, "relu") : find(p, "relu") != NULL);
-  ck_assert_ptr_null(find(p, "elementwise_add"));
+  expect_op_fused(p, "matmul", "Out", out, relu);
 }
 
 static void expect_mm_unfused(const pe_program *p) {
-  const pe_op_desc *mm = find(p, "matmul");
-  ck_assert_ptr_null(pe_op_find_input(mm, "Bias"));
-  ck_assert_ptr_null(pe_op_find_attr(mm, "fuse_activation"));
-  ck_assert_str_eq(pe_op_output_arg(mm, "Out"), "m1");
-  ck_assert_ptr_nonnull(find(p, "elementwise_add"));
-  ck_assert_ptr_nonnull(find(p, "relu"));
+  expect_op_unfused(p, "matmul", "Out", "m1");
 }
 
 START_TEST(fc_fuses_bias_and_relu) {
@@ -292,29 +302,7 @@ START_TEST(fc_fuses_bias_and_relu) {
 END_TEST
 
 START_TEST(fc_fused_program_trains) {
-  pe_program *p = fc_net(2, 2);
-  p->loss = strdup("loss");
-  p->opt.type = strdup("sgd");
-  p->opt.lr = 0.1f;
-  pe_pass_opts o = {.fuse_conv_act = true};
-  PU_OK(pe_program_compile_opts(p, false, &o));
-  const pe_block *b = pe_program_main(p);
-  int g = pu_find_op(b, "matmul_grad", 0);
-  ck_assert_int_ge(g, 0);
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Bias"), "b");
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Out"), "m3");
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Out@GRAD"), "m3@GRAD");
-  ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Bias@GRAD"), "b@GRAD");
-  ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Y@GRAD"), "w@GRAD");
-  ck_assert_int_eq(pu_find_op(b, "relu_grad", 0), -1);
-  ck_assert_int_eq(pu_find_op(b, "elementwise_add_grad", 0), -1);
-  int updates = 0;
-  for (int i = 0; i < b->n_ops; i++)
-    if (!strcmp(b->ops[i]->type, "sgd"))
-      updates += !strcmp(pe_op_input_arg(b->ops[i], "Param"), "b") ||
-                 !strcmp(pe_op_input_arg(b->ops[i], "Param"), "w");
-  ck_assert_int_eq(updates, 2);
-  pe_program_free(p);
+  expect_trains(fc_net(2, 2), "matmul_grad", "Out", "m3", "Y@GRAD");
 }
 END_TEST
 

@@ -40,11 +40,6 @@ static pe_op_desc *fused_op(const mm_case *k, bool bias, bool relu) {
   return op;
 }
 
-static void run_free(pe_scope *s, pe_op_desc *op) {
-  PE_CK_OK(ph_run_op(s, op, NULL));
-  pe_op_desc_free(op);
-}
-
 /* The builder's fc: bias added at axis x_num_col_dims. */
 static pe_op_desc *bias_add(const char *type, const mm_case *k) {
   pe_op_desc *add = ph_op(type, NULL, NULL);
@@ -56,13 +51,13 @@ static pe_op_desc *bias_add(const char *type, const mm_case *k) {
 static void run_unfused(pe_scope *s, const mm_case *k) {
   pe_op_desc *mm = ph_op("matmul", "X", "x", "Y", "w", NULL, "Out", "z1", NULL);
   pe_op_set_int(mm, "x_num_col_dims", k->xnc);
-  run_free(s, mm);
+  dt_run_free(s, mm);
   pe_op_desc *add = bias_add("elementwise_add", k);
   pe_op_input1(add, "X", "z1");
   pe_op_input1(add, "Y", "b");
   pe_op_output1(add, "Out", "z2");
-  run_free(s, add);
-  run_free(s, ph_op("relu", "X", "z2", NULL, "Out", "z3", NULL));
+  dt_run_free(s, add);
+  dt_run_free(s, ph_op("relu", "X", "z2", NULL, "Out", "z3", NULL));
 }
 
 static void set_inputs(pe_scope *s, const mm_case *k, uint64_t seed) {
@@ -71,28 +66,13 @@ static void set_inputs(pe_scope *s, const mm_case *k, uint64_t seed) {
   ph_set_uniform(s, "b", PE_SHAPE(k->n), -1, 1, seed + 2);
 }
 
-static void expect_same(pe_scope *s, const char *got, const char *want, const char *what) {
-  pe_tensor *g = ph_get(s, got), *w = ph_get(s, want);
-  ck_assert_ptr_nonnull(g);
-  ck_assert_ptr_nonnull(w);
-  ck_assert(pe_shape_equal(&g->shape, &w->shape));
-  dt_expect_close(pe_f32(g), pe_f32(w), pe_tensor_numel(w), 1e-5, what);
-}
-
 START_TEST(fused_forward_matches_unfused) {
   for (size_t c = 0; c < N_CASES; c++) {
     pe_scope *s = pe_scope_new(NULL);
     set_inputs(s, &cases[c], 10 + 3 * c);
     run_unfused(s, &cases[c]);
-    run_free(s, fused_op(&cases[c], true, true));
-    expect_same(s, "out", "z3", "matmul + bias + relu");
-    /* Some outputs were negative before the relu: the mask matters. */
-    const pe_tensor *z2 = ph_get(s, "z2");
-    int64_t neg = 0;
-    for (int64_t i = 0; i < pe_tensor_numel(z2); i++) neg += pe_f32(z2)[i] < 0;
-    ck_assert_int_gt(neg, 0);
-    run_free(s, fused_op(&cases[c], true, false));
-    expect_same(s, "out", "z2", "matmul + bias");
+    dt_expect_fused_forward(s, fused_op(&cases[c], true, true), fused_op(&cases[c], true, false),
+                            "matmul");
     pe_scope_free(s);
   }
 }
@@ -102,19 +82,19 @@ END_TEST
  * into the bias add's gradient otherwise; into dx_u, dw_u, db_u. */
 static void run_unfused_grad(pe_scope *s, const mm_case *k, bool relu) {
   if (relu)
-    run_free(s, ph_op("relu_grad", "X", "z2", "Out", "z3", "Out@GRAD", "dout", NULL, "X@GRAD",
-                      "dz2", NULL));
+    dt_run_free(s, ph_op("relu_grad", "X", "z2", "Out", "z3", "Out@GRAD", "dout", NULL, "X@GRAD",
+                         "dz2", NULL));
   pe_op_desc *add = bias_add("elementwise_add_grad", k);
   pe_op_input1(add, "X", "z1");
   pe_op_input1(add, "Y", "b");
   pe_op_input1(add, "Out@GRAD", relu ? "dz2" : "dout");
   pe_op_output1(add, "X@GRAD", "dz1");
   pe_op_output1(add, "Y@GRAD", "db_u");
-  run_free(s, add);
+  dt_run_free(s, add);
   pe_op_desc *mm = ph_op("matmul_grad", "X", "x", "Y", "w", "Out@GRAD", "dz1", NULL, "X@GRAD",
                          "dx_u", "Y@GRAD", "dw_u", NULL);
   pe_op_set_int(mm, "x_num_col_dims", k->xnc);
-  run_free(s, mm);
+  dt_run_free(s, mm);
 }
 
 /* Fused grad with the outputs asked for present, the others absent. */
@@ -130,7 +110,7 @@ static void run_fused_grad(pe_scope *s, const mm_case *k, bool relu, bool dx, bo
   ph_set_uniform(s, "dx", pe_shape_make(k->nx, k->x), 5, 6, 90);
   ph_set_uniform(s, "dw", PE_SHAPE(k->k, k->n), 5, 6, 91);
   ph_set_uniform(s, "db", PE_SHAPE(k->n), 5, 6, 92);
-  run_free(s, op);
+  dt_run_free(s, op);
 }
 
 START_TEST(fused_grad_matches_unfused) {
@@ -139,59 +119,46 @@ START_TEST(fused_grad_matches_unfused) {
     pe_scope *s = pe_scope_new(NULL);
     set_inputs(s, k, 20 + 3 * c);
     run_unfused(s, k);
-    run_free(s, fused_op(k, true, true));
+    dt_run_free(s, fused_op(k, true, true));
     ph_set_uniform(s, "dout", ph_get(s, "z3")->shape, -1, 1, 30 + c);
     run_unfused_grad(s, k, true);
     run_fused_grad(s, k, true, true, true, true);
-    expect_same(s, "dx", "dx_u", "X@GRAD");
-    expect_same(s, "dw", "dw_u", "Y@GRAD");
-    expect_same(s, "db", "db_u", "Bias@GRAD");
+    dt_expect_same(s, "dx", "dx_u", "X@GRAD");
+    dt_expect_same(s, "dw", "dw_u", "Y@GRAD");
+    dt_expect_same(s, "db", "db_u", "Bias@GRAD");
     /* Each output alone: the mask is made whichever is asked for. */
     run_fused_grad(s, k, true, true, false, false);
-    expect_same(s, "dx", "dx_u", "X@GRAD alone");
+    dt_expect_same(s, "dx", "dx_u", "X@GRAD alone");
     run_fused_grad(s, k, true, false, true, false);
-    expect_same(s, "dw", "dw_u", "Y@GRAD alone");
+    dt_expect_same(s, "dw", "dw_u", "Y@GRAD alone");
     run_fused_grad(s, k, true, false, false, true);
-    expect_same(s, "db", "db_u", "Bias@GRAD alone");
+    dt_expect_same(s, "db", "db_u", "Bias@GRAD alone");
     /* The bias alone (no relu): Out@GRAD used as it is. */
-    run_free(s, fused_op(k, true, false));
+    dt_run_free(s, fused_op(k, true, false));
     run_unfused_grad(s, k, false);
     run_fused_grad(s, k, false, true, true, true);
-    expect_same(s, "dx", "dx_u", "X@GRAD, bias only");
-    expect_same(s, "dw", "dw_u", "Y@GRAD, bias only");
-    expect_same(s, "db", "db_u", "Bias@GRAD, bias only");
+    dt_expect_same(s, "dx", "dx_u", "X@GRAD, bias only");
+    dt_expect_same(s, "dw", "dw_u", "Y@GRAD, bias only");
+    dt_expect_same(s, "db", "db_u", "Bias@GRAD, bias only");
     pe_scope_free(s);
   }
 }
 END_TEST
 
 START_TEST(fused_grad_numeric) {
-  const char *outs[] = {"out"}, *wrt[] = {"x", "w", "b"};
   /* Bias only: smooth everywhere. */
   mm_case k = {3, {2, 3, 4}, 2, 4, 5};
   pe_scope *s = pe_scope_new(NULL);
   set_inputs(s, &k, 40);
-  pe_op_desc *op = fused_op(&k, true, false);
-  dt_grad_ok(s, op, outs, 1, wrt, 3, 0);
-  pe_op_desc_free(op);
-  pe_scope_free(s);
+  dt_fused_grad_ok(s, fused_op(&k, true, false), 0);
   /* With relu, at inputs whose pre-activations are all at least 0.01 away
    * from relu's kink (checked here), so central differences see no kink. */
   mm_case k2 = {2, {4, 6}, 1, 6, 5};
   s = pe_scope_new(NULL);
   set_inputs(s, &k2, 51);
   run_unfused(s, &k2);
-  const pe_tensor *z2 = ph_get(s, "z2");
-  int64_t neg = 0;
-  for (int64_t i = 0; i < pe_tensor_numel(z2); i++) {
-    ck_assert_float_gt(fabsf(pe_f32(z2)[i]), 0.01f);
-    neg += pe_f32(z2)[i] < 0;
-  }
-  ck_assert_int_gt(neg, 0);
-  op = fused_op(&k2, true, true);
-  dt_grad_ok(s, op, outs, 1, wrt, 3, 0);
-  pe_op_desc_free(op);
-  pe_scope_free(s);
+  ck_assert_int_gt(dt_count_negative(s, "z2", 0.01f), 0);
+  dt_fused_grad_ok(s, fused_op(&k2, true, true), 0);
 }
 END_TEST
 
