@@ -1,31 +1,39 @@
 /* The fuse_conv_act pass: conv2d -> elementwise_add (per-channel bias) ->
  * relu becomes one conv2d with a Bias input and fuse_activation "relu"
- * (ops/cpu/conv.c), and conv2d -> bias add alone one conv2d with Bias.
+ * (ops/cpu/conv.c), and conv2d -> bias add alone one conv2d with Bias; a
+ * fully-connected layer, matmul -> elementwise_add (per-column bias) ->
+ * relu, likewise becomes one matmul with Bias (and relu) (ops/cpu/matmul.c).
+ * The name stays: it is the daemon's op-fusion pass for both.
  *
  * Why: the bias add and the relu each stream the whole activation through
  * memory once forward (read and write) and their gradients twice more
  * backward (elementwise_add_grad copies Out@GRAD and reduces it; relu_grad
  * masks it), while oneDNN applies the bias and a relu post-op to the
- * convolution's output block while it is in cache, and its weights pass
- * computes the bias gradient on the way. Seed 001's build strategies fuse
+ * product's output block while it is in cache; backward the fused op
+ * masks once and sums the bias gradient on the way (conv: in its weights
+ * pass; matmul: in the masking pass). Seed 001's build strategies fuse
  * element-wise ops into their producers for the same reason.
  *
- * A program pass, run before backward: the fused conv2d's gradient is
- * generated like any op's (conv2d_grad with Bias@GRAD, masking with the
- * fused Output). Conditions, each making the rewrite invisible to the user:
- *   - the intermediate (the conv's output, and the sum's when relu is fused
- *     too) is an f32 temporary: not persistable, not a feed, not the loss,
- *     not kept fetchable (opts->keep), written by exactly one op and read by
- *     exactly one (the next op of the pattern, through X);
- *   - the add has axis 1 and a Y of shape [O] (O: the filter count), f32,
- *     that no op between the conv and the add writes (the conv reads it
+ * A program pass, run before backward: the fused op's gradient is
+ * generated like any op's (conv2d_grad / matmul_grad with Bias@GRAD,
+ * masking with the fused output). Conditions, each making the rewrite
+ * invisible to the user:
+ *   - the intermediate (the product's output, and the sum's when relu is
+ *     fused too) is an f32 temporary: not persistable, not a feed, not the
+ *     loss, not kept fetchable (opts->keep), written by exactly one op and
+ *     read by exactly one (the next op of the pattern, through X);
+ *   - the add's Y is f32 of shape [O] and the add's axis puts it on the
+ *     output's channels: conv2d, O filters, axis 1; matmul with a 2-D Y
+ *     split at y_num_col_dims 1, O its columns (Out's last dim), axis
+ *     x_num_col_dims (the builder's fc) or -1 (numpy: trailing); no op
+ *     between the product and the add writes that Y (the product reads it
  *     where the add did);
- *   - the conv has no Bias or activation yet; the program has only a main
- *     and a startup block (no sub-block could read an intermediate).
+ *   - the product has no Bias or activation yet; the program has only a
+ *     main and a startup block (no sub-block could read an intermediate).
  * The intermediates' declarations stay (unused). The pass does nothing
- * unless opts->fuse_conv_act is set, nor on cuda places (cuda's conv2d
- * kernel takes no Bias); pe_graph_compile and pe_program_compile_opts run
- * it after the first validate. */
+ * unless opts->fuse_conv_act is set, nor on cuda places (cuda's conv2d and
+ * matmul kernels take no Bias); pe_graph_compile and pe_program_compile_opts
+ * run it after the first validate. */
 #include <string.h>
 
 #include "compiler/pass.h"
@@ -77,15 +85,19 @@ static const char *arg1(const pe_slot *s) {
   return s && s->n == 1 ? s->args[0] : NULL;
 }
 
-/* The op at j is elementwise_add(X = t, Y = [O] f32, axis 1): its Y, else NULL. */
-static const char *bias_of(const fuse_ctx *f, int j, const char *t, int64_t o) {
+/* The op at j is elementwise_add(X = t, Y = [o] f32) with axis axes[0] or
+ * axes[1]: its Y, else NULL. */
+static const char *bias_of(const fuse_ctx *f, int j, const char *t, int64_t o,
+                           const int64_t axes[2]) {
   const pe_op_desc *add = f->b->ops[j];
   if (strcmp(add->type, "elementwise_add") != 0) return NULL;
   const char *x = arg1(pe_op_find_input(add, "X")), *y = arg1(pe_op_find_input(add, "Y"));
   const pe_op_def *def = pe_op_lookup(add->type);
   if (!def || !x || !y || strcmp(x, t) != 0 || strcmp(y, t) == 0 ||
-      pe_attr_i(def, add, "axis") != 1 || !arg1(pe_op_find_output(add, "Out")))
+      !arg1(pe_op_find_output(add, "Out")))
     return NULL;
+  int64_t axis = pe_attr_i(def, add, "axis");
+  if (axis != axes[0] && axis != axes[1]) return NULL;
   const pe_var_desc *v = pe_block_find_var(f->p, f->b, y);
   if (!v || v->dtype != PE_F32 || v->shape.ndim != 1 || o < 0 || v->shape.d[0] != o) return NULL;
   return y;
@@ -101,19 +113,57 @@ static bool written_between(const pe_block *b, const char *name, int from, int t
   return false;
 }
 
-/* Try the pattern at conv op i; *fused counts rewrites. */
-static pe_status *fuse_at(fuse_ctx *f, int i, int *fused) {
-  pe_op_desc *conv = f->b->ops[i];
-  const pe_op_def *def = pe_op_lookup("conv2d");
-  if (!def || strcmp(conv->type, "conv2d") != 0 || pe_op_find_input(conv, "Bias") ||
-      pe_attr_s(def, conv, "fuse_activation")[0])
-    return NULL;
-  const char *t1 = arg1(pe_op_find_output(conv, "Output"));
-  const char *wname = arg1(pe_op_find_input(conv, "Filter"));
+/* A fusable producer: its type, output and weight slots, and how its
+ * bias add looks (the bias length from the weight's shape, the add's
+ * accepted axes); bias_spec returns false when the op cannot take a Bias. */
+typedef struct fuse_producer {
+  const char *type, *out_slot, *w_slot;
+  bool (*bias_spec)(const pe_op_def *def, const pe_op_desc *op, const pe_var_desc *w, int64_t *o,
+                    int64_t axes[2]);
+} fuse_producer;
+
+/* conv2d: one bias per filter (OIHW: O = dim 0), added per channel. */
+static bool conv_bias(const pe_op_def *def, const pe_op_desc *op, const pe_var_desc *w, int64_t *o,
+                      int64_t axes[2]) {
+  (void)def, (void)op;
+  if (w->shape.ndim != 4) return false;
+  *o = w->shape.d[0];
+  axes[0] = axes[1] = 1;
+  return true;
+}
+
+/* matmul: one bias per column of a 2-D Y split at 1 (Out's last dim),
+ * added at axis x_num_col_dims (= Out's rank - 1) or -1. */
+static bool matmul_bias(const pe_op_def *def, const pe_op_desc *op, const pe_var_desc *w,
+                        int64_t *o, int64_t axes[2]) {
+  if (w->shape.ndim != 2 || pe_attr_i(def, op, "y_num_col_dims") != 1) return false;
+  *o = w->shape.d[1];
+  axes[0] = pe_attr_i(def, op, "x_num_col_dims");
+  axes[1] = -1;
+  return true;
+}
+
+static const fuse_producer producers[] = {
+    {"conv2d", "Output", "Filter", conv_bias},
+    {"matmul", "Out", "Y", matmul_bias},
+};
+
+/* Try the pattern at op i; counts[k] counts rewrites of producers[k]. */
+static pe_status *fuse_at(fuse_ctx *f, int i, int *counts) {
+  pe_op_desc *op = f->b->ops[i];
+  int pk = -1;
+  for (int k = 0; k < (int)(sizeof producers / sizeof producers[0]); k++)
+    if (strcmp(op->type, producers[k].type) == 0) pk = k;
+  const fuse_producer *pr = pk >= 0 ? &producers[pk] : NULL;
+  const pe_op_def *def = pr ? pe_op_lookup(pr->type) : NULL;
+  if (!def || pe_op_find_input(op, "Bias") || pe_attr_s(def, op, "fuse_activation")[0]) return NULL;
+  const char *t1 = arg1(pe_op_find_output(op, pr->out_slot));
+  const char *wname = arg1(pe_op_find_input(op, pr->w_slot));
   const pe_var_desc *w = wname ? pe_block_find_var(f->p, f->b, wname) : NULL;
-  if (!t1 || !w || w->shape.ndim != 4) return NULL;
+  int64_t o, axes[2];
+  if (!t1 || !w || !pr->bias_spec(def, op, w, &o, axes)) return NULL;
   int j = sole_reader(f, t1);
-  const char *bias = j > i ? bias_of(f, j, t1, w->shape.d[0]) : NULL;
+  const char *bias = j > i ? bias_of(f, j, t1, o, axes) : NULL;
   if (!bias || written_between(f->b, bias, i, j)) return NULL;
   const char *t2 = arg1(pe_op_find_output(f->b->ops[j], "Out"));
   int k = sole_reader(f, t2);
@@ -122,14 +172,14 @@ static pe_status *fuse_at(fuse_ctx *f, int i, int *fused) {
   const char *t3 = relu ? arg1(pe_op_find_output(relu, "Out")) : NULL;
   bool with_relu = relu && strcmp(relu->type, "relu") == 0 && rx && !strcmp(rx, t2) && t3;
   const char *out = with_relu ? t3 : t2;
-  PE_TRY(pe_op_input1(conv, "Bias", bias));
-  PE_TRY(pe_op_output1(conv, "Output", out));
+  PE_TRY(pe_op_input1(op, "Bias", bias));
+  PE_TRY(pe_op_output1(op, pr->out_slot, out));
   if (with_relu) {
-    PE_TRY(pe_op_set_string(conv, "fuse_activation", "relu"));
+    PE_TRY(pe_op_set_string(op, "fuse_activation", "relu"));
     pe_block_remove_op(f->b, k);
   }
   pe_block_remove_op(f->b, j);
-  (*fused)++;
+  counts[pk]++;
   return NULL;
 }
 
@@ -140,9 +190,11 @@ pe_status *pe_pass_fuse_conv_act(pe_ir *ir) {
   pe_block *b = pe_program_main(p);
   if (!b || p->n_blocks > 2) return NULL;
   fuse_ctx f = {p, b, ir->opts};
-  int fused = 0;
+  int counts[sizeof producers / sizeof producers[0]] = {0};
   /* fuse_at removes ops after i only, so i stays valid. */
-  for (int i = 0; i < b->n_ops; i++) PE_TRY(fuse_at(&f, i, &fused));
-  if (fused) PE_LOGD("fuse_conv_act: %d conv2d with their bias (and relu) fused", fused);
+  for (int i = 0; i < b->n_ops; i++) PE_TRY(fuse_at(&f, i, counts));
+  if (counts[0] || counts[1])
+    PE_LOGD("fuse_conv_act: %d conv2d and %d matmul with their bias (and relu) fused", counts[0],
+            counts[1]);
   return NULL;
 }

@@ -1,7 +1,8 @@
 /* The fuse_conv_act pass (pass_fuse_conv_act.c): which conv2d -> bias add
  * -> relu chains it fuses, which it leaves alone (each condition that
  * keeps the rewrite invisible), and that the fused program trains through
- * the standard pipeline (conv2d_grad with Bias@GRAD, the bias updated). */
+ * the standard pipeline (conv2d_grad with Bias@GRAD, the bias updated);
+ * the same for fully-connected layers (matmul -> bias add -> relu). */
 #include <check.h>
 #include <string.h>
 
@@ -51,12 +52,15 @@ static void fuse(pe_program *p, const pe_pass_opts *o) {
   PU_OK(pe_passes_run(&ir, "validate,fuse_conv_act,validate"));
 }
 
-static void expect_fused(const pe_program *p, const char *out, bool relu) {
-  const pe_op_desc *conv = find(p, "conv2d");
-  ck_assert_ptr_nonnull(conv);
-  ck_assert_str_eq(pe_op_input_arg(conv, "Bias"), "b");
-  ck_assert_str_eq(pe_op_output_arg(conv, "Output"), out);
-  const pe_attr *a = pe_op_find_attr(conv, "fuse_activation");
+/* The `type` op (conv2d, matmul) took the bias b and writes `out` through
+ * out_slot; the relu went into it too (or is still there), the add is gone. */
+static void expect_op_fused(const pe_program *p, const char *type, const char *out_slot,
+                            const char *out, bool relu) {
+  const pe_op_desc *op = find(p, type);
+  ck_assert_ptr_nonnull(op);
+  ck_assert_str_eq(pe_op_input_arg(op, "Bias"), "b");
+  ck_assert_str_eq(pe_op_output_arg(op, out_slot), out);
+  const pe_attr *a = pe_op_find_attr(op, "fuse_activation");
   if (relu) {
     ck_assert(a && !strcmp(a->s, "relu"));
     ck_assert_ptr_null(find(p, "relu"));
@@ -67,12 +71,23 @@ static void expect_fused(const pe_program *p, const char *out, bool relu) {
   ck_assert_ptr_null(find(p, "elementwise_add"));
 }
 
-static void expect_unfused(const pe_program *p) {
-  const pe_op_desc *conv = find(p, "conv2d");
-  ck_assert_ptr_null(pe_op_find_input(conv, "Bias"));
-  ck_assert_str_eq(pe_op_output_arg(conv, "Output"), "c1");
+/* The `type` op still writes `out` (its own output), no Bias, no activation. */
+static void expect_op_unfused(const pe_program *p, const char *type, const char *out_slot,
+                              const char *out) {
+  const pe_op_desc *op = find(p, type);
+  ck_assert_ptr_null(pe_op_find_input(op, "Bias"));
+  ck_assert_ptr_null(pe_op_find_attr(op, "fuse_activation"));
+  ck_assert_str_eq(pe_op_output_arg(op, out_slot), out);
   ck_assert_ptr_nonnull(find(p, "elementwise_add"));
   ck_assert_ptr_nonnull(find(p, "relu"));
+}
+
+static void expect_fused(const pe_program *p, const char *out, bool relu) {
+  expect_op_fused(p, "conv2d", "Output", out, relu);
+}
+
+static void expect_unfused(const pe_program *p) {
+  expect_op_unfused(p, "conv2d", "Output", "c1");
 }
 
 START_TEST(fuses_bias_and_relu) {
@@ -85,20 +100,24 @@ START_TEST(fuses_bias_and_relu) {
 }
 END_TEST
 
-START_TEST(fused_program_trains) {
-  pe_program *p = conv_net();
+/* Compile p for training with the pass on: its one grad op `grad` reads
+ * the Bias and the fused output `out` (through out_slot, the mask), writes
+ * Bias@GRAD and the weight's gradient (w_grad slot), and sgd updates w and
+ * b; no relu or bias-add gradient is left. Frees p. */
+static void expect_trains(pe_program *p, const char *grad, const char *out_slot, const char *out,
+                          const char *w_grad) {
   p->loss = strdup("loss");
   p->opt.type = strdup("sgd");
   p->opt.lr = 0.1f;
   pe_pass_opts o = {.fuse_conv_act = true};
   PU_OK(pe_program_compile_opts(p, false, &o));
   const pe_block *b = pe_program_main(p);
-  int g = pu_find_op(b, "conv2d_grad", 0);
+  int g = pu_find_op(b, grad, 0);
   ck_assert_int_ge(g, 0);
   ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Bias"), "b");
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Output"), "c3");
+  ck_assert_str_eq(pe_op_input_arg(b->ops[g], out_slot), out);
   ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Bias@GRAD"), "b@GRAD");
-  ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Filter@GRAD"), "w@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(b->ops[g], w_grad), "w@GRAD");
   ck_assert_int_eq(pu_find_op(b, "relu_grad", 0), -1);
   ck_assert_int_eq(pu_find_op(b, "elementwise_add_grad", 0), -1);
   int updates = 0;
@@ -108,6 +127,10 @@ START_TEST(fused_program_trains) {
                  !strcmp(pe_op_input_arg(b->ops[i], "Param"), "w");
   ck_assert_int_eq(updates, 2);
   pe_program_free(p);
+}
+
+START_TEST(fused_program_trains) {
+  expect_trains(conv_net(), "conv2d_grad", "Output", "c3", "Filter@GRAD");
 }
 END_TEST
 
@@ -213,6 +236,147 @@ START_TEST(bias_written_between_stays) {
 }
 END_TEST
 
+/* --- fully-connected layers ------------------------------------------------------ */
+
+/* x [-1,3,8] -> matmul (w [8,4], x_num_col_dims xnc) -> m1 -> + b [4]
+ * (axis `axis`) -> m2 [-> relu -> m3] -> mean -> loss: the builder's fc
+ * (xnc 1: x [-1,8]; axis xnc as the builder writes it). */
+static pe_program *fc_net_act(int xnc, int axis, bool relu) {
+  pe_block *b;
+  pe_program *p = new_program(&b);
+  pu_feed(b, "x", PE_F32, xnc == 1 ? PE_SHAPE(-1, 8) : PE_SHAPE(-1, 3, 8));
+  pu_param(b, "w", PE_SHAPE(8, 4));
+  pu_param(b, "b", PE_SHAPE(4));
+  temps(b, (const char *[]){"m1", "m2", "m3", "loss", "m1s", "m2s", "b2", NULL});
+  pe_op_desc *mm = pu_op(b, "matmul", "X", "x", "Y", "w", NULL, "Out", "m1", NULL);
+  pe_op_set_int(mm, "x_num_col_dims", xnc);
+  pe_op_desc *add = pu_op(b, "elementwise_add", "X", "m1", "Y", "b", NULL, "Out", "m2", NULL);
+  pe_op_set_int(add, "axis", axis);
+  if (relu) pu_op(b, "relu", "X", "m2", NULL, "Out", "m3", NULL);
+  pu_op(b, "mean", "X", relu ? "m3" : "m2", NULL, "Out", "loss", NULL);
+  return p;
+}
+
+static pe_program *fc_net(int xnc, int axis) {
+  return fc_net_act(xnc, axis, true);
+}
+
+/* out = scale(x) as op `at` of b. */
+static void insert_scale(pe_block *b, int at, const char *x, const char *out) {
+  pe_op_desc *sc;
+  PU_OK(pe_block_insert_op(b, at, "scale", &sc));
+  PU_OK(pe_op_input1(sc, "X", x));
+  PU_OK(pe_op_output1(sc, "Out", out));
+}
+
+static void expect_mm_fused(const pe_program *p, const char *out, bool relu) {
+  expect_op_fused(p, "matmul", "Out", out, relu);
+}
+
+static void expect_mm_unfused(const pe_program *p) {
+  expect_op_unfused(p, "matmul", "Out", "m1");
+}
+
+START_TEST(fc_fuses_bias_and_relu) {
+  pe_pass_opts o = {.fuse_conv_act = true};
+  /* The builder's axis (x_num_col_dims) and numpy's -1, 2-D and 3-D X. */
+  const int forms[][2] = {{1, 1}, {1, -1}, {2, 2}, {2, -1}};
+  for (int i = 0; i < 4; i++) {
+    pe_program *p = fc_net(forms[i][0], forms[i][1]);
+    fuse(p, &o);
+    expect_mm_fused(p, "m3", true);
+    ck_assert_int_eq(pe_program_main(p)->n_ops, 2); /* matmul, mean */
+    pe_program_free(p);
+  }
+  /* No relu after the add (the last fc layer): the bias alone. */
+  pe_program *p = fc_net_act(1, 1, false);
+  fuse(p, &o);
+  ck_assert_int_eq(pe_program_main(p)->n_ops, 2); /* matmul, mean */
+  const pe_op_desc *mm = find(p, "matmul");
+  ck_assert_str_eq(pe_op_input_arg(mm, "Bias"), "b");
+  ck_assert_str_eq(pe_op_output_arg(mm, "Out"), "m2");
+  ck_assert_ptr_null(pe_op_find_attr(mm, "fuse_activation"));
+  ck_assert_ptr_null(find(p, "elementwise_add"));
+  pe_program_free(p);
+}
+END_TEST
+
+START_TEST(fc_fused_program_trains) {
+  expect_trains(fc_net(2, 2), "matmul_grad", "Out", "m3", "Y@GRAD");
+}
+END_TEST
+
+START_TEST(fc_stays_where_visible_or_other) {
+  pe_pass_opts o = {.fuse_conv_act = true};
+  /* m1 fetchable: nothing fused. */
+  pe_program *p = fc_net(1, 1);
+  const char *k1[] = {"m1"};
+  pe_pass_opts ko = {.fuse_conv_act = true, .keep = k1, .n_keep = 1};
+  fuse(p, &ko);
+  expect_mm_unfused(p);
+  pe_program_free(p);
+  /* m2 fetchable: the bias is fused, the relu stays and reads m2. */
+  p = fc_net(1, 1);
+  const char *k2[] = {"m2"};
+  ko.keep = k2;
+  fuse(p, &ko);
+  expect_mm_fused(p, "m2", false);
+  ck_assert_str_eq(pe_op_input_arg(find(p, "relu"), "X"), "m2");
+  pe_program_free(p);
+  /* m1 read a second time, before the add (and after it, below). */
+  p = fc_net(1, 1);
+  insert_scale(pe_program_main(p), 1, "m1", "m1s");
+  fuse(p, &o);
+  expect_mm_unfused(p);
+  pe_program_free(p);
+  p = fc_net(1, 1);
+  pu_op(pe_program_main(p), "scale", "X", "m1", NULL, "Out", "m1s", NULL);
+  fuse(p, &o);
+  expect_mm_unfused(p);
+  pe_program_free(p);
+  /* m2 read a second time, before the relu: bias only. */
+  p = fc_net(1, 1);
+  insert_scale(pe_program_main(p), 2, "m2", "m2s");
+  fuse(p, &o);
+  expect_mm_fused(p, "m2", false);
+  pe_program_free(p);
+  /* axis 0 on a 3-D X: not the columns. */
+  p = fc_net(2, 0);
+  pe_block_find_var_local(pe_program_main(p), "x")->shape = PE_SHAPE(4, 4, 8);
+  fuse(p, &o);
+  expect_mm_unfused(p);
+  pe_program_free(p);
+  /* Y split at 2 (w [2,4,4] -> Out's last dims [4,4]): no [N] bias. */
+  p = fc_net(1, -1);
+  pe_block *b = pe_program_main(p);
+  pe_block_find_var_local(b, "w")->shape = PE_SHAPE(2, 4, 4);
+  pe_block_find_var_local(b, "x")->shape = PE_SHAPE(-1, 8);
+  pe_op_set_int(find(p, "matmul"), "y_num_col_dims", 2);
+  fuse(p, &o);
+  expect_mm_unfused(p);
+  pe_program_free(p);
+  /* b2 = scale(b) written between the matmul and the add. */
+  p = fc_net(1, 1);
+  b = pe_program_main(p);
+  insert_scale(b, 1, "b", "b2");
+  PU_OK(pe_op_input1(find(p, "elementwise_add"), "Y", "b2"));
+  fuse(p, &o);
+  expect_mm_unfused(p);
+  pe_program_free(p);
+  /* cuda places: never (cuda's matmul kernel refuses a Bias). */
+  p = fc_net(1, 1);
+  pe_pass_opts cuda = {.fuse_conv_act = true, .place_kind = PE_PLACE_CUDA};
+  PU_OK(pe_program_compile_opts(p, true, &cuda));
+  expect_mm_unfused(p);
+  pe_program_free(p);
+  /* off unless asked. */
+  p = fc_net(1, 1);
+  fuse(p, NULL);
+  expect_mm_unfused(p);
+  pe_program_free(p);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("pass_fuse_conv_act");
   TCase *tc = tcase_create("core");
@@ -222,6 +386,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, kept_intermediates_stay);
   tcase_add_test(tc, other_readers_and_shapes_stay);
   tcase_add_test(tc, bias_written_between_stays);
+  tcase_add_test(tc, fc_fuses_bias_and_relu);
+  tcase_add_test(tc, fc_fused_program_trains);
+  tcase_add_test(tc, fc_stays_where_visible_or_other);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,6 +1,7 @@
-/* pe-executord end to end, fused convolutions (pass fuse_conv_act): by
- * default the daemon runs the CNN's conv2d + bias add + relu as one op
- * (the run's trace has no node for the convolutions' adds and relus), and
+/* pe-executord end to end, fused convolutions and fully-connected layers
+ * (pass fuse_conv_act): by default the daemon runs the CNN's conv2d + bias
+ * add + relu and matmul + bias add (+ relu) as one op each (the run's
+ * trace has no node for any of the adds and relus), and
  * RegisterOptions.no_op_fusion keeps them apart; from the same seed both
  * programs train to the same losses (to rounding). */
 #include <math.h>
@@ -21,7 +22,7 @@ static int count(const char *s, const char *needle) {
 
 typedef struct traced {
   float loss[3];
-  int adds, relus, convs; /* trace events of one traced step */
+  int adds, relus, convs, matmuls; /* trace events of one traced step */
 } traced;
 
 /* Register the CNN as `model`, init it (seed 5), run 3 single steps on the
@@ -53,6 +54,7 @@ static traced train_cnn(int s, const pe_model_spec *cnn, const char *model, bool
   t.adds = count(json, "\"elementwise_add#");
   t.relus = count(json, "\"relu#");
   t.convs = count(json, "\"conv2d#");
+  t.matmuls = count(json, "\"matmul#");
   free(json);
   pe__reply__free_unpacked(rep, NULL);
   dh_batch_free(&b);
@@ -69,13 +71,15 @@ START_TEST(test_conv_fusion_default_and_off) {
   traced fused = train_cnn(s, &cnn, "fused", false);
   traced plain = train_cnn(s, &cnn, "plain", true);
   /* Unfused: both convolutions and fc 1024 add a bias and apply relu, fc 10
-   * adds a bias. Fused: only the fully connected layers' ops are left. */
+   * adds a bias. Fused: the convolutions and matmuls do it all. */
   ck_assert_int_eq(plain.convs, 2);
+  ck_assert_int_eq(plain.matmuls, 2);
   ck_assert_int_eq(plain.adds, 4);
   ck_assert_int_eq(plain.relus, 3);
   ck_assert_int_eq(fused.convs, 2);
-  ck_assert_int_eq(fused.adds, 2);
-  ck_assert_int_eq(fused.relus, 1);
+  ck_assert_int_eq(fused.matmuls, 2);
+  ck_assert_int_eq(fused.adds, 0);
+  ck_assert_int_eq(fused.relus, 0);
   for (int i = 0; i < 3; i++) {
     ck_assert_msg(isfinite(fused.loss[i]), "fused loss %d: %f", i, fused.loss[i]);
     ck_assert_msg(fabsf(fused.loss[i] - plain.loss[i]) <= 1e-5f * fmaxf(1.f, fabsf(plain.loss[i])),

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "op_harness.h"
@@ -28,6 +29,53 @@ static inline void dt_expect_close(const float *got, const float *want, int64_t 
   }
 }
 
+/* Run op once (fresh state) and free it. */
+static inline void dt_run_free(pe_scope *s, pe_op_desc *op) {
+  PE_CK_OK(ph_run_op(s, op, NULL));
+  pe_op_desc_free(op);
+}
+
+/* Variables got and want of s have the same shape and values within 1e-5
+ * (dt_expect_close): a fused op against the unfused ops it replaces. */
+static inline void dt_expect_same(pe_scope *s, const char *got, const char *want,
+                                  const char *what) {
+  pe_tensor *g = ph_get(s, got), *w = ph_get(s, want);
+  ck_assert_ptr_nonnull(g);
+  ck_assert_ptr_nonnull(w);
+  ck_assert(pe_shape_equal(&g->shape, &w->shape));
+  dt_expect_close(pe_f32(g), pe_f32(w), pe_tensor_numel(w), 1e-5, what);
+}
+
+/* Negative values of variable `name` (a fused relu's mask must matter);
+ * with away > 0, also checks that every value is at least that far from
+ * relu's kink (so central differences see none). */
+static inline int64_t dt_count_negative(pe_scope *s, const char *name, float away) {
+  const pe_tensor *t = ph_get(s, name);
+  ck_assert_ptr_nonnull(t);
+  int64_t neg = 0;
+  for (int64_t i = 0; i < pe_tensor_numel(t); i++) {
+    if (away > 0) ck_assert_float_gt(fabsf(pe_f32(t)[i]), away);
+    neg += pe_f32(t)[i] < 0;
+  }
+  return neg;
+}
+
+/* A fused op's forward against the unfused chain already run into z2 (the
+ * product plus bias) and z3 (its relu), each fused op writing "out":
+ * with_relu's out must equal z3 (some of z2 negative, so the relu
+ * matters), bias_only's z2. Frees both ops. */
+static inline void dt_expect_fused_forward(pe_scope *s, pe_op_desc *with_relu,
+                                           pe_op_desc *bias_only, const char *what) {
+  char w[128];
+  dt_run_free(s, with_relu);
+  snprintf(w, sizeof w, "%s + bias + relu", what);
+  dt_expect_same(s, "out", "z3", w);
+  ck_assert_int_gt(dt_count_negative(s, "z2", 0), 0);
+  dt_run_free(s, bias_only);
+  snprintf(w, sizeof w, "%s + bias", what);
+  dt_expect_same(s, "out", "z2", w);
+}
+
 /* Central-difference gradient check.
  * Tolerance: the harness's error is |a-n| / max(1,|a|,|n|). With f32
  * forward passes and step eps = 1e-3, each forward value carries ~1e-7
@@ -44,6 +92,15 @@ static inline void dt_expect_close(const float *got, const float *want, int64_t 
 static inline void dt_grad_ok(pe_scope *s, const pe_op_desc *op, const char *const *outs,
                               int n_outs, const char *const *wrt, int n_wrt, int max_elems) {
   expect_grad(s, op, outs, n_outs, wrt, n_wrt, DT_GRAD_EPS, max_elems, DT_GRAD_TOL);
+}
+
+/* Numeric gradients of a fused op (inputs x, w, b; output out) at the
+ * values in s; frees op and s. */
+static inline void dt_fused_grad_ok(pe_scope *s, pe_op_desc *op, int max_elems) {
+  const char *outs[] = {"out"}, *wrt[] = {"x", "w", "b"};
+  dt_grad_ok(s, op, outs, 1, wrt, 3, max_elems);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
 }
 
 /* --- compile-time inference over declared metas ------------------------------ */

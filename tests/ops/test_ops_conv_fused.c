@@ -39,20 +39,15 @@ static pe_op_desc *fused_op(const conv_case *k, bool bias, bool relu) {
   return op;
 }
 
-static void run_free(pe_scope *s, pe_op_desc *op) {
-  PE_CK_OK(ph_run_op(s, op, NULL));
-  pe_op_desc_free(op);
-}
-
 /* The unfused chain into z1 (conv), z2 (+ bias), z3 (relu). */
 static void run_unfused(pe_scope *s, const conv_case *k) {
   pe_op_desc *conv = ph_op("conv2d", "Input", "x", "Filter", "w", NULL, "Output", "z1", NULL);
   set_conv_attrs(conv, k);
-  run_free(s, conv);
+  dt_run_free(s, conv);
   pe_op_desc *add = ph_op("elementwise_add", "X", "z1", "Y", "b", NULL, "Out", "z2", NULL);
   pe_op_set_int(add, "axis", 1);
-  run_free(s, add);
-  run_free(s, ph_op("relu", "X", "z2", NULL, "Out", "z3", NULL));
+  dt_run_free(s, add);
+  dt_run_free(s, ph_op("relu", "X", "z2", NULL, "Out", "z3", NULL));
 }
 
 static void set_inputs(pe_scope *s, const conv_case *k, uint64_t seed) {
@@ -61,28 +56,13 @@ static void set_inputs(pe_scope *s, const conv_case *k, uint64_t seed) {
   ph_set_uniform(s, "b", PE_SHAPE(k->w[0]), -1, 1, seed + 2);
 }
 
-static void expect_same(pe_scope *s, const char *got, const char *want, const char *what) {
-  pe_tensor *g = ph_get(s, got), *w = ph_get(s, want);
-  ck_assert_ptr_nonnull(g);
-  ck_assert_ptr_nonnull(w);
-  ck_assert(pe_shape_equal(&g->shape, &w->shape));
-  dt_expect_close(pe_f32(g), pe_f32(w), pe_tensor_numel(w), 1e-5, what);
-}
-
 START_TEST(fused_forward_matches_unfused) {
   for (size_t c = 0; c < N_CASES; c++) {
     pe_scope *s = pe_scope_new(NULL);
     set_inputs(s, &cases[c], 10 + 3 * c);
     run_unfused(s, &cases[c]);
-    run_free(s, fused_op(&cases[c], true, true));
-    expect_same(s, "out", "z3", "conv + bias + relu");
-    /* Some outputs were negative before the relu: the mask matters. */
-    const pe_tensor *z2 = ph_get(s, "z2");
-    int64_t neg = 0;
-    for (int64_t i = 0; i < pe_tensor_numel(z2); i++) neg += pe_f32(z2)[i] < 0;
-    ck_assert_int_gt(neg, 0);
-    run_free(s, fused_op(&cases[c], true, false));
-    expect_same(s, "out", "z2", "conv + bias");
+    dt_expect_fused_forward(s, fused_op(&cases[c], true, true), fused_op(&cases[c], true, false),
+                            "conv");
     pe_scope_free(s);
   }
 }
@@ -90,16 +70,16 @@ END_TEST
 
 /* The unfused grad chain from dz3 into dx_u, dw_u, db_u. */
 static void run_unfused_grad(pe_scope *s, const conv_case *k) {
-  run_free(s, ph_op("relu_grad", "X", "z2", "Out", "z3", "Out@GRAD", "dout", NULL, "X@GRAD", "dz2",
-                    NULL));
+  dt_run_free(s, ph_op("relu_grad", "X", "z2", "Out", "z3", "Out@GRAD", "dout", NULL, "X@GRAD",
+                       "dz2", NULL));
   pe_op_desc *add = ph_op("elementwise_add_grad", "X", "z1", "Y", "b", "Out@GRAD", "dz2", NULL,
                           "X@GRAD", "dz1", "Y@GRAD", "db_u", NULL);
   pe_op_set_int(add, "axis", 1);
-  run_free(s, add);
+  dt_run_free(s, add);
   pe_op_desc *conv = ph_op("conv2d_grad", "Input", "x", "Filter", "w", "Output@GRAD", "dz1", NULL,
                            "Input@GRAD", "dx_u", "Filter@GRAD", "dw_u", NULL);
   set_conv_attrs(conv, k);
-  run_free(s, conv);
+  dt_run_free(s, conv);
 }
 
 /* Fused grad with the outputs named in `want` ("dx", "dw", "db" present or not). */
@@ -115,7 +95,7 @@ static void run_fused_grad(pe_scope *s, const conv_case *k, bool dx, bool dw, bo
   ph_set_uniform(s, "dx", pe_shape_make(4, k->x), 5, 6, 90);
   ph_set_uniform(s, "dw", pe_shape_make(4, k->w), 5, 6, 91);
   ph_set_uniform(s, "db", PE_SHAPE(k->w[0]), 5, 6, 92);
-  run_free(s, op);
+  dt_run_free(s, op);
 }
 
 START_TEST(fused_grad_matches_unfused) {
@@ -124,53 +104,40 @@ START_TEST(fused_grad_matches_unfused) {
     pe_scope *s = pe_scope_new(NULL);
     set_inputs(s, k, 20 + 3 * c);
     run_unfused(s, k);
-    run_free(s, fused_op(k, true, true));
+    dt_run_free(s, fused_op(k, true, true));
     ph_set_uniform(s, "dout", ph_get(s, "z3")->shape, -1, 1, 30 + c);
     run_unfused_grad(s, k);
     /* All three; the bias gradient from oneDNN's weights pass. */
     run_fused_grad(s, k, true, true, true);
-    expect_same(s, "dx", "dx_u", "Input@GRAD");
-    expect_same(s, "dw", "dw_u", "Filter@GRAD");
-    expect_same(s, "db", "db_u", "Bias@GRAD (weights pass)");
+    dt_expect_same(s, "dx", "dx_u", "Input@GRAD");
+    dt_expect_same(s, "dw", "dw_u", "Filter@GRAD");
+    dt_expect_same(s, "db", "db_u", "Bias@GRAD (weights pass)");
     /* No filter gradient: the bias gradient from the per-channel sum. */
     run_fused_grad(s, k, true, false, true);
-    expect_same(s, "dx", "dx_u", "Input@GRAD without Filter@GRAD");
-    expect_same(s, "db", "db_u", "Bias@GRAD (own sum)");
+    dt_expect_same(s, "dx", "dx_u", "Input@GRAD without Filter@GRAD");
+    dt_expect_same(s, "db", "db_u", "Bias@GRAD (own sum)");
     /* No bias gradient: the weights pass writes it to scratch. */
     run_fused_grad(s, k, false, true, false);
-    expect_same(s, "dw", "dw_u", "Filter@GRAD without Bias@GRAD");
+    dt_expect_same(s, "dw", "dw_u", "Filter@GRAD without Bias@GRAD");
     pe_scope_free(s);
   }
 }
 END_TEST
 
 START_TEST(fused_grad_numeric) {
-  const char *outs[] = {"out"}, *wrt[] = {"x", "w", "b"};
   /* Bias only: smooth everywhere. */
   conv_case k = {{2, 4, 7, 7}, {4, 2, 3, 3}, 2, 1, 2};
   pe_scope *s = pe_scope_new(NULL);
   set_inputs(s, &k, 40);
-  pe_op_desc *op = fused_op(&k, true, false);
-  dt_grad_ok(s, op, outs, 1, wrt, 3, 100);
-  pe_op_desc_free(op);
-  pe_scope_free(s);
+  dt_fused_grad_ok(s, fused_op(&k, true, false), 100);
   /* With relu, at inputs whose pre-activations are all at least 0.01 away
    * from relu's kink (checked here), so central differences see no kink. */
   conv_case k2 = {{1, 3, 5, 5}, {4, 3, 3, 3}, 1, 0, 1};
   s = pe_scope_new(NULL);
   set_inputs(s, &k2, 50);
   run_unfused(s, &k2);
-  const pe_tensor *z2 = ph_get(s, "z2");
-  int64_t neg = 0;
-  for (int64_t i = 0; i < pe_tensor_numel(z2); i++) {
-    ck_assert_float_gt(fabsf(pe_f32(z2)[i]), 0.01f);
-    neg += pe_f32(z2)[i] < 0;
-  }
-  ck_assert_int_gt(neg, 0);
-  op = fused_op(&k2, true, true);
-  dt_grad_ok(s, op, outs, 1, wrt, 3, 0);
-  pe_op_desc_free(op);
-  pe_scope_free(s);
+  ck_assert_int_gt(dt_count_negative(s, "z2", 0.01f), 0);
+  dt_fused_grad_ok(s, fused_op(&k2, true, true), 0);
 }
 END_TEST
 

@@ -86,8 +86,8 @@ typedef struct eq_setting {
    * EQ_PARAM_RTOL (cuda's kernels need more, tests/cuda/test_cuda_train.c
    * says why). */
   double rtol;
-  /* Compile the parallel side with fuse_conv_act (conv2d + bias + relu as
-   * one op); the sequential reference stays unfused. */
+  /* Compile the parallel side with fuse_conv_act (conv2d or matmul + bias +
+   * relu as one op); the sequential reference stays unfused. */
   bool fuse_ops;
 } eq_setting;
 
@@ -137,9 +137,10 @@ static const eq_setting eq_devmem_settings[] = {
 };
 #define EQ_N_DEVMEM ((int)(sizeof eq_devmem_settings / sizeof eq_devmem_settings[0]))
 
-/* Fused convolutions (the daemon's default) against the unfused sequential
- * program: the bias and relu move into the convolution and its gradient,
- * which changes summation orders (the bias gradient) but not the math. */
+/* Fused convolutions and fully-connected layers (the daemon's default)
+ * against the unfused sequential program: the bias and relu move into the
+ * conv2d or matmul and its gradient, which changes summation orders (the
+ * bias gradient) but not the math. */
 #define EQ_FUSED_OPS(k, n, s, st, nm) \
   { nm, k, n, s, st, false, false, 0, true }
 static const eq_setting eq_fused_ops_settings[] = {
@@ -308,12 +309,14 @@ static inline void eq_par_new(const pe_program *p, const eq_setting *set, int64_
   pe_ir ir = {.prog = prog, .opts = &o};
   PE_CK_OK(pe_graph_compile(&ir, false));
   pe_graph *g = ir.graph;
-  int fused = 0; /* conv2d nodes with a Bias: the pass took where it should */
-  for (int i = 0; i < g->n_nodes; i++)
-    fused += g->nodes[i].desc && !strcmp(g->nodes[i].desc->type, "conv2d") &&
-             pe_op_find_input(g->nodes[i].desc, "Bias");
-  ck_assert_msg(set->fuse_ops ? fused > 0 : fused == 0, "%s: %d fused conv2d nodes", set->name,
-                fused);
+  int fused = 0; /* conv2d / matmul nodes with a Bias: the pass took where it should */
+  for (int i = 0; i < g->n_nodes; i++) {
+    const pe_op_desc *d = g->nodes[i].desc;
+    fused += d && (!strcmp(d->type, "conv2d") || !strcmp(d->type, "matmul")) &&
+             pe_op_find_input(d, "Bias");
+  }
+  ck_assert_msg(set->fuse_ops ? fused > 0 : fused == 0, "%s: %d fused conv2d / matmul nodes",
+                set->name, fused);
   e->startup = ir.startup;
   ir.graph = ir.startup = NULL;
   pe_ir_destroy(&ir);

@@ -3,9 +3,11 @@
  * parameters after every step, in every setting of issue 3's matrix
  * (cpu:2; sim:4 with event waits and with producer waits; AllReduce and
  * Reduce and Sharded; fused and unfused all-reduce); the parallel startup against the
- * sequential one; a batch of 3 on 2 and 4 places; and the same on sim
- * places treated as device memory (the cuda path). See par_equiv.h for the
- * data, the tolerances and why. */
+ * sequential one; a batch of 3 on 2 and 4 places; the same on sim
+ * places treated as device memory (the cuda path); and with the fully
+ * connected layers' bias and relu fused into their matmuls on the parallel
+ * side (two settings). See par_equiv.h for the data, the tolerances and
+ * why. */
 #include "check_main.h"
 #include "par_equiv.h"
 
@@ -47,6 +49,12 @@ START_TEST(mlp_device_memory_startup_and_uneven) {
 }
 END_TEST
 
+/* matmul + bias (+ relu) fused on the parallel side only (fuse_conv_act). */
+START_TEST(mlp_fused_ops_match_unfused_sequential) {
+  eq_run_setting("mlp", &eq_fused_ops_settings[_i]);
+}
+END_TEST
+
 #define LEN(a) ((int)(sizeof a / sizeof a[0]))
 
 static Suite *suite(void) {
@@ -58,6 +66,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, mlp_batch_of_3_matches_one_place, 0, LEN(uneven_rows));
   tcase_add_loop_test(tc, mlp_device_memory_matches_sequential, 0, EQ_N_DEVMEM);
   tcase_add_test(tc, mlp_device_memory_startup_and_uneven);
+  tcase_add_loop_test(tc, mlp_fused_ops_match_unfused_sequential, 0, EQ_N_FUSED_OPS);
   suite_add_tcase(s, tc);
   return s;
 }

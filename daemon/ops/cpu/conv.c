@@ -274,10 +274,15 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   return st;
 }
 
-/* dz = dout where out > 0, else 0: relu's gradient from its output. */
+/* dz = dout where out > 0, else 0: relu's gradient from its output. dout
+ * is loaded unconditionally so that GCC turns the select into a vector
+ * blend (a conditional load keeps the loop scalar and branchy). */
 static void relu_mask(pe_kernel_ctx *c, float *dz, const float *dout, const float *out, int64_t n) {
 #pragma omp parallel for if (n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
-  for (int64_t i = 0; i < n; i++) dz[i] = out[i] > 0.f ? dout[i] : 0.f;
+  for (int64_t i = 0; i < n; i++) {
+    float g = dout[i];
+    dz[i] = out[i] > 0.f ? g : 0.f;
+  }
 }
 
 /* db[o] = sum over n, h, w of dz[n, o, h, w] (NCHW), in double. */

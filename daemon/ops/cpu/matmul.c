@@ -5,16 +5,32 @@
  * Flattening is free: tensors are dense row-major, so only the memory
  * descriptors change. The gradient uses transposed (strided) descriptors
  * over the same buffers instead of materialising Xᵀ or Yᵀ:
- *   dX[M,K] = dOut[M,N] · Yᵀ,   dY[K,N] = Xᵀ · dOut[M,N]. */
+ *   dX[M,K] = dOut[M,N] · Yᵀ,   dY[K,N] = Xᵀ · dOut[M,N].
+ *
+ * Fused fully-connected layers (pass fuse_conv_act, docs/ops.md): with a
+ * Bias [N] input (Y 2-D, y_num_col_dims 1) the product adds it to every
+ * row (oneDNN's bias argument, a [1,N] broadcast), and with
+ * fuse_activation "relu" it applies relu as a post-op, so Out is
+ * relu(X·Y + bias) written once. The gradient masks Out@GRAD with Out > 0
+ * (relu's gradient from its output) into an entry buffer, runs both
+ * products on it, and sums its columns for Bias@GRAD in the same pass. */
 #include <string.h>
 
+#include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
 #include "ops/op_tables.h"
 
-enum { MM_X, MM_Y };
+/* Bias is input slot 2 in both rows, as in conv.c (the grad maker copies
+ * the forward inputs first, then Out and Out@GRAD). */
+enum { MM_X, MM_Y, MM_BIAS };
 enum { MM_OUT };
-enum { MMG_X, MMG_Y, MMG_OUT, MMG_DOUT };
-enum { MMG_DX, MMG_DY };
+enum { MMG_X, MMG_Y, MMG_BIAS, MMG_OUT, MMG_DOUT };
+enum { MMG_DX, MMG_DY, MMG_DBIAS };
+
+/* fuse_activation: "" (none) or "relu"; infer refuses anything else. */
+static bool mm_relu(const pe_op_def *def, const pe_op_desc *op) {
+  return strcmp(pe_attr_s(def, op, "fuse_activation"), "relu") == 0;
+}
 
 /* The [M,K]·[K,N] view of X and Y; -1 for a product with an unknown dim. */
 typedef struct mm_dims {
@@ -52,6 +68,30 @@ static pe_status *mm_check(pe_infer_ctx *c, int sx, int sy, int *xnc, int *ync, 
     return pe_infer_error(c, PE_ESHAPE, "output of X %s and Y %s has too many dims",
                           pe_shape_str(&x->shape, sb, sizeof sb),
                           pe_shape_str(&y->shape, sb2, sizeof sb2));
+  const char *act = pe_attr_s(c->def, c->desc, "fuse_activation");
+  if (act[0] && strcmp(act, "relu") != 0)
+    return pe_infer_error(c, PE_EATTR, "fuse_activation '%s' unknown (\"\" or \"relu\")", act);
+  return NULL;
+}
+
+/* The optional Bias: [N], one per column of a 2-D Y split at 1, so that
+ * it is Out's last dim. */
+static pe_status *mm_check_bias(pe_infer_ctx *c, int sy, int sb_slot, int ync) {
+  pe_meta *b = pe_in_meta(c, sb_slot, 0);
+  if (!b) return NULL;
+  const pe_shape *y = &pe_in_meta(c, sy, 0)->shape;
+  const char *bn = pe_in_name(c, sb_slot, 0), *yn = pe_in_name(c, sy, 0);
+  char sb[PE_SHAPE_STRLEN], sb2[PE_SHAPE_STRLEN];
+  if (y->ndim != 2 || ync != 1)
+    return pe_infer_error(c, PE_ESHAPE,
+                          "input Bias '%s' needs a 2-D Y with y_num_col_dims 1 (Y '%s' shape %s, "
+                          "y_num_col_dims %d)",
+                          bn, yn, pe_shape_str(y, sb, sizeof sb), ync);
+  if (b->shape.ndim != 1 || (y->d[1] >= 0 && b->shape.d[0] >= 0 && b->shape.d[0] != y->d[1]))
+    return pe_infer_error(c, PE_ESHAPE,
+                          "input Bias '%s' shape %s must be [%lld], one per column of Y '%s' %s",
+                          bn, pe_shape_str(&b->shape, sb, sizeof sb), (long long)y->d[1], yn,
+                          pe_shape_str(y, sb2, sizeof sb2));
   return NULL;
 }
 
@@ -59,6 +99,7 @@ static pe_status *matmul_infer(pe_infer_ctx *c) {
   int xnc = 1, ync = 1;
   mm_dims d;
   PE_TRY(mm_check(c, MM_X, MM_Y, &xnc, &ync, &d));
+  PE_TRY(mm_check_bias(c, MM_Y, MM_BIAS, ync));
   const pe_shape *x = &pe_in_meta(c, MM_X, 0)->shape, *y = &pe_in_meta(c, MM_Y, 0)->shape;
   pe_shape out = {0};
   for (int i = 0; i < xnc; i++) out.d[out.ndim++] = x->d[i];
@@ -71,24 +112,31 @@ static pe_status *matmul_grad_infer(pe_infer_ctx *c) {
   int xnc = 1, ync = 1;
   mm_dims d;
   PE_TRY(mm_check(c, MMG_X, MMG_Y, &xnc, &ync, &d));
+  PE_TRY(mm_check_bias(c, MMG_Y, MMG_BIAS, ync));
+  if (mm_relu(c->def, c->desc) && !pe_in_meta(c, MMG_OUT, 0))
+    return pe_infer_error(c, PE_EARITY, "fuse_activation relu needs input Out (the mask)");
   return pe_infer_grad_like_inputs(c);
 }
 
 /* One oneDNN matmul a[m,k]·b[k,n] -> c[m,n]; ta/tb: a/b buffers hold the
- * transposed matrix. Args order: SRC, WEIGHTS, DST. */
+ * transposed matrix; bias: plus a [1,n] row broadcast over the rows; relu:
+ * relu post-op. Args order: SRC, WEIGHTS, DST (, BIAS). */
 static pe_status *mm_build(pe_kernel_ctx *c, pe_dnnl_entry *e, int64_t m, int64_t k, int64_t n,
-                           bool ta, bool tb) {
-  dnnl_memory_desc_t a, b, o;
+                           bool ta, bool tb, bool bias, bool relu) {
+  dnnl_memory_desc_t a, b, o, bia;
   dnnl_matmul_desc_t md;
   PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&a, m, k, ta), c, "matmul src desc"));
   PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&b, k, n, tb), c, "matmul weights desc"));
   PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&o, m, n, false), c, "matmul dst desc"));
-  PE_TRY(pe_dnnl_check(dnnl_matmul_desc_init(&md, &a, &b, NULL, &o), c, "matmul desc"));
+  PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&bia, 1, n, false), c, "matmul bias desc"));
+  PE_TRY(
+      pe_dnnl_check(dnnl_matmul_desc_init(&md, &a, &b, bias ? &bia : NULL, &o), c, "matmul desc"));
   dnnl_primitive_desc_t pd;
-  PE_TRY(pe_dnnl_pd(c, &md, NULL, "matmul primitive desc", &pd));
-  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+  PE_TRY(pe_dnnl_pd_post(c, &md, NULL, relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef,
+                         "matmul primitive desc", &pd));
+  static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
   pe_dnnl_prim *p;
-  pe_status *st = pe_dnnl_entry_add(c, e, pd, args, 3, "matmul primitive", &p);
+  pe_status *st = pe_dnnl_entry_add(c, e, pd, args, bias ? 4 : 3, "matmul primitive", &p);
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
@@ -105,40 +153,95 @@ static pe_status *mm_lookup(pe_kernel_ctx *c, const pe_tensor *x, const pe_tenso
 
 static pe_status *matmul_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, MM_X, 0), *y = pe_kin(c, MM_Y, 0), *out = pe_kout(c, MM_OUT, 0);
+  pe_tensor *b = pe_kin(c, MM_BIAS, 0);
   mm_dims d;
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(mm_lookup(c, x, y, &d, &e, &fresh));
-  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, mm_build(c, e, d.m, d.k, d.n, false, false)));
-  void *h[] = {x->data, y->data, out->data};
+  if (fresh)
+    PE_TRY(pe_dnnl_cache_built(
+        c, e, mm_build(c, e, d.m, d.k, d.n, false, false, b != NULL, mm_relu(c->def, c->desc))));
+  void *h[] = {x->data, y->data, out->data, b ? b->data : NULL};
   return pe_dnnl_run(c, &e->prims[0], h, "matmul");
 }
 
+/* Columns per block of mask_colsum (double accumulators on the stack). */
+#define MM_COL_BLOCK 64
+
+/* One pass over the [m, n] output gradient g: with out, dz = g where
+ * out > 0, else 0 (relu's gradient from its output); with db, db[j] = the
+ * sum of column j of dz (of g without out), in double. Blocks of columns
+ * run in parallel and each column is summed in row order, so the result
+ * does not depend on the thread count. The inner loops are branch-free
+ * and vectorize over a block's row segment (restrict: dz never aliases g
+ * or out). */
+static void mask_colsum(pe_kernel_ctx *c, float *restrict dz, const float *restrict g,
+                        const float *restrict out, float *restrict db, int64_t m, int64_t n) {
+  int64_t blocks = (n + MM_COL_BLOCK - 1) / MM_COL_BLOCK;
+#pragma omp parallel for if (m * n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+  for (int64_t t = 0; t < blocks; t++) {
+    int64_t j0 = t * MM_COL_BLOCK, w = n - j0 < MM_COL_BLOCK ? n - j0 : MM_COL_BLOCK;
+    double acc[MM_COL_BLOCK] = {0};
+    for (int64_t i = 0; i < m; i++) {
+      const float *restrict gr = g + i * n + j0;
+      if (out) {
+        const float *restrict o = out + i * n + j0;
+        float *restrict z = dz + i * n + j0;
+        /* Two loops over the row segment (in L1): GCC vectorizes the
+         * select and the widening sum apart, not together. */
+        for (int64_t j = 0; j < w; j++) {
+          float gj = gr[j]; /* loaded unconditionally: the select vectorizes */
+          z[j] = o[j] > 0.f ? gj : 0.f;
+        }
+        for (int64_t j = 0; j < w; j++) acc[j] += z[j];
+      } else {
+        for (int64_t j = 0; j < w; j++) acc[j] += gr[j];
+      }
+    }
+    if (db)
+      for (int64_t j = 0; j < w; j++) db[j0 + j] = (float)acc[j];
+  }
+}
+
 /* Entry layout: prims[0] computes dX (built even if dX is absent, so that
- * one entry serves both outputs), prims[1] computes dY. */
+ * one entry serves every output), prims[1] computes dY; bufs[0] holds the
+ * masked Out@GRAD of a fused relu. */
+static pe_status *matmul_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const mm_dims *d,
+                                    bool relu) {
+  void *buf;
+  PE_TRY(pe_dnnl_entry_buffer(c, e, relu ? (size_t)(d->m * d->n) * sizeof(float) : 0, &buf));
+  PE_TRY(mm_build(c, e, d->m, d->n, d->k, false, true, false, false)); /* dOut[M,N]·Yᵀ[N,K] */
+  return mm_build(c, e, d->k, d->m, d->n, true, false, false, false);  /* Xᵀ[K,M]·dOut[M,N] */
+}
+
 static pe_status *matmul_grad_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, MMG_X, 0), *y = pe_kin(c, MMG_Y, 0), *dout = pe_kin(c, MMG_DOUT, 0);
-  pe_tensor *dx = pe_kout(c, MMG_DX, 0), *dy = pe_kout(c, MMG_DY, 0);
+  pe_tensor *dx = pe_kout(c, MMG_DX, 0), *dy = pe_kout(c, MMG_DY, 0),
+            *db = pe_kout(c, MMG_DBIAS, 0);
   if (!dout) {
     pe_dnnl_zero_outputs(c);
     return NULL;
   }
-  if (!dx && !dy) return NULL;
+  if (!dx && !dy && !db) return NULL;
   mm_dims d;
   pe_dnnl_entry *e;
-  bool fresh;
+  bool fresh, relu = mm_relu(c->def, c->desc);
   PE_TRY(mm_lookup(c, x, y, &d, &e, &fresh));
-  if (fresh) {
-    pe_status *st = mm_build(c, e, d.m, d.n, d.k, false, true); /* dOut[M,N]·Yᵀ[N,K] */
-    if (!st) st = mm_build(c, e, d.k, d.m, d.n, true, false);   /* Xᵀ[K,M]·dOut[M,N] */
-    PE_TRY(pe_dnnl_cache_built(c, e, st));
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, matmul_grad_build(c, e, &d, relu)));
+  void *g = dout->data; /* the product's output gradient */
+  const pe_tensor *out = relu ? pe_kin(c, MMG_OUT, 0) : NULL;
+  if (relu && (!out || pe_tensor_numel(out) != pe_tensor_numel(dout)))
+    return pe_kernel_error(c, PE_ESHAPE, "fused relu: Out must have Out@GRAD's shape");
+  if (relu || db) {
+    if (relu) g = e->bufs[0];
+    mask_colsum(c, g, pe_f32(dout), out ? pe_f32(out) : NULL, db ? pe_f32(db) : NULL, d.m, d.n);
   }
   if (dx) {
-    void *h[] = {dout->data, y->data, dx->data};
+    void *h[] = {g, y->data, dx->data};
     PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "matmul_grad dX"));
   }
   if (dy) {
-    void *h[] = {x->data, dout->data, dy->data};
+    void *h[] = {x->data, g, dy->data};
     PE_TRY(pe_dnnl_run(c, &e->prims[1], h, "matmul_grad dY"));
   }
   return NULL;
@@ -147,14 +250,16 @@ static pe_status *matmul_grad_kernel(pe_kernel_ctx *c) {
 static const pe_attr_def mm_attr_defs[] = {
     {"x_num_col_dims", PE_ATTR_INT, false, 1, NULL},
     {"y_num_col_dims", PE_ATTR_INT, false, 1, NULL},
+    {"fuse_activation", PE_ATTR_STRING, false, 0, ""}, /* "" | "relu" */
     {NULL},
 };
 
-static const pe_slot_def mm_in[] = {{"X", 1, 1, 0}, {"Y", 1, 1, 0}, {NULL}};
+static const pe_slot_def mm_in[] = {{"X", 1, 1, 0}, {"Y", 1, 1, 0}, {"Bias", 0, 1, 0}, {NULL}};
 static const pe_slot_def mm_out[] = {{"Out", 1, 1, 0}, {NULL}};
-static const pe_slot_def mm_grad_in[] = {
-    {"X", 1, 1, 0}, {"Y", 1, 1, 0}, {"Out", 0, 1, 0}, {"Out@GRAD", 0, 1, 0}, {NULL}};
-static const pe_slot_def mm_grad_out[] = {{"X@GRAD", 0, 1, 0}, {"Y@GRAD", 0, 1, 0}, {NULL}};
+static const pe_slot_def mm_grad_in[] = {{"X", 1, 1, 0},   {"Y", 1, 1, 0},        {"Bias", 0, 1, 0},
+                                         {"Out", 0, 1, 0}, {"Out@GRAD", 0, 1, 0}, {NULL}};
+static const pe_slot_def mm_grad_out[] = {
+    {"X@GRAD", 0, 1, 0}, {"Y@GRAD", 0, 1, 0}, {"Bias@GRAD", 0, 1, 0}, {NULL}};
 
 const pe_op_def pe_ops_matmul[] = {
     {.type = "matmul",

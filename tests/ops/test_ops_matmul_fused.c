@@ -1,0 +1,209 @@
+/* matmul with a Bias input and fuse_activation "relu" (what the
+ * fuse_conv_act pass makes of a fully-connected layer, ops/cpu/matmul.c):
+ * forward and every gradient equal the unfused ops they replace (matmul,
+ * elementwise_add at axis x_num_col_dims, relu and their grad ops, each
+ * checked against references elsewhere), the gradients also numerically,
+ * and infer refuses a bad Bias or activation naming the variables and the
+ * shapes. */
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "op_harness.h"
+#include "ops_dnnl_helpers.h"
+
+typedef struct mm_case {
+  int nx;       /* rank of X */
+  int64_t x[3]; /* X dims */
+  int xnc;      /* x_num_col_dims */
+  int64_t k, n; /* Y [k, n] */
+} mm_case;
+
+/* Small odd shapes; the MLP's first layer (128x784x256); a 3-D input split
+ * at 2; a wide layer (M*N above the kernels' parallel threshold, a partial
+ * last block of columns). */
+static const mm_case cases[] = {
+    {2, {5, 7}, 1, 7, 6},
+    {2, {128, 784}, 1, 784, 256},
+    {3, {2, 3, 8}, 2, 8, 5},
+    {2, {64, 96}, 1, 96, 1030},
+};
+#define N_CASES (sizeof cases / sizeof cases[0])
+
+/* matmul(x, w [, b]) -> out, relu fused when asked. */
+static pe_op_desc *fused_op(const mm_case *k, bool bias, bool relu) {
+  pe_op_desc *op = ph_op("matmul", "X", "x", "Y", "w", NULL, "Out", "out", NULL);
+  if (bias) pe_op_input1(op, "Bias", "b");
+  if (relu) pe_op_set_string(op, "fuse_activation", "relu");
+  pe_op_set_int(op, "x_num_col_dims", k->xnc);
+  return op;
+}
+
+/* The builder's fc: bias added at axis x_num_col_dims. */
+static pe_op_desc *bias_add(const char *type, const mm_case *k) {
+  pe_op_desc *add = ph_op(type, NULL, NULL);
+  pe_op_set_int(add, "axis", k->xnc);
+  return add;
+}
+
+/* The unfused chain into z1 (matmul), z2 (+ bias), z3 (relu). */
+static void run_unfused(pe_scope *s, const mm_case *k) {
+  pe_op_desc *mm = ph_op("matmul", "X", "x", "Y", "w", NULL, "Out", "z1", NULL);
+  pe_op_set_int(mm, "x_num_col_dims", k->xnc);
+  dt_run_free(s, mm);
+  pe_op_desc *add = bias_add("elementwise_add", k);
+  pe_op_input1(add, "X", "z1");
+  pe_op_input1(add, "Y", "b");
+  pe_op_output1(add, "Out", "z2");
+  dt_run_free(s, add);
+  dt_run_free(s, ph_op("relu", "X", "z2", NULL, "Out", "z3", NULL));
+}
+
+static void set_inputs(pe_scope *s, const mm_case *k, uint64_t seed) {
+  ph_set_uniform(s, "x", pe_shape_make(k->nx, k->x), -1, 1, seed);
+  ph_set_uniform(s, "w", PE_SHAPE(k->k, k->n), -0.2f, 0.2f, seed + 1);
+  ph_set_uniform(s, "b", PE_SHAPE(k->n), -1, 1, seed + 2);
+}
+
+START_TEST(fused_forward_matches_unfused) {
+  for (size_t c = 0; c < N_CASES; c++) {
+    pe_scope *s = pe_scope_new(NULL);
+    set_inputs(s, &cases[c], 10 + 3 * c);
+    run_unfused(s, &cases[c]);
+    dt_expect_fused_forward(s, fused_op(&cases[c], true, true), fused_op(&cases[c], true, false),
+                            "matmul");
+    pe_scope_free(s);
+  }
+}
+END_TEST
+
+/* The unfused grad chain from dout: through relu_grad when relu, straight
+ * into the bias add's gradient otherwise; into dx_u, dw_u, db_u. */
+static void run_unfused_grad(pe_scope *s, const mm_case *k, bool relu) {
+  if (relu)
+    dt_run_free(s, ph_op("relu_grad", "X", "z2", "Out", "z3", "Out@GRAD", "dout", NULL, "X@GRAD",
+                         "dz2", NULL));
+  pe_op_desc *add = bias_add("elementwise_add_grad", k);
+  pe_op_input1(add, "X", "z1");
+  pe_op_input1(add, "Y", "b");
+  pe_op_input1(add, "Out@GRAD", relu ? "dz2" : "dout");
+  pe_op_output1(add, "X@GRAD", "dz1");
+  pe_op_output1(add, "Y@GRAD", "db_u");
+  dt_run_free(s, add);
+  pe_op_desc *mm = ph_op("matmul_grad", "X", "x", "Y", "w", "Out@GRAD", "dz1", NULL, "X@GRAD",
+                         "dx_u", "Y@GRAD", "dw_u", NULL);
+  pe_op_set_int(mm, "x_num_col_dims", k->xnc);
+  dt_run_free(s, mm);
+}
+
+/* Fused grad with the outputs asked for present, the others absent. */
+static void run_fused_grad(pe_scope *s, const mm_case *k, bool relu, bool dx, bool dw, bool db) {
+  pe_op_desc *op = ph_op("matmul_grad", "X", "x", "Y", "w", "Bias", "b", "Out", "out", "Out@GRAD",
+                         "dout", NULL, NULL);
+  if (dx) pe_op_output1(op, "X@GRAD", "dx");
+  if (dw) pe_op_output1(op, "Y@GRAD", "dw");
+  if (db) pe_op_output1(op, "Bias@GRAD", "db");
+  if (relu) pe_op_set_string(op, "fuse_activation", "relu");
+  pe_op_set_int(op, "x_num_col_dims", k->xnc);
+  /* Stale values in the outputs: the kernel must overwrite them. */
+  ph_set_uniform(s, "dx", pe_shape_make(k->nx, k->x), 5, 6, 90);
+  ph_set_uniform(s, "dw", PE_SHAPE(k->k, k->n), 5, 6, 91);
+  ph_set_uniform(s, "db", PE_SHAPE(k->n), 5, 6, 92);
+  dt_run_free(s, op);
+}
+
+START_TEST(fused_grad_matches_unfused) {
+  for (size_t c = 0; c < N_CASES; c++) {
+    const mm_case *k = &cases[c];
+    pe_scope *s = pe_scope_new(NULL);
+    set_inputs(s, k, 20 + 3 * c);
+    run_unfused(s, k);
+    dt_run_free(s, fused_op(k, true, true));
+    ph_set_uniform(s, "dout", ph_get(s, "z3")->shape, -1, 1, 30 + c);
+    run_unfused_grad(s, k, true);
+    run_fused_grad(s, k, true, true, true, true);
+    dt_expect_same(s, "dx", "dx_u", "X@GRAD");
+    dt_expect_same(s, "dw", "dw_u", "Y@GRAD");
+    dt_expect_same(s, "db", "db_u", "Bias@GRAD");
+    /* Each output alone: the mask is made whichever is asked for. */
+    run_fused_grad(s, k, true, true, false, false);
+    dt_expect_same(s, "dx", "dx_u", "X@GRAD alone");
+    run_fused_grad(s, k, true, false, true, false);
+    dt_expect_same(s, "dw", "dw_u", "Y@GRAD alone");
+    run_fused_grad(s, k, true, false, false, true);
+    dt_expect_same(s, "db", "db_u", "Bias@GRAD alone");
+    /* The bias alone (no relu): Out@GRAD used as it is. */
+    dt_run_free(s, fused_op(k, true, false));
+    run_unfused_grad(s, k, false);
+    run_fused_grad(s, k, false, true, true, true);
+    dt_expect_same(s, "dx", "dx_u", "X@GRAD, bias only");
+    dt_expect_same(s, "dw", "dw_u", "Y@GRAD, bias only");
+    dt_expect_same(s, "db", "db_u", "Bias@GRAD, bias only");
+    pe_scope_free(s);
+  }
+}
+END_TEST
+
+START_TEST(fused_grad_numeric) {
+  /* Bias only: smooth everywhere. */
+  mm_case k = {3, {2, 3, 4}, 2, 4, 5};
+  pe_scope *s = pe_scope_new(NULL);
+  set_inputs(s, &k, 40);
+  dt_fused_grad_ok(s, fused_op(&k, true, false), 0);
+  /* With relu, at inputs whose pre-activations are all at least 0.01 away
+   * from relu's kink (checked here), so central differences see no kink. */
+  mm_case k2 = {2, {4, 6}, 1, 6, 5};
+  s = pe_scope_new(NULL);
+  set_inputs(s, &k2, 51);
+  run_unfused(s, &k2);
+  ck_assert_int_gt(dt_count_negative(s, "z2", 0.01f), 0);
+  dt_fused_grad_ok(s, fused_op(&k2, true, true), 0);
+}
+END_TEST
+
+START_TEST(fused_infer_errors) {
+  mm_case k = {2, {-1, 16}, 1, 16, 8};
+  pe_op_desc *op = fused_op(&k, true, true);
+  dt_var ok[] = {
+      {"x", PE_F32, PE_SHAPE(-1, 16)}, {"w", PE_F32, PE_SHAPE(16, 8)}, {"b", PE_F32, PE_SHAPE(8)}};
+  pe_meta m;
+  PE_CK_OK(dt_infer(op, ok, 3, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 8));
+  dt_var wrong[] = {ok[0], ok[1], {"b", PE_F32, PE_SHAPE(7)}};
+  dt_expect_infer_error(op, wrong, 3, PE_ESHAPE, "matmul", "Bias 'b'", "[7]", "[8]", "'w'",
+                        "[16,8]", NULL);
+  dt_var rank2[] = {ok[0], ok[1], {"b", PE_F32, PE_SHAPE(8, 1)}};
+  dt_expect_infer_error(op, rank2, 3, PE_ESHAPE, "Bias 'b'", "[8,1]", NULL);
+  /* Y split at 2: Out's last dim is not all of Y's columns. */
+  dt_var y3[] = {{"x", PE_F32, PE_SHAPE(-1, 32)}, {"w", PE_F32, PE_SHAPE(4, 8, 8)}, ok[2]};
+  pe_op_set_int(op, "y_num_col_dims", 2);
+  dt_expect_infer_error(op, y3, 3, PE_ESHAPE, "Bias 'b'", "2-D Y", "'w'", "[4,8,8]",
+                        "y_num_col_dims 2", NULL);
+  pe_op_set_int(op, "y_num_col_dims", 1);
+  pe_op_set_string(op, "fuse_activation", "gelu");
+  dt_expect_infer_error(op, ok, 3, PE_EATTR, "matmul", "fuse_activation 'gelu'", NULL);
+  pe_op_desc_free(op);
+  /* The fused relu's gradient needs the forward Out (its mask). */
+  pe_op_desc *g = ph_op("matmul_grad", "X", "x", "Y", "w", "Bias", "b", "Out@GRAD", "dout", NULL,
+                        "X@GRAD", "dx", NULL);
+  pe_op_set_string(g, "fuse_activation", "relu");
+  dt_var gv[] = {ok[0], ok[1], ok[2], {"dout", PE_F32, PE_SHAPE(-1, 8)}};
+  dt_expect_infer_error(g, gv, 4, PE_EARITY, "matmul_grad", "Out", NULL);
+  pe_op_desc_free(g);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("ops_matmul_fused");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, fused_forward_matches_unfused);
+  tcase_add_test(tc, fused_grad_matches_unfused);
+  tcase_add_test(tc, fused_grad_numeric);
+  tcase_add_test(tc, fused_infer_errors);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
