@@ -191,7 +191,7 @@ typedef struct pe_client_register_args {
   const char *sync; /* NULL: the daemon's ("event" | "producer") */
   const char *const *keep;
   size_t n_keep;
-  bool no_op_fusion; /* keep conv2d + bias add + relu unfused (RegisterOptions) */
+  bool no_op_fusion; /* keep conv2d / matmul + bias add + relu unfused (RegisterOptions) */
 } pe_client_register_args;
 
 typedef struct pe_client_param {
