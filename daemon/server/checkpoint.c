@@ -1,6 +1,7 @@
 /* Checkpoints of a model (see checkpoint.h). */
 #include "server/checkpoint.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,24 +103,37 @@ static pe_status *check_decls(const pe_ckpt_entry *e, int n, const pe_var_info *
   return NULL;
 }
 
+/* Read and check the whole file at full (size, magic and version, CRC,
+ * bounds): its entries and mark, nothing set anywhere. */
+static pe_status *read_checked(const char *full, pe_ckpt_entry **e, int *n, pe_model_mark *mark,
+                               size_t *len) {
+  uint8_t *buf;
+  PE_TRY(pe_read_file(full, PE_CKPT_MAX_BYTES, &buf, len));
+  pe_status *st = pe_ckpt_decode(buf, *len, full, e, n, mark);
+  free(buf);
+  return st;
+}
+
 /* Load checkpoint `name` into m, every value checked first (against decl,
  * then the model's claims), so that a misfit changes nothing. Errors are
- * not prefixed; full gets the file's path. */
+ * not prefixed; full gets the file's path; *unread: the error is the
+ * file's (read_checked), nothing was tried on the model. */
 static pe_status *load_checked(const char *state_dir, pe_srv_model *m, const char *name,
                                const pe_var_info *decl, int n_decl, char *full, size_t full_len,
-                               uint64_t *bytes) {
+                               uint64_t *bytes, bool *unread) {
+  *unread = false;
   char dir[4096], file[128];
   PE_TRY(pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file));
   snprintf(full, full_len, "%s/%s", dir, file);
-  uint8_t *buf;
   size_t len;
-  PE_TRY(pe_read_file(full, PE_CKPT_MAX_BYTES, &buf, &len));
   pe_ckpt_entry *e;
   int n;
   pe_model_mark restore = {0};
-  pe_status *st = pe_ckpt_decode(buf, len, full, &e, &n, &restore);
-  free(buf);
-  if (st) return st;
+  pe_status *st = read_checked(full, &e, &n, &restore, &len);
+  if (st) {
+    *unread = true;
+    return st;
+  }
   const char **names = malloc((n ? (size_t)n : 1) * sizeof *names);
   pe_tensor *vals = malloc((n ? (size_t)n : 1) * sizeof *vals);
   if (!names || !vals) st = pe_error(PE_ENOMEM, "out of memory");
@@ -151,10 +165,31 @@ static pe_status *load_checked(const char *state_dir, pe_srv_model *m, const cha
 pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char *name, char **path,
                               uint64_t *bytes) {
   char full[4300];
-  PE_TRY(pe_status_wrap(load_checked(state_dir, m, name, NULL, 0, full, sizeof full, bytes),
-                        "load '%s' of model '%s'", name, m->name));
+  bool unread;
+  PE_TRY(
+      pe_status_wrap(load_checked(state_dir, m, name, NULL, 0, full, sizeof full, bytes, &unread),
+                     "load '%s' of model '%s'", name, m->name));
   *path = strdup(full);
   return NULL;
+}
+
+/* The register's refusal for a restart checkpoint at full that cannot be
+ * read, or (unread false) was read and could not be set (why: the error,
+ * its "checkpoint <full>: " left out). */
+static pe_status *unrestored(const pe_srv_model *m, const char *full, const pe_status *why,
+                             bool unread) {
+  const char *msg = pe_status_msg(why);
+  size_t fl = strlen(full);
+  if (!strncmp(msg, "checkpoint ", 11) && !strncmp(msg + 11, full, fl) && msg[11 + fl] == ':')
+    msg += 11 + fl + 1 + (msg[12 + fl] == ' ');
+  const char *what = unread ? "cannot be read" : "could not be restored";
+  PE_LOGW("model '%s': restart checkpoint %s %s, register refused: %s", m->name, full, what, msg);
+  return pe_error(pe_status_code(why),
+                  "register: model '%s': its restart checkpoint %s %s: %s; the file is kept and "
+                  "nothing replaces it while it is there: repair it or move it away and register "
+                  "again, register the program under another model name, or discard the file "
+                  "(pe-client drop-model %s)",
+                  m->name, full, what, msg, m->name);
 }
 
 pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv_model *m,
@@ -170,9 +205,36 @@ pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv
   pe_status *refused = NULL;
   pthread_mutex_lock(&m->init_mu);
   struct stat sb;
-  if (m->initialized.len == 0 && stat(full, &sb) == 0) {
+  bool has_values = m->initialized.len > 0;
+  if (has_values && m->restart_seen) {
+    /* Restored, checked or written by this model already. */
+  } else if (stat(full, &sb) != 0) {
+    if (errno != ENOENT) {
+      st = pe_error(PE_EIO, "stat: %s", strerror(errno));
+      refused = unrestored(m, full, st, true);
+    }
+  } else if (has_values) {
+    /* Values from programs that were not persistent: the file is not
+     * restored over them, and the model's checkpoints will replace it. That
+     * much was asked for by a program of the model; a file that cannot be
+     * read is kept all the same (it may be repaired, or be another
+     * daemon version's). */
+    pe_ckpt_entry *e;
+    int n;
+    size_t len;
+    st = read_checked(full, &e, &n, NULL, &len);
+    if (st)
+      refused = unrestored(m, full, st, true);
+    else
+      PE_LOGW(
+          "model '%s': has values and becomes persistent: its restart checkpoint %s is not "
+          "restored, and its next checkpoint replaces it",
+          m->name, full);
+    if (!st) pe_ckpt_entries_free(e, n);
+  } else {
     uint64_t bytes = 0;
-    st = load_checked(state_dir, m, name, decl, n_decl, full, sizeof full, &bytes);
+    bool unread;
+    st = load_checked(state_dir, m, name, decl, n_decl, full, sizeof full, &bytes, &unread);
     pe_code code = pe_status_code(st);
     if (code == PE_ESHAPE || code == PE_EDTYPE) {
       refused = pe_error(code,
@@ -184,12 +246,13 @@ pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv
       PE_LOGW("model '%s': restart checkpoint %s not restored: %s", m->name, full,
               pe_status_msg(st));
     } else if (st) {
-      PE_LOGW("model '%s': not restored from %s: %s", m->name, full, pe_status_msg(st));
+      refused = unrestored(m, full, st, unread);
     } else {
       PE_LOGI("model '%s': restored from its shutdown checkpoint %s", m->name, full);
     }
-    pe_status_free(st);
   }
+  pe_status_free(st);
+  if (!refused) m->restart_seen = true;
   pthread_mutex_unlock(&m->init_mu);
   return refused;
 }

@@ -26,14 +26,21 @@ pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char
                               uint64_t *bytes);
 /* A persistent model with nothing initialised yet starts from its restart
  * checkpoint `name` when one exists (daemon restart), at the register of a
- * program (decl: its persistables). A file that does not fit them (or the
- * model's claims: model_shapes.h) is not loaded and refuses the register:
- * the error (PE_ESHAPE, PE_EDTYPE) names the model, the file, the variable
- * and both shapes, and nothing of it is set, so the model gets no values
- * and the file is never replaced by a checkpoint of other values. Other
- * failures (unreadable, corrupt) are logged and return NULL, as the model
- * then needs Init as usual; it has no values until then, so nothing
- * replaces the file before. Holds the model's init_mu. */
+ * program (decl: its persistables). The file is never replaced unless it
+ * was restored or read, so a register is refused, with the file kept byte
+ * for byte and nothing of it set (the model gets no values), when the file
+ *   - does not fit the program or the model's claims (model_shapes.h):
+ *     PE_ESHAPE, PE_EDTYPE naming the variable and both shapes;
+ *   - cannot be read: corrupt (CRC, truncated: PE_ECORRUPT), of a format
+ *     version this daemon does not read (PE_ECORRUPT), not a readable file
+ *     (PE_EIO): the reader's reason.
+ * Each error names the model, the file and the way out (another model
+ * name, or pe-client drop-model, which removes the file). A model that
+ * already has values (given by programs that were not persistent) is not
+ * restored over; its file is only checked to be readable, as the model's
+ * next checkpoint replaces it. Once the register passes, a model with
+ * values does not look at the file again (restart_seen). Holds the
+ * model's init_mu. */
 pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv_model *m,
                                  const pe_var_info *decl, int n_decl);
 /* <state_dir>/models/<model>/<name>.ckpt (names validated). */

@@ -171,6 +171,11 @@ static bool get_u64(rbuf *r, uint64_t *v) {
   return true;
 }
 
+/* A header byte as a message may show it. */
+static char printable(uint8_t c) {
+  return c >= 0x20 && c < 0x7f ? (char)c : '?';
+}
+
 pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **out,
                           int *out_n, pe_model_mark *mark) {
   *out = NULL;
@@ -178,7 +183,15 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
   if (mark) *mark = (pe_model_mark){0};
   bool v1 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic_v1, sizeof ckpt_magic_v1);
   bool v2 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic_v2, sizeof ckpt_magic_v2);
-  if (len < sizeof ckpt_magic + 8 || (!v1 && !v2 && memcmp(buf, ckpt_magic, sizeof ckpt_magic)))
+  bool v3 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic, sizeof ckpt_magic);
+  /* Another version is told apart from junk before the CRC: a newer
+   * daemon's file may check itself differently. */
+  if (len >= sizeof ckpt_magic && !v1 && !v2 && !v3 && !memcmp(buf, ckpt_magic, 6))
+    return pe_error(PE_ECORRUPT,
+                    "checkpoint %s: format version '%c%c', this daemon reads versions 01 to %c%c "
+                    "(written by another pe-executord version?)",
+                    what, printable(buf[6]), printable(buf[7]), ckpt_magic[6], ckpt_magic[7]);
+  if (len < sizeof ckpt_magic + 8 || (!v1 && !v2 && !v3))
     return pe_error(PE_ECORRUPT, "checkpoint %s: not a pe checkpoint (bad magic or %zu bytes)",
                     what, len);
   rbuf crc_r = {buf, len, len - 4};

@@ -24,7 +24,8 @@
  *     rng_offset u64    (pe_model_mark: the random state of the snapshot)
  *     crc32    u32      CRC-32 (IEEE) of every byte before it
  * The reader checks every count and size against the file length before
- * using it, and the CRC before returning anything.
+ * using it, and the CRC before returning anything; a "PECKPT" magic of
+ * another version is named as such, before the CRC is looked at.
  *
  * Writes: <name>.ckpt.tmp.<pid>.<n> in the same directory, write, fsync,
  * rename over <name>.ckpt, fsync the directory: a crash leaves either the

@@ -9,7 +9,8 @@
  * and client, while a live program of another client is bound to the model;
  * the caller's own programs of it are deregistered with it. A name with no
  * live model but a restart checkpoint (after a restart whose register was
- * refused: model_shapes.h) has the file removed. Neither: NOT_FOUND.
+ * refused: the file does not fit or cannot be read, checkpoint.h) has the
+ * file removed. Neither: NOT_FOUND.
  *
  * Order: the model is marked dropping (no register binds to it, no acquire
  * finds it, autosave and SIGTERM skip it), its checkpoint writes are closed

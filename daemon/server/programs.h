@@ -72,9 +72,13 @@ typedef struct pe_srv_model {
   pthread_mutex_t save_mu;
   bool saves_closed;
   /* init_mu (recursive) orders Init / Load / SetParams bookkeeping of
-   * `initialized`. */
+   * `initialized` and restart_seen. */
   pthread_mutex_t init_mu;
-  pe_strmap initialized;   /* persistable names with a value (values unused) */
+  pe_strmap initialized; /* persistable names with a value (values unused) */
+  /* A persistent register dealt with the restart checkpoint (restored it,
+   * found none, or found the model's values first): a model with values
+   * then never reads it again (checkpoint.h). */
+  bool restart_seen;
   pthread_mutex_t ckpt_mu; /* guards ckpt (held for a copy, never across I/O) */
   pe_ckpt_record ckpt;
 } pe_srv_model;
@@ -136,7 +140,7 @@ pe_status *pe_srv_model_claim_values(pe_srv_model *m, const char *const *names,
  * a restore marked it); under init_mu, which a restore holds while it
  * loads. The set never shrinks, so the answer stays true once true. A
  * model without values must not be checkpointed under the restart name:
- * that would replace the file it failed to load, or is about to. */
+ * that would replace the file it is about to restore. */
 bool pe_srv_model_has_values(pe_srv_model *m);
 
 /* Mark names initialised (after Init, SetParams, Load). */

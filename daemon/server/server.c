@@ -612,7 +612,7 @@ static int checkpoint_persistent(pe_server *s) {
     uint64_t bytes = 0;
     bool skip = false;
     if (!st) {
-      /* Nothing initialised (its restart checkpoint failed to load, or no
+      /* Nothing initialised (its restart checkpoint not restored yet, or no
        * client got to Init): keep whatever file is there. */
       skip = !pe_srv_model_has_values(m);
       if (!skip)

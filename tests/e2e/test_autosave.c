@@ -225,44 +225,6 @@ START_TEST(test_unchanged_and_uninitialised_not_saved) {
 }
 END_TEST
 
-/* A restart checkpoint that does not load (here: not a checkpoint) is left
- * alone: the model registered over it has no values, so neither autosave
- * nor the SIGTERM checkpoint replaces the file (an operator can still
- * recover it). */
-START_TEST(test_unloadable_restart_checkpoint_kept) {
-  dh_daemon d = {0};
-  dh_start(&d, FAST); /* creates the state dir */
-  char dir[512], path[512];
-  snprintf(dir, sizeof dir, "%s/models/bad", d.state);
-  PE_CK_OK(pe_mkdir_p(dir, 0750));
-  ckpt_path(&d, "bad", path, sizeof path);
-  static const char junk[] = "not a checkpoint, but someone's only copy";
-  FILE *f = fopen(path, "w");
-  ck_assert_ptr_nonnull(f);
-  fputs(junk, f);
-  fclose(f);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  dh_register(s, CLIENT, &mlp, "bad", 5, true, NULL, NULL);
-  ck_assert(log_has(&d, "not restored from"));
-  file_id before = file_stat(path);
-  dh_sleep_ms(1600); /* over 3 intervals */
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  ck_assert(log_has(&d, "has no values; its restart checkpoint is left as it was"));
-  ck_assert_msg(file_same(before, file_stat(path)), "%s was replaced", path);
-  char buf[128] = {0};
-  f = fopen(path, "r");
-  ck_assert_ptr_nonnull(f);
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  ck_assert_uint_eq(n, strlen(junk));
-  ck_assert_str_eq(buf, junk);
-  pe_model_spec_release(&mlp);
-  dh_cleanup(&d);
-}
-END_TEST
-
 /* checkpoint_interval = 0: nothing is written while training, only the
  * shutdown checkpoint on SIGTERM. */
 START_TEST(test_interval_zero_only_sigterm) {
@@ -438,7 +400,6 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_sigkill_restores_last_autosave);
   tcase_add_test(tc, test_unchanged_and_uninitialised_not_saved);
-  tcase_add_test(tc, test_unloadable_restart_checkpoint_kept);
   tcase_add_test(tc, test_interval_zero_only_sigterm);
   tcase_add_test(tc, test_sighup_changes_interval);
   tcase_add_test(tc, test_status_reports_checkpoints);

@@ -176,6 +176,33 @@ START_TEST(test_old_versions_and_lying_records) {
 }
 END_TEST
 
+/* A format version this daemon does not read is named as such, before the
+ * CRC (another version may check itself otherwise), with a valid CRC too. */
+START_TEST(test_unknown_version_named) {
+  pe_ckpt_entry *e;
+  int n;
+  make_entries(&e, &n);
+  uint8_t *buf;
+  size_t len;
+  PE_CK_OK(pe_ckpt_encode(e, n, NULL, &buf, &len));
+  pe_ckpt_entry *d;
+  int nd;
+  buf[7] = '4';
+  expect_error(pe_ckpt_decode(buf, len, "new.ckpt", &d, &nd, NULL), PE_ECORRUPT,
+               "checkpoint new.ckpt: format version '04', this daemon reads versions 01 to 03");
+  uint32_t crc = pe_crc32(buf, len - 4);
+  memcpy(buf + len - 4, &crc, 4);
+  expect_error(pe_ckpt_decode(buf, len, "new.ckpt", &d, &nd, NULL), PE_ECORRUPT,
+               "format version '04'");
+  buf[6] = 0x01; /* not printable */
+  expect_error(pe_ckpt_decode(buf, len, "x", &d, &nd, NULL), PE_ECORRUPT, "version '?4'");
+  memcpy(buf, "PECKPX03", 8); /* not ours at all */
+  expect_error(pe_ckpt_decode(buf, len, "x", &d, &nd, NULL), PE_ECORRUPT, "not a pe checkpoint");
+  free(buf);
+  pe_ckpt_entries_free(e, n);
+}
+END_TEST
+
 START_TEST(test_lying_counts_with_valid_crc) {
   /* A well-formed CRC over nonsense must still be bounds-checked. */
   uint8_t buf[8 + 4 + 4 + 4];
@@ -238,6 +265,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_round_trip);
   tcase_add_test(tc, test_lying_counts_with_valid_crc);
   tcase_add_test(tc, test_old_versions_and_lying_records);
+  tcase_add_test(tc, test_unknown_version_named);
   tcase_add_test(tc, test_atomic_write);
   suite_add_tcase(s, tc);
   return s;
