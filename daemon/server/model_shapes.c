@@ -70,3 +70,26 @@ pe_status *pe_shape_claims_check(pe_shape_claims *c, const char *model, const pe
   pthread_mutex_unlock(&c->mu);
   return st;
 }
+
+int64_t pe_var_info_bytes(const pe_var_info *v) {
+  int64_t n = (int64_t)pe_dtype_size(v->dtype);
+  for (int d = 0; d < v->shape.ndim; d++) {
+    if (v->shape.d[d] < 0) return 0;
+    if (v->shape.d[d] && n > INT64_MAX / v->shape.d[d]) return INT64_MAX;
+    n *= v->shape.d[d];
+  }
+  return n;
+}
+
+int64_t pe_shape_claims_bytes(pe_shape_claims *c, const pe_var_info *items, int n, int64_t *added) {
+  int64_t total = 0, extra = 0;
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < c->map.cap; i++)
+    if (c->map.slots[i].key) total = pe_bytes_add(total, pe_var_info_bytes(c->map.slots[i].value));
+  for (int i = 0; i < n; i++)
+    if (!pe_strmap_has(&c->map, items[i].name))
+      extra = pe_bytes_add(extra, pe_var_info_bytes(&items[i]));
+  pthread_mutex_unlock(&c->mu);
+  if (added) *added = extra;
+  return pe_bytes_add(total, extra);
+}

@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "core/dtype.h"
 #include "core/status.h"
@@ -58,5 +59,17 @@ void pe_shape_claims_destroy(pe_shape_claims *c);
  * hold of the lock, so two conflicting claimers cannot both pass. */
 pe_status *pe_shape_claims_check(pe_shape_claims *c, const char *model, const pe_var_info *items,
                                  int n, pe_fit_kind kind, bool claim);
+
+/* Bytes of the persistables the claims describe, with items (n; may be 0)
+ * not claimed yet counted as if claimed; *added (may be NULL) gets those
+ * items' part. A dim of -1 makes a variable's size unknown: it counts 0.
+ * Saturates at INT64_MAX (a program may declare any dims). */
+int64_t pe_shape_claims_bytes(pe_shape_claims *c, const pe_var_info *items, int n, int64_t *added);
+/* The bytes of one declaration, as counted above. */
+int64_t pe_var_info_bytes(const pe_var_info *v);
+/* a + b for byte counts >= 0, saturating at INT64_MAX. */
+static inline int64_t pe_bytes_add(int64_t a, int64_t b) {
+  return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
 
 #endif

@@ -253,19 +253,53 @@ static pe_status *add_owner(pe_srv_program *p, uint64_t client) {
   return NULL;
 }
 
+/* Whether client owns a live program of m (lock held). */
+static bool client_uses_locked(pe_registry *r, const pe_srv_model *m, uint64_t client) {
+  for (int j = 0; j < r->n_progs; j++)
+    if (r->progs[j]->model == m && !r->progs[j]->dead)
+      for (int k = 0; k < r->progs[j]->n_owners; k++)
+        if (r->progs[j]->owners[k] == client) return true;
+  return false;
+}
+
+/* Parameter bytes of m, with the persistables of items (n; may be 0)
+ * that it has not claimed yet: what its claims describe (model_shapes.h),
+ * so a registered program's persistables count before its Init. Every
+ * value has its claim's shape, so values count too, without reading them
+ * (an engine read would wait for the model's runs under the registry
+ * lock); a claim with a -1 dim counts 0. */
+static int64_t model_bytes_locked(pe_srv_model *m, const pe_var_info *items, int n) {
+  return pe_shape_claims_bytes(&m->shapes, items, n, NULL);
+}
+
 /* Bytes of the models in which client owns a program (lock held). */
 static int64_t client_bytes_locked(pe_registry *r, uint64_t client) {
   int64_t total = 0;
-  for (int i = 0; i < r->n_models; i++) {
-    pe_srv_model *m = r->models[i];
-    bool owns = false;
-    for (int j = 0; j < r->n_progs && !owns; j++)
-      if (r->progs[j]->model == m && !r->progs[j]->dead)
-        for (int k = 0; k < r->progs[j]->n_owners; k++)
-          if (r->progs[j]->owners[k] == client) owns = true;
-    if (owns) total += pe_model_bytes(m->m);
-  }
+  for (int i = 0; i < r->n_models; i++)
+    if (client_uses_locked(r, r->models[i], client))
+      total = pe_bytes_add(total, model_bytes_locked(r->models[i], NULL, 0));
   return total;
+}
+
+/* memory_per_client (limit > 0): what the client holds once program p
+ * binds to model m (NULL: a new model, holding p's persistables) must
+ * stay within the limit. p's persistables the model has (an eval program
+ * of a trained model) and a model the client holds already are not counted
+ * twice; a program that adds nothing is never refused (lock held). */
+static pe_status *check_memory_locked(pe_registry *r, uint64_t client, const char *model,
+                                      pe_srv_model *m, const pe_srv_program *p, int64_t limit) {
+  int64_t used = client_bytes_locked(r, client), prog = 0;
+  for (int i = 0; i < p->n_params; i++) prog = pe_bytes_add(prog, pe_var_info_bytes(&p->params[i]));
+  int64_t before = m && client_uses_locked(r, m, client) ? model_bytes_locked(m, NULL, 0) : 0;
+  int64_t after = m ? model_bytes_locked(m, p->params, p->n_params) : prog;
+  int64_t grows = after - before;
+  if (grows <= 0 || grows <= limit - used) return NULL; /* limit - used: no overflow */
+  return pe_error(PE_ENOMEM,
+                  "register: model '%s': client %016llx holds %lld parameter bytes, and with this "
+                  "program (persistables of %lld bytes) it would hold %lld, over the limit "
+                  "memory_per_client = %lld",
+                  model, (unsigned long long)client, (long long)used, (long long)prog,
+                  (long long)pe_bytes_add(used, grows), (long long)limit);
 }
 
 int64_t pe_registry_client_bytes(pe_registry *r, uint64_t client) {
@@ -443,14 +477,9 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   if (!st && !winner && r->n_progs >= lim.max_programs)
     st = pe_error(PE_EINVAL, "register: %d programs registered, limit max_programs = %d",
                   r->n_progs, lim.max_programs);
-  if (!st && !winner && lim.memory_per_client > 0) {
-    int64_t used = client_bytes_locked(r, client);
-    if (used >= lim.memory_per_client)
-      st = pe_error(
-          PE_ENOMEM,
-          "register: client %016llx holds %lld parameter bytes, limit memory_per_client = %lld",
-          (unsigned long long)client, (long long)used, (long long)lim.memory_per_client);
-  }
+  if (!st && !winner && lim.memory_per_client > 0)
+    st = check_memory_locked(r, client, rq->model, model_find(r, rq->model), p,
+                             lim.memory_per_client);
   if (!st && !winner) st = model_get_locked(r, rq->model, kind, n_places, seed, &m);
   pe_srv_model *refused = NULL;
   /* Shapes first: a program that does not fit claims no strategy. */
@@ -501,6 +530,10 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   if (!st) winner = existing_locked(r, handle, key, key_len, client, persistent, &st);
   if (!st && !winner && m->dropping)
     st = pe_error(PE_EINVAL, "register: model '%s' was dropped meanwhile; register again", m->name);
+  /* Again: another register of the client may have been published since
+   * step 3, and a restored checkpoint may hold more than p declares. */
+  if (!st && !winner && lim.memory_per_client > 0)
+    st = check_memory_locked(r, client, m->name, m, p, lim.memory_per_client);
   if (!st && !winner) st = claim_decls_locked(m, p, true);
   if (!st && !winner) {
     if (!grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {

@@ -239,6 +239,8 @@ static Pe__Strategy dh_strategy = PE__STRATEGY__ALLREDUCE;
 static Pe__OptimizerDesc *dh_optimizer = NULL;
 /* RegisterOptions.no_op_fusion sent by dh_register. */
 static bool dh_no_op_fusion = false;
+/* RegisterOptions.for_test sent by dh_register (an evaluation program). */
+static bool dh_for_test = false;
 
 /* A Register of spec under model name; the reply, whatever its code. */
 static inline Pe__Reply *dh_register_call(int sock, uint64_t client, const pe_model_spec *spec,
@@ -255,6 +257,7 @@ static inline Pe__Reply *dh_register_call(int sock, uint64_t client, const pe_mo
   opts.strategy = dh_strategy;
   opts.optimizer = dh_optimizer;
   opts.no_op_fusion = dh_no_op_fusion;
+  opts.for_test = dh_for_test;
   reg.program.data = spec->bytes;
   reg.program.len = spec->len;
   reg.model = (char *)model;

@@ -657,19 +657,43 @@ START_TEST(test_limits) {
 }
 END_TEST
 
-/* memory_per_client: once a client's models hold more parameter bytes than
- * the limit, its next new program is refused (its existing ones keep
- * working); another client is not affected. The MLP holds ~0.9 MB. */
+/* memory_per_client counts the registering program's persistables (from
+ * its declarations, before any Init): the MLP training program (1.9 MB
+ * with its optimizer's state) is refused as the first program under a
+ * 64 KiB limit, naming the model, the bytes and the limit. Under 2 MiB one
+ * fits; an eval program of the same model adds nothing and is not counted
+ * twice; a second model is refused before the first one's Init and after
+ * it, while the existing program keeps working; another client is not
+ * affected. */
 START_TEST(test_memory_per_client) {
   dh_daemon d = {0};
   dh_start(&d, "[limits]\nmemory_per_client = 65536\n");
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
+  Pe__Reply *rep = dh_register_call(s, CLIENT, &mlp, "m1", 1, false);
+  dh_err(rep, PE_ENOMEM, "model 'm1': client 0000000000001001 holds 0 parameter bytes");
+  ck_assert_ptr_nonnull(strstr(rep->message, "persistables of "));
+  ck_assert_ptr_nonnull(strstr(rep->message, "over the limit memory_per_client = 65536"));
+  pe__reply__free_unpacked(rep, NULL);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+
+  dh_start(&d, "[limits]\nmemory_per_client = 2M\n");
+  s = dh_connect(&d, 30000);
   uint64_t h = dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL);
-  Pe__Reply *rep = dh_init(s, CLIENT, h);
+  dh_for_test = true; /* an eval program: the training program's parameters, no optimizer state */
+  dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL);
+  dh_for_test = false;
+  register_refused(s, &mlp, "m2", PE_ENOMEM, "memory_per_client = 2097152");
+  rep = dh_init(s, CLIENT, h);
   dh_ok(rep);
   pe__reply__free_unpacked(rep, NULL);
-  register_refused(s, &mlp, "m2", PE_ENOMEM, "memory_per_client = 65536");
+  register_refused(s, &mlp, "m2", PE_ENOMEM, "model 'm2'");
+  dh_batch b;
+  dh_batch_make(&b, 16, 5);
+  float loss = dh_run_loss(s, CLIENT, h, &b, mlp.loss, 1);
+  ck_assert(loss > 0 && loss < 10);
+  dh_batch_free(&b);
   /* Another client starts from zero bytes. */
   ck_assert_uint_ne(dh_register(s, CLIENT + 1, &mlp, "m3", 1, false, NULL, NULL), 0);
   ck_assert(dh_ping(s));

@@ -104,6 +104,36 @@ START_TEST(test_concurrent_claims_one_wins) {
 }
 END_TEST
 
+/* The bytes the claims describe (memory_per_client counts a program's
+ * persistables with them): claimed names once, items not claimed yet
+ * added (and reported apart), -1 dims unknown (0), huge dims saturate. */
+START_TEST(test_claimed_bytes) {
+  pe_shape_claims c;
+  pe_shape_claims_init(&c);
+  int64_t added = -1;
+  ck_assert_int_eq(pe_shape_claims_bytes(&c, NULL, 0, &added), 0);
+  ck_assert_int_eq(added, 0);
+  pe_var_info train[] = {var("w", PE_F32, PE_SHAPE(784, 256)),
+                         var("w_moment", PE_F32, PE_SHAPE(784, 256)),
+                         var("step", PE_I64, PE_SHAPE(1))};
+  ck_assert_int_eq(pe_shape_claims_bytes(&c, train, 3, &added), 2 * 784 * 256 * 4 + 8);
+  ck_assert_int_eq(added, 2 * 784 * 256 * 4 + 8);
+  PE_CK_OK(pe_shape_claims_check(&c, "m", train, 3, PE_FIT_DECL, true));
+  /* An eval program's parameters are claimed already: it adds nothing. */
+  ck_assert_int_eq(pe_shape_claims_bytes(&c, train, 1, &added), 2 * 784 * 256 * 4 + 8);
+  ck_assert_int_eq(added, 0);
+  pe_var_info more[] = {var("w", PE_F32, PE_SHAPE(784, 256)), var("b", PE_F32, PE_SHAPE(256)),
+                        var("any", PE_F32, PE_SHAPE(-1, 4))};
+  ck_assert_int_eq(pe_shape_claims_bytes(&c, more, 3, &added), 2 * 784 * 256 * 4 + 8 + 1024);
+  ck_assert_int_eq(added, 1024);
+  pe_var_info huge[] = {var("h", PE_F64, PE_SHAPE((int64_t)1 << 40, (int64_t)1 << 40))};
+  ck_assert_int_eq(pe_var_info_bytes(&huge[0]), INT64_MAX);
+  ck_assert_int_eq(pe_shape_claims_bytes(&c, huge, 1, &added), INT64_MAX);
+  ck_assert_int_eq(added, INT64_MAX);
+  pe_shape_claims_destroy(&c);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("shape_claims");
   TCase *tc = tcase_create("claims");
@@ -111,6 +141,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_refused_claims_nothing);
   tcase_add_test(tc, test_unknown_dims_fit);
   tcase_add_test(tc, test_concurrent_claims_one_wins);
+  tcase_add_test(tc, test_claimed_bytes);
   suite_add_tcase(s, tc);
   return s;
 }
