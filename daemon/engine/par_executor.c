@@ -572,23 +572,43 @@ static void task_fn(void *arg) {
   par_run_chain(arg);
 }
 
+/* Count successor y down; a plain one that became ready is returned as
+ * *next when that is free, else submitted. */
+static void succ_done(pe_par_exec *e, xnode *y, bool failed, bool may_inline, xnode **next) {
+  if (failed) atomic_store_explicit(&y->failed, true, memory_order_release);
+  if (y->engine) {
+    pe_engine_op_dep_done(e->rt->eng, y->eop);
+  } else if (atomic_fetch_sub_explicit(&y->pending, 1, memory_order_acq_rel) == 1) {
+    if (may_inline && !*next)
+      *next = y;
+    else
+      pe_pool_submit(e->rt->pool, &y->task);
+  }
+}
+
+/* Successor order on cpu places: collectives (all-reduces, sharded
+ * updates) are counted down first and place ops last, so that a place op
+ * that became ready is the one run inline or sits at the front of this
+ * worker's LIFO queue, and the collective waits behind it, where an idle
+ * worker steals it. Why: a place's backward chain is sequential and on the
+ * step's critical path, while a collective's chunks can run on any worker
+ * later; run first, the MLP's fc_1 update (~35 us, cpu:2 sharded) sat
+ * between matmul_grad#10 and #11 of the place that got there second, and
+ * the other worker idled for it at the fc_0 update. On async places a
+ * node's execution is only its launch, so the order stays the graph's. */
 xnode *par_node_done(xnode *x, bool may_inline) {
   pe_par_exec *e = x->e;
-  pe_engine *eng = e->rt->eng;
   const pe_graph_node *n = x->n;
   bool failed = atomic_load_explicit(&x->failed, memory_order_acquire);
   xnode *next = NULL;
+  bool split = !e->async; /* split: collectives are never inlined */
   for (int k = 0; k < n->n_succ; k++) {
     xnode *y = &e->x[n->succ[k]];
-    if (failed) atomic_store_explicit(&y->failed, true, memory_order_release);
-    if (y->engine) {
-      pe_engine_op_dep_done(eng, y->eop);
-    } else if (atomic_fetch_sub_explicit(&y->pending, 1, memory_order_acq_rel) == 1) {
-      if (may_inline && !next)
-        next = y;
-      else
-        pe_pool_submit(e->rt->pool, &y->task);
-    }
+    if (!split || y->collective) succ_done(e, y, failed, may_inline && !split, &next);
+  }
+  for (int k = 0; split && k < n->n_succ; k++) {
+    xnode *y = &e->x[n->succ[k]];
+    if (!y->collective) succ_done(e, y, failed, may_inline, &next);
   }
   finish_run_node(e);
   return next;

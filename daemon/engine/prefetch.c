@@ -24,7 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One place's rows of a two-phase batch (opts.fill), as a pool task. */
+/* A piece of one place's rows of a two-phase batch (opts.fill), as a pool
+ * task (pieces: prefetch.h). Why pieces: fills run in a worker's idle time,
+ * and a step boundary is such a time (the chaining worker releases the old
+ * batch, which queues the fills, just before it starts the next step); a
+ * worker that took a place's whole fill finished it before it saw its
+ * place's first op at the front of its queue, and that place started late
+ * (the MLP on cpu:2: ~37 us of a ~700 us step, every step). */
 typedef struct fill_task {
   pe_task task;
   pe_prefetch *pf;
@@ -66,7 +72,8 @@ struct pe_prefetch {
    * its fill tasks: fills, fill_left counts those not done). */
   bool busy;
   uint64_t filling;
-  fill_task *fills;
+  fill_task *fills; /* [n_places * PE_PREFETCH_FILL_PIECES], n_fills in use */
+  int n_fills;
   atomic_int fill_left;
 };
 
@@ -186,13 +193,26 @@ static void produce_claimed(pe_prefetch *pf) {
   }
   int np = pf->o.n_places;
   int64_t total = in[0].shape.ndim >= 1 ? in[0].shape.d[0] : 0, off = 0;
-  atomic_store_explicit(&pf->fill_left, np, memory_order_relaxed);
+  int64_t cnt[PE_MAX_PLACES];
+  int pieces[PE_MAX_PLACES], n = 0;
   for (int p = 0; p < np; p++) {
-    fill_task *f = &pf->fills[p];
-    int64_t cnt = pe_split_count(total, np, p);
-    *f = (fill_task){{fill_run, f, NULL}, pf, in, off, off + cnt, NULL};
-    off += cnt;
-    pe_pool_submit_to(pf->o.pool, p, &f->task, &f->task, 1);
+    cnt[p] = pe_split_count(total, np, p);
+    pieces[p] = pe_prefetch_fill_pieces(cnt[p]);
+    n += pieces[p];
+  }
+  /* Every piece is counted before the first one can run. */
+  atomic_store_explicit(&pf->fill_left, n, memory_order_relaxed);
+  pf->n_fills = n;
+  fill_task *f = pf->fills;
+  for (int p = 0; p < np; p++) {
+    fill_task *first = f;
+    for (int i = 0; i < pieces[p]; i++, f++) {
+      int64_t lo = off + cnt[p] * i / pieces[p], hi = off + cnt[p] * (i + 1) / pieces[p];
+      *f = (fill_task){{fill_run, f, i + 1 < pieces[p] ? &f[1].task : NULL}, pf, in, lo, hi, NULL};
+    }
+    off += cnt[p];
+    /* One chain per place: one wake-up check, not one per piece. */
+    pe_pool_submit_to(pf->o.pool, p, &first->task, &f[-1].task, pieces[p]);
   }
 }
 
@@ -210,11 +230,11 @@ static void batch_filled(pe_prefetch *pf) {
   uint64_t k = pf->filling;
   slot *s = &pf->slots[k % (uint64_t)pf->o.depth];
   pe_status *st = NULL;
-  for (int p = 0; p < pf->o.n_places; p++) {
+  for (int i = 0; i < pf->n_fills; i++) { /* place-major, in row order */
     if (!st)
-      st = pf->fills[p].st;
+      st = pf->fills[i].st;
     else
-      pe_status_free(pf->fills[p].st);
+      pe_status_free(pf->fills[i].st);
   }
   if (st)
     st = producer_failed(st, k);
@@ -319,7 +339,8 @@ pe_status *pe_prefetch_start(const pe_prefetch_opts *opts, pe_prefetch **out) {
     pf->host_views &= opts->devices[p]->place.kind == PE_PLACE_CPU;
   bool ok = (pf->inputs = calloc((size_t)ni, sizeof(pe_tensor))) &&
             (pf->slots = calloc((size_t)depth, sizeof(slot))) &&
-            (!opts->pool || (pf->fills = calloc((size_t)np, sizeof(fill_task))));
+            (!opts->pool ||
+             (pf->fills = calloc((size_t)np * PE_PREFETCH_FILL_PIECES, sizeof(fill_task))));
   for (int k = 0; ok && k < depth; k++) {
     slot *s = &pf->slots[k];
     ok = (s->counts = calloc((size_t)np, sizeof(int64_t))) &&

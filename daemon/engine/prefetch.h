@@ -61,9 +61,10 @@ typedef struct pe_prefetch_opts {
   /* Optional: with fill set, produce only sizes the inputs (and decides the
    * end); the rows are then written by fill: without a pool, one call for
    * the whole batch on the prefetch thread; with pool set, one call per
-   * place for that place's rows, each a task on pool worker p mod workers
-   * (placed there, not pinned: pe_pool_submit_to); the first failing
-   * place's error is the batch's. On cpu places a batch's rows are then
+   * piece of a place's rows (pe_prefetch_fill_pieces below), each a task
+   * on pool worker p mod workers (placed there, not pinned:
+   * pe_pool_submit_to); the first failing piece's error (place by place,
+   * in row order) is the batch's. On cpu places a batch's rows are then
    * copied by the cores that run the places' ops, in parallel, in their
    * idle time, instead of by a thread taking one of their cores.
    * With a pool there is no prefetch thread at all: the next batch is
@@ -75,6 +76,18 @@ typedef struct pe_prefetch_opts {
   pe_batch_fill fill;
   pe_pool *pool;
 } pe_prefetch_opts;
+
+/* With a pool, place p's rows are filled in pe_prefetch_fill_pieces(rows)
+ * pieces of near-equal size: rows / PE_PREFETCH_FILL_PIECE_ROWS, at least 1
+ * and at most PE_PREFETCH_FILL_PIECES. A worker that takes a piece at a
+ * step boundary sees its place's first op after a few us, not after the
+ * whole fill (prefetch.c). */
+#define PE_PREFETCH_FILL_PIECES 8
+#define PE_PREFETCH_FILL_PIECE_ROWS 8
+static inline int pe_prefetch_fill_pieces(int64_t rows) {
+  int64_t k = rows / PE_PREFETCH_FILL_PIECE_ROWS;
+  return k < 1 ? 1 : k > PE_PREFETCH_FILL_PIECES ? PE_PREFETCH_FILL_PIECES : (int)k;
+}
 
 typedef struct pe_prefetch_batch {
   uint64_t index; /* 0, 1, 2, ... */

@@ -27,7 +27,9 @@
  *                 are sliced with it
  *   denormal_velocity  flushed (or kept) denormals exactly as AllReduce's
  *                 optimizer, on cpu and sim, OpenMP teams on the AllReduce
- *                 side */
+ *                 side
+ *   place_backward_before_collectives  on one worker, no update or
+ *                 all-reduce runs inside a place's backward chain */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -146,12 +148,18 @@ typedef struct side {
 static const char *const GRADS[] = {"fc_0.w@GRAD", "fc_0.b@GRAD", "fc_1.w@GRAD", "fc_1.b@GRAD"};
 enum { N_GRADS = 4 };
 
-static void side_new(side *s, pe_runtime *rt, const char *opt, net nt, pe_place_kind kind, int n,
-                     pe_graph_strategy strategy) {
+/* fuse: matmul + bias add (+ relu) as one op (fuse_conv_act), as the
+ * daemon compiles. */
+static void side_new_fused(side *s, pe_runtime *rt, const char *opt, net nt, pe_place_kind kind,
+                           int n, pe_graph_strategy strategy, bool fuse) {
   s->nt = nt;
   s->prog = program(opt, nt);
-  pe_pass_opts o = {
-      .place_kind = kind, .n_places = n, .strategy = strategy, .keep = GRADS, .n_keep = N_GRADS};
+  pe_pass_opts o = {.place_kind = kind,
+                    .n_places = n,
+                    .strategy = strategy,
+                    .keep = GRADS,
+                    .n_keep = N_GRADS,
+                    .fuse_conv_act = fuse};
   pe_ir ir = {s->prog, NULL, NULL, &o};
   PE_CK_OK(pe_graph_compile(&ir, false));
   /* The graph is what it claims: a sharded_update per parameter, or none. */
@@ -169,6 +177,11 @@ static void side_new(side *s, pe_runtime *rt, const char *opt, net nt, pe_place_
   PE_CK_OK(pe_par_exec_new(s->m, g, &s->step));
   PE_CK_OK(pe_par_exec_new(s->m, st, &s->init));
   PE_CK_OK(pe_par_exec_run(s->init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+}
+
+static void side_new(side *s, pe_runtime *rt, const char *opt, net nt, pe_place_kind kind, int n,
+                     pe_graph_strategy strategy) {
+  side_new_fused(s, rt, opt, nt, kind, n, strategy, false);
 }
 
 static void side_free(side *s) {
@@ -589,6 +602,90 @@ START_TEST(many_runs_any_thread_count) {
 }
 END_TEST
 
+/* --- schedule: a place's backward before the collectives -------------------------------------- */
+
+/* One timeline span: its name and start. */
+typedef struct span {
+  char name[64];
+  double ts;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+  double x = ((const span *)a)->ts, y = ((const span *)b)->ts;
+  return x < y ? -1 : x > y;
+}
+
+/* The op spans of a timeline's JSON ("run start" left out), by start. */
+static int spans_of(const char *json, span *out, int max) {
+  int n = 0;
+  for (const char *q = json; (q = strstr(q, "{\"name\":\"")) && n < max; q++) {
+    const char *name = q + 9, *end = strchr(name, '"');
+    const char *ts = strstr(q, "\"ts\":");
+    if (!end || !ts || !strstr(q, "\"ph\":\"X\"")) continue;
+    if (strstr(q, "\"ph\":\"X\"") > strchr(q, '}')) continue; /* metadata record */
+    int len = (int)(end - name) < 63 ? (int)(end - name) : 63;
+    if (len == 9 && !strncmp(name, "run start", 9)) continue;
+    memcpy(out[n].name, name, (size_t)len);
+    out[n].name[len] = 0;
+    out[n].ts = strtod(ts + 5, NULL);
+    n++;
+  }
+  qsort(out, (size_t)n, sizeof *out, span_cmp);
+  return n;
+}
+
+/* On one pool worker the schedule is deterministic. With matmuls fused (a
+ * backward matmul reads its weight, so it is an engine op like the
+ * updates), the second place to reach its fc_1 gradient made the fc_1
+ * update (Sharded) or all-reduce (AllReduce) ready together with its next
+ * backward op, and the worker ran the collective first: the place's
+ * backward chain, the step's critical path, waited for work that any idle
+ * worker could do later (par_node_done). Now no collective runs between a
+ * place's first and last backward op. Loop index: Sharded, AllReduce. */
+START_TEST(place_backward_before_collectives) {
+  pe_graph_strategy strategy = _i ? PE_STRATEGY_ALLREDUCE : PE_STRATEGY_SHARDED;
+  pe_runtime *rt = rt_new(1);
+  side sd;
+  side_new_fused(&sd, rt, "momentum", BIG, PE_PLACE_CPU, 2, strategy, true);
+  pe_timeline *tl;
+  PE_CK_OK(pe_timeline_new(8, 1024, &tl));
+  pe_run_opts ro = {.timeline = tl};
+  float loss;
+  PE_CK_OK(side_run(&sd, 0, 24, &ro, &loss));
+  char *json;
+  PE_CK_OK(pe_timeline_json(tl, &json, NULL));
+  enum { MAX_SPANS = 256 };
+  span *sp = calloc(MAX_SPANS, sizeof *sp);
+  ck_assert_ptr_nonnull(sp);
+  int n = spans_of(json, sp, MAX_SPANS);
+  int n_coll = 0;
+  for (int i = 0; i < n; i++)
+    n_coll += strstr(sp[i].name, "sharded_update") || strstr(sp[i].name, "all_reduce");
+  ck_assert_msg(n_coll >= 4, "%s: %d collective spans in %d", pe_strategy_name(strategy), n_coll,
+                n);
+  for (int p = 0; p < 2; p++) {
+    char at[8];
+    snprintf(at, sizeof at, "@p%d", p);
+    int first = -1, last = -1;
+    for (int i = 0; i < n; i++)
+      if (strstr(sp[i].name, "_grad#") && strstr(sp[i].name, at)) {
+        if (first < 0) first = i;
+        last = i;
+      }
+    ck_assert_int_ge(first, 0);
+    for (int i = first; i < last; i++)
+      ck_assert_msg(!strstr(sp[i].name, "sharded_update") && !strstr(sp[i].name, "all_reduce"),
+                    "%s: '%s' ran inside place %d's backward ('%s' .. '%s')",
+                    pe_strategy_name(strategy), sp[i].name, p, sp[first].name, sp[last].name);
+  }
+  free(sp);
+  free(json);
+  pe_timeline_free(tl);
+  side_free(&sd);
+  pe_runtime_free(rt);
+}
+END_TEST
+
 /* --- tiny parameters ------------------------------------------------------------------------ */
 
 /* in 3 -> hidden 1 -> CLASSES: fc_0.b has 1 element, fc_0.w 3, fc_1.w 10:
@@ -706,6 +803,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, many_runs_any_thread_count);
   tcase_add_loop_test(tc, tiny_params, 0, 4);
   tcase_add_loop_test(tc, denormal_velocity, 0, 4);
+  tcase_add_loop_test(tc, place_backward_before_collectives, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

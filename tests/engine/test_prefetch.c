@@ -64,16 +64,21 @@ static pe_status *produce(void *ctx, pe_tensor *in, int n_inputs, bool *end) {
   return NULL;
 }
 
-/* opts.fill: rows [lo, hi) must be one place's rows (with a pool, on one
- * of its workers) or, without a pool, the whole batch on the thread. */
+/* opts.fill: rows [lo, hi) must be one piece of one place's rows (with a
+ * pool, on one of its workers: pe_prefetch_fill_pieces pieces of near-equal
+ * size) or, without a pool, the whole batch on the thread. */
 static pe_status *fill(void *ctx, pe_tensor *in, int n_inputs, int64_t lo, int64_t hi) {
   source *s = ctx;
   (void)n_inputs;
   atomic_fetch_add(&s->fills, 1);
   int place = -1;
   if (s->pool) {
-    for (int64_t p = 0, off = 0; p < s->np; off += pe_split_count(s->total, s->np, (int)p), p++)
-      if (lo == off && hi == off + pe_split_count(s->total, s->np, (int)p)) place = (int)p;
+    for (int64_t p = 0, off = 0; p < s->np; off += pe_split_count(s->total, s->np, (int)p), p++) {
+      int64_t cnt = pe_split_count(s->total, s->np, (int)p);
+      int k = pe_prefetch_fill_pieces(cnt);
+      for (int i = 0; i < k; i++)
+        if (lo == off + cnt * i / k && hi == off + cnt * (i + 1) / k) place = (int)p;
+    }
     if (place < 0 || !pe_pool_is_worker(s->pool)) atomic_fetch_add(&s->fills_wrong, 1);
   } else if (lo != 0 || hi != s->total || pe_pool_current_worker() >= 0) {
     atomic_fetch_add(&s->fills_wrong, 1);
@@ -296,10 +301,18 @@ START_TEST(sim_devices_receive_parts) {
 }
 END_TEST
 
+/* Fill calls of a batch of `size` rows on np places with a pool. */
+static int pieces_of(int64_t size, int np) {
+  int n = 0;
+  for (int p = 0; p < np; p++) n += pe_prefetch_fill_pieces(pe_split_count(size, np, p));
+  return n;
+}
+
 START_TEST(fill_rows_on_the_pool) {
-  /* Two-phase batches: each place's rows are written by a task on the
-   * pool, one per place (also places with 0 rows), then split as before;
-   * without a pool the thread fills the whole batch in one call. */
+  /* Two-phase batches: each place's rows are written by tasks on the pool,
+   * in pieces of at least 8 rows, at most 8 pieces (one for a place with 0
+   * to 15 rows), then split as before; without a pool the thread fills the
+   * whole batch in one call. */
   static const int64_t sizes[] = {3, 8, 0, 5, 64, 1, 7, 4, 13, 2};
   const int nb = (int)(sizeof sizes / sizeof sizes[0]);
   for (int workers = 0; workers <= 2; workers++) {
@@ -334,7 +347,11 @@ START_TEST(fill_rows_on_the_pool) {
       ck_assert_ptr_null(pe_prefetch_next(pf, &b));
       ck_assert_ptr_null(b);
       pe_prefetch_stop(pf);
-      ck_assert_int_eq(atomic_load(&src.fills), pool ? nb * np : nb);
+      int want = 0;
+      for (int k = 0; k < nb; k++) want += pool ? pieces_of(sizes[k], np) : 1;
+      int got = atomic_load(&src.fills);
+      ck_assert_msg(got == want, "%d workers, %d places: %d fill calls, want %d", workers, np, got,
+                    want);
       ck_assert_int_eq(atomic_load(&src.fills_wrong), 0);
     }
     pe_pool_free(pool);
@@ -344,24 +361,30 @@ END_TEST
 
 START_TEST(fill_error_surfaces_on_next) {
   /* Place 1's rows of batch 2 fail: batches 0 and 1 arrive, then the
-   * error (wrapped with the batch) on every later next. */
-  static const int64_t sizes[] = {6, 6, 6, 6, 6};
+   * error (wrapped with the batch) on every later next. With 6 rows, 2 a
+   * place, one piece; with 48, 16 a place, two pieces, both of place 1's
+   * fail and the first one's rows are named. */
+  static const int64_t sizes[2][5] = {{6, 6, 6, 6, 6}, {48, 48, 48, 48, 48}};
+  static const char *const why[2] = {"rows 2..4 unreadable", "rows 16..24 unreadable"};
   pe_pool *pool;
   ck_assert_ptr_null(pe_pool_new(2, NULL, &pool));
-  source src = {.sizes = sizes,
-                .n_batches = 5,
-                .fail_at = -1,
-                .two_phase = true,
-                .np = 3,
-                .fill_fail_batch = 2,
-                .fill_fail_place = 1,
-                .pool = pool};
   pe_prefetch *pf;
   pe_prefetch_opts o = {
-      .n_places = 3, .n_inputs = 2, .produce = produce, .fill = fill, .pool = pool, .ctx = &src};
-  ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
-  expect_batches_then_error(pf, 2, 3, 6, "prefetch batch 2", "rows 2..4 unreadable");
-  pe_prefetch_stop(pf);
+      .n_places = 3, .n_inputs = 2, .produce = produce, .fill = fill, .pool = pool};
+  for (int c = 0; c < 2; c++) {
+    source src = {.sizes = sizes[c],
+                  .n_batches = 5,
+                  .fail_at = -1,
+                  .two_phase = true,
+                  .np = 3,
+                  .fill_fail_batch = 2,
+                  .fill_fail_place = 1,
+                  .pool = pool};
+    o.ctx = &src;
+    ck_assert_ptr_null(pe_prefetch_start(&o, &pf));
+    expect_batches_then_error(pf, 2, 3, sizes[c][0], "prefetch batch 2", why[c]);
+    pe_prefetch_stop(pf);
+  }
   /* A pool without a fill is refused. */
   o.fill = NULL;
   pe_status *st = pe_prefetch_start(&o, &pf);
