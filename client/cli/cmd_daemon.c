@@ -87,7 +87,14 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
     cli_json_str(stdout, m->last_checkpoint);
     printf(",\"last_checkpoint_age_s\":%.3f,\"last_checkpoint_error\":", m->last_checkpoint_age_s);
     cli_json_str(stdout, m->last_checkpoint_error);
-    printf(",\"changes_since_checkpoint\":%lld}", (long long)m->changes_since_checkpoint);
+    printf(",\"changes_since_checkpoint\":%lld,\"restart_checkpoint\":",
+           (long long)m->changes_since_checkpoint);
+    cli_json_str(stdout, m->restart_checkpoint);
+    printf(
+        ",\"restart_checkpoint_age_s\":%.3f,\"changes_since_restart_checkpoint\":%lld,"
+        "\"restart_checkpoint_read\":%s}",
+        m->restart_checkpoint_age_s, (long long)m->changes_since_restart_checkpoint,
+        m->restart_checkpoint_read ? "true" : "false");
   }
   printf("]}\n");
 }
@@ -115,12 +122,19 @@ static void print_status_text(const pe_client_status *s) {
     const pe_client_model_status *m = &s->models[i];
     printf("model %-16s %d program(s), %lld parameter bytes%s\n", m->name, m->programs,
            (long long)m->param_bytes, m->persistent ? ", persistent" : "");
+    /* What a crash would lose: changes since the restart checkpoint (a
+     * named save is not what a restart restores). */
+    if (m->persistent && m->restart_checkpoint_age_s >= 0)
+      printf("  restart checkpoint '%s' %s %.1f s ago, %lld change(s) since (a crash loses them)\n",
+             m->restart_checkpoint, m->restart_checkpoint_read ? "restored" : "written",
+             m->restart_checkpoint_age_s, (long long)m->changes_since_restart_checkpoint);
+    else if (m->persistent)
+      printf("  no restart checkpoint '%s' yet: a crash loses every value\n",
+             m->restart_checkpoint);
     if (m->checkpoints_saved)
-      printf("  checkpoint '%s' written %.1f s ago, %lld change(s) since; %llu written\n",
+      printf("  newest checkpoint '%s' written %.1f s ago, %lld change(s) since; %llu written\n",
              m->last_checkpoint, m->last_checkpoint_age_s, (long long)m->changes_since_checkpoint,
              (unsigned long long)m->checkpoints_saved);
-    else if (m->persistent)
-      printf("  no checkpoint written since the daemon started\n");
     if (m->checkpoint_failures)
       printf("  %llu checkpoint write(s) failed, the newest: %s\n",
              (unsigned long long)m->checkpoint_failures, m->last_checkpoint_error);

@@ -23,7 +23,7 @@ typedef struct run_cfg {
 #define RUN_OPTS                                                                                 \
   {"model", CLI_STR, offsetof(run_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},             \
   {"model-name", CLI_STR, offsetof(run_cfg, name), 0, 0, "parameter namespace"},                 \
-  {"places", CLI_STR, offsetof(run_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},       \
+  {"places", CLI_STR, offsetof(run_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (the model's, else the daemon's)"},       \
   {"batch", CLI_INT, offsetof(run_cfg, batch), 1, 1 << 16, "batch size (model default)"},        \
   {"steps", CLI_INT, offsetof(run_cfg, steps), 1, 1 << 20, "steps on the same batch (1)"},       \
   {"seed", CLI_INT, offsetof(run_cfg, seed), 0, 1L << 62, "initialisation seed (1)"},            \

@@ -70,7 +70,7 @@ typedef struct train_cfg {
   {"model", CLI_STR, offsetof(train_cfg, model), 0, 0, "mlp | cnn | FILE (required)"},           \
   {"model-name", CLI_STR, offsetof(train_cfg, name), 0, 0,                                       \
    "parameter namespace (default: the model's name)"},                                           \
-  {"places", CLI_STR, offsetof(train_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (daemon's)"},     \
+  {"places", CLI_STR, offsetof(train_cfg, places), 0, 0, "cpu:N, sim:N, cuda:0 (the model's, else the daemon's)"},     \
   {"limit", CLI_INT, offsetof(train_cfg, limit), 1, 1L << 30,                                    \
    "use only the first N examples of each split"},                                               \
   {"seed", CLI_INT, offsetof(train_cfg, seed), 0, 1L << 62, "init and shuffle seed (1)"},        \

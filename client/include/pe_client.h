@@ -352,6 +352,14 @@ typedef struct pe_client_model_status {
   double last_checkpoint_age_s;
   const char *last_checkpoint_error;
   int64_t changes_since_checkpoint;
+  /* The restart checkpoint (the one a crash restarts from: autosave,
+   * SIGTERM): its name, the age of its values (-1: not written or read
+   * since the daemon started) and the changes since (-1: unknown), what a
+   * crash would lose; read: the age counts from its restore or a Load. */
+  const char *restart_checkpoint;
+  double restart_checkpoint_age_s;
+  int64_t changes_since_restart_checkpoint;
+  bool restart_checkpoint_read;
 } pe_client_model_status;
 
 typedef struct pe_client_status {

@@ -342,16 +342,21 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
                                      s->places[i]->bytes_cached};
   for (size_t i = 0; i < s->n_models; i++) {
     const Pe__ModelStatus *x = s->models[i];
-    ms[i] = (pe_client_model_status){.name = x->name,
-                                     .programs = x->programs,
-                                     .param_bytes = x->param_bytes,
-                                     .persistent = x->persistent,
-                                     .checkpoints_saved = x->checkpoints_saved,
-                                     .checkpoint_failures = x->checkpoint_failures,
-                                     .last_checkpoint = x->last_checkpoint,
-                                     .last_checkpoint_age_s = x->last_checkpoint_age_s,
-                                     .last_checkpoint_error = x->last_checkpoint_error,
-                                     .changes_since_checkpoint = x->changes_since_checkpoint};
+    ms[i] = (pe_client_model_status){
+        .name = x->name,
+        .programs = x->programs,
+        .param_bytes = x->param_bytes,
+        .persistent = x->persistent,
+        .checkpoints_saved = x->checkpoints_saved,
+        .checkpoint_failures = x->checkpoint_failures,
+        .last_checkpoint = x->last_checkpoint,
+        .last_checkpoint_age_s = x->last_checkpoint_age_s,
+        .last_checkpoint_error = x->last_checkpoint_error,
+        .changes_since_checkpoint = x->changes_since_checkpoint,
+        .restart_checkpoint = x->restart_checkpoint,
+        .restart_checkpoint_age_s = x->restart_checkpoint_age_s,
+        .changes_since_restart_checkpoint = x->changes_since_restart_checkpoint,
+        .restart_checkpoint_read = x->restart_checkpoint_read};
   }
   *out = (pe_client_status){
       .version = s->version,

@@ -158,6 +158,14 @@ static pe_status *load_checked(const char *state_dir, pe_srv_model *m, const cha
   if (!st) {
     *bytes = len;
     PE_LOGI("model '%s': loaded %d tensors from %s", m->name, n, full);
+    if (!strcmp(name, m->restart_name)) {
+      /* The values are the restart checkpoint's (a restore, or a Load of
+       * it): a register never reads it again, and status counts from here. */
+      pthread_mutex_lock(&m->init_mu);
+      m->restart_seen = true;
+      pthread_mutex_unlock(&m->init_mu);
+      pe_srv_model_note_restart_read(m, pe_model_changes(m->m));
+    }
   }
   return st;
 }
@@ -214,23 +222,17 @@ pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv
       refused = unrestored(m, full, st, true);
     }
   } else if (has_values) {
-    /* Values from programs that were not persistent: the file is not
-     * restored over them, and the model's checkpoints will replace it. That
-     * much was asked for by a program of the model; a file that cannot be
-     * read is kept all the same (it may be repaired, or be another
-     * daemon version's). */
-    pe_ckpt_entry *e;
-    int n;
-    size_t len;
-    st = read_checked(full, &e, &n, NULL, &len);
-    if (st)
-      refused = unrestored(m, full, st, true);
-    else
-      PE_LOGW(
-          "model '%s': has values and becomes persistent: its restart checkpoint %s is not "
-          "restored, and its next checkpoint replaces it",
-          m->name, full);
-    if (!st) pe_ckpt_entries_free(e, n);
+    /* Values that did not come from the file (a SetParams or Load between
+     * the model's creation and its first register's restore): neither
+     * restored over nor allowed to replace the file. */
+    refused = pe_error(PE_EINVAL,
+                       "register: model '%s' has values that did not come from its restart "
+                       "checkpoint %s (set before a register restored it); the file is kept: "
+                       "load it (pe-client load --model %s --checkpoint %s), or discard it "
+                       "(pe-client drop-model --model %s)",
+                       m->name, full, m->name, name, m->name);
+    PE_LOGW("model '%s': restart checkpoint %s not restored over values set before: %s", m->name,
+            full, pe_status_msg(refused));
   } else {
     uint64_t bytes = 0;
     bool unread;
@@ -248,7 +250,7 @@ pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv
     } else if (st) {
       refused = unrestored(m, full, st, unread);
     } else {
-      PE_LOGI("model '%s': restored from its shutdown checkpoint %s", m->name, full);
+      PE_LOGI("model '%s': restored from its restart checkpoint %s", m->name, full);
     }
   }
   pe_status_free(st);

@@ -24,21 +24,25 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
                               uint64_t *bytes);
 pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char *name, char **path,
                               uint64_t *bytes);
-/* A persistent model with nothing initialised yet starts from its restart
- * checkpoint `name` when one exists (daemon restart), at the register of a
- * program (decl: its persistables). The file is never replaced unless it
- * was restored or read, so a register is refused, with the file kept byte
- * for byte and nothing of it set (the model gets no values), when the file
+/* A model with nothing initialised yet starts from its restart checkpoint
+ * `name` when one exists (daemon restart), at the register of a program
+ * (decl: its persistables), persistent or not: a model name's restart
+ * checkpoint is never replaced by values that did not come from it (a
+ * model restored by non-persistent programs only is not persistent and
+ * never writes the file; a persistent program joining it keeps the
+ * values). A register is refused, with the file kept byte for byte and
+ * nothing of it set (the model gets no values), when the file
  *   - does not fit the program or the model's claims (model_shapes.h):
  *     PE_ESHAPE, PE_EDTYPE naming the variable and both shapes;
  *   - cannot be read: corrupt (CRC, truncated: PE_ECORRUPT), of a format
  *     version this daemon does not read (PE_ECORRUPT), not a readable file
- *     (PE_EIO): the reader's reason.
+ *     (PE_EIO): the reader's reason;
+ *   - meets a model that has values already (a SetParams or Load before
+ *     the first register's restore): PE_EINVAL, the way out being a Load
+ *     of the file or drop-model.
  * Each error names the model, the file and the way out (another model
- * name, or pe-client drop-model, which removes the file). A model that
- * already has values (given by programs that were not persistent) is not
- * restored over; its file is only checked to be readable, as the model's
- * next checkpoint replaces it. Once the register passes, a model with
+ * name, or pe-client drop-model, which removes the file). Once a register
+ * passes (or a Load reads the file: pe_checkpoint_load), a model with
  * values does not look at the file again (restart_seen). Holds the
  * model's init_mu. */
 pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv_model *m,

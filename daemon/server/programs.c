@@ -355,6 +355,7 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
   m = calloc(1, sizeof *m);
   if (!m) return pe_error(PE_ENOMEM, "register: out of memory");
   snprintf(m->name, sizeof m->name, "%s", name);
+  snprintf(m->restart_name, sizeof m->restart_name, "%s", r->s->cfg.shutdown_checkpoint);
   m->kind = kind;
   m->n_places = n_places;
   m->seed = seed;
@@ -428,9 +429,20 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   pe_server *s = r->s;
   pe_place_kind kind = s->place_kind;
   int n_places = s->n_places;
-  if (o && o->places && o->places[0])
+  if (o && o->places && o->places[0]) {
     PE_TRY(
         pe_status_wrap(pe_places_parse(o->places, &kind, &n_places), "register: options.places"));
+  } else {
+    /* No places named: an existing model's (a model created meanwhile on
+     * others refuses the register below, as for named places). */
+    pthread_mutex_lock(&r->mu);
+    pe_srv_model *have = model_find(r, rq->model);
+    if (have && !have->dropping) {
+      kind = have->kind;
+      n_places = have->n_places;
+    }
+    pthread_mutex_unlock(&r->mu);
+  }
   pe_sync_strategy sync = s->sync;
   if (o && o->sync && o->sync[0] && !pe_sync_strategy_parse(o->sync, &sync))
     return pe_error(PE_EINVAL, "register: options.sync '%.32s' unknown (event, producer)", o->sync);
@@ -488,7 +500,10 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
     m->refs--;
     refused = model_maybe_unlink(r, m);
   }
-  bool restore = !st && !winner && (persistent || m->persistent);
+  /* Every program, persistent or not: a model's first register restores
+   * its restart checkpoint, so no values that did not come from the file
+   * can later be made persistent and replace it (checkpoint.h). */
+  bool restore = !st && !winner;
   pthread_mutex_unlock(&r->mu);
   if (st || winner) {
     pe_graph_free(g);
@@ -500,9 +515,9 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
     return st;
   }
 
-  /* 4 (unlocked): a persistent model without values starts from its
-   * restart checkpoint, before the graphs bind to it: a checkpoint that
-   * does not fit p refuses p, and nothing of it is set (the file stays). */
+  /* 4 (unlocked): a model without values starts from its restart
+   * checkpoint, before the graphs bind to it: a checkpoint that does not
+   * fit p refuses p, and nothing of it is set (the file stays). */
   p->model = m;
   if (restore)
     st = pe_checkpoint_restore(s->cfg.state_dir, s->cfg.shutdown_checkpoint, m, p->params,
@@ -863,6 +878,7 @@ void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **m
     pthread_mutex_lock(&m->ckpt_mu);
     x->ckpt = m->ckpt;
     pthread_mutex_unlock(&m->ckpt_mu);
+    snprintf(x->restart_name, sizeof x->restart_name, "%s", m->restart_name);
     x->changes = pe_model_changes(m->m);
   }
   int live = 0;
@@ -896,6 +912,22 @@ void pe_srv_model_note_save(pe_srv_model *m, const char *name, uint64_t version,
     snprintf(c->last, sizeof c->last, "%s", name);
     c->last_time = pe_now_s();
     c->last_version = version;
+    if (!strcmp(name, m->restart_name)) {
+      c->restart_known = true;
+      c->restart_read = false;
+      c->restart_time = c->last_time;
+      c->restart_version = version;
+    }
   }
+  pthread_mutex_unlock(&m->ckpt_mu);
+}
+
+void pe_srv_model_note_restart_read(pe_srv_model *m, uint64_t version) {
+  pthread_mutex_lock(&m->ckpt_mu);
+  pe_ckpt_record *c = &m->ckpt;
+  c->restart_known = true;
+  c->restart_read = true;
+  c->restart_time = pe_now_s();
+  c->restart_version = version;
   pthread_mutex_unlock(&m->ckpt_mu);
 }

@@ -36,17 +36,27 @@
 /* What the model's checkpoint writes since the daemon started (the
  * model's ckpt_mu): written and failed counts, the newest written one
  * (name, pe_now_s() time, the pe_model_changes() count its values
- * correspond to) and the newest failure's message. */
+ * correspond to) and the newest failure's message. Apart from those, the
+ * restart checkpoint (the file a crash restarts from): when its values
+ * became known (written by autosave or a Save of its name, or read: a
+ * restore at register or a Load of it) and their change count, so status
+ * can say what a crash would lose (a named save does not count). */
 typedef struct pe_ckpt_record {
   uint64_t saved, failed;
   char last[PE_NAME_MAX + 1]; /* "": none */
   double last_time;
   uint64_t last_version;
   char last_error[320];
+  bool restart_known, restart_read; /* read: restored or loaded, not written */
+  double restart_time;
+  uint64_t restart_version;
 } pe_ckpt_record;
 
 typedef struct pe_srv_model {
   char name[PE_NAME_MAX + 1];
+  /* The restart checkpoint's name (config shutdown_checkpoint, a
+   * restart-only key), copied at creation. */
+  char restart_name[PE_NAME_MAX + 1];
   pe_model *m;
   pe_place_kind kind;
   int n_places;
@@ -75,9 +85,9 @@ typedef struct pe_srv_model {
    * `initialized` and restart_seen. */
   pthread_mutex_t init_mu;
   pe_strmap initialized; /* persistable names with a value (values unused) */
-  /* A persistent register dealt with the restart checkpoint (restored it,
-   * found none, or found the model's values first): a model with values
-   * then never reads it again (checkpoint.h). */
+  /* A register dealt with the restart checkpoint (restored it or found
+   * none), or a Load read it: the model's values come from it or there was
+   * none, and it is never read again (checkpoint.h). */
   bool restart_seen;
   pthread_mutex_t ckpt_mu; /* guards ckpt (held for a copy, never across I/O) */
   pe_ckpt_record ckpt;
@@ -87,6 +97,9 @@ typedef struct pe_srv_model {
  * with values of change count `version`, or failed with st. */
 void pe_srv_model_note_save(pe_srv_model *m, const char *name, uint64_t version,
                             const pe_status *st);
+/* Note that m's values are its restart checkpoint's, read now (a restore
+ * or a Load of it), at change count `version`. */
+void pe_srv_model_note_restart_read(pe_srv_model *m, uint64_t version);
 
 typedef struct pe_srv_program {
   uint64_t handle;
@@ -178,6 +191,7 @@ typedef struct pe_model_snapshot {
   pe_place_kind kind;
   int n_places;
   pe_ckpt_record ckpt;
+  char restart_name[PE_NAME_MAX + 1];
   uint64_t changes; /* pe_model_changes() at the snapshot */
 } pe_model_snapshot;
 /* with_bytes: fill param_bytes (reads every model's tensors: Status only). */

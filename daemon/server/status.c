@@ -55,6 +55,15 @@ pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
     m->changes_since_checkpoint = c->saved && ms[i].changes >= c->last_version
                                       ? (int64_t)(ms[i].changes - c->last_version)
                                       : -1;
+    /* What a crash would lose: changes since the restart checkpoint's
+     * values (a named save is not restored after a crash). */
+    m->restart_checkpoint = pe_arena_strdup(a, ms[i].restart_name);
+    if (!m->restart_checkpoint) return pe_error(PE_ENOMEM, "status: out of memory");
+    m->restart_checkpoint_age_s = c->restart_known ? pe_now_s() - c->restart_time : -1;
+    m->changes_since_restart_checkpoint = c->restart_known && ms[i].changes >= c->restart_version
+                                              ? (int64_t)(ms[i].changes - c->restart_version)
+                                              : -1;
+    m->restart_checkpoint_read = c->restart_known && c->restart_read;
     r->models[r->n_models++] = m;
   }
   /* Places: the daemon's own plus every place a model lives on (a model
