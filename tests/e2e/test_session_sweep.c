@@ -63,16 +63,19 @@ START_TEST(test_in_flight_request_is_not_idle) {
   dh_run_loss(s, CLIENT_A, h, &b, mlp.loss, 100);
   double per_step = (dh_now() - t0) / 100;
   uint32_t steps = (uint32_t)(4.0 / (per_step > 1e-6 ? per_step : 1e-6));
-  if (steps > 2000000) steps = 2000000;
+  if (steps > 1000000) steps = 1000000;
   const char *names[] = {"busy"};
-  t0 = dh_now();
-  dh_run_loss(s, CLIENT_A, h, &b, mlp.loss, steps);
-  double took = dh_now() - t0;
-  /* Over 2 s: a sweep (every second) came more than 1 s into the run. */
+  /* Over 2 s: a sweep (every second) came more than 1 s into the run; on a
+   * loaded machine the calibration may be off: longer, then. */
+  double took = 0;
+  for (int round = 0; round < 4 && took <= 2.0; round++, steps *= 2) {
+    t0 = dh_now();
+    dh_run_loss(s, CLIENT_A, h, &b, mlp.loss, steps);
+    took = dh_now() - t0;
+    ck_assert_msg(models_present(s, names, 1, NULL) == 1,
+                  "model 'busy' gone after a %.1f s run with ttl = 1", took);
+  }
   ck_assert_msg(took > 2.0, "the long run took %.2f s: too short to test a 1 s TTL", took);
-  int clients;
-  ck_assert_msg(models_present(s, names, 1, &clients) == 1,
-                "model 'busy' gone after a %.1f s run with ttl = 1", took);
   dh_run_loss(s, CLIENT_A, h, &b, mlp.loss, 1); /* the program is still there */
   /* Idle now: the TTL still ends the session (the sweep runs every second). */
   double until = dh_now() + 6;
