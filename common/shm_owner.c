@@ -51,10 +51,16 @@ static bool proc_start_time(long pid, uint64_t *out) {
   return true;
 }
 
+void pe_shm_owner_self(long *pid, uint64_t *start) {
+  *pid = (long)getpid();
+  *start = 0; /* 0: unknown, the pid alone tells */
+  proc_start_time(*pid, start);
+}
+
 int pe_shm_owner_name(char *buf, size_t len, uint64_t client_id, unsigned n) {
-  uint64_t start = 0; /* 0: unknown, the pid alone tells */
-  long pid = (long)getpid();
-  proc_start_time(pid, &start);
+  long pid;
+  uint64_t start;
+  pe_shm_owner_self(&pid, &start);
   int w = snprintf(buf, len, "/pe-%ld-%" PRIx64 "-%016" PRIx64 "-%u", pid, start, client_id, n);
   return w > 0 && (size_t)w < len ? 0 : -1;
 }

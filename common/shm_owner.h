@@ -28,6 +28,9 @@ int pe_shm_owner_name(char *buf, size_t len, uint64_t client_id, unsigned n);
 /* The creator of a region named so (with or without the leading '/');
  * false for any other name (older names "/pe-<client id>-<n>" included). */
 bool pe_shm_owner_parse(const char *name, long *pid, uint64_t *start);
+/* This process's pid and start time (start 0 when /proc does not say);
+ * libpeclient sends them with its requests (Request.client_pid). */
+void pe_shm_owner_self(long *pid, uint64_t *start);
 /* The creator (pid, start) has exited. Not gone when in doubt (/proc
  * unreadable for a reason other than the process's absence). */
 bool pe_shm_owner_gone(long pid, uint64_t start);

@@ -343,6 +343,16 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * optimizer state. No-op when the model's parameters exist. */
   int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
   if (code) return cli_fail(t->ctx, t->c, code);
+  /* Values it did not initialise: a persistent model's, or another live
+   * client's training the same name (both then train one model). */
+  if (!eval_only && !t->initialized && !t->cfg.quiet)
+    fprintf(stderr,
+            "pe-client %s: model '%s' already has values (%s): training continues from them "
+            "(pe-client drop-model %s starts it afresh)\n",
+            t->ctx->cmd, t->ns,
+            t->cfg.persistent ? "persistent, restored or trained before"
+                              : "another client is using it, or it is persistent",
+            t->ns);
   /* --lr-schedule spans this run: a model trained before keeps its step
    * counter (model state), which would start the schedule part-way. */
   if (!eval_only && t->cfg.recipe.schedule) {

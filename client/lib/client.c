@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "shm_owner.h"
 
 #define DEFAULT_TIMEOUT_MS 60000
 #define DEFAULT_SEND_TIMEOUT_MS 5000
@@ -357,6 +358,13 @@ int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCa
   if (c->sock < 0) return pec_fail(c, PE_C_ECONNECT, "%s: not connected", what);
   req->client_id = c->client_id;
   req->request_id = ++c->last_request_id;
+  /* On this machine the daemon ends the session when this process exits
+   * (kill -9 included); elsewhere the pid would mean nothing to it. */
+  if (!strncmp(c->address, "ipc://", 6)) {
+    if (c->pid != (long)getpid()) pe_shm_owner_self(&c->pid, &c->pid_start);
+    req->client_pid = (uint32_t)c->pid;
+    req->client_start = c->pid_start;
+  }
   int rc = exchange(c, what, req);
   if (rc) return rc;
   Pe__Reply *r = c->reply;

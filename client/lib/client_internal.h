@@ -20,6 +20,10 @@ struct pe_client {
   uint64_t last_request_id;                       /* ids start at 1 and only grow */
   int timeout_ms, send_timeout_ms, resend_ivl_ms; /* resend_ivl_ms 0: never */
   bool resent; /* a request went out twice: never nn_close (client.c) */
+  /* This process (Request.client_pid, client_start), sent on ipc://
+   * only; looked up again after a fork. */
+  long pid;
+  uint64_t pid_start;
   /* The uid that owns the daemon's ipc:// socket file (the daemon's user),
    * learnt at connect; shared-memory regions are opened to it (shm_grant.c). */
   bool daemon_uid_known;

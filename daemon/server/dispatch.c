@@ -790,10 +790,14 @@ void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, Pe__Reply
     st = pe_error(PE_EINVAL, "request %llu: no request body (kind %d unknown or unset)",
                   (unsigned long long)rq->request_id, (int)rq->body_case);
   } else {
-    if (!h->ends_session) pe_registry_touch(s->reg, rq->client_id, pe_now_s());
+    /* The session is busy while the request runs: a run longer than the
+     * TTL is not idleness, and the TTL counts from its end. */
+    long pid = (long)rq->client_pid;
+    if (!h->ends_session)
+      pe_registry_request_begin(s->reg, rq->client_id, pid, rq->client_start, pe_now_s());
     st = h->fn(&c);
-    /* Again at the end: a run longer than the TTL is not idleness. */
-    if (!h->ends_session) pe_registry_touch(s->reg, rq->client_id, pe_now_s());
+    if (!h->ends_session)
+      pe_registry_request_end(s->reg, rq->client_id, pid, rq->client_start, pe_now_s());
   }
   if (st) {
     rep->code = (int32_t)pe_status_code(st);

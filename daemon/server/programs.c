@@ -9,10 +9,17 @@
 #include "compiler/program.h"
 #include "core/log.h"
 #include "server/checkpoint.h"
+#include "shm_owner.h"
 
+/* A client's session: open from its first request to its close, its
+ * expiry (ttl_s idle: no request in flight, none for ttl_s), or the sweep
+ * that finds its process gone (pid, start: Request.client_pid/_start). */
 typedef struct session {
   uint64_t client;
-  double last_seen;
+  double last_seen; /* the last request's start or end */
+  int in_flight;    /* its requests being handled: it is not idle meanwhile */
+  long pid;         /* 0: unknown (an older client, or not on this machine) */
+  uint64_t start;
 } session;
 
 struct pe_registry {
@@ -786,18 +793,56 @@ void pe_model_mark_initialized(pe_srv_model *m, const char *const *names, int n)
 }
 
 /* --- sessions ---------------------------------------------------------------- */
-void pe_registry_touch(pe_registry *r, uint64_t client, double now) {
+/* The client's session (lock held), opened when missing; NULL: no memory. */
+static session *session_open_locked(pe_registry *r, uint64_t client, double now) {
+  for (int i = 0; i < r->n_sessions; i++)
+    if (r->sessions[i].client == client) return &r->sessions[i];
+  if (!grow((void **)&r->sessions, &r->cap_sessions, r->n_sessions + 1, sizeof *r->sessions))
+    return NULL;
+  PE_LOGD("session %016llx opened", (unsigned long long)client);
+  r->sessions[r->n_sessions] = (session){.client = client, .last_seen = now};
+  return &r->sessions[r->n_sessions++];
+}
+
+/* Record the client's process (lock held) once it is seen from here: a
+ * pid that names no process, or one started at another time, is of
+ * another pid namespace (a container sharing the socket), where the
+ * sweep would take a live client for gone; such a session has the TTL
+ * only. Checked when the pid changes: one /proc read per session. */
+static void session_set_process_locked(session *x, long pid, uint64_t start) {
+  if (pid <= 0 || (x->pid == pid && x->start == start)) return;
+  if (pe_shm_owner_gone(pid, start)) {
+    PE_LOGD("session %016llx: client pid %ld (start %llu) is not visible here; TTL only",
+            (unsigned long long)x->client, pid, (unsigned long long)start);
+    x->pid = 0;
+    return;
+  }
+  x->pid = pid;
+  x->start = start;
+}
+
+void pe_registry_request_begin(pe_registry *r, uint64_t client, long pid, uint64_t start,
+                               double now) {
   pthread_mutex_lock(&r->mu);
-  int i;
-  for (i = 0; i < r->n_sessions; i++)
-    if (r->sessions[i].client == client) break;
-  if (i == r->n_sessions) {
-    if (grow((void **)&r->sessions, &r->cap_sessions, r->n_sessions + 1, sizeof *r->sessions)) {
-      r->sessions[r->n_sessions++] = (session){client, now};
-      PE_LOGD("session %016llx opened", (unsigned long long)client);
-    }
-  } else {
-    r->sessions[i].last_seen = now;
+  session *x = session_open_locked(r, client, now);
+  if (x) {
+    x->last_seen = now;
+    x->in_flight++;
+    session_set_process_locked(x, pid, start);
+  }
+  pthread_mutex_unlock(&r->mu);
+}
+
+void pe_registry_request_end(pe_registry *r, uint64_t client, long pid, uint64_t start,
+                             double now) {
+  pthread_mutex_lock(&r->mu);
+  /* Opened again when a close (or drop) ended it meanwhile: a register
+   * that finished after it left programs this session must expire. */
+  session *x = session_open_locked(r, client, now);
+  if (x) {
+    x->last_seen = now;
+    if (x->in_flight > 0) x->in_flight--;
+    session_set_process_locked(x, pid, start);
   }
   pthread_mutex_unlock(&r->mu);
 }
@@ -846,15 +891,32 @@ int pe_registry_drop_client(pe_registry *r, uint64_t client) {
 }
 
 int pe_registry_expire(pe_registry *r, double now, double ttl_s, uint64_t *ids, int max) {
-  if (ttl_s <= 0) return 0;
+  enum { IDLE = 1, GONE = 2, MAX = 64 };
   int n = 0;
+  char why[MAX];
+  if (max > MAX) max = MAX;
   pthread_mutex_lock(&r->mu);
-  for (int i = 0; i < r->n_sessions && n < max; i++)
-    if (now - r->sessions[i].last_seen > ttl_s) ids[n++] = r->sessions[i].client;
+  /* A session with a request in flight is never idle; its process's exit is
+   * acted on once the request is done (the engine holds its programs). */
+  for (int i = 0; i < r->n_sessions && n < max; i++) {
+    const session *x = &r->sessions[i];
+    if (x->in_flight > 0) continue;
+    if (ttl_s > 0 && now - x->last_seen > ttl_s)
+      why[n] = IDLE;
+    else if (x->pid > 0 && pe_shm_owner_gone(x->pid, x->start))
+      why[n] = GONE;
+    else
+      continue;
+    ids[n++] = x->client;
+  }
   pthread_mutex_unlock(&r->mu);
   for (int i = 0; i < n; i++) {
-    PE_LOGI("session %016llx expired after %.0f s idle: dropping its programs",
-            (unsigned long long)ids[i], ttl_s);
+    if (why[i] == IDLE)
+      PE_LOGI("session %016llx expired after %.0f s idle: dropping its programs",
+              (unsigned long long)ids[i], ttl_s);
+    else
+      PE_LOGI("session %016llx: its client process has exited: dropping its programs",
+              (unsigned long long)ids[i]);
     pe_registry_drop_client(r, ids[i]);
   }
   return n;

@@ -174,9 +174,17 @@ pe_status *pe_registry_drop_begin(pe_registry *r, uint64_t client, const char *n
 void pe_registry_drop_end(pe_registry *r, pe_srv_model *m);
 
 /* Sessions. */
-void pe_registry_touch(pe_registry *r, uint64_t client, double now);
-/* Expire clients idle for more than ttl_s; fills up to max ids; returns the
- * number expired. */
+/* A request of client starts / ends (opens the session when there is none).
+ * pid, start: the client's process (Request.client_pid, client_start; 0:
+ * unknown), which the sweep checks. */
+void pe_registry_request_begin(pe_registry *r, uint64_t client, long pid, uint64_t start,
+                               double now);
+void pe_registry_request_end(pe_registry *r, uint64_t client, long pid, uint64_t start,
+                             double now);
+/* The periodic sweep: ends the sessions idle (no request in flight) for
+ * more than ttl_s (0: never) and those whose client process has exited
+ * (pid gone or started at another time), as a close would; fills up to max
+ * ids; returns the number ended. */
 int pe_registry_expire(pe_registry *r, double now, double ttl_s, uint64_t *ids, int max);
 /* Drop a client's session and programs now; returns how many programs it
  * owned (each freed when no other client owns it either). */
