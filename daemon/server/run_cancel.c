@@ -24,7 +24,12 @@ pe_status *pe_run_guard_check(pe_run_guard *g, uint64_t done, uint64_t total) {
     PE_LOGI("run of client %016llx on model '%s' cancelled after %llu of %llu steps: %s",
             (unsigned long long)g->client, g->p->model->name, (unsigned long long)done,
             (unsigned long long)total, why);
-    return pe_error(PE_EIO, "run cancelled after %llu of %llu steps: %s", (unsigned long long)done,
+    /* Shutting down: NOT_FOUND, as for a program the daemon lost, so a
+     * client recovers as from a restart (libpeclient registers again
+     * once the daemon is back, whose register reply names the steps done,
+     * and the run is ALREADY_APPLIED). */
+    pe_code code = atomic_load(&g->s->stopping) ? PE_ENOTFOUND : PE_EIO;
+    return pe_error(code, "run cancelled after %llu of %llu steps: %s", (unsigned long long)done,
                     (unsigned long long)total, why);
   }
   double now = pe_now_s();
