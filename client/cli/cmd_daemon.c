@@ -61,13 +61,14 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
       "\"worker_threads\":%d,\"requests_total\":%llu,\"requests_failed\":%llu,"
       "\"runs_total\":%llu,\"reply_cache_entries\":%llu,\"reply_cache_bytes\":%llu,"
       "\"resends_answered\":%llu,\"resends_waited\":%llu,\"resends_stale\":%llu,"
-      "\"reply_cache_evictions\":%llu,\"checkpoint_interval_s\":%.3f,\"places\":[",
+      "\"reply_cache_evictions\":%llu,\"checkpoint_interval_s\":%.3f,\"runs_in_flight\":%d,"
+      "\"places\":[",
       s->uptime_s, s->programs, s->queue_depth, s->clients, s->worker_threads,
       (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
       (unsigned long long)s->runs_total, (unsigned long long)s->reply_cache_entries,
       (unsigned long long)s->reply_cache_bytes, (unsigned long long)s->resends_answered,
       (unsigned long long)s->resends_waited, (unsigned long long)s->resends_stale,
-      (unsigned long long)s->reply_cache_evictions, s->checkpoint_interval_s);
+      (unsigned long long)s->reply_cache_evictions, s->checkpoint_interval_s, s->runs_in_flight);
   for (size_t i = 0; i < s->n_places; i++) {
     printf("%s{\"place\":", i ? "," : "");
     cli_json_str(stdout, s->places[i].place);
@@ -102,9 +103,12 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
 static void print_status_text(const pe_client_status *s) {
   printf("pe-executord %s, up %.1f s, %d worker thread(s)\n", s->version, s->uptime_s,
          s->worker_threads);
-  printf("requests %llu (%llu failed), runs %llu, queue depth %d, clients %d, programs %d\n",
-         (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
-         (unsigned long long)s->runs_total, s->queue_depth, s->clients, s->programs);
+  printf(
+      "requests %llu (%llu failed), runs %llu (%d in flight), queue depth %d, clients %d, "
+      "programs %d\n",
+      (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
+      (unsigned long long)s->runs_total, s->runs_in_flight, s->queue_depth, s->clients,
+      s->programs);
   printf(
       "resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
       "cache %llu replies, %llu bytes, %llu evicted\n",

@@ -374,6 +374,7 @@ typedef struct pe_client_status {
   uint64_t reply_cache_entries, reply_cache_bytes;
   uint64_t resends_answered, resends_waited, resends_stale, reply_cache_evictions;
   double checkpoint_interval_s; /* the autosave interval (0: off) */
+  int runs_in_flight;           /* Run requests being computed now */
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out);

@@ -372,6 +372,7 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .requests_total = s->requests_total,
       .requests_failed = s->requests_failed,
       .runs_total = s->runs_total,
+      .runs_in_flight = s->runs_in_flight,
       .reply_cache_entries = s->reply_cache_entries,
       .reply_cache_bytes = s->reply_cache_bytes,
       .resends_answered = s->resends_answered,

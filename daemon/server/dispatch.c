@@ -10,6 +10,7 @@
 #include "server/model_drop.h"
 #include "server/programs.h"
 #include "server/run_batches.h"
+#include "server/run_cancel.h"
 #include "server/shm.h"
 
 /* Requests that would make the daemon loop for hours are refused up front. */
@@ -485,6 +486,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
                       .timeline = tl};
     double deadline =
         rq->options && rq->options->timeout_ms ? t0 + rq->options->timeout_ms / 1e3 : 0;
+    pe_run_guard guard = {.s = s, .p = p, .client = c->rq->client_id, .last_touch = t0};
     if (batches > 1) {
       pe_run_batches rb = {.feeds = feeds,
                            .pins = (const pe_shm_pin *const *)pins,
@@ -494,7 +496,8 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
                            .n_fetch = nx,
                            .opts = &ro,
                            .deadline = deadline,
-                           .timeout_ms = rq->options ? rq->options->timeout_ms : 0};
+                           .timeout_ms = rq->options ? rq->options->timeout_ms : 0,
+                           .guard = &guard};
       st = pe_srv_run_batches(s->rt, p, &rb, fetched, &done);
     } else {
       for (done = 0; done < steps && !st; done++) {
@@ -503,6 +506,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
                         rq->options->timeout_ms, done, steps);
           break;
         }
+        if (done > 0 && (st = pe_run_guard_check(&guard, done, steps))) break;
         st = pe_par_exec_run(p->exec, feeds, nf, (const char *const *)rq->fetch, nx, fetched, &ro,
                              &stats);
       }
@@ -560,7 +564,9 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
 static pe_status *h_run(ctx *c) {
   pe_srv_program *p;
   PE_TRY(pe_status_wrap(pe_registry_acquire(c->s->reg, c->rq->run->handle, &p), "run"));
+  atomic_fetch_add(&c->s->runs, 1);
   pe_status *st = run_program(c, p);
+  atomic_fetch_sub(&c->s->runs, 1);
   pe_registry_release(c->s->reg, p);
   return st;
 }

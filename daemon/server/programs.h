@@ -23,6 +23,7 @@
 #define PE_SERVER_PROGRAMS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -72,8 +73,10 @@ typedef struct pe_srv_model {
   int refs; /* acquisitions by requests in progress */
   /* A drop (pe_registry_drop_model_begin) is under way: no register binds
    * to the model and no acquire finds it; unlinked: it has left the table
-   * (its name is free) and goes with its last program or user. */
-  bool dropping, unlinked;
+   * (its name is free) and goes with its last program or user. dropping is
+   * atomic: a run reads it between its steps without the lock. */
+  atomic_bool dropping;
+  bool unlinked;
   /* Every persistable's dtype and shape (model_shapes.h; own leaf lock). */
   pe_shape_claims shapes;
   /* Held around each checkpoint write's rename and around the drop's
@@ -119,7 +122,9 @@ typedef struct pe_srv_program {
   uint64_t *owners;
   int n_owners, cap_owners;
   int refs;
-  bool dead;
+  /* Written under the registry lock; atomic: a run reads it between its
+   * steps without the lock (run_cancel.h). */
+  atomic_bool dead;
 } pe_srv_program;
 
 pe_status *pe_registry_new(pe_server *s, pe_registry **out);

@@ -16,7 +16,8 @@
  * Each step is exactly a pe_par_exec_run of its mini-batch: the same
  * parameters after k batches as after k single-batch requests. A failing
  * step stops the request with its error, naming the step; the steps before
- * it stay applied (as they would have with k requests). */
+ * it stay applied (as they would have with k requests); so do they when the
+ * run is cancelled between two steps (run_cancel.h). */
 #ifndef PE_SERVER_RUN_BATCHES_H
 #define PE_SERVER_RUN_BATCHES_H
 
@@ -36,6 +37,9 @@ typedef struct pe_run_batches {
   const pe_run_opts *opts;
   double deadline;     /* pe_now_s() clock; 0: none */
   uint32_t timeout_ms; /* for the message */
+  /* Checked after each step but the last (may be NULL): a cancelled run
+   * stops there (run_cancel.h). */
+  struct pe_run_guard *guard;
 } pe_run_batches;
 
 /* Run rb's steps of program p on runtime rt. stacked: n_fetch zeroed

@@ -506,8 +506,11 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
     return;
   }
   L->stopping = true;
-  PE_LOGI("signal %d: stopping: no new requests; finishing %d in flight, %d queued", w->signum,
-          atomic_load(&s->in_flight), atomic_load(&s->queue_depth));
+  atomic_store(&s->stopping, true);
+  PE_LOGI(
+      "signal %d: stopping: no new requests; finishing %d in flight (%d run(s): each stops at its "
+      "next step boundary), %d queued",
+      w->signum, atomic_load(&s->in_flight), atomic_load(&s->runs), atomic_load(&s->queue_depth));
   sd_notify(0, "STOPPING=1");
   ev_io_stop(loop, &L->rcv_w);
   pthread_mutex_lock(&L->mu);

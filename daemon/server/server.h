@@ -61,6 +61,10 @@ typedef struct pe_server {
   atomic_uint_fast64_t requests_total, requests_failed, runs_total;
   atomic_int queue_depth; /* received, not yet picked by a request thread */
   atomic_int in_flight;   /* being handled */
+  atomic_int runs;        /* Run requests being handled (Status: runs_in_flight) */
+  /* Set by SIGTERM/SIGINT: runs stop at their next step boundary
+   * (run_cancel.h), so the shutdown checkpoint comes soon. */
+  atomic_bool stopping;
 
   pe_loop *loop; /* event loop internals (server.c) */
 } pe_server;

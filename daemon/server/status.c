@@ -1,5 +1,6 @@
 /* The Status reply: uptime, places with parameter bytes, models (with what
- * their checkpoints did), programs, queue depth, request counters, clients,
+ * their checkpoints did), programs, queue depth, runs in flight, request
+ * counters, clients,
  * reply cache counters, the autosave interval. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);
+  r->runs_in_flight = atomic_load(&s->runs);
   /* The pool's real size (worker_threads = 0: pe_runtime_default_workers). */
   r->worker_threads = pe_pool_threads(pe_runtime_pool(s->rt));
   pe_dedup_stats ds;
