@@ -486,7 +486,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
                       .timeline = tl};
     double deadline =
         rq->options && rq->options->timeout_ms ? t0 + rq->options->timeout_ms / 1e3 : 0;
-    pe_run_guard guard = {.s = s, .p = p, .client = c->rq->client_id, .last_touch = t0};
+    pe_run_guard guard = {.s = s, .p = p, .client = c->rq->client_id};
     if (batches > 1) {
       pe_run_batches rb = {.feeds = feeds,
                            .pins = (const pe_shm_pin *const *)pins,

@@ -32,10 +32,5 @@ pe_status *pe_run_guard_check(pe_run_guard *g, uint64_t done, uint64_t total) {
     return pe_error(code, "run cancelled after %llu of %llu steps: %s", (unsigned long long)done,
                     (unsigned long long)total, why);
   }
-  double now = pe_now_s();
-  if (g->client && now - g->last_touch >= 1.0) {
-    pe_registry_touch(g->s->reg, g->client, now);
-    g->last_touch = now;
-  }
   return NULL;
 }

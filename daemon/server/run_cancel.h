@@ -12,9 +12,9 @@
  * Before, such a run went on to its last step (up to PE_MAX_STEPS, minutes
  * to hours) with nobody waiting for it and SIGTERM waiting for it.
  *
- * Between steps the run also counts as activity of its client's session
- * (at most once a second), so a run longer than the session TTL does not
- * expire its own client and cancel itself.
+ * A run longer than the session TTL does not expire its own client (and
+ * so cancel itself): a session with a request in flight is never idle
+ * (pe_registry_request_begin/end).
  *
  * Threads: a guard belongs to the request thread running the run (or the
  * pool worker that chains its steps, one at a time); the flags it reads
@@ -30,7 +30,6 @@ typedef struct pe_run_guard {
   pe_server *s;
   const pe_srv_program *p;
   uint64_t client;
-  double last_touch; /* pe_now_s() of the last session touch */
 } pe_run_guard;
 
 /* NULL: the run goes on. Else the error that ends it after `done` of
