@@ -51,7 +51,7 @@
 /* The recipe flags; unset: the model's. */
 typedef struct recipe_cfg {
   const char *optimizer, *schedule;
-  double lr, momentum, weight_decay, clip_norm, min_lr; /* weight_decay, clip_norm -1: unset */
+  double lr, momentum, weight_decay, clip_norm, min_lr; /* lr .. clip_norm -1: unset */
   long warmup_epochs;
   bool no_decay_1d;
 } recipe_cfg;
@@ -100,7 +100,8 @@ static const cli_opt train_opts[] = {
     {"optimizer", CLI_STR, offsetof(train_cfg, recipe.optimizer), 0, 0,
      "sgd | momentum | adam | adamw (the model's)"},
     {"lr", CLI_FLOAT, offsetof(train_cfg, recipe.lr), 0, 1000000, "learning rate (the model's)"},
-    {"momentum", CLI_FLOAT, offsetof(train_cfg, recipe.momentum), 0, 1, "momentum's mu (0.9)"},
+    {"momentum", CLI_FLOAT, offsetof(train_cfg, recipe.momentum), 0, 1,
+     "momentum's mu (the model's; 0: plain sgd)"},
     {"weight-decay", CLI_FLOAT, offsetof(train_cfg, recipe.weight_decay), 0, 1,
      "L2 (adamw: decoupled) coefficient (the model's)"},
     {"clip-norm", CLI_FLOAT, offsetof(train_cfg, recipe.clip_norm), 0, 1000000,
@@ -234,7 +235,7 @@ static long steps_per_epoch(const trainer *t) {
 }
 
 static bool recipe_set(const recipe_cfg *c) {
-  return c->optimizer || c->schedule || c->lr != 0 || c->momentum != 0 || c->weight_decay >= 0 ||
+  return c->optimizer || c->schedule || c->lr >= 0 || c->momentum >= 0 || c->weight_decay >= 0 ||
          c->clip_norm >= 0 || c->no_decay_1d || c->warmup_epochs || c->min_lr != 0;
 }
 
@@ -248,6 +249,8 @@ static int check_recipe_flags(const cli_ctx *ctx, const recipe_cfg *c) {
                      "--lr-schedule '%s': constant, cosine or linear (other kinds: a model file's "
                      "schedule line)",
                      c->schedule);
+  if (c->lr == 0)
+    return cli_usage(ctx, "--lr 0: the learning rate must be > 0 (without --lr: the model's)");
   if ((c->warmup_epochs || c->min_lr) && !c->schedule)
     return cli_usage(ctx, "--warmup-epochs and --min-lr need --lr-schedule");
   return CLI_OK;
@@ -265,7 +268,7 @@ static int check_optimizer(trainer *t) {
                      "%s: the model has no optimizer, so training would change nothing: give it "
                      "an 'optimizer' line (conf/models/README.md) or pass --optimizer and --lr",
                      t->cfg.model);
-  if (c->lr == 0)
+  if (c->lr < 0)
     return cli_usage(t->ctx, "%s: the model has no optimizer: --optimizer %s needs --lr",
                      t->cfg.model, c->optimizer);
   return CLI_OK;
@@ -727,7 +730,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
                .cfg = {.epochs = 1,
                        .seed = 1,
                        .per_request = 16,
-                       .recipe = {.weight_decay = -1, .clip_norm = -1}}};
+                       .recipe = {.lr = -1, .momentum = -1, .weight_decay = -1, .clip_norm = -1}}};
   bool help;
   int rc = eval_only ? refuse_training_opts(ctx, argc, argv) : CLI_OK;
   if (rc) return rc;

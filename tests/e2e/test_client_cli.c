@@ -686,6 +686,32 @@ START_TEST(deregister_of_another_clients_program) {
 }
 END_TEST
 
+/* An explicit 0 in a recipe flag is applied, not taken for "not given":
+ * --momentum 0 trains like plain sgd (not like the model's mu 0.9), and
+ * --lr 0 is a usage error (the daemon refuses a learning rate of 0). */
+START_TEST(explicit_zero_recipe_flags) {
+  cd_daemon d;
+  cd_start(&d);
+  const char *base = "train --model mlp --epochs 1 --limit 384 --json --quiet";
+  char args[256];
+  double loss[3];
+  const char *extra[] = {"", "--momentum 0", "--optimizer sgd"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(args, sizeof args, "%s --model-name z%d %s", base, i, extra[i]);
+    CLI_OK(&d, args);
+    loss[i] = json_num(last_line(d.dir), "final_loss");
+    ck_assert_msg(isfinite(loss[i]), "%s: %s", args, last_line(d.dir));
+  }
+  ck_assert_msg(loss[1] != loss[0], "--momentum 0 trained like mu 0.9 (loss %g)", loss[1]);
+  ck_assert_msg(loss[1] == loss[2], "--momentum 0 %g, sgd %g", loss[1], loss[2]);
+  snprintf(args, sizeof args, "%s --lr 0", base);
+  ck_assert_int_eq(cli(&d, d.dir, args), 2);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "--lr 0: the learning rate must be > 0"), "%s",
+                slurp(d.dir, "err"));
+  cd_stop(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli");
   TCase *tc = tcase_create("client_cli");
@@ -702,6 +728,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, failures_end_with_json);
   tcase_add_test(tc, run_fetches_and_trace_paths);
   tcase_add_test(tc, deregister_of_another_clients_program);
+  tcase_add_test(tc, explicit_zero_recipe_flags);
   suite_add_tcase(s, tc);
   return s;
 }
