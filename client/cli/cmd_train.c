@@ -129,6 +129,7 @@ typedef struct trainer {
   char places[32];             /* the model's, as the daemon reported them */
   pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
   bool use_shm;                /* the batches are in shm */
+  long eval_batch;             /* EVAL_BATCH, or less where the socket takes less */
   float *x[2];                 /* two batch buffer pairs (inside the region when use_shm) */
   int64_t *y[2];
   bool initialized;
@@ -188,6 +189,7 @@ static size_t pair_layout(const trainer *t, size_t *xbytes, size_t *cap) {
  * region up, on the heap, the batches then travel in the requests. */
 static int alloc_batches(trainer *t) {
   size_t xbytes, cap, pair = pair_layout(t, &xbytes, &cap);
+  t->eval_batch = EVAL_BATCH;
   bool want = !strcmp(t->cfg.feed, "shm") ||
               (!strcmp(t->cfg.feed, "auto") && !strncmp(pe_client_address(t->c), "ipc://", 6));
   if (want) {
@@ -207,10 +209,13 @@ static int alloc_batches(trainer *t) {
     }
   }
   /* Through the socket a group's rows travel in the request: keep it under
-   * the largest message the connection takes (with room for the rest). */
+   * the largest message the connection takes (with room for the rest);
+   * the registers' replies said the daemon's, when it is smaller. */
   size_t row = (size_t)t->train->dim * sizeof(float) + sizeof(int64_t);
-  long fit = (long)(pe_client_max_message(t->c) / 10 * 9 / (row * (size_t)t->cfg.batch));
+  long fit_rows = (long)(pe_client_max_message(t->c) / 10 * 9 / row);
+  long fit = fit_rows / t->cfg.batch;
   if (t->cfg.per_request > fit) t->cfg.per_request = fit > 1 ? fit : 1;
+  if (fit_rows < EVAL_BATCH) t->eval_batch = fit_rows > 1 ? fit_rows : 1;
   pair_layout(t, &xbytes, &cap);
   for (int k = 0; k < 2; k++) {
     t->x[k] = malloc(xbytes);
@@ -623,8 +628,8 @@ static int train_loop(trainer *t, train_result *r) {
 /* Test accuracy over the test split (*acc of *seen examples, in *secs);
  * r takes the recoveries. */
 static int evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, double *secs) {
-  pe_batcher *bt = pe_batcher_new(t->test, EVAL_BATCH, false, 0);
-  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %d)", EVAL_BATCH);
+  pe_batcher *bt = pe_batcher_new(t->test, (int)t->eval_batch, false, 0);
+  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", t->eval_batch);
   const char *fetch[1] = {t->m.correct};
   double t0 = cli_now();
   int64_t correct = 0;

@@ -217,9 +217,10 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
   c->resend_ivl_ms = o.resend_ivl_ms > 0 ? o.resend_ivl_ms : 0; /* 0: never */
   c->no_recover = o.no_recover;
   c->fail_on_rollback = o.fail_on_rollback;
-  c->max_message = o.max_message
-                       ? o.max_message
-                       : (size_t)env_long("PE_MAX_MESSAGE", PE_CLIENT_MAX_MESSAGE_DEFAULT);
+  c->max_message = c->own_max_message =
+      o.max_message ? o.max_message
+                    : (size_t)env_long("PE_MAX_MESSAGE", PE_CLIENT_MAX_MESSAGE_DEFAULT);
+  c->daemon_max_message = 0; /* the first reply says */
   if (c->max_message > (size_t)INT32_MAX)
     return pec_fail(c, PE_C_EARG, "connect: max_message %zu over the %d bytes nanomsg allows",
                     c->max_message, INT32_MAX);
@@ -311,6 +312,11 @@ static int recv_reply(pe_client *c, const char *what, const Pe__Request *req, in
     return rc;
   }
   c->reply = r;
+  if (r->max_message) { /* the daemon's limit: a larger request would go unanswered */
+    c->daemon_max_message = (size_t)r->max_message;
+    c->max_message =
+        c->own_max_message < c->daemon_max_message ? c->own_max_message : c->daemon_max_message;
+  }
   return 0;
 }
 
@@ -319,6 +325,12 @@ static int recv_reply(pe_client *c, const char *what, const Pe__Request *req, in
  * waits for the original, never applies it twice), until timeout_ms. */
 static int exchange(pe_client *c, const char *what, Pe__Request *req) {
   size_t size = pe__request__get_packed_size(req);
+  if (size > c->max_message && c->max_message == c->daemon_max_message)
+    return pec_fail(c, PE_C_ETOOBIG,
+                    "%s: request is %zu bytes, over the daemon's max_message of %zu bytes (this "
+                    "client's is %zu): send large feeds through shared memory (pe-client --feed "
+                    "shm) or fewer per request, or raise max_message in the daemon's config",
+                    what, size, c->daemon_max_message, c->own_max_message);
   if (size > c->max_message)
     return pec_fail(c, PE_C_ETOOBIG,
                     "%s: request is %zu bytes, over the maximum message size of %zu bytes "

@@ -712,6 +712,42 @@ START_TEST(explicit_zero_recipe_flags) {
 }
 END_TEST
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A daemon whose max_message is below the client's: the replies tell the
+ * client, so a socket-fed request over it fails at once naming both
+ * limits and the ways out (nanomsg would drop it unanswered: a wait of the
+ * whole --timeout), and train fits its requests under it. */
+START_TEST(daemon_max_message_reaches_the_client) {
+  cd_daemon d;
+  cd_start_conf(&d, "[limits]\nmax_message = 64K\n");
+  /* One 128-example MLP batch is ~400 KB. */
+  double t0 = now_s();
+  int rc = cli(&d, d.dir,
+               "--timeout 30000 train --model mlp --model-name big --epochs 1 --limit 256 "
+               "--quiet --feed socket");
+  double took = now_s() - t0;
+  const char *err = slurp(d.dir, "err");
+  ck_assert_msg(rc == 1 && took < 10, "exit %d after %.1f s: %s", rc, took, err);
+  ck_assert_msg(strstr(err,
+                       "over the daemon's max_message of 65536 bytes (this client's is "
+                       "67108864)") &&
+                    strstr(err, "--feed shm") && strstr(err, "MESSAGE_TOO_LARGE"),
+                "%s", err);
+  /* 16 examples (~50 KB) fit: one per request, trained through the socket. */
+  CLI_OK(&d,
+         "--timeout 30000 train --model mlp --model-name small --epochs 1 --limit 256 --batch 16 "
+         "--quiet --feed socket --json");
+  ck_assert_msg(json_num(last_line(d.dir), "steps") == 16, "%s", last_line(d.dir));
+  CLI_OK(&d, "ping");
+  cd_stop(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli");
   TCase *tc = tcase_create("client_cli");
@@ -729,6 +765,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, run_fetches_and_trace_paths);
   tcase_add_test(tc, deregister_of_another_clients_program);
   tcase_add_test(tc, explicit_zero_recipe_flags);
+  tcase_add_test(tc, daemon_max_message_reaches_the_client);
   suite_add_tcase(s, tc);
   return s;
 }
