@@ -119,8 +119,10 @@ typedef struct pe_client pe_client;
 pe_client *pe_client_new(void);
 void pe_client_free(pe_client *c);
 /* Open the REQ socket and connect (opts may be NULL: all defaults). For an
- * ipc:// address whose socket file does not exist, fails with ECONNECT at
- * once rather than timing out later. */
+ * ipc:// address whose socket file does not exist, is not a socket, is not
+ * writable by this user (permission denied, naming its mode and group) or
+ * has nobody listening (a stale socket of a daemon that exited), fails with
+ * ECONNECT at once rather than timing out later. */
 int pe_client_connect(pe_client *c, const pe_client_opts *opts);
 /* The last failure's message ("" after a success). */
 const char *pe_client_error(const pe_client *c);
