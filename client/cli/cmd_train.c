@@ -422,7 +422,7 @@ static void report_recovery(trainer *t, train_result *r) {
   r->recoveries++;
   r->steps_rolled_back += (long)rv.rolled_back_steps;
   fprintf(stderr,
-          "pe-client %s: the daemon had lost program %016llx (restarted?); registered it again. "
+          "pe-client %s: the daemon had lost program 0x%016llx (restarted?); registered it again. "
           "Model %s's parameters include this trainer's requests up to %llu; %llu answered "
           "request(s), %llu step(s), were rolled back by the restore\n",
           t->ctx->cmd, (unsigned long long)rv.handle, t->ns, (unsigned long long)rv.applied_request,

@@ -481,7 +481,7 @@ START_TEST(drop_model_frees_the_name) {
   ck_assert_msg(strstr(slurp(d.dir, "err"),
                        "model 'mlp': 'fc_0.w' has shape [784,256], the "
                        "program declares [784,512]") &&
-                    strstr(slurp(d.dir, "err"), "pe-client drop-model mlp"),
+                    strstr(slurp(d.dir, "err"), "pe-client drop-model --model mlp"),
                 "%s", slurp(d.dir, "err"));
   CLI_OK(&d, "--json drop-model --model mlp");
   ck_assert_msg(
@@ -676,6 +676,10 @@ START_TEST(deregister_of_another_clients_program) {
   ck_assert_msg(strstr(slurp(d.dir, "err"), "PERMISSION_DENIED") &&
                     strstr(slurp(d.dir, "err"), "(model 'owned') belongs to 1 other client"),
                 "%s", slurp(d.dir, "err"));
+  /* The way out is a command that works, with the handle as printed. */
+  char way_out[96];
+  snprintf(way_out, sizeof way_out, "pe-client deregister --force --handle %s", handle);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), way_out), "%s", slurp(d.dir, "err"));
   CLI_OK(&d, "--json status");
   ck_assert_msg(strstr(last_line(d.dir), "\"name\":\"owned\""), "%s", last_line(d.dir));
   snprintf(args, sizeof args, "deregister --handle %s --force", handle);
