@@ -51,7 +51,7 @@
 /* The recipe flags; unset: the model's. */
 typedef struct recipe_cfg {
   const char *optimizer, *schedule;
-  double lr, momentum, weight_decay, clip_norm, min_lr; /* weight_decay, clip_norm -1: unset */
+  double lr, momentum, weight_decay, clip_norm, min_lr; /* lr .. clip_norm -1: unset */
   long warmup_epochs;
   bool no_decay_1d;
 } recipe_cfg;
@@ -100,7 +100,8 @@ static const cli_opt train_opts[] = {
     {"optimizer", CLI_STR, offsetof(train_cfg, recipe.optimizer), 0, 0,
      "sgd | momentum | adam | adamw (the model's)"},
     {"lr", CLI_FLOAT, offsetof(train_cfg, recipe.lr), 0, 1000000, "learning rate (the model's)"},
-    {"momentum", CLI_FLOAT, offsetof(train_cfg, recipe.momentum), 0, 1, "momentum's mu (0.9)"},
+    {"momentum", CLI_FLOAT, offsetof(train_cfg, recipe.momentum), 0, 1,
+     "momentum's mu (the model's; 0: plain sgd)"},
     {"weight-decay", CLI_FLOAT, offsetof(train_cfg, recipe.weight_decay), 0, 1,
      "L2 (adamw: decoupled) coefficient (the model's)"},
     {"clip-norm", CLI_FLOAT, offsetof(train_cfg, recipe.clip_norm), 0, 1000000,
@@ -128,6 +129,7 @@ typedef struct trainer {
   char places[32];             /* the model's, as the daemon reported them */
   pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
   bool use_shm;                /* the batches are in shm */
+  long eval_batch;             /* EVAL_BATCH, or less where the socket takes less */
   float *x[2];                 /* two batch buffer pairs (inside the region when use_shm) */
   int64_t *y[2];
   bool initialized;
@@ -187,6 +189,7 @@ static size_t pair_layout(const trainer *t, size_t *xbytes, size_t *cap) {
  * region up, on the heap, the batches then travel in the requests. */
 static int alloc_batches(trainer *t) {
   size_t xbytes, cap, pair = pair_layout(t, &xbytes, &cap);
+  t->eval_batch = EVAL_BATCH;
   bool want = !strcmp(t->cfg.feed, "shm") ||
               (!strcmp(t->cfg.feed, "auto") && !strncmp(pe_client_address(t->c), "ipc://", 6));
   if (want) {
@@ -206,10 +209,13 @@ static int alloc_batches(trainer *t) {
     }
   }
   /* Through the socket a group's rows travel in the request: keep it under
-   * the largest message the connection takes (with room for the rest). */
+   * the largest message the connection takes (with room for the rest);
+   * the registers' replies said the daemon's, when it is smaller. */
   size_t row = (size_t)t->train->dim * sizeof(float) + sizeof(int64_t);
-  long fit = (long)(pe_client_max_message(t->c) / 10 * 9 / (row * (size_t)t->cfg.batch));
+  long fit_rows = (long)(pe_client_max_message(t->c) / 10 * 9 / row);
+  long fit = fit_rows / t->cfg.batch;
   if (t->cfg.per_request > fit) t->cfg.per_request = fit > 1 ? fit : 1;
+  if (fit_rows < EVAL_BATCH) t->eval_batch = fit_rows > 1 ? fit_rows : 1;
   pair_layout(t, &xbytes, &cap);
   for (int k = 0; k < 2; k++) {
     t->x[k] = malloc(xbytes);
@@ -234,7 +240,7 @@ static long steps_per_epoch(const trainer *t) {
 }
 
 static bool recipe_set(const recipe_cfg *c) {
-  return c->optimizer || c->schedule || c->lr != 0 || c->momentum != 0 || c->weight_decay >= 0 ||
+  return c->optimizer || c->schedule || c->lr >= 0 || c->momentum >= 0 || c->weight_decay >= 0 ||
          c->clip_norm >= 0 || c->no_decay_1d || c->warmup_epochs || c->min_lr != 0;
 }
 
@@ -248,6 +254,8 @@ static int check_recipe_flags(const cli_ctx *ctx, const recipe_cfg *c) {
                      "--lr-schedule '%s': constant, cosine or linear (other kinds: a model file's "
                      "schedule line)",
                      c->schedule);
+  if (c->lr == 0)
+    return cli_usage(ctx, "--lr 0: the learning rate must be > 0 (without --lr: the model's)");
   if ((c->warmup_epochs || c->min_lr) && !c->schedule)
     return cli_usage(ctx, "--warmup-epochs and --min-lr need --lr-schedule");
   return CLI_OK;
@@ -265,7 +273,7 @@ static int check_optimizer(trainer *t) {
                      "%s: the model has no optimizer, so training would change nothing: give it "
                      "an 'optimizer' line (conf/models/README.md) or pass --optimizer and --lr",
                      t->cfg.model);
-  if (c->lr == 0)
+  if (c->lr < 0)
     return cli_usage(t->ctx, "%s: the model has no optimizer: --optimizer %s needs --lr",
                      t->cfg.model, c->optimizer);
   return CLI_OK;
@@ -414,7 +422,7 @@ static void report_recovery(trainer *t, train_result *r) {
   r->recoveries++;
   r->steps_rolled_back += (long)rv.rolled_back_steps;
   fprintf(stderr,
-          "pe-client %s: the daemon had lost program %016llx (restarted?); registered it again. "
+          "pe-client %s: the daemon had lost program 0x%016llx (restarted?); registered it again. "
           "Model %s's parameters include this trainer's requests up to %llu; %llu answered "
           "request(s), %llu step(s), were rolled back by the restore\n",
           t->ctx->cmd, (unsigned long long)rv.handle, t->ns, (unsigned long long)rv.applied_request,
@@ -620,8 +628,8 @@ static int train_loop(trainer *t, train_result *r) {
 /* Test accuracy over the test split (*acc of *seen examples, in *secs);
  * r takes the recoveries. */
 static int evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, double *secs) {
-  pe_batcher *bt = pe_batcher_new(t->test, EVAL_BATCH, false, 0);
-  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %d)", EVAL_BATCH);
+  pe_batcher *bt = pe_batcher_new(t->test, (int)t->eval_batch, false, 0);
+  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", t->eval_batch);
   const char *fetch[1] = {t->m.correct};
   double t0 = cli_now();
   int64_t correct = 0;
@@ -727,7 +735,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
                .cfg = {.epochs = 1,
                        .seed = 1,
                        .per_request = 16,
-                       .recipe = {.weight_decay = -1, .clip_norm = -1}}};
+                       .recipe = {.lr = -1, .momentum = -1, .weight_decay = -1, .clip_norm = -1}}};
   bool help;
   int rc = eval_only ? refuse_training_opts(ctx, argc, argv) : CLI_OK;
   if (rc) return rc;

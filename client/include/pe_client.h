@@ -23,7 +23,9 @@
  *
  * Size limit: requests are packed first and refused here, with both sizes,
  * when larger than max_message (the daemon's NN_RCVMAXSIZE would drop them
- * silently). NN_RCVMAXSIZE is set to the same limit on this socket.
+ * silently): opts.max_message, and once a reply has come, the daemon's own
+ * if that is smaller (every reply carries it). NN_RCVMAXSIZE is set to
+ * opts.max_message on this socket.
  *
  * Results (registered params, fetched tensors, status) point into the last
  * reply, which the handle owns: they stay valid until the next request on
@@ -117,8 +119,10 @@ typedef struct pe_client pe_client;
 pe_client *pe_client_new(void);
 void pe_client_free(pe_client *c);
 /* Open the REQ socket and connect (opts may be NULL: all defaults). For an
- * ipc:// address whose socket file does not exist, fails with ECONNECT at
- * once rather than timing out later. */
+ * ipc:// address whose socket file does not exist, is not a socket, is not
+ * writable by this user (permission denied, naming its mode and group) or
+ * has nobody listening (a stale socket of a daemon that exited), fails with
+ * ECONNECT at once rather than timing out later. */
 int pe_client_connect(pe_client *c, const pe_client_opts *opts);
 /* The last failure's message ("" after a success). */
 const char *pe_client_error(const pe_client *c);
@@ -127,6 +131,8 @@ uint64_t pe_client_id(const pe_client *c);
 /* The id of the last request sent (0 before the first): with the client id,
  * the key the daemon logs a request under and deduplicates it by. */
 uint64_t pe_client_last_request_id(const pe_client *c);
+/* The largest request this handle sends: min(opts.max_message, the
+ * daemon's max_message once a reply has said it). */
 size_t pe_client_max_message(const pe_client *c);
 /* Change the reply timeout for later requests (ms, > 0). */
 int pe_client_set_timeout(pe_client *c, int timeout_ms);

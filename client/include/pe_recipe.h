@@ -16,9 +16,13 @@ typedef struct pe_train_recipe {
    * from its defaults (momentum 0.9; betas 0.9, 0.999; epsilon 1e-8); the
    * learning rate and weight decay are kept unless set below. */
   const char *optimizer;
-  float lr;             /* > 0; 0: the program's */
-  float momentum;       /* momentum's mu in (0, 1); 0: the program's (or the default) */
-  float weight_decay;   /* >= 0; negative: the program's */
+  /* Negative: the program's value (PE_TRAIN_RECIPE_KEEP); anything else is
+   * applied, 0 included: momentum 0 makes a momentum optimizer plain sgd,
+   * weight_decay 0 makes adamw adam (the program's 0 means 0.9 and 0.01
+   * there, OptimizerDesc). lr 0 is refused, as the daemon refuses it. */
+  float lr;             /* > 0 */
+  float momentum;       /* momentum's mu in [0, 1); sgd takes 0 only */
+  float weight_decay;   /* >= 0 */
   float grad_clip_norm; /* >= 0 (0: no clipping); negative: the program's */
   bool no_decay_1d;     /* exempt every trainable 1-D parameter (biases, norms) */
   /* constant | step | multistep | exponential | cosine | linear: replaces
@@ -30,9 +34,10 @@ typedef struct pe_train_recipe {
   float gamma, min_lr;
 } pe_train_recipe;
 
-/* A recipe that changes nothing (weight_decay and grad_clip_norm -1). */
+/* A recipe that changes nothing (lr, momentum, weight_decay and
+ * grad_clip_norm -1). */
 #define PE_TRAIN_RECIPE_KEEP \
-  { .weight_decay = -1.0f, .grad_clip_norm = -1.0f }
+  { .lr = -1.0f, .momentum = -1.0f, .weight_decay = -1.0f, .grad_clip_norm = -1.0f }
 
 /* Apply r to the ProgramDesc in (in, len): a new buffer in *out (malloc'd,
  * the caller frees) of *out_len bytes. A program with a loss but no

@@ -2,6 +2,7 @@
  * every call goes through (pec_call). */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <stdarg.h>
@@ -10,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -177,8 +180,43 @@ int pe_client_set_timeout(pe_client *c, int timeout_ms) {
   return 0;
 }
 
+/* A plain unix-socket connect to path, closed at once: what nanomsg would
+ * only show as a timeout (it connects in the background and retries) is
+ * said now: no permission on the socket, or nobody listening (a stale
+ * file of a daemon that exited). Anything else (a full backlog: EAGAIN) is
+ * left to nanomsg. The daemon's nanomsg sees a peer that went away before
+ * its handshake. */
+static int probe_ipc_path(pe_client *c, const char *path, const struct stat *st) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  memcpy(sa.sun_path, path, strlen(path) + 1); /* fits: checked by the caller */
+  int r = connect(fd, (struct sockaddr *)&sa, sizeof sa), e = errno;
+  close(fd);
+  if (r == 0) return 0;
+  if (e == EACCES || e == EPERM) {
+    const struct group *g = getgrgid(st->st_gid);
+    char gname[64];
+    if (g)
+      snprintf(gname, sizeof gname, "%s", g->gr_name);
+    else
+      snprintf(gname, sizeof gname, "%u", (unsigned)st->st_gid);
+    return pec_fail(c, PE_C_ECONNECT,
+                    "connect %s: permission denied on %s (mode %04o, group %s: the daemon's "
+                    "socket_mode and socket_group): join group %s or ask the daemon's admin",
+                    c->address, path, (unsigned)(st->st_mode & 07777), gname, gname);
+  }
+  if (e == ECONNREFUSED)
+    return pec_fail(c, PE_C_ECONNECT,
+                    "connect %s: no daemon is listening on %s (a stale socket of a daemon that "
+                    "exited?); is pe-executord running?",
+                    c->address, path);
+  return 0;
+}
+
 /* For ipc:// addresses: a missing socket file means no daemon, said now
- * rather than as a timeout later (nanomsg connects in the background). */
+ * rather than as a timeout later (nanomsg connects in the background); so
+ * do a socket without access and one nobody listens on (probe_ipc_path). */
 static int check_ipc_path(pe_client *c) {
   if (strncmp(c->address, "ipc://", 6) != 0) return 0;
   const char *path = c->address + 6;
@@ -198,7 +236,7 @@ static int check_ipc_path(pe_client *c) {
                     path);
   c->daemon_uid = st.st_uid; /* bind() made the file: the daemon's user */
   c->daemon_uid_known = true;
-  return 0;
+  return probe_ipc_path(c, path, &st);
 }
 
 int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
@@ -217,9 +255,10 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
   c->resend_ivl_ms = o.resend_ivl_ms > 0 ? o.resend_ivl_ms : 0; /* 0: never */
   c->no_recover = o.no_recover;
   c->fail_on_rollback = o.fail_on_rollback;
-  c->max_message = o.max_message
-                       ? o.max_message
-                       : (size_t)env_long("PE_MAX_MESSAGE", PE_CLIENT_MAX_MESSAGE_DEFAULT);
+  c->max_message = c->own_max_message =
+      o.max_message ? o.max_message
+                    : (size_t)env_long("PE_MAX_MESSAGE", PE_CLIENT_MAX_MESSAGE_DEFAULT);
+  c->daemon_max_message = 0; /* the first reply says */
   if (c->max_message > (size_t)INT32_MAX)
     return pec_fail(c, PE_C_EARG, "connect: max_message %zu over the %d bytes nanomsg allows",
                     c->max_message, INT32_MAX);
@@ -311,6 +350,11 @@ static int recv_reply(pe_client *c, const char *what, const Pe__Request *req, in
     return rc;
   }
   c->reply = r;
+  if (r->max_message) { /* the daemon's limit: a larger request would go unanswered */
+    c->daemon_max_message = (size_t)r->max_message;
+    c->max_message =
+        c->own_max_message < c->daemon_max_message ? c->own_max_message : c->daemon_max_message;
+  }
   return 0;
 }
 
@@ -319,6 +363,12 @@ static int recv_reply(pe_client *c, const char *what, const Pe__Request *req, in
  * waits for the original, never applies it twice), until timeout_ms. */
 static int exchange(pe_client *c, const char *what, Pe__Request *req) {
   size_t size = pe__request__get_packed_size(req);
+  if (size > c->max_message && c->max_message == c->daemon_max_message)
+    return pec_fail(c, PE_C_ETOOBIG,
+                    "%s: request is %zu bytes, over the daemon's max_message of %zu bytes (this "
+                    "client's is %zu): send large feeds through shared memory (pe-client --feed "
+                    "shm) or fewer per request, or raise max_message in the daemon's config",
+                    what, size, c->daemon_max_message, c->own_max_message);
   if (size > c->max_message)
     return pec_fail(c, PE_C_ETOOBIG,
                     "%s: request is %zu bytes, over the maximum message size of %zu bytes "

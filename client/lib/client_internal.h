@@ -28,7 +28,9 @@ struct pe_client {
    * learnt at connect; shared-memory regions are opened to it (shm_grant.c). */
   bool daemon_uid_known;
   uid_t daemon_uid;
-  size_t max_message;
+  size_t max_message;        /* min(own limit, daemon_max_message when known) */
+  size_t own_max_message;    /* opts / $PE_MAX_MESSAGE / the default */
+  size_t daemon_max_message; /* from the replies (Reply.max_message); 0: not known yet */
   /* The last reply and the result arrays built from it; both are freed at
    * the start of the next request (results point into the reply). */
   Pe__Reply *reply;
@@ -70,11 +72,10 @@ int pec_region_remember(pe_client *c, const char *name, uint64_t size, uint64_t 
 void pec_region_forget(pe_client *c, uint64_t given);
 uint64_t pec_region_now(const pe_client *c, uint64_t given);
 void pec_recover_free(pe_client *c);
-/* After `request` (a run's id, 0 for other requests; its program: handle, or the first remembered one of
- * model when model is not NULL) failed with code: when code is NOT_FOUND
- * and the program is remembered, register the regions and the program
- * again. Returns 0 when the request should be sent again; else a failure
- * (code with c->err kept or extended; ALREADY_APPLIED when the restored
+/* After `request` (a run's id, 0 for other requests; its program: handle, or the first remembered
+ * one of model when model is not NULL) failed with code: when code is NOT_FOUND and the program is
+ * remembered, register the regions and the program again. Returns 0 when the request should be sent
+ * again; else a failure (code with c->err kept or extended; ALREADY_APPLIED when the restored
  * parameters include the request; ROLLED_BACK for a run when
  * fail_on_rollback is set and answered runs were rolled back; with
  * need_values, NOT_FOUND when the model came back without values). */

@@ -220,12 +220,12 @@ int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const
   if (rc) {
     char again[PEC_ERR_LEN];
     snprintf(again, sizeof again, "%s", c->err);
-    return pec_fail(c, code, "%s (registering program %016llx of model '%s' again failed: %s)",
+    return pec_fail(c, code, "%s (registering program 0x%016llx of model '%s' again failed: %s)",
                     first, (unsigned long long)p->handle, p->model, again);
   }
   if (out.handle != p->handle) /* same program bytes and options: same hash */
     return pec_fail(c, PE_C_EPROTO,
-                    "%s (registered again, program %016llx of model '%s' got handle %016llx)",
+                    "%s (registered again, program 0x%016llx of model '%s' got handle 0x%016llx)",
                     first, (unsigned long long)p->handle, p->model, (unsigned long long)out.handle);
   if (out.existed) return 0; /* the program is there: the NOT_FOUND was a region's, or not ours */
   c->recovery.recoveries++;
@@ -235,21 +235,21 @@ int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const
   count_rolled_back(c, p, out.applied_request, out.applied_steps);
   if (need_values && !out.has_values)
     return pec_fail(c, code,
-                    "%s: the daemon lost program %016llx (it restarted, or this client's session "
+                    "%s: the daemon lost program 0x%016llx (it restarted, or this client's session "
                     "expired) and model '%s' came back without parameters (%s); register and "
                     "init it again",
                     what, (unsigned long long)p->handle, p->model,
                     p->args.persistent ? "no restart checkpoint" : "the model is not persistent");
   if (request && out.applied_request >= request)
     return pec_fail(c, PE_C_EALREADY,
-                    "%s: request %llu reached model '%s' before the daemon lost program %016llx "
+                    "%s: request %llu reached model '%s' before the daemon lost program 0x%016llx "
                     "(%u step(s) of it are in the restored parameters); it is not applied again "
                     "and its fetches are lost",
                     what, (unsigned long long)request, p->model, (unsigned long long)p->handle,
                     out.applied_steps);
   if (request && c->fail_on_rollback && c->recovery.rolled_back_steps)
     return pec_fail(c, PE_C_EROLLEDBACK,
-                    "%s: request %llu not sent: the daemon lost program %016llx and model '%s' "
+                    "%s: request %llu not sent: the daemon lost program 0x%016llx and model '%s' "
                     "came back from a checkpoint without %llu answered request(s), %llu step(s), "
                     "of this client's",
                     what, (unsigned long long)request, (unsigned long long)p->handle, p->model,

@@ -30,13 +30,15 @@ static bool finite_nonneg(float x) {
 /* The recipe's own checks (the daemon checks the rest at Register); `type`
  * is the optimizer the program will have. */
 static int check(const pe_train_recipe *r, const char *type, char *err, size_t errlen) {
-  if (!finite_nonneg(r->lr))
-    return fail(err, errlen, "lr %g must be finite and >= 0 (0: the program's)", r->lr);
-  if (!(r->momentum >= 0 && r->momentum < 1))
-    return fail(err, errlen, "momentum %g must be in [0, 1)", r->momentum);
-  if (r->momentum > 0 && strcmp(type, "momentum"))
-    return fail(err, errlen, "momentum %g applies to the momentum optimizer, not %s", r->momentum,
-                type);
+  /* NaN is "given" (not < 0) and fails the range checks */
+  if (!(r->lr < 0) && !(isfinite(r->lr) && r->lr > 0))
+    return fail(err, errlen, "lr %g must be finite and > 0 (negative: the program's)", r->lr);
+  if (!(r->momentum < 0)) {
+    if (!(r->momentum < 1)) return fail(err, errlen, "momentum %g must be in [0, 1)", r->momentum);
+    if (strcmp(type, "momentum") && (r->momentum > 0 || strcmp(type, "sgd")))
+      return fail(err, errlen, "momentum %g applies to the momentum optimizer, not %s", r->momentum,
+                  type);
+  }
   if (isnan(r->weight_decay) || isinf(r->weight_decay))
     return fail(err, errlen, "weight_decay %g must be finite", r->weight_decay);
   if (isnan(r->grad_clip_norm) || isinf(r->grad_clip_norm))
@@ -104,8 +106,16 @@ int pe_train_recipe_apply(const pe_train_recipe *r, const uint8_t *in, size_t le
   }
   if (!rc) {
     if (r->lr > 0) od->learning_rate = r->lr;
+    /* The program's 0 means the kind's default (0.9, 0.01): an explicit
+     * 0 is the kind without that term, which is the same update. */
     if (r->momentum > 0) od->momentum = r->momentum;
+    if (r->momentum == 0 && !strcmp(od->type, "momentum")) {
+      od->type = (char *)"sgd";
+      od->momentum = 0.0f;
+      od->nesterov = false;
+    }
     if (r->weight_decay >= 0) od->weight_decay = r->weight_decay;
+    if (r->weight_decay == 0 && !strcmp(od->type, "adamw")) od->type = (char *)"adam";
     if (r->grad_clip_norm >= 0) od->grad_clip_norm = r->grad_clip_norm;
     if (r->schedule) {
       ls.type = (char *)pe_lr_schedule_kind(r->schedule);

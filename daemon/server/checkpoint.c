@@ -196,7 +196,7 @@ static pe_status *unrestored(const pe_srv_model *m, const char *full, const pe_s
                   "register: model '%s': its restart checkpoint %s %s: %s; the file is kept and "
                   "nothing replaces it while it is there: repair it or move it away and register "
                   "again, register the program under another model name, or discard the file "
-                  "(pe-client drop-model %s)",
+                  "(pe-client drop-model --model %s)",
                   m->name, full, what, msg, m->name);
 }
 
@@ -243,7 +243,7 @@ pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv
                          "register: model '%s': its restart checkpoint %s does not fit the "
                          "program: %s; the file is kept: register the program under another "
                          "model name, or drop the model to discard the checkpoint (pe-client "
-                         "drop-model %s)",
+                         "drop-model --model %s)",
                          m->name, full, pe_status_msg(st), m->name);
       PE_LOGW("model '%s': restart checkpoint %s not restored: %s", m->name, full,
               pe_status_msg(st));

@@ -241,7 +241,7 @@ static pe_status *h_register(ctx *c) {
   if (!st) {
     c->rep->body_case = PE__REPLY__BODY_REGISTER;
     c->rep->register_ = r;
-    PE_LOGI("register client=%016llx model=%s handle=%016llx %s (%d params, %d feeds)",
+    PE_LOGI("register client=%016llx model=%s handle=0x%016llx %s (%d params, %d feeds)",
             (unsigned long long)c->rq->client_id, p->model->name, (unsigned long long)p->handle,
             existed ? "existing" : "new", p->n_params, p->n_feeds);
   }
@@ -402,8 +402,8 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
     if (!decl) {
       feed_names(p, names, sizeof names);
       st = pe_error(PE_EUNKNOWN_VAR,
-                    "run: feed '%.64s' is not a feed variable of program %016llx (feeds: %s)", name,
-                    (unsigned long long)p->handle, names);
+                    "run: feed '%.64s' is not a feed variable of program 0x%016llx (feeds: %s)",
+                    name, (unsigned long long)p->handle, names);
       break;
     }
     for (int j = 0; j < i; j++)
@@ -453,7 +453,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
     for (int j = 0; j < nf && !given; j++) given = !strcmp(feeds[j].name, p->feeds[i].name);
     if (!given) {
       char b[PE_SHAPE_STRLEN];
-      st = pe_error(PE_EMISSING_FEED, "run: feed '%s' (%s %s) of program %016llx is missing",
+      st = pe_error(PE_EMISSING_FEED, "run: feed '%s' (%s %s) of program 0x%016llx is missing",
                     p->feeds[i].name, pe_dtype_name(p->feeds[i].dtype),
                     shape_str(&p->feeds[i].shape, b), (unsigned long long)p->handle);
     }

@@ -24,7 +24,8 @@ static void usage(FILE *f) {
           "  --log-level L     error | warn | info | debug\n"
           "\n"
           "Signals: SIGTERM/SIGINT stop (finish in-flight requests, checkpoint persistent\n"
-          "models, exit 0); SIGHUP reloads log level, session TTL, limits and\n"
+          "models, exit 0); SIGUSR1/SIGUSR2 are logged and ignored (SIGPIPE too);\n"
+          "SIGHUP reloads log level, session TTL, limits and\n"
           "checkpoint_interval from FILE (the options given here still win).\n"
           "One daemon per state directory: a second one on it exits 1.\n");
 }

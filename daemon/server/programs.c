@@ -135,7 +135,7 @@ static void prog_maybe_unlink(pe_registry *r, pe_srv_program *p, pe_srv_program 
 
 static void destroy_later(pe_srv_program *p, pe_srv_model *m) {
   if (p) {
-    PE_LOGI("program %016llx freed", (unsigned long long)p->handle);
+    PE_LOGI("program 0x%016llx freed", (unsigned long long)p->handle);
     program_destroy(p);
   }
   if (m) {
@@ -326,12 +326,12 @@ static pe_srv_program *existing_locked(pe_registry *r, uint64_t handle, const ui
   if (i < 0) return NULL;
   pe_srv_program *p = r->progs[i];
   if (p->dead) {
-    *st = pe_error(PE_EINVAL, "register: program %016llx is being deregistered; retry",
+    *st = pe_error(PE_EINVAL, "register: program 0x%016llx is being deregistered; retry",
                    (unsigned long long)handle);
     return NULL;
   }
   if (p->key_len != key_len || memcmp(p->key, key, key_len)) {
-    *st = pe_error(PE_EINTERNAL, "register: handle %016llx collides with a different program",
+    *st = pe_error(PE_EINTERNAL, "register: handle 0x%016llx collides with a different program",
                    (unsigned long long)handle);
     return NULL;
   }
@@ -398,7 +398,7 @@ static pe_status *claim_decls_locked(pe_srv_model *m, const pe_srv_program *p, b
   if (!st || pe_status_code(st) == PE_ENOMEM) return pe_status_wrap(st, "register");
   pe_status *out = pe_error(pe_status_code(st),
                             "register: %s; register the program under another model name, or "
-                            "drop the model first (pe-client drop-model %s)",
+                            "drop the model first (pe-client drop-model --model %s)",
                             pe_status_msg(st), m->name);
   pe_status_free(st);
   return out;
@@ -588,7 +588,7 @@ pe_status *pe_registry_acquire(pe_registry *r, uint64_t handle, pe_srv_program *
   if (!p)
     return pe_error(
         PE_ENOTFOUND,
-        "handle %016llx: no such program (never registered, deregistered or its session expired)",
+        "handle 0x%016llx: no such program (never registered, deregistered or its session expired)",
         (unsigned long long)handle);
   return NULL;
 }
@@ -625,12 +625,15 @@ static pe_status *not_owner_locked(pe_registry *r, const pe_srv_program *p) {
           (idle < 0 || now - r->sessions[i].last_seen < idle))
         idle = now - r->sessions[i].last_seen;
   bool last_user = !p->model->persistent && p->model->n_programs == 1;
-  return pe_error(PE_EPERM,
-                  "program %016llx (model '%s') belongs to %d other client(s) (last request %.0f s "
-                  "ago); only they can deregister it, and it goes when their sessions end. "
-                  "Dropping it would fail their runs%s; use force to drop it anyway",
-                  (unsigned long long)p->handle, p->model->name, p->n_owners, idle < 0 ? 0 : idle,
-                  last_user ? " and free the model's values (not persistent)" : "");
+  return pe_error(
+      PE_EPERM,
+      "program 0x%016llx (model '%s') belongs to %d other client(s) (last request %.0f s "
+      "ago); only they can deregister it, and it goes when their sessions end. "
+      "Dropping it would fail their runs%s; to drop it anyway: pe-client deregister "
+      "--force --handle 0x%016llx",
+      (unsigned long long)p->handle, p->model->name, p->n_owners, idle < 0 ? 0 : idle,
+      last_user ? " and free the model's values (not persistent)" : "",
+      (unsigned long long)p->handle);
 }
 
 pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t handle, bool force) {
@@ -643,8 +646,9 @@ pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t hand
   if (owner) {
     drop_owner_locked(p, client);
   } else if (force) {
-    PE_LOGW("client %016llx force-deregistered program %016llx (model '%s') of %d other client(s)",
-            (unsigned long long)client, (unsigned long long)handle, p->model->name, p->n_owners);
+    PE_LOGW(
+        "client %016llx force-deregistered program 0x%016llx (model '%s') of %d other client(s)",
+        (unsigned long long)client, (unsigned long long)handle, p->model->name, p->n_owners);
     p->dead = true;
   } else {
     st = not_owner_locked(r, p);

@@ -16,11 +16,13 @@ static size_t to_error(Pe__Reply *rep, pe_reply_buf *rb, int code) {
 
 const uint8_t *pe_reply_pack(Pe__Reply *rep, int64_t max_message, pe_reply_alloc_fn alloc,
                              pe_reply_buf *rb, size_t *len, bool *owned) {
+  rep->max_message = max_message > 0 ? (uint64_t)max_message : 0;
   size_t n = pe__reply__get_packed_size(rep);
   if ((int64_t)n > max_message) {
     snprintf(rb->message, sizeof rb->message,
-             "reply of %zu bytes exceeds max_message %lld (fetch less per request)", n,
-             (long long)max_message);
+             "reply of %zu bytes exceeds max_message %lld (fetch less per request; the request "
+             "itself was carried out)",
+             n, (long long)max_message);
     n = to_error(rep, rb, PE_EINVAL);
   }
   uint8_t *buf = alloc(n ? n : 1);

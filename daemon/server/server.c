@@ -55,7 +55,7 @@ struct pe_loop {
   int sock;
   ev_io rcv_w, snd_w;
   ev_async reply_async;
-  ev_signal sigterm_w, sigint_w, sighup_w;
+  ev_signal sigterm_w, sigint_w, sighup_w, sigusr1_w, sigusr2_w;
   ev_timer tick_w, watchdog_w, drain_w;
 
   pthread_mutex_t mu; /* q, closing, out, alive */
@@ -520,6 +520,13 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   ev_timer_start(loop, &L->drain_w);
 }
 
+/* SIGUSR1 and SIGUSR2 have no use here; their default action would end the
+ * daemon without its shutdown checkpoints and leave its socket file. */
+static void ignored_sig_cb(struct ev_loop *loop, ev_signal *w, int revents) {
+  PE_LOGW("signal %d (%s) ignored: SIGTERM stops the daemon, SIGHUP reloads its config", w->signum,
+          strsignal(w->signum));
+}
+
 /* Reload: the config is built as at start (file, then the command line),
  * its reloadable keys take effect, and each key that needs a restart and
  * changed is named with both values (it keeps its current one). */
@@ -668,6 +675,8 @@ pe_status *pe_server_run(pe_server *s) {
     ev_signal_init(&L->sigterm_w, stop_cb, SIGTERM);
     ev_signal_init(&L->sigint_w, stop_cb, SIGINT);
     ev_signal_init(&L->sighup_w, hup_cb, SIGHUP);
+    ev_signal_init(&L->sigusr1_w, ignored_sig_cb, SIGUSR1);
+    ev_signal_init(&L->sigusr2_w, ignored_sig_cb, SIGUSR2);
     ev_timer_init(&L->tick_w, tick_cb, 1.0, 1.0);
     ev_timer_init(&L->drain_w, drain_cb, 0.01, 0.01);
     L->rcv_w.data = L->snd_w.data = L->reply_async.data = s;
@@ -678,6 +687,8 @@ pe_status *pe_server_run(pe_server *s) {
     ev_signal_start(L->loop, &L->sigterm_w);
     ev_signal_start(L->loop, &L->sigint_w);
     ev_signal_start(L->loop, &L->sighup_w);
+    ev_signal_start(L->loop, &L->sigusr1_w);
+    ev_signal_start(L->loop, &L->sigusr2_w);
     ev_timer_start(L->loop, &L->tick_w);
     uint64_t wd_usec = 0;
     if (sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec > 0) {

@@ -7,6 +7,7 @@
  * inside the test body: Check forks each test, nanomsg does not survive a
  * fork). */
 #include <check.h>
+#include <grp.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
 #include <pthread.h>
@@ -14,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -32,6 +35,16 @@ static void tmp_sock_make(tmp_sock *t) {
   ck_assert_ptr_nonnull(mkdtemp(t->dir));
   snprintf(t->path, sizeof t->path, "%s/d.sock", t->dir);
   snprintf(t->addr, sizeof t->addr, "ipc://%s", t->path);
+}
+
+/* A unix stream socket bound to path (not listening). */
+static int bound_unix_socket(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  return fd;
 }
 
 static void tmp_sock_remove(tmp_sock *t) {
@@ -67,15 +80,64 @@ START_TEST(no_socket_is_a_connection_error) {
 }
 END_TEST
 
-START_TEST(stale_socket_file_times_out) {
-  /* A unix socket bound by nobody listening: connects are refused, so the
-   * request is never answered. */
+/* The socket of a daemon that exited stays as a file nobody listens on:
+ * connecting says so at once (nanomsg would retry in the background and
+ * the first request time out). */
+START_TEST(stale_socket_file_is_a_connection_error) {
   tmp_sock t;
   tmp_sock_make(&t);
-  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", t.path);
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  int fd = bound_unix_socket(t.path);
+  close(fd); /* the file stays */
+  pe_client *c = pe_client_new();
+  pe_client_opts o = {.address = t.addr, .timeout_ms = 60000};
+  ck_assert_int_eq(pe_client_connect(c, &o), PE_C_ECONNECT);
+  ck_assert_msg(strstr(pe_client_error(c), "no daemon is listening on") &&
+                    strstr(pe_client_error(c), t.path) && strstr(pe_client_error(c), "stale"),
+                "%s", pe_client_error(c));
+  pe_client_free(c);
+  tmp_sock_remove(&t);
+}
+END_TEST
+
+/* A socket this user may not write to (the daemon's socket_mode and
+ * socket_group): connecting says so at once, naming the group. As root,
+ * where the access check passes, a child connects as nobody. */
+START_TEST(socket_without_access_is_a_connection_error) {
+  tmp_sock t;
+  tmp_sock_make(&t);
+  ck_assert_int_eq(chmod(t.dir, 0755), 0);
+  int fd = bound_unix_socket(t.path);
+  ck_assert_int_eq(listen(fd, 4), 0);
+  ck_assert_int_eq(chmod(t.path, 0600), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    if (getuid() != 0 && chmod(t.path, 0) != 0) _exit(3);
+    if (getuid() == 0 && (setgroups(0, NULL) || setgid(65534) || setuid(65534))) _exit(4);
+    pe_client *c = pe_client_new();
+    pe_client_opts o = {.address = t.addr, .timeout_ms = 60000};
+    int rc = pe_client_connect(c, &o);
+    const char *e = pe_client_error(c);
+    bool ok = rc == PE_C_ECONNECT && strstr(e, "permission denied on") && strstr(e, t.path) &&
+              strstr(e, "join group");
+    if (!ok) fprintf(stderr, "connect: %d %s\n", rc, e);
+    _exit(ok ? 0 : 1);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+  close(fd);
+  tmp_sock_remove(&t);
+}
+END_TEST
+
+START_TEST(silent_listener_times_out) {
+  /* A unix socket that listens but never answers: the request times out,
+   * naming itself. */
+  tmp_sock t;
+  tmp_sock_make(&t);
+  int fd = bound_unix_socket(t.path);
+  ck_assert_int_eq(listen(fd, 4), 0);
   pe_client *c = connect_to(t.addr, 300, 0);
   int rc = pe_client_ping(c);
   ck_assert_int_eq(rc, PE_C_ETIMEDOUT);
@@ -256,7 +318,9 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("client_errors");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, no_socket_is_a_connection_error);
-  tcase_add_test(tc, stale_socket_file_times_out);
+  tcase_add_test(tc, stale_socket_file_is_a_connection_error);
+  tcase_add_test(tc, socket_without_access_is_a_connection_error);
+  tcase_add_test(tc, silent_listener_times_out);
   tcase_add_test(tc, oversized_request_is_refused_here);
   tcase_add_test(tc, bad_feed_is_refused_here);
   tcase_add_test(tc, daemon_error_keeps_code_and_message);

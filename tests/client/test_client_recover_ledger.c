@@ -66,7 +66,7 @@ static void *serve(void *arg) {
     } else if (f->lost) {
       f->lost_request = q->request_id;
       r.code = PE_ENOTFOUND;
-      r.message = (char *)"run: handle 0000000000005eed: no such program";
+      r.message = (char *)"run: handle 0x0000000000005eed: no such program";
     } else {
       f->runs++;
       f->last_run_request = q->request_id;
@@ -176,7 +176,7 @@ START_TEST(a_run_already_in_the_parameters_is_not_sent_again) {
   ck_assert_int_eq(rc, PE_C_EALREADY);
   ck_assert_str_eq(pe_client_error(x.c),
                    "run: request 3 reached model 'm' before the daemon lost program "
-                   "0000000000005eed (2 step(s) of it are in the restored parameters); it is not "
+                   "0x0000000000005eed (2 step(s) of it are in the restored parameters); it is not "
                    "applied again and its fetches are lost");
   ck_assert_int_eq(x.f.runs, 1);
   pe_client_recovery r;
@@ -202,7 +202,7 @@ START_TEST(fail_on_rollback_stops_the_lost_run) {
   x.f.applied_steps = 2;
   ck_assert_int_eq(run(&x, 2), PE_C_EROLLEDBACK);
   ck_assert_str_eq(pe_client_error(x.c),
-                   "run: request 5 not sent: the daemon lost program 0000000000005eed and model "
+                   "run: request 5 not sent: the daemon lost program 0x0000000000005eed and model "
                    "'m' came back from a checkpoint without 2 answered request(s), 4 step(s), of "
                    "this client's");
   ck_assert_str_eq(pe_client_code_name(PE_C_EROLLEDBACK), "ROLLED_BACK");
@@ -232,7 +232,7 @@ START_TEST(no_recover_returns_not_found) {
   rig_start(&x, true, false);
   x.f.lost = true;
   ck_assert_int_eq(run(&x, 1), PE_C_ENOTFOUND);
-  ck_assert_str_eq(pe_client_error(x.c), "run: handle 0000000000005eed: no such program");
+  ck_assert_str_eq(pe_client_error(x.c), "run: handle 0x0000000000005eed: no such program");
   ck_assert_int_eq(x.f.registers, 1); /* rig_start's */
   pe_client_recovery r;
   pe_client_recovery_info(x.c, &r);

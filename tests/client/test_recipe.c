@@ -130,7 +130,9 @@ START_TEST(bad_recipes_and_programs) {
   expect_refused(&r, m.bytes, m.len, "momentum 1 must be in [0, 1)");
   r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
   r.lr = NAN;
-  expect_refused(&r, m.bytes, m.len, "lr nan must be finite and >= 0 (0: the program's)");
+  expect_refused(&r, m.bytes, m.len, "lr nan must be finite and > 0 (negative: the program's)");
+  r.lr = 0.0f; /* the daemon refuses it: refused here, not dropped */
+  expect_refused(&r, m.bytes, m.len, "lr 0 must be finite and > 0 (negative: the program's)");
   r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
   r.weight_decay = INFINITY;
   expect_refused(&r, m.bytes, m.len, "weight_decay inf must be finite");
@@ -207,6 +209,52 @@ START_TEST(a_recipe_adds_the_missing_optimizer) {
 }
 END_TEST
 
+/* An explicit 0 is applied, not taken for "unset": where the program's 0
+ * means the kind's default (momentum's mu 0.9, adamw's decay 0.01), the
+ * recipe picks the kind without that term (sgd, adam: the same update). */
+START_TEST(an_explicit_zero_is_applied) {
+  pe_train_recipe r = PE_TRAIN_RECIPE_KEEP;
+  r.momentum = 0.0f;
+  pe_program *p = apply("mlp", &r);
+  ck_assert_str_eq(p->opt.type, "sgd");
+  ck_assert(p->opt.lr == 0.1f && p->opt.momentum == 0.0f && !p->opt.nesterov);
+  pe_program_free(p);
+  r.optimizer = "sgd"; /* sgd has no momentum: 0 says the same */
+  p = apply("mlp", &r);
+  ck_assert_str_eq(p->opt.type, "sgd");
+  pe_program_free(p);
+  r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
+  r.optimizer = "adamw";
+  r.lr = 1e-3f;
+  r.weight_decay = 0.0f;
+  p = apply("cnn", &r);
+  ck_assert_str_eq(p->opt.type, "adam");
+  ck_assert(p->opt.lr == 1e-3f && p->opt.weight_decay == 0.0f);
+  pe_program_free(p);
+  r.weight_decay = 0.05f;
+  p = apply("cnn", &r);
+  ck_assert_str_eq(p->opt.type, "adamw");
+  ck_assert(p->opt.weight_decay == 0.05f);
+  pe_program_free(p);
+  r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
+  r.grad_clip_norm = 0.0f;
+  r.weight_decay = 0.0f;
+  p = apply("cnn", &r);
+  ck_assert_str_eq(p->opt.type, "momentum");
+  ck_assert(p->opt.momentum == 0.9f && p->opt.weight_decay == 0.0f &&
+            p->opt.grad_clip_norm == 0.0f);
+  pe_program_free(p);
+  pe_model_spec m;
+  char e[256];
+  ck_assert_int_eq(pe_model_spec_build("mlp", &m, e, sizeof e), 0);
+  r = (pe_train_recipe)PE_TRAIN_RECIPE_KEEP;
+  r.optimizer = "adam";
+  r.momentum = 0.0f;
+  expect_refused(&r, m.bytes, m.len, "momentum 0 applies to the momentum optimizer, not adam");
+  pe_model_spec_release(&m);
+}
+END_TEST
+
 static Suite *recipe_suite(void) {
   Suite *s = suite_create("recipe");
   TCase *tc = tcase_create("recipe");
@@ -214,6 +262,7 @@ static Suite *recipe_suite(void) {
   tcase_add_test(tc, unset_fields_keep_the_program);
   tcase_add_test(tc, bad_recipes_and_programs);
   tcase_add_test(tc, a_recipe_adds_the_missing_optimizer);
+  tcase_add_test(tc, an_explicit_zero_is_applied);
   suite_add_tcase(s, tc);
   return s;
 }

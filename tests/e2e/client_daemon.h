@@ -30,6 +30,7 @@ typedef struct cd_daemon {
   char addr[128]; /* ipc://DIR/d.sock */
   char state[96];
   char log[96];
+  char conf[96]; /* --config FILE when set (cd_start_conf) */
 } cd_daemon;
 
 static inline const char *cd_build_dir(void) {
@@ -105,7 +106,11 @@ static inline void cd_spawn(cd_daemon *d, uid_t uid, gid_t gid) {
       }
       snprintf(bin, sizeof bin, "%s", copy);
     }
-    execl(bin, bin, "--socket", d->addr, "--state-dir", d->state, (char *)NULL);
+    if (d->conf[0])
+      execl(bin, bin, "--socket", d->addr, "--state-dir", d->state, "--config", d->conf,
+            (char *)NULL);
+    else
+      execl(bin, bin, "--socket", d->addr, "--state-dir", d->state, (char *)NULL);
     _exit(127);
   }
   for (int i = 0; i < 300; i++) {
@@ -126,18 +131,34 @@ static inline void cd_spawn(cd_daemon *d, uid_t uid, gid_t gid) {
   ck_abort_msg("pe-executord did not answer a ping on %s within 15 s", d->addr);
 }
 
-static inline void cd_start_as(cd_daemon *d, uid_t uid, gid_t gid) {
+/* A fresh temporary directory and the paths in it. */
+static inline void cd_prepare(cd_daemon *d) {
   memset(d, 0, sizeof *d);
   snprintf(d->dir, sizeof d->dir, "/tmp/pe-e2e-client-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(d->dir));
   snprintf(d->addr, sizeof d->addr, "ipc://%s/d.sock", d->dir);
   snprintf(d->state, sizeof d->state, "%s/state", d->dir);
   snprintf(d->log, sizeof d->log, "%s/daemon.log", d->dir);
+}
+
+static inline void cd_start_as(cd_daemon *d, uid_t uid, gid_t gid) {
+  cd_prepare(d);
   cd_spawn(d, uid, gid);
 }
 
 static inline void cd_start(cd_daemon *d) {
   cd_start_as(d, (uid_t)-1, (gid_t)-1);
+}
+
+/* cd_start with a config file of conf_text. */
+static inline void cd_start_conf(cd_daemon *d, const char *conf_text) {
+  cd_prepare(d);
+  snprintf(d->conf, sizeof d->conf, "%s/d.conf", d->dir);
+  FILE *f = fopen(d->conf, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_ge(fputs(conf_text, f), 0);
+  ck_assert_int_eq(fclose(f), 0);
+  cd_spawn(d, (uid_t)-1, (gid_t)-1);
 }
 
 /* Stop the daemon with sig (exit 0 expected after SIGTERM) and start it

@@ -481,7 +481,7 @@ START_TEST(drop_model_frees_the_name) {
   ck_assert_msg(strstr(slurp(d.dir, "err"),
                        "model 'mlp': 'fc_0.w' has shape [784,256], the "
                        "program declares [784,512]") &&
-                    strstr(slurp(d.dir, "err"), "pe-client drop-model mlp"),
+                    strstr(slurp(d.dir, "err"), "pe-client drop-model --model mlp"),
                 "%s", slurp(d.dir, "err"));
   CLI_OK(&d, "--json drop-model --model mlp");
   ck_assert_msg(
@@ -676,12 +676,78 @@ START_TEST(deregister_of_another_clients_program) {
   ck_assert_msg(strstr(slurp(d.dir, "err"), "PERMISSION_DENIED") &&
                     strstr(slurp(d.dir, "err"), "(model 'owned') belongs to 1 other client"),
                 "%s", slurp(d.dir, "err"));
+  /* The way out is a command that works, with the handle as printed. */
+  char way_out[96];
+  snprintf(way_out, sizeof way_out, "pe-client deregister --force --handle %s", handle);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), way_out), "%s", slurp(d.dir, "err"));
   CLI_OK(&d, "--json status");
   ck_assert_msg(strstr(last_line(d.dir), "\"name\":\"owned\""), "%s", last_line(d.dir));
   snprintf(args, sizeof args, "deregister --handle %s --force", handle);
   CLI_OK(&d, args);
   CLI_OK(&d, "--json status");
   ck_assert_msg(!strstr(last_line(d.dir), "\"name\":\"owned\""), "%s", last_line(d.dir));
+  cd_stop(&d);
+}
+END_TEST
+
+/* An explicit 0 in a recipe flag is applied, not taken for "not given":
+ * --momentum 0 trains like plain sgd (not like the model's mu 0.9), and
+ * --lr 0 is a usage error (the daemon refuses a learning rate of 0). */
+START_TEST(explicit_zero_recipe_flags) {
+  cd_daemon d;
+  cd_start(&d);
+  const char *base = "train --model mlp --epochs 1 --limit 384 --json --quiet";
+  char args[256];
+  double loss[3];
+  const char *extra[] = {"", "--momentum 0", "--optimizer sgd"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(args, sizeof args, "%s --model-name z%d %s", base, i, extra[i]);
+    CLI_OK(&d, args);
+    loss[i] = json_num(last_line(d.dir), "final_loss");
+    ck_assert_msg(isfinite(loss[i]), "%s: %s", args, last_line(d.dir));
+  }
+  ck_assert_msg(loss[1] != loss[0], "--momentum 0 trained like mu 0.9 (loss %g)", loss[1]);
+  ck_assert_msg(loss[1] == loss[2], "--momentum 0 %g, sgd %g", loss[1], loss[2]);
+  snprintf(args, sizeof args, "%s --lr 0", base);
+  ck_assert_int_eq(cli(&d, d.dir, args), 2);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "--lr 0: the learning rate must be > 0"), "%s",
+                slurp(d.dir, "err"));
+  cd_stop(&d);
+}
+END_TEST
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A daemon whose max_message is below the client's: the replies tell the
+ * client, so a socket-fed request over it fails at once naming both
+ * limits and the ways out (nanomsg would drop it unanswered: a wait of the
+ * whole --timeout), and train fits its requests under it. */
+START_TEST(daemon_max_message_reaches_the_client) {
+  cd_daemon d;
+  cd_start_conf(&d, "[limits]\nmax_message = 64K\n");
+  /* One 128-example MLP batch is ~400 KB. */
+  double t0 = now_s();
+  int rc = cli(&d, d.dir,
+               "--timeout 30000 train --model mlp --model-name big --epochs 1 --limit 256 "
+               "--quiet --feed socket");
+  double took = now_s() - t0;
+  const char *err = slurp(d.dir, "err");
+  ck_assert_msg(rc == 1 && took < 10, "exit %d after %.1f s: %s", rc, took, err);
+  ck_assert_msg(strstr(err,
+                       "over the daemon's max_message of 65536 bytes (this client's is "
+                       "67108864)") &&
+                    strstr(err, "--feed shm") && strstr(err, "MESSAGE_TOO_LARGE"),
+                "%s", err);
+  /* 16 examples (~50 KB) fit: one per request, trained through the socket. */
+  CLI_OK(&d,
+         "--timeout 30000 train --model mlp --model-name small --epochs 1 --limit 256 --batch 16 "
+         "--quiet --feed socket --json");
+  ck_assert_msg(json_num(last_line(d.dir), "steps") == 16, "%s", last_line(d.dir));
+  CLI_OK(&d, "ping");
   cd_stop(&d);
 }
 END_TEST
@@ -702,6 +768,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, failures_end_with_json);
   tcase_add_test(tc, run_fetches_and_trace_paths);
   tcase_add_test(tc, deregister_of_another_clients_program);
+  tcase_add_test(tc, explicit_zero_recipe_flags);
+  tcase_add_test(tc, daemon_max_message_reaches_the_client);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -81,12 +81,33 @@ START_TEST(test_reload_unchanged_does_not_warn) {
 }
 END_TEST
 
+/* SIGUSR1, SIGUSR2 and SIGPIPE do not end the daemon (their default action
+ * would, without its shutdown checkpoints and leaving its socket file):
+ * it logs the first two, still answers, and SIGTERM then exits 0. */
+START_TEST(test_unused_signals_are_ignored) {
+  dh_daemon d = {0};
+  dh_start(&d, "[sessions]\nttl = 600\n");
+  ck_assert_int_eq(kill(d.pid, SIGUSR1), 0);
+  free(wait_log(&d, "signal 10 (User defined signal 1) ignored"));
+  ck_assert_int_eq(kill(d.pid, SIGUSR2), 0);
+  ck_assert_int_eq(kill(d.pid, SIGPIPE), 0);
+  free(wait_log(&d, "signal 12 (User defined signal 2) ignored"));
+  ck_assert(dh_alive(&d));
+  int s = dh_connect(&d, 5000);
+  ck_assert(dh_ping(s));
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_cleanup(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_reload");
   TCase *tc = tcase_create("e2e");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_reload_keeps_command_line);
   tcase_add_test(tc, test_reload_unchanged_does_not_warn);
+  tcase_add_test(tc, test_unused_signals_are_ignored);
   suite_add_tcase(s, tc);
   return s;
 }

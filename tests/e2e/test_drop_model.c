@@ -148,7 +148,7 @@ START_TEST(test_drop_unloaded_model) {
   dh_start(&d, NULL);
   s = dh_connect(&d, 30000);
   Pe__Reply *rep = dh_register_call(s, CLIENT_B, &wide, "pm", 3, true);
-  dh_err(rep, PE_ESHAPE, "drop-model pm");
+  dh_err(rep, PE_ESHAPE, "drop-model --model pm");
   pe__reply__free_unpacked(rep, NULL);
   ck_assert(exists(restart));
   ck_assert(!model_listed(s, "pm"));

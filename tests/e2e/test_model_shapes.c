@@ -190,7 +190,7 @@ START_TEST(test_restart_checkpoint_of_other_shapes_refused) {
   s = dh_connect(&d, 30000);
   const char *const needles[] = {"model 'pm'", path,
                                  "'fc_0.b' has shape [256], the program declares [512]",
-                                 "drop-model pm", NULL};
+                                 "drop-model --model pm", NULL};
   register_refused(s, CLIENT_B, &wide, "pm", true, PE_ESHAPE, needles);
   nn_close(s);
   ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);

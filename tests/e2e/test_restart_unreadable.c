@@ -44,7 +44,7 @@ static void refused_as(int s, const pe_model_spec *mlp, const char *path, const 
                        bool persistent) {
   Pe__Reply *rep = dh_register_call(s, CLIENT, mlp, "pm", 3, persistent);
   ck_assert_msg(rep->code == PE_ECORRUPT, "code %d: %s", rep->code, rep->message);
-  const char *needles[] = {"model 'pm'", path, "cannot be read", why, "drop-model pm"};
+  const char *needles[] = {"model 'pm'", path, "cannot be read", why, "drop-model --model pm"};
   for (size_t i = 0; i < sizeof needles / sizeof *needles; i++)
     ck_assert_msg(strstr(rep->message, needles[i]), "'%s' not in: %s", needles[i], rep->message);
   pe__reply__free_unpacked(rep, NULL);

@@ -80,6 +80,7 @@ START_TEST(test_fits_as_built) {
   ck_assert_int_eq(p.u->body_case, PE__REPLY__BODY_RUN);
   ck_assert_uint_eq(p.u->run->fetched[0]->data.len, 4000);
   ck_assert_mem_eq(p.u->run->fetched[0]->data.data, r.data, 4000);
+  ck_assert_uint_eq(p.u->max_message, 1 << 20); /* every reply tells the client the limit */
   packed_free(&p, &r);
 }
 END_TEST
@@ -97,6 +98,8 @@ START_TEST(test_over_max_message) {
   ck_assert_int_eq(p.u->code, PE_EINVAL);
   ck_assert_int_eq(p.u->body_case, PE__REPLY__BODY__NOT_SET);
   ck_assert_ptr_nonnull(strstr(p.u->message, "fetch less per request"));
+  ck_assert_ptr_nonnull(strstr(p.u->message, "the request itself was carried out"));
+  ck_assert_uint_eq(p.u->max_message, 1000);
   packed_free(&p, &r);
 }
 END_TEST
@@ -104,6 +107,7 @@ END_TEST
 START_TEST(test_out_of_memory_notice) {
   run_reply r;
   run_reply_init(&r, 4000);
+  r.rep.max_message = 1 << 20; /* as the pack sets it */
   size_t full = pe__reply__get_packed_size(&r.rep);
   allocs = 0;
   packed p;
