@@ -7,7 +7,7 @@
 static const char *reason(const pe_run_guard *g, char *buf, size_t len) {
   if (atomic_load(&g->s->stopping)) return "the daemon is shutting down (SIGTERM/SIGINT)";
   if (atomic_load(&g->p->dead)) {
-    snprintf(buf, len, "program %016llx was deregistered", (unsigned long long)g->p->handle);
+    snprintf(buf, len, "program 0x%016llx was deregistered", (unsigned long long)g->p->handle);
     return buf;
   }
   if (atomic_load(&g->p->model->dropping)) {
