@@ -184,7 +184,7 @@ START_TEST(force_deregister_cancels) {
   pe__reply__free_unpacked(rep, NULL);
   runner_wait(&r, 5);
   char why[64];
-  snprintf(why, sizeof why, "program %016llx was deregistered", (unsigned long long)h);
+  snprintf(why, sizeof why, "program 0x%016llx was deregistered", (unsigned long long)h);
   cancelled_steps(r.rep, PE_EIO, why);
   pe__reply__free_unpacked(r.rep, NULL);
   free(r.buf);
