@@ -399,6 +399,7 @@ static int exchange(pe_client *c, const char *what, Pe__Request *req) {
     }
   }
   free(buf);
+  c->silent = rc == PE_C_ETIMEDOUT || rc == PE_C_ECONNECT;
   return rc;
 }
 

@@ -20,6 +20,12 @@ struct pe_client {
   uint64_t last_request_id;                       /* ids start at 1 and only grow */
   int timeout_ms, send_timeout_ms, resend_ivl_ms; /* resend_ivl_ms 0: never */
   bool resent; /* a request went out twice: never nn_close (client.c) */
+  /* The last request got no reply (timed out, or the socket failed); a
+   * reply clears it. Clean-up requests (close, unregister_shm) are not
+   * sent while it is set: each would wait a whole timeout more for a daemon
+   * that is gone, and the daemon drops the session and its regions itself
+   * (the client's process exiting, or the TTL). */
+  bool silent;
   /* This process (Request.client_pid, client_start), sent on ipc://
    * only; looked up again after a fork. */
   long pid;

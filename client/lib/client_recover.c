@@ -211,12 +211,18 @@ int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const
   char first[PEC_ERR_LEN];
   snprintf(first, sizeof first, "%s", c->err);
   /* Regions first: the daemon answers a region it still has with its id. */
-  for (pec_region *r = c->regions; r; r = r->next) {
+  int rc = 0;
+  for (pec_region *r = c->regions; r && !c->silent; r = r->next) {
     uint64_t id;
     if (pe_client_register_shm(c, r->name, r->size, &id) == 0) r->now = id;
   }
+  /* A daemon that did not answer a region's register is not asked again:
+   * each request would wait a whole timeout more. */
   pe_client_program out;
-  int rc = pe_client_register(c, &p->args, &out);
+  if (!c->silent)
+    rc = pe_client_register(c, &p->args, &out);
+  else
+    rc = PE_C_ETIMEDOUT;
   if (rc) {
     char again[PEC_ERR_LEN];
     snprintf(again, sizeof again, "%s", c->err);

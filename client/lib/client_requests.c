@@ -312,7 +312,17 @@ int pe_client_drop_model(pe_client *c, const char *model, pe_client_drop_result 
   return 0;
 }
 
+/* A clean-up request after one the daemon did not answer: not sent (see
+ * pe_client.silent). */
+static int skip_when_silent(pe_client *c, const char *what) {
+  return pec_fail(c, PE_C_ETIMEDOUT,
+                  "%s: not sent: the daemon did not answer the previous request; it ends this "
+                  "session itself (this process exiting, or its TTL)",
+                  what);
+}
+
 int pe_client_close(pe_client *c) {
+  if (c->silent) return skip_when_silent(c, "close");
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_CLOSE;
   req.close = 1;
@@ -414,6 +424,7 @@ int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64
 }
 
 int pe_client_unregister_shm(pe_client *c, uint64_t region) {
+  if (c->silent) return skip_when_silent(c, "unregister_shm");
   int rc = shm_request(c, false, NULL, 0, pec_region_now(c, region), NULL);
   if (!rc || rc == PE_C_ENOTFOUND) pec_region_forget(c, region);
   return rc;

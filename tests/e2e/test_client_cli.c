@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "client_daemon.h"
 
@@ -752,6 +753,28 @@ START_TEST(daemon_max_message_reaches_the_client) {
 }
 END_TEST
 
+/* The daemon stops for good in the middle of a train: the trainer fails
+ * after about one --timeout, not one per clean-up request (it waited for
+ * the shm region's register again, the program's register again and the
+ * close: three timeouts). */
+START_TEST(daemon_gone_costs_one_timeout) {
+  cd_daemon d;
+  cd_start(&d);
+  pid_t pid = cli_start(&d, d.dir,
+                        "--timeout 4000 train --model mlp --model-name gone --epochs 50 --quiet");
+  wait_log(&d, "kind=register_shm", 1); /* the feeds' region: training starts */
+  cd_sleep_ms(1000);
+  double t0 = now_s();
+  kill(d.pid, SIGTERM); /* cd_stop below reaps it and checks its exit 0 */
+  ck_assert_int_eq(cli_wait(pid), 1);
+  double waited = now_s() - t0;
+  ck_assert_msg(waited < 7.5, "the trainer took %.1f s to give up (--timeout 4000): %s", waited,
+                slurp(d.dir, "err"));
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "no reply from"), "%s", slurp(d.dir, "err"));
+  cd_stop(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli");
   TCase *tc = tcase_create("client_cli");
@@ -768,6 +791,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, failures_end_with_json);
   tcase_add_test(tc, run_fetches_and_trace_paths);
   tcase_add_test(tc, deregister_of_another_clients_program);
+  tcase_add_test(tc, daemon_gone_costs_one_timeout);
   tcase_add_test(tc, explicit_zero_recipe_flags);
   tcase_add_test(tc, daemon_max_message_reaches_the_client);
   suite_add_tcase(s, tc);
