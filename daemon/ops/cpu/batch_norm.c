@@ -108,6 +108,9 @@ static bn_dims bn_dims_of(const pe_tensor *x) {
   return d;
 }
 
+/* Floats per piece of bn_sums' masked loop (a stack buffer). */
+#define BN_PIECE 256
+
 /* Channel c's sum and sum of squares (or, with dy, sum of dy and of dy*x;
  * with y too, of the masked dy, y > 0 ? dy : 0: a fused relu's gradient),
  * in double: M = N*S terms of either sign. */
@@ -118,12 +121,23 @@ static void bn_sums(const float *x, const float *dy, const float *y, bn_dims d, 
     int64_t off = (i * d.ch + c) * d.sp;
     const float *xr = x + off;
     if (dy && y) {
+      /* In pieces through a buffer in L1: GCC vectorizes the select and
+       * the widening sums apart, not together (one loop ran 3x slower
+       * than the unmasked one: branches on the mask). */
       const float *gr = dy + off, *yr = y + off;
+      for (int64_t k0 = 0; k0 < d.sp; k0 += BN_PIECE) {
+        int64_t w = d.sp - k0 < BN_PIECE ? d.sp - k0 : BN_PIECE;
+        float g[BN_PIECE];
+        for (int64_t k = 0; k < w; k++) {
+          float v = gr[k0 + k]; /* loaded unconditionally: the select vectorizes */
+          g[k] = yr[k0 + k] > 0 ? v : 0.0f;
+        }
+        const float *xp = xr + k0;
 #pragma omp simd reduction(+ : a, b)
-      for (int64_t k = 0; k < d.sp; k++) {
-        float g0 = gr[k], g = yr[k] > 0 ? g0 : 0.0f; /* loaded unconditionally: vectorizes */
-        a += g;
-        b += (double)g * xr[k];
+        for (int64_t k = 0; k < w; k++) {
+          a += g[k];
+          b += (double)g[k] * xp[k];
+        }
       }
     } else if (dy) {
       const float *gr = dy + off;
