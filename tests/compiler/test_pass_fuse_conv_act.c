@@ -101,32 +101,40 @@ START_TEST(fuses_bias_and_relu) {
 }
 END_TEST
 
-/* Compile p for training with the pass on: its one grad op `grad` reads
- * the Bias and the fused output `out` (through out_slot, the mask), writes
- * Bias@GRAD and the weight's gradient (w_grad slot), and sgd updates w and
- * b; no relu or bias-add gradient is left. Frees p. */
-static void expect_trains(pe_program *p, const char *grad, const char *out_slot, const char *out,
-                          const char *w_grad) {
+/* Compile p for training (sgd) with the pass on: the op of type `grad`
+ * (there must be one), and no relu_grad left; sgd updates p1 and p2
+ * (checked). */
+static const pe_op_desc *compile_train(pe_program *p, const char *grad, const char *p1,
+                                       const char *p2) {
   p->loss = strdup("loss");
   p->opt.type = strdup("sgd");
   p->opt.lr = 0.1f;
   pe_pass_opts o = {.fuse_conv_act = true};
   PU_OK(pe_program_compile_opts(p, false, &o));
   const pe_block *b = pe_program_main(p);
-  int g = pu_find_op(b, grad, 0);
+  int g = pu_find_op(b, grad, 0), updates = 0;
   ck_assert_int_ge(g, 0);
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Bias"), "b");
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], out_slot), out);
-  ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Bias@GRAD"), "b@GRAD");
-  ck_assert_str_eq(pe_op_output_arg(b->ops[g], w_grad), "w@GRAD");
   ck_assert_int_eq(pu_find_op(b, "relu_grad", 0), -1);
-  ck_assert_int_eq(pu_find_op(b, "elementwise_add_grad", 0), -1);
-  int updates = 0;
   for (int i = 0; i < b->n_ops; i++)
     if (!strcmp(b->ops[i]->type, "sgd"))
-      updates += !strcmp(pe_op_input_arg(b->ops[i], "Param"), "b") ||
-                 !strcmp(pe_op_input_arg(b->ops[i], "Param"), "w");
+      updates += !strcmp(pe_op_input_arg(b->ops[i], "Param"), p1) ||
+                 !strcmp(pe_op_input_arg(b->ops[i], "Param"), p2);
   ck_assert_int_eq(updates, 2);
+  return b->ops[g];
+}
+
+/* Compile p for training with the pass on: its one grad op `grad` reads
+ * the Bias and the fused output `out` (through out_slot, the mask), writes
+ * Bias@GRAD and the weight's gradient (w_grad slot), and sgd updates w and
+ * b; no relu or bias-add gradient is left. Frees p. */
+static void expect_trains(pe_program *p, const char *grad, const char *out_slot, const char *out,
+                          const char *w_grad) {
+  const pe_op_desc *g = compile_train(p, grad, "w", "b");
+  ck_assert_str_eq(pe_op_input_arg(g, "Bias"), "b");
+  ck_assert_str_eq(pe_op_input_arg(g, out_slot), out);
+  ck_assert_str_eq(pe_op_output_arg(g, "Bias@GRAD"), "b@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(g, w_grad), "w@GRAD");
+  ck_assert_int_eq(pu_find_op(pe_program_main(p), "elementwise_add_grad", 0), -1);
   pe_program_free(p);
 }
 
@@ -445,62 +453,48 @@ END_TEST
  * updated. */
 START_TEST(bn_fused_program_trains) {
   pe_program *p = bn_net();
-  p->loss = strdup("loss");
-  p->opt.type = strdup("sgd");
-  p->opt.lr = 0.1f;
-  pe_pass_opts o = {.fuse_conv_act = true};
-  PU_OK(pe_program_compile_opts(p, false, &o));
-  const pe_block *b = pe_program_main(p);
-  int g = pu_find_op(b, "batch_norm_grad", 0);
-  ck_assert_int_ge(g, 0);
-  const pe_op_desc *gop = b->ops[g];
-  ck_assert_str_eq(pe_op_input_arg(gop, "Y"), "r");
-  ck_assert_str_eq(pe_op_input_arg(gop, "Y@GRAD"), "r@GRAD");
-  ck_assert_str_eq(pe_op_find_attr(gop, "fuse_activation")->s, "relu");
-  ck_assert_str_eq(pe_op_output_arg(gop, "Scale@GRAD"), "scale@GRAD");
-  ck_assert_str_eq(pe_op_output_arg(gop, "Bias@GRAD"), "shift@GRAD");
-  ck_assert_int_eq(pu_find_op(b, "relu_grad", 0), -1);
-  int updates = 0;
-  for (int i = 0; i < b->n_ops; i++)
-    if (!strcmp(b->ops[i]->type, "sgd"))
-      updates += !strcmp(pe_op_input_arg(b->ops[i], "Param"), "scale") ||
-                 !strcmp(pe_op_input_arg(b->ops[i], "Param"), "shift");
-  ck_assert_int_eq(updates, 2);
+  const pe_op_desc *g = compile_train(p, "batch_norm_grad", "scale", "shift");
+  ck_assert_str_eq(pe_op_input_arg(g, "Y"), "r");
+  ck_assert_str_eq(pe_op_input_arg(g, "Y@GRAD"), "r@GRAD");
+  ck_assert_str_eq(pe_op_find_attr(g, "fuse_activation")->s, "relu");
+  ck_assert_str_eq(pe_op_output_arg(g, "Scale@GRAD"), "scale@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(g, "Bias@GRAD"), "shift@GRAD");
   pe_program_free(p);
 }
 END_TEST
 
+/* p (bn_net, changed) compiled with o: its batch norm stays unfused. */
+static void expect_bn_stays(pe_program *p, const pe_pass_opts *o) {
+  fuse(p, o);
+  expect_bn(p, "y", false);
+  pe_program_free(p);
+}
+
 START_TEST(bn_stays_where_visible_or_other) {
   pe_pass_opts o = {.fuse_conv_act = true};
-  /* y fetchable. */
-  pe_program *p = bn_net();
+  /* y fetchable; y the loss. */
   const char *k1[] = {"y"};
-  pe_pass_opts ko = {.fuse_conv_act = true, .keep = k1, .n_keep = 1};
-  fuse(p, &ko);
-  expect_bn(p, "y", false);
-  pe_program_free(p);
-  /* y is the loss. */
-  p = bn_net();
-  pe_pass_opts lo = {.fuse_conv_act = true, .loss = "y"};
-  fuse(p, &lo);
-  expect_bn(p, "y", false);
-  pe_program_free(p);
+  expect_bn_stays(bn_net(), &(pe_pass_opts){.fuse_conv_act = true, .keep = k1, .n_keep = 1});
+  expect_bn_stays(bn_net(), &(pe_pass_opts){.fuse_conv_act = true, .loss = "y"});
   /* y read a second time, before the relu and after it. */
-  p = bn_net();
+  pe_program *p = bn_net();
   insert_scale(pe_program_main(p), 2, "y", "ys");
-  fuse(p, &o);
-  expect_bn(p, "y", false);
-  pe_program_free(p);
+  expect_bn_stays(p, &o);
   p = bn_net();
   pu_op(pe_program_main(p), "scale", "X", "y", NULL, "Out", "ys", NULL);
-  fuse(p, &o);
-  expect_bn(p, "y", false);
-  pe_program_free(p);
+  expect_bn_stays(p, &o);
   /* r written between the batch norm and the relu (which overwrites it):
    * the batch norm cannot write r where it runs. */
   p = bn_net();
   insert_scale(pe_program_main(p), 2, "c1", "r");
-  fuse(p, &o);
+  expect_bn_stays(p, &o);
+  /* off unless asked. */
+  expect_bn_stays(bn_net(), NULL);
+  expect_bn_stays(bn_net(), &(pe_pass_opts){0});
+  /* cuda places: never (cuda's batch_norm kernel takes no activation). */
+  p = bn_net();
+  PU_OK(pe_program_compile_opts(
+      p, true, &(pe_pass_opts){.fuse_conv_act = true, .place_kind = PE_PLACE_CUDA}));
   expect_bn(p, "y", false);
   pe_program_free(p);
   /* The batch norm's output read by something other than a relu. */
@@ -511,20 +505,6 @@ START_TEST(bn_stays_where_visible_or_other) {
   fuse(p, &o);
   ck_assert_str_eq(pe_op_output_arg(find(p, "batch_norm"), "Y"), "y");
   ck_assert_ptr_null(pe_op_find_attr(find(p, "batch_norm"), "fuse_activation"));
-  pe_program_free(p);
-  /* cuda places: never (cuda's batch_norm kernel takes no activation). */
-  p = bn_net();
-  pe_pass_opts cuda = {.fuse_conv_act = true, .place_kind = PE_PLACE_CUDA};
-  PU_OK(pe_program_compile_opts(p, true, &cuda));
-  expect_bn(p, "y", false);
-  pe_program_free(p);
-  /* off unless asked. */
-  p = bn_net();
-  fuse(p, NULL);
-  expect_bn(p, "y", false);
-  pe_pass_opts off = {0};
-  fuse(p, &off);
-  expect_bn(p, "y", false);
   pe_program_free(p);
 }
 END_TEST
