@@ -21,7 +21,8 @@ static const pe_pass pass_table[] = {
     {"inference", "set is_test on every op that has it (dropout, batch_norm)", pe_pass_inference,
      true, PE_PASS_PROGRAM},
     {"fuse_conv_act",
-     "conv2d or matmul + bias add (+ relu) into one conv2d or matmul with Bias (and relu)",
+     "conv2d or matmul + bias add (+ relu) into one conv2d or matmul with Bias (and relu); "
+     "batch_norm + relu into one batch_norm with fuse_activation relu",
      pe_pass_fuse_conv_act, true, PE_PASS_PROGRAM},
     {"data_parallel",
      "build the graph: replicate on every place, scale loss@GRAD, insert all_reduce (or "

@@ -41,8 +41,8 @@ typedef struct pe_pass_opts {
   const char *const *keep;
   /* Per-place batch rows for memory_plan's log line (0: 32). */
   int64_t batch_hint;
-  /* Run fuse_conv_act (conv2d or matmul + bias add + relu as one op) on cpu
-   * and sim places; off in zero-initialised opts. */
+  /* Run fuse_conv_act (conv2d or matmul + bias add + relu, batch_norm +
+   * relu, as one op) on cpu and sim places; off in zero-initialised opts. */
   bool fuse_conv_act;
 } pe_pass_opts;
 
@@ -109,7 +109,8 @@ pe_status *pe_pass_inference(pe_ir *ir);
 /* fuse_conv_act: conv2d -> elementwise_add (bias, axis 1) [-> relu] into one
  * conv2d with Bias [and fuse_activation relu], and likewise matmul ->
  * elementwise_add (bias [N], axis x_num_col_dims or -1) [-> relu] into one
- * matmul, where the intermediates are temporaries nobody else reads or
+ * matmul, and batch_norm -> relu into one batch_norm with fuse_activation
+ * relu, where the intermediates are temporaries nobody else reads or
  * fetches (pass_fuse_conv_act.c). */
 pe_status *pe_pass_fuse_conv_act(pe_ir *ir);
 

@@ -2,8 +2,10 @@
  * relu becomes one conv2d with a Bias input and fuse_activation "relu"
  * (ops/cpu/conv.c), and conv2d -> bias add alone one conv2d with Bias; a
  * fully-connected layer, matmul -> elementwise_add (per-column bias) ->
- * relu, likewise becomes one matmul with Bias (and relu) (ops/cpu/matmul.c).
- * The name stays: it is the daemon's op-fusion pass for both.
+ * relu, likewise becomes one matmul with Bias (and relu) (ops/cpu/matmul.c);
+ * batch_norm -> relu (no bias add: batch norm has its own shift) becomes
+ * one batch_norm with fuse_activation "relu" (ops/cpu/batch_norm.c). The
+ * name stays: it is the daemon's op-fusion pass for all three.
  *
  * Why: the bias add and the relu each stream the whole activation through
  * memory once forward (read and write) and their gradients twice more
@@ -11,29 +13,35 @@
  * masks it), while oneDNN applies the bias and a relu post-op to the
  * product's output block while it is in cache; backward the fused op
  * masks once and sums the bias gradient on the way (conv: in its weights
- * pass; matmul: in the masking pass). Seed 001's build strategies fuse
- * element-wise ops into their producers for the same reason.
+ * pass; matmul: in the masking pass); batch norm applies the relu in the
+ * pass that writes Y and masks Y@GRAD as its two backward passes read it.
+ * Seed 001's build strategies fuse element-wise ops into their producers
+ * for the same reason.
  *
  * A program pass, run before backward: the fused op's gradient is
  * generated like any op's (conv2d_grad / matmul_grad with Bias@GRAD,
- * masking with the fused output). Conditions, each making the rewrite
- * invisible to the user:
- *   - the intermediate (the product's output, and the sum's when relu is
+ * batch_norm_grad with Y, masking with the fused output). Conditions, each
+ * making the rewrite invisible to the user:
+ *   - the intermediate (the producer's output, and the sum's when relu is
  *     fused too) is an f32 temporary: not persistable, not a feed, not the
  *     loss, not kept fetchable (opts->keep), written by exactly one op and
- *     read by exactly one (the next op of the pattern, through X);
+ *     read by exactly one (the next op of the pattern, through X); no op
+ *     between the producer and the relu reads or writes the relu's output
+ *     (the producer now writes it where it runs);
  *   - the add's Y is f32 of shape [O] and the add's axis puts it on the
  *     output's channels: conv2d, O filters, axis 1; matmul with a 2-D Y
  *     split at y_num_col_dims 1, O its columns (Out's last dim), axis
  *     x_num_col_dims (the builder's fc) or -1 (numpy: trailing); no op
  *     between the product and the add writes that Y (the product reads it
  *     where the add did);
- *   - the product has no Bias or activation yet; the program has only a
- *     main and a startup block (no sub-block could read an intermediate).
+ *   - the producer has no fused Bias or activation yet; the program has
+ *     only a main and a startup block (no sub-block could read an
+ *     intermediate).
  * The intermediates' declarations stay (unused). The pass does nothing
- * unless opts->fuse_conv_act is set, nor on cuda places (cuda's conv2d and
- * matmul kernels take no Bias); pe_graph_compile and pe_program_compile_opts
- * run it after the first validate. */
+ * unless opts->fuse_conv_act is set, nor on cuda places (cuda's conv2d,
+ * matmul and batch_norm kernels take no Bias or activation);
+ * pe_graph_compile and pe_program_compile_opts run it after the first
+ * validate. */
 #include <string.h>
 
 #include "compiler/pass.h"
@@ -46,19 +54,22 @@ typedef struct fuse_ctx {
   const pe_pass_opts *o;
 } fuse_ctx;
 
+/* How many args of op name `name` among its inputs (or outputs). */
+static int op_uses(const pe_op_desc *op, const char *name, bool writes) {
+  int n = 0, ns = writes ? op->n_out : op->n_in;
+  const pe_slot *sl = writes ? op->out : op->in;
+  for (int s = 0; s < ns; s++)
+    for (int a = 0; a < sl[s].n; a++) n += strcmp(sl[s].args[a], name) == 0;
+  return n;
+}
+
 /* How many ops of the block read (or write) `name`, and the last one. */
 static int count_uses(const pe_block *b, const char *name, bool writes, int *last) {
   int n = 0;
   for (int i = 0; i < b->n_ops; i++) {
-    const pe_op_desc *op = b->ops[i];
-    int ns = writes ? op->n_out : op->n_in;
-    const pe_slot *sl = writes ? op->out : op->in;
-    for (int s = 0; s < ns; s++)
-      for (int a = 0; a < sl[s].n; a++)
-        if (strcmp(sl[s].args[a], name) == 0) {
-          n++;
-          *last = i;
-        }
+    int u = op_uses(b->ops[i], name, writes);
+    if (u) *last = i;
+    n += u;
   }
   return n;
 }
@@ -103,19 +114,29 @@ static const char *bias_of(const fuse_ctx *f, int j, const char *t, int64_t o,
   return y;
 }
 
-static bool written_between(const pe_block *b, const char *name, int from, int to) {
-  for (int i = from + 1; i < to; i++) {
-    const pe_op_desc *op = b->ops[i];
-    for (int s = 0; s < op->n_out; s++)
-      for (int a = 0; a < op->out[s].n; a++)
-        if (strcmp(op->out[s].args[a], name) == 0) return true;
-  }
+/* Whether an op strictly between from and to writes `name` (or, with
+ * reads, reads or writes it). */
+static bool used_between(const pe_block *b, const char *name, int from, int to, bool reads) {
+  for (int i = from + 1; i < to; i++)
+    if (op_uses(b->ops[i], name, true) || (reads && op_uses(b->ops[i], name, false))) return true;
   return false;
+}
+
+/* The relu that is the only reader (after op i) of temporary t, with no op
+ * between i and it using its output: its index, else -1. */
+static int relu_after(const fuse_ctx *f, int i, const char *t) {
+  int k = sole_reader(f, t);
+  const pe_op_desc *relu = k > i ? f->b->ops[k] : NULL;
+  if (!relu || strcmp(relu->type, "relu") != 0) return -1;
+  const char *rx = arg1(pe_op_find_input(relu, "X")), *out = arg1(pe_op_find_output(relu, "Out"));
+  if (!rx || strcmp(rx, t) != 0 || !out || used_between(f->b, out, i, k, true)) return -1;
+  return k;
 }
 
 /* A fusable producer: its type, output and weight slots, and how its
  * bias add looks (the bias length from the weight's shape, the add's
- * accepted axes); bias_spec returns false when the op cannot take a Bias. */
+ * accepted axes); bias_spec returns false when the op cannot take a Bias,
+ * and is NULL for a producer fused with a relu alone (batch_norm). */
 typedef struct fuse_producer {
   const char *type, *out_slot, *w_slot;
   bool (*bias_spec)(const pe_op_def *def, const pe_op_desc *op, const pe_var_desc *w, int64_t *o,
@@ -146,39 +167,53 @@ static bool matmul_bias(const pe_op_def *def, const pe_op_desc *op, const pe_var
 static const fuse_producer producers[] = {
     {"conv2d", "Output", "Filter", conv_bias},
     {"matmul", "Out", "Y", matmul_bias},
+    {"batch_norm", "Y", NULL, NULL},
 };
+#define N_PRODUCERS ((int)(sizeof producers / sizeof producers[0]))
+
+/* The bias add after producer pr at op i (reading its output t1): its
+ * index j and *bias, else -1. */
+static int bias_add_after(const fuse_ctx *f, const fuse_producer *pr, const pe_op_def *def, int i,
+                          const char *t1, const char **bias) {
+  const pe_op_desc *op = f->b->ops[i];
+  const char *wname = arg1(pe_op_find_input(op, pr->w_slot));
+  const pe_var_desc *w = wname ? pe_block_find_var(f->p, f->b, wname) : NULL;
+  int64_t o, axes[2];
+  if (pe_op_find_input(op, "Bias") || !w || !pr->bias_spec(def, op, w, &o, axes)) return -1;
+  int j = sole_reader(f, t1);
+  *bias = j > i ? bias_of(f, j, t1, o, axes) : NULL;
+  if (!*bias || used_between(f->b, *bias, i, j, false)) return -1;
+  return j;
+}
 
 /* Try the pattern at op i; counts[k] counts rewrites of producers[k]. */
 static pe_status *fuse_at(fuse_ctx *f, int i, int *counts) {
   pe_op_desc *op = f->b->ops[i];
   int pk = -1;
-  for (int k = 0; k < (int)(sizeof producers / sizeof producers[0]); k++)
+  for (int k = 0; k < N_PRODUCERS; k++)
     if (strcmp(op->type, producers[k].type) == 0) pk = k;
   const fuse_producer *pr = pk >= 0 ? &producers[pk] : NULL;
   const pe_op_def *def = pr ? pe_op_lookup(pr->type) : NULL;
-  if (!def || pe_op_find_input(op, "Bias") || pe_attr_s(def, op, "fuse_activation")[0]) return NULL;
-  const char *t1 = arg1(pe_op_find_output(op, pr->out_slot));
-  const char *wname = arg1(pe_op_find_input(op, pr->w_slot));
-  const pe_var_desc *w = wname ? pe_block_find_var(f->p, f->b, wname) : NULL;
-  int64_t o, axes[2];
-  if (!t1 || !w || !pr->bias_spec(def, op, w, &o, axes)) return NULL;
-  int j = sole_reader(f, t1);
-  const char *bias = j > i ? bias_of(f, j, t1, o, axes) : NULL;
-  if (!bias || written_between(f->b, bias, i, j)) return NULL;
-  const char *t2 = arg1(pe_op_find_output(f->b->ops[j], "Out"));
-  int k = sole_reader(f, t2);
-  const pe_op_desc *relu = k > j ? f->b->ops[k] : NULL;
-  const char *rx = relu ? arg1(pe_op_find_input(relu, "X")) : NULL;
-  const char *t3 = relu ? arg1(pe_op_find_output(relu, "Out")) : NULL;
-  bool with_relu = relu && strcmp(relu->type, "relu") == 0 && rx && !strcmp(rx, t2) && t3;
-  const char *out = with_relu ? t3 : t2;
-  PE_TRY(pe_op_input1(op, "Bias", bias));
-  PE_TRY(pe_op_output1(op, pr->out_slot, out));
-  if (with_relu) {
+  if (!def || pe_attr_s(def, op, "fuse_activation")[0]) return NULL;
+  const char *t1 = arg1(pe_op_find_output(op, pr->out_slot)), *bias = NULL, *t2 = t1;
+  if (!t1) return NULL;
+  int j = -1; /* the bias add */
+  if (pr->bias_spec) {
+    j = bias_add_after(f, pr, def, i, t1, &bias);
+    if (j < 0) return NULL;
+    t2 = arg1(pe_op_find_output(f->b->ops[j], "Out"));
+  }
+  int k = relu_after(f, j > i ? j : i, t2);
+  if (!bias && k < 0) return NULL;
+  if (bias) PE_TRY(pe_op_input1(op, "Bias", bias));
+  if (k >= 0) {
+    PE_TRY(pe_op_output1(op, pr->out_slot, arg1(pe_op_find_output(f->b->ops[k], "Out"))));
     PE_TRY(pe_op_set_string(op, "fuse_activation", "relu"));
     pe_block_remove_op(f->b, k);
+  } else {
+    PE_TRY(pe_op_output1(op, pr->out_slot, t2));
   }
-  pe_block_remove_op(f->b, j);
+  if (j > i) pe_block_remove_op(f->b, j);
   counts[pk]++;
   return NULL;
 }
@@ -190,11 +225,13 @@ pe_status *pe_pass_fuse_conv_act(pe_ir *ir) {
   pe_block *b = pe_program_main(p);
   if (!b || p->n_blocks > 2) return NULL;
   fuse_ctx f = {p, b, ir->opts};
-  int counts[sizeof producers / sizeof producers[0]] = {0};
+  int counts[N_PRODUCERS] = {0};
   /* fuse_at removes ops after i only, so i stays valid. */
   for (int i = 0; i < b->n_ops; i++) PE_TRY(fuse_at(&f, i, counts));
-  if (counts[0] || counts[1])
-    PE_LOGD("fuse_conv_act: %d conv2d and %d matmul with their bias (and relu) fused", counts[0],
-            counts[1]);
+  if (counts[0] || counts[1] || counts[2])
+    PE_LOGD(
+        "fuse_conv_act: %d conv2d and %d matmul with their bias (and relu), %d batch_norm "
+        "with its relu fused",
+        counts[0], counts[1], counts[2]);
   return NULL;
 }

@@ -30,6 +30,10 @@ pe_status *pe_cu_zero(pe_kernel_ctx *c, pe_cuda_ctx *x, pe_tensor *t);
 pe_status *pe_cu_copy(pe_kernel_ctx *c, pe_cuda_ctx *x, pe_tensor *dst, const pe_tensor *src);
 /* Every output zero (a pruned output gradient). */
 pe_status *pe_cu_zero_outputs(pe_kernel_ctx *c, pe_cuda_ctx *x);
+/* The fused forms (pass fuse_conv_act, which runs for cpu and sim places
+ * only) have no cuda kernel yet: an error when the op has a Bias input at
+ * bias_slot (-1: it has none) or a fuse_activation. */
+pe_status *pe_cu_refuse_fused(pe_kernel_ctx *c, int bias_slot);
 /* An INTS attribute of two values (H, W), default dflt. */
 void pe_cu_attr_pair(const pe_op_desc *op, const char *name, int64_t dflt, int64_t out[2]);
 

@@ -60,6 +60,21 @@ pe_status *pe_cu_zero_outputs(pe_kernel_ctx *c, pe_cuda_ctx *x) {
   return NULL;
 }
 
+pe_status *pe_cu_refuse_fused(pe_kernel_ctx *c, int bias_slot) {
+  const char *act = pe_attr_s(c->def, c->desc, "fuse_activation");
+  if (bias_slot >= 0 && (pe_kin(c, bias_slot, 0) || act[0]))
+    return pe_kernel_error(c, PE_EINVAL,
+                           "a Bias input or fuse_activation '%s' is not supported on cuda places "
+                           "(add the bias and the activation as their own ops)",
+                           act);
+  if (act[0])
+    return pe_kernel_error(c, PE_EINVAL,
+                           "fuse_activation '%s' is not supported on cuda places (run the "
+                           "activation as its own op)",
+                           act);
+  return NULL;
+}
+
 void pe_cu_attr_pair(const pe_op_desc *op, const char *name, int64_t dflt, int64_t out[2]) {
   const int64_t *v;
   int n = pe_attr_ints(op, name, &v);
@@ -590,10 +605,11 @@ pe_status *pe_cuk_clip_by_global_norm(pe_kernel_ctx *c) {
   }
   pe_tensor *gn = c->out[1].n ? pe_kout(c, 1, 0) : NULL;
   if (!st)
-    st = pe_cu_check(c,
-                     pe_cu_clip_by_global_norm(xs, os, ns, k, pe_attr_f(c->def, c->desc, "max_norm"),
-                                               ws, gn ? pe_f32(gn) : NULL, x->stream),
-                     "clip_by_global_norm");
+    st =
+        pe_cu_check(c,
+                    pe_cu_clip_by_global_norm(xs, os, ns, k, pe_attr_f(c->def, c->desc, "max_norm"),
+                                              ws, gn ? pe_f32(gn) : NULL, x->stream),
+                    "clip_by_global_norm");
   free(xs);
   free(os);
   free(ns);
@@ -647,9 +663,11 @@ static void bn_dims(const pe_tensor *t, int64_t *N, int64_t *C, int64_t *S) {
 }
 
 /* Inputs X, Scale, Bias, Mean, Variance; outputs Y, MeanOut, VarianceOut,
- * SavedMean, SavedVariance (all but Y optional: scratch stands in). */
+ * SavedMean, SavedVariance (all but Y optional: scratch stands in);
+ * fuse_activation refused. */
 pe_status *pe_cuk_batch_norm(pe_kernel_ctx *c) {
   NEED(c, x);
+  PE_TRY(pe_cu_refuse_fused(c, -1));
   pe_tensor *in = pe_kin(c, 0, 0);
   int64_t N, C, S;
   bn_dims(in, &N, &C, &S);
@@ -671,11 +689,14 @@ pe_status *pe_cuk_batch_norm(pe_kernel_ctx *c) {
       "batch_norm");
 }
 
-/* Inputs X, Scale, Bias, SavedMean, SavedVariance, Y@GRAD; outputs X@GRAD,
- * Scale@GRAD, Bias@GRAD (absent ones computed into scratch: dX needs them). */
+/* Inputs X, Scale, Bias, SavedMean, SavedVariance, Y (a fused relu's mask:
+ * refused with it), Y@GRAD; outputs X@GRAD, Scale@GRAD, Bias@GRAD (absent
+ * ones computed into scratch: dX needs them). Slot indices as
+ * ops/cpu/batch_norm.c's rows. */
 pe_status *pe_cuk_batch_norm_grad(pe_kernel_ctx *c) {
   NEED(c, x);
-  pe_tensor *dy = pe_kin(c, 5, 0);
+  PE_TRY(pe_cu_refuse_fused(c, -1));
+  pe_tensor *dy = pe_kin(c, 6, 0);
   if (!dy) return pe_cu_zero_outputs(c, x);
   pe_tensor *in = pe_kin(c, 0, 0);
   int64_t N, C, S;

@@ -44,18 +44,6 @@ static pe_status *need_handles(pe_kernel_ctx *c, pe_cuda_ctx *x) {
   return NULL;
 }
 
-/* The fused forms of conv2d and matmul (Bias input, fuse_activation; pass
- * fuse_conv_act, which runs for cpu and sim places only) have no cuda
- * kernel yet. */
-static pe_status *refuse_fused(pe_kernel_ctx *c, int bias_slot) {
-  if (pe_kin(c, bias_slot, 0) || pe_attr_s(c->def, c->desc, "fuse_activation")[0])
-    return pe_kernel_error(c, PE_EINVAL,
-                           "a Bias input or fuse_activation '%s' is not supported on cuda places "
-                           "(add the bias and the activation as their own ops)",
-                           pe_attr_s(c->def, c->desc, "fuse_activation"));
-  return NULL;
-}
-
 /* --- matmul ------------------------------------------------------------------- */
 
 /* Row-major C[m,n] = op(A)·op(B) (k the inner dim; lda/ldb/ldc row-major
@@ -87,7 +75,7 @@ static void mm_dims(pe_kernel_ctx *c, const pe_tensor *tx, const pe_tensor *ty, 
 pe_status *pe_cuk_matmul(pe_kernel_ctx *c) {
   NEED(c, x);
   PE_TRY(need_handles(c, x));
-  PE_TRY(refuse_fused(c, 2));
+  PE_TRY(pe_cu_refuse_fused(c, 2));
   pe_tensor *tx = pe_kin(c, 0, 0), *ty = pe_kin(c, 1, 0), *out = pe_kout(c, 0, 0);
   int64_t m, k, n;
   mm_dims(c, tx, ty, &m, &k, &n);
@@ -103,7 +91,7 @@ pe_status *pe_cuk_matmul(pe_kernel_ctx *c) {
 pe_status *pe_cuk_matmul_grad(pe_kernel_ctx *c) {
   NEED(c, x);
   PE_TRY(need_handles(c, x));
-  PE_TRY(refuse_fused(c, 2));
+  PE_TRY(pe_cu_refuse_fused(c, 2));
   pe_tensor *tx = pe_kin(c, 0, 0), *ty = pe_kin(c, 1, 0), *dout = pe_kin(c, 4, 0);
   pe_tensor *dx = pe_kout(c, 0, 0), *dy = pe_kout(c, 1, 0);
   if (!dout) return pe_cu_zero_outputs(c, x);
@@ -378,7 +366,7 @@ static pe_status *conv_state(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *
 pe_status *pe_cuk_conv2d(pe_kernel_ctx *c) {
   NEED(c, x);
   PE_TRY(need_handles(c, x));
-  PE_TRY(refuse_fused(c, 2));
+  PE_TRY(pe_cu_refuse_fused(c, 2));
   pe_tensor *in = pe_kin(c, 0, 0), *w = pe_kin(c, 1, 0), *out = pe_kout(c, 0, 0);
   if (pe_tensor_numel(out) == 0) return NULL;
   dnn_state *s;
@@ -398,7 +386,7 @@ pe_status *pe_cuk_conv2d(pe_kernel_ctx *c) {
 pe_status *pe_cuk_conv2d_grad(pe_kernel_ctx *c) {
   NEED(c, x);
   PE_TRY(need_handles(c, x));
-  PE_TRY(refuse_fused(c, 2));
+  PE_TRY(pe_cu_refuse_fused(c, 2));
   pe_tensor *in = pe_kin(c, 0, 0), *w = pe_kin(c, 1, 0), *dout = pe_kin(c, 4, 0);
   pe_tensor *din = pe_kout(c, 0, 0), *dw = pe_kout(c, 1, 0);
   if (!dout || pe_tensor_numel(dout) == 0) return pe_cu_zero_outputs(c, x);

@@ -2,7 +2,8 @@
  * -> relu chains it fuses, which it leaves alone (each condition that
  * keeps the rewrite invisible), and that the fused program trains through
  * the standard pipeline (conv2d_grad with Bias@GRAD, the bias updated);
- * the same for fully-connected layers (matmul -> bias add -> relu). */
+ * the same for fully-connected layers (matmul -> bias add -> relu) and
+ * for batch_norm -> relu (no bias add). */
 #include <check.h>
 #include <string.h>
 
@@ -100,32 +101,40 @@ START_TEST(fuses_bias_and_relu) {
 }
 END_TEST
 
-/* Compile p for training with the pass on: its one grad op `grad` reads
- * the Bias and the fused output `out` (through out_slot, the mask), writes
- * Bias@GRAD and the weight's gradient (w_grad slot), and sgd updates w and
- * b; no relu or bias-add gradient is left. Frees p. */
-static void expect_trains(pe_program *p, const char *grad, const char *out_slot, const char *out,
-                          const char *w_grad) {
+/* Compile p for training (sgd) with the pass on: the op of type `grad`
+ * (there must be one), and no relu_grad left; sgd updates p1 and p2
+ * (checked). */
+static const pe_op_desc *compile_train(pe_program *p, const char *grad, const char *p1,
+                                       const char *p2) {
   p->loss = strdup("loss");
   p->opt.type = strdup("sgd");
   p->opt.lr = 0.1f;
   pe_pass_opts o = {.fuse_conv_act = true};
   PU_OK(pe_program_compile_opts(p, false, &o));
   const pe_block *b = pe_program_main(p);
-  int g = pu_find_op(b, grad, 0);
+  int g = pu_find_op(b, grad, 0), updates = 0;
   ck_assert_int_ge(g, 0);
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], "Bias"), "b");
-  ck_assert_str_eq(pe_op_input_arg(b->ops[g], out_slot), out);
-  ck_assert_str_eq(pe_op_output_arg(b->ops[g], "Bias@GRAD"), "b@GRAD");
-  ck_assert_str_eq(pe_op_output_arg(b->ops[g], w_grad), "w@GRAD");
   ck_assert_int_eq(pu_find_op(b, "relu_grad", 0), -1);
-  ck_assert_int_eq(pu_find_op(b, "elementwise_add_grad", 0), -1);
-  int updates = 0;
   for (int i = 0; i < b->n_ops; i++)
     if (!strcmp(b->ops[i]->type, "sgd"))
-      updates += !strcmp(pe_op_input_arg(b->ops[i], "Param"), "b") ||
-                 !strcmp(pe_op_input_arg(b->ops[i], "Param"), "w");
+      updates += !strcmp(pe_op_input_arg(b->ops[i], "Param"), p1) ||
+                 !strcmp(pe_op_input_arg(b->ops[i], "Param"), p2);
   ck_assert_int_eq(updates, 2);
+  return b->ops[g];
+}
+
+/* Compile p for training with the pass on: its one grad op `grad` reads
+ * the Bias and the fused output `out` (through out_slot, the mask), writes
+ * Bias@GRAD and the weight's gradient (w_grad slot), and sgd updates w and
+ * b; no relu or bias-add gradient is left. Frees p. */
+static void expect_trains(pe_program *p, const char *grad, const char *out_slot, const char *out,
+                          const char *w_grad) {
+  const pe_op_desc *g = compile_train(p, grad, "w", "b");
+  ck_assert_str_eq(pe_op_input_arg(g, "Bias"), "b");
+  ck_assert_str_eq(pe_op_input_arg(g, out_slot), out);
+  ck_assert_str_eq(pe_op_output_arg(g, "Bias@GRAD"), "b@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(g, w_grad), "w@GRAD");
+  ck_assert_int_eq(pu_find_op(pe_program_main(p), "elementwise_add_grad", 0), -1);
   pe_program_free(p);
 }
 
@@ -377,6 +386,129 @@ START_TEST(fc_stays_where_visible_or_other) {
 }
 END_TEST
 
+/* --- batch norm --------------------------------------------------------------------- */
+
+/* x [-1,1,6,6] -> conv2d (w [4,1,3,3], no bias) -> c1 -> batch_norm (scale,
+ * shift [4], running stats mean / var in place) -> y -> relu -> r -> mean
+ * -> loss: the resnet's conv2d + "batch_norm act=relu". The conv has no
+ * bias add after it, so only the batch norm fuses. */
+static pe_program *bn_net(void) {
+  pe_block *b;
+  pe_program *p = new_program(&b);
+  pu_feed(b, "x", PE_F32, PE_SHAPE(-1, 1, 6, 6));
+  pu_param(b, "w", PE_SHAPE(4, 1, 3, 3));
+  const char *params[] = {"scale", "shift", "mean", "var"};
+  for (int i = 0; i < 4; i++) pu_param(b, params[i], PE_SHAPE(4));
+  pe_block_find_var_local(b, "mean")->stop_gradient = true;
+  pe_block_find_var_local(b, "var")->stop_gradient = true;
+  temps(b, (const char *[]){"c1", "y", "r", "loss", "sm", "sv", "ys", "r0", NULL});
+  pe_op_desc *conv = pu_op(b, "conv2d", "Input", "x", "Filter", "w", NULL, "Output", "c1", NULL);
+  pe_op_set_ints(conv, "paddings", 2, (int64_t[]){1, 1});
+  pu_op(b, "batch_norm", "X", "c1", "Scale", "scale", "Bias", "shift", "Mean", "mean", "Variance",
+        "var", NULL, "Y", "y", "MeanOut", "mean", "VarianceOut", "var", "SavedMean", "sm",
+        "SavedVariance", "sv", NULL);
+  pu_op(b, "relu", "X", "y", NULL, "Out", "r", NULL);
+  pu_op(b, "mean", "X", "r", NULL, "Out", "loss", NULL);
+  return p;
+}
+
+/* The batch norm writes `out`, relu fused (and the relu op gone) or not
+ * (and the relu still reading y); the conv2d untouched either way. */
+static void expect_bn(const pe_program *p, const char *out, bool relu) {
+  const pe_op_desc *bn = find(p, "batch_norm"), *conv = find(p, "conv2d");
+  ck_assert_str_eq(pe_op_output_arg(bn, "Y"), out);
+  ck_assert_str_eq(pe_op_input_arg(bn, "Bias"), "shift");
+  ck_assert_str_eq(pe_op_output_arg(bn, "MeanOut"), "mean");
+  const pe_attr *a = pe_op_find_attr(bn, "fuse_activation");
+  if (relu) {
+    ck_assert(a && !strcmp(a->s, "relu"));
+    ck_assert_ptr_null(find(p, "relu"));
+  } else {
+    ck_assert(!a || !a->s[0]);
+    ck_assert_str_eq(pe_op_input_arg(find(p, "relu"), "X"), "y");
+  }
+  ck_assert_ptr_null(pe_op_find_input(conv, "Bias"));
+  ck_assert_ptr_null(pe_op_find_attr(conv, "fuse_activation"));
+  ck_assert_str_eq(pe_op_output_arg(conv, "Output"), "c1");
+}
+
+START_TEST(bn_fuses_relu) {
+  pe_program *p = bn_net();
+  pe_pass_opts o = {.fuse_conv_act = true};
+  fuse(p, &o);
+  expect_bn(p, "r", true);
+  ck_assert_int_eq(pe_program_main(p)->n_ops, 3); /* conv2d, batch_norm, mean */
+  pe_program_free(p);
+  /* An eval program (the inference pass sets is_test) fuses the same way. */
+  p = bn_net();
+  PU_OK(pe_program_compile_opts(p, true, &o));
+  expect_bn(p, "r", true);
+  ck_assert_int_eq(pe_op_find_attr(find(p, "batch_norm"), "is_test")->i, 1);
+  pe_program_free(p);
+}
+END_TEST
+
+/* Trained: batch_norm_grad reads the fused output r as Y (its mask) and
+ * the relu's gradient r@GRAD as Y@GRAD; no relu_grad; scale and shift
+ * updated. */
+START_TEST(bn_fused_program_trains) {
+  pe_program *p = bn_net();
+  const pe_op_desc *g = compile_train(p, "batch_norm_grad", "scale", "shift");
+  ck_assert_str_eq(pe_op_input_arg(g, "Y"), "r");
+  ck_assert_str_eq(pe_op_input_arg(g, "Y@GRAD"), "r@GRAD");
+  ck_assert_str_eq(pe_op_find_attr(g, "fuse_activation")->s, "relu");
+  ck_assert_str_eq(pe_op_output_arg(g, "Scale@GRAD"), "scale@GRAD");
+  ck_assert_str_eq(pe_op_output_arg(g, "Bias@GRAD"), "shift@GRAD");
+  pe_program_free(p);
+}
+END_TEST
+
+/* p (bn_net, changed) compiled with o: its batch norm stays unfused. */
+static void expect_bn_stays(pe_program *p, const pe_pass_opts *o) {
+  fuse(p, o);
+  expect_bn(p, "y", false);
+  pe_program_free(p);
+}
+
+START_TEST(bn_stays_where_visible_or_other) {
+  pe_pass_opts o = {.fuse_conv_act = true};
+  /* y fetchable; y the loss. */
+  const char *k1[] = {"y"};
+  expect_bn_stays(bn_net(), &(pe_pass_opts){.fuse_conv_act = true, .keep = k1, .n_keep = 1});
+  expect_bn_stays(bn_net(), &(pe_pass_opts){.fuse_conv_act = true, .loss = "y"});
+  /* y read a second time, before the relu and after it. */
+  pe_program *p = bn_net();
+  insert_scale(pe_program_main(p), 2, "y", "ys");
+  expect_bn_stays(p, &o);
+  p = bn_net();
+  pu_op(pe_program_main(p), "scale", "X", "y", NULL, "Out", "ys", NULL);
+  expect_bn_stays(p, &o);
+  /* r written between the batch norm and the relu (which overwrites it):
+   * the batch norm cannot write r where it runs. */
+  p = bn_net();
+  insert_scale(pe_program_main(p), 2, "c1", "r");
+  expect_bn_stays(p, &o);
+  /* off unless asked. */
+  expect_bn_stays(bn_net(), NULL);
+  expect_bn_stays(bn_net(), &(pe_pass_opts){0});
+  /* cuda places: never (cuda's batch_norm kernel takes no activation). */
+  p = bn_net();
+  PU_OK(pe_program_compile_opts(
+      p, true, &(pe_pass_opts){.fuse_conv_act = true, .place_kind = PE_PLACE_CUDA}));
+  expect_bn(p, "y", false);
+  pe_program_free(p);
+  /* The batch norm's output read by something other than a relu. */
+  p = bn_net();
+  pe_block *b = pe_program_main(p);
+  pe_block_remove_op(b, pu_find_op(b, "relu", 0));
+  PU_OK(pe_op_input1(find(p, "mean"), "X", "y"));
+  fuse(p, &o);
+  ck_assert_str_eq(pe_op_output_arg(find(p, "batch_norm"), "Y"), "y");
+  ck_assert_ptr_null(pe_op_find_attr(find(p, "batch_norm"), "fuse_activation"));
+  pe_program_free(p);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("pass_fuse_conv_act");
   TCase *tc = tcase_create("core");
@@ -389,6 +521,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, fc_fuses_bias_and_relu);
   tcase_add_test(tc, fc_fused_program_trains);
   tcase_add_test(tc, fc_stays_where_visible_or_other);
+  tcase_add_test(tc, bn_fuses_relu);
+  tcase_add_test(tc, bn_fused_program_trains);
+  tcase_add_test(tc, bn_stays_where_visible_or_other);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -438,12 +438,32 @@ static void bn_case(pe_scope *s, pe_shape x, bool is_test) {
   pe_op_desc_free(op);
 }
 
+/* The fused batch norm (pass fuse_conv_act, cpu and sim places only) is
+ * refused, forward and gradient, naming the op and the activation; the
+ * kernel looks at nothing else first. */
+static void expect_fused_refused(const char *type) {
+  pe_op_desc *op = ph_op(type, NULL, NULL);
+  PE_CK_OK(pe_op_set_string(op, "fuse_activation", "relu"));
+  const pe_op_def *def = pe_op_lookup(type);
+  pe_tensor_list in[16], out[16];
+  memset(in, 0, sizeof in);
+  memset(out, 0, sizeof out);
+  void *state = NULL;
+  pe_kernel_ctx kc = {def, op,     0,    in,
+                      out, &state, NULL, pe_stream_ctx(pe_device_stream(dev, PE_STREAM_COMPUTE))};
+  expect_errors(def->kernel_cuda(&kc), PE_EINVAL, type, "fuse_activation 'relu'",
+                "not supported on cuda places", NULL);
+  pe_op_desc_free(op);
+}
+
 START_TEST(batch_norm_kernels) {
   pe_scope *s = pe_scope_new(NULL);
   bn_case(s, PE_SHAPE(4, 3, 6, 5), false);
   bn_case(s, PE_SHAPE(16, 7), false);
   bn_case(s, PE_SHAPE(4, 3, 6, 5), true);
   pe_scope_free(s);
+  expect_fused_refused("batch_norm");
+  expect_fused_refused("batch_norm_grad");
 }
 END_TEST
 
@@ -540,13 +560,13 @@ START_TEST(optimizers) {
       op = ph_op("sgd", "Param", "p", "Grad", "g", "LearningRate", "lr", NULL, "ParamOut", "p",
                  NULL);
     else if (k == 1)
-      op = ph_op("momentum", "Param", "p", "Grad", "g", "Velocity", "v", "LearningRate", "lr",
-                 NULL, "ParamOut", "p", "VelocityOut", "v", NULL);
+      op = ph_op("momentum", "Param", "p", "Grad", "g", "Velocity", "v", "LearningRate", "lr", NULL,
+                 "ParamOut", "p", "VelocityOut", "v", NULL);
     else
-      op = ph_op("adam", "Param", "p", "Grad", "g", "LearningRate", "lr", "Moment1", "m1",
-                 "Moment2", "m2", "Beta1Pow", "b1p", "Beta2Pow", "b2p", NULL, "ParamOut", "p",
-                 "Moment1Out", "m1", "Moment2Out", "m2", "Beta1PowOut", "b1p", "Beta2PowOut",
-                 "b2p", NULL);
+      op =
+          ph_op("adam", "Param", "p", "Grad", "g", "LearningRate", "lr", "Moment1", "m1", "Moment2",
+                "m2", "Beta1Pow", "b1p", "Beta2Pow", "b2p", NULL, "ParamOut", "p", "Moment1Out",
+                "m1", "Moment2Out", "m2", "Beta1PowOut", "b1p", "Beta2PowOut", "b2p", NULL);
     PE_CK_OK(
         pe_op_set_string(op, "regularization_method", k == 3 ? "decoupled_decay" : "l2_decay"));
     PE_CK_OK(pe_op_set_float(op, "regularization_coeff", 0.05f));
@@ -588,8 +608,8 @@ START_TEST(lr_schedules) {
   const int64_t counters[] = {-2, 0, 3, 7, 12, 100, 1000000};
   for (int k = 0; k < 6; k++)
     for (int c = 0; c < 7; c++) {
-      pe_op_desc *op = ph_op("lr_schedule", "Step", "c", NULL, "StepOut", "c", "LearningRate",
-                             "lr", NULL);
+      pe_op_desc *op =
+          ph_op("lr_schedule", "Step", "c", NULL, "StepOut", "c", "LearningRate", "lr", NULL);
       PE_CK_OK(pe_op_set_string(op, "schedule", kinds[k]));
       PE_CK_OK(pe_op_set_float(op, "base_lr", 0.3f));
       PE_CK_OK(pe_op_set_long(op, "warmup_steps", 2));

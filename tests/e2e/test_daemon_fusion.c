@@ -1,13 +1,16 @@
-/* pe-executord end to end, fused convolutions and fully-connected layers
- * (pass fuse_conv_act): by default the daemon runs the CNN's conv2d + bias
- * add + relu and matmul + bias add (+ relu) as one op each (the run's
- * trace has no node for any of the adds and relus), and
- * RegisterOptions.no_op_fusion keeps them apart; from the same seed both
- * programs train to the same losses (to rounding). */
+/* pe-executord end to end, fused convolutions, fully-connected layers and
+ * batch norms (pass fuse_conv_act): by default the daemon runs the CNN's
+ * conv2d + bias add + relu and matmul + bias add (+ relu) as one op each
+ * (the run's trace has no node for any of the adds and relus), and the
+ * resnet's batch_norm + relu as one batch_norm (its residual adds and
+ * their relus stay); RegisterOptions.no_op_fusion keeps them apart; from
+ * the same seed both programs train to the same losses (to rounding). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "check_main.h"
 #include "daemon_harness.h"
+#include "pe_model_file.h"
 #include "test_assert.h"
 
 #define CLIENT 0xF0F0
@@ -22,11 +25,12 @@ static int count(const char *s, const char *needle) {
 
 typedef struct traced {
   float loss[3];
-  int adds, relus, convs, matmuls; /* trace events of one traced step */
+  /* trace events of one traced step */
+  int adds, relus, convs, matmuls, bns, relu_grads;
 } traced;
 
-/* Register the CNN as `model`, init it (seed 5), run 3 single steps on the
- * same batch, the last one traced. */
+/* Register the CNN (or another model of 1x28x28 images) as `model`, init
+ * it (seed 5), run 3 single steps on the same batch, the last one traced. */
 static traced train_cnn(int s, const pe_model_spec *cnn, const char *model, bool no_fusion) {
   dh_no_op_fusion = no_fusion;
   uint64_t h = dh_register(s, CLIENT, cnn, model, 5, false, NULL, NULL);
@@ -55,21 +59,40 @@ static traced train_cnn(int s, const pe_model_spec *cnn, const char *model, bool
   t.relus = count(json, "\"relu#");
   t.convs = count(json, "\"conv2d#");
   t.matmuls = count(json, "\"matmul#");
+  t.bns = count(json, "\"batch_norm#");
+  t.relu_grads = count(json, "\"relu_grad#");
   free(json);
   pe__reply__free_unpacked(rep, NULL);
   dh_batch_free(&b);
   return t;
 }
 
-START_TEST(test_conv_fusion_default_and_off) {
+/* Start a daemon, train m fused (the default) and with no_op_fusion: from
+ * the same seed both reach the same losses (to rounding), which fall. */
+static void train_both(const pe_model_spec *m, traced *fused, traced *plain) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
   int s = dh_connect(&d, 30000);
+  *fused = train_cnn(s, m, "fused", false);
+  *plain = train_cnn(s, m, "plain", true);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_msg(isfinite(fused->loss[i]), "fused loss %d: %f", i, fused->loss[i]);
+    ck_assert_msg(
+        fabsf(fused->loss[i] - plain->loss[i]) <= 1e-5f * fmaxf(1.f, fabsf(plain->loss[i])),
+        "step %d: fused loss %.7f, unfused %.7f", i, fused->loss[i], plain->loss[i]);
+  }
+  ck_assert_msg(fused->loss[2] < fused->loss[0], "loss %f -> %f", fused->loss[0], fused->loss[2]);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_cleanup(&d);
+}
+
+START_TEST(test_conv_fusion_default_and_off) {
   pe_model_spec cnn;
   char err[256];
   ck_assert_msg(pe_model_spec_build("cnn", &cnn, err, sizeof err) == 0, "cnn: %s", err);
-  traced fused = train_cnn(s, &cnn, "fused", false);
-  traced plain = train_cnn(s, &cnn, "plain", true);
+  traced fused, plain;
+  train_both(&cnn, &fused, &plain);
   /* Unfused: both convolutions and fc 1024 add a bias and apply relu, fc 10
    * adds a bias. Fused: the convolutions and matmuls do it all. */
   ck_assert_int_eq(plain.convs, 2);
@@ -80,16 +103,29 @@ START_TEST(test_conv_fusion_default_and_off) {
   ck_assert_int_eq(fused.matmuls, 2);
   ck_assert_int_eq(fused.adds, 0);
   ck_assert_int_eq(fused.relus, 0);
-  for (int i = 0; i < 3; i++) {
-    ck_assert_msg(isfinite(fused.loss[i]), "fused loss %d: %f", i, fused.loss[i]);
-    ck_assert_msg(fabsf(fused.loss[i] - plain.loss[i]) <= 1e-5f * fmaxf(1.f, fabsf(plain.loss[i])),
-                  "step %d: fused loss %.7f, unfused %.7f", i, fused.loss[i], plain.loss[i]);
-  }
-  ck_assert_msg(fused.loss[2] < fused.loss[0], "loss %f -> %f", fused.loss[0], fused.loss[2]);
   pe_model_spec_release(&cnn);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_bn_fusion_default_and_off) {
+  pe_model_spec rn;
+  char err[256], path[1024];
+  const char *src = getenv("PE_SOURCE_DIR");
+  snprintf(path, sizeof path, "%s/conf/models/resnet", src ? src : ".");
+  ck_assert_msg(pe_model_file_load(path, &rn, err, sizeof err) == 0, "resnet: %s", err);
+  traced fused, plain;
+  train_both(&rn, &fused, &plain);
+  /* Nine batch norms, four with act=relu; three residual adds with a relu
+   * each; fc 10's bias add (fused into its matmul). */
+  ck_assert_int_eq(plain.bns, 9);
+  ck_assert_int_eq(plain.relus, 7);
+  ck_assert_int_eq(plain.relu_grads, 7);
+  ck_assert_int_eq(plain.adds, 4);
+  ck_assert_int_eq(fused.bns, 9);
+  ck_assert_int_eq(fused.relus, 3);
+  ck_assert_int_eq(fused.relu_grads, 3);
+  ck_assert_int_eq(fused.adds, 3);
+  pe_model_spec_release(&rn);
 }
 END_TEST
 
@@ -98,6 +134,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("fusion");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_conv_fusion_default_and_off);
+  tcase_add_test(tc, test_bn_fusion_default_and_off);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -87,7 +87,8 @@ typedef struct eq_setting {
    * says why). */
   double rtol;
   /* Compile the parallel side with fuse_conv_act (conv2d or matmul + bias +
-   * relu as one op); the sequential reference stays unfused. */
+   * relu, batch_norm + relu, as one op); the sequential reference stays
+   * unfused. */
   bool fuse_ops;
 } eq_setting;
 
@@ -309,14 +310,18 @@ static inline void eq_par_new(const pe_program *p, const eq_setting *set, int64_
   pe_ir ir = {.prog = prog, .opts = &o};
   PE_CK_OK(pe_graph_compile(&ir, false));
   pe_graph *g = ir.graph;
-  int fused = 0; /* conv2d / matmul nodes with a Bias: the pass took where it should */
+  /* conv2d / matmul nodes with a Bias, batch_norm nodes with an
+   * activation: the pass took where it should */
+  int fused = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const pe_op_desc *d = g->nodes[i].desc;
+    const pe_attr *act = d ? pe_op_find_attr(d, "fuse_activation") : NULL;
     fused += d && (!strcmp(d->type, "conv2d") || !strcmp(d->type, "matmul")) &&
              pe_op_find_input(d, "Bias");
+    fused += d && !strcmp(d->type, "batch_norm") && act && act->s[0];
   }
-  ck_assert_msg(set->fuse_ops ? fused > 0 : fused == 0, "%s: %d fused conv2d / matmul nodes",
-                set->name, fused);
+  ck_assert_msg(set->fuse_ops ? fused > 0 : fused == 0,
+                "%s: %d fused conv2d / matmul / batch_norm nodes", set->name, fused);
   e->startup = ir.startup;
   ir.graph = ir.startup = NULL;
   pe_ir_destroy(&ir);

@@ -17,7 +17,14 @@
  * in test mode (statistics constant) sees the statistics the forward used.
  *
  * The gradient op gets only X, Scale, Bias, SavedMean, SavedVariance and
- * Y@GRAD (custom maker): Y and the running stats are not needed. */
+ * Y@GRAD (custom maker): the running stats are not needed, nor Y unless a
+ * relu is fused (below).
+ *
+ * Fused relu (pass fuse_conv_act, docs/ops.md): with fuse_activation
+ * "relu" Y = relu(batch norm), written in the pass that writes Y anyway
+ * (statistics unchanged), in training and in test mode. The gradient then
+ * also gets Y and masks Y@GRAD by Y > 0 on the fly, in both of its passes
+ * (the sums and X@GRAD): no masked copy is written. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,7 +35,9 @@
 
 enum { BN_X, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR };
 enum { BN_Y, BN_MEAN_OUT, BN_VAR_OUT, BN_SAVED_MEAN, BN_SAVED_VAR };
-enum { BNG_X, BNG_SCALE, BNG_BIAS, BNG_SAVED_MEAN, BNG_SAVED_VAR, BNG_DY };
+/* Y (the fused relu's mask) before Y@GRAD, as matmul_grad and conv2d_grad
+ * take their Out before Out@GRAD; cuda's glue reads the same slots. */
+enum { BNG_X, BNG_SCALE, BNG_BIAS, BNG_SAVED_MEAN, BNG_SAVED_VAR, BNG_Y, BNG_DY };
 enum { BNG_DX, BNG_DSCALE, BNG_DBIAS };
 
 /* Checks X and the per-channel inputs in slots [first, last]; *cshape gets
@@ -54,7 +63,15 @@ static pe_status *bn_check(pe_infer_ctx *c, int first, int last, pe_shape *cshap
     if (ch < 0) ch = m->shape.d[0];
   }
   *cshape = PE_SHAPE(ch);
+  const char *act = pe_attr_s(c->def, c->desc, "fuse_activation");
+  if (act[0] && strcmp(act, "relu") != 0)
+    return pe_infer_error(c, PE_EATTR, "fuse_activation '%s' unknown (\"\" or \"relu\")", act);
   return NULL;
+}
+
+/* fuse_activation: "" (none) or "relu"; infer refuses anything else. */
+static bool bn_relu(const pe_op_def *def, const pe_op_desc *op) {
+  return strcmp(pe_attr_s(def, op, "fuse_activation"), "relu") == 0;
 }
 
 static pe_status *bn_infer(pe_infer_ctx *c) {
@@ -68,6 +85,14 @@ static pe_status *bn_infer(pe_infer_ctx *c) {
 static pe_status *bn_grad_infer(pe_infer_ctx *c) {
   pe_shape cs;
   PE_TRY(bn_check(c, BNG_SCALE, BNG_SAVED_VAR, &cs));
+  pe_meta *x = pe_in_meta(c, BNG_X, 0), *y = pe_in_meta(c, BNG_Y, 0);
+  char sb[PE_SHAPE_STRLEN], sb2[PE_SHAPE_STRLEN];
+  if (bn_relu(c->def, c->desc) && !y)
+    return pe_infer_error(c, PE_EARITY, "fuse_activation relu needs input Y (the mask)");
+  if (y && !pe_shape_compatible(&y->shape, &x->shape))
+    return pe_infer_error(c, PE_ESHAPE, "input Y '%s' shape %s does not match X '%s' shape %s",
+                          pe_in_name(c, BNG_Y, 0), pe_shape_str(&y->shape, sb, sizeof sb),
+                          pe_in_name(c, BNG_X, 0), pe_shape_str(&x->shape, sb2, sizeof sb2));
   return pe_infer_grad_like_inputs(c);
 }
 
@@ -83,14 +108,39 @@ static bn_dims bn_dims_of(const pe_tensor *x) {
   return d;
 }
 
-/* Channel c's sum and sum of squares (or, with dy, sum of dy and of dy*x),
+/* Floats per piece of bn_sums' masked loop (a stack buffer). */
+#define BN_PIECE 256
+
+/* Channel c's sum and sum of squares (or, with dy, sum of dy and of dy*x;
+ * with y too, of the masked dy, y > 0 ? dy : 0: a fused relu's gradient),
  * in double: M = N*S terms of either sign. */
-static void bn_sums(const float *x, const float *dy, bn_dims d, int64_t c, double *s1, double *s2) {
+static void bn_sums(const float *x, const float *dy, const float *y, bn_dims d, int64_t c,
+                    double *s1, double *s2) {
   double a = 0, b = 0;
   for (int64_t i = 0; i < d.n; i++) {
-    const float *xr = x + (i * d.ch + c) * d.sp;
-    if (dy) {
-      const float *gr = dy + (i * d.ch + c) * d.sp;
+    int64_t off = (i * d.ch + c) * d.sp;
+    const float *xr = x + off;
+    if (dy && y) {
+      /* In pieces through a buffer in L1: GCC vectorizes the select and
+       * the widening sums apart, not together (one loop ran 3x slower
+       * than the unmasked one: branches on the mask). */
+      const float *gr = dy + off, *yr = y + off;
+      for (int64_t k0 = 0; k0 < d.sp; k0 += BN_PIECE) {
+        int64_t w = d.sp - k0 < BN_PIECE ? d.sp - k0 : BN_PIECE;
+        float g[BN_PIECE];
+        for (int64_t k = 0; k < w; k++) {
+          float v = gr[k0 + k]; /* loaded unconditionally: the select vectorizes */
+          g[k] = yr[k0 + k] > 0 ? v : 0.0f;
+        }
+        const float *xp = xr + k0;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t k = 0; k < w; k++) {
+          a += g[k];
+          b += (double)g[k] * xp[k];
+        }
+      }
+    } else if (dy) {
+      const float *gr = dy + off;
 #pragma omp simd reduction(+ : a, b)
       for (int64_t k = 0; k < d.sp; k++) {
         a += gr[k];
@@ -108,13 +158,44 @@ static void bn_sums(const float *x, const float *dy, bn_dims d, int64_t c, doubl
   *s2 = b;
 }
 
-/* y = x * mul + add over channel c. */
-static void bn_affine(const float *x, float *y, bn_dims d, int64_t c, float mul, float add) {
+/* y = x * mul + add over channel c; relu: max(that, 0), in the same pass. */
+static void bn_affine(const float *x, float *y, bn_dims d, int64_t c, float mul, float add,
+                      bool relu) {
   for (int64_t i = 0; i < d.n; i++) {
     const float *xr = x + (i * d.ch + c) * d.sp;
     float *yr = y + (i * d.ch + c) * d.sp;
+    if (relu) {
 #pragma omp simd
-    for (int64_t k = 0; k < d.sp; k++) yr[k] = xr[k] * mul + add;
+      for (int64_t k = 0; k < d.sp; k++) {
+        float v = xr[k] * mul + add;
+        yr[k] = v > 0 ? v : 0.0f;
+      }
+    } else {
+#pragma omp simd
+      for (int64_t k = 0; k < d.sp; k++) yr[k] = xr[k] * mul + add;
+    }
+  }
+}
+
+/* dx = dy * k + x * kx + k0 over channel c, dy masked by y > 0 when y is
+ * given (a fused relu). */
+static void bn_dx(const float *x, const float *dy, const float *y, float *dx, bn_dims d, int64_t c,
+                  float k, float kx, float k0) {
+  for (int64_t i = 0; i < d.n; i++) {
+    int64_t off = (i * d.ch + c) * d.sp;
+    const float *xr = x + off, *gr = dy + off;
+    float *o = dx + off;
+    if (y) {
+      const float *yr = y + off;
+#pragma omp simd
+      for (int64_t q = 0; q < d.sp; q++) {
+        float g = gr[q]; /* loaded unconditionally: the select vectorizes */
+        o[q] = (yr[q] > 0 ? g : 0.0f) * k + xr[q] * kx + k0;
+      }
+    } else {
+#pragma omp simd
+      for (int64_t q = 0; q < d.sp; q++) o[q] = gr[q] * k + xr[q] * kx + k0;
+    }
   }
 }
 
@@ -132,7 +213,7 @@ static pe_status *bn_kernel(pe_kernel_ctx *c) {
   pe_tensor *mean = pe_kin(c, BN_MEAN, 0), *var = pe_kin(c, BN_VAR, 0);
   pe_tensor *mean_out = pe_kout(c, BN_MEAN_OUT, 0), *var_out = pe_kout(c, BN_VAR_OUT, 0);
   pe_tensor *saved_mean = pe_kout(c, BN_SAVED_MEAN, 0), *saved_var = pe_kout(c, BN_SAVED_VAR, 0);
-  bool test = pe_attr_b(c->def, c->desc, "is_test");
+  bool test = pe_attr_b(c->def, c->desc, "is_test"), relu = bn_relu(c->def, c->desc);
   float eps = pe_attr_f(c->def, c->desc, "epsilon"), mom = pe_attr_f(c->def, c->desc, "momentum");
   bn_dims d = bn_dims_of(x);
   double m = (double)(d.n * d.sp);
@@ -153,13 +234,13 @@ static pe_status *bn_kernel(pe_kernel_ctx *c) {
       bvar = rv[ch];
     } else {
       double s1, s2;
-      bn_sums(xv, NULL, d, ch, &s1, &s2);
+      bn_sums(xv, NULL, NULL, d, ch, &s1, &s2);
       double mu = s1 / m, v = s2 / m - mu * mu;
       bmean = (float)mu;
       bvar = (float)(v > 0 ? v : 0);
     }
     float inv = 1.0f / sqrtf(bvar + eps), mul = scale[ch] * inv;
-    bn_affine(xv, yv, d, ch, mul, bias[ch] - bmean * mul);
+    bn_affine(xv, yv, d, ch, mul, bias[ch] - bmean * mul, relu);
     /* Element-wise per channel: an output may be the very input it reads. */
     float old_m = rm[ch], old_v = rv[ch];
     if (sm) sm[ch] = bmean;
@@ -175,7 +256,8 @@ static pe_status *bn_kernel(pe_kernel_ctx *c) {
  *   Bias@GRAD = sum(dy), Scale@GRAD = sum(dy * xhat),
  *   X@GRAD = scale * inv_std * (dy - Bias@GRAD / M - xhat * Scale@GRAD / M)
  * in training, where the statistics depend on X; in test mode they are
- * constants and X@GRAD = scale * inv_std * dy. */
+ * constants and X@GRAD = scale * inv_std * dy. With a fused relu, dy is
+ * Y@GRAD masked by Y > 0 throughout (each pass masks as it reads). */
 static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, BNG_X, 0), *dy = pe_kin(c, BNG_DY, 0);
   pe_tensor *dx = pe_kout(c, BNG_DX, 0), *dscale = pe_kout(c, BNG_DSCALE, 0);
@@ -187,9 +269,13 @@ static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
   if (!dx && !dscale && !dbias) return NULL;
   bool test = pe_attr_b(c->def, c->desc, "is_test");
   float eps = pe_attr_f(c->def, c->desc, "epsilon");
+  const pe_tensor *y = bn_relu(c->def, c->desc) ? pe_kin(c, BNG_Y, 0) : NULL;
+  if (bn_relu(c->def, c->desc) && (!y || pe_tensor_numel(y) != pe_tensor_numel(dy)))
+    return pe_kernel_error(c, PE_ESHAPE, "fused relu: Y must have Y@GRAD's shape");
   bn_dims d = bn_dims_of(x);
   double m = (double)(d.n * d.sp);
   const float *xv = pe_f32(x), *gv = pe_f32(dy), *scale = pe_f32(pe_kin(c, BNG_SCALE, 0));
+  const float *yv = y ? pe_f32(y) : NULL;
   const float *sm = pe_f32(pe_kin(c, BNG_SAVED_MEAN, 0)), *sv = pe_f32(pe_kin(c, BNG_SAVED_VAR, 0));
   float *dxv = dx ? pe_f32(dx) : NULL, *dsv = dscale ? pe_f32(dscale) : NULL;
   float *dbv = dbias ? pe_f32(dbias) : NULL;
@@ -198,7 +284,7 @@ static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
     schedule(static)
   for (int64_t ch = 0; ch < d.ch; ch++) {
     double s_dy, s_dyx;
-    bn_sums(xv, gv, d, ch, &s_dy, &s_dyx);
+    bn_sums(xv, gv, yv, d, ch, &s_dy, &s_dyx);
     float inv = 1.0f / sqrtf(sv[ch] + eps);
     double g_scale = (s_dyx - sm[ch] * s_dy) * inv; /* sum(dy * xhat) */
     if (dbv) dbv[ch] = (float)s_dy;
@@ -209,18 +295,15 @@ static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
     float a = test || m == 0 ? 0.0f : (float)(s_dy / m);
     float b = test || m == 0 ? 0.0f : (float)(g_scale / m);
     float kx = -k * b * inv, k0 = -k * a + k * b * inv * sm[ch];
-    for (int64_t i = 0; i < d.n; i++) {
-      const float *xr = xv + (i * d.ch + ch) * d.sp, *gr = gv + (i * d.ch + ch) * d.sp;
-      float * or = dxv + (i * d.ch + ch) * d.sp;
-#pragma omp simd
-      for (int64_t q = 0; q < d.sp; q++) or [q] = gr[q] * k + xr[q] * kx + k0;
-    }
+    bn_dx(xv, gv, yv, dxv, d, ch, k, kx, k0);
   }
   return NULL;
 }
 
 /* Custom maker: X, Scale, Bias, SavedMean, SavedVariance, Y@GRAD ->
- * X@GRAD, Scale@GRAD, Bias@GRAD (attrs copied). */
+ * X@GRAD, Scale@GRAD, Bias@GRAD (attrs copied); Y too with a fused relu
+ * (its mask; without one Y is not read, so it need not live until the
+ * backward). */
 static pe_status *bn_grad_maker(pe_grad_ctx *g) {
   const pe_op_desc *f = g->fwd;
   const pe_slot *sm = pe_op_find_output(f, "SavedMean"),
@@ -242,6 +325,7 @@ static pe_status *bn_grad_maker(pe_grad_ctx *g) {
   }
   PE_TRY(pe_op_set_input(op, "SavedMean", sm->n, (const char *const *)sm->args));
   PE_TRY(pe_op_set_input(op, "SavedVariance", sv->n, (const char *const *)sv->args));
+  if (bn_relu(g->def, f)) PE_TRY(pe_op_set_input(op, "Y", y->n, (const char *const *)y->args));
   PE_TRY(pe_dnnl_grad_slot(op, false, "Y" PE_GRAD_SUFFIX, y));
   for (int i = 0; i < f->n_attr; i++) PE_TRY(pe_op_set_attr(op, &f->attrs[i]));
   return NULL;
@@ -251,6 +335,7 @@ static const pe_attr_def bn_attrs[] = {
     {"momentum", PE_ATTR_FLOAT, false, 0.9, NULL},
     {"epsilon", PE_ATTR_FLOAT, false, 1e-5, NULL},
     {"is_test", PE_ATTR_BOOL, false, 0, NULL},
+    {"fuse_activation", PE_ATTR_STRING, false, 0, ""}, /* "" | "relu" */
     {NULL},
 };
 static const pe_slot_def bn_in[] = {{"X", 1, 1, 0},
@@ -267,6 +352,7 @@ static const pe_slot_def bn_grad_in[] = {{"X", 1, 1, 0},
                                          {"Bias", 1, 1, 0},
                                          {"SavedMean", 1, 1, 0},
                                          {"SavedVariance", 1, 1, 0},
+                                         {"Y", 0, 1, 0},
                                          {"Y@GRAD", 0, 1, 0},
                                          {NULL}};
 static const pe_slot_def bn_grad_out[] = {
