@@ -10,6 +10,7 @@
  * mark are recorded at the end, so the file's order of `loss`, `accuracy`,
  * `optimizer` and `schedule` lines matters only for op order (pe_models.h
  * emits loss, then accuracy). */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -60,6 +61,7 @@ typedef struct mf {
   bool nesterov, no_decay_1d;
   /* schedule, applied at the end; sched_line 0: none */
   int sched_line;
+  int name_line; /* the `name` line; 0: none yet */
   char sched_type[16];
   long warmup, decay_steps;
   float gamma, min_lr;
@@ -203,9 +205,17 @@ static int built(mf *m, const char *out) {
 
 /* --- handlers ----------------------------------------------------------------------- */
 
+/* The daemon's rule for model names (pe_name_check): checked here too, so
+ * that the error carries the file and line. */
 static int h_name(mf *m) {
+  if (m->name_line) return mf_fail(m, "name: a second name line (line %d names it)", m->name_line);
   if (strlen(m->pos[0]) >= PE_MODEL_NAME_LEN)
     return mf_fail(m, "name: '%s' is longer than %d bytes", m->pos[0], PE_MODEL_NAME_LEN - 1);
+  for (const char *c = m->pos[0]; *c; c++)
+    if (!isalnum((unsigned char)*c) && *c != '.' && *c != '_' && *c != '-')
+      return mf_fail(m, "name: '%s' has characters outside [A-Za-z0-9._-]", m->pos[0]);
+  if (m->pos[0][0] == '.') return mf_fail(m, "name: '%s' starts with '.'", m->pos[0]);
+  m->name_line = m->line;
   snprintf(m->name, sizeof m->name, "%s", m->pos[0]);
   return 0;
 }

@@ -73,6 +73,15 @@ START_TEST(errors_carry_the_line) {
   expect_parse_error(HEAD "conv2d 32 5\n\n# comment\nconv3d 3 3\n" TAIL,
                      "cnn:6: unknown layer 'conv3d' (known: ");
   expect_parse_error(HEAD "fc abc\n" TAIL, "cnn:3: fc: size 'abc' is not an integer");
+  /* The model name: once, and the daemon's characters, with the line (the
+   * second line won silently; a bad name came back from the daemon
+   * without file:line). */
+  expect_parse_error("name a\n" HEAD "name b\nfc 10\n" TAIL,
+                     "cnn:4: name: a second name line (line 1 names it)");
+  expect_parse_error("name caf\xc3\xa9\n" HEAD "fc 10\n" TAIL,
+                     "cnn:1: name: 'caf\xc3\xa9' has characters outside [A-Za-z0-9._-]");
+  expect_parse_error("name .hidden\n" HEAD "fc 10\n" TAIL,
+                     "cnn:1: name: '.hidden' starts with '.'");
   expect_parse_error(HEAD "fc 10 actt=relu\n" TAIL, "cnn:3: fc: unknown option 'actt'");
   expect_parse_error(HEAD "fc 10 act=reul\n" TAIL, "cnn:3: fc: unknown act 'reul'");
   expect_parse_error(HEAD "conv2d 32\n" TAIL, "cnn:3: conv2d: 1 argument(s), expected 2");
