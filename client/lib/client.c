@@ -275,7 +275,10 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
       (rc = set_int_opt(c, NN_REQ, NN_REQ_RESEND_IVL, NN_TIMER_RESEND_OFF_MS, "NN_REQ_RESEND_IVL")))
     goto fail;
   if (nn_connect(c->sock, c->address) < 0) {
-    rc = pec_fail(c, PE_C_ECONNECT, "connect %s: %s", c->address, nn_strerror(nn_errno()));
+    int e = nn_errno();
+    bool scheme = strncmp(c->address, "ipc://", 6) == 0 || strncmp(c->address, "tcp://", 6) == 0;
+    rc = pec_fail(c, PE_C_ECONNECT, "connect %s: %s%s", c->address, nn_strerror(e),
+                  scheme ? "" : " (expected ipc://PATH or tcp://HOST:PORT)");
     goto fail;
   }
   return 0;
