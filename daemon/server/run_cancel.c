@@ -6,12 +6,13 @@
 /* Why the run must stop, or NULL. */
 static const char *reason(const pe_run_guard *g, char *buf, size_t len) {
   if (atomic_load(&g->s->stopping)) return "the daemon is shutting down (SIGTERM/SIGINT)";
-  if (atomic_load(&g->p->dead)) {
-    snprintf(buf, len, "program 0x%016llx was deregistered", (unsigned long long)g->p->handle);
-    return buf;
-  }
+  /* The drop first: it deregisters the model's programs too. */
   if (atomic_load(&g->p->model->dropping)) {
     snprintf(buf, len, "model '%s' is being dropped", g->p->model->name);
+    return buf;
+  }
+  if (atomic_load(&g->p->dead)) {
+    snprintf(buf, len, "program 0x%016llx was deregistered", (unsigned long long)g->p->handle);
     return buf;
   }
   return NULL;

@@ -162,73 +162,73 @@ static void other_client_runs(int s, const pe_model_spec *mlp, dh_batch *b) {
   ck_assert_msg(loss > 0 && loss < 100, "loss %g", loss);
 }
 
-START_TEST(force_deregister_cancels) {
-  dh_daemon d = {0};
-  dh_start(&d, NULL);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = dh_setup_model(s, CLIENT_A, &mlp, "rc", 3, false, NULL);
+/* A daemon running a long run of model "rc" (persistent or not) for
+ * CLIENT_A; cancel_fx_end checks what any cancel by request must leave. */
+typedef struct cancel_fx {
+  dh_daemon d;
+  int s;
+  pe_model_spec mlp;
   dh_batch b;
-  dh_batch_make(&b, 16, 3);
   runner r;
-  runner_start(&r, &d, h, &b, mlp.loss);
-  wait_running(s);
+  uint64_t h;
+} cancel_fx;
+
+static void cancel_fx_start(cancel_fx *f, bool persistent) {
+  memset(f, 0, sizeof *f);
+  dh_start(&f->d, NULL);
+  f->s = dh_connect(&f->d, 30000);
+  f->mlp = dh_mlp();
+  f->h = dh_setup_model(f->s, CLIENT_A, &f->mlp, "rc", 3, persistent, NULL);
+  dh_batch_make(&f->b, 16, 3);
+  runner_start(&f->r, &f->d, f->h, &f->b, f->mlp.loss);
+  wait_running(f->s);
+}
+
+/* Send rq (a cancelling request) and expect it answered OK, then the run's
+ * reply within 5 s: IO_ERROR naming `why`; the daemon stays up, no run is
+ * left in flight and another client's run goes through. */
+static void cancel_fx_end(cancel_fx *f, Pe__Request *rq, const char *why) {
+  Pe__Reply *rep = dh_call(f->s, rq);
+  dh_ok(rep);
+  pe__reply__free_unpacked(rep, NULL);
+  runner_wait(&f->r, 5);
+  cancelled_steps(f->r.rep, PE_EIO, why);
+  pe__reply__free_unpacked(f->r.rep, NULL);
+  free(f->r.buf);
+  ck_assert(dh_alive(&f->d));
+  ck_assert_int_eq(runs_in_flight(f->s), 0);
+  other_client_runs(f->s, &f->mlp, &f->b);
+  nn_close(f->s);
+  ck_assert_int_eq(dh_stop(&f->d, SIGTERM), 0);
+  dh_batch_free(&f->b);
+  pe_model_spec_release(&f->mlp);
+  dh_cleanup(&f->d);
+}
+
+START_TEST(force_deregister_cancels) {
+  cancel_fx f;
+  cancel_fx_start(&f, false);
   Pe__Request rq = dh_req(CLIENT_B);
   Pe__DeregisterRequest dr = PE__DEREGISTER_REQUEST__INIT;
-  dr.handle = h;
+  dr.handle = f.h;
   dr.force = true;
   rq.body_case = PE__REQUEST__BODY_DEREGISTER;
   rq.deregister = &dr;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
-  runner_wait(&r, 5);
   char why[64];
-  snprintf(why, sizeof why, "program 0x%016llx was deregistered", (unsigned long long)h);
-  cancelled_steps(r.rep, PE_EIO, why);
-  pe__reply__free_unpacked(r.rep, NULL);
-  free(r.buf);
-  ck_assert(dh_alive(&d));
-  ck_assert_int_eq(runs_in_flight(s), 0);
-  other_client_runs(s, &mlp, &b);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_batch_free(&b);
-  pe_model_spec_release(&mlp);
-  dh_cleanup(&d);
+  snprintf(why, sizeof why, "program 0x%016llx was deregistered", (unsigned long long)f.h);
+  cancel_fx_end(&f, &rq, why);
 }
 END_TEST
 
 START_TEST(drop_model_cancels) {
-  dh_daemon d = {0};
-  dh_start(&d, NULL);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = dh_setup_model(s, CLIENT_A, &mlp, "rc", 3, true, NULL);
-  dh_batch b;
-  dh_batch_make(&b, 16, 3);
-  runner r;
-  runner_start(&r, &d, h, &b, mlp.loss);
-  wait_running(s);
+  cancel_fx f;
+  cancel_fx_start(&f, true);
   Pe__Request rq = dh_req(CLIENT_A);
   Pe__DropModelRequest dr = PE__DROP_MODEL_REQUEST__INIT;
   dr.model = (char *)"rc";
   rq.body_case = PE__REQUEST__BODY_DROP_MODEL;
   rq.drop_model = &dr;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
-  runner_wait(&r, 5);
-  cancelled_steps(r.rep, PE_EIO, "cancelled");
-  pe__reply__free_unpacked(r.rep, NULL);
-  free(r.buf);
-  ck_assert(dh_alive(&d));
-  other_client_runs(s, &mlp, &b);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_batch_free(&b);
-  pe_model_spec_release(&mlp);
-  dh_cleanup(&d);
+  cancel_fx_end(&f, &rq, "model 'rc' is being dropped");
 }
 END_TEST
 
