@@ -1,4 +1,4 @@
-/* Models, programs and sessions (see programs.h). */
+/* Models and programs (see programs.h); sessions are in sessions.c. */
 #include "server/programs.h"
 
 #include <math.h>
@@ -9,33 +9,9 @@
 #include "compiler/program.h"
 #include "core/log.h"
 #include "server/checkpoint.h"
-#include "shm_owner.h"
+#include "server/registry_internal.h"
 
-/* A client's session: open from its first request to its close, its
- * expiry (ttl_s idle: no request in flight, none for ttl_s), or the sweep
- * that finds its process gone (pid, start: Request.client_pid/_start). */
-typedef struct session {
-  uint64_t client;
-  double last_seen; /* the last request's start or end */
-  int in_flight;    /* its requests being handled: it is not idle meanwhile */
-  long pid;         /* 0: unknown (an older client, or not on this machine) */
-  uint64_t start;
-} session;
-
-struct pe_registry {
-  pe_server *s;
-  pthread_mutex_t mu;
-  /* Small tables, scanned linearly: a daemon holds tens of programs and
-   * models, and every scan is one request's worth of work at most. */
-  pe_srv_program **progs;
-  int n_progs, cap_progs;
-  pe_srv_model **models;
-  int n_models, cap_models;
-  session *sessions;
-  int n_sessions, cap_sessions;
-};
-
-static bool grow(void **arr, int *cap, int need, size_t elem) {
+bool pe_reg_grow(void **arr, int *cap, int need, size_t elem) {
   if (need <= *cap) return true;
   int c = *cap ? *cap * 2 : 8;
   while (c < need) c *= 2;
@@ -121,7 +97,7 @@ static pe_srv_model *model_maybe_unlink(pe_registry *r, pe_srv_model *m) {
 
 /* Unlink a dead program without users; returns what to free (program, and
  * maybe its model) outside the lock. */
-static void prog_maybe_unlink(pe_registry *r, pe_srv_program *p, pe_srv_program **free_p,
+void pe_reg_prog_maybe_unlink(pe_registry *r, pe_srv_program *p, pe_srv_program **free_p,
                               pe_srv_model **free_m) {
   *free_p = NULL;
   *free_m = NULL;
@@ -133,7 +109,7 @@ static void prog_maybe_unlink(pe_registry *r, pe_srv_program *p, pe_srv_program 
   *free_m = model_maybe_unlink(r, p->model);
 }
 
-static void destroy_later(pe_srv_program *p, pe_srv_model *m) {
+void pe_reg_destroy_later(pe_srv_program *p, pe_srv_model *m) {
   if (p) {
     PE_LOGI("program 0x%016llx freed", (unsigned long long)p->handle);
     program_destroy(p);
@@ -176,7 +152,7 @@ static pe_status *make_key(const Pe__RegisterRequest *rq, uint8_t **key, size_t 
 static pe_status *add_info(pe_var_info **arr, int *n, int *cap, const pe_var_desc *v) {
   for (int i = 0; i < *n; i++)
     if (!strcmp((*arr)[i].name, v->name)) return NULL;
-  if (!grow((void **)arr, cap, *n + 1, sizeof **arr))
+  if (!pe_reg_grow((void **)arr, cap, *n + 1, sizeof **arr))
     return pe_error(PE_ENOMEM, "register: out of memory");
   pe_var_info *x = &(*arr)[*n];
   x->name = strdup(v->name);
@@ -254,7 +230,7 @@ static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int
 static pe_status *add_owner(pe_srv_program *p, uint64_t client) {
   for (int i = 0; i < p->n_owners; i++)
     if (p->owners[i] == client) return NULL;
-  if (!grow((void **)&p->owners, &p->cap_owners, p->n_owners + 1, sizeof *p->owners))
+  if (!pe_reg_grow((void **)&p->owners, &p->cap_owners, p->n_owners + 1, sizeof *p->owners))
     return pe_error(PE_ENOMEM, "register: out of memory");
   p->owners[p->n_owners++] = client;
   return NULL;
@@ -357,7 +333,7 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
     *out = m;
     return NULL;
   }
-  if (!grow((void **)&r->models, &r->cap_models, r->n_models + 1, sizeof *r->models))
+  if (!pe_reg_grow((void **)&r->models, &r->cap_models, r->n_models + 1, sizeof *r->models))
     return pe_error(PE_ENOMEM, "register: out of memory");
   m = calloc(1, sizeof *m);
   if (!m) return pe_error(PE_ENOMEM, "register: out of memory");
@@ -516,7 +492,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
     pe_graph_free(g);
     pe_graph_free(sg);
     program_destroy(p);
-    destroy_later(NULL, refused);
+    pe_reg_destroy_later(NULL, refused);
     *out = winner;
     *existed = winner != NULL;
     return st;
@@ -558,7 +534,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
     st = check_memory_locked(r, client, m->name, m, p, lim.memory_per_client);
   if (!st && !winner) st = claim_decls_locked(m, p, true);
   if (!st && !winner) {
-    if (!grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {
+    if (!pe_reg_grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {
       st = pe_error(PE_ENOMEM, "register: out of memory");
     } else {
       r->progs[r->n_progs++] = p;
@@ -571,7 +547,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   if (!published) fm = model_maybe_unlink(r, m);
   pthread_mutex_unlock(&r->mu);
   if (!published) program_destroy(p);
-  destroy_later(NULL, fm);
+  pe_reg_destroy_later(NULL, fm);
   if (st) return st;
   *out = published ? p : winner;
   *existed = !published;
@@ -599,13 +575,13 @@ void pe_registry_release(pe_registry *r, pe_srv_program *p) {
   pe_srv_model *fm;
   pthread_mutex_lock(&r->mu);
   p->refs--;
-  prog_maybe_unlink(r, p, &fp, &fm);
+  pe_reg_prog_maybe_unlink(r, p, &fp, &fm);
   pthread_mutex_unlock(&r->mu);
-  destroy_later(fp, fm);
+  pe_reg_destroy_later(fp, fm);
 }
 
 /* Remove client from p's owners; marks p dead when none are left (lock held). */
-static void drop_owner_locked(pe_srv_program *p, uint64_t client) {
+void pe_reg_drop_owner_locked(pe_srv_program *p, uint64_t client) {
   for (int i = 0; i < p->n_owners; i++)
     if (p->owners[i] == client) {
       p->owners[i] = p->owners[--p->n_owners];
@@ -644,7 +620,7 @@ pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t hand
   bool owner = false;
   for (int i = 0; i < p->n_owners; i++) owner |= p->owners[i] == client;
   if (owner) {
-    drop_owner_locked(p, client);
+    pe_reg_drop_owner_locked(p, client);
   } else if (force) {
     PE_LOGW(
         "client %016llx force-deregistered program 0x%016llx (model '%s') of %d other client(s)",
@@ -680,7 +656,7 @@ void pe_registry_model_release(pe_registry *r, pe_srv_model *m) {
   m->refs--;
   pe_srv_model *fm = model_maybe_unlink(r, m);
   pthread_mutex_unlock(&r->mu);
-  destroy_later(NULL, fm);
+  pe_reg_destroy_later(NULL, fm);
 }
 
 /* --- drop --------------------------------------------------------------------- */
@@ -741,15 +717,15 @@ pe_status *pe_registry_drop_begin(pe_registry *r, uint64_t client, const char *n
       pe_srv_program *p = r->progs[i];
       if (p->model != m || p->dead) continue;
       ++*programs;
-      drop_owner_locked(p, client);
+      pe_reg_drop_owner_locked(p, client);
       pe_srv_model *fm;
-      prog_maybe_unlink(r, p, &fps[n_free], &fm);
+      pe_reg_prog_maybe_unlink(r, p, &fps[n_free], &fm);
       if (fps[n_free]) n_free++;
     }
     *out = m;
   }
   pthread_mutex_unlock(&r->mu);
-  for (int i = 0; i < n_free; i++) destroy_later(fps[i], NULL);
+  for (int i = 0; i < n_free; i++) pe_reg_destroy_later(fps[i], NULL);
   free(fps);
   return st;
 }
@@ -766,7 +742,7 @@ void pe_registry_drop_end(pe_registry *r, pe_srv_model *m) {
   m->refs--;
   pe_srv_model *fm = model_maybe_unlink(r, m);
   pthread_mutex_unlock(&r->mu);
-  destroy_later(NULL, fm);
+  pe_reg_destroy_later(NULL, fm);
 }
 
 pe_status *pe_srv_model_claim_values(pe_srv_model *m, const char *const *names,
@@ -794,136 +770,6 @@ void pe_model_mark_initialized(pe_srv_model *m, const char *const *names, int n)
     if (!pe_strmap_put(&m->initialized, names[i], (void *)1))
       PE_LOGW("model '%s': out of memory marking '%s' initialised", m->name, names[i]);
   pthread_mutex_unlock(&m->init_mu);
-}
-
-/* --- sessions ---------------------------------------------------------------- */
-/* The client's session (lock held), opened when missing; NULL: no memory. */
-static session *session_open_locked(pe_registry *r, uint64_t client, double now) {
-  for (int i = 0; i < r->n_sessions; i++)
-    if (r->sessions[i].client == client) return &r->sessions[i];
-  if (!grow((void **)&r->sessions, &r->cap_sessions, r->n_sessions + 1, sizeof *r->sessions))
-    return NULL;
-  PE_LOGD("session %016llx opened", (unsigned long long)client);
-  r->sessions[r->n_sessions] = (session){.client = client, .last_seen = now};
-  return &r->sessions[r->n_sessions++];
-}
-
-/* Record the client's process (lock held) once it is seen from here: a
- * pid that names no process, or one started at another time, is of
- * another pid namespace (a container sharing the socket), where the
- * sweep would take a live client for gone; such a session has the TTL
- * only. Checked when the pid changes: one /proc read per session. */
-static void session_set_process_locked(session *x, long pid, uint64_t start) {
-  if (pid <= 0 || (x->pid == pid && x->start == start)) return;
-  if (pe_shm_owner_gone(pid, start)) {
-    PE_LOGD("session %016llx: client pid %ld (start %llu) is not visible here; TTL only",
-            (unsigned long long)x->client, pid, (unsigned long long)start);
-    x->pid = 0;
-    return;
-  }
-  x->pid = pid;
-  x->start = start;
-}
-
-void pe_registry_request_begin(pe_registry *r, uint64_t client, long pid, uint64_t start,
-                               double now) {
-  pthread_mutex_lock(&r->mu);
-  session *x = session_open_locked(r, client, now);
-  if (x) {
-    x->last_seen = now;
-    x->in_flight++;
-    session_set_process_locked(x, pid, start);
-  }
-  pthread_mutex_unlock(&r->mu);
-}
-
-void pe_registry_request_end(pe_registry *r, uint64_t client, long pid, uint64_t start,
-                             double now) {
-  pthread_mutex_lock(&r->mu);
-  /* Opened again when a close (or drop) ended it meanwhile: a register
-   * that finished after it left programs this session must expire. */
-  session *x = session_open_locked(r, client, now);
-  if (x) {
-    x->last_seen = now;
-    if (x->in_flight > 0) x->in_flight--;
-    session_set_process_locked(x, pid, start);
-  }
-  pthread_mutex_unlock(&r->mu);
-}
-
-/* Drop the client's ownerships; collect up to max programs (and models)
- * to free (lock held). Stops once max are collected, leaving the rest of
- * the client's programs owned for the next call; *owned counts the
- * programs given up by this call. */
-static int drop_client_locked(pe_registry *r, uint64_t client, pe_srv_program **fps,
-                              pe_srv_model **fms, int max, int *owned) {
-  int n = 0;
-  *owned = 0;
-  for (int i = 0; i < r->n_sessions; i++)
-    if (r->sessions[i].client == client) {
-      r->sessions[i] = r->sessions[--r->n_sessions];
-      break;
-    }
-  /* Downwards: an unlink moves the last program into slot i, one already seen. */
-  for (int i = r->n_progs - 1; i >= 0 && n < max; i--) {
-    pe_srv_program *p = r->progs[i];
-    bool owner = false;
-    for (int k = 0; k < p->n_owners; k++) owner |= p->owners[k] == client;
-    if (!owner) continue;
-    ++*owned;
-    drop_owner_locked(p, client);
-    prog_maybe_unlink(r, p, &fps[n], &fms[n]);
-    if (fps[n] || fms[n]) n++;
-  }
-  return n;
-}
-
-int pe_registry_drop_client(pe_registry *r, uint64_t client) {
-  enum { MAX = 64 };
-  pe_srv_program *fps[MAX];
-  pe_srv_model *fms[MAX];
-  int total = 0, n;
-  do { /* Rounds of MAX: freeing waits for the engine, so it is done unlocked. */
-    int owned;
-    pthread_mutex_lock(&r->mu);
-    n = drop_client_locked(r, client, fps, fms, MAX, &owned);
-    pthread_mutex_unlock(&r->mu);
-    for (int i = 0; i < n; i++) destroy_later(fps[i], fms[i]);
-    total += owned;
-  } while (n == MAX);
-  return total;
-}
-
-int pe_registry_expire(pe_registry *r, double now, double ttl_s, uint64_t *ids, int max) {
-  enum { IDLE = 1, GONE = 2, MAX = 64 };
-  int n = 0;
-  char why[MAX];
-  if (max > MAX) max = MAX;
-  pthread_mutex_lock(&r->mu);
-  /* A session with a request in flight is never idle; its process's exit is
-   * acted on once the request is done (the engine holds its programs). */
-  for (int i = 0; i < r->n_sessions && n < max; i++) {
-    const session *x = &r->sessions[i];
-    if (x->in_flight > 0) continue;
-    if (ttl_s > 0 && now - x->last_seen > ttl_s)
-      why[n] = IDLE;
-    else if (x->pid > 0 && pe_shm_owner_gone(x->pid, x->start))
-      why[n] = GONE;
-    else
-      continue;
-    ids[n++] = x->client;
-  }
-  pthread_mutex_unlock(&r->mu);
-  for (int i = 0; i < n; i++) {
-    if (why[i] == IDLE)
-      PE_LOGI("session %016llx expired after %.0f s idle: dropping its programs",
-              (unsigned long long)ids[i], ttl_s);
-    else
-      PE_LOGI("session %016llx: its client process has exited: dropping its programs",
-              (unsigned long long)ids[i]);
-    pe_registry_drop_client(r, ids[i]);
-  }
-  return n;
 }
 
 /* --- status ------------------------------------------------------------------ */

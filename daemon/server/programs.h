@@ -9,9 +9,14 @@
  *            registering the same thing again returns the same handle (and
  *            adds the caller to its owners). Holds the main executor and the
  *            startup executor (Init), the feed and parameter declarations.
- *   session  client id -> last request time. When a client has been idle
- *            longer than the TTL, it is removed from every program's owners;
- *            programs without owners are deregistered.
+ *   session  client id -> last request time, requests in flight, process
+ *            (sessions.c). When a client has been idle longer than the TTL
+ *            (no request in flight), or its local process has exited, it is
+ *            removed from every program's owners; programs without owners
+ *            are deregistered.
+ *
+ * Files: programs.c (models, programs, drop), sessions.c (sessions);
+ * registry_internal.h holds the tables they share.
  *
  * Lifetime: handlers acquire a program (or model) for the duration of a
  * request; deregistering marks it dead and the last release frees it,
