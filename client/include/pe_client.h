@@ -240,7 +240,10 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
  *     stand (its steps answered so far, less rolled_back_steps; after
  *     ALREADY_APPLIED, the request's start plus applied_steps);
  *   - a model that came back without parameters (not persistent, or no
- *     checkpoint) is not run: NOT_FOUND says to register and init again.
+ *     checkpoint) is not run: NOT_FOUND says to register and init again;
+ *   - a register again that gets no reply, or cannot connect, fails with
+ *     that code (TIMED_OUT, CONNECTION_ERROR), the first NOT_FOUND named in
+ *     the message.
  * Ids the caller holds (handles, regions) stay valid. Off with
  * opts.no_recover. */
 typedef struct pe_client_recovery {

@@ -226,6 +226,9 @@ int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const
   if (rc) {
     char again[PEC_ERR_LEN];
     snprintf(again, sizeof again, "%s", c->err);
+    /* A daemon that no longer answers is what the caller must act on (a
+     * trainer exits "unreachable"), not the NOT_FOUND that started this. */
+    if (rc == PE_C_ETIMEDOUT || rc == PE_C_ECONNECT) code = rc;
     return pec_fail(c, code, "%s (registering program 0x%016llx of model '%s' again failed: %s)",
                     first, (unsigned long long)p->handle, p->model, again);
   }

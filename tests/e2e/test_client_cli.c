@@ -770,7 +770,9 @@ START_TEST(daemon_gone_costs_one_timeout) {
   cd_sleep_ms(1000);
   double t0 = now_s();
   kill(d.pid, SIGTERM); /* cd_stop below reaps it and checks its exit 0 */
-  ck_assert_int_eq(cli_wait(pid), 1);
+  /* 3, daemon unreachable, whether the SIGTERM cancelled a run in flight
+   * (NOT_FOUND, then the recovery got no reply) or came between requests. */
+  ck_assert_int_eq(cli_wait(pid), 3);
   double waited = now_s() - t0;
   ck_assert_msg(waited < 7.5, "the trainer took %.1f s to give up (--timeout 4000): %s", waited,
                 slurp(d.dir, "err"));
