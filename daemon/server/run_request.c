@@ -12,8 +12,8 @@
 #include "server/shm.h"
 #include "server/wire_tensor.h"
 
-/* Requests that would make the daemon loop for hours are refused up front. */
-#define PE_MAX_STEPS 1000000u
+/* Requests that would make the daemon loop for hours are refused up front
+ * (steps: config [limits] max_steps_per_request, pe_server_limits). */
 #define PE_MAX_FETCH 1024
 #define PE_MAX_FEEDS 1024
 
@@ -72,12 +72,14 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
   pe_server *s = c->s;
   PE_TRY(check_not_applied(c, p));
   uint32_t steps = rq->steps ? rq->steps : 1;
-  if (steps > PE_MAX_STEPS)
-    return pe_error(PE_EINVAL, "run: steps %u exceeds %u", steps, PE_MAX_STEPS);
   /* batches > 1: the feeds hold that many mini-batches (run_batches.h). */
   uint32_t batches = rq->batches;
-  if (batches > PE_MAX_STEPS)
-    return pe_error(PE_EINVAL, "run: batches %u exceeds %u", batches, PE_MAX_STEPS);
+  uint32_t max = pe_server_limits(s).max_steps;
+  if (steps > max || batches > max)
+    return pe_error(PE_EINVAL,
+                    "run: %s %u exceeds the cap of %u steps per request (config [limits] "
+                    "max_steps_per_request); send fewer per request",
+                    steps > max ? "steps" : "batches", steps > max ? steps : batches, max);
   if (batches > 1 && rq->steps && rq->steps != batches)
     return pe_error(PE_EINVAL, "run: steps %u with batches %u: steps must be 0 or %u", rq->steps,
                     batches, batches);

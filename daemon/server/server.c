@@ -78,7 +78,7 @@ static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len)
 pe_limits pe_server_limits(pe_server *s) {
   pthread_mutex_lock(&s->cfg_mu);
   pe_limits l = {s->cfg.max_message, s->cfg.max_programs, s->cfg.memory_per_client,
-                 s->cfg.session_ttl_s};
+                 s->cfg.session_ttl_s, (uint32_t)s->cfg.max_steps_per_request};
   pthread_mutex_unlock(&s->cfg_mu);
   return l;
 }
@@ -553,11 +553,11 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   pe_dedup_set_limits(s->dedup, (size_t)nc.dedup_entries, (size_t)nc.dedup_bytes);
   PE_LOGI(
       "SIGHUP: reloaded %s%s: log_level %d, ttl %.0f s, max_message %lld, max_programs %d, "
-      "memory_per_client %lld, checkpoint_interval %.3g s",
+      "memory_per_client %lld, max_steps_per_request %d, checkpoint_interval %.3g s",
       s->config_path ? s->config_path : "embedded defaults",
       s->n_overrides ? " and the command line" : "", (int)nc.log_level, nc.session_ttl_s,
       (long long)nc.max_message, nc.max_programs, (long long)nc.memory_per_client,
-      nc.checkpoint_interval_s);
+      nc.max_steps_per_request, nc.checkpoint_interval_s);
   pe_config_free(&nc);
 }
 

@@ -75,6 +75,7 @@ typedef struct pe_limits {
   int max_programs;
   int64_t memory_per_client;
   double session_ttl_s;
+  uint32_t max_steps; /* [limits] max_steps_per_request */
 } pe_limits;
 pe_limits pe_server_limits(pe_server *s);
 
