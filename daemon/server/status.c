@@ -12,7 +12,10 @@
 pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
   r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
   r->uptime_s = pe_now_s() - s->start_time;
-  r->queue_depth = atomic_load(&s->queue_depth) + atomic_load(&s->in_flight);
+  /* Requests waiting or being handled, but for this Status (review 2 #15:
+   * an idle daemon said queue depth 1). */
+  int depth = atomic_load(&s->queue_depth) + atomic_load(&s->in_flight) - 1;
+  r->queue_depth = depth > 0 ? depth : 0;
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);

@@ -28,6 +28,9 @@ START_TEST(test_ping_status) {
   ck_assert_int_eq((int)rep->status->n_places, 1);
   ck_assert_str_eq(rep->status->places[0]->place, "cpu:0");
   ck_assert_int_eq(rep->status->programs, 0);
+  /* Idle: the Status itself is not counted (review 2 #15). */
+  ck_assert_int_eq(rep->status->queue_depth, 0);
+  ck_assert_int_eq(rep->status->runs_in_flight, 0);
   /* The readiness pings and the ping above were counted. */
   ck_assert_uint_ge(rep->status->requests_total, 2);
   ck_assert_double_ge(rep->status->uptime_s, 0.0);

@@ -159,8 +159,9 @@ static unsigned cancelled_steps(const Pe__Reply *rep, int code, const char *why)
   return n;
 }
 
-/* Status: the runs in flight and (runs_total) the steps run so far. */
-static int runs_in_flight(int s, uint64_t *runs_total) {
+/* Status: the runs in flight, (runs_total) the steps run so far and the
+ * queue depth. */
+static int runs_in_flight(int s, uint64_t *runs_total, int *queue) {
   Pe__Request rq = dh_req(CLIENT_C);
   rq.body_case = PE__REQUEST__BODY_STATUS;
   rq.status = 1;
@@ -168,18 +169,22 @@ static int runs_in_flight(int s, uint64_t *runs_total) {
   dh_ok(rep);
   int n = rep->status->runs_in_flight;
   if (runs_total) *runs_total = rep->status->runs_total;
+  if (queue) *queue = rep->status->queue_depth;
   pe__reply__free_unpacked(rep, NULL);
   return n;
 }
 
-/* Status counts the run in flight (within 5 s of its send); a few more
- * steps are then done. */
+/* Status counts the run in flight (within 5 s of its send), in its queue
+ * depth too, which leaves out the Status itself; a few more steps are then
+ * done. */
 static void wait_running(int s) {
   double t0 = dh_now();
-  while (runs_in_flight(s, NULL) != 1) {
+  int queue;
+  while (runs_in_flight(s, NULL, &queue) != 1) {
     ck_assert_msg(dh_now() - t0 < 5, "status shows no run in flight");
     dh_sleep_ms(10);
   }
+  ck_assert_int_eq(queue, 1);
   dh_sleep_ms(200);
 }
 
@@ -305,7 +310,7 @@ static void cancel_fx_start(cancel_fx *f, bool batched) {
   } else {
     dh_batch_make(&f->b, 16, 3);
   }
-  runs_in_flight(f->s, &f->runs_total);
+  runs_in_flight(f->s, &f->runs_total, NULL);
   runner_start(&f->r, &f->d, f->h, batched ? f->sf.feeds : f->b.feeds, batched, f->mlp.loss);
   wait_running(f->s);
 }
@@ -323,7 +328,7 @@ static unsigned cancel_fx_cancel(cancel_fx *f, Pe__Request *rq, const char *why)
   pe__reply__free_unpacked(f->r.rep, NULL);
   ck_assert(dh_alive(&f->d));
   uint64_t total;
-  ck_assert_int_eq(runs_in_flight(f->s, &total), 0);
+  ck_assert_int_eq(runs_in_flight(f->s, &total, NULL), 0);
   ck_assert_msg(total == f->runs_total + n, "Status runs_total %llu -> %llu after %u steps",
                 (unsigned long long)f->runs_total, (unsigned long long)total, n);
   other_client_runs(f->s, &f->mlp, &f->b);
