@@ -105,6 +105,16 @@ static void over_cap(int s, uint64_t h, dh_batch *b, const char *loss, uint32_t 
   }
 }
 
+/* A request of n steps, then one of n batches, runs n steps. */
+static void under_cap(int s, uint64_t h, dh_batch *b, const char *loss, uint32_t n) {
+  for (int batched = 0; batched < 2; batched++) {
+    Pe__Reply *rep = run_steps(s, h, b, loss, n, batched);
+    dh_ok(rep);
+    ck_assert_uint_eq(rep->run->steps, n);
+    pe__reply__free_unpacked(rep, NULL);
+  }
+}
+
 /* [limits] max_steps_per_request caps RunRequest.steps and .batches, and a
  * reload changes it. */
 START_TEST(test_max_steps_per_request) {
@@ -116,24 +126,14 @@ START_TEST(test_max_steps_per_request) {
   dh_batch b;
   dh_batch_make(&b, 10, 1);
   over_cap(s, h, &b, mlp.loss, 10, 5);
-  for (int batched = 0; batched < 2; batched++) {
-    Pe__Reply *rep = run_steps(s, h, &b, mlp.loss, 5, batched);
-    dh_ok(rep);
-    ck_assert_uint_eq(rep->run->steps, 5);
-    pe__reply__free_unpacked(rep, NULL);
-  }
+  under_cap(s, h, &b, mlp.loss, 5);
   write_conf(&d, "[limits]\nmax_steps_per_request = 8\n");
   ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
   free(wait_log(&d, "max_steps_per_request 8"));
   over_cap(s, h, &b, mlp.loss, 10, 8);
   dh_batch_free(&b);
   dh_batch_make(&b, 8, 1);
-  for (int batched = 0; batched < 2; batched++) {
-    Pe__Reply *rep = run_steps(s, h, &b, mlp.loss, 8, batched);
-    dh_ok(rep);
-    ck_assert_uint_eq(rep->run->steps, 8);
-    pe__reply__free_unpacked(rep, NULL);
-  }
+  under_cap(s, h, &b, mlp.loss, 8);
   dh_batch_free(&b);
   pe_model_spec_release(&mlp);
   nn_close(s);
