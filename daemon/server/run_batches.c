@@ -71,6 +71,7 @@ static pe_status *step_done(void *ctx, int64_t step, int64_t samples, const pe_t
   const pe_run_batches *rb = b->rb;
   (void)samples;
   b->ended = (uint32_t)step + 1;
+  if (rb->progress) atomic_store(rb->progress, b->ended);
   for (int i = 0; i < n_fetch; i++) {
     const pe_tensor *f = &fetched[i];
     pe_tensor *out = &b->stacked[i];

@@ -40,6 +40,8 @@ typedef struct pe_run_batches {
   /* Checked after each step but the last (may be NULL): a cancelled run
    * stops there (run_cancel.h). */
   struct pe_run_guard *guard;
+  /* Steps ended so far, for Status (may be NULL). */
+  _Atomic uint32_t *progress;
 } pe_run_batches;
 
 /* Run rb's steps of program p on runtime rt. stacked: n_fetch zeroed

@@ -67,7 +67,7 @@ static pe_status *check_not_applied(ctx *c, pe_srv_program *p) {
                   (unsigned long long)o.request, p->model->name);
 }
 
-static pe_status *run_program(ctx *c, pe_srv_program *p) {
+static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   const Pe__RunRequest *rq = c->rq->run;
   pe_server *s = c->s;
   PE_TRY(check_not_applied(c, p));
@@ -196,7 +196,8 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
                            .opts = &ro,
                            .deadline = deadline,
                            .timeout_ms = rq->options ? rq->options->timeout_ms : 0,
-                           .guard = &guard};
+                           .guard = &guard,
+                           .progress = &entry->done};
       st = pe_srv_run_batches(s->rt, p, &rb, fetched, &done);
     } else {
       for (done = 0; done < steps && !st; done++) {
@@ -208,6 +209,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
         if (done > 0 && (st = pe_run_guard_check(&guard, done, steps))) break;
         st = pe_par_exec_run(p->exec, feeds, nf, (const char *const *)rq->fetch, nx, fetched, &ro,
                              &stats);
+        if (!st) atomic_store(&entry->done, done + 1);
       }
     }
     atomic_fetch_add(&s->runs_total, done);
@@ -261,11 +263,20 @@ static pe_status *run_program(ctx *c, pe_srv_program *p) {
 }
 
 pe_status *pe_run_request(pe_request_ctx *c) {
+  const Pe__RunRequest *rq = c->rq->run;
   pe_srv_program *p;
-  PE_TRY(pe_status_wrap(pe_registry_acquire(c->s->reg, c->rq->run->handle, &p), "run"));
-  atomic_fetch_add(&c->s->runs, 1);
-  pe_status *st = run_program(c, p);
-  atomic_fetch_sub(&c->s->runs, 1);
+  PE_TRY(pe_status_wrap(pe_registry_acquire(c->s->reg, rq->handle, &p), "run"));
+  /* Listed for Status while the program is held (run_table.h). */
+  pe_run_entry e = {.client = c->rq->client_id,
+                    .handle = p->handle,
+                    .model = p->model->name,
+                    .total = rq->batches > 1 ? rq->batches
+                             : rq->steps     ? rq->steps
+                                             : 1,
+                    .start = pe_now_s()};
+  pe_run_table_add(&c->s->runs, &e);
+  pe_status *st = run_program(c, p, &e);
+  pe_run_table_remove(&c->s->runs, &e);
   pe_registry_release(c->s->reg, p);
   return st;
 }

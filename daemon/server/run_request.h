@@ -5,8 +5,8 @@
  * step's, stacked) in the reply. A resend of a run that already reached the
  * model is refused (PE_EALREADY).
  *
- * Threads: a request thread; the program is acquired for the run, and the
- * server's runs counter (Status: runs_in_flight) counts it. */
+ * Threads: a request thread; the program is acquired for the run, which
+ * the server's run table lists (Status: runs, with the steps done). */
 #ifndef PE_SERVER_RUN_REQUEST_H
 #define PE_SERVER_RUN_REQUEST_H
 

@@ -145,6 +145,7 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_c
   s->cfg = *cfg;
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&s->cfg_mu, NULL);
+  pe_run_table_init(&s->runs);
   s->start_time = pe_now_s();
   s->state_lock = -1;
   pe_status *st = NULL;
@@ -197,6 +198,7 @@ void pe_server_free(pe_server *s) {
   free(s->overrides);
   pe_state_unlock(s->state_lock); /* last: the shutdown checkpoint is written */
   pthread_mutex_destroy(&s->cfg_mu);
+  pe_run_table_destroy(&s->runs);
   free(s);
 }
 
@@ -510,7 +512,8 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   PE_LOGI(
       "signal %d: stopping: no new requests; finishing %d in flight (%d run(s): each stops at its "
       "next step boundary), %d queued",
-      w->signum, atomic_load(&s->in_flight), atomic_load(&s->runs), atomic_load(&s->queue_depth));
+      w->signum, atomic_load(&s->in_flight), pe_run_table_count(&s->runs),
+      atomic_load(&s->queue_depth));
   sd_notify(0, "STOPPING=1");
   ev_io_stop(loop, &L->rcv_w);
   pthread_mutex_lock(&L->mu);

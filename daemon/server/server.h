@@ -29,6 +29,7 @@
 #include "engine/par_executor.h"
 #include "server/config.h"
 #include "server/dedup.h"
+#include "server/run_table.h"
 
 #define PE_SERVER_VERSION "0.1.0"
 
@@ -61,7 +62,7 @@ typedef struct pe_server {
   atomic_uint_fast64_t requests_total, requests_failed, runs_total;
   atomic_int queue_depth; /* received, not yet picked by a request thread */
   atomic_int in_flight;   /* being handled */
-  atomic_int runs;        /* Run requests being handled (Status: runs_in_flight) */
+  pe_run_table runs;      /* Run requests being handled (Status: runs, runs_in_flight) */
   /* Set by SIGTERM/SIGINT: runs stop at their next step boundary
    * (run_cancel.h), so the shutdown checkpoint comes soon. */
   atomic_bool stopping;

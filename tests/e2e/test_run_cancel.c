@@ -9,7 +9,9 @@
  * the model (when it outlives the cancel) holds the values of a model that
  * ran N steps on the same batch, a register names N steps of the request,
  * and Status counts N more steps run. Before, such a run went on to its
- * millionth step (minutes) and SIGTERM waited for it. */
+ * millionth step (minutes) and SIGTERM waited for it. While it runs,
+ * Status (and pe-client status, text and --json) lists it: client, model,
+ * program, steps done of STEPS (growing), age. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -58,13 +60,35 @@ static void *runner_main(void *arg) {
  * shared-memory region of CLIENT_A (labels, then images: 3 GB of sparse
  * file, of which only the rows read before the cancel get pages), so that
  * the run, uncancelled, would last minutes like the STEPS-step one. */
+typedef struct shm_feed {
+  int64_t shape[2];
+  Pe__ShmRef ref;
+  Pe__Tensor t;
+} shm_feed;
+
 typedef struct shm_feeds {
   char name[64];
-  int64_t image_shape[2], label_shape[2];
-  Pe__ShmRef r_image, r_label;
-  Pe__Tensor t_image, t_label;
+  shm_feed image, label;
   Pe__Tensor *feeds[2];
 } shm_feeds;
+
+/* Feed `name` [STEPS, cols] of dtype dt at bytes [offset, offset + length)
+ * of the region. */
+static void shm_feed_set(shm_feed *x, const char *name, Pe__DataType dt, int64_t cols,
+                         uint64_t region, uint64_t offset, uint64_t length) {
+  x->shape[0] = STEPS;
+  x->shape[1] = cols;
+  pe__shm_ref__init(&x->ref);
+  x->ref.region = region;
+  x->ref.offset = offset;
+  x->ref.length = length;
+  pe__tensor__init(&x->t);
+  x->t.name = (char *)name;
+  x->t.dtype = dt;
+  x->t.n_shape = 2;
+  x->t.shape = x->shape;
+  x->t.shm = &x->ref;
+}
 
 static void shm_feeds_make(shm_feeds *f, int s) {
   memset(f, 0, sizeof *f);
@@ -86,30 +110,10 @@ static void shm_feeds_make(shm_feeds *f, int s) {
   uint64_t region = rep->shm->region;
   pe__reply__free_unpacked(rep, NULL);
   shm_unlink(f->name); /* the daemon's mapping stays; a failed test leaves no file */
-  f->image_shape[0] = f->label_shape[0] = STEPS;
-  f->image_shape[1] = 784;
-  f->label_shape[1] = 1;
-  pe__shm_ref__init(&f->r_image);
-  f->r_image.region = region;
-  f->r_image.offset = labels;
-  f->r_image.length = images;
-  pe__shm_ref__init(&f->r_label);
-  f->r_label.region = region;
-  f->r_label.length = labels;
-  pe__tensor__init(&f->t_image);
-  f->t_image.name = (char *)"image";
-  f->t_image.dtype = PE__DATA_TYPE__F32;
-  f->t_image.n_shape = 2;
-  f->t_image.shape = f->image_shape;
-  f->t_image.shm = &f->r_image;
-  pe__tensor__init(&f->t_label);
-  f->t_label.name = (char *)"label";
-  f->t_label.dtype = PE__DATA_TYPE__I64;
-  f->t_label.n_shape = 2;
-  f->t_label.shape = f->label_shape;
-  f->t_label.shm = &f->r_label;
-  f->feeds[0] = &f->t_image;
-  f->feeds[1] = &f->t_label;
+  shm_feed_set(&f->image, "image", PE__DATA_TYPE__F32, 784, region, labels, images);
+  shm_feed_set(&f->label, "label", PE__DATA_TYPE__I64, 1, region, 0, labels);
+  f->feeds[0] = &f->image.t;
+  f->feeds[1] = &f->label.t;
 }
 
 /* One mini-batch of the region's: one row of zeros. */
@@ -159,33 +163,90 @@ static unsigned cancelled_steps(const Pe__Reply *rep, int code, const char *why)
   return n;
 }
 
-/* Status: the runs in flight, (runs_total) the steps run so far and the
- * queue depth. */
-static int runs_in_flight(int s, uint64_t *runs_total, int *queue) {
+static Pe__Reply *status(int s) {
   Pe__Request rq = dh_req(CLIENT_C);
   rq.body_case = PE__REQUEST__BODY_STATUS;
   rq.status = 1;
   Pe__Reply *rep = dh_call(s, &rq);
   dh_ok(rep);
+  return rep;
+}
+
+/* Status: the runs in flight, (runs_total) the steps run so far. */
+static int runs_in_flight(int s, uint64_t *runs_total) {
+  Pe__Reply *rep = status(s);
   int n = rep->status->runs_in_flight;
+  ck_assert_int_eq((int)rep->status->n_runs, n);
   if (runs_total) *runs_total = rep->status->runs_total;
-  if (queue) *queue = rep->status->queue_depth;
   pe__reply__free_unpacked(rep, NULL);
   return n;
 }
 
-/* Status counts the run in flight (within 5 s of its send), in its queue
- * depth too, which leaves out the Status itself; a few more steps are then
- * done. */
-static void wait_running(int s) {
+/* Status lists the one run in flight, CLIENT_A's of program h on model
+ * "rc", STEPS steps asked for: *done of them, at *age s. */
+static void the_run(int s, uint64_t h, uint32_t *done, double *age) {
+  Pe__Reply *rep = status(s);
+  const Pe__StatusReply *st = rep->status;
+  ck_assert_int_eq(st->runs_in_flight, 1);
+  ck_assert_int_eq((int)st->n_runs, 1);
+  /* The run is in the queue depth too, which leaves out the Status itself. */
+  ck_assert_int_eq(st->queue_depth, 1);
+  const Pe__RunStatus *r = st->runs[0];
+  ck_assert_uint_eq(r->client_id, CLIENT_A);
+  ck_assert_str_eq(r->model, "rc");
+  ck_assert_uint_eq(r->handle, h);
+  ck_assert_uint_eq(r->steps_total, STEPS);
+  ck_assert_msg(r->steps_done < STEPS && r->age_s > 0 && r->age_s < 10, "steps done %u, age %g s",
+                r->steps_done, r->age_s);
+  *done = r->steps_done;
+  *age = r->age_s;
+  pe__reply__free_unpacked(rep, NULL);
+}
+
+/* Status shows the run in flight within 5 s of its send; 200 ms later it
+ * has done more steps and is older. */
+static void wait_running(int s, uint64_t h) {
   double t0 = dh_now();
-  int queue;
-  while (runs_in_flight(s, NULL, &queue) != 1) {
+  while (runs_in_flight(s, NULL) != 1) {
     ck_assert_msg(dh_now() - t0 < 5, "status shows no run in flight");
     dh_sleep_ms(10);
   }
-  ck_assert_int_eq(queue, 1);
+  uint32_t done0, done1;
+  double age0, age1;
+  the_run(s, h, &done0, &age0);
   dh_sleep_ms(200);
+  the_run(s, h, &done1, &age1);
+  ck_assert_msg(done1 > done0 && age1 >= age0 + 0.19, "steps done %u -> %u, age %g -> %g s", done0,
+                done1, age0, age1);
+}
+
+/* pe-client status (text and --json) shows the run of program h. */
+static void cli_shows_run(const dh_daemon *d, uint64_t h) {
+  char cmd[1024], want[160];
+  for (int json = 0; json < 2; json++) {
+    snprintf(cmd, sizeof cmd, "'%s/pe-client' --socket '%s' %sstatus", getenv("PE_BUILD_DIR"),
+             d->addr, json ? "--json " : "");
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    static char out[1 << 16];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    ck_assert_int_eq(pclose(p), 0);
+    if (json)
+      snprintf(want, sizeof want,
+               "\"runs\":[{\"client\":\"%016llx\",\"model\":\"rc\",\"handle\":\"0x%016llx\","
+               "\"steps_done\":",
+               (unsigned long long)CLIENT_A, (unsigned long long)h);
+    else
+      snprintf(want, sizeof want, "  run of client %016llx on model rc (program 0x%016llx): ",
+               (unsigned long long)CLIENT_A, (unsigned long long)h);
+    ck_assert_msg(strstr(out, want), "'%s' not in: %s", want, out);
+    if (!json) {
+      char of[32];
+      snprintf(of, sizeof of, " of %u steps, ", STEPS);
+      ck_assert_msg(strstr(strstr(out, want), of), "'%s' not in: %s", of, out);
+    }
+  }
 }
 
 /* Model `model` holds the values of a model of the same seed (3) that ran
@@ -237,7 +298,7 @@ static void sigterm_case(bool batched) {
   }
   runner r;
   runner_start(&r, &d, h, batched ? sf.feeds : b.feeds, batched, mlp.loss);
-  wait_running(s);
+  wait_running(s, h);
   nn_close(s);
   double t0 = dh_now();
   int ws = dh_stop(&d, SIGTERM);
@@ -310,9 +371,10 @@ static void cancel_fx_start(cancel_fx *f, bool batched) {
   } else {
     dh_batch_make(&f->b, 16, 3);
   }
-  runs_in_flight(f->s, &f->runs_total, NULL);
+  runs_in_flight(f->s, &f->runs_total);
   runner_start(&f->r, &f->d, f->h, batched ? f->sf.feeds : f->b.feeds, batched, f->mlp.loss);
-  wait_running(f->s);
+  wait_running(f->s, f->h);
+  cli_shows_run(&f->d, f->h);
 }
 
 /* Send rq (a cancelling request) and expect it answered OK, then the run's
@@ -328,7 +390,7 @@ static unsigned cancel_fx_cancel(cancel_fx *f, Pe__Request *rq, const char *why)
   pe__reply__free_unpacked(f->r.rep, NULL);
   ck_assert(dh_alive(&f->d));
   uint64_t total;
-  ck_assert_int_eq(runs_in_flight(f->s, &total, NULL), 0);
+  ck_assert_int_eq(runs_in_flight(f->s, &total), 0);
   ck_assert_msg(total == f->runs_total + n, "Status runs_total %llu -> %llu after %u steps",
                 (unsigned long long)f->runs_total, (unsigned long long)total, n);
   other_client_runs(f->s, &f->mlp, &f->b);
