@@ -319,6 +319,13 @@ static void job_free(job *j) {
   free(j);
 }
 
+/* The job stops counting in Status' queue depth (pe_server.in_flight), once,
+ * before its reply leaves: a client that has its reply never finds its
+ * request still counted while the thread tidies up. */
+static void job_answering(pe_server *s) {
+  atomic_fetch_sub(&s->in_flight, 1);
+}
+
 static void handle_job(pe_server *s, job *j) {
   double t0 = pe_now_s();
   atomic_fetch_add(&s->requests_total, 1);
@@ -340,6 +347,7 @@ static void handle_job(pe_server *s, job *j) {
     const uint8_t *buf = pack_reply(s, &rep, &rb, &len, &owned);
     atomic_fetch_add(&s->requests_failed, 1);
     PE_LOGW("req client=- id=- kind=? code=EINVAL: %s", msg);
+    job_answering(s);
     queue_reply(s, j->ctrl, buf, len);
     j->ctrl = NULL;
     if (owned) free((void *)buf);
@@ -350,6 +358,7 @@ static void handle_job(pe_server *s, job *j) {
   uint64_t cid = rq->client_id, rid = rq->request_id;
   pe_dedup_state seen = pe_dedup_begin(s->dedup, cid, rid, j->seq, j);
   if (seen != PE_DEDUP_NEW) {
+    job_answering(s); /* answered (from the cache), parked or dropped */
     static const char *const what[] = {
         [PE_DEDUP_DONE] = "resend answered from the reply cache (not applied again)",
         [PE_DEDUP_WAITING] = "duplicate of a request in progress, waiting for its reply",
@@ -387,6 +396,7 @@ static void handle_job(pe_server *s, job *j) {
   /* Always finished, also with the out-of-memory notice: an entry left in
    * flight would park this request's resends forever. */
   pe_dedup_copy *parked;
+  job_answering(s);
   int n = pe_dedup_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
   for (int i = 0; i < n; i++) job_free(parked[i].job);
   free(parked);
@@ -408,9 +418,8 @@ static void *request_thread(void *arg) {
       atomic_fetch_add(&s->in_flight, 1);
     }
     pthread_mutex_unlock(&L->mu);
-    if (!j) break; /* closing and drained */
-    handle_job(s, j);
-    atomic_fetch_sub(&s->in_flight, 1);
+    if (!j) break;    /* closing and drained */
+    handle_job(s, j); /* takes j off in_flight */
   }
   pthread_mutex_lock(&L->mu);
   L->alive--;

@@ -61,7 +61,7 @@ typedef struct pe_server {
   double start_time; /* monotonic seconds */
   atomic_uint_fast64_t requests_total, requests_failed, runs_total;
   atomic_int queue_depth; /* received, not yet picked by a request thread */
-  atomic_int in_flight;   /* being handled */
+  atomic_int in_flight;   /* being handled, until the reply leaves */
   pe_run_table runs;      /* Run requests being handled (Status: runs, runs_in_flight) */
   /* Set by SIGTERM/SIGINT: runs stop at their next step boundary
    * (run_cancel.h), so the shutdown checkpoint comes soon. */
