@@ -97,6 +97,14 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
         m->restart_checkpoint_age_s, (long long)m->changes_since_restart_checkpoint,
         m->restart_checkpoint_read ? "true" : "false");
   }
+  printf("],\"runs\":[");
+  for (size_t i = 0; i < s->n_runs; i++) {
+    const pe_client_run_status *r = &s->runs[i];
+    printf("%s{\"client\":\"%016llx\",\"model\":", i ? "," : "", (unsigned long long)r->client_id);
+    cli_json_str(stdout, r->model);
+    printf(",\"handle\":\"0x%016llx\",\"steps_done\":%u,\"steps_total\":%u,\"age_s\":%.3f}",
+           (unsigned long long)r->handle, r->steps_done, r->steps_total, r->age_s);
+  }
   printf("]}\n");
 }
 
@@ -109,6 +117,11 @@ static void print_status_text(const pe_client_status *s) {
       (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
       (unsigned long long)s->runs_total, s->runs_in_flight, s->queue_depth, s->clients,
       s->programs);
+  for (size_t i = 0; i < s->n_runs; i++)
+    printf("  run of client %016llx on model %s (program 0x%016llx): %u of %u steps, %.1f s\n",
+           (unsigned long long)s->runs[i].client_id, s->runs[i].model,
+           (unsigned long long)s->runs[i].handle, s->runs[i].steps_done, s->runs[i].steps_total,
+           s->runs[i].age_s);
   printf(
       "resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
       "cache %llu replies, %llu bytes, %llu evicted\n",

@@ -371,6 +371,16 @@ typedef struct pe_client_model_status {
   bool restart_checkpoint_read;
 } pe_client_model_status;
 
+/* A Run request the daemon is computing: whose, on which model and
+ * program, steps ended of those asked for, seconds since it was taken up. */
+typedef struct pe_client_run_status {
+  uint64_t client_id;
+  const char *model;
+  uint64_t handle;
+  uint32_t steps_done, steps_total;
+  double age_s;
+} pe_client_run_status;
+
 typedef struct pe_client_status {
   const char *version;
   double uptime_s;
@@ -384,6 +394,8 @@ typedef struct pe_client_status {
   uint64_t resends_answered, resends_waited, resends_stale, reply_cache_evictions;
   double checkpoint_interval_s; /* the autosave interval (0: off) */
   int runs_in_flight;           /* Run requests being computed now */
+  size_t n_runs;                /* those runs, oldest first (valid until the next request) */
+  const pe_client_run_status *runs;
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out);

@@ -341,12 +341,18 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
   int rc = pec_call(c, what, &req, PE__REPLY__BODY_STATUS);
   if (rc) return rc;
   const Pe__StatusReply *s = c->reply->status;
-  /* One block: places, then models. */
+  /* One block: places, models, then runs (each 8-byte aligned). */
   char *block = pec_results_alloc(c, s->n_places * sizeof(pe_client_place_status) +
-                                         s->n_models * sizeof(pe_client_model_status));
+                                         s->n_models * sizeof(pe_client_model_status) +
+                                         s->n_runs * sizeof(pe_client_run_status));
   if (!block) return pec_fail(c, PE_C_ENOMEM, "%s: reply arrays", what);
   pe_client_place_status *ps = (pe_client_place_status *)block;
   pe_client_model_status *ms = (pe_client_model_status *)(ps + s->n_places);
+  pe_client_run_status *rs = (pe_client_run_status *)(ms + s->n_models);
+  for (size_t i = 0; i < s->n_runs; i++)
+    rs[i] =
+        (pe_client_run_status){s->runs[i]->client_id,  s->runs[i]->model,       s->runs[i]->handle,
+                               s->runs[i]->steps_done, s->runs[i]->steps_total, s->runs[i]->age_s};
   for (size_t i = 0; i < s->n_places; i++)
     ps[i] = (pe_client_place_status){s->places[i]->place, s->places[i]->bytes_in_use,
                                      s->places[i]->bytes_cached};
@@ -383,6 +389,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .requests_failed = s->requests_failed,
       .runs_total = s->runs_total,
       .runs_in_flight = s->runs_in_flight,
+      .n_runs = s->n_runs,
+      .runs = rs,
       .reply_cache_entries = s->reply_cache_entries,
       .reply_cache_bytes = s->reply_cache_bytes,
       .resends_answered = s->resends_answered,

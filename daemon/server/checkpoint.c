@@ -146,7 +146,7 @@ static pe_status *load_checked(const char *state_dir, pe_srv_model *m, const cha
   if (!st) st = pe_srv_model_claim_values(m, names, vals, n);
   /* One engine op: no run sees part of the checkpoint. The model's run
    * origins become the file's: a resend of a request the values include is
-   * refused (server/dispatch.c), one after them runs. So does its generator
+   * refused (server/run_request.c), one after them runs. So does its generator
    * offset: the runs after it draw the dropout masks the runs after the
    * save drew. */
   if (!st) st = pe_model_set_many(m->m, names, vals, n, &restore);

@@ -79,6 +79,7 @@ static const char embedded_defaults[] =
     "max_message = 64M\n"
     "max_programs = 256\n"
     "memory_per_client = 0\n"
+    "max_steps_per_request = 1000000\n"
     "dedup_entries = 4096\n"
     "dedup_bytes = 256M\n";
 
@@ -295,6 +296,11 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
       c->memory_per_client = sz;
       return NULL;
     }
+    if (!strcmp(key, "max_steps_per_request")) {
+      if (!parse_int(value, 1, INT32_MAX, &iv)) return BAD("expected an integer in 1..2147483647");
+      c->max_steps_per_request = iv;
+      return NULL;
+    }
     if (!strcmp(key, "dedup_entries")) {
       if (!parse_int(value, 1, 1 << 24, &iv)) return BAD("expected an integer >= 1");
       c->dedup_entries = iv;
@@ -395,6 +401,7 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->max_message = src->max_message;
   dst->max_programs = src->max_programs;
   dst->memory_per_client = src->memory_per_client;
+  dst->max_steps_per_request = src->max_steps_per_request;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
   dst->checkpoint_interval_s = src->checkpoint_interval_s;
   dst->dedup_entries = src->dedup_entries;

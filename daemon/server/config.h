@@ -4,11 +4,12 @@
  * documents every key.
  *
  * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
- * max message, max programs, memory per client, checkpoint_on_shutdown,
- * checkpoint interval, reply cache sizes. Everything else (socket, places,
- * worker threads, state dir, ...: pe_config_restart_changes) needs a
- * restart. A reload builds the config the way the start did
- * (pe_config_build), so the command line still wins over the file.
+ * max message, max programs, memory per client, max steps per request,
+ * checkpoint_on_shutdown, checkpoint interval, reply cache sizes.
+ * Everything else (socket, places, worker threads, state dir, ...:
+ * pe_config_restart_changes) needs a restart. A reload builds the config
+ * the way the start did (pe_config_build), so the command line still wins
+ * over the file.
  *
  * Ownership: a pe_srv_config owns its strings; pe_config_free releases them.
  * Not thread-safe: the main thread builds it; request threads read the
@@ -48,6 +49,7 @@ typedef struct pe_srv_config {
   int64_t max_message;       /* NN_RCVMAXSIZE, bytes */
   int max_programs;          /* registered programs, all clients */
   int64_t memory_per_client; /* parameter bytes of a client's models; 0: unlimited */
+  int max_steps_per_request; /* RunRequest steps or batches; more is refused */
   int dedup_entries;         /* replies kept for resends */
   int64_t dedup_bytes;
 } pe_srv_config;

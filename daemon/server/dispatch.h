@@ -29,6 +29,18 @@ char *pe_arena_strdup(pe_arena *a, const char *s);
 bool pe_arena_own(pe_arena *a, void *p, void (*dtor)(void *));
 void pe_arena_free(pe_arena *a);
 
+/* A handler's error when the reply cannot be built. */
+#define PE_REPLY_OOM(what) pe_error(PE_ENOMEM, "%s: out of memory building the reply", what)
+
+/* The request a handler serves: it fills rep's body, allocating from a. */
+typedef struct pe_request_ctx {
+  pe_server *s;
+  const Pe__Request *rq;
+  Pe__Reply *rep;
+  pe_arena *a;
+  double received; /* monotonic seconds, when read off the socket */
+} pe_request_ctx;
+
 /* Handle a decoded request; `received` is when it was read off the socket
  * (monotonic seconds, for queue time). rep must be PE__REPLY__INIT'd. */
 void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, Pe__Reply *rep, pe_arena *a);

@@ -22,6 +22,10 @@ typedef struct batch_src {
   int64_t rows;      /* per mini-batch */
   uint32_t produced; /* batches sized so far */
   uint32_t cur;      /* the batch being filled */
+  /* Steps that ended (step_done called), each applied to the model: also
+   * the one whose step_done stops the run (a cancel, a timeout), which the
+   * engine's count leaves out. */
+  uint32_t ended;
   pe_tensor *stacked;
   char err_shape[PE_SHAPE_STRLEN], err_shape2[PE_SHAPE_STRLEN];
 } batch_src;
@@ -66,6 +70,8 @@ static pe_status *step_done(void *ctx, int64_t step, int64_t samples, const pe_t
   batch_src *b = ctx;
   const pe_run_batches *rb = b->rb;
   (void)samples;
+  b->ended = (uint32_t)step + 1;
+  if (rb->progress) atomic_store(rb->progress, b->ended);
   for (int i = 0; i < n_fetch; i++) {
     const pe_tensor *f = &fetched[i];
     pe_tensor *out = &b->stacked[i];
@@ -163,13 +169,12 @@ pe_status *pe_srv_run_batches(pe_runtime *rt, pe_srv_program *p, const pe_run_ba
     pe_prefetch_stop(pf);
     return pe_error(PE_ENOMEM, "run: %d fetch tensors", rb->n_fetch);
   }
-  int64_t steps = 0;
-  pe_status *st = pe_prefetch_run_steps(p->exec, &ps, rb->fetch, rb->n_fetch, fx, rb->opts, &steps);
+  pe_status *st = pe_prefetch_run_steps(p->exec, &ps, rb->fetch, rb->n_fetch, fx, rb->opts, NULL);
   pe_prefetch_stop(pf);
   for (int i = 0; i < rb->n_fetch; i++) pe_tensor_release(&fx[i]);
   free(fx);
-  *done = (uint32_t)steps;
+  *done = b.ended;
   /* The stacked tensors say how many steps they hold. */
-  for (int i = 0; i < rb->n_fetch && !st; i++) stacked[i].shape.d[0] = steps;
+  for (int i = 0; i < rb->n_fetch && !st; i++) stacked[i].shape.d[0] = b.ended;
   return st;
 }

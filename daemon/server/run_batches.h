@@ -40,11 +40,15 @@ typedef struct pe_run_batches {
   /* Checked after each step but the last (may be NULL): a cancelled run
    * stops there (run_cancel.h). */
   struct pe_run_guard *guard;
+  /* Steps ended so far, for Status (may be NULL). */
+  _Atomic uint32_t *progress;
 } pe_run_batches;
 
 /* Run rb's steps of program p on runtime rt. stacked: n_fetch zeroed
  * tensors; each becomes [steps done, fetch shape...] (host memory, the
- * caller releases them, also on error). *done counts the steps run. */
+ * caller releases them, also on error). *done counts the steps run, each
+ * applied to the model (a run cancelled or timed out after step k: k + 1,
+ * as its message says). */
 pe_status *pe_srv_run_batches(pe_runtime *rt, pe_srv_program *p, const pe_run_batches *rb,
                               pe_tensor *stacked, uint32_t *done);
 

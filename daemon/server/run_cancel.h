@@ -9,8 +9,9 @@
  *   - its program was deregistered (by its last owner, --force, or its
  *     owners' sessions ending: close or TTL expiry);
  *   - its model is being dropped.
- * Before, such a run went on to its last step (up to PE_MAX_STEPS, minutes
- * to hours) with nobody waiting for it and SIGTERM waiting for it.
+ * Before, such a run went on to its last step (up to the config's
+ * max_steps_per_request: minutes to hours) with nobody waiting for it and
+ * SIGTERM waiting for it.
  *
  * A run longer than the session TTL does not expire its own client (and
  * so cancel itself): a session with a request in flight is never idle

@@ -78,7 +78,7 @@ static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len)
 pe_limits pe_server_limits(pe_server *s) {
   pthread_mutex_lock(&s->cfg_mu);
   pe_limits l = {s->cfg.max_message, s->cfg.max_programs, s->cfg.memory_per_client,
-                 s->cfg.session_ttl_s};
+                 s->cfg.session_ttl_s, (uint32_t)s->cfg.max_steps_per_request};
   pthread_mutex_unlock(&s->cfg_mu);
   return l;
 }
@@ -145,6 +145,7 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_c
   s->cfg = *cfg;
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&s->cfg_mu, NULL);
+  pe_run_table_init(&s->runs);
   s->start_time = pe_now_s();
   s->state_lock = -1;
   pe_status *st = NULL;
@@ -197,6 +198,7 @@ void pe_server_free(pe_server *s) {
   free(s->overrides);
   pe_state_unlock(s->state_lock); /* last: the shutdown checkpoint is written */
   pthread_mutex_destroy(&s->cfg_mu);
+  pe_run_table_destroy(&s->runs);
   free(s);
 }
 
@@ -317,6 +319,13 @@ static void job_free(job *j) {
   free(j);
 }
 
+/* The job stops counting in Status' queue depth (pe_server.in_flight), once,
+ * before its reply leaves: a client that has its reply never finds its
+ * request still counted while the thread tidies up. */
+static void job_answering(pe_server *s) {
+  atomic_fetch_sub(&s->in_flight, 1);
+}
+
 static void handle_job(pe_server *s, job *j) {
   double t0 = pe_now_s();
   atomic_fetch_add(&s->requests_total, 1);
@@ -338,6 +347,7 @@ static void handle_job(pe_server *s, job *j) {
     const uint8_t *buf = pack_reply(s, &rep, &rb, &len, &owned);
     atomic_fetch_add(&s->requests_failed, 1);
     PE_LOGW("req client=- id=- kind=? code=EINVAL: %s", msg);
+    job_answering(s);
     queue_reply(s, j->ctrl, buf, len);
     j->ctrl = NULL;
     if (owned) free((void *)buf);
@@ -348,6 +358,7 @@ static void handle_job(pe_server *s, job *j) {
   uint64_t cid = rq->client_id, rid = rq->request_id;
   pe_dedup_state seen = pe_dedup_begin(s->dedup, cid, rid, j->seq, j);
   if (seen != PE_DEDUP_NEW) {
+    job_answering(s); /* answered (from the cache), parked or dropped */
     static const char *const what[] = {
         [PE_DEDUP_DONE] = "resend answered from the reply cache (not applied again)",
         [PE_DEDUP_WAITING] = "duplicate of a request in progress, waiting for its reply",
@@ -385,6 +396,7 @@ static void handle_job(pe_server *s, job *j) {
   /* Always finished, also with the out-of-memory notice: an entry left in
    * flight would park this request's resends forever. */
   pe_dedup_copy *parked;
+  job_answering(s);
   int n = pe_dedup_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
   for (int i = 0; i < n; i++) job_free(parked[i].job);
   free(parked);
@@ -406,9 +418,8 @@ static void *request_thread(void *arg) {
       atomic_fetch_add(&s->in_flight, 1);
     }
     pthread_mutex_unlock(&L->mu);
-    if (!j) break; /* closing and drained */
-    handle_job(s, j);
-    atomic_fetch_sub(&s->in_flight, 1);
+    if (!j) break;    /* closing and drained */
+    handle_job(s, j); /* takes j off in_flight */
   }
   pthread_mutex_lock(&L->mu);
   L->alive--;
@@ -510,7 +521,8 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   PE_LOGI(
       "signal %d: stopping: no new requests; finishing %d in flight (%d run(s): each stops at its "
       "next step boundary), %d queued",
-      w->signum, atomic_load(&s->in_flight), atomic_load(&s->runs), atomic_load(&s->queue_depth));
+      w->signum, atomic_load(&s->in_flight), pe_run_table_count(&s->runs),
+      atomic_load(&s->queue_depth));
   sd_notify(0, "STOPPING=1");
   ev_io_stop(loop, &L->rcv_w);
   pthread_mutex_lock(&L->mu);
@@ -553,11 +565,11 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   pe_dedup_set_limits(s->dedup, (size_t)nc.dedup_entries, (size_t)nc.dedup_bytes);
   PE_LOGI(
       "SIGHUP: reloaded %s%s: log_level %d, ttl %.0f s, max_message %lld, max_programs %d, "
-      "memory_per_client %lld, checkpoint_interval %.3g s",
+      "memory_per_client %lld, max_steps_per_request %d, checkpoint_interval %.3g s",
       s->config_path ? s->config_path : "embedded defaults",
       s->n_overrides ? " and the command line" : "", (int)nc.log_level, nc.session_ttl_s,
       (long long)nc.max_message, nc.max_programs, (long long)nc.memory_per_client,
-      nc.checkpoint_interval_s);
+      nc.max_steps_per_request, nc.checkpoint_interval_s);
   pe_config_free(&nc);
 }
 

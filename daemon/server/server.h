@@ -29,6 +29,7 @@
 #include "engine/par_executor.h"
 #include "server/config.h"
 #include "server/dedup.h"
+#include "server/run_table.h"
 
 #define PE_SERVER_VERSION "0.1.0"
 
@@ -60,8 +61,8 @@ typedef struct pe_server {
   double start_time; /* monotonic seconds */
   atomic_uint_fast64_t requests_total, requests_failed, runs_total;
   atomic_int queue_depth; /* received, not yet picked by a request thread */
-  atomic_int in_flight;   /* being handled */
-  atomic_int runs;        /* Run requests being handled (Status: runs_in_flight) */
+  atomic_int in_flight;   /* being handled, until the reply leaves */
+  pe_run_table runs;      /* Run requests being handled (Status: runs, runs_in_flight) */
   /* Set by SIGTERM/SIGINT: runs stop at their next step boundary
    * (run_cancel.h), so the shutdown checkpoint comes soon. */
   atomic_bool stopping;
@@ -75,6 +76,7 @@ typedef struct pe_limits {
   int max_programs;
   int64_t memory_per_client;
   double session_ttl_s;
+  uint32_t max_steps; /* [limits] max_steps_per_request */
 } pe_limits;
 pe_limits pe_server_limits(pe_server *s);
 

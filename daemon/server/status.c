@@ -1,6 +1,6 @@
 /* The Status reply: uptime, places with parameter bytes, models (with what
- * their checkpoints did), programs, queue depth, runs in flight, request
- * counters, clients,
+ * their checkpoints did), programs, queue depth, the runs in flight (client,
+ * model, steps done of total, age), request counters, clients,
  * reply cache counters, the autosave interval. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +12,32 @@
 pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
   r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
   r->uptime_s = pe_now_s() - s->start_time;
-  r->queue_depth = atomic_load(&s->queue_depth) + atomic_load(&s->in_flight);
+  /* Requests waiting or being handled, but for this Status (review 2 #15:
+   * an idle daemon said queue depth 1). */
+  int depth = atomic_load(&s->queue_depth) + atomic_load(&s->in_flight) - 1;
+  r->queue_depth = depth > 0 ? depth : 0;
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);
-  r->runs_in_flight = atomic_load(&s->runs);
+  pe_run_info *runs;
+  int n_runs;
+  PE_TRY(pe_run_table_snapshot(&s->runs, pe_now_s(), &runs, &n_runs));
+  if (!pe_arena_own(a, runs, NULL) && n_runs) return pe_error(PE_ENOMEM, "status: out of memory");
+  r->runs_in_flight = n_runs;
+  r->runs = pe_arena_alloc(a, sizeof *r->runs * (size_t)(n_runs ? n_runs : 1));
+  if (!r->runs) return pe_error(PE_ENOMEM, "status: out of memory");
+  for (int i = 0; i < n_runs; i++) {
+    Pe__RunStatus *x = pe_arena_alloc(a, sizeof *x);
+    if (!x) return pe_error(PE_ENOMEM, "status: out of memory");
+    pe__run_status__init(x);
+    x->client_id = runs[i].client;
+    x->model = runs[i].model;
+    x->handle = runs[i].handle;
+    x->steps_done = runs[i].done;
+    x->steps_total = runs[i].total;
+    x->age_s = runs[i].age_s;
+    r->runs[r->n_runs++] = x;
+  }
   /* The pool's real size (worker_threads = 0: pe_runtime_default_workers). */
   r->worker_threads = pe_pool_threads(pe_runtime_pool(s->rt));
   pe_dedup_stats ds;

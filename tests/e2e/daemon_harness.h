@@ -425,6 +425,36 @@ static inline uint8_t *dh_get_param(int sock, uint64_t client, const char *model
   return out;
 }
 
+/* GetParams with no names: every persistable of the model (the reply). */
+static inline Pe__Reply *dh_get_all(int sock, uint64_t client, const char *model) {
+  Pe__Request rq = dh_req(client);
+  Pe__ParamsRequest pr = PE__PARAMS_REQUEST__INIT;
+  pr.model = (char *)model;
+  rq.body_case = PE__REQUEST__BODY_GET_PARAMS;
+  rq.get_params = &pr;
+  Pe__Reply *rep = dh_call(sock, &rq);
+  dh_ok(rep);
+  ck_assert_int_eq(rep->body_case, PE__REPLY__BODY_PARAMS);
+  ck_assert_int_gt((int)rep->params->n_values, 0);
+  return rep;
+}
+
+/* NULL when GetParams replies a and b hold the same names with bitwise
+ * equal values, else the name of the first that differs (or is missing
+ * from b). */
+static inline const char *dh_params_differ(const Pe__Reply *a, const Pe__Reply *b) {
+  if (a->params->n_values != b->params->n_values) return "(the number of parameters)";
+  for (size_t i = 0; i < a->params->n_values; i++) {
+    const Pe__Tensor *x = a->params->values[i], *y = NULL;
+    for (size_t j = 0; j < b->params->n_values && !y; j++)
+      if (!strcmp(b->params->values[j]->name, x->name)) y = b->params->values[j];
+    if (!y || x->dtype != y->dtype || x->data.len != y->data.len ||
+        memcmp(x->data.data, y->data.data, x->data.len) != 0)
+      return x->name;
+  }
+  return NULL;
+}
+
 /* The name of the first 2-D parameter listed by a Register reply (a weight). */
 static inline char *dh_first_weight(const Pe__Reply *reg_rep) {
   for (size_t i = 0; i < reg_rep->register_->n_params; i++) {

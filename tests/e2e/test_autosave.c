@@ -85,35 +85,6 @@ static uint64_t setup_model(int s, pe_model_spec *mlp, const char *model, uint64
   return h;
 }
 
-/* GetParams with no names: every persistable of the model. */
-static Pe__Reply *get_all(int s, const char *model) {
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__ParamsRequest pr = PE__PARAMS_REQUEST__INIT;
-  pr.model = (char *)model;
-  rq.body_case = PE__REQUEST__BODY_GET_PARAMS;
-  rq.get_params = &pr;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_ok(rep);
-  ck_assert_int_eq(rep->body_case, PE__REPLY__BODY_PARAMS);
-  ck_assert_int_gt((int)rep->params->n_values, 0);
-  return rep;
-}
-
-/* NULL when a and b hold the same names with bitwise equal values, else the
- * name of the first that differs (or is missing from b). */
-static const char *params_differ(const Pe__Reply *a, const Pe__Reply *b) {
-  if (a->params->n_values != b->params->n_values) return "(the number of parameters)";
-  for (size_t i = 0; i < a->params->n_values; i++) {
-    const Pe__Tensor *x = a->params->values[i], *y = NULL;
-    for (size_t j = 0; j < b->params->n_values && !y; j++)
-      if (!strcmp(b->params->values[j]->name, x->name)) y = b->params->values[j];
-    if (!y || x->dtype != y->dtype || x->data.len != y->data.len ||
-        memcmp(x->data.data, y->data.data, x->data.len) != 0)
-      return x->name;
-  }
-  return NULL;
-}
-
 /* Whether the daemon's log contains needle. */
 static bool log_has(const dh_daemon *d, const char *needle) {
   FILE *f = fopen(d->log, "r");
@@ -153,14 +124,14 @@ START_TEST(test_sigkill_restores_last_autosave) {
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
   uint64_t h = setup_model(s, &mlp, "pm", 9);
-  Pe__Reply *initial = get_all(s, "pm");
+  Pe__Reply *initial = dh_get_all(s, CLIENT, "pm");
   train(s, h, &mlp, 9, 3);
   char path[512];
   ckpt_path(&d, "pm", path, sizeof path);
   /* No requests from here on: the file settles at the trained values. */
   wait_stable(path, 1200, 10);
-  Pe__Reply *before = get_all(s, "pm");
-  ck_assert_msg(params_differ(initial, before), "training changed no parameter");
+  Pe__Reply *before = dh_get_all(s, CLIENT, "pm");
+  ck_assert_msg(dh_params_differ(initial, before), "training changed no parameter");
   ck_assert_msg(log_has(&d, "autosave: model 'pm' saved to"), "no autosave logged (log %s)", d.log);
   nn_close(s);
   int st = dh_stop(&d, SIGKILL);
@@ -169,10 +140,10 @@ START_TEST(test_sigkill_restores_last_autosave) {
   dh_start(&d, FAST);
   s = dh_connect(&d, 30000);
   h = dh_register(s, CLIENT, &mlp, "pm", 9, true, NULL, NULL); /* autoloads */
-  Pe__Reply *after = get_all(s, "pm");
-  const char *diff = params_differ(before, after);
+  Pe__Reply *after = dh_get_all(s, CLIENT, "pm");
+  const char *diff = dh_params_differ(before, after);
   ck_assert_msg(!diff, "'%s' differs after kill -9 and restart", diff ? diff : "");
-  ck_assert_msg(params_differ(initial, after), "restarted from the initial values");
+  ck_assert_msg(dh_params_differ(initial, after), "restarted from the initial values");
   Pe__Reply *rep = dh_init(s, CLIENT, h);
   dh_ok(rep);
   ck_assert_msg(!rep->init->initialized, "Init ran the startup after an autoload");

@@ -28,6 +28,19 @@ START_TEST(test_ping_status) {
   ck_assert_int_eq((int)rep->status->n_places, 1);
   ck_assert_str_eq(rep->status->places[0]->place, "cpu:0");
   ck_assert_int_eq(rep->status->programs, 0);
+  /* Idle: the Status itself is not counted (review 2 #15). */
+  ck_assert_int_eq(rep->status->queue_depth, 0);
+  ck_assert_int_eq(rep->status->runs_in_flight, 0);
+  /* Nor a request whose reply came back (one taken from the socket counts
+   * until its reply leaves, not until its thread has tidied up). */
+  for (int i = 0; i < 2000; i++) {
+    ck_assert(dh_ping(s));
+    Pe__Reply *r = dh_call(s, &rq);
+    ck_assert_msg(r->status->queue_depth == 0, "after %d pings: queue depth %d", i + 1,
+                  r->status->queue_depth);
+    pe__reply__free_unpacked(r, NULL);
+    rq.request_id = dh_req(CLIENT).request_id;
+  }
   /* The readiness pings and the ping above were counted. */
   ck_assert_uint_ge(rep->status->requests_total, 2);
   ck_assert_double_ge(rep->status->uptime_s, 0.0);
