@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "interrupt.h"
 #include "pe_dataset.h"
 #include "pe_model_file.h"
 
@@ -37,6 +38,7 @@ static struct {
 } last_error;
 
 static void report(const cli_ctx *ctx, const char *code, const char *fmt, va_list ap) {
+  if (cli_interrupted()) return; /* a request refused because the process is ending */
   char msg[sizeof last_error.msg];
   vsnprintf(msg, sizeof msg, fmt, ap);
   if (ctx->cmd)

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "interrupt.h"
 #include "pe_batch_prefetch.h"
 #include "pe_builder.h"
 #include "pe_dataset.h"
@@ -165,7 +166,9 @@ static void trainer_free(trainer *t, int rc) {
       free(t->y[k]);
     }
   /* Its session ends now: its programs and a non-persistent model are
-   * freed, and the next trainer of the model starts afresh. */
+   * freed, and the next trainer of the model starts afresh. (From here a
+   * signal no longer sends a close of its own.) */
+  cli_interrupt_watch(NULL);
   cli_end(t->ctx, t->c, rc);
   train_log_free(&t->log);
   pe_dataset_free(t->train);
@@ -329,6 +332,7 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * parameters (ROLLED_BACK). */
   if (!(t->c = cli_connect_with(t->ctx, (pe_client_opts){.fail_on_rollback = true}, &rc)))
     return rc;
+  cli_interrupt_watch(t->c); /* Ctrl-C, kill: the session ends before the process does */
   if (!train_log_init(&t->log, TRAIN_LOG_REQUESTS))
     return cli_error(t->ctx, "out of memory for the request log");
   pe_client_program prog;
@@ -752,6 +756,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
     return cli_usage(ctx, "--feed '%s' unknown (auto, shm, socket)", t.cfg.feed);
   if (!t.cfg.model) return cli_usage(ctx, "--model is required (%s | FILE)", pe_model_spec_names());
   if ((rc = check_recipe_flags(ctx, &t.cfg.recipe))) return rc;
+  cli_interrupt_install(ctx);
   train_result r = {.final_lr = NAN};
   if (t.cfg.eval_every && !(r.epoch_acc = calloc((size_t)t.cfg.epochs, sizeof *r.epoch_acc))) {
     trainer_free(&t, CLI_FAIL);

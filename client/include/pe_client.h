@@ -341,6 +341,19 @@ int pe_client_drop_model(pe_client *c, const char *model, pe_client_drop_result 
  * registers them again), and a later request opens a new session.
  * Idempotent. */
 int pe_client_close(pe_client *c);
+/* End c's session from another thread while c may be in a request: what a
+ * program does on Ctrl-C or kill (pe-client train and eval, from a thread
+ * that a signal handler wakes), where the daemon would otherwise keep the
+ * session until its TTL (a tcp:// client; on ipc:// the daemon also sees
+ * the process exit). From now on c sends nothing: each call fails with
+ * PE_C_EARG ("interrupted"). The request c has in flight gets up to wait_ms
+ * to be answered (a later one would be refused anyway); then a close for
+ * c's session goes out on a connection of its own, waiting up to
+ * timeout_ms for its reply. Not async-signal-safe; touches only what
+ * pe_client_connect set and atomics of c, so c's own thread may go on (and
+ * fail). c must stay allocated until it returns. Returns 0, or the close's
+ * failure code with its message in err (errlen bytes). */
+int pe_client_interrupt(pe_client *c, int wait_ms, int timeout_ms, char *err, size_t errlen);
 
 typedef struct pe_client_place_status {
   const char *place;

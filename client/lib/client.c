@@ -406,7 +406,7 @@ static int exchange(pe_client *c, const char *what, Pe__Request *req) {
   return rc;
 }
 
-int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCase want) {
+static int call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCase want) {
   drop_results(c);
   c->err[0] = 0;
   if (c->sock < 0) return pec_fail(c, PE_C_ECONNECT, "%s: not connected", what);
@@ -435,4 +435,19 @@ int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCa
     return pec_fail(c, PE_C_EPROTO, "%s (request %llu): reply carries a %s body, expected %s", what,
                     (unsigned long long)req->request_id, body_name(r->body_case), body_name(want));
   return 0;
+}
+
+/* Counted in in_call before stopped is read (both seq_cst), while
+ * pe_client_interrupt sets stopped before it reads in_call: either this
+ * call sees stopped, or the interrupt waits for it. */
+int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCase want) {
+  atomic_fetch_add(&c->in_call, 1);
+  int rc = atomic_load(&c->stopped)
+               ? pec_fail(c, PE_C_EARG,
+                          "%s: not sent: this handle was interrupted (its session is being "
+                          "ended)",
+                          what)
+               : call(c, what, req, want);
+  atomic_fetch_sub(&c->in_call, 1);
+  return rc;
 }

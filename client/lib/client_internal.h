@@ -2,6 +2,7 @@
 #ifndef PE_CLIENT_INTERNAL_H
 #define PE_CLIENT_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +27,11 @@ struct pe_client {
    * that is gone, and the daemon drops the session and its regions itself
    * (the client's process exiting, or the TTL). */
   bool silent;
+  /* pe_client_interrupt (another thread): once stopped is set, pec_call
+   * sends nothing; in_call counts the pec_calls under way, for it to wait
+   * until the request in flight is answered. */
+  atomic_bool stopped;
+  atomic_int in_call;
   /* This process (Request.client_pid, client_start), sent on ipc://
    * only; looked up again after a fork. */
   long pid;

@@ -8,11 +8,15 @@
  * for a program of other shapes. Needs Fashion-MNIST (the
  * project's dependency). Skipped (77) when pe-executord or pe-client is not
  * built. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -781,6 +785,75 @@ START_TEST(daemon_gone_costs_one_timeout) {
 }
 END_TEST
 
+/* A free TCP port on 127.0.0.1 (the kernel's pick, released again). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sa;
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+/* Is a model of this name on d (status)? */
+static bool has_model(const cd_daemon *d, const char *name) {
+  pe_client *c = cd_connect(d);
+  pe_client_status st;
+  CD_OK(c, pe_client_get_status(c, &st));
+  bool found = false;
+  for (size_t i = 0; i < st.n_models; i++) found |= !strcmp(st.models[i].name, name);
+  pe_client_close(c);
+  pe_client_free(c);
+  return found;
+}
+
+/* Ctrl-C or kill of a trainer over tcp:// (where the daemon cannot see the
+ * process exit; the session TTL is 600 s): the trainer ends its session
+ * before it dies of the signal, so its model is freed at once and the
+ * next train of the name starts afresh. */
+START_TEST(interrupted_train_ends_its_session) {
+  cd_daemon d;
+  cd_prepare(&d);
+  snprintf(d.addr, sizeof d.addr, "tcp://127.0.0.1:%d", free_port());
+  cd_spawn(&d, (uid_t)-1, (gid_t)-1);
+  const int sigs[] = {SIGINT, SIGTERM};
+  for (int i = 0; i < 2; i++) {
+    char bin[1024], name[32], err[256];
+    cd_binary(bin, sizeof bin, "pe-client");
+    snprintf(name, sizeof name, "sig%d", sigs[i]);
+    snprintf(err, sizeof err, "%s/err", d.dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      signal(SIGINT, SIG_DFL);
+      if (!freopen(err, "w", stderr)) _exit(126);
+      execl(bin, bin, "--socket", d.addr, "train", "--model", "mlp", "--model-name", name,
+            "--epochs", "1000", "--limit", "20000", "--quiet", (char *)NULL);
+      _exit(127);
+    }
+    wait_log(&d, "register client=", 2 * (i + 1)); /* its training and evaluation programs */
+    cd_sleep_ms(500);
+    ck_assert_msg(has_model(&d, name), "model %s is not there while it trains", name);
+    double t0 = now_s();
+    ck_assert_int_eq(kill(pid, sigs[i]), 0);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    double took = now_s() - t0;
+    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == sigs[i], "status 0x%x after signal %d: %s", st,
+                  sigs[i], slurp(d.dir, "err"));
+    ck_assert_msg(took < 3, "the trainer took %.1f s to die of signal %d", took, sigs[i]);
+    if (has_model(&d, name)) cd_dump_log(&d);
+    ck_assert_msg(!has_model(&d, name),
+                  "model %s still there after signal %d: the session lives on", name, sigs[i]);
+    ck_assert_msg(strstr(slurp(d.dir, "err"), "ending the session"), "%s", slurp(d.dir, "err"));
+  }
+  cd_stop(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli");
   TCase *tc = tcase_create("client_cli");
@@ -800,6 +873,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, daemon_gone_costs_one_timeout);
   tcase_add_test(tc, explicit_zero_recipe_flags);
   tcase_add_test(tc, daemon_max_message_reaches_the_client);
+  tcase_add_test(tc, interrupted_train_ends_its_session);
   suite_add_tcase(s, tc);
   return s;
 }
