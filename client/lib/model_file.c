@@ -110,14 +110,25 @@ static int parse_long(mf *m, const char *what, const char *s, long min, long max
   return 0;
 }
 
-static int parse_float(mf *m, const char *what, const char *s, float min, float max, float *out) {
+/* Which ends of a number's range are open (excluded): the daemon's ranges
+ * (a learning rate > 0, beta < 1), said as the interval they are. */
+enum { CLOSED = 0, OPEN_MIN = 1, OPEN_MAX = 2 };
+
+static int parse_float_in(mf *m, const char *what, const char *s, float min, float max, int open,
+                          float *out) {
   char *end;
   errno = 0;
   float v = strtof(s, &end);
-  if (errno || end == s || *end || !(v >= min && v <= max))
-    return mf_fail(m, "%s: %s '%s' is not a number in [%g, %g]", m->kw, what, s, min, max);
+  bool in = (open & OPEN_MIN ? v > min : v >= min) && (open & OPEN_MAX ? v < max : v <= max);
+  if (errno || end == s || *end || !in)
+    return mf_fail(m, "%s: %s '%s' is not a number in %c%g, %g%c", m->kw, what, s,
+                   open & OPEN_MIN ? '(' : '[', min, max, open & OPEN_MAX ? ')' : ']');
   *out = v;
   return 0;
+}
+
+static int parse_float(mf *m, const char *what, const char *s, float min, float max, float *out) {
+  return parse_float_in(m, what, s, min, max, CLOSED, out);
 }
 
 /* Integer option (absent: *out unchanged). */
@@ -126,9 +137,13 @@ static int opt_long(mf *m, const char *key, long min, long max, long *out) {
   return v ? parse_long(m, key, v, min, max, out) : 0;
 }
 
-static int opt_float(mf *m, const char *key, float min, float max, float *out) {
+static int opt_float_in(mf *m, const char *key, float min, float max, int open, float *out) {
   const char *v = opt_str(m, key);
-  return v ? parse_float(m, key, v, min, max, out) : 0;
+  return v ? parse_float_in(m, key, v, min, max, open, out) : 0;
+}
+
+static int opt_float(mf *m, const char *key, float min, float max, float *out) {
+  return opt_float_in(m, key, min, max, CLOSED, out);
 }
 
 /* "3" or "3x5" into a pair. */
@@ -430,14 +445,16 @@ static int h_optimizer(mf *m) {
   m->eps = 1e-8f;
   m->weight_decay = 0;
   m->clip_norm = 0;
-  if (opt_float(m, "lr", 0, 1e6f, &m->lr)) return -1;
+  /* The builder's (and the daemon's) ranges: lr > 0, mu and the betas
+   * < 1, epsilon > 0. */
+  if (opt_float_in(m, "lr", 0, 1e6f, OPEN_MIN, &m->lr)) return -1;
   if (opt_float(m, "weight_decay", 0, 1, &m->weight_decay)) return -1;
   if (opt_float(m, "clip_norm", 0, 1e6f, &m->clip_norm)) return -1;
   if (m->lr < 0) return mf_fail(m, "optimizer: no learning rate (lr=...)");
-  if (!strcmp(t, "momentum") && opt_float(m, "mu", 0, 1, &m->mu)) return -1;
-  if (!strncmp(t, "adam", 4) &&
-      (opt_float(m, "beta1", 0, 1, &m->beta1) || opt_float(m, "beta2", 0, 1, &m->beta2) ||
-       opt_float(m, "epsilon", 0, 1, &m->eps)))
+  if (!strcmp(t, "momentum") && opt_float_in(m, "mu", 0, 1, OPEN_MAX, &m->mu)) return -1;
+  if (!strncmp(t, "adam", 4) && (opt_float_in(m, "beta1", 0, 1, OPEN_MAX, &m->beta1) ||
+                                 opt_float_in(m, "beta2", 0, 1, OPEN_MAX, &m->beta2) ||
+                                 opt_float_in(m, "epsilon", 0, 1, OPEN_MIN, &m->eps)))
     return -1;
   m->nesterov = opt_flag(m, "nesterov");
   if (m->nesterov && strcmp(t, "momentum"))

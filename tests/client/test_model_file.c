@@ -250,6 +250,16 @@ START_TEST(optimizer_errors_carry_the_line) {
                      "sgd|momentum|adam|adamw lr=X");
   expect_parse_error(FC_MODEL "optimizer sgd lr=0.1 clip_norm=-1\n",
                      "cnn:6: optimizer: clip_norm '-1' is not a number in [0, 1e+06]");
+  /* The daemon's ranges, with the line (it refused them later, without
+   * one, where the file's check had said lr may be 0). */
+  expect_parse_error_eq(FC_MODEL "optimizer momentum lr=0 mu=0.9\n",
+                        "cnn:6: optimizer: lr '0' is not a number in (0, 1e+06]");
+  expect_parse_error_eq(FC_MODEL "optimizer momentum lr=0.1 mu=1\n",
+                        "cnn:6: optimizer: mu '1' is not a number in [0, 1)");
+  expect_parse_error_eq(FC_MODEL "optimizer adam lr=0.001 epsilon=0\n",
+                        "cnn:6: optimizer: epsilon '0' is not a number in (0, 1]");
+  expect_parse_error_eq(FC_MODEL "optimizer adamw lr=0.001 beta2=1\n",
+                        "cnn:6: optimizer: beta2 '1' is not a number in [0, 1)");
   expect_parse_error(FC_MODEL "optimizer adamw lr=0.1 no_decay_1d=1\n",
                      "cnn:6: optimizer: unknown option 'no_decay_1d' (usage: ");
 }
