@@ -624,6 +624,8 @@ static int parse_line(mf *m, char *line) {
     char *eq = strchr(tok[i], '=');
     if (eq) {
       *eq = 0;
+      if (!row_allows(r, tok[i], true) && row_allows(r, tok[i], false))
+        return mf_fail(m, "%s: option '%s' takes no value (usage: %s)", r->kw, tok[i], r->usage);
       if (!row_allows(r, tok[i], true))
         return mf_fail(m, "%s: unknown option '%s' (usage: %s)", r->kw, tok[i], r->usage);
       if (!eq[1]) return mf_fail(m, "%s: option '%s' has no value", r->kw, tok[i]);

@@ -260,8 +260,11 @@ START_TEST(optimizer_errors_carry_the_line) {
                         "cnn:6: optimizer: epsilon '0' is not a number in (0, 1]");
   expect_parse_error_eq(FC_MODEL "optimizer adamw lr=0.001 beta2=1\n",
                         "cnn:6: optimizer: beta2 '1' is not a number in [0, 1)");
+  /* A flag given a value (it read as an unknown option). */
   expect_parse_error(FC_MODEL "optimizer adamw lr=0.1 no_decay_1d=1\n",
-                     "cnn:6: optimizer: unknown option 'no_decay_1d' (usage: ");
+                     "cnn:6: optimizer: option 'no_decay_1d' takes no value (usage: ");
+  expect_parse_error(FC_MODEL "optimizer momentum lr=0.1 mu=0.9 nesterov=1\n",
+                     "cnn:6: optimizer: option 'nesterov' takes no value (usage: ");
 }
 END_TEST
 
