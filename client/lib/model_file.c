@@ -246,11 +246,21 @@ static int h_input(mf *m) {
   if (m->image) return mf_fail(m, "input: a second input ('%s' is declared)", m->image);
   int nd = m->n_pos - 1;
   if (nd > 3) return mf_fail(m, "input: %d dims (at most 3 besides the batch)", nd);
-  int64_t dims[4] = {-1};
+  int64_t dims[4] = {-1}, numel = 1;
   for (int i = 0; i < nd; i++) {
     long v = 0;
     if (parse_long(m, "dim", m->pos[1 + i], 1, 1L << 30, &v)) return -1;
     dims[1 + i] = v;
+    numel *= v; /* at most 2^40 x 2^30: no overflow */
+    /* The daemon's limit for a declared shape's elements (each dim alone
+     * passes; their product would overflow the layers' sizes). */
+    if (numel > (INT64_C(1) << 40)) {
+      char list[128];
+      size_t k = 0;
+      for (int j = 0; j < nd && k < sizeof list; j++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", j ? " x " : "", m->pos[1 + j]);
+      return mf_fail(m, "input: dims %s make more than 2^40 elements per example", list);
+    }
   }
   const char *img = pe_builder_data(m->b, m->pos[0], PE_B_F32, nd + 1, dims);
   if (built(m, img)) return -1;

@@ -94,6 +94,11 @@ START_TEST(errors_carry_the_line) {
   expect_parse_error(HEAD "fc 10\naccuracy\noptimizer sgd lr=0.1\n", "cnn: no 'loss' line");
   expect_parse_error(HEAD "fc 10\n" TAIL "fc 3\n", "cnn:7: fc: a layer after the 'loss' line");
   expect_parse_error(HEAD "dropout 1.5\n" TAIL, "cnn:3: dropout: probability '1.5'");
+  /* Dims each in range whose product is not (an fc said 'unknown feature
+   * dims'). */
+  expect_parse_error("input image 1073741824 1073741824 1073741824\nlabel label\nfc 10\n" TAIL,
+                     "cnn:1: input: dims 1073741824 x 1073741824 x 1073741824 make more than "
+                     "2^40 elements per example");
   /* A builder error (pooling larger than the input) keeps its line. */
   expect_parse_error(HEAD "pool2d max 64\n" TAIL, "cnn:3: pool2d: ");
 }
