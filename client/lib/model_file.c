@@ -733,6 +733,8 @@ int pe_model_file_parse(const char *text, size_t len, const char *source, pe_mod
   if (!m.b) return mf_fail(&m, "out of memory");
   char line[MAX_LINE + 1];
   size_t i = 0;
+  /* A UTF-8 byte order mark (some editors write one) is not text. */
+  if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) i = 3;
   while (i < len && !m.failed) {
     m.line++;
     size_t j = i;

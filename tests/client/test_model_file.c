@@ -457,6 +457,21 @@ START_TEST(resnet_file) {
 }
 END_TEST
 
+/* A UTF-8 byte order mark at the start is skipped (it read as an
+ * invisible unknown layer). */
+START_TEST(byte_order_mark_is_skipped) {
+  static const char text[] = "\xef\xbb\xbfname bom\n" FC_MODEL "optimizer sgd lr=0.1\n";
+  pe_model_spec m;
+  char err[512] = "";
+  ck_assert_msg(pe_model_file_parse(text, strlen(text), "bom", &m, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_str_eq(m.name, "bom");
+  pe_model_spec_release(&m);
+  /* Elsewhere it is no layer. */
+  expect_parse_error(FC_MODEL "\xef\xbb\xbfoptimizer sgd lr=0.1\n", "cnn:6: unknown layer");
+}
+END_TEST
+
 START_TEST(missing_file) {
   pe_model_spec m;
   char err[512];
@@ -478,6 +493,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, adamw_and_no_decay_1d);
   tcase_add_test(tc, optimizer_errors_carry_the_line);
   tcase_add_test(tc, missing_file);
+  tcase_add_test(tc, byte_order_mark_is_skipped);
   tcase_add_test(tc, residual_statements);
   tcase_add_test(tc, residual_errors_carry_the_line);
   tcase_add_test(tc, resnet_file);
