@@ -768,6 +768,12 @@ int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t e
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
     return -1;
   }
+  struct stat st;
+  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) { /* fopen takes one; the read fails */
+    snprintf(err, errlen, "%s: is a directory, not a model file", path);
+    fclose(f);
+    return -1;
+  }
   char *buf = NULL;
   size_t len = 0, cap = 0;
   for (;;) {

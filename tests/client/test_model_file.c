@@ -477,6 +477,9 @@ START_TEST(missing_file) {
   char err[512];
   ck_assert_int_eq(pe_model_file_load("/nonexistent/model", &m, err, sizeof err), -1);
   ck_assert_ptr_nonnull(strstr(err, "/nonexistent/model: No such file"));
+  /* A directory: said so (it was 'read error'). */
+  ck_assert_int_eq(pe_model_resolve("/tmp/", &m, err, sizeof err), -1);
+  ck_assert_str_eq(err, "/tmp/: is a directory, not a model file");
 }
 END_TEST
 
