@@ -95,7 +95,7 @@ static saved_model *save_one(pe_autosave *a, const char *name, saved_model *prev
   char *path = NULL;
   uint64_t bytes = 0;
   double t0 = pe_now_s();
-  st = pe_checkpoint_save(a->state_dir, m, a->name, &path, &bytes);
+  st = pe_checkpoint_save_restart(a->state_dir, m, &path, &bytes);
   double ms = (pe_now_s() - t0) * 1e3;
   if (st) {
     char where[4400];

@@ -25,8 +25,8 @@ pe_status *pe_checkpoint_path(const char *state_dir, const char *model, const ch
   return NULL;
 }
 
-pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char *name, char **path,
-                              uint64_t *bytes) {
+static pe_status *save_as(const char *state_dir, pe_srv_model *m, const char *name, char **path,
+                          uint64_t *bytes) {
   char dir[4096], file[128];
   PE_TRY(pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file));
   const char **names = NULL;
@@ -87,6 +87,22 @@ pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char
   *bytes = len;
   PE_LOGI("model '%s': saved %d tensors, %zu bytes to %s", m->name, n, len, full);
   return NULL;
+}
+
+pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char *name, char **path,
+                              uint64_t *bytes) {
+  if (!strcmp(name, m->restart_name))
+    return pe_error(PE_EINVAL,
+                    "save '%s' of model '%s': '%s' is the restart checkpoint's name (config "
+                    "shutdown_checkpoint): the daemon overwrites it at shutdown and autosave, and "
+                    "drop-model removes it; choose another name",
+                    name, m->name, name);
+  return save_as(state_dir, m, name, path, bytes);
+}
+
+pe_status *pe_checkpoint_save_restart(const char *state_dir, pe_srv_model *m, char **path,
+                                      uint64_t *bytes) {
+  return save_as(state_dir, m, m->restart_name, path, bytes);
 }
 
 /* Entries that do not fit the program's declarations decl (n_decl; may be

@@ -19,9 +19,15 @@
 
 #include "server/programs.h"
 
-/* path: malloc'd absolute path of the file; bytes: its size. */
+/* path: malloc'd absolute path of the file; bytes: its size. A client's
+ * Save: the model's restart checkpoint name (m->restart_name, config
+ * shutdown_checkpoint) is refused (PE_EINVAL), since the daemon overwrites
+ * that file and drop-model removes it; Load of it is allowed. */
 pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char *name, char **path,
                               uint64_t *bytes);
+/* The restart checkpoint (autosave, shutdown): written as m->restart_name. */
+pe_status *pe_checkpoint_save_restart(const char *state_dir, pe_srv_model *m, char **path,
+                                      uint64_t *bytes);
 pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char *name, char **path,
                               uint64_t *bytes);
 /* A model with nothing initialised yet starts from its restart checkpoint

@@ -44,7 +44,7 @@
  * (name, pe_now_s() time, the pe_model_changes() count its values
  * correspond to) and the newest failure's message. Apart from those, the
  * restart checkpoint (the file a crash restarts from): when its values
- * became known (written by autosave or a Save of its name, or read: a
+ * became known (written by autosave or SIGTERM, or read: a
  * restore at register or a Load of it) and their change count, so status
  * can say what a crash would lose (a named save does not count). */
 typedef struct pe_ckpt_record {

@@ -638,7 +638,7 @@ static int checkpoint_persistent(pe_server *s) {
        * client got to Init): keep whatever file is there. */
       skip = !pe_srv_model_has_values(m);
       if (!skip)
-        st = pe_checkpoint_save(s->cfg.state_dir, m, s->cfg.shutdown_checkpoint, &path, &bytes);
+        st = pe_checkpoint_save_restart(s->cfg.state_dir, m, &path, &bytes);
       pe_registry_model_release(s->reg, m);
     }
     if (skip) {

@@ -481,6 +481,13 @@ START_TEST(drop_model_frees_the_name) {
               "loss softmax_with_cross_entropy\naccuracy\noptimizer sgd lr=0.1\n",
               wide, sizeof wide);
   CLI_OK(&d, "train --model mlp --epochs 1 --limit 300 --persistent");
+  /* A save under the restart checkpoint's name is refused: the daemon
+   * overwrites that file, and drop-model below would remove it. */
+  ck_assert_int_eq(cli(&d, d.dir, "save --model mlp --checkpoint shutdown"), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "'shutdown' is the restart checkpoint's name") &&
+                    strstr(slurp(d.dir, "err"), "INVALID_ARGUMENT"),
+                "%s", slurp(d.dir, "err"));
+  CLI_OK(&d, "save --model mlp --checkpoint mine");
   snprintf(args, sizeof args, "train --model '%s' --epochs 1 --limit 300", wide);
   ck_assert_int_eq(cli(&d, d.dir, args), 1);
   ck_assert_msg(strstr(slurp(d.dir, "err"),
