@@ -176,6 +176,86 @@ static char printable(uint8_t c) {
   return c >= 0x20 && c < 0x7f ? (char)c : '?';
 }
 
+/* --- a file cut short ------------------------------------------------------- */
+/* A file's fields read in order, at offsets that may lie past its end: the
+ * first that does not fit says how long the file would have to be. */
+typedef struct walk {
+  const uint8_t *p;
+  size_t len;
+  uint64_t off;
+  bool cut;      /* a field ran past the end */
+  uint64_t need; /* then: the end of that field */
+} walk;
+
+/* Skip n bytes (the tensors' data, names). */
+static void walk_skip(walk *w, uint64_t n) {
+  if (w->cut) return;
+  w->off += n;
+  if (w->off > w->len) {
+    w->cut = true;
+    w->need = w->off;
+  }
+}
+
+/* A little-endian field of `bytes` bytes (0 once cut). */
+static uint64_t walk_uint(walk *w, int bytes) {
+  uint64_t at = w->off, v = 0;
+  walk_skip(w, (uint64_t)bytes);
+  if (!w->cut)
+    for (int i = 0; i < bytes; i++) v |= (uint64_t)w->p[at + (uint64_t)i] << (8 * i);
+  return v;
+}
+
+/* The file fails its CRC: is it the start of a well-formed one (a copy or
+ * a write cut short)? Walks the records over all len bytes, skipping the
+ * tensors' data, checking that each record holds together (a name length,
+ * dtype, rank and dims, and a byte count that matches them), until a field
+ * runs past the end. Yes: *need is the least length the file must have
+ * had (that field's end, plus 21 bytes for each tensor after it and the
+ * trailer of its version without run origins), *tensor the tensor it ran
+ * out in (-1: the trailer) and *count their number. No (a record that
+ * does not hold together, or every field there): a corrupt byte, said as
+ * the CRC mismatch. */
+static bool cut_short(const uint8_t *buf, size_t len, bool v1, bool v2, uint64_t *need,
+                      int64_t *tensor, uint32_t *count) {
+  enum { MIN_TENSOR = 21 }; /* name length, a 1-byte name, dtype, rank, byte count */
+  walk w = {buf, len, sizeof ckpt_magic, false, 0};
+  /* After the tensors: the run origins' count (02, 03), the generator
+   * record (03), the CRC. */
+  const uint64_t trailer = (v1 ? 0 : 4) + (v1 || v2 ? 0 : 12) + 4;
+  uint32_t n = (uint32_t)walk_uint(&w, 4);
+  *tensor = -1;
+  for (uint32_t i = 0; i < n && !w.cut; i++) {
+    *tensor = i;
+    uint64_t nl = walk_uint(&w, 4);
+    if (!w.cut && (nl == 0 || nl > 4096)) return false;
+    walk_skip(&w, nl);
+    uint64_t dt = walk_uint(&w, 4), nd = walk_uint(&w, 4);
+    if (!w.cut && (!pe_dtype_valid((int)dt) || nd > PE_MAX_DIMS)) return false;
+    uint64_t numel = 1;
+    for (uint64_t d = 0; d < nd && !w.cut; d++) {
+      uint64_t v = walk_uint(&w, 8);
+      if (!w.cut && v > (uint64_t)1 << 40) return false;
+      numel = v == 0 || numel <= UINT64_MAX / v ? numel * v : UINT64_MAX;
+    }
+    uint64_t nb = walk_uint(&w, 8), es = pe_dtype_size((pe_dtype)dt);
+    if (!w.cut && (numel > UINT64_MAX / es || nb != numel * es)) return false;
+    walk_skip(&w, nb);
+  }
+  if (w.cut) {
+    *need = w.need + (uint64_t)(n - (uint32_t)*tensor - 1) * MIN_TENSOR + trailer;
+  } else {
+    /* Every tensor is there: a file that ends before the run origins'
+     * count is cut short; past it, a count that does not fit is as likely
+     * a corrupt count (said as the CRC mismatch). */
+    *tensor = -1;
+    if (w.off + trailer <= len) return false;
+    *need = w.off + trailer;
+  }
+  *count = n;
+  return true;
+}
+
 pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **out,
                           int *out_n, pe_model_mark *mark) {
   *out = NULL;
@@ -198,6 +278,17 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
   uint32_t want;
   get_u32(&crc_r, &want);
   uint32_t got = pe_crc32(buf, len - 4);
+  uint64_t need;
+  int64_t at;
+  uint32_t count;
+  if (got != want && cut_short(buf, len, v1, v2, &need, &at, &count)) {
+    char where[64] = "in its trailer";
+    if (at >= 0) snprintf(where, sizeof where, "in tensor %lld of %u", (long long)at + 1, count);
+    return pe_error(PE_ECORRUPT,
+                    "checkpoint %s: truncated: %zu of at least %llu bytes (the file ends %s; a "
+                    "copy or write cut short?)",
+                    what, len, (unsigned long long)need, where);
+  }
   if (got != want)
     return pe_error(PE_ECORRUPT, "checkpoint %s: CRC mismatch (stored %08x, computed %08x)", what,
                     want, got);

@@ -25,7 +25,9 @@
  *     crc32    u32      CRC-32 (IEEE) of every byte before it
  * The reader checks every count and size against the file length before
  * using it, and the CRC before returning anything; a "PECKPT" magic of
- * another version is named as such, before the CRC is looked at.
+ * another version is named as such, before the CRC is looked at. A file
+ * that fails its CRC and is the start of a well-formed one is reported as
+ * truncated ("N of at least M bytes"), else as the CRC mismatch.
  *
  * Writes: <name>.ckpt.tmp.<pid>.<n> in the same directory, write, fsync,
  * rename over <name>.ckpt, fsync the directory: a crash leaves either the

@@ -1,6 +1,7 @@
 /* pe-executord end to end, a restart checkpoint that cannot be read: a
  * trained persistent model's file is damaged while the daemon is down (a
- * byte flipped in the middle, cut in half, a format version this daemon
+ * byte flipped in the middle, cut in half (said as truncated, with the
+ * length it needs), a format version this daemon
  * does not read, or not a checkpoint at all). The register after the
  * restart is refused naming the model, the file, why it cannot be read and
  * drop-model; the file stays byte for byte through the attempt, autosave
@@ -74,7 +75,7 @@ static uint8_t *damaged(const uint8_t *good, size_t len, int kind, size_t *bad_l
 }
 
 static const damage kinds[] = {{"a byte flipped", "CRC mismatch"},
-                               {"cut in half", "CRC mismatch"},
+                               {"cut in half", "truncated: "},
                                {"version 09", "format version '09', this daemon reads versions 01"},
                                {"not a checkpoint", "not a pe checkpoint"}};
 

@@ -106,6 +106,35 @@ START_TEST(test_round_trip) {
     ck_assert_msg(st != NULL, "truncation to %zu bytes not detected", cut);
     pe_status_free(st);
   }
+  /* A file cut short says so, with a length it needs at least (it said
+   * 'CRC mismatch'); a flipped byte stays a CRC mismatch. */
+  for (size_t cut = 16; cut < 180 + 20; cut++) { /* to w's end and a trailer without origins */
+    pe_status *st = pe_ckpt_decode(buf, cut, "mem", &d, &nd, NULL);
+    char want[64];
+    snprintf(want, sizeof want, "checkpoint mem: truncated: %zu of at least ", cut);
+    ck_assert_msg(st && !strncmp(pe_status_msg(st), want, strlen(want)), "cut at %zu: %s", cut,
+                  st ? pe_status_msg(st) : "decoded");
+    unsigned long long need = strtoull(pe_status_msg(st) + strlen(want), NULL, 10);
+    ck_assert_msg(need > cut && need <= len, "cut at %zu of %zu: needs %llu", cut, len, need);
+    pe_status_free(st);
+  }
+  {
+    /* In w's data: its end (180) and the trailer without the origins it
+     * cannot count (20 of 60 bytes). */
+    ck_assert_uint_eq(len, 240);
+    pe_status *st = pe_ckpt_decode(buf, 150, "mem", &d, &nd, NULL);
+    ck_assert_str_eq(pe_status_msg(st),
+                     "checkpoint mem: truncated: 150 of at least 200 bytes (the file ends in "
+                     "tensor 3 of 3; a copy or write cut short?)");
+    pe_status_free(st);
+  }
+  for (size_t i = 0; i < len; i++) {
+    buf[i] ^= 0x40;
+    pe_status *st = pe_ckpt_decode(buf, len, "mem", &d, &nd, NULL);
+    ck_assert_msg(!strstr(pe_status_msg(st), "truncated"), "flip at %zu: %s", i, pe_status_msg(st));
+    pe_status_free(st);
+    buf[i] ^= 0x40;
+  }
   free(buf);
   pe_ckpt_entries_free(e, n);
 }
