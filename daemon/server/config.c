@@ -2,6 +2,7 @@
 #include "server/config.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
 #include <math.h>
 #include <stddef.h>
@@ -211,7 +212,12 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
       c->socket_mode = (unsigned)m;
       return NULL;
     }
-    if (!strcmp(key, "socket_group")) return set_str(&c->socket_group, value);
+    if (!strcmp(key, "socket_group")) {
+      /* Checked here, so that the error names the file and line (the
+       * socket's chgrp at start looks it up again). */
+      if (*value && !getgrnam(value)) return BAD("no such group (getent group lists them)");
+      return set_str(&c->socket_group, value);
+    }
     if (!strcmp(key, "request_threads")) {
       if (!parse_int(value, 1, 256, &iv)) return BAD("expected an integer in 1..256");
       c->request_threads = iv;

@@ -1,5 +1,6 @@
 /* pe-executord config: embedded defaults, INI layers, sizes, errors that
  * name the section, key, value and line; reloadable fields. */
+#include <grp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,17 @@ START_TEST(test_errors) {
   PE_CK_OK(pe_config_defaults(&c));
   expect_errors(pe_config_load_string(&c, "[server]\nsocket_mode = 0999\n", "t.conf"), PE_EINVAL,
                 "t.conf", "line 2", "socket_mode", "0999", (const char *)NULL);
+  /* An unknown group: file and line, like every other key (it failed at
+   * start with neither, exit 1). */
+  expect_errors(pe_config_load_string(&c, "[server]\nsocket_group = nosuchgroup-pe\n", "t.conf"),
+                PE_EINVAL, "t.conf", "line 2", "socket_group", "nosuchgroup-pe", "no such group",
+                (const char *)NULL);
+  const struct group *own = getgrgid(getgid());
+  ck_assert_ptr_nonnull(own);
+  char text[128];
+  snprintf(text, sizeof text, "[server]\nsocket_group = %s\n", own->gr_name);
+  PE_CK_OK(pe_config_load_string(&c, text, "t.conf"));
+  ck_assert_str_eq(c.socket_group, own->gr_name);
   expect_errors(pe_config_load_string(&c, "[runtime]\n\nplaces = gpu:3\n", "t.conf"), PE_EINVAL,
                 "line 3", "places", "gpu:3", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[limits]\nmax_message = 12Q\n", "t.conf"), PE_EINVAL,
