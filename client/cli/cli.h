@@ -50,11 +50,12 @@ extern const cli_cmd cli_cmds_state[];  /* register, save, load, drop-model */
 extern const cli_cmd cli_cmds_run[];    /* run, trace */
 extern const cli_cmd cli_cmds_train[];  /* train, eval */
 
-/* Parse argv[1..] against opts into cfg. Prints a usage message and returns
- * CLI_USAGE on bad input; *help is set for --help (prints the table). */
+/* Parse argv[1..] against opts into cfg. Prints a usage message (and the
+ * table) on stderr and returns CLI_USAGE on bad input; *help is set for
+ * --help (the table on stdout, CLI_OK). */
 int cli_parse(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, int argc, char **argv,
               void *cfg, bool *help);
-void cli_print_opts(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts);
+void cli_print_opts(FILE *f, const cli_ctx *ctx, const cli_opt *opts, size_t n_opts);
 
 /* Connect per ctx; on failure print the error and return NULL
  * (*rc = CLI_UNREACHABLE). */

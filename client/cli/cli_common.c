@@ -17,16 +17,19 @@ double cli_now(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-void cli_print_opts(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts) {
-  fprintf(stderr, "options of pe-client %s:\n", ctx->cmd);
+void cli_print_opts(FILE *f, const cli_ctx *ctx, const cli_opt *opts, size_t n_opts) {
+  int width = 0; /* the longest name: one column for the help texts */
   for (size_t i = 0; i < n_opts; i++)
-    fprintf(stderr, "  --%-12s %-5s %s\n", opts[i].name,
+    if ((int)strlen(opts[i].name) > width) width = (int)strlen(opts[i].name);
+  fprintf(f, "options of pe-client %s:\n", ctx->cmd);
+  for (size_t i = 0; i < n_opts; i++)
+    fprintf(f, "  --%-*s %-5s %s\n", width, opts[i].name,
             opts[i].kind == CLI_FLAG    ? ""
             : opts[i].kind == CLI_INT   ? "N"
             : opts[i].kind == CLI_FLOAT ? "X"
                                         : "VALUE",
             opts[i].help);
-  fprintf(stderr, "global: --socket ADDR, --json, --timeout MS (anywhere on the line)\n");
+  fprintf(f, "global: --socket ADDR, --json, --timeout MS (anywhere on the line)\n");
 }
 
 /* The command's error, for the JSON failure line: the process runs one
@@ -110,7 +113,7 @@ static int usage_error(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, c
   char msg[512];
   snprintf(msg, sizeof msg, fmt, a);
   cli_usage(ctx, "%s", msg);
-  cli_print_opts(ctx, opts, n_opts);
+  cli_print_opts(stderr, ctx, opts, n_opts);
   return CLI_USAGE;
 }
 
@@ -121,7 +124,7 @@ int cli_parse(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, int argc, 
     const char *arg = argv[i];
     if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
       *help = true;
-      cli_print_opts(ctx, opts, n_opts);
+      cli_print_opts(stdout, ctx, opts, n_opts);
       return CLI_OK;
     }
     if (strncmp(arg, "--", 2) != 0)

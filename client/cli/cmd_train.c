@@ -785,7 +785,7 @@ static int cmd_eval(cli_ctx *ctx, int argc, char **argv) {
 }
 
 const cli_cmd cli_cmds_train[] = {
-    {"train", "--model M --epochs N --batch N [--places P]", "train on Fashion-MNIST, evaluate",
+    {"train", "--model M [--epochs N] [--batch N] [--places P]", "train on Fashion-MNIST, evaluate",
      cmd_train},
     {"eval", "--model M [--model-name NAME]", "test accuracy with the model's parameters",
      cmd_eval},

@@ -18,9 +18,13 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: pe-client [--socket ADDR] [--json] [--timeout MS] COMMAND [options]\n\n"
           "commands:\n");
+  int width = 0; /* the longest usage summary: one column for the help texts */
   for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
     for (const cli_cmd *c = groups[g]; c->name; c++)
-      fprintf(f, "  %-10s %-44s %s\n", c->name, c->args, c->help);
+      if ((int)strlen(c->args) > width) width = (int)strlen(c->args);
+  for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+    for (const cli_cmd *c = groups[g]; c->name; c++)
+      fprintf(f, "  %-10s %-*s %s\n", c->name, width, c->args, c->help);
   char addr[512];
   fprintf(
       f,

@@ -792,6 +792,56 @@ START_TEST(daemon_gone_costs_one_timeout) {
 }
 END_TEST
 
+/* The column where the help text of option `name` starts in text (-1: no
+ * such line). */
+static int help_column(const char *text, const char *name) {
+  const char *p = strstr(text, name);
+  if (!p) return -1;
+  const char *line = p;
+  while (line > text && line[-1] != '\n') line--;
+  p += strlen(name);
+  while (*p == ' ' || (*p >= 'A' && *p <= 'Z')) p++; /* blanks and N, X, VALUE */
+  return (int)(p - line);
+}
+
+/* Help asked for goes to stdout with exit 0 (pe-client train --help | less
+ * showed nothing: it went to stderr), in one column; a usage error keeps
+ * it on stderr, exit 2. The command list does not show optional options
+ * as required. */
+START_TEST(help_goes_to_stdout) {
+  char dir[] = "/tmp/pe-client-help-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  const char *cmds[] = {"train --help", "eval --help", "ping --help", "save -h", "--help"};
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    ck_assert_int_eq(cli(NULL, dir, cmds[i]), 0);
+    ck_assert_msg(strstr(slurp(dir, "out"), "usage: pe-client") ||
+                      strstr(slurp(dir, "out"), "options of pe-client"),
+                  "%s: stdout: %s", cmds[i], slurp(dir, "out"));
+    ck_assert_msg(!*slurp(dir, "err"), "%s: stderr: %s", cmds[i], slurp(dir, "err"));
+  }
+  ck_assert_int_eq(cli(NULL, dir, "train --help"), 0);
+  char text[1 << 14];
+  snprintf(text, sizeof text, "%s", slurp(dir, "out"));
+  int col = help_column(text, "--model ");
+  ck_assert_int_gt(col, 0);
+  const char *names[] = {"--steps-per-request ", "--warmup-epochs ", "--lr ", "--no-decay-1d "};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    ck_assert_msg(help_column(text, names[i]) == col, "%s: help at column %d, --model's at %d:\n%s",
+                  names[i], help_column(text, names[i]), col, text);
+  ck_assert_int_eq(cli(NULL, dir, "--help"), 0);
+  ck_assert_msg(strstr(slurp(dir, "out"), "train      --model M [--epochs N] [--batch N]"), "%s",
+                slurp(dir, "out"));
+  ck_assert_int_eq(cli(NULL, dir, "train --bogus"), 2);
+  ck_assert_msg(!*slurp(dir, "out"), "%s", slurp(dir, "out"));
+  ck_assert_msg(strstr(slurp(dir, "err"), "unknown option '--bogus'") &&
+                    strstr(slurp(dir, "err"), "options of pe-client train"),
+                "%s", slurp(dir, "err"));
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* A free TCP port on 127.0.0.1 (the kernel's pick, released again). */
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -881,6 +931,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, explicit_zero_recipe_flags);
   tcase_add_test(tc, daemon_max_message_reaches_the_client);
   tcase_add_test(tc, interrupted_train_ends_its_session);
+  tcase_add_test(tc, help_goes_to_stdout);
   suite_add_tcase(s, tc);
   return s;
 }
