@@ -5,8 +5,11 @@
 #ifndef PE_BENCH_H
 #define PE_BENCH_H
 
+#include <stdio.h>
+
 int pe_bench_train(int argc, char **argv);
-void pe_bench_train_usage(void);
+/* A subcommand's usage: on stdout for --help, on stderr after an error. */
+void pe_bench_train_usage(FILE *f);
 
 /* A subcommand's error: "pe-bench CMD: <message>" on stderr. The first one
  * is what the --json failure line says ({"bench":"CMD","ok":false,

@@ -60,12 +60,12 @@ static const opt_row opts[] = {
     {"help", true, NULL, NULL, 0, 0, "this text"},
 };
 
-void pe_bench_engine_usage(void) {
-  fprintf(stderr, "usage: pe-bench engine [options]\n\noptions:\n");
+void pe_bench_engine_usage(FILE *f) {
+  fprintf(f, "usage: pe-bench engine [options]\n\noptions:\n");
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
-    fprintf(stderr, "  --%-8s %-5s %s\n", opts[i].name,
-            opts[i].flag ? "" : (opts[i].num ? "N" : "NAME"), opts[i].help);
-  fprintf(stderr,
+    fprintf(f, "  --%-8s %-5s %s\n", opts[i].name, opts[i].flag ? "" : (opts[i].num ? "N" : "NAME"),
+            opts[i].help);
+  fprintf(f,
           "\nns_per_op: median over the timed runs of (run time / ops); a dynamic run\n"
           "includes pushing every op and waiting for all of them.\n");
 }
@@ -73,7 +73,7 @@ void pe_bench_engine_usage(void) {
 static int bad_args(const char *what, const char *arg) {
   pe_bench_error("USAGE", "%s '%s'", what, arg);
   fputc('\n', stderr);
-  pe_bench_engine_usage();
+  pe_bench_engine_usage(stderr);
   return 2;
 }
 
@@ -237,7 +237,7 @@ int pe_bench_engine_main(int argc, char **argv) {
   int rc = parse_args(argc, argv);
   if (rc) return rc;
   if (cfg.help) {
-    pe_bench_engine_usage();
+    pe_bench_engine_usage(stdout);
     return 0;
   }
   bool is_static = !strcmp(cfg.mode, "static");

@@ -5,7 +5,9 @@
 #ifndef PE_BENCH_ENGINE_H
 #define PE_BENCH_ENGINE_H
 
+#include <stdio.h>
+
 int pe_bench_engine_main(int argc, char **argv);
-void pe_bench_engine_usage(void);
+void pe_bench_engine_usage(FILE *f);
 
 #endif

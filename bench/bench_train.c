@@ -94,16 +94,16 @@ static const opt_row opts[] = {
     {"help", OPT_FLAG, CFG(help), 0, 0, "this text"},
 };
 
-void pe_bench_train_usage(void) {
-  fprintf(stderr, "usage: pe-bench train --model mlp|cnn|FILE [options]\n\noptions:\n");
+void pe_bench_train_usage(FILE *f) {
+  fprintf(f, "usage: pe-bench train --model mlp|cnn|FILE [options]\n\noptions:\n");
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
-    fprintf(stderr, "  --%-18s %-6s %s\n", opts[i].name,
+    fprintf(f, "  --%-18s %-6s %s\n", opts[i].name,
             opts[i].kind == OPT_FLAG    ? ""
             : opts[i].kind == OPT_INT   ? "N"
             : opts[i].kind == OPT_ONOFF ? "[on]"
                                         : "NAME",
             opts[i].help);
-  fprintf(stderr,
+  fprintf(f,
           "\nsamples_per_sec counts training steps only; final_loss is the mean loss of the\n"
           "last epoch; test_accuracy is measured on all 10,000 test images.\n"
           "Data: $PE_FASHION_MNIST_DIR or " PE_FASHION_MNIST_DIR ".\n");
@@ -114,7 +114,7 @@ static int bad_args(const char *fmt, const char *a, const char *b) {
   snprintf(msg, sizeof msg, fmt, a, b);
   pe_bench_error("USAGE", "%s", msg);
   fputc('\n', stderr);
-  pe_bench_train_usage();
+  pe_bench_train_usage(stderr);
   return 2;
 }
 
@@ -501,7 +501,7 @@ int pe_bench_train(int argc, char **argv) {
   int rc = parse_args(argc, argv, &t.cfg);
   if (rc) return rc;
   if (t.cfg.help) {
-    pe_bench_train_usage();
+    pe_bench_train_usage(stdout);
     return 0;
   }
   if (!t.cfg.model) return bad_args("--model is required (%s)%s", pe_model_spec_names(), "");

@@ -12,7 +12,7 @@
 typedef struct bench_cmd {
   const char *name;
   int (*run)(int argc, char **argv);
-  void (*usage)(void);
+  void (*usage)(FILE *f);
   const char *summary;
 } bench_cmd;
 
@@ -23,11 +23,12 @@ static const bench_cmd cmds[] = {
      "scheduling overhead: static graph runner vs dependency engine"},
 };
 
-static void usage(void) {
-  fprintf(stderr, "usage: pe-bench <command> [options]\n\ncommands:\n");
+/* On stdout when asked for (--help), on stderr after a usage error. */
+static void usage(FILE *f) {
+  fprintf(f, "usage: pe-bench <command> [options]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-    fprintf(stderr, "  %-8s %s\n", cmds[i].name, cmds[i].summary);
-  fprintf(stderr, "\n'pe-bench <command> --help' describes a command's options.\n");
+    fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].summary);
+  fprintf(f, "\n'pe-bench <command> --help' describes a command's options.\n");
 }
 
 /* The running subcommand and its first error (pe_bench_error). */
@@ -51,11 +52,11 @@ void pe_bench_error(const char *code, const char *fmt, ...) {
 
 static int run(int argc, char **argv) {
   if (argc < 2) {
-    usage();
+    usage(stderr);
     return 2;
   }
   if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-    usage();
+    usage(stdout);
     return 0;
   }
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
@@ -65,7 +66,7 @@ static int run(int argc, char **argv) {
     }
   pe_bench_error("USAGE", "unknown command '%s'", argv[1]);
   fputc('\n', stderr);
-  usage();
+  usage(stderr);
   return 2;
 }
 

@@ -13,6 +13,8 @@
 
 #include "client_daemon.h"
 
+static char out_text[1 << 14]; /* the last bench()'s whole stdout */
+
 /* Run pe-bench ARGS with stdout and stderr into out and err of a fresh
  * directory; *json: the last stdout line (static). Returns the exit status. */
 static int bench(const char *args, const char **json, const char **err) {
@@ -25,9 +27,11 @@ static int bench(const char *args, const char **json, const char **err) {
   char path[128];
   snprintf(path, sizeof path, "%s/out", dir);
   FILE *f = fopen(path, "r");
-  line[0] = 0;
-  for (char buf[sizeof line]; f && fgets(buf, sizeof buf, f);)
+  line[0] = out_text[0] = 0;
+  for (char buf[sizeof line]; f && fgets(buf, sizeof buf, f);) {
     if (buf[0] == '{') snprintf(line, sizeof line, "%s", buf);
+    strncat(out_text, buf, sizeof out_text - strlen(out_text) - 1);
+  }
   if (f) fclose(f);
   snprintf(path, sizeof path, "%s/err", dir);
   f = fopen(path, "r");
@@ -157,6 +161,23 @@ START_TEST(input_size_must_match_the_images) {
 }
 END_TEST
 
+/* Help asked for goes to stdout, exit 0 (pe-bench train --help | less
+ * showed nothing); after a usage error it stays on stderr, exit 2. */
+START_TEST(help_goes_to_stdout) {
+  const char *json, *err;
+  const char *asked[][2] = {{"--help", "usage: pe-bench <command>"},
+                            {"train --help", "usage: pe-bench train"},
+                            {"engine --help", "usage: pe-bench engine"}};
+  for (size_t i = 0; i < sizeof asked / sizeof asked[0]; i++) {
+    ck_assert_int_eq(bench(asked[i][0], &json, &err), 0);
+    ck_assert_msg(strstr(out_text, asked[i][1]), "%s: stdout: %s", asked[i][0], out_text);
+    ck_assert_msg(!*err, "%s: stderr: %s", asked[i][0], err);
+  }
+  ck_assert_int_eq(bench("train --bogus", &json, &err), 2);
+  ck_assert_msg(!*out_text && strstr(err, "usage: pe-bench train"), "%s", err);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("bench_cli");
   TCase *tc = tcase_create("bench_cli");
@@ -165,6 +186,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, unknown_model_names_both_kinds);
   tcase_add_test(tc, input_size_must_match_the_images);
   tcase_add_test(tc, failures_end_with_json);
+  tcase_add_test(tc, help_goes_to_stdout);
   suite_add_tcase(s, tc);
   return s;
 }
