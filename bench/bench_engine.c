@@ -70,8 +70,11 @@ void pe_bench_engine_usage(FILE *f) {
           "includes pushing every op and waiting for all of them.\n");
 }
 
-static int bad_args(const char *what, const char *arg) {
-  pe_bench_error("USAGE", "%s '%s'", what, arg);
+/* fmt takes the argument (one %s). */
+static int bad_args(const char *fmt, const char *arg) {
+  char msg[256];
+  snprintf(msg, sizeof msg, fmt, arg);
+  pe_bench_error("USAGE", "%s", msg);
   fputc('\n', stderr);
   pe_bench_engine_usage(stderr);
   return 2;
@@ -81,21 +84,21 @@ static int parse_args(int argc, char **argv) {
   cfg = (engine_cfg){.graph = "chain", .mode = "static", .ops = 100000, .threads = 2, .repeat = 10};
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
-    if (strncmp(arg, "--", 2)) return bad_args("unexpected argument", arg);
+    if (strncmp(arg, "--", 2)) return bad_args("unexpected argument '%s'", arg);
     const char *eq = strchr(arg + 2, '=');
     size_t nlen = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
     const opt_row *o = NULL;
     for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
       if (strlen(opts[k].name) == nlen && !strncmp(opts[k].name, arg + 2, nlen)) o = &opts[k];
-    if (!o) return bad_args("unknown option", arg);
+    if (!o) return bad_args("unknown option '%s'", arg);
     if (o->flag) {
-      if (eq) return bad_args("option takes no value", arg);
+      if (eq) return bad_args("option '%s' takes no value", arg);
       if (!strcmp(o->name, "json")) cfg.json = true;
       if (!strcmp(o->name, "help")) cfg.help = true;
       continue;
     }
     const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-    if (!val) return bad_args("option needs a value", arg);
+    if (!val) return bad_args("option '%s' needs a value", arg);
     if (o->str) {
       *o->str = val;
       continue;
@@ -103,7 +106,12 @@ static int parse_args(int argc, char **argv) {
     char *end;
     errno = 0;
     long v = strtol(val, &end, 10);
-    if (errno || end == val || *end || v < o->min || v > o->max) return bad_args("bad number", val);
+    if (errno || end == val || *end || v < o->min || v > o->max) {
+      char fmt[128]; /* as pe-client says it */
+      snprintf(fmt, sizeof fmt, "option '--%s': '%%s' is not a number in [%ld, %ld]", o->name,
+               o->min, o->max);
+      return bad_args(fmt, val);
+    }
     *o->num = v;
   }
   return 0;
@@ -241,7 +249,8 @@ int pe_bench_engine_main(int argc, char **argv) {
     return 0;
   }
   bool is_static = !strcmp(cfg.mode, "static");
-  if (!is_static && strcmp(cfg.mode, "dynamic")) return bad_args("unknown mode", cfg.mode);
+  if (!is_static && strcmp(cfg.mode, "dynamic"))
+    return bad_args("unknown mode '%s' (static, dynamic)", cfg.mode);
   int n = (int)cfg.ops, repeat = (int)cfg.repeat;
   edges e = {0};
   if (!build_edges(cfg.graph, n, &e)) {
@@ -249,7 +258,7 @@ int pe_bench_engine_main(int argc, char **argv) {
     free(e.dst);
     if (strcmp(cfg.graph, "chain") && strcmp(cfg.graph, "fanout") && strcmp(cfg.graph, "diamond") &&
         strcmp(cfg.graph, "random"))
-      return bad_args("unknown graph", cfg.graph);
+      return bad_args("unknown graph '%s' (chain, fanout, diamond, random)", cfg.graph);
     pe_bench_error(pe_code_name(PE_ENOMEM), "out of memory building the graph");
     return 1;
   }

@@ -153,8 +153,13 @@ static int parse_args(int argc, char **argv, train_cfg *c) {
     char *end;
     errno = 0;
     long v = strtol(val, &end, 10);
-    if (errno || end == val || *end || v < o->min || v > o->max)
-      return bad_args("option '--%s': bad number '%s'", o->name, val);
+    if (errno || end == val || *end || v < o->min || v > o->max) {
+      char range[64]; /* as pe-client says it */
+      snprintf(range, sizeof range, "' is not a number in [%ld, %ld]", o->min, o->max);
+      char what[160];
+      snprintf(what, sizeof what, "option '--%s': '%s", o->name, val);
+      return bad_args("%s%s", what, range);
+    }
     *(long *)field = v;
   }
   return 0;

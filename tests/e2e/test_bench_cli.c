@@ -100,6 +100,11 @@ START_TEST(failures_end_with_json) {
                 "%s", json);
   ck_assert_int_eq(bench("engine --ops 0 --json", &json, &err), 2);
   ck_assert_msg(strstr(json, "{\"bench\":\"engine\",\"ok\":false,"), "%s", json);
+  /* Numbers out of range say the range, as pe-client does (it was "bad
+   * number '0'"). */
+  ck_assert_msg(strstr(err, "option '--ops': '0' is not a number in [1, 50000000]"), "%s", err);
+  ck_assert_int_eq(bench("train --model mlp --batch 0", &json, &err), 2);
+  ck_assert_msg(strstr(err, "option '--batch': '0' is not a number in [1, 65536]"), "%s", err);
   ck_assert_int_eq(bench("frobnicate --json", &json, &err), 2);
   ck_assert_msg(strstr(json, "\"ok\":false,\"error\":\"unknown command 'frobnicate'\""), "%s",
                 json);
