@@ -311,6 +311,13 @@ static int setup(trainer *t) {
     pe_bench_error("FAILED", "%s", err);
     return 1;
   }
+  /* A batch larger than the data set would be one short batch per epoch
+   * reported under the asked size: refused (exit 2). */
+  if (t->cfg.batch > t->train_ds->n) {
+    pe_bench_error("USAGE", "--batch %ld is larger than the %lld training examples", t->cfg.batch,
+                   (long long)t->train_ds->n);
+    return 2;
+  }
   /* Standardise both splits with the training split's statistics. */
   float mean, std;
   pe_dataset_stats(t->train_ds, &mean, &std);

@@ -326,6 +326,10 @@ static int trainer_setup(trainer *t, bool eval_only) {
   if (!eval_only && (rc = check_optimizer(t))) return rc;
   if ((rc = cli_data_load(t->ctx, &t->m, t->cfg.data, t->cfg.limit, &t->train, &t->test)))
     return rc;
+  /* It would be one short batch per epoch, reported under the asked size. */
+  if (!eval_only && t->cfg.batch > t->train->n)
+    return cli_usage(t->ctx, "--batch %ld is larger than the %lld training examples%s",
+                     t->cfg.batch, (long long)t->train->n, t->cfg.limit ? " (--limit)" : "");
   if (!eval_only && (rc = apply_recipe(t))) return rc;
   /* A run that a daemon restart rolled back is repeated here, in order:
    * libpeclient does not send the lost request on top of older

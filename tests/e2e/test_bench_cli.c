@@ -103,6 +103,13 @@ START_TEST(failures_end_with_json) {
   /* Numbers out of range say the range, as pe-client does (it was "bad
    * number '0'"). */
   ck_assert_msg(strstr(err, "option '--ops': '0' is not a number in [1, 50000000]"), "%s", err);
+  /* A batch larger than the data set (it ran one short batch, reporting
+   * "batch":60001). */
+  ck_assert_int_eq(bench("train --model mlp --batch 60001 --json", &json, &err), 2);
+  ck_assert_msg(strstr(json,
+                       "\"error\":\"--batch 60001 is larger than the 60000 training "
+                       "examples\",\"code\":\"USAGE\""),
+                "%s", json);
   ck_assert_int_eq(bench("train --model mlp --batch 0", &json, &err), 2);
   ck_assert_msg(strstr(err, "option '--batch': '0' is not a number in [1, 65536]"), "%s", err);
   ck_assert_int_eq(bench("frobnicate --json", &json, &err), 2);

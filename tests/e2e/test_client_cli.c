@@ -519,6 +519,13 @@ START_TEST(exit_statuses) {
   ck_assert_int_eq(cli(&d, d.dir, args), 1);
   ck_assert_msg(strstr(slurp(d.dir, "err"), "bad-model:3: fc: unknown act 'reul'"), "%s",
                 slurp(d.dir, "err"));
+  /* A batch larger than the data set: usage, exit 2 (it trained one short
+   * batch per epoch, reported as "batch":512). */
+  ck_assert_int_eq(cli(&d, d.dir, "train --model mlp --batch 512 --limit 300"), 2);
+  ck_assert_msg(strstr(slurp(d.dir, "err"),
+                       "--batch 512 is larger than the 300 training "
+                       "examples (--limit)"),
+                "%s", slurp(d.dir, "err"));
   /* An unknown option: usage, exit 2. */
   ck_assert_int_eq(cli(&d, d.dir, "train --model mlp --epoch 1"), 2);
   ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "unknown option '--epoch'"));
