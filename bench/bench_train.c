@@ -204,6 +204,7 @@ static int seq_setup(trainer *t) {
   pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed,
                      .threads = (int)t->cfg.threads,
                      .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
+  t->threads_used = eo.threads > 0 ? eo.threads : pe_cpu_cores(); /* as pe_device_ctx_init */
   /* The train program's startup block also initialises the optimizer state
    * and learning rate the optimizer pass added. */
   pe_seq_exec *init = NULL;
@@ -581,7 +582,7 @@ int pe_bench_train(int argc, char **argv) {
           "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.5f,"
           "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f",
           t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples, t.cfg.seed,
-          t.cfg.threads, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
+          (long)t.threads_used, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
           train_cfg_fuse_ops(&t.cfg) ? "true" : "false", sps, r.train_seconds, r.eval_seconds,
           r.test_acc, r.final_loss, r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);

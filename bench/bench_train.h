@@ -92,6 +92,9 @@ struct trainer {
   float *x;
   int64_t *y;
   void *impl; /* the backend's state */
+  /* The threads --threads stands for, as the backend resolved it (0: all
+   * cores, one worker per place): reported as "threads". */
+  int threads_used;
 };
 
 extern const train_backend pe_train_sequential;

@@ -136,6 +136,7 @@ static int par_setup(trainer *t) {
 
   int workers =
       t->cfg.threads > 0 ? (int)t->cfg.threads : pe_runtime_default_workers(s->kind, s->n_places);
+  t->threads_used = workers;
   pe_runtime_opts ro = {.threads = workers, .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
   if ((st = pe_runtime_new(&ro, &s->rt)) ||
       (st = pe_model_new(s->rt, s->kind, s->n_places, (uint64_t)t->cfg.seed, &s->model))) {

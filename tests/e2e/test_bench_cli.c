@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "client_daemon.h"
+#include "ops/device_ctx.h"
 
 static char out_text[1 << 14]; /* the last bench()'s whole stdout */
 
@@ -148,6 +149,10 @@ START_TEST(failures_end_with_json) {
   ck_assert_int_eq(bench("train --model mlp --steps 2 --json", &json, &err), 0);
   const char *ok = "{\"bench\":\"train\",\"ok\":true,\"model\":\"mlp\",";
   ck_assert_msg(!strncmp(json, ok, strlen(ok)), "%s", json);
+  /* The threads it ran on, not the option's 0 ("all cores"). */
+  ck_assert_msg(json_num(json, "threads") == pe_cpu_cores(), "%d cores: %s", pe_cpu_cores(), json);
+  ck_assert_int_eq(bench("train --model mlp --steps 2 --threads 1 --json", &json, &err), 0);
+  ck_assert_msg(json_num(json, "threads") == 1, "%s", json);
 }
 END_TEST
 
