@@ -304,7 +304,7 @@ static void par_json(trainer *t, FILE *f) {
   fprintf(f,
           ",\"strategy\":\"%s\",\"fuse\":%s,\"fuse_bucket_bytes\":%lld,\"sync\":\"%s\","
           "\"graph_nodes\":%d,\"memory_plan\":{\"planned_bytes\":%lld,\"unplanned_bytes\":%lld}",
-          pe_strategy_name(s->strategy), s->fuse ? "true" : "false",
+          s->n_places == 1 ? "single" : pe_strategy_name(s->strategy), s->fuse ? "true" : "false",
           (long long)(t->cfg.fuse_bucket ? t->cfg.fuse_bucket : PE_FUSE_BUCKET_BYTES_DEFAULT),
           s->sync == PE_SYNC_WAIT_PRODUCER ? "producer" : "event", s->graph_nodes,
           (long long)s->planned, (long long)s->unplanned);

@@ -669,6 +669,15 @@ static int evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, dou
   return rc;
 }
 
+/* The strategy as the daemon compiled it; "single" on one place, where
+ * there is nothing to share (cpu:1 compiles as sharded, which shards
+ * nothing). places: "kind:N", where cuda:0 is one GPU. */
+static const char *strategy_label(const trainer *t) {
+  const char *colon = strchr(t->places, ':');
+  if (colon && strtol(colon + 1, NULL, 10) <= 1) return "single";
+  return pe_client_strategy_name(t->strategy);
+}
+
 static void print_result(const trainer *t, const train_result *r, bool trained) {
   double sps = r->train_s > 0 ? r->samples / r->train_s : 0;
   char th[24], eh[24];
@@ -681,7 +690,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     printf(",\"places\":");
     cli_json_str(stdout, t->places);
     printf(",\"strategy\":");
-    cli_json_str(stdout, pe_client_strategy_name(t->strategy));
+    cli_json_str(stdout, strategy_label(t));
     printf(",\"socket\":");
     cli_json_str(stdout, pe_client_address(t->c));
     if (trained)

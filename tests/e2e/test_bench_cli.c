@@ -153,6 +153,11 @@ START_TEST(failures_end_with_json) {
   ck_assert_msg(json_num(json, "threads") == pe_cpu_cores(), "%d cores: %s", pe_cpu_cores(), json);
   ck_assert_int_eq(bench("train --model mlp --steps 2 --threads 1 --json", &json, &err), 0);
   ck_assert_msg(json_num(json, "threads") == 1, "%s", json);
+  /* One place shares nothing: "single" (it said "sharded"). */
+  ck_assert_int_eq(
+      bench("train --model mlp --executor parallel --places cpu:1 --steps 2 --json", &json, &err),
+      0);
+  ck_assert_msg(strstr(json, "\"strategy\":\"single\""), "%s", json);
 }
 END_TEST
 

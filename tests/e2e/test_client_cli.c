@@ -293,13 +293,18 @@ START_TEST(recipe_flags_are_the_model_file) {
   }
   ck_assert_msg(loss[1] < loss[0], "the second run (loss %g) did not go on from the first's (%g)",
                 loss[1], loss[0]);
-  /* --clip-norm: the program clips, so auto picks allreduce; it trains. */
+  /* --clip-norm: the program clips, so auto picks allreduce on two places;
+   * it trains. On one place there is no strategy to speak of: "single"
+   * (it said "sharded"). */
   CLI_OK(&d,
-         "train --model mlp --model-name clipped --epochs 2 --limit 512 --json --quiet "
-         "--clip-norm 0.5");
+         "train --model mlp --model-name clipped --places cpu:2 --epochs 2 --limit 512 --json "
+         "--quiet --clip-norm 0.5");
   const char *clipped = last_line(d.dir);
   ck_assert_msg(strstr(clipped, "\"strategy\":\"allreduce\""), "%s", clipped);
   ck_assert_msg(json_num(clipped, "test_accuracy") > 0.5, "%s", clipped);
+  CLI_OK(&d, "train --model mlp --model-name one --places cpu:1 --limit 512 --json --quiet");
+  ck_assert_msg(strstr(last_line(d.dir), "\"places\":\"cpu:1\",\"strategy\":\"single\""), "%s",
+                last_line(d.dir));
   /* The momentum model, unchanged: not the same numbers. */
   CLI_OK(&d, "train --model mlp --model-name plain --epochs 3 --limit 512 --json --quiet");
   ck_assert(json_num(last_line(d.dir), "final_loss") != json_num(flags_run, "final_loss"));
