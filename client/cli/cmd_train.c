@@ -359,6 +359,14 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * optimizer state. No-op when the model's parameters exist. */
   int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
   if (code) return cli_fail(t->ctx, t->c, code);
+  /* eval of a name without values (never trained, loaded or restored; a
+   * typo?) evaluates freshly initialised parameters: said, exit 0 (the
+   * evaluation is what was asked; --json has fresh_parameters). */
+  if (eval_only && t->initialized)
+    fprintf(stderr,
+            "pe-client %s: warning: model '%s' had no parameters (not trained, loaded or "
+            "restored under that name): evaluating freshly initialised ones\n",
+            t->ctx->cmd, t->ns);
   /* Values it did not initialise: a persistent model's, or another live
    * client's training the same name (both then train one model). */
   if (!eval_only && !t->initialized && !t->cfg.quiet)
@@ -714,10 +722,14 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
       for (long i = 0; i < r->n_epoch_acc; i++) printf("%s%.4f", i ? "," : "", r->epoch_acc[i]);
       printf("]");
     }
+    /* fresh_parameters: this command initialised them (train: it started
+     * afresh; eval: it evaluated untrained ones). initialized is the same,
+     * kept for scripts that read it. */
     printf(
-        ",\"eval_handle\":\"%s\",\"initialized\":%s,\"test_examples\":%lld,"
-        "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",
-        eh, t->initialized ? "true" : "false", (long long)r->test_seen, r->eval_s, r->test_acc);
+        ",\"eval_handle\":\"%s\",\"fresh_parameters\":%s,\"initialized\":%s,"
+        "\"test_examples\":%lld,\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",
+        eh, t->initialized ? "true" : "false", t->initialized ? "true" : "false",
+        (long long)r->test_seen, r->eval_s, r->test_acc);
   } else if (trained) {
     printf(
         "%s: %ld steps in %.2f s (%.0f samples/s through %s), last-epoch loss %.4f, "

@@ -111,7 +111,7 @@ START_TEST(train_eval_save_trace) {
   ck_assert_ptr_nonnull(strstr(first, "\"initialized\":true"));
   /* The places the daemon put the model on (auto without a GPU: cpu:1), not "". */
   ck_assert_msg(strstr(first, "\"places\":\"cpu:1\""), "%s", first);
-  ck_assert_ptr_nonnull(strstr(train, "\"initialized\":true"));
+  ck_assert_ptr_nonnull(strstr(train, "\"fresh_parameters\":true,\"initialized\":true"));
   ck_assert_msg(json_num(train, "final_loss") == json_num(first, "final_loss") &&
                     json_num(train, "test_accuracy") == json_num(first, "test_accuracy"),
                 "a second run did not start afresh: %s after %s", train, first);
@@ -133,7 +133,15 @@ START_TEST(train_eval_save_trace) {
   CLI_OK(&d, "eval --model mlp --limit 1000 --json");
   const char *ev = last_line(d.dir);
   ck_assert_msg(json_num(ev, "test_accuracy") == acc, "eval %s vs train %s", ev, train);
-  ck_assert_ptr_nonnull(strstr(ev, "\"initialized\":false"));
+  ck_assert_ptr_nonnull(strstr(ev, "\"fresh_parameters\":false,\"initialized\":false"));
+  ck_assert_msg(!strstr(slurp(d.dir, "err"), "warning"), "%s", slurp(d.dir, "err"));
+  /* eval of a name without values (a typo): freshly initialised
+   * parameters, said on stderr and in the JSON; exit 0 (it said nothing). */
+  CLI_OK(&d, "eval --model mlp --model-name mpl --limit 1000 --json");
+  ck_assert_msg(strstr(last_line(d.dir), "\"fresh_parameters\":true,\"initialized\":true"), "%s",
+                last_line(d.dir));
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "warning: model 'mpl' had no parameters"), "%s",
+                slurp(d.dir, "err"));
 
   CLI_OK(&d, "save --model mlp --checkpoint after-train --json");
   ck_assert_msg(json_num(last_line(d.dir), "bytes") > 784 * 256 * 4, "%s", last_line(d.dir));
