@@ -541,13 +541,23 @@ static void ignored_sig_cb(struct ev_loop *loop, ev_signal *w, int revents) {
 
 /* Reload: the config is built as at start (file, then the command line),
  * its reloadable keys take effect, and each key that needs a restart and
- * changed is named with both values (it keeps its current one). */
+ * changed is named with both values (it keeps its current one).
+ * systemd: the reload runs from RELOADING=1 to READY=1, which `systemctl
+ * reload` waits for (systemd/README.md); MONOTONIC_USEC says when it began,
+ * as Type=notify-reload wants. A failed reload ends with READY=1 too: the
+ * daemon serves on with its settings. */
 static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   pe_server *s = w->data;
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading the configuration",
+             (unsigned long long)t0.tv_sec * 1000000ull + (unsigned long long)t0.tv_nsec / 1000);
   pe_srv_config nc;
   pe_status *st = pe_config_build(&nc, s->config_path, s->overrides, s->n_overrides);
   if (st) {
     PE_LOGE("SIGHUP: reload failed, keeping the current settings: %s", pe_status_msg(st));
+    sd_notifyf(0, "READY=1\nSTATUS=reload failed, keeping the current settings: %s",
+               pe_status_msg(st));
     pe_status_free(st);
     return;
   }
@@ -571,6 +581,8 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
       (long long)nc.max_message, nc.max_programs, (long long)nc.memory_per_client,
       nc.max_steps_per_request, nc.checkpoint_interval_s);
   pe_config_free(&nc);
+  sd_notify(0, "READY=1");
+  notify_status(s);
 }
 
 /* --- socket ------------------------------------------------------------------------ */

@@ -717,8 +717,22 @@ START_TEST(test_memory_per_client) {
 }
 END_TEST
 
+/* The next datagram on the notify socket that has `tag` (3 s), or fails. */
+static void recv_tag(int ns, const char *tag, char *buf, size_t cap) {
+  double t0 = dh_now();
+  while (dh_now() - t0 < 3) {
+    ssize_t n = recv(ns, buf, cap - 1, 0);
+    if (n <= 0) continue;
+    buf[n] = 0;
+    if (strstr(buf, tag)) return;
+  }
+  ck_abort_msg("no %s on the notify socket within 3 s", tag);
+}
+
 /* sd_notify: READY=1 once serving, WATCHDOG=1 at WATCHDOG_USEC/2, STATUS=,
- * STOPPING=1 on SIGTERM; through a fake NOTIFY_SOCKET. */
+ * RELOADING=1 (with MONOTONIC_USEC= from after the signal) then READY=1 on
+ * SIGHUP (systemctl reload waits for them), and STOPPING=1 on SIGTERM;
+ * through a fake NOTIFY_SOCKET. */
 START_TEST(test_sd_notify) {
   dh_daemon d = {0};
   snprintf(d.dir, sizeof d.dir, "/tmp/pe-e2e-XXXXXX");
@@ -732,7 +746,7 @@ START_TEST(test_sd_notify) {
   ck_assert_int_eq(bind(ns, (struct sockaddr *)&sa, sizeof sa), 0);
   struct timeval tv = {0, 100000};
   setsockopt(ns, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  dh_start(&d, NULL);
+  dh_start(&d, "[sessions]\nttl = 600\n");
   bool ready = false, status = false;
   int watchdogs = 0;
   double t0 = dh_now();
@@ -747,6 +761,26 @@ START_TEST(test_sd_notify) {
   }
   ck_assert_msg(ready && status && watchdogs >= 2, "ready %d status %d watchdogs %d", ready, status,
                 watchdogs);
+  struct timespec hup;
+  clock_gettime(CLOCK_MONOTONIC, &hup);
+  kill(d.pid, SIGHUP);
+  char buf[512];
+  recv_tag(ns, "RELOADING=1", buf, sizeof buf);
+  const char *mono = strstr(buf, "MONOTONIC_USEC=");
+  ck_assert_msg(mono, "RELOADING=1 without MONOTONIC_USEC: %s", buf);
+  unsigned long long usec = strtoull(mono + strlen("MONOTONIC_USEC="), NULL, 10);
+  ck_assert_uint_ge(usec, (unsigned long long)hup.tv_sec * 1000000ull + hup.tv_nsec / 1000);
+  recv_tag(ns, "READY=1", buf, sizeof buf);
+  /* A reload that fails ends with READY=1 too (else systemctl reload would
+   * wait for its timeout), and says why. */
+  FILE *f = fopen(d.conf, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("[sessions]\nttl = soon\n", f);
+  fclose(f);
+  kill(d.pid, SIGHUP);
+  recv_tag(ns, "RELOADING=1", buf, sizeof buf);
+  recv_tag(ns, "READY=1", buf, sizeof buf);
+  ck_assert_msg(strstr(buf, "STATUS=reload failed") && strstr(buf, "ttl"), "%s", buf);
   kill(d.pid, SIGTERM);
   bool stopping = false;
   t0 = dh_now();
