@@ -8,6 +8,7 @@
 #include "bench.h"
 #include "bench_engine.h"
 #include "json_out.h"
+#include "peclient_version.h"
 
 typedef struct bench_cmd {
   const char *name;
@@ -57,6 +58,10 @@ static int run(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
     usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version")) { /* as pe-executord and pe-client */
+    printf("pe-bench %s\n", pe_client_version());
     return 0;
   }
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

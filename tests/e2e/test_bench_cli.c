@@ -200,6 +200,28 @@ START_TEST(help_goes_to_stdout) {
 }
 END_TEST
 
+/* pe-bench --version, like pe-executord's and pe-client's: "NAME VERSION"
+ * on stdout, exit 0 (review 3 F-J: pe-bench said "unknown command"). */
+START_TEST(version_like_the_other_binaries) {
+  const char *names[] = {"pe-bench", "pe-executord", "pe-client"};
+  for (int i = 0; i < 3; i++) {
+    char bin[1024], cmd[1100], out[256] = "";
+    cd_binary(bin, sizeof bin, names[i]);
+    snprintf(cmd, sizeof cmd, "'%s' --version 2>&1", bin);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    char want[64];
+    snprintf(want, sizeof want, "%s 0.", names[i]);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && !strncmp(out, want, strlen(want)) &&
+                      strchr(out, '\n') == out + n - 1,
+                  "%s --version: status %d, output '%s'", names[i], st, out);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("bench_cli");
   TCase *tc = tcase_create("bench_cli");
@@ -209,6 +231,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, input_size_must_match_the_images);
   tcase_add_test(tc, failures_end_with_json);
   tcase_add_test(tc, help_goes_to_stdout);
+  tcase_add_test(tc, version_like_the_other_binaries);
   suite_add_tcase(s, tc);
   return s;
 }
