@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/place.h"
 #include "core/strmap.h"
 #include "engine/device.h"
@@ -332,7 +333,41 @@ typedef struct ini_ctx {
   pe_status *err; /* first error */
   const char *what;
   pe_strmap seen; /* "section\nkey" of the keys set so far (values unused) */
+  /* Input, read by read_counting: a file, or else a string. */
+  FILE *f;
+  const char *text;
+  int line; /* the line the handler is called for (1-based) */
 } ini_ctx;
+
+/* inih's reader, counting lines as inih does (one per read; the system
+ * inih is built without INI_HANDLER_LINENO, and a warning names the line). */
+static char *read_counting(char *buf, int n, void *stream) {
+  ini_ctx *x = stream;
+  if (x->f) {
+    if (!fgets(buf, n, x->f)) return NULL;
+  } else {
+    if (!*x->text) return NULL;
+    size_t k = strcspn(x->text, "\n");
+    if (x->text[k] == '\n') k++; /* with its newline, as fgets */
+    if (k > (size_t)n - 1) k = (size_t)n - 1;
+    memcpy(buf, x->text, k);
+    buf[k] = 0;
+    x->text += k;
+  }
+  x->line++;
+  return buf;
+}
+
+/* A socket that others may write to lets every user on the host connect:
+ * register programs, run them, read and overwrite parameters. */
+static void warn_socket_mode(const ini_ctx *x, const char *value) {
+  if (x->c->socket_mode & 0002)
+    PE_LOGW(
+        "%s:%d: [server] socket_mode = %s lets every user on this host connect to the daemon "
+        "and use or change any model; give trainers a group instead (socket_mode = 0660, "
+        "socket_group)",
+        x->what, x->line, value);
+}
 
 /* inih goes on past a bad line (its build has INI_STOP_ON_FIRST_ERROR 0)
  * and returns the first bad line's number, so a header missing its ']'
@@ -360,14 +395,16 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
     return 0;
   }
   x->err = pe_config_set(x->c, section, name, value ? value : "");
+  if (!x->err && !strcmp(section, "server") && !strcmp(name, "socket_mode"))
+    warn_socket_mode(x, value);
   return x->err ? 0 : 1; /* 0: inih reports this line as the first error */
 }
 
 static pe_status *finish(ini_ctx *x, int rc) {
   pe_strmap_destroy(&x->seen);
-  if (rc < 0) {
+  if (rc < 0) { /* inih's line buffer */
     pe_status_free(x->err);
-    return pe_error(PE_EIO, "%s: cannot open: %s", x->what, strerror(errno));
+    return pe_error(PE_ENOMEM, "%s: out of memory reading it", x->what);
   }
   if (x->err) return pe_status_wrap(x->err, "%s: line %d", x->what, rc);
   if (rc > 0)
@@ -377,17 +414,19 @@ static pe_status *finish(ini_ctx *x, int rc) {
 }
 
 pe_status *pe_config_load_file(pe_srv_config *c, const char *path) {
-  ini_ctx x = {c, NULL, path};
+  FILE *f = fopen(path, "r");
+  if (!f) return pe_error(PE_EIO, "%s: cannot open: %s", path, strerror(errno));
+  ini_ctx x = {.c = c, .what = path, .f = f};
   pe_strmap_init(&x.seen);
-  errno = 0;
-  int rc = ini_parse(path, cfg_ini_handler, &x);
+  int rc = ini_parse_stream(read_counting, &x, cfg_ini_handler, &x);
+  fclose(f);
   return finish(&x, rc);
 }
 
 pe_status *pe_config_load_string(pe_srv_config *c, const char *text, const char *what) {
-  ini_ctx x = {c, NULL, what};
+  ini_ctx x = {.c = c, .what = what, .text = text};
   pe_strmap_init(&x.seen);
-  int rc = ini_parse_string(text, cfg_ini_handler, &x);
+  int rc = ini_parse_stream(read_counting, &x, cfg_ini_handler, &x);
   return finish(&x, rc);
 }
 

@@ -259,6 +259,67 @@ START_TEST(test_restart_changes) {
 }
 END_TEST
 
+/* What `load` logs on stderr (redirected to a file for the call). */
+static char *stderr_of(pe_status *(*load)(pe_srv_config *, const char *), pe_srv_config *c,
+                       const char *arg) {
+  char path[] = "/tmp/pe-conf-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  fflush(stderr);
+  int saved = dup(STDERR_FILENO);
+  ck_assert_int_eq(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+  PE_CK_OK(load(c, arg));
+  fflush(stderr);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  char *buf = calloc(1, 4096);
+  ssize_t n = pread(fd, buf, 4095, 0);
+  ck_assert_int_ge(n, 0);
+  close(fd);
+  unlink(path);
+  return buf;
+}
+
+static pe_status *load_t_conf(pe_srv_config *c, const char *text) {
+  return pe_config_load_string(c, text, "t.conf");
+}
+
+/* A socket mode that lets others connect (o+w) is taken, with a warning
+ * naming the file and line (review 3 F-J: 0777 passed silently). */
+START_TEST(test_world_socket_mode_warns) {
+  pe_srv_config c;
+  PE_CK_OK(pe_config_defaults(&c));
+  char *log = stderr_of(load_t_conf, &c,
+                        "; who may connect\n[server]\n\nrequest_threads = 4\nsocket_mode = 0777\n");
+  ck_assert_uint_eq(c.socket_mode, 0777);
+  ck_assert_msg(strstr(log, "t.conf:5: [server] socket_mode = 0777 lets every user"),
+                "logged: '%s'", log);
+  free(log);
+  /* From a file too. */
+  char path[] = "/tmp/pe-conf-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "[server]\n# others may connect\nsocket_mode = 666\n");
+  fclose(f);
+  log = stderr_of(pe_config_load_file, &c, path);
+  char want[64];
+  snprintf(want, sizeof want, "%s:3: [server] socket_mode = 666", path);
+  ck_assert_msg(strstr(log, want), "want '%s' in: %s", want, log);
+  free(log);
+  unlink(path);
+  /* Group-only or others read-only (a socket needs write to connect): quiet. */
+  const char *quiet[] = {"[server]\nsocket_mode = 0660\n", "[server]\nsocket_mode = 0664\n",
+                         "[server]\nsocket_mode = 0770\n"};
+  for (int i = 0; i < 3; i++) {
+    log = stderr_of(load_t_conf, &c, quiet[i]);
+    ck_assert_msg(!*log, "%s: %s", quiet[i], log);
+    free(log);
+  }
+  pe_config_free(&c);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("server_config");
   TCase *tc = tcase_create("config");
@@ -269,6 +330,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_shipped_conf_parses);
   tcase_add_test(tc, test_build_command_line_wins);
   tcase_add_test(tc, test_restart_changes);
+  tcase_add_test(tc, test_world_socket_mode_warns);
   suite_add_tcase(s, tc);
   return s;
 }
