@@ -29,8 +29,14 @@ int pe_model_file_parse(const char *text, size_t len, const char *source, pe_mod
 int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t errlen);
 
 /* What a trainer's --model names: a model file when spec has a '/' or is an
- * existing regular file, else a built-in model (pe_model_spec_build; its
- * error then adds "(or give a model file path)"). */
+ * existing regular file, else a built-in model (pe_model_spec_build), else
+ * the file of that name in the installed models directory
+ * (<prefix>/share/pe-executord/models, where `cmake --install` puts
+ * conf/models: `--model resnet`). The error of an unknown name says that
+ * a path is taken too and names the directory. */
 int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t errlen);
+/* The same with another models directory (NULL or "": none). */
+int pe_model_resolve_in(const char *spec, const char *models_dir, pe_model_spec *out, char *err,
+                        size_t errlen);
 
 #endif

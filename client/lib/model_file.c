@@ -812,12 +812,31 @@ int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t e
   return rc;
 }
 
-int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t errlen) {
+int pe_model_resolve_in(const char *spec, const char *models_dir, pe_model_spec *out, char *err,
+                        size_t errlen) {
   struct stat st;
   if (strchr(spec, '/') || (stat(spec, &st) == 0 && S_ISREG(st.st_mode)))
     return pe_model_file_load(spec, out, err, errlen);
   if (!pe_model_spec_build(spec, out, err, errlen)) return 0;
+  char path[4096];
+  if (models_dir && *models_dir &&
+      snprintf(path, sizeof path, "%s/%s", models_dir, spec) < (int)sizeof path &&
+      stat(path, &st) == 0 && S_ISREG(st.st_mode))
+    return pe_model_file_load(path, out, err, errlen);
   size_t n = strlen(err);
-  snprintf(err + n, errlen - n, " (or give a model file path)");
+  if (models_dir && *models_dir)
+    snprintf(err + n, errlen - n, " (or give a model file path, or the name of a file in %s)",
+             models_dir);
+  else
+    snprintf(err + n, errlen - n, " (or give a model file path)");
   return -1;
+}
+
+/* The directory `cmake --install` puts conf/models in (CMakeLists.txt). */
+#ifndef PE_MODELS_DIR
+#define PE_MODELS_DIR ""
+#endif
+
+int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t errlen) {
+  return pe_model_resolve_in(spec, PE_MODELS_DIR, out, err, errlen);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check_main.h"
 #include "compiler/program.h"
@@ -483,6 +484,38 @@ START_TEST(missing_file) {
 }
 END_TEST
 
+/* A bare name that is no built-in is looked up in the installed models
+ * directory (review 3 F-J: `--model resnet` after cmake --install said
+ * "unknown model"); an unknown name's error names that directory. */
+START_TEST(bare_name_in_models_dir) {
+  char dir[] = "/tmp/pe-models-XXXXXX", src[1024], dst[1100], cmd[2400], err[1024];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  conf_path(src, sizeof src, "resnet");
+  snprintf(dst, sizeof dst, "%s/resnet", dir);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, dst);
+  ck_assert_int_eq(system(cmd), 0);
+  pe_model_spec m, f;
+  ck_assert_msg(pe_model_resolve_in("resnet", dir, &m, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(pe_model_file_load(src, &f, err, sizeof err) == 0, "%s", err);
+  ck_assert_uint_eq(m.len, f.len);
+  ck_assert(memcmp(m.bytes, f.bytes, f.len) == 0);
+  pe_model_spec_release(&m);
+  pe_model_spec_release(&f);
+  /* Built-ins come first; an unknown name names the directory. */
+  ck_assert_msg(pe_model_resolve_in("mlp", dir, &m, err, sizeof err) == 0, "%s", err);
+  pe_model_spec_release(&m);
+  ck_assert_int_ne(pe_model_resolve_in("resnet50", dir, &m, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "unknown model 'resnet50'") && strstr(err, dir), "%s", err);
+  ck_assert_int_ne(pe_model_resolve_in("resnet", NULL, &m, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "(or give a model file path)"), "%s", err);
+  /* pe_model_resolve searches where cmake --install puts conf/models. */
+  ck_assert_int_ne(pe_model_resolve("resnet50", &m, err, sizeof err), 0);
+  ck_assert_msg(strstr(err, "/share/pe-executord/models"), "%s", err);
+  unlink(dst);
+  rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("model_file");
   TCase *tc = tcase_create("model_file");
@@ -500,6 +533,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, residual_statements);
   tcase_add_test(tc, residual_errors_carry_the_line);
   tcase_add_test(tc, resnet_file);
+  tcase_add_test(tc, bare_name_in_models_dir);
   suite_add_tcase(s, tc);
   return s;
 }
