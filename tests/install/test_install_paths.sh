@@ -4,8 +4,9 @@
 #   1. DESTDIR install of this build tree: ExecStart's binary and --config
 #      file exist under DESTDIR.
 #   2. A scratch configure of the source with prefix /usr (no build: the
-#      `service` component is the unit and the config): the same check, and
-#      the config is /etc/pe-executord/pe-executord.conf.
+#      `service` component is the unit, the config and the man pages): the
+#      same check, and the config is /etc/pe-executord/pe-executord.conf.
+#   Both: the unit's Documentation= pages and files are installed.
 # usage: test_install_paths.sh SOURCE_DIR BUILD_DIR
 set -eu
 src=$1 build=$2
@@ -26,6 +27,16 @@ check() {
   if [ "${2:-}" = binary ]; then
     [ -x "$dest$exe" ] || fail "the unit runs $exe, not installed under $dest"
   fi
+  # Documentation=man:NAME(S) and file:///PATH name installed files.
+  for doc in $(sed -n 's/^Documentation=//p' "$unit"); do
+    case $doc in
+      man:*) page=${doc#man:}; name=${page%%(*}; sec=${page#*(}; sec=${sec%)}
+             [ -n "$(find "$dest" -path "*/man/man$sec/$name.$sec")" ] ||
+               fail "Documentation=$doc: no man$sec/$name.$sec under $dest";;
+      file://*) [ -f "$dest${doc#file://}" ] || fail "Documentation=$doc: not installed";;
+      *) fail "Documentation=$doc: not checked here";;
+    esac
+  done
   echo "ok: $unit -> $exe --config $cfg"
 }
 
