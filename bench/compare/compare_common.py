@@ -9,8 +9,18 @@ The contract, the same as `pe-bench train` (bench/bench_train.c):
   - data: Debian's dataset-fashion-mnist files, pixels / 255, then normalised
     with the training set's pixel mean and standard deviation (one scalar
     each, computed in double as pe_dataset_stats does);
-  - models, batch sizes, learning rates and weight decay: MODELS below, the
-    layers in each script's docstring;
+  - mlp: 784-256-128-10, ReLU, momentum SGD lr 0.1, momentum 0.9, batch 128;
+  - cnn: conv 5x5 32 (pad 2) ReLU, max pool 2, conv 5x5 64 (pad 2) ReLU,
+    max pool 2, fc 1024 ReLU, dropout 0.4, fc 10; momentum SGD lr 0.01,
+    momentum 0.9, batch 64;
+  - resnet: conf/models/resnet, a 3x3 conv 16 stem and three residual
+    blocks (16, 32, 64 channels; conv 3x3, batch norm, ReLU, conv 3x3, batch
+    norm, plus the input or its strided 1x1 conv + batch norm projection,
+    ReLU), global average pooling, fc 10; convolutions without bias; batch
+    norm with a running-average weight of 0.9 for the old value (pe's
+    momentum 0.9), eps 1e-5; momentum SGD lr 0.05, momentum 0.9, L2 weight
+    decay 5e-4 on the weights only (no_decay_1d: none on biases and
+    batch-norm parameters), batch 64 (MODELS below);
   - the loss is softmax cross-entropy averaged over the batch; each epoch
     visits the training set in a fresh random order (the same order in every
     framework for a given --seed); the last batch of an epoch may be short;

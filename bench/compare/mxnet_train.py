@@ -8,16 +8,9 @@ memory), gluon.Trainer; `./pe compare --framework mxnet` runs it from a
 virtual environment that holds the pinned wheel (MXNet 1.9.1 needs numpy
 < 1.24: it imports numpy.bool, removed in 1.24).
 
-The models, as in torch_train.py and pe-bench:
-  - mlp: 784-256-128-10, ReLU, momentum SGD lr 0.1, momentum 0.9, batch 128;
-  - cnn: conv 5x5 32 (pad 2) ReLU, max pool 2, conv 5x5 64 (pad 2) ReLU,
-    max pool 2, fc 1024 ReLU, dropout 0.4, fc 10; momentum SGD lr 0.01,
-    momentum 0.9, batch 64;
-  - resnet: conf/models/resnet (three residual blocks, batch norm, global
-    average pooling, fc 10; convolutions without bias); BatchNorm momentum
-    0.9 (MXNet's is the running average's weight, as pe's), epsilon 1e-5;
-    momentum SGD lr 0.05, momentum 0.9, weight decay 5e-4 on the weights only
-    (wd_mult 0 on biases and batch-norm parameters), batch 64.
+The models are compare_common.py's. MXNet's BatchNorm momentum is the old
+value's weight, so 0.9 as in pe; epsilon 1e-5; the resnet's wd 5e-4 is kept
+off the biases and batch-norm parameters by wd_mult 0.
 The loss is per example (SoftmaxCrossEntropyLoss); trainer.step(batch size)
 scales the summed gradient by 1 / batch, so the update is that of the mean.
 MXNet's sgd with momentum and wd is PyTorch's SGD with momentum and

@@ -6,22 +6,17 @@ batch order, timed loop, JSON line with pe-bench's keys) in Paddle's idiomatic
 dygraph API (paddle.nn, paddle.optimizer.Momentum); `./pe compare --framework
 paddle` runs it from a virtual environment that holds the pinned wheel.
 
-The models, as in torch_train.py and pe-bench:
-  - mlp: 784-256-128-10, ReLU, momentum SGD lr 0.1, momentum 0.9, batch 128;
-  - cnn: conv 5x5 32 (pad 2) ReLU, max pool 2, conv 5x5 64 (pad 2) ReLU,
-    max pool 2, fc 1024 ReLU, dropout 0.4, fc 10; momentum SGD lr 0.01,
-    momentum 0.9, batch 64;
-  - resnet: conf/models/resnet (three residual blocks, batch norm, global
-    average pooling, fc 10; convolutions without bias); BatchNorm2D momentum
-    0.9 (Paddle's is the running average's weight, as pe's), epsilon 1e-5;
-    momentum SGD lr 0.05, momentum 0.9, L2 weight decay 5e-4 on the weights
-    only (none on biases and batch-norm parameters), batch 64.
+The models are compare_common.py's. Paddle's BatchNorm2D momentum is the old
+value's weight, so 0.9 as in pe; epsilon 1e-5; L2Decay(5e-4) on the resnet's
+weights only.
 Paddle's Momentum is PyTorch's SGD with momentum (velocity = mu * velocity +
 grad, param -= lr * velocity), its L2Decay adds decay * param to the gradient.
 Threads: OMP_NUM_THREADS and MKL_NUM_THREADS before paddle is imported (the
 CPU wheel's matrix products are MKL's, on Intel OpenMP) and
 paddle.base.core.set_num_threads(--threads) after (the same runtimes; Paddle
-2.6 has no public paddle.set_num_threads). Paddle's CPU kernels are its
+2.6 has no public paddle.set_num_threads). Without OMP_NUM_THREADS, Paddle
+sets it to 1 at import; with more it prints a warning meant for its data
+parallel mode, which does not apply here. Paddle's CPU kernels are its
 defaults: oneDNN stays off in dygraph training (FLAGS_use_mkldnn), as a user
 gets it.
 Not the same: the initial weights (Paddle's defaults: Xavier for Linear,

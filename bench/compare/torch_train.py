@@ -9,20 +9,9 @@ and thread count, and prints one JSON line with the same keys
 can be compared as ratios measured on the same machine in the same minute.
 `./pe compare` runs both.
 
-Kept the same as pe-bench: the data, normalisation, batch order, timing and
-JSON line (compare_common.py), and
-  - mlp: 784-256-128-10, ReLU, momentum SGD lr 0.1, momentum 0.9, batch 128;
-  - cnn: conv 5x5 32 (pad 2) ReLU, max pool 2, conv 5x5 64 (pad 2) ReLU,
-    max pool 2, fc 1024 ReLU, dropout 0.4, fc 10; momentum SGD lr 0.01,
-    momentum 0.9, batch 64;
-  - resnet: conf/models/resnet, a 3x3 conv 16 stem and three residual
-    blocks (16, 32, 64 channels; conv 3x3, batch norm, ReLU, conv 3x3, batch
-    norm, plus the input or its strided 1x1 conv + batch norm projection,
-    ReLU), global average pooling, fc 10; convolutions without bias; batch
-    norm momentum 0.1 (pe's 0.9 is the same running-average weight), eps
-    1e-5; momentum SGD lr 0.05, momentum 0.9, weight decay 5e-4 on the
-    weights only (no_decay_1d: none on biases and batch-norm parameters),
-    batch 64.
+Kept the same as pe-bench: the models, data, normalisation, batch order,
+timing and JSON line (compare_common.py's docstring). PyTorch's BatchNorm2d
+momentum is 0.1 (the new value's weight), the same running average as pe's 0.9.
 Threads: torch.set_num_threads(--threads) (intra-op; OMP_NUM_THREADS and
 OPENBLAS_NUM_THREADS are set to the same before torch is imported).
 Not the same: the initial weights (PyTorch's defaults, not pe-executord's
