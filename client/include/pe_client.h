@@ -32,7 +32,16 @@
  * the same handle or pe_client_free.
  *
  * Threads: a handle is not shared; use one handle per thread (handles share
- * nothing). */
+ * nothing).
+ *
+ * NULL arguments: a pointer may be NULL only where its comment says so
+ * ("may be NULL"; pe_client_free, pe_client_error and pe_client_shm_close
+ * take a NULL handle). A NULL handle makes every other call that returns a
+ * code fail with PE_C_EARG (BAD_CLIENT_ARGUMENT; pe_client_error(NULL)
+ * says "no client handle"), and the accessors return "" or 0. Any other
+ * NULL (an out-pointer, an array with a count above 0, a NULL entry of a
+ * name array) fails with PE_C_EARG naming the argument ("run: fetch 1 of 1
+ * is NULL", "run: 2 feeds but no array"), before anything is sent. */
 #ifndef PE_CLIENT_H
 #define PE_CLIENT_H
 
@@ -110,7 +119,8 @@ typedef struct pe_client_opts {
 
 /* The daemon's default socket: ipc:///run/pe-executord/pe-executord.sock as
  * root, else ipc://$XDG_RUNTIME_DIR/pe-executord.sock, else
- * ipc:///tmp/pe-executord-$UID.sock. Writes at most len bytes; returns buf. */
+ * ipc:///tmp/pe-executord-$UID.sock. Writes at most len bytes (none when buf
+ * is NULL or len 0); returns buf. */
 char *pe_client_default_address(char *buf, size_t len);
 
 typedef struct pe_client pe_client;
@@ -158,10 +168,12 @@ size_t pe_client_dtype_size(pe_b_dtype dt);
 const char *pe_client_dtype_name(pe_b_dtype dt);
 /* Product of the dims; -1 when ndim is outside 0..PE_CLIENT_MAX_DIMS. */
 int64_t pe_client_tensor_numel(const pe_client_tensor *t);
-/* Fill t as a feed over caller-owned data (nbytes from dtype and shape). */
+/* Fill t as a feed over caller-owned data (nbytes from dtype and shape).
+ * shape may be NULL when ndim is 0; otherwise a NULL shape (or an ndim
+ * out of range) is kept and the tensor refused when sent, naming it. */
 void pe_client_tensor_set(pe_client_tensor *t, const char *name, pe_b_dtype dt, int ndim,
                           const int64_t *shape, const void *data);
-/* First result called name, or NULL. */
+/* First result called name, or NULL (also when ts or name is NULL). */
 const pe_client_tensor *pe_client_find(const pe_client_tensor *ts, size_t n, const char *name);
 
 /* --- requests ------------------------------------------------------------------- */
@@ -194,8 +206,8 @@ typedef struct pe_client_register_args {
   bool persistent;  /* the model outlives its clients */
   bool fuse_allreduce;
   int64_t fuse_bucket_bytes;
-  const char *sync; /* NULL: the daemon's ("event" | "producer") */
-  const char *const *keep;
+  const char *sync;        /* NULL: the daemon's ("event" | "producer") */
+  const char *const *keep; /* n_keep names kept fetchable; may be NULL when n_keep is 0 */
   size_t n_keep;
   bool no_op_fusion; /* keep conv2d / matmul + bias add + relu unfused (RegisterOptions) */
 } pe_client_register_args;
@@ -222,6 +234,7 @@ typedef struct pe_client_program {
   const pe_client_param *params; /* valid until the next request */
 } pe_client_program;
 
+/* out: required. */
 int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client_program *out);
 
 /* Recovery. When the daemon no longer has a program this handle registered
@@ -259,7 +272,7 @@ typedef struct pe_client_recovery {
    * older than the oldest run remembered. */
   bool rolled_back_exact;
 } pe_client_recovery;
-void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out);
+void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out); /* zeros for NULL c */
 
 /* Run the startup program unless the model has every persistable the
  * program declares (force: do it anyway, resetting them all). When the model
@@ -289,18 +302,22 @@ typedef struct pe_client_run_result {
   size_t trace_len;
 } pe_client_run_result;
 
+/* feeds: n_feeds tensors, fetch: n_fetch names (each may be NULL only when
+ * its count is 0); opts and out may be NULL. */
 int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, size_t n_feeds,
                   const char *const *fetch, size_t n_fetch, const pe_client_run_opts *opts,
                   pe_client_run_result *out);
 
-/* names NULL / n_names 0: all parameters of the model. */
+/* names NULL / n_names 0: all parameters of the model. values and n_values
+ * are required. set_params: values may be NULL only when n_values is 0. */
 int pe_client_get_params(pe_client *c, const char *model, const char *const *names, size_t n_names,
                          const pe_client_tensor **values, size_t *n_values);
 int pe_client_set_params(pe_client *c, const char *model, const pe_client_tensor *values,
                          size_t n_values);
 
 /* Checkpoints under the daemon's state directory; name [A-Za-z0-9._-]{1,64},
- * not starting with '.'. *path (may be NULL) is valid until the next request. */
+ * not starting with '.'. path and bytes may be NULL; *path is valid until the
+ * next request. */
 int pe_client_save(pe_client *c, const char *model, const char *name, const char **path,
                    uint64_t *bytes);
 int pe_client_load(pe_client *c, const char *model, const char *name, const char **path,
@@ -352,7 +369,7 @@ int pe_client_close(pe_client *c);
  * timeout_ms for its reply. Not async-signal-safe; touches only what
  * pe_client_connect set and atomics of c, so c's own thread may go on (and
  * fail). c must stay allocated until it returns. Returns 0, or the close's
- * failure code with its message in err (errlen bytes). */
+ * failure code with its message in err (errlen bytes; err may be NULL). */
 int pe_client_interrupt(pe_client *c, int wait_ms, int timeout_ms, char *err, size_t errlen);
 
 typedef struct pe_client_place_status {
@@ -411,10 +428,11 @@ typedef struct pe_client_status {
   const pe_client_run_status *runs;
 } pe_client_status;
 
-int pe_client_get_status(pe_client *c, pe_client_status *out);
+int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required */
 
 /* Shared memory: the caller creates a POSIX region (shm_open name "/pe-..."),
- * the daemon maps it; feeds then point into it with shm_region/shm_offset. */
+ * the daemon maps it; feeds then point into it with shm_region/shm_offset.
+ * region (out): required. */
 int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64_t *region);
 int pe_client_unregister_shm(pe_client *c, uint64_t region);
 
@@ -430,8 +448,8 @@ typedef struct pe_client_shm {
   size_t size;
   char name[64];
 } pe_client_shm;
-int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out);
-/* Unregister (when c is not NULL), unmap and unlink. */
+int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out); /* out: required */
+/* Unregister (when c is not NULL), unmap and unlink; shm may be NULL. */
 void pe_client_shm_close(pe_client *c, pe_client_shm *shm);
 
 /* Regions left behind by a process that did not get to close them. Names

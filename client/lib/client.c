@@ -88,6 +88,7 @@ int pec_fail(pe_client *c, int code, const char *fmt, ...) {
 }
 
 char *pe_client_default_address(char *buf, size_t len) {
+  if (!buf || !len) return buf;
   const char *xdg = getenv("XDG_RUNTIME_DIR");
   if (geteuid() == 0)
     snprintf(buf, len, "ipc:///run/pe-executord/pe-executord.sock");
@@ -150,16 +151,16 @@ const char *pe_client_error(const pe_client *c) {
   return c ? c->err : "no client handle";
 }
 const char *pe_client_address(const pe_client *c) {
-  return c->address;
+  return c ? c->address : "";
 }
 uint64_t pe_client_id(const pe_client *c) {
-  return c->client_id;
+  return c ? c->client_id : 0;
 }
 uint64_t pe_client_last_request_id(const pe_client *c) {
-  return c->last_request_id;
+  return c ? c->last_request_id : 0;
 }
 size_t pe_client_max_message(const pe_client *c) {
-  return c->max_message;
+  return c ? c->max_message : 0;
 }
 
 void *pec_results_alloc(pe_client *c, size_t bytes) {
@@ -175,6 +176,7 @@ static int set_int_opt(pe_client *c, int level, int opt, int value, const char *
 }
 
 int pe_client_set_timeout(pe_client *c, int timeout_ms) {
+  PEC_NEED_HANDLE(c);
   if (timeout_ms <= 0) return pec_fail(c, PE_C_EARG, "set_timeout: %d ms is not > 0", timeout_ms);
   c->timeout_ms = timeout_ms; /* NN_RCVTIMEO is set per wait (pec_call) */
   return 0;
@@ -240,6 +242,7 @@ static int check_ipc_path(pe_client *c) {
 }
 
 int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
+  PEC_NEED_HANDLE(c);
   pe_client_opts o = opts ? *opts : (pe_client_opts){0};
   c->err[0] = 0;
   if (c->sock >= 0)
@@ -441,6 +444,7 @@ static int call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__Bod
  * pe_client_interrupt sets stopped before it reads in_call: either this
  * call sees stopped, or the interrupt waits for it. */
 int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCase want) {
+  PEC_NEED_HANDLE(c);
   atomic_fetch_add(&c->in_call, 1);
   int rc = atomic_load(&c->stopped)
                ? pec_fail(c, PE_C_EARG,

@@ -59,6 +59,17 @@ struct pe_client {
 /* Record a failure in c->err ("what: message") and return code. */
 int pec_fail(pe_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* A NULL handle: every call that takes one returns PE_C_EARG (there is no
+ * handle to keep a message in; pe_client_error(NULL) says so). */
+#define PEC_NEED_HANDLE(c)      \
+  do {                          \
+    if (!(c)) return PE_C_EARG; \
+  } while (0)
+
+/* pe_client_tensor_set's mark for a NULL shape with ndim > 0 (shape[0]),
+ * refused when the tensor is sent. */
+#define PEC_NO_SHAPE INT64_MIN
+
 /* Send req (ids are filled here) and wait for its reply. On success the
  * reply is c->reply, its code is 0 and its body is `want` (NOT_SET: any).
  * `what` names the request in every error message. */

@@ -17,7 +17,12 @@ static double now_ms(void) {
 }
 
 int pe_client_interrupt(pe_client *c, int wait_ms, int timeout_ms, char *err, size_t errlen) {
+  if (!err) errlen = 0;
   if (errlen) err[0] = 0;
+  if (!c) {
+    snprintf(err, errlen, "interrupt: no client handle");
+    return PE_C_EARG;
+  }
   atomic_store(&c->stopped, true);
   if (c->sock < 0) return 0; /* never connected: no session */
   double deadline = now_ms() + (wait_ms > 0 ? wait_ms : 0);

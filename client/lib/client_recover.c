@@ -179,7 +179,7 @@ void pec_recover_free(pe_client *c) {
 }
 
 void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out) {
-  *out = c->recovery;
+  if (out) *out = c ? c->recovery : (pe_client_recovery){0};
 }
 
 /* The runs of p answered after what the parameters include (request,

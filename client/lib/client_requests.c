@@ -7,6 +7,23 @@
 
 #include "client_internal.h"
 
+/* An array of n names (kind: one of them) for request what: NULL with
+ * n > 0, or with a NULL entry, is refused naming which. */
+static int check_names(pe_client *c, const char *what, const char *kind, const char *const *names,
+                       size_t n) {
+  if (n && !names)
+    return pec_fail(c, PE_C_EARG, "%s: %zu %s name%s but no array", what, n, kind,
+                    n == 1 ? "" : "s");
+  for (size_t i = 0; i < n; i++)
+    if (!names[i]) return pec_fail(c, PE_C_EARG, "%s: %s %zu of %zu is NULL", what, kind, i + 1, n);
+  return 0;
+}
+
+/* An out-pointer the call needs (its result). */
+static int need_out(pe_client *c, const char *what, const void *out, const char *arg) {
+  return out ? 0 : pec_fail(c, PE_C_EARG, "%s: %s is NULL", what, arg);
+}
+
 int pe_client_ping(pe_client *c) {
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_PING;
@@ -16,10 +33,14 @@ int pe_client_ping(pe_client *c) {
 
 int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client_program *out) {
   static const char what[] = "register";
+  PEC_NEED_HANDLE(c);
+  int rc = need_out(c, what, out, "out (pe_client_program *)");
+  if (rc) return rc;
   memset(out, 0, sizeof *out);
   if (!a || !a->program || !a->program_len)
     return pec_fail(c, PE_C_EARG, "%s: no program bytes", what);
   if (!a->model || !*a->model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
+  if ((rc = check_names(c, what, "keep", a->keep, a->n_keep))) return rc;
   if ((unsigned)a->strategy > PE_C_SHARDED)
     return pec_fail(c, PE_C_EARG, "%s: strategy %d unknown", what, (int)a->strategy);
   Pe__RegisterOptions o = PE__REGISTER_OPTIONS__INIT;
@@ -46,7 +67,7 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_REGISTER;
   req.register_ = &r;
-  int rc = pec_call(c, what, &req, PE__REPLY__BODY_REGISTER);
+  rc = pec_call(c, what, &req, PE__REPLY__BODY_REGISTER);
   if (rc) return rc;
   const Pe__RegisterReply *rr = c->reply->register_;
   if ((rc = pec_prog_remember(c, a, rr->handle))) return rc;
@@ -100,6 +121,7 @@ static int call_recovering(pe_client *c, const char *what, Pe__Request *req,
 }
 
 int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized) {
+  PEC_NEED_HANDLE(c);
   Pe__InitRequest r = PE__INIT_REQUEST__INIT;
   r.handle = handle;
   r.force = force;
@@ -120,8 +142,10 @@ typedef struct pb_feeds {
   void *block;
 } pb_feeds;
 
-static int feeds_to_pb(pe_client *c, const char *what, const pe_client_tensor *ts, size_t n,
-                       pb_feeds *out) {
+static int feeds_to_pb(pe_client *c, const char *what, const char *kind, const pe_client_tensor *ts,
+                       size_t n, pb_feeds *out) {
+  if (n && !ts)
+    return pec_fail(c, PE_C_EARG, "%s: %zu %s%s but no array", what, n, kind, n == 1 ? "" : "s");
   size_t one = sizeof(Pe__Tensor *) + sizeof(Pe__Tensor) + sizeof(Pe__ShmRef) +
                PE_CLIENT_MAX_DIMS * sizeof(int64_t);
   out->block = calloc(n ? n : 1, one);
@@ -143,11 +167,14 @@ int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, 
                   const char *const *fetch, size_t n_fetch, const pe_client_run_opts *opts,
                   pe_client_run_result *out) {
   static const char what[] = "run";
+  PEC_NEED_HANDLE(c);
   pe_client_run_result dummy;
   if (!out) out = &dummy;
   memset(out, 0, sizeof *out);
+  int rc = check_names(c, what, "fetch", fetch, n_fetch);
+  if (rc) return rc;
   pb_feeds pf = {0};
-  int rc = feeds_to_pb(c, what, feeds, n_feeds, &pf);
+  rc = feeds_to_pb(c, what, "feed", feeds, n_feeds, &pf);
   if (rc) {
     free(pf.block);
     return rc;
@@ -196,9 +223,14 @@ int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, 
 int pe_client_get_params(pe_client *c, const char *model, const char *const *names, size_t n_names,
                          const pe_client_tensor **values, size_t *n_values) {
   static const char what[] = "get_params";
+  PEC_NEED_HANDLE(c);
+  int rc = need_out(c, what, values, "values");
+  if (!rc) rc = need_out(c, what, n_values, "n_values");
+  if (rc) return rc;
   *values = NULL;
   *n_values = 0;
   if (!model || !*model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
+  if (names && (rc = check_names(c, what, "parameter", names, n_names))) return rc;
   Pe__ParamsRequest r = PE__PARAMS_REQUEST__INIT;
   r.model = (char *)model;
   r.n_names = names ? n_names : 0;
@@ -206,8 +238,8 @@ int pe_client_get_params(pe_client *c, const char *model, const char *const *nam
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_GET_PARAMS;
   req.get_params = &r;
-  int rc = call_recovering(c, what, &req, PE__REPLY__BODY_PARAMS, (target){0, model, true}, NULL,
-                           NULL, 0);
+  rc = call_recovering(c, what, &req, PE__REPLY__BODY_PARAMS, (target){0, model, true}, NULL, NULL,
+                       0);
   if (rc) return rc;
   const Pe__ParamsReply *pr = c->reply->params;
   rc = pec_tensors_from_pb(c, what, pr->values, pr->n_values, values);
@@ -218,9 +250,10 @@ int pe_client_get_params(pe_client *c, const char *model, const char *const *nam
 int pe_client_set_params(pe_client *c, const char *model, const pe_client_tensor *values,
                          size_t n_values) {
   static const char what[] = "set_params";
+  PEC_NEED_HANDLE(c);
   if (!model || !*model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
   pb_feeds pf = {0};
-  int rc = feeds_to_pb(c, what, values, n_values, &pf);
+  int rc = feeds_to_pb(c, what, "value", values, n_values, &pf);
   if (rc) {
     free(pf.block);
     return rc;
@@ -241,6 +274,7 @@ int pe_client_set_params(pe_client *c, const char *model, const pe_client_tensor
 static int checkpoint(pe_client *c, bool save, const char *model, const char *name,
                       const char **path, uint64_t *bytes) {
   const char *what = save ? "save" : "load";
+  PEC_NEED_HANDLE(c);
   if (path) *path = NULL;
   if (bytes) *bytes = 0;
   if (!model || !*model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
@@ -275,6 +309,7 @@ int pe_client_load(pe_client *c, const char *model, const char *name, const char
 }
 
 static int deregister(pe_client *c, uint64_t handle, bool force) {
+  PEC_NEED_HANDLE(c);
   Pe__DeregisterRequest r = PE__DEREGISTER_REQUEST__INIT;
   r.handle = handle;
   r.force = force;
@@ -296,6 +331,7 @@ int pe_client_deregister_force(pe_client *c, uint64_t handle) {
 
 int pe_client_drop_model(pe_client *c, const char *model, pe_client_drop_result *out) {
   static const char what[] = "drop_model";
+  PEC_NEED_HANDLE(c);
   if (out) *out = (pe_client_drop_result){.removed = ""};
   if (!model || !*model) return pec_fail(c, PE_C_EARG, "%s: no model name", what);
   Pe__DropModelRequest r = PE__DROP_MODEL_REQUEST__INIT;
@@ -322,6 +358,7 @@ static int skip_when_silent(pe_client *c, const char *what) {
 }
 
 int pe_client_close(pe_client *c) {
+  PEC_NEED_HANDLE(c);
   if (c->silent) return skip_when_silent(c, "close");
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_CLOSE;
@@ -334,11 +371,14 @@ int pe_client_close(pe_client *c) {
 
 int pe_client_get_status(pe_client *c, pe_client_status *out) {
   static const char what[] = "status";
+  PEC_NEED_HANDLE(c);
+  int rc = need_out(c, what, out, "out (pe_client_status *)");
+  if (rc) return rc;
   memset(out, 0, sizeof *out);
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_STATUS;
   req.status = 1;
-  int rc = pec_call(c, what, &req, PE__REPLY__BODY_STATUS);
+  rc = pec_call(c, what, &req, PE__REPLY__BODY_STATUS);
   if (rc) return rc;
   const Pe__StatusReply *s = c->reply->status;
   /* One block: places, models, then runs (each 8-byte aligned). */
@@ -423,15 +463,19 @@ static int shm_request(pe_client *c, bool reg, const char *name, uint64_t size, 
 /* Registering a name already remembered (the daemon answers the same id,
  * or a new one after it lost the region) updates the remembered id. */
 int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64_t *region) {
+  PEC_NEED_HANDLE(c);
+  int rc = need_out(c, "register_shm", region, "region");
+  if (rc) return rc;
   if (!name || name[0] != '/')
     return pec_fail(c, PE_C_EARG, "register_shm: name '%s' must start with '/'",
                     name ? name : "(null)");
-  int rc = shm_request(c, true, name, size, 0, region);
+  rc = shm_request(c, true, name, size, 0, region);
   if (rc) return rc;
   return pec_region_remember(c, name, size, *region);
 }
 
 int pe_client_unregister_shm(pe_client *c, uint64_t region) {
+  PEC_NEED_HANDLE(c);
   if (c->silent) return skip_when_silent(c, "unregister_shm");
   int rc = shm_request(c, false, NULL, 0, pec_region_now(c, region), NULL);
   if (!rc || rc == PE_C_ENOTFOUND) pec_region_forget(c, region);

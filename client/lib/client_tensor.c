@@ -30,7 +30,7 @@ const char *pe_client_dtype_name(pe_b_dtype dt) {
 }
 
 int64_t pe_client_tensor_numel(const pe_client_tensor *t) {
-  if (t->ndim < 0 || t->ndim > PE_CLIENT_MAX_DIMS) return -1;
+  if (!t || t->ndim < 0 || t->ndim > PE_CLIENT_MAX_DIMS) return -1;
   int64_t n = 1;
   for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
   return n;
@@ -38,18 +38,24 @@ int64_t pe_client_tensor_numel(const pe_client_tensor *t) {
 
 void pe_client_tensor_set(pe_client_tensor *t, const char *name, pe_b_dtype dt, int ndim,
                           const int64_t *shape, const void *data) {
+  if (!t) return;
   memset(t, 0, sizeof *t);
   t->name = name;
   t->dtype = dt;
   t->ndim = ndim; /* out of range: kept, and refused when sent (naming the tensor) */
   t->data = data;
   if (ndim < 0 || ndim > PE_CLIENT_MAX_DIMS) return;
+  if (ndim > 0 && !shape) { /* likewise refused when sent */
+    t->shape[0] = PEC_NO_SHAPE;
+    return;
+  }
   for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
   int64_t n = pe_client_tensor_numel(t);
   t->nbytes = n < 0 ? 0 : (size_t)n * pe_client_dtype_size(dt);
 }
 
 const pe_client_tensor *pe_client_find(const pe_client_tensor *ts, size_t n, const char *name) {
+  if (!ts || !name) return NULL;
   for (size_t i = 0; i < n; i++)
     if (ts[i].name && strcmp(ts[i].name, name) == 0) return &ts[i];
   return NULL;
@@ -74,6 +80,9 @@ int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, 
   if (t->ndim < 0 || t->ndim > PE_CLIENT_MAX_DIMS)
     return pec_fail(c, PE_C_EARG, "%s: tensor '%s': %d dims (0..%d)", what, name, t->ndim,
                     PE_CLIENT_MAX_DIMS);
+  if (t->ndim > 0 && t->shape[0] == PEC_NO_SHAPE)
+    return pec_fail(c, PE_C_EARG, "%s: tensor '%s': %d dims but no shape (NULL)", what, name,
+                    t->ndim);
   for (int i = 0; i < t->ndim; i++)
     if (t->shape[i] < 0)
       return pec_fail(c, PE_C_EARG, "%s: tensor '%s' %s %s: negative dim %d", what, name,

@@ -130,6 +130,8 @@ static void forget_unlink(const char *name) {
 
 int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out) {
   static const char what[] = "register_shm";
+  PEC_NEED_HANDLE(c);
+  if (!out) return pec_fail(c, PE_C_EARG, "%s: out (pe_client_shm *) is NULL", what);
   memset(out, 0, sizeof *out);
   if (!size) return pec_fail(c, PE_C_EARG, "%s: size 0", what);
   pe_client_shm_sweep();
