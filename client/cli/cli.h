@@ -62,13 +62,18 @@ void cli_print_opts(FILE *f, const cli_ctx *ctx, const cli_opt *opts, size_t n_o
 pe_client *cli_connect(const cli_ctx *ctx, int *rc);
 /* The same with options (address and timeout still come from ctx). */
 pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc);
+/* For register, run and trace, whose programs are meant for the commands
+ * after them: the session outlives the process (opts.outlive_process) and
+ * lasts until the daemon's session TTL. */
+pe_client *cli_connect_lasting(const cli_ctx *ctx, int *rc);
+/* What their --help says about it. */
+extern const char cli_lasting_note[];
 /* The command is done with the daemon: end its session (pe_client_close,
  * at most 5 s) and free c (may be NULL). The daemon then drops what the
  * session registered at once instead of after its TTL, and does not count
  * it among its clients. Skipped when rc is CLI_UNREACHABLE (no wait on a
  * daemon that does not answer). A failed close only warns: the TTL ends
- * the session. register, run and trace only free: what they register is
- * meant for the commands after them. */
+ * the session. register, run and trace only free (cli_connect_lasting). */
 void cli_end(const cli_ctx *ctx, pe_client *c, int rc);
 /* Errors: each prints "pe-client CMD: <message>" on stderr and returns the
  * exit status; the command's first error is also what the --json failure

@@ -176,6 +176,16 @@ pe_client *cli_connect(const cli_ctx *ctx, int *rc) {
   return cli_connect_with(ctx, (pe_client_opts){0}, rc);
 }
 
+pe_client *cli_connect_lasting(const cli_ctx *ctx, int *rc) {
+  return cli_connect_with(ctx, (pe_client_opts){.outlive_process = true}, rc);
+}
+
+const char cli_lasting_note[] =
+    "The program stays registered after this command exits, for later commands (save, load,\n"
+    "run, eval of the model), until the daemon's session TTL (ttl, 600 s by default) passes\n"
+    "with no further request of this command's session; so does a non-persistent model only\n"
+    "it uses. pe-client deregister --force --handle H (H as register prints it) frees it sooner.\n";
+
 pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc) {
   pe_client *c = pe_client_new();
   if (!c) {

@@ -130,6 +130,7 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
                              &cfg, &help)
                  : cli_parse(ctx, run_opts, sizeof run_opts / sizeof run_opts[0], argc, argv, &cfg,
                              &help);
+  if (help) fputs(cli_lasting_note, stdout);
   if (rc || help) return rc;
   if (!cfg.model) return cli_usage(ctx, "--model is required (%s | FILE)", pe_model_spec_names());
   /* The trace file is written after the step: a path that cannot be
@@ -154,7 +155,7 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
   int n = (int)ds->n; /* the first `batch` training examples */
   x = ds->images;
   y = ds->labels;
-  if (!(c = cli_connect(ctx, &rc))) goto out;
+  if (!(c = cli_connect_lasting(ctx, &rc))) goto out;
   cli_reg r = {.ns = cfg.name ? cfg.name : m.name,
                .places = cfg.places,
                .seed = cfg.seed,

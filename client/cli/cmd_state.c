@@ -34,11 +34,12 @@ static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
   bool help;
   int rc = cli_parse(ctx, register_opts, sizeof register_opts / sizeof register_opts[0], argc, argv,
                      &cfg, &help);
+  if (help) fputs(cli_lasting_note, stdout);
   if (rc || help) return rc;
   if (!cfg.model) return cli_usage(ctx, "--model is required (%s | FILE)", pe_model_spec_names());
   pe_model_spec m;
   if (cli_model_load(ctx, cfg.model, &m)) return CLI_FAIL;
-  pe_client *c = cli_connect(ctx, &rc);
+  pe_client *c = cli_connect_lasting(ctx, &rc);
   if (!c) {
     pe_model_spec_release(&m);
     return rc;

@@ -115,6 +115,14 @@ typedef struct pe_client_opts {
    * (pe-client train rewinds its data). Without it the run is sent and the
    * rolled-back runs are only counted. */
   bool fail_on_rollback;
+  /* On ipc:// each request carries this process's pid and start time, and
+   * the daemon ends the session (its programs, a non-persistent model only
+   * they use, its regions) within a second or two of the process exiting.
+   * With outlive_process they are not sent: the session lasts until
+   * pe_client_close or the daemon's session TTL (idle time), as over tcp://.
+   * For a process that registers programs for later processes to use
+   * (pe-client register, run, trace). */
+  bool outlive_process;
 } pe_client_opts;
 
 /* The daemon's default socket: ipc:///run/pe-executord/pe-executord.sock as
@@ -352,9 +360,10 @@ int pe_client_drop_model(pe_client *c, const char *model, pe_client_drop_result 
  * one stays, with its values), and unregisters its shared-memory regions.
  * A trainer calls it when done, so that its memory is given back and the
  * next trainer of the same model name starts afresh. pe_client_free alone
- * sends nothing: the session then lasts until the TTL, which is how a
- * program registered by one process (`pe-client register`) is used by the
- * next. The handle stays usable; its programs are forgotten (no recovery
+ * sends nothing: the session then lasts until the process exits (ipc://)
+ * or, with opts.outlive_process or over tcp://, until the TTL, which is
+ * how a program registered by one process (`pe-client register`) is used
+ * by the next. The handle stays usable; its programs are forgotten (no recovery
  * registers them again), and a later request opens a new session.
  * Idempotent. */
 int pe_client_close(pe_client *c);

@@ -258,6 +258,7 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
   c->resend_ivl_ms = o.resend_ivl_ms > 0 ? o.resend_ivl_ms : 0; /* 0: never */
   c->no_recover = o.no_recover;
   c->fail_on_rollback = o.fail_on_rollback;
+  c->outlive_process = o.outlive_process;
   c->max_message = c->own_max_message =
       o.max_message ? o.max_message
                     : (size_t)env_long("PE_MAX_MESSAGE", PE_CLIENT_MAX_MESSAGE_DEFAULT);
@@ -417,7 +418,7 @@ static int call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__Bod
   req->request_id = ++c->last_request_id;
   /* On this machine the daemon ends the session when this process exits
    * (kill -9 included); elsewhere the pid would mean nothing to it. */
-  if (!strncmp(c->address, "ipc://", 6)) {
+  if (!c->outlive_process && !strncmp(c->address, "ipc://", 6)) {
     if (c->pid != (long)getpid()) pe_shm_owner_self(&c->pid, &c->pid_start);
     req->client_pid = (uint32_t)c->pid;
     req->client_start = c->pid_start;

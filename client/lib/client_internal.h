@@ -33,7 +33,8 @@ struct pe_client {
   atomic_bool stopped;
   atomic_int in_call;
   /* This process (Request.client_pid, client_start), sent on ipc://
-   * only; looked up again after a fork. */
+   * only and not with opts.outlive_process; looked up again after a fork. */
+  bool outlive_process;
   long pid;
   uint64_t pid_start;
   /* The uid that owns the daemon's ipc:// socket file (the daemon's user),
