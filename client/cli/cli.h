@@ -110,6 +110,8 @@ typedef struct cli_graph_opts {
   const char *strategy, *sync;
   bool fuse;
   long fuse_bucket;
+  const char *keep;  /* --keep A,B: more names kept fetchable (CLI_KEEP_OPTS) */
+  bool no_op_fusion; /* --no-op-fusion */
 } cli_graph_opts;
 
 #define CLI_GRAPH_OPTS(T, f)                                                                       \
@@ -118,6 +120,16 @@ typedef struct cli_graph_opts {
       {"fuse", CLI_FLAG, offsetof(T, f.fuse), 0, 0, "fuse gradient all-reduces into buckets"}, {   \
     "fuse-bucket", CLI_INT, offsetof(T, f.fuse_bucket), 1, 1L << 40, "bucket bytes (4 MiB)"        \
   }
+
+/* register, run and trace: what lets a fetch see a builder intermediate
+ * (fc_0.tmp_0) that op fusion or buffer reuse would otherwise remove. */
+// clang-format off
+#define CLI_KEEP_OPTS(T, f)                                                                      \
+  {"keep", CLI_STR, offsetof(T, f.keep), 0, 0,                                                   \
+   "NAME[,NAME]: also keep these fetchable (not fused away, buffer not reused)"},                \
+  {"no-op-fusion", CLI_FLAG, offsetof(T, f.no_op_fusion), 0, 0,                                  \
+   "keep conv2d / matmul + bias add + relu as separate ops"}
+// clang-format on
 
 typedef struct cli_reg {
   const char *ns, *places;

@@ -251,13 +251,32 @@ static int parse_strategy(const cli_ctx *ctx, const char *name, pe_client_strate
   return cli_usage(ctx, "--strategy '%s' unknown (auto, allreduce, reduce, sharded)", name);
 }
 
+/* The names a trainer fetches, then --keep's (split at commas in buf). */
+enum { KEEP_MAX = 35 };
+static int keep_list(const cli_ctx *ctx, const pe_model_spec *m, const char *extra, char *buf,
+                     size_t len, const char **keep, size_t *n) {
+  keep[0] = m->loss, keep[1] = m->accuracy, keep[2] = m->correct;
+  *n = 3;
+  if (!extra) return CLI_OK;
+  if (strlen(extra) >= len) return cli_usage(ctx, "--keep: longer than %zu bytes", len - 1);
+  snprintf(buf, len, "%s", extra);
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (*n == KEEP_MAX) return cli_usage(ctx, "--keep: more than %d names", KEEP_MAX - 3);
+    keep[(*n)++] = t;
+  }
+  return *n > 3 ? CLI_OK : cli_usage(ctx, "--keep: no names in '%s'", extra);
+}
+
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
                  pe_client_program *out) {
-  const char *keep_train[] = {m->loss, m->accuracy, m->correct};
   const cli_graph_opts none = {0}, *g = r->graph ? r->graph : &none;
   pe_client_strategy strategy;
   int rc = parse_strategy(ctx, g->strategy, &strategy);
   if (rc) return rc;
+  const char *keep[KEEP_MAX];
+  char keep_buf[1024];
+  size_t n_keep;
+  if ((rc = keep_list(ctx, m, g->keep, keep_buf, sizeof keep_buf, keep, &n_keep))) return rc;
   pe_client_register_args a = {
       .program = m->bytes,
       .program_len = m->len,
@@ -270,8 +289,9 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
       .sync = g->sync,
       .fuse_allreduce = g->fuse,
       .fuse_bucket_bytes = g->fuse_bucket,
-      .keep = keep_train,
-      .n_keep = 3,
+      .keep = keep,
+      .n_keep = n_keep,
+      .no_op_fusion = g->no_op_fusion,
   };
   int code = pe_client_register(c, &a, out);
   return code ? cli_fail(ctx, c, code) : CLI_OK;

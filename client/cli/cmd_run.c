@@ -31,7 +31,7 @@ typedef struct run_cfg {
   {"data", CLI_STR, offsetof(run_cfg, data), 0, 0, "Fashion-MNIST directory"},                   \
   {"fetch", CLI_STR, offsetof(run_cfg, fetch), 0, 0,                                             \
    "comma-separated variables; loss, accuracy, correct: the model's (loss,accuracy)"},           \
-  CLI_GRAPH_OPTS(run_cfg, graph)
+  CLI_GRAPH_OPTS(run_cfg, graph), CLI_KEEP_OPTS(run_cfg, graph)
 // clang-format on
 
 static const cli_opt run_opts[] = {RUN_OPTS};

@@ -27,6 +27,7 @@ static const cli_opt register_opts[] = {
      "the model outlives this client's session"},
     {"init", CLI_FLAG, offsetof(register_cfg, init), 0, 0, "also initialise the parameters"},
     CLI_GRAPH_OPTS(register_cfg, graph),
+    CLI_KEEP_OPTS(register_cfg, graph),
 };
 
 static int cmd_register(cli_ctx *ctx, int argc, char **argv) {

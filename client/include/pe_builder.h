@@ -18,7 +18,9 @@
  *
  * Names are deterministic. A layer gets `name` if given, else "<kind>_<k>"
  * with k counting layers of that kind ("fc_0", "conv2d_1"). Its output is
- * "<layer>.out"; intermediates are "<layer>.tmp_<i>"; parameters are
+ * "<layer>.out"; intermediates are "<layer>.tmp_<i>" (the daemon's op
+ * fusion removes those of a conv2d / fc + bias + relu: to fetch one, name
+ * it in pe_client_register_args.keep or set no_op_fusion); parameters are
  * "<layer>.w" / "<layer>.b" (batch_norm: .scale .bias .mean .variance).
  *
  * Errors: the first error sticks. Calls that return a name return NULL,

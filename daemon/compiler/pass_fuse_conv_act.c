@@ -37,11 +37,14 @@
  *   - the producer has no fused Bias or activation yet; the program has
  *     only a main and a startup block (no sub-block could read an
  *     intermediate).
- * The intermediates' declarations stay (unused). The pass does nothing
+ * The intermediates' declarations stay (unused), each noting the op it was
+ * fused into (pe_var_desc.fused_into: a fetch of it says so). The pass does nothing
  * unless opts->fuse_conv_act is set, nor on cuda places (cuda's conv2d,
  * matmul and batch_norm kernels take no Bias or activation);
  * pe_graph_compile and pe_program_compile_opts run it after the first
  * validate. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compiler/pass.h"
@@ -186,6 +189,20 @@ static int bias_add_after(const fuse_ctx *f, const fuse_producer *pr, const pe_o
   return j;
 }
 
+/* Note on intermediate `name` that op (its output out) now computes
+ * through it: "matmul writing 'fc_0.tmp_2' (matmul+bias add+relu)". */
+static pe_status *note_fused(fuse_ctx *f, const char *name, const pe_op_desc *op, const char *out,
+                             bool bias, bool relu) {
+  pe_var_desc *v = pe_block_find_var_local(f->b, name);
+  if (!v) return NULL;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s writing '%.64s' (%s%s%s)", op->type, out, op->type,
+           bias ? "+bias add" : "", relu ? "+relu" : "");
+  free(v->fused_into);
+  if (!(v->fused_into = strdup(buf))) return pe_error(PE_ENOMEM, "fuse_conv_act: out of memory");
+  return NULL;
+}
+
 /* Try the pattern at op i; counts[k] counts rewrites of producers[k]. */
 static pe_status *fuse_at(fuse_ctx *f, int i, int *counts) {
   pe_op_desc *op = f->b->ops[i];
@@ -205,9 +222,13 @@ static pe_status *fuse_at(fuse_ctx *f, int i, int *counts) {
   }
   int k = relu_after(f, j > i ? j : i, t2);
   if (!bias && k < 0) return NULL;
+  const char *out = k >= 0 ? arg1(pe_op_find_output(f->b->ops[k], "Out")) : t2;
+  /* The names fused away: the producer's output, and the sum's with a relu. */
+  PE_TRY(note_fused(f, t1, op, out, bias != NULL, k >= 0));
+  if (t2 != t1 && k >= 0) PE_TRY(note_fused(f, t2, op, out, bias != NULL, k >= 0));
   if (bias) PE_TRY(pe_op_input1(op, "Bias", bias));
   if (k >= 0) {
-    PE_TRY(pe_op_output1(op, pr->out_slot, arg1(pe_op_find_output(f->b->ops[k], "Out"))));
+    PE_TRY(pe_op_output1(op, pr->out_slot, out));
     PE_TRY(pe_op_set_string(op, "fuse_activation", "relu"));
     pe_block_remove_op(f->b, k);
   } else {

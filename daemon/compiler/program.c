@@ -52,6 +52,7 @@ static void block_free(pe_block *b) {
   if (!b) return;
   for (int i = 0; i < b->n_vars; i++) {
     free(b->vars[i]->name);
+    free(b->vars[i]->fused_into);
     free(b->vars[i]);
   }
   free(b->vars);
@@ -404,6 +405,8 @@ pe_status *pe_program_clone(const pe_program *p, pe_program **out) {
         v->stop_gradient = b->vars[i]->stop_gradient;
         v->is_feed = b->vars[i]->is_feed;
         v->no_weight_decay = b->vars[i]->no_weight_decay;
+        if (b->vars[i]->fused_into && !(v->fused_into = strdup(b->vars[i]->fused_into)))
+          st = OOM("var");
       }
     }
     for (int i = 0; !st && i < b->n_ops; i++) {

@@ -66,6 +66,11 @@ typedef struct pe_var_desc {
   bool stop_gradient;
   bool is_feed;
   bool no_weight_decay; /* the optimizer's weight decay skips it (persistable only) */
+  /* Set by the fuse_conv_act pass on an intermediate it fused away (the
+   * declaration stays, unused): the op that now computes through it, for
+   * the error of a fetch that names it ("matmul writing 'x' (matmul+bias
+   * add+relu)"). Owned; NULL otherwise. */
+  char *fused_into;
 } pe_var_desc;
 
 typedef struct pe_block {

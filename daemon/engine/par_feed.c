@@ -380,6 +380,14 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
     const char *name = fetch[f];
     int lv[PE_MAX_PLACES];
     bool any = fetch_lookup(e, f, name, lv);
+    const pe_var_desc *d =
+        any || !name ? NULL : pe_block_find_var(g->prog, g->prog->blocks[g->block], name);
+    if (d && d->fused_into)
+      return pe_error(PE_EUNKNOWN_VAR,
+                      "fetch '%s': it was fused into op %s by op fusion; register with "
+                      "keep=['%s'] or no_op_fusion (pe-client --keep %s or --no-op-fusion) to "
+                      "fetch it",
+                      name, d->fused_into, name, name);
     if (!any)
       return pe_error(PE_EUNKNOWN_VAR, "fetch '%s' is not a variable of the graph",
                       name ? name : "(null)");

@@ -91,12 +91,31 @@ static void expect_unfused(const pe_program *p) {
   expect_op_unfused(p, "conv2d", "Output", "c1");
 }
 
+/* The note the pass leaves on intermediate name (NULL: none), for a fetch's error. */
+static void expect_note(const pe_program *p, const char *name, const char *note) {
+  const pe_var_desc *v = pe_block_find_var_local(pe_program_main(p), name);
+  ck_assert_ptr_nonnull(v);
+  if (note)
+    ck_assert_msg(v->fused_into && !strcmp(v->fused_into, note), "%s: '%s', expected '%s'", name,
+                  v->fused_into ? v->fused_into : "(none)", note);
+  else
+    ck_assert_ptr_null(v->fused_into);
+}
+
 START_TEST(fuses_bias_and_relu) {
   pe_program *p = conv_net();
   pe_pass_opts o = {.fuse_conv_act = true};
   fuse(p, &o);
   expect_fused(p, "c3", true);
   ck_assert_int_eq(pe_program_main(p)->n_ops, 2); /* conv2d, mean */
+  /* The intermediates fused away say into what (review 3 #11); a clone keeps it. */
+  expect_note(p, "c1", "conv2d writing 'c3' (conv2d+bias add+relu)");
+  expect_note(p, "c2", "conv2d writing 'c3' (conv2d+bias add+relu)");
+  expect_note(p, "c3", NULL);
+  pe_program *c;
+  PU_OK(pe_program_clone(p, &c));
+  expect_note(c, "c1", "conv2d writing 'c3' (conv2d+bias add+relu)");
+  pe_program_free(c);
   pe_program_free(p);
 }
 END_TEST
@@ -301,6 +320,8 @@ START_TEST(fc_fuses_bias_and_relu) {
   pe_program *p = fc_net_act(1, 1, false);
   fuse(p, &o);
   ck_assert_int_eq(pe_program_main(p)->n_ops, 2); /* matmul, mean */
+  expect_note(p, "m1", "matmul writing 'm2' (matmul+bias add)");
+  expect_note(p, "m2", NULL);
   const pe_op_desc *mm = find(p, "matmul");
   ck_assert_str_eq(pe_op_input_arg(mm, "Bias"), "b");
   ck_assert_str_eq(pe_op_output_arg(mm, "Out"), "m2");
@@ -437,6 +458,7 @@ START_TEST(bn_fuses_relu) {
   pe_pass_opts o = {.fuse_conv_act = true};
   fuse(p, &o);
   expect_bn(p, "r", true);
+  expect_note(p, "y", "batch_norm writing 'r' (batch_norm+relu)");
   ck_assert_int_eq(pe_program_main(p)->n_ops, 3); /* conv2d, batch_norm, mean */
   pe_program_free(p);
   /* An eval program (the inference pass sets is_test) fuses the same way. */

@@ -697,6 +697,40 @@ START_TEST(run_fetches_and_trace_paths) {
 }
 END_TEST
 
+/* A builder intermediate that op fusion removed (fc_0.tmp_0: the matmul's
+ * output, fused with the bias add and relu): the fetch says so and how to
+ * keep it (review 3 #11: "is not a variable of the graph"); --keep and
+ * --no-op-fusion on run and register then fetch it. */
+START_TEST(fetch_of_fused_intermediate) {
+  cd_daemon d;
+  cd_start(&d);
+  ck_assert_int_eq(cli(&d, d.dir, "run --model mlp --model-name fz --fetch fc_0.tmp_0"), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"),
+                       "fetch 'fc_0.tmp_0': it was fused into op matmul writing 'fc_0.out' "
+                       "(matmul+bias add+relu) by op fusion; register with keep=['fc_0.tmp_0'] or "
+                       "no_op_fusion (pe-client --keep fc_0.tmp_0 or --no-op-fusion) to fetch it "
+                       "(UNKNOWN_VARIABLE)"),
+                "%s", slurp(d.dir, "err"));
+  CLI_OK(
+      &d,
+      "run --model mlp --model-name fk --fetch fc_0.tmp_0,fc_0.tmp_1 --keep fc_0.tmp_0,fc_0.tmp_1");
+  ck_assert_msg(strstr(slurp(d.dir, "out"), "fc_0.tmp_0 f32 [128,256]:") &&
+                    strstr(slurp(d.dir, "out"), "fc_0.tmp_1 f32 [128,256]:"),
+                "%s", slurp(d.dir, "out"));
+  CLI_OK(&d, "run --model mlp --model-name fn --fetch fc_1.tmp_0 --no-op-fusion");
+  ck_assert_msg(strstr(slurp(d.dir, "out"), "fc_1.tmp_0 f32 [128,128]:"), "%s",
+                slurp(d.dir, "out"));
+  /* register takes them too: the same program and options as the run's, so the same handle. */
+  CLI_OK(&d, "--json register --model mlp --model-name fn --no-op-fusion");
+  ck_assert_msg(strstr(last_line(d.dir), "\"existed\":true"), "%s", last_line(d.dir));
+  CLI_OK(&d, "--json register --model mlp --model-name fk --keep fc_0.tmp_0,fc_0.tmp_1");
+  ck_assert_msg(strstr(last_line(d.dir), "\"existed\":true"), "%s", last_line(d.dir));
+  ck_assert_int_eq(cli(&d, d.dir, "run --model mlp --keep ,"), 2);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "--keep: no names in ','"), "%s", slurp(d.dir, "err"));
+  cd_stop(&d);
+}
+END_TEST
+
 /* deregister: each pe-client command is a client of its own, so the program
  * an earlier `register` left is another client's: refused with the reason
  * (exit 1, PERMISSION_DENIED), and --force drops it. */
@@ -982,6 +1016,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, run_fetches_and_trace_paths);
   tcase_add_test(tc, deregister_of_another_clients_program);
   tcase_add_test(tc, register_outlives_the_command);
+  tcase_add_test(tc, fetch_of_fused_intermediate);
   tcase_add_test(tc, daemon_gone_costs_one_timeout);
   tcase_add_test(tc, explicit_zero_recipe_flags);
   tcase_add_test(tc, daemon_max_message_reaches_the_client);
