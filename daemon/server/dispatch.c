@@ -240,8 +240,7 @@ static pe_status *h_get_params(ctx *c) {
     for (int i = 0; !st && i < n; i++) {
       names[i] = rq->names[i];
       if (!pe_model_has(m->m, names[i]))
-        st = pe_error(PE_EUNKNOWN_VAR, "get_params: model '%s' has no parameter '%.64s'", m->name,
-                      names[i]);
+        st = pe_error(PE_EUNKNOWN_VAR, "model '%s' has no parameter '%.64s'", m->name, names[i]);
     }
   }
   Pe__ParamsReply *r = st ? NULL : pe_arena_alloc(c->a, sizeof *r);
@@ -279,6 +278,15 @@ static pe_status *h_get_params(ctx *c) {
   return st ? pe_status_wrap(st, "get_params") : NULL;
 }
 
+/* st prefixed with the request's name once: the wire checks already name
+ * it, and the model's own errors name the model (review 3 #15: the
+ * prefixes were doubled). */
+static pe_status *wrap_once(pe_status *st, const char *what) {
+  size_t n = strlen(what);
+  if (!st || (!strncmp(st->msg, what, n) && st->msg[n] == ':')) return st;
+  return pe_status_wrap(st, "%s", what);
+}
+
 static pe_status *h_set_params(ctx *c) {
   const Pe__ParamsRequest *rq = c->rq->set_params;
   pe_srv_model *m;
@@ -305,7 +313,7 @@ static pe_status *h_set_params(ctx *c) {
   free(views);
   free(names);
   pe_registry_model_release(c->s->reg, m);
-  return st ? pe_status_wrap(st, "set_params of model '%s'", rq->model) : NULL;
+  return wrap_once(st, "set_params");
 }
 
 static pe_status *checkpoint_reply(ctx *c, char *path, uint64_t bytes) {
