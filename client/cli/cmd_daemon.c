@@ -97,6 +97,13 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
         m->restart_checkpoint_age_s, (long long)m->changes_since_restart_checkpoint,
         m->restart_checkpoint_read ? "true" : "false");
   }
+  printf("],\"lanes\":[");
+  for (size_t i = 0; i < s->n_lanes; i++) {
+    printf("%s{\"name\":", i ? "," : "");
+    cli_json_str(stdout, s->lanes[i].name);
+    printf(",\"threads\":%d,\"busy\":%d,\"queued\":%d}", s->lanes[i].threads, s->lanes[i].busy,
+           s->lanes[i].queued);
+  }
   printf("],\"runs\":[");
   for (size_t i = 0; i < s->n_runs; i++) {
     const pe_client_run_status *r = &s->runs[i];
@@ -117,6 +124,10 @@ static void print_status_text(const pe_client_status *s) {
       (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
       (unsigned long long)s->runs_total, s->runs_in_flight, s->queue_depth, s->clients,
       s->programs);
+  for (size_t i = 0; i < s->n_lanes; i++)
+    printf("%s %s lane: %d thread(s), %d busy, %d queued%s", i ? ";" : "request", s->lanes[i].name,
+           s->lanes[i].threads, s->lanes[i].busy, s->lanes[i].queued,
+           i + 1 == s->n_lanes ? "\n" : "");
   for (size_t i = 0; i < s->n_runs; i++)
     printf("  run of client %016llx on model %s (program 0x%016llx): %u of %u steps, %.1f s\n",
            (unsigned long long)s->runs[i].client_id, s->runs[i].model,

@@ -420,6 +420,15 @@ typedef struct pe_client_run_status {
   double age_s;
 } pe_client_run_status;
 
+/* A request lane of the daemon: "work" (run, register, init, get/set
+ * params, save, load) or "control" (ping, status, close, deregister,
+ * drop_model, shared-memory regions), its threads, those busy (this
+ * Status not counted) and the requests waiting for one. */
+typedef struct pe_client_lane_status {
+  const char *name;
+  int threads, busy, queued;
+} pe_client_lane_status;
+
 typedef struct pe_client_status {
   const char *version;
   double uptime_s;
@@ -435,6 +444,8 @@ typedef struct pe_client_status {
   int runs_in_flight;           /* Run requests being computed now */
   size_t n_runs;                /* those runs, oldest first (valid until the next request) */
   const pe_client_run_status *runs;
+  size_t n_lanes; /* work, then control (valid until the next request) */
+  const pe_client_lane_status *lanes;
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required */

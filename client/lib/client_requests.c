@@ -381,14 +381,19 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
   rc = pec_call(c, what, &req, PE__REPLY__BODY_STATUS);
   if (rc) return rc;
   const Pe__StatusReply *s = c->reply->status;
-  /* One block: places, models, then runs (each 8-byte aligned). */
+  /* One block: places, models, runs, then lanes (each 8-byte aligned). */
   char *block = pec_results_alloc(c, s->n_places * sizeof(pe_client_place_status) +
                                          s->n_models * sizeof(pe_client_model_status) +
-                                         s->n_runs * sizeof(pe_client_run_status));
+                                         s->n_runs * sizeof(pe_client_run_status) +
+                                         s->n_lanes * sizeof(pe_client_lane_status));
   if (!block) return pec_fail(c, PE_C_ENOMEM, "%s: reply arrays", what);
   pe_client_place_status *ps = (pe_client_place_status *)block;
   pe_client_model_status *ms = (pe_client_model_status *)(ps + s->n_places);
   pe_client_run_status *rs = (pe_client_run_status *)(ms + s->n_models);
+  pe_client_lane_status *ls = (pe_client_lane_status *)(rs + s->n_runs);
+  for (size_t i = 0; i < s->n_lanes; i++)
+    ls[i] = (pe_client_lane_status){s->lanes[i]->name, s->lanes[i]->threads, s->lanes[i]->busy,
+                                    s->lanes[i]->queued};
   for (size_t i = 0; i < s->n_runs; i++)
     rs[i] =
         (pe_client_run_status){s->runs[i]->client_id,  s->runs[i]->model,       s->runs[i]->handle,
@@ -431,6 +436,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .runs_in_flight = s->runs_in_flight,
       .n_runs = s->n_runs,
       .runs = rs,
+      .n_lanes = s->n_lanes,
+      .lanes = ls,
       .reply_cache_entries = s->reply_cache_entries,
       .reply_cache_bytes = s->reply_cache_bytes,
       .resends_answered = s->resends_answered,

@@ -92,6 +92,7 @@ typedef struct worker {
   pthread_t thread;
   int id;
   uint32_t rng;                       /* victim choice; this worker only */
+  unsigned looks;                     /* find_task calls; this worker only */
   unsigned seen[PE_POOL_MAX_THREADS]; /* victims' takes at our last look */
 } worker;
 
@@ -276,16 +277,32 @@ static uint32_t xorshift(uint32_t *s) {
  * random victim. self is NULL for a thread outside the pool: it only
  * steals single tasks from the workers (it has no queue to keep the rest
  * of a stack in). */
+/* The urgent stack, else the inject stack: the oldest task, the rest to
+ * the front of self's queue. */
+static pe_task *take_stacks(pe_pool *p, worker *self) {
+  pe_task *last, *t;
+  int k;
+  if ((t = stack_take_all(&p->urgent, &last, &k)) || (t = stack_take_all(&p->inject, &last, &k))) {
+    if (k > 1) queue_push(&self->q, t->next, last, k - 1, true);
+    return t;
+  }
+  return NULL;
+}
+
+/* Every FAIR_EVERY-th look a worker takes the stacks before its own queue.
+ * Its own submissions go to the queue's front, so while runs keep it busy
+ * (one worker, two long runs) the queue never empties, and an outside
+ * submission (a new run's first step, the engine ops of a model freed by
+ * a close) waited for seconds (review 3 #3). */
+#define FAIR_EVERY 8
+
 static pe_task *find_task(pe_pool *p, worker *self) {
   pe_task *last;
   int k;
   pe_task *t;
+  if (self && ++self->looks % FAIR_EVERY == 0 && (t = take_stacks(p, self))) return t;
   if (self && (t = queue_take(&self->q, 1, &last, &k))) return t;
-  if (self && ((t = stack_take_all(&p->urgent, &last, &k)) ||
-               (t = stack_take_all(&p->inject, &last, &k)))) {
-    if (k > 1) queue_push(&self->q, t->next, last, k - 1, true);
-    return t;
-  }
+  if (self && (t = take_stacks(p, self))) return t;
   if (p->n == 1 && self) return NULL;
   uint32_t seed = self ? xorshift(&self->rng) : (uint32_t)(uintptr_t)&last;
   int start = (int)(seed % (uint32_t)p->n);

@@ -14,7 +14,9 @@
  *    pushes to the front of that worker's own queue (LIFO: the next task it
  *    runs is the one it just made ready, whose inputs are still in cache).
  * A worker looks for work in its own queue, then the inject queue (taking
- * all of it into its own queue), then steals from the other workers (a
+ * all of it into its own queue; every 8th look the inject queue comes
+ * first, so that a queue kept busy by its own submissions does not starve
+ * outside ones), then steals from the other workers (a
  * batch of up to half a victim's queue; from a short queue only once the
  * victim has not taken a task for one poll interval, ~0.5 us, so that
  * owners that keep up are not slowed by thieves). Each worker queue has

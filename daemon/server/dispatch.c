@@ -73,7 +73,7 @@ static pe_status *h_status(ctx *c) {
   Pe__StatusReply *st = pe_arena_alloc(c->a, sizeof *st);
   if (!st) return OOM("status");
   pe__status_reply__init(st);
-  PE_TRY(pe_status_fill(c->s, st, c->a));
+  PE_TRY(pe_status_fill(c->s, c->lane, st, c->a));
   c->rep->body_case = PE__REPLY__BODY_STATUS;
   c->rep->status = st;
   return NULL;
@@ -410,28 +410,34 @@ static pe_status *h_unregister_shm(ctx *c) {
 }
 
 /* --- table ------------------------------------------------------------------- */
+/* lane (server.h): CONTROL only for handlers that run no program, wait on
+ * no model's steps (a run in flight is cancelled, not waited for) and read
+ * or write no checkpoint file; a model they free has no run left on it. */
+#define WORK PE_LANE_WORK
+#define CONTROL PE_LANE_CONTROL
 typedef struct handler_row {
   Pe__Request__BodyCase kind;
   const char *name;
   pe_status *(*fn)(ctx *c);
+  pe_lane lane;
   bool ends_session; /* not touched: that would open the session again */
 } handler_row;
 
 static const handler_row handlers[] = {
-    {PE__REQUEST__BODY_PING, "ping", h_ping},
-    {PE__REQUEST__BODY_REGISTER, "register", h_register},
-    {PE__REQUEST__BODY_INIT, "init", h_init},
-    {PE__REQUEST__BODY_RUN, "run", h_run},
-    {PE__REQUEST__BODY_GET_PARAMS, "get_params", h_get_params},
-    {PE__REQUEST__BODY_SET_PARAMS, "set_params", h_set_params},
-    {PE__REQUEST__BODY_SAVE, "save", h_save},
-    {PE__REQUEST__BODY_LOAD, "load", h_load},
-    {PE__REQUEST__BODY_DEREGISTER, "deregister", h_deregister},
-    {PE__REQUEST__BODY_STATUS, "status", h_status},
-    {PE__REQUEST__BODY_REGISTER_SHM, "register_shm", h_register_shm},
-    {PE__REQUEST__BODY_UNREGISTER_SHM, "unregister_shm", h_unregister_shm},
-    {PE__REQUEST__BODY_CLOSE, "close", h_close, true},
-    {PE__REQUEST__BODY_DROP_MODEL, "drop_model", h_drop_model},
+    {PE__REQUEST__BODY_PING, "ping", h_ping, CONTROL},
+    {PE__REQUEST__BODY_REGISTER, "register", h_register, WORK},
+    {PE__REQUEST__BODY_INIT, "init", h_init, WORK},
+    {PE__REQUEST__BODY_RUN, "run", h_run, WORK},
+    {PE__REQUEST__BODY_GET_PARAMS, "get_params", h_get_params, WORK},
+    {PE__REQUEST__BODY_SET_PARAMS, "set_params", h_set_params, WORK},
+    {PE__REQUEST__BODY_SAVE, "save", h_save, WORK},
+    {PE__REQUEST__BODY_LOAD, "load", h_load, WORK},
+    {PE__REQUEST__BODY_DEREGISTER, "deregister", h_deregister, CONTROL},
+    {PE__REQUEST__BODY_STATUS, "status", h_status, CONTROL},
+    {PE__REQUEST__BODY_REGISTER_SHM, "register_shm", h_register_shm, CONTROL},
+    {PE__REQUEST__BODY_UNREGISTER_SHM, "unregister_shm", h_unregister_shm, CONTROL},
+    {PE__REQUEST__BODY_CLOSE, "close", h_close, CONTROL, true},
+    {PE__REQUEST__BODY_DROP_MODEL, "drop_model", h_drop_model, CONTROL},
 };
 
 static const handler_row *find_handler(Pe__Request__BodyCase k) {
@@ -445,11 +451,16 @@ const char *pe_request_kind_name(Pe__Request__BodyCase k) {
   return h ? h->name : "none";
 }
 
-void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, Pe__Reply *rep,
+pe_lane pe_request_lane(Pe__Request__BodyCase k) {
+  const handler_row *h = find_handler(k);
+  return h ? h->lane : PE_LANE_WORK;
+}
+
+void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, pe_lane lane, Pe__Reply *rep,
                  pe_arena *a) {
   rep->client_id = rq->client_id;
   rep->request_id = rq->request_id;
-  ctx c = {s, rq, rep, a, received};
+  ctx c = {s, rq, rep, a, received, lane};
   const handler_row *h = find_handler(rq->body_case);
   pe_status *st;
   if (!h) {

@@ -39,16 +39,22 @@ typedef struct pe_request_ctx {
   Pe__Reply *rep;
   pe_arena *a;
   double received; /* monotonic seconds, when read off the socket */
+  pe_lane lane;    /* the lane whose thread handles it */
 } pe_request_ctx;
 
 /* Handle a decoded request; `received` is when it was read off the socket
- * (monotonic seconds, for queue time). rep must be PE__REPLY__INIT'd. */
-void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, Pe__Reply *rep, pe_arena *a);
+ * (monotonic seconds, for queue time), lane the lane it was taken from. rep
+ * must be PE__REPLY__INIT'd. */
+void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, pe_lane lane, Pe__Reply *rep,
+                 pe_arena *a);
 
 /* Name of a request kind, for logs ("run", "register", ...). */
 const char *pe_request_kind_name(Pe__Request__BodyCase c);
 
-/* Fill StatusReply (status.c). */
-pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *out, pe_arena *a);
+/* The lane a request kind is queued in (server.h); unknown kinds: work. */
+pe_lane pe_request_lane(Pe__Request__BodyCase c);
+
+/* Fill StatusReply (status.c) for a Status taken from `lane`. */
+pe_status *pe_status_fill(pe_server *s, pe_lane lane, Pe__StatusReply *out, pe_arena *a);
 
 #endif

@@ -212,7 +212,7 @@ typedef struct pe_model_snapshot {
   char restart_name[PE_NAME_MAX + 1];
   uint64_t changes; /* pe_model_changes() at the snapshot */
 } pe_model_snapshot;
-/* with_bytes: fill param_bytes (reads every model's tensors: Status only). */
+/* with_bytes: fill param_bytes (the claims' bytes: model_shapes.h; no value is read). */
 void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **models,
                           int *n_models, int *n_programs, int *n_clients);
 

@@ -23,6 +23,7 @@
 #include "server/dispatch.h"
 #include "server/programs.h"
 #include "server/reply_pack.h"
+#include "server/request_peek.h"
 #include "server/shm.h"
 #include "server/state_lock.h"
 
@@ -39,9 +40,24 @@ typedef struct job {
   size_t len;
   void *ctrl;
   double received;
-  uint64_t seq; /* receive order (main thread): which copy of a resent request is newest */
+  uint64_t seq;    /* receive order (main thread): which copy of a resent request is newest */
+  uint64_t client; /* Request.client_id as peeked (0: unknown) */
+  pe_lane lane;    /* the queue it waits in, the threads that take it */
   struct job *next;
 } job;
+
+/* One lane's queue (under pe_loop.mu) and the wake-up of its threads. */
+typedef struct lane_queue {
+  job *head, *tail;
+  pthread_cond_t cv;
+} lane_queue;
+
+/* A request thread: the lane it serves. */
+typedef struct req_thread {
+  pe_server *s;
+  pe_lane lane;
+  pthread_t th;
+} req_thread;
 
 /* One reply on its way to the main thread. */
 typedef struct out_msg {
@@ -58,22 +74,32 @@ struct pe_loop {
   ev_signal sigterm_w, sigint_w, sighup_w, sigusr1_w, sigusr2_w;
   ev_timer tick_w, watchdog_w, drain_w;
 
-  pthread_mutex_t mu; /* q, closing, out, alive */
-  pthread_cond_t cv;
-  job *q_head, *q_tail;
+  pthread_mutex_t mu; /* lq, closing, out, alive */
+  lane_queue lq[PE_LANES];
   bool closing;
   out_msg *out_head, *out_tail;
   int alive;         /* request threads not yet exited */
   uint64_t recv_seq; /* main thread only */
 
-  pthread_t *threads;
-  int n_threads;
+  req_thread *threads;
+  int n_threads;         /* both lanes */
   pe_autosave *autosave; /* its own thread; stopped before the shutdown checkpoint */
   bool stopping;
   char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
 };
 
 static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len);
+
+int pe_server_pending(pe_server *s) {
+  int n = 0;
+  for (int l = 0; l < PE_LANES; l++)
+    n += atomic_load(&s->lanes[l].queued) + atomic_load(&s->lanes[l].busy);
+  return n;
+}
+
+const char *pe_lane_name(pe_lane l) {
+  return l == PE_LANE_CONTROL ? "control" : "work";
+}
 
 pe_limits pe_server_limits(pe_server *s) {
   pthread_mutex_lock(&s->cfg_mu);
@@ -319,11 +345,11 @@ static void job_free(job *j) {
   free(j);
 }
 
-/* The job stops counting in Status' queue depth (pe_server.in_flight), once,
+/* The job stops counting in Status' queue depth (its lane's busy), once,
  * before its reply leaves: a client that has its reply never finds its
  * request still counted while the thread tidies up. */
-static void job_answering(pe_server *s) {
-  atomic_fetch_sub(&s->in_flight, 1);
+static void job_answering(pe_server *s, const job *j) {
+  atomic_fetch_sub(&s->lanes[j->lane].busy, 1);
 }
 
 static void handle_job(pe_server *s, job *j) {
@@ -347,7 +373,7 @@ static void handle_job(pe_server *s, job *j) {
     const uint8_t *buf = pack_reply(s, &rep, &rb, &len, &owned);
     atomic_fetch_add(&s->requests_failed, 1);
     PE_LOGW("req client=- id=- kind=? code=EINVAL: %s", msg);
-    job_answering(s);
+    job_answering(s, j);
     queue_reply(s, j->ctrl, buf, len);
     j->ctrl = NULL;
     if (owned) free((void *)buf);
@@ -358,7 +384,7 @@ static void handle_job(pe_server *s, job *j) {
   uint64_t cid = rq->client_id, rid = rq->request_id;
   pe_dedup_state seen = pe_dedup_begin(s->dedup, cid, rid, j->seq, j);
   if (seen != PE_DEDUP_NEW) {
-    job_answering(s); /* answered (from the cache), parked or dropped */
+    job_answering(s, j); /* answered (from the cache), parked or dropped */
     static const char *const what[] = {
         [PE_DEDUP_DONE] = "resend answered from the reply cache (not applied again)",
         [PE_DEDUP_WAITING] = "duplicate of a request in progress, waiting for its reply",
@@ -374,7 +400,7 @@ static void handle_job(pe_server *s, job *j) {
   }
   Pe__Reply rep = PE__REPLY__INIT;
   pe_arena arena = {0};
-  pe_dispatch(s, rq, j->received, &rep, &arena);
+  pe_dispatch(s, rq, j->received, j->lane, &rep, &arena);
   size_t len = 0;
   bool owned;
   pe_reply_buf rb;
@@ -396,7 +422,7 @@ static void handle_job(pe_server *s, job *j) {
   /* Always finished, also with the out-of-memory notice: an entry left in
    * flight would park this request's resends forever. */
   pe_dedup_copy *parked;
-  job_answering(s);
+  job_answering(s, j);
   int n = pe_dedup_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
   for (int i = 0; i < n; i++) job_free(parked[i].job);
   free(parked);
@@ -405,21 +431,24 @@ static void handle_job(pe_server *s, job *j) {
 }
 
 static void *request_thread(void *arg) {
-  pe_server *s = arg;
+  req_thread *t = arg;
+  pe_server *s = t->s;
   pe_loop *L = s->loop;
+  lane_queue *q = &L->lq[t->lane];
+  pe_lane_counts *c = &s->lanes[t->lane];
   for (;;) {
     pthread_mutex_lock(&L->mu);
-    while (!L->q_head && !L->closing) pthread_cond_wait(&L->cv, &L->mu);
-    job *j = L->q_head;
+    while (!q->head && !L->closing) pthread_cond_wait(&q->cv, &L->mu);
+    job *j = q->head;
     if (j) {
-      L->q_head = j->next;
-      if (!L->q_head) L->q_tail = NULL;
-      atomic_fetch_sub(&s->queue_depth, 1);
-      atomic_fetch_add(&s->in_flight, 1);
+      q->head = j->next;
+      if (!q->head) q->tail = NULL;
+      atomic_fetch_sub(&c->queued, 1);
+      atomic_fetch_add(&c->busy, 1);
     }
     pthread_mutex_unlock(&L->mu);
     if (!j) break;    /* closing and drained */
-    handle_job(s, j); /* takes j off in_flight */
+    handle_job(s, j); /* takes j off its lane's busy */
   }
   pthread_mutex_lock(&L->mu);
   L->alive--;
@@ -429,6 +458,38 @@ static void *request_thread(void *arg) {
 }
 
 /* --- receive ----------------------------------------------------------------------- */
+/* Whether the work lane's queue holds a request of client (mu held). */
+static bool work_queued_for(pe_loop *L, uint64_t client) {
+  for (const job *q = L->lq[PE_LANE_WORK].head; q; q = q->next)
+    if (q->client == client) return true;
+  return false;
+}
+
+/* Queue j in its lane (main thread): a control kind goes to the control
+ * lane unless an earlier request of its client still waits in the work
+ * lane, which it must not overtake (a close would otherwise end the
+ * session before the client's queued run starts). Client 0 is anonymous:
+ * no order between its requests is kept. */
+static void enqueue(pe_server *s, job *j, const uint8_t *body) {
+  pe_loop *L = s->loop;
+  pe_request_peek pk; /* unreadable: zeroed, the work lane's thread answers the error */
+  bool control =
+      pe_request_peek_read(body, j->len, &pk) && pe_request_lane(pk.kind) == PE_LANE_CONTROL;
+  j->client = pk.client;
+  pthread_mutex_lock(&L->mu);
+  if (control && j->client && work_queued_for(L, j->client)) control = false;
+  j->lane = control ? PE_LANE_CONTROL : PE_LANE_WORK;
+  lane_queue *q = &L->lq[j->lane];
+  if (q->tail)
+    q->tail->next = j;
+  else
+    q->head = j;
+  q->tail = j;
+  atomic_fetch_add(&s->lanes[j->lane].queued, 1);
+  pthread_cond_signal(&q->cv);
+  pthread_mutex_unlock(&L->mu);
+}
+
 static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
   pe_server *s = w->data;
   pe_loop *L = s->loop;
@@ -458,15 +519,7 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
     j->ctrl = ctrl;
     j->received = pe_now_s();
     j->seq = ++L->recv_seq;
-    pthread_mutex_lock(&L->mu);
-    if (L->q_tail)
-      L->q_tail->next = j;
-    else
-      L->q_head = j;
-    L->q_tail = j;
-    atomic_fetch_add(&s->queue_depth, 1);
-    pthread_cond_signal(&L->cv);
-    pthread_mutex_unlock(&L->mu);
+    enqueue(s, j, body);
   }
 }
 
@@ -477,8 +530,7 @@ static void notify_status(pe_server *s) {
   pe_registry_snapshot(s->reg, false, &ms, &nm, &np, &nc);
   free(ms);
   sd_notifyf(0, "STATUS=%d programs, %d models, %d clients, %llu requests, %d queued", np, nm, nc,
-             (unsigned long long)atomic_load(&s->requests_total),
-             atomic_load(&s->queue_depth) + atomic_load(&s->in_flight));
+             (unsigned long long)atomic_load(&s->requests_total), pe_server_pending(s));
 }
 
 static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -498,6 +550,14 @@ static void watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents) {
 }
 
 /* --- signals --------------------------------------------------------------------- */
+static int in_flight(pe_server *s) {
+  return atomic_load(&s->lanes[PE_LANE_WORK].busy) + atomic_load(&s->lanes[PE_LANE_CONTROL].busy);
+}
+static int queued(pe_server *s) {
+  return atomic_load(&s->lanes[PE_LANE_WORK].queued) +
+         atomic_load(&s->lanes[PE_LANE_CONTROL].queued);
+}
+
 static void drain_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   pe_server *s = w->data;
   pe_loop *L = s->loop;
@@ -508,12 +568,20 @@ static void drain_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   if (done) ev_break(loop, EVBREAK_ALL);
 }
 
+/* No more requests: every request thread ends once its lane is drained. */
+static void close_lanes(pe_loop *L) {
+  pthread_mutex_lock(&L->mu);
+  L->closing = true;
+  for (int l = 0; l < PE_LANES; l++) pthread_cond_broadcast(&L->lq[l].cv);
+  pthread_mutex_unlock(&L->mu);
+}
+
 static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   pe_server *s = w->data;
   pe_loop *L = s->loop;
   if (L->stopping) {
     PE_LOGW("signal %d: already stopping (waiting for %d requests in flight)", w->signum,
-            atomic_load(&s->in_flight));
+            in_flight(s));
     return;
   }
   L->stopping = true;
@@ -521,14 +589,10 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   PE_LOGI(
       "signal %d: stopping: no new requests; finishing %d in flight (%d run(s): each stops at its "
       "next step boundary), %d queued",
-      w->signum, atomic_load(&s->in_flight), pe_run_table_count(&s->runs),
-      atomic_load(&s->queue_depth));
+      w->signum, in_flight(s), pe_run_table_count(&s->runs), queued(s));
   sd_notify(0, "STOPPING=1");
   ev_io_stop(loop, &L->rcv_w);
-  pthread_mutex_lock(&L->mu);
-  L->closing = true;
-  pthread_cond_broadcast(&L->cv);
-  pthread_mutex_unlock(&L->mu);
+  close_lanes(L);
   ev_timer_start(loop, &L->drain_w);
 }
 
@@ -631,6 +695,31 @@ static int sock_fd(int sock, int opt) {
   return fd;
 }
 
+/* --- request threads: start -------------------------------------------------------- */
+/* cfg.request_threads for the work lane, then PE_CONTROL_THREADS for the
+ * control lane. On failure L->n_threads counts the ones started. */
+static pe_status *start_request_threads(pe_server *s) {
+  pe_loop *L = s->loop;
+  int work = s->cfg.request_threads > 0 ? s->cfg.request_threads : 1;
+  int total = work + PE_CONTROL_THREADS;
+  L->threads = calloc((size_t)total, sizeof *L->threads);
+  if (!L->threads) return pe_error(PE_ENOMEM, "server: out of memory");
+  for (int i = 0; i < total; i++) {
+    req_thread *t = &L->threads[i];
+    t->s = s;
+    t->lane = i < work ? PE_LANE_WORK : PE_LANE_CONTROL;
+    if (pthread_create(&t->th, NULL, request_thread, t) != 0)
+      return pe_error(PE_EINTERNAL, "server: cannot start %s request thread %d",
+                      pe_lane_name(t->lane), i);
+    L->n_threads = i + 1;
+    atomic_fetch_add(&s->lanes[t->lane].threads, 1);
+    pthread_mutex_lock(&L->mu);
+    L->alive++;
+    pthread_mutex_unlock(&L->mu);
+  }
+  return NULL;
+}
+
 /* --- shutdown ------------------------------------------------------------------------ */
 /* Returns how many persistent models could not be checkpointed. */
 static int checkpoint_persistent(pe_server *s) {
@@ -680,7 +769,7 @@ pe_status *pe_server_run(pe_server *s) {
   s->loop = L;
   L->sock = -1;
   pthread_mutex_init(&L->mu, NULL);
-  pthread_cond_init(&L->cv, NULL);
+  for (int l = 0; l < PE_LANES; l++) pthread_cond_init(&L->lq[l].cv, NULL);
   signal(SIGPIPE, SIG_IGN);
   L->loop = ev_default_loop(EVFLAG_AUTO);
   pe_status *st = L->loop ? NULL : pe_error(PE_EIO, "server: libev loop");
@@ -721,19 +810,7 @@ pe_status *pe_server_run(pe_server *s) {
       ev_timer_start(L->loop, &L->watchdog_w);
       PE_LOGI("systemd watchdog: WATCHDOG=1 every %.2f s", every);
     }
-    L->n_threads = s->cfg.request_threads > 0 ? s->cfg.request_threads : 1;
-    L->threads = calloc((size_t)L->n_threads, sizeof *L->threads);
-    if (!L->threads) st = pe_error(PE_ENOMEM, "server: out of memory");
-    for (int i = 0; !st && i < L->n_threads; i++) {
-      if (pthread_create(&L->threads[i], NULL, request_thread, s) != 0) {
-        st = pe_error(PE_EINTERNAL, "server: cannot start request thread %d", i);
-        L->n_threads = i;
-      } else {
-        pthread_mutex_lock(&L->mu);
-        L->alive++;
-        pthread_mutex_unlock(&L->mu);
-      }
-    }
+    st = start_request_threads(s);
   }
   /* Autosave: its saves run off the loop and the pool, for seconds. */
   if (!st)
@@ -743,18 +820,17 @@ pe_status *pe_server_run(pe_server *s) {
     char places[32];
     snprintf(places, sizeof places, "%s:%d", pe_place_kind_name(s->place_kind), s->n_places);
     PE_LOGI(
-        "pe-executord %s ready on %s (places %s, %d request threads, state %s, max message %lld)",
-        PE_SERVER_VERSION, s->cfg.socket, places, L->n_threads, s->cfg.state_dir,
+        "pe-executord %s ready on %s (places %s, %d request threads + %d for control requests, "
+        "state %s, max message %lld)",
+        PE_SERVER_VERSION, s->cfg.socket, places, atomic_load(&s->lanes[PE_LANE_WORK].threads),
+        atomic_load(&s->lanes[PE_LANE_CONTROL].threads), s->cfg.state_dir,
         (long long)s->cfg.max_message);
     sd_notifyf(0, "READY=1\nSTATUS=serving on %s", s->cfg.socket);
     ev_run(L->loop, 0);
   }
   /* Stop the request threads (also on a startup failure). */
-  pthread_mutex_lock(&L->mu);
-  L->closing = true;
-  pthread_cond_broadcast(&L->cv);
-  pthread_mutex_unlock(&L->mu);
-  for (int i = 0; i < L->n_threads; i++) pthread_join(L->threads[i], NULL);
+  close_lanes(L);
+  for (int i = 0; i < L->n_threads; i++) pthread_join(L->threads[i].th, NULL);
   free(L->threads);
   /* Before the shutdown checkpoint, which writes the same files. */
   pe_autosave_stop(L->autosave);
@@ -765,11 +841,12 @@ pe_status *pe_server_run(pe_server *s) {
    * supervisor (systemd) should say so. */
   int unsaved = st ? 0 : checkpoint_persistent(s);
   /* Requests left behind (none after a clean drain). */
-  while (L->q_head) {
-    job *j = L->q_head;
-    L->q_head = j->next;
-    job_free(j);
-  }
+  for (int l = 0; l < PE_LANES; l++)
+    while (L->lq[l].head) {
+      job *j = L->lq[l].head;
+      L->lq[l].head = j->next;
+      job_free(j);
+    }
   while (L->out_head) {
     out_msg *m = L->out_head;
     L->out_head = m->next;
@@ -781,7 +858,7 @@ pe_status *pe_server_run(pe_server *s) {
   if (L->ipc_path[0] && !st) unlink(L->ipc_path);
   if (L->loop) ev_loop_destroy(L->loop);
   pthread_mutex_destroy(&L->mu);
-  pthread_cond_destroy(&L->cv);
+  for (int l = 0; l < PE_LANES; l++) pthread_cond_destroy(&L->lq[l].cv);
   free(L);
   s->loop = NULL;
   if (!st && unsaved)

@@ -1,6 +1,7 @@
 /* The Status reply: uptime, places with parameter bytes, models (with what
  * their checkpoints did), programs, queue depth, the runs in flight (client,
- * model, steps done of total, age), request counters, clients,
+ * model, steps done of total, age), the request lanes (threads, busy,
+ * queued), request counters, clients,
  * reply cache counters, the autosave interval. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,13 +10,33 @@
 #include "server/dispatch.h"
 #include "server/programs.h"
 
-pe_status *pe_status_fill(pe_server *s, Pe__StatusReply *r, pe_arena *a) {
+/* The lanes' threads, busy ones and queues; busy leaves out this Status
+ * (taken from `self`). */
+static pe_status *fill_lanes(pe_server *s, pe_lane self, Pe__StatusReply *r, pe_arena *a) {
+  r->lanes = pe_arena_alloc(a, sizeof *r->lanes * PE_LANES);
+  if (!r->lanes) return pe_error(PE_ENOMEM, "status: out of memory");
+  for (int l = 0; l < PE_LANES; l++) {
+    Pe__LaneStatus *x = pe_arena_alloc(a, sizeof *x);
+    if (!x) return pe_error(PE_ENOMEM, "status: out of memory");
+    pe__lane_status__init(x);
+    x->name = (char *)pe_lane_name((pe_lane)l);
+    x->threads = atomic_load(&s->lanes[l].threads);
+    x->queued = atomic_load(&s->lanes[l].queued);
+    x->busy = atomic_load(&s->lanes[l].busy) - (l == (int)self);
+    if (x->busy < 0) x->busy = 0;
+    r->lanes[r->n_lanes++] = x;
+  }
+  return NULL;
+}
+
+pe_status *pe_status_fill(pe_server *s, pe_lane self, Pe__StatusReply *r, pe_arena *a) {
   r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
   r->uptime_s = pe_now_s() - s->start_time;
   /* Requests waiting or being handled, but for this Status (review 2 #15:
    * an idle daemon said queue depth 1). */
-  int depth = atomic_load(&s->queue_depth) + atomic_load(&s->in_flight) - 1;
+  int depth = pe_server_pending(s) - 1;
   r->queue_depth = depth > 0 ? depth : 0;
+  PE_TRY(fill_lanes(s, self, r, a));
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);

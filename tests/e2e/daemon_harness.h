@@ -516,23 +516,41 @@ static inline pe_model_spec dh_mlp(void) {
   return m;
 }
 
+/* A model from the text of a model file (conf/models/README.md). */
+static inline pe_model_spec dh_model_text(const char *name, const char *text) {
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_file_parse(text, strlen(text), name, &m, err, sizeof err) == 0, "%s: %s",
+                name, err);
+  return m;
+}
+
 /* The mlp with a first layer of 512 (fc_0.w [784,512], fc_0.b [512]): the
  * same names, other shapes. */
 static inline pe_model_spec dh_mlp_wide(void) {
-  static const char text[] =
-      "input image 784\n"
-      "label label\n"
-      "fc 512 act=relu\n"
-      "fc 128 act=relu\n"
-      "fc 10\n"
-      "loss softmax_with_cross_entropy\n"
-      "accuracy top=1\n"
-      "optimizer momentum lr=0.1 mu=0.9\n";
-  pe_model_spec m;
-  char err[256];
-  ck_assert_msg(pe_model_file_parse(text, strlen(text), "wide", &m, err, sizeof err) == 0,
-                "wide: %s", err);
-  return m;
+  return dh_model_text("wide",
+                       "input image 784\n"
+                       "label label\n"
+                       "fc 512 act=relu\n"
+                       "fc 128 act=relu\n"
+                       "fc 10\n"
+                       "loss softmax_with_cross_entropy\n"
+                       "accuracy top=1\n"
+                       "optimizer momentum lr=0.1 mu=0.9\n");
+}
+
+/* Run `pe-client --socket <d's> ARGS` ($PE_BUILD_DIR), which must exit 0;
+ * its stdout, NUL-terminated, into out (cap bytes). */
+static inline void dh_cli(const dh_daemon *d, const char *args, char *out, size_t cap) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "'%s/pe-client' --socket '%s' %s", getenv("PE_BUILD_DIR"), d->addr,
+           args);
+  FILE *p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  ck_assert_msg(st == 0, "%s: wait status 0x%x, output: %s", cmd, st, out);
 }
 
 #endif

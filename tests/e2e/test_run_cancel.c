@@ -13,9 +13,9 @@
  * Status (and pe-client status, text and --json) lists it: client, model,
  * program, steps done of STEPS (growing), age. */
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/mman.h>
 
+#include "async_call.h"
 #include "check_main.h"
 #include "daemon_harness.h"
 #include "test_assert.h"
@@ -25,36 +25,8 @@
 #define CLIENT_C 0xca03
 #define STEPS 1000000u
 
-/* The long run, sent from its own thread and socket; the main thread
- * polls `done` (no Check assertion in this thread). */
-typedef struct runner {
-  const dh_daemon *d;
-  uint8_t *buf; /* the packed request (kept for a resend) */
-  size_t len;
-  Pe__Reply *rep; /* NULL: no reply */
-  atomic_bool done;
-  pthread_t th;
-} runner;
-
-static void *runner_main(void *arg) {
-  runner *r = arg;
-  int s = nn_socket(AF_SP, NN_REQ);
-  int t = 60000, unlimited = -1;
-  nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &unlimited, sizeof unlimited);
-  nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVTIMEO, &t, sizeof t);
-  nn_setsockopt(s, NN_SOL_SOCKET, NN_SNDTIMEO, &t, sizeof t);
-  if (s >= 0 && nn_connect(s, r->d->addr) >= 0) {
-    void *rbuf = NULL;
-    int n = nn_send(s, r->buf, r->len, 0) < 0 ? -1 : nn_recv(s, &rbuf, NN_MSG, 0);
-    if (n >= 0) {
-      r->rep = pe__reply__unpack(NULL, (size_t)n, rbuf);
-      nn_freemsg(rbuf);
-    }
-  }
-  if (s >= 0) nn_close(s);
-  atomic_store(&r->done, true);
-  return NULL;
-}
+/* The long run, sent from its own thread and socket (async_call.h). */
+typedef dh_async runner;
 
 /* A batched run's feeds: STEPS mini-batches of one row of zeros, in a
  * shared-memory region of CLIENT_A (labels, then images: 3 GB of sparse
@@ -128,27 +100,18 @@ static void zero_batch(dh_batch *b) {
  * shm_feeds'). */
 static void runner_start(runner *r, const dh_daemon *d, uint64_t h, Pe__Tensor **feeds,
                          bool batched, const char *loss) {
-  memset(r, 0, sizeof *r);
-  r->d = d;
   Pe__RunRequest run;
   char *f[] = {(char *)loss};
   Pe__Request rq = dh_run_req(CLIENT_A, &run, h, feeds, 2, f, 1, batched ? 0 : STEPS);
   run.batches = batched ? STEPS : 0;
-  r->len = pe__request__get_packed_size(&rq);
-  r->buf = malloc(r->len);
-  pe__request__pack(&rq, r->buf);
-  ck_assert_int_eq(pthread_create(&r->th, NULL, runner_main, r), 0);
+  dh_async_start(r, d, &rq);
 }
 
-/* Wait up to limit_s for the run's reply; the seconds waited. */
-static double runner_wait(runner *r, double limit_s) {
-  double t0 = dh_now();
-  while (!atomic_load(&r->done) && dh_now() - t0 < limit_s) dh_sleep_ms(10);
-  ck_assert_msg(atomic_load(&r->done), "no reply to the long run within %.0f s of its cancel",
+/* Wait up to limit_s for the run's reply. */
+static void runner_wait(runner *r, double limit_s) {
+  ck_assert_msg(dh_async_wait(r, limit_s), "no reply to the long run within %.0f s of its cancel",
                 limit_s);
-  pthread_join(r->th, NULL);
   ck_assert_msg(r->rep != NULL, "the long run got no reply");
-  return dh_now() - t0;
 }
 
 /* The reply says the run was cancelled for `why`; returns the steps done. */
@@ -222,16 +185,10 @@ static void wait_running(int s, uint64_t h) {
 
 /* pe-client status (text and --json) shows the run of program h. */
 static void cli_shows_run(const dh_daemon *d, uint64_t h) {
-  char cmd[1024], want[160];
+  char want[160];
   for (int json = 0; json < 2; json++) {
-    snprintf(cmd, sizeof cmd, "'%s/pe-client' --socket '%s' %sstatus", getenv("PE_BUILD_DIR"),
-             d->addr, json ? "--json " : "");
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
     static char out[1 << 16];
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    ck_assert_int_eq(pclose(p), 0);
+    dh_cli(d, json ? "--json status" : "status", out, sizeof out);
     if (json)
       snprintf(want, sizeof want,
                "\"runs\":[{\"client\":\"%016llx\",\"model\":\"rc\",\"handle\":\"0x%016llx\","

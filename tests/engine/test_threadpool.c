@@ -1,5 +1,6 @@
 /* Thread pool: every task runs exactly once (external and internal
  * submission, 1..8 workers), stealing, FIFO and urgent order from outside,
+ * outside submissions not starved by a worker's own,
  * no lost wake-ups over many sleep/wake rounds, free drains, worker ids and
  * start/stop hooks, run_one, submit_to placement. Waits in the tests have deadlines, so a lost
  * wake-up fails instead of hanging. */
@@ -201,6 +202,42 @@ START_TEST(outside_submissions_keep_order) {
   pe_pool_free(p);
   ck_assert_int_eq(log[0], N);
   for (int i = 0; i < N; i++) ck_assert_int_eq(log[i + 1], i);
+}
+END_TEST
+
+/* A task that resubmits itself from its worker (to the front of that
+ * worker's queue) until `stop`: a worker whose queue never empties, as
+ * with two long runs on a one-worker daemon. */
+typedef struct churn {
+  pe_task t;
+  pe_pool *pool;
+  atomic_int runs, stop;
+} churn;
+
+static void churn_fn(void *arg) {
+  churn *c = arg;
+  atomic_fetch_add(&c->runs, 1);
+  if (!atomic_load(&c->stop)) pe_pool_submit(c->pool, &c->t);
+}
+
+/* An outside submission runs while the worker's own queue never empties
+ * (it took the inject stack only from an empty queue: the task waited
+ * until the churn stopped, a Status or a close behind long runs). */
+START_TEST(outside_submissions_not_starved) {
+  pe_pool *p = new_pool(1, 0);
+  churn c = {.t = {churn_fn, &c, NULL}, .pool = p};
+  pe_pool_submit(p, &c.t);
+  ck_assert(wait_at_least(&c.runs, 1000, 10));
+  atomic_int total = 0;
+  counted x = {.t = {count_fn, &x, NULL}, .total = &total};
+  pe_pool_submit(p, &x.t);
+  bool ran = wait_at_least(&total, 1, 2);
+  int churned = atomic_load(&c.runs);
+  atomic_store(&c.stop, 1);
+  pe_pool_free(p);
+  ck_assert_msg(ran, "an outside task waited 2 s behind a worker's own submissions (%d of them)",
+                churned);
+  ck_assert_int_eq(atomic_load(&x.runs), 1);
 }
 END_TEST
 
@@ -411,6 +448,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, runs_every_task_once_internal);
   tcase_add_test(tc, idle_workers_steal);
   tcase_add_test(tc, outside_submissions_keep_order);
+  tcase_add_test(tc, outside_submissions_not_starved);
   tcase_add_test(tc, no_lost_wakeups);
   tcase_add_test(tc, free_drains_queued_tasks);
   tcase_add_test(tc, worker_ids_and_hooks);

@@ -1,0 +1,152 @@
+/* Reading a request's client id and body kind off its bytes (the main
+ * thread's choice of lane): every body kind as protobuf-c packs it, unknown
+ * fields of each wire type, two bodies (the last wins, as unpack has it),
+ * truncated and garbage bytes; and which kinds are control. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "server/dispatch.h"
+#include "server/request_peek.h"
+
+/* Pack rq into buf (cap bytes); its length. */
+static size_t pack(const Pe__Request *rq, uint8_t *buf, size_t cap) {
+  size_t n = pe__request__get_packed_size(rq);
+  ck_assert_uint_le(n, cap);
+  pe__request__pack(rq, buf);
+  return n;
+}
+
+/* A request of client 0x1234567890 with a body of kind k (sub-messages
+ * empty but for a RunRequest with a 1 KiB feed, to skip). */
+static size_t pack_kind(Pe__Request__BodyCase k, uint8_t *buf, size_t cap) {
+  static uint8_t data[1024];
+  Pe__Request rq = PE__REQUEST__INIT;
+  rq.client_id = 0x1234567890ull;
+  rq.request_id = 77;
+  rq.client_pid = 4242;
+  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
+  Pe__InitRequest in = PE__INIT_REQUEST__INIT;
+  Pe__RunRequest run = PE__RUN_REQUEST__INIT;
+  Pe__Tensor t = PE__TENSOR__INIT, *feeds[] = {&t};
+  t.name = (char *)"x";
+  t.data.data = data;
+  t.data.len = sizeof data;
+  run.n_feeds = 1;
+  run.feeds = feeds;
+  Pe__ParamsRequest pr = PE__PARAMS_REQUEST__INIT;
+  Pe__CheckpointRequest cr = PE__CHECKPOINT_REQUEST__INIT;
+  Pe__DeregisterRequest dr = PE__DEREGISTER_REQUEST__INIT;
+  Pe__ShmRequest sr = PE__SHM_REQUEST__INIT;
+  Pe__DropModelRequest dm = PE__DROP_MODEL_REQUEST__INIT;
+  rq.body_case = k;
+  switch (k) {
+    case PE__REQUEST__BODY_PING: rq.ping = 1; break;
+    case PE__REQUEST__BODY_REGISTER: rq.register_ = &reg; break;
+    case PE__REQUEST__BODY_INIT: rq.init = &in; break;
+    case PE__REQUEST__BODY_RUN: rq.run = &run; break;
+    case PE__REQUEST__BODY_GET_PARAMS: rq.get_params = &pr; break;
+    case PE__REQUEST__BODY_SET_PARAMS: rq.set_params = &pr; break;
+    case PE__REQUEST__BODY_SAVE: rq.save = &cr; break;
+    case PE__REQUEST__BODY_LOAD: rq.load = &cr; break;
+    case PE__REQUEST__BODY_DEREGISTER: rq.deregister = &dr; break;
+    case PE__REQUEST__BODY_STATUS: rq.status = 1; break;
+    case PE__REQUEST__BODY_REGISTER_SHM: rq.register_shm = &sr; break;
+    case PE__REQUEST__BODY_UNREGISTER_SHM: rq.unregister_shm = &sr; break;
+    case PE__REQUEST__BODY_CLOSE: rq.close = 1; break;
+    case PE__REQUEST__BODY_DROP_MODEL: rq.drop_model = &dm; break;
+    default: ck_abort_msg("kind %d", (int)k);
+  }
+  return pack(&rq, buf, cap);
+}
+
+START_TEST(test_every_kind) {
+  static uint8_t buf[4096];
+  for (int k = PE__REQUEST__BODY_PING; k <= PE__REQUEST__BODY_DROP_MODEL; k++) {
+    size_t n = pack_kind((Pe__Request__BodyCase)k, buf, sizeof buf);
+    pe_request_peek pk;
+    ck_assert_msg(pe_request_peek_read(buf, n, &pk), "kind %d not read", k);
+    ck_assert_int_eq(pk.kind, k);
+    ck_assert_uint_eq(pk.client, 0x1234567890ull);
+    /* What unpack decodes agrees. */
+    Pe__Request *rq = pe__request__unpack(NULL, n, buf);
+    ck_assert_ptr_nonnull(rq);
+    ck_assert_int_eq(rq->body_case, pk.kind);
+    pe__request__free_unpacked(rq, NULL);
+  }
+}
+END_TEST
+
+START_TEST(test_unknown_fields_and_two_bodies) {
+  /* client_id 5, field 99 varint, field 100 fixed64, field 101 bytes,
+   * field 102 fixed32, a run body (13, empty), then ping (10) = 1. */
+  const uint8_t m[] = {0x08, 0x05, 0x98, 0x06, 0x01, 0xa1, 0x06, 1,    2,    3,
+                       4,    5,    6,    7,    8,    0xaa, 0x06, 0x02, 0xff, 0xff,
+                       0xb5, 0x06, 1,    2,    3,    4,    0x6a, 0x00, 0x50, 0x01};
+  pe_request_peek pk;
+  ck_assert(pe_request_peek_read(m, sizeof m, &pk));
+  ck_assert_uint_eq(pk.client, 5);
+  ck_assert_int_eq(pk.kind, PE__REQUEST__BODY_PING);
+  Pe__Request *rq = pe__request__unpack(NULL, sizeof m, m);
+  ck_assert_ptr_nonnull(rq);
+  ck_assert_int_eq(rq->body_case, PE__REQUEST__BODY_PING);
+  pe__request__free_unpacked(rq, NULL);
+  /* No body, no client: read, both zero. */
+  ck_assert(pe_request_peek_read(m, 0, &pk));
+  ck_assert_int_eq(pk.kind, PE__REQUEST__BODY__NOT_SET);
+  ck_assert_uint_eq(pk.client, 0);
+}
+END_TEST
+
+START_TEST(test_unreadable) {
+  static uint8_t buf[4096];
+  size_t n = pack_kind(PE__REQUEST__BODY_RUN, buf, sizeof buf);
+  pe_request_peek pk;
+  /* Cut anywhere inside the run's length-delimited body. */
+  for (size_t back = 1; back < 1030; back += 97) {
+    size_t cut = n - back;
+    ck_assert_msg(!pe_request_peek_read(buf, cut, &pk), "cut at %zu of %zu read", cut, n);
+    ck_assert_int_eq(pk.kind, PE__REQUEST__BODY__NOT_SET);
+  }
+  const uint8_t varint_cut[] = {0x08, 0x80}; /* client_id, varint unfinished */
+  const uint8_t group[] = {0x0b, 0x0c};      /* field 1 as a group */
+  const uint8_t field0[] = {0x00, 0x01};     /* field number 0 */
+  const uint8_t long_varint[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}; /* 11 bytes */
+  ck_assert(!pe_request_peek_read(varint_cut, sizeof varint_cut, &pk));
+  ck_assert(!pe_request_peek_read(group, sizeof group, &pk));
+  ck_assert(!pe_request_peek_read(field0, sizeof field0, &pk));
+  ck_assert(!pe_request_peek_read(long_varint, sizeof long_varint, &pk));
+}
+END_TEST
+
+/* Control: the kinds that never run a program nor touch a checkpoint file. */
+START_TEST(test_lanes) {
+  const Pe__Request__BodyCase control[] = {
+      PE__REQUEST__BODY_PING,          PE__REQUEST__BODY_STATUS,     PE__REQUEST__BODY_CLOSE,
+      PE__REQUEST__BODY_DEREGISTER,    PE__REQUEST__BODY_DROP_MODEL, PE__REQUEST__BODY_REGISTER_SHM,
+      PE__REQUEST__BODY_UNREGISTER_SHM};
+  for (int k = PE__REQUEST__BODY_PING; k <= PE__REQUEST__BODY_DROP_MODEL; k++) {
+    bool want = false;
+    for (size_t i = 0; i < sizeof control / sizeof control[0]; i++) want |= (int)control[i] == k;
+    ck_assert_msg(
+        pe_request_lane((Pe__Request__BodyCase)k) == (want ? PE_LANE_CONTROL : PE_LANE_WORK),
+        "kind %s in the wrong lane", pe_request_kind_name((Pe__Request__BodyCase)k));
+  }
+  ck_assert_int_eq(pe_request_lane(PE__REQUEST__BODY__NOT_SET), PE_LANE_WORK);
+  ck_assert_int_eq(pe_request_lane((Pe__Request__BodyCase)99), PE_LANE_WORK);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("server_request_peek");
+  TCase *tc = tcase_create("peek");
+  tcase_add_test(tc, test_every_kind);
+  tcase_add_test(tc, test_unknown_fields_and_two_bodies);
+  tcase_add_test(tc, test_unreadable);
+  tcase_add_test(tc, test_lanes);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
