@@ -452,7 +452,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required 
 
 /* Shared memory: the caller creates a POSIX region (shm_open name "/pe-..."),
  * the daemon maps it; feeds then point into it with shm_region/shm_offset.
- * region (out): required. */
+ * region (out): required. A region belongs to the handle that registered
+ * it: another handle's requests naming its id get PE_C_ENOTFOUND. */
 int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64_t *region);
 int pe_client_unregister_shm(pe_client *c, uint64_t region);
 

@@ -298,7 +298,7 @@ static pe_status *h_set_params(ctx *c) {
   if (!views || !names) st = OOM("set_params");
   /* Check every value before setting any. */
   for (int i = 0; !st && i < n; i++) {
-    st = pe_wire_tensor_in(c->s, "set_params", rq->values[i], &views[i], NULL);
+    st = pe_wire_tensor_in(c->s, c->rq->client_id, "set_params", rq->values[i], &views[i], NULL);
     names[i] = rq->values[i]->name;
   }
   for (int i = 0; !st && i < n; i++) {

@@ -127,7 +127,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
         break;
       }
     }
-    st = pe_wire_tensor_in(s, "run feed", x, t, pins[i]);
+    st = pe_wire_tensor_in(s, c->rq->client_id, "run feed", x, t, pins[i]);
     if (st) break;
     char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
     if (t->dtype != decl->dtype) {

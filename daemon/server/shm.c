@@ -194,8 +194,11 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
   t->r[t->n++] = g;
   pthread_mutex_unlock(&t->mu);
   *region = g->id;
-  PE_LOGI("shm region %llu: %s, %llu bytes, client %016llx", (unsigned long long)g->id, name,
-          (unsigned long long)size, (unsigned long long)client);
+  /* The id only at debug level: the log may be readable by others (the
+   * journal), and an id is what a feed names. */
+  PE_LOGI("shm %s registered: %llu bytes, client %016llx", name, (unsigned long long)size,
+          (unsigned long long)client);
+  PE_LOGD("shm %s: region %llu", name, (unsigned long long)g->id);
   return NULL;
 }
 
@@ -207,18 +210,35 @@ static pe_shm_region *unlink_at(pe_shm_table *t, int i) {
   return --g->refs == 0 ? g : NULL;
 }
 
+/* The error for a region id the client has not registered: the same
+ * whether the id is unknown or another client's. */
+static pe_status *not_registered(const char *op, uint64_t region, uint64_t client) {
+  return pe_error(PE_ENOTFOUND,
+                  "%s%sshm region %llu is not registered by client %016llx (a region belongs to "
+                  "the client that registered it)",
+                  op, *op ? ": " : "", (unsigned long long)region, (unsigned long long)client);
+}
+
+/* The index of client's region `region`, or -1: another client's region
+ * is not found either, with the same message, so that an id tells nothing
+ * to a client it does not belong to (lock held). */
+static int find_own(pe_shm_table *t, uint64_t client, uint64_t region) {
+  for (int i = 0; i < t->n; i++)
+    if (t->r[i]->id == region && t->r[i]->client == client) return i;
+  return -1;
+}
+
 pe_status *pe_shm_unregister(pe_shm_table *t, uint64_t client, uint64_t region) {
   pthread_mutex_lock(&t->mu);
-  for (int i = 0; i < t->n; i++)
-    if (t->r[i]->id == region) {
-      pe_shm_region *g = unlink_at(t, i);
-      pthread_mutex_unlock(&t->mu);
-      if (g) region_unmap(g);
-      return NULL;
-    }
+  int i = find_own(t, client, region);
+  if (i >= 0) {
+    pe_shm_region *g = unlink_at(t, i);
+    pthread_mutex_unlock(&t->mu);
+    if (g) region_unmap(g);
+    return NULL;
+  }
   pthread_mutex_unlock(&t->mu);
-  return pe_error(PE_ENOTFOUND, "unregister_shm: region %llu not registered",
-                  (unsigned long long)region);
+  return not_registered("unregister_shm", region, client);
 }
 
 void pe_shm_drop_client(pe_shm_table *t, uint64_t client) {
@@ -247,12 +267,12 @@ void pe_shm_drop_client(pe_shm_table *t, uint64_t client) {
 
 /* Pin [offset, offset+length) of a region: *data points into the mapping
  * until shm_release(*reg). */
-static pe_status *shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
-                              const void **data, pe_shm_region **reg) {
+static pe_status *shm_acquire(pe_shm_table *t, uint64_t client, uint64_t region, uint64_t offset,
+                              uint64_t length, const void **data, pe_shm_region **reg) {
   pthread_mutex_lock(&t->mu);
-  for (int i = 0; i < t->n; i++) {
+  int i = find_own(t, client, region);
+  if (i >= 0) {
     pe_shm_region *g = t->r[i];
-    if (g->id != region) continue;
     if (offset > g->size || length > g->size - offset) {
       pthread_mutex_unlock(&t->mu);
       return pe_error(PE_EINVAL, "shm region %llu: [%llu, +%llu) is outside its %llu bytes",
@@ -266,7 +286,7 @@ static pe_status *shm_acquire(pe_shm_table *t, uint64_t region, uint64_t offset,
     return NULL;
   }
   pthread_mutex_unlock(&t->mu);
-  return pe_error(PE_ENOTFOUND, "shm region %llu not registered", (unsigned long long)region);
+  return not_registered("", region, client);
 }
 
 static void shm_release(pe_shm_table *t, pe_shm_region *g) {
@@ -277,12 +297,12 @@ static void shm_release(pe_shm_table *t, pe_shm_region *g) {
   if (last) region_unmap(g);
 }
 
-pe_status *pe_shm_pin_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
-                              pe_shm_pin *out) {
+pe_status *pe_shm_pin_acquire(pe_shm_table *t, uint64_t client, uint64_t region, uint64_t offset,
+                              uint64_t length, pe_shm_pin *out) {
   memset(out, 0, sizeof *out);
   const void *data = NULL;
   pe_shm_region *g = NULL;
-  PE_TRY(shm_acquire(t, region, offset, length, &data, &g));
+  PE_TRY(shm_acquire(t, client, region, offset, length, &data, &g));
   *out = (pe_shm_pin){
       .t = t, .g = g, .data = data, .region = region, .offset = offset, .length = length};
   return NULL;
@@ -295,9 +315,8 @@ pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, vo
                     (unsigned long long)length, (unsigned long long)p->length);
   if (pe_bus_guarded_copy(dst, (const uint8_t *)p->data + at, (size_t)length)) return NULL;
   uint64_t from = p->offset + at;
-  PE_LOGW("shm region %llu of client %016llx: SIGBUS reading [%llu, +%llu): object truncated",
-          (unsigned long long)p->region, (unsigned long long)p->g->client, (unsigned long long)from,
-          (unsigned long long)length);
+  PE_LOGW("shm %s of client %016llx: SIGBUS reading [%llu, +%llu): object truncated", p->g->name,
+          (unsigned long long)p->g->client, (unsigned long long)from, (unsigned long long)length);
   return pe_error(PE_EIO,
                   "shm region %llu: reading [%llu, +%llu) faulted (SIGBUS): the object was "
                   "truncated below the %llu bytes it was registered with",
@@ -311,10 +330,10 @@ void pe_shm_pin_release(pe_shm_pin *p) {
   p->g = NULL;
 }
 
-pe_status *pe_shm_read(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
-                       void *dst) {
+pe_status *pe_shm_read(pe_shm_table *t, uint64_t client, uint64_t region, uint64_t offset,
+                       uint64_t length, void *dst) {
   pe_shm_pin p;
-  PE_TRY(pe_shm_pin_acquire(t, region, offset, length, &p));
+  PE_TRY(pe_shm_pin_acquire(t, client, region, offset, length, &p));
   pe_status *st = pe_shm_pin_read(&p, 0, length, dst);
   pe_shm_pin_release(&p);
   return st;

@@ -18,6 +18,11 @@
  * under a SIGBUS guard (bus_guard.h), and a fault becomes that request's
  * error while the daemon and other clients carry on.
  *
+ * Scope: a region belongs to the client that registered it. Reads,
+ * pins and unregisters name the requesting client, and another client's
+ * id is not found (the same error as an unknown id: ids tell nothing to
+ * other clients). Ids are logged at debug level only.
+ *
  * Thread-safe (one mutex). */
 #ifndef PE_SERVER_SHM_H
 #define PE_SERVER_SHM_H
@@ -38,6 +43,7 @@ void pe_shm_table_free(pe_shm_table *t);
  * registering the same name and size again gets the same region. */
 pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
                            uint64_t *region);
+/* Only client's own region (else PE_ENOTFOUND). */
 pe_status *pe_shm_unregister(pe_shm_table *t, uint64_t client, uint64_t region);
 /* Unregister every region of a client (session expiry or close); unlink
  * those whose creator has exited. */
@@ -45,10 +51,11 @@ void pe_shm_drop_client(pe_shm_table *t, uint64_t client);
 
 /* Copy [offset, offset+length) of a region into dst (length bytes), guarded
  * against the client truncating the object: PE_EIO then, naming the region
- * and the range. Bounds and unknown regions are PE_EINVAL and PE_ENOTFOUND. The only way to
- * read a region: no caller gets a pointer into client pages. */
-pe_status *pe_shm_read(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
-                       void *dst);
+ * and the range. Bounds and unknown regions (or another client's) are
+ * PE_EINVAL and PE_ENOTFOUND. The only way to read a region: no caller gets
+ * a pointer into client pages. */
+pe_status *pe_shm_read(pe_shm_table *t, uint64_t client, uint64_t region, uint64_t offset,
+                       uint64_t length, void *dst);
 
 /* A range of a region held for one request (RunRequest.batches: the
  * daemon copies each mini-batch's rows straight from the region when it
@@ -64,8 +71,8 @@ typedef struct pe_shm_pin {
   uint64_t region, offset, length;
 } pe_shm_pin;
 
-pe_status *pe_shm_pin_acquire(pe_shm_table *t, uint64_t region, uint64_t offset, uint64_t length,
-                              pe_shm_pin *out);
+pe_status *pe_shm_pin_acquire(pe_shm_table *t, uint64_t client, uint64_t region, uint64_t offset,
+                              uint64_t length, pe_shm_pin *out);
 /* Copy [at, at+length) of the pinned range into dst. */
 pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, void *dst);
 /* Release (NULL or never pinned: no-op). */

@@ -18,8 +18,8 @@ static const char *shape_str(const pe_shape *s, char *buf) {
   return pe_shape_str(s, buf, PE_SHAPE_STRLEN);
 }
 
-pe_status *pe_wire_tensor_in(pe_server *s, const char *op, const Pe__Tensor *x, pe_tensor *view,
-                             pe_shm_pin *pin) {
+pe_status *pe_wire_tensor_in(pe_server *s, uint64_t client, const char *op, const Pe__Tensor *x,
+                             pe_tensor *view, pe_shm_pin *pin) {
   const char *name = x->name ? x->name : "";
   if (!name[0]) return pe_error(PE_EINVAL, "%s: a tensor has an empty name", op);
   if (!pe_dtype_valid((int)x->dtype))
@@ -59,13 +59,15 @@ pe_status *pe_wire_tensor_in(pe_server *s, const char *op, const Pe__Tensor *x, 
                       name, (unsigned long long)x->shm->offset, esz);
     if (pin) {
       pe_tensor_view(view, (pe_dtype)x->dtype, &shape, NULL);
-      return pe_status_wrap(pe_shm_pin_acquire(s->shm, x->shm->region, x->shm->offset, want, pin),
-                            "%s: tensor '%.64s'", op, name);
+      return pe_status_wrap(
+          pe_shm_pin_acquire(s->shm, client, x->shm->region, x->shm->offset, want, pin),
+          "%s: tensor '%.64s'", op, name);
     }
     /* A private copy: a run never reads pages the client could truncate. */
     PE_TRY(pe_tensor_resize(view, (pe_dtype)x->dtype, &shape, name));
-    return pe_status_wrap(pe_shm_read(s->shm, x->shm->region, x->shm->offset, want, view->data),
-                          "%s: tensor '%.64s'", op, name);
+    return pe_status_wrap(
+        pe_shm_read(s->shm, client, x->shm->region, x->shm->offset, want, view->data),
+        "%s: tensor '%.64s'", op, name);
   } else {
     if (x->data.len != want)
       return pe_error(PE_ESHAPE, "%s: tensor '%.64s' %s %s needs %llu bytes, got %zu", op, name,

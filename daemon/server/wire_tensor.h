@@ -17,9 +17,11 @@ pe_tensor *pe_arena_tensor(pe_arena *a);
  * for inline data, an owned copy for a shm reference (release it after use;
  * arena tensors are released with the arena). With `pin`, a shm reference
  * is pinned there instead of copied and `view` gets the dtype and shape
- * only (data NULL): the caller reads the rows through the pin. */
-pe_status *pe_wire_tensor_in(pe_server *s, const char *op, const Pe__Tensor *x, pe_tensor *view,
-                             pe_shm_pin *pin);
+ * only (data NULL): the caller reads the rows through the pin. A shm
+ * reference must name a region of `client`, the requesting client
+ * (shm.h). */
+pe_status *pe_wire_tensor_in(pe_server *s, uint64_t client, const char *op, const Pe__Tensor *x,
+                             pe_tensor *view, pe_shm_pin *pin);
 
 /* A host tensor into a wire tensor that borrows its bytes (t must outlive
  * packing: it is arena-owned). NULL on out of memory. */

@@ -35,7 +35,7 @@ static pid_t start_trainer(const dh_daemon *d) {
 }
 
 /* The region the daemon registered for the n-th time (its log says
- * "shm region ID: NAME, ..."), waited for up to 30 s; *name gets it. */
+ * "shm NAME registered: ..."), waited for up to 30 s; *name gets it. */
 static void registered_region(const dh_daemon *d, pid_t trainer, int n, char *name, size_t len) {
   double t0 = dh_now();
   for (;;) {
@@ -44,11 +44,10 @@ static void registered_region(const dh_daemon *d, pid_t trainer, int n, char *na
     char line[1024];
     int seen = 0;
     while (fgets(line, sizeof line, f)) {
-      const char *p = strstr(line, "shm region ");
-      const char *q = p ? strstr(p, ": /") : NULL;
-      if (!q || ++seen < n) continue;
-      q += 2;
-      size_t k = strcspn(q, ",");
+      const char *q = strstr(line, "shm /");
+      if (!q || !strstr(q, " registered: ") || ++seen < n) continue;
+      q += 4;
+      size_t k = strcspn(q, " ");
       ck_assert_uint_lt(k, len);
       memcpy(name, q, k);
       name[k] = 0;

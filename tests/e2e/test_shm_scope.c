@@ -1,0 +1,137 @@
+/* A shared-memory region belongs to the client that registered it (review
+ * 3, finding 7: any client that knew a region id could feed from it, fetch
+ * the bytes back and unregister it, and the daemon logged the ids at info
+ * level). Client B naming client A's region in a run feed, a batched run's
+ * feed, a SetParams value or an unregister gets NOT_FOUND with the message
+ * an unknown id gets; A's region keeps working, also after B's session
+ * ends; no info line of the daemon's log names the id. */
+#include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_daemon.h"
+#include "pe_client.h"
+#include "pe_models.h"
+
+#define ROWS 4
+static const char SECRET[] = "SECRET OF CLIENT A";
+
+/* The model's eval program under model `ns` for c, initialised. */
+static uint64_t register_eval(pe_client *c, const pe_model_spec *m, const char *ns) {
+  pe_client_register_args a = {
+      .program = m->bytes, .program_len = m->len, .model = ns, .places = "cpu:1", .for_test = true};
+  pe_client_program p;
+  CD_OK(c, pe_client_register(c, &a, &p));
+  CD_OK(c, pe_client_init(c, p.handle, false, NULL));
+  return p.handle;
+}
+
+/* A run of handle h on c whose image rows come from `region` (offset 0),
+ * batches mini-batches of ROWS / batches rows; fetches the image. */
+static int run_from(pe_client *c, const pe_model_spec *m, uint64_t h, uint64_t region,
+                    uint32_t batches, pe_client_run_result *r) {
+  static int64_t labels[ROWS];
+  pe_client_tensor f[2];
+  pe_client_tensor_set(&f[0], m->image, PE_B_F32, 2, (int64_t[]){ROWS, 784}, NULL);
+  f[0].shm_region = region;
+  f[0].shm_offset = 0;
+  pe_client_tensor_set(&f[1], m->label, PE_B_I64, 2, (int64_t[]){ROWS, 1}, labels);
+  const char *fetch[] = {m->image};
+  pe_client_run_opts o = {.batches = batches};
+  return pe_client_run(c, h, f, 2, fetch, 1, &o, r);
+}
+
+/* rc is NOT_FOUND with the message of a region `region` that c never
+ * registered. */
+static void expect_not_found(pe_client *c, int rc, uint64_t region, const char *what) {
+  char want[160];
+  snprintf(want, sizeof want, "shm region %" PRIu64 " is not registered by client %016" PRIx64,
+           region, pe_client_id(c));
+  ck_assert_msg(rc == PE_C_ENOTFOUND && strstr(pe_client_error(c), want), "%s: rc %d (%s): %s",
+                what, rc, pe_client_code_name(rc), pe_client_error(c));
+}
+
+/* Whether a line of the daemon's log at level `level` contains needle. */
+static bool log_has(const cd_daemon *d, const char *level, const char *needle) {
+  FILE *f = fopen(d->log, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[4096];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, level) && strstr(line, needle);
+  fclose(f);
+  return found;
+}
+
+START_TEST(test_region_belongs_to_its_client) {
+  char err[256];
+  pe_model_spec m;
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  cd_daemon d;
+  cd_start(&d);
+  pe_client *A = cd_connect(&d), *B = cd_connect(&d);
+  pe_client_shm sh;
+  CD_OK(A, pe_client_shm_create(A, ROWS * 784 * sizeof(float), &sh));
+  memset(sh.base, 0, ROWS * 784 * sizeof(float));
+  memcpy(sh.base, SECRET, sizeof SECRET);
+  uint64_t ha = register_eval(A, &m, "scope-a");
+  uint64_t hb = register_eval(B, &m, "scope-b");
+  pe_client_run_result r;
+  CD_OK(A, run_from(A, &m, ha, sh.region, 0, &r));
+  ck_assert(!memcmp(r.fetched[0].data, SECRET, sizeof SECRET));
+
+  /* B: a run's feed, a batched run's feed (pinned, not copied), a
+   * SetParams value, an unregister: not found, as an unknown id. */
+  expect_not_found(B, run_from(B, &m, hb, sh.region, 0, &r), sh.region, "run");
+  expect_not_found(B, run_from(B, &m, hb, sh.region, 2, &r), sh.region, "batched run");
+  pe_client_tensor v;
+  pe_client_tensor_set(&v, "fc_0.b", PE_B_F32, 1, (int64_t[]){256}, NULL);
+  v.shm_region = sh.region;
+  expect_not_found(B, pe_client_set_params(B, "scope-b", &v, 1), sh.region, "set_params");
+  expect_not_found(B, pe_client_unregister_shm(B, sh.region), sh.region, "unregister_shm");
+  uint64_t unknown = sh.region ^ 0x5a5a5a5a;
+  expect_not_found(B, run_from(B, &m, hb, unknown, 0, &r), unknown, "run, unknown id");
+  expect_not_found(B, pe_client_unregister_shm(B, unknown), unknown, "unregister, unknown id");
+
+  /* A's region is intact, also once B's session has ended. */
+  CD_OK(A, run_from(A, &m, ha, sh.region, 2, &r));
+  CD_OK(B, pe_client_close(B));
+  CD_OK(A, run_from(A, &m, ha, sh.region, 0, &r));
+  ck_assert(!memcmp(r.fetched[0].data, SECRET, sizeof SECRET));
+
+  /* The id is at debug level only: the register's info line names the
+   * object, not the id. */
+  char id[32];
+  snprintf(id, sizeof id, "%" PRIu64, sh.region);
+  char registered[96];
+  snprintf(registered, sizeof registered, "shm %s registered", sh.name);
+  ck_assert_msg(log_has(&d, " info ", registered), "no info line '%s' in %s", registered, d.log);
+  ck_assert_msg(!log_has(&d, " info ", id), "an info line of %s names region %s", d.log, id);
+
+  pe_client_shm_close(A, &sh);
+  CD_OK(A, pe_client_close(A));
+  pe_client_free(A);
+  pe_client_free(B);
+  cd_stop(&d);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("shm_scope");
+  TCase *tc = tcase_create("e2e");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_region_belongs_to_its_client);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  cd_require_binary("pe-executord");
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
