@@ -136,6 +136,18 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
                     shape_str(&decl->shape, b));
       break;
     }
+    /* No rows (or another dim 0, where the declaration says -1): the
+     * kernels would compute nothing and the fetches would be what the
+     * buffers held from the step before; refused alike on every place. */
+    int empty = -1;
+    for (int d = 0; d < t->shape.ndim && empty < 0; d++)
+      if (t->shape.d[d] == 0) empty = d;
+    if (empty >= 0) {
+      st = pe_error(PE_ESHAPE, "run: feed '%s' has shape %s: %s; a run needs at least one %s", name,
+                    shape_str(&t->shape, a), empty ? "a dim of 0, no elements" : "an empty batch",
+                    empty ? "element" : "row");
+      break;
+    }
     /* With batches, each mini-batch must fit the declaration. */
     pe_shape per = t->shape;
     if (batches > 1 && per.ndim && per.d[0] % batches == 0) per.d[0] /= batches;
