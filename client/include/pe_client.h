@@ -317,7 +317,10 @@ int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, 
                   pe_client_run_result *out);
 
 /* names NULL / n_names 0: all parameters of the model. values and n_values
- * are required. set_params: values may be NULL only when n_values is 0. */
+ * are required. set_params: values may be NULL only when n_values is 0.
+ * set_params sets variables the model's programs declare (or the model
+ * holds): another name is PE_C_EUNKNOWN_VAR, and nothing of the request is
+ * set. */
 int pe_client_get_params(pe_client *c, const char *model, const char *const *names, size_t n_names,
                          const pe_client_tensor **values, size_t *n_values);
 int pe_client_set_params(pe_client *c, const char *model, const pe_client_tensor *values,

@@ -131,12 +131,18 @@ static pe_status *read_checked(const char *full, pe_ckpt_entry **e, int *n, pe_m
 }
 
 /* Load checkpoint `name` into m, every value checked first (against decl,
- * then the model's claims), so that a misfit changes nothing. Errors are
- * not prefixed; full gets the file's path; *unread: the error is the
- * file's (read_checked), nothing was tried on the model. */
+ * then the model's claims), so that a misfit changes nothing. known: a
+ * Load, which needs a tensor the model knows (model_shapes.h: a file none
+ * of whose tensors a program of the model declares is of another
+ * architecture); a restore (the model's own file, before its first
+ * program's declarations) does not. Tensors beyond the model's variables
+ * are loaded: a training program's optimizer state into a model that has
+ * only its eval program now. Errors are not prefixed; full gets the file's
+ * path; *unread: the error is the file's (read_checked), nothing was tried
+ * on the model. */
 static pe_status *load_checked(const char *state_dir, pe_srv_model *m, const char *name,
-                               const pe_var_info *decl, int n_decl, char *full, size_t full_len,
-                               uint64_t *bytes, bool *unread) {
+                               const pe_var_info *decl, int n_decl, bool known, char *full,
+                               size_t full_len, uint64_t *bytes, bool *unread) {
   *unread = false;
   char dir[4096], file[128];
   PE_TRY(pe_checkpoint_path(state_dir, m->name, name, dir, sizeof dir, file, sizeof file));
@@ -159,6 +165,7 @@ static pe_status *load_checked(const char *state_dir, pe_srv_model *m, const cha
   }
   /* All or nothing: a checkpoint of another architecture changes nothing. */
   if (!st) st = check_decls(e, n, decl, n_decl);
+  if (!st && known) st = pe_shape_claims_known(&m->shapes, m->name, names, n, true);
   if (!st) st = pe_srv_model_claim_values(m, names, vals, n);
   /* One engine op: no run sees part of the checkpoint. The model's run
    * origins become the file's: a resend of a request the values include is
@@ -190,9 +197,9 @@ pe_status *pe_checkpoint_load(const char *state_dir, pe_srv_model *m, const char
                               uint64_t *bytes) {
   char full[4300];
   bool unread;
-  PE_TRY(
-      pe_status_wrap(load_checked(state_dir, m, name, NULL, 0, full, sizeof full, bytes, &unread),
-                     "load '%s' of model '%s'", name, m->name));
+  PE_TRY(pe_status_wrap(
+      load_checked(state_dir, m, name, NULL, 0, true, full, sizeof full, bytes, &unread),
+      "load '%s' of model '%s'", name, m->name));
   *path = strdup(full);
   return NULL;
 }
@@ -252,7 +259,7 @@ pe_status *pe_checkpoint_restore(const char *state_dir, const char *name, pe_srv
   } else {
     uint64_t bytes = 0;
     bool unread;
-    st = load_checked(state_dir, m, name, decl, n_decl, full, sizeof full, &bytes, &unread);
+    st = load_checked(state_dir, m, name, decl, n_decl, false, full, sizeof full, &bytes, &unread);
     pe_code code = pe_status_code(st);
     if (code == PE_ESHAPE || code == PE_EDTYPE) {
       refused = pe_error(code,

@@ -7,9 +7,10 @@
  * clients train the model. Load checks the whole file (magic, CRC, bounds)
  * before setting anything, then sets every tensor on every place in one
  * engine op (dtype and shape must match the model's claims, model_shapes.h:
- * a parameter's value or a bound program's declaration; unknown names are
- * created). A save's write is refused once the model has been dropped
- * (model_drop.h).
+ * a parameter's value or a bound program's declaration; names the model
+ * does not know are created, but a file none of whose tensors it knows is
+ * refused, PE_EUNKNOWN_VAR: of another architecture). A save's write is
+ * refused once the model has been dropped (model_drop.h).
  *
  * Threads: any non-pool thread; the model must be acquired. */
 #ifndef PE_SERVER_CHECKPOINT_H

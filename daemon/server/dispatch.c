@@ -306,6 +306,8 @@ static pe_status *h_set_params(ctx *c) {
     for (int j = 0; !st && j < i; j++)
       if (!strcmp(names[i], names[j])) st = pe_error(PE_EINVAL, "'%.64s' given twice", names[i]);
   }
+  /* A name no program of the model declares: a typo, not a new variable. */
+  if (!st) st = pe_shape_claims_known(&m->shapes, m->name, names, n, false);
   if (!st) st = pe_srv_model_claim_values(m, names, views, n);
   if (!st) st = pe_model_set_many(m->m, names, views, n, NULL); /* no run sees half of it */
   if (!st) pe_model_mark_initialized(m, names, n);

@@ -67,6 +67,60 @@ pe_status *pe_shape_claims_check(pe_shape_claims *c, const char *model, const pe
   /* A claim that runs out of memory leaves the ones before it: they fit. */
   for (int i = 0; i < n && !st && claim; i++)
     if (!pe_strmap_has(&c->map, items[i].name)) st = claim_one(c, &items[i]);
+  if (!st && claim && kind == PE_FIT_DECL) c->declared = true;
+  pthread_mutex_unlock(&c->mu);
+  return st;
+}
+
+/* Sorted, with the optimizer's and schedules' state ("fc_0.w@VELOCITY",
+ * "@LR_DECAY_COUNTER@") after the parameters a user names. */
+static int name_cmp(const void *a, const void *b) {
+  const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+  int sx = strchr(x, '@') != NULL, sy = strchr(y, '@') != NULL;
+  return sx != sy ? sx - sy : strcmp(x, y);
+}
+
+/* Up to `shown` of the claimed names, in name_cmp order, into buf ("a, b,
+ * c and 4 more"; lock held). */
+static void list_names(const pe_shape_claims *c, int shown, char *buf, size_t len) {
+  const char **all = malloc((c->map.len ? c->map.len : 1) * sizeof *all);
+  buf[0] = 0;
+  if (!all) return;
+  size_t n = 0;
+  for (size_t i = 0; i < c->map.cap; i++)
+    if (c->map.slots[i].key) all[n++] = c->map.slots[i].key;
+  qsort(all, n, sizeof *all, name_cmp);
+  size_t o = 0;
+  for (size_t i = 0; i < n && i < (size_t)shown && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s%.64s", i ? ", " : "", all[i]);
+  if (n > (size_t)shown && o < len) snprintf(buf + o, len - o, " and %zu more", n - (size_t)shown);
+  free(all);
+}
+
+pe_status *pe_shape_claims_known(pe_shape_claims *c, const char *model, const char *const *names,
+                                 int n, bool any_one) {
+  pthread_mutex_lock(&c->mu);
+  int unknown = -1, known = 0;
+  for (int i = 0; i < n && c->declared; i++) {
+    if (pe_strmap_has(&c->map, names[i]))
+      known++;
+    else if (unknown < 0)
+      unknown = i;
+  }
+  pe_status *st = NULL;
+  if (unknown >= 0 && (!any_one || !known)) {
+    char have[512];
+    list_names(c, 8, have, sizeof have);
+    st = any_one ? pe_error(PE_EUNKNOWN_VAR,
+                            "none of its %d tensors ('%.64s'%s) is a variable of model '%s': no "
+                            "program of the model declares them (the model has %s); a checkpoint "
+                            "of another architecture?",
+                            n, names[unknown], n > 1 ? ", ..." : "", model, have)
+                 : pe_error(PE_EUNKNOWN_VAR,
+                            "'%.64s' is not a variable of model '%s': no program of the model "
+                            "declares it (the model has %s)",
+                            names[unknown], model, have);
+  }
   pthread_mutex_unlock(&c->mu);
   return st;
 }

@@ -13,6 +13,12 @@
  * reads a value, which is engine-ordered storage: it reads this table under
  * its own lock.
  *
+ * Names. Once a program has been published under the model (a declaration
+ * claimed), the model's variables are known: a value for a name that no
+ * program declared and the model does not hold is a mistake (a typo, a
+ * layer of another architecture), refused rather than added
+ * (pe_shape_claims_known). Before that, the first value claims the name.
+ *
  * Threads: any; the lock is a leaf (held for lookups only, taken inside the
  * registry lock and inside a model's init_mu). */
 #ifndef PE_SERVER_MODEL_SHAPES_H
@@ -47,6 +53,7 @@ pe_code pe_var_misfit(const pe_var_info *have, const pe_var_info *want, pe_fit_k
 typedef struct pe_shape_claims {
   pthread_mutex_t mu;
   pe_strmap map; /* name -> pe_var_info * (malloc'd, with its own name copy) */
+  bool declared; /* a program's declarations were claimed (PE_FIT_DECL) */
 } pe_shape_claims;
 
 void pe_shape_claims_init(pe_shape_claims *c);
@@ -59,6 +66,15 @@ void pe_shape_claims_destroy(pe_shape_claims *c);
  * hold of the lock, so two conflicting claimers cannot both pass. */
 pe_status *pe_shape_claims_check(pe_shape_claims *c, const char *model, const pe_var_info *items,
                                  int n, pe_fit_kind kind, bool claim);
+
+/* Whether values for names (n) may be set, by the rule above: NULL when
+ * no program has declared anything yet, or when every name (any_one: at
+ * least one; a checkpoint's tensors) is claimed; else PE_EUNKNOWN_VAR
+ * naming the first unknown name and a few of the model's, sorted
+ * ("'nosuch' is not a variable of model 'm': no program of the model
+ * declares it (the model has fc_0.b, fc_0.w, ... and 3 more)"). */
+pe_status *pe_shape_claims_known(pe_shape_claims *c, const char *model, const char *const *names,
+                                 int n, bool any_one);
 
 /* Bytes of the persistables the claims describe, with items (n; may be 0)
  * not claimed yet counted as if claimed; *added (may be NULL) gets those
