@@ -287,8 +287,13 @@ void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out); /* ze
  * has some (it was trained by another program; this one adds an optimizer's
  * state or a schedule's counter), only the missing ones are initialised: the
  * others keep their values, learning_rate excepted (this program's).
- * *initialized (may be NULL) tells whether the startup ran. */
+ * *initialized (may be NULL) tells whether the startup ran. A forced init
+ * is refused (PE_C_EPERM, naming the programs and their clients) while
+ * another live client's program uses the model: it would reset their
+ * training under them. pe_client_init_force_in_use resets it anyway (an
+ * operator's tool, as pe_client_deregister_force). */
 int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized);
+int pe_client_init_force_in_use(pe_client *c, uint64_t handle, bool *initialized);
 
 typedef struct pe_client_run_opts {
   uint32_t steps; /* 0: 1 */

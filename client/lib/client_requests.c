@@ -120,11 +120,11 @@ static int call_recovering(pe_client *c, const char *what, Pe__Request *req,
   return pec_call(c, what, req, want);
 }
 
-int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized) {
-  PEC_NEED_HANDLE(c);
+static int init_request(pe_client *c, uint64_t handle, bool force, bool in_use, bool *initialized) {
   Pe__InitRequest r = PE__INIT_REQUEST__INIT;
   r.handle = handle;
   r.force = force;
+  r.force_in_use = in_use;
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = PE__REQUEST__BODY_INIT;
   req.init = &r;
@@ -133,6 +133,16 @@ int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized)
   if (!rc && initialized)
     *initialized = c->reply->body_case == PE__REPLY__BODY_INIT && c->reply->init->initialized;
   return rc;
+}
+
+int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized) {
+  PEC_NEED_HANDLE(c);
+  return init_request(c, handle, force, false, initialized);
+}
+
+int pe_client_init_force_in_use(pe_client *c, uint64_t handle, bool *initialized) {
+  PEC_NEED_HANDLE(c);
+  return init_request(c, handle, true, true, initialized);
 }
 
 /* Feeds as proto tensors in one allocation: n Pe__Tensor, their shapes and

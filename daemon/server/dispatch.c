@@ -187,6 +187,25 @@ static pe_status *h_init(ctx *c) {
   pe_srv_model *m = p->model;
   pe_status *st = NULL;
   bool ran = false;
+  /* A forced init resets every value: not under other clients' training
+   * (as drop_model), unless the request overrides it. */
+  if (rq->force && p->startup) {
+    st = pe_registry_model_in_use(c->s->reg, m, c->rq->client_id, "init",
+                                  "a forced init would reset the values they train: init without "
+                                  "force (only missing values are initialised), or with "
+                                  "force_in_use to reset them anyway "
+                                  "(pe_client_init_force_in_use)");
+    if (st && rq->force_in_use) {
+      PE_LOGW("client %016llx forced init over other clients' training: %s",
+              (unsigned long long)c->rq->client_id, pe_status_msg(st));
+      pe_status_free(st);
+      st = NULL;
+    }
+    if (st) {
+      pe_registry_release(c->s->reg, p);
+      return st;
+    }
+  }
   /* init_mu: two clients initialising one model run the startup once. */
   pthread_mutex_lock(&m->init_mu);
   bool missing = false;
@@ -287,6 +306,16 @@ static pe_status *wrap_once(pe_status *st, const char *what) {
   return pe_status_wrap(st, "%s", what);
 }
 
+/* SetParams and Load overwrite values that other clients may be training:
+ * allowed (they name what they set: a warm start, an operator's restore of
+ * a known-good checkpoint), unlike a forced Init, but logged. */
+static void warn_in_use(ctx *c, const pe_srv_model *m, const char *op) {
+  pe_status *u = pe_registry_model_in_use(c->s->reg, m, c->rq->client_id, op,
+                                          "their runs go on from the values set");
+  if (u) PE_LOGW("client %016llx: %s", (unsigned long long)c->rq->client_id, pe_status_msg(u));
+  pe_status_free(u);
+}
+
 static pe_status *h_set_params(ctx *c) {
   const Pe__ParamsRequest *rq = c->rq->set_params;
   pe_srv_model *m;
@@ -311,6 +340,7 @@ static pe_status *h_set_params(ctx *c) {
   if (!st) st = pe_srv_model_claim_values(m, names, views, n);
   if (!st) st = pe_model_set_many(m->m, names, views, n, NULL); /* no run sees half of it */
   if (!st) pe_model_mark_initialized(m, names, n);
+  if (!st) warn_in_use(c, m, "set_params");
   for (int i = 0; views && i < n; i++) pe_tensor_release(&views[i]);
   free(views);
   free(names);
@@ -341,6 +371,7 @@ static pe_status *h_checkpoint(ctx *c, bool save) {
   uint64_t bytes = 0;
   pe_status *st = save ? pe_checkpoint_save(c->s->cfg.state_dir, m, rq->name, &path, &bytes)
                        : pe_checkpoint_load(c->s->cfg.state_dir, m, rq->name, &path, &bytes);
+  if (!st && !save) warn_in_use(c, m, "load");
   pe_registry_model_release(c->s->reg, m);
   if (!st) st = checkpoint_reply(c, path, bytes);
   return st;

@@ -662,7 +662,8 @@ void pe_registry_model_release(pe_registry *r, pe_srv_model *m) {
 /* --- drop --------------------------------------------------------------------- */
 /* The live programs of m that a client other than `client` owns, as an
  * error naming them (lock held); NULL when there are none. */
-static pe_status *other_users_locked(pe_registry *r, const pe_srv_model *m, uint64_t client) {
+static pe_status *other_users_locked(pe_registry *r, const pe_srv_model *m, uint64_t client,
+                                     const char *op, const char *way_out) {
   enum { SHOWN = 4 };
   char list[SHOWN * 64] = "";
   size_t o = 0;
@@ -681,11 +682,16 @@ static pe_status *other_users_locked(pe_registry *r, const pe_srv_model *m, uint
   if (!n) return NULL;
   char more[32] = "";
   if (n > SHOWN) snprintf(more, sizeof more, " and %d more", n - SHOWN);
-  return pe_error(PE_EPERM,
-                  "drop_model: model '%s' is in use by %s%s; its clients must deregister those "
-                  "programs or close their sessions first (or an operator drops them: pe-client "
-                  "deregister --force --handle H)",
-                  m->name, list, more);
+  return pe_error(PE_EPERM, "%s: model '%s' is in use by %s%s; %s", op, m->name, list, more,
+                  way_out);
+}
+
+pe_status *pe_registry_model_in_use(pe_registry *r, const pe_srv_model *m, uint64_t client,
+                                    const char *op, const char *way_out) {
+  pthread_mutex_lock(&r->mu);
+  pe_status *st = other_users_locked(r, m, client, op, way_out);
+  pthread_mutex_unlock(&r->mu);
+  return st;
 }
 
 pe_status *pe_registry_drop_begin(pe_registry *r, uint64_t client, const char *name,
@@ -703,7 +709,10 @@ pe_status *pe_registry_drop_begin(pe_registry *r, uint64_t client, const char *n
   else if (m->dropping)
     st = pe_error(PE_EINVAL, "drop_model: model '%s' is being dropped already", name);
   else
-    st = other_users_locked(r, m, client);
+    st = other_users_locked(r, m, client, "drop_model",
+                            "its clients must deregister those programs or close their sessions "
+                            "first (or an operator drops them: pe-client deregister --force "
+                            "--handle H)");
   if (!st && m && !(fps = calloc(r->n_progs ? (size_t)r->n_progs : 1, sizeof *fps)))
     st = pe_error(PE_ENOMEM, "drop_model: out of memory");
   int n_free = 0;

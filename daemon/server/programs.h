@@ -169,6 +169,14 @@ bool pe_srv_model_has_values(pe_srv_model *m);
 /* Mark names initialised (after Init, SetParams, Load). */
 void pe_model_mark_initialized(pe_srv_model *m, const char *const *names, int n);
 
+/* The live programs of m that clients other than `client` own (other
+ * trainers of the model), as PE_EPERM "<op>: model 'm' is in use by
+ * program 0x... of client ..., ...; <way_out>" (at most 4 named); NULL
+ * when there are none. Drop refuses such a model; a forced Init too,
+ * unless overridden (dispatch.c). */
+pe_status *pe_registry_model_in_use(pe_registry *r, const pe_srv_model *m, uint64_t client,
+                                    const char *op, const char *way_out);
+
 /* Dropping a model (server/model_drop.h), the registry's part. begin:
  * refused, naming the programs and their clients, while a live program of
  * another client is bound to the model; else the caller's own programs of
