@@ -78,6 +78,9 @@ typedef enum pe_client_code {
   /* A request on another client's program that only its owners may make
    * (deregister without force). */
   PE_C_EPERM = 19,
+  /* A daemon limit shared by all clients is reached (config [limits]
+   * max_programs): not this request's fault; retry later. */
+  PE_C_EEXHAUSTED = 20,
   /* Raised by the client. */
   PE_C_CLIENT_BASE = 100,
   PE_C_ETIMEDOUT = 100, /* no reply within the receive timeout */

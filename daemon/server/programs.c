@@ -470,7 +470,9 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   pthread_mutex_lock(&r->mu);
   if (!st) winner = existing_locked(r, handle, key, key_len, client, persistent, &st);
   if (!st && !winner && r->n_progs >= lim.max_programs)
-    st = pe_error(PE_EINVAL, "register: %d programs registered, limit max_programs = %d",
+    st = pe_error(PE_EEXHAUSTED,
+                  "register: %d programs registered (all clients), limit max_programs = %d: "
+                  "retry later, or ask the admin to raise [limits] max_programs",
                   r->n_progs, lim.max_programs);
   if (!st && !winner && lim.memory_per_client > 0)
     st = check_memory_locked(r, client, rq->model, model_find(r, rq->model), p,

@@ -641,7 +641,9 @@ START_TEST(test_limits) {
   uint64_t h = dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL);
   /* The same program again is not a new one. */
   ck_assert_uint_eq(dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL), h);
-  register_refused(s, &mlp, "m2", PE_EINVAL, "max_programs = 1");
+  register_refused(s, &mlp, "m2", PE_EEXHAUSTED,
+                   "limit max_programs = 1: retry later, or ask the admin to raise [limits] "
+                   "max_programs");
   Pe__Request rq;
   Pe__Reply *rep;
   /* Deregister frees the slot. */
