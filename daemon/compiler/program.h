@@ -111,6 +111,10 @@ typedef struct pe_optimizer_desc {
 #define PE_GRAD_NORM_NAME "@GRAD_GLOBAL_NORM@"
 bool pe_optimizer_type_known(const char *type);
 
+/* The newest ProgramDesc.version this daemon reads (0: unset, read as 1). A
+ * newer format may mean things it would misread: refused at decode. */
+#define PE_PROGRAM_VERSION 1
+
 typedef struct pe_program {
   uint32_t version;
   int n_blocks;

@@ -144,6 +144,11 @@ static bool finite_nonneg(float x) {
 }
 
 static pe_status *check_program(const Pe__ProgramDesc *pd) {
+  if (pd->version > PE_PROGRAM_VERSION)
+    return pe_error(PE_EINVAL,
+                    "version %u: this daemon reads ProgramDesc versions up to %d (a newer "
+                    "client's format; update the daemon)",
+                    pd->version, PE_PROGRAM_VERSION);
   if (pd->n_blocks == 0) return pe_error(PE_EINVAL, "ProgramDesc has no blocks");
   if (pd->n_blocks > PB_MAX_BLOCKS)
     return pe_error(PE_EINVAL, "ProgramDesc has %zu blocks, at most %d allowed", pd->n_blocks,

@@ -21,7 +21,7 @@ static pe_program *sample_program(void) {
   pe_block *m, *s;
   PE_CK_OK(pe_program_add_block(p, -1, &m));
   PE_CK_OK(pe_program_add_block(p, -1, &s));
-  p->version = 3;
+  p->version = PE_PROGRAM_VERSION; /* not the default 0: the field round-trips */
   p->main_block = 0;
   p->startup_block = 1;
   p->loss = strdup("loss");
@@ -338,6 +338,26 @@ START_TEST(duplicate_and_empty_vars) {
 }
 END_TEST
 
+/* A newer format is refused naming both versions; 0 (unset) and 1 read. */
+START_TEST(bad_version) {
+  raw r;
+  raw_init(&r);
+  r.pd.version = 999;
+  raw_expect(&r, "version 999: this daemon reads ProgramDesc versions up to 1", NULL);
+  for (uint32_t v = 0; v <= PE_PROGRAM_VERSION; v++) {
+    raw_init(&r);
+    r.pd.version = v;
+    size_t n = pe__program_desc__get_packed_size(&r.pd);
+    uint8_t buf[256];
+    ck_assert_uint_le(n, sizeof buf);
+    pe__program_desc__pack(&r.pd, buf);
+    pe_program *q;
+    PE_CK_OK(pe_program_decode(buf, n, &q));
+    pe_program_free(q);
+  }
+}
+END_TEST
+
 START_TEST(bad_blocks) {
   raw r;
   raw_init(&r);
@@ -528,6 +548,7 @@ static Suite *proto_suite(void) {
   tcase_add_test(tc, bad_enums);
   tcase_add_test(tc, bad_dims);
   tcase_add_test(tc, duplicate_and_empty_vars);
+  tcase_add_test(tc, bad_version);
   tcase_add_test(tc, bad_blocks);
   tcase_add_test(tc, bad_ops_and_optimizer);
   tcase_add_test(tc, compiled_program_round_trip);
