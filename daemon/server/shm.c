@@ -132,9 +132,10 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
     return pe_error(PE_EINVAL,
                     "register_shm: name '%.80s' must be '/' followed by [A-Za-z0-9._-]{1,200}",
                     name);
-  if (size == 0 || size > (uint64_t)SIZE_MAX / 2)
-    return pe_error(PE_EINVAL, "register_shm: %s: size %llu must be > 0", name,
-                    (unsigned long long)size);
+  if (size == 0) return pe_error(PE_EINVAL, "register_shm: %s: size 0: it must be > 0", name);
+  if (size > (uint64_t)SIZE_MAX / 2)
+    return pe_error(PE_EINVAL, "register_shm: %s: size %llu is too large (at most %llu)", name,
+                    (unsigned long long)size, (unsigned long long)(SIZE_MAX / 2));
   pthread_mutex_lock(&t->mu);
   pe_shm_region *same = find_same(t, client, name, size);
   if (same) *region = same->id;

@@ -464,6 +464,24 @@ START_TEST(test_bad_requests) {
     free(cb);
   }
 
+  /* RegisterShm sizes: 0, and one too large to map (2^63: it used to say
+   * "must be > 0"). Checked before the name is opened. */
+  {
+    Pe__ShmRequest sr = PE__SHM_REQUEST__INIT;
+    sr.name = (char *)"/pe-test-no-such-region";
+    const uint64_t sizes[] = {0, UINT64_C(1) << 63};
+    const char *want[] = {"size 0: it must be > 0", "size 9223372036854775808 is too large"};
+    for (int i = 0; i < 2; i++) {
+      sr.size = sizes[i];
+      rq = dh_req(CLIENT);
+      rq.body_case = PE__REQUEST__BODY_REGISTER_SHM;
+      rq.register_shm = &sr;
+      rep = dh_call(s, &rq);
+      dh_err(rep, PE_EINVAL, want[i]);
+      pe__reply__free_unpacked(rep, NULL);
+    }
+  }
+
   /* After all that, the model still trains. */
   float loss = dh_run_loss(s, CLIENT, h, &b, mlp.loss, 1);
   ck_assert_msg(isfinite(loss) && loss > 0, "loss %g", loss);
