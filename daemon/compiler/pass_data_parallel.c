@@ -362,8 +362,17 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
   for (int p = 0; p < g->n_places; p++) {
     int lv = g->loss ? pe_graph_lvar_find(g, g->loss, p) : -1;
     if (lv >= 0) g->lvars[lv].keep = true;
-    for (int k = 0; k < o->n_keep; k++)
-      if ((lv = pe_graph_lvar_find(g, o->keep[k], p)) >= 0) g->lvars[lv].keep = true;
+  }
+  for (int k = 0; k < o->n_keep; k++) {
+    if (!o->keep[k]) continue;
+    bool found = false;
+    for (int p = 0, lv; p < g->n_places; p++)
+      if ((lv = pe_graph_lvar_find(g, o->keep[k], p)) >= 0) found = g->lvars[lv].keep = true;
+    /* A name that is not there would not be fetchable either: a typo. */
+    if (!found)
+      return pe_error(PE_EUNKNOWN_VAR,
+                      "keep: '%.64s' is not a variable of the program's graph (after its passes)",
+                      o->keep[k]);
   }
   return NULL;
 }

@@ -437,6 +437,24 @@ START_TEST(test_bad_requests) {
   dh_err(rep, PE_EINVAL, "model name");
   pe__reply__free_unpacked(rep, NULL);
 
+  /* options.keep naming a variable the program does not have: refused,
+   * named (it was accepted silently, and a fetch of it failed later). */
+  {
+    Pe__RegisterOptions ko = PE__REGISTER_OPTIONS__INIT;
+    char *keep[] = {mlp.accuracy, (char *)"nope"};
+    ko.n_keep = 2;
+    ko.keep = keep;
+    reg.options = &ko;
+    reg.model = (char *)"kept";
+    rq = dh_req(CLIENT);
+    rq.body_case = PE__REQUEST__BODY_REGISTER;
+    rq.register_ = &reg;
+    rep = dh_call(s, &rq);
+    dh_err(rep, PE_EUNKNOWN_VAR, "keep: 'nope' is not a variable of the program's graph");
+    pe__reply__free_unpacked(rep, NULL);
+    reg.options = NULL;
+  }
+
   /* A program with a cycle: an op reading what only it writes. */
   {
     pe_program *cyc = pe_program_new();
