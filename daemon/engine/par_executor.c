@@ -691,9 +691,12 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   if (e->has_feeds) par_zero_grads(e);
 
   /* Re-arm. */
+  int64_t row0[PE_MAX_PLACES] = {0}; /* each place's first row of the batch */
+  for (int p = 1; e->has_feeds && p < e->n_places; p++) row0[p] = row0[p - 1] + e->n_rows[p - 1];
   atomic_store(&e->remaining, g->n_nodes);
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
+    x->kc.batch_row0 = row0[x->n->place];
     atomic_store_explicit(&x->pending, g->nodes[i].in_degree, memory_order_relaxed);
     atomic_store_explicit(&x->failed, false, memory_order_relaxed);
     atomic_store_explicit(&x->sfail, false, memory_order_relaxed);

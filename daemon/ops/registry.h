@@ -108,6 +108,10 @@ typedef struct pe_kernel_ctx {
   void **state;        /* per-op-instance state slot, initially NULL */
   pe_rng *rng;         /* the program generator; ordered across ops */
   pe_device_ctx *dev;
+  /* The row of the run's batch that this place's row 0 is (data parallel:
+   * the rows of the places before it; 0 on one place), so that an error
+   * naming a row names it in the batch the client fed. */
+  int64_t batch_row0;
 } pe_kernel_ctx;
 
 /* Gradient maker context: append grad ops for `fwd` to `ops`. */

@@ -88,15 +88,16 @@ static pe_status *ce_grad_infer(pe_infer_ctx *c) {
   return pe_infer_grad_like_inputs(c);
 }
 
-/* Every hard label in [0, C); the error names the variable, row and value. */
+/* Every hard label in [0, C); the error names the variable, the row (in
+ * the batch fed, not this place's shard of it) and the value. */
 static pe_status *check_labels(pe_kernel_ctx *c, int ls, int64_t rows, int64_t classes) {
   const int64_t *lab = pe_i64(pe_kin(c, ls, 0));
   for (int64_t r = 0; r < rows; r++)
     if (lab[r] < 0 || lab[r] >= classes) {
       const char *name = pe_op_input_arg(c->desc, c->def->inputs[ls].name);
       return pe_kernel_error(c, PE_EINVAL, "%s '%s' row %lld has value %lld, outside [0, %lld)",
-                             c->def->inputs[ls].name, name ? name : "?", (long long)r,
-                             (long long)lab[r], (long long)classes);
+                             c->def->inputs[ls].name, name ? name : "?",
+                             (long long)(c->batch_row0 + r), (long long)lab[r], (long long)classes);
     }
   return NULL;
 }

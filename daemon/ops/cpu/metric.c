@@ -94,8 +94,8 @@ static pe_status *accuracy_kernel(pe_kernel_ctx *c) {
     int64_t l = lab[r];
     if (l < 0 || l >= cls)
       return pe_kernel_error(c, PE_EINVAL, "Label '%s' row %lld is %lld, outside [0, %lld)",
-                             pe_op_input_arg(c->desc, "Label"), (long long)r, (long long)l,
-                             (long long)cls);
+                             pe_op_input_arg(c->desc, "Label"), (long long)(c->batch_row0 + r),
+                             (long long)l, (long long)cls);
     const char *row = (const char *)x->data + (size_t)(r * cls) * esz;
     int64_t rank = 0;
     for (int64_t j = 0; j < cls && rank < k; j++)
