@@ -81,6 +81,9 @@ typedef enum pe_client_code {
   /* A daemon limit shared by all clients is reached (config [limits]
    * max_programs): not this request's fault; retry later. */
   PE_C_EEXHAUSTED = 20,
+  /* The daemon stopped a run at its pe_client_run_opts.timeout_ms (the
+   * steps before stay applied; the result's steps counts them). */
+  PE_C_EDEADLINE = 21,
   /* Raised by the client. */
   PE_C_CLIENT_BASE = 100,
   PE_C_ETIMEDOUT = 100, /* no reply within the receive timeout */
@@ -313,6 +316,8 @@ typedef struct pe_client_run_result {
   size_t n_fetched;
   const pe_client_tensor *fetched; /* valid until the next request */
   double run_ms, queue_ms;
+  /* Steps applied; also set when the run failed after applying some (its
+   * timeout_ms reached: PE_C_EDEADLINE; cancelled; step k failing). */
   uint32_t steps;
   const char *trace_json; /* NUL-terminated copy when traced, else NULL */
   size_t trace_len;

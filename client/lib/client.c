@@ -68,6 +68,7 @@ const char *pe_client_code_name(int code) {
       [PE_C_EALREADY] = "ALREADY_APPLIED",
       [PE_C_EPERM] = "PERMISSION_DENIED",
       [PE_C_EEXHAUSTED] = "RESOURCE_EXHAUSTED",
+      [PE_C_EDEADLINE] = "DEADLINE_EXCEEDED",
       [PE_C_ETIMEDOUT] = "TIMED_OUT",
       [PE_C_ECONNECT] = "CONNECTION_ERROR",
       [PE_C_ETOOBIG] = "MESSAGE_TOO_LARGE",

@@ -210,6 +210,9 @@ int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, 
   rc = call_recovering(c, what, &req, PE__REPLY__BODY_RUN, (target){handle, NULL, true, true},
                        feeds, pf.ptrs, n_feeds);
   free(pf.block);
+  /* A run that failed after applying some steps says how many. */
+  if (rc && rc < PE_C_CLIENT_BASE && c->reply && c->reply->body_case == PE__REPLY__BODY_RUN)
+    out->steps = c->reply->run->steps;
   if (rc) return rc;
   const Pe__RunReply *rr = c->reply->run;
   pec_prog_answered(c, handle, req.request_id, rr->steps);

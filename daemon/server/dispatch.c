@@ -517,7 +517,8 @@ void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, pe_lane l
      * line (a protobuf string must be UTF-8; a log line must stay one). */
     for (char *m = rep->message; *m; m++)
       if ((unsigned char)*m < 0x20 || (unsigned char)*m >= 0x7f) *m = '?';
-    rep->body_case = PE__REPLY__BODY__NOT_SET;
+    /* A failed run keeps the RunReply it set: the steps it applied. */
+    if (rep->body_case != PE__REPLY__BODY_RUN) rep->body_case = PE__REPLY__BODY__NOT_SET;
     pe_status_free(st);
   } else {
     rep->code = 0;

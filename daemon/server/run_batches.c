@@ -100,8 +100,8 @@ static pe_status *step_done(void *ctx, int64_t step, int64_t samples, const pe_t
     memcpy((char *)out->data + (size_t)step * n, f->data, n);
   }
   if (rb->deadline && step + 1 < rb->batches && pe_now_s() > rb->deadline)
-    return pe_error(PE_EIO, "run: timeout of %u ms reached after %lld of %u steps", rb->timeout_ms,
-                    (long long)step + 1, rb->batches);
+    return pe_error(PE_EDEADLINE, "run: timeout of %u ms reached after %lld of %u steps",
+                    rb->timeout_ms, (long long)step + 1, rb->batches);
   if (rb->guard && step + 1 < rb->batches)
     return pe_run_guard_check(rb->guard, (uint64_t)step + 1, rb->batches);
   return NULL;

@@ -67,6 +67,22 @@ static pe_status *check_not_applied(ctx *c, pe_srv_program *p) {
                   (unsigned long long)o.request, p->model->name);
 }
 
+/* A run that failed after `done` steps were applied (a timeout, a cancel,
+ * step k of several failing) says how many: its error reply keeps a
+ * RunReply with the steps and times, and no fetches (pe_dispatch keeps a
+ * failed run's body). Best effort: without memory the message says it. */
+static void partial_reply(ctx *c, uint32_t done, double t0, double t1) {
+  if (!done) return;
+  Pe__RunReply *r = pe_arena_alloc(c->a, sizeof *r);
+  if (!r) return;
+  pe__run_reply__init(r);
+  r->steps = done;
+  r->run_ms = (t1 - t0) * 1e3;
+  r->queue_ms = (t0 - c->received) * 1e3;
+  c->rep->body_case = PE__REPLY__BODY_RUN;
+  c->rep->run = r;
+}
+
 static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   const Pe__RunRequest *rq = c->rq->run;
   pe_server *s = c->s;
@@ -212,16 +228,18 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
                            .progress = &entry->done};
       st = pe_srv_run_batches(s->rt, p, &rb, fetched, &done);
     } else {
-      for (done = 0; done < steps && !st; done++) {
+      /* done: the steps applied (a failed step applies nothing). */
+      for (done = 0; done < steps; done++) {
         if (deadline && done > 0 && pe_now_s() > deadline) {
-          st = pe_error(PE_EIO, "run: timeout of %u ms reached after %u of %u steps",
+          st = pe_error(PE_EDEADLINE, "run: timeout of %u ms reached after %u of %u steps",
                         rq->options->timeout_ms, done, steps);
           break;
         }
         if (done > 0 && (st = pe_run_guard_check(&guard, done, steps))) break;
         st = pe_par_exec_run(p->exec, feeds, nf, (const char *const *)rq->fetch, nx, fetched, &ro,
                              &stats);
-        if (!st) atomic_store(&entry->done, done + 1);
+        if (st) break;
+        atomic_store(&entry->done, done + 1);
       }
     }
     atomic_fetch_add(&s->runs_total, done);
@@ -240,6 +258,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   }
   if (st) {
     pe_timeline_free(tl);
+    partial_reply(c, done, t0, t1);
     return st;
   }
   Pe__RunReply *r = pe_arena_alloc(c->a, sizeof *r);

@@ -467,6 +467,13 @@ START_TEST(run_errors_and_deregister) {
   /* the daemon is still fine */
   feeds_of(&f.m, &f.b, feeds);
   CD_OK(f.c, pe_client_run(f.c, f.train_h, feeds, 2, fetch, 1, NULL, &r));
+  /* A daemon-side timeout: DEADLINE_EXCEEDED, the steps applied counted. */
+  pe_client_run_opts to = {.steps = 100000, .timeout_ms = 1};
+  rc = pe_client_run(f.c, f.train_h, feeds, 2, fetch, 1, &to, &r);
+  ck_assert_msg(rc == PE_C_EDEADLINE && r.steps > 0 && r.n_fetched == 0 &&
+                    strstr(pe_client_error(f.c), "timeout of 1 ms"),
+                "rc %d, steps %u: %s", rc, r.steps, pe_client_error(f.c));
+  ck_assert_str_eq(pe_client_code_name(rc), "DEADLINE_EXCEEDED");
   CD_OK(f.c, pe_client_deregister(f.c, f.train_h));
   rc = pe_client_run(f.c, f.train_h, feeds, 2, fetch, 1, NULL, &r);
   ck_assert_msg(rc == PE_C_ENOTFOUND, "rc %d: %s", rc, pe_client_error(f.c));

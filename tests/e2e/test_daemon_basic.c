@@ -117,15 +117,32 @@ START_TEST(test_register_init_run) {
   ck_assert_msg(strstr(json, "traceEvents") && strstr(json, "cpu:0"), "%.200s", json);
   free(json);
   pe__reply__free_unpacked(tr, NULL);
-  /* Timeout: checked between steps; the steps done are reported. */
+  /* Timeout: checked between steps, DEADLINE_EXCEEDED (not IO_ERROR: no
+   * disk or socket failed); the steps applied are named and, in the error
+   * reply's RunReply, counted, for steps and for batches. */
   Pe__RunOptions to = PE__RUN_OPTIONS__INIT;
   to.timeout_ms = 1;
-  rq = dh_run_req(CLIENT, &run, h1, b.feeds, 2, fetch2, 1, 100000);
-  run.options = &to;
-  tr = dh_call(s, &rq);
-  dh_err(tr, PE_EIO, "timeout of 1 ms");
-  ck_assert_msg(strstr(tr->message, "of 100000 steps"), "%s", tr->message);
-  pe__reply__free_unpacked(tr, NULL);
+  dh_batch many;
+  dh_batch_make(&many, 2000, 4);
+  for (int batched = 0; batched < 2; batched++) {
+    rq = dh_run_req(CLIENT, &run, h1, batched ? many.feeds : b.feeds, 2, fetch2, 1,
+                    batched ? 0 : 100000);
+    run.batches = batched ? 2000 : 0;
+    run.options = &to;
+    tr = dh_call(s, &rq);
+    dh_err(tr, PE_EDEADLINE, "timeout of 1 ms");
+    unsigned applied = 0, of = 0;
+    const char *after = strstr(tr->message, "reached after ");
+    ck_assert_msg(after && sscanf(after, "reached after %u of %u steps", &applied, &of) == 2 &&
+                      of == (batched ? 2000u : 100000u) && applied > 0,
+                  "%s", tr->message);
+    ck_assert_msg(tr->body_case == PE__REPLY__BODY_RUN && tr->run->steps == applied &&
+                      tr->run->n_fetched == 0,
+                  "batched %d: body %d, steps %u, message: %s", batched, (int)tr->body_case,
+                  tr->body_case == PE__REPLY__BODY_RUN ? tr->run->steps : 0, tr->message);
+    pe__reply__free_unpacked(tr, NULL);
+  }
+  dh_batch_free(&many);
 
   free(w0);
   free(w1);

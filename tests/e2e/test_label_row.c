@@ -19,10 +19,12 @@ static void label_row_on(const char *places) {
   b.label[6] = 12; /* on two places: the second place's row 2 */
   Pe__RunRequest run;
   char *f[] = {mlp.loss};
-  Pe__Request rq = dh_run_req(CLIENT, &run, h, b.feeds, 2, f, 1, 1);
+  Pe__Request rq = dh_run_req(CLIENT, &run, h, b.feeds, 2, f, 1, 3);
   Pe__Reply *rep = dh_call(s, &rq);
   dh_err(rep, PE_EINVAL, "row 6 ");
   dh_err(rep, PE_EINVAL, "12, outside [0, 10)");
+  /* Its first step failed: no step applied, so no RunReply counting any. */
+  ck_assert_int_eq(rep->body_case, PE__REPLY__BODY__NOT_SET);
   pe__reply__free_unpacked(rep, NULL);
   dh_batch_free(&b);
   pe_model_spec_release(&mlp);
