@@ -305,7 +305,9 @@ typedef struct pe_client_run_opts {
   uint32_t steps; /* 0: 1 */
   /* > 1: every feed holds this many mini-batches of equal size along dim 0;
    * the daemon runs one step per mini-batch in order (steps 0 or equal) and
-   * each fetched tensor is every step's value, [batches, shape...]. */
+   * each fetched tensor is every step's value, [batches, shape...]. A step
+   * that fails stops the run: the steps before it stay applied (the error
+   * says "steps 0..k-1 stay applied"; the result's steps counts them). */
   uint32_t batches;
   bool trace;
   uint32_t timeout_ms; /* daemon-side run timeout; 0: none */

@@ -83,6 +83,20 @@ static void partial_reply(ctx *c, uint32_t done, double t0, double t1) {
   c->rep->run = r;
 }
 
+/* The error of a run that stopped after `done` steps (a timeout, a cancel,
+ * step k failing) says that those stay applied, as they would have as
+ * separate requests. Consumes st. */
+static pe_status *applied_note(pe_status *st, uint32_t done) {
+  char steps[48];
+  if (done == 1)
+    snprintf(steps, sizeof steps, "step 0 stays");
+  else
+    snprintf(steps, sizeof steps, "steps 0..%u stay", done - 1);
+  pe_status *out = pe_error(pe_status_code(st), "%s; %s applied", pe_status_msg(st), steps);
+  pe_status_free(st);
+  return out;
+}
+
 static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   const Pe__RunRequest *rq = c->rq->run;
   pe_server *s = c->s;
@@ -238,11 +252,13 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
         if (done > 0 && (st = pe_run_guard_check(&guard, done, steps))) break;
         st = pe_par_exec_run(p->exec, feeds, nf, (const char *const *)rq->fetch, nx, fetched, &ro,
                              &stats);
+        if (st && steps > 1) st = pe_status_wrap(st, "step %u", done);
         if (st) break;
         atomic_store(&entry->done, done + 1);
       }
     }
     atomic_fetch_add(&s->runs_total, done);
+    if (st && done) st = applied_note(st, done);
   }
   double t1 = pe_now_s();
   /* Fetched buffers belong to the arena from here on. */

@@ -189,9 +189,9 @@ START_TEST(batches_equal_single_requests) {
 END_TEST
 
 /* A refused request: an error code from the daemon naming every word of
- * `want`. */
-static void refused(fixture *f, uint64_t h, const pe_client_tensor *feeds, uint32_t batches,
-                    uint32_t steps, const char *const *want) {
+ * `want`; returns the steps it applied (the result's steps). */
+static uint32_t refused(fixture *f, uint64_t h, const pe_client_tensor *feeds, uint32_t batches,
+                        uint32_t steps, const char *const *want) {
   const char *fetch[] = {f->m.loss};
   pe_client_run_opts o = {.batches = batches, .steps = steps};
   pe_client_run_result r;
@@ -201,6 +201,7 @@ static void refused(fixture *f, uint64_t h, const pe_client_tensor *feeds, uint3
   for (; *want; want++)
     ck_assert_msg(strstr(pe_client_error(f->c), *want), "'%s' not in: %s", *want,
                   pe_client_error(f->c));
+  return r.steps;
 }
 
 START_TEST(bad_batches_and_a_failing_step) {
@@ -226,7 +227,10 @@ START_TEST(bad_batches_and_a_failing_step) {
   /* A label out of range in mini-batch 2: steps 0 and 1 run, step 2 fails. */
   f.b->y[2 * ROWS + 5] = 10;
   feeds_of(&f.m, f.b, 0, K, feeds);
-  refused(&f, h, feeds, K, 0, (const char *[]){"step 2", "10", NULL});
+  /* The message and the result say that steps 0 and 1 stay applied. */
+  uint32_t applied = refused(&f, h, feeds, K, 0,
+                             (const char *[]){"step 2", "10", "steps 0..1 stay applied", NULL});
+  ck_assert_uint_eq(applied, 2);
   const char *fetch[] = {f.m.loss};
   pe_client_run_result r;
   for (int k = 0; k < 2; k++) {
@@ -295,7 +299,10 @@ static void shm_check(fixture *f, const char *places) {
   int fd = shm_open(shm.name, O_RDWR, 0);
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(ftruncate(fd, (off_t)(ysz + 2 * batch_bytes + 8192)), 0);
-  refused(f, hs, feeds, K, 0, (const char *[]){"batch 2", f->m.image, "truncated", NULL});
+  ck_assert_uint_eq(refused(f, hs, feeds, K, 0,
+                            (const char *[]){"batch 2", f->m.image, "truncated",
+                                             "steps 0..1 stay applied", NULL}),
+                    2);
   feeds_of(&f->m, f->b, 0, 2, feeds);
   o.batches = 2;
   CD_OK(f->c, pe_client_run(f->c, hi, feeds, 2, fetch, 2, &o, &r));
