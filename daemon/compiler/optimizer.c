@@ -5,7 +5,9 @@
  * backward pass), in declaration order. Everything the updates read besides
  * the gradient is persistable state, declared in the main block (so that the
  * model scope holds it) and initialised by fill_constant ops appended to the
- * startup block, which is created when the program has none:
+ * startup block, which is created when the program has none (a program's
+ * own startup block must initialise every trainable parameter:
+ * check_initialised):
  *   learning_rate            [1]          = opt.lr
  *   <p>@VELOCITY             shape of p   = 0        (momentum)
  *   <p>@MOMENT1, @MOMENT2    shape of p   = 0        (adam)
@@ -89,6 +91,34 @@ typedef struct hyper {
   float lr, mu, beta1, beta2, eps, weight_decay;
   bool nesterov;
 } hyper;
+
+/* Whether an op of block b writes variable `name`. */
+static bool block_writes(const pe_block *b, const char *name) {
+  for (int i = 0; i < b->n_ops; i++)
+    for (int s = 0; s < b->ops[i]->n_out; s++)
+      for (int a = 0; a < b->ops[i]->out[s].n; a++)
+        if (!strcmp(b->ops[i]->out[s].args[a], name)) return true;
+  return false;
+}
+
+/* A program's own startup block initialises every trainable parameter:
+ * one it leaves out would have no value at any run after Init (a program
+ * without a startup block gets its values from SetParams or Load). */
+static pe_status *check_initialised(const pe_program *p, const pe_var_desc *const *params, int n) {
+  const pe_block *s = pe_program_startup(p);
+  for (int i = 0; s && i < n; i++)
+    if (!block_writes(s, params[i]->name)) {
+      char sb[PE_SHAPE_STRLEN];
+      return pe_error(PE_EUSE_BEFORE_DEF,
+                      "trainable parameter '%s' (%s %s) has no initialiser in the startup block "
+                      "(block %d): add one (e.g. fill_constant or uniform_random), mark it "
+                      "stop_gradient, or leave the startup block out and set every value with "
+                      "SetParams or Load",
+                      params[i]->name, pe_dtype_name(params[i]->dtype),
+                      pe_shape_str(&params[i]->shape, sb, sizeof sb), s->idx);
+    }
+  return NULL;
+}
 
 static pe_status *startup_block(pe_program *p, pe_block **out) {
   pe_block *s = pe_program_startup(p);
@@ -262,6 +292,7 @@ pe_status *pe_pass_optimizer(pe_ir *ir) {
                   "optimizer %s: no trainable parameter has a gradient (run backward first; "
                   "parameters are persistable and not stop_gradient)",
                   k->type);
+  if (!st) st = check_initialised(p, params, n_params);
   pe_block *startup = NULL;
   if (!st) st = startup_block(p, &startup);
   pe_shape one = PE_SHAPE(1);

@@ -67,6 +67,55 @@ START_TEST(startup_fills_main_persistables) {
 }
 END_TEST
 
+/* x [-1,4] -> matmul w [4,3] -> + b [3] -> mean: loss; sgd. With a
+ * startup block (with_startup) that initialises w only. */
+static pe_program *train_program(bool with_startup) {
+  pe_block *m, *s;
+  pe_program *p = new_program(&m);
+  pu_param(m, "w", PE_SHAPE(4, 3));
+  pu_param(m, "b", PE_SHAPE(3));
+  pu_var(m, "h", PE_F32, NULL);
+  pu_var(m, "y", PE_F32, NULL);
+  pu_var(m, "loss", PE_F32, NULL);
+  pu_op(m, "matmul", "X", "x", "Y", "w", NULL, "Out", "h", NULL);
+  pu_op(m, "elementwise_add", "X", "h", "Y", "b", NULL, "Out", "y", NULL);
+  pu_op(m, "mean", "X", "y", NULL, "Out", "loss", NULL);
+  p->loss = strdup("loss");
+  p->opt.type = strdup("sgd");
+  p->opt.lr = 0.1f;
+  if (with_startup) {
+    PU_OK(pe_program_add_block(p, -1, &s));
+    p->startup_block = s->idx;
+    pe_op_desc *init = pu_op(s, "uniform_random", NULL, "Out", "w", NULL);
+    int64_t shape[] = {4, 3};
+    PU_OK(pe_op_set_ints(init, "shape", 2, shape));
+  }
+  return p;
+}
+
+/* A startup block must initialise every trainable parameter (review 3,
+ * finding 15: one without init ops registered and initialised, and every
+ * run failed "'fc_0.w' has no value"); a program without one is fine (its
+ * values come from SetParams or Load). */
+START_TEST(trainable_parameter_needs_an_initialiser) {
+  pe_program *p = train_program(true);
+  pu_expect(pe_program_compile(p, false), PE_EUSE_BEFORE_DEF,
+            "trainable parameter 'b' (f32 [3]) has no initialiser in the startup block (block 1)",
+            NULL);
+  pe_program_free(p);
+  p = train_program(true);
+  pe_op_desc *init = pu_op(p->blocks[1], "fill_constant", NULL, "Out", "b", NULL);
+  int64_t shape[] = {3};
+  PU_OK(pe_op_set_ints(init, "shape", 1, shape));
+  PU_OK(pe_op_set_float(init, "value", 0.0f));
+  PU_OK(pe_program_compile(p, false));
+  pe_program_free(p);
+  p = train_program(false);
+  PU_OK(pe_program_compile(p, false));
+  pe_program_free(p);
+}
+END_TEST
+
 START_TEST(unknown_op) {
   pe_block *m;
   pe_program *p = new_program(&m);
@@ -291,6 +340,7 @@ static Suite *validate_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, valid_program_gets_shapes);
   tcase_add_test(tc, startup_fills_main_persistables);
+  tcase_add_test(tc, trainable_parameter_needs_an_initialiser);
   tcase_add_test(tc, unknown_op);
   tcase_add_test(tc, unknown_variable);
   tcase_add_test(tc, wrong_attr_type);
