@@ -265,6 +265,17 @@ static void raw_expect(raw *r, const char *want1, const char *want2) {
   free(buf);
 }
 
+/* r packed and decoded, which must succeed. */
+static pe_program *raw_decode(raw *r) {
+  size_t n = pe__program_desc__get_packed_size(&r->pd);
+  uint8_t buf[256];
+  ck_assert_uint_le(n, sizeof buf);
+  pe__program_desc__pack(&r->pd, buf);
+  pe_program *q;
+  PE_CK_OK(pe_program_decode(buf, n, &q));
+  return q;
+}
+
 START_TEST(raw_baseline_decodes) {
   raw r;
   raw_init(&r);
@@ -321,12 +332,7 @@ START_TEST(duplicate_and_empty_vars) {
              "persistable",
              NULL);
   r.v[1].persistable = true;
-  size_t n = pe__program_desc__get_packed_size(&r.pd);
-  uint8_t buf[256];
-  ck_assert_uint_le(n, sizeof buf);
-  pe__program_desc__pack(&r.pd, buf);
-  pe_program *q;
-  PE_CK_OK(pe_program_decode(buf, n, &q));
+  pe_program *q = raw_decode(&r);
   ck_assert(q->blocks[0]->vars[1]->no_weight_decay && !q->blocks[0]->vars[0]->no_weight_decay);
   pe_program_free(q);
   raw_init(&r);
@@ -347,13 +353,7 @@ START_TEST(bad_version) {
   for (uint32_t v = 0; v <= PE_PROGRAM_VERSION; v++) {
     raw_init(&r);
     r.pd.version = v;
-    size_t n = pe__program_desc__get_packed_size(&r.pd);
-    uint8_t buf[256];
-    ck_assert_uint_le(n, sizeof buf);
-    pe__program_desc__pack(&r.pd, buf);
-    pe_program *q;
-    PE_CK_OK(pe_program_decode(buf, n, &q));
-    pe_program_free(q);
+    pe_program_free(raw_decode(&r));
   }
 }
 END_TEST

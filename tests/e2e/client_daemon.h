@@ -52,6 +52,18 @@ static inline void cd_require_binary(const char *name) {
   }
 }
 
+/* A main() for a suite that needs pe-executord: skipped (77) when it is
+ * not built, else PE_CHECK_MAIN's run. */
+#define CD_CHECK_MAIN(suite_fn)                  \
+  int main(void) {                               \
+    cd_require_binary("pe-executord");           \
+    SRunner *sr = srunner_create(suite_fn());    \
+    srunner_run_all(sr, CK_NORMAL);              \
+    int failed = srunner_ntests_failed(sr);      \
+    srunner_free(sr);                            \
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS; \
+  }
+
 static inline void cd_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);

@@ -328,6 +328,27 @@ START_TEST(test_new_optimizer_keeps_the_weights) {
 }
 END_TEST
 
+/* Sending reg as a new request for CLIENT (a repeated request id would be
+ * answered from the reply cache) fails with code/needle. */
+static void register_fails(int s, Pe__RegisterRequest *reg, int code, const char *needle) {
+  Pe__Request rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_REGISTER;
+  rq.register_ = reg;
+  Pe__Reply *rep = dh_call(s, &rq);
+  dh_err(rep, code, needle);
+  pe__reply__free_unpacked(rep, NULL);
+}
+
+/* Registering `mlp` as model `model` (default options) fails with code/needle. */
+static void register_refused(int s, const pe_model_spec *mlp, const char *model, int code,
+                             const char *needle) {
+  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
+  reg.program.data = mlp->bytes;
+  reg.program.len = mlp->len;
+  reg.model = (char *)model;
+  register_fails(s, &reg, code, needle);
+}
+
 START_TEST(test_bad_requests) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
@@ -463,12 +484,8 @@ START_TEST(test_bad_requests) {
     ko.keep = keep;
     reg.options = &ko;
     reg.model = (char *)"kept";
-    rq = dh_req(CLIENT);
-    rq.body_case = PE__REQUEST__BODY_REGISTER;
-    rq.register_ = &reg;
-    rep = dh_call(s, &rq);
-    dh_err(rep, PE_EUNKNOWN_VAR, "keep: 'nope' is not a variable of the program's graph");
-    pe__reply__free_unpacked(rep, NULL);
+    register_fails(s, &reg, PE_EUNKNOWN_VAR,
+                   "keep: 'nope' is not a variable of the program's graph");
     reg.options = NULL;
   }
 
@@ -551,27 +568,6 @@ START_TEST(test_oversized) {
   dh_cleanup(&d);
 }
 END_TEST
-
-/* Sending reg as a new request for CLIENT (a repeated request id would be
- * answered from the reply cache) fails with code/needle. */
-static void register_fails(int s, Pe__RegisterRequest *reg, int code, const char *needle) {
-  Pe__Request rq = dh_req(CLIENT);
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = reg;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_err(rep, code, needle);
-  pe__reply__free_unpacked(rep, NULL);
-}
-
-/* Registering `mlp` as model `model` (default options) fails with code/needle. */
-static void register_refused(int s, const pe_model_spec *mlp, const char *model, int code,
-                             const char *needle) {
-  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
-  reg.program.data = mlp->bytes;
-  reg.program.len = mlp->len;
-  reg.model = (char *)model;
-  register_fails(s, &reg, code, needle);
-}
 
 /* A model on cpu:2 (data parallel) gives the cpu:1 losses: the batch is
  * split, the gradients all-reduced, the loss weighted by each share. */

@@ -33,18 +33,10 @@ static void label_row_on(const char *places) {
   dh_cleanup(&d);
 }
 
-START_TEST(test_label_row_cpu1) {
-  label_row_on("cpu:1");
-}
-END_TEST
+static const char *const places[] = {"cpu:1", "cpu:2", "sim:2"};
 
-START_TEST(test_label_row_cpu2) {
-  label_row_on("cpu:2");
-}
-END_TEST
-
-START_TEST(test_label_row_sim2) {
-  label_row_on("sim:2");
+START_TEST(test_label_row) {
+  label_row_on(places[_i]);
 }
 END_TEST
 
@@ -52,9 +44,7 @@ static Suite *suite(void) {
   Suite *s = suite_create("label_row");
   TCase *tc = tcase_create("e2e");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_label_row_cpu1);
-  tcase_add_test(tc, test_label_row_cpu2);
-  tcase_add_test(tc, test_label_row_sim2);
+  tcase_add_loop_test(tc, test_label_row, 0, 3); /* places[_i] */
   suite_add_tcase(s, tc);
   return s;
 }

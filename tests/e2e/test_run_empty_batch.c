@@ -55,18 +55,10 @@ static void empty_batch_refused_on(const char *places) {
   dh_cleanup(&d);
 }
 
-START_TEST(test_empty_batch_cpu1) {
-  empty_batch_refused_on("cpu:1");
-}
-END_TEST
+static const char *const places[] = {"cpu:1", "cpu:2", "sim:2"};
 
-START_TEST(test_empty_batch_cpu2) {
-  empty_batch_refused_on("cpu:2");
-}
-END_TEST
-
-START_TEST(test_empty_batch_sim2) {
-  empty_batch_refused_on("sim:2");
+START_TEST(test_empty_batch) {
+  empty_batch_refused_on(places[_i]);
 }
 END_TEST
 
@@ -74,9 +66,7 @@ static Suite *suite(void) {
   Suite *s = suite_create("run_empty_batch");
   TCase *tc = tcase_create("e2e");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_empty_batch_cpu1);
-  tcase_add_test(tc, test_empty_batch_cpu2);
-  tcase_add_test(tc, test_empty_batch_sim2);
+  tcase_add_loop_test(tc, test_empty_batch, 0, 3); /* places[_i] */
   suite_add_tcase(s, tc);
   return s;
 }

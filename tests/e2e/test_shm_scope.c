@@ -127,11 +127,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  cd_require_binary("pe-executord");
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+CD_CHECK_MAIN(suite)
