@@ -43,6 +43,7 @@ typedef struct job {
   uint64_t seq;    /* receive order (main thread): which copy of a resent request is newest */
   uint64_t client; /* Request.client_id as peeked (0: unknown) */
   pe_lane lane;    /* the queue it waits in, the threads that take it */
+  bool answered;   /* off its lane's busy count (job_answering: once) */
   struct job *next;
 } job;
 
@@ -332,8 +333,10 @@ static const uint8_t *pack_reply(pe_server *s, Pe__Reply *rep, pe_reply_buf *rb,
 
 /* The reply cache's send (under its lock): queue the reply to a copy's
  * routing header, which the queue takes over. */
+static void job_answering(pe_server *s, job *j);
 static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len) {
   job *j = copy;
+  job_answering(ctx, j); /* a resend answered from the cache, before the reply leaves */
   queue_reply(ctx, j->ctrl, reply, len);
   j->ctrl = NULL;
 }
@@ -347,8 +350,13 @@ static void job_free(job *j) {
 
 /* The job stops counting in Status' queue depth (its lane's busy), once,
  * before its reply leaves: a client that has its reply never finds its
- * request still counted while the thread tidies up. */
-static void job_answering(pe_server *s, const job *j) {
+ * request still counted while the thread tidies up. Called by the thread
+ * that holds the job: its handler, or send_to_job (from pe_dedup_begin
+ * for a resend answered from the cache, on the same thread; from
+ * pe_dedup_finish for a parked copy, whose handler let go of it). */
+static void job_answering(pe_server *s, job *j) {
+  if (j->answered) return;
+  j->answered = true;
   atomic_fetch_sub(&s->lanes[j->lane].busy, 1);
 }
 
@@ -384,7 +392,10 @@ static void handle_job(pe_server *s, job *j) {
   uint64_t cid = rq->client_id, rid = rq->request_id;
   pe_dedup_state seen = pe_dedup_begin(s->dedup, cid, rid, j->seq, j);
   if (seen != PE_DEDUP_NEW) {
-    job_answering(s, j); /* answered (from the cache), parked or dropped */
+    /* DONE: answered from the cache (send_to_job took it off busy first);
+     * WAITING: parked, and no longer this thread's: the original's
+     * finish answers it (and may free it at any moment); STALE: dropped. */
+    if (seen == PE_DEDUP_STALE) job_answering(s, j);
     static const char *const what[] = {
         [PE_DEDUP_DONE] = "resend answered from the reply cache (not applied again)",
         [PE_DEDUP_WAITING] = "duplicate of a request in progress, waiting for its reply",
@@ -738,8 +749,7 @@ static int checkpoint_persistent(pe_server *s) {
       /* Nothing initialised (its restart checkpoint not restored yet, or no
        * client got to Init): keep whatever file is there. */
       skip = !pe_srv_model_has_values(m);
-      if (!skip)
-        st = pe_checkpoint_save_restart(s->cfg.state_dir, m, &path, &bytes);
+      if (!skip) st = pe_checkpoint_save_restart(s->cfg.state_dir, m, &path, &bytes);
       pe_registry_model_release(s->reg, m);
     }
     if (skip) {
