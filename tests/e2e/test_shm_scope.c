@@ -13,10 +13,13 @@
  * Neither the name nor an info or warn line of the log holds a client id
  * (ids are credentials). */
 #include <check.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "client_daemon.h"
 #include "daemon_harness.h"
@@ -216,6 +219,24 @@ START_TEST(test_register_needs_the_token) {
   pe_client_run_result r;
   CD_OK(A, run_from(A, &m, ha, sh.region, 0, &r));
   ck_assert(!memcmp(r.fetched[0].data, SECRET, sizeof SECRET));
+
+  /* An object of A's own: without a trailer the library says so; sealed
+   * (pe_client_shm_seal), it registers. */
+  char own[64];
+  snprintf(own, sizeof own, "/pe-e2e-own-%d", (int)getpid());
+  int fd = shm_open(own, O_CREAT | O_EXCL | O_RDWR, 0600);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, 4096), 0);
+  uint64_t mine = 0;
+  int rc = pe_client_register_shm(A, own, 4096, &mine);
+  ck_assert_msg(rc == PE_C_EARG && strstr(pe_client_error(A), "no trailer at byte 4096"),
+                "rc %d: %s", rc, pe_client_error(A));
+  ck_assert_int_eq(pe_client_shm_seal(fd, 4096), 0);
+  close(fd);
+  rc = pe_client_register_shm(A, own, 4096, &mine);
+  shm_unlink(own);
+  CD_OK(A, rc);
+  CD_OK(A, pe_client_unregister_shm(A, mine));
 
   /* No client id at info or warn level: the tag stands for it. */
   char b_id[24];
