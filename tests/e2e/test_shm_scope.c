@@ -135,17 +135,15 @@ START_TEST(test_region_belongs_to_its_client) {
 }
 END_TEST
 
-/* RegisterShm of name with size from raw client `client` (token: NULL for
- * none); the reply. */
+/* RegisterShm of name with size from raw client `client`, with token_len
+ * bytes of token (0: none); the reply. */
 static Pe__Reply *register_raw(int sock, uint64_t client, const char *name, uint64_t size,
-                               const uint8_t *token) {
+                               const uint8_t *token, size_t token_len) {
   Pe__ShmRequest sr = PE__SHM_REQUEST__INIT;
   sr.name = (char *)name;
   sr.size = size;
-  if (token) {
-    sr.token.data = (uint8_t *)token;
-    sr.token.len = PE_SHM_TOKEN_LEN;
-  }
+  sr.token.data = (uint8_t *)token;
+  sr.token.len = token_len;
   Pe__Request rq = dh_req(client);
   rq.body_case = PE__REQUEST__BODY_REGISTER_SHM;
   rq.register_shm = &sr;
@@ -192,23 +190,16 @@ START_TEST(test_register_needs_the_token) {
   int s = dh_connect(&raw, 30000);
   char none[64];
   snprintf(none, sizeof none, "/pe-no-such-region-%d", (int)getpid());
-  Pe__Reply *unknown = register_raw(s, B, none, sh.size, NULL);
+  Pe__Reply *unknown = register_raw(s, B, none, sh.size, NULL, 0);
   ck_assert_msg(unknown->code == PE_ENOTFOUND, "unknown name: %s", unknown->message);
-  expect_as_unknown(register_raw(s, B, sh.name, sh.size, NULL), sh.name, unknown, none, "no token");
+  expect_as_unknown(register_raw(s, B, sh.name, sh.size, NULL, 0), sh.name, unknown, none,
+                    "no token");
   uint8_t wrong[PE_SHM_TOKEN_LEN];
   ck_assert_int_eq(pe_shm_token_new(wrong), 0);
-  expect_as_unknown(register_raw(s, B, sh.name, sh.size, wrong), sh.name, unknown, none,
-                    "a wrong token");
-  uint8_t short_token[PE_SHM_TOKEN_LEN - 1] = {0};
-  Pe__ShmRequest sr = PE__SHM_REQUEST__INIT;
-  sr.name = sh.name;
-  sr.size = sh.size;
-  sr.token.data = short_token;
-  sr.token.len = sizeof short_token;
-  Pe__Request rq = dh_req(B);
-  rq.body_case = PE__REQUEST__BODY_REGISTER_SHM;
-  rq.register_shm = &sr;
-  expect_as_unknown(dh_call(s, &rq), sh.name, unknown, none, "a short token");
+  expect_as_unknown(register_raw(s, B, sh.name, sh.size, wrong, sizeof wrong), sh.name, unknown,
+                    none, "a wrong token");
+  expect_as_unknown(register_raw(s, B, sh.name, sh.size, wrong, sizeof wrong - 1), sh.name, unknown,
+                    none, "a short token");
   pe__reply__free_unpacked(unknown, NULL);
 
   /* A's own register (again: the same region) and its feed work. */
