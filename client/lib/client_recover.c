@@ -136,12 +136,19 @@ void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t
   p->ans_steps[at] = steps ? steps : 1;
 }
 
+/* The token to send again (NULL: none was sent, so none is kept). */
+static void region_set_token(pec_region *r, const uint8_t *token) {
+  if (!token) return;
+  memcpy(r->token, token, PE_SHM_TOKEN_LEN);
+  r->has_token = true;
+}
+
 int pec_region_remember(pe_client *c, const char *name, uint64_t size,
                         const uint8_t token[PE_SHM_TOKEN_LEN], uint64_t id) {
   for (pec_region *r = c->regions; r; r = r->next)
     if (r->size == size && !strcmp(r->name, name)) {
       r->now = id;
-      if (token && (r->has_token = true)) memcpy(r->token, token, PE_SHM_TOKEN_LEN);
+      region_set_token(r, token);
       return 0;
     }
   pec_region *r = calloc(1, sizeof *r);
@@ -151,7 +158,7 @@ int pec_region_remember(pe_client *c, const char *name, uint64_t size,
   }
   r->given = r->now = id;
   r->size = size;
-  if ((r->has_token = token != NULL)) memcpy(r->token, token, PE_SHM_TOKEN_LEN);
+  region_set_token(r, token);
   r->next = c->regions;
   c->regions = r;
   return 0;

@@ -194,7 +194,8 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
   if ((uint64_t)sb.st_size < size + PE_SHM_TRAILER ||
       !trailer_ok(fd, name, size, token, token_len)) {
     close(fd);
-    PE_LOGI(
+    /* The request's warn line says it failed; the detail is the operator's. */
+    PE_LOGD(
         "shm %s: register by client %s refused: the object has %lld bytes, and no trailer "
         "at byte %llu holding the request's token",
         name, pe_client_tag(client).s, (long long)sb.st_size, (unsigned long long)size);
