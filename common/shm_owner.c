@@ -5,9 +5,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Field 22 (starttime) of /proc/<pid>/stat; errno ENOENT when there is no
@@ -57,11 +60,21 @@ void pe_shm_owner_self(long *pid, uint64_t *start) {
   proc_start_time(*pid, start);
 }
 
-int pe_shm_owner_name(char *buf, size_t len, uint64_t client_id, unsigned n) {
+int pe_shm_owner_name(char *buf, size_t len) {
   long pid;
   uint64_t start;
   pe_shm_owner_self(&pid, &start);
-  int w = snprintf(buf, len, "/pe-%ld-%" PRIx64 "-%016" PRIx64 "-%u", pid, start, client_id, n);
+  /* Random, so that the name says nothing of the client (its id is a
+   * credential) and does not repeat; O_EXCL catches the rare clash. */
+  static atomic_uint counter;
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    r = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^
+        ((uint64_t)atomic_fetch_add(&counter, 1) << 40);
+  }
+  int w = snprintf(buf, len, "/pe-%ld-%" PRIx64 "-%016" PRIx64, pid, start, r);
   return w > 0 && (size_t)w < len ? 0 : -1;
 }
 
@@ -87,9 +100,11 @@ bool pe_shm_owner_parse(const char *name, long *pid, uint64_t *start) {
   const char *p = name[0] == '/' ? name + 1 : name;
   if (strncmp(p, "pe-", 3)) return false;
   p += 3;
-  unsigned long long v_pid, v_start, v_id, v_n;
-  if (!field(&p, 10, 10, '-', &v_pid) || !field(&p, 16, 16, '-', &v_start) ||
-      !field(&p, 16, 16, '-', &v_id) || !field(&p, 10, 10, 0, &v_n))
+  unsigned long long v_pid, v_start, v_rand, v_id, v_n;
+  if (!field(&p, 10, 10, '-', &v_pid) || !field(&p, 16, 16, '-', &v_start)) return false;
+  /* A random suffix; or, from an older libpeclient, "<client id>-<n>". */
+  if (!field(&p, 16, 16, 0, &v_rand) &&
+      (!field(&p, 16, 16, '-', &v_id) || !field(&p, 10, 10, 0, &v_n)))
     return false;
   if (v_pid == 0 || v_pid > 0x7fffffffULL) return false;
   *pid = (long)v_pid;

@@ -1,13 +1,15 @@
 /* Shared-memory region names that say who made them, so that a region a
  * killed trainer left in /dev/shm can be told apart from a live one:
  *
- *   /pe-<pid>-<start>-<client id>-<n>
+ *   /pe-<pid>-<start>-<random>
  *
  * pid: the creating process; start: its start time (field 22 of
  * /proc/<pid>/stat, clock ticks since boot, hex), which tells a reused pid
- * apart; client id: the pe_client's (16 hex digits, as the daemon logs
- * it); n: a counter of the process. A creator is gone when no process has
- * its pid, or the one that has it started at another time.
+ * apart; random: 16 hex digits. A creator is gone when no process has its
+ * pid, or the one that has it started at another time. Names are listed in
+ * /dev/shm for everyone: they hold nothing of the client (its id is a
+ * credential; older names "/pe-<pid>-<start>-<client id>-<n>" did, and are
+ * still parsed so that the sweeps remove them).
  *
  * Only meaningful within one pid namespace (the creator's): a sweeper that
  * sees other pids takes a live creator for gone. Its mapping and the
@@ -22,11 +24,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The name for this process's region number n of client client_id ('/'
- * first); -1 when it does not fit len. */
-int pe_shm_owner_name(char *buf, size_t len, uint64_t client_id, unsigned n);
-/* The creator of a region named so (with or without the leading '/');
- * false for any other name (older names "/pe-<client id>-<n>" included). */
+/* A fresh name for a region of this process ('/' first); -1 when it does
+ * not fit len. */
+int pe_shm_owner_name(char *buf, size_t len);
+/* The creator of a region named so (with or without the leading '/'), or
+ * by the older "/pe-<pid>-<start>-<client id>-<n>"; false for any other
+ * name (the oldest "/pe-<client id>-<n>" included). */
 bool pe_shm_owner_parse(const char *name, long *pid, uint64_t *start);
 /* This process's pid and start time (start 0 when /proc does not say);
  * libpeclient sends them with its requests (Request.client_pid). */

@@ -471,12 +471,26 @@ int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required 
 /* Shared memory: the caller creates a POSIX region (shm_open name "/pe-..."),
  * the daemon maps it; feeds then point into it with shm_region/shm_offset.
  * region (out): required. A region belongs to the handle that registered
- * it: another handle's requests naming its id get PE_C_ENOTFOUND. */
+ * it: another handle's requests naming its id get PE_C_ENOTFOUND.
+ *
+ * Proof of ownership: the daemon opens the name with its own rights, so
+ * the object must hold, right after its `size` bytes of data, a trailer of
+ * PE_CLIENT_SHM_TRAILER bytes with a random token, which
+ * pe_client_register_shm reads and sends; the daemon registers the region
+ * only when the token matches (else PE_C_ENOTFOUND, as for a name that does
+ * not exist). pe_client_shm_seal(fd, size) writes one to an object of your
+ * own: it grows the object to size + PE_CLIENT_SHM_TRAILER (the data is
+ * untouched) and writes a fresh token there; 0 or -errno.
+ * pe_client_register_shm on an object it can read without a trailer:
+ * PE_C_EARG. */
+#define PE_CLIENT_SHM_TRAILER 64
+int pe_client_shm_seal(int fd, size_t size);
 int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64_t *region);
 int pe_client_unregister_shm(pe_client *c, uint64_t region);
 
 /* A region made and registered in one call: shm_open (a unique name, mode
- * 0600), ftruncate, mmap, RegisterShm. When the daemon runs as another user
+ * 0600), ftruncate, the trailer (pe_client_shm_seal), mmap of `size`
+ * bytes, RegisterShm. When the daemon runs as another user
  * (the owner of its ipc:// socket file, e.g. the service's pe-executord),
  * one POSIX ACL entry gives that user, and no one else, read access; a file
  * system without ACLs is then an error (PE_C_EIO) that says so. The name
@@ -492,7 +506,9 @@ int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out); /* out:
 void pe_client_shm_close(pe_client *c, pe_client_shm *shm);
 
 /* Regions left behind by a process that did not get to close them. Names
- * carry the creator's pid and start time ("/pe-<pid>-<start>-<id>-<n>").
+ * carry the creator's pid and start time and a random part
+ * ("/pe-<pid>-<start>-<random>"; nothing of the client: /dev/shm lists
+ * them to everyone).
  * pe_client_shm_unlink_all unlinks every region this process created and
  * has not closed; async-signal-safe (the mappings stay valid until exit).
  * pe_client_shm_unlink_on_signals installs a handler for SIGINT, SIGTERM,

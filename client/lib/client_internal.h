@@ -10,6 +10,7 @@
 
 #include "pe_client.h"
 #include "service.pb-c.h"
+#include "shm_token.h"
 
 #define PEC_ADDR_LEN 512
 #define PEC_ERR_LEN 2048
@@ -82,6 +83,20 @@ int pec_call(pe_client *c, const char *what, Pe__Request *req, Pe__Reply__BodyCa
  * Nothing to do when the daemon is this process's user, root or unknown. */
 int pec_shm_grant_daemon(pe_client *c, int fd, const char *name);
 
+/* Region trailers (shm_trailer.c, common/shm_token.h). pec_shm_seal_fd:
+ * grow fd to size + PE_SHM_TRAILER and write a fresh token there (-1,
+ * errno set, on failure). pec_shm_read_token: the token of name's trailer
+ * at byte size; *have false (and 0) when the object cannot be opened (the
+ * daemon then answers as for anyone without it), an error when it can but
+ * holds no trailer. */
+int pec_shm_seal_fd(int fd, size_t size, uint8_t token[PE_SHM_TOKEN_LEN]);
+int pec_shm_read_token(pe_client *c, const char *name, uint64_t size,
+                       uint8_t token[PE_SHM_TOKEN_LEN], bool *have);
+/* RegisterShm with token (NULL: none) and remember the region with it
+ * (recovery registers it again with the same token). */
+int pec_register_shm(pe_client *c, const char *name, uint64_t size,
+                     const uint8_t token[PE_SHM_TOKEN_LEN], uint64_t *region);
+
 /* Recovery from lost programs (client_recover.c). Remember a registered
  * program (a copy of its arguments) or region; forget it at deregister or
  * unregister. pec_prog_answered records an answered run (request id,
@@ -92,7 +107,8 @@ void pec_prog_forget(pe_client *c, uint64_t handle);
 /* Forget every remembered program of model (it was dropped). */
 void pec_prog_forget_model(pe_client *c, const char *model);
 void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t steps);
-int pec_region_remember(pe_client *c, const char *name, uint64_t size, uint64_t id);
+int pec_region_remember(pe_client *c, const char *name, uint64_t size,
+                        const uint8_t token[PE_SHM_TOKEN_LEN], uint64_t id);
 void pec_region_forget(pe_client *c, uint64_t given);
 uint64_t pec_region_now(const pe_client *c, uint64_t given);
 void pec_recover_free(pe_client *c);

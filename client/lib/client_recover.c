@@ -44,6 +44,8 @@ typedef struct pec_region {
   uint64_t given, now; /* the id the caller holds; the daemon's id now */
   char *name;
   uint64_t size;
+  uint8_t token[PE_SHM_TOKEN_LEN]; /* sent again: the trailer's */
+  bool has_token;
   struct pec_region *next;
 } pec_region;
 
@@ -134,10 +136,19 @@ void pec_prog_answered(pe_client *c, uint64_t handle, uint64_t request, uint32_t
   p->ans_steps[at] = steps ? steps : 1;
 }
 
-int pec_region_remember(pe_client *c, const char *name, uint64_t size, uint64_t id) {
+/* The token to send again (NULL: none was sent, so none is kept). */
+static void region_set_token(pec_region *r, const uint8_t *token) {
+  if (!token) return;
+  memcpy(r->token, token, PE_SHM_TOKEN_LEN);
+  r->has_token = true;
+}
+
+int pec_region_remember(pe_client *c, const char *name, uint64_t size,
+                        const uint8_t token[PE_SHM_TOKEN_LEN], uint64_t id) {
   for (pec_region *r = c->regions; r; r = r->next)
     if (r->size == size && !strcmp(r->name, name)) {
       r->now = id;
+      region_set_token(r, token);
       return 0;
     }
   pec_region *r = calloc(1, sizeof *r);
@@ -147,6 +158,7 @@ int pec_region_remember(pe_client *c, const char *name, uint64_t size, uint64_t 
   }
   r->given = r->now = id;
   r->size = size;
+  region_set_token(r, token);
   r->next = c->regions;
   c->regions = r;
   return 0;
@@ -214,7 +226,8 @@ int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const
   int rc = 0;
   for (pec_region *r = c->regions; r && !c->silent; r = r->next) {
     uint64_t id;
-    if (pe_client_register_shm(c, r->name, r->size, &id) == 0) r->now = id;
+    if (pec_register_shm(c, r->name, r->size, r->has_token ? r->token : NULL, &id) == 0)
+      r->now = id;
   }
   /* A daemon that did not answer a region's register is not asked again:
    * each request would wait a whole timeout more. */

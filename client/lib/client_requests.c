@@ -463,12 +463,16 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
 }
 
 static int shm_request(pe_client *c, bool reg, const char *name, uint64_t size, uint64_t region,
-                       uint64_t *out_region) {
+                       const uint8_t *token, uint64_t *out_region) {
   const char *what = reg ? "register_shm" : "unregister_shm";
   Pe__ShmRequest r = PE__SHM_REQUEST__INIT;
   r.name = (char *)(name ? name : "");
   r.size = size;
   r.region = region;
+  if (token) {
+    r.token.data = (uint8_t *)token;
+    r.token.len = PE_SHM_TOKEN_LEN;
+  }
   Pe__Request req = PE__REQUEST__INIT;
   req.body_case = reg ? PE__REQUEST__BODY_REGISTER_SHM : PE__REQUEST__BODY_UNREGISTER_SHM;
   if (reg)
@@ -482,6 +486,15 @@ static int shm_request(pe_client *c, bool reg, const char *name, uint64_t size, 
 
 /* Registering a name already remembered (the daemon answers the same id,
  * or a new one after it lost the region) updates the remembered id. */
+int pec_register_shm(pe_client *c, const char *name, uint64_t size,
+                     const uint8_t token[PE_SHM_TOKEN_LEN], uint64_t *region) {
+  int rc = shm_request(c, true, name, size, 0, token, region);
+  if (rc) return rc;
+  return pec_region_remember(c, name, size, token, *region);
+}
+
+/* The token from the object's trailer: the caller made the object, so it
+ * can read it. */
 int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64_t *region) {
   PEC_NEED_HANDLE(c);
   int rc = need_out(c, "register_shm", region, "region");
@@ -489,15 +502,17 @@ int pe_client_register_shm(pe_client *c, const char *name, uint64_t size, uint64
   if (!name || name[0] != '/')
     return pec_fail(c, PE_C_EARG, "register_shm: name '%s' must start with '/'",
                     name ? name : "(null)");
-  rc = shm_request(c, true, name, size, 0, region);
+  uint8_t token[PE_SHM_TOKEN_LEN];
+  bool have;
+  rc = pec_shm_read_token(c, name, size, token, &have);
   if (rc) return rc;
-  return pec_region_remember(c, name, size, *region);
+  return pec_register_shm(c, name, size, have ? token : NULL, region);
 }
 
 int pe_client_unregister_shm(pe_client *c, uint64_t region) {
   PEC_NEED_HANDLE(c);
   if (c->silent) return skip_when_silent(c, "unregister_shm");
-  int rc = shm_request(c, false, NULL, 0, pec_region_now(c, region), NULL);
+  int rc = shm_request(c, false, NULL, 0, pec_region_now(c, region), NULL, NULL);
   if (!rc || rc == PE_C_ENOTFOUND) pec_region_forget(c, region);
   return rc;
 }

@@ -135,21 +135,27 @@ int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out) {
   memset(out, 0, sizeof *out);
   if (!size) return pec_fail(c, PE_C_EARG, "%s: size 0", what);
   pe_client_shm_sweep();
-  /* Unique: the creator (pid and start time), the handle's id, a counter. */
-  static atomic_uint counter;
-  if (pe_shm_owner_name(out->name, sizeof out->name, pe_client_id(c),
-                        atomic_fetch_add(&counter, 1) + 1) != 0)
-    return pec_fail(c, PE_C_EIO, "%s: region name too long", what);
-  int fd = shm_open(out->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  /* The name holds the creator (for the sweeps) and a random part, nothing
+   * of the client: /dev/shm lists it to everyone. A clash is retried. */
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 8; tries++) {
+    if (pe_shm_owner_name(out->name, sizeof out->name) != 0)
+      return pec_fail(c, PE_C_EIO, "%s: region name too long", what);
+    fd = shm_open(out->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) return pec_fail(c, PE_C_EIO, "%s: shm_open %s: %s", what, out->name, strerror(errno));
   /* From here a signal handler unlinks it (the register below may wait). */
   live_add(out->name);
-  if (ftruncate(fd, (off_t)size) != 0) {
+  /* The data, then the trailer with the token that proves to the daemon
+   * that the register comes from who made the region. */
+  uint8_t token[PE_SHM_TOKEN_LEN];
+  if (pec_shm_seal_fd(fd, size, token) != 0) {
     int e = errno;
     close(fd);
     forget_unlink(out->name);
-    return pec_fail(c, PE_C_EIO, "%s: ftruncate %s to %zu bytes: %s", what, out->name, size,
-                    strerror(e));
+    return pec_fail(c, PE_C_EIO, "%s: %s: sizing to %zu + %d bytes and writing its token: %s", what,
+                    out->name, size, PE_SHM_TRAILER, strerror(e));
   }
   int grant = pec_shm_grant_daemon(c, fd, out->name);
   if (grant) {
@@ -166,7 +172,7 @@ int pe_client_shm_create(pe_client *c, size_t size, pe_client_shm *out) {
   }
   out->base = base;
   out->size = size;
-  int rc = pe_client_register_shm(c, out->name, size, &out->region);
+  int rc = pec_register_shm(c, out->name, size, token, &out->region);
   if (rc) {
     munmap(base, size);
     forget_unlink(out->name);

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "server/checkpoint.h"
+#include "server/client_tag.h"
 #include "server/model_drop.h"
 #include "server/programs.h"
 #include "server/run_request.h"
@@ -126,8 +127,8 @@ static pe_status *h_register(ctx *c) {
   if (!st) {
     c->rep->body_case = PE__REPLY__BODY_REGISTER;
     c->rep->register_ = r;
-    PE_LOGI("register client=%016llx model=%s handle=0x%016llx %s (%d params, %d feeds)",
-            (unsigned long long)c->rq->client_id, p->model->name, (unsigned long long)p->handle,
+    PE_LOGI("register client=%s model=%s handle=0x%016llx %s (%d params, %d feeds)",
+            pe_client_tag(c->rq->client_id).s, p->model->name, (unsigned long long)p->handle,
             existed ? "existing" : "new", p->n_params, p->n_feeds);
   }
   pe_registry_release(c->s->reg, p);
@@ -196,8 +197,8 @@ static pe_status *h_init(ctx *c) {
                                   "force_in_use to reset them anyway "
                                   "(pe_client_init_force_in_use)");
     if (st && rq->force_in_use) {
-      PE_LOGW("client %016llx forced init over other clients' training: %s",
-              (unsigned long long)c->rq->client_id, pe_status_msg(st));
+      PE_LOGW("client %s forced init over other clients' training: %s",
+              pe_client_tag(c->rq->client_id).s, pe_status_msg(st));
       pe_status_free(st);
       st = NULL;
     }
@@ -312,7 +313,7 @@ static pe_status *wrap_once(pe_status *st, const char *what) {
 static void warn_in_use(ctx *c, const pe_srv_model *m, const char *op) {
   pe_status *u = pe_registry_model_in_use(c->s->reg, m, c->rq->client_id, op,
                                           "their runs go on from the values set");
-  if (u) PE_LOGW("client %016llx: %s", (unsigned long long)c->rq->client_id, pe_status_msg(u));
+  if (u) PE_LOGW("client %s: %s", pe_client_tag(c->rq->client_id).s, pe_status_msg(u));
   pe_status_free(u);
 }
 
@@ -417,15 +418,16 @@ static pe_status *h_close(ctx *c) {
   uint64_t client = c->rq->client_id;
   int programs = pe_registry_drop_client(c->s->reg, client);
   pe_shm_drop_client(c->s->shm, client);
-  PE_LOGI("session %016llx closed by its client: %d program(s) given up",
-          (unsigned long long)client, programs);
+  PE_LOGI("session %s closed by its client: %d program(s) given up", pe_client_tag(client).s,
+          programs);
   return NULL;
 }
 
 static pe_status *h_register_shm(ctx *c) {
   const Pe__ShmRequest *rq = c->rq->register_shm;
   uint64_t id;
-  PE_TRY(pe_shm_register(c->s->shm, c->rq->client_id, rq->name ? rq->name : "", rq->size, &id));
+  PE_TRY(pe_shm_register(c->s->shm, c->rq->client_id, rq->name ? rq->name : "", rq->size,
+                         rq->token.data, rq->token.len, &id));
   Pe__ShmReply *r = pe_arena_alloc(c->a, sizeof *r);
   if (!r) {
     pe_status_free(pe_shm_unregister(c->s->shm, c->rq->client_id, id));

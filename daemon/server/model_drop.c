@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "server/checkpoint.h"
+#include "server/client_tag.h"
 #include "server/programs.h"
 
 typedef struct drop_ctx {
@@ -65,9 +66,9 @@ pe_status *pe_model_drop(pe_server *s, uint64_t client, const char *name, pe_dro
   out->removed = a.removed;
   if (!st)
     PE_LOGI(
-        "drop_model: client %016llx dropped model '%s'%s (%d program(s) of its own); restart "
+        "drop_model: client %s dropped model '%s'%s (%d program(s) of its own); restart "
         "checkpoint %s",
-        (unsigned long long)client, name, m ? "" : " (not loaded)", out->programs,
+        pe_client_tag(client).s, name, m ? "" : " (not loaded)", out->programs,
         a.removed ? a.removed : "none");
   return st;
 }

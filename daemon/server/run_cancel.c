@@ -2,6 +2,7 @@
 #include "server/run_cancel.h"
 
 #include "core/log.h"
+#include "server/client_tag.h"
 
 /* Why the run must stop, or NULL. */
 static const char *reason(const pe_run_guard *g, char *buf, size_t len) {
@@ -22,8 +23,8 @@ pe_status *pe_run_guard_check(pe_run_guard *g, uint64_t done, uint64_t total) {
   char buf[96];
   const char *why = reason(g, buf, sizeof buf);
   if (why) {
-    PE_LOGI("run of client %016llx on model '%s' cancelled after %llu of %llu steps: %s",
-            (unsigned long long)g->client, g->p->model->name, (unsigned long long)done,
+    PE_LOGI("run of client %s on model '%s' cancelled after %llu of %llu steps: %s",
+            pe_client_tag(g->client).s, g->p->model->name, (unsigned long long)done,
             (unsigned long long)total, why);
     /* Shutting down: NOT_FOUND, as for a program the daemon lost, so a
      * client recovers as from a restart (libpeclient registers again

@@ -20,6 +20,7 @@
 #include "server/autosave.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_file.h"
+#include "server/client_tag.h"
 #include "server/dispatch.h"
 #include "server/programs.h"
 #include "server/reply_pack.h"
@@ -403,8 +404,8 @@ static void handle_job(pe_server *s, job *j) {
             "an older copy of a request whose newer copy was answered first: not "
             "answered",
     };
-    PE_LOGI("req client=%016llx id=%llu kind=%s: %s", (unsigned long long)cid,
-            (unsigned long long)rid, kind, what[seen]);
+    PE_LOGI("req client=%s id=%llu kind=%s: %s", pe_client_tag(cid).s, (unsigned long long)rid,
+            kind, what[seen]);
     if (seen != PE_DEDUP_WAITING) job_free(j); /* WAITING: parked, the original answers it */
     pe__request__free_unpacked(rq, NULL);
     return;
@@ -419,14 +420,14 @@ static void handle_job(pe_server *s, job *j) {
   if (rep.code) atomic_fetch_add(&s->requests_failed, 1); /* a reply too big counts */
   double ms = (pe_now_s() - t0) * 1e3;
   if (rep.code)
-    PE_LOGW("req client=%016llx id=%llu kind=%s code=%s %.2f ms: %s", (unsigned long long)cid,
+    PE_LOGW("req client=%s id=%llu kind=%s code=%s %.2f ms: %s", pe_client_tag(cid).s,
             (unsigned long long)rid, kind, pe_code_name((pe_code)rep.code), ms, rep.message);
   else if (rq->body_case == PE__REQUEST__BODY_RUN || rq->body_case == PE__REQUEST__BODY_PING ||
            rq->body_case == PE__REQUEST__BODY_STATUS)
-    PE_LOGD("req client=%016llx id=%llu kind=%s code=OK %.2f ms", (unsigned long long)cid,
-            (unsigned long long)rid, kind, ms);
+    PE_LOGD("req client=%s (%016llx) id=%llu kind=%s code=OK %.2f ms", pe_client_tag(cid).s,
+            (unsigned long long)cid, (unsigned long long)rid, kind, ms);
   else
-    PE_LOGI("req client=%016llx id=%llu kind=%s code=OK %.2f ms", (unsigned long long)cid,
+    PE_LOGI("req client=%s id=%llu kind=%s code=OK %.2f ms", pe_client_tag(cid).s,
             (unsigned long long)rid, kind, ms);
   pe_arena_free(&arena);
   pe__request__free_unpacked(rq, NULL);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "core/log.h"
+#include "server/client_tag.h"
 #include "server/registry_internal.h"
 #include "shm_owner.h"
 
@@ -14,7 +15,8 @@ static session *session_open_locked(pe_registry *r, uint64_t client, double now)
     if (r->sessions[i].client == client) return &r->sessions[i];
   if (!pe_reg_grow((void **)&r->sessions, &r->cap_sessions, r->n_sessions + 1, sizeof *r->sessions))
     return NULL;
-  PE_LOGD("session %016llx opened", (unsigned long long)client);
+  /* Debug only: the id with its tag, to read the info lines by. */
+  PE_LOGD("session %s opened: client %016llx", pe_client_tag(client).s, (unsigned long long)client);
   r->sessions[r->n_sessions] = (session){.client = client, .last_seen = now};
   return &r->sessions[r->n_sessions++];
 }
@@ -127,11 +129,11 @@ int pe_registry_expire(pe_registry *r, double now, double ttl_s, uint64_t *ids, 
   pthread_mutex_unlock(&r->mu);
   for (int i = 0; i < n; i++) {
     if (why[i] == IDLE)
-      PE_LOGI("session %016llx expired after %.0f s idle: dropping its programs",
-              (unsigned long long)ids[i], ttl_s);
+      PE_LOGI("session %s expired after %.0f s idle: dropping its programs",
+              pe_client_tag(ids[i]).s, ttl_s);
     else
-      PE_LOGI("session %016llx: its client process has exited: dropping its programs",
-              (unsigned long long)ids[i]);
+      PE_LOGI("session %s: its client process has exited: dropping its programs",
+              pe_client_tag(ids[i]).s);
     pe_registry_drop_client(r, ids[i]);
   }
   return n;

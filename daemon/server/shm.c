@@ -16,7 +16,9 @@
 
 #include "core/log.h"
 #include "server/bus_guard.h"
+#include "server/client_tag.h"
 #include "shm_owner.h"
+#include "shm_token.h"
 
 #define PE_SHM_NAME_MAX 201 /* '/' and up to 200 of [A-Za-z0-9._-] */
 
@@ -25,7 +27,8 @@ typedef struct pe_shm_region {
   char name[PE_SHM_NAME_MAX + 1];
   void *base;
   uint64_t size;
-  dev_t dev; /* the object mapped, to know the name still names it */
+  uint8_t token[PE_SHM_TOKEN_LEN]; /* the trailer's, as registered */
+  dev_t dev;                       /* the object mapped, to know the name still names it */
   ino_t ino;
   int refs; /* table entry (1 while registered) + runs reading it */
 } pe_shm_region;
@@ -95,16 +98,46 @@ static bool shm_name_valid(const char *name) {
   return true;
 }
 
-/* The region this client registered under name with this size, if any:
- * registering it again answers its id (libpeclient registers its regions
- * again when it recovers from a lost program, and a region that is still
- * there must not be mapped twice). Lock held. */
-static pe_shm_region *find_same(pe_shm_table *t, uint64_t client, const char *name, uint64_t size) {
+/* The region this client registered under name with this size and token,
+ * if any: registering it again answers its id (libpeclient registers its
+ * regions again when it recovers from a lost program, and a region that is
+ * still there must not be mapped twice). Lock held. */
+static pe_shm_region *find_same(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
+                                const uint8_t *token, size_t token_len) {
+  uint8_t trailer[PE_SHM_TRAILER];
   for (int i = 0; i < t->n; i++) {
     pe_shm_region *g = t->r[i];
-    if (g->client == client && g->size == size && !strcmp(g->name, name)) return g;
+    if (g->client != client || g->size != size || strcmp(g->name, name)) continue;
+    pe_shm_trailer_make(trailer, g->token);
+    if (pe_shm_trailer_matches(trailer, token, token_len)) return g;
   }
   return NULL;
+}
+
+/* The answer to a name the caller may not register: one that does not
+ * exist, an object without the caller's token in its trailer, or one too
+ * small to hold it; the same for all, so that a client learns nothing of
+ * another's object (and cannot tell a wrong token from a missing object). */
+static pe_status *no_such_region(const char *name, uint64_t size) {
+  return pe_error(PE_ENOTFOUND,
+                  "register_shm: %s: no such region with %llu bytes and this token (the object "
+                  "does not exist, or it has no trailer at byte %llu holding the request's token; "
+                  "see ShmRequest in service.proto)",
+                  name, (unsigned long long)size, (unsigned long long)size);
+}
+
+/* Read the trailer of fd at byte size and check it against token; false
+ * when it cannot be read or does not match. */
+static bool trailer_ok(int fd, const char *name, uint64_t size, const uint8_t *token,
+                       size_t token_len) {
+  uint8_t trailer[PE_SHM_TRAILER];
+  ssize_t n = pread(fd, trailer, sizeof trailer, (off_t)size);
+  if (n != (ssize_t)sizeof trailer) {
+    PE_LOGD("shm %s: reading its trailer at byte %llu: %s", name, (unsigned long long)size,
+            n < 0 ? strerror(errno) : "short read");
+    return false;
+  }
+  return pe_shm_trailer_matches(trailer, token, token_len);
 }
 
 /* A random id, nonzero and unused. Random rather than counted: a request
@@ -127,17 +160,17 @@ static uint64_t new_id(pe_shm_table *t) {
 }
 
 pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
-                           uint64_t *region) {
+                           const uint8_t *token, size_t token_len, uint64_t *region) {
   if (!shm_name_valid(name))
     return pe_error(PE_EINVAL,
                     "register_shm: name '%.80s' must be '/' followed by [A-Za-z0-9._-]{1,200}",
                     name);
   if (size == 0) return pe_error(PE_EINVAL, "register_shm: %s: size 0: it must be > 0", name);
-  if (size > (uint64_t)SIZE_MAX / 2)
+  if (size > (uint64_t)SIZE_MAX / 2 - PE_SHM_TRAILER)
     return pe_error(PE_EINVAL, "register_shm: %s: size %llu is too large (at most %llu)", name,
-                    (unsigned long long)size, (unsigned long long)(SIZE_MAX / 2));
+                    (unsigned long long)size, (unsigned long long)(SIZE_MAX / 2 - PE_SHM_TRAILER));
   pthread_mutex_lock(&t->mu);
-  pe_shm_region *same = find_same(t, client, name, size);
+  pe_shm_region *same = find_same(t, client, name, size, token, token_len);
   if (same) *region = same->id;
   pthread_mutex_unlock(&t->mu);
   if (same) return NULL;
@@ -148,19 +181,25 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
                     "(give it read access, e.g. an ACL entry; libpeclient's "
                     "pe_client_shm_create does)",
                     name, strerror(EACCES), (unsigned)geteuid());
-  if (fd < 0)
-    return pe_error(errno == ENOENT ? PE_ENOTFOUND : PE_EIO, "register_shm: %s: shm_open: %s", name,
-                    strerror(errno));
+  if (fd < 0 && errno == ENOENT) return no_such_region(name, size);
+  if (fd < 0) return pe_error(PE_EIO, "register_shm: %s: shm_open: %s", name, strerror(errno));
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
     pe_status *st = pe_error(PE_EIO, "register_shm: %s: fstat: %s", name, strerror(errno));
     close(fd);
     return st;
   }
-  if ((uint64_t)sb.st_size < size) {
+  /* Before mapping: nothing of an object the caller cannot prove it reads
+   * is mapped, and a short object fails as a missing one. */
+  if ((uint64_t)sb.st_size < size + PE_SHM_TRAILER ||
+      !trailer_ok(fd, name, size, token, token_len)) {
     close(fd);
-    return pe_error(PE_EINVAL, "register_shm: %s: object has %lld bytes, %llu requested", name,
-                    (long long)sb.st_size, (unsigned long long)size);
+    /* The request's warn line says it failed; the detail is the operator's. */
+    PE_LOGD(
+        "shm %s: register by client %s refused: the object has %lld bytes, and no trailer "
+        "at byte %llu holding the request's token",
+        name, pe_client_tag(client).s, (long long)sb.st_size, (unsigned long long)size);
+    return no_such_region(name, size);
   }
   void *base = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
@@ -176,6 +215,7 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
   snprintf(g->name, sizeof g->name, "%s", name);
   g->base = base;
   g->size = size;
+  memcpy(g->token, token, PE_SHM_TOKEN_LEN); /* matched: token_len is the length */
   g->dev = sb.st_dev;
   g->ino = sb.st_ino;
   g->refs = 1;
@@ -197,9 +237,10 @@ pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, u
   *region = g->id;
   /* The id only at debug level: the log may be readable by others (the
    * journal), and an id is what a feed names. */
-  PE_LOGI("shm %s registered: %llu bytes, client %016llx", name, (unsigned long long)size,
+  PE_LOGI("shm %s registered: %llu bytes, client %s", name, (unsigned long long)size,
+          pe_client_tag(client).s);
+  PE_LOGD("shm %s: region %llu, client %016llx", name, (unsigned long long)g->id,
           (unsigned long long)client);
-  PE_LOGD("shm %s: region %llu", name, (unsigned long long)g->id);
   return NULL;
 }
 
@@ -212,12 +253,13 @@ static pe_shm_region *unlink_at(pe_shm_table *t, int i) {
 }
 
 /* The error for a region id the client has not registered: the same
- * whether the id is unknown or another client's. */
+ * whether the id is unknown or another client's. The client by its tag:
+ * the message is logged (warn) with the failed request. */
 static pe_status *not_registered(const char *op, uint64_t region, uint64_t client) {
   return pe_error(PE_ENOTFOUND,
-                  "%s%sshm region %llu is not registered by client %016llx (a region belongs to "
+                  "%s%sshm region %llu is not registered by client %s (a region belongs to "
                   "the client that registered it)",
-                  op, *op ? ": " : "", (unsigned long long)region, (unsigned long long)client);
+                  op, *op ? ": " : "", (unsigned long long)region, pe_client_tag(client).s);
 }
 
 /* The index of client's region `region`, or -1: another client's region
@@ -316,8 +358,8 @@ pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, vo
                     (unsigned long long)length, (unsigned long long)p->length);
   if (pe_bus_guarded_copy(dst, (const uint8_t *)p->data + at, (size_t)length)) return NULL;
   uint64_t from = p->offset + at;
-  PE_LOGW("shm %s of client %016llx: SIGBUS reading [%llu, +%llu): object truncated", p->g->name,
-          (unsigned long long)p->g->client, (unsigned long long)from, (unsigned long long)length);
+  PE_LOGW("shm %s of client %s: SIGBUS reading [%llu, +%llu): object truncated", p->g->name,
+          pe_client_tag(p->g->client).s, (unsigned long long)from, (unsigned long long)length);
   return pe_error(PE_EIO,
                   "shm region %llu: reading [%llu, +%llu) faulted (SIGBUS): the object was "
                   "truncated below the %llu bytes it was registered with",

@@ -18,10 +18,13 @@
  * under a SIGBUS guard (bus_guard.h), and a fault becomes that request's
  * error while the daemon and other clients carry on.
  *
- * Scope: a region belongs to the client that registered it. Reads,
+ * Ownership: registering needs the token of the object's trailer
+ * (pe_shm_register), so a client cannot register another user's object by
+ * its name. Scope: a region belongs to the client that registered it. Reads,
  * pins and unregisters name the requesting client, and another client's
  * id is not found (the same error as an unknown id: ids tell nothing to
- * other clients). Ids are logged at debug level only.
+ * other clients). Region and client ids are logged at debug level only
+ * (clients by their tag above that: client_tag.h).
  *
  * Thread-safe (one mutex). */
 #ifndef PE_SERVER_SHM_H
@@ -37,12 +40,17 @@ typedef struct pe_shm_table pe_shm_table;
 pe_status *pe_shm_table_new(pe_shm_table **out);
 void pe_shm_table_free(pe_shm_table *t);
 
-/* name: "/pe-..." ('/' then [A-Za-z0-9._-]{1,200}); size > 0 and <= the
- * object's size. *region: a random nonzero id, unused in this table (ids
- * of a restarted daemon do not repeat the old one's). The same client
- * registering the same name and size again gets the same region. */
+/* name: "/pe-..." ('/' then [A-Za-z0-9._-]{1,200}); size > 0, and the
+ * object has at least size + PE_SHM_TRAILER bytes, the trailer at byte
+ * size holding token (common/shm_token.h: proof that the caller can read
+ * the object, which the daemon opens with its own rights). A missing
+ * object, a short one and a wrong or missing token are the same
+ * PE_ENOTFOUND, and nothing is mapped. *region: a random nonzero id,
+ * unused in this table (ids of a restarted daemon do not repeat the old
+ * one's). The same client registering the same name, size and token again
+ * gets the same region. */
 pe_status *pe_shm_register(pe_shm_table *t, uint64_t client, const char *name, uint64_t size,
-                           uint64_t *region);
+                           const uint8_t *token, size_t token_len, uint64_t *region);
 /* Only client's own region (else PE_ENOTFOUND). */
 pe_status *pe_shm_unregister(pe_shm_table *t, uint64_t client, uint64_t region);
 /* Unregister every region of a client (session expiry or close); unlink

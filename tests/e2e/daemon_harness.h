@@ -28,6 +28,7 @@
 #include "pe_model_file.h"
 #include "pe_models.h"
 #include "service.pb-c.h"
+#include "shm_token.h"
 
 typedef struct dh_daemon {
   char dir[256];    /* temp dir: socket, state, log, conf */
@@ -103,6 +104,20 @@ static inline void dh_err(const Pe__Reply *rep, int code, const char *needle) {
 }
 
 static _Atomic uint64_t dh_next_id = 1; /* tests may send from several threads */
+
+/* Give the shm object fd, whose data is `size` bytes, the trailer
+ * RegisterShm checks (common/shm_token.h: it grows to size + 64), and put
+ * its token, kept in token, into sr. */
+static inline void dh_shm_seal(int fd, uint64_t size, uint8_t token[PE_SHM_TOKEN_LEN],
+                               Pe__ShmRequest *sr) {
+  uint8_t trailer[PE_SHM_TRAILER];
+  ck_assert_int_eq(pe_shm_token_new(token), 0);
+  pe_shm_trailer_make(trailer, token);
+  ck_assert_int_eq(ftruncate(fd, (off_t)(size + PE_SHM_TRAILER)), 0);
+  ck_assert_int_eq(pwrite(fd, trailer, sizeof trailer, (off_t)size), (ssize_t)sizeof trailer);
+  sr->token.data = token;
+  sr->token.len = PE_SHM_TOKEN_LEN;
+}
 
 static inline Pe__Request dh_req(uint64_t client) {
   Pe__Request rq = PE__REQUEST__INIT;

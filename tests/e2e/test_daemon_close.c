@@ -73,9 +73,10 @@ START_TEST(test_close_ends_session) {
   snprintf(name, sizeof name, "/pe-e2e-close-%d", (int)getpid());
   int fd = shm_open(name, O_CREAT | O_RDWR | O_EXCL, 0600);
   ck_assert_int_ge(fd, 0);
-  ck_assert_int_eq(ftruncate(fd, 4096), 0);
-  close(fd);
   Pe__ShmRequest sr = PE__SHM_REQUEST__INIT;
+  uint8_t token[PE_SHM_TOKEN_LEN];
+  dh_shm_seal(fd, 4096, token, &sr);
+  close(fd);
   sr.name = name;
   sr.size = 4096;
   Pe__Request rq = shm_req(CLIENT_A, &sr, true);

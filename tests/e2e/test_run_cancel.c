@@ -69,10 +69,11 @@ static void shm_feeds_make(shm_feeds *f, int s) {
                  images = (uint64_t)STEPS * 784 * sizeof(float);
   int fd = shm_open(f->name, O_RDWR | O_CREAT | O_EXCL, 0600);
   ck_assert_msg(fd >= 0, "shm_open %s: %s", f->name, strerror(errno));
-  ck_assert_int_eq(ftruncate(fd, (off_t)(labels + images)), 0);
+  Pe__ShmRequest sr = PE__SHM_REQUEST__INIT;
+  uint8_t token[PE_SHM_TOKEN_LEN];
+  dh_shm_seal(fd, labels + images, token, &sr);
   close(fd);
   Pe__Request rq = dh_req(CLIENT_A);
-  Pe__ShmRequest sr = PE__SHM_REQUEST__INIT;
   sr.name = f->name;
   sr.size = labels + images;
   rq.body_case = PE__REQUEST__BODY_REGISTER_SHM;

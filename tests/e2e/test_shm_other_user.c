@@ -129,6 +129,7 @@ START_TEST(region_without_access_is_refused_naming_the_daemon_user) {
   int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(ftruncate(fd, 4096), 0);
+  ck_assert_int_eq(pe_client_shm_seal(fd, 4096), 0); /* the token it must prove */
   close(fd);
   uint64_t region = 0;
   int rc = pe_client_register_shm(f.c, name, 4096, &region);
