@@ -107,7 +107,9 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
   printf("],\"runs\":[");
   for (size_t i = 0; i < s->n_runs; i++) {
     const pe_client_run_status *r = &s->runs[i];
-    printf("%s{\"client\":\"%016llx\",\"model\":", i ? "," : "", (unsigned long long)r->client_id);
+    printf("%s{\"client\":", i ? "," : "");
+    cli_json_str(stdout, r->client);
+    printf(",\"model\":");
     cli_json_str(stdout, r->model);
     printf(",\"handle\":\"0x%016llx\",\"steps_done\":%u,\"steps_total\":%u,\"age_s\":%.3f}",
            (unsigned long long)r->handle, r->steps_done, r->steps_total, r->age_s);
@@ -129,10 +131,9 @@ static void print_status_text(const pe_client_status *s) {
            s->lanes[i].threads, s->lanes[i].busy, s->lanes[i].queued,
            i + 1 == s->n_lanes ? "\n" : "");
   for (size_t i = 0; i < s->n_runs; i++)
-    printf("  run of client %016llx on model %s (program 0x%016llx): %u of %u steps, %.1f s\n",
-           (unsigned long long)s->runs[i].client_id, s->runs[i].model,
-           (unsigned long long)s->runs[i].handle, s->runs[i].steps_done, s->runs[i].steps_total,
-           s->runs[i].age_s);
+    printf("  run of client %s on model %s (program 0x%016llx): %u of %u steps, %.1f s\n",
+           s->runs[i].client, s->runs[i].model, (unsigned long long)s->runs[i].handle,
+           s->runs[i].steps_done, s->runs[i].steps_total, s->runs[i].age_s);
   printf(
       "resends: %llu answered from the reply cache, %llu waited for the original, %llu stale; "
       "cache %llu replies, %llu bytes, %llu evicted\n",

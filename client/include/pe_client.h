@@ -431,7 +431,8 @@ typedef struct pe_client_model_status {
 /* A Run request the daemon is computing: whose, on which model and
  * program, steps ended of those asked for, seconds since it was taken up. */
 typedef struct pe_client_run_status {
-  uint64_t client_id;
+  uint64_t client_id; /* this handle's own runs; 0 for another client's */
+  const char *client; /* "c-" and 8 hex digits: the tag the daemon's log gives the client */
   const char *model;
   uint64_t handle;
   uint32_t steps_done, steps_total;

@@ -408,9 +408,9 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
     ls[i] = (pe_client_lane_status){s->lanes[i]->name, s->lanes[i]->threads, s->lanes[i]->busy,
                                     s->lanes[i]->queued};
   for (size_t i = 0; i < s->n_runs; i++)
-    rs[i] =
-        (pe_client_run_status){s->runs[i]->client_id,  s->runs[i]->model,       s->runs[i]->handle,
-                               s->runs[i]->steps_done, s->runs[i]->steps_total, s->runs[i]->age_s};
+    rs[i] = (pe_client_run_status){
+        s->runs[i]->client_id,  s->runs[i]->client,      s->runs[i]->model, s->runs[i]->handle,
+        s->runs[i]->steps_done, s->runs[i]->steps_total, s->runs[i]->age_s};
   for (size_t i = 0; i < s->n_places; i++)
     ps[i] = (pe_client_place_status){s->places[i]->place, s->places[i]->bytes_in_use,
                                      s->places[i]->bytes_cached};

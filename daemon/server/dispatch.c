@@ -74,7 +74,7 @@ static pe_status *h_status(ctx *c) {
   Pe__StatusReply *st = pe_arena_alloc(c->a, sizeof *st);
   if (!st) return OOM("status");
   pe__status_reply__init(st);
-  PE_TRY(pe_status_fill(c->s, c->lane, st, c->a));
+  PE_TRY(pe_status_fill(c->s, c->lane, c->rq->client_id, st, c->a));
   c->rep->body_case = PE__REPLY__BODY_STATUS;
   c->rep->status = st;
   return NULL;

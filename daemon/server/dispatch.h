@@ -54,7 +54,9 @@ const char *pe_request_kind_name(Pe__Request__BodyCase c);
 /* The lane a request kind is queued in (server.h); unknown kinds: work. */
 pe_lane pe_request_lane(Pe__Request__BodyCase c);
 
-/* Fill StatusReply (status.c) for a Status taken from `lane`. */
-pe_status *pe_status_fill(pe_server *s, pe_lane lane, Pe__StatusReply *out, pe_arena *a);
+/* Fill StatusReply (status.c) for a Status of client `asker` taken from
+ * `lane`. */
+pe_status *pe_status_fill(pe_server *s, pe_lane lane, uint64_t asker, Pe__StatusReply *out,
+                          pe_arena *a);
 
 #endif

@@ -9,6 +9,7 @@
 #include "compiler/program.h"
 #include "core/log.h"
 #include "server/checkpoint.h"
+#include "server/client_tag.h"
 #include "server/registry_internal.h"
 
 bool pe_reg_grow(void **arr, int *cap, int need, size_t elem) {
@@ -278,10 +279,10 @@ static pe_status *check_memory_locked(pe_registry *r, uint64_t client, const cha
   int64_t grows = after - before;
   if (grows <= 0 || grows <= limit - used) return NULL; /* limit - used: no overflow */
   return pe_error(PE_ENOMEM,
-                  "register: model '%s': client %016llx holds %lld parameter bytes, and with this "
+                  "register: model '%s': client %s holds %lld parameter bytes, and with this "
                   "program (persistables of %lld bytes) it would hold %lld, over the limit "
                   "memory_per_client = %lld",
-                  model, (unsigned long long)client, (long long)used, (long long)prog,
+                  model, pe_client_tag(client).s, (long long)used, (long long)prog,
                   (long long)pe_bytes_add(used, grows), (long long)limit);
 }
 
@@ -624,9 +625,8 @@ pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t hand
   if (owner) {
     pe_reg_drop_owner_locked(p, client);
   } else if (force) {
-    PE_LOGW(
-        "client %016llx force-deregistered program 0x%016llx (model '%s') of %d other client(s)",
-        (unsigned long long)client, (unsigned long long)handle, p->model->name, p->n_owners);
+    PE_LOGW("client %s force-deregistered program 0x%016llx (model '%s') of %d other client(s)",
+            pe_client_tag(client).s, (unsigned long long)handle, p->model->name, p->n_owners);
     p->dead = true;
   } else {
     st = not_owner_locked(r, p);
@@ -676,9 +676,9 @@ static pe_status *other_users_locked(pe_registry *r, const pe_srv_model *m, uint
     for (int k = 0; k < p->n_owners; k++) {
       if (p->owners[k] == client) continue;
       if (n++ < SHOWN && o < sizeof list)
-        o += (size_t)snprintf(list + o, sizeof list - o, "%sprogram 0x%016llx of client %016llx",
+        o += (size_t)snprintf(list + o, sizeof list - o, "%sprogram 0x%016llx of client %s",
                               o ? ", " : "", (unsigned long long)p->handle,
-                              (unsigned long long)p->owners[k]);
+                              pe_client_tag(p->owners[k]).s);
     }
   }
   if (!n) return NULL;

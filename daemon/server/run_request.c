@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/client_tag.h"
 #include "server/programs.h"
 #include "server/run_batches.h"
 #include "server/run_cancel.h"
@@ -56,14 +57,13 @@ static pe_status *check_not_applied(ctx *c, pe_srv_program *p) {
   if (!client || !pe_model_origin(p->model->m, client, &o) || request > o.request) return NULL;
   if (request == o.request)
     return pe_error(PE_EALREADY,
-                    "run: request %llu of client %016llx already reached model '%s' (%u step(s) of "
+                    "run: request %llu of client %s already reached model '%s' (%u step(s) of "
                     "it are in its parameters); a resend is not applied again",
-                    (unsigned long long)request, (unsigned long long)client, p->model->name,
-                    o.steps);
+                    (unsigned long long)request, pe_client_tag(client).s, p->model->name, o.steps);
   return pe_error(PE_EALREADY,
-                  "run: request %llu of client %016llx is older than its request %llu, which "
+                  "run: request %llu of client %s is older than its request %llu, which "
                   "already reached model '%s'; a resend is not applied again",
-                  (unsigned long long)request, (unsigned long long)client,
+                  (unsigned long long)request, pe_client_tag(client).s,
                   (unsigned long long)o.request, p->model->name);
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/client_tag.h"
 #include "server/dispatch.h"
 #include "server/programs.h"
 
@@ -29,7 +30,8 @@ static pe_status *fill_lanes(pe_server *s, pe_lane self, Pe__StatusReply *r, pe_
   return NULL;
 }
 
-pe_status *pe_status_fill(pe_server *s, pe_lane self, Pe__StatusReply *r, pe_arena *a) {
+pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__StatusReply *r,
+                          pe_arena *a) {
   r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
   r->uptime_s = pe_now_s() - s->start_time;
   /* Requests waiting or being handled, but for this Status (review 2 #15:
@@ -51,7 +53,10 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, Pe__StatusReply *r, pe_are
     Pe__RunStatus *x = pe_arena_alloc(a, sizeof *x);
     if (!x) return pe_error(PE_ENOMEM, "status: out of memory");
     pe__run_status__init(x);
-    x->client_id = runs[i].client;
+    /* Others' runs by their tag only (client_tag.h: an id is a credential). */
+    x->client_id = asker && runs[i].client == asker ? asker : 0;
+    x->client = pe_arena_strdup(a, pe_client_tag(runs[i].client).s);
+    if (!x->client) return pe_error(PE_ENOMEM, "status: out of memory");
     x->model = runs[i].model;
     x->handle = runs[i].handle;
     x->steps_done = runs[i].done;

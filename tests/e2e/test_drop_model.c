@@ -80,10 +80,12 @@ START_TEST(test_drop_live_model) {
   rep = drop(s, CLIENT_B, "pm");
   char handle[40], client[40];
   snprintf(handle, sizeof handle, "program 0x%016llx", (unsigned long long)h);
-  snprintf(client, sizeof client, "client %016llx", (unsigned long long)CLIENT_A);
+  /* A's id is a credential: B's message names A by its tag only. */
+  snprintf(client, sizeof client, "%016llx", (unsigned long long)CLIENT_A);
   dh_err(rep, PE_EPERM, "drop_model: model 'pm' is in use by");
   dh_err(rep, PE_EPERM, handle);
-  dh_err(rep, PE_EPERM, client);
+  dh_err(rep, PE_EPERM, " of client c-");
+  ck_assert_msg(!strstr(rep->message, client), "the message shows A's id: %s", rep->message);
   pe__reply__free_unpacked(rep, NULL);
   ck_assert(exists(restart));
   dh_run_loss(s, CLIENT_A, h, &b, mlp.loss, 1);

@@ -56,23 +56,23 @@ static const Pe__LaneStatus *lane(const Pe__StatusReply *st, const char *name) {
   return NULL;
 }
 
-/* Whether Status lists a run of client. */
-static bool runs_for(const Pe__StatusReply *st, uint64_t client) {
+/* Whether Status lists a run of program h (another client's: its id is
+ * not shown, only its tag). */
+static bool runs_for(const Pe__StatusReply *st, uint64_t h) {
   for (size_t i = 0; i < st->n_runs; i++)
-    if (st->runs[i]->client_id == client) return true;
+    if (st->runs[i]->handle == h) return true;
   return false;
 }
 
 /* Poll Status (each answered promptly) until the work lane has `busy` busy
- * threads and `queued` requests waiting, and client (0: none) has a run in
- * flight, within SETTLE_S. */
-static void wait_work_lane(int s, int busy, int queued, uint64_t client) {
+ * threads and `queued` requests waiting, and program h (0: none) has a run
+ * in flight, within SETTLE_S. */
+static void wait_work_lane(int s, int busy, int queued, uint64_t h) {
   double t0 = dh_now();
   for (;;) {
     Pe__Reply *rep = status(s);
     const Pe__LaneStatus *w = lane(rep->status, "work");
-    bool there =
-        w->busy == busy && w->queued == queued && (!client || runs_for(rep->status, client));
+    bool there = w->busy == busy && w->queued == queued && (!h || runs_for(rep->status, h));
     int b = w->busy, q = w->queued;
     pe__reply__free_unpacked(rep, NULL);
     if (there) return;
@@ -192,7 +192,7 @@ START_TEST(control_requests_pass_long_runs) {
   /* A's run cancelled: D's run takes its thread, D's close still waits
    * behind B's; B's cancelled: D's close runs and cancels D's run. */
   cancel_run(s, ha, &ra);
-  wait_work_lane(s, 2, 1, CLIENT_D);
+  wait_work_lane(s, 2, 1, hd);
   ck_assert(!atomic_load(&cd.done));
   cancel_run(s, hb, &rb);
   ck_assert_msg(dh_async_wait(&cd, SETTLE_S),

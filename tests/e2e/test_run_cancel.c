@@ -12,6 +12,7 @@
  * millionth step (minutes) and SIGTERM waited for it. While it runs,
  * Status (and pe-client status, text and --json) lists it: client, model,
  * program, steps done of STEPS (growing), age. */
+#include <ctype.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 
@@ -146,8 +147,18 @@ static int runs_in_flight(int s, uint64_t *runs_total) {
   return n;
 }
 
+/* Whether tag is a client tag: "c-" and 8 hex digits. */
+static bool is_tag(const char *tag) {
+  if (!tag || strncmp(tag, "c-", 2) || strlen(tag) != 10) return false;
+  for (int i = 2; i < 10; i++)
+    if (!isxdigit((unsigned char)tag[i])) return false;
+  return true;
+}
+
 /* Status lists the one run in flight, CLIENT_A's of program h on model
- * "rc", STEPS steps asked for: *done of them, at *age s. */
+ * "rc", STEPS steps asked for: *done of them, at *age s. CLIENT_C asks:
+ * A's id is not shown (a bearer credential), its tag is; A itself gets its
+ * id. */
 static void the_run(int s, uint64_t h, uint32_t *done, double *age) {
   Pe__Reply *rep = status(s);
   const Pe__StatusReply *st = rep->status;
@@ -156,7 +167,8 @@ static void the_run(int s, uint64_t h, uint32_t *done, double *age) {
   /* The run is in the queue depth too, which leaves out the Status itself. */
   ck_assert_int_eq(st->queue_depth, 1);
   const Pe__RunStatus *r = st->runs[0];
-  ck_assert_uint_eq(r->client_id, CLIENT_A);
+  ck_assert_uint_eq(r->client_id, 0);
+  ck_assert_msg(is_tag(r->client), "client '%s'", r->client);
   ck_assert_str_eq(r->model, "rc");
   ck_assert_uint_eq(r->handle, h);
   ck_assert_uint_eq(r->steps_total, STEPS);
@@ -164,6 +176,14 @@ static void the_run(int s, uint64_t h, uint32_t *done, double *age) {
                 r->steps_done, r->age_s);
   *done = r->steps_done;
   *age = r->age_s;
+  pe__reply__free_unpacked(rep, NULL);
+  Pe__Request rq = dh_req(CLIENT_A);
+  rq.body_case = PE__REQUEST__BODY_STATUS;
+  rq.status = 1;
+  rep = dh_call(s, &rq);
+  dh_ok(rep);
+  ck_assert_int_eq((int)rep->status->n_runs, 1);
+  ck_assert_uint_eq(rep->status->runs[0]->client_id, CLIENT_A);
   pe__reply__free_unpacked(rep, NULL);
 }
 
@@ -190,14 +210,20 @@ static void cli_shows_run(const dh_daemon *d, uint64_t h) {
   for (int json = 0; json < 2; json++) {
     static char out[1 << 16];
     dh_cli(d, json ? "--json status" : "status", out, sizeof out);
+    const char *key = json ? "\"runs\":[{\"client\":\"" : "  run of client ";
+    const char *at = strstr(out, key);
+    ck_assert_msg(at, "no run in: %s", out);
+    char t[11]; /* the tag: CLIENT_A's id is not shown to another client */
+    snprintf(t, sizeof t, "%s", at + strlen(key));
+    ck_assert_msg(is_tag(t), "no client tag in: %s", out);
     if (json)
       snprintf(want, sizeof want,
-               "\"runs\":[{\"client\":\"%016llx\",\"model\":\"rc\",\"handle\":\"0x%016llx\","
+               "\"runs\":[{\"client\":\"%s\",\"model\":\"rc\",\"handle\":\"0x%016llx\","
                "\"steps_done\":",
-               (unsigned long long)CLIENT_A, (unsigned long long)h);
+               t, (unsigned long long)h);
     else
-      snprintf(want, sizeof want, "  run of client %016llx on model rc (program 0x%016llx): ",
-               (unsigned long long)CLIENT_A, (unsigned long long)h);
+      snprintf(want, sizeof want, "  run of client %s on model rc (program 0x%016llx): ", t,
+               (unsigned long long)h);
     ck_assert_msg(strstr(out, want), "'%s' not in: %s", want, out);
     if (!json) {
       char of[32];
