@@ -274,8 +274,9 @@ pe_status *pe_graph_insert_node(pe_graph *g, int at, pe_node_kind kind, int plac
   memmove(&g->nodes[at + 1], &g->nodes[at], (size_t)(g->n_nodes - at) * sizeof(*g->nodes));
   g->n_nodes++;
   node_init(&g->nodes[at], kind, place);
-  /* Node ids shifted: fix the references that are not derived by ssa. */
-  for (int i = 0; i < g->n_nodes; i++)
+  /* Node ids shifted: fix the references that are not derived by ssa (an
+   * append shifts none: skip the scan, or building a graph is quadratic). */
+  for (int i = 0; at < g->n_nodes - 1 && i < g->n_nodes; i++)
     for (int k = 0; k < g->nodes[i].n_after; k++)
       if (g->nodes[i].after[k] >= at) g->nodes[i].after[k]++;
   for (int b = 0; b < g->n_buckets; b++)

@@ -51,10 +51,26 @@
 #include "core/log.h"
 #include "ops/registry.h"
 
+/* The uses of one name in the block, so that each question the pass asks
+ * costs the name's uses, not a scan of the block (which made a 48k-op
+ * program's register take minutes). A fusion at op i rewrites op i, marks
+ * the bias add and the relu dead (dropped at the end, so op indexes stay
+ * put) and updates the counts. The op lists are never updated: they are
+ * searched only after the op being fused, where each op is as built or
+ * dead. */
+typedef struct name_uses {
+  int n_w, n_r;  /* live args writing / reading the name */
+  int64_t sum_r; /* sum of the reading ops' indexes: the reader when n_r == 1 */
+  int n_ops, cap_ops;
+  int *ops; /* ops using it as built, increasing */
+} name_uses;
+
 typedef struct fuse_ctx {
   const pe_program *p;
   pe_block *b;
   const pe_pass_opts *o;
+  pe_strmap uses; /* name -> name_uses */
+  bool *dead;     /* [b->n_ops] removed by a fusion */
 } fuse_ctx;
 
 /* How many args of op name `name` among its inputs (or outputs). */
@@ -66,15 +82,56 @@ static int op_uses(const pe_op_desc *op, const char *name, bool writes) {
   return n;
 }
 
-/* How many ops of the block read (or write) `name`, and the last one. */
-static int count_uses(const pe_block *b, const char *name, bool writes, int *last) {
-  int n = 0;
-  for (int i = 0; i < b->n_ops; i++) {
-    int u = op_uses(b->ops[i], name, writes);
-    if (u) *last = i;
-    n += u;
+static name_uses *uses_get(fuse_ctx *f, const char *name) {
+  name_uses *u = pe_strmap_get(&f->uses, name);
+  if (u) return u;
+  u = calloc(1, sizeof *u);
+  if (u && !pe_strmap_put(&f->uses, name, u)) {
+    free(u);
+    u = NULL;
   }
-  return n;
+  return u;
+}
+
+/* Count op i's args into the index (sign 1) or out of it (-1); build also
+ * lists op i under each name. False on out of memory. */
+static bool index_op(fuse_ctx *f, int i, int sign, bool build) {
+  const pe_op_desc *op = f->b->ops[i];
+  for (int dir = 0; dir < 2; dir++) {
+    const pe_slot *sl = dir ? op->out : op->in;
+    for (int s = 0; s < (dir ? op->n_out : op->n_in); s++)
+      for (int a = 0; a < sl[s].n; a++) {
+        name_uses *u = uses_get(f, sl[s].args[a]);
+        if (!u) return false;
+        if (dir) {
+          u->n_w += sign;
+        } else {
+          u->n_r += sign;
+          u->sum_r += sign * (int64_t)i;
+        }
+        if (!build || (u->n_ops && u->ops[u->n_ops - 1] == i)) continue;
+        if (u->n_ops == u->cap_ops) {
+          int nc = u->cap_ops ? 2 * u->cap_ops : 4;
+          int *no = realloc(u->ops, (size_t)nc * sizeof *no);
+          if (!no) return false;
+          u->ops = no;
+          u->cap_ops = nc;
+        }
+        u->ops[u->n_ops++] = i;
+      }
+  }
+  return true;
+}
+
+static void index_free(fuse_ctx *f) {
+  for (size_t i = 0; i < f->uses.cap; i++)
+    if (f->uses.slots[i].key) {
+      name_uses *u = f->uses.slots[i].value;
+      free(u->ops);
+      free(u);
+    }
+  pe_strmap_destroy(&f->uses);
+  free(f->dead);
 }
 
 static bool kept(const fuse_ctx *f, const char *name) {
@@ -90,9 +147,8 @@ static bool kept(const fuse_ctx *f, const char *name) {
 static int sole_reader(const fuse_ctx *f, const char *name) {
   const pe_var_desc *v = pe_block_find_var_local(f->b, name);
   if (!v || v->dtype != PE_F32 || v->persistable || v->is_feed || kept(f, name)) return -1;
-  int w, r;
-  if (count_uses(f->b, name, true, &w) != 1 || count_uses(f->b, name, false, &r) != 1) return -1;
-  return r;
+  const name_uses *u = pe_strmap_get(&f->uses, name);
+  return u && u->n_w == 1 && u->n_r == 1 ? (int)u->sum_r : -1;
 }
 
 static const char *arg1(const pe_slot *s) {
@@ -117,11 +173,25 @@ static const char *bias_of(const fuse_ctx *f, int j, const char *t, int64_t o,
   return y;
 }
 
-/* Whether an op strictly between from and to writes `name` (or, with
- * reads, reads or writes it). */
-static bool used_between(const pe_block *b, const char *name, int from, int to, bool reads) {
-  for (int i = from + 1; i < to; i++)
-    if (op_uses(b->ops[i], name, true) || (reads && op_uses(b->ops[i], name, false))) return true;
+/* Whether a live op strictly between from and to writes `name` (or, with
+ * reads, reads or writes it); from is the op being fused, so every op
+ * after it is as built or dead. */
+static bool used_between(const fuse_ctx *f, const char *name, int from, int to, bool reads) {
+  const name_uses *u = pe_strmap_get(&f->uses, name);
+  if (!u) return false;
+  int lo = 0, hi = u->n_ops; /* the first listed op after from */
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (u->ops[mid] <= from)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (int k = lo; k < u->n_ops && u->ops[k] < to; k++) {
+    const pe_op_desc *op = f->b->ops[u->ops[k]];
+    if (!f->dead[u->ops[k]] && (op_uses(op, name, true) || (reads && op_uses(op, name, false))))
+      return true;
+  }
   return false;
 }
 
@@ -132,7 +202,7 @@ static int relu_after(const fuse_ctx *f, int i, const char *t) {
   const pe_op_desc *relu = k > i ? f->b->ops[k] : NULL;
   if (!relu || strcmp(relu->type, "relu") != 0) return -1;
   const char *rx = arg1(pe_op_find_input(relu, "X")), *out = arg1(pe_op_find_output(relu, "Out"));
-  if (!rx || strcmp(rx, t) != 0 || !out || used_between(f->b, out, i, k, true)) return -1;
+  if (!rx || strcmp(rx, t) != 0 || !out || used_between(f, out, i, k, true)) return -1;
   return k;
 }
 
@@ -185,7 +255,7 @@ static int bias_add_after(const fuse_ctx *f, const fuse_producer *pr, const pe_o
   if (pe_op_find_input(op, "Bias") || !w || !pr->bias_spec(def, op, w, &o, axes)) return -1;
   int j = sole_reader(f, t1);
   *bias = j > i ? bias_of(f, j, t1, o, axes) : NULL;
-  if (!*bias || used_between(f->b, *bias, i, j, false)) return -1;
+  if (!*bias || used_between(f, *bias, i, j, false)) return -1;
   return j;
 }
 
@@ -226,17 +296,38 @@ static pe_status *fuse_at(fuse_ctx *f, int i, int *counts) {
   /* The names fused away: the producer's output, and the sum's with a relu. */
   PE_TRY(note_fused(f, t1, op, out, bias != NULL, k >= 0));
   if (t2 != t1 && k >= 0) PE_TRY(note_fused(f, t2, op, out, bias != NULL, k >= 0));
+  /* Uncount op i as it was and the ops it absorbs, then count op i as
+   * fused (uncounting finds every name indexed: it cannot fail). */
+  index_op(f, i, -1, false);
+  int absorbed[2] = {j > i ? j : -1, k};
+  for (int a = 0; a < 2; a++)
+    if (absorbed[a] >= 0) {
+      index_op(f, absorbed[a], -1, false);
+      f->dead[absorbed[a]] = true;
+    }
   if (bias) PE_TRY(pe_op_input1(op, "Bias", bias));
   if (k >= 0) {
     PE_TRY(pe_op_output1(op, pr->out_slot, out));
     PE_TRY(pe_op_set_string(op, "fuse_activation", "relu"));
-    pe_block_remove_op(f->b, k);
   } else {
     PE_TRY(pe_op_output1(op, pr->out_slot, t2));
   }
-  if (j > i) pe_block_remove_op(f->b, j);
+  if (!index_op(f, i, 1, false)) return pe_error(PE_ENOMEM, "fuse_conv_act: out of memory");
   counts[pk]++;
   return NULL;
+}
+
+/* Drop the dead ops, keeping the order. */
+static void compact(fuse_ctx *f) {
+  pe_block *b = f->b;
+  int w = 0;
+  for (int i = 0; i < b->n_ops; i++) {
+    if (f->dead[i])
+      pe_op_desc_free(b->ops[i]);
+    else
+      b->ops[w++] = b->ops[i];
+  }
+  b->n_ops = w;
 }
 
 pe_status *pe_pass_fuse_conv_act(pe_ir *ir) {
@@ -246,9 +337,18 @@ pe_status *pe_pass_fuse_conv_act(pe_ir *ir) {
   pe_block *b = pe_program_main(p);
   if (!b || p->n_blocks > 2) return NULL;
   fuse_ctx f = {p, b, ir->opts};
+  pe_strmap_init(&f.uses);
+  f.dead = calloc((size_t)b->n_ops + 1, sizeof *f.dead);
+  pe_status *st = f.dead ? NULL : pe_error(PE_ENOMEM, "fuse_conv_act: out of memory");
+  for (int i = 0; i < b->n_ops && !st; i++)
+    if (!index_op(&f, i, 1, true)) st = pe_error(PE_ENOMEM, "fuse_conv_act: out of memory");
   int counts[N_PRODUCERS] = {0};
-  /* fuse_at removes ops after i only, so i stays valid. */
-  for (int i = 0; i < b->n_ops; i++) PE_TRY(fuse_at(&f, i, counts));
+  /* fuse_at marks ops after i dead only. */
+  for (int i = 0; i < b->n_ops && !st; i++)
+    if (!f.dead[i]) st = fuse_at(&f, i, counts);
+  if (f.dead) compact(&f);
+  index_free(&f);
+  if (st) return st;
   if (counts[0] || counts[1] || counts[2])
     PE_LOGD(
         "fuse_conv_act: %d conv2d and %d matmul with their bias (and relu), %d batch_norm "

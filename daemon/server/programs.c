@@ -150,10 +150,12 @@ static pe_status *make_key(const Pe__RegisterRequest *rq, uint8_t **key, size_t 
   return NULL;
 }
 
-static pe_status *add_info(pe_var_info **arr, int *n, int *cap, const pe_var_desc *v) {
-  for (int i = 0; i < *n; i++)
-    if (!strcmp((*arr)[i].name, v->name)) return NULL;
-  if (!pe_reg_grow((void **)arr, cap, *n + 1, sizeof **arr))
+/* seen: the names in arr (the startup block declares the persistables
+ * again); a map, as a scan of arr made a large program's register quadratic. */
+static pe_status *add_info(pe_var_info **arr, int *n, int *cap, pe_strmap *seen,
+                           const pe_var_desc *v) {
+  if (pe_strmap_has(seen, v->name)) return NULL;
+  if (!pe_strmap_put(seen, v->name, NULL) || !pe_reg_grow((void **)arr, cap, *n + 1, sizeof **arr))
     return pe_error(PE_ENOMEM, "register: out of memory");
   pe_var_info *x = &(*arr)[*n];
   x->name = strdup(v->name);
@@ -208,15 +210,21 @@ static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int
   if (!st) st = pe_status_wrap(pe_graph_compile(&ir, o && o->for_test), "register: compile");
   /* Declarations after the passes: the optimizer adds its state. */
   int cap_params = 0, cap_feeds = 0;
+  pe_strmap seen_params, seen_feeds;
+  pe_strmap_init(&seen_params);
+  pe_strmap_init(&seen_feeds);
   for (int b = 0; b < prog->n_blocks && !st; b++) {
     if (b != prog->main_block && b != prog->startup_block) continue;
     pe_block *blk = prog->blocks[b];
     for (int i = 0; i < blk->n_vars && !st; i++) {
       pe_var_desc *v = blk->vars[i];
-      if (v->persistable) st = add_info(&p->params, &p->n_params, &cap_params, v);
-      if (v->is_feed && b == prog->main_block) st = add_info(&p->feeds, &p->n_feeds, &cap_feeds, v);
+      if (v->persistable) st = add_info(&p->params, &p->n_params, &cap_params, &seen_params, v);
+      if (v->is_feed && b == prog->main_block)
+        st = add_info(&p->feeds, &p->n_feeds, &cap_feeds, &seen_feeds, v);
     }
   }
+  pe_strmap_destroy(&seen_params);
+  pe_strmap_destroy(&seen_feeds);
   if (st) {
     pe_ir_destroy(&ir);
   } else {
