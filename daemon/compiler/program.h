@@ -183,6 +183,17 @@ pe_attr *pe_op_find_attr(const pe_op_desc *op, const char *name);
  * validation (ops, shapes, order) is pe_program_validate's job. Sizes are
  * capped by the caller (transport). */
 pe_status *pe_program_decode(const uint8_t *buf, size_t len, pe_program **out);
+/* Bounds on the ops and the variables of all blocks together (0: none), with
+ * the names of the settings that hold them for the message. */
+typedef struct pe_decode_limits {
+  int64_t max_ops, max_vars;
+  const char *ops_key, *vars_key;
+} pe_decode_limits;
+/* pe_program_decode that refuses (PE_EINVAL, naming the count, the bound
+ * and its key) a program over lim's bounds before building any of it: the
+ * passes' time and memory grow with the ops. */
+pe_status *pe_program_decode_limited(const uint8_t *buf, size_t len, const pe_decode_limits *lim,
+                                     pe_program **out);
 /* Check a protobuf OptimizerDesc (type, hyper-parameters, lr_schedule) and
  * replace *out with it (out owns its strings); an empty type leaves *out as
  * it is. Decode and Register's optimizer override both use it. */

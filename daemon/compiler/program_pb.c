@@ -310,13 +310,40 @@ static pe_status *decode_into(pe_program *p, const Pe__ProgramDesc *pd) {
   return NULL;
 }
 
+static pe_status *over_limit(const Pe__ProgramDesc *pd, int64_t n, const char *what,
+                             const char *key, int64_t max) {
+  return pe_error(PE_EINVAL, "%lld %s in its %zu block(s), over the limit %s = %lld", (long long)n,
+                  what, pd->n_blocks, key ? key : "", (long long)max);
+}
+
+/* Ops and variables of all blocks against lim's bounds. */
+static pe_status *check_size(const Pe__ProgramDesc *pd, const pe_decode_limits *lim) {
+  int64_t ops = 0, vars = 0;
+  for (size_t i = 0; i < pd->n_blocks; i++) {
+    ops += (int64_t)pd->blocks[i]->n_ops;
+    vars += (int64_t)pd->blocks[i]->n_vars;
+  }
+  if (lim->max_ops > 0 && ops > lim->max_ops)
+    return over_limit(pd, ops, "ops", lim->ops_key, lim->max_ops);
+  if (lim->max_vars > 0 && vars > lim->max_vars)
+    return over_limit(pd, vars, "variables", lim->vars_key, lim->max_vars);
+  return NULL;
+}
+
 pe_status *pe_program_decode(const uint8_t *buf, size_t len, pe_program **out) {
+  static const pe_decode_limits none = {0};
+  return pe_program_decode_limited(buf, len, &none, out);
+}
+
+pe_status *pe_program_decode_limited(const uint8_t *buf, size_t len, const pe_decode_limits *lim,
+                                     pe_program **out) {
   *out = NULL;
   if (!buf && len) return pe_error(PE_EINVAL, "malformed ProgramDesc: NULL buffer");
   Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, len, buf);
   if (!pd) return MALFORMED(len);
-  pe_program *p = pe_program_new();
-  pe_status *st = p ? decode_into(p, pd) : pe_error(PE_ENOMEM, "decode: out of memory");
+  pe_status *st = check_size(pd, lim);
+  pe_program *p = st ? NULL : pe_program_new();
+  if (!st) st = p ? decode_into(p, pd) : pe_error(PE_ENOMEM, "decode: out of memory");
   pe__program_desc__free_unpacked(pd, NULL);
   if (st) {
     pe_program_free(p);

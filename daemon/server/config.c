@@ -82,6 +82,8 @@ static const char embedded_defaults[] =
     "max_programs = 256\n"
     "memory_per_client = 0\n"
     "max_steps_per_request = 1000000\n"
+    "max_program_ops = 100000\n"
+    "max_program_vars = 200000\n"
     "dedup_entries = 4096\n"
     "dedup_bytes = 256M\n";
 
@@ -308,6 +310,11 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
       c->max_steps_per_request = iv;
       return NULL;
     }
+    if (!strcmp(key, "max_program_ops") || !strcmp(key, "max_program_vars")) {
+      if (!parse_int(value, 1, INT32_MAX, &iv)) return BAD("expected an integer in 1..2147483647");
+      *(!strcmp(key, "max_program_ops") ? &c->max_program_ops : &c->max_program_vars) = iv;
+      return NULL;
+    }
     if (!strcmp(key, "dedup_entries")) {
       if (!parse_int(value, 1, 1 << 24, &iv)) return BAD("expected an integer >= 1");
       c->dedup_entries = iv;
@@ -447,6 +454,8 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->max_programs = src->max_programs;
   dst->memory_per_client = src->memory_per_client;
   dst->max_steps_per_request = src->max_steps_per_request;
+  dst->max_program_ops = src->max_program_ops;
+  dst->max_program_vars = src->max_program_vars;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
   dst->checkpoint_interval_s = src->checkpoint_interval_s;
   dst->dedup_entries = src->dedup_entries;

@@ -174,11 +174,14 @@ static pe_status *apply_optimizer(pe_program *prog, const Pe__OptimizerDesc *od)
 }
 
 /* Decode, apply options, compile; fills the program's graphs and var infos. */
-static pe_status *compile(const Pe__RegisterRequest *rq, pe_place_kind kind, int n_places,
-                          pe_graph **main_g, pe_graph **startup_g, pe_srv_program *p) {
+static pe_status *compile(const Pe__RegisterRequest *rq, const pe_limits *lim, pe_place_kind kind,
+                          int n_places, pe_graph **main_g, pe_graph **startup_g,
+                          pe_srv_program *p) {
   const Pe__RegisterOptions *o = rq->options;
   pe_program *prog = NULL;
-  PE_TRY(pe_status_wrap(pe_program_decode(rq->program.data, rq->program.len, &prog),
+  pe_decode_limits dl = {lim->max_program_ops, lim->max_program_vars, "[limits] max_program_ops",
+                         "[limits] max_program_vars"};
+  PE_TRY(pe_status_wrap(pe_program_decode_limited(rq->program.data, rq->program.len, &dl, &prog),
                         "register: program (%zu bytes)", rq->program.len));
   pe_status *st = apply_optimizer(prog, o ? o->optimizer : NULL);
   pe_pass_opts po = {0};
@@ -471,7 +474,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   p->key = key;
   p->key_len = key_len;
   pe_graph *g = NULL, *sg = NULL;
-  st = compile(rq, kind, n_places, &g, &sg, p);
+  st = compile(rq, &lim, kind, n_places, &g, &sg, p);
 
   /* 3 (locked): limits, then the model to bind to. */
   pe_srv_model *m = NULL;

@@ -105,8 +105,13 @@ const char *pe_lane_name(pe_lane l) {
 
 pe_limits pe_server_limits(pe_server *s) {
   pthread_mutex_lock(&s->cfg_mu);
-  pe_limits l = {s->cfg.max_message, s->cfg.max_programs, s->cfg.memory_per_client,
-                 s->cfg.session_ttl_s, (uint32_t)s->cfg.max_steps_per_request};
+  pe_limits l = {s->cfg.max_message,
+                 s->cfg.max_programs,
+                 s->cfg.memory_per_client,
+                 s->cfg.session_ttl_s,
+                 (uint32_t)s->cfg.max_steps_per_request,
+                 s->cfg.max_program_ops,
+                 s->cfg.max_program_vars};
   pthread_mutex_unlock(&s->cfg_mu);
   return l;
 }

@@ -103,6 +103,7 @@ typedef struct pe_limits {
   int64_t memory_per_client;
   double session_ttl_s;
   uint32_t max_steps; /* [limits] max_steps_per_request */
+  int max_program_ops, max_program_vars;
 } pe_limits;
 pe_limits pe_server_limits(pe_server *s);
 
