@@ -6,7 +6,9 @@
 #include "compiler/pass.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "compiler/validate.h"
 #include "ops/registry.h"
@@ -57,8 +59,21 @@ void pe_ir_destroy(pe_ir *ir) {
   ir->graph = ir->startup = NULL;
 }
 
+/* Test hook: PE_TEST_PASS_DELAY_MS=N sleeps N ms before each pass, so that
+ * a test can stop the daemon while a small program compiles
+ * (e2e.test_program_limits). */
+static void test_delay(void) {
+  const char *e = getenv("PE_TEST_PASS_DELAY_MS");
+  long ms = e ? strtol(e, NULL, 10) : 0;
+  if (ms > 0) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000L}, NULL);
+}
+
 static pe_status *run_one(pe_ir *ir, const pe_pass *ps) {
   if (!ir->prog) return pe_error(PE_EINVAL, "pass %s: the compile unit has no program", ps->name);
+  test_delay();
+  if (ir->opts && ir->opts->cancel && atomic_load(ir->opts->cancel))
+    return pe_error(PE_EIO, "%s: stopped before pass %s",
+                    ir->opts->cancel_why ? ir->opts->cancel_why : "compile cancelled", ps->name);
   /* data_parallel builds the graph; every other graph pass needs one. */
   if (ps->target == PE_PASS_GRAPH && ps->run != pe_pass_data_parallel && !ir->graph)
     return pe_error(PE_EINVAL, "pass %s: no graph (run data_parallel first)", ps->name);

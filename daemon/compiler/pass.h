@@ -18,6 +18,8 @@
 #ifndef PE_COMPILER_PASS_H
 #define PE_COMPILER_PASS_H
 
+#include <stdatomic.h>
+
 #include "compiler/graph.h"
 #include "compiler/program.h"
 
@@ -44,6 +46,11 @@ typedef struct pe_pass_opts {
   /* Run fuse_conv_act (conv2d or matmul + bias add + relu, batch_norm +
    * relu, as one op) on cpu and sim places; off in zero-initialised opts. */
   bool fuse_conv_act;
+  /* Read before each pass: once set (the daemon's stopping flag), the
+   * compile stops there, PE_EIO "<cancel_why>: stopped before pass P". A
+   * pass takes about 1 s per 100k ops. NULL: never. */
+  const atomic_bool *cancel;
+  const char *cancel_why;
 } pe_pass_opts;
 
 /* The compile unit every pass takes. prog is borrowed (the caller owns it);

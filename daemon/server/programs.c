@@ -174,8 +174,8 @@ static pe_status *apply_optimizer(pe_program *prog, const Pe__OptimizerDesc *od)
 }
 
 /* Decode, apply options, compile; fills the program's graphs and var infos. */
-static pe_status *compile(const Pe__RegisterRequest *rq, const pe_limits *lim, pe_place_kind kind,
-                          int n_places, pe_graph **main_g, pe_graph **startup_g,
+static pe_status *compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_limits *lim,
+                          pe_place_kind kind, int n_places, pe_graph **main_g, pe_graph **startup_g,
                           pe_srv_program *p) {
   const Pe__RegisterOptions *o = rq->options;
   pe_program *prog = NULL;
@@ -188,6 +188,10 @@ static pe_status *compile(const Pe__RegisterRequest *rq, const pe_limits *lim, p
   po.place_kind = kind;
   po.n_places = n_places;
   po.fuse_conv_act = !(o && o->no_op_fusion);
+  /* SIGTERM abandons a register (a large program compiles for seconds):
+   * the shutdown checkpoints must not wait for it. */
+  po.cancel = &s->stopping;
+  po.cancel_why = "the daemon is shutting down (SIGTERM/SIGINT); register again once it is back";
   if (o) {
     if (o->loss && o->loss[0]) po.loss = o->loss;
     if (o->strategy != PE__STRATEGY__ALLREDUCE && o->strategy != PE__STRATEGY__REDUCE &&
@@ -474,7 +478,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   p->key = key;
   p->key_len = key_len;
   pe_graph *g = NULL, *sg = NULL;
-  st = compile(rq, &lim, kind, n_places, &g, &sg, p);
+  st = compile(s, rq, &lim, kind, n_places, &g, &sg, p);
 
   /* 3 (locked): limits, then the model to bind to. */
   pe_srv_model *m = NULL;

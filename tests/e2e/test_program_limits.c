@@ -1,7 +1,12 @@
 /* pe-executord end to end: the size of one registered program is bounded
  * ([limits] max_program_ops and max_program_vars: a program over either is
  * refused before any compile pass, naming its count, the limit and the
- * key). */
+ * key), and SIGTERM abandons a register that is compiling instead of
+ * waiting for it (a large program compiled for minutes, and systemd would
+ * SIGKILL the daemon before the persistent models' shutdown checkpoints):
+ * the register gets "the daemon is shutting down", the daemon exits 0 at
+ * once and the persistent model's checkpoint is written. */
+#include "async_call.h"
 #include "check_main.h"
 #include "daemon_harness.h"
 #include "program.pb-c.h"
@@ -62,12 +67,61 @@ START_TEST(over_max_program_vars) {
 }
 END_TEST
 
+/* Each compile pass sleeps 700 ms (the daemon's test hook), so a register
+ * of the mlp takes about 5 s: SIGTERM 1 s into one ends it before its next
+ * pass. Before, the daemon waited for the register to finish (here the
+ * remaining 4 s; with a 200k-op program, more than 10 minutes). */
+START_TEST(sigterm_abandons_a_register) {
+  setenv("PE_TEST_PASS_DELAY_MS", "700", 1);
+  dh_daemon d = {0};
+  dh_start(&d, NULL);
+  int s = dh_connect(&d, 30000);
+  pe_model_spec mlp = dh_mlp();
+  dh_setup_model(s, CLIENT, &mlp, "kept", 1, true, NULL);
+  nn_close(s);
+
+  pe_model_spec wide = dh_mlp_wide();
+  Pe__Request rq = dh_req(CLIENT);
+  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
+  reg.program.data = wide.bytes;
+  reg.program.len = wide.len;
+  reg.model = "slow";
+  rq.body_case = PE__REQUEST__BODY_REGISTER;
+  rq.register_ = &reg;
+  dh_async x;
+  dh_async_start(&x, &d, &rq);
+  dh_sleep_ms(1000);
+
+  double t0 = dh_now();
+  int ws = dh_stop(&d, SIGTERM);
+  double took = dh_now() - t0;
+  ck_assert(dh_async_wait(&x, 5));
+  ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "daemon wait status %d", ws);
+  ck_assert_msg(took < 2.5, "SIGTERM took %.1f s with a register compiling", took);
+  ck_assert_msg(x.rep != NULL, "no reply to the register");
+  dh_err(x.rep, PE_EIO, "register: compile: the daemon is shutting down (SIGTERM/SIGINT)");
+  ck_assert_msg(strstr(x.rep->message, "stopped before pass"), "%s", x.rep->message);
+  char ckpt[512];
+  snprintf(ckpt, sizeof ckpt, "%s/models/kept/shutdown.ckpt", d.state);
+  ck_assert_msg(access(ckpt, F_OK) == 0, "%s not written", ckpt);
+  snprintf(ckpt, sizeof ckpt, "%s/models/slow", d.state);
+  ck_assert_msg(access(ckpt, F_OK) != 0, "%s: the abandoned register made a model", ckpt);
+
+  pe__reply__free_unpacked(x.rep, NULL);
+  free(x.buf);
+  pe_model_spec_release(&wide);
+  pe_model_spec_release(&mlp);
+  dh_cleanup(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("program_limits");
   TCase *tc = tcase_create("limits");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, over_max_program_ops);
   tcase_add_test(tc, over_max_program_vars);
+  tcase_add_test(tc, sigterm_abandons_a_register);
   suite_add_tcase(s, tc);
   return s;
 }
