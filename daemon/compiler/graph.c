@@ -195,6 +195,23 @@ void pe_graph_memory_bytes(const pe_graph *g, int64_t batch, int64_t *planned, i
   if (unplanned) *unplanned = un;
 }
 
+int64_t pe_graph_run_bytes(const pe_graph *g, int64_t batch) {
+  int n = g->n_places > 0 ? g->n_places : 1;
+  int64_t total = 0;
+  for (int b = 0; b < g->n_buffers; b++) {
+    const pe_graph_buffer *bf = &g->buffers[b];
+    if (bf->persistable || bf->n_lvars == 0) continue;
+    int64_t rows = batch / n + (bf->place >= 0 && bf->place < batch % n ? 1 : 0);
+    int64_t s = bf->sample_bytes;
+    if (s > 0 && rows > INT64_MAX / s) return INT64_MAX;
+    s *= rows;
+    s = s > bf->fixed_bytes ? s : bf->fixed_bytes;
+    if (s > INT64_MAX - total) return INT64_MAX;
+    total += s;
+  }
+  return total;
+}
+
 /* --- lvars and buffers ------------------------------------------------------ */
 
 static void index_key(char *buf, size_t len, const char *name, int place) {

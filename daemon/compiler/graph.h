@@ -309,6 +309,11 @@ int64_t pe_graph_buffer_bytes(const pe_graph *g, int b, int64_t batch);
  * rows: planned (buffers as planned) and unplanned (one buffer per lvar);
  * buffers of unknown size count 0. Either pointer may be NULL. */
 void pe_graph_memory_bytes(const pe_graph *g, int64_t batch, int64_t *planned, int64_t *unplanned);
+/* Bytes of all non-persistable buffers, as planned, for a run of `batch`
+ * rows split over the places as the executors split it (place p gets
+ * batch / n_places rows, one more when p < batch % n_places): what one
+ * step's temporaries take. Saturates at INT64_MAX. */
+int64_t pe_graph_run_bytes(const pe_graph *g, int64_t batch);
 
 /* Graphviz: one cluster per place, collectives outside; nodes colored by
  * kind, shaped by stream; dummy edges dashed. */

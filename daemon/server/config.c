@@ -84,6 +84,7 @@ static const char embedded_defaults[] =
     "max_steps_per_request = 1000000\n"
     "max_program_ops = 100000\n"
     "max_program_vars = 200000\n"
+    "memory_per_run = 50%\n"
     "dedup_entries = 4096\n"
     "dedup_bytes = 256M\n";
 
@@ -140,6 +141,18 @@ bool pe_config_parse_size(const char *s, int64_t *out) {
   }
   if (v > INT64_MAX / mul) return false;
   *out = (int64_t)v * mul;
+  return true;
+}
+
+/* "N%": N percent (1..100) of the physical memory; else a size. */
+static bool parse_memory(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long pct = strtol(s, &end, 10);
+  if (end == s || strcmp(end, "%")) return pe_config_parse_size(s, out);
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (errno || pct < 1 || pct > 100 || pages <= 0 || page <= 0) return false;
+  *out = (int64_t)pages * page / 100 * pct;
   return true;
 }
 
@@ -315,6 +328,12 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
       *(!strcmp(key, "max_program_ops") ? &c->max_program_ops : &c->max_program_vars) = iv;
       return NULL;
     }
+    if (!strcmp(key, "memory_per_run")) {
+      if (!parse_memory(value, &sz))
+        return BAD("expected a size, or a share of the physical memory like 50% (0: unlimited)");
+      c->memory_per_run = sz;
+      return NULL;
+    }
     if (!strcmp(key, "dedup_entries")) {
       if (!parse_int(value, 1, 1 << 24, &iv)) return BAD("expected an integer >= 1");
       c->dedup_entries = iv;
@@ -456,6 +475,7 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->max_steps_per_request = src->max_steps_per_request;
   dst->max_program_ops = src->max_program_ops;
   dst->max_program_vars = src->max_program_vars;
+  dst->memory_per_run = src->memory_per_run;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
   dst->checkpoint_interval_s = src->checkpoint_interval_s;
   dst->dedup_entries = src->dedup_entries;

@@ -5,8 +5,8 @@
  *
  * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
  * max message, max programs, memory per client, max steps per request,
- * max program ops and vars, checkpoint_on_shutdown, checkpoint interval,
- * reply cache sizes.
+ * max program ops and vars, memory per run, checkpoint_on_shutdown,
+ * checkpoint interval, reply cache sizes.
  * Everything else (socket, places, worker threads, state dir, ...:
  * pe_config_restart_changes) needs a restart. A reload builds the config
  * the way the start did (pe_config_build), so the command line still wins
@@ -53,6 +53,7 @@ typedef struct pe_srv_config {
   int max_steps_per_request; /* RunRequest steps or batches; more is refused */
   int max_program_ops;       /* ops of a registered program, all blocks */
   int max_program_vars;      /* its variables, all blocks */
+  int64_t memory_per_run;    /* a run step's planned temporaries, bytes; 0: unlimited */
   int dedup_entries;         /* replies kept for resends */
   int64_t dedup_bytes;
 } pe_srv_config;

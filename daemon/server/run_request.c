@@ -10,6 +10,7 @@
 #include "server/programs.h"
 #include "server/run_batches.h"
 #include "server/run_cancel.h"
+#include "server/run_memory.h"
 #include "server/shm.h"
 #include "server/wire_tensor.h"
 
@@ -199,6 +200,12 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
                     shape_str(&p->feeds[i].shape, b), (unsigned long long)p->handle);
     }
   }
+  /* The step's batch: with batches, one mini-batch's rows. */
+  int64_t rows = 0;
+  for (int i = 0; i < nf && !st; i++)
+    if (feeds[i].t->shape.ndim && feeds[i].t->shape.d[0] > rows) rows = feeds[i].t->shape.d[0];
+  if (batches > 1) rows = (rows + batches - 1) / batches;
+  if (!st) st = pe_run_memory_check(s, p, rows);
   int nx = (int)rq->n_fetch;
   pe_tensor *fetched = NULL;
   for (int i = 0; i < nx && !st; i++)

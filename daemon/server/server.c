@@ -111,7 +111,8 @@ pe_limits pe_server_limits(pe_server *s) {
                  s->cfg.session_ttl_s,
                  (uint32_t)s->cfg.max_steps_per_request,
                  s->cfg.max_program_ops,
-                 s->cfg.max_program_vars};
+                 s->cfg.max_program_vars,
+                 s->cfg.memory_per_run};
   pthread_mutex_unlock(&s->cfg_mu);
   return l;
 }

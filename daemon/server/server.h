@@ -104,6 +104,7 @@ typedef struct pe_limits {
   double session_ttl_s;
   uint32_t max_steps; /* [limits] max_steps_per_request */
   int max_program_ops, max_program_vars;
+  int64_t memory_per_run;
 } pe_limits;
 pe_limits pe_server_limits(pe_server *s);
 
