@@ -3,6 +3,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 /* Size classes: powers of two from 64 B up to 2^40. A free block of class k
  * is reused for any request whose rounded size is class k. */
@@ -17,6 +20,7 @@ struct pe_allocator {
   pthread_mutex_t mu;
   free_block *free_list[N_CLASSES];
   pe_alloc_stats st;
+  size_t cache_limit;            /* bytes the free lists may hold */
   const pe_allocator_impl *impl; /* set: everything is delegated to it */
   void *self;
 };
@@ -34,8 +38,51 @@ static int size_class(size_t bytes, size_t *rounded) {
 
 pe_allocator *pe_allocator_new(void) {
   pe_allocator *a = calloc(1, sizeof(*a));
-  if (a) pthread_mutex_init(&a->mu, NULL);
+  if (a) {
+    pthread_mutex_init(&a->mu, NULL);
+    a->cache_limit = PE_ALLOC_CACHE_LIMIT;
+  }
   return a;
+}
+
+/* Free a list of evicted blocks (no lock held); a large eviction also
+ * hands glibc's free heap pages back to the kernel (blocks under its mmap
+ * threshold live in the heap, where free() keeps them resident). */
+static void release_blocks(free_block *b, size_t bytes) {
+  while (b) {
+    free_block *n = b->next;
+    free(b);
+    b = n;
+  }
+#ifdef __GLIBC__
+  if (bytes >= PE_ALLOC_TRIM_BYTES) malloc_trim(0);
+#else
+  (void)bytes;
+#endif
+}
+
+/* Unlink cached blocks, largest first, until the cache fits the limit
+ * (lock held); the list to release_blocks and its bytes. */
+static free_block *evict_locked(pe_allocator *a, size_t *bytes) {
+  free_block *out = NULL;
+  *bytes = 0;
+  for (int k = N_CLASSES - 1; k >= 0 && a->st.bytes_cached > a->cache_limit; k--)
+    while (a->free_list[k] && a->st.bytes_cached > a->cache_limit) {
+      free_block *b = a->free_list[k];
+      a->free_list[k] = b->next;
+      b->next = out;
+      out = b;
+      a->st.bytes_cached -= (size_t)1 << (MIN_SHIFT + k);
+      *bytes += (size_t)1 << (MIN_SHIFT + k);
+    }
+  return out;
+}
+
+void pe_allocator_set_cache_limit(pe_allocator *a, size_t bytes) {
+  if (a->impl) return;
+  pthread_mutex_lock(&a->mu);
+  a->cache_limit = bytes;
+  pthread_mutex_unlock(&a->mu);
 }
 
 pe_allocator *pe_allocator_new_impl(const pe_allocator_impl *impl, void *self) {
@@ -53,17 +100,12 @@ void pe_allocator_trim(pe_allocator *a) {
     return;
   }
   pthread_mutex_lock(&a->mu);
-  for (int k = 0; k < N_CLASSES; k++) {
-    free_block *b = a->free_list[k];
-    while (b) {
-      free_block *n = b->next;
-      free(b);
-      b = n;
-    }
-    a->free_list[k] = NULL;
-  }
-  a->st.bytes_cached = 0;
+  size_t limit = a->cache_limit, bytes;
+  a->cache_limit = 0;
+  free_block *b = evict_locked(a, &bytes);
+  a->cache_limit = limit;
   pthread_mutex_unlock(&a->mu);
+  release_blocks(b, bytes);
 }
 
 void pe_allocator_free(pe_allocator *a) {
@@ -118,7 +160,7 @@ void pe_free(pe_allocator *a, void *p, size_t cap) {
     a->impl->free(a->self, p, cap);
     return;
   }
-  size_t rounded;
+  size_t rounded, bytes;
   int k = size_class(cap, &rounded);
   free_block *b = p;
   pthread_mutex_lock(&a->mu);
@@ -126,7 +168,9 @@ void pe_free(pe_allocator *a, void *p, size_t cap) {
   a->free_list[k] = b;
   a->st.bytes_in_use -= rounded;
   a->st.bytes_cached += rounded;
+  free_block *evicted = evict_locked(a, &bytes);
   pthread_mutex_unlock(&a->mu);
+  release_blocks(evicted, bytes);
 }
 
 pe_alloc_stats pe_allocator_stats(pe_allocator *a) {
