@@ -465,6 +465,9 @@ typedef struct pe_client_status {
   const pe_client_run_status *runs;
   size_t n_lanes; /* work, then control (valid until the next request) */
   const pe_client_lane_status *lanes;
+  /* The daemon's resident memory, and its host allocator's bytes handed
+   * out and cached (places' bytes_in_use count parameters only). */
+  uint64_t rss_bytes, host_bytes_in_use, host_bytes_cached;
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required */

@@ -458,6 +458,9 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .resends_stale = s->resends_stale,
       .reply_cache_evictions = s->reply_cache_evictions,
       .checkpoint_interval_s = s->checkpoint_interval_s,
+      .rss_bytes = s->rss_bytes,
+      .host_bytes_in_use = s->host_bytes_in_use,
+      .host_bytes_cached = s->host_bytes_cached,
   };
   return 0;
 }

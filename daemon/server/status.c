@@ -2,11 +2,13 @@
  * their checkpoints did), programs, queue depth, the runs in flight (client,
  * model, steps done of total, age), the request lanes (threads, busy,
  * queued), request counters, clients,
- * reply cache counters, the autosave interval. */
+ * reply cache counters, the autosave interval, the process's memory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/allocator.h"
 #include "server/client_tag.h"
 #include "server/dispatch.h"
 #include "server/programs.h"
@@ -30,6 +32,17 @@ static pe_status *fill_lanes(pe_server *s, pe_lane self, Pe__StatusReply *r, pe_
   return NULL;
 }
 
+/* The process's resident bytes (statm's second field, in pages); 0 when
+ * unknown. */
+static uint64_t rss_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long long size = 0, resident = 0;
+  int n = f ? fscanf(f, "%llu %llu", &size, &resident) : 0;
+  if (f) fclose(f);
+  long page = sysconf(_SC_PAGESIZE);
+  return n == 2 && page > 0 ? resident * (uint64_t)page : 0;
+}
+
 pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__StatusReply *r,
                           pe_arena *a) {
   r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
@@ -39,6 +52,10 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
   int depth = pe_server_pending(s) - 1;
   r->queue_depth = depth > 0 ? depth : 0;
   PE_TRY(fill_lanes(s, self, r, a));
+  pe_alloc_stats host = pe_allocator_stats(pe_host_allocator());
+  r->rss_bytes = rss_bytes();
+  r->host_bytes_in_use = host.bytes_in_use;
+  r->host_bytes_cached = host.bytes_cached;
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);

@@ -3,8 +3,10 @@
  * fed. A run over it is refused before it starts (OUT_OF_MEMORY naming the
  * batch, the bytes and the limit); with batches, one mini-batch's rows
  * count. Before, a run of any batch went ahead (a batch-100000 run of a
- * small program took the daemon to 2.4 GB). */
+ * small program took the daemon to 2.4 GB). Status shows the daemon's
+ * resident memory and its host allocator's bytes. */
 #include "check_main.h"
+#include "core/allocator.h"
 #include "daemon_harness.h"
 
 #define CLIENT 0x3e30
@@ -51,11 +53,60 @@ START_TEST(run_over_memory_per_run_is_refused) {
 }
 END_TEST
 
+/* The daemon's resident bytes, from its /proc/<pid>/statm. */
+static uint64_t daemon_rss(const dh_daemon *d) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/statm", (int)d->pid);
+  FILE *f = fopen(path, "r");
+  ck_assert(f != NULL);
+  unsigned long long size, resident;
+  ck_assert_int_eq(fscanf(f, "%llu %llu", &size, &resident), 2);
+  fclose(f);
+  return resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Status shows the daemon's resident memory (the places' bytes count
+ * parameters only: after a client's large run they said 0 while the
+ * daemon held gigabytes) and its host allocator's bytes, whose cache stays
+ * within its bound. */
+START_TEST(status_shows_the_daemons_memory) {
+  dh_daemon d = {0};
+  dh_start(&d, NULL);
+  int s = dh_connect(&d, 30000);
+  pe_model_spec mlp = dh_mlp();
+  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "m", 1, false, NULL);
+  dh_batch b;
+  dh_batch_make(&b, 2048, 1);
+  dh_run_loss(s, CLIENT, h, &b, mlp.loss, 1);
+  Pe__Request rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_STATUS;
+  rq.status = 1;
+  uint64_t before = daemon_rss(&d);
+  Pe__Reply *rep = dh_call(s, &rq);
+  uint64_t after = daemon_rss(&d);
+  dh_ok(rep);
+  const Pe__StatusReply *st = rep->status;
+  ck_assert_msg(st->rss_bytes >= before / 2 && st->rss_bytes <= after * 2,
+                "rss_bytes %llu, /proc says %llu..%llu", (unsigned long long)st->rss_bytes,
+                (unsigned long long)before, (unsigned long long)after);
+  /* The parameters (about 0.4 MB) and the run's temporaries are host tensors. */
+  ck_assert_uint_ge(st->host_bytes_in_use, 400000);
+  ck_assert_uint_le(st->host_bytes_cached, PE_ALLOC_CACHE_LIMIT);
+  pe__reply__free_unpacked(rep, NULL);
+  dh_batch_free(&b);
+  pe_model_spec_release(&mlp);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_cleanup(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_memory");
   TCase *tc = tcase_create("e2e");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, run_over_memory_per_run_is_refused);
+  tcase_add_test(tc, status_shows_the_daemons_memory);
   suite_add_tcase(s, tc);
   return s;
 }
