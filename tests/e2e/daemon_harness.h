@@ -397,6 +397,17 @@ static inline Pe__Request dh_run_req(uint64_t client, Pe__RunRequest *run, uint6
   return rq;
 }
 
+/* A run of b on handle h fetching `fetch`, `batches` mini-batches (0: one
+ * step on the whole batch); the reply, whatever its code. */
+static inline Pe__Reply *dh_run_batches(int sock, uint64_t client, uint64_t handle, dh_batch *b,
+                                        const char *fetch, uint32_t batches) {
+  Pe__RunRequest run;
+  char *f[] = {(char *)fetch};
+  Pe__Request rq = dh_run_req(client, &run, handle, b->feeds, 2, f, 1, 0);
+  run.batches = batches;
+  return dh_call(sock, &rq);
+}
+
 /* Run and return the fetched f32 scalar `fetch` (e.g. the loss). */
 static inline float dh_run_loss(int sock, uint64_t client, uint64_t handle, dh_batch *b,
                                 const char *fetch, uint32_t steps) {

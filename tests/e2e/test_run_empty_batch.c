@@ -8,16 +8,6 @@
 
 #define CLIENT 0xe3b7
 
-/* A run of b on handle h, fetching the loss, batches mini-batches (0: one
- * batch); the reply. */
-static Pe__Reply *run_batch(int s, uint64_t h, dh_batch *b, const char *loss, uint32_t batches) {
-  Pe__RunRequest run;
-  char *f[] = {(char *)loss};
-  Pe__Request rq = dh_run_req(CLIENT, &run, h, b->feeds, 2, f, 1, 0);
-  run.batches = batches;
-  return dh_call(s, &rq);
-}
-
 static void empty_batch_refused_on(const char *places) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
@@ -34,7 +24,7 @@ static void empty_batch_refused_on(const char *places) {
   Pe__Reply *before = dh_get_all(s, CLIENT, "empty");
 
   for (uint32_t batches = 0; batches <= 2; batches += 2) {
-    Pe__Reply *rep = run_batch(s, h, &none, mlp.loss, batches);
+    Pe__Reply *rep = dh_run_batches(s, CLIENT, h, &none, mlp.loss, batches);
     dh_err(rep, PE_ESHAPE,
            "run: feed 'image' has shape [0,784]: an empty batch; a run needs at least one row");
     pe__reply__free_unpacked(rep, NULL);

@@ -11,45 +11,53 @@
 
 #define CLIENT 0x3e30
 
-/* A run of handle h on b, `batches` mini-batches (0: one step); the reply. */
-static Pe__Reply *run(int s, uint64_t h, dh_batch *b, const char *loss, uint32_t batches) {
-  Pe__RunRequest rr;
-  char *f[] = {(char *)loss};
-  Pe__Request rq = dh_run_req(CLIENT, &rr, h, b->feeds, 2, f, 1, 0);
-  rr.batches = batches;
-  return dh_call(s, &rq);
+/* A daemon (conf: its config, may be NULL) with the mlp registered and
+ * initialised as model "m". */
+typedef struct fx {
+  dh_daemon d;
+  int s;
+  pe_model_spec mlp;
+  uint64_t h;
+} fx;
+
+static void fx_start(fx *f, const char *conf) {
+  memset(f, 0, sizeof *f);
+  dh_start(&f->d, conf);
+  f->s = dh_connect(&f->d, 30000);
+  f->mlp = dh_mlp();
+  f->h = dh_setup_model(f->s, CLIENT, &f->mlp, "m", 1, false, NULL);
+}
+
+static void fx_end(fx *f) {
+  pe_model_spec_release(&f->mlp);
+  nn_close(f->s);
+  ck_assert_int_eq(dh_stop(&f->d, SIGTERM), 0);
+  dh_cleanup(&f->d);
 }
 
 /* The mlp's plan: about 1 MB at 16 rows, 2.6 MB at 256, 14 MB at 2048. */
 START_TEST(run_over_memory_per_run_is_refused) {
-  dh_daemon d = {0};
-  dh_start(&d, "[limits]\nmemory_per_run = 4M\n");
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "m", 1, false, NULL);
+  fx f;
+  fx_start(&f, "[limits]\nmemory_per_run = 4M\n");
   dh_batch small, big;
   dh_batch_make(&small, 16, 1);
   dh_batch_make(&big, 2048, 2);
-  float loss = dh_run_loss(s, CLIENT, h, &small, mlp.loss, 1);
+  float loss = dh_run_loss(f.s, CLIENT, f.h, &small, f.mlp.loss, 1);
   ck_assert_msg(loss > 0 && loss < 100, "loss %g", loss);
 
-  Pe__Reply *rep = run(s, h, &big, mlp.loss, 0);
+  Pe__Reply *rep = dh_run_batches(f.s, CLIENT, f.h, &big, f.mlp.loss, 0);
   dh_err(rep, PE_ENOMEM, "run: a batch of 2048 rows needs ");
   ck_assert_msg(strstr(rep->message, "over the limit [limits] memory_per_run = 4194304"), "%s",
                 rep->message);
   pe__reply__free_unpacked(rep, NULL);
   /* The same rows as 8 mini-batches of 256: each step fits. */
-  rep = run(s, h, &big, mlp.loss, 8);
+  rep = dh_run_batches(f.s, CLIENT, f.h, &big, f.mlp.loss, 8);
   dh_ok(rep);
   ck_assert_uint_eq(rep->run->steps, 8);
   pe__reply__free_unpacked(rep, NULL);
-
   dh_batch_free(&small);
   dh_batch_free(&big);
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
+  fx_end(&f);
 }
 END_TEST
 
@@ -70,20 +78,17 @@ static uint64_t daemon_rss(const dh_daemon *d) {
  * daemon held gigabytes) and its host allocator's bytes, whose cache stays
  * within its bound. */
 START_TEST(status_shows_the_daemons_memory) {
-  dh_daemon d = {0};
-  dh_start(&d, NULL);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "m", 1, false, NULL);
+  fx f;
+  fx_start(&f, NULL);
   dh_batch b;
   dh_batch_make(&b, 2048, 1);
-  dh_run_loss(s, CLIENT, h, &b, mlp.loss, 1);
+  dh_run_loss(f.s, CLIENT, f.h, &b, f.mlp.loss, 1);
   Pe__Request rq = dh_req(CLIENT);
   rq.body_case = PE__REQUEST__BODY_STATUS;
   rq.status = 1;
-  uint64_t before = daemon_rss(&d);
-  Pe__Reply *rep = dh_call(s, &rq);
-  uint64_t after = daemon_rss(&d);
+  uint64_t before = daemon_rss(&f.d);
+  Pe__Reply *rep = dh_call(f.s, &rq);
+  uint64_t after = daemon_rss(&f.d);
   dh_ok(rep);
   const Pe__StatusReply *st = rep->status;
   ck_assert_msg(st->rss_bytes >= before / 2 && st->rss_bytes <= after * 2,
@@ -94,10 +99,7 @@ START_TEST(status_shows_the_daemons_memory) {
   ck_assert_uint_le(st->host_bytes_cached, PE_ALLOC_CACHE_LIMIT);
   pe__reply__free_unpacked(rep, NULL);
   dh_batch_free(&b);
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
+  fx_end(&f);
 }
 END_TEST
 
