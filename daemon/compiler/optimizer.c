@@ -92,13 +92,14 @@ typedef struct hyper {
   bool nesterov;
 } hyper;
 
-/* Whether an op of block b writes variable `name`. */
-static bool block_writes(const pe_block *b, const char *name) {
+/* The names the ops of block b write (a map: a scan of the block per
+ * parameter made a large program's register quadratic). */
+static bool block_outputs(const pe_block *b, pe_strmap *out) {
   for (int i = 0; i < b->n_ops; i++)
     for (int s = 0; s < b->ops[i]->n_out; s++)
       for (int a = 0; a < b->ops[i]->out[s].n; a++)
-        if (!strcmp(b->ops[i]->out[s].args[a], name)) return true;
-  return false;
+        if (!pe_strmap_put(out, b->ops[i]->out[s].args[a], NULL)) return false;
+  return true;
 }
 
 /* A program's own startup block initialises every trainable parameter:
@@ -106,18 +107,24 @@ static bool block_writes(const pe_block *b, const char *name) {
  * without a startup block gets its values from SetParams or Load). */
 static pe_status *check_initialised(const pe_program *p, const pe_var_desc *const *params, int n) {
   const pe_block *s = pe_program_startup(p);
-  for (int i = 0; s && i < n; i++)
-    if (!block_writes(s, params[i]->name)) {
+  if (!s) return NULL;
+  pe_strmap written;
+  pe_strmap_init(&written);
+  pe_status *st =
+      block_outputs(s, &written) ? NULL : pe_error(PE_ENOMEM, "optimizer: out of memory");
+  for (int i = 0; !st && i < n; i++)
+    if (!pe_strmap_has(&written, params[i]->name)) {
       char sb[PE_SHAPE_STRLEN];
-      return pe_error(PE_EUSE_BEFORE_DEF,
-                      "trainable parameter '%s' (%s %s) has no initialiser in the startup block "
-                      "(block %d): add one (e.g. fill_constant or uniform_random), mark it "
-                      "stop_gradient, or leave the startup block out and set every value with "
-                      "SetParams or Load",
-                      params[i]->name, pe_dtype_name(params[i]->dtype),
-                      pe_shape_str(&params[i]->shape, sb, sizeof sb), s->idx);
+      st = pe_error(PE_EUSE_BEFORE_DEF,
+                    "trainable parameter '%s' (%s %s) has no initialiser in the startup block "
+                    "(block %d): add one (e.g. fill_constant or uniform_random), mark it "
+                    "stop_gradient, or leave the startup block out and set every value with "
+                    "SetParams or Load",
+                    params[i]->name, pe_dtype_name(params[i]->dtype),
+                    pe_shape_str(&params[i]->shape, sb, sizeof sb), s->idx);
     }
-  return NULL;
+  pe_strmap_destroy(&written);
+  return st;
 }
 
 static pe_status *startup_block(pe_program *p, pe_block **out) {
