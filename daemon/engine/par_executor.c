@@ -696,7 +696,7 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   atomic_store(&e->remaining, g->n_nodes);
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
-    x->kc.batch_row0 = row0[x->n->place];
+    x->kc.batch_row0 = x->n->place >= 0 ? row0[x->n->place] : 0; /* collectives: no place */
     atomic_store_explicit(&x->pending, g->nodes[i].in_degree, memory_order_relaxed);
     atomic_store_explicit(&x->failed, false, memory_order_relaxed);
     atomic_store_explicit(&x->sfail, false, memory_order_relaxed);

@@ -94,6 +94,7 @@ START_TEST(test_unknown_names_refused) {
   const char *changed = dh_params_differ(before, after);
   ck_assert_msg(!changed, "'%s' changed (or added) by a refused set_params", changed);
   pe__reply__free_unpacked(after, NULL);
+  pe__reply__free_unpacked(before, NULL);
   /* A declared name alone is set. */
   rep = set_f32(s, "names", mixed, (int64_t[]){256}, 1, 1.f);
   dh_ok(rep);
