@@ -439,9 +439,9 @@ typedef struct pe_client_run_status {
   double age_s;
 } pe_client_run_status;
 
-/* A request lane of the daemon: "work" (run, register, init, get/set
- * params, save, load) or "control" (ping, status, close, deregister,
- * drop_model, shared-memory regions), its threads, those busy (this
+/* A request lane of the daemon: "work" (register, init, get/set params,
+ * save, load), "control" (ping, status, close, deregister, drop_model,
+ * shared-memory regions) or "run" (runs), its threads, those busy (this
  * Status not counted) and the requests waiting for one. */
 typedef struct pe_client_lane_status {
   const char *name;
@@ -463,7 +463,7 @@ typedef struct pe_client_status {
   int runs_in_flight;           /* Run requests being computed now */
   size_t n_runs;                /* those runs, oldest first (valid until the next request) */
   const pe_client_run_status *runs;
-  size_t n_lanes; /* work, then control (valid until the next request) */
+  size_t n_lanes; /* work, control, run (valid until the next request) */
   const pe_client_lane_status *lanes;
   /* The daemon's resident memory, and its host allocator's bytes handed
    * out and cached (places' bytes_in_use count parameters only). */

@@ -65,6 +65,7 @@ static const char embedded_defaults[] =
     "socket_mode = 0660\n"
     "socket_group =\n"
     "request_threads = 8\n"
+    "run_threads = 0\n"
     "log_level = info\n"
     "[runtime]\n"
     "places = auto\n"
@@ -237,6 +238,12 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
     if (!strcmp(key, "request_threads")) {
       if (!parse_int(value, 1, 256, &iv)) return BAD("expected an integer in 1..256");
       c->request_threads = iv;
+      return NULL;
+    }
+    if (!strcmp(key, "run_threads")) {
+      if (!parse_int(value, 0, 256, &iv))
+        return BAD("expected an integer in 0..256 (0: as many as request_threads)");
+      c->run_threads = iv;
       return NULL;
     }
     if (!strcmp(key, "log_level")) {
@@ -506,6 +513,7 @@ static const struct {
     {"server", "socket_mode", RK_MODE, offsetof(pe_srv_config, socket_mode)},
     {"server", "socket_group", RK_STR, offsetof(pe_srv_config, socket_group)},
     {"server", "request_threads", RK_INT, offsetof(pe_srv_config, request_threads)},
+    {"server", "run_threads", RK_INT, offsetof(pe_srv_config, run_threads)},
     {"runtime", "places", RK_STR, offsetof(pe_srv_config, places)},
     {"runtime", "worker_threads", RK_INT, offsetof(pe_srv_config, worker_threads)},
     {"runtime", "sync", RK_STR, offsetof(pe_srv_config, sync)},

@@ -30,7 +30,8 @@ typedef struct pe_srv_config {
   char *socket;         /* nanomsg address, "ipc:///run/pe-executord/pe-executord.sock" */
   unsigned socket_mode; /* chmod of an ipc socket after bind (0660) */
   char *socket_group;   /* chgrp of an ipc socket ("" : leave as is) */
-  int request_threads;  /* the work lane's request threads (server.h: pe_lane) */
+  int request_threads;  /* the work lane's request threads (lanes.h) */
+  int run_threads;      /* the run lane's; 0: as many as request_threads */
   pe_log_level log_level;
   /* [runtime] */
   char *places;       /* "auto" | "cpu:N" | "sim:N" | "cuda:N" */

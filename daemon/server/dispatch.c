@@ -445,11 +445,13 @@ static pe_status *h_unregister_shm(ctx *c) {
 }
 
 /* --- table ------------------------------------------------------------------- */
-/* lane (server.h): CONTROL only for handlers that run no program, wait on
- * no model's steps (a run in flight is cancelled, not waited for) and read
- * or write no checkpoint file; a model they free has no run left on it. */
+/* lane (lanes.h): RUN for Run, which holds its thread for all its steps;
+ * CONTROL only for handlers that run no program, wait on no model's steps
+ * (a run in flight is cancelled, not waited for) and read or write no
+ * checkpoint file; a model they free has no run left on it. */
 #define WORK PE_LANE_WORK
 #define CONTROL PE_LANE_CONTROL
+#define RUN PE_LANE_RUN
 typedef struct handler_row {
   Pe__Request__BodyCase kind;
   const char *name;
@@ -462,7 +464,7 @@ static const handler_row handlers[] = {
     {PE__REQUEST__BODY_PING, "ping", h_ping, CONTROL},
     {PE__REQUEST__BODY_REGISTER, "register", h_register, WORK},
     {PE__REQUEST__BODY_INIT, "init", h_init, WORK},
-    {PE__REQUEST__BODY_RUN, "run", h_run, WORK},
+    {PE__REQUEST__BODY_RUN, "run", h_run, RUN},
     {PE__REQUEST__BODY_GET_PARAMS, "get_params", h_get_params, WORK},
     {PE__REQUEST__BODY_SET_PARAMS, "set_params", h_set_params, WORK},
     {PE__REQUEST__BODY_SAVE, "save", h_save, WORK},
@@ -507,6 +509,9 @@ void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, pe_lane l
     long pid = (long)rq->client_pid;
     if (!h->ends_session)
       pe_registry_request_begin(s->reg, rq->client_id, pid, rq->client_start, pe_now_s());
+    /* Begun: the client's next request may start (lanes.h); a run says so
+     * itself, once it holds its program (run_request.c). */
+    if (h->lane != PE_LANE_RUN) pe_lanes_started();
     st = h->fn(&c);
     if (!h->ends_session)
       pe_registry_request_end(s->reg, rq->client_id, pid, rq->client_start, pe_now_s());

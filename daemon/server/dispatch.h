@@ -51,7 +51,7 @@ void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, pe_lane l
 /* Name of a request kind, for logs ("run", "register", ...). */
 const char *pe_request_kind_name(Pe__Request__BodyCase c);
 
-/* The lane a request kind is queued in (server.h); unknown kinds: work. */
+/* The lane a request kind is queued in (lanes.h); unknown kinds: work. */
 pe_lane pe_request_lane(Pe__Request__BodyCase c);
 
 /* Fill StatusReply (status.c) for a Status of client `asker` taken from

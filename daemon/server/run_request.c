@@ -329,6 +329,9 @@ pe_status *pe_run_request(pe_request_ctx *c) {
                                              : 1,
                     .start = pe_now_s()};
   pe_run_table_add(&c->s->runs, &e);
+  /* Started: a close or deregister that its client sent after it now
+   * cancels it, rather than leave it no program (lanes.h). */
+  pe_lanes_started();
   pe_status *st = run_program(c, p, &e);
   pe_run_table_remove(&c->s->runs, &e);
   pe_registry_release(c->s->reg, p);

@@ -24,7 +24,6 @@
 #include "server/dispatch.h"
 #include "server/programs.h"
 #include "server/reply_pack.h"
-#include "server/request_peek.h"
 #include "server/shm.h"
 #include "server/state_lock.h"
 
@@ -33,33 +32,6 @@ double pe_now_s(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
-
-/* One received request: its bytes and the raw REP routing header that its
- * reply must carry. Both are nanomsg chunks (nn_freemsg). */
-typedef struct job {
-  void *body;
-  size_t len;
-  void *ctrl;
-  double received;
-  uint64_t seq;    /* receive order (main thread): which copy of a resent request is newest */
-  uint64_t client; /* Request.client_id as peeked (0: unknown) */
-  pe_lane lane;    /* the queue it waits in, the threads that take it */
-  bool answered;   /* off its lane's busy count (job_answering: once) */
-  struct job *next;
-} job;
-
-/* One lane's queue (under pe_loop.mu) and the wake-up of its threads. */
-typedef struct lane_queue {
-  job *head, *tail;
-  pthread_cond_t cv;
-} lane_queue;
-
-/* A request thread: the lane it serves. */
-typedef struct req_thread {
-  pe_server *s;
-  pe_lane lane;
-  pthread_t th;
-} req_thread;
 
 /* One reply on its way to the main thread. */
 typedef struct out_msg {
@@ -76,15 +48,11 @@ struct pe_loop {
   ev_signal sigterm_w, sigint_w, sighup_w, sigusr1_w, sigusr2_w;
   ev_timer tick_w, watchdog_w, drain_w;
 
-  pthread_mutex_t mu; /* lq, closing, out, alive */
-  lane_queue lq[PE_LANES];
-  bool closing;
+  pthread_mutex_t mu; /* out */
   out_msg *out_head, *out_tail;
-  int alive;         /* request threads not yet exited */
   uint64_t recv_seq; /* main thread only */
 
-  req_thread *threads;
-  int n_threads;         /* both lanes */
+  pe_lanes *lanes;       /* the request threads and their queues */
   pe_autosave *autosave; /* its own thread; stopped before the shutdown checkpoint */
   bool stopping;
   char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
@@ -97,10 +65,6 @@ int pe_server_pending(pe_server *s) {
   for (int l = 0; l < PE_LANES; l++)
     n += atomic_load(&s->lanes[l].queued) + atomic_load(&s->lanes[l].busy);
   return n;
-}
-
-const char *pe_lane_name(pe_lane l) {
-  return l == PE_LANE_CONTROL ? "control" : "work";
 }
 
 pe_limits pe_server_limits(pe_server *s) {
@@ -340,34 +304,31 @@ static const uint8_t *pack_reply(pe_server *s, Pe__Reply *rep, pe_reply_buf *rb,
 
 /* The reply cache's send (under its lock): queue the reply to a copy's
  * routing header, which the queue takes over. */
-static void job_answering(pe_server *s, job *j);
+static void job_answering(pe_server *s, pe_job *j);
 static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len) {
-  job *j = copy;
+  pe_job *j = copy;
   job_answering(ctx, j); /* a resend answered from the cache, before the reply leaves */
   queue_reply(ctx, j->ctrl, reply, len);
   j->ctrl = NULL;
 }
 
-/* --- request threads -------------------------------------------------------- */
-static void job_free(job *j) {
-  if (j->body) nn_freemsg(j->body);
-  if (j->ctrl) nn_freemsg(j->ctrl);
-  free(j);
-}
-
+/* --- request handling ------------------------------------------------------- */
 /* The job stops counting in Status' queue depth (its lane's busy), once,
  * before its reply leaves: a client that has its reply never finds its
  * request still counted while the thread tidies up. Called by the thread
  * that holds the job: its handler, or send_to_job (from pe_dedup_begin
  * for a resend answered from the cache, on the same thread; from
  * pe_dedup_finish for a parked copy, whose handler let go of it). */
-static void job_answering(pe_server *s, job *j) {
+static void job_answering(pe_server *s, pe_job *j) {
   if (j->answered) return;
   j->answered = true;
   atomic_fetch_sub(&s->lanes[j->lane].busy, 1);
 }
 
-static void handle_job(pe_server *s, job *j) {
+/* A request thread's handling of one request (lanes.h: pe_job_handler):
+ * decode, deduplicate, dispatch, reply. */
+static void handle_job(void *ctx, pe_job *j) {
+  pe_server *s = ctx;
   double t0 = pe_now_s();
   atomic_fetch_add(&s->requests_total, 1);
   Pe__Request *rq = pe__request__unpack(NULL, j->len, j->body);
@@ -392,7 +353,7 @@ static void handle_job(pe_server *s, job *j) {
     queue_reply(s, j->ctrl, buf, len);
     j->ctrl = NULL;
     if (owned) free((void *)buf);
-    job_free(j);
+    pe_job_free(j);
     return;
   }
   const char *kind = pe_request_kind_name(rq->body_case);
@@ -412,7 +373,7 @@ static void handle_job(pe_server *s, job *j) {
     };
     PE_LOGI("req client=%s id=%llu kind=%s: %s", pe_client_tag(cid).s, (unsigned long long)rid,
             kind, what[seen]);
-    if (seen != PE_DEDUP_WAITING) job_free(j); /* WAITING: parked, the original answers it */
+    if (seen != PE_DEDUP_WAITING) pe_job_free(j); /* WAITING: parked, the original answers it */
     pe__request__free_unpacked(rq, NULL);
     return;
   }
@@ -442,70 +403,10 @@ static void handle_job(pe_server *s, job *j) {
   pe_dedup_copy *parked;
   job_answering(s, j);
   int n = pe_dedup_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
-  for (int i = 0; i < n; i++) job_free(parked[i].job);
+  for (int i = 0; i < n; i++) pe_job_free(parked[i].job);
   free(parked);
   if (owned) free((void *)buf);
-  job_free(j);
-}
-
-static void *request_thread(void *arg) {
-  req_thread *t = arg;
-  pe_server *s = t->s;
-  pe_loop *L = s->loop;
-  lane_queue *q = &L->lq[t->lane];
-  pe_lane_counts *c = &s->lanes[t->lane];
-  for (;;) {
-    pthread_mutex_lock(&L->mu);
-    while (!q->head && !L->closing) pthread_cond_wait(&q->cv, &L->mu);
-    job *j = q->head;
-    if (j) {
-      q->head = j->next;
-      if (!q->head) q->tail = NULL;
-      atomic_fetch_sub(&c->queued, 1);
-      atomic_fetch_add(&c->busy, 1);
-    }
-    pthread_mutex_unlock(&L->mu);
-    if (!j) break;    /* closing and drained */
-    handle_job(s, j); /* takes j off its lane's busy */
-  }
-  pthread_mutex_lock(&L->mu);
-  L->alive--;
-  pthread_mutex_unlock(&L->mu);
-  ev_async_send(L->loop, &L->reply_async);
-  return NULL;
-}
-
-/* --- receive ----------------------------------------------------------------------- */
-/* Whether the work lane's queue holds a request of client (mu held). */
-static bool work_queued_for(pe_loop *L, uint64_t client) {
-  for (const job *q = L->lq[PE_LANE_WORK].head; q; q = q->next)
-    if (q->client == client) return true;
-  return false;
-}
-
-/* Queue j in its lane (main thread): a control kind goes to the control
- * lane unless an earlier request of its client still waits in the work
- * lane, which it must not overtake (a close would otherwise end the
- * session before the client's queued run starts). Client 0 is anonymous:
- * no order between its requests is kept. */
-static void enqueue(pe_server *s, job *j, const uint8_t *body) {
-  pe_loop *L = s->loop;
-  pe_request_peek pk; /* unreadable: zeroed, the work lane's thread answers the error */
-  bool control =
-      pe_request_peek_read(body, j->len, &pk) && pe_request_lane(pk.kind) == PE_LANE_CONTROL;
-  j->client = pk.client;
-  pthread_mutex_lock(&L->mu);
-  if (control && j->client && work_queued_for(L, j->client)) control = false;
-  j->lane = control ? PE_LANE_CONTROL : PE_LANE_WORK;
-  lane_queue *q = &L->lq[j->lane];
-  if (q->tail)
-    q->tail->next = j;
-  else
-    q->head = j;
-  q->tail = j;
-  atomic_fetch_add(&s->lanes[j->lane].queued, 1);
-  pthread_cond_signal(&q->cv);
-  pthread_mutex_unlock(&L->mu);
+  pe_job_free(j);
 }
 
 static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
@@ -524,7 +425,7 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
       if (err != EAGAIN && err != EINTR) PE_LOGW("receive: %s", nn_strerror(err));
       return;
     }
-    job *j = calloc(1, sizeof *j);
+    pe_job *j = calloc(1, sizeof *j);
     if (!j || !ctrl) {
       PE_LOGE("request of %d bytes dropped: %s", n, j ? "no routing header" : "out of memory");
       nn_freemsg(body);
@@ -537,7 +438,7 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
     j->ctrl = ctrl;
     j->received = pe_now_s();
     j->seq = ++L->recv_seq;
-    enqueue(s, j, body);
+    pe_lanes_enqueue(L->lanes, j);
   }
 }
 
@@ -569,29 +470,26 @@ static void watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents) {
 
 /* --- signals --------------------------------------------------------------------- */
 static int in_flight(pe_server *s) {
-  return atomic_load(&s->lanes[PE_LANE_WORK].busy) + atomic_load(&s->lanes[PE_LANE_CONTROL].busy);
+  int n = 0;
+  for (int l = 0; l < PE_LANES; l++) n += atomic_load(&s->lanes[l].busy);
+  return n;
 }
 static int queued(pe_server *s) {
-  return atomic_load(&s->lanes[PE_LANE_WORK].queued) +
-         atomic_load(&s->lanes[PE_LANE_CONTROL].queued);
+  int n = 0;
+  for (int l = 0; l < PE_LANES; l++) n += atomic_load(&s->lanes[l].queued);
+  return n;
 }
 
 static void drain_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   pe_server *s = w->data;
   pe_loop *L = s->loop;
   flush_replies(s);
+  /* The threads first: once none is left, no reply joins the queue. */
+  bool done = pe_lanes_alive(L->lanes) == 0;
   pthread_mutex_lock(&L->mu);
-  bool done = L->alive == 0 && !L->out_head;
+  done = done && !L->out_head;
   pthread_mutex_unlock(&L->mu);
   if (done) ev_break(loop, EVBREAK_ALL);
-}
-
-/* No more requests: every request thread ends once its lane is drained. */
-static void close_lanes(pe_loop *L) {
-  pthread_mutex_lock(&L->mu);
-  L->closing = true;
-  for (int l = 0; l < PE_LANES; l++) pthread_cond_broadcast(&L->lq[l].cv);
-  pthread_mutex_unlock(&L->mu);
 }
 
 static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
@@ -610,7 +508,7 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
       w->signum, in_flight(s), pe_run_table_count(&s->runs), queued(s));
   sd_notify(0, "STOPPING=1");
   ev_io_stop(loop, &L->rcv_w);
-  close_lanes(L);
+  pe_lanes_close(L->lanes);
   ev_timer_start(loop, &L->drain_w);
 }
 
@@ -714,28 +612,14 @@ static int sock_fd(int sock, int opt) {
 }
 
 /* --- request threads: start -------------------------------------------------------- */
-/* cfg.request_threads for the work lane, then PE_CONTROL_THREADS for the
- * control lane. On failure L->n_threads counts the ones started. */
+/* request_threads for the work lane, run_threads (0: as many) for runs,
+ * PE_CONTROL_THREADS for the control lane. */
 static pe_status *start_request_threads(pe_server *s) {
-  pe_loop *L = s->loop;
-  int work = s->cfg.request_threads > 0 ? s->cfg.request_threads : 1;
-  int total = work + PE_CONTROL_THREADS;
-  L->threads = calloc((size_t)total, sizeof *L->threads);
-  if (!L->threads) return pe_error(PE_ENOMEM, "server: out of memory");
-  for (int i = 0; i < total; i++) {
-    req_thread *t = &L->threads[i];
-    t->s = s;
-    t->lane = i < work ? PE_LANE_WORK : PE_LANE_CONTROL;
-    if (pthread_create(&t->th, NULL, request_thread, t) != 0)
-      return pe_error(PE_EINTERNAL, "server: cannot start %s request thread %d",
-                      pe_lane_name(t->lane), i);
-    L->n_threads = i + 1;
-    atomic_fetch_add(&s->lanes[t->lane].threads, 1);
-    pthread_mutex_lock(&L->mu);
-    L->alive++;
-    pthread_mutex_unlock(&L->mu);
-  }
-  return NULL;
+  int threads[PE_LANES];
+  threads[PE_LANE_WORK] = s->cfg.request_threads > 0 ? s->cfg.request_threads : 1;
+  threads[PE_LANE_RUN] = s->cfg.run_threads > 0 ? s->cfg.run_threads : threads[PE_LANE_WORK];
+  threads[PE_LANE_CONTROL] = PE_CONTROL_THREADS;
+  return pe_lanes_start(threads, s->lanes, handle_job, s, &s->loop->lanes);
 }
 
 /* --- shutdown ------------------------------------------------------------------------ */
@@ -786,7 +670,6 @@ pe_status *pe_server_run(pe_server *s) {
   s->loop = L;
   L->sock = -1;
   pthread_mutex_init(&L->mu, NULL);
-  for (int l = 0; l < PE_LANES; l++) pthread_cond_init(&L->lq[l].cv, NULL);
   signal(SIGPIPE, SIG_IGN);
   L->loop = ev_default_loop(EVFLAG_AUTO);
   pe_status *st = L->loop ? NULL : pe_error(PE_EIO, "server: libev loop");
@@ -837,18 +720,19 @@ pe_status *pe_server_run(pe_server *s) {
     char places[32];
     snprintf(places, sizeof places, "%s:%d", pe_place_kind_name(s->place_kind), s->n_places);
     PE_LOGI(
-        "pe-executord %s ready on %s (places %s, %d request threads + %d for control requests, "
-        "state %s, max message %lld)",
-        PE_SERVER_VERSION, s->cfg.socket, places, atomic_load(&s->lanes[PE_LANE_WORK].threads),
+        "pe-executord %s ready on %s (places %s, request threads: %d for runs, %d for other work, "
+        "%d for control requests; state %s, max message %lld)",
+        PE_SERVER_VERSION, s->cfg.socket, places, atomic_load(&s->lanes[PE_LANE_RUN].threads),
+        atomic_load(&s->lanes[PE_LANE_WORK].threads),
         atomic_load(&s->lanes[PE_LANE_CONTROL].threads), s->cfg.state_dir,
         (long long)s->cfg.max_message);
     sd_notifyf(0, "READY=1\nSTATUS=serving on %s", s->cfg.socket);
     ev_run(L->loop, 0);
   }
-  /* Stop the request threads (also on a startup failure). */
-  close_lanes(L);
-  for (int i = 0; i < L->n_threads; i++) pthread_join(L->threads[i].th, NULL);
-  free(L->threads);
+  /* Stop the request threads (also on a startup failure); requests left
+   * queued (none after a clean drain) are dropped. */
+  pe_lanes_free(L->lanes);
+  L->lanes = NULL;
   /* Before the shutdown checkpoint, which writes the same files. */
   pe_autosave_stop(L->autosave);
   L->autosave = NULL;
@@ -857,13 +741,6 @@ pe_status *pe_server_run(pe_server *s) {
    * cleanup below): its values since its last checkpoint are gone, and a
    * supervisor (systemd) should say so. */
   int unsaved = st ? 0 : checkpoint_persistent(s);
-  /* Requests left behind (none after a clean drain). */
-  for (int l = 0; l < PE_LANES; l++)
-    while (L->lq[l].head) {
-      job *j = L->lq[l].head;
-      L->lq[l].head = j->next;
-      job_free(j);
-    }
   while (L->out_head) {
     out_msg *m = L->out_head;
     L->out_head = m->next;
@@ -875,7 +752,6 @@ pe_status *pe_server_run(pe_server *s) {
   if (L->ipc_path[0] && !st) unlink(L->ipc_path);
   if (L->loop) ev_loop_destroy(L->loop);
   pthread_mutex_destroy(&L->mu);
-  for (int l = 0; l < PE_LANES; l++) pthread_cond_destroy(&L->lq[l].cv);
   free(L);
   s->loop = NULL;
   if (!st && unsaved)

@@ -7,9 +7,9 @@
  *                   watchdog, status), shutdown.
  *   request threads (plain pthreads, NOT pool workers: runs block) decode,
  *                   deduplicate, dispatch and encode; replies go back to
- *                   the main thread through ev_async. Two lanes (pe_lane),
- *                   each its own queue and threads: cfg.request_threads
- *                   for work, PE_CONTROL_THREADS for control requests.
+ *                   the main thread through ev_async. Three lanes
+ *                   (lanes.h), each its own queue and threads: run,
+ *                   work and control requests.
  *   compute pool    the runtime's workers; only the executor uses them.
  *   autosave        checkpoints persistent models every checkpoint_interval
  *                   (server/autosave.h); joined before the shutdown checkpoint.
@@ -31,30 +31,10 @@
 #include "engine/par_executor.h"
 #include "server/config.h"
 #include "server/dedup.h"
+#include "server/lanes.h"
 #include "server/run_table.h"
 
 #define PE_SERVER_VERSION "0.1.0"
-
-/* Request lanes. A run holds its request thread while it computes (on the
- * pool), so a few long runs fill the work lane; the control lane's
- * threads take only the kinds that never run steps and are short
- * (dispatch.c's table: ping, status, close, deregister, drop_model,
- * register_shm, unregister_shm), so that those are answered meanwhile.
- * Register, init, run, get/set_params, save and load are work: they run
- * programs, wait on the engine for a model's steps, or read and write
- * files. A control request never starts before an earlier request of its
- * client that still waits in the work lane: it joins the work lane behind
- * it (server.c, enqueue). */
-typedef enum pe_lane { PE_LANE_WORK = 0, PE_LANE_CONTROL, PE_LANES } pe_lane;
-#define PE_CONTROL_THREADS 2 /* one for a slow control request, one for status */
-
-/* A lane's counters, for Status (atomics: written under the loop's lock
- * or by the lane's threads, read by any). */
-typedef struct pe_lane_counts {
-  atomic_int threads; /* started */
-  atomic_int queued;  /* received, not yet picked by one of its threads */
-  atomic_int busy;    /* being handled, until the reply leaves */
-} pe_lane_counts;
 
 typedef struct pe_registry pe_registry;
 typedef struct pe_shm_table pe_shm_table;
@@ -94,7 +74,6 @@ typedef struct pe_server {
 
 /* Requests queued or being handled, in every lane. */
 int pe_server_pending(pe_server *s);
-const char *pe_lane_name(pe_lane l); /* "work", "control" */
 
 /* Limits that may change on SIGHUP, read consistently. */
 typedef struct pe_limits {

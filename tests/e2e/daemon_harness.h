@@ -298,18 +298,27 @@ static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spe
   return h;
 }
 
+/* A Save (save) or Load request of checkpoint `name` of model (*cr holds
+ * its body). */
+static inline Pe__Request dh_checkpoint_req(uint64_t client, Pe__CheckpointRequest *cr, bool save,
+                                            const char *model, const char *name) {
+  Pe__Request rq = dh_req(client);
+  pe__checkpoint_request__init(cr);
+  cr->model = (char *)model;
+  cr->name = (char *)name;
+  rq.body_case = save ? PE__REQUEST__BODY_SAVE : PE__REQUEST__BODY_LOAD;
+  if (save)
+    rq.save = cr;
+  else
+    rq.load = cr;
+  return rq;
+}
+
 /* Save (save) or Load a checkpoint `name` of model; the reply. */
 static inline Pe__Reply *dh_checkpoint(int sock, uint64_t client, bool save, const char *model,
                                        const char *name) {
-  Pe__Request rq = dh_req(client);
-  Pe__CheckpointRequest cr = PE__CHECKPOINT_REQUEST__INIT;
-  cr.model = (char *)model;
-  cr.name = (char *)name;
-  rq.body_case = save ? PE__REQUEST__BODY_SAVE : PE__REQUEST__BODY_LOAD;
-  if (save)
-    rq.save = &cr;
-  else
-    rq.load = &cr;
+  Pe__CheckpointRequest cr;
+  Pe__Request rq = dh_checkpoint_req(client, &cr, save, model, name);
   return dh_call(sock, &rq);
 }
 
@@ -451,13 +460,22 @@ static inline uint8_t *dh_get_param(int sock, uint64_t client, const char *model
   return out;
 }
 
+/* A GetParams request with no names: every persistable of the model (*pr
+ * holds its body). */
+static inline Pe__Request dh_get_all_req(uint64_t client, Pe__ParamsRequest *pr,
+                                         const char *model) {
+  Pe__Request rq = dh_req(client);
+  pe__params_request__init(pr);
+  pr->model = (char *)model;
+  rq.body_case = PE__REQUEST__BODY_GET_PARAMS;
+  rq.get_params = pr;
+  return rq;
+}
+
 /* GetParams with no names: every persistable of the model (the reply). */
 static inline Pe__Reply *dh_get_all(int sock, uint64_t client, const char *model) {
-  Pe__Request rq = dh_req(client);
-  Pe__ParamsRequest pr = PE__PARAMS_REQUEST__INIT;
-  pr.model = (char *)model;
-  rq.body_case = PE__REQUEST__BODY_GET_PARAMS;
-  rq.get_params = &pr;
+  Pe__ParamsRequest pr;
+  Pe__Request rq = dh_get_all_req(client, &pr, model);
   Pe__Reply *rep = dh_call(sock, &rq);
   dh_ok(rep);
   ck_assert_int_eq(rep->body_case, PE__REPLY__BODY_PARAMS);

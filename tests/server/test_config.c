@@ -24,6 +24,7 @@ START_TEST(test_defaults) {
   ck_assert_str_eq(c.places, "auto");
   ck_assert_str_eq(c.sync, "event");
   ck_assert_int_eq(c.request_threads, 8);
+  ck_assert_int_eq(c.run_threads, 0); /* as many as request_threads */
   ck_assert_int_eq(c.worker_threads, 0);
   ck_assert(c.flush_denormals);
   ck_assert(c.checkpoint_on_shutdown);
@@ -61,6 +62,7 @@ START_TEST(test_file_layers) {
       "socket = ipc:///tmp/x.sock\n"
       "socket_mode = 0600\n"
       "request_threads = 2\n"
+      "run_threads = 5\n"
       "log_level = debug\n"
       "[runtime]\n"
       "places = cpu:2\n"
@@ -90,6 +92,7 @@ START_TEST(test_file_layers) {
   ck_assert_str_eq(c.socket, "ipc:///tmp/x.sock");
   ck_assert_uint_eq(c.socket_mode, 0600);
   ck_assert_int_eq(c.request_threads, 2);
+  ck_assert_int_eq(c.run_threads, 5);
   ck_assert_int_eq(c.log_level, PE_LOG_DEBUG);
   ck_assert_str_eq(c.places, "cpu:2");
   ck_assert_int_eq(c.worker_threads, 3);
@@ -139,6 +142,9 @@ START_TEST(test_errors) {
   snprintf(text, sizeof text, "[server]\nsocket_group = %s\n", own->gr_name);
   PE_CK_OK(pe_config_load_string(&c, text, "t.conf"));
   ck_assert_str_eq(c.socket_group, own->gr_name);
+  expect_errors(pe_config_load_string(&c, "[server]\nrun_threads = 257\n", "t.conf"), PE_EINVAL,
+                "line 2", "run_threads", "0..256", "as many as request_threads",
+                (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\n\nplaces = gpu:3\n", "t.conf"), PE_EINVAL,
                 "line 3", "places", "gpu:3", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[limits]\nmax_message = 12Q\n", "t.conf"), PE_EINVAL,
@@ -260,13 +266,15 @@ START_TEST(test_restart_changes) {
   PE_CK_OK(pe_config_set(&b, "runtime", "worker_threads", "3"));
   PE_CK_OK(pe_config_set(&b, "runtime", "flush_denormals", "false"));
   PE_CK_OK(pe_config_set(&b, "server", "socket_mode", "0600"));
+  PE_CK_OK(pe_config_set(&b, "server", "run_threads", "4"));
   char *m = pe_config_restart_changes(&a, &b);
   ck_assert_ptr_nonnull(m);
   ck_assert_msg(strstr(m, "[runtime] places 'auto' -> 'cpu:2'") &&
                     strstr(m, "[runtime] worker_threads 0 -> 3") &&
                     strstr(m, "[runtime] flush_denormals true -> false") &&
                     strstr(m, "[server] socket_mode 0660 -> 0600") &&
-                    !strstr(m, "request_threads") && !strstr(m, "log_level"),
+                    strstr(m, "[server] run_threads 0 -> 4") && !strstr(m, "request_threads") &&
+                    !strstr(m, "log_level"),
                 "changes: %s", m);
   free(m);
   pe_config_free(&a);

@@ -1,0 +1,104 @@
+/* Request lanes: the queues between the main thread, which receives the
+ * requests, and the request threads, which handle them.
+ *
+ * A run holds its request thread while it computes (on the pool), for as
+ * long as its steps take: minutes for a trainer's batch of many steps. So
+ * the kinds are split by how long they hold a thread, and each lane has a
+ * queue and threads of its own (dispatch.c's table says which kind goes
+ * where):
+ *   run      Run: cfg.run_threads (0: as many as request_threads); these
+ *            bound the runs in flight, more wait in the queue.
+ *   work     register (compiles), init, get/set_params (wait on the engine
+ *            for a model's pending steps), save and load (files):
+ *            cfg.request_threads, never held by runs, so that a save or a
+ *            new trainer's register is answered while others train.
+ *   control  the kinds that run no program, wait on no model's steps and
+ *            touch no file (ping, status, close, deregister, drop_model,
+ *            register_shm, unregister_shm): PE_CONTROL_THREADS.
+ *
+ * Order: a request never starts before the earlier requests of its client
+ * have started, in whichever lane they wait (a close would otherwise end
+ * the session before the client's queued run starts, and the run would
+ * find no program). It waits in its own lane, passed by the other
+ * clients' requests behind it, until those have started; then it goes as
+ * any other. Started: a run once it holds its program and is listed in
+ * Status (so that a close cancels it), any other request once dispatch
+ * has begun it (pe_lanes_started). Requests that have started run
+ * concurrently, as before (the reply cache orders the copies of one
+ * request: dedup.h). Client 0 (anonymous) keeps no order.
+ *
+ * Threads: pe_lanes_enqueue and pe_lanes_close on the main thread; the
+ * request threads take jobs and call the handler; one mutex guards the
+ * queues. The counts (Status) are atomics that any thread may read. */
+#ifndef PE_SERVER_LANES_H
+#define PE_SERVER_LANES_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+/* Status lists the lanes in this order: run is last so that the positions
+ * of the two older ones hold for older readers. */
+typedef enum pe_lane { PE_LANE_WORK = 0, PE_LANE_CONTROL, PE_LANE_RUN, PE_LANES } pe_lane;
+#define PE_CONTROL_THREADS 2 /* one for a slow control request, one for status */
+
+const char *pe_lane_name(pe_lane l); /* "work", "control", "run" */
+
+/* A lane's counters, for Status (atomics: written under the lanes' lock
+ * or by the lane's threads, read by any). */
+typedef struct pe_lane_counts {
+  atomic_int threads; /* started */
+  atomic_int queued;  /* received, not yet picked by one of its threads */
+  atomic_int busy;    /* being handled, until the reply leaves */
+} pe_lane_counts;
+
+/* One received request: its bytes and the raw REP routing header that its
+ * reply must carry (both nanomsg chunks, freed by pe_job_free). Queued, it
+ * belongs to the lanes; taken, to the thread that handles it. */
+typedef struct pe_job {
+  void *body;
+  size_t len;
+  void *ctrl;
+  double received;
+  uint64_t seq;    /* receive order (main thread): which copy of a resent request is newest */
+  uint64_t client; /* Request.client_id as peeked (0: unknown) */
+  pe_lane lane;    /* the queue it waits in, the threads that take it */
+  bool answered;   /* off its lane's busy count (server.c: once) */
+  int blockers;    /* earlier requests of its client not started yet */
+  struct pe_job *next;
+} pe_job;
+
+void pe_job_free(pe_job *j);
+
+/* Handles a job taken from its lane, on that lane's thread (owns j). */
+typedef void pe_job_handler(void *ctx, pe_job *j);
+
+typedef struct pe_lanes pe_lanes;
+
+/* Start threads[l] request threads for each lane l, counted in counts[l]
+ * (which must outlive the lanes). On failure none is left running. */
+pe_status *pe_lanes_start(const int threads[PE_LANES], pe_lane_counts *counts, pe_job_handler *fn,
+                          void *ctx, pe_lanes **out);
+
+/* Main thread: queue j (its body, len and seq set) in the lane of its kind,
+ * read off its bytes (request_peek.h; unreadable: work, whose thread
+ * answers the decode error). */
+void pe_lanes_enqueue(pe_lanes *ls, pe_job *j);
+
+/* On a request thread: the request it handles has started (see above),
+ * and its client's later requests may start; once per request, later
+ * calls and calls on other threads do nothing. The thread calls it after
+ * the handler if the handler did not. */
+void pe_lanes_started(void);
+
+/* No more requests: each thread ends once its lane is drained. */
+void pe_lanes_close(pe_lanes *ls);
+/* Request threads not yet ended. */
+int pe_lanes_alive(pe_lanes *ls);
+/* Close, join the threads, free the jobs left queued. NULL: nothing. */
+void pe_lanes_free(pe_lanes *ls);
+
+#endif
