@@ -182,6 +182,9 @@ struct pe_par_exec {
    * its consequences) are dropped: a run reports one error, its first.
    * Under run_mu. */
   bool tail, tail_quiet;
+  /* The tail's failure when pe_par_exec_release waited for it: par_drain
+   * returns it next (to the next run, sync or free). Under run_mu. */
+  pe_status *tail_err;
 };
 
 /* One step of a run (par_executor.c). The caller holds run_mu and set the

@@ -309,8 +309,9 @@ pe_status *pe_par_exec_sync(pe_par_exec *e);
 /* Give back the memory of e's temporaries (activations, their gradients,
  * the parameters' gradients outside buckets, fetch staging) between runs;
  * the next run allocates it again. A no-op while a run is in progress
- * (no wait for it) or device work of the last run is in flight (it may
- * still use the memory; the next run waits for it and reports its error). Memory of a
+ * (no wait for it); device work the last run left in flight is waited for
+ * first (its failure is the next run's error, as without the release).
+ * Not from a pool worker. Memory of a
  * batch twice the current one or more is given back by the runs
  * themselves (par_temps.c). */
 void pe_par_exec_release(pe_par_exec *e);

@@ -53,29 +53,28 @@ void pe_par_exec_release(pe_par_exec *e) {
   /* A run in progress needs the memory (and its request releases it when
    * it ends): no wait for it here. */
   if (pthread_mutex_trylock(&e->run_mu)) return;
-  /* Device work of the last run may still use the memory: the next run
-   * (or sync) waits for it and reports its error; leave it until then. */
-  if (!e->tail) {
-    for (int b = 0; b < g->n_buffers; b++) {
-      if (!e->buf_mem[b]) continue;
-      const pe_graph_buffer *bf = &g->buffers[b];
-      for (int k = 0; k < bf->n_lvars; k++) {
-        pe_tensor *t = &e->own[bf->lvars[k]];
-        if (!t->alloc && t->data == e->buf_mem[b]) { /* bound again at the next run */
-          t->data = NULL;
-          t->cap = 0;
-        }
+  /* Device work of the last run may still use the memory: wait for it;
+   * its failure goes to the next run (or sync), as it would have. */
+  if (e->tail) e->tail_err = par_drain(e);
+  for (int b = 0; b < g->n_buffers; b++) {
+    if (!e->buf_mem[b]) continue;
+    const pe_graph_buffer *bf = &g->buffers[b];
+    for (int k = 0; k < bf->n_lvars; k++) {
+      pe_tensor *t = &e->own[bf->lvars[k]];
+      if (!t->alloc && t->data == e->buf_mem[b]) { /* bound again at the next run */
+        t->data = NULL;
+        t->cap = 0;
       }
-      pe_device_free(e->dev[bf->place], e->buf_mem[b], e->buf_cap[b]);
-      e->buf_mem[b] = NULL;
-      e->buf_cap[b] = 0;
     }
-    for (int lv = 0; lv < g->n_lvars; lv++)
-      if (owned_temp(e, lv)) pe_tensor_release(&e->own[lv]);
-    for (int p = 0; p < e->n_places; p++) {
-      pe_tensor_release(&e->stage[p]);
-      e->rows_sized[p] = 0;
-    }
+    pe_device_free(e->dev[bf->place], e->buf_mem[b], e->buf_cap[b]);
+    e->buf_mem[b] = NULL;
+    e->buf_cap[b] = 0;
+  }
+  for (int lv = 0; lv < g->n_lvars; lv++)
+    if (owned_temp(e, lv)) pe_tensor_release(&e->own[lv]);
+  for (int p = 0; p < e->n_places; p++) {
+    pe_tensor_release(&e->stage[p]);
+    e->rows_sized[p] = 0;
   }
   pthread_mutex_unlock(&e->run_mu);
 }

@@ -266,7 +266,9 @@ START_TEST(smaller_batch_gives_back_the_larger_ones_memory) {
 END_TEST
 
 /* memory_kept_per_program = 1M: after a request whose plan needs more,
- * the program's temporaries are given back; the next run still trains. */
+ * the program's temporaries are given back; the next run still trains.
+ * (Device places' memory is not in the host bytes: engine.test_par_temps
+ * covers sim.) */
 START_TEST(idle_program_keeps_at_most_memory_kept_per_program) {
   fx f;
   fx_start(&f, "[limits]\nmemory_kept_per_program = 1M\n");
