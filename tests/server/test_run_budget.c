@@ -86,13 +86,18 @@ static bool finished(waiter *w) {
   return atomic_load(&w->done);
 }
 
-START_TEST(first_come_first_served) {
+/* A budget of 100 (limit_now) with `first` bytes reserved at once. */
+static void budget_start(pe_run_budget *b, int64_t first) {
   atomic_store(&limit_now, 100);
   atomic_store(&stop_now, false);
-  pe_run_budget b;
-  pe_run_budget_init(&b);
+  pe_run_budget_init(b);
   pe_budget_wait now = {limit_cb, stop_cb, expired_cb, 0, NULL};
-  PE_CK_OK(pe_run_budget_acquire(&b, 60, &now)); /* fits: at once */
+  PE_CK_OK(pe_run_budget_acquire(b, first, &now)); /* fits: at once */
+}
+
+START_TEST(first_come_first_served) {
+  pe_run_budget b;
+  budget_start(&b, 60);
   atomic_int order = 0;
   waiter big, small;
   start(&big, &b, 50, 0, &order);
@@ -122,12 +127,8 @@ END_TEST
 /* A deadline or a stop ends a wait; the waiter leaves the queue, so the
  * one behind it goes ahead when it fits. */
 START_TEST(deadline_and_stop_end_a_wait) {
-  atomic_store(&limit_now, 100);
-  atomic_store(&stop_now, false);
   pe_run_budget b;
-  pe_run_budget_init(&b);
-  pe_budget_wait now = {limit_cb, stop_cb, expired_cb, 0, NULL};
-  PE_CK_OK(pe_run_budget_acquire(&b, 80, &now));
+  budget_start(&b, 80);
   atomic_int order = 0;
   waiter timed, after;
   double t0 = pe_now_s();
@@ -156,12 +157,8 @@ END_TEST
 
 /* The limit is read again while waiting (SIGHUP): raised, the waiter fits. */
 START_TEST(raised_limit_lets_a_waiter_in) {
-  atomic_store(&limit_now, 100);
-  atomic_store(&stop_now, false);
   pe_run_budget b;
-  pe_run_budget_init(&b);
-  pe_budget_wait now = {limit_cb, stop_cb, expired_cb, 0, NULL};
-  PE_CK_OK(pe_run_budget_acquire(&b, 90, &now));
+  budget_start(&b, 90);
   atomic_int order = 0;
   waiter w;
   start(&w, &b, 50, 0, &order);
