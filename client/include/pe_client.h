@@ -468,6 +468,10 @@ typedef struct pe_client_status {
   /* The daemon's resident memory, and its host allocator's bytes handed
    * out and cached (places' bytes_in_use count parameters only). */
   uint64_t rss_bytes, host_bytes_in_use, host_bytes_cached;
+  /* The temporaries' bytes the runs in flight reserved from the daemon's
+   * [limits] memory_runs_total, and the runs waiting for it. */
+  uint64_t run_bytes_reserved;
+  int runs_waiting_for_memory;
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required */

@@ -461,6 +461,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .rss_bytes = s->rss_bytes,
       .host_bytes_in_use = s->host_bytes_in_use,
       .host_bytes_cached = s->host_bytes_cached,
+      .run_bytes_reserved = s->run_bytes_reserved,
+      .runs_waiting_for_memory = s->runs_waiting_for_memory,
   };
   return 0;
 }

@@ -7,9 +7,10 @@
 #include <malloc.h>
 #endif
 
-/* Size classes: powers of two from 64 B up to 2^40. A free block of class k
- * is reused for any request whose rounded size is class k. */
-#define N_CLASSES 41
+#include "core/cache_policy.h"
+
+/* Size classes (cache_policy.h): powers of two from 64 B up to 2^46. A free
+ * block of class k is reused for any request whose rounded size is class k. */
 #define MIN_SHIFT 6
 
 typedef struct free_block {
@@ -18,29 +19,18 @@ typedef struct free_block {
 
 struct pe_allocator {
   pthread_mutex_t mu;
-  free_block *free_list[N_CLASSES];
-  pe_alloc_stats st;
-  size_t cache_limit;            /* bytes the free lists may hold */
+  free_block *free_list[PE_CACHE_CLASSES];
+  pe_cache_policy cache;         /* what the free lists hold, their bound */
+  pe_alloc_stats st;             /* bytes_cached: cache.cached */
   const pe_allocator_impl *impl; /* set: everything is delegated to it */
   void *self;
 };
-
-static int size_class(size_t bytes, size_t *rounded) {
-  size_t sz = (size_t)1 << MIN_SHIFT;
-  int k = 0;
-  while (sz < bytes && k < N_CLASSES - 1) {
-    sz <<= 1;
-    k++;
-  }
-  *rounded = sz;
-  return k;
-}
 
 pe_allocator *pe_allocator_new(void) {
   pe_allocator *a = calloc(1, sizeof(*a));
   if (a) {
     pthread_mutex_init(&a->mu, NULL);
-    a->cache_limit = PE_ALLOC_CACHE_LIMIT;
+    pe_cache_policy_init(&a->cache, MIN_SHIFT, PE_ALLOC_CACHE_LIMIT);
   }
   return a;
 }
@@ -66,22 +56,22 @@ static void release_blocks(free_block *b, size_t bytes) {
 static free_block *evict_locked(pe_allocator *a, size_t *bytes) {
   free_block *out = NULL;
   *bytes = 0;
-  for (int k = N_CLASSES - 1; k >= 0 && a->st.bytes_cached > a->cache_limit; k--)
-    while (a->free_list[k] && a->st.bytes_cached > a->cache_limit) {
-      free_block *b = a->free_list[k];
-      a->free_list[k] = b->next;
-      b->next = out;
-      out = b;
-      a->st.bytes_cached -= (size_t)1 << (MIN_SHIFT + k);
-      *bytes += (size_t)1 << (MIN_SHIFT + k);
-    }
+  for (int k; (k = pe_cache_victim(&a->cache)) >= 0;) {
+    free_block *b = a->free_list[k];
+    a->free_list[k] = b->next;
+    b->next = out;
+    out = b;
+    pe_cache_take(&a->cache, k);
+    *bytes += pe_cache_class_bytes(&a->cache, k);
+  }
+  a->st.bytes_cached = a->cache.cached;
   return out;
 }
 
 void pe_allocator_set_cache_limit(pe_allocator *a, size_t bytes) {
   if (a->impl) return;
   pthread_mutex_lock(&a->mu);
-  a->cache_limit = bytes;
+  a->cache.limit = bytes;
   pthread_mutex_unlock(&a->mu);
 }
 
@@ -100,25 +90,29 @@ void pe_allocator_trim(pe_allocator *a) {
     return;
   }
   pthread_mutex_lock(&a->mu);
-  size_t limit = a->cache_limit, bytes;
-  a->cache_limit = 0;
+  size_t limit = a->cache.limit, bytes;
+  a->cache.limit = 0;
   free_block *b = evict_locked(a, &bytes);
-  a->cache_limit = limit;
+  a->cache.limit = limit;
   pthread_mutex_unlock(&a->mu);
   release_blocks(b, bytes);
 }
 
 void pe_allocator_free(pe_allocator *a) {
   if (!a) return;
-  if (a->impl && a->impl->destroy) a->impl->destroy(a->self);
-  else pe_allocator_trim(a);
+  if (a->impl && a->impl->destroy)
+    a->impl->destroy(a->self);
+  else
+    pe_allocator_trim(a);
   pthread_mutex_destroy(&a->mu);
   free(a);
 }
 
 static pe_allocator *host_alloc;
 static pthread_once_t host_once = PTHREAD_ONCE_INIT;
-static void host_init(void) { host_alloc = pe_allocator_new(); }
+static void host_init(void) {
+  host_alloc = pe_allocator_new();
+}
 
 pe_allocator *pe_host_allocator(void) {
   pthread_once(&host_once, host_init);
@@ -128,15 +122,15 @@ pe_allocator *pe_host_allocator(void) {
 void *pe_alloc(pe_allocator *a, size_t bytes, size_t *cap) {
   if (a->impl) return a->impl->alloc(a->self, bytes, cap);
   size_t rounded;
-  if (bytes == 0) bytes = 1;
-  if (bytes > ((size_t)1 << (MIN_SHIFT + N_CLASSES - 1))) return NULL;
-  int k = size_class(bytes, &rounded);
+  int k = pe_cache_class(&a->cache, bytes, &rounded);
+  if (k < 0) return NULL;
   pthread_mutex_lock(&a->mu);
   a->st.n_alloc++;
   free_block *b = a->free_list[k];
   if (b) {
     a->free_list[k] = b->next;
-    a->st.bytes_cached -= rounded;
+    pe_cache_take(&a->cache, k);
+    a->st.bytes_cached = a->cache.cached;
   }
   pthread_mutex_unlock(&a->mu);
   if (!b) {
@@ -161,13 +155,13 @@ void pe_free(pe_allocator *a, void *p, size_t cap) {
     return;
   }
   size_t rounded, bytes;
-  int k = size_class(cap, &rounded);
+  int k = pe_cache_class(&a->cache, cap, &rounded); /* cap came from pe_alloc: a class */
   free_block *b = p;
   pthread_mutex_lock(&a->mu);
   b->next = a->free_list[k];
   a->free_list[k] = b;
   a->st.bytes_in_use -= rounded;
-  a->st.bytes_cached += rounded;
+  pe_cache_put(&a->cache, k);
   free_block *evicted = evict_locked(a, &bytes);
   pthread_mutex_unlock(&a->mu);
   release_blocks(evicted, bytes);

@@ -4,7 +4,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#define N_CLASSES 41
+#include "core/cache_policy.h"
+
 #define MIN_SHIFT 8 /* 256 B */
 
 typedef struct cache_node {
@@ -15,49 +16,44 @@ typedef struct cache_node {
 struct pe_cuda_cache {
   pthread_mutex_t mu;
   pe_cuda_backend b;
-  cache_node *free_list[N_CLASSES]; /* cached blocks per class */
-  cache_node *spare;                /* recycled nodes */
-  pe_alloc_stats st;
+  cache_node *free_list[PE_CACHE_CLASSES]; /* cached blocks per class */
+  cache_node *spare;                       /* recycled nodes */
+  pe_cache_policy cache;                   /* what the lists hold, their bound */
+  pe_alloc_stats st;                       /* bytes_cached: cache.cached */
 };
 
-static int size_class(size_t bytes, size_t *rounded) {
-  size_t sz = (size_t)1 << MIN_SHIFT;
-  int k = 0;
-  while (sz < bytes && k < N_CLASSES - 1) {
-    sz <<= 1;
-    k++;
-  }
-  *rounded = sz;
-  return k;
-}
-
-pe_cuda_cache *pe_cuda_cache_new(pe_cuda_backend b) {
+pe_cuda_cache *pe_cuda_cache_new(pe_cuda_backend b, size_t limit) {
   pe_cuda_cache *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   pthread_mutex_init(&c->mu, NULL);
   c->b = b;
+  pe_cache_policy_init(&c->cache, MIN_SHIFT, limit);
   return c;
 }
 
-void pe_cuda_cache_trim(pe_cuda_cache *c) {
-  /* Detach the cached blocks under the lock, give them back outside it:
-   * cudaFree/cudaFreeHost synchronise with the device, and a stream's host
-   * function (device_cuda.c's staged copies) may be waiting for this lock
-   * to release its pinned buffer, so calling them under it can deadlock. */
-  cache_node *all = NULL;
-  pthread_mutex_lock(&c->mu);
-  for (int k = 0; k < N_CLASSES; k++) {
+/* Unlink cached blocks, largest first, until the cache holds at most
+ * `limit` bytes (lock held); the list for give_back. */
+static cache_node *evict_locked(pe_cuda_cache *c, size_t limit) {
+  cache_node *out = NULL;
+  size_t keep = c->cache.limit;
+  c->cache.limit = limit;
+  for (int k; (k = pe_cache_victim(&c->cache)) >= 0;) {
     cache_node *n = c->free_list[k];
-    while (n) {
-      cache_node *next = n->next;
-      n->next = all;
-      all = n;
-      n = next;
-    }
-    c->free_list[k] = NULL;
+    c->free_list[k] = n->next;
+    n->next = out;
+    out = n;
+    pe_cache_take(&c->cache, k);
   }
-  c->st.bytes_cached = 0;
-  pthread_mutex_unlock(&c->mu);
+  c->cache.limit = keep;
+  c->st.bytes_cached = c->cache.cached;
+  return out;
+}
+
+/* Give evicted blocks back to the backend with no lock held: cudaFree and
+ * cudaFreeHost synchronise with the device, and a stream's host function
+ * (device_cuda.c's staged copies) may be waiting for this lock to release
+ * its pinned buffer, so calling them under it can deadlock. */
+static void give_back(pe_cuda_cache *c, cache_node *all) {
   if (!all) return;
   cache_node *last = all;
   for (cache_node *n = all; n; n = n->next) {
@@ -68,6 +64,21 @@ void pe_cuda_cache_trim(pe_cuda_cache *c) {
   last->next = c->spare;
   c->spare = all;
   pthread_mutex_unlock(&c->mu);
+}
+
+void pe_cuda_cache_trim(pe_cuda_cache *c) {
+  pthread_mutex_lock(&c->mu);
+  cache_node *all = evict_locked(c, 0);
+  pthread_mutex_unlock(&c->mu);
+  give_back(c, all);
+}
+
+void pe_cuda_cache_set_limit(pe_cuda_cache *c, size_t bytes) {
+  pthread_mutex_lock(&c->mu);
+  c->cache.limit = bytes;
+  cache_node *out = evict_locked(c, bytes);
+  pthread_mutex_unlock(&c->mu);
+  give_back(c, out);
 }
 
 void pe_cuda_cache_free(pe_cuda_cache *c) {
@@ -85,8 +96,8 @@ void pe_cuda_cache_free(pe_cuda_cache *c) {
 
 void *pe_cuda_cache_alloc(pe_cuda_cache *c, size_t bytes, size_t *cap) {
   size_t rounded;
-  int k = size_class(bytes ? bytes : 1, &rounded);
-  if (rounded < bytes) return NULL; /* larger than the largest class */
+  int k = pe_cache_class(&c->cache, bytes, &rounded);
+  if (k < 0) return NULL; /* larger than the largest class */
   pthread_mutex_lock(&c->mu);
   c->st.n_alloc++;
   cache_node *n = c->free_list[k];
@@ -96,7 +107,8 @@ void *pe_cuda_cache_alloc(pe_cuda_cache *c, size_t bytes, size_t *cap) {
     p = n->p;
     n->next = c->spare;
     c->spare = n;
-    c->st.bytes_cached -= rounded;
+    pe_cache_take(&c->cache, k);
+    c->st.bytes_cached = c->cache.cached;
   }
   pthread_mutex_unlock(&c->mu);
   if (!p) {
@@ -122,7 +134,7 @@ void *pe_cuda_cache_alloc(pe_cuda_cache *c, size_t bytes, size_t *cap) {
 void pe_cuda_cache_release(pe_cuda_cache *c, void *p, size_t cap) {
   if (!p) return;
   size_t rounded;
-  int k = size_class(cap, &rounded);
+  int k = pe_cache_class(&c->cache, cap, &rounded); /* cap came from alloc: a class */
   pthread_mutex_lock(&c->mu);
   cache_node *n = c->spare;
   if (n)
@@ -130,14 +142,17 @@ void pe_cuda_cache_release(pe_cuda_cache *c, void *p, size_t cap) {
   else
     n = malloc(sizeof(*n));
   c->st.bytes_in_use -= rounded;
+  cache_node *evicted = NULL;
   if (n) {
     n->p = p;
     n->next = c->free_list[k];
     c->free_list[k] = n;
-    c->st.bytes_cached += rounded;
+    pe_cache_put(&c->cache, k);
+    evicted = evict_locked(c, c->cache.limit);
   }
   pthread_mutex_unlock(&c->mu);
   if (!n) c->b.free(p, c->b.arg); /* no node to cache it: return it */
+  give_back(c, evicted);
 }
 
 pe_alloc_stats pe_cuda_cache_stats(pe_cuda_cache *c) {

@@ -177,7 +177,8 @@ static void pinned_release(void *p, void *arg) {
 
 /* Process-wide: pinned memory is portable across GPUs and outlives devices. */
 static void pinned_init(void) {
-  pinned = pe_cuda_cache_new((pe_cuda_backend){pinned_malloc, pinned_release, NULL});
+  pinned = pe_cuda_cache_new((pe_cuda_backend){pinned_malloc, pinned_release, NULL},
+                             PE_CUDA_PINNED_CACHE_LIMIT);
 }
 
 void *pe_cuda_pinned_alloc(size_t bytes, size_t *cap) {
@@ -310,7 +311,7 @@ static pe_status *cuda_open(pe_place place, const pe_device_opts *opts, pe_devic
   /* The intra-op budget is the host side of kernels (launch overhead and
    * glue); one thread per GPU is the default when none is given. */
   pe_device_base_init(&d->base, &pe_device_cuda_ops, place, opts->threads > 0 ? opts->threads : 1);
-  d->mem = pe_cuda_cache_new((pe_cuda_backend){dev_malloc, dev_free, d});
+  d->mem = pe_cuda_cache_new((pe_cuda_backend){dev_malloc, dev_free, d}, PE_CUDA_CACHE_LIMIT);
   /* Device memory behind the pe_allocator interface (see cache_impl). */
   d->base.alloc = d->mem ? pe_allocator_new_impl(&cache_impl, d->mem) : NULL;
   pe_status *st = d->base.alloc ? NULL : pe_error(PE_ENOMEM, "device %s: out of memory", pb);

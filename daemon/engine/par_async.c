@@ -118,6 +118,11 @@ pe_status *par_sync_streams(pe_par_exec *e) {
 }
 
 pe_status *par_drain(pe_par_exec *e) {
+  if (e->tail_err) { /* drained by pe_par_exec_release: reported now */
+    pe_status *st = e->tail_err;
+    e->tail_err = NULL;
+    return st;
+  }
   if (!e->tail) return NULL;
   e->tail = false;
 #ifdef PE_HAVE_CUDA

@@ -110,7 +110,7 @@ struct pe_par_exec {
   pe_model *m;
   pe_runtime *rt;
   pe_graph *g;
-  bool async; /* the places' devices are asynchronous (sim) */
+  bool async;               /* the places' devices are asynchronous (sim) */
   bool writes_persistables; /* some node updates one: a run is a model change */
   int n_places;
   pe_device **dev; /* [n_places] */
@@ -150,6 +150,9 @@ struct pe_par_exec {
   /* Per-run state. */
   int64_t batch;
   int64_t *n_rows; /* [n_places] */
+  /* [n_places] the largest rows the temporaries were sized for since they
+   * last shrank (par_temps.c); under run_mu. */
+  int64_t *rows_sized;
   bool has_feeds;
   bool feeds_viewed; /* feed tensors are views of a split run's parts */
   const pe_run_opts *opts;
@@ -179,6 +182,9 @@ struct pe_par_exec {
    * its consequences) are dropped: a run reports one error, its first.
    * Under run_mu. */
   bool tail, tail_quiet;
+  /* The tail's failure when pe_par_exec_release waited for it: par_drain
+   * returns it next (to the next run, sync or free). Under run_mu. */
+  pe_status *tail_err;
 };
 
 /* One step of a run (par_executor.c). The caller holds run_mu and set the
@@ -307,6 +313,11 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
 pe_status *par_fetch_wait(pe_par_exec *e, const char *const *fetch, int n_fetch);
 void par_zero_grads(pe_par_exec *e);
 pe_status *par_buffers_bind(pe_par_exec *e);
+/* par_temps.c: before a run's buffers are bound, give back the memory of
+ * a batch twice this run's or more (rows_sized); a shared buffer whose
+ * capacity is twice its need or more is allocated again to fit. */
+void par_temps_fit(pe_par_exec *e);
+bool par_buffer_oversized(size_t cap, int64_t need);
 
 /* par_homes.c: find the persistables e's graph updates on one place only
  * (e->home_en, e->home_place), then make those places their homes in the

@@ -317,10 +317,11 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   pthread_cond_init(&e->done_cv, NULL);
   pe_status *st = NULL;
   e->n_rows = calloc((size_t)e->n_places, sizeof(*e->n_rows));
+  e->rows_sized = calloc((size_t)e->n_places, sizeof(*e->rows_sized));
   e->stage = calloc((size_t)e->n_places, sizeof(*e->stage));
   e->x = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(*e->x));
   bool *lv_batch = calloc((size_t)(g->n_lvars ? g->n_lvars : 1), sizeof(bool));
-  if (!e->n_rows || !e->stage || !e->x || !lv_batch) st = OOM();
+  if (!e->n_rows || !e->rows_sized || !e->stage || !e->x || !lv_batch) st = OOM();
   if (!st) st = compile_lvars(e);
   for (int i = 0; !st && i < g->n_lvars; i++) lv_batch[i] = g->lvars[i].feed;
   for (int i = 0; !st && i < g->n_nodes; i++) st = compile_node(e, i, lv_batch);
@@ -406,6 +407,7 @@ void pe_par_exec_free(pe_par_exec *e) {
   for (int p = 0; e->stage && p < e->n_places; p++) pe_tensor_release(&e->stage[p]);
   free(e->stage);
   free(e->n_rows);
+  free(e->rows_sized);
   pthread_mutex_destroy(&e->run_mu);
   pthread_mutex_destroy(&e->done_mu);
   pthread_cond_destroy(&e->done_cv);

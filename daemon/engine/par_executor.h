@@ -306,6 +306,16 @@ pe_status *pe_par_exec_run(pe_par_exec *e, const pe_feed *feeds, int n_feeds,
  * Not from a pool worker. */
 pe_status *pe_par_exec_sync(pe_par_exec *e);
 
+/* Give back the memory of e's temporaries (activations, their gradients,
+ * the parameters' gradients outside buckets, fetch staging) between runs;
+ * the next run allocates it again. A no-op while a run is in progress
+ * (no wait for it); device work the last run left in flight is waited for
+ * first (its failure is the next run's error, as without the release).
+ * Not from a pool worker. Memory of a
+ * batch twice the current one or more is given back by the runs
+ * themselves (par_temps.c). */
+void pe_par_exec_release(pe_par_exec *e);
+
 /* Feeds already split onto the places (seed 002: pe_prefetch splits the
  * next batch on its own thread while the current step runs). parts[p] holds
  * place p's rows (dim 0 may be 0), in memory of place p's device (host

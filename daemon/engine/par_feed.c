@@ -210,19 +210,21 @@ pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int 
 
 /* Storage of the buffers memory_plan shared between temporaries: one block
  * per buffer, sized for this run's rows on its place (capacity kept across
- * runs: steady state allocates nothing), and every member lvar a view of it.
+ * runs: steady state allocates nothing; twice the need or more is given
+ * back, par_temps.c), and every member lvar a view of it.
  * A member whose runtime size exceeds the plan falls back to storage of its
  * own (pe_tensor_fit), re-attached here on the next run. The previous
  * run's stream work is done (par_drain), so the host may move blocks. */
 pe_status *par_buffers_bind(pe_par_exec *e) {
   const pe_graph *g = e->g;
+  par_temps_fit(e);
   for (int b = 0; b < g->n_buffers; b++) {
     const pe_graph_buffer *bf = &g->buffers[b];
     if (!bf->shared || bf->persistable) continue;
     int p = bf->place;
     int64_t need = pe_graph_buffer_bytes(g, b, e->has_feeds ? e->n_rows[p] : 1);
     if (need < 1) need = 1;
-    if ((size_t)need > e->buf_cap[b]) {
+    if ((size_t)need > e->buf_cap[b] || par_buffer_oversized(e->buf_cap[b], need)) {
       if (e->buf_mem[b]) pe_device_free(e->dev[p], e->buf_mem[b], e->buf_cap[b]);
       e->buf_cap[b] = 0;
       e->buf_mem[b] = pe_device_alloc(e->dev[p], (size_t)need, &e->buf_cap[b]);

@@ -86,6 +86,8 @@ static const char embedded_defaults[] =
     "max_program_ops = 100000\n"
     "max_program_vars = 200000\n"
     "memory_per_run = 50%\n"
+    "memory_runs_total = 75%\n"
+    "memory_kept_per_program = 256M\n"
     "dedup_entries = 4096\n"
     "dedup_bytes = 256M\n";
 
@@ -335,10 +337,16 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
       *(!strcmp(key, "max_program_ops") ? &c->max_program_ops : &c->max_program_vars) = iv;
       return NULL;
     }
-    if (!strcmp(key, "memory_per_run")) {
+    if (!strcmp(key, "memory_per_run") || !strcmp(key, "memory_runs_total")) {
       if (!parse_memory(value, &sz))
         return BAD("expected a size, or a share of the physical memory like 50% (0: unlimited)");
-      c->memory_per_run = sz;
+      *(!strcmp(key, "memory_per_run") ? &c->memory_per_run : &c->memory_runs_total) = sz;
+      return NULL;
+    }
+    if (!strcmp(key, "memory_kept_per_program")) {
+      if (!parse_memory(value, &sz))
+        return BAD("expected a size, or a share of the physical memory like 5% (0: keep none)");
+      c->memory_kept_per_program = sz;
       return NULL;
     }
     if (!strcmp(key, "dedup_entries")) {
@@ -483,6 +491,8 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->max_program_ops = src->max_program_ops;
   dst->max_program_vars = src->max_program_vars;
   dst->memory_per_run = src->memory_per_run;
+  dst->memory_runs_total = src->memory_runs_total;
+  dst->memory_kept_per_program = src->memory_kept_per_program;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
   dst->checkpoint_interval_s = src->checkpoint_interval_s;
   dst->dedup_entries = src->dedup_entries;

@@ -48,14 +48,16 @@ typedef struct pe_srv_config {
   /* [sessions] */
   double session_ttl_s; /* idle client reclaimed after this; 0: never */
   /* [limits] */
-  int64_t max_message;       /* NN_RCVMAXSIZE, bytes */
-  int max_programs;          /* registered programs, all clients */
-  int64_t memory_per_client; /* parameter bytes of a client's models; 0: unlimited */
-  int max_steps_per_request; /* RunRequest steps or batches; more is refused */
-  int max_program_ops;       /* ops of a registered program, all blocks */
-  int max_program_vars;      /* its variables, all blocks */
-  int64_t memory_per_run;    /* a run step's planned temporaries, bytes; 0: unlimited */
-  int dedup_entries;         /* replies kept for resends */
+  int64_t max_message;             /* NN_RCVMAXSIZE, bytes */
+  int max_programs;                /* registered programs, all clients */
+  int64_t memory_per_client;       /* parameter bytes of a client's models; 0: unlimited */
+  int max_steps_per_request;       /* RunRequest steps or batches; more is refused */
+  int max_program_ops;             /* ops of a registered program, all blocks */
+  int max_program_vars;            /* its variables, all blocks */
+  int64_t memory_per_run;          /* a run step's planned temporaries, bytes; 0: unlimited */
+  int64_t memory_runs_total;       /* those of all runs in flight together; 0: unlimited */
+  int64_t memory_kept_per_program; /* temporaries a program keeps between runs; 0: none */
+  int dedup_entries;               /* replies kept for resends */
   int64_t dedup_bytes;
 } pe_srv_config;
 

@@ -205,7 +205,11 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   for (int i = 0; i < nf && !st; i++)
     if (feeds[i].t->shape.ndim && feeds[i].t->shape.d[0] > rows) rows = feeds[i].t->shape.d[0];
   if (batches > 1) rows = (rows + batches - 1) / batches;
-  if (!st) st = pe_run_memory_check(s, p, rows);
+  pe_run_memory mem = {.rows = rows,
+                       .client = c->rq->client_id,
+                       .steps = batches > 1 ? batches : steps,
+                       .timeout_ms = rq->options ? rq->options->timeout_ms : 0};
+  if (!st) st = pe_run_memory_begin(s, p, &mem); /* may wait for memory: queue time */
   int nx = (int)rq->n_fetch;
   pe_tensor *fetched = NULL;
   for (int i = 0; i < nx && !st; i++)
@@ -267,6 +271,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
     atomic_fetch_add(&s->runs_total, done);
     if (st && done) st = applied_note(st, done);
   }
+  pe_run_memory_end(s, p, &mem);
   double t1 = pe_now_s();
   /* Fetched buffers belong to the arena from here on. */
   for (int i = 0; fetched && i < nx; i++) {

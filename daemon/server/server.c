@@ -76,7 +76,9 @@ pe_limits pe_server_limits(pe_server *s) {
                  (uint32_t)s->cfg.max_steps_per_request,
                  s->cfg.max_program_ops,
                  s->cfg.max_program_vars,
-                 s->cfg.memory_per_run};
+                 s->cfg.memory_per_run,
+                 s->cfg.memory_runs_total,
+                 s->cfg.memory_kept_per_program};
   pthread_mutex_unlock(&s->cfg_mu);
   return l;
 }
@@ -144,6 +146,7 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_c
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&s->cfg_mu, NULL);
   pe_run_table_init(&s->runs);
+  pe_run_budget_init(&s->run_budget);
   s->start_time = pe_now_s();
   s->state_lock = -1;
   pe_status *st = NULL;
@@ -197,6 +200,7 @@ void pe_server_free(pe_server *s) {
   pe_state_unlock(s->state_lock); /* last: the shutdown checkpoint is written */
   pthread_mutex_destroy(&s->cfg_mu);
   pe_run_table_destroy(&s->runs);
+  pe_run_budget_destroy(&s->run_budget);
   free(s);
 }
 

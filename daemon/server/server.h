@@ -32,6 +32,7 @@
 #include "server/config.h"
 #include "server/dedup.h"
 #include "server/lanes.h"
+#include "server/run_budget.h"
 #include "server/run_table.h"
 
 #define PE_SERVER_VERSION "0.1.0"
@@ -64,7 +65,8 @@ typedef struct pe_server {
   double start_time; /* monotonic seconds */
   atomic_uint_fast64_t requests_total, requests_failed, runs_total;
   pe_lane_counts lanes[PE_LANES];
-  pe_run_table runs; /* Run requests being handled (Status: runs, runs_in_flight) */
+  pe_run_table runs;        /* Run requests being handled (Status: runs, runs_in_flight) */
+  pe_run_budget run_budget; /* their temporaries ([limits] memory_runs_total) */
   /* Set by SIGTERM/SIGINT: runs stop at their next step boundary
    * (run_cancel.h), so the shutdown checkpoint comes soon. */
   atomic_bool stopping;
@@ -84,6 +86,7 @@ typedef struct pe_limits {
   uint32_t max_steps; /* [limits] max_steps_per_request */
   int max_program_ops, max_program_vars;
   int64_t memory_per_run;
+  int64_t memory_runs_total, memory_kept_per_program;
 } pe_limits;
 pe_limits pe_server_limits(pe_server *s);
 

@@ -56,6 +56,11 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
   r->rss_bytes = rss_bytes();
   r->host_bytes_in_use = host.bytes_in_use;
   r->host_bytes_cached = host.bytes_cached;
+  int64_t reserved;
+  int waiting;
+  pe_run_budget_get(&s->run_budget, &reserved, &waiting);
+  r->run_bytes_reserved = (uint64_t)reserved;
+  r->runs_waiting_for_memory = waiting;
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);

@@ -92,7 +92,8 @@ static void host_free(void *p, void *arg) {
 
 START_TEST(cache_reuses_blocks_of_a_class) {
   counting cnt = {0, 0};
-  pe_cuda_cache *c = pe_cuda_cache_new((pe_cuda_backend){host_alloc, host_free, &cnt});
+  pe_cuda_cache *c =
+      pe_cuda_cache_new((pe_cuda_backend){host_alloc, host_free, &cnt}, PE_CUDA_CACHE_LIMIT);
   ck_assert_ptr_nonnull(c);
   size_t cap1, cap2, cap3;
   void *a = pe_cuda_cache_alloc(c, 1000, &cap1);
@@ -141,7 +142,8 @@ static pe_alloc_stats impl_stats(void *self) {
  * resized with it take their blocks from the cache and give them back. */
 START_TEST(cache_behind_the_allocator_interface) {
   counting cnt = {0, 0};
-  pe_cuda_cache *c = pe_cuda_cache_new((pe_cuda_backend){host_alloc, host_free, &cnt});
+  pe_cuda_cache *c =
+      pe_cuda_cache_new((pe_cuda_backend){host_alloc, host_free, &cnt}, PE_CUDA_CACHE_LIMIT);
   static const pe_allocator_impl impl = {impl_alloc, impl_free, impl_trim, impl_stats, NULL};
   pe_allocator *a = pe_allocator_new_impl(&impl, c);
   ck_assert_ptr_nonnull(a);

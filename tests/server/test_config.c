@@ -37,6 +37,9 @@ START_TEST(test_defaults) {
   /* 50% of the physical memory. */
   ck_assert_int_eq(c.memory_per_run,
                    (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 100 * 50);
+  ck_assert_int_eq(c.memory_runs_total,
+                   (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 100 * 75);
+  ck_assert_int_eq(c.memory_kept_per_program, 256LL << 20);
   ck_assert_double_eq(c.session_ttl_s, 600);
   ck_assert_double_eq(c.checkpoint_interval_s, 300);
   ck_assert(c.state_dir[0] == '/');
@@ -82,7 +85,9 @@ START_TEST(test_file_layers) {
       "max_steps_per_request = 50\n"
       "max_program_ops = 40\n"
       "max_program_vars = 60\n"
-      "memory_per_run = 3G\n";
+      "memory_per_run = 3G\n"
+      "memory_runs_total = 5G\n"
+      "memory_kept_per_program = 0\n";
   ck_assert_int_eq(write(fd, text, strlen(text)), (int)strlen(text));
   close(fd);
   pe_srv_config c;
@@ -119,6 +124,8 @@ START_TEST(test_file_layers) {
   ck_assert_int_eq(d.max_program_ops, 40);
   ck_assert_int_eq(d.max_program_vars, 60);
   ck_assert_int_eq(d.memory_per_run, 3LL << 30);
+  ck_assert_int_eq(d.memory_runs_total, 5LL << 30);
+  ck_assert_int_eq(d.memory_kept_per_program, 0);
   ck_assert_int_eq(d.log_level, PE_LOG_DEBUG);
   ck_assert_str_eq(d.places, "auto"); /* not reloadable */
   pe_config_free(&d);
@@ -155,6 +162,10 @@ START_TEST(test_errors) {
                 "max_program_ops", "1..2147483647", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[limits]\nmemory_per_run = 150%\n", "t.conf"), PE_EINVAL,
                 "memory_per_run", "150%", "share of the physical memory", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[limits]\nmemory_runs_total = lots\n", "t.conf"),
+                PE_EINVAL, "memory_runs_total", "lots", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[limits]\nmemory_kept_per_program = -1\n", "t.conf"),
+                PE_EINVAL, "memory_kept_per_program", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[bogus]\nx = 1\n", "t.conf"), PE_EINVAL, "[bogus]",
                 (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[server]\nsokcet = ipc:///x\n", "t.conf"), PE_EINVAL,
