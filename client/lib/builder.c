@@ -68,6 +68,7 @@ static void block_free(b_block *blk) {
   for (int i = 0; i < blk->n_ops; i++) op_free(blk->ops[i]);
   free(blk->vars);
   free(blk->ops);
+  pe_strmap_destroy(&blk->var_index);
 }
 
 pe_builder *pe_builder_new(void) {
@@ -90,10 +91,9 @@ const char *pe_builder_error(const pe_builder *b) {
 
 /* --- variables ---------------------------------------------------------------- */
 
+/* By the index: a scan of vars made building an n-layer program O(n^2). */
 b_var *peb_var_find(const b_block *blk, const char *name) {
-  for (int i = 0; i < blk->n_vars; i++)
-    if (strcmp(blk->vars[i]->name, name) == 0) return blk->vars[i];
-  return NULL;
+  return pe_strmap_get(&blk->var_index, name);
 }
 
 static b_var *var_add(pe_builder *b, b_block *blk, const char *name, int dt, int ndim,
@@ -112,6 +112,12 @@ static b_var *var_add(pe_builder *b, b_block *blk, const char *name, int dt, int
   if (!v) return NULL;
   v->name = xstrdup(b, name);
   if (!v->name) {
+    free(v);
+    return NULL;
+  }
+  if (!pe_strmap_put(&blk->var_index, name, v)) {
+    peb_fail(b, "%s", oom_msg);
+    free(v->name);
     free(v);
     return NULL;
   }

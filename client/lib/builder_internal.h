@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/strmap.h"
 #include "pe_builder.h"
 #include "program.pb-c.h"
 
@@ -51,6 +52,7 @@ typedef struct b_var {
 typedef struct b_block {
   int n_vars, cap_vars;
   b_var **vars;
+  pe_strmap var_index; /* name -> b_var* (vars owns them): a lookup per layer input */
   int n_ops, cap_ops;
   b_op **ops;
 } b_block;

@@ -9,7 +9,8 @@
  * current variable as logits. The optimizer, its schedule and the backward
  * mark are recorded at the end, so the file's order of `loss`, `accuracy`,
  * `optimizer` and `schedule` lines matters only for op order (pe_models.h
- * emits loss, then accuracy). */
+ * emits loss, then accuracy). Reading the file and resolving --model are
+ * model_resolve.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -17,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "pe_builder.h"
 #include "pe_model_file.h"
@@ -759,84 +759,4 @@ int pe_model_file_parse(const char *text, size_t len, const char *source, pe_mod
     return -1;
   }
   return 0;
-}
-
-int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return -1;
-  }
-  struct stat st;
-  if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) { /* fopen takes one; the read fails */
-    snprintf(err, errlen, "%s: is a directory, not a model file", path);
-    fclose(f);
-    return -1;
-  }
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 4096;
-      if (cap > (1u << 20)) {
-        snprintf(err, errlen, "%s: larger than 1 MiB: not a model file", path);
-        free(buf);
-        fclose(f);
-        return -1;
-      }
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        free(buf);
-        fclose(f);
-        return -1;
-      }
-      buf = nb;
-    }
-    size_t n = fread(buf + len, 1, cap - len, f);
-    len += n;
-    if (n == 0) break;
-  }
-  int bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    snprintf(err, errlen, "%s: read error", path);
-    free(buf);
-    return -1;
-  }
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  int rc = pe_model_file_parse(buf, len, base, out, err, errlen);
-  free(buf);
-  return rc;
-}
-
-int pe_model_resolve_in(const char *spec, const char *models_dir, pe_model_spec *out, char *err,
-                        size_t errlen) {
-  struct stat st;
-  if (strchr(spec, '/') || (stat(spec, &st) == 0 && S_ISREG(st.st_mode)))
-    return pe_model_file_load(spec, out, err, errlen);
-  if (!pe_model_spec_build(spec, out, err, errlen)) return 0;
-  char path[4096];
-  if (models_dir && *models_dir &&
-      snprintf(path, sizeof path, "%s/%s", models_dir, spec) < (int)sizeof path &&
-      stat(path, &st) == 0 && S_ISREG(st.st_mode))
-    return pe_model_file_load(path, out, err, errlen);
-  size_t n = strlen(err);
-  if (models_dir && *models_dir)
-    snprintf(err + n, errlen - n, " (or give a model file path, or the name of a file in %s)",
-             models_dir);
-  else
-    snprintf(err + n, errlen - n, " (or give a model file path)");
-  return -1;
-}
-
-/* The directory `cmake --install` puts conf/models in (CMakeLists.txt). */
-#ifndef PE_MODELS_DIR
-#define PE_MODELS_DIR ""
-#endif
-
-int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t errlen) {
-  return pe_model_resolve_in(spec, PE_MODELS_DIR, out, err, errlen);
 }

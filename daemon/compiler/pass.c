@@ -5,6 +5,7 @@
  * it, and refuses a graph pass before data_parallel has built the graph. */
 #include "compiler/pass.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +62,19 @@ void pe_ir_destroy(pe_ir *ir) {
 
 /* Test hook: PE_TEST_PASS_DELAY_MS=N sleeps N ms before each pass, so that
  * a test can stop the daemon while a small program compiles
- * (e2e.test_program_limits). */
-static void test_delay(void) {
+ * (e2e.test_program_limits). Read once, at the first pass of the process
+ * (pthread_once: compiles run on several request threads), not per pass. */
+static long test_delay_ms;
+static pthread_once_t test_delay_once = PTHREAD_ONCE_INIT;
+
+static void test_delay_read(void) {
   const char *e = getenv("PE_TEST_PASS_DELAY_MS");
-  long ms = e ? strtol(e, NULL, 10) : 0;
+  test_delay_ms = e ? strtol(e, NULL, 10) : 0;
+}
+
+static void test_delay(void) {
+  pthread_once(&test_delay_once, test_delay_read);
+  long ms = test_delay_ms;
   if (ms > 0) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000L}, NULL);
 }
 

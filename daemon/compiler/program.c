@@ -107,6 +107,16 @@ pe_var_desc *pe_block_find_var(const pe_program *p, const pe_block *b, const cha
   return NULL;
 }
 
+pe_status *pe_fetch_fused_error(const pe_program *p, const pe_block *b, const char *name) {
+  const pe_var_desc *d = name ? pe_block_find_var(p, b, name) : NULL;
+  if (!d || !d->fused_into) return NULL;
+  return pe_error(PE_EUNKNOWN_VAR,
+                  "fetch '%s': it was fused into op %s by op fusion; register with "
+                  "keep=['%s'] or no_op_fusion (pe-client --keep %s or --no-op-fusion) to "
+                  "fetch it",
+                  name, d->fused_into, name, name);
+}
+
 pe_status *pe_block_add_var(pe_block *b, const char *name, pe_dtype dt, const pe_shape *shape,
                             pe_var_desc **out) {
   if (pe_block_find_var_local(b, name))

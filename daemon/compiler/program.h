@@ -140,6 +140,11 @@ pe_status *pe_block_add_var(pe_block *b, const char *name, pe_dtype dt, const pe
 /* Find in b, then its ancestors in p. */
 pe_var_desc *pe_block_find_var(const pe_program *p, const pe_block *b, const char *name);
 pe_var_desc *pe_block_find_var_local(const pe_block *b, const char *name);
+/* The error of an executor's fetch of `name` when it is an intermediate of b
+ * that op fusion removed (fused_into set): PE_EUNKNOWN_VAR naming the op that
+ * absorbed it and how to keep it. NULL when name is not one. Both executors
+ * use it, so their messages are the same. */
+pe_status *pe_fetch_fused_error(const pe_program *p, const pe_block *b, const char *name);
 
 /* Append an op of `type`, with no slots or attrs yet; the block owns it. */
 pe_status *pe_block_append_op(pe_block *b, const char *type, pe_op_desc **out);

@@ -381,18 +381,11 @@ pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_t
   for (int f = 0; f < n_fetch; f++) {
     const char *name = fetch[f];
     int lv[PE_MAX_PLACES];
-    bool any = fetch_lookup(e, f, name, lv);
-    const pe_var_desc *d =
-        any || !name ? NULL : pe_block_find_var(g->prog, g->prog->blocks[g->block], name);
-    if (d && d->fused_into)
-      return pe_error(PE_EUNKNOWN_VAR,
-                      "fetch '%s': it was fused into op %s by op fusion; register with "
-                      "keep=['%s'] or no_op_fusion (pe-client --keep %s or --no-op-fusion) to "
-                      "fetch it",
-                      name, d->fused_into, name, name);
-    if (!any)
+    if (!fetch_lookup(e, f, name, lv)) {
+      PE_TRY(pe_fetch_fused_error(g->prog, g->prog->blocks[g->block], name));
       return pe_error(PE_EUNKNOWN_VAR, "fetch '%s' is not a variable of the graph",
                       name ? name : "(null)");
+    }
     int first = lv[0] >= 0 ? 0 : -1;
     for (int p = 0; p < np && first < 0; p++)
       if (lv[p] >= 0) first = p;

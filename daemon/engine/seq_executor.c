@@ -275,9 +275,11 @@ static pe_status *run_block(pe_seq_exec *e, const pe_feed *feeds, int n_feeds,
   }
   for (int f = 0; f < n_fetch; f++) {
     pe_var *v = fetch[f] ? pe_scope_find(e->local, fetch[f]) : NULL;
-    if (!v)
+    if (!v) {
+      PE_TRY(pe_fetch_fused_error(e->p, e->b, fetch[f]));
       return pe_error(PE_EUNKNOWN_VAR, "fetch '%s' is not a variable of block %d",
                       fetch[f] ? fetch[f] : "(null)", e->b->idx);
+    }
     fetched[f] = &v->t;
   }
   return NULL;

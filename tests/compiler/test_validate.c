@@ -5,6 +5,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check_main.h"
 #include "compiler/pass.h"
@@ -334,6 +335,33 @@ START_TEST(pass_manager) {
 }
 END_TEST
 
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The daemon's test hook PE_TEST_PASS_DELAY_MS sleeps before each pass; it is
+ * read at the first pass only (it was a getenv per pass in production). */
+START_TEST(pass_delay_hook_is_read_once) {
+  pe_block *m;
+  pe_program *p = new_program(&m);
+  setenv("PE_TEST_PASS_DELAY_MS", "200", 1);
+  double t0 = now_s();
+  PU_OK(pe_pass_run(&(pe_ir){.prog = p}, "validate"));
+  double first = now_s() - t0;
+  ck_assert_msg(first >= 0.19, "the hook did not sleep: first pass took %.3f s", first);
+  setenv("PE_TEST_PASS_DELAY_MS", "5000", 1); /* too late: the 200 ms stays */
+  t0 = now_s();
+  PU_OK(pe_pass_run(&(pe_ir){.prog = p}, "validate"));
+  double second = now_s() - t0;
+  ck_assert_msg(second >= 0.19 && second < 2.0, "second pass took %.3f s (200 ms expected)",
+                second);
+  unsetenv("PE_TEST_PASS_DELAY_MS");
+  pe_program_free(p);
+}
+END_TEST
+
 static Suite *validate_suite(void) {
   Suite *s = suite_create("validate");
   TCase *tc = tcase_create("validate");
@@ -354,6 +382,7 @@ static Suite *validate_suite(void) {
   tcase_add_test(tc, persistable_written_later_is_not_a_cycle);
   tcase_add_test(tc, undeclared_loss);
   tcase_add_test(tc, pass_manager);
+  tcase_add_test(tc, pass_delay_hook_is_read_once);
   suite_add_tcase(s, tc);
   return s;
 }

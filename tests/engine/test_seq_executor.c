@@ -123,6 +123,52 @@ START_TEST(feed_errors) {
 }
 END_TEST
 
+/* A fetch of an intermediate that op fusion removed names the op that
+ * absorbed it and how to keep it, as the parallel executor's does (before:
+ * "fetch 'h' is not a variable of block 0"). */
+START_TEST(fetch_of_a_fused_intermediate_says_how_to_keep_it) {
+  pe_program *p = pe_program_new();
+  pe_block *m;
+  PU_OK(pe_program_add_block(p, -1, &m));
+  pu_feed(m, "x", PE_F32, PE_SHAPE(-1, 3));
+  pu_param(m, "w", PE_SHAPE(3, 2));
+  pu_param(m, "b", PE_SHAPE(2));
+  pu_var(m, "h", PE_F32, NULL);
+  pu_var(m, "hb", PE_F32, NULL);
+  pu_var(m, "y", PE_F32, NULL);
+  pu_op(m, "matmul", "X", "x", "Y", "w", NULL, "Out", "h", NULL);
+  pu_op(m, "elementwise_add", "X", "h", "Y", "b", NULL, "Out", "hb", NULL);
+  pu_op(m, "relu", "X", "hb", NULL, "Out", "y", NULL);
+  pe_pass_opts o = {.fuse_conv_act = true};
+  PU_OK(pe_passes_run(&(pe_ir){.prog = p, .opts = &o}, "validate,fuse_conv_act,validate"));
+  ck_assert_int_eq(m->n_ops, 1);
+  pe_scope *model = pe_scope_new(NULL);
+  set_w(model);
+  pe_var *bv;
+  PU_OK(pe_scope_var(model, "b", &bv));
+  pe_shape s2 = PE_SHAPE(2);
+  PU_OK(pe_tensor_resize(&bv->t, PE_F32, &s2, "b"));
+  memset(bv->t.data, 0, pe_tensor_bytes(&bv->t));
+  pe_seq_exec *e;
+  PU_OK(pe_seq_exec_new(p, 0, model, NULL, &e));
+  pe_tensor x = make_f32(PE_SHAPE(1, 3), (const float[]){1, 2, 3});
+  pe_feed feed = {"x", &x};
+  const pe_tensor *out;
+  for (int i = 0; i < 2; i++) {
+    const char *fetch = i ? "hb" : "h";
+    pu_expect(pe_seq_exec_run(e, &feed, 1, &fetch, 1, &out), PE_EUNKNOWN_VAR, "fetch", fetch,
+              "fused into op matmul writing 'y'", "by op fusion", "keep=[", "--keep", fetch,
+              "--no-op-fusion", NULL);
+  }
+  const char *y = "y";
+  PU_OK(pe_seq_exec_run(e, &feed, 1, &y, 1, &out));
+  pe_seq_exec_free(e);
+  pe_tensor_release(&x);
+  pe_scope_free(model);
+  pe_program_free(p);
+}
+END_TEST
+
 START_TEST(op_error_propagates_with_op_index) {
   pe_program *p = pe_program_new();
   pe_block *m;
@@ -773,6 +819,7 @@ static Suite *seq_exec_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, runs_small_program);
   tcase_add_test(tc, feed_errors);
+  tcase_add_test(tc, fetch_of_a_fused_intermediate_says_how_to_keep_it);
   tcase_add_test(tc, op_error_propagates_with_op_index);
   tcase_add_test(tc, uninitialised_parameter);
   tcase_add_test(tc, running_twice_reuses_buffers);

@@ -1,0 +1,85 @@
+/* pe-client train and eval's trainer: its options, state and result,
+ * shared by cmd_train.c (options, set-up, result, the commands) and
+ * train_steps.c (the step loop and the evaluation). One thread; everything
+ * is released by trainer_free (cmd_train.c). */
+#ifndef PE_CLI_TRAINER_H
+#define PE_CLI_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cli.h"
+#include "pe_dataset.h"
+#include "train_log.h"
+
+#define EVAL_BATCH 500
+
+/* The recipe flags; unset: the model's. */
+typedef struct recipe_cfg {
+  const char *optimizer, *schedule;
+  double lr, momentum, weight_decay, clip_norm, min_lr; /* lr .. clip_norm -1: unset */
+  long warmup_epochs;
+  bool no_decay_1d;
+} recipe_cfg;
+
+typedef struct train_cfg {
+  const char *model, *name, *places, *data, *feed;
+  long epochs, batch, steps, seed, limit, per_request, eval_every;
+  bool shm, quiet, persistent;
+  cli_graph_opts graph;
+  recipe_cfg recipe;
+} train_cfg;
+
+/* One trainer's state; everything is released by trainer_free. */
+typedef struct trainer {
+  const cli_ctx *ctx;
+  train_cfg cfg;
+  pe_model_spec m;
+  const char *ns;
+  pe_dataset *train, *test;
+  pe_client *c;
+  uint64_t train_h, eval_h;
+  pe_client_strategy strategy; /* the training program's, as the daemon compiled it */
+  char places[32];             /* the model's, as the daemon reported them */
+  pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
+  bool use_shm;                /* the batches are in shm */
+  long eval_batch;             /* EVAL_BATCH, or less where the socket takes less */
+  float *x[2];                 /* two batch buffer pairs (inside the region when use_shm) */
+  int64_t *y[2];
+  bool initialized;
+  uint64_t recoveries; /* pe_client_recovery_info's count already reported */
+  train_log log;       /* the recent training requests, to go back to a step */
+  long rewind_to;      /* the step to go back to (run_request's TRAIN_REWIND) */
+} trainer;
+
+typedef struct train_result {
+  long steps, samples;
+  double train_s, eval_s, final_loss, final_acc, test_acc, run_ms, queue_ms;
+  int64_t test_seen;
+  /* Daemon losses survived (pe_client_recovery_info): steps whose fetches
+   * were lost (already applied), answered steps rolled back, and steps
+   * repeated because of that. */
+  long recoveries, steps_unfetched, steps_rolled_back, steps_repeated;
+  double final_lr; /* learning_rate after the last epoch (a schedule moves it); NAN: unknown */
+  /* --eval-every: the test accuracy after each evaluated epoch (epoch k x
+   * eval_every is entry k - 1), and the seconds those evaluations took
+   * (not training time). */
+  double *epoch_acc;
+  long n_epoch_acc;
+  double epoch_eval_s;
+} train_result;
+
+/* Steps per epoch, as trainer_train takes them. */
+static inline long trainer_steps_per_epoch(const trainer *t) {
+  long per_epoch = (long)((t->train->n + t->cfg.batch - 1) / t->cfg.batch);
+  return t->cfg.steps && t->cfg.steps < per_epoch ? t->cfg.steps : per_epoch;
+}
+
+/* The epochs of t->cfg as one run of steps, with progress on stderr; r
+ * takes the run's figures (train_steps.c). */
+int trainer_train(trainer *t, train_result *r);
+/* Test accuracy over the test split (*acc of *seen examples, in *secs);
+ * r takes the recoveries (train_steps.c). */
+int trainer_evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, double *secs);
+
+#endif
