@@ -255,6 +255,7 @@ static void chunk_task(void *arg) {
   }
   if (atomic_fetch_sub_explicit(&x->chunks_left, 1, memory_order_acq_rel) != 1) return;
   coll_finish(x);
+  par_hook(x, true);
   if (x->engine)
     par_engine_complete(x); /* releases its variables, then par_node_done */
   else

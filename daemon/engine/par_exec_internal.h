@@ -252,6 +252,8 @@ pe_status *par_sync_preds(xnode *x, pe_stream *s, int p);
 pe_status *par_wait_fences(xnode *x, pe_stream *s);
 /* The pseudo-random delay hook. */
 void par_delay(xnode *x);
+/* The run's node_hook, if any (pe_run_opts). */
+void par_hook(xnode *x, bool done);
 /* Timeline lane of the calling thread. */
 void par_record(xnode *x, pe_place place, const char *lane, uint64_t t0);
 

@@ -432,6 +432,11 @@ void par_delay(xnode *x) {
   nanosleep(&ts, NULL);
 }
 
+void par_hook(xnode *x, bool done) {
+  const pe_run_opts *o = x->e->opts;
+  if (o && o->node_hook) o->node_hook(o->hook_arg, x->id, done);
+}
+
 void par_record(xnode *x, pe_place place, const char *lane, uint64_t t0) {
   pe_timeline *tl = x->e->tl;
   if (!tl) return;
@@ -549,9 +554,16 @@ static bool node_exec(xnode *x, bool may_fan_out) {
   if (!x->collective && x->batch_dep && e->has_feeds && e->n_rows[x->n->place] == 0) return true;
   if (e->opts->skip && e->opts->skip[x->id]) return true;
   par_delay(x);
+  par_hook(x, false);
   atomic_fetch_add_explicit(&e->executed, 1, memory_order_relaxed);
-  if (x->collective) return par_coll_run(x, may_fan_out);
+  if (x->collective) {
+    /* A fanned-out collective reports its end from its last chunk. */
+    bool now = par_coll_run(x, may_fan_out);
+    if (now) par_hook(x, true);
+    return now;
+  }
   pe_status *st = e->async ? launch_op(x) : run_op(x);
+  par_hook(x, true);
   if (st) {
     if (e->async) st = op_failed(x, st);
     par_fail(e, st);

@@ -270,6 +270,14 @@ typedef struct pe_run_opts {
    * microseconds before it runs (hazard tests); seeded by delay_seed. */
   int delay_us;
   uint64_t delay_seed;
+  /* Test hook: when set, called on the thread that executes a node, with
+   * done false just before it executes and done true once its host-side
+   * work returned (a cpu collective that fans out: after its last chunk),
+   * before its successors or the engine ops waiting for its variables can
+   * start. Nodes that are skipped are not reported. Lets a test hold a node
+   * or check the order of nodes without reading clocks. */
+  void (*node_hook)(void *hook_arg, int node, bool done);
+  void *hook_arg;
   /* Per node of the graph (pe_par_exec_graph): true skips it, as a place
    * with no rows skips its batch work: its outputs keep the values they
    * have and its successors run. NULL: none. Init uses it to run a startup

@@ -21,12 +21,6 @@ static pe_device *open_dev(pe_place_kind kind, int id, int threads) {
   return d;
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* --- in-order execution ------------------------------------------------------- */
 
 typedef struct seq_log {
@@ -99,15 +93,36 @@ END_TEST
 
 /* --- cross-stream dependencies ---------------------------------------------------- */
 
+enum { HANG_GUARD_MS = 10000 };
+
+/* Checked without timing the host: with PE_SYNC_WAIT_PRODUCER the host
+ * must see the producer's write as soon as sync_dep returned (the producer
+ * sleeps first, so a host that did not wait reads 0); with
+ * PE_SYNC_WAIT_EVENT the producer waits for a gate that the host opens
+ * only after sync_dep returned, so a sync_dep that blocked the host would
+ * hold both until the producer gives up (HANG_GUARD_MS, which only bounds
+ * a broken strategy) and reports it. */
 typedef struct dep_case {
   int *buf; /* producer writes, consumer reads */
   int seen; /* consumer's copy */
   int sleep_ms;
+  bool gated;      /* wait for `open` instead of sleeping */
+  atomic_int open; /* set by the host */
+  bool gave_up;    /* the gate stayed closed for HANG_GUARD_MS */
 } dep_case;
 
 static pe_status *slow_producer(void *arg) {
   dep_case *c = arg;
-  usleep((useconds_t)c->sleep_ms * 1000);
+  if (c->gated) {
+    int ms = 0;
+    while (!atomic_load_explicit(&c->open, memory_order_acquire) && ms < HANG_GUARD_MS) {
+      usleep(1000);
+      ms++;
+    }
+    c->gave_up = !atomic_load_explicit(&c->open, memory_order_acquire);
+  } else {
+    usleep((useconds_t)c->sleep_ms * 1000);
+  }
   *c->buf = 42;
   return NULL;
 }
@@ -121,21 +136,19 @@ static pe_status *consumer(void *arg) {
 /* Producer on `ps`, consumer on `cs`, joined by pe_device_sync_dep. */
 static void run_dep(pe_sync_strategy strat, pe_stream *ps, pe_stream *cs, bool with_event) {
   int *buf = calloc(1, sizeof(int));
-  dep_case c = {.buf = buf, .seen = -1, .sleep_ms = 150};
+  bool producer = strat == PE_SYNC_WAIT_PRODUCER;
+  dep_case c = {.buf = buf, .seen = -1, .sleep_ms = 150, .gated = !producer};
   pe_event *e = NULL;
   ck_assert_ptr_null(pe_stream_launch(ps, slow_producer, &c));
   if (with_event) {
     ck_assert_ptr_null(pe_event_get(ps->dev, &e));
     ck_assert_ptr_null(pe_event_record(e, ps));
   }
-  double t0 = now_ms();
   ck_assert_ptr_null(pe_device_sync_dep(strat, ps, e, cs));
-  double waited = now_ms() - t0;
-  if (strat == PE_SYNC_WAIT_PRODUCER) {
-    ck_assert_msg(waited >= 100, "host should have waited for the producer (%.1f ms)", waited);
-    ck_assert_int_eq(*buf, 42); /* visible to the host, too */
+  if (producer) {
+    ck_assert_msg(*buf == 42, "host should have waited for the producer (it read %d)", *buf);
   } else {
-    ck_assert_msg(waited < 100, "event wait must not block the host (%.1f ms)", waited);
+    atomic_store_explicit(&c.open, 1, memory_order_release);
   }
   /* The event may go back to the pool before the consumer runs. */
   pe_event_put(e);
@@ -143,6 +156,10 @@ static void run_dep(pe_sync_strategy strat, pe_stream *ps, pe_stream *cs, bool w
   ck_assert_ptr_null(pe_stream_sync(cs));
   ck_assert_int_eq(c.seen, 42);
   ck_assert_ptr_null(pe_stream_sync(ps));
+  ck_assert_msg(!c.gave_up,
+                "event wait must not block the host: the producer waited %d ms for "
+                "the host to return",
+                HANG_GUARD_MS);
   free(buf);
 }
 

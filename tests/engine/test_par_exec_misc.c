@@ -1,7 +1,8 @@
 /* The parallel executor beyond equivalence: errors (missing feed, shape
  * mismatch, a failing kernel) become the run's error and the executor stays
  * usable; a write-after-read hazard stays correct with random delays
- * injected; two models train from two threads at once on one runtime;
+ * injected; two models train from two threads at once on one runtime
+ * (their overlap and order: test_par_overlap.c);
  * model get/set/names; timeline spans; a startup run with nodes skipped. */
 #include <check.h>
 #include <math.h>
@@ -217,66 +218,6 @@ START_TEST(two_models_two_threads) {
                     both[i].loss[s]);
   for (int s = 0; s < 5; s++)
     ck_assert(isfinite(alone[0].loss[s]) && alone[0].loss[s] != alone[1].loss[s]);
-  pe_runtime_free(rt);
-}
-END_TEST
-
-/* Runs on disjoint parameters run at the same time; runs of one model are
- * ordered. Every node sleeps a pseudo-random 0..4 ms first (delay hook), so a
- * run's wall time is dominated by sleeps, not by the CPU: two models run from
- * two threads must take clearly less than the sum of their times alone
- * (serialised they would take at least the sum), and two threads running
- * the same model's step take about the sum (ordered; overlapping, they
- * would take about half). Every run draws new delays, so the times of
- * different runs differ by chance: 4 steps per job and bounds at 0.75 and
- * 0.8 of the sum keep that chance (a few percent per run) far from the
- * bounds, which sit midway between overlapped (0.5) and serialised (1.0).
- * The pool has enough workers that sleeping nodes never starve each other. */
-typedef struct timed_job {
-  par *q;
-  int steps;
-  double ms;
-} timed_job;
-
-static void *timed_steps(void *arg) {
-  timed_job *j = arg;
-  pe_run_opts ro = {.delay_us = 4000, .delay_seed = 7};
-  double t0 = (double)pe_timeline_now_ns();
-  for (int s = 0; s < j->steps; s++) par_step(j->q, s, 8, &ro);
-  j->ms = ((double)pe_timeline_now_ns() - t0) / 1e6;
-  return NULL;
-}
-
-static double run_pair(timed_job *a, timed_job *b) {
-  pthread_t th[2];
-  double t0 = (double)pe_timeline_now_ns();
-  ck_assert_int_eq(pthread_create(&th[0], NULL, timed_steps, a), 0);
-  ck_assert_int_eq(pthread_create(&th[1], NULL, timed_steps, b), 0);
-  pthread_join(th[0], NULL);
-  pthread_join(th[1], NULL);
-  return ((double)pe_timeline_now_ns() - t0) / 1e6;
-}
-
-START_TEST(disjoint_models_overlap_same_model_ordered) {
-  pe_runtime *rt = rt_new(8);
-  par qa, qb;
-  par_new(&qa, rt, PE_PLACE_CPU, 1, PE_STRATEGY_ALLREDUCE, false, 31);
-  par_new(&qb, rt, PE_PLACE_CPU, 1, PE_STRATEGY_ALLREDUCE, false, 32);
-  PE_CK_OK(pe_par_exec_run(qa.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
-  PE_CK_OK(pe_par_exec_run(qb.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
-  timed_job a = {&qa, 4, 0}, b = {&qb, 4, 0};
-  timed_steps(&a);
-  timed_steps(&b);
-  double a_alone = a.ms, alone = a.ms + b.ms;
-  double both = run_pair(&a, &b);
-  ck_assert_msg(both < 0.75 * alone, "two models: %.1f ms together, %.1f ms one after the other",
-                both, alone);
-  timed_job a2 = {&qa, 4, 0};
-  double same = run_pair(&a, &a2);
-  ck_assert_msg(same >= 0.8 * 2 * a_alone,
-                "one model from two threads: %.1f ms, one job alone %.1f ms", same, a_alone);
-  par_free(&qa);
-  par_free(&qb);
   pe_runtime_free(rt);
 }
 END_TEST
@@ -662,7 +603,6 @@ static Suite *misc_suite(void) {
   tcase_add_test(tc, hazard_sim_event);
   tcase_add_test(tc, hazard_sim_producer);
   tcase_add_test(tc, two_models_two_threads);
-  tcase_add_test(tc, disjoint_models_overlap_same_model_ordered);
   tcase_add_test(tc, random_ops_independent_of_threads);
   tcase_add_test(tc, model_place_kinds);
   tcase_add_test(tc, model_get_set);
