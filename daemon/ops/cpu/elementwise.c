@@ -119,10 +119,15 @@ static void add_relu_f32(const float *a, const float *b, float *o, int64_t n, in
 #pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
   for (int64_t c = 0; c < nch; c++) {
     int64_t lo = c * RELU_CHUNK, hi = n - lo < RELU_CHUNK ? n : lo + RELU_CHUNK;
+    if (b) { /* two loops: b is never loaded when NULL */
 #pragma omp simd
-    for (int64_t i = lo; i < hi; i++) {
-      float v = b ? a[i] + b[i] : a[i];
-      o[i] = v > 0.0f ? v : 0.0f;
+      for (int64_t i = lo; i < hi; i++) {
+        float v = a[i] + b[i];
+        o[i] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; i++) o[i] = a[i] > 0.0f ? a[i] : 0.0f;
     }
   }
 }
