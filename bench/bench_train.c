@@ -88,8 +88,8 @@ static const opt_row opts[] = {
     {"denormals", OPT_STR, CFG(denormals), 0, 0,
      "flush (default): kernel threads flush denormals to zero | keep"},
     {"fuse-ops", OPT_ONOFF, CFG(fuse_ops), 0, 0,
-     "conv2d / matmul + bias add + relu, batch_norm + relu, as one op, as the daemon does "
-     "[on|off] (on)"},
+     "conv2d / matmul + bias add + relu, batch_norm + relu, residual add + relu, as one op, "
+     "as the daemon does [on|off] (on)"},
     {"json", OPT_FLAG, CFG(json), 0, 0, "print one JSON line on stdout"},
     {"help", OPT_FLAG, CFG(help), 0, 0, "this text"},
 };

@@ -27,6 +27,10 @@ static const pe_pass pass_table[] = {
      "conv2d or matmul + bias add (+ relu) into one conv2d or matmul with Bias (and relu); "
      "batch_norm + relu into one batch_norm with fuse_activation relu",
      pe_pass_fuse_conv_act, true, PE_PASS_PROGRAM},
+    {"fuse_add_act",
+     "elementwise_add of two same-shape operands + relu into one elementwise_add with "
+     "fuse_activation relu (a residual block's sum)",
+     pe_pass_fuse_add_act, true, PE_PASS_PROGRAM},
     {"data_parallel",
      "build the graph: replicate on every place, scale loss@GRAD, insert all_reduce (or "
      "reduce + broadcast); startup graph broadcasts from place 0",
@@ -126,10 +130,12 @@ static const char *program_pipeline(const pe_program *p, bool for_test) {
   return "validate";
 }
 
-/* fuse_conv_act first when asked for (the pass checks opts and the place
- * kind), then the standard pipeline. */
+/* The op-fusion passes first when asked for (they check opts and the place
+ * kind; fuse_conv_act before fuse_add_act, which would otherwise take a
+ * relu a product's bias add leads to), then the standard pipeline. */
 static pe_status *program_passes(pe_ir *ir, bool for_test) {
-  if (ir->opts && ir->opts->fuse_conv_act) PE_TRY(pe_passes_run(ir, "validate,fuse_conv_act"));
+  if (ir->opts && ir->opts->fuse_conv_act)
+    PE_TRY(pe_passes_run(ir, "validate,fuse_conv_act,fuse_add_act"));
   return pe_passes_run(ir, program_pipeline(ir->prog, for_test));
 }
 

@@ -12,8 +12,8 @@
  *   test:  validate, inference      (sets is_test on dropout / batch_norm)
  *   parallel train: validate, backward, optimizer, validate, data_parallel,
  *                   ssa, fuse_allreduce, memory_plan
- * With opts->fuse_conv_act on cpu or sim places, fuse_conv_act runs after
- * the first validate (before backward).
+ * With opts->fuse_conv_act on cpu or sim places, fuse_conv_act and
+ * fuse_add_act run after the first validate (before backward).
  */
 #ifndef PE_COMPILER_PASS_H
 #define PE_COMPILER_PASS_H
@@ -43,8 +43,9 @@ typedef struct pe_pass_opts {
   const char *const *keep;
   /* Per-place batch rows for memory_plan's log line (0: 32). */
   int64_t batch_hint;
-  /* Run fuse_conv_act (conv2d or matmul + bias add + relu, batch_norm +
-   * relu, as one op) on cpu and sim places; off in zero-initialised opts. */
+  /* Run the op-fusion passes fuse_conv_act (conv2d or matmul + bias add +
+   * relu, batch_norm + relu, as one op) and fuse_add_act (elementwise_add
+   * + relu) on cpu and sim places; off in zero-initialised opts. */
   bool fuse_conv_act;
   /* Read before each pass: once set (the daemon's stopping flag), the
    * compile stops there, PE_EIO "<cancel_why>: stopped before pass P". A
@@ -92,7 +93,8 @@ pe_status *pe_passes_run(pe_ir *ir, const char *list);
  * validated. */
 pe_status *pe_program_compile(pe_program *p, bool for_test);
 /* The same with options (NULL: defaults): loss, keep, and fuse_conv_act,
- * which then runs after the first validate (place_kind as for graphs). */
+ * which then runs the op-fusion passes after the first validate
+ * (place_kind as for graphs). */
 pe_status *pe_program_compile_opts(pe_program *p, bool for_test, const pe_pass_opts *opts);
 /* The parallel pipeline on ir->prog with ir->opts (NULL: defaults):
  * pe_program_compile's train (or test) passes, then data_parallel, ssa,
@@ -120,6 +122,10 @@ pe_status *pe_pass_inference(pe_ir *ir);
  * relu, where the intermediates are temporaries nobody else reads or
  * fetches (pass_fuse_conv_act.c). */
 pe_status *pe_pass_fuse_conv_act(pe_ir *ir);
+/* fuse_add_act: elementwise_add (X and Y of the same shape) -> relu into one
+ * elementwise_add with fuse_activation relu, where the sum is a temporary
+ * nobody else reads or fetches (pass_fuse_add_act.c). */
+pe_status *pe_pass_fuse_add_act(pe_ir *ir);
 
 /* --- graph passes (daemon/compiler/pass_<name>.c) ------------------------- */
 /* data_parallel: build ir->graph (main block replicated on every place,

@@ -256,6 +256,7 @@ static pe_status *ew_backward(pe_kernel_ctx *c, pe_binop op) {
 }
 
 pe_status *pe_cuk_elementwise_add(pe_kernel_ctx *c) {
+  PE_TRY(pe_cu_refuse_fused(c, -1)); /* pass fuse_add_act: cpu and sim only */
   return ew_forward(c, PE_BIN_ADD);
 }
 pe_status *pe_cuk_elementwise_sub(pe_kernel_ctx *c) {
@@ -265,6 +266,7 @@ pe_status *pe_cuk_elementwise_mul(pe_kernel_ctx *c) {
   return ew_forward(c, PE_BIN_MUL);
 }
 pe_status *pe_cuk_elementwise_add_grad(pe_kernel_ctx *c) {
+  PE_TRY(pe_cu_refuse_fused(c, -1));
   return ew_backward(c, PE_BIN_ADD);
 }
 pe_status *pe_cuk_elementwise_sub_grad(pe_kernel_ctx *c) {

@@ -54,6 +54,13 @@ static inline int pu_find_op(const pe_block *b, const char *type, int from) {
   return -1;
 }
 
+/* The first op of `type` in p's main block; NULL if none. */
+static inline pe_op_desc *pu_main_op(const pe_program *p, const char *type) {
+  const pe_block *b = pe_program_main(p);
+  int i = pu_find_op(b, type, 0);
+  return i < 0 ? NULL : b->ops[i];
+}
+
 /* Whether any op of b writes `name`. */
 static inline int pu_writers(const pe_block *b, const char *name) {
   int n = 0;

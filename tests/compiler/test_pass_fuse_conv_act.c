@@ -41,12 +41,6 @@ static pe_program *conv_net(void) {
   return p;
 }
 
-static pe_op_desc *find(const pe_program *p, const char *type) {
-  const pe_block *b = pe_program_main(p);
-  int i = pu_find_op(b, type, 0);
-  return i < 0 ? NULL : b->ops[i];
-}
-
 /* Run validate + fuse_conv_act with these opts. */
 static void fuse(pe_program *p, const pe_pass_opts *o) {
   pe_ir ir = {.prog = p, .opts = o};
@@ -57,30 +51,30 @@ static void fuse(pe_program *p, const pe_pass_opts *o) {
  * out_slot; the relu went into it too (or is still there), the add is gone. */
 static void expect_op_fused(const pe_program *p, const char *type, const char *out_slot,
                             const char *out, bool relu) {
-  const pe_op_desc *op = find(p, type);
+  const pe_op_desc *op = pu_main_op(p, type);
   ck_assert_ptr_nonnull(op);
   ck_assert_str_eq(pe_op_input_arg(op, "Bias"), "b");
   ck_assert_str_eq(pe_op_output_arg(op, out_slot), out);
   const pe_attr *a = pe_op_find_attr(op, "fuse_activation");
   if (relu) {
     ck_assert(a && !strcmp(a->s, "relu"));
-    ck_assert_ptr_null(find(p, "relu"));
+    ck_assert_ptr_null(pu_main_op(p, "relu"));
   } else {
     ck_assert(!a || !a->s[0]);
-    ck_assert_ptr_nonnull(find(p, "relu"));
+    ck_assert_ptr_nonnull(pu_main_op(p, "relu"));
   }
-  ck_assert_ptr_null(find(p, "elementwise_add"));
+  ck_assert_ptr_null(pu_main_op(p, "elementwise_add"));
 }
 
 /* The `type` op still writes `out` (its own output), no Bias, no activation. */
 static void expect_op_unfused(const pe_program *p, const char *type, const char *out_slot,
                               const char *out) {
-  const pe_op_desc *op = find(p, type);
+  const pe_op_desc *op = pu_main_op(p, type);
   ck_assert_ptr_null(pe_op_find_input(op, "Bias"));
   ck_assert_ptr_null(pe_op_find_attr(op, "fuse_activation"));
   ck_assert_str_eq(pe_op_output_arg(op, out_slot), out);
-  ck_assert_ptr_nonnull(find(p, "elementwise_add"));
-  ck_assert_ptr_nonnull(find(p, "relu"));
+  ck_assert_ptr_nonnull(pu_main_op(p, "elementwise_add"));
+  ck_assert_ptr_nonnull(pu_main_op(p, "relu"));
 }
 
 static void expect_fused(const pe_program *p, const char *out, bool relu) {
@@ -198,7 +192,7 @@ START_TEST(kept_intermediates_stay) {
   o.keep = k2;
   fuse(p, &o);
   expect_fused(p, "c2", false);
-  ck_assert_str_eq(pe_op_input_arg(find(p, "relu"), "X"), "c2");
+  ck_assert_str_eq(pe_op_input_arg(pu_main_op(p, "relu"), "X"), "c2");
   pe_program_free(p);
   /* c2 is the loss: the same. */
   p = conv_net();
@@ -226,14 +220,14 @@ START_TEST(other_readers_and_shapes_stay) {
   /* axis -1 is numpy broadcasting: on an input 4 wide, b [4] (one per
    * filter, too) adds along the width, not per channel. */
   p = conv_net();
-  pe_op_set_int(find(p, "elementwise_add"), "axis", -1);
+  pe_op_set_int(pu_main_op(p, "elementwise_add"), "axis", -1);
   pe_block_find_var_local(pe_program_main(p), "x")->shape = PE_SHAPE(-1, 1, 6, 4);
   fuse(p, &o);
   expect_unfused(p);
   pe_program_free(p);
   /* The conv's output added to itself: not a bias. */
   p = conv_net();
-  pe_op_desc *add = find(p, "elementwise_add");
+  pe_op_desc *add = pu_main_op(p, "elementwise_add");
   pe_op_input1(add, "Y", "c1");
   pe_op_set_int(add, "axis", -1);
   fuse(p, &o);
@@ -258,8 +252,8 @@ START_TEST(bias_written_between_stays) {
   pu_op(b, "mean", "X", "c2", NULL, "Out", "loss", NULL);
   pe_pass_opts o = {.fuse_conv_act = true};
   fuse(p, &o);
-  ck_assert_ptr_null(pe_op_find_input(find(p, "conv2d"), "Bias"));
-  ck_assert_ptr_nonnull(find(p, "elementwise_add"));
+  ck_assert_ptr_null(pe_op_find_input(pu_main_op(p, "conv2d"), "Bias"));
+  ck_assert_ptr_nonnull(pu_main_op(p, "elementwise_add"));
   pe_program_free(p);
 }
 END_TEST
@@ -322,11 +316,11 @@ START_TEST(fc_fuses_bias_and_relu) {
   ck_assert_int_eq(pe_program_main(p)->n_ops, 2); /* matmul, mean */
   expect_note(p, "m1", "matmul writing 'm2' (matmul+bias add)");
   expect_note(p, "m2", NULL);
-  const pe_op_desc *mm = find(p, "matmul");
+  const pe_op_desc *mm = pu_main_op(p, "matmul");
   ck_assert_str_eq(pe_op_input_arg(mm, "Bias"), "b");
   ck_assert_str_eq(pe_op_output_arg(mm, "Out"), "m2");
   ck_assert_ptr_null(pe_op_find_attr(mm, "fuse_activation"));
-  ck_assert_ptr_null(find(p, "elementwise_add"));
+  ck_assert_ptr_null(pu_main_op(p, "elementwise_add"));
   pe_program_free(p);
 }
 END_TEST
@@ -351,7 +345,7 @@ START_TEST(fc_stays_where_visible_or_other) {
   ko.keep = k2;
   fuse(p, &ko);
   expect_mm_fused(p, "m2", false);
-  ck_assert_str_eq(pe_op_input_arg(find(p, "relu"), "X"), "m2");
+  ck_assert_str_eq(pe_op_input_arg(pu_main_op(p, "relu"), "X"), "m2");
   pe_program_free(p);
   /* m1 read a second time, before the add (and after it, below). */
   p = fc_net(1, 1);
@@ -381,7 +375,7 @@ START_TEST(fc_stays_where_visible_or_other) {
   pe_block *b = pe_program_main(p);
   pe_block_find_var_local(b, "w")->shape = PE_SHAPE(2, 4, 4);
   pe_block_find_var_local(b, "x")->shape = PE_SHAPE(-1, 8);
-  pe_op_set_int(find(p, "matmul"), "y_num_col_dims", 2);
+  pe_op_set_int(pu_main_op(p, "matmul"), "y_num_col_dims", 2);
   fuse(p, &o);
   expect_mm_unfused(p);
   pe_program_free(p);
@@ -389,7 +383,7 @@ START_TEST(fc_stays_where_visible_or_other) {
   p = fc_net(1, 1);
   b = pe_program_main(p);
   insert_scale(b, 1, "b", "b2");
-  PU_OK(pe_op_input1(find(p, "elementwise_add"), "Y", "b2"));
+  PU_OK(pe_op_input1(pu_main_op(p, "elementwise_add"), "Y", "b2"));
   fuse(p, &o);
   expect_mm_unfused(p);
   pe_program_free(p);
@@ -436,17 +430,17 @@ static pe_program *bn_net(void) {
 /* The batch norm writes `out`, relu fused (and the relu op gone) or not
  * (and the relu still reading y); the conv2d untouched either way. */
 static void expect_bn(const pe_program *p, const char *out, bool relu) {
-  const pe_op_desc *bn = find(p, "batch_norm"), *conv = find(p, "conv2d");
+  const pe_op_desc *bn = pu_main_op(p, "batch_norm"), *conv = pu_main_op(p, "conv2d");
   ck_assert_str_eq(pe_op_output_arg(bn, "Y"), out);
   ck_assert_str_eq(pe_op_input_arg(bn, "Bias"), "shift");
   ck_assert_str_eq(pe_op_output_arg(bn, "MeanOut"), "mean");
   const pe_attr *a = pe_op_find_attr(bn, "fuse_activation");
   if (relu) {
     ck_assert(a && !strcmp(a->s, "relu"));
-    ck_assert_ptr_null(find(p, "relu"));
+    ck_assert_ptr_null(pu_main_op(p, "relu"));
   } else {
     ck_assert(!a || !a->s[0]);
-    ck_assert_str_eq(pe_op_input_arg(find(p, "relu"), "X"), "y");
+    ck_assert_str_eq(pe_op_input_arg(pu_main_op(p, "relu"), "X"), "y");
   }
   ck_assert_ptr_null(pe_op_find_input(conv, "Bias"));
   ck_assert_ptr_null(pe_op_find_attr(conv, "fuse_activation"));
@@ -465,7 +459,7 @@ START_TEST(bn_fuses_relu) {
   p = bn_net();
   PU_OK(pe_program_compile_opts(p, true, &o));
   expect_bn(p, "r", true);
-  ck_assert_int_eq(pe_op_find_attr(find(p, "batch_norm"), "is_test")->i, 1);
+  ck_assert_int_eq(pe_op_find_attr(pu_main_op(p, "batch_norm"), "is_test")->i, 1);
   pe_program_free(p);
 }
 END_TEST
@@ -523,10 +517,10 @@ START_TEST(bn_stays_where_visible_or_other) {
   p = bn_net();
   pe_block *b = pe_program_main(p);
   pe_block_remove_op(b, pu_find_op(b, "relu", 0));
-  PU_OK(pe_op_input1(find(p, "mean"), "X", "y"));
+  PU_OK(pe_op_input1(pu_main_op(p, "mean"), "X", "y"));
   fuse(p, &o);
-  ck_assert_str_eq(pe_op_output_arg(find(p, "batch_norm"), "Y"), "y");
-  ck_assert_ptr_null(pe_op_find_attr(find(p, "batch_norm"), "fuse_activation"));
+  ck_assert_str_eq(pe_op_output_arg(pu_main_op(p, "batch_norm"), "Y"), "y");
+  ck_assert_ptr_null(pe_op_find_attr(pu_main_op(p, "batch_norm"), "fuse_activation"));
   pe_program_free(p);
 }
 END_TEST

@@ -2,8 +2,10 @@
  * batch norms (pass fuse_conv_act): by default the daemon runs the CNN's
  * conv2d + bias add + relu and matmul + bias add (+ relu) as one op each
  * (the run's trace has no node for any of the adds and relus), and the
- * resnet's batch_norm + relu as one batch_norm (its residual adds and
- * their relus stay); RegisterOptions.no_op_fusion keeps them apart; from
+ * resnet's batch_norm + relu as one batch_norm and its residual adds with
+ * their relus as one elementwise_add each (pass fuse_add_act: no relu and
+ * no relu_grad left; a fetch of a sum fused away names the op it went
+ * into); RegisterOptions.no_op_fusion keeps them apart; from
  * the same seed both programs train to the same losses (to rounding). */
 #include <math.h>
 #include <stdlib.h>
@@ -30,8 +32,10 @@ typedef struct traced {
 } traced;
 
 /* Register the CNN (or another model of 1x28x28 images) as `model`, init
- * it (seed 5), run 3 single steps on the same batch, the last one traced. */
-static traced train_cnn(int s, const pe_model_spec *cnn, const char *model, bool no_fusion) {
+ * it (seed 5), run 3 single steps on the same batch, the last one traced;
+ * fused, a fetch of fused_away (when given) fails naming fused_note. */
+static traced train_cnn(int s, const pe_model_spec *cnn, const char *model, bool no_fusion,
+                        const char *fused_away, const char *fused_note) {
   dh_no_op_fusion = no_fusion;
   uint64_t h = dh_register(s, CLIENT, cnn, model, 5, false, NULL, NULL);
   dh_no_op_fusion = false;
@@ -55,6 +59,14 @@ static traced train_cnn(int s, const pe_model_spec *cnn, const char *model, bool
   ck_assert_uint_ge(rep->run->fetched[0]->data.len, 4);
   memcpy(&t.loss[2], rep->run->fetched[0]->data.data, 4);
   char *json = strndup((const char *)rep->run->trace_json.data, rep->run->trace_json.len);
+  if (fused_away && !no_fusion) { /* a fetch of it names the op it went into */
+    char *f2[] = {(char *)fused_away};
+    Pe__RunRequest run2;
+    Pe__Request rq2 = dh_run_req(CLIENT, &run2, h, b.feeds, 2, f2, 1, 1);
+    Pe__Reply *r2 = dh_call(s, &rq2);
+    dh_err(r2, PE_EUNKNOWN_VAR, fused_note);
+    pe__reply__free_unpacked(r2, NULL);
+  }
   t.adds = count(json, "\"elementwise_add#");
   t.relus = count(json, "\"relu#");
   t.convs = count(json, "\"conv2d#");
@@ -69,12 +81,13 @@ static traced train_cnn(int s, const pe_model_spec *cnn, const char *model, bool
 
 /* Start a daemon, train m fused (the default) and with no_op_fusion: from
  * the same seed both reach the same losses (to rounding), which fall. */
-static void train_both(const pe_model_spec *m, traced *fused, traced *plain) {
+static void train_both(const pe_model_spec *m, traced *fused, traced *plain, const char *fused_away,
+                       const char *fused_note) {
   dh_daemon d = {0};
   dh_start(&d, NULL);
   int s = dh_connect(&d, 30000);
-  *fused = train_cnn(s, m, "fused", false);
-  *plain = train_cnn(s, m, "plain", true);
+  *fused = train_cnn(s, m, "fused", false, fused_away, fused_note);
+  *plain = train_cnn(s, m, "plain", true, NULL, NULL);
   for (int i = 0; i < 3; i++) {
     ck_assert_msg(isfinite(fused->loss[i]), "fused loss %d: %f", i, fused->loss[i]);
     ck_assert_msg(
@@ -92,7 +105,7 @@ START_TEST(test_conv_fusion_default_and_off) {
   char err[256];
   ck_assert_msg(pe_model_spec_build("cnn", &cnn, err, sizeof err) == 0, "cnn: %s", err);
   traced fused, plain;
-  train_both(&cnn, &fused, &plain);
+  train_both(&cnn, &fused, &plain, NULL, NULL);
   /* Unfused: both convolutions and fc 1024 add a bias and apply relu, fc 10
    * adds a bias. Fused: the convolutions and matmuls do it all. */
   ck_assert_int_eq(plain.convs, 2);
@@ -114,16 +127,20 @@ START_TEST(test_bn_fusion_default_and_off) {
   snprintf(path, sizeof path, "%s/conf/models/resnet", src ? src : ".");
   ck_assert_msg(pe_model_file_load(path, &rn, err, sizeof err) == 0, "resnet: %s", err);
   traced fused, plain;
-  train_both(&rn, &fused, &plain);
+  /* The first residual sum, fused into its add with the relu. */
+  train_both(&rn, &fused, &plain, "add_0.tmp_0",
+             "fetch 'add_0.tmp_0': it was fused into op elementwise_add writing 'add_0.out' "
+             "(elementwise_add+relu) by op fusion");
   /* Nine batch norms, four with act=relu; three residual adds with a relu
-   * each; fc 10's bias add (fused into its matmul). */
+   * each (fused: the adds stay and take the relus); fc 10's bias add (fused
+   * into its matmul). */
   ck_assert_int_eq(plain.bns, 9);
   ck_assert_int_eq(plain.relus, 7);
   ck_assert_int_eq(plain.relu_grads, 7);
   ck_assert_int_eq(plain.adds, 4);
   ck_assert_int_eq(fused.bns, 9);
-  ck_assert_int_eq(fused.relus, 3);
-  ck_assert_int_eq(fused.relu_grads, 3);
+  ck_assert_int_eq(fused.relus, 0);
+  ck_assert_int_eq(fused.relu_grads, 0);
   ck_assert_int_eq(fused.adds, 3);
   pe_model_spec_release(&rn);
 }

@@ -103,6 +103,30 @@ static inline void dt_fused_grad_ok(pe_scope *s, pe_op_desc *op, int max_elems) 
   pe_scope_free(s);
 }
 
+/* The gradient maker of op (a fused relu's forward; freed here) makes one
+ * op of type grad_type with n_in input slots that reads the fused output
+ * `out` through slot out_slot (its mask) and out@GRAD through
+ * out_slot@GRAD, with fuse_activation relu. */
+static inline void dt_expect_fused_grad_maker(pe_op_desc *op, const char *grad_type, int n_in,
+                                              const char *out_slot, const char *out) {
+  const pe_op_def *def = pe_op_lookup(op->type);
+  pe_grad_ctx g;
+  pe_grad_ctx_init(&g, def, op);
+  PE_CK_OK(def->grad(&g));
+  ck_assert_int_eq(g.n_ops, 1);
+  const pe_op_desc *gop = g.ops[0];
+  char slot[64], arg[64];
+  snprintf(slot, sizeof slot, "%s@GRAD", out_slot);
+  snprintf(arg, sizeof arg, "%s@GRAD", out);
+  ck_assert_str_eq(gop->type, grad_type);
+  ck_assert_int_eq(gop->n_in, n_in);
+  ck_assert_str_eq(pe_op_input_arg(gop, out_slot), out);
+  ck_assert_str_eq(pe_op_input_arg(gop, slot), arg);
+  ck_assert_str_eq(pe_op_find_attr(gop, "fuse_activation")->s, "relu");
+  pe_grad_ctx_destroy(&g);
+  pe_op_desc_free(op);
+}
+
 /* --- compile-time inference over declared metas ------------------------------ */
 
 typedef struct dt_var {

@@ -158,19 +158,8 @@ END_TEST
 
 /* With the fused relu the maker passes Y (the mask) and the attribute. */
 START_TEST(fused_grad_maker_passes_y) {
-  pe_op_desc *op = bn("y", "m", "v", "sm", "sv", false, true);
-  const pe_op_def *def = pe_op_lookup("batch_norm");
-  pe_grad_ctx g;
-  pe_grad_ctx_init(&g, def, op);
-  PE_CK_OK(def->grad(&g));
-  ck_assert_int_eq(g.n_ops, 1);
-  const pe_op_desc *gop = g.ops[0];
-  ck_assert_int_eq(gop->n_in, 7);
-  ck_assert_str_eq(pe_op_input_arg(gop, "Y"), "y");
-  ck_assert_str_eq(pe_op_input_arg(gop, "Y@GRAD"), "y@GRAD");
-  ck_assert_str_eq(pe_op_find_attr(gop, "fuse_activation")->s, "relu");
-  pe_grad_ctx_destroy(&g);
-  pe_op_desc_free(op);
+  dt_expect_fused_grad_maker(bn("y", "m", "v", "sm", "sv", false, true), "batch_norm_grad", 7, "Y",
+                             "y");
 }
 END_TEST
 

@@ -386,8 +386,8 @@ START_TEST(pool_max_grad_written_out) {
   ph_set_f32(s, "x", PE_SHAPE(1, 1, 3, 3), (float[]){5, 5, 1, 5, 5, 1, 1, 1, 1});
   ph_set_f32(s, "out", PE_SHAPE(1, 1, 2, 2), (float[]){5, 5, 5, 5});
   ph_set_f32(s, "dout", PE_SHAPE(1, 1, 2, 2), (float[]){1, 2, 3, 4});
-  pe_op_desc *op = ph_op("pool2d_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL,
-                         "X@GRAD", "dx", NULL);
+  pe_op_desc *op =
+      ph_op("pool2d_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
   pe_op_set_ints(op, "ksize", 2, (int64_t[]){3, 3});
   pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
   pe_op_set_ints(op, "paddings", 2, (int64_t[]){1, 1});
@@ -399,6 +399,56 @@ START_TEST(pool_max_grad_written_out) {
                   "max dx ties");
   pe_op_desc_free(op);
   pe_scope_free(s);
+}
+END_TEST
+
+/* 2x2 windows at stride 2 (the CNN's pools: their own loop, pool.c) against
+ * Paddle's rule written here, on values of three levels (ties in many
+ * windows), even planes and odd ones (the last row and column in no
+ * window: zero gradient), stale values in dx. */
+START_TEST(pool_max_grad_2x2_ties_match_rule) {
+  const int64_t dims[][4] = {{2, 3, 6, 8}, {2, 2, 5, 7}};
+  for (int k = 0; k < 2; k++) {
+    const int64_t *d = dims[k], h = d[2], w = d[3], oh = h / 2, ow = w / 2, planes = d[0] * d[1];
+    pe_scope *s = pe_scope_new(NULL);
+    pe_tensor *x = ph_set_uniform(s, "x", pe_shape_make(4, d), 0, 1, 3);
+    for (int64_t i = 0; i < pe_tensor_numel(x); i++)
+      pe_f32(x)[i] = (float)((((uint64_t)i * 2654435761u) >> 7) % 3);
+    pe_shape os = PE_SHAPE(d[0], d[1], oh, ow);
+    ph_set_uniform(s, "dout", os, 1, 2, 4);
+    ph_set_uniform(s, "dx", pe_shape_make(4, d), 5, 6, 5);
+    pe_op_desc *f = pool_op("max", 2, 2, 0, true);
+    PE_CK_OK(ph_run_op(s, f, NULL));
+    pe_op_desc_free(f);
+    pe_op_desc *op = ph_op("pool2d_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL,
+                           "X@GRAD", "dx", NULL);
+    pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
+    pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
+    PE_CK_OK(ph_run_op(s, op, NULL));
+    pe_op_desc_free(op);
+    float want[2 * 3 * 6 * 8] = {0};
+    const float *xv = pe_f32(x), *ov = pe_f32(ph_get(s, "out")), *gv = pe_f32(ph_get(s, "dout"));
+    int64_t ties = 0;
+    for (int64_t p = 0; p < planes; p++)
+      for (int64_t i = 0; i < oh; i++)
+        for (int64_t j = 0; j < ow; j++) {
+          float m = ov[(p * oh + i) * ow + j];
+          int64_t first = -1, hits = 0;
+          for (int64_t r = 2 * i; r < 2 * i + 2; r++)
+            for (int64_t q = 2 * j; q < 2 * j + 2; q++)
+              if (xv[(p * h + r) * w + q] == m) {
+                if (first < 0) first = (p * h + r) * w + q;
+                hits++;
+              }
+          ck_assert_int_ge(first, 0);
+          want[first] = gv[(p * oh + i) * ow + j];
+          ties += hits > 1;
+        }
+    ck_assert_int_gt(ties, 0);
+    dt_expect_close(pe_f32(ph_get(s, "dx")), want, planes * h * w, 0,
+                    k ? "2x2 dx, odd plane" : "2x2 dx");
+    pe_scope_free(s);
+  }
 }
 END_TEST
 
@@ -631,6 +681,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, pool_written_out);
   tcase_add_test(tc, pool_grad_numeric);
   tcase_add_test(tc, pool_max_grad_written_out);
+  tcase_add_test(tc, pool_max_grad_2x2_ties_match_rule);
   tcase_add_test(tc, pool_infer);
   tcase_add_test(tc, batch_norm_train_written_out);
   tcase_add_test(tc, batch_norm_test_mode);

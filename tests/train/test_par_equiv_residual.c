@@ -68,14 +68,15 @@ static const eq_setting bn_fused_settings[] = {
 };
 
 START_TEST(residual_bn_fused_ops_match_unfused_sequential) {
-  /* The pass fuses both batch_norm -> relu pairs in this network, and the
-   * gradients read the fused output as their mask; the add's relu stays. */
+  /* The passes fuse both batch_norm -> relu pairs in this network and the
+   * residual add with its relu (fuse_add_act), and the gradients read the
+   * fused outputs as their masks: no relu_grad is left. */
   pe_model_spec spec;
   pe_program *p = eq_program(RESIDUAL_BN, &spec);
   pe_pass_opts o = {.fuse_conv_act = true};
   PE_CK_OK(pe_program_compile_opts(p, false, &o));
   const pe_block *b = p->blocks[p->main_block];
-  int fwd = 0, grad = 0, relu_grads = 0;
+  int fwd = 0, grad = 0, relu_grads = 0, adds = 0, add_grads = 0;
   for (int i = 0; i < b->n_ops; i++) {
     const pe_op_desc *op = b->ops[i];
     const pe_attr *a = pe_op_find_attr(op, "fuse_activation");
@@ -83,10 +84,14 @@ START_TEST(residual_bn_fused_ops_match_unfused_sequential) {
     fwd += relu && !strcmp(op->type, "batch_norm");
     grad += relu && !strcmp(op->type, "batch_norm_grad") && pe_op_find_input(op, "Y");
     relu_grads += !strcmp(op->type, "relu_grad");
+    adds += relu && !strcmp(op->type, "elementwise_add");
+    add_grads += relu && !strcmp(op->type, "elementwise_add_grad") && pe_op_find_input(op, "Out");
   }
   ck_assert_int_eq(fwd, 2);
   ck_assert_int_eq(grad, 2);
-  ck_assert_int_eq(relu_grads, 1);
+  ck_assert_int_eq(adds, 1);
+  ck_assert_int_eq(add_grads, 1);
+  ck_assert_int_eq(relu_grads, 0);
   pe_program_free(p);
   pe_model_spec_release(&spec);
   eq_run_setting(RESIDUAL_BN, &bn_fused_settings[_i]);

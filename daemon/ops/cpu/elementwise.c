@@ -5,7 +5,15 @@
  * Gradients of broadcast operands are sums of the output gradient over the
  * broadcast dims (for mul, of the output gradient times the other operand).
  * Grad kernels read the output shape from X and Y, so they also work when the
- * backward pass pruned Out@GRAD (then every gradient is zero). */
+ * backward pass pruned Out@GRAD (then every gradient is zero).
+ *
+ * Fused relu (pass fuse_add_act, docs/ops.md): elementwise_add with
+ * fuse_activation "relu" writes relu(X + Y), and its gradient, which then
+ * also gets Out (the mask), writes Out@GRAD masked by Out > 0 to X@GRAD and
+ * Y@GRAD: each one pass over memory when X, Y and Out have the same size
+ * (the pass fuses only those: a residual block's sum); with broadcasting,
+ * the add then the relu in place, and the masked gradient into a temporary
+ * that the broadcast reduction reads. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,16 +50,42 @@ static pe_status *ew_shapes(pe_infer_ctx *c, pe_shape *out, pe_shape *xa, pe_sha
   return NULL;
 }
 
+/* fuse_activation of elementwise_add(_grad): "" (none) or "relu"; the other
+ * ops have no such attribute (""). */
+static bool ew_relu(const pe_op_def *def, const pe_op_desc *op) {
+  return strcmp(pe_attr_s(def, op, "fuse_activation"), "relu") == 0;
+}
+
+static pe_status *ew_check_act(pe_infer_ctx *c) {
+  const char *act = pe_attr_s(c->def, c->desc, "fuse_activation");
+  if (act[0] && strcmp(act, "relu") != 0)
+    return pe_infer_error(c, PE_EATTR, "fuse_activation '%s' unknown (\"\" or \"relu\")", act);
+  return NULL;
+}
+
 static pe_status *ew_infer(pe_infer_ctx *c) {
   pe_shape out, xa, ya;
+  PE_TRY(ew_check_act(c));
   PE_TRY(ew_shapes(c, &out, &xa, &ya));
   pe_infer_set(c, EW_OUT, PE_F32, &out);
   return NULL;
 }
 
+/* A fused relu's gradient needs the forward Out, of the output's shape. */
 static pe_status *ew_grad_infer(pe_infer_ctx *c) {
   pe_shape out, xa, ya;
+  PE_TRY(ew_check_act(c));
   PE_TRY(ew_shapes(c, &out, &xa, &ya)); /* same checks as the forward op */
+  if (ew_relu(c->def, c->desc)) {
+    pe_meta *o = pe_in_meta(c, EW_OUT_IN, 0);
+    if (!o) return pe_infer_error(c, PE_EARITY, "fuse_activation relu needs input Out (the mask)");
+    if (!pe_shape_compatible(&o->shape, &out)) {
+      char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
+      return pe_infer_error(c, PE_ESHAPE, "Out '%s' %s is not the output's shape %s",
+                            pe_in_name(c, EW_OUT_IN, 0), pe_shape_str(&o->shape, a, sizeof a),
+                            pe_shape_str(&out, b, sizeof b));
+    }
+  }
   return pe_infer_grad_like_inputs(c);
 }
 
@@ -74,8 +108,41 @@ static pe_status *ew_forward(pe_kernel_ctx *c, pe_binop op) {
   return NULL;
 }
 
+/* Elements per chunk of the fused relu's loops: the team splits chunks, a
+ * chunk's loop vectorizes (each element read before it is written, so
+ * outputs may alias inputs). */
+#define RELU_CHUNK 8192
+
+/* o = relu(a + b) (b NULL: relu(a)); o may alias a or b. */
+static void add_relu_f32(const float *a, const float *b, float *o, int64_t n, int nt) {
+  int64_t nch = (n + RELU_CHUNK - 1) / RELU_CHUNK;
+#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+  for (int64_t c = 0; c < nch; c++) {
+    int64_t lo = c * RELU_CHUNK, hi = n - lo < RELU_CHUNK ? n : lo + RELU_CHUNK;
+    if (b) { /* two loops: b is never loaded when NULL */
+#pragma omp simd
+      for (int64_t i = lo; i < hi; i++) {
+        float v = a[i] + b[i];
+        o[i] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; i++) o[i] = a[i] > 0.0f ? a[i] : 0.0f;
+    }
+  }
+}
+
 static pe_status *ew_add_kernel(pe_kernel_ctx *c) {
-  return ew_forward(c, PE_BIN_ADD);
+  if (!ew_relu(c->def, c->desc)) return ew_forward(c, PE_BIN_ADD);
+  pe_tensor *x = pe_kin(c, EW_X, 0), *y = pe_kin(c, EW_Y, 0), *o = pe_kout(c, EW_OUT, 0);
+  int64_t n = pe_tensor_numel(o);
+  if (pe_tensor_numel(x) == n && pe_tensor_numel(y) == n) {
+    add_relu_f32(pe_f32(x), pe_f32(y), pe_f32(o), n, pe_kernel_threads(c));
+    return NULL;
+  }
+  PE_TRY(ew_forward(c, PE_BIN_ADD));
+  add_relu_f32(pe_f32(o), NULL, pe_f32(o), n, pe_kernel_threads(c));
+  return NULL;
 }
 static pe_status *ew_sub_kernel(pe_kernel_ctx *c) {
   return ew_forward(c, PE_BIN_SUB);
@@ -111,8 +178,47 @@ static pe_status *ew_grad_one(pe_kernel_ctx *c, pe_binop op, float sign, const p
   return st;
 }
 
+/* d1 (and d2 when given) = out > 0 ? dout : 0; each may alias dout. dout
+ * is loaded whatever the mask, so that the select vectorizes (a
+ * conditional load made it a branch per element). */
+static void relu_mask_f32(const float *out, const float *dout, float *d1, float *d2, int64_t n,
+                          int nt) {
+  int64_t nch = (n + RELU_CHUNK - 1) / RELU_CHUNK;
+#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+  for (int64_t c = 0; c < nch; c++) {
+    int64_t lo = c * RELU_CHUNK, hi = n - lo < RELU_CHUNK ? n : lo + RELU_CHUNK;
+    if (d2) {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; i++) {
+        float g = dout[i];
+        g = out[i] > 0.0f ? g : 0.0f;
+        d1[i] = g;
+        d2[i] = g;
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = lo; i < hi; i++) {
+        float g = dout[i];
+        d1[i] = out[i] > 0.0f ? g : 0.0f;
+      }
+    }
+  }
+}
+
+/* g is Out@GRAD (already masked by a fused relu). */
+static pe_status *ew_backward_from(pe_kernel_ctx *c, pe_binop op, const pe_shape *out,
+                                   const pe_shape *xa, const pe_shape *ya, const float *g) {
+  pe_tensor *x = pe_kin(c, EW_X, 0), *y = pe_kin(c, EW_Y, 0);
+  pe_tensor *dx = pe_kout(c, EW_DX, 0), *dy = pe_kout(c, EW_DY, 0);
+  if (dx) PE_TRY(ew_grad_one(c, op, 1.0f, out, xa, ya, g, pe_f32(y), pe_f32(dx)));
+  if (dy)
+    PE_TRY(
+        ew_grad_one(c, op, op == PE_BIN_SUB ? -1.0f : 1.0f, out, ya, xa, g, pe_f32(x), pe_f32(dy)));
+  return NULL;
+}
+
 static pe_status *ew_backward(pe_kernel_ctx *c, pe_binop op) {
-  pe_tensor *x = pe_kin(c, EW_X, 0), *y = pe_kin(c, EW_Y, 0), *dout = pe_kin(c, EW_DOUT, 0);
+  pe_tensor *dout = pe_kin(c, EW_DOUT, 0);
   pe_tensor *dx = pe_kout(c, EW_DX, 0), *dy = pe_kout(c, EW_DY, 0);
   if (!dout) { /* pruned output gradient: zeros */
     if (dx) pe_tensor_zero(dx);
@@ -127,16 +233,39 @@ static pe_status *ew_backward(pe_kernel_ctx *c, pe_binop op) {
                            pe_shape_str(&dout->shape, a, sizeof a),
                            pe_shape_str(&out, b, sizeof b));
   }
-  const float *g = pe_f32(dout);
-  if (dx) PE_TRY(ew_grad_one(c, op, 1.0f, &out, &xa, &ya, g, pe_f32(y), pe_f32(dx)));
-  if (dy)
-    PE_TRY(ew_grad_one(c, op, op == PE_BIN_SUB ? -1.0f : 1.0f, &out, &ya, &xa, g, pe_f32(x),
-                       pe_f32(dy)));
-  return NULL;
+  return ew_backward_from(c, op, &out, &xa, &ya, pe_f32(dout));
 }
 
+/* With a fused relu: the masked gradient straight into X@GRAD and Y@GRAD
+ * when neither broadcasts, else through a temporary. */
 static pe_status *ew_add_grad_kernel(pe_kernel_ctx *c) {
-  return ew_backward(c, PE_BIN_ADD);
+  pe_tensor *dout = pe_kin(c, EW_DOUT, 0), *o = pe_kin(c, EW_OUT_IN, 0);
+  if (!ew_relu(c->def, c->desc) || !dout) return ew_backward(c, PE_BIN_ADD);
+  pe_shape out, xa, ya;
+  PE_TRY(ew_kernel_shapes(c, &out, &xa, &ya));
+  int64_t n = pe_shape_numel(&out);
+  if (!o || pe_tensor_numel(o) != n || pe_tensor_numel(dout) != n) {
+    char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN], d[PE_SHAPE_STRLEN];
+    return pe_kernel_error(c, PE_ESHAPE, "Out %s and Out@GRAD %s must have the output shape %s",
+                           o ? pe_shape_str(&o->shape, a, sizeof a) : "(absent)",
+                           pe_shape_str(&dout->shape, b, sizeof b),
+                           pe_shape_str(&out, d, sizeof d));
+  }
+  pe_tensor *dx = pe_kout(c, EW_DX, 0), *dy = pe_kout(c, EW_DY, 0);
+  int nt = pe_kernel_threads(c);
+  if (pe_shape_numel(&xa) == n && pe_shape_numel(&ya) == n) {
+    float *d1 = dx ? pe_f32(dx) : dy ? pe_f32(dy) : NULL;
+    if (d1) relu_mask_f32(pe_f32(o), pe_f32(dout), d1, dx && dy ? pe_f32(dy) : NULL, n, nt);
+    return NULL;
+  }
+  float *g = malloc((size_t)n * sizeof(float));
+  if (!g)
+    return pe_kernel_error(c, PE_ENOMEM, "out of memory for a %lld-element temporary",
+                           (long long)n);
+  relu_mask_f32(pe_f32(o), pe_f32(dout), g, NULL, n, nt);
+  pe_status *st = ew_backward_from(c, PE_BIN_ADD, &out, &xa, &ya, g);
+  free(g);
+  return st;
 }
 static pe_status *ew_sub_grad_kernel(pe_kernel_ctx *c) {
   return ew_backward(c, PE_BIN_SUB);
@@ -274,6 +403,8 @@ static const pe_slot_def xy_grad_in[] = {
 static const pe_slot_def xy_grad_out[] = {
     {"X" PE_GRAD_SUFFIX, 0, 1}, {"Y" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
 static const pe_attr_def ew_attrs[] = {{"axis", PE_ATTR_INT, false, -1}, {NULL}};
+static const pe_attr_def ew_add_attrs[] = {
+    {"axis", PE_ATTR_INT, false, -1}, {"fuse_activation", PE_ATTR_STRING, false, 0, ""}, {NULL}};
 
 static const pe_slot_def x_in[] = {{"X", 1, 1}, {NULL}};
 static const pe_slot_def x_grad_in[] = {
@@ -294,14 +425,14 @@ const pe_op_def pe_ops_elementwise[] = {
     {.type = "elementwise_add",
      .inputs = xy_in,
      .outputs = out_slot,
-     .attrs = ew_attrs,
+     .attrs = ew_add_attrs,
      .infer = ew_infer,
      .kernel_cpu = ew_add_kernel,
      .grad = pe_grad_default},
     {.type = "elementwise_add_grad",
      .inputs = xy_grad_in,
      .outputs = xy_grad_out,
-     .attrs = ew_attrs,
+     .attrs = ew_add_attrs,
      .infer = ew_grad_infer,
      .kernel_cpu = ew_add_grad_kernel},
     {.type = "elementwise_sub",
