@@ -66,6 +66,9 @@ static const cli_opt eval_opts[] = {TRAIN_EVAL_OPTS};
 static const cli_opt train_opts[] = {
     TRAIN_EVAL_OPTS,
     {"epochs", CLI_INT, offsetof(train_cfg, epochs), 1, 1000, "passes over the training set (1)"},
+    {"init-from", CLI_STR, offsetof(train_cfg, init_from), 0, 0,
+     "start from a file of pe-client export: the variables this program has, learning_rate "
+     "excepted"},
     {"start-epoch", CLI_INT, offsetof(train_cfg, start_epoch), 1, 1000000,
      "the first epoch's number: its shuffle order (1; N + 1 continues a model trained N epochs)"},
     {"batch", CLI_INT, offsetof(train_cfg, batch), 1, 1 << 16, "batch size (mlp 128, cnn 64)"},
@@ -108,6 +111,8 @@ static void trainer_free(trainer *t, int rc) {
   cli_interrupt_watch(NULL);
   cli_end(t->ctx, t->c, rc);
   train_log_free(&t->log);
+  for (size_t i = 0; i < t->n_declared; i++) free(t->declared[i]);
+  free(t->declared);
   pe_dataset_free(t->train);
   pe_dataset_free(t->test);
   pe_model_spec_release(&t->m);
@@ -241,6 +246,42 @@ static int apply_recipe(trainer *t) {
   return CLI_OK;
 }
 
+/* The training program's persistables, for --init-from (the register
+ * reply's list lasts until the next request). */
+static int keep_declared(trainer *t, const pe_client_program *prog) {
+  t->declared = calloc(prog->n_params ? prog->n_params : 1, sizeof *t->declared);
+  if (!t->declared) return cli_error(t->ctx, "out of memory");
+  for (size_t i = 0; i < prog->n_params; i++, t->n_declared++)
+    if (!(t->declared[i] = strdup(prog->params[i].name))) return cli_error(t->ctx, "out of memory");
+  return CLI_OK;
+}
+
+/* --init-from takes a variable the training program has, except
+ * learning_rate: the run's rate is the program's (the flag's, the model
+ * file's). Another model's optimizer state is left out that way too. */
+static bool init_from_takes(const char *name, void *arg) {
+  const trainer *t = arg;
+  if (!strcmp(name, "learning_rate")) return false;
+  for (size_t i = 0; i < t->n_declared; i++)
+    if (!strcmp(t->declared[i], name)) return true;
+  return false;
+}
+
+/* --init-from: the file's values over what Init left (fresh or kept). */
+static int init_from(trainer *t) {
+  size_t skipped;
+  uint64_t bytes;
+  int rc = cli_params_import(t->ctx, t->c, t->ns, t->cfg.init_from, init_from_takes, t,
+                             &t->n_init_from, &skipped, &bytes);
+  if (!rc && !t->cfg.quiet)
+    fprintf(stderr,
+            "pe-client %s: model '%s' starts from %s: %zu tensors set (%llu bytes), %zu of the "
+            "file's left out (not this program's, or its learning_rate)\n",
+            t->ctx->cmd, t->ns, t->cfg.init_from, t->n_init_from, (unsigned long long)bytes,
+            skipped);
+  return rc;
+}
+
 /* Load model and data, connect, register (train unless eval_only) + eval,
  * initialise. */
 static int trainer_setup(trainer *t, bool eval_only) {
@@ -274,6 +315,7 @@ static int trainer_setup(trainer *t, bool eval_only) {
     if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
     t->had_values = prog.has_values;
     t->train_h = prog.handle;
+    if (t->cfg.init_from && (rc = keep_declared(t, &prog))) return rc;
     t->strategy = prog.strategy;
   }
   r.for_test = true;
@@ -310,6 +352,7 @@ static int trainer_setup(trainer *t, bool eval_only) {
                              "optimizer's, a schedule's counter), was initialised"
                            : "",
             t->ns);
+  if (!eval_only && t->cfg.init_from && (rc = init_from(t))) return rc;
   /* --lr-schedule spans this run: a model trained before keeps its step
    * counter (model state), which would start the schedule part-way. */
   if (!eval_only && t->cfg.recipe.schedule) {
@@ -386,7 +429,12 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
      * kept for scripts that read it. added_state: the model had values and
      * Init added what this program lacked in it (another optimizer's
      * state): the parameters are the trained ones. */
-    const char *fresh = trainer_fresh(t) ? "true" : "false";
+    const char *fresh = trainer_fresh(t) && !t->n_init_from ? "true" : "false";
+    if (t->cfg.init_from) {
+      printf(",\"init_from\":");
+      cli_json_str(stdout, t->cfg.init_from);
+      printf(",\"init_from_tensors\":%zu", t->n_init_from);
+    }
     printf(
         ",\"eval_handle\":\"%s\",\"fresh_parameters\":%s,\"initialized\":%s,"
         "\"added_state\":%s,\"test_examples\":%lld,\"eval_seconds\":%.3f,\"test_accuracy\":",

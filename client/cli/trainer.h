@@ -25,6 +25,7 @@ typedef struct recipe_cfg {
 
 typedef struct train_cfg {
   const char *model, *name, *places, *data, *feed;
+  const char *init_from; /* --init-from: a file of pe-client export (or a checkpoint) */
   long epochs, batch, steps, seed, limit, per_request, eval_every;
   long start_epoch; /* the run's first epoch in the data order (1; a run continuing another's) */
   bool shm, quiet, persistent;
@@ -48,8 +49,11 @@ typedef struct trainer {
   long eval_batch;             /* EVAL_BATCH, or less where the socket takes less */
   float *x[2];                 /* two batch buffer pairs (inside the region when use_shm) */
   int64_t *y[2];
-  bool initialized;    /* Init ran the startup (maybe only for state the model lacked) */
-  bool had_values;     /* the model had values before this command's Init */
+  bool initialized; /* Init ran the startup (maybe only for state the model lacked) */
+  bool had_values;  /* the model had values before this command's Init */
+  char **declared;  /* the training program's persistables (--init-from takes these) */
+  size_t n_declared;
+  size_t n_init_from;  /* tensors --init-from set */
   uint64_t recoveries; /* pe_client_recovery_info's count already reported */
   train_log log;       /* the recent training requests, to go back to a step */
   long rewind_to;      /* the step to go back to (run_request's TRAIN_REWIND) */

@@ -4,7 +4,8 @@
  * continues the data order, so 1 + 1 epochs equal 2; a diverged run's
  * --json line is JSON (null, not -nan), from pe-client and pe-bench; the
  * messages (drop-model's hint, get_params of a model without values, a
- * top-K accuracy's label). Skipped (77) without pe-executord or pe-client. */
+ * top-K accuracy's label); export, import and train --init-from. Skipped (77) without pe-executord
+ * or pe-client. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -133,6 +134,12 @@ START_TEST(diverged_run_json_is_json) {
     j = last_line(d.dir);
     ck_assert_msg(strstr(j, "\"final_loss\":null,\"final_loss_finite\":false"), "%s", j);
     assert_strict_json(&d, j);
+    /* More threads than cores: a warning. */
+    snprintf(cmd, sizeof cmd,
+             "'%s' train --model '%s' --steps 1 --threads %ld --json > '%s/out' 2>'%s/err'", bin,
+             model, sysconf(_SC_NPROCESSORS_ONLN) + 1, d.dir, d.dir);
+    ck_assert_msg(system(cmd) == 0, "%s", slurp(d.dir, "err"));
+    ck_assert_msg(strstr(slurp(d.dir, "err"), "is more than the"), "%s", slurp(d.dir, "err"));
   }
   cd_stop(&d);
 }
@@ -168,6 +175,57 @@ START_TEST(messages) {
 }
 END_TEST
 
+/* export writes a model's values to a file of one's own; import sets them
+ * into another model (evaluating alike), and train --init-from starts one
+ * from it: the file has the optimizer state too, so it continues exactly
+ * as the exported model does. */
+START_TEST(export_import_init_from) {
+  cd_daemon d;
+  cd_start(&d);
+  char args[1024], file[512], cont[4096];
+  snprintf(file, sizeof file, "%s/src.params", d.dir);
+  CLI_OK(&d,
+         "train --model mlp --model-name src --epochs 1 --limit 640 --persistent --quiet "
+         "--json");
+  double acc = json_num(last_line(d.dir), "test_accuracy");
+  snprintf(args, sizeof args, "export --model src --out '%s' --json", file);
+  CLI_OK(&d, args);
+  ck_assert_msg(json_num(last_line(d.dir), "tensors") == 13 && /* 6 params, 6 velocities, lr */
+                    json_num(last_line(d.dir), "bytes") > 784 * 256 * 4,
+                "%s", last_line(d.dir));
+
+  CLI_OK(&d, "register --model mlp --model-name dst --persistent --init");
+  snprintf(args, sizeof args, "import --model dst --in '%s' --json", file);
+  CLI_OK(&d, args);
+  ck_assert_msg(json_num(last_line(d.dir), "tensors") == 13, "%s", last_line(d.dir));
+  CLI_OK(&d, "eval --model mlp --model-name dst --limit 640 --json");
+  ck_assert_msg(json_num(last_line(d.dir), "test_accuracy") == acc, "%s vs %g", last_line(d.dir),
+                acc);
+
+  CLI_OK(&d,
+         "train --model mlp --model-name src --epochs 1 --limit 640 --persistent --quiet "
+         "--json --start-epoch 2");
+  snprintf(cont, sizeof cont, "%s", last_line(d.dir));
+  snprintf(args, sizeof args,
+           "train --model mlp --model-name warm --epochs 1 --limit 640 --json --start-epoch 2 "
+           "--init-from '%s'",
+           file);
+  CLI_OK(&d, args);
+  const char *warm = last_line(d.dir);
+  ck_assert_msg(json_num(warm, "init_from_tensors") == 12 &&
+                    strstr(warm, "\"fresh_parameters\":false") &&
+                    json_num(warm, "final_loss") == json_num(cont, "final_loss") &&
+                    json_num(warm, "test_accuracy") == json_num(cont, "test_accuracy"),
+                "--init-from %s\ncontinued %s", warm, cont);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "model 'warm' starts from"), "%s", slurp(d.dir, "err"));
+
+  snprintf(args, sizeof args, "import --model dst --in '%s/none.params'", d.dir);
+  ck_assert_int_eq(cli(&d, d.dir, args), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "none.params"), "%s", slurp(d.dir, "err"));
+  cd_stop(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli_resume");
   TCase *tc = tcase_create("client_cli_resume");
@@ -177,6 +235,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, start_epoch_continues_the_order);
   tcase_add_test(tc, diverged_run_json_is_json);
   tcase_add_test(tc, messages);
+  tcase_add_test(tc, export_import_init_from);
   suite_add_tcase(s, tc);
   return s;
 }
