@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "ops/lr_schedule.h"
 #include "server/checkpoint.h"
 #include "server/client_tag.h"
 #include "server/model_drop.h"
@@ -221,8 +222,11 @@ static pe_status *h_init(ctx *c) {
     missing = !pe_strmap_has(&m->initialized, p->params[i].name);
   /* A model with every value still takes this program's learning_rate
    * (the optimizer's setting, as when values are missing): a fine-tuning
-   * run at another rate must not train at the old one. */
-  bool lr_only = !missing && !rq->force && p->startup && program_declares(p, PE_LR_NAME);
+   * run at another rate must not train at the old one. Not under a
+   * schedule: its op computes the rate from its own base and the step
+   * counter before each step, and learning_rate keeps the last step's. */
+  bool lr_only = !missing && !rq->force && p->startup && program_declares(p, PE_LR_NAME) &&
+                 !program_declares(p, PE_LR_COUNTER_NAME);
   if ((missing || rq->force || lr_only) && p->startup) {
     pe_run_opts ro = {.sync = p->sync};
     st = pe_status_wrap(rq->force ? pe_par_exec_run(p->startup, NULL, 0, NULL, 0, NULL, &ro, NULL)

@@ -42,7 +42,7 @@ START_TEST(explicit_lr_on_trained_model) {
   const char *base =
       "train --model mlp --model-name lr2 --epochs 1 --limit 384 --persistent "
       "--json --quiet";
-  char args[512];
+  char args[1024];
   CLI_OK(&d, base);
   ck_assert_double_eq_tol(json_num(last_line(d.dir), "final_learning_rate"), 0.1, 1e-7);
   snprintf(args, sizeof args, "%s --lr 0.001", base);
@@ -55,6 +55,22 @@ START_TEST(explicit_lr_on_trained_model) {
                 last_line(d.dir));
   CLI_OK(&d, base);
   ck_assert_msg(fabs(json_num(last_line(d.dir), "final_learning_rate") - 0.1) < 1e-7, "%s",
+                last_line(d.dir));
+  /* A model file's schedule (its op computes the rate from its base): the
+   * explicit rate is its base on a trained model too. */
+  char model[512];
+  write_model(&d, "sched",
+              "name sched\nbatch 128\ninput image 784\nlabel label\nfc 64 act=relu\nfc 10\n"
+              "loss softmax_with_cross_entropy\naccuracy top=1\noptimizer momentum lr=0.1 mu=0.9\n"
+              "schedule step decay_steps=1000\n",
+              model, sizeof model);
+  snprintf(args, sizeof args,
+           "train --model '%s' --epochs 1 --limit 384 --persistent --json --quiet", model);
+  CLI_OK(&d, args);
+  ck_assert_double_eq_tol(json_num(last_line(d.dir), "final_learning_rate"), 0.1, 1e-7);
+  snprintf(args + strlen(args), sizeof args - strlen(args), " --lr 0.002");
+  CLI_OK(&d, args);
+  ck_assert_msg(fabs(json_num(last_line(d.dir), "final_learning_rate") - 0.002) < 1e-9, "%s",
                 last_line(d.dir));
   cd_stop(&d);
 }
