@@ -25,6 +25,7 @@
 #include "bench_train.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -540,6 +541,12 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");
   if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
     return bad_args("--denormals '%s': expected flush or keep%s", t.cfg.denormals, "");
+  /* More threads than cores only contend (review 4 #12): said, not refused. */
+  if (t.cfg.threads > pe_cpu_cores())
+    fprintf(stderr,
+            "pe-bench train: warning: --threads %ld is more than the %d core(s): they share "
+            "the cores and run slower\n",
+            t.cfg.threads, pe_cpu_cores());
   /* Files written after training: a path that cannot be written fails
    * now, not after the run. */
   const char *outs[][2] = {{"--timeline", t.cfg.timeline}, {"--dump-graph", t.cfg.dump_graph}};
@@ -579,20 +586,28 @@ int pe_bench_train(int argc, char **argv) {
           "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
           "\"threads\":%ld,\"denormals\":\"%s\",\"fuse_ops\":%s,\"samples_per_sec\":%.1f,"
           "\"train_seconds\":%.3f,"
-          "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":%.5f,"
-          "\"final_loss_window\":\"last_epoch\",\"final_train_accuracy\":%.4f",
+          "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":",
           t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples, t.cfg.seed,
           (long)t.threads_used, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
           train_cfg_fuse_ops(&t.cfg) ? "true" : "false", sps, r.train_seconds, r.eval_seconds,
-          r.test_acc, r.final_loss, r.final_train_acc);
+          r.test_acc);
+      /* A diverged run's loss: null (json_out.h), and said so. */
+      cli_json_num(stdout, "%.5f", r.final_loss);
+      printf(
+          ",\"final_loss_finite\":%s,\"final_loss_window\":\"last_epoch\","
+          "\"final_train_accuracy\":",
+          isfinite(r.final_loss) ? "true" : "false");
+      cli_json_num(stdout, "%.4f", r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
       if (t.cfg.compare_sequential) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;
         printf(
             ",\"baseline\":{\"executor\":\"sequential\",\"places\":\"cpu:1\",\"threads\":1,"
             "\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,"
-            "\"final_loss\":%.5f},\"speedup_vs_sequential\":%.3f",
-            bsps, base.train_seconds, base.test_acc, base.final_loss, bsps > 0 ? sps / bsps : 0);
+            "\"final_loss\":",
+            bsps, base.train_seconds, base.test_acc);
+        cli_json_num(stdout, "%.5f", base.final_loss);
+        printf("},\"speedup_vs_sequential\":%.3f", bsps > 0 ? sps / bsps : 0);
       }
       printf("}\n");
     } else {

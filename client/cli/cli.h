@@ -49,6 +49,14 @@ extern const cli_cmd cli_cmds_daemon[]; /* ping, status, deregister */
 extern const cli_cmd cli_cmds_state[];  /* register, save, load, drop-model */
 extern const cli_cmd cli_cmds_run[];    /* run, trace */
 extern const cli_cmd cli_cmds_train[];  /* train, eval */
+extern const cli_cmd cli_cmds_params[]; /* export, import */
+
+/* Set model's variables from the file at path (cmd_params.c): those that
+ * take(name, arg) accepts (take NULL: all), in one set_params; *n_set and
+ * *n_skipped count them, *bytes their values. Prints the error. */
+int cli_params_import(const cli_ctx *ctx, pe_client *c, const char *model, const char *path,
+                      bool (*take)(const char *name, void *arg), void *arg, size_t *n_set,
+                      size_t *n_skipped, uint64_t *bytes);
 
 /* Parse argv[1..] against opts into cfg. Prints a usage message (and the
  * table) on stderr and returns CLI_USAGE on bad input; *help is set for

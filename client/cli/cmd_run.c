@@ -58,10 +58,10 @@ static void print_value(const pe_client_tensor *t, int64_t i, bool json) {
   double v = value_at(t, i);
   if (t->dtype != PE_B_F32 && t->dtype != PE_B_F64)
     printf("%.0f", v);
-  else if (json && !isfinite(v))
-    printf("null");
+  else if (json)
+    cli_json_num(stdout, "%.9g", v);
   else
-    printf(json || t->dtype == PE_B_F64 ? "%.9g" : "%.6g", v);
+    printf(t->dtype == PE_B_F64 ? "%.9g" : "%.6g", v);
 }
 
 static void print_shape(const pe_client_tensor *t) {

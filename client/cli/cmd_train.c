@@ -66,6 +66,11 @@ static const cli_opt eval_opts[] = {TRAIN_EVAL_OPTS};
 static const cli_opt train_opts[] = {
     TRAIN_EVAL_OPTS,
     {"epochs", CLI_INT, offsetof(train_cfg, epochs), 1, 1000, "passes over the training set (1)"},
+    {"init-from", CLI_STR, offsetof(train_cfg, init_from), 0, 0,
+     "start from a file of pe-client export: the variables this program has, learning_rate "
+     "excepted"},
+    {"start-epoch", CLI_INT, offsetof(train_cfg, start_epoch), 1, 1000000,
+     "the first epoch's number: its shuffle order (1; N + 1 continues a model trained N epochs)"},
     {"batch", CLI_INT, offsetof(train_cfg, batch), 1, 1 << 16, "batch size (mlp 128, cnn 64)"},
     {"steps", CLI_INT, offsetof(train_cfg, steps), 1, 1L << 40, "cap on steps per epoch"},
     {"steps-per-request", CLI_INT, offsetof(train_cfg, per_request), 1, 1024,
@@ -106,6 +111,8 @@ static void trainer_free(trainer *t, int rc) {
   cli_interrupt_watch(NULL);
   cli_end(t->ctx, t->c, rc);
   train_log_free(&t->log);
+  for (size_t i = 0; i < t->n_declared; i++) free(t->declared[i]);
+  free(t->declared);
   pe_dataset_free(t->train);
   pe_dataset_free(t->test);
   pe_model_spec_release(&t->m);
@@ -239,6 +246,42 @@ static int apply_recipe(trainer *t) {
   return CLI_OK;
 }
 
+/* The training program's persistables, for --init-from (the register
+ * reply's list lasts until the next request). */
+static int keep_declared(trainer *t, const pe_client_program *prog) {
+  t->declared = calloc(prog->n_params ? prog->n_params : 1, sizeof *t->declared);
+  if (!t->declared) return cli_error(t->ctx, "out of memory");
+  for (size_t i = 0; i < prog->n_params; i++, t->n_declared++)
+    if (!(t->declared[i] = strdup(prog->params[i].name))) return cli_error(t->ctx, "out of memory");
+  return CLI_OK;
+}
+
+/* --init-from takes a variable the training program has, except
+ * learning_rate: the run's rate is the program's (the flag's, the model
+ * file's). Another model's optimizer state is left out that way too. */
+static bool init_from_takes(const char *name, void *arg) {
+  const trainer *t = arg;
+  if (!strcmp(name, "learning_rate")) return false;
+  for (size_t i = 0; i < t->n_declared; i++)
+    if (!strcmp(t->declared[i], name)) return true;
+  return false;
+}
+
+/* --init-from: the file's values over what Init left (fresh or kept). */
+static int init_from(trainer *t) {
+  size_t skipped;
+  uint64_t bytes;
+  int rc = cli_params_import(t->ctx, t->c, t->ns, t->cfg.init_from, init_from_takes, t,
+                             &t->n_init_from, &skipped, &bytes);
+  if (!rc && !t->cfg.quiet)
+    fprintf(stderr,
+            "pe-client %s: model '%s' starts from %s: %zu tensors set (%llu bytes), %zu of the "
+            "file's left out (not this program's, or its learning_rate)\n",
+            t->ctx->cmd, t->ns, t->cfg.init_from, t->n_init_from, (unsigned long long)bytes,
+            skipped);
+  return rc;
+}
+
 /* Load model and data, connect, register (train unless eval_only) + eval,
  * initialise. */
 static int trainer_setup(trainer *t, bool eval_only) {
@@ -270,13 +313,18 @@ static int trainer_setup(trainer *t, bool eval_only) {
                .graph = &t->cfg.graph};
   if (!eval_only) {
     if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
+    t->had_values = prog.has_values;
     t->train_h = prog.handle;
+    if (t->cfg.init_from && (rc = keep_declared(t, &prog))) return rc;
     t->strategy = prog.strategy;
   }
   r.for_test = true;
   if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
   t->eval_h = prog.handle;
-  if (eval_only) t->strategy = prog.strategy;
+  if (eval_only) {
+    t->strategy = prog.strategy;
+    t->had_values = prog.has_values;
+  }
   snprintf(t->places, sizeof t->places, "%s", prog.places);
   /* Init through the training program: its startup block also creates the
    * optimizer state. No-op when the model's parameters exist. */
@@ -285,21 +333,26 @@ static int trainer_setup(trainer *t, bool eval_only) {
   /* eval of a name without values (never trained, loaded or restored; a
    * typo?) evaluates freshly initialised parameters: said, exit 0 (the
    * evaluation is what was asked; --json has fresh_parameters). */
-  if (eval_only && t->initialized)
+  if (eval_only && trainer_fresh(t))
     fprintf(stderr,
             "pe-client %s: warning: model '%s' had no parameters (not trained, loaded or "
             "restored under that name): evaluating freshly initialised ones\n",
             t->ctx->cmd, t->ns);
   /* Values it did not initialise: a persistent model's, or another live
    * client's training the same name (both then train one model). */
-  if (!eval_only && !t->initialized && !t->cfg.quiet)
+  if (!eval_only && !trainer_fresh(t) && !t->cfg.quiet)
     fprintf(stderr,
-            "pe-client %s: model '%s' already has values (%s): training continues from them "
-            "(pe-client drop-model %s starts it afresh)\n",
+            "pe-client %s: model '%s' already has values (%s): training continues from them%s "
+            "(--start-epoch N continues the data order after N - 1 epochs; pe-client drop-model "
+            "--model %s starts it afresh)\n",
             t->ctx->cmd, t->ns,
             t->cfg.persistent ? "persistent, restored or trained before"
                               : "another client is using it, or it is persistent",
+            t->initialized ? "; the state this program adds, which the model lacked (another "
+                             "optimizer's, a schedule's counter), was initialised"
+                           : "",
             t->ns);
+  if (!eval_only && t->cfg.init_from && (rc = init_from(t))) return rc;
   /* --lr-schedule spans this run: a model trained before keeps its step
    * counter (model state), which would start the schedule part-way. */
   if (!eval_only && t->cfg.recipe.schedule) {
@@ -326,7 +379,8 @@ static const char *strategy_label(const trainer *t) {
 
 static void print_result(const trainer *t, const train_result *r, bool trained) {
   double sps = r->train_s > 0 ? r->samples / r->train_s : 0;
-  char th[24], eh[24];
+  char th[24], eh[24], lb[32];
+  const char *al = trainer_acc_label(t, lb, sizeof lb);
   cli_handle_str(t->train_h, th);
   cli_handle_str(t->eval_h, eh);
   if (t->ctx->json) {
@@ -339,44 +393,72 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     cli_json_str(stdout, strategy_label(t));
     printf(",\"socket\":");
     cli_json_str(stdout, pe_client_address(t->c));
-    if (trained)
+    if (trained) {
       printf(
-          ",\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
-          "\"shm\":%s,\"steps_per_request\":%ld,\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,"
-          "\"run_ms_total\":%.1f,"
-          "\"queue_ms_total\":%.1f,\"final_loss\":%.5f,\"final_loss_window\":\"last_epoch\","
-          "\"final_train_accuracy\":%.4f,\"train_handle\":\"%s\"",
-          t->cfg.batch, t->cfg.epochs, r->steps, r->samples, t->cfg.seed,
+          ",\"batch\":%ld,\"epochs\":%ld,\"start_epoch\":%ld,\"steps\":%ld,\"samples\":%ld,"
+          "\"seed\":%ld,\"shm\":%s,\"steps_per_request\":%ld,\"samples_per_sec\":%.1f,\"train_"
+          "seconds\":%.3f,"
+          "\"run_ms_total\":%.1f,\"queue_ms_total\":%.1f,\"final_loss\":",
+          t->cfg.batch, t->cfg.epochs, t->cfg.start_epoch, r->steps, r->samples, t->cfg.seed,
           t->use_shm ? "true" : "false", t->cfg.per_request, sps, r->train_s, r->run_ms,
-          r->queue_ms, r->final_loss, r->final_acc, th);
-    if (trained)
+          r->queue_ms);
+      /* A diverged run's loss (NaN, inf): null, and said so. */
+      cli_json_num(stdout, "%.5f", r->final_loss);
+      printf(
+          ",\"final_loss_finite\":%s,\"final_loss_window\":\"last_epoch\","
+          "\"final_train_accuracy\":",
+          isfinite(r->final_loss) ? "true" : "false");
+      cli_json_num(stdout, "%.4f", r->final_acc);
+      printf(",\"train_handle\":\"%s\"", th);
       printf(
           ",\"recoveries\":%ld,\"steps_unfetched\":%ld,\"steps_rolled_back\":%ld,"
           "\"steps_repeated\":%ld",
           r->recoveries, r->steps_unfetched, r->steps_rolled_back, r->steps_repeated);
-    if (trained && isfinite(r->final_lr)) printf(",\"final_learning_rate\":%.6g", r->final_lr);
+      if (isfinite(r->final_lr)) printf(",\"final_learning_rate\":%.6g", r->final_lr);
+    }
     if (trained && t->cfg.eval_every) {
       printf(",\"eval_every\":%ld,\"test_accuracy_by_epoch\":[", t->cfg.eval_every);
-      for (long i = 0; i < r->n_epoch_acc; i++) printf("%s%.4f", i ? "," : "", r->epoch_acc[i]);
+      for (long i = 0; i < r->n_epoch_acc; i++) {
+        if (i) putchar(',');
+        cli_json_num(stdout, "%.4f", r->epoch_acc[i]);
+      }
       printf("]");
     }
     /* fresh_parameters: this command initialised them (train: it started
      * afresh; eval: it evaluated untrained ones). initialized is the same,
-     * kept for scripts that read it. */
+     * kept for scripts that read it. added_state: the model had values and
+     * Init added what this program lacked in it (another optimizer's
+     * state): the parameters are the trained ones. */
+    const char *fresh = trainer_fresh(t) && !t->n_init_from ? "true" : "false";
+    if (t->cfg.init_from) {
+      printf(",\"init_from\":");
+      cli_json_str(stdout, t->cfg.init_from);
+      printf(",\"init_from_tensors\":%zu", t->n_init_from);
+    }
     printf(
         ",\"eval_handle\":\"%s\",\"fresh_parameters\":%s,\"initialized\":%s,"
-        "\"test_examples\":%lld,\"eval_seconds\":%.3f,\"test_accuracy\":%.4f}\n",
-        eh, t->initialized ? "true" : "false", t->initialized ? "true" : "false",
-        (long long)r->test_seen, r->eval_s, r->test_acc);
+        "\"added_state\":%s,\"test_examples\":%lld,\"eval_seconds\":%.3f,\"test_accuracy\":",
+        eh, fresh, fresh, t->initialized && t->had_values ? "true" : "false",
+        (long long)r->test_seen, r->eval_s);
+    cli_json_num(stdout, "%.4f", r->test_acc);
+    if (t->m.accuracy_top_k > 1) printf(",\"accuracy_top_k\":%d", t->m.accuracy_top_k);
+    printf("}\n");
   } else if (trained) {
+    /* Steps whose fetches a daemon restart lost (their updates stand):
+     * the mean leaves them out, said here as --json's steps_unfetched. */
+    char lost[96] = "";
+    if (r->steps_unfetched)
+      snprintf(lost, sizeof lost, " (without %ld step(s) whose losses a daemon restart lost)",
+               r->steps_unfetched);
     printf(
-        "%s: %ld steps in %.2f s (%.0f samples/s through %s), last-epoch loss %.4f, "
-        "test accuracy %.4f\n",
-        t->ns, r->steps, r->train_s, sps, pe_client_address(t->c), r->final_loss, r->test_acc);
+        "%s: %ld steps in %.2f s (%.0f samples/s through %s), last-epoch loss %.4f%s, "
+        "test %s %.4f\n",
+        t->ns, r->steps, r->train_s, sps, pe_client_address(t->c), r->final_loss, lost, al,
+        r->test_acc);
   } else {
-    printf("%s: test accuracy %.4f on %lld examples (%.2f s)%s\n", t->ns, r->test_acc,
+    printf("%s: test %s %.4f on %lld examples (%.2f s)%s\n", t->ns, al, r->test_acc,
            (long long)r->test_seen, r->eval_s,
-           t->initialized ? "; the parameters were freshly initialised, not trained" : "");
+           trainer_fresh(t) ? "; the parameters were freshly initialised, not trained" : "");
   }
 }
 
@@ -400,6 +482,7 @@ static int refuse_training_opts(const cli_ctx *ctx, int argc, char **argv) {
 static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   trainer t = {.ctx = ctx,
                .cfg = {.epochs = 1,
+                       .start_epoch = 1,
                        .seed = 1,
                        .per_request = 16,
                        .recipe = {.lr = -1, .momentum = -1, .weight_decay = -1, .clip_norm = -1}}};

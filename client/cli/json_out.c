@@ -1,6 +1,8 @@
 /* JSON strings and the failure line (json_out.h). */
 #include "json_out.h"
 
+#include <math.h>
+
 void cli_json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
@@ -14,6 +16,13 @@ void cli_json_str(FILE *f, const char *s) {
       fputc(*p, f);
   }
   fputc('"', f);
+}
+
+void cli_json_num(FILE *f, const char *fmt, double v) {
+  if (isfinite(v))
+    fprintf(f, fmt, v);
+  else
+    fputs("null", f);
 }
 
 void cli_json_failure(FILE *f, const char *key, const char *name, const char *error,

@@ -11,8 +11,8 @@
 #include "cli.h"
 #include "peclient_version.h"
 
-static const cli_cmd *const groups[] = {cli_cmds_daemon, cli_cmds_state, cli_cmds_run,
-                                        cli_cmds_train};
+static const cli_cmd *const groups[] = {cli_cmds_daemon, cli_cmds_state, cli_cmds_params,
+                                        cli_cmds_run, cli_cmds_train};
 
 static void usage(FILE *f) {
   fprintf(f,

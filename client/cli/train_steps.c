@@ -195,7 +195,8 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
   }
   double sps = e->samples / (cli_now() - ep_t0);
   r->final_lr = current_lr(t);
-  char test[48] = "";
+  char test[64] = "", lb[32];
+  const char *al = trainer_acc_label(t, lb, sizeof lb);
   if (t->cfg.eval_every && ep % t->cfg.eval_every == 0) {
     double acc, secs;
     int64_t seen = 0;
@@ -205,15 +206,15 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
     r->epoch_acc[k - 1] = acc;
     if (k > r->n_epoch_acc) r->n_epoch_acc = k;
     r->epoch_eval_s += secs;
-    snprintf(test, sizeof test, ", test accuracy %.4f", acc);
+    snprintf(test, sizeof test, ", test %s %.4f", al, acc);
   }
   if (pg->quiet) return CLI_OK;
   if (pg->tty) fputc('\n', stderr);
   char lr[32] = ""; /* unknown (the model's learning_rate unreadable): not printed */
   if (isfinite(r->final_lr)) snprintf(lr, sizeof lr, ", lr %.4g", r->final_lr);
-  fprintf(stderr,
-          "epoch %ld/%ld: %ld steps, mean loss %.4f, train accuracy %.4f, %.0f samples/s%s%s\n", ep,
-          t->cfg.epochs, e->steps, r->final_loss, r->final_acc, sps, lr, test);
+  fprintf(stderr, "epoch %ld/%ld: %ld steps, mean loss %.4f, train %s %.4f, %.0f samples/s%s%s\n",
+          ep + t->cfg.start_epoch - 1, t->cfg.epochs + t->cfg.start_epoch - 1, e->steps,
+          r->final_loss, al, r->final_acc, sps, lr, test);
   return CLI_OK;
 }
 
@@ -237,7 +238,10 @@ int trainer_train(trainer *t, train_result *r) {
   while (!rc && r->steps < total) {
     long ep = r->steps / per_epoch + 1, left = per_epoch - e.steps; /* e.steps: step in epoch */
     /* One prefetch per stretch: the batcher moves only while it is stopped. */
-    pe_batcher_seek(bt, (int)ep, e.steps * b);
+    /* The data order of epoch start_epoch - 1 + ep: a run continuing a
+     * model trained before (--start-epoch) sees the epochs' orders one
+     * longer run would have. */
+    pe_batcher_seek(bt, (int)(ep + t->cfg.start_epoch - 1), e.steps * b);
     pe_batch_prefetch *pf;
     if ((rc = prefetch_start(
              t, bt, t->cfg.steps ? (left + t->cfg.per_request - 1) / t->cfg.per_request : 0, &pf)))
@@ -252,8 +256,8 @@ int trainer_train(trainer *t, train_result *r) {
       }
       if (rc && pg.tty && !pg.quiet) fputc('\n', stderr);
       if (!rc)
-        progress_draw(&pg, ep, t->cfg.epochs, e.steps, per_epoch, e.samples / (cli_now() - ep_t0),
-                      e.last_loss);
+        progress_draw(&pg, ep + t->cfg.start_epoch - 1, t->cfg.epochs + t->cfg.start_epoch - 1,
+                      e.steps, per_epoch, e.samples / (cli_now() - ep_t0), e.last_loss);
     }
     pe_batch_prefetch_stop(pf);
     if (rc == TRAIN_REWIND) {

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cli.h"
 #include "pe_dataset.h"
@@ -24,7 +25,9 @@ typedef struct recipe_cfg {
 
 typedef struct train_cfg {
   const char *model, *name, *places, *data, *feed;
+  const char *init_from; /* --init-from: a file of pe-client export (or a checkpoint) */
   long epochs, batch, steps, seed, limit, per_request, eval_every;
+  long start_epoch; /* the run's first epoch in the data order (1; a run continuing another's) */
   bool shm, quiet, persistent;
   cli_graph_opts graph;
   recipe_cfg recipe;
@@ -46,7 +49,11 @@ typedef struct trainer {
   long eval_batch;             /* EVAL_BATCH, or less where the socket takes less */
   float *x[2];                 /* two batch buffer pairs (inside the region when use_shm) */
   int64_t *y[2];
-  bool initialized;
+  bool initialized; /* Init ran the startup (maybe only for state the model lacked) */
+  bool had_values;  /* the model had values before this command's Init */
+  char **declared;  /* the training program's persistables (--init-from takes these) */
+  size_t n_declared;
+  size_t n_init_from;  /* tensors --init-from set */
   uint64_t recoveries; /* pe_client_recovery_info's count already reported */
   train_log log;       /* the recent training requests, to go back to a step */
   long rewind_to;      /* the step to go back to (run_request's TRAIN_REWIND) */
@@ -73,6 +80,20 @@ typedef struct train_result {
 static inline long trainer_steps_per_epoch(const trainer *t) {
   long per_epoch = (long)((t->train->n + t->cfg.batch - 1) / t->cfg.batch);
   return t->cfg.steps && t->cfg.steps < per_epoch ? t->cfg.steps : per_epoch;
+}
+
+/* This command initialised the model's parameters (it had no values):
+ * train started afresh, eval evaluated untrained ones. */
+static inline bool trainer_fresh(const trainer *t) {
+  return t->initialized && !t->had_values;
+}
+
+/* "accuracy", or "top-K accuracy" for a model file's `accuracy top=K`, so
+ * that a top-5 figure is not read as top-1; buf: at least 32 bytes. */
+static inline const char *trainer_acc_label(const trainer *t, char *buf, size_t n) {
+  if (t->m.accuracy_top_k <= 1) return "accuracy";
+  snprintf(buf, n, "top-%d accuracy", t->m.accuracy_top_k);
+  return buf;
 }
 
 /* The epochs of t->cfg as one run of steps, with progress on stderr; r

@@ -293,7 +293,13 @@ void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out); /* ze
  * has some (it was trained by another program; this one adds an optimizer's
  * state or a schedule's counter), only the missing ones are initialised: the
  * others keep their values, learning_rate excepted (this program's).
- * *initialized (may be NULL) tells whether the startup ran. A forced init
+ * learning_rate is this program's also when the model has every value (a
+ * fine-tuning run at another rate trains at it; *initialized stays false),
+ * unless the program has a schedule, whose op sets the rate from its own
+ * base before each step.
+ * *initialized (may be NULL) tells whether the startup ran for values the
+ * model lacked (a model with values gets the new ones only: compare
+ * pe_client_program.has_values from the register before). A forced init
  * is refused (PE_C_EPERM, naming the programs and their clients) while
  * another live client's program uses the model: it would reset their
  * training under them. pe_client_init_force_in_use resets it anyway (an

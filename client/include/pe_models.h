@@ -30,6 +30,7 @@ typedef struct pe_model_spec {
   int image_ndim;
   int64_t image_dims[4]; /* with -1 for the batch */
   int default_batch;
+  int accuracy_top_k; /* the accuracy's K (top-K; 0 read as 1) */
 } pe_model_spec;
 
 /* Build model `name`. Returns 0, or -1 with a message in err (unknown

@@ -48,6 +48,7 @@ typedef struct mf {
   } saved[32];
   int n_saved;
   const char *image, *label, *loss, *acc;
+  int acc_top_k; /* the accuracy line's top=K */
   int image_ndim;
   int64_t image_dims[4];
   const char *kw; /* keyword of the line being parsed */
@@ -439,6 +440,7 @@ static int h_accuracy(mf *m) {
   const char *logits = m->x;
   if (built(m, pe_builder_accuracy(m->b, logits, m->label, (int)k))) return -1;
   m->acc = m->x;
+  m->acc_top_k = (int)k;
   m->x = logits;
   return 0;
 }
@@ -721,6 +723,7 @@ static int finish(mf *m, pe_model_spec *out) {
   out->image_ndim = m->image_ndim;
   memcpy(out->image_dims, m->image_dims, sizeof out->image_dims);
   out->default_batch = m->batch ? m->batch : 64;
+  out->accuracy_top_k = m->acc_top_k;
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "ops/lr_schedule.h"
 #include "server/checkpoint.h"
 #include "server/client_tag.h"
 #include "server/model_drop.h"
@@ -181,6 +182,13 @@ static pe_status *startup_keeping(pe_srv_program *p, const pe_run_opts *ro) {
   return st;
 }
 
+/* Is name one of p's persistables? */
+static bool program_declares(const pe_srv_program *p, const char *name) {
+  for (int i = 0; i < p->n_params; i++)
+    if (!strcmp(p->params[i].name, name)) return true;
+  return false;
+}
+
 static pe_status *h_init(ctx *c) {
   const Pe__InitRequest *rq = c->rq->init;
   pe_srv_program *p;
@@ -212,12 +220,19 @@ static pe_status *h_init(ctx *c) {
   bool missing = false;
   for (int i = 0; i < p->n_params && !missing; i++)
     missing = !pe_strmap_has(&m->initialized, p->params[i].name);
-  if ((missing || rq->force) && p->startup) {
+  /* A model with every value still takes this program's learning_rate
+   * (the optimizer's setting, as when values are missing): a fine-tuning
+   * run at another rate must not train at the old one. Not under a
+   * schedule: its op computes the rate from its own base and the step
+   * counter before each step, and learning_rate keeps the last step's. */
+  bool lr_only = !missing && !rq->force && p->startup && program_declares(p, PE_LR_NAME) &&
+                 !program_declares(p, PE_LR_COUNTER_NAME);
+  if ((missing || rq->force || lr_only) && p->startup) {
     pe_run_opts ro = {.sync = p->sync};
     st = pe_status_wrap(rq->force ? pe_par_exec_run(p->startup, NULL, 0, NULL, 0, NULL, &ro, NULL)
                                   : startup_keeping(p, &ro),
                         "init: startup of model '%s'", m->name);
-    if (!st) {
+    if (!st && !lr_only) {
       for (int i = 0; i < p->n_params; i++)
         if (!pe_strmap_put(&m->initialized, p->params[i].name, (void *)1)) st = OOM("init");
       ran = true;
@@ -275,6 +290,14 @@ static pe_status *h_get_params(ctx *c) {
   pe_tensor *got = st ? NULL : calloc((size_t)(n ? n : 1), sizeof *got);
   if (!st && !got) st = OOM("get_params");
   if (!st) st = pe_model_get_many(m->m, names, n, got, NULL, NULL);
+  /* A value the model lacks: say whose, and what a client can do. */
+  if (st && pe_status_code(st) == PE_EUSE_BEFORE_DEF)
+    st = pe_status_wrap(st, "model '%s' %s", m->name,
+                        pe_srv_model_has_values(m)
+                            ? "lacks a value (init it again to add the missing ones)"
+                            : "has no values (not initialised, trained, loaded or restored since "
+                              "the daemon started: init it, e.g. pe-client register --init, or "
+                              "load a checkpoint)");
   for (int i = 0; !st && i < n; i++) {
     pe_tensor *t = pe_arena_tensor(c->a);
     if (!t) {
