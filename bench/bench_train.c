@@ -35,6 +35,7 @@
 #include "compiler/pass.h"
 #include "compiler/program.h"
 #include "core/fpenv.h"
+#include "core/omp_policy.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
 #include "json_out.h"
@@ -496,6 +497,17 @@ static int evaluate(trainer *t, train_result *r) {
   return rc;
 }
 
+/* Keys of the JSON line besides the loop's and the backend's. */
+static void json_run_keys(const train_result *r) {
+  (void)r;
+  printf(",\"omp_wait_policy\":");
+  const char *omp = pe_omp_policy_value();
+  if (omp)
+    cli_json_str(stdout, omp);
+  else
+    printf("null");
+}
+
 /* Set up, train, evaluate and tear down one trainer. */
 static int run_one(trainer *t, train_result *r) {
   int rc = setup(t);
@@ -586,6 +598,7 @@ int pe_bench_train(int argc, char **argv) {
           train_cfg_fuse_ops(&t.cfg) ? "true" : "false", sps, r.train_seconds, r.eval_seconds,
           r.test_acc, r.final_loss, r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
+      json_run_keys(&r);
       if (t.cfg.compare_sequential) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;
         printf(
