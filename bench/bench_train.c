@@ -267,18 +267,26 @@ static pe_status *seq_eval(trainer *t, int n, int64_t *correct) {
   return st;
 }
 
+/* The keys the parallel line has, with the same meaning: one thread runs
+ * the ops (the caller's), each kernel on a team of --threads; one place. */
+static void seq_json(trainer *t, FILE *f) {
+  fprintf(f, ",\"pool_workers\":1,\"intra_op_threads\":%d,\"strategy\":\"single\"",
+          t->threads_used);
+}
+
 const train_backend pe_train_sequential = {.executor = "sequential",
                                            .setup = seq_setup,
                                            .step = seq_step,
                                            .eval = seq_eval,
-                                           .teardown = seq_teardown};
+                                           .teardown = seq_teardown,
+                                           .json_extra = seq_json};
 
 /* --- the training run ----------------------------------------------------------- */
 
 static const train_backend *const backends[] = {&pe_train_sequential, &pe_train_parallel};
 
 typedef struct train_result {
-  long steps, samples;
+  long steps, samples, test_examples;
   double train_seconds, eval_seconds, final_loss, final_train_acc, test_acc;
 } train_result;
 
@@ -493,14 +501,17 @@ static int evaluate(trainer *t, train_result *r) {
   }
   r->eval_seconds = now_s() - t0;
   r->test_acc = seen ? (double)correct / (double)seen : 0;
+  r->test_examples = (long)seen;
   pe_batcher_free(bt);
   return rc;
 }
 
-/* Keys of the JSON line besides the loop's and the backend's. */
+/* Keys of the JSON line besides the loop's and the backend's. "threads"
+ * (--threads as resolved: intra_op_threads for the sequential executor,
+ * pool_workers for the parallel one) stays for scripts written against it;
+ * pool_workers and intra_op_threads mean the same on both (json_extra). */
 static void json_run_keys(const train_result *r) {
-  (void)r;
-  printf(",\"omp_wait_policy\":");
+  printf(",\"test_examples\":%ld,\"omp_wait_policy\":", r->test_examples);
   const char *omp = pe_omp_policy_value();
   if (omp)
     cli_json_str(stdout, omp);
@@ -603,6 +614,7 @@ int pe_bench_train(int argc, char **argv) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;
         printf(
             ",\"baseline\":{\"executor\":\"sequential\",\"places\":\"cpu:1\",\"threads\":1,"
+            "\"intra_op_threads\":1,\"pool_workers\":1,"
             "\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,"
             "\"final_loss\":%.5f},\"speedup_vs_sequential\":%.3f",
             bsps, base.train_seconds, base.test_acc, base.final_loss, bsps > 0 ? sps / bsps : 0);

@@ -163,6 +163,31 @@ START_TEST(failures_end_with_json) {
 }
 END_TEST
 
+/* Both executors' lines have the same thread keys with the same meaning
+ * (review 4 #13: "threads" was intra-op threads on one, pool workers on the
+ * other): on cpu:1 both run one op at a time on a team of all the cores,
+ * and say so; and the keys pe-client train --json has for the same thing. */
+START_TEST(thread_keys_mean_the_same_on_both_executors) {
+  const char *json, *err;
+  char seq[1 << 14];
+  ck_assert_int_eq(bench("train --model mlp --steps 2 --json", &json, &err), 0);
+  snprintf(seq, sizeof seq, "%s", json);
+  ck_assert_int_eq(
+      bench("train --model mlp --executor parallel --places cpu:1 --steps 2 --json", &json, &err),
+      0);
+  const char *lines[2] = {seq, json};
+  for (int i = 0; i < 2; i++) {
+    ck_assert_msg(json_num(lines[i], "intra_op_threads") == pe_cpu_cores() &&
+                      json_num(lines[i], "pool_workers") == 1,
+                  "%d cores: %s", pe_cpu_cores(), lines[i]);
+    ck_assert_msg(
+        strstr(lines[i], "\"strategy\":\"single\"") && json_num(lines[i], "test_examples") == 10000,
+        "%s", lines[i]);
+  }
+  ck_assert_msg(json_num(seq, "final_loss") == json_num(json, "final_loss"), "%s\n%s", seq, json);
+}
+END_TEST
+
 /* A model file whose input is not one 28x28 image per sample is refused
  * before any feed is cut (a larger one used to read past the images). */
 START_TEST(input_size_must_match_the_images) {
@@ -232,6 +257,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, unknown_model_names_both_kinds);
   tcase_add_test(tc, input_size_must_match_the_images);
   tcase_add_test(tc, failures_end_with_json);
+  tcase_add_test(tc, thread_keys_mean_the_same_on_both_executors);
   tcase_add_test(tc, help_goes_to_stdout);
   tcase_add_test(tc, version_like_the_other_binaries);
   suite_add_tcase(s, tc);
