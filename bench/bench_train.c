@@ -172,6 +172,9 @@ typedef struct seq_state {
   pe_program *train, *eval;
   pe_scope *scope;
   pe_seq_exec *step, *test;
+  /* The model's generator, shared by its startup, step and eval executors
+   * as the parallel executor's model shares one: the same dropout masks. */
+  pe_rng rng;
 } seq_state;
 
 int pe_bench_train_fail(pe_status *st, const char *what) {
@@ -202,9 +205,11 @@ static int seq_setup(trainer *t) {
     return fail_st(st, "compile eval program");
   s->scope = pe_scope_new(NULL);
   if (!s->scope) return fail_st(pe_error(PE_ENOMEM, "model scope"), "setup");
+  pe_rng_init(&s->rng, t->cfg.seed ? (uint64_t)t->cfg.seed : 1); /* as pe_model_new */
   pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed,
                      .threads = (int)t->cfg.threads,
-                     .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
+                     .keep_denormals = train_cfg_keep_denormals(&t->cfg),
+                     .rng = &s->rng};
   t->threads_used = eo.threads > 0 ? eo.threads : pe_cpu_cores(); /* as pe_device_ctx_init */
   /* The train program's startup block also initialises the optimizer state
    * and learning rate the optimizer pass added. */

@@ -249,6 +249,40 @@ START_TEST(version_like_the_other_binaries) {
 }
 END_TEST
 
+/* With dropout, the sequential executor draws the masks the parallel one
+ * draws (review 4 #10): both continue the model's generator after the
+ * startup's initialisers, so --compare-sequential compares one computation.
+ * The sequential loss equals the parallel cpu:1 loss to the last digit, as
+ * without dropout. */
+START_TEST(dropout_same_on_both_executors) {
+  const char *json, *err;
+  char path[] = "/tmp/pe-bench-do-XXXXXX", args[1024], seq[1 << 14];
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  const char *text =
+      "name mlpdo\nbatch 64\ninput image 784\nlabel label\nfc 128 act=relu\ndropout 0.3\n"
+      "fc 10\nloss softmax_with_cross_entropy\naccuracy\noptimizer momentum lr=0.1 mu=0.9\n";
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  snprintf(args, sizeof args, "train --model '%s' --steps 8 --json", path);
+  ck_assert_msg(bench(args, &json, &err) == 0, "%s", err);
+  snprintf(seq, sizeof seq, "%s", json);
+  snprintf(args, sizeof args,
+           "train --model '%s' --steps 8 --executor parallel --places cpu:1 "
+           "--compare-sequential --json",
+           path);
+  ck_assert_msg(bench(args, &json, &err) == 0, "%s", err);
+  unlink(path);
+  double ls = json_num(seq, "final_loss"), lp = json_num(json, "final_loss");
+  ck_assert_msg(
+      isfinite(ls) && ls == lp && json_num(seq, "test_accuracy") == json_num(json, "test_accuracy"),
+      "sequential %s\nparallel %s", seq, json);
+  /* the baseline inside the parallel line is the same run */
+  const char *b = strstr(json, "\"baseline\":");
+  ck_assert_msg(b && json_num(b, "final_loss") == lp, "%s", json);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("bench_cli");
   TCase *tc = tcase_create("bench_cli");
@@ -258,6 +292,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, input_size_must_match_the_images);
   tcase_add_test(tc, failures_end_with_json);
   tcase_add_test(tc, thread_keys_mean_the_same_on_both_executors);
+  tcase_add_test(tc, dropout_same_on_both_executors);
   tcase_add_test(tc, help_goes_to_stdout);
   tcase_add_test(tc, version_like_the_other_binaries);
   suite_add_tcase(s, tc);
