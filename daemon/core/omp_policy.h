@@ -6,10 +6,9 @@
  * parallel region spins ~300,000 iterations (a few ms) before it sleeps.
  * The daemon's pool workers, other places' teams and other processes then
  * wait for cores those threads burn, and a region whose team member was
- * descheduled waits for it at the barrier. Measured (review 4 #5, MLP,
- * 2 shared cores under load): 4-22x fewer samples/s (pe-bench; 21-165x through
- * the daemon, load 7-9) than with
- * OMP_WAIT_POLICY=passive, which every published number used.
+ * descheduled waits for it at the barrier. Measured (review 4 #5, MLP on
+ * 2 shared cores): 1.6-165x fewer samples/s than with OMP_WAIT_POLICY=passive
+ * (the more load, the more; README), which every published number used.
  *
  * How. libgomp reads its environment in a library constructor, before
  * main, so a setenv in main is too late for this process. pe_omp_policy_init,
