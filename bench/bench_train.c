@@ -36,6 +36,7 @@
 #include "compiler/pass.h"
 #include "compiler/program.h"
 #include "core/fpenv.h"
+#include "core/omp_policy.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
 #include "json_out.h"
@@ -172,6 +173,9 @@ typedef struct seq_state {
   pe_program *train, *eval;
   pe_scope *scope;
   pe_seq_exec *step, *test;
+  /* The model's generator, shared by its startup, step and eval executors
+   * as the parallel executor's model shares one: the same dropout masks. */
+  pe_rng rng;
 } seq_state;
 
 int pe_bench_train_fail(pe_status *st, const char *what) {
@@ -202,9 +206,11 @@ static int seq_setup(trainer *t) {
     return fail_st(st, "compile eval program");
   s->scope = pe_scope_new(NULL);
   if (!s->scope) return fail_st(pe_error(PE_ENOMEM, "model scope"), "setup");
+  pe_rng_init(&s->rng, t->cfg.seed ? (uint64_t)t->cfg.seed : 1); /* as pe_model_new */
   pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed,
                      .threads = (int)t->cfg.threads,
-                     .keep_denormals = train_cfg_keep_denormals(&t->cfg)};
+                     .keep_denormals = train_cfg_keep_denormals(&t->cfg),
+                     .rng = &s->rng};
   t->threads_used = eo.threads > 0 ? eo.threads : pe_cpu_cores(); /* as pe_device_ctx_init */
   /* The train program's startup block also initialises the optimizer state
    * and learning rate the optimizer pass added. */
@@ -267,18 +273,26 @@ static pe_status *seq_eval(trainer *t, int n, int64_t *correct) {
   return st;
 }
 
+/* The keys the parallel line has, with the same meaning: one thread runs
+ * the ops (the caller's), each kernel on a team of --threads; one place. */
+static void seq_json(trainer *t, FILE *f) {
+  fprintf(f, ",\"pool_workers\":1,\"intra_op_threads\":%d,\"strategy\":\"single\"",
+          t->threads_used);
+}
+
 const train_backend pe_train_sequential = {.executor = "sequential",
                                            .setup = seq_setup,
                                            .step = seq_step,
                                            .eval = seq_eval,
-                                           .teardown = seq_teardown};
+                                           .teardown = seq_teardown,
+                                           .json_extra = seq_json};
 
 /* --- the training run ----------------------------------------------------------- */
 
 static const train_backend *const backends[] = {&pe_train_sequential, &pe_train_parallel};
 
 typedef struct train_result {
-  long steps, samples;
+  long steps, samples, test_examples;
   double train_seconds, eval_seconds, final_loss, final_train_acc, test_acc;
 } train_result;
 
@@ -493,8 +507,22 @@ static int evaluate(trainer *t, train_result *r) {
   }
   r->eval_seconds = now_s() - t0;
   r->test_acc = seen ? (double)correct / (double)seen : 0;
+  r->test_examples = (long)seen;
   pe_batcher_free(bt);
   return rc;
+}
+
+/* Keys of the JSON line besides the loop's and the backend's. "threads"
+ * (--threads as resolved: intra_op_threads for the sequential executor,
+ * pool_workers for the parallel one) stays for scripts written against it;
+ * pool_workers and intra_op_threads mean the same on both (json_extra). */
+static void json_run_keys(const train_result *r) {
+  printf(",\"test_examples\":%ld,\"omp_wait_policy\":", r->test_examples);
+  const char *omp = pe_omp_policy_value();
+  if (omp)
+    cli_json_str(stdout, omp);
+  else
+    printf("null");
 }
 
 /* Set up, train, evaluate and tear down one trainer. */
@@ -599,10 +627,12 @@ int pe_bench_train(int argc, char **argv) {
           isfinite(r.final_loss) ? "true" : "false");
       cli_json_num(stdout, "%.4f", r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
+      json_run_keys(&r);
       if (t.cfg.compare_sequential) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;
         printf(
             ",\"baseline\":{\"executor\":\"sequential\",\"places\":\"cpu:1\",\"threads\":1,"
+            "\"intra_op_threads\":1,\"pool_workers\":1,"
             "\"samples_per_sec\":%.1f,\"train_seconds\":%.3f,\"test_accuracy\":%.4f,"
             "\"final_loss\":",
             bsps, base.train_seconds, base.test_acc);

@@ -7,6 +7,7 @@
 
 #include "bench.h"
 #include "bench_engine.h"
+#include "core/omp_policy.h"
 #include "json_out.h"
 #include "peclient_version.h"
 
@@ -78,6 +79,12 @@ static int run(int argc, char **argv) {
 /* --json promises one JSON line: a failed run prints the failure line
  * (the subcommand's first error); the exit status stays its own. */
 int main(int argc, char **argv) {
+  /* First: it may re-execute pe-bench (core/omp_policy.h); the train line
+   * reports the policy (omp_wait_policy). */
+  if (!pe_omp_policy_init("pe-bench", argv)) {
+    char line[320];
+    fprintf(stderr, "pe-bench: %s\n", pe_omp_policy_describe(line, sizeof line));
+  }
   bool json = false;
   for (int i = 2; i < argc; i++) json = json || !strcmp(argv[i], "--json");
   int rc = run(argc, argv);

@@ -21,8 +21,13 @@
  * the place with the fewest bytes so far (ties: lowest place), which is
  * round-robin for equal sizes and balances optimizer work otherwise.
  * Feeds are per-place lvars: the executor splits the batch along dim 0.
- * Persistables are replicated per place; state the optimizer does not
- * touch (batch-norm running statistics) stays per place, unsynchronised.
+ * Persistables are replicated per place. State a forward op derives from
+ * the batch (batch norm's running statistics: each place sees only its own
+ * rows) gets, after its last writer, a broadcast from place 0, as PyTorch
+ * DDP's broadcast_buffers does: every place then holds place 0's, which is
+ * what the model's value (get_params, checkpoints) is, so a model evaluates
+ * the same live and after a restore (review 4 #6). Ops in test mode
+ * (is_test) leave such state alone and get none.
  *
  * Startup graph: every startup op on place 0 (one generator, so every
  * replica starts from the same values), then, right after the last writer of
@@ -45,9 +50,10 @@
 typedef struct dp_ctx {
   pe_graph *g;
   const pe_block *b;
-  pe_strmap grad_index; /* grad name -> param index + 1 */
-  int *last_writer;     /* [n_params] op index, -1 */
-  bool *sharded;        /* [n_params] updated by a sharded_update node, or NULL */
+  pe_strmap grad_index;  /* grad name -> param index + 1 */
+  pe_strmap batch_state; /* batch-derived persistable -> its last writer's op index + 1 */
+  int *last_writer;      /* [n_params] op index, -1 */
+  bool *sharded;         /* [n_params] updated by a sharded_update node, or NULL */
 } dp_ctx;
 
 /* Node id for op i of the block: desc, def and empty slot tables. */
@@ -314,6 +320,63 @@ static pe_status *find_sharded(dp_ctx *c) {
   return NULL;
 }
 
+static bool in_test_mode(const pe_op_desc *op) {
+  const pe_op_def *def = pe_op_lookup(op->type);
+  const pe_attr_def *ad = def ? pe_op_attr_def(def, "is_test") : NULL;
+  if (!ad) return false;
+  return ad->type == PE_ATTR_BOOL ? pe_attr_b(def, op, "is_test") : pe_attr_i(def, op, "is_test");
+}
+
+static bool is_param(const pe_graph *g, const char *name) {
+  for (int j = 0; j < g->n_params; j++)
+    if (!strcmp(g->params[j], name)) return true;
+  return false;
+}
+
+/* Persistables written by a non-optimizer op fed (transitively) by a feed
+ * (c->batch_state: name -> last such writer + 1): they differ per place. */
+static pe_status *find_batch_state(dp_ctx *c) {
+  const pe_block *b = c->b;
+  pe_strmap batch; /* names derived from the batch */
+  pe_strmap_init(&batch);
+  pe_status *st = NULL;
+  for (int v = 0; !st && v < b->n_vars; v++)
+    if (b->vars[v]->is_feed && !pe_strmap_put(&batch, b->vars[v]->name, (void *)1)) st = OOM();
+  for (int i = 0; !st && i < b->n_ops; i++) {
+    const pe_op_desc *op = b->ops[i];
+    if (is_optimizer(op)) continue;
+    bool dep = false;
+    for (int s = 0; !dep && s < op->n_in; s++)
+      for (int k = 0; !dep && k < op->in[s].n; k++) dep = pe_strmap_get(&batch, op->in[s].args[k]);
+    if (!dep) continue;
+    bool test = in_test_mode(op);
+    for (int s = 0; !st && s < op->n_out; s++)
+      for (int k = 0; !st && k < op->out[s].n; k++) {
+        const char *name = op->out[s].args[k];
+        if (!pe_strmap_put(&batch, name, (void *)1)) st = OOM();
+        const pe_var_desc *d = pe_block_find_var(c->g->prog, b, name);
+        if (st || test || !d || !d->persistable || is_param(c->g, name)) continue;
+        if (!pe_strmap_put(&c->batch_state, name, (void *)(intptr_t)(i + 1))) st = OOM();
+      }
+  }
+  pe_strmap_destroy(&batch);
+  return st;
+}
+
+/* After op i: a broadcast from place 0 of each batch-derived persistable op
+ * i is the last writer of. */
+static pe_status *add_state_broadcasts(dp_ctx *c, int i) {
+  const pe_op_desc *op = c->b->ops[i];
+  for (int s = 0; s < op->n_out; s++)
+    for (int k = 0; k < op->out[s].n; k++) {
+      const char *name = op->out[s].args[k];
+      if ((intptr_t)pe_strmap_get(&c->batch_state, name) != i + 1) continue;
+      PE_TRY(add_collective(c->g, PE_NODE_BROADCAST, name, 0));
+      if (!pe_strmap_put(&c->batch_state, name, (void *)(intptr_t)-1)) return OOM(); /* once */
+    }
+  return NULL;
+}
+
 static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
   pe_graph *g = c->g;
   const pe_block *b = c->b;
@@ -338,6 +401,7 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
   else
     for (int j = 0; j < g->n_params; j++) g->owner[j] = -1;
   if (multi && g->strategy == PE_STRATEGY_SHARDED) PE_TRY(find_sharded(c));
+  if (multi) PE_TRY(find_batch_state(c));
   for (int i = 0; i < b->n_ops; i++) {
     const pe_op_desc *op = b->ops[i];
     bool opt = is_optimizer(op);
@@ -357,6 +421,7 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
       if (c->last_writer[j] == i && !(c->sharded && c->sharded[j]))
         PE_TRY(add_collective(g, reduce ? PE_NODE_REDUCE : PE_NODE_ALL_REDUCE, g->grads[j],
                               g->owner[j]));
+    if (multi) PE_TRY(add_state_broadcasts(c, i));
   }
   /* Fetchable: the loss and the keep list, on every place. */
   for (int p = 0; p < g->n_places; p++) {
@@ -441,12 +506,14 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
   pe_ir_destroy(ir); /* a rerun replaces the graphs */
   pe_graph *g = NULL, *s = NULL;
   PE_TRY(new_graph(ir, o, ir->prog->main_block, &g));
-  dp_ctx c = {g, g->prog->blocks[g->block], {0}, NULL, NULL};
+  dp_ctx c = {g, g->prog->blocks[g->block], {0}, {0}, NULL, NULL};
   pe_strmap_init(&c.grad_index);
+  pe_strmap_init(&c.batch_state);
   pe_status *st = build_main(&c, o);
   free(c.last_writer);
   free(c.sharded);
   pe_strmap_destroy(&c.grad_index);
+  pe_strmap_destroy(&c.batch_state);
   if (!st && ir->prog->startup_block >= 0) {
     st = new_graph(ir, o, ir->prog->startup_block, &s);
     if (!st) st = build_startup(s);

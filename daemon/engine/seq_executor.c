@@ -58,7 +58,8 @@ struct pe_seq_exec {
   pe_device_ctx dev;
   bool dev_init;
   bool keep_denormals; /* pe_exec_opts.keep_denormals */
-  pe_rng rng;          /* the program generator: advances across runs */
+  pe_rng own_rng;      /* the program generator unless opts->rng */
+  pe_rng *rng;         /* the one drawn from: advances across runs */
 };
 
 /* --- compile ------------------------------------------------------------------ */
@@ -129,7 +130,7 @@ static pe_status *compile_op(pe_seq_exec *e, int i) {
                           x->tl,
                           x->tl + def->n_inputs,
                           &x->state,
-                          (def->flags & PE_OP_RANDOM) ? &e->rng : NULL,
+                          (def->flags & PE_OP_RANDOM) ? e->rng : NULL,
                           &e->dev};
   return NULL;
 }
@@ -164,7 +165,8 @@ pe_status *pe_seq_exec_new(const pe_program *p, int block, pe_scope *model_scope
   }
   e->local = e->model ? pe_scope_new(e->model) : NULL;
   uint64_t seed = opts && opts->seed ? opts->seed : 1;
-  pe_rng_init(&e->rng, seed);
+  pe_rng_init(&e->own_rng, seed);
+  e->rng = opts && opts->rng ? opts->rng : &e->own_rng;
   e->keep_denormals = opts && opts->keep_denormals;
   pe_status *st = NULL;
   if (!e->model || !e->local) st = pe_error(PE_ENOMEM, "executor: out of memory");

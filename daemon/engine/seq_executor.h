@@ -15,6 +15,7 @@
 #define PE_ENGINE_SEQ_EXECUTOR_H
 
 #include "compiler/program.h"
+#include "core/rng.h"
 #include "core/scope.h"
 #include "ops/device_ctx.h"
 
@@ -30,6 +31,13 @@ typedef struct pe_exec_opts {
    * and restores the caller's setting after (core/fpenv.h says why);
    * non-zero: run with the caller's setting as it is. */
   int keep_denormals;
+  /* The program generator to draw from, shared by the executors of one
+   * model (its startup and main blocks), as a parallel model's one generator
+   * is: random ops then continue where the startup's initialisers stopped,
+   * and a seeded run draws the dropout masks the parallel executor and the
+   * daemon draw. NULL: the executor's own, seeded with seed, from counter 0.
+   * Must outlive the executor; executors sharing it run one at a time. */
+  pe_rng *rng;
 } pe_exec_opts;
 
 typedef struct pe_seq_exec pe_seq_exec;

@@ -3,11 +3,13 @@
  * Runs in the foreground (the systemd way: Type=notify, logs on stderr).
  * Layers: embedded defaults, then FILE, then the options given here. */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
+#include "core/omp_policy.h"
 #include "server/config.h"
 #include "server/server.h"
 
@@ -31,6 +33,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  /* First: it may re-execute the daemon (core/omp_policy.h). */
+  bool omp_ok = pe_omp_policy_init("pe-executord", argv);
   static const struct option opts[] = {{"config", required_argument, NULL, 'c'},
                                        {"socket", required_argument, NULL, 's'},
                                        {"places", required_argument, NULL, 'p'},
@@ -74,6 +78,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   pe_log_set_level(cfg.log_level);
+  char omp_line[320];
+  if (omp_ok)
+    PE_LOGI("%s", pe_omp_policy_describe(omp_line, sizeof omp_line));
+  else
+    PE_LOGW("%s", pe_omp_policy_describe(omp_line, sizeof omp_line));
   pe_server *s;
   st = pe_server_new(&cfg, config_path, ov, n_ov, &s);
   if (st) {

@@ -163,6 +163,31 @@ START_TEST(failures_end_with_json) {
 }
 END_TEST
 
+/* Both executors' lines have the same thread keys with the same meaning
+ * (review 4 #13: "threads" was intra-op threads on one, pool workers on the
+ * other): on cpu:1 both run one op at a time on a team of all the cores,
+ * and say so; and the keys pe-client train --json has for the same thing. */
+START_TEST(thread_keys_mean_the_same_on_both_executors) {
+  const char *json, *err;
+  char seq[1 << 14];
+  ck_assert_int_eq(bench("train --model mlp --steps 2 --json", &json, &err), 0);
+  snprintf(seq, sizeof seq, "%s", json);
+  ck_assert_int_eq(
+      bench("train --model mlp --executor parallel --places cpu:1 --steps 2 --json", &json, &err),
+      0);
+  const char *lines[2] = {seq, json};
+  for (int i = 0; i < 2; i++) {
+    ck_assert_msg(json_num(lines[i], "intra_op_threads") == pe_cpu_cores() &&
+                      json_num(lines[i], "pool_workers") == 1,
+                  "%d cores: %s", pe_cpu_cores(), lines[i]);
+    ck_assert_msg(
+        strstr(lines[i], "\"strategy\":\"single\"") && json_num(lines[i], "test_examples") == 10000,
+        "%s", lines[i]);
+  }
+  ck_assert_msg(json_num(seq, "final_loss") == json_num(json, "final_loss"), "%s\n%s", seq, json);
+}
+END_TEST
+
 /* A model file whose input is not one 28x28 image per sample is refused
  * before any feed is cut (a larger one used to read past the images). */
 START_TEST(input_size_must_match_the_images) {
@@ -224,6 +249,40 @@ START_TEST(version_like_the_other_binaries) {
 }
 END_TEST
 
+/* With dropout, the sequential executor draws the masks the parallel one
+ * draws (review 4 #10): both continue the model's generator after the
+ * startup's initialisers, so --compare-sequential compares one computation.
+ * The sequential loss equals the parallel cpu:1 loss to the last digit, as
+ * without dropout. */
+START_TEST(dropout_same_on_both_executors) {
+  const char *json, *err;
+  char path[] = "/tmp/pe-bench-do-XXXXXX", args[1024], seq[1 << 14];
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  const char *text =
+      "name mlpdo\nbatch 64\ninput image 784\nlabel label\nfc 128 act=relu\ndropout 0.3\n"
+      "fc 10\nloss softmax_with_cross_entropy\naccuracy\noptimizer momentum lr=0.1 mu=0.9\n";
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  snprintf(args, sizeof args, "train --model '%s' --steps 8 --json", path);
+  ck_assert_msg(bench(args, &json, &err) == 0, "%s", err);
+  snprintf(seq, sizeof seq, "%s", json);
+  snprintf(args, sizeof args,
+           "train --model '%s' --steps 8 --executor parallel --places cpu:1 "
+           "--compare-sequential --json",
+           path);
+  ck_assert_msg(bench(args, &json, &err) == 0, "%s", err);
+  unlink(path);
+  double ls = json_num(seq, "final_loss"), lp = json_num(json, "final_loss");
+  ck_assert_msg(
+      isfinite(ls) && ls == lp && json_num(seq, "test_accuracy") == json_num(json, "test_accuracy"),
+      "sequential %s\nparallel %s", seq, json);
+  /* the baseline inside the parallel line is the same run */
+  const char *b = strstr(json, "\"baseline\":");
+  ck_assert_msg(b && json_num(b, "final_loss") == lp, "%s", json);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("bench_cli");
   TCase *tc = tcase_create("bench_cli");
@@ -232,6 +291,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, unknown_model_names_both_kinds);
   tcase_add_test(tc, input_size_must_match_the_images);
   tcase_add_test(tc, failures_end_with_json);
+  tcase_add_test(tc, thread_keys_mean_the_same_on_both_executors);
+  tcase_add_test(tc, dropout_same_on_both_executors);
   tcase_add_test(tc, help_goes_to_stdout);
   tcase_add_test(tc, version_like_the_other_binaries);
   suite_add_tcase(s, tc);
