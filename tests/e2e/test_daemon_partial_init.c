@@ -26,8 +26,10 @@ typedef struct trainer_arg {
   uint64_t handle;
   const char *loss;
   dh_batch *b;
-  atomic_int done; /* requests answered so far */
-  char error[512]; /* the first failure ("" when none) */
+  atomic_int done;  /* requests answered so far */
+  atomic_int pause; /* the trainer waits before request `pause` until the init is sent (-1: none) */
+  atomic_bool sent; /* the other client is sending its init */
+  char error[512];  /* the first failure ("" when none) */
 } trainer_arg;
 
 /* The trainer's thread: its own socket, REQUESTS runs one after another. */
@@ -36,6 +38,13 @@ static void *trainer_main(void *p) {
   int s = dh_connect(a->d, 30000);
   char *fl[] = {(char *)a->loss};
   for (int i = 0; i < REQUESTS && !a->error[0]; i++) {
+    /* Hold here until the other client's register has returned, so that
+     * its init, not a slow register on a loaded machine, meets the
+     * requests still to come; then leave the init a little time per
+     * request so that the runs do not all end before it is answered. */
+    if (i == atomic_load(&a->pause))
+      while (!atomic_load(&a->sent)) dh_sleep_ms(1);
+    if (i > atomic_load(&a->pause) && atomic_load(&a->pause) >= 0) dh_sleep_ms(5);
     Pe__RunRequest run;
     Pe__Request rq = dh_run_req(TRAINER, &run, a->handle, a->b->feeds, 2, fl, 1, STEPS);
     Pe__Reply *rep = dh_call(s, &rq);
@@ -84,7 +93,7 @@ START_TEST(test_init_during_training_loses_no_step) {
     snprintf(model, sizeof model, "race%d", t);
     dh_optimizer = NULL;
     uint64_t h = dh_setup_model(s, OTHER, &mlp, model, 7, false, NULL);
-    trainer_arg a = {&d, h, mlp.loss, &b, 0, ""};
+    trainer_arg a = {&d, h, mlp.loss, &b, 0, 10 + 30 * t, false, ""};
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, trainer_main, &a), 0);
     /* Another client registers the model with adam's state and inits it
@@ -93,6 +102,7 @@ START_TEST(test_init_during_training_loses_no_step) {
     dh_optimizer = &od;
     uint64_t h2 = dh_register(s, OTHER, &mlp, model, 7, false, NULL, NULL);
     dh_optimizer = NULL;
+    atomic_store(&a.sent, true);
     ck_assert(dh_init_ok(s, OTHER, h2));
     int at_init = atomic_load(&a.done);
     pthread_join(th, NULL);
