@@ -57,30 +57,40 @@ static uint8_t *slurp(const char *path, size_t *len) {
   return buf;
 }
 
-static bool log_has(const dh_daemon *d, const char *needle) {
-  size_t n;
-  uint8_t *log = slurp(d->log, &n);
-  if (!log) return false;
-  char *z = realloc(log, n + 1);
-  z[n] = 0;
-  bool has = strstr(z, needle) != NULL;
-  free(z);
-  return has;
+/* The test's usual start: a daemon, a connection, the mlp registered as
+ * `model` (seed) with its startup run, batch *b made and `steps` steps run;
+ * the program's handle. */
+typedef struct trained {
+  dh_daemon d;
+  int s;
+  pe_model_spec mlp;
+  dh_batch b;
+  uint64_t h;
+  float loss; /* of the last step */
+} trained;
+
+static void train_start(trained *t, const char *model, uint64_t seed, bool persistent,
+                        uint32_t steps) {
+  dh_start(&t->d, NULL);
+  t->s = dh_connect(&t->d, 30000);
+  t->mlp = dh_mlp();
+  t->h = dh_setup_model(t->s, CLIENT, &t->mlp, model, seed, persistent, NULL);
+  dh_batch_make(&t->b, 16, (unsigned)seed);
+  t->loss = dh_run_loss(t->s, CLIENT, t->h, &t->b, t->mlp.loss, steps);
 }
 
 /* A NaN loss fails the run at its step, naming model, loss and step; the
  * steps before it (and it) stay applied; with or without the loss among
  * the fetches, stepped or batched. check_finite = false trains on. */
 START_TEST(test_nonfinite_loss_stops_the_run) {
-  dh_daemon d = {0};
-  dh_start(&d, NULL);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "div", 3, false, NULL);
-  dh_batch b;
-  dh_batch_make(&b, 16, 3);
-  float clean = dh_run_loss(s, CLIENT, h, &b, mlp.loss, 2);
-  ck_assert(isfinite(clean));
+  trained t = {0};
+  train_start(&t, "div", 3, false, 2);
+  ck_assert(isfinite(t.loss));
+  dh_daemon d = t.d;
+  int s = t.s;
+  pe_model_spec mlp = t.mlp;
+  dh_batch b = t.b;
+  uint64_t h = t.h;
   poison(s, "div");
 
   /* The loss fetched, 3 steps: step 0 fails, and says it stays applied. */
@@ -129,14 +139,12 @@ END_TEST
  * keeps the file; the shutdown checkpoint keeps the last good one, which
  * the next start restores. */
 START_TEST(test_nonfinite_values_are_not_saved) {
-  dh_daemon d = {0};
-  dh_start(&d, NULL);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "pm", 4, true, NULL);
-  dh_batch b;
-  dh_batch_make(&b, 16, 4);
-  dh_run_loss(s, CLIENT, h, &b, mlp.loss, 2);
+  trained t = {0};
+  train_start(&t, "pm", 4, true, 2);
+  dh_daemon d = t.d;
+  int s = t.s;
+  pe_model_spec mlp = t.mlp;
+  dh_batch b = t.b;
   Pe__Reply *rep = checkpoint(s, true, "pm", "good");
   dh_ok(rep);
   pe__reply__free_unpacked(rep, NULL);
@@ -153,7 +161,7 @@ START_TEST(test_nonfinite_values_are_not_saved) {
 
   dh_start(&d, NULL);
   s = dh_connect(&d, 30000);
-  h = dh_register(s, CLIENT, &mlp, "pm", 4, true, NULL, NULL); /* restored */
+  dh_register(s, CLIENT, &mlp, "pm", 4, true, NULL, NULL); /* restored */
   poison(s, "pm");
   rep = checkpoint(s, true, "pm", "good");
   dh_err(rep, PE_EINVAL, "'fc_2.b'");
@@ -162,7 +170,7 @@ START_TEST(test_nonfinite_values_are_not_saved) {
   pe__reply__free_unpacked(rep, NULL);
   nn_close(s);
   dh_stop(&d, SIGTERM); /* the shutdown checkpoint fails: exit status 1 */
-  ck_assert(log_has(&d, "non-finite"));
+  ck_assert(dh_log_has(&d, "non-finite"));
 
   size_t n1, n2;
   uint8_t *good1 = slurp(good, &n1), *restart1 = slurp(restart, &n2);
@@ -195,14 +203,12 @@ END_TEST
 /* A model without values (registered, no Init): save is refused and the
  * file there stays; a file with no tensors does not load. */
 START_TEST(test_empty_save_and_load_refused) {
-  dh_daemon d = {0};
-  dh_start(&d, NULL);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "em", 5, false, NULL);
-  dh_batch b;
-  dh_batch_make(&b, 16, 5);
-  dh_run_loss(s, CLIENT, h, &b, mlp.loss, 1);
+  trained t = {0};
+  train_start(&t, "em", 5, false, 1);
+  dh_daemon d = t.d;
+  int s = t.s;
+  pe_model_spec mlp = t.mlp;
+  dh_batch b = t.b;
   Pe__Reply *rep = checkpoint(s, true, "em", "best");
   dh_ok(rep);
   pe__reply__free_unpacked(rep, NULL);

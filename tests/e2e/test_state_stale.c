@@ -6,21 +6,6 @@
 #include "server/checkpoint_file.h"
 #include "test_assert.h"
 
-static bool log_has(const dh_daemon *d, const char *needle) {
-  uint8_t *log = NULL;
-  size_t n;
-  pe_status *st = pe_read_file(d->log, (size_t)1 << 30, &log, &n);
-  if (st) {
-    pe_status_free(st);
-    return false;
-  }
-  char *z = realloc(log, n + 1);
-  z[n] = 0;
-  bool has = strstr(z, needle) != NULL;
-  free(z);
-  return has;
-}
-
 /* Temporaries of interrupted writes go at start, logged; other files stay. */
 START_TEST(test_stale_temporaries_removed_at_start) {
   dh_daemon d = {0};
@@ -39,7 +24,7 @@ START_TEST(test_stale_temporaries_removed_at_start) {
   for (int i = 0; i < 2; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, stale[i]);
     ck_assert_msg(access(path, F_OK) != 0, "%s is still there", path);
-    ck_assert_msg(log_has(&d, path), "the log does not name %s", path);
+    ck_assert_msg(dh_log_has(&d, path), "the log does not name %s", path);
   }
   for (int i = 0; i < 4; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, kept[i]);
