@@ -44,8 +44,9 @@ static pe_status *check_saveable(const pe_srv_model *m, const pe_ckpt_entry *e, 
     int64_t bad = pe_tensor_nonfinite(&e[i].t, &first);
     if (!bad) continue;
     char shape[PE_SHAPE_STRLEN];
-    PE_LOGW("model '%s': persistable '%s' has %lld non-finite value(s): not saved, %s/%s kept",
-            m->name, e[i].name, (long long)bad, dir, file);
+    PE_LOGW(
+        "model '%s': persistable '%s' has %lld non-finite value(s): not saved, %s/%s left as it is",
+        m->name, e[i].name, (long long)bad, dir, file);
     return pe_error(PE_EINVAL,
                     "model '%s': persistable '%s' %s has %lld non-finite value(s) of %lld (the "
                     "first, at flat index %lld, is %s): the model has diverged or was given "

@@ -14,11 +14,11 @@ pe_status *pe_run_finite_check(const pe_srv_program *p, const char *loss, const 
   int64_t first;
   if (!pe_tensor_nonfinite(t, &first)) return NULL;
   return pe_error(PE_EINVAL,
-                  "run: model '%s': the loss '%s' is %s at step %llu: training diverged (or a feed "
-                  "holds NaN/Inf); the step's update was applied, so the parameters may be "
-                  "non-finite now (checkpoint writes refuse such values and keep the last good "
-                  "file: load it, lower the learning rate or clip gradients; config [runtime] "
-                  "check_finite = false trains on regardless)",
+                  "run: model '%s': the loss '%s' is %s at step %llu of the request: training "
+                  "diverged (or a feed holds NaN/Inf); the step's update was applied, so the "
+                  "parameters may be non-finite now (checkpoint writes refuse such values and "
+                  "keep the last good file: load it, lower the learning rate or clip gradients; "
+                  "config [runtime] check_finite = false trains on regardless)",
                   p->model->name, loss, pe_tensor_nonfinite_str(t, first),
                   (unsigned long long)step);
 }
