@@ -130,6 +130,50 @@ START_TEST(batch_norm_fused_relu_keeps_nan) {
 }
 END_TEST
 
+/* Max pooling: a window with a NaN anywhere gives NaN (oneDNN's skipped it:
+ * 2, or -FLT_MAX for a window of NaNs), other windows are unchanged, and
+ * the window's gradient goes to its first NaN. */
+static void max_pool_attrs(pe_op_desc *op) {
+  pe_op_set_string(op, "pooling_type", "max");
+  pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
+  pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
+  pe_op_set_ints(op, "paddings", 2, (int64_t[]){0, 0});
+}
+
+START_TEST(max_pool_keeps_nan) {
+  const int at[4] = {0, 1, 4, 5}; /* window (0, 0) of a 4x4 plane */
+  for (int k = 0; k < 5; k++) {
+    pe_scope *s = pe_scope_new(NULL);
+    float v[16];
+    for (int i = 0; i < 16; i++) v[i] = (float)(i % 5) - 2;
+    for (int q = 0; q < 4; q++)
+      if (q >= k) v[at[q]] = NAN; /* from position k on: k 0 the whole window */
+    if (k == 4) v[at[3]] = NAN;   /* k 4: the last one only */
+    ph_set_f32(s, "x", PE_SHAPE(1, 1, 4, 4), v);
+    pe_op_desc *op = ph_op("pool2d", "X", "x", NULL, "Out", "out", NULL);
+    max_pool_attrs(op);
+    dt_run_free(s, op);
+    const float *o = pe_f32(ph_get(s, "out"));
+    ck_assert_msg(isnan(o[0]), "case %d: out[0] = %g", k, o[0]);
+    for (int wi = 1; wi < 4; wi++) { /* the other windows: their maxima */
+      int r0 = 2 * (wi / 2), c0 = 2 * (wi % 2);
+      float m = v[r0 * 4 + c0];
+      for (int q = 1; q < 4; q++) m = fmaxf(m, v[(r0 + q / 2) * 4 + c0 + q % 2]);
+      ck_assert_msg(o[wi] == m, "case %d: out[%d] = %g, want %g", k, wi, o[wi], m);
+    }
+    ph_set_f32(s, "dout", PE_SHAPE(1, 1, 2, 2), (float[]){1, 1, 1, 1});
+    op = ph_op("pool2d_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL, "X@GRAD", "dx",
+               NULL);
+    max_pool_attrs(op);
+    dt_run_free(s, op);
+    int first = k == 4 ? at[3] : at[k];
+    ck_assert_msg(pe_f32(ph_get(s, "dx"))[first] == 1, "case %d: dx[%d] = %g, want 1", k, first,
+                  pe_f32(ph_get(s, "dx"))[first]);
+    pe_scope_free(s);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ops_act_nan");
   TCase *tc = tcase_create("core");
@@ -139,6 +183,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, matmul_fused_relu_keeps_nan);
   tcase_add_test(tc, conv_fused_relu_keeps_nan);
   tcase_add_test(tc, batch_norm_fused_relu_keeps_nan);
+  tcase_add_test(tc, max_pool_keeps_nan);
   suite_add_tcase(s, tc);
   return s;
 }
