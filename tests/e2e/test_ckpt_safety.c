@@ -79,6 +79,15 @@ static void train_start(trained *t, const char *model, uint64_t seed, bool persi
   t->loss = dh_run_loss(t->s, CLIENT, t->h, &t->b, t->mlp.loss, steps);
 }
 
+/* The end of such a test: its daemon stopped by SIGTERM (exit 0), all freed. */
+static void train_end(dh_daemon *d, int s, pe_model_spec *mlp, dh_batch *b) {
+  dh_batch_free(b);
+  pe_model_spec_release(mlp);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(d, SIGTERM), 0);
+  dh_cleanup(d);
+}
+
 /* A NaN loss fails the run at its step, naming model, loss and step; the
  * steps before it (and it) stay applied; with or without the loss among
  * the fetches, stepped or batched. check_finite = false trains on. */
@@ -127,11 +136,7 @@ START_TEST(test_nonfinite_loss_stops_the_run) {
   poison(s, "div");
   ck_assert(isnan(dh_run_loss(s, CLIENT, h, &b, mlp.loss, 2)));
 
-  dh_batch_free(&b);
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
+  train_end(&d, s, &mlp, &b);
 }
 END_TEST
 
@@ -192,11 +197,7 @@ START_TEST(test_nonfinite_values_are_not_saved) {
   free(good1);
   free(restart0);
   free(restart1);
-  dh_batch_free(&b);
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
+  train_end(&d, s, &mlp, &b);
 }
 END_TEST
 
@@ -250,11 +251,7 @@ START_TEST(test_empty_save_and_load_refused) {
 
   free(b0);
   free(b1);
-  dh_batch_free(&b);
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
+  train_end(&d, s, &mlp, &b);
 }
 END_TEST
 
