@@ -1,7 +1,8 @@
 /* NaN through the activations (review 4 #7): relu keeps NaN as PyTorch's
  * does (oneDNN's relu, and its post-op in conv2d and matmul, gave 0 and hid
  * a corrupt input behind a finite loss), in the plain op and in the fused
- * relu of matmul, conv2d and batch_norm; relu's gradient passes dy where
+ * relu of matmul, conv2d, batch_norm and the residual add; max pooling;
+ * relu's gradient passes dy where
  * the mask value is NaN (PyTorch's threshold_backward); tanh and sigmoid
  * give NaN for NaN. */
 #include <check.h>
@@ -174,6 +175,34 @@ START_TEST(max_pool_keeps_nan) {
 }
 END_TEST
 
+/* The residual add + relu (fuse_add_act): same shapes and broadcast, NaN
+ * kept; the gradient passes dy where Out is NaN. */
+START_TEST(add_fused_relu_keeps_nan) {
+  for (int bc = 0; bc < 2; bc++) {
+    pe_scope *s = pe_scope_new(NULL);
+    ph_set_uniform(s, "x", PE_SHAPE(2, 3, 4, 4), -1, 1, 1);
+    if (bc)
+      ph_set_uniform(s, "y", PE_SHAPE(3), -1, 1, 2);
+    else
+      ph_set_uniform(s, "y", PE_SHAPE(2, 3, 4, 4), -1, 1, 2);
+    pe_f32(ph_get(s, "x"))[17] = NAN;
+    pe_op_desc *op = ph_op("elementwise_add", "X", "x", "Y", "y", NULL, "Out", "out", NULL);
+    pe_op_set_int(op, "axis", bc ? 1 : -1);
+    pe_op_set_string(op, "fuse_activation", "relu");
+    dt_run_free(s, op);
+    expect_nan_at(s, "out", 17, bc ? "fused add, broadcast" : "fused add");
+    ph_set_uniform(s, "dout", PE_SHAPE(2, 3, 4, 4), 1, 2, 3);
+    pe_op_desc *g = ph_op("elementwise_add_grad", "X", "x", "Y", "y", "Out", "out", "Out@GRAD",
+                          "dout", NULL, "X@GRAD", "dx", NULL);
+    pe_op_set_int(g, "axis", bc ? 1 : -1);
+    pe_op_set_string(g, "fuse_activation", "relu");
+    dt_run_free(s, g);
+    ck_assert_float_eq(pe_f32(ph_get(s, "dx"))[17], pe_f32(ph_get(s, "dout"))[17]);
+    pe_scope_free(s);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ops_act_nan");
   TCase *tc = tcase_create("core");
@@ -184,6 +213,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, conv_fused_relu_keeps_nan);
   tcase_add_test(tc, batch_norm_fused_relu_keeps_nan);
   tcase_add_test(tc, max_pool_keeps_nan);
+  tcase_add_test(tc, add_fused_relu_keeps_nan);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -252,6 +252,12 @@ static pe_status *pool_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
  * backwards with a select instead of a branch (which element holds the
  * maximum is data-dependent: a branch mispredicted on most windows made
  * the first version slower than oneDNN's recompute-and-backward). */
+/* x is its window's maximum m; a NaN maximum (max_pool_nan) is its window's
+ * first NaN's. */
+static inline int is_max(float x, float m) {
+  return x == m || (m != m && x != x);
+}
+
 static void max_pool_grad_plane(const pool_params *p, int64_t h, int64_t w, int64_t oh, int64_t ow,
                                 const float *x, const float *out, const float *dout, float *dx) {
   memset(dx, 0, (size_t)(h * w) * sizeof(float));
@@ -266,8 +272,7 @@ static void max_pool_grad_plane(const pool_params *p, int64_t h, int64_t w, int6
       float m = out[i * ow + j];
       int64_t first = -1;
       for (int64_t r = r1 - 1; r >= r0; r--)
-        for (int64_t q = c1 - 1; q >= c0; q--)
-          first = x[r * w + q] == m || (m != m && x[r * w + q] != x[r * w + q]) ? r * w + q : first;
+        for (int64_t q = c1 - 1; q >= c0; q--) first = is_max(x[r * w + q], m) ? r * w + q : first;
       if (first >= 0) dx[first] += dout[i * ow + j];
     }
   }
@@ -314,7 +319,15 @@ static void max_pool_grad(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor 
 #pragma omp parallel for if (planes * h * w > PE_POOL_PAR_MIN) num_threads(nt) schedule(static)
   for (int64_t k = 0; k < planes; k++) {
     const float *xk = xf + k * h * w, *ok = of + k * oh * ow, *gk = gf + k * oh * ow;
-    if (k2s2)
+    /* A plane with a NaN window (max_pool_nan) takes the general loop, whose
+     * is_max gives the gradient to the first NaN: a check of Out (x - x is
+     * 0 unless NaN or Inf) keeps the 2x2 loop's compares as they were. */
+    float any = 0;
+    if (k2s2) {
+#pragma omp simd reduction(+ : any)
+      for (int64_t q = 0; q < oh * ow; q++) any += ok[q] - ok[q];
+    }
+    if (k2s2 && any == any)
       max_pool_grad_plane_2x2(h, w, oh, ow, xk, ok, gk, df + k * h * w);
     else
       max_pool_grad_plane(&p, h, w, oh, ow, xk, ok, gk, df + k * h * w);
