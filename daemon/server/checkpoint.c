@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/finite.h"
 #include "core/log.h"
 
 /* Checkpoints larger than this are refused on load (a corrupt or foreign
@@ -22,6 +23,39 @@ pe_status *pe_checkpoint_path(const char *state_dir, const char *model, const ch
   if (a < 0 || b < 0 || (size_t)a >= dir_len || (size_t)b >= file_len)
     return pe_error(PE_EINVAL, "checkpoint '%s' of model '%s': path too long under %s", name, model,
                     state_dir);
+  return NULL;
+}
+
+/* What a save must not write over the file dir/file (review 4 #2, #3): no
+ * tensor at all (a model registered but never trained, loaded or restored:
+ * an empty file would replace a good one), or a non-finite value (a
+ * diverged model: its NaNs would replace the last good checkpoint, the
+ * restart checkpoint included). The error names the model, the first such
+ * variable and the file, which is left as it is. */
+static pe_status *check_saveable(const pe_srv_model *m, const pe_ckpt_entry *e, int n,
+                                 const char *dir, const char *file) {
+  if (!n)
+    return pe_error(PE_EINVAL,
+                    "model '%s' has no values (not trained, loaded or restored since the daemon "
+                    "started): nothing to save; %s/%s left as it is",
+                    m->name, dir, file);
+  for (int i = 0; i < n; i++) {
+    int64_t first;
+    int64_t bad = pe_tensor_nonfinite(&e[i].t, &first);
+    if (!bad) continue;
+    char shape[PE_SHAPE_STRLEN];
+    PE_LOGW(
+        "model '%s': persistable '%s' has %lld non-finite value(s): not saved, %s/%s left as it is",
+        m->name, e[i].name, (long long)bad, dir, file);
+    return pe_error(PE_EINVAL,
+                    "model '%s': persistable '%s' %s has %lld non-finite value(s) of %lld (the "
+                    "first, at flat index %lld, is %s): the model has diverged or was given "
+                    "non-finite values; not saved, %s/%s left as it is (load a good checkpoint "
+                    "into the model, or drop-model to start afresh)",
+                    m->name, e[i].name, pe_shape_str(&e[i].t.shape, shape, sizeof shape),
+                    (long long)bad, (long long)pe_shape_numel(&e[i].t.shape), (long long)first,
+                    pe_tensor_nonfinite_str(&e[i].t, first), dir, file);
+  }
   return NULL;
 }
 
@@ -64,6 +98,7 @@ static pe_status *save_as(const char *state_dir, pe_srv_model *m, const char *na
   if (skipped)
     PE_LOGD("model '%s': save '%s' skips %d persistables without a value", m->name, name, skipped);
   n = kept;
+  if (!st) st = check_saveable(m, e, n, dir, file);
   uint8_t *buf = NULL;
   size_t len = 0;
   if (!st) st = pe_ckpt_encode(e, n, &mark, &buf, &len);
@@ -155,6 +190,17 @@ static pe_status *load_checked(const char *state_dir, pe_srv_model *m, const cha
   if (st) {
     *unread = true;
     return st;
+  }
+  /* An empty file (a save of a model without values, before saves refused
+   * it) would "load" and change nothing: the user would think the model
+   * holds the checkpoint's values. */
+  if (known && n == 0) {
+    pe_ckpt_entries_free(e, n);
+    pe_model_mark_release(&restore);
+    return pe_error(PE_EINVAL,
+                    "checkpoint %s holds no tensors (a save of a model that had no values): "
+                    "nothing to load; model '%s' is unchanged",
+                    full, m->name);
   }
   const char **names = malloc((n ? (size_t)n : 1) * sizeof *names);
   pe_tensor *vals = malloc((n ? (size_t)n : 1) * sizeof *vals);

@@ -23,7 +23,11 @@
 /* path: malloc'd absolute path of the file; bytes: its size. A client's
  * Save: the model's restart checkpoint name (m->restart_name, config
  * shutdown_checkpoint) is refused (PE_EINVAL), since the daemon overwrites
- * that file and drop-model removes it; Load of it is allowed. */
+ * that file and drop-model removes it; Load of it is allowed. Every write
+ * (these two, autosave, shutdown) is refused (PE_EINVAL, the file left as
+ * it is) for a model with no values, or with a NaN/Inf value, naming the
+ * first such variable (review 4 #2, #3). A Load of a file with no tensors
+ * is refused (PE_EINVAL). */
 pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char *name, char **path,
                               uint64_t *bytes);
 /* The restart checkpoint (autosave, shutdown): written as m->restart_name. */

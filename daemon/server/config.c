@@ -72,6 +72,7 @@ static const char embedded_defaults[] =
     "worker_threads = 0\n"
     "sync = event\n"
     "flush_denormals = true\n"
+    "check_finite = true\n"
     "[state]\n"
     "checkpoint_on_shutdown = true\n"
     "shutdown_checkpoint = shutdown\n"
@@ -280,6 +281,11 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
     if (!strcmp(key, "flush_denormals")) {
       if (!parse_bool(value, &bv)) return BAD("expected true or false");
       c->flush_denormals = bv;
+      return NULL;
+    }
+    if (!strcmp(key, "check_finite")) {
+      if (!parse_bool(value, &bv)) return BAD("expected true or false");
+      c->check_finite = bv;
       return NULL;
     }
   } else if (!strcmp(section, "state")) {
@@ -497,6 +503,7 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->checkpoint_interval_s = src->checkpoint_interval_s;
   dst->dedup_entries = src->dedup_entries;
   dst->dedup_bytes = src->dedup_bytes;
+  dst->check_finite = src->check_finite;
 }
 
 pe_status *pe_config_build(pe_srv_config *c, const char *path, const pe_config_override *ov,

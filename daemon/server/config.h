@@ -6,7 +6,7 @@
  * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
  * max message, max programs, memory per client, max steps per request,
  * max program ops and vars, memory per run, checkpoint_on_shutdown,
- * checkpoint interval, reply cache sizes.
+ * checkpoint interval, reply cache sizes, check_finite.
  * Everything else (socket, places, worker threads, state dir, ...:
  * pe_config_restart_changes) needs a restart. A reload builds the config
  * the way the start did (pe_config_build), so the command line still wins
@@ -39,6 +39,8 @@ typedef struct pe_srv_config {
   char *sync;         /* "event" | "producer" */
   /* Kernel threads flush denormals to zero (core/fpenv.h). */
   bool flush_denormals;
+  /* A training run stops at a non-finite loss (run_finite.h); reloadable. */
+  bool check_finite;
   /* [state] */
   char *state_dir; /* checkpoints live under it */
   bool checkpoint_on_shutdown;

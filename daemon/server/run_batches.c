@@ -16,9 +16,11 @@
 
 #include "engine/prefetch_steps.h"
 #include "server/run_cancel.h"
+#include "server/run_finite.h"
 
 typedef struct batch_src {
   const pe_run_batches *rb;
+  const pe_srv_program *p;
   int64_t rows;      /* per mini-batch */
   uint32_t produced; /* batches sized so far */
   uint32_t cur;      /* the batch being filled */
@@ -99,6 +101,10 @@ static pe_status *step_done(void *ctx, int64_t step, int64_t samples, const pe_t
     size_t n = pe_tensor_bytes(f);
     memcpy((char *)out->data + (size_t)step * n, f->data, n);
   }
+  /* A non-finite loss stops the run after its (applied) step. */
+  if (rb->loss_index >= 0 && rb->loss_index < n_fetch)
+    PE_TRY(pe_run_finite_check(b->p, rb->fetch[rb->loss_index], &fetched[rb->loss_index],
+                               (uint64_t)step));
   if (rb->deadline && step + 1 < rb->batches && pe_now_s() > rb->deadline)
     return pe_error(PE_EDEADLINE, "run: timeout of %u ms reached after %lld of %u steps",
                     rb->timeout_ms, (long long)step + 1, rb->batches);
@@ -113,7 +119,7 @@ pe_status *pe_srv_run_batches(pe_runtime *rt, pe_srv_program *p, const pe_run_ba
   if (rb->n_feeds < 1 || rb->n_feeds > PE_PREFETCH_STEPS_MAX_INPUTS)
     return pe_error(PE_EINVAL, "run: %d feeds with batches %u (1 to %d)", rb->n_feeds, rb->batches,
                     PE_PREFETCH_STEPS_MAX_INPUTS);
-  batch_src b = {.rb = rb, .stacked = stacked};
+  batch_src b = {.rb = rb, .p = p, .stacked = stacked};
   /* Every feed: dim 0 a multiple of batches, the same rows per batch. */
   for (int i = 0; i < rb->n_feeds; i++) {
     const pe_tensor *t = rb->feeds[i].t;

@@ -34,6 +34,8 @@ typedef struct pe_run_batches {
   uint32_t batches; /* > 1 */
   const char *const *fetch;
   int n_fetch;
+  /* The fetch that is the loss a step checks (run_finite.h); -1: none. */
+  int loss_index;
   const pe_run_opts *opts;
   double deadline;     /* pe_now_s() clock; 0: none */
   uint32_t timeout_ms; /* for the message */

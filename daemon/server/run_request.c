@@ -10,6 +10,7 @@
 #include "server/programs.h"
 #include "server/run_batches.h"
 #include "server/run_cancel.h"
+#include "server/run_finite.h"
 #include "server/run_memory.h"
 #include "server/shm.h"
 #include "server/wire_tensor.h"
@@ -105,7 +106,8 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   uint32_t steps = rq->steps ? rq->steps : 1;
   /* batches > 1: the feeds hold that many mini-batches (run_batches.h). */
   uint32_t batches = rq->batches;
-  uint32_t max = pe_server_limits(s).max_steps;
+  pe_limits lim = pe_server_limits(s);
+  uint32_t max = lim.max_steps;
   if (steps > max || batches > max)
     return pe_error(PE_EINVAL,
                     "run: %s %u exceeds the cap of %u steps per request (config [limits] "
@@ -215,14 +217,27 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   for (int i = 0; i < nx && !st; i++)
     if (!rq->fetch[i] || !rq->fetch[i][0])
       st = pe_error(PE_EINVAL, "run: fetch name %d is empty", i);
-  if (!st && nx) {
-    fetched = pe_arena_alloc(c->a, sizeof *fetched * (size_t)nx);
+  /* A training run checks its loss each step (run_finite.h): fetched as
+   * fetch li, one past the client's when it did not ask for it (n_all). */
+  const char *loss = st ? NULL : pe_run_finite_loss(p, lim.check_finite);
+  const char **fetch = (const char **)rq->fetch;
+  int n_all = nx, li = -1;
+  for (int i = 0; loss && i < nx && li < 0; i++)
+    if (!strcmp(rq->fetch[i], loss)) li = i;
+  if (loss && li < 0) {
+    fetch = pe_arena_alloc(c->a, sizeof *fetch * (size_t)(nx + 1));
+    if (!fetch) st = OOM("run");
+    for (int i = 0; i < nx && !st; i++) fetch[i] = rq->fetch[i];
+    if (!st) fetch[li = n_all++] = loss;
+  }
+  if (!st && n_all) {
+    fetched = pe_arena_alloc(c->a, sizeof *fetched * (size_t)n_all);
     /* Zeroed (empty) tensors; their buffers move to arena owners below. */
     if (!fetched) st = OOM("run");
   }
   pe_tensor **owned = NULL;
-  if (!st && nx) {
-    owned = pe_arena_alloc(c->a, sizeof *owned * (size_t)nx);
+  if (!st && n_all) {
+    owned = pe_arena_alloc(c->a, sizeof *owned * (size_t)n_all);
     if (!owned) st = OOM("run");
   }
   pe_timeline *tl = NULL;
@@ -244,8 +259,9 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
                            .pins = (const pe_shm_pin *const *)pins,
                            .n_feeds = nf,
                            .batches = batches,
-                           .fetch = (const char *const *)rq->fetch,
-                           .n_fetch = nx,
+                           .fetch = fetch,
+                           .n_fetch = n_all,
+                           .loss_index = li,
                            .opts = &ro,
                            .deadline = deadline,
                            .timeout_ms = rq->options ? rq->options->timeout_ms : 0,
@@ -261,11 +277,15 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
           break;
         }
         if (done > 0 && (st = pe_run_guard_check(&guard, done, steps))) break;
-        st = pe_par_exec_run(p->exec, feeds, nf, (const char *const *)rq->fetch, nx, fetched, &ro,
-                             &stats);
+        st = pe_par_exec_run(p->exec, feeds, nf, fetch, n_all, fetched, &ro, &stats);
         if (st && steps > 1) st = pe_status_wrap(st, "step %u", done);
         if (st) break;
         atomic_store(&entry->done, done + 1);
+        /* A non-finite loss: this step was applied, and stops the run. */
+        if (li >= 0 && (st = pe_run_finite_check(p, loss, &fetched[li], done))) {
+          done++;
+          break;
+        }
       }
     }
     atomic_fetch_add(&s->runs_total, done);
@@ -274,7 +294,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   pe_run_memory_end(s, p, &mem);
   double t1 = pe_now_s();
   /* Fetched buffers belong to the arena from here on. */
-  for (int i = 0; fetched && i < nx; i++) {
+  for (int i = 0; fetched && i < n_all; i++) {
     pe_tensor *t = pe_arena_tensor(c->a);
     if (t) {
       *t = fetched[i];

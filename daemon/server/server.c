@@ -20,6 +20,7 @@
 #include "server/autosave.h"
 #include "server/checkpoint.h"
 #include "server/checkpoint_file.h"
+#include "server/checkpoint_stale.h"
 #include "server/client_tag.h"
 #include "server/dispatch.h"
 #include "server/programs.h"
@@ -78,7 +79,8 @@ pe_limits pe_server_limits(pe_server *s) {
                  s->cfg.max_program_vars,
                  s->cfg.memory_per_run,
                  s->cfg.memory_runs_total,
-                 s->cfg.memory_kept_per_program};
+                 s->cfg.memory_kept_per_program,
+                 s->cfg.check_finite};
   pthread_mutex_unlock(&s->cfg_mu);
   return l;
 }
@@ -165,6 +167,8 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_c
    * it opens devices or reads a checkpoint (state_lock.h). */
   if (!st) st = pe_mkdir_p(s->cfg.state_dir, 0750);
   if (!st) st = pe_state_lock(s->cfg.state_dir, &s->state_lock);
+  /* The only writer now: temporaries left by a crash are stale. */
+  if (!st) pe_ckpt_remove_stale(s->cfg.state_dir);
   if (!st)
     st = pe_status_wrap(pe_server_resolve_places(s->cfg.places, &s->place_kind, &s->n_places),
                         "config [runtime] places");

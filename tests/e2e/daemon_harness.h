@@ -231,6 +231,17 @@ static inline int dh_stop(dh_daemon *d, int sig) {
   return st;
 }
 
+/* Whether the daemon's log (so far) contains needle. */
+static inline bool dh_log_has(const dh_daemon *d, const char *needle) {
+  FILE *f = fopen(d->log, "r");
+  if (!f) return false;
+  char line[4096];
+  bool has = false;
+  while (!has && fgets(line, sizeof line, f)) has = strstr(line, needle) != NULL;
+  fclose(f);
+  return has;
+}
+
 static inline bool dh_alive(const dh_daemon *d) {
   int st;
   return d->pid > 0 && waitpid(d->pid, &st, WNOHANG) == 0;

@@ -124,13 +124,22 @@ START_TEST(start_epoch_continues_the_order) {
 }
 END_TEST
 
-/* A diverged run: its --json line says null for the loss, and parses. */
+/* A diverged run: by default the daemon stops it at its first NaN loss
+ * (run_finite.h) and train exits non-zero naming it; with check_finite =
+ * false it trains on, and its --json line says null for the loss, and
+ * parses. */
 START_TEST(diverged_run_json_is_json) {
   cd_daemon d;
   cd_start(&d);
-  CLI_OK(&d,
-         "--json train --model mlp --model-name nl --lr 100000 --lr-schedule constant "
-         "--epochs 1 --limit 640 --eval-every 1 --quiet");
+  const char *div =
+      "--json train --model mlp --model-name nl --lr 100000 --lr-schedule constant "
+      "--epochs 1 --limit 640 --eval-every 1 --quiet";
+  ck_assert_int_ne(cli(&d, d.dir, div), 0);
+  const char *err = slurp(d.dir, "err");
+  ck_assert_msg(strstr(err, "the loss 'mean_0.out' is nan at step"), "%s", err);
+  cd_stop(&d);
+  cd_start_conf(&d, "[runtime]\ncheck_finite = false\n");
+  CLI_OK(&d, div);
   const char *j = last_line(d.dir);
   ck_assert_msg(strstr(j, "\"final_loss\":null,\"final_loss_finite\":false"), "%s", j);
   assert_strict_json(&d, j);

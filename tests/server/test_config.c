@@ -27,6 +27,7 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.run_threads, 0); /* as many as request_threads */
   ck_assert_int_eq(c.worker_threads, 0);
   ck_assert(c.flush_denormals);
+  ck_assert(c.check_finite);
   ck_assert(c.checkpoint_on_shutdown);
   ck_assert_int_eq(c.max_message, 64 << 20);
   ck_assert_int_eq(c.max_programs, 256);
@@ -72,6 +73,7 @@ START_TEST(test_file_layers) {
       "worker_threads = 3\n"
       "sync = producer\n"
       "flush_denormals = off\n"
+      "check_finite = false\n"
       "[state]\n"
       "dir = /tmp/pe-state\n"
       "checkpoint_on_shutdown = no\n"
@@ -103,6 +105,7 @@ START_TEST(test_file_layers) {
   ck_assert_int_eq(c.worker_threads, 3);
   ck_assert_str_eq(c.sync, "producer");
   ck_assert(!c.flush_denormals);
+  ck_assert(!c.check_finite);
   ck_assert_str_eq(c.state_dir, "/tmp/pe-state");
   ck_assert(!c.checkpoint_on_shutdown);
   ck_assert_double_eq(c.checkpoint_interval_s, 0.5);
@@ -126,6 +129,7 @@ START_TEST(test_file_layers) {
   ck_assert_int_eq(d.memory_per_run, 3LL << 30);
   ck_assert_int_eq(d.memory_runs_total, 5LL << 30);
   ck_assert_int_eq(d.memory_kept_per_program, 0);
+  ck_assert(!d.check_finite);
   ck_assert_int_eq(d.log_level, PE_LOG_DEBUG);
   ck_assert_str_eq(d.places, "auto"); /* not reloadable */
   pe_config_free(&d);

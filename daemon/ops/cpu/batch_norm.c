@@ -31,6 +31,7 @@
 
 #include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
 
 enum { BN_X, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR };
@@ -112,7 +113,7 @@ static bn_dims bn_dims_of(const pe_tensor *x) {
 #define BN_PIECE 256
 
 /* Channel c's sum and sum of squares (or, with dy, sum of dy and of dy*x;
- * with y too, of the masked dy, y > 0 ? dy : 0: a fused relu's gradient),
+ * with y too, of the masked dy, pe_relu_grad(y, dy): a fused relu's gradient),
  * in double: M = N*S terms of either sign. */
 static void bn_sums(const float *x, const float *dy, const float *y, bn_dims d, int64_t c,
                     double *s1, double *s2) {
@@ -130,7 +131,7 @@ static void bn_sums(const float *x, const float *dy, const float *y, bn_dims d, 
         float g[BN_PIECE];
         for (int64_t k = 0; k < w; k++) {
           float v = gr[k0 + k]; /* loaded unconditionally: the select vectorizes */
-          g[k] = yr[k0 + k] > 0 ? v : 0.0f;
+          g[k] = pe_relu_grad(yr[k0 + k], v);
         }
         const float *xp = xr + k0;
 #pragma omp simd reduction(+ : a, b)
@@ -158,7 +159,7 @@ static void bn_sums(const float *x, const float *dy, const float *y, bn_dims d, 
   *s2 = b;
 }
 
-/* y = x * mul + add over channel c; relu: max(that, 0), in the same pass. */
+/* y = x * mul + add over channel c; relu: pe_relu of that, in the same pass. */
 static void bn_affine(const float *x, float *y, bn_dims d, int64_t c, float mul, float add,
                       bool relu) {
   for (int64_t i = 0; i < d.n; i++) {
@@ -167,8 +168,7 @@ static void bn_affine(const float *x, float *y, bn_dims d, int64_t c, float mul,
     if (relu) {
 #pragma omp simd
       for (int64_t k = 0; k < d.sp; k++) {
-        float v = xr[k] * mul + add;
-        yr[k] = v > 0 ? v : 0.0f;
+        yr[k] = pe_relu(xr[k] * mul + add); /* NaN stays NaN (relu.h) */
       }
     } else {
 #pragma omp simd
@@ -190,7 +190,7 @@ static void bn_dx(const float *x, const float *dy, const float *y, float *dx, bn
 #pragma omp simd
       for (int64_t q = 0; q < d.sp; q++) {
         float g = gr[q]; /* loaded unconditionally: the select vectorizes */
-        o[q] = (yr[q] > 0 ? g : 0.0f) * k + xr[q] * kx + k0;
+        o[q] = pe_relu_grad(yr[q], g) * k + xr[q] * kx + k0;
       }
     } else {
 #pragma omp simd

@@ -11,9 +11,10 @@
  *
  * Fused bias and relu (pass fuse_conv_act, docs/ops.md): with a Bias [O]
  * input the convolution adds it (oneDNN's bias argument), and with
- * fuse_activation "relu" it applies relu as a post-op, so Output is
- * relu(conv + bias) written in one pass. The gradient masks Output@GRAD
- * with Output > 0 (relu's gradient from its output) into an entry buffer,
+ * fuse_activation "relu" it applies relu over Output right after
+ * (pe_relu, relu.h: NaN stays NaN, which oneDNN's relu post-op maps to 0).
+ * The gradient masks Output@GRAD with pe_relu_grad(Output, .) (relu's
+ * gradient from its output) into an entry buffer,
  * then runs the two backward passes on it; Bias@GRAD comes from the
  * weights pass (oneDNN's diff_bias), or from a per-channel sum when the
  * filter needs no gradient. */
@@ -21,6 +22,7 @@
 
 #include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
 
 enum { CV_IN, CV_FILTER, CV_BIAS };
@@ -156,8 +158,9 @@ static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_
   return pe_dnnl_check(s, c, "convolution memory desc");
 }
 
-/* bias, relu: the fused forward; the gradients' hint is the plain one. */
-static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, bool bias, bool relu,
+/* bias: the fused forward; the gradients' hint is the plain one (a fused
+ * relu is applied after the primitive, conv_kernel). */
+static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, bool bias,
                               dnnl_primitive_desc_t *pd) {
   dnnl_convolution_desc_t cd;
   PE_TRY(pe_dnnl_check(
@@ -165,8 +168,7 @@ static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, bool bias, bool r
           &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any,
           bias ? &d->bia : NULL, &d->dst_any, d->strides, d->dilates, d->pad, d->pad),
       c, "convolution forward desc"));
-  return pe_dnnl_pd_post(c, &cd, NULL, relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef,
-                         "convolution forward primitive desc", pd);
+  return pe_dnnl_pd(c, &cd, NULL, "convolution forward primitive desc", pd);
 }
 
 static pe_status *conv_key(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *w,
@@ -186,7 +188,7 @@ static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape 
   conv_descs d;
   dnnl_primitive_desc_t pd;
   PE_TRY(conv_descs_make(c, x, w, &d));
-  PE_TRY(conv_fwd_pd(c, &d, bias, conv_relu(c->def, c->desc), &pd));
+  PE_TRY(conv_fwd_pd(c, &d, bias, &pd));
   /* The bias stays plain ([O], format a): no stage. */
   static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
   pe_dnnl_prim *p;
@@ -213,7 +215,9 @@ static pe_status *conv_kernel(pe_kernel_ctx *c) {
                pe_dnnl_stage_handle(e, &s[FS_WEI], w->data),
                pe_dnnl_stage_handle(e, &s[FS_DST], out->data), b ? b->data : NULL};
   PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d"));
-  return pe_dnnl_stage_out(c, e, &s[FS_DST], out->data);
+  PE_TRY(pe_dnnl_stage_out(c, e, &s[FS_DST], out->data));
+  if (conv_relu(c->def, c->desc)) pe_relu_f32(c, out->data, out->data, pe_tensor_numel(out));
+  return NULL;
 }
 
 /* Grad entry: prims[0] backward data, prims[1] backward weights (both
@@ -234,7 +238,7 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   PE_TRY(pe_dnnl_entry_buffer(c, e, relu ? (size_t)pe_shape_numel(out) * sizeof(float) : 0, &buf));
   PE_TRY(pe_dnnl_entry_buffer(c, e, bias ? (size_t)w->d[0] * sizeof(float) : 0, &buf));
   PE_TRY(conv_descs_make(c, x, w, &d));
-  PE_TRY(conv_fwd_pd(c, &d, false, false, &hint));
+  PE_TRY(conv_fwd_pd(c, &d, false, &hint));
   dnnl_convolution_desc_t cd;
   pe_dnnl_prim *p;
   pe_status *st = pe_dnnl_check(dnnl_dilated_convolution_backward_data_desc_init(
@@ -274,17 +278,6 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   return st;
 }
 
-/* dz = dout where out > 0, else 0: relu's gradient from its output. dout
- * is loaded unconditionally so that GCC turns the select into a vector
- * blend (a conditional load keeps the loop scalar and branchy). */
-static void relu_mask(pe_kernel_ctx *c, float *dz, const float *dout, const float *out, int64_t n) {
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    float g = dout[i];
-    dz[i] = out[i] > 0.f ? g : 0.f;
-  }
-}
-
 /* db[o] = sum over n, h, w of dz[n, o, h, w] (NCHW), in double. */
 static void bias_grad(pe_kernel_ctx *c, float *db, const float *dz, const pe_shape *s) {
   int64_t nb = s->d[0], o = s->d[1], hw = s->d[2] * s->d[3];
@@ -321,7 +314,7 @@ static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
     if (!out || pe_tensor_numel(out) != pe_tensor_numel(dout))
       return pe_kernel_error(c, PE_ESHAPE, "fused relu: Output must have Output@GRAD's shape");
     g = e->bufs[GB_DZ];
-    relu_mask(c, g, dout->data, out->data, pe_tensor_numel(dout));
+    pe_relu_grad_f32(c, g, out->data, dout->data, pe_tensor_numel(dout));
   }
   if (db && !dw) bias_grad(c, pe_f32(db), g, &dout->shape);
   const pe_dnnl_stage *s = e->stages;

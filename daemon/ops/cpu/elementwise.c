@@ -9,7 +9,8 @@
  *
  * Fused relu (pass fuse_add_act, docs/ops.md): elementwise_add with
  * fuse_activation "relu" writes relu(X + Y), and its gradient, which then
- * also gets Out (the mask), writes Out@GRAD masked by Out > 0 to X@GRAD and
+ * also gets Out (the mask), writes Out@GRAD masked by Out (pe_relu_grad,
+ * relu.h: NaN keeps dy, as relu keeps NaN) to X@GRAD and
  * Y@GRAD: each one pass over memory when X, Y and Out have the same size
  * (the pass fuses only those: a residual block's sum); with broadcasting,
  * the add then the relu in place, and the masked gradient into a temporary
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
 
 /* Slot indices, in the order of the tables below. */
@@ -122,12 +124,11 @@ static void add_relu_f32(const float *a, const float *b, float *o, int64_t n, in
     if (b) { /* two loops: b is never loaded when NULL */
 #pragma omp simd
       for (int64_t i = lo; i < hi; i++) {
-        float v = a[i] + b[i];
-        o[i] = v > 0.0f ? v : 0.0f;
+        o[i] = pe_relu(a[i] + b[i]); /* NaN stays NaN (relu.h) */
       }
     } else {
 #pragma omp simd
-      for (int64_t i = lo; i < hi; i++) o[i] = a[i] > 0.0f ? a[i] : 0.0f;
+      for (int64_t i = lo; i < hi; i++) o[i] = pe_relu(a[i]);
     }
   }
 }
@@ -178,7 +179,7 @@ static pe_status *ew_grad_one(pe_kernel_ctx *c, pe_binop op, float sign, const p
   return st;
 }
 
-/* d1 (and d2 when given) = out > 0 ? dout : 0; each may alias dout. dout
+/* d1 (and d2 when given) = pe_relu_grad(out, dout); each may alias dout. dout
  * is loaded whatever the mask, so that the select vectorizes (a
  * conditional load made it a branch per element). */
 static void relu_mask_f32(const float *out, const float *dout, float *d1, float *d2, int64_t n,
@@ -191,7 +192,7 @@ static void relu_mask_f32(const float *out, const float *dout, float *d1, float 
 #pragma omp simd
       for (int64_t i = lo; i < hi; i++) {
         float g = dout[i];
-        g = out[i] > 0.0f ? g : 0.0f;
+        g = pe_relu_grad(out[i], g);
         d1[i] = g;
         d2[i] = g;
       }
@@ -199,7 +200,7 @@ static void relu_mask_f32(const float *out, const float *dout, float *d1, float 
 #pragma omp simd
       for (int64_t i = lo; i < hi; i++) {
         float g = dout[i];
-        d1[i] = out[i] > 0.0f ? g : 0.0f;
+        d1[i] = pe_relu_grad(out[i], g);
       }
     }
   }

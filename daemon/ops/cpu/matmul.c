@@ -10,14 +10,17 @@
  * Fused fully-connected layers (pass fuse_conv_act, docs/ops.md): with a
  * Bias [N] input (Y 2-D, y_num_col_dims 1) the product adds it to every
  * row (oneDNN's bias argument, a [1,N] broadcast), and with
- * fuse_activation "relu" it applies relu as a post-op, so Out is
- * relu(X·Y + bias) written once. The gradient masks Out@GRAD with Out > 0
- * (relu's gradient from its output) into an entry buffer, runs both
+ * fuse_activation "relu" it applies relu over Out right after (pe_relu,
+ * relu.h: NaN stays NaN, which oneDNN's relu post-op maps to 0; the
+ * output is then in cache for the small layers, one extra pass for large
+ * ones). The gradient masks Out@GRAD with pe_relu_grad(Out, .) (relu's
+ * gradient from its output) into an entry buffer, runs both
  * products on it, and sums its columns for Bias@GRAD in the same pass. */
 #include <string.h>
 
 #include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
 
 /* Bias is input slot 2 in both rows, as in conv.c (the grad maker copies
@@ -119,10 +122,11 @@ static pe_status *matmul_grad_infer(pe_infer_ctx *c) {
 }
 
 /* One oneDNN matmul a[m,k]·b[k,n] -> c[m,n]; ta/tb: a/b buffers hold the
- * transposed matrix; bias: plus a [1,n] row broadcast over the rows; relu:
- * relu post-op. Args order: SRC, WEIGHTS, DST (, BIAS). */
+ * transposed matrix; bias: plus a [1,n] row broadcast over the rows (a
+ * fused relu is applied after the primitive, matmul_kernel). Args order:
+ * SRC, WEIGHTS, DST (, BIAS). */
 static pe_status *mm_build(pe_kernel_ctx *c, pe_dnnl_entry *e, int64_t m, int64_t k, int64_t n,
-                           bool ta, bool tb, bool bias, bool relu) {
+                           bool ta, bool tb, bool bias) {
   dnnl_memory_desc_t a, b, o, bia;
   dnnl_matmul_desc_t md;
   PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&a, m, k, ta), c, "matmul src desc"));
@@ -132,8 +136,7 @@ static pe_status *mm_build(pe_kernel_ctx *c, pe_dnnl_entry *e, int64_t m, int64_
   PE_TRY(
       pe_dnnl_check(dnnl_matmul_desc_init(&md, &a, &b, bias ? &bia : NULL, &o), c, "matmul desc"));
   dnnl_primitive_desc_t pd;
-  PE_TRY(pe_dnnl_pd_post(c, &md, NULL, relu ? dnnl_eltwise_relu : dnnl_alg_kind_undef,
-                         "matmul primitive desc", &pd));
+  PE_TRY(pe_dnnl_pd(c, &md, NULL, "matmul primitive desc", &pd));
   static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
   pe_dnnl_prim *p;
   pe_status *st = pe_dnnl_entry_add(c, e, pd, args, bias ? 4 : 3, "matmul primitive", &p);
@@ -159,10 +162,12 @@ static pe_status *matmul_kernel(pe_kernel_ctx *c) {
   bool fresh;
   PE_TRY(mm_lookup(c, x, y, &d, &e, &fresh));
   if (fresh)
-    PE_TRY(pe_dnnl_cache_built(
-        c, e, mm_build(c, e, d.m, d.k, d.n, false, false, b != NULL, mm_relu(c->def, c->desc))));
+    PE_TRY(pe_dnnl_cache_built(c, e, mm_build(c, e, d.m, d.k, d.n, false, false, b != NULL)));
   void *h[] = {x->data, y->data, out->data, b ? b->data : NULL};
-  return pe_dnnl_run(c, &e->prims[0], h, "matmul");
+  PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "matmul"));
+  /* relu after, not as oneDNN's post-op, which maps NaN to 0 (relu.h). */
+  if (mm_relu(c->def, c->desc)) pe_relu_f32(c, out->data, out->data, d.m * d.n);
+  return NULL;
 }
 
 /* Columns per block of mask_colsum (double accumulators on the stack). */
@@ -191,7 +196,7 @@ static void mask_colsum(pe_kernel_ctx *c, float *restrict dz, const float *restr
          * select and the widening sum apart, not together. */
         for (int64_t j = 0; j < w; j++) {
           float gj = gr[j]; /* loaded unconditionally: the select vectorizes */
-          z[j] = o[j] > 0.f ? gj : 0.f;
+          z[j] = pe_relu_grad(o[j], gj);
         }
         for (int64_t j = 0; j < w; j++) acc[j] += z[j];
       } else {
@@ -210,8 +215,8 @@ static pe_status *matmul_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const mm
                                     bool relu) {
   void *buf;
   PE_TRY(pe_dnnl_entry_buffer(c, e, relu ? (size_t)(d->m * d->n) * sizeof(float) : 0, &buf));
-  PE_TRY(mm_build(c, e, d->m, d->n, d->k, false, true, false, false)); /* dOut[M,N]·Yᵀ[N,K] */
-  return mm_build(c, e, d->k, d->m, d->n, true, false, false, false);  /* Xᵀ[K,M]·dOut[M,N] */
+  PE_TRY(mm_build(c, e, d->m, d->n, d->k, false, true, false)); /* dOut[M,N]·Yᵀ[N,K] */
+  return mm_build(c, e, d->k, d->m, d->n, true, false, false);  /* Xᵀ[K,M]·dOut[M,N] */
 }
 
 static pe_status *matmul_grad_kernel(pe_kernel_ctx *c) {

@@ -7,6 +7,9 @@
  * Paddings must be smaller than the window so that no window lies wholly in
  * padding (an exclusive average over it would divide by zero).
  *
+ * Max pooling keeps NaN as PyTorch's does (max_pool_nan below): a window
+ * with a NaN gives NaN, and its gradient goes to the first NaN.
+ *
  * Max-pool backward (Paddle's rule): each output's gradient goes to the
  * first element of its window, in row-major order, whose value equals the
  * output. pool2d_grad has X and Out, so a direct loop over the windows
@@ -159,6 +162,42 @@ static pe_status *pool_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape 
   return st;
 }
 
+/* oneDNN's max pooling skips a NaN (a window of NaNs gives -FLT_MAX);
+ * PyTorch's gives NaN, and so does ours (review 4 #7: a NaN must reach the
+ * loss). One counting pass over X (vectorized); only when it finds a NaN,
+ * each output whose window holds one becomes NaN. */
+static void max_pool_nan(pe_kernel_ctx *c, const pe_tensor *x, pe_tensor *out) {
+  int64_t n = pe_tensor_numel(x);
+  const float *xf = pe_f32(x);
+  /* x - x is 0, NaN for NaN (and Inf: then the scan finds nothing): one
+   * vector subtract and add per element. */
+  float any = 0;
+  if (n <= PE_POOL_PAR_MIN) {
+#pragma omp simd reduction(+ : any)
+    for (int64_t i = 0; i < n; i++) any += xf[i] - xf[i];
+  } else {
+#pragma omp parallel for simd num_threads(pe_kernel_threads(c)) reduction(+ : any)
+    for (int64_t i = 0; i < n; i++) any += xf[i] - xf[i];
+  }
+  if (any == any) return;
+  const int64_t *xd = x->shape.d;
+  pool_params p;
+  pool_params_k(c, xd[2], xd[3], &p);
+  int64_t planes = xd[0] * xd[1], h = xd[2], w = xd[3], oh = out->shape.d[2], ow = out->shape.d[3];
+  float *of = pe_f32(out);
+  for (int64_t k = 0; k < planes; k++)
+    for (int64_t i = 0; i < oh; i++)
+      for (int64_t j = 0; j < ow; j++) {
+        int64_t r0 = i * p.strides[0] - p.paddings[0], c0 = j * p.strides[1] - p.paddings[1];
+        int64_t r1 = r0 + p.ksize[0] < h ? r0 + p.ksize[0] : h;
+        int64_t c1 = c0 + p.ksize[1] < w ? c0 + p.ksize[1] : w;
+        for (int64_t r = r0 < 0 ? 0 : r0; r < r1; r++)
+          for (int64_t q = c0 < 0 ? 0 : c0; q < c1; q++)
+            if (xf[k * h * w + r * w + q] != xf[k * h * w + r * w + q])
+              of[k * oh * ow + i * ow + j] = xf[k * h * w + r * w + q];
+      }
+}
+
 static pe_status *pool_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, PL_X, 0), *out = pe_kout(c, PL_OUT, 0);
   pe_dnnl_entry *e;
@@ -166,7 +205,9 @@ static pe_status *pool_kernel(pe_kernel_ctx *c) {
   PE_TRY(pe_dnnl_cache_lookup_shape(c, &x->shape, &e, &fresh));
   if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, pool_build(c, e, &x->shape)));
   void *h[] = {x->data, out->data};
-  return pe_dnnl_run(c, &e->prims[0], h, "pool2d");
+  PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "pool2d"));
+  if (strcmp(pe_attr_s(c->def, c->desc, "pooling_type"), "max") == 0) max_pool_nan(c, x, out);
+  return NULL;
 }
 
 /* max: prims[0] forward training (SRC, DST, WORKSPACE), prims[1] backward
@@ -211,6 +252,12 @@ static pe_status *pool_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
  * backwards with a select instead of a branch (which element holds the
  * maximum is data-dependent: a branch mispredicted on most windows made
  * the first version slower than oneDNN's recompute-and-backward). */
+/* x is its window's maximum m; a NaN maximum (max_pool_nan) is its window's
+ * first NaN's. */
+static inline int is_max(float x, float m) {
+  return x == m || (m != m && x != x);
+}
+
 static void max_pool_grad_plane(const pool_params *p, int64_t h, int64_t w, int64_t oh, int64_t ow,
                                 const float *x, const float *out, const float *dout, float *dx) {
   memset(dx, 0, (size_t)(h * w) * sizeof(float));
@@ -225,7 +272,7 @@ static void max_pool_grad_plane(const pool_params *p, int64_t h, int64_t w, int6
       float m = out[i * ow + j];
       int64_t first = -1;
       for (int64_t r = r1 - 1; r >= r0; r--)
-        for (int64_t q = c1 - 1; q >= c0; q--) first = x[r * w + q] == m ? r * w + q : first;
+        for (int64_t q = c1 - 1; q >= c0; q--) first = is_max(x[r * w + q], m) ? r * w + q : first;
       if (first >= 0) dx[first] += dout[i * ow + j];
     }
   }
@@ -272,7 +319,15 @@ static void max_pool_grad(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor 
 #pragma omp parallel for if (planes * h * w > PE_POOL_PAR_MIN) num_threads(nt) schedule(static)
   for (int64_t k = 0; k < planes; k++) {
     const float *xk = xf + k * h * w, *ok = of + k * oh * ow, *gk = gf + k * oh * ow;
-    if (k2s2)
+    /* A plane with a NaN window (max_pool_nan) takes the general loop, whose
+     * is_max gives the gradient to the first NaN: a check of Out (x - x is
+     * 0 unless NaN or Inf) keeps the 2x2 loop's compares as they were. */
+    float any = 0;
+    if (k2s2) {
+#pragma omp simd reduction(+ : any)
+      for (int64_t q = 0; q < oh * ow; q++) any += ok[q] - ok[q];
+    }
+    if (k2s2 && any == any)
       max_pool_grad_plane_2x2(h, w, oh, ow, xk, ok, gk, df + k * h * w);
     else
       max_pool_grad_plane(&p, h, w, oh, ow, xk, ok, gk, df + k * h * w);
