@@ -403,16 +403,8 @@ static int trainer_setup(trainer *t, bool eval_only) {
   if (!eval_only && t->cfg.init_from && (rc = init_from(t))) return rc;
   /* --lr-schedule spans this run: a model trained before keeps its step
    * counter (model state), which would start the schedule part-way. */
-  if (!eval_only && t->cfg.recipe.schedule) {
-    int64_t zero = 0;
-    pe_client_tensor v = {.name = PE_LR_STEP_COUNTER,
-                          .dtype = PE_B_I64,
-                          .ndim = 1,
-                          .shape = {1},
-                          .data = &zero,
-                          .nbytes = sizeof zero};
-    if ((code = pe_client_set_params(t->c, t->ns, &v, 1))) return cli_fail(t->ctx, t->c, code);
-  }
+  if (!eval_only && t->cfg.recipe.schedule && (code = trainer_set_i64(t, PE_LR_STEP_COUNTER, 0)))
+    return cli_fail(t->ctx, t->c, code);
   return alloc_batches(t);
 }
 

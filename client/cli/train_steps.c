@@ -189,14 +189,7 @@ static double current_lr(trainer *t) {
  * epoch repeated after a daemon restart writes the same value). */
 static int count_epoch(trainer *t, long ep) {
   if (!t->counts) return CLI_OK;
-  int64_t done = ep + t->cfg.start_epoch - 1;
-  pe_client_tensor v = {.name = CLI_EPOCHS_DONE,
-                        .dtype = PE_B_I64,
-                        .ndim = 1,
-                        .shape = {1},
-                        .data = &done,
-                        .nbytes = sizeof done};
-  int code = pe_client_set_params(t->c, t->ns, &v, 1);
+  int code = trainer_set_i64(t, CLI_EPOCHS_DONE, ep + t->cfg.start_epoch - 1);
   return code ? cli_fail_at(t->ctx, t->c, code, "the epoch count") : CLI_OK;
 }
 

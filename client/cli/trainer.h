@@ -90,6 +90,13 @@ static inline long trainer_steps_per_epoch(const trainer *t) {
   return t->cfg.steps && t->cfg.steps < per_epoch ? t->cfg.steps : per_epoch;
 }
 
+/* Sets the model's int64 [1] variable name to v (SetParams); the code. */
+static inline int trainer_set_i64(trainer *t, const char *name, int64_t v) {
+  pe_client_tensor x = {
+      .name = name, .dtype = PE_B_I64, .ndim = 1, .shape = {1}, .data = &v, .nbytes = sizeof v};
+  return pe_client_set_params(t->c, t->ns, &x, 1);
+}
+
 /* This command initialised the model's parameters (it had no values):
  * train started afresh, eval evaluated untrained ones. */
 static inline bool trainer_fresh(const trainer *t) {
