@@ -104,9 +104,21 @@ void cli_json_begin(const cli_ctx *ctx);
  * daemon's or libpeclient's code name, USAGE or FAILED. */
 void cli_finish(const cli_ctx *ctx, int rc);
 
+/* The epochs a model has been trained by pe-client train (int64 [1]): a
+ * persistable every training program of pe-client declares (0 from its
+ * startup), which train sets at each epoch's end, so the next train
+ * continues the data order. The model keeps it (checkpoints, the restart,
+ * export and import). */
+#define CLI_EPOCHS_DONE "trainer.epochs_done"
+
 /* mlp | cnn (built in) | a model file (a path, or any name that is an
- * existing file). Prints the error and returns -1 on failure. */
+ * existing file); a training program (one with an optimizer) declares
+ * CLI_EPOCHS_DONE. Prints the error and returns -1 on failure. */
 int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out);
+
+/* m's program declares CLI_EPOCHS_DONE (m->bytes replaced when it did
+ * not); false when it cannot (no startup block, out of memory). */
+bool cli_model_declare_epochs(pe_model_spec *m);
 
 /* Register m under model namespace ns: the training program, or with
  * for_test the evaluation program. The fetch names a trainer uses are kept

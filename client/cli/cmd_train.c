@@ -70,7 +70,7 @@ static const cli_opt train_opts[] = {
      "start from a file of pe-client export: the variables this program has, learning_rate "
      "excepted"},
     {"start-epoch", CLI_INT, offsetof(train_cfg, start_epoch), 1, 1000000,
-     "the first epoch's number: its shuffle order (1; N + 1 continues a model trained N epochs)"},
+     "the first epoch's number and shuffle order (the model's epochs done + 1; a fresh model 1)"},
     {"batch", CLI_INT, offsetof(train_cfg, batch), 1, 1 << 16, "batch size (mlp 128, cnn 64)"},
     {"steps", CLI_INT, offsetof(train_cfg, steps), 1, 1L << 40, "cap on steps per epoch"},
     {"steps-per-request", CLI_INT, offsetof(train_cfg, per_request), 1, 1024,
@@ -258,10 +258,11 @@ static int keep_declared(trainer *t, const pe_client_program *prog) {
 
 /* --init-from takes a variable the training program has, except
  * learning_rate: the run's rate is the program's (the flag's, the model
- * file's). Another model's optimizer state is left out that way too. */
+ * file's), and the epoch count: the run starts at epoch 1 (--start-epoch
+ * aside). Another model's optimizer state is left out that way too. */
 static bool init_from_takes(const char *name, void *arg) {
   const trainer *t = arg;
-  if (!strcmp(name, "learning_rate")) return false;
+  if (!strcmp(name, "learning_rate") || !strcmp(name, CLI_EPOCHS_DONE)) return false;
   for (size_t i = 0; i < t->n_declared; i++)
     if (!strcmp(t->declared[i], name)) return true;
   return false;
@@ -282,6 +283,44 @@ static int init_from(trainer *t) {
   return rc;
 }
 
+/* The run's first epoch, when --start-epoch did not say: the model's epoch
+ * count + 1; 1 with --init-from (another model's values start a run) or
+ * a count that cannot be read. */
+static int find_start_epoch(trainer *t) {
+  if (t->cfg.start_epoch) return CLI_OK;
+  t->cfg.start_epoch = 1;
+  if (!t->counts || t->cfg.init_from) return CLI_OK;
+  const char *name = CLI_EPOCHS_DONE;
+  const pe_client_tensor *v = NULL;
+  size_t n = 0;
+  int code = pe_client_get_params(t->c, t->ns, &name, 1, &v, &n);
+  if (code) return cli_fail(t->ctx, t->c, code);
+  int64_t done;
+  if (n == 1 && v[0].dtype == PE_B_I64 && v[0].nbytes == sizeof done) {
+    memcpy(&done, v[0].data, sizeof done);
+    if (done > 0 && done < 1000000) t->cfg.start_epoch = (long)done + 1;
+  }
+  return CLI_OK;
+}
+
+#define ADDED_SHOWN 6 /* names the notice lists; the count says the rest */
+
+/* Init's added state, for the notice: its names but the epoch count's, the
+ * first ADDED_SHOWN (as many as fit) as "a, b, ..." in t->added. */
+static void note_added(trainer *t) {
+  const char *const *names;
+  size_t n = pe_client_init_added(t->c, &names), len = 0, shown = 0;
+  t->n_added = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!strcmp(names[i], CLI_EPOCHS_DONE)) continue;
+    size_t room = sizeof t->added - len;
+    if (shown < ADDED_SHOWN && strlen(names[i]) + 8 < room) /* + ", ..." */
+      len += (size_t)snprintf(t->added + len, room, "%s%s", shown++ ? ", " : "", names[i]);
+    t->n_added++;
+  }
+  if (shown < t->n_added) snprintf(t->added + len, sizeof t->added - len, ", ...");
+}
+
 /* Load model and data, connect, register (train unless eval_only) + eval,
  * initialise. */
 static int trainer_setup(trainer *t, bool eval_only) {
@@ -297,6 +336,11 @@ static int trainer_setup(trainer *t, bool eval_only) {
     return cli_usage(t->ctx, "--batch %ld is larger than the %lld training examples%s",
                      t->cfg.batch, (long long)t->train->n, t->cfg.limit ? " (--limit)" : "");
   if (!eval_only && (rc = apply_recipe(t))) return rc;
+  /* The training program counts the model's epochs (cli_model_load
+   * declared it already, unless the recipe added the optimizer). A program
+   * without a startup block (values from set_params only) does not: its
+   * runs start at epoch 1. */
+  if (!eval_only) t->counts = cli_model_declare_epochs(&t->m);
   /* A run that a daemon restart rolled back is repeated here, in order:
    * libpeclient does not send the lost request on top of older
    * parameters (ROLLED_BACK). */
@@ -330,6 +374,8 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * optimizer state. No-op when the model's parameters exist. */
   int code = pe_client_init(t->c, eval_only ? t->eval_h : t->train_h, false, &t->initialized);
   if (code) return cli_fail(t->ctx, t->c, code);
+  if (t->initialized && t->had_values) note_added(t);
+  if (!eval_only && (rc = find_start_epoch(t))) return rc;
   /* eval of a name without values (never trained, loaded or restored; a
    * typo?) evaluates freshly initialised parameters: said, exit 0 (the
    * evaluation is what was asked; --json has fresh_parameters). */
@@ -342,29 +388,23 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * client's training the same name (both then train one model). */
   if (!eval_only && !trainer_fresh(t) && !t->cfg.quiet)
     fprintf(stderr,
-            "pe-client %s: model '%s' already has values (%s): training continues from them%s "
-            "(--start-epoch N continues the data order after N - 1 epochs; pe-client drop-model "
-            "--model %s starts it afresh)\n",
+            "pe-client %s: model '%s' already has values (%s): training continues from them at "
+            "epoch %ld (--start-epoch N sets the epoch; pe-client drop-model --model %s starts it "
+            "afresh)\n",
             t->ctx->cmd, t->ns,
             t->cfg.persistent ? "persistent, restored or trained before"
                               : "another client is using it, or it is persistent",
-            t->initialized ? "; the state this program adds, which the model lacked (another "
-                             "optimizer's, a schedule's counter), was initialised"
-                           : "",
-            t->ns);
+            t->cfg.start_epoch, t->ns);
+  if (!eval_only && !trainer_fresh(t) && !t->cfg.quiet && t->n_added)
+    fprintf(stderr,
+            "pe-client %s: model '%s' lacked state this program adds (another optimizer's, a "
+            "schedule's counter): initialised %zu new variable%s: %s\n",
+            t->ctx->cmd, t->ns, t->n_added, t->n_added == 1 ? "" : "s", t->added);
   if (!eval_only && t->cfg.init_from && (rc = init_from(t))) return rc;
   /* --lr-schedule spans this run: a model trained before keeps its step
    * counter (model state), which would start the schedule part-way. */
-  if (!eval_only && t->cfg.recipe.schedule) {
-    int64_t zero = 0;
-    pe_client_tensor v = {.name = PE_LR_STEP_COUNTER,
-                          .dtype = PE_B_I64,
-                          .ndim = 1,
-                          .shape = {1},
-                          .data = &zero,
-                          .nbytes = sizeof zero};
-    if ((code = pe_client_set_params(t->c, t->ns, &v, 1))) return cli_fail(t->ctx, t->c, code);
-  }
+  if (!eval_only && t->cfg.recipe.schedule && (code = trainer_set_i64(t, PE_LR_STEP_COUNTER, 0)))
+    return cli_fail(t->ctx, t->c, code);
   return alloc_batches(t);
 }
 
@@ -438,8 +478,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     printf(
         ",\"eval_handle\":\"%s\",\"fresh_parameters\":%s,\"initialized\":%s,"
         "\"added_state\":%s,\"test_examples\":%lld,\"eval_seconds\":%.3f,\"test_accuracy\":",
-        eh, fresh, fresh, t->initialized && t->had_values ? "true" : "false",
-        (long long)r->test_seen, r->eval_s);
+        eh, fresh, fresh, t->n_added ? "true" : "false", (long long)r->test_seen, r->eval_s);
     cli_json_num(stdout, "%.4f", r->test_acc);
     if (t->m.accuracy_top_k > 1) printf(",\"accuracy_top_k\":%d", t->m.accuracy_top_k);
     printf("}\n");
@@ -482,7 +521,6 @@ static int refuse_training_opts(const cli_ctx *ctx, int argc, char **argv) {
 static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   trainer t = {.ctx = ctx,
                .cfg = {.epochs = 1,
-                       .start_epoch = 1,
                        .seed = 1,
                        .per_request = 16,
                        .recipe = {.lr = -1, .momentum = -1, .weight_decay = -1, .clip_norm = -1}}};

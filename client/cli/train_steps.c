@@ -185,10 +185,21 @@ static double current_lr(trainer *t) {
   return lr;
 }
 
-/* The end of epoch ep: its figures become the run's last ones; every
- * --eval-every epochs, the test accuracy too. */
+/* The model's epoch count after epoch ep of this run (absolute, so an
+ * epoch repeated after a daemon restart writes the same value). */
+static int count_epoch(trainer *t, long ep) {
+  if (!t->counts) return CLI_OK;
+  int code = trainer_set_i64(t, CLI_EPOCHS_DONE, ep + t->cfg.start_epoch - 1);
+  return code ? cli_fail_at(t->ctx, t->c, code, "the epoch count") : CLI_OK;
+}
+
+/* The end of epoch ep: its figures become the run's last ones, the
+ * model's epoch count moves on; every --eval-every epochs, the test
+ * accuracy too. */
 static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, train_result *r,
                      const progress *pg) {
+  int rc = count_epoch(t, ep);
+  if (rc) return rc;
   if (e->samples) {
     r->final_loss = e->loss / e->samples;
     r->final_acc = e->acc / e->samples;
@@ -200,7 +211,7 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
   if (t->cfg.eval_every && ep % t->cfg.eval_every == 0) {
     double acc, secs;
     int64_t seen = 0;
-    int rc = trainer_evaluate(t, r, &acc, &seen, &secs);
+    rc = trainer_evaluate(t, r, &acc, &seen, &secs);
     if (rc) return rc;
     long k = ep / t->cfg.eval_every; /* an epoch repeated after a rewind: evaluated again */
     r->epoch_acc[k - 1] = acc;

@@ -27,7 +27,9 @@ typedef struct train_cfg {
   const char *model, *name, *places, *data, *feed;
   const char *init_from; /* --init-from: a file of pe-client export (or a checkpoint) */
   long epochs, batch, steps, seed, limit, per_request, eval_every;
-  long start_epoch; /* the run's first epoch in the data order (1; a run continuing another's) */
+  /* The run's first epoch in the data order: --start-epoch, else (0) the
+   * model's CLI_EPOCHS_DONE + 1 (1 for a fresh model). */
+  long start_epoch;
   bool shm, quiet, persistent;
   cli_graph_opts graph;
   recipe_cfg recipe;
@@ -51,7 +53,13 @@ typedef struct trainer {
   int64_t *y[2];
   bool initialized; /* Init ran the startup (maybe only for state the model lacked) */
   bool had_values;  /* the model had values before this command's Init */
-  char **declared;  /* the training program's persistables (--init-from takes these) */
+  bool counts;      /* the training program declares CLI_EPOCHS_DONE */
+  /* Init's added state (the model had values, lacked these), without
+   * CLI_EPOCHS_DONE: n_added variables, the first named in added
+   * ("a, b, ..."); 0: none. */
+  char added[200];
+  size_t n_added;
+  char **declared; /* the training program's persistables (--init-from takes these) */
   size_t n_declared;
   size_t n_init_from;  /* tensors --init-from set */
   uint64_t recoveries; /* pe_client_recovery_info's count already reported */
@@ -80,6 +88,13 @@ typedef struct train_result {
 static inline long trainer_steps_per_epoch(const trainer *t) {
   long per_epoch = (long)((t->train->n + t->cfg.batch - 1) / t->cfg.batch);
   return t->cfg.steps && t->cfg.steps < per_epoch ? t->cfg.steps : per_epoch;
+}
+
+/* Sets the model's int64 [1] variable name to v (SetParams); the code. */
+static inline int trainer_set_i64(trainer *t, const char *name, int64_t v) {
+  pe_client_tensor x = {
+      .name = name, .dtype = PE_B_I64, .ndim = 1, .shape = {1}, .data = &v, .nbytes = sizeof v};
+  return pe_client_set_params(t->c, t->ns, &x, 1);
 }
 
 /* This command initialised the model's parameters (it had no values):

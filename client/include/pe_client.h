@@ -306,6 +306,12 @@ void pe_client_recovery_info(const pe_client *c, pe_client_recovery *out); /* ze
  * operator's tool, as pe_client_deregister_force). */
 int pe_client_init(pe_client *c, uint64_t handle, bool force, bool *initialized);
 int pe_client_init_force_in_use(pe_client *c, uint64_t handle, bool *initialized);
+/* After an Init that initialised (*initialized true): the persistables it
+ * gave values (all the program's with force; else those the model lacked,
+ * e.g. a new optimizer's state), in *names; their count is returned. 0
+ * (and NULL) when the last reply is not an Init's. Valid until c's next
+ * request. */
+size_t pe_client_init_added(const pe_client *c, const char *const **names);
 
 typedef struct pe_client_run_opts {
   uint32_t steps; /* 0: 1 */

@@ -56,4 +56,13 @@ int pe_train_recipe_apply(const pe_train_recipe *r, const uint8_t *in, size_t le
  * before training: without an optimizer the "training" changes nothing. */
 const char *pe_program_optimizer(const uint8_t *in, size_t len);
 
+/* The ProgramDesc in (in, len) with one more persistable: name, int64 [1],
+ * no gradient, declared in the main and startup blocks and set to 0 by the
+ * startup block (a trainer's bookkeeping that the model keeps: pe-client
+ * train's epoch count). A program that declares it already is kept as it
+ * is. A new buffer in *out (malloc'd) of *out_len bytes; returns 0, or -1
+ * with a message in err (not a ProgramDesc, no startup block). */
+int pe_program_add_counter(const uint8_t *in, size_t len, const char *name, uint8_t **out,
+                           size_t *out_len, char *err, size_t errlen);
+
 #endif

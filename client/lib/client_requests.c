@@ -145,6 +145,13 @@ int pe_client_init_force_in_use(pe_client *c, uint64_t handle, bool *initialized
   return init_request(c, handle, true, true, initialized);
 }
 
+size_t pe_client_init_added(const pe_client *c, const char *const **names) {
+  *names = NULL;
+  if (!c || !c->reply || c->reply->body_case != PE__REPLY__BODY_INIT || !c->reply->init) return 0;
+  *names = (const char *const *)c->reply->init->added;
+  return c->reply->init->n_added;
+}
+
 /* Feeds as proto tensors in one allocation: n Pe__Tensor, their shapes and
  * shm refs, and the pointer array. Freed by the caller. */
 typedef struct pb_feeds {

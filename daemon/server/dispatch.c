@@ -189,6 +189,20 @@ static bool program_declares(const pe_srv_program *p, const char *name) {
   return false;
 }
 
+/* The persistables of p an Init gives values: all with force, else those
+ * model m lacks (InitReply.added; arena strings, NULL when out of memory). */
+static char **init_added(ctx *c, const pe_srv_program *p, pe_srv_model *m, bool force, size_t *n) {
+  char **names = pe_arena_alloc(c->a, (size_t)(p->n_params ? p->n_params : 1) * sizeof *names);
+  *n = 0;
+  for (int i = 0; names && i < p->n_params; i++)
+    if (force || !pe_strmap_has(&m->initialized, p->params[i].name))
+      names[(*n)++] = pe_arena_strdup(c->a, p->params[i].name);
+  for (size_t i = 0; names && i < *n; i++)
+    if (!names[i]) names = NULL;
+  if (!names) *n = 0;
+  return names;
+}
+
 static pe_status *h_init(ctx *c) {
   const Pe__InitRequest *rq = c->rq->init;
   pe_srv_program *p;
@@ -227,7 +241,10 @@ static pe_status *h_init(ctx *c) {
    * counter before each step, and learning_rate keeps the last step's. */
   bool lr_only = !missing && !rq->force && p->startup && program_declares(p, PE_LR_NAME) &&
                  !program_declares(p, PE_LR_COUNTER_NAME);
+  size_t n_added = 0;
+  char **added = NULL;
   if ((missing || rq->force || lr_only) && p->startup) {
+    if (!lr_only) added = init_added(c, p, m, rq->force, &n_added);
     pe_run_opts ro = {.sync = p->sync};
     st = pe_status_wrap(rq->force ? pe_par_exec_run(p->startup, NULL, 0, NULL, 0, NULL, &ro, NULL)
                                   : startup_keeping(p, &ro),
@@ -246,6 +263,10 @@ static pe_status *h_init(ctx *c) {
     else {
       pe__init_reply__init(r);
       r->initialized = ran;
+      if (ran) {
+        r->added = added;
+        r->n_added = n_added;
+      }
       c->rep->body_case = PE__REPLY__BODY_INIT;
       c->rep->init = r;
     }

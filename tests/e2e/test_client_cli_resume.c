@@ -1,7 +1,9 @@
 /* pe-client train continuing a model that has values (review 4): an
  * explicit --lr is applied to a trained model; switching the optimizer
  * reports the trained parameters as kept (not "fresh"); --start-epoch
- * continues the data order, so 1 + 1 epochs equal 2; a diverged run's
+ * continues the data order, so 1 + 1 epochs equal 2, and without it the
+ * next train continues at the model's epoch count (across a restart too);
+ * the added state's names; a diverged run's
  * --json line is JSON (null, not -nan), from pe-client and pe-bench; the
  * messages (drop-model's hint, get_params of a model without values, a
  * top-K accuracy's label); export, import and train --init-from. Skipped (77) without pe-executord
@@ -92,7 +94,11 @@ START_TEST(optimizer_switch_keeps_parameters) {
                        "\"fresh_parameters\":false,\"initialized\":false,\"added_state\":true"),
                 "%s", last_line(d.dir));
   const char *err = slurp(d.dir, "err");
-  ck_assert_msg(strstr(err, "model 'sw' already has values") && strstr(err, "was initialised") &&
+  /* The notice names the added state (Adam's 4 tensors per parameter),
+   * the first few of them. */
+  ck_assert_msg(strstr(err, "model 'sw' already has values") &&
+                    strstr(err, "initialised 24 new variables: fc_0.w@MOMENT1, ") &&
+                    strstr(err, ", ...\n") && !strstr(err, "trainer.epochs_done") &&
                     strstr(err, "pe-client drop-model --model sw starts it afresh"),
                 "%s", err);
   cd_stop(&d);
@@ -120,6 +126,58 @@ START_TEST(start_epoch_continues_the_order) {
   ck_assert_msg(json_num(split, "final_loss") == json_num(two, "final_loss") &&
                     json_num(split, "test_accuracy") == json_num(two, "test_accuracy"),
                 "1 + 1 epochs %s\n2 epochs %s", split, two);
+  cd_stop(&d);
+}
+END_TEST
+
+/* Without --start-epoch a train of a persistent model continues where the
+ * last one ended: the model keeps its epoch count (trainer.epochs_done),
+ * across a daemon restart too, so 1 + 1 epochs in two commands are one
+ * 2-epoch run; --start-epoch overrides it; eval of the restored model
+ * works with the count in it. */
+START_TEST(next_train_continues_the_epochs) {
+  cd_daemon d;
+  cd_start(&d);
+  const char *common = "--epochs 1 --limit 640 --json --persistent";
+  char args[512], two[4096], first[4096];
+  CLI_OK(&d, "train --model mlp --model-name ra --limit 640 --epochs 2 --json --quiet");
+  snprintf(two, sizeof two, "%s", last_line(d.dir));
+  snprintf(args, sizeof args, "train --model mlp --model-name rb %s", common);
+  CLI_OK(&d, args);
+  snprintf(first, sizeof first, "%s", last_line(d.dir));
+  ck_assert_msg(json_num(first, "start_epoch") == 1, "%s", first);
+  CLI_OK(&d, args);
+  const char *split = last_line(d.dir);
+  ck_assert_msg(json_num(split, "start_epoch") == 2 &&
+                    json_num(split, "final_loss") == json_num(two, "final_loss") &&
+                    json_num(split, "test_accuracy") == json_num(two, "test_accuracy"),
+                "1 + 1 epochs %s\n2 epochs %s", split, two);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "epoch 2/2:") &&
+                    strstr(slurp(d.dir, "err"), "training continues from them at epoch 2"),
+                "%s", slurp(d.dir, "err"));
+
+  /* The same across a restart: the count is in the restart checkpoint. */
+  snprintf(args, sizeof args, "train --model mlp --model-name rc %s --quiet", common);
+  CLI_OK(&d, args);
+  cd_restart(&d, SIGTERM);
+  CLI_OK(&d, "eval --model mlp --model-name rc --limit 640 --json");
+  ck_assert_msg(json_num(last_line(d.dir), "test_accuracy") == json_num(first, "test_accuracy"),
+                "%s", last_line(d.dir));
+  CLI_OK(&d, args);
+  split = last_line(d.dir);
+  ck_assert_msg(json_num(split, "start_epoch") == 2 &&
+                    json_num(split, "final_loss") == json_num(two, "final_loss") &&
+                    json_num(split, "test_accuracy") == json_num(two, "test_accuracy"),
+                "1 + restart + 1 epochs %s\n2 epochs %s", split, two);
+
+  /* --start-epoch overrides the count, and the count follows the run. */
+  snprintf(args, sizeof args, "train --model mlp --model-name rc %s --quiet --start-epoch 7",
+           common);
+  CLI_OK(&d, args);
+  ck_assert_msg(json_num(last_line(d.dir), "start_epoch") == 7, "%s", last_line(d.dir));
+  snprintf(args, sizeof args, "train --model mlp --model-name rc %s --quiet", common);
+  CLI_OK(&d, args);
+  ck_assert_msg(json_num(last_line(d.dir), "start_epoch") == 8, "%s", last_line(d.dir));
   cd_stop(&d);
 }
 END_TEST
@@ -215,14 +273,15 @@ START_TEST(export_import_init_from) {
   double acc = json_num(last_line(d.dir), "test_accuracy");
   snprintf(args, sizeof args, "export --model src --out '%s' --json", file);
   CLI_OK(&d, args);
-  ck_assert_msg(json_num(last_line(d.dir), "tensors") == 13 && /* 6 params, 6 velocities, lr */
+  /* 6 params, 6 velocities, lr, trainer.epochs_done */
+  ck_assert_msg(json_num(last_line(d.dir), "tensors") == 14 &&
                     json_num(last_line(d.dir), "bytes") > 784 * 256 * 4,
                 "%s", last_line(d.dir));
 
   CLI_OK(&d, "register --model mlp --model-name dst --persistent --init");
   snprintf(args, sizeof args, "import --model dst --in '%s' --json", file);
   CLI_OK(&d, args);
-  ck_assert_msg(json_num(last_line(d.dir), "tensors") == 13, "%s", last_line(d.dir));
+  ck_assert_msg(json_num(last_line(d.dir), "tensors") == 14, "%s", last_line(d.dir));
   CLI_OK(&d, "eval --model mlp --model-name dst --limit 640 --json");
   ck_assert_msg(json_num(last_line(d.dir), "test_accuracy") == acc, "%s vs %g", last_line(d.dir),
                 acc);
@@ -243,6 +302,15 @@ START_TEST(export_import_init_from) {
                     json_num(warm, "test_accuracy") == json_num(cont, "test_accuracy"),
                 "--init-from %s\ncontinued %s", warm, cont);
   ck_assert_msg(strstr(slurp(d.dir, "err"), "model 'warm' starts from"), "%s", slurp(d.dir, "err"));
+  /* import takes the epoch count too (dst continues at src's epoch 2);
+   * --init-from does not: another model's values start a run at epoch 1. */
+  CLI_OK(&d, "train --model mlp --model-name dst --epochs 1 --limit 640 --persistent --json");
+  ck_assert_msg(json_num(last_line(d.dir), "start_epoch") == 2, "%s", last_line(d.dir));
+  snprintf(args, sizeof args,
+           "train --model mlp --model-name warm1 --epochs 1 --limit 640 --json --init-from '%s'",
+           file);
+  CLI_OK(&d, args);
+  ck_assert_msg(json_num(last_line(d.dir), "start_epoch") == 1, "%s", last_line(d.dir));
 
   snprintf(args, sizeof args, "import --model dst --in '%s/none.params'", d.dir);
   ck_assert_int_eq(cli(&d, d.dir, args), 1);
@@ -258,6 +326,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, explicit_lr_on_trained_model);
   tcase_add_test(tc, optimizer_switch_keeps_parameters);
   tcase_add_test(tc, start_epoch_continues_the_order);
+  tcase_add_test(tc, next_train_continues_the_epochs);
   tcase_add_test(tc, diverged_run_json_is_json);
   tcase_add_test(tc, messages);
   tcase_add_test(tc, export_import_init_from);
