@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
+#include "ops/cpu/simd_for.h"
 #include "ops/op_tables.h"
 
 enum { CLIP_X = 0 };
@@ -64,8 +65,7 @@ static pe_status *clip_kernel(pe_kernel_ctx *c) {
     float *ov = pe_f32(pe_kout(c, CLIP_OUT, k));
     int64_t m = pe_tensor_numel(pe_kin(c, CLIP_X, k));
     if (coef < 1.0) {
-#pragma omp parallel for simd num_threads(nt) if (m >= PE_PAR_MIN)
-      for (int64_t i = 0; i < m; i++) ov[i] = xv[i] * cf;
+      PE_SIMD_FOR(i, m, m >= PE_PAR_MIN, nt, ov[i] = xv[i] * cf;);
     } else if (ov != xv) {
       memcpy(ov, xv, (size_t)m * sizeof(float));
     }

@@ -31,6 +31,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cpu/simd_for.h"
 #include "ops/op_tables.h"
 
 #define OPT_PAR_MIN 32768
@@ -142,8 +143,8 @@ static pe_status *sgd_kernel(pe_kernel_ctx *c) {
   float wd = pe_optimizer_l2_coeff(c->def, c->desc);
   int64_t n = pe_tensor_numel(pe_kin(c, SGD_PARAM, 0));
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
-  for (int64_t i = 0; i < n; i++) po[i] = p[i] - lr * (wd != 0.0f ? g[i] + wd * p[i] : g[i]);
+  PE_SIMD_FOR(i, n, n >= OPT_PAR_MIN, nt,
+              po[i] = p[i] - lr * (wd != 0.0f ? g[i] + wd * p[i] : g[i]););
   return NULL;
 }
 
@@ -171,12 +172,11 @@ static pe_status *momentum_kernel(pe_kernel_ctx *c) {
   float wd = pe_optimizer_l2_coeff(c->def, c->desc);
   int64_t n = pe_tensor_numel(pe_kin(c, MOM_PARAM, 0));
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
-  for (int64_t i = 0; i < n; i++) {
+  PE_SIMD_FOR(i, n, n >= OPT_PAR_MIN, nt, {
     float pi = p[i], gi = wd != 0.0f ? g[i] + wd * pi : g[i], vn = mu * v[i] + gi;
     vo[i] = vn;
     po[i] = nesterov ? pi - lr * (gi + mu * vn) : pi - lr * vn;
-  }
+  });
   return NULL;
 }
 
@@ -217,7 +217,8 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
   float b1 = pe_attr_f(c->def, c->desc, "beta1"), b2 = pe_attr_f(c->def, c->desc, "beta2");
   float eps = pe_attr_f(c->def, c->desc, "epsilon");
   if (!(b1pow < 1.0) || !(b2pow < 1.0)) { /* a state tensor set by hand to >= 1 */
-    const char *v1 = pe_op_input_arg(c->desc, "Beta1Pow"), *v2 = pe_op_input_arg(c->desc, "Beta2Pow");
+    const char *v1 = pe_op_input_arg(c->desc, "Beta1Pow"),
+               *v2 = pe_op_input_arg(c->desc, "Beta2Pow");
     const char *w = pe_op_input_arg(c->desc, "Param");
     return pe_kernel_error(c, PE_EINVAL,
                            "Beta1Pow '%s' = %g, Beta2Pow '%s' = %g (shape [1]) of Param '%s': bias "
@@ -230,15 +231,14 @@ static pe_status *adam_kernel(pe_kernel_ctx *c) {
   float keep = (float)(1.0 - lr * pe_optimizer_decoupled_coeff(c->def, c->desc));
   int64_t n = pe_tensor_numel(pe_kin(c, ADAM_PARAM, 0));
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for simd num_threads(nt) if (n >= OPT_PAR_MIN) schedule(static)
-  for (int64_t i = 0; i < n; i++) {
+  PE_SIMD_FOR(i, n, n >= OPT_PAR_MIN, nt, {
     float pi = p[i], gi = wd != 0.0f ? g[i] + wd * pi : g[i];
     float a = b1 * m1[i] + (1.0f - b1) * gi;
     float b = b2 * m2[i] + (1.0f - b2) * gi * gi;
     m1o[i] = a;
     m2o[i] = b;
     po[i] = pi * keep - lr_t * a / (sqrtf(b) + eps);
-  }
+  });
   pe_f32(pe_kout(c, ADAM_B1POW_OUT, 0))[0] = (float)(b1pow * b1);
   pe_f32(pe_kout(c, ADAM_B2POW_OUT, 0))[0] = (float)(b2pow * b2);
   return NULL;
