@@ -10,6 +10,10 @@
  * The loops are `omp simd`: in place, ParamOut aliases Param exactly, so the
  * compiler's overlap check would fail at run time and take the scalar loop
  * (4-5x slower); element-wise read-then-write makes vector lanes safe.
+ * This file is built with -fno-math-errno (CMakeLists.txt): with errno, the
+ * sqrtf in adam's loop is a possible library call and the loop stays
+ * scalar (~3x slower); sqrt is correctly rounded, so the vector sqrtps gives
+ * the same bits.
  *
  *   sgd       p -= lr * g
  *   momentum  v = mu*v + g;  p -= lr * v            (nesterov: p -= lr * (g + mu*v))
