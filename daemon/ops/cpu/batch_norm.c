@@ -29,8 +29,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
 
@@ -225,7 +225,7 @@ static pe_status *bn_kernel(pe_kernel_ctx *c) {
   float *sm = saved_mean ? pe_f32(saved_mean) : NULL, *sv = saved_var ? pe_f32(saved_var) : NULL;
   float *mo = mean_out ? pe_f32(mean_out) : NULL, *vo = var_out ? pe_f32(var_out) : NULL;
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for num_threads(nt) if (d.ch > 1 && d.n * d.ch * d.sp >= PE_PAR_MIN) \
+#pragma omp parallel for num_threads(nt) if (d.ch > 1 && pe_par_split(d.n * d.ch * d.sp)) \
     schedule(static)
   for (int64_t ch = 0; ch < d.ch; ch++) {
     float bmean, bvar;
@@ -280,7 +280,7 @@ static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
   float *dxv = dx ? pe_f32(dx) : NULL, *dsv = dscale ? pe_f32(dscale) : NULL;
   float *dbv = dbias ? pe_f32(dbias) : NULL;
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for num_threads(nt) if (d.ch > 1 && d.n * d.ch * d.sp >= PE_PAR_MIN) \
+#pragma omp parallel for num_threads(nt) if (d.ch > 1 && pe_par_split(d.n * d.ch * d.sp)) \
     schedule(static)
   for (int64_t ch = 0; ch < d.ch; ch++) {
     double s_dy, s_dyx;

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cpu/par_min.h"
+
 /* Elements per parallel chunk of a flat loop. */
 #define CHUNK 8192
 /* Columns per tile of a column-sum reduction (double accumulators on the stack). */
@@ -141,7 +143,7 @@ static bool plan_single_run(const pe_bcast *p, const int64_t *s, int64_t *pre, i
 
 static void bin_flat(pe_binop op, const float *a, const float *b, float *o, int64_t n, int nt) {
   int64_t nch = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
   for (int64_t c = 0; c < nch; c++) {
     int64_t lo = c * CHUNK, hi = min64(n, lo + CHUNK);
 #define L(OP) \
@@ -159,7 +161,7 @@ static void bin_small(pe_binop op, bool s_right, const float *f, const float *s,
   if (mid == 1) {
     const float v = s[0];
     int64_t nch = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
     for (int64_t c = 0; c < nch; c++) {
       int64_t lo = c * CHUNK, hi = min64(n, lo + CHUNK);
 #define LR(OP) \
@@ -174,7 +176,7 @@ static void bin_small(pe_binop op, bool s_right, const float *f, const float *s,
 #undef LL
     }
   } else if (post == 1) {
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
     for (int64_t i = 0; i < pre; i++) {
       const float *fr = f + i * mid;
       float *orow = o + i * mid;
@@ -190,7 +192,7 @@ static void bin_small(pe_binop op, bool s_right, const float *f, const float *s,
 #undef LL
     }
   } else {
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
     for (int64_t r = 0; r < pre * mid; r++) {
       const float v = s[r % mid], *fr = f + r * post;
       float *orow = o + r * post;
@@ -223,7 +225,7 @@ static void bin_strided(pe_binop op, const pe_bcast *p, const float *a, const fl
                         int nt) {
   int64_t len = p->n[p->nd - 1], rows = p->numel / len;
   int64_t sa = p->sa[p->nd - 1], sb = p->sb[p->nd - 1]; /* innermost: 0 or 1 */
-#pragma omp parallel for if (p->numel > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(p->numel)) num_threads(nt) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     int64_t ia, ib;
     row_offsets(p, r, &ia, &ib);
@@ -284,7 +286,7 @@ static double sum_range(const float *x, const float *m, int64_t lo, int64_t hi) 
 
 /* A fixed partition, so the rounding does not depend on nt. */
 static double sum_all(const float *x, const float *m, int64_t n, int nt) {
-  if (n <= PE_PAR_MIN) return sum_range(x, m, 0, n);
+  if (!pe_par_split(n)) return sum_range(x, m, 0, n);
   double part[SUM_PARTS];
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int c = 0; c < SUM_PARTS; c++)
@@ -305,7 +307,7 @@ static void reduce_mid(const float *src, const float *m, float scale, float *dst
   if (post == 1) {
     /* Column sums: rows stream through a tile of accumulators. */
     int64_t tiles = (mid + COL_TILE - 1) / COL_TILE;
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
     for (int64_t t = 0; t < tiles; t++) {
       double acc[COL_TILE];
       int64_t j0 = t * COL_TILE, w = min64(COL_TILE, mid - j0);
@@ -323,7 +325,7 @@ static void reduce_mid(const float *src, const float *m, float scale, float *dst
     }
     return;
   }
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
   for (int64_t j = 0; j < mid; j++) {
     double acc = 0;
     for (int64_t i = 0; i < pre; i++) {
@@ -371,10 +373,10 @@ pe_status *pe_bcast_reduce_f32(const pe_shape *out, const pe_shape *t, const flo
     if (!m && scale == 1.0f) {
       if (dst != src) memcpy(dst, src, (size_t)tn * sizeof(float));
     } else if (!m) {
-#pragma omp parallel for if (tn > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(tn)) num_threads(nt) schedule(static)
       for (int64_t i = 0; i < tn; i++) dst[i] = scale * src[i];
     } else {
-#pragma omp parallel for if (tn > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(tn)) num_threads(nt) schedule(static)
       for (int64_t i = 0; i < tn; i++) dst[i] = scale * src[i] * m[i];
     }
     return NULL;

@@ -22,9 +22,6 @@
 #include "core/dtype.h"
 #include "core/status.h"
 
-/* Loops shorter than this stay on the calling thread. */
-#define PE_PAR_MIN 32768
-
 typedef enum pe_binop { PE_BIN_ADD, PE_BIN_SUB, PE_BIN_MUL } pe_binop;
 
 typedef struct pe_bcast {

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
+#include "ops/cpu/par_min.h"
 #include "ops/cpu/simd_for.h"
 #include "ops/op_tables.h"
 
@@ -54,7 +54,7 @@ static pe_status *clip_kernel(pe_kernel_ctx *c) {
     const float *xv = pe_f32(x);
     int64_t m = pe_tensor_numel(x);
     double s = 0;
-#pragma omp parallel for simd reduction(+ : s) num_threads(nt) if (m >= PE_PAR_MIN)
+#pragma omp parallel for simd reduction(+ : s) num_threads(nt) if (pe_par_split(m))
     for (int64_t i = 0; i < m; i++) s += (double)xv[i] * xv[i];
     sq += s;
   }
@@ -65,7 +65,7 @@ static pe_status *clip_kernel(pe_kernel_ctx *c) {
     float *ov = pe_f32(pe_kout(c, CLIP_OUT, k));
     int64_t m = pe_tensor_numel(pe_kin(c, CLIP_X, k));
     if (coef < 1.0) {
-      PE_SIMD_FOR(i, m, m >= PE_PAR_MIN, nt, ov[i] = xv[i] * cf;);
+      PE_SIMD_FOR(i, m, pe_par_split(m), nt, ov[i] = xv[i] * cf;);
     } else if (ov != xv) {
       memcpy(ov, xv, (size_t)m * sizeof(float));
     }

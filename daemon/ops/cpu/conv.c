@@ -20,8 +20,8 @@
  * filter needs no gradient. */
 #include <string.h>
 
-#include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
 
@@ -281,7 +281,7 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
 /* db[o] = sum over n, h, w of dz[n, o, h, w] (NCHW), in double. */
 static void bias_grad(pe_kernel_ctx *c, float *db, const float *dz, const pe_shape *s) {
   int64_t nb = s->d[0], o = s->d[1], hw = s->d[2] * s->d[3];
-#pragma omp parallel for if (nb * o * hw > PE_PAR_MIN) num_threads(pe_kernel_threads(c))
+#pragma omp parallel for if (pe_par_split(nb * o * hw)) num_threads(pe_kernel_threads(c))
   for (int64_t k = 0; k < o; k++) {
     double acc = 0;
     for (int64_t i = 0; i < nb; i++) {

@@ -16,10 +16,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ops/cpu/par_min.h"
 #include "ops/op_tables.h"
-
-/* Below this many elements a kernel stays on the calling thread. */
-#define CREATION_PAR_MIN 32768
 
 enum { ASSIGN_X = 0 };
 enum { ASSIGN_OUT = 0 };
@@ -136,14 +134,14 @@ static pe_status *uniform_kernel(pe_kernel_ctx *c) {
   int nt = pe_kernel_threads(c);
   if (out->dtype == PE_F64) {
     double *o = out->data;
-#pragma omp parallel for num_threads(nt) if (n >= CREATION_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(nt) if (pe_par_split(n)) schedule(static)
     for (int64_t i = 0; i < n; i++)
       o[i] = lo + (hi - lo) * pe_rng_uniform(seed, base + (uint64_t)i);
     return NULL;
   }
   /* f32: rounding lo + (hi-lo)*u to float can land on hi; keep [lo, hi). */
   float *o = pe_f32(out), fhi = (float)hi, below = lo < hi ? nextafterf(fhi, -INFINITY) : fhi;
-#pragma omp parallel for num_threads(nt) if (n >= CREATION_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(nt) if (pe_par_split(n)) schedule(static)
   for (int64_t i = 0; i < n; i++) {
     float v = (float)(lo + (hi - lo) * pe_rng_uniform(seed, base + (uint64_t)i));
     o[i] = v >= fhi ? below : v;
@@ -179,11 +177,11 @@ static pe_status *gaussian_kernel(pe_kernel_ctx *c) {
   int nt = pe_kernel_threads(c);
   if (out->dtype == PE_F64) {
     double *o = out->data;
-#pragma omp parallel for num_threads(nt) if (n >= CREATION_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(nt) if (pe_par_split(n)) schedule(static)
     for (int64_t i = 0; i < n; i++) o[i] = mean + sd * pe_rng_normal(seed, base + (uint64_t)i);
   } else {
     float *o = pe_f32(out);
-#pragma omp parallel for num_threads(nt) if (n >= CREATION_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(nt) if (pe_par_split(n)) schedule(static)
     for (int64_t i = 0; i < n; i++)
       o[i] = (float)(mean + sd * pe_rng_normal(seed, base + (uint64_t)i));
   }

@@ -19,9 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/cpu/par_min.h"
 #include "ops/op_tables.h"
-
-#define DROPOUT_PAR_MIN 32768
 
 enum { DROP_X = 0 };
 enum { DROP_OUT = 0, DROP_MASK };
@@ -103,7 +102,7 @@ static pe_status *dropout_kernel(pe_kernel_ctx *c) {
   if (cfg.is_test) {
     if (pm) memset(pm, 1, (size_t)n);
     if (po) {
-#pragma omp parallel for num_threads(nt) if (n >= DROPOUT_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(nt) if (pe_par_split(n)) schedule(static)
       for (int64_t i = 0; i < n; i++) po[i] = px[i] * scale;
     }
     return NULL;
@@ -117,7 +116,7 @@ static pe_status *dropout_kernel(pe_kernel_ctx *c) {
   PE_TRY(pe_kernel_rng(c, &r, &seed));
   uint64_t base = pe_rng_reserve(r, (uint64_t)n);
   double p = cfg.p;
-#pragma omp parallel for num_threads(nt) if (n >= DROPOUT_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(nt) if (pe_par_split(n)) schedule(static)
   for (int64_t i = 0; i < n; i++) {
     bool keep = pe_rng_uniform(seed, base + (uint64_t)i) >= p;
     if (pm) pm[i] = keep;
@@ -180,7 +179,7 @@ static pe_status *dropout_grad_kernel(pe_kernel_ctx *c) {
   const float *pg = pe_f32(dout);
   float *pd = pe_f32(dx);
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for num_threads(nt) if (n >= DROPOUT_PAR_MIN) schedule(static)
+#pragma omp parallel for num_threads(nt) if (pe_par_split(n)) schedule(static)
   for (int64_t i = 0; i < n; i++) pd[i] = pm[i] ? pg[i] * scale : 0.0f;
   return NULL;
 }

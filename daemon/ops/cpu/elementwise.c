@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
 
@@ -118,7 +119,7 @@ static pe_status *ew_forward(pe_kernel_ctx *c, pe_binop op) {
 /* o = relu(a + b) (b NULL: relu(a)); o may alias a or b. */
 static void add_relu_f32(const float *a, const float *b, float *o, int64_t n, int nt) {
   int64_t nch = (n + RELU_CHUNK - 1) / RELU_CHUNK;
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
   for (int64_t c = 0; c < nch; c++) {
     int64_t lo = c * RELU_CHUNK, hi = n - lo < RELU_CHUNK ? n : lo + RELU_CHUNK;
     if (b) { /* two loops: b is never loaded when NULL */
@@ -185,7 +186,7 @@ static pe_status *ew_grad_one(pe_kernel_ctx *c, pe_binop op, float sign, const p
 static void relu_mask_f32(const float *out, const float *dout, float *d1, float *d2, int64_t n,
                           int nt) {
   int64_t nch = (n + RELU_CHUNK - 1) / RELU_CHUNK;
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
   for (int64_t c = 0; c < nch; c++) {
     int64_t lo = c * RELU_CHUNK, hi = n - lo < RELU_CHUNK ? n : lo + RELU_CHUNK;
     if (d2) {
@@ -289,7 +290,7 @@ static pe_status *scale_grad_infer(pe_infer_ctx *c) {
 
 /* o = a*x + b over n floats (both bias modes reduce to this). */
 static void affine_f32(const float *x, float *o, int64_t n, float a, float b, int nt) {
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(nt) schedule(static)
   for (int64_t i = 0; i < n; i++) o[i] = a * x[i] + b;
 }
 
@@ -364,7 +365,8 @@ static pe_status *sum_kernel(pe_kernel_ctx *c) {
       return pe_kernel_error(c, PE_ESHAPE, "input X #%d has %lld elements, Out has %lld", k,
                              (long long)pe_tensor_numel(pe_kin(c, SUM_X, k)), (long long)n);
   int64_t tiles = (n + SUM_TILE - 1) / SUM_TILE;
-#pragma omp parallel for if (n * nx > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+#pragma omp parallel for if (pe_par_split(n * nx)) num_threads(pe_kernel_threads(c)) \
+    schedule(static)
   for (int64_t t = 0; t < tiles; t++) {
     float acc[SUM_TILE];
     int64_t lo = t * SUM_TILE, w = n - lo < SUM_TILE ? n - lo : SUM_TILE;

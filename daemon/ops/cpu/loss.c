@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/par_min.h"
 #include "ops/op_tables.h"
 
 enum { SX_LOGITS, SX_LABEL, SX_SOFTMAX_IN, SX_LOSS_IN, SX_DSOFTMAX, SX_DLOSS }; /* grad inputs */
@@ -132,7 +133,7 @@ static pe_status *swce_kernel(pe_kernel_ctx *c) {
   if (!soft) PE_TRY(check_labels(c, SX_LABEL, rows, C));
   const float *px = pe_f32(x);
   float *ps = pe_f32(pe_kout(c, SX_SOFTMAX, 0)), *pl = pe_f32(pe_kout(c, SX_LOSS, 0));
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(pe_kernel_threads(c)) schedule(static)
   for (int64_t r = 0; r < rows; r++)
     pl[r] = swce_row(px + r * C, ps + r * C, C, soft ? 0 : pe_i64(lab)[r],
                      soft ? pe_f32(lab) + r * C : NULL);
@@ -156,7 +157,7 @@ static pe_status *swce_grad_kernel(pe_kernel_ctx *c) {
   int64_t rows = n / C;
   const float *s = pe_f32(sm), *gl = dloss ? pe_f32(dloss) : NULL, *gs = dsm ? pe_f32(dsm) : NULL;
   float *g = pe_f32(dx);
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(pe_kernel_threads(c)) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     const float *sr = s + r * C;
     float *gr = g + r * C;
@@ -192,7 +193,7 @@ static pe_status *ce_kernel(pe_kernel_ctx *c) {
   if (!soft) PE_TRY(check_labels(c, CE_LABEL, rows, C));
   const float *px = pe_f32(x);
   float *y = pe_f32(pe_kout(c, 0, 0));
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(pe_kernel_threads(c)) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = px + r * C;
     if (!soft) {
@@ -220,7 +221,7 @@ static pe_status *ce_grad_kernel(pe_kernel_ctx *c) {
   if (!soft) PE_TRY(check_labels(c, CE_LABEL, rows, C));
   const float *px = pe_f32(x), *g = pe_f32(dy);
   float *gx = pe_f32(dx);
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(pe_kernel_threads(c)) schedule(static)
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = px + r * C;
     float *gr = gx + r * C;
@@ -265,7 +266,7 @@ static pe_status *mean_grad_kernel(pe_kernel_ctx *c) {
   int64_t n = pe_tensor_numel(dx);
   float v = dout && n ? (float)(pe_f32(dout)[0] / (double)n) : 0.0f;
   float *g = pe_f32(dx);
-#pragma omp parallel for if (n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+#pragma omp parallel for if (pe_par_split(n)) num_threads(pe_kernel_threads(c)) schedule(static)
   for (int64_t i = 0; i < n; i++) g[i] = v;
   return NULL;
 }

@@ -18,8 +18,8 @@
  * products on it, and sums its columns for Bias@GRAD in the same pass. */
 #include <string.h>
 
-#include "ops/cpu/broadcast.h" /* PE_PAR_MIN */
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
 
@@ -183,7 +183,7 @@ static pe_status *matmul_kernel(pe_kernel_ctx *c) {
 static void mask_colsum(pe_kernel_ctx *c, float *restrict dz, const float *restrict g,
                         const float *restrict out, float *restrict db, int64_t m, int64_t n) {
   int64_t blocks = (n + MM_COL_BLOCK - 1) / MM_COL_BLOCK;
-#pragma omp parallel for if (m * n > PE_PAR_MIN) num_threads(pe_kernel_threads(c)) schedule(static)
+#pragma omp parallel for if (pe_par_split(m * n)) num_threads(pe_kernel_threads(c)) schedule(static)
   for (int64_t t = 0; t < blocks; t++) {
     int64_t j0 = t * MM_COL_BLOCK, w = n - j0 < MM_COL_BLOCK ? n - j0 : MM_COL_BLOCK;
     double acc[MM_COL_BLOCK] = {0};

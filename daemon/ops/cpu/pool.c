@@ -27,14 +27,13 @@
 #include <string.h>
 
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/par_min.h"
 #include "ops/op_tables.h"
 
 enum { PL_X };
 enum { PL_OUT };
 enum { PLG_X, PLG_OUT, PLG_DOUT };
 enum { PLG_DX };
-
-#define PE_POOL_PAR_MIN 32768 /* input elements below which one thread does it */
 
 typedef struct pool_params {
   bool max, global, exclusive;
@@ -172,7 +171,7 @@ static void max_pool_nan(pe_kernel_ctx *c, const pe_tensor *x, pe_tensor *out) {
   /* x - x is 0, NaN for NaN (and Inf: then the scan finds nothing): one
    * vector subtract and add per element. */
   float any = 0;
-  if (n <= PE_POOL_PAR_MIN) {
+  if (!pe_par_split(n)) {
 #pragma omp simd reduction(+ : any)
     for (int64_t i = 0; i < n; i++) any += xf[i] - xf[i];
   } else {
@@ -316,7 +315,7 @@ static void max_pool_grad(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor 
   int nt = pe_kernel_threads(c);
   bool k2s2 = p.ksize[0] == 2 && p.ksize[1] == 2 && p.strides[0] == 2 && p.strides[1] == 2 &&
               p.paddings[0] == 0 && p.paddings[1] == 0 && oh == h / 2 && ow == w / 2;
-#pragma omp parallel for if (planes * h * w > PE_POOL_PAR_MIN) num_threads(nt) schedule(static)
+#pragma omp parallel for if (pe_par_split(planes * h * w)) num_threads(nt) schedule(static)
   for (int64_t k = 0; k < planes; k++) {
     const float *xk = xf + k * h * w, *ok = of + k * oh * ow, *gk = gf + k * oh * ow;
     /* A plane with a NaN window (max_pool_nan) takes the general loop, whose

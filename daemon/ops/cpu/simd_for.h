@@ -5,8 +5,8 @@
  *
  * runs `for (int64_t i = 0; i < n; i++) body` as `omp parallel for simd
  * num_threads(nt) schedule(static)` when `par` is true, else as `omp simd`
- * on the calling thread. `par` is the caller's size test (each op keeps its
- * own threshold); n, par and nt are evaluated once.
+ * on the calling thread. `par` is the caller's size test, pe_par_split(n)
+ * (par_min.h); n, par and nt are evaluated once.
  *
  * Why not `omp parallel for simd if (par)`: an `if` without a modifier on
  * a combined construct applies to its simd part too (OpenMP 5.0), so when
