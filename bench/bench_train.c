@@ -92,6 +92,8 @@ static const opt_row opts[] = {
     {"fuse-ops", OPT_ONOFF, CFG(fuse_ops), 0, 0,
      "conv2d / matmul + bias add + relu, batch_norm + relu, residual add + relu, as one op, "
      "as the daemon does [on|off] (on)"},
+    {"check-nan-inf", OPT_FLAG, CFG(check_nan_inf), 0, 0,
+     "debug: fail at the first op that writes NaN/Inf, naming it (slower; not cuda)"},
     {"json", OPT_FLAG, CFG(json), 0, 0, "print one JSON line on stdout"},
     {"help", OPT_FLAG, CFG(help), 0, 0, "this text"},
 };
@@ -210,7 +212,8 @@ static int seq_setup(trainer *t) {
   pe_exec_opts eo = {.seed = (uint64_t)t->cfg.seed,
                      .threads = (int)t->cfg.threads,
                      .keep_denormals = train_cfg_keep_denormals(&t->cfg),
-                     .rng = &s->rng};
+                     .rng = &s->rng,
+                     .check_nan_inf = t->cfg.check_nan_inf};
   t->threads_used = eo.threads > 0 ? eo.threads : pe_cpu_cores(); /* as pe_device_ctx_init */
   /* The train program's startup block also initialises the optimizer state
    * and learning rate the optimizer pass added. */

@@ -27,6 +27,7 @@ typedef struct train_cfg {
   long fuse_bucket;
   long steps_per_run;      /* steps per executor call (0: the whole epoch) */
   bool compare_sequential; /* also run the sequential baseline, report the ratio */
+  bool check_nan_inf;      /* every op's outputs checked for NaN/Inf (op_finite.h) */
   const char *prefetch;    /* "on" (default when NULL) | "off": split batches on a thread */
   const char *denormals;   /* "flush" (default when NULL) | "keep" (core/fpenv.h) */
   const char *fuse_ops;    /* "on" (default when NULL) | "off": the fuse_conv_act pass */

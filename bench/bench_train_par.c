@@ -220,7 +220,7 @@ static pe_status *par_run(trainer *t, pe_par_exec *e, int n, const char *const *
   pe_tensor_view(&xt, PE_F32, &xs, t->x);
   pe_tensor_view(&yt, PE_I64, &ys, t->y);
   pe_feed feeds[2] = {{t->m.image, &xt}, {t->m.label, &yt}};
-  pe_run_opts opts = {.sync = s->sync, .timeline = s->tl};
+  pe_run_opts opts = {.sync = s->sync, .timeline = s->tl, .check_nan_inf = t->cfg.check_nan_inf};
   return pe_par_exec_run(e, feeds, 2, fetch, n_fetch, s->out, &opts, NULL);
 }
 
@@ -279,7 +279,7 @@ static pe_status *par_steps_split(trainer *t, pe_prefetch *pf, long max, train_s
                           .done = split_done,
                           .ctx = &k};
   const char *fetch[2] = {t->m.loss, t->m.accuracy};
-  pe_run_opts opts = {.sync = s->sync, .timeline = s->tl};
+  pe_run_opts opts = {.sync = s->sync, .timeline = s->tl, .check_nan_inf = t->cfg.check_nan_inf};
   pe_status *st = pe_prefetch_run_steps(s->step, &ps, fetch, 2, s->out, &opts, NULL);
   *end = ps.end;
   return st;

@@ -15,7 +15,7 @@
 typedef struct run_cfg {
   const char *model, *name, *places, *fetch, *out, *data;
   long batch, steps, seed;
-  bool eval;
+  bool eval, check_nan_inf;
   cli_graph_opts graph;
 } run_cfg;
 
@@ -28,6 +28,8 @@ typedef struct run_cfg {
   {"steps", CLI_INT, offsetof(run_cfg, steps), 1, 1 << 20, "steps on the same batch (1)"},       \
   {"seed", CLI_INT, offsetof(run_cfg, seed), 0, 1L << 62, "initialisation seed (1)"},            \
   {"eval", CLI_FLAG, offsetof(run_cfg, eval), 0, 0, "run the evaluation program"},               \
+  {"check-nan-inf", CLI_FLAG, offsetof(run_cfg, check_nan_inf), 0, 0,                            \
+   "debug: fail at the first op that writes NaN/Inf, naming it (slower; cpu/sim)"},              \
   {"data", CLI_STR, offsetof(run_cfg, data), 0, 0, "Fashion-MNIST directory"},                   \
   {"fetch", CLI_STR, offsetof(run_cfg, fetch), 0, 0,                                             \
    "comma-separated variables; loss, accuracy, correct: the model's (loss,accuracy)"},           \
@@ -166,7 +168,8 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
   int code = pe_client_init(c, prog.handle, false, NULL);
   pe_client_tensor feeds[2];
   cli_batch_feeds(&m, n, x, y, feeds);
-  pe_client_run_opts ro = {.steps = (uint32_t)cfg.steps, .trace = trace};
+  pe_client_run_opts ro = {
+      .steps = (uint32_t)cfg.steps, .trace = trace, .check_nan_inf = cfg.check_nan_inf};
   pe_client_run_result res;
   double t0 = cli_now();
   if (!code) code = pe_client_run(c, prog.handle, feeds, 2, fetch, n_fetch, &ro, &res);

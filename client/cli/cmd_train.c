@@ -65,6 +65,8 @@ static const cli_opt eval_opts[] = {TRAIN_EVAL_OPTS};
 
 static const cli_opt train_opts[] = {
     TRAIN_EVAL_OPTS,
+    {"check-nan-inf", CLI_FLAG, offsetof(train_cfg, check_nan_inf), 0, 0,
+     "debug: fail at the first op that writes NaN/Inf, naming it (slower; cpu/sim)"},
     {"epochs", CLI_INT, offsetof(train_cfg, epochs), 1, 1000, "passes over the training set (1)"},
     {"init-from", CLI_STR, offsetof(train_cfg, init_from), 0, 0,
      "start from a file of pe-client export: the variables this program has, learning_rate "

@@ -102,7 +102,8 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
   const char *fetch[2] = {t->m.loss, t->m.accuracy};
   pe_client_tensor feeds[2];
   batch_feeds(t, k, off, rows, feeds);
-  pe_client_run_opts o = {.batches = nb > 1 ? (uint32_t)nb : 0};
+  pe_client_run_opts o = {.batches = nb > 1 ? (uint32_t)nb : 0,
+                          .check_nan_inf = t->cfg.check_nan_inf};
   pe_client_run_result res;
   train_log_push(&t->log, &(train_mark){r->steps, r->samples, nb, rows, *e});
   int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);

@@ -31,6 +31,7 @@ typedef struct train_cfg {
    * model's CLI_EPOCHS_DONE + 1 (1 for a fresh model). */
   long start_epoch;
   bool shm, quiet, persistent;
+  bool check_nan_inf; /* --check-nan-inf: RunOptions.check_nan_inf */
   cli_graph_opts graph;
   recipe_cfg recipe;
 } train_cfg;

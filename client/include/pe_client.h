@@ -324,6 +324,12 @@ typedef struct pe_client_run_opts {
   bool trace;
   uint32_t timeout_ms; /* daemon-side run timeout; 0: none */
   int32_t priority;
+  /* Debug (PaddlePaddle's FLAGS_check_nan_inf): the daemon checks every
+   * op's outputs and the feeds for NaN/Inf and fails the run (PE_C_EINVAL)
+   * at the first op that writes one, naming the op type and index, its
+   * output, the first bad element, the inputs that were non-finite already
+   * and the step. Slower; cpu and sim places only. */
+  bool check_nan_inf;
 } pe_client_run_opts;
 
 typedef struct pe_client_run_result {

@@ -201,6 +201,7 @@ int pe_client_run(pe_client *c, uint64_t handle, const pe_client_tensor *feeds, 
     ro.trace = opts->trace;
     ro.timeout_ms = opts->timeout_ms;
     ro.priority = opts->priority;
+    ro.check_nan_inf = opts->check_nan_inf;
   }
   Pe__RunRequest r = PE__RUN_REQUEST__INIT;
   r.handle = handle;

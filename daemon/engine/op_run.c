@@ -1,6 +1,8 @@
 /* pe_op_run (op_run.h): infer on concrete shapes, size outputs, call the
- * kernel. */
+ * kernel, and in a --check-nan-inf run check its outputs. */
 #include "engine/op_run.h"
+
+#include "engine/op_finite.h"
 
 pe_status *pe_tensor_fit(pe_tensor *t, pe_allocator *alloc, pe_dtype dt, const pe_shape *shape,
                          const char *name) {
@@ -51,8 +53,10 @@ pe_status *pe_op_prepare(const pe_op_def *def, pe_tensor_list *tl, pe_meta_list 
 }
 
 pe_status *pe_op_run(const pe_op_def *def, pe_kernel_fn kernel, pe_tensor_list *tl,
-                     pe_meta_list *ml, pe_infer_ctx *ic, pe_kernel_ctx *kc, pe_allocator *alloc) {
+                     pe_meta_list *ml, pe_infer_ctx *ic, pe_kernel_ctx *kc, pe_allocator *alloc,
+                     bool check_finite) {
   PE_TRY(pe_op_prepare(def, tl, ml, ic, alloc));
   if (!kernel) return pe_error(PE_EUNKNOWN_OP, "op '%s': no kernel for this place kind", def->type);
-  return kernel(kc);
+  PE_TRY(kernel(kc));
+  return check_finite ? pe_op_check_finite(kc, ml) : NULL;
 }

@@ -24,8 +24,11 @@
 pe_status *pe_tensor_fit(pe_tensor *t, pe_allocator *alloc, pe_dtype dt, const pe_shape *shape,
                          const char *name);
 
+/* check_finite: after the kernel, fail on the first output holding NaN or
+ * Inf (engine/op_finite.h; the outputs must be in host memory). */
 pe_status *pe_op_run(const pe_op_def *def, pe_kernel_fn kernel, pe_tensor_list *tl,
-                     pe_meta_list *ml, pe_infer_ctx *ic, pe_kernel_ctx *kc, pe_allocator *alloc);
+                     pe_meta_list *ml, pe_infer_ctx *ic, pe_kernel_ctx *kc, pe_allocator *alloc,
+                     bool check_finite);
 /* pe_op_run without the kernel call: the checks, inference and output
  * sizing (for callers that run the kernel on slices themselves). */
 pe_status *pe_op_prepare(const pe_op_def *def, pe_tensor_list *tl, pe_meta_list *ml,

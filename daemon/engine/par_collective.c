@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/op_finite.h"
 #include "engine/op_run.h"
 #include "engine/par_exec_internal.h"
 
@@ -236,11 +237,19 @@ static void coll_chunk(xnode *x, int c) {
   }
 }
 
-/* After the last chunk, on the thread that ran it. */
+/* After the last chunk, on the thread that ran it. A sharded update runs
+ * its kernel on slices, not through pe_op_run: --check-nan-inf checks its
+ * outputs here, once whole (place 0's; the others hold the same values). */
 static void coll_finish(xnode *x) {
-  if (x->n->kind == PE_NODE_SHARDED_UPDATE &&
-      !atomic_load_explicit(&x->failed, memory_order_acquire))
-    par_shard_finish(x);
+  if (x->n->kind != PE_NODE_SHARDED_UPDATE ||
+      atomic_load_explicit(&x->failed, memory_order_acquire))
+    return;
+  par_shard_finish(x);
+  pe_status *st = x->e->opts->check_nan_inf ? pe_op_check_finite(&x->kc, x->ml) : NULL;
+  if (st) {
+    par_fail(x->e, pe_status_wrap(st, "node %d %s (sharded update)", x->id, x->n->name));
+    atomic_store_explicit(&x->failed, true, memory_order_release);
+  }
 }
 
 static void chunk_task(void *arg) {

@@ -469,8 +469,8 @@ static pe_status *run_op(xnode *x) {
     }
   }
   uint64_t t0 = e->tl ? pe_timeline_now_ns() : 0;
-  pe_status *st =
-      pe_op_run(x->n->def, x->kernel, x->tl, x->ml, &x->ic, &x->kc, pe_device_allocator(x->dev));
+  pe_status *st = pe_op_run(x->n->def, x->kernel, x->tl, x->ml, &x->ic, &x->kc,
+                            pe_device_allocator(x->dev), e->opts->check_nan_inf);
   if (e->tl) {
     char lane[32];
     if (pe_device_is_async(x->dev))
@@ -681,6 +681,13 @@ static pe_status *drain_before_run(pe_par_exec *e) {
 pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts) {
   PE_TRY(drain_before_run(e));
   static const pe_run_opts defaults = {0};
+  char pb[32];
+  for (int p = 0; opts && opts->check_nan_inf && p < e->n_places; p++)
+    if (!pe_device_host_memory(e->dev[p]))
+      return pe_error(PE_EINVAL,
+                      "check_nan_inf: place %s keeps its tensors in device memory; the per-op "
+                      "NaN/Inf check runs on cpu and sim places only (run the program there)",
+                      pe_place_str(e->g->places[p], pb, sizeof pb));
   e->opts = opts ? opts : &defaults;
   e->sync = e->opts->sync;
   e->tl = e->opts->timeline;

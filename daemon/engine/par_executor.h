@@ -283,6 +283,10 @@ typedef struct pe_run_opts {
    * have and its successors run. NULL: none. Init uses it to run a startup
    * for the persistables a model lacks without touching the others. */
   const bool *skip;
+  /* Debug: every op's outputs (and the feeds) are checked for NaN/Inf and
+   * the first op that writes one fails the run (engine/op_finite.h). Host
+   * places only: a graph with a cuda place refuses it. */
+  bool check_nan_inf;
 } pe_run_opts;
 
 /* Per-run measurements. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/op_finite.h"
 #include "engine/op_run.h"
 #include "engine/par_exec_internal.h"
 #include "engine/place_io.h"
@@ -124,6 +125,7 @@ pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds) {
     const pe_tensor *t = src[j];
     if (!t) return missing(e, v);
     PE_TRY(check_tensor(v, t, ""));
+    if (e->opts->check_nan_inf) PE_TRY(pe_feed_check_finite(v->name, t, ""));
     if (batch >= 0 && t->shape.d[0] != batch)
       return pe_error(PE_ESHAPE,
                       "feed '%s': batch %lld (shape %s) differs from feed '%s' (batch %lld)",
@@ -181,6 +183,7 @@ pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int 
       snprintf(where, sizeof where, " (part of place %d)", p);
       if (!t) return pe_error(PE_EINVAL, "feed '%s'%s: no tensor", v->name, where);
       PE_TRY(check_tensor(v, t, where));
+      if (e->opts->check_nan_inf) PE_TRY(pe_feed_check_finite(v->name, t, where));
       const pe_tensor *t0 = src[0]->parts[p];
       if (j > 0 && t->shape.d[0] != t0->shape.d[0])
         return pe_error(

@@ -22,6 +22,7 @@
 
 #include "compiler/validate.h"
 #include "core/fpenv.h"
+#include "engine/op_finite.h"
 #include "engine/op_run.h"
 #include "ops/registry.h"
 
@@ -58,6 +59,7 @@ struct pe_seq_exec {
   pe_device_ctx dev;
   bool dev_init;
   bool keep_denormals; /* pe_exec_opts.keep_denormals */
+  bool check_nan_inf;  /* pe_exec_opts.check_nan_inf */
   pe_rng own_rng;      /* the program generator unless opts->rng */
   pe_rng *rng;         /* the one drawn from: advances across runs */
 };
@@ -168,6 +170,7 @@ pe_status *pe_seq_exec_new(const pe_program *p, int block, pe_scope *model_scope
   pe_rng_init(&e->own_rng, seed);
   e->rng = opts && opts->rng ? opts->rng : &e->own_rng;
   e->keep_denormals = opts && opts->keep_denormals;
+  e->check_nan_inf = opts && opts->check_nan_inf;
   pe_status *st = NULL;
   if (!e->model || !e->local) st = pe_error(PE_ENOMEM, "executor: out of memory");
   if (!st) st = pe_device_ctx_init(&e->dev, pe_cpu_place(), opts ? opts->threads : 0);
@@ -242,6 +245,7 @@ static pe_status *load_feeds(pe_seq_exec *e, const pe_feed *feeds, int n_feeds) 
     if (numel > 0 && !src->data)
       return pe_error(PE_EINVAL, "feed '%s': tensor %s has no data", v->name,
                       pe_shape_str(&src->shape, s1, sizeof s1));
+    if (e->check_nan_inf) PE_TRY(pe_feed_check_finite(v->name, src, ""));
     PE_TRY(pe_tensor_copy(e->feeds[j].t, src, v->name));
   }
   return NULL;
@@ -259,7 +263,8 @@ static pe_status *op_failed(const pe_seq_exec *e, int i, pe_status *st) {
 
 static pe_status *run_op(pe_seq_exec *e, int i) {
   exec_op *x = &e->ops[i];
-  return pe_op_run(x->def, x->def->kernel_cpu, x->tl, x->ml, &x->ic, &x->kc, NULL);
+  return pe_op_run(x->def, x->def->kernel_cpu, x->tl, x->ml, &x->ic, &x->kc, NULL,
+                   e->check_nan_inf);
 }
 
 static pe_status *run_block(pe_seq_exec *e, const pe_feed *feeds, int n_feeds,

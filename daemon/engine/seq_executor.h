@@ -38,6 +38,9 @@ typedef struct pe_exec_opts {
    * daemon draw. NULL: the executor's own, seeded with seed, from counter 0.
    * Must outlive the executor; executors sharing it run one at a time. */
   pe_rng *rng;
+  /* Non-zero: check every op's outputs and the feeds for NaN/Inf and fail
+   * at the first op that writes one (engine/op_finite.h). */
+  int check_nan_inf;
 } pe_exec_opts;
 
 typedef struct pe_seq_exec pe_seq_exec;

@@ -250,7 +250,8 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
     pe_run_opts ro = {.sync = p->sync,
                       .origin = {.client = c->rq->client_id, .request = c->rq->request_id},
                       .priority = rq->options ? rq->options->priority : 0,
-                      .timeline = tl};
+                      .timeline = tl,
+                      .check_nan_inf = rq->options && rq->options->check_nan_inf};
     double deadline =
         rq->options && rq->options->timeout_ms ? t0 + rq->options->timeout_ms / 1e3 : 0;
     pe_run_guard guard = {.s = s, .p = p, .client = c->rq->client_id};
@@ -278,7 +279,7 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
         }
         if (done > 0 && (st = pe_run_guard_check(&guard, done, steps))) break;
         st = pe_par_exec_run(p->exec, feeds, nf, fetch, n_all, fetched, &ro, &stats);
-        if (st && steps > 1) st = pe_status_wrap(st, "step %u", done);
+        if (st && (steps > 1 || ro.check_nan_inf)) st = pe_status_wrap(st, "step %u", done);
         if (st) break;
         atomic_store(&entry->done, done + 1);
         /* A non-finite loss: this step was applied, and stops the run. */
