@@ -1,9 +1,11 @@
 /* clip_by_global_norm: the global norm of several tensors and the scaling
  * against numbers worked out by hand, no scaling under the limit (bitwise),
- * in place, the parallel path against a double-precision reference, a NaN
- * norm, and the attribute and inference errors. */
+ * in place, the parallel path against a double-precision reference, the
+ * same norm bits on 1 and 2 threads, a NaN norm, and the attribute and
+ * inference errors. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "check_main.h"
@@ -99,6 +101,57 @@ START_TEST(in_place_and_large) {
 }
 END_TEST
 
+/* The norm of x on a device with `threads` OpenMP threads. */
+static float norm_on(pe_scope *s, int threads) {
+  pe_device_ctx dev;
+  PE_CK_OK(pe_device_ctx_init(&dev, pe_cpu_place(), threads));
+  pe_op_desc *op = clip_op((const char *const[]){"x"}, (const char *const[]){"x@CLIP"}, 1, 1e9f);
+  ph_op_inst *inst = ph_op_inst_new(op, &dev);
+  PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+  float v = pe_f32(ph_get(s, "norm"))[0];
+  ph_op_inst_free(inst);
+  pe_op_desc_free(op);
+  pe_device_ctx_destroy(&dev);
+  return v;
+}
+
+START_TEST(norm_bits_do_not_depend_on_the_threads) {
+  /* Above PE_PAR_MIN, built so that the order of the sum of squares shows
+   * in the f32 norm. Units of 2^-54: x = 1 at the front (2^54), K = 89856
+   * elements 2^-27 at the back (1 each: a quarter of an ulp of a double
+   * near 1, lost when added to a running sum that holds the 1, kept when
+   * summed apart), and between them elements b * 2^-26 (4 b^2 each) whose
+   * squares bring the rest to M - 63/64 K, where M = (1 + 2^-24)^2 is the
+   * square of the midpoint between the floats 1 and 1 + 2^-23. All but the
+   * small ones are multiples of an ulp, so only where the small ones go
+   * changes the sum: kept, it is M + K/64 and the norm 1 + 2^-23 (the
+   * exact answer); absorbed in one of k < 64 partial sums, it is below M
+   * and the norm 1. The old kernel's OpenMP reduction kept them on 2
+   * threads (the 1 and the small ones in different halves) and lost a
+   * part on 1 (the SIMD lane that held the 1). */
+  enum { N = 200003, K = 89856 };
+  pe_scope *s = pe_scope_new(NULL);
+  float *x = pe_f32(ph_set_uniform(s, "x", PE_SHAPE(N), 0, 0, 0));
+  x[0] = 1.0f;
+  uint64_t rest = ((1ull << 31) + 64 - (uint64_t)K / 64 * 63) / 4; /* sum of b^2 */
+  int i = 1;
+  while (rest) {
+    uint64_t b = (uint64_t)sqrt((double)rest);
+    while (b * b > rest) b--;
+    while ((b + 1) * (b + 1) <= rest) b++;
+    x[i++] = ldexpf((float)b, -26);
+    rest -= b * b;
+  }
+  ck_assert_int_lt(i, 64);
+  for (int k = N - K; k < N; k++) x[k] = ldexpf(1.0f, -27);
+  float one = norm_on(s, 1), two = norm_on(s, 2);
+  ck_assert_msg(!memcmp(&one, &two, sizeof one), "norm %a on 1 thread, %a on 2", (double)one,
+                (double)two);
+  ck_assert_float_eq(one, nextafterf(1.0f, 2.0f));
+  pe_scope_free(s);
+}
+END_TEST
+
 START_TEST(nan_norm_leaves_the_gradients) {
   pe_scope *s = five();
   pe_f32(ph_get(s, "a"))[1] = NAN;
@@ -147,6 +200,7 @@ static Suite *clip_suite(void) {
   tcase_add_test(tc, scales_to_the_limit);
   tcase_add_test(tc, under_the_limit_is_unchanged);
   tcase_add_test(tc, in_place_and_large);
+  tcase_add_test(tc, norm_bits_do_not_depend_on_the_threads);
   tcase_add_test(tc, nan_norm_leaves_the_gradients);
   tcase_add_test(tc, errors);
   suite_add_tcase(s, tc);

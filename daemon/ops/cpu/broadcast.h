@@ -54,5 +54,8 @@ pe_status *pe_bcast_reduce_f32(const pe_shape *out, const pe_shape *t, const flo
 
 /* Sum of n floats in double, deterministic for any nt. */
 double pe_sum_f32(const float *x, int64_t n, int nt);
+/* Sum of x[i] * y[i] in double, the same way; x == y (clip's sum of
+ * squares) reads each element once. */
+double pe_dot_f32(const float *x, const float *y, int64_t n, int nt);
 
 #endif

@@ -10,12 +10,15 @@
  * gradient, and the updates read its outputs. Every element is read before
  * it is written, so Out may alias X. A NaN norm leaves the gradients as
  * they are (c is not < 1): the loss shows the divergence; an infinite one
- * scales them to 0. ops/clip.h has c for both kernels. */
+ * scales them to 0. ops/clip.h has c for both kernels. The sum of squares
+ * uses pe_dot_f32's fixed partition, so the norm is the same bits on any
+ * thread count (tests/ops/test_ops_clip.c). */
 #include "ops/clip.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "ops/cpu/broadcast.h"
 #include "ops/cpu/par_min.h"
 #include "ops/cpu/simd_for.h"
 #include "ops/op_tables.h"
@@ -51,12 +54,8 @@ static pe_status *clip_kernel(pe_kernel_ctx *c) {
       return pe_kernel_error(c, PE_ESHAPE, "Out #%d has %lld elements, X #%d has %lld", k,
                              (long long)pe_tensor_numel(pe_kout(c, CLIP_OUT, k)), k,
                              (long long)pe_tensor_numel(x));
-    const float *xv = pe_f32(x);
-    int64_t m = pe_tensor_numel(x);
-    double s = 0;
-#pragma omp parallel for simd reduction(+ : s) num_threads(nt) if (pe_par_split(m))
-    for (int64_t i = 0; i < m; i++) s += (double)xv[i] * xv[i];
-    sq += s;
+    /* A fixed partition: the norm's bits do not depend on nt. */
+    sq += pe_dot_f32(pe_f32(x), pe_f32(x), pe_tensor_numel(x), nt);
   }
   double norm = sqrt(sq), coef = pe_clip_coef(norm, pe_attr_f(c->def, c->desc, "max_norm"));
   float cf = (float)coef;

@@ -10,10 +10,11 @@
  * went to the team in one and not in the other.
  *
  * Where a loop is element-wise, or splits whole independent sums (per
- * channel, per row, a fixed partition), the split does not change results.
- * clip's sum of squares is the exception: split, it adds in another order,
- * so its norm for exactly 32768 elements may differ in the last bits of
- * the double from before the rule was one (serial now, split then).
+ * channel, per row, a fixed partition), the split does not change results
+ * on any thread count. Full sums (pe_sum_f32, pe_dot_f32 for clip's sum of
+ * squares) add in a fixed partition above the threshold and serially at or
+ * below it, so their bits may change where a tensor crosses PE_PAR_MIN, but
+ * not with the threads.
  *
  * The value: on the 2-core development host under load (7 on 2 cores,
  * OMP_WAIT_POLICY=passive, as the daemon runs), a two-thread add or relu
