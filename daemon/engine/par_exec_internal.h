@@ -155,7 +155,12 @@ struct pe_par_exec {
   int64_t *rows_sized;
   bool has_feeds;
   bool feeds_viewed; /* feed tensors are views of a split run's parts */
+  /* The run's options: a copy (opts_v), because async places' stream threads
+   * run nodes after pe_par_exec_run returned and its caller's struct is gone
+   * (its pointers, e.g. skip and timeline, stay the caller's). Replaced only
+   * after the previous run drained (par_set_opts). */
   const pe_run_opts *opts;
+  pe_run_opts opts_v;
   pe_sync_strategy sync;
   pe_timeline *tl;
   uint64_t delay_salt;

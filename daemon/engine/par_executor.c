@@ -688,7 +688,8 @@ pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts) {
                       "check_nan_inf: place %s keeps its tensors in device memory; the per-op "
                       "NaN/Inf check runs on cpu and sim places only (run the program there)",
                       pe_place_str(e->g->places[p], pb, sizeof pb));
-  e->opts = opts ? opts : &defaults;
+  e->opts_v = opts ? *opts : defaults;
+  e->opts = &e->opts_v;
   e->sync = e->opts->sync;
   e->tl = e->opts->timeline;
   return NULL;
