@@ -46,9 +46,11 @@ MOMENTUM = 0.9
 EVAL_CHUNK = 1000
 
 
-def parse_args(doc):
-    """The common command line; fills in batch, lr, decay and threads (0: all cores)."""
+def parse_args(doc, devices=("cpu",)):
+    """The common command line; fills in batch, lr, decay and threads (0: all cores).
+    devices: what --device accepts (the first is the default)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--device", choices=devices, default=devices[0])
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--batch", type=int, default=0, help="mlp 128, cnn and resnet 64")
     ap.add_argument("--epochs", type=int, default=1)
@@ -138,7 +140,7 @@ def emit(a, framework, version, run, accuracy, eval_seconds):
     """The JSON line, with pe-bench train --json's keys."""
     print(json.dumps({
         "bench": "train", "framework": framework, "framework_version": version,
-        "model": a.model, "batch": a.batch, "epochs": a.epochs, "steps": run["steps"],
+        "model": a.model, "device": a.device, "batch": a.batch, "epochs": a.epochs, "steps": run["steps"],
         "samples": run["samples"], "seed": a.seed, "threads": a.threads,
         "samples_per_sec": round(run["samples"] / run["train_seconds"], 1),
         "train_seconds": round(run["train_seconds"], 3), "eval_seconds": round(eval_seconds, 3),

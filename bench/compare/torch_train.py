@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The pe-bench training benchmark, written for PyTorch (CPU).
+"""The pe-bench training benchmark, written for PyTorch (CPU, or a GPU with --device cuda).
 
 Why: users compare pe-executord with the frameworks they know, on their own
 machine. This script trains the same models as `pe-bench train` (bench/,
@@ -14,6 +14,10 @@ timing and JSON line (compare_common.py's docstring). PyTorch's BatchNorm2d
 momentum is 0.1 (the new value's weight), the same running average as pe's 0.9.
 Threads: torch.set_num_threads(--threads) (intra-op; OMP_NUM_THREADS and
 OPENBLAS_NUM_THREADS are set to the same before torch is imported).
+--device cuda: the model and the whole data set on the GPU (pe-bench --places cuda:0
+copies each batch in; both fetch each step's loss), cuDNN's default
+algorithm choice (torch.backends.cudnn.benchmark off), TF32 off (pe's cuBLAS
+and cuDNN calls use FP32 math).
 Not the same: the initial weights (PyTorch's defaults, not pe-executord's
 Xavier/Kaiming draws), so accuracies agree to about a percent, not exactly.
 """
@@ -23,7 +27,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare_common as cc  # noqa: E402
 
-ARGS = cc.parse_args(__doc__)
+ARGS = cc.parse_args(__doc__, devices=("cpu", "cuda"))
 cc.set_thread_env(ARGS.threads)
 
 import torch  # noqa: E402
@@ -91,9 +95,12 @@ class ResNet(nn.Module):
 def main(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    x_train, y_train, x_test, y_test = (torch.from_numpy(t) for t in cc.load_data(a.data))
+    dev = torch.device(a.device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    x_train, y_train, x_test, y_test = (torch.from_numpy(t).to(dev) for t in cc.load_data(a.data))
 
-    net = {"mlp": Mlp, "cnn": Cnn, "resnet": ResNet}[a.model]()
+    net = {"mlp": Mlp, "cnn": Cnn, "resnet": ResNet}[a.model]().to(dev)
     weights = [p for p in net.parameters() if p.dim() > 1]
     others = [p for p in net.parameters() if p.dim() <= 1]
     opt = torch.optim.SGD([{"params": weights, "weight_decay": a.decay},
@@ -101,7 +108,7 @@ def main(a):
                           momentum=cc.MOMENTUM)
 
     def step(idx):
-        idx = torch.from_numpy(idx)
+        idx = torch.from_numpy(idx).to(dev)
         xb, yb = x_train.index_select(0, idx), y_train.index_select(0, idx)
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(net(xb), yb)
@@ -113,8 +120,8 @@ def main(a):
     run = cc.train(a, len(x_train), step)
     net.eval()
     with torch.no_grad():
-        accuracy, eval_seconds = cc.evaluate(lambda i, j: net(x_test[i:j]).numpy(),
-                                             x_test, y_test.numpy())
+        accuracy, eval_seconds = cc.evaluate(lambda i, j: net(x_test[i:j]).cpu().numpy(),
+                                             x_test, y_test.cpu().numpy())
     cc.emit(a, "pytorch", torch.__version__, run, accuracy, eval_seconds)
     return 0
 

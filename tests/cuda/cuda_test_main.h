@@ -2,6 +2,10 @@
  * GPUs are usable, else run the suite without forking (a CUDA context does
  * not survive fork, and counting devices already created one).
  *
+ * The suites print every test's result (CK_VERBOSE), line-buffered: they
+ * run only on a lent GPU machine, where the log is the record of what ran,
+ * and a crash must not lose the lines before it.
+ *
  * ASan: the CUDA driver maps memory where ASan keeps its shadow gap;
  * protect_shadow_gap=0 lets the sanitizer build run on a GPU. */
 #ifndef PE_TESTS_CUDA_TEST_MAIN_H
@@ -22,6 +26,7 @@ const char *__asan_default_options(void) {
 
 #define PE_CUDA_MAIN(suite_fn, min_gpus)                                                          \
   int main(void) {                                                                                \
+    setvbuf(stdout, NULL, _IOLBF, 0);                                                             \
     pe_status *why = NULL;                                                                        \
     int n = pe_cuda_device_count(&why);                                                           \
     if (n < (min_gpus)) {                                                                         \
@@ -32,7 +37,7 @@ const char *__asan_default_options(void) {
     }                                                                                             \
     SRunner *sr = srunner_create(suite_fn());                                                     \
     srunner_set_fork_status(sr, CK_NOFORK);                                                       \
-    srunner_run_all(sr, CK_NORMAL);                                                               \
+    srunner_run_all(sr, CK_VERBOSE);                                                              \
     int failed = srunner_ntests_failed(sr);                                                       \
     srunner_free(sr);                                                                             \
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;                                                  \

@@ -5,12 +5,14 @@
 # none of our other libraries and no network, so nothing is built there).
 #
 #   sh .gpukit/gpu_verify.sh [STAGE...]   stages: env tests bench daemon memcheck
-#                                         (default: all five, in that order)
+#                                         (default: these five, in that order),
+#                                         trace, compare (on request)
 #
 # Every stage writes its log under $OUT (the device tool's return folder;
 # /tmp/pe-gpu-out elsewhere) and a line to $OUT/summary.txt. Each command has
 # its own time limit, cut to what is left of PE_GPU_BUDGET seconds (default
-# 560), so that the whole run ends inside one 10-minute call.
+# 560), so that the whole run ends inside one 10-minute call; a suite of
+# the tests stage gets at most PE_GPU_TEST_LIMIT seconds (default 240).
 # The exit status is non-zero when a test or run failed. A suite that skips
 # (exit 77: it sees fewer GPUs than it needs) fails too where nvidia-smi
 # lists a GPU, since then the runtime could not reach it (driver too old for
@@ -166,7 +168,7 @@ stage_tests() {
     may_skip=1
     [ "$n" -ge 1 ] && [ "$t" != test_cuda_nccl ] && may_skip=0
     [ "$n" -ge 2 ] && may_skip=0
-    run_logged "$t" 240 "$BIN/$t"
+    run_logged "$t" "${PE_GPU_TEST_LIMIT:-240}" "$BIN/$t"
     tail -n 3 "$OUT/$t.log" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
   done
   may_skip=1
@@ -227,6 +229,34 @@ stage_daemon() {
   rm -rf "$d"
 }
 
+# The equivalence suite again with PE_EQ_TRACE (every step's loss and
+# parameter differences) and the tolerance lifted (PE_CUDA_RTOL=1), to show
+# how the differences from the CPU grow over the 20 steps.
+stage_trace() {
+  run_logged trace_test_cuda_train 120 env PE_EQ_TRACE=1 PE_CUDA_RTOL=1 "$BIN/test_cuda_train"
+  grep -E 'step (1|2|5|10|15|20):|^par_equiv' "$OUT/trace_test_cuda_train.log" | sed 's/^/    /' |
+    tee -a "$SUMMARY"
+}
+
+# pe-bench on cuda:0 beside PyTorch on the same GPU (bench/compare's
+# torch_train.py --device cuda, the machine's own torch), PE_GPU_EPOCHS
+# epochs (1) of each model, alternating (compare.jsonl); resnet is the
+# model file conf/models/resnet, as in ./pe compare.
+stage_compare() {
+  : >"$OUT/compare.jsonl"
+  ep=${PE_GPU_EPOCHS:-1}
+  for m in mlp cnn resnet; do
+    pm=$m
+    [ "$m" = resnet ] && pm="$KIT/compare/resnet"
+    run_logged "compare_pe_$m" 120 "$BIN/pe-bench" train --model "$pm" --places cuda:0 \
+      --epochs "$ep" --json &&
+      tail -n 1 "$OUT/compare_pe_$m.log" | tee -a "$OUT/compare.jsonl" "$SUMMARY"
+    run_logged "compare_torch_$m" 120 python3 "$KIT/compare/torch_train.py" --model "$m" \
+      --device cuda --epochs "$ep" --data "$KIT/data" &&
+      tail -n 1 "$OUT/compare_torch_$m.log" | tee -a "$OUT/compare.jsonl" "$SUMMARY"
+  done
+}
+
 # compute-sanitizer's memcheck over the kernel and training suites: an
 # out-of-bounds or misaligned access in a kernel that the comparisons with
 # the CPU happen not to show.
@@ -247,8 +277,8 @@ setup
 stages=${*:-env tests bench daemon memcheck}
 for s in $stages; do
   case $s in
-    env | tests | bench | daemon | memcheck) "stage_$s" ;;
-    *) note "unknown stage '$s' (env tests bench daemon memcheck)"; failed=1 ;;
+    env | tests | bench | daemon | memcheck | trace | compare) "stage_$s" ;;
+    *) note "unknown stage '$s' (env tests bench daemon memcheck trace compare)"; failed=1 ;;
   esac
 done
 note "gpu_verify: $([ $failed -eq 0 ] && echo 'all passed' || echo 'FAILURES, see above')"

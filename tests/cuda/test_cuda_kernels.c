@@ -192,14 +192,18 @@ static void compare_grads(pe_scope *s, const pe_op_desc *fwd, double tol) {
     for (int i = 0; i < op->n_in; i++)
       for (int k = 0; k < op->in[i].n; k++) {
         const char *name = op->in[i].args[k];
-        if (ph_get(s, name)) continue;
+        pe_tensor *have = ph_get(s, name);
         size_t len = strlen(name), sl = strlen(PE_GRAD_SUFFIX);
-        ck_assert_msg(len > sl && !strcmp(name + len - sl, PE_GRAD_SUFFIX),
-                      "%s: input '%s' missing", op->type, name);
+        bool is_grad = len > sl && !strcmp(name + len - sl, PE_GRAD_SUFFIX);
+        if (have && !is_grad) continue;
+        ck_assert_msg(is_grad, "%s: input '%s' missing", op->type, name);
         char base[256];
         snprintf(base, sizeof base, "%.*s", (int)(len - sl), name);
         pe_tensor *b = ph_get(s, base);
         ck_assert_msg(b, "%s: no forward variable '%s'", op->type, base);
+        /* A gradient left in the scope by an earlier case of another
+         * shape is made again (cases share the scope's names). */
+        if (have && pe_shape_equal(&have->shape, &b->shape)) continue;
         ph_set_uniform(s, name, b->shape, -1.0f, 1.0f, seed++);
       }
     compare(s, op, tol);

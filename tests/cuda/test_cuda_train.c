@@ -7,12 +7,18 @@
  * so this is the executor's whole cuda path (engine/place_io.h, the scaled
  * loss-gradient seed, feeds on the h2d stream, cuBLAS/cuDNN/own kernels).
  *
- * Tolerance 1e-3 relative, against 1e-5 between cpu and sim places: cuBLAS
+ * Tolerance: 1e-4 relative for the first three steps, then 2e-2. cuBLAS
  * and cuDNN reduce in other orders and with other algorithms than oneDNN
- * (each kernel is within 1e-4 of the CPU, test_cuda_kernels.c), and 20
- * steps of momentum SGD carry those differences forward. A real bug (a
+ * (each kernel is within 1e-4 of the CPU, test_cuda_kernels.c), and the
+ * training carries those differences forward. Measured on an H200
+ * (PE_EQ_TRACE=1, 2026-11-26): the MLP stays within 1.9e-7 over all 20
+ * steps; the CNN within 1.5e-5 for steps 1-4, but its loss goes
+ * 4.8 -> 8.8 -> 37 -> 2.8 at this learning rate, and from step 5 (loss
+ * 4.3e-4 apart) the differences grow to 0.0044 (loss) and 0.006
+ * (parameters) at step 20, in both sync strategies alike. A real bug (a
  * wrong gradient, a missing seed scale, a stale parameter, a fetch read
- * before the kernels finished) moves the loss by > 1e-2 within two steps.
+ * before the kernels finished) moves the loss by > 1e-2 within two steps,
+ * inside the strict phase.
  *
  * Skipped without a GPU; without the CUDA backend too. */
 #include <stdio.h>
@@ -27,19 +33,17 @@ int main(void) {
 #include "../train/par_equiv.h"
 #include "cuda_test_main.h"
 
-#define CUDA_RTOL 1e-3
+#define CUDA_ROW(name, n, sync, fuse)                                                   \
+  {name,  PE_PLACE_CUDA, n, sync, PE_STRATEGY_ALLREDUCE, fuse, false, 1e-4, false, 3, \
+   2e-2}
 
 /* The cuda:2 rows (NCCL all-reduce per gradient and per bucket, NCCL
  * broadcast of the initial parameters) run where there are 2 GPUs. */
 static const eq_setting cuda_rows[] = {
-    {"cuda:1 event", PE_PLACE_CUDA, 1, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, false, false,
-     CUDA_RTOL},
-    {"cuda:1 producer", PE_PLACE_CUDA, 1, PE_SYNC_WAIT_PRODUCER, PE_STRATEGY_ALLREDUCE, false,
-     false, CUDA_RTOL},
-    {"cuda:2 event allreduce", PE_PLACE_CUDA, 2, PE_SYNC_WAIT_EVENT, PE_STRATEGY_ALLREDUCE, false,
-     false, CUDA_RTOL},
-    {"cuda:2 producer allreduce fused", PE_PLACE_CUDA, 2, PE_SYNC_WAIT_PRODUCER,
-     PE_STRATEGY_ALLREDUCE, true, false, CUDA_RTOL},
+    CUDA_ROW("cuda:1 event", 1, PE_SYNC_WAIT_EVENT, false),
+    CUDA_ROW("cuda:1 producer", 1, PE_SYNC_WAIT_PRODUCER, false),
+    CUDA_ROW("cuda:2 event allreduce", 2, PE_SYNC_WAIT_EVENT, false),
+    CUDA_ROW("cuda:2 producer allreduce fused", 2, PE_SYNC_WAIT_PRODUCER, true),
 };
 #define N_ROWS ((int)(sizeof cuda_rows / sizeof cuda_rows[0]))
 
@@ -50,13 +54,24 @@ static bool have_gpus(const eq_setting *set) {
   return false;
 }
 
+/* Row i; PE_CUDA_RTOL replaces both its tolerances (for diagnosis, with
+ * PE_EQ_TRACE: how the differences grow past them). */
+static eq_setting row(int i) {
+  eq_setting set = cuda_rows[i];
+  const char *tol = getenv("PE_CUDA_RTOL");
+  if (tol) set.rtol = set.drift_rtol = strtod(tol, NULL);
+  return set;
+}
+
 START_TEST(mlp_on_cuda_matches_cpu) {
-  if (have_gpus(&cuda_rows[_i])) eq_run_setting("mlp", &cuda_rows[_i]);
+  eq_setting set = row(_i);
+  if (have_gpus(&set)) eq_run_setting("mlp", &set);
 }
 END_TEST
 
 START_TEST(cnn_on_cuda_matches_cpu) {
-  if (have_gpus(&cuda_rows[_i])) eq_run_setting("cnn", &cuda_rows[_i]);
+  eq_setting set = row(_i);
+  if (have_gpus(&set)) eq_run_setting("cnn", &set);
 }
 END_TEST
 

@@ -477,6 +477,31 @@ START_TEST(pool_infer) {
 }
 END_TEST
 
+/* The gradient's Out and Out@GRAD must have the pooled shape of X: the
+ * kernels read them by it (found by the CUDA kernel test, whose stale
+ * Out@GRAD made cuDNN read past the buffer). */
+START_TEST(pool_grad_infer_checks_out_shapes) {
+  pe_op_desc *op = ph_op("pool2d_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL, "X@GRAD", "dx",
+             NULL);
+  const int64_t two[] = {2, 2};
+  PE_CK_OK(pe_op_set_string(op, "pooling_type", "max"));
+  PE_CK_OK(pe_op_set_ints(op, "ksize", 2, two));
+  PE_CK_OK(pe_op_set_ints(op, "strides", 2, two));
+  dt_var ok[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 10, 9)},
+                 {"out", PE_F32, PE_SHAPE(-1, 3, 5, 4)},
+                 {"dout", PE_F32, PE_SHAPE(-1, 3, 5, 4)}};
+  pe_meta m;
+  PE_CK_OK(dt_infer(op, ok, 3, &m));
+  expect_shape(&m.shape, PE_SHAPE(-1, 3, 10, 9));
+  dt_var bad_dout[] = {ok[0], ok[1], {"dout", PE_F32, PE_SHAPE(2, 3, 10, 9)}};
+  dt_expect_infer_error(op, bad_dout, 3, PE_ESHAPE, "pool2d_grad", "Out@GRAD 'dout'", "[2,3,10,9]",
+                        "[-1,3,5,4]", "'x'", NULL);
+  dt_var bad_out[] = {ok[0], {"out", PE_F32, PE_SHAPE(-1, 3, 4, 4)}, ok[2]};
+  dt_expect_infer_error(op, bad_out, 3, PE_ESHAPE, "Out 'out'", "[-1,3,4,4]", NULL);
+  pe_op_desc_free(op);
+}
+END_TEST
+
 /* --- batch_norm ------------------------------------------------------------------------ */
 
 /* Mean/MeanOut and Variance/VarianceOut are the same variables, as the
@@ -683,6 +708,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, pool_max_grad_written_out);
   tcase_add_test(tc, pool_max_grad_2x2_ties_match_rule);
   tcase_add_test(tc, pool_infer);
+  tcase_add_test(tc, pool_grad_infer_checks_out_shapes);
   tcase_add_test(tc, batch_norm_train_written_out);
   tcase_add_test(tc, batch_norm_test_mode);
   tcase_add_test(tc, batch_norm_grad_numeric);

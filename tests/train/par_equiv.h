@@ -90,6 +90,12 @@ typedef struct eq_setting {
    * relu, batch_norm + relu, as one op); the sequential reference stays
    * unfused. */
   bool fuse_ops;
+  /* After step `drift_after`, losses and parameters may differ by up to
+   * drift_rtol (0: rtol throughout). For kernels of another library whose
+   * rounding differences the training amplifies (tests/cuda/test_cuda_train.c
+   * has the measurements); a bug shows in the first steps, which keep rtol. */
+  int drift_after;
+  double drift_rtol;
 } eq_setting;
 
 static inline double eq_loss_tol(const eq_setting *set) {
@@ -97,6 +103,10 @@ static inline double eq_loss_tol(const eq_setting *set) {
 }
 static inline double eq_param_tol(const eq_setting *set) {
   return set->rtol > 0 ? set->rtol : EQ_PARAM_RTOL;
+}
+/* tol, or drift_rtol once past drift_after. */
+static inline double eq_step_tol(const eq_setting *set, int step, double tol) {
+  return set->drift_rtol > 0 && step > set->drift_after ? set->drift_rtol : tol;
 }
 
 #define EQ_ROW(k, n, s, st, f, nm) \
@@ -453,13 +463,19 @@ static inline void eq_run_setting(const char *model, const eq_setting *set) {
     float lp = eq_par_step(&e, &spec, &d, n, set->sync);
     ck_assert_msg(isfinite(ls) && isfinite(lp), "%s, step %d: loss %f vs %f", what, step, lp, ls);
     double dl = fabs((double)lp - ls) / fmax(1.0, fabs((double)ls));
-    ck_assert_msg(dl <= eq_loss_tol(set),
+    double loss_tol = eq_step_tol(set, step, eq_loss_tol(set));
+    ck_assert_msg(dl <= loss_tol,
                   "%s, step %d: loss %.7f, sequential %.7f (relative difference %.3g, "
                   "tolerance %.1g)",
-                  what, step, lp, ls, dl, eq_loss_tol(set));
+                  what, step, lp, ls, dl, loss_tol);
     if (dl > worst_loss) worst_loss = dl;
-    double dp = eq_check_params(&e, &s, what, step, eq_param_tol(set));
+    double dp = eq_check_params(&e, &s, what, step, eq_step_tol(set, step, eq_param_tol(set)));
     if (dp > worst_param) worst_param = dp;
+    /* PE_EQ_TRACE: each step's differences, to tell a drift that grows
+     * step by step from a bug that shows at once. */
+    if (getenv("PE_EQ_TRACE"))
+      fprintf(stderr, "%s, step %d: loss %.7f vs %.7f, relative difference loss %.2g, "
+              "parameters %.2g\n", what, step, lp, ls, dl, dp);
     if (step == 1) first = ls;
     last = ls;
   }

@@ -107,9 +107,25 @@ static pe_status *pool_infer(pe_infer_ctx *c) {
   return NULL;
 }
 
+/* Out and Out@GRAD must have the shape the window gives X: both kernels
+ * (the CPU's loops, cuDNN's backward) index them by it, so a gradient of
+ * another shape would be read out of bounds. */
 static pe_status *pool_grad_infer(pe_infer_ctx *c) {
   pe_shape out;
   PE_TRY(pool_check(c, &out)); /* PLG_X == PL_X */
+  static const int slots[] = {PLG_OUT, PLG_DOUT};
+  static const char *const slot_names[] = {"Out", "Out@GRAD"};
+  for (int i = 0; i < 2; i++) {
+    pe_meta *m = pe_in_meta(c, slots[i], 0);
+    if (!m || pe_shape_compatible(&m->shape, &out)) continue;
+    char sb[PE_SHAPE_STRLEN], ob[PE_SHAPE_STRLEN], xb[PE_SHAPE_STRLEN];
+    return pe_infer_error(c, PE_ESHAPE,
+                          "input %s '%s' shape %s does not match the pooled shape %s of X '%s' %s",
+                          slot_names[i], pe_in_name(c, slots[i], 0),
+                          pe_shape_str(&m->shape, sb, sizeof sb), pe_shape_str(&out, ob, sizeof ob),
+                          pe_in_name(c, PLG_X, 0),
+                          pe_shape_str(&pe_in_meta(c, PLG_X, 0)->shape, xb, sizeof xb));
+  }
   return pe_infer_grad_like_inputs(c);
 }
 
