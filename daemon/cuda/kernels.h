@@ -103,14 +103,17 @@ cudaError_t pe_cu_top_k(const void *x, int dtype, int64_t rows, int64_t len, int
  * batch, y normalised with them, running stats updated with momentum
  * (mean_out/var_out may alias mean/var; either pair may be NULL). Test:
  * y with the running stats, saved_* receive copies of them. */
+/* scratch: pe_cu_bn_scratch_bytes(N, C, S) bytes of device memory, 8-byte
+ * aligned, for the partial sums of the per-channel reductions. */
+size_t pe_cu_bn_scratch_bytes(int64_t N, int64_t C, int64_t S);
 cudaError_t pe_cu_bn_fwd(const float *x, const float *scale, const float *bias, const float *mean,
                          const float *var, float *y, float *mean_out, float *var_out,
                          float *saved_mean, float *saved_var, int64_t N, int64_t C, int64_t S,
-                         float momentum, float eps, int is_test, cudaStream_t s);
+                         float momentum, float eps, int is_test, void *scratch, cudaStream_t s);
 cudaError_t pe_cu_bn_bwd(const float *x, const float *scale, const float *saved_mean,
                          const float *saved_var, const float *dy, float *dx, float *dscale,
                          float *dbias, int64_t N, int64_t C, int64_t S, float eps, int is_test,
-                         cudaStream_t s);
+                         void *scratch, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -184,7 +184,8 @@ template <int A>
 __global__ void act_fwd_kernel(const float *x, float *y, int64_t n) {
   GRID_LOOP(i, n) {
     float v = x[i];
-    y[i] = A == PE_CU_RELU ? (v > 0.0f ? v : 0.0f)
+    // relu as the CPU's (ops/cpu/relu.h): NaN and +Inf pass, -0 gives +0.
+    y[i] = A == PE_CU_RELU ? (v <= 0.0f ? 0.0f : v)
            : A == PE_CU_TANH ? tanhf(v)
                              : 1.0f / (1.0f + expf(-v));
   }
@@ -195,7 +196,7 @@ __global__ void act_bwd_kernel(const float *x, const float *y, const float *dy, 
   GRID_LOOP(i, n) {
     float g = dy[i];
     if (A == PE_CU_RELU)
-      dx[i] = x[i] > 0.0f ? g : 0.0f;
+      dx[i] = x[i] <= 0.0f ? 0.0f : g;  // dy passes where x is NaN, as on the CPU
     else if (A == PE_CU_TANH)
       dx[i] = g * (1.0f - y[i] * y[i]);
     else

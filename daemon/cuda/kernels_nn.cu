@@ -265,33 +265,75 @@ __global__ void top_k_kernel(const T *x, int64_t rows, int64_t len, int64_t k, T
   }
 }
 
-// Batch norm over x [N, C, S]: one block per channel.
-__global__ void bn_stats_kernel(const float *x, int64_t N, int64_t C, int64_t S, float *mean,
-                                float *var) {
-  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
-    int64_t m = N * S;
-    double s = 0;
-    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) s += x[(i / S) * C * S + c * S + i % S];
-    double mu = block_sum(s) / (double)(m ? m : 1);
-    double v = 0;
-    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
-      double d = x[(i / S) * C * S + c * S + i % S] - mu;
-      v += d * d;
+// Batch norm over x [N, C, S]. The per-channel reductions run on a grid of
+// C x P blocks: block (c, p) sums part p of channel c's N*S elements (a
+// fixed split), then one thread per channel adds the P partial sums in
+// order. One block per channel (the first version) left most of the GPU
+// idle: 16 channels are 16 blocks on 132 SMs. Sums are in double like the
+// CPU kernel's; the variance is E[x^2] - mean^2 in double, exact enough for
+// f32 data unless mean^2 / var exceeds ~1e8. Deterministic run to run.
+// Index type I: 32-bit where the tensor allows (64-bit division is slow).
+constexpr int64_t kBnPartMin = 2048;  // elements per block at least
+constexpr int64_t kBnBlocks = 1024;   // aim: about 8 blocks per SM
+
+// Parts per channel for m = N*S elements per channel.
+inline int64_t bn_parts(int64_t C, int64_t m) {
+  int64_t p = (kBnBlocks + C - 1) / (C ? C : 1);
+  int64_t most = (m + kBnPartMin - 1) / kBnPartMin;
+  if (p > most) p = most;
+  if (p > 65535) p = 65535;
+  return p < 1 ? 1 : p;
+}
+
+// Part p of channel c: elements [lo, hi) of the channel's m, in the order
+// (n, s); partial[(c * P + p) * 2 + k] gets the two sums.
+template <typename I>
+__device__ inline void bn_part_range(I m, I P, I p, I *lo, I *hi) {
+  *lo = (I)((int64_t)m * p / P);
+  *hi = (I)((int64_t)m * (p + 1) / P);
+}
+
+template <typename I>
+__global__ void bn_stats_part_kernel(const float *x, I C, I S, I m, double *partial) {
+  I p = blockIdx.y, P = gridDim.y, lo, hi;
+  bn_part_range<I>(m, P, p, &lo, &hi);
+  for (I c = blockIdx.x; c < C; c += gridDim.x) {
+    double s = 0, q = 0;
+    for (I j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+      double v = x[(j / S) * C * S + c * S + j % S];
+      s += v;
+      q += v * v;
     }
-    v = block_sum(v) / (double)(m ? m : 1);
+    s = block_sum(s);
+    q = block_sum(q);
     if (threadIdx.x == 0) {
-      mean[c] = (float)mu;
-      var[c] = (float)v;
+      partial[((int64_t)c * P + p) * 2] = s;
+      partial[((int64_t)c * P + p) * 2 + 1] = q;
     }
   }
 }
 
+__global__ void bn_stats_final_kernel(const double *partial, int64_t C, int64_t P, int64_t m,
+                                      float *mean, float *var) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
+       c += (int64_t)blockDim.x * gridDim.x) {
+    double s = 0, q = 0;
+    for (int64_t p = 0; p < P; p++) {
+      s += partial[(c * P + p) * 2];
+      q += partial[(c * P + p) * 2 + 1];
+    }
+    double d = (double)(m ? m : 1), mu = s / d, v = q / d - mu * mu;
+    mean[c] = (float)mu;
+    var[c] = (float)(v > 0 ? v : 0);
+  }
+}
+
+template <typename I>
 __global__ void bn_apply_kernel(const float *x, const float *scale, const float *bias,
-                                const float *mean, const float *var, float eps, float *y,
-                                int64_t total, int64_t C, int64_t S) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)blockDim.x * gridDim.x) {
-    int64_t c = (i / S) % C;
+                                const float *mean, const float *var, float eps, float *y, I total,
+                                I C, I S) {
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)blockDim.x * gridDim.x) {
+    I c = (i / S) % C;
     float inv = 1.0f / sqrtf(var[c] + eps);
     y[i] = (x[i] - mean[c]) * inv * scale[c] + bias[c];
   }
@@ -308,34 +350,50 @@ __global__ void bn_running_kernel(const float *mean, const float *var, const flo
   }
 }
 
-__global__ void bn_bwd_reduce_kernel(const float *x, const float *mean, const float *var,
-                                     const float *dy, float eps, int64_t N, int64_t C, int64_t S,
-                                     float *dscale, float *dbias) {
-  for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
-    int64_t m = N * S;
-    float inv = 1.0f / sqrtf(var[c] + eps);
+// Partial sums of dy and dy * (x - mean) per (channel, part).
+template <typename I>
+__global__ void bn_bwd_part_kernel(const float *x, const float *mean, const float *dy, I C, I S,
+                                   I m, double *partial) {
+  I p = blockIdx.y, P = gridDim.y, lo, hi;
+  bn_part_range<I>(m, P, p, &lo, &hi);
+  for (I c = blockIdx.x; c < C; c += gridDim.x) {
+    float mu = mean[c];
     double sb = 0, ss = 0;
-    for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
-      int64_t o = (i / S) * C * S + c * S + i % S;
+    for (I j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+      I o = (j / S) * C * S + c * S + j % S;
       sb += dy[o];
-      ss += (double)dy[o] * (x[o] - mean[c]) * inv;
+      ss += (double)dy[o] * (x[o] - mu);
     }
     sb = block_sum(sb);
     ss = block_sum(ss);
     if (threadIdx.x == 0) {
-      dbias[c] = (float)sb;
-      dscale[c] = (float)ss;
+      partial[((int64_t)c * P + p) * 2] = sb;
+      partial[((int64_t)c * P + p) * 2 + 1] = ss;
     }
   }
 }
 
+__global__ void bn_bwd_final_kernel(const double *partial, const float *var, float eps, int64_t C,
+                                    int64_t P, float *dscale, float *dbias) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
+       c += (int64_t)blockDim.x * gridDim.x) {
+    double sb = 0, ss = 0;
+    for (int64_t p = 0; p < P; p++) {
+      sb += partial[(c * P + p) * 2];
+      ss += partial[(c * P + p) * 2 + 1];
+    }
+    dbias[c] = (float)sb;
+    dscale[c] = (float)(ss / sqrt((double)var[c] + eps));
+  }
+}
+
+template <typename I>
 __global__ void bn_bwd_dx_kernel(const float *x, const float *scale, const float *mean,
                                  const float *var, const float *dy, const float *dscale,
-                                 const float *dbias, float eps, int is_test, int64_t total,
-                                 int64_t C, int64_t S, int64_t m, float *dx) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-       i += (int64_t)blockDim.x * gridDim.x) {
-    int64_t c = (i / S) % C;
+                                 const float *dbias, float eps, int is_test, I total, I C, I S,
+                                 I m, float *dx) {
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < total; i += (I)blockDim.x * gridDim.x) {
+    I c = (i / S) % C;
     float inv = 1.0f / sqrtf(var[c] + eps);
     if (is_test) {
       dx[i] = dy[i] * scale[c] * inv;
@@ -353,6 +411,9 @@ inline unsigned flat_blocks(int64_t n) {
 inline unsigned chan_blocks(int64_t C) {
   return C < 1 ? 1 : C > 65535 ? 65535 : (unsigned)C;
 }
+// 32-bit indices suffice: every index is below total, and an index plus a
+// grid stride (< 2^28) stays below 2^31.
+inline bool bn_small(int64_t total) { return total <= INT32_MAX / 2; }
 
 }  // namespace
 
@@ -443,10 +504,38 @@ cudaError_t pe_cu_top_k(const void *x, int dtype, int64_t rows, int64_t len, int
   return cudaGetLastError();
 }
 
+size_t pe_cu_bn_scratch_bytes(int64_t N, int64_t C, int64_t S) {
+  return (size_t)(C * bn_parts(C, N * S) * 2) * sizeof(double);
+}
+
+// The statistics of x into mean/var (C x P parts, then the combine).
+static cudaError_t bn_stats(const float *x, int64_t N, int64_t C, int64_t S, void *scratch,
+                            float *mean, float *var, cudaStream_t s) {
+  int64_t m = N * S, P = bn_parts(C, m);
+  double *partial = (double *)scratch;
+  dim3 grid(chan_blocks(C), (unsigned)P);
+  if (bn_small(N * C * S))
+    bn_stats_part_kernel<int32_t><<<grid, kThreads, 0, s>>>(x, (int32_t)C, (int32_t)S, (int32_t)m, partial);
+  else
+    bn_stats_part_kernel<int64_t><<<grid, kThreads, 0, s>>>(x, C, S, m, partial);
+  bn_stats_final_kernel<<<flat_blocks(C), kThreads, 0, s>>>(partial, C, P, m, mean, var);
+  return cudaGetLastError();
+}
+
+static void bn_apply(const float *x, const float *scale, const float *bias, const float *mean,
+                     const float *var, float eps, float *y, int64_t total, int64_t C, int64_t S,
+                     cudaStream_t s) {
+  if (!total) return;
+  if (bn_small(total))
+    bn_apply_kernel<int32_t><<<flat_blocks(total), kThreads, 0, s>>>(x, scale, bias, mean, var, eps, y, (int32_t)total, (int32_t)C, (int32_t)S);
+  else
+    bn_apply_kernel<int64_t><<<flat_blocks(total), kThreads, 0, s>>>(x, scale, bias, mean, var, eps, y, total, C, S);
+}
+
 cudaError_t pe_cu_bn_fwd(const float *x, const float *scale, const float *bias, const float *mean,
                          const float *var, float *y, float *mean_out, float *var_out,
                          float *saved_mean, float *saved_var, int64_t N, int64_t C, int64_t S,
-                         float momentum, float eps, int is_test, cudaStream_t s) {
+                         float momentum, float eps, int is_test, void *scratch, cudaStream_t s) {
   int64_t total = N * C * S;
   cudaError_t e;
   if (is_test) {
@@ -458,11 +547,11 @@ cudaError_t pe_cu_bn_fwd(const float *x, const float *scale, const float *bias, 
       if (dst[i] && dst[i] != src[i] &&
           (e = cudaMemcpyAsync(dst[i], src[i], C * sizeof(float), cudaMemcpyDeviceToDevice, s)))
         return e;
-    if (total) bn_apply_kernel<<<flat_blocks(total), kThreads, 0, s>>>(x, scale, bias, mean, var, eps, y, total, C, S);
+    bn_apply(x, scale, bias, mean, var, eps, y, total, C, S, s);
     return cudaGetLastError();
   }
-  bn_stats_kernel<<<chan_blocks(C), kThreads, 0, s>>>(x, N, C, S, saved_mean, saved_var);
-  if (total) bn_apply_kernel<<<flat_blocks(total), kThreads, 0, s>>>(x, scale, bias, saved_mean, saved_var, eps, y, total, C, S);
+  if ((e = bn_stats(x, N, C, S, scratch, saved_mean, saved_var, s))) return e;
+  bn_apply(x, scale, bias, saved_mean, saved_var, eps, y, total, C, S, s);
   if (mean_out || var_out)
     bn_running_kernel<<<flat_blocks(C), kThreads, 0, s>>>(mean, var, saved_mean, saved_var, momentum, mean_out, var_out, C);
   return cudaGetLastError();
@@ -471,11 +560,22 @@ cudaError_t pe_cu_bn_fwd(const float *x, const float *scale, const float *bias, 
 cudaError_t pe_cu_bn_bwd(const float *x, const float *scale, const float *saved_mean,
                          const float *saved_var, const float *dy, float *dx, float *dscale,
                          float *dbias, int64_t N, int64_t C, int64_t S, float eps, int is_test,
-                         cudaStream_t s) {
-  int64_t total = N * C * S;
-  bn_bwd_reduce_kernel<<<chan_blocks(C), kThreads, 0, s>>>(x, saved_mean, saved_var, dy, eps, N, C, S, dscale, dbias);
-  if (dx && total)
-    bn_bwd_dx_kernel<<<flat_blocks(total), kThreads, 0, s>>>(x, scale, saved_mean, saved_var, dy, dscale, dbias, eps, is_test, total, C, S, N * S, dx);
+                         void *scratch, cudaStream_t s) {
+  int64_t total = N * C * S, m = N * S, P = bn_parts(C, m);
+  double *partial = (double *)scratch;
+  dim3 grid(chan_blocks(C), (unsigned)P);
+  bool small = bn_small(total);
+  if (small)
+    bn_bwd_part_kernel<int32_t><<<grid, kThreads, 0, s>>>(x, saved_mean, dy, (int32_t)C, (int32_t)S, (int32_t)m, partial);
+  else
+    bn_bwd_part_kernel<int64_t><<<grid, kThreads, 0, s>>>(x, saved_mean, dy, C, S, m, partial);
+  bn_bwd_final_kernel<<<flat_blocks(C), kThreads, 0, s>>>(partial, saved_var, eps, C, P, dscale, dbias);
+  if (dx && total) {
+    if (small)
+      bn_bwd_dx_kernel<int32_t><<<flat_blocks(total), kThreads, 0, s>>>(x, scale, saved_mean, saved_var, dy, dscale, dbias, eps, is_test, (int32_t)total, (int32_t)C, (int32_t)S, (int32_t)m, dx);
+    else
+      bn_bwd_dx_kernel<int64_t><<<flat_blocks(total), kThreads, 0, s>>>(x, scale, saved_mean, saved_var, dy, dscale, dbias, eps, is_test, total, C, S, m, dx);
+  }
   return cudaGetLastError();
 }
 

@@ -664,6 +664,18 @@ static void bn_dims(const pe_tensor *t, int64_t *N, int64_t *C, int64_t *S) {
   *S = pe_shape_prod(&t->shape, 2, t->shape.ndim);
 }
 
+/* The stream's workspace: the reductions' partial sums (scratch), then 2*C
+ * floats (spare) standing in for optional outputs the kernels still need. */
+static pe_status *bn_workspace(pe_cuda_ctx *x, int64_t N, int64_t C, int64_t S, void **scratch,
+                               void **spare) {
+  size_t part = pe_cu_bn_scratch_bytes(N, C, S);
+  void *ws;
+  PE_TRY(pe_cuda_workspace(x, part + 2 * (size_t)C * sizeof(float), &ws));
+  *scratch = ws;
+  *spare = (char *)ws + part;
+  return NULL;
+}
+
 /* Inputs X, Scale, Bias, Mean, Variance; outputs Y, MeanOut, VarianceOut,
  * SavedMean, SavedVariance (all but Y optional: scratch stands in);
  * fuse_activation refused. */
@@ -675,19 +687,17 @@ pe_status *pe_cuk_batch_norm(pe_kernel_ctx *c) {
   bn_dims(in, &N, &C, &S);
   pe_tensor *sm = pe_kout(c, 3, 0), *sv = pe_kout(c, 4, 0);
   float *smp = f32_or_null(sm), *svp = f32_or_null(sv);
-  if (!smp || !svp) {
-    void *ws;
-    PE_TRY(pe_cuda_workspace(x, 2 * (size_t)C * sizeof(float), &ws));
-    if (!smp) smp = ws;
-    if (!svp) svp = (float *)ws + C;
-  }
+  void *scratch, *spare;
+  PE_TRY(bn_workspace(x, N, C, S, &scratch, &spare));
+  if (!smp) smp = spare;
+  if (!svp) svp = (float *)spare + C;
   return pe_cu_check(
       c,
       pe_cu_bn_fwd(pe_f32(in), pe_f32(pe_kin(c, 1, 0)), pe_f32(pe_kin(c, 2, 0)),
                    pe_f32(pe_kin(c, 3, 0)), pe_f32(pe_kin(c, 4, 0)), pe_f32(pe_kout(c, 0, 0)),
                    f32_or_null(pe_kout(c, 1, 0)), f32_or_null(pe_kout(c, 2, 0)), smp, svp, N, C, S,
                    pe_attr_f(c->def, c->desc, "momentum"), pe_attr_f(c->def, c->desc, "epsilon"),
-                   pe_attr_b(c->def, c->desc, "is_test"), x->stream),
+                   pe_attr_b(c->def, c->desc, "is_test"), scratch, x->stream),
       "batch_norm");
 }
 
@@ -704,17 +714,15 @@ pe_status *pe_cuk_batch_norm_grad(pe_kernel_ctx *c) {
   int64_t N, C, S;
   bn_dims(in, &N, &C, &S);
   float *ds = f32_or_null(pe_kout(c, 1, 0)), *db = f32_or_null(pe_kout(c, 2, 0));
-  if (!ds || !db) {
-    void *ws;
-    PE_TRY(pe_cuda_workspace(x, 2 * (size_t)C * sizeof(float), &ws));
-    if (!ds) ds = ws;
-    if (!db) db = (float *)ws + C;
-  }
+  void *scratch, *spare;
+  PE_TRY(bn_workspace(x, N, C, S, &scratch, &spare));
+  if (!ds) ds = spare;
+  if (!db) db = (float *)spare + C;
   return pe_cu_check(
       c,
       pe_cu_bn_bwd(pe_f32(in), pe_f32(pe_kin(c, 1, 0)), pe_f32(pe_kin(c, 3, 0)),
                    pe_f32(pe_kin(c, 4, 0)), pe_f32(dy), f32_or_null(pe_kout(c, 0, 0)), ds, db, N, C,
                    S, pe_attr_f(c->def, c->desc, "epsilon"), pe_attr_b(c->def, c->desc, "is_test"),
-                   x->stream),
+                   scratch, x->stream),
       "batch_norm_grad");
 }

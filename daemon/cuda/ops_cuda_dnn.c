@@ -440,7 +440,8 @@ static pe_status *pool_state(pe_kernel_ctx *c, const pe_tensor *in, dnn_state **
                                    : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
   PE_TRY(dnn_check(
       c,
-      cudnnSetPooling2dDescriptor(s->pd, mode, CUDNN_NOT_PROPAGATE_NAN, (int)k[0], (int)k[1],
+      /* NaN in a window gives NaN, as the CPU's max pool (ops/cpu/pool.c). */
+      cudnnSetPooling2dDescriptor(s->pd, mode, CUDNN_PROPAGATE_NAN, (int)k[0], (int)k[1],
                                   (int)pd[0], (int)pd[1], (int)st[0], (int)st[1]),
       "cudnnSetPooling2dDescriptor"));
   PE_TRY(set4d(c, s->xd, xd[0], xd[1], xd[2], xd[3]));

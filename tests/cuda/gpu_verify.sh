@@ -241,7 +241,9 @@ stage_trace() {
 # pe-bench on cuda:0 beside PyTorch on the same GPU (bench/compare's
 # torch_train.py --device cuda, the machine's own torch), PE_GPU_EPOCHS
 # epochs (1) of each model, alternating (compare.jsonl); resnet is the
-# model file conf/models/resnet, as in ./pe compare.
+# model file conf/models/resnet, as in ./pe compare. PE_GPU_BASELINE: the
+# path of a pe-bench from another commit (carried beside the kit), run
+# after each pe-bench for before/after figures on the same GPU.
 stage_compare() {
   : >"$OUT/compare.jsonl"
   ep=${PE_GPU_EPOCHS:-1}
@@ -251,6 +253,12 @@ stage_compare() {
     run_logged "compare_pe_$m" 120 "$BIN/pe-bench" train --model "$pm" --places cuda:0 \
       --epochs "$ep" --json &&
       tail -n 1 "$OUT/compare_pe_$m.log" | tee -a "$OUT/compare.jsonl" "$SUMMARY"
+    if [ -n "${PE_GPU_BASELINE:-}" ]; then
+      run_logged "compare_base_$m" 120 "$PE_GPU_BASELINE" train --model "$pm" --places cuda:0 \
+        --epochs "$ep" --json &&
+        tail -n 1 "$OUT/compare_base_$m.log" | sed 's/^{/{"baseline":true,/' |
+        tee -a "$OUT/compare.jsonl" "$SUMMARY"
+    fi
     run_logged "compare_torch_$m" 120 python3 "$KIT/compare/torch_train.py" --model "$m" \
       --device cuda --epochs "$ep" --data "$KIT/data" &&
       tail -n 1 "$OUT/compare_torch_$m.log" | tee -a "$OUT/compare.jsonl" "$SUMMARY"

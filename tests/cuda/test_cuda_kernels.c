@@ -415,6 +415,33 @@ static void pool_case(pe_scope *s, const char *type, int64_t k, int64_t stride, 
   pe_op_desc_free(op);
 }
 
+/* NaN stays NaN through relu and max pooling, as on the CPU (ops/cpu/relu.h,
+ * review 4 #7); relu's gradient passes dy where x is NaN. */
+START_TEST(nan_passes_relu_and_max_pool) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(2, 3, 6, 6), -1, 1, 31);
+  float *xv = pe_f32(ph_get(s, "x"));
+  xv[0] = NAN;
+  xv[1] = -0.0f;
+  xv[40] = INFINITY;
+  xv[41] = -INFINITY;
+  pe_op_desc *op = op1("relu", "x", "o");
+  compare_grads(s, op, 0);
+  ck_assert(isnan(pe_f32(ph_get(s, "o"))[0]));
+  ck_assert_float_eq(pe_f32(ph_get(s, "x@GRAD"))[0], pe_f32(ph_get(s, "o@GRAD"))[0]);
+  pe_op_desc_free(op);
+  op = op1("pool2d", "x", "p");
+  const int64_t two[] = {2, 2};
+  PE_CK_OK(pe_op_set_string(op, "pooling_type", "max"));
+  PE_CK_OK(pe_op_set_ints(op, "ksize", 2, two));
+  PE_CK_OK(pe_op_set_ints(op, "strides", 2, two));
+  compare(s, op, 0);
+  ck_assert(isnan(pe_f32(ph_get(s, "p"))[0]));
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
 START_TEST(pool2d_cudnn) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_uniform(s, "x", PE_SHAPE(2, 3, 10, 9), -1, 1, 21);
@@ -427,9 +454,9 @@ START_TEST(pool2d_cudnn) {
 }
 END_TEST
 
-static void bn_case(pe_scope *s, pe_shape x, bool is_test) {
+static void bn_case_in(pe_scope *s, pe_shape x, float lo, float hi, bool is_test) {
   int64_t C = x.d[1];
-  ph_set_uniform(s, "x", x, -2, 2, 22);
+  ph_set_uniform(s, "x", x, lo, hi, 22);
   ph_set_uniform(s, "scale", PE_SHAPE(C), 0.5f, 1.5f, 23);
   ph_set_uniform(s, "bias", PE_SHAPE(C), -0.5f, 0.5f, 24);
   ph_set_uniform(s, "mean", PE_SHAPE(C), -0.1f, 0.1f, 25);
@@ -440,6 +467,10 @@ static void bn_case(pe_scope *s, pe_shape x, bool is_test) {
   PE_CK_OK(pe_op_set_bool(op, "is_test", is_test));
   compare_grads(s, op, 1e-3);
   pe_op_desc_free(op);
+}
+
+static void bn_case(pe_scope *s, pe_shape x, bool is_test) {
+  bn_case_in(s, x, -2, 2, is_test);
 }
 
 /* The fused batch norm (pass fuse_conv_act, cpu and sim places only) is
@@ -465,6 +496,13 @@ START_TEST(batch_norm_kernels) {
   bn_case(s, PE_SHAPE(4, 3, 6, 5), false);
   bn_case(s, PE_SHAPE(16, 7), false);
   bn_case(s, PE_SHAPE(4, 3, 6, 5), true);
+  /* Channels of 50,176 and 12,800 elements: the statistics and gradient
+   * sums in 25 and 7 parts per channel (uneven), combined in order. */
+  bn_case(s, PE_SHAPE(64, 16, 28, 28), false);
+  bn_case(s, PE_SHAPE(32, 8, 20, 20), false);
+  /* An offset input (mean^2 / var ~ 3e4): the variance from E[x^2] - mean^2
+   * in double still matches the CPU's. */
+  bn_case_in(s, PE_SHAPE(32, 8, 20, 20), 99, 101, false);
   pe_scope_free(s);
   expect_fused_refused("batch_norm");
   expect_fused_refused("batch_norm_grad");
@@ -644,6 +682,7 @@ static Suite *suite(void) {
   tcase_add_test(t, matmul_cublas);
   tcase_add_test(t, conv2d_cudnn);
   tcase_add_test(t, pool2d_cudnn);
+  tcase_add_test(t, nan_passes_relu_and_max_pool);
   tcase_add_test(t, batch_norm_kernels);
   tcase_add_test(t, losses_and_mean);
   tcase_add_test(t, clip_by_global_norm_kernel);
