@@ -70,7 +70,7 @@ static const opt_row opts[] = {
     {"steps", OPT_INT, CFG(steps), 1, 1L << 40, "cap on steps per epoch (none)"},
     {"seed", OPT_INT, CFG(seed), 0, 1L << 62, "initialisation, dropout and shuffling seed (1)"},
     {"threads", OPT_INT, CFG(threads), 0, 4096,
-     "sequential: intra-op threads; parallel: pool workers (0: one per cpu place, else all cores)"},
+     "sequential: intra-op threads; parallel: pool workers (0: one per cpu or cuda place, else all cores)"},
     {"strategy", OPT_STR, CFG(strategy), 0, 0,
      "parallel: auto (default: sharded on cpu/sim, allreduce on cuda) | allreduce | reduce | "
      "sharded"},

@@ -269,7 +269,7 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
     }
     if (!strcmp(key, "worker_threads")) {
       if (!parse_int(value, 0, 1024, &iv))
-        return BAD("expected an integer in 0..1024 (0: one per cpu place, else online cores)");
+        return BAD("expected an integer in 0..1024 (0: one per cpu or cuda place, else online cores)");
       c->worker_threads = iv;
       return NULL;
     }

@@ -83,6 +83,66 @@ START_TEST(mlp_startup_broadcast_on_cuda) {
 }
 END_TEST
 
+/* Parameters after 5 CNN steps from the same start and data (one run, the
+ * model freed, then another). */
+static void cnn_params_after_steps(const pe_program *p, const pe_model_spec *spec,
+                                   const eq_seq *s, const eq_setting *set, pe_tensor *params,
+                                   int n_params, float *loss) {
+  eq_par e;
+  eq_par_new(p, set, EQ_BUCKET_BYTES, &e);
+  eq_par_load(&e, s);
+  eq_data d;
+  eq_data_init(&d, spec);
+  for (int step = 1; step <= 5; step++)
+    loss[step - 1] = eq_par_step(&e, spec, &d, eq_data_batch(&d, step), set->sync);
+  const pe_graph *g = pe_par_exec_graph(e.step);
+  ck_assert_int_eq(g->n_params, n_params);
+  for (int i = 0; i < n_params; i++) PE_CK_OK(pe_model_get(e.m, g->params[i], &params[i]));
+  eq_data_free(&d);
+  eq_par_free(&e);
+}
+
+/* Two runs of one seed give bit-identical losses and parameters: cuDNN's
+ * deterministic algorithms (ops_cuda_dnn.c; our own kernels use no
+ * atomics). What a resumed run relies on, as on the CPU. With the
+ * algorithms cuDNN ranks first, step 2's loss already differed between
+ * runs (8.8397837 and 8.8397827 in two H200 runs, 2026-11-26). */
+START_TEST(cnn_on_cuda_repeats_bit_for_bit) {
+  eq_setting set = row(0);
+  if (!have_gpus(&set)) return;
+  pe_model_spec spec;
+  pe_program *p = eq_program("cnn", &spec);
+  eq_seq s;
+  eq_seq_new(p, &s);
+  enum { MAXP = 32 };
+  pe_tensor a[MAXP], b[MAXP];
+  for (int i = 0; i < MAXP; i++) pe_tensor_init(&a[i]), pe_tensor_init(&b[i]);
+  float la[5], lb[5];
+  eq_par probe;
+  eq_par_new(p, &set, EQ_BUCKET_BYTES, &probe);
+  const pe_graph *g = pe_par_exec_graph(probe.step);
+  int n = g->n_params;
+  ck_assert_int_le(n, MAXP);
+  char *names[MAXP];
+  for (int i = 0; i < n; i++) names[i] = strdup(g->params[i]);
+  eq_par_free(&probe);
+  cnn_params_after_steps(p, &spec, &s, &set, a, n, la);
+  cnn_params_after_steps(p, &spec, &s, &set, b, n, lb);
+  for (int k = 0; k < 5; k++)
+    ck_assert_msg(memcmp(&la[k], &lb[k], sizeof la[k]) == 0, "step %d: loss %.9g vs %.9g", k + 1,
+                  la[k], lb[k]);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(pe_tensor_bytes(&a[i]) > 0 && pe_tensor_bytes(&a[i]) == pe_tensor_bytes(&b[i]) &&
+                      memcmp(a[i].data, b[i].data, pe_tensor_bytes(&a[i])) == 0,
+                  "parameter %s differs between two runs of one seed", names[i]);
+  for (int i = 0; i < n; i++) free(names[i]);
+  for (int i = 0; i < MAXP; i++) pe_tensor_release(&a[i]), pe_tensor_release(&b[i]);
+  eq_seq_free(&s);
+  pe_program_free(p);
+  pe_model_spec_release(&spec);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_train");
   TCase *tc = tcase_create("train");
@@ -90,6 +150,7 @@ static Suite *suite(void) {
   tcase_add_loop_test(tc, mlp_on_cuda_matches_cpu, 0, N_ROWS);
   tcase_add_loop_test(tc, cnn_on_cuda_matches_cpu, 0, N_ROWS);
   tcase_add_test(tc, mlp_startup_broadcast_on_cuda);
+  tcase_add_test(tc, cnn_on_cuda_repeats_bit_for_bit);
   suite_add_tcase(s, tc);
   return s;
 }

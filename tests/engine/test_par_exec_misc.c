@@ -545,13 +545,15 @@ START_TEST(intra_op_teams_fit_the_cores) {
     pe_runtime_free(rt);
   }
   /* The default pool: one worker per cpu place (each place then gets
-   * cores / places), all cores for places whose kernels are not on the pool. */
+   * cores / places) or cuda place (whose nodes only enqueue work), all cores
+   * for sim places. */
   int cores = pe_cpu_cores();
   ck_assert_int_eq(pe_runtime_default_workers(PE_PLACE_CPU, 1), 1);
   ck_assert_int_eq(pe_runtime_default_workers(PE_PLACE_CPU, 2), cores < 2 ? cores : 2);
   ck_assert_int_eq(pe_runtime_default_workers(PE_PLACE_CPU, 1000), cores);
   ck_assert_int_eq(pe_runtime_default_workers(PE_PLACE_SIM, 4), cores);
-  ck_assert_int_eq(pe_runtime_default_workers(PE_PLACE_CUDA, 1), cores);
+  ck_assert_int_eq(pe_runtime_default_workers(PE_PLACE_CUDA, 1), 1);
+  ck_assert_int_eq(pe_runtime_default_workers(PE_PLACE_CUDA, 1000), cores);
   pe_runtime_opts o = {.threads = pe_runtime_default_workers(PE_PLACE_CPU, 1)};
   pe_runtime *rt;
   PE_CK_OK(pe_runtime_new(&o, &rt));
