@@ -1,6 +1,7 @@
-/* Internals of the parallel executor shared by its files: par_executor.c
- * (compile, scheduling, op nodes), par_collective.c (collective nodes),
- * par_feed.c (feeds and fetches). Not a public interface.
+/* Internals of the parallel executor shared by its files: par_compile.c
+ * (binding the graph to the model), par_executor.c (scheduling, op nodes),
+ * par_collective.c (collective nodes), par_feed.c (feeds and fetches). Not a
+ * public interface.
  *
  * Run state lives in the per-node records (xnode) and the executor; one run
  * at a time per executor (run_mu), so a record has one run's state. */
@@ -262,8 +263,9 @@ void par_hook(xnode *x, bool done);
 /* Timeline lane of the calling thread. */
 void par_record(xnode *x, pe_place place, const char *lane, uint64_t t0);
 
-/* Bind an op node's kernel, tensors and contexts (x->tl/ml/ic/kc; for a
- * SHARDED_UPDATE node, those of place 0). ctx: the kernel's device ctx. */
+/* par_compile.c: bind an op node's kernel, tensors and contexts
+ * (x->tl/ml/ic/kc; for a SHARDED_UPDATE node, those of place 0). ctx: the
+ * kernel's device ctx. */
 pe_status *par_compile_op_node(pe_par_exec *e, xnode *x, pe_device_ctx *ctx);
 
 /* par_sharded.c: the SHARDED_UPDATE node's parts, called by the collective

@@ -67,7 +67,8 @@
  * Threads: pe_runtime_* and pe_model_* may be called from any thread that
  * is not a worker of the runtime's pool (they may wait).
  *
- * Implementation notes (par_executor.c, par_collective.c, par_feed.c):
+ * Implementation notes (par_compile.c, par_executor.c, par_collective.c,
+ * par_feed.c):
  *  - nodes that read or write persistables, and random ops (they mutate the
  *    model's PRNG variable), are dependency-engine ops pushed in node order
  *    at the start of a run with extra_deps = in-degree; other nodes count

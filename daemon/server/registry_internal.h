@@ -1,5 +1,6 @@
 /* The registry's tables and the helpers its parts share (programs.c:
- * models and programs; sessions.c: client sessions). Private to them.
+ * models and programs; program_compile.c: a registered program's compile;
+ * sessions.c: client sessions). Private to them.
  *
  * Thread-safety: everything here is guarded by pe_registry.mu; the
  * "_locked" helpers expect it held, pe_reg_destroy_later must run without
@@ -42,5 +43,11 @@ void pe_reg_drop_owner_locked(pe_srv_program *p, uint64_t client);
 void pe_reg_prog_maybe_unlink(pe_registry *r, pe_srv_program *p, pe_srv_program **free_p,
                               pe_srv_model **free_m);
 void pe_reg_destroy_later(pe_srv_program *p, pe_srv_model *m);
+/* program_compile.c: decode rq's program, apply its options, compile it
+ * for (kind, n_places); fills *main_g, *startup_g and p's strategy, params
+ * and feeds. Without the registry lock (it reads s->stopping only). */
+pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_limits *lim,
+                          pe_place_kind kind, int n_places, pe_graph **main_g, pe_graph **startup_g,
+                          pe_srv_program *p);
 
 #endif

@@ -1,17 +1,17 @@
 /* pe-executord end to end, basics: ping/status, register (same handle
- * twice), init (once), run returns the loss, and bad input of every kind
- * gets its own error while the daemon keeps serving. */
+ * twice), init (once), run returns the loss, bad input of every kind gets
+ * its own error while the daemon keeps serving, two places, places that
+ * cannot be opened, and sd_notify. Register's optimizer override is
+ * test_daemon_basic_optimizer.c, the [limits] test_daemon_basic_limits.c. */
 #include <math.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
 #include "check_main.h"
 #include "compiler/program.h"
-#include "daemon_harness.h"
+#include "daemon_basic.h"
 #include "engine/device.h"
 #include "test_assert.h"
-
-#define CLIENT 0x1001
 
 START_TEST(test_ping_status) {
   dh_daemon d = {0};
@@ -155,199 +155,6 @@ START_TEST(test_register_init_run) {
   dh_cleanup(&d);
 }
 END_TEST
-
-/* Register's options.optimizer replaces the program's optimizer whole:
- * weight decay and learning-rate schedule included, checked as decode
- * checks them. The schedule's counter and rate are model state. */
-START_TEST(test_register_optimizer_override) {
-  dh_daemon d = {0};
-  dh_start(&d, NULL);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  Pe__OptimizerDesc od;
-  Pe__LrSchedule ls;
-  dh_step_schedule(&od, &ls);
-  dh_optimizer = &od;
-  Pe__Reply *reg = NULL;
-  uint64_t h = dh_register(s, CLIENT, &mlp, "sched", 7, false, NULL, &reg);
-  bool listed = false;
-  for (size_t i = 0; i < reg->register_->n_params; i++)
-    listed |= !strcmp(reg->register_->params[i]->name, "@LR_DECAY_COUNTER@");
-  ck_assert_msg(listed, "the step counter is not among the model's variables");
-  char *w = dh_first_weight(reg);
-  pe__reply__free_unpacked(reg, NULL);
-  /* The same program with weight decay: another model, same seed. */
-  od.weight_decay = 0.01f;
-  uint64_t hd = dh_register(s, CLIENT, &mlp, "decayed", 7, false, NULL, NULL);
-  /* adamw (decoupled decay, default coefficient): adam's state. */
-  od.type = "adamw";
-  od.weight_decay = 0.0f;
-  uint64_t ha = dh_register(s, CLIENT, &mlp, "adamw", 7, false, NULL, &reg);
-  char moment[256];
-  snprintf(moment, sizeof moment, "%s@MOMENT1", w);
-  listed = false;
-  for (size_t i = 0; i < reg->register_->n_params; i++)
-    listed |= !strcmp(reg->register_->params[i]->name, moment);
-  ck_assert_msg(listed, "adamw: no %s among the model's variables", moment);
-  pe__reply__free_unpacked(reg, NULL);
-  od.type = "sgd";
-  od.weight_decay = 0.01f;
-  dh_optimizer = NULL;
-  pe__reply__free_unpacked(dh_init(s, CLIENT, h), NULL);
-  pe__reply__free_unpacked(dh_init(s, CLIENT, hd), NULL);
-  pe__reply__free_unpacked(dh_init(s, CLIENT, ha), NULL);
-
-  dh_batch b;
-  dh_batch_make(&b, 16, 1);
-  dh_run_loss(s, CLIENT, h, &b, mlp.loss, 3); /* steps 0, 1, 2 */
-  dh_run_loss(s, CLIENT, hd, &b, mlp.loss, 3);
-  dh_run_loss(s, CLIENT, ha, &b, mlp.loss, 3);
-  dh_expect_schedule(s, CLIENT, "sched", 3, 0.05f, "steps 0-2"); /* 0.1 * 0.5^(2 / 2) */
-  dh_expect_schedule(s, CLIENT, "adamw", 3, 0.05f, "adamw steps 0-2");
-  /* Weight decay was kept by the override: the same steps on the same
-   * batch and initial values end elsewhere. */
-  size_t n1, n2;
-  uint8_t *w1 = dh_get_param(s, CLIENT, "sched", w, &n1);
-  uint8_t *w2 = dh_get_param(s, CLIENT, "decayed", w, &n2);
-  ck_assert_uint_eq(n1, n2);
-  ck_assert_msg(memcmp(w1, w2, n1) != 0, "weight_decay in options.optimizer changed nothing");
-  free(w1);
-  free(w2);
-  free(w);
-
-  /* A bad schedule in the override: an error naming the field; the daemon
-   * goes on serving. */
-  ls.type = "cosine";
-  ls.decay_steps = 0;
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__RegisterRequest rr = PE__REGISTER_REQUEST__INIT;
-  Pe__RegisterOptions opts = PE__REGISTER_OPTIONS__INIT;
-  opts.optimizer = &od;
-  rr.program.data = mlp.bytes;
-  rr.program.len = mlp.len;
-  rr.model = "bad";
-  rr.options = &opts;
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &rr;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_err(rep, PE_EINVAL,
-         "register: options.optimizer: optimizer sgd: lr_schedule cosine: decay_steps must be > 0");
-  pe__reply__free_unpacked(rep, NULL);
-  ck_assert(dh_ping(s));
-  dh_batch_free(&b);
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
-}
-END_TEST
-
-/* The f32 scalar `name` of model `model`. */
-static float get_scalar(int s, const char *model, const char *name) {
-  size_t n;
-  uint8_t *v = dh_get_param(s, CLIENT, model, name, &n);
-  ck_assert_uint_eq(n, sizeof(float));
-  float x;
-  memcpy(&x, v, sizeof x);
-  free(v);
-  return x;
-}
-
-/* A model trained with one optimizer, then registered with another
- * (adamw through Register's options.optimizer) and initialised: the
- * startup runs for adam's new state, and the trained weights are kept, so
- * training goes on from them; learning_rate is the new program's. A second
- * init does nothing; a forced one re-initialises the weights too. */
-START_TEST(test_new_optimizer_keeps_the_weights) {
-  dh_daemon d = {0};
-  dh_start(&d, NULL);
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  char *w;
-  uint64_t h = dh_setup_model(s, CLIENT, &mlp, "cont", 7, false, &w);
-  dh_batch b;
-  dh_batch_make(&b, 16, 1);
-  dh_run_loss(s, CLIENT, h, &b, mlp.loss, 3);
-  size_t n1, n2;
-  uint8_t *trained = dh_get_param(s, CLIENT, "cont", w, &n1);
-
-  Pe__OptimizerDesc od = PE__OPTIMIZER_DESC__INIT;
-  od.type = "adamw";
-  od.learning_rate = 0.001f;
-  dh_optimizer = &od;
-  uint64_t ha = dh_register(s, CLIENT, &mlp, "cont", 7, false, NULL, NULL);
-  dh_optimizer = NULL;
-  ck_assert_uint_ne(ha, h);
-  Pe__Reply *rep = dh_init(s, CLIENT, ha);
-  dh_ok(rep);
-  ck_assert(rep->init->initialized); /* adam's moments and powers were missing */
-  pe__reply__free_unpacked(rep, NULL);
-  uint8_t *kept = dh_get_param(s, CLIENT, "cont", w, &n2);
-  ck_assert_uint_eq(n1, n2);
-  ck_assert_msg(memcmp(trained, kept, n1) == 0, "init of the adamw program reset '%s'", w);
-  free(kept);
-  ck_assert_float_eq(get_scalar(s, "cont", "learning_rate"), 0.001f);
-  char name[256];
-  snprintf(name, sizeof name, "%s@BETA1POW", w);
-  ck_assert_float_eq(get_scalar(s, "cont", name), 0.9f);
-  snprintf(name, sizeof name, "%s@MOMENT1", w);
-  uint8_t *m1 = dh_get_param(s, CLIENT, "cont", name, &n2);
-  ck_assert_uint_eq(n2, n1);
-  for (size_t i = 0; i < n2; i++) ck_assert_msg(m1[i] == 0, "%s byte %zu is %d", name, i, m1[i]);
-  free(m1);
-  /* Training goes on with adamw from the trained weights. */
-  dh_run_loss(s, CLIENT, ha, &b, mlp.loss, 1);
-  kept = dh_get_param(s, CLIENT, "cont", w, &n2);
-  ck_assert(memcmp(trained, kept, n1) != 0);
-  free(kept);
-  rep = dh_init(s, CLIENT, ha);
-  dh_ok(rep);
-  ck_assert(!rep->init->initialized); /* nothing missing now */
-  pe__reply__free_unpacked(rep, NULL);
-  /* force: everything from the startup, the weights included. */
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__InitRequest in = PE__INIT_REQUEST__INIT;
-  in.handle = ha;
-  in.force = true;
-  rq.body_case = PE__REQUEST__BODY_INIT;
-  rq.init = &in;
-  rep = dh_call(s, &rq);
-  dh_ok(rep);
-  ck_assert(rep->init->initialized);
-  pe__reply__free_unpacked(rep, NULL);
-  kept = dh_get_param(s, CLIENT, "cont", w, &n2);
-  ck_assert(memcmp(trained, kept, n1) != 0);
-  free(kept);
-  free(trained);
-  free(w);
-  dh_batch_free(&b);
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
-}
-END_TEST
-
-/* Sending reg as a new request for CLIENT (a repeated request id would be
- * answered from the reply cache) fails with code/needle. */
-static void register_fails(int s, Pe__RegisterRequest *reg, int code, const char *needle) {
-  Pe__Request rq = dh_req(CLIENT);
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = reg;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_err(rep, code, needle);
-  pe__reply__free_unpacked(rep, NULL);
-}
-
-/* Registering `mlp` as model `model` (default options) fails with code/needle. */
-static void register_refused(int s, const pe_model_spec *mlp, const char *model, int code,
-                             const char *needle) {
-  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
-  reg.program.data = mlp->bytes;
-  reg.program.len = mlp->len;
-  reg.model = (char *)model;
-  register_fails(s, &reg, code, needle);
-}
 
 START_TEST(test_bad_requests) {
   dh_daemon d = {0};
@@ -547,28 +354,6 @@ START_TEST(test_bad_requests) {
 }
 END_TEST
 
-START_TEST(test_oversized) {
-  dh_daemon d = {0};
-  dh_start(&d, "[limits]\nmax_message = 64K\n");
-  /* nanomsg drops a message above NN_RCVMAXSIZE and the connection with it:
-   * the sender gets no reply (the client library checks the size before
-   * sending and reports it). The daemon must keep serving others. */
-  int big = dh_connect(&d, 500);
-  size_t n = 256 * 1024;
-  uint8_t *buf = calloc(1, n);
-  Pe__Reply *rep = dh_call_raw(big, buf, n);
-  ck_assert_msg(rep == NULL, "an oversized request was answered");
-  nn_close(big);
-  free(buf);
-  int s = dh_connect(&d, 5000);
-  ck_assert(dh_ping(s));
-  nn_close(s);
-  ck_assert(dh_alive(&d));
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
-}
-END_TEST
-
 /* A model on cpu:2 (data parallel) gives the cpu:1 losses: the batch is
  * split, the gradients all-reduced, the loss weighted by each share. */
 /* A configured device that cannot be opened stops start-up with the
@@ -682,93 +467,6 @@ START_TEST(test_two_places) {
 }
 END_TEST
 
-START_TEST(test_limits) {
-  dh_daemon d = {0};
-  dh_start(&d, "[limits]\nmax_programs = 1\n");
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  uint64_t h = dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL);
-  /* The same program again is not a new one. */
-  ck_assert_uint_eq(dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL), h);
-  register_refused(s, &mlp, "m2", PE_EEXHAUSTED,
-                   "limit max_programs = 1: retry later, or ask the admin to raise [limits] "
-                   "max_programs");
-  Pe__Request rq;
-  Pe__Reply *rep;
-  /* Deregister frees the slot. */
-  rq = dh_req(CLIENT);
-  Pe__DeregisterRequest dr = PE__DEREGISTER_REQUEST__INIT;
-  dr.handle = h;
-  rq.body_case = PE__REQUEST__BODY_DEREGISTER;
-  rq.deregister = &dr;
-  rep = dh_call(s, &rq);
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
-  rep = dh_call(s, &rq); /* resend of the deregister: same (cached) answer */
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
-  rq = dh_req(CLIENT);
-  rq.body_case = PE__REQUEST__BODY_DEREGISTER;
-  rq.deregister = &dr;
-  rep = dh_call(s, &rq); /* a new deregister of a gone handle */
-  dh_err(rep, PE_ENOTFOUND, "no such program");
-  pe__reply__free_unpacked(rep, NULL);
-  ck_assert_uint_ne(dh_register(s, CLIENT, &mlp, "m2", 1, false, NULL, NULL), 0);
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
-}
-END_TEST
-
-/* memory_per_client counts the registering program's persistables (from
- * its declarations, before any Init): the MLP training program (1.9 MB
- * with its optimizer's state) is refused as the first program under a
- * 64 KiB limit, naming the model, the bytes and the limit. Under 2 MiB one
- * fits; an eval program of the same model adds nothing and is not counted
- * twice; a second model is refused before the first one's Init and after
- * it, while the existing program keeps working; another client is not
- * affected. */
-START_TEST(test_memory_per_client) {
-  dh_daemon d = {0};
-  dh_start(&d, "[limits]\nmemory_per_client = 65536\n");
-  int s = dh_connect(&d, 30000);
-  pe_model_spec mlp = dh_mlp();
-  Pe__Reply *rep = dh_register_call(s, CLIENT, &mlp, "m1", 1, false);
-  dh_err(rep, PE_ENOMEM, "model 'm1': client c-");
-  dh_err(rep, PE_ENOMEM, " holds 0 parameter bytes");
-  ck_assert_ptr_nonnull(strstr(rep->message, "persistables of "));
-  ck_assert_ptr_nonnull(strstr(rep->message, "over the limit memory_per_client = 65536"));
-  pe__reply__free_unpacked(rep, NULL);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-
-  dh_start(&d, "[limits]\nmemory_per_client = 2M\n");
-  s = dh_connect(&d, 30000);
-  uint64_t h = dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL);
-  dh_for_test = true; /* an eval program: the training program's parameters, no optimizer state */
-  dh_register(s, CLIENT, &mlp, "m1", 1, false, NULL, NULL);
-  dh_for_test = false;
-  register_refused(s, &mlp, "m2", PE_ENOMEM, "memory_per_client = 2097152");
-  rep = dh_init(s, CLIENT, h);
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
-  register_refused(s, &mlp, "m2", PE_ENOMEM, "model 'm2'");
-  dh_batch b;
-  dh_batch_make(&b, 16, 5);
-  float loss = dh_run_loss(s, CLIENT, h, &b, mlp.loss, 1);
-  ck_assert(loss > 0 && loss < 10);
-  dh_batch_free(&b);
-  /* Another client starts from zero bytes. */
-  ck_assert_uint_ne(dh_register(s, CLIENT + 1, &mlp, "m3", 1, false, NULL, NULL), 0);
-  ck_assert(dh_ping(s));
-  pe_model_spec_release(&mlp);
-  nn_close(s);
-  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
-  dh_cleanup(&d);
-}
-END_TEST
-
 /* The next datagram on the notify socket that has `tag` (3 s), or fails. */
 static void recv_tag(int ns, const char *tag, char *buf, size_t cap) {
   double t0 = dh_now();
@@ -856,14 +554,9 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_ping_status);
   tcase_add_test(tc, test_register_init_run);
-  tcase_add_test(tc, test_register_optimizer_override);
-  tcase_add_test(tc, test_new_optimizer_keeps_the_weights);
   tcase_add_test(tc, test_bad_requests);
-  tcase_add_test(tc, test_oversized);
   tcase_add_test(tc, test_two_places);
   tcase_add_test(tc, test_start_refuses_unusable_places);
-  tcase_add_test(tc, test_limits);
-  tcase_add_test(tc, test_memory_per_client);
   tcase_add_test(tc, test_sd_notify);
   suite_add_tcase(s, tc);
   return s;
