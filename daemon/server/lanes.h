@@ -19,13 +19,14 @@
  * Order: a request never starts before the earlier requests of its client
  * have started, in whichever lane they wait (a close would otherwise end
  * the session before the client's queued run starts, and the run would
- * find no program). It waits in its own lane, passed by the other
- * clients' requests behind it, until those have started; then it goes as
- * any other. Started: a run once it holds its program and is listed in
- * Status (so that a close cancels it), any other request once dispatch
- * has begun it (pe_lanes_started). Requests that have started run
- * concurrently, as before (the reply cache orders the copies of one
- * request: dedup.h). Client 0 (anonymous) keeps no order.
+ * find no program). It waits, passed by the other clients' requests behind
+ * it, until those have started; then it is queued in its lane as any
+ * other (lanes_order.h keeps the waiting ones, O(1) per request). Started:
+ * a run once it holds its program and is listed in Status (so that a close
+ * cancels it), any other request once dispatch has begun it
+ * (pe_lanes_started). Requests that have started run concurrently, as
+ * before (the reply cache orders the copies of one request: dedup.h).
+ * Client 0 (anonymous) keeps no order.
  *
  * Threads: pe_lanes_enqueue and pe_lanes_close on the main thread; the
  * request threads take jobs and call the handler; one mutex guards the
@@ -63,12 +64,11 @@ typedef struct pe_job {
   size_t len;
   void *ctrl;
   double received;
-  uint64_t seq;    /* receive order (main thread): which copy of a resent request is newest */
-  uint64_t client; /* Request.client_id as peeked (0: unknown) */
-  pe_lane lane;    /* the queue it waits in, the threads that take it */
-  bool answered;   /* off its lane's busy count (server.c: once) */
-  int blockers;    /* earlier requests of its client not started yet */
-  struct pe_job *next;
+  uint64_t seq;        /* receive order (main thread): which copy of a resent request is newest */
+  uint64_t client;     /* Request.client_id as peeked (0: unknown) */
+  pe_lane lane;        /* the queue it waits in, the threads that take it */
+  bool answered;       /* off its lane's busy count (server.c: once) */
+  struct pe_job *next; /* in a lane's queue or its client's waiting list */
 } pe_job;
 
 void pe_job_free(pe_job *j);
@@ -85,8 +85,9 @@ pe_status *pe_lanes_start(const int threads[PE_LANES], pe_lane_counts *counts, p
 
 /* Main thread: queue j (its body, len and seq set) in the lane of its kind,
  * read off its bytes (request_peek.h; unreadable: work, whose thread
- * answers the decode error). */
-void pe_lanes_enqueue(pe_lanes *ls, pe_job *j);
+ * answers the decode error). false: out of memory for the order's
+ * bookkeeping, j is not queued (the caller drops it). */
+bool pe_lanes_enqueue(pe_lanes *ls, pe_job *j);
 
 /* On a request thread: the request it handles has started (see above),
  * and its client's later requests may start; once per request, later

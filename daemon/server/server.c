@@ -446,7 +446,10 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
     j->ctrl = ctrl;
     j->received = pe_now_s();
     j->seq = ++L->recv_seq;
-    pe_lanes_enqueue(L->lanes, j);
+    if (!pe_lanes_enqueue(L->lanes, j)) {
+      PE_LOGE("request of %d bytes dropped: out of memory for the request order", n);
+      pe_job_free(j);
+    }
   }
 }
 
