@@ -1,5 +1,6 @@
-/* The request lanes' queues and threads, and the order they keep between
- * the requests of one client (see lanes.h). */
+/* The request lanes' queues and threads, the order they keep between the
+ * requests of one client, and the work threads' turns at read-only runs
+ * (see lanes.h). */
 #include "server/lanes.h"
 
 #include <nanomsg/nn.h>
@@ -7,33 +8,49 @@
 #include <stdlib.h>
 
 #include "server/dispatch.h"
+#include "server/lanes_order.h"
 #include "server/request_peek.h"
 
-/* One lane's queue, in receive order, and the wake-up of its threads. */
-typedef struct lane_queue {
+/* Jobs in the order they were queued, linked by next. */
+typedef struct job_fifo {
   pe_job *head, *tail;
+} job_fifo;
+
+/* One lane: its jobs free to go, how many wait for it, its threads and
+ * their wake-up. All under the lanes' mu. */
+typedef struct lane_queue {
+  job_fifo ready; /* free to go (no earlier request of their client unstarted) */
+  job_fifo ro;    /* the run lane's read-only runs that are free to go */
+  int queued;     /* ready, ro, and waiting in the order map */
+  int threads;    /* started */
+  int active;     /* handling a job */
   pthread_cond_t cv;
 } lane_queue;
 
-/* A request thread: the lane it serves, and the job it took that has not
- * started yet (pe_lanes_started), which its client's later ones wait for. */
+/* A request thread: the lane it serves, and its client's job that it took
+ * and that has not started yet (pe_lanes_started), which the client's
+ * later ones wait for. */
 typedef struct lane_thread {
   pe_lanes *ls;
   pe_lane lane;
   pthread_t th;
-  bool starting; /* under the lanes' mu */
-  uint64_t client, seq;
+  bool starting; /* under the lanes' mu, as are the two below */
+  bool borrowed; /* a work thread handling a read-only run */
+  uint64_t client;
 } lane_thread;
 
 static _Thread_local lane_thread *self; /* a request thread's own */
 
 struct pe_lanes {
-  pthread_mutex_t mu; /* q, closing, alive, queued jobs' blockers, threads' starting */
+  pthread_mutex_t mu; /* q, order, borrowed, closing, alive, the threads' starting */
   lane_queue q[PE_LANES];
+  pe_lanes_order order; /* the clients' requests waiting for earlier ones */
+  int borrowed;         /* work threads handling read-only runs */
   bool closing;
   int alive; /* threads not yet ended */
   pe_lane_counts *counts;
   pe_job_handler *fn;
+  pe_run_read_only *read_only; /* main thread only; NULL: no run is */
   void *ctx;
   lane_thread *threads;
   int n_threads; /* started */
@@ -51,34 +68,70 @@ void pe_job_free(pe_job *j) {
   free(j);
 }
 
-/* How many requests of client have not started (mu held): queued in any
- * lane, or taken and not started yet. The queues are short (a client has
- * few requests in flight), and this walks them once per request received. */
-static int unstarted(pe_lanes *ls, uint64_t client) {
-  int n = 0;
-  for (int l = 0; l < PE_LANES; l++)
-    for (const pe_job *q = ls->q[l].head; q; q = q->next) n += q->client == client;
-  for (int i = 0; i < ls->n_threads; i++)
-    n += ls->threads[i].starting && ls->threads[i].client == client;
-  return n;
+static void fifo_push(job_fifo *f, pe_job *j) {
+  j->next = NULL;
+  if (f->tail)
+    f->tail->next = j;
+  else
+    f->head = j;
+  f->tail = j;
 }
 
-void pe_lanes_enqueue(pe_lanes *ls, pe_job *j) {
+static pe_job *fifo_pop(job_fifo *f) {
+  pe_job *j = f->head;
+  if (!j) return NULL;
+  f->head = j->next;
+  if (!f->head) f->tail = NULL;
+  j->next = NULL;
+  return j;
+}
+
+static void fifo_free(job_fifo *f) {
+  pe_job *j;
+  while ((j = fifo_pop(f))) pe_job_free(j);
+}
+
+/* Whether a work thread may take a read-only run now (mu held): one is
+ * free to go, every run thread is busy, and a work thread at least stays
+ * for the work lane's own requests. */
+static bool may_borrow(const pe_lanes *ls) {
+  const lane_queue *run = &ls->q[PE_LANE_RUN];
+  return run->ro.head && run->active >= run->threads &&
+         ls->borrowed < ls->q[PE_LANE_WORK].threads - 1;
+}
+
+/* Wake the work threads when one may take a read-only run (mu held): all
+ * of them, as the one a signal woke could take a work request instead. */
+static void wake_borrowers(pe_lanes *ls) {
+  if (may_borrow(ls)) pthread_cond_broadcast(&ls->q[PE_LANE_WORK].cv);
+}
+
+/* j is free to go: queue it in its lane and wake a thread (mu held). */
+static void push_ready(pe_lanes *ls, pe_job *j) {
+  lane_queue *q = &ls->q[j->lane];
+  fifo_push(j->lane == PE_LANE_RUN && j->read_only ? &q->ro : &q->ready, j);
+  pthread_cond_signal(&q->cv);
+  wake_borrowers(ls);
+}
+
+bool pe_lanes_enqueue(pe_lanes *ls, pe_job *j) {
   pe_request_peek pk; /* unreadable: zeroed, the work lane's thread answers the error */
   j->lane = pe_request_peek_read(j->body, j->len, &pk) ? pe_request_lane(pk.kind) : PE_LANE_WORK;
   j->client = pk.client;
+  /* Asked here, on the main thread and outside mu (it takes the
+   * registry's lock): a program registered later is not looked up again. */
+  j->read_only = j->lane == PE_LANE_RUN && pk.run_handle && ls->read_only &&
+                 ls->read_only(ls->ctx, pk.run_handle);
   j->next = NULL;
   pthread_mutex_lock(&ls->mu);
-  j->blockers = j->client ? unstarted(ls, j->client) : 0;
-  lane_queue *q = &ls->q[j->lane];
-  if (q->tail)
-    q->tail->next = j;
-  else
-    q->head = j;
-  q->tail = j;
-  atomic_fetch_add(&ls->counts[j->lane].queued, 1);
-  if (!j->blockers) pthread_cond_signal(&q->cv);
+  pe_order_verdict v = j->client ? pe_lanes_order_add(&ls->order, j) : PE_ORDER_GO;
+  if (v != PE_ORDER_NOMEM) {
+    ls->q[j->lane].queued++;
+    atomic_fetch_add(&ls->counts[j->lane].queued, 1);
+    if (v == PE_ORDER_GO) push_ready(ls, j);
+  }
   pthread_mutex_unlock(&ls->mu);
+  return v != PE_ORDER_NOMEM;
 }
 
 void pe_lanes_started(void) {
@@ -87,36 +140,41 @@ void pe_lanes_started(void) {
   pe_lanes *ls = t->ls;
   pthread_mutex_lock(&ls->mu);
   t->starting = false;
-  if (t->client)
-    for (int l = 0; l < PE_LANES; l++)
-      for (pe_job *q = ls->q[l].head; q; q = q->next)
-        if (q->client == t->client && q->seq > t->seq && --q->blockers == 0)
-          pthread_cond_signal(&ls->q[l].cv);
+  pe_job *next = t->client ? pe_lanes_order_started(&ls->order, t->client) : NULL;
+  if (next) push_ready(ls, next);
   pthread_mutex_unlock(&ls->mu);
 }
 
-/* The first job of t's lane that waits for no earlier request of its
- * client, off its queue and t's until it starts (mu held); NULL: none. */
+/* The job t handles next, off its queue and t's until it starts (mu
+ * held); NULL: none. Of its lane's ready jobs the one queued first; for a
+ * work thread with none, a read-only run when may_borrow. */
 static pe_job *take(pe_lanes *ls, lane_thread *t) {
-  pe_lane l = t->lane;
-  lane_queue *q = &ls->q[l];
-  pe_job *prev = NULL, *j = q->head;
-  while (j && j->blockers) {
-    prev = j;
-    j = j->next;
-  }
-  if (!j) return NULL;
-  if (prev)
-    prev->next = j->next;
+  lane_queue *q = &ls->q[t->lane];
+  pe_job *j;
+  bool borrow = false;
+  if (q->ready.head && (!q->ro.head || q->ready.head->seq < q->ro.head->seq))
+    j = fifo_pop(&q->ready);
+  else if (q->ro.head)
+    j = fifo_pop(&q->ro);
+  else if (t->lane == PE_LANE_WORK && may_borrow(ls))
+    j = fifo_pop(&ls->q[PE_LANE_RUN].ro), borrow = true;
   else
-    q->head = j->next;
-  if (q->tail == j) q->tail = prev;
-  j->next = NULL;
-  atomic_fetch_sub(&ls->counts[l].queued, 1);
-  atomic_fetch_add(&ls->counts[l].busy, 1);
+    return NULL;
+  ls->q[j->lane].queued--;
+  atomic_fetch_sub(&ls->counts[j->lane].queued, 1);
+  if (borrow) {
+    /* Counted busy in the lane of the thread that handles it. */
+    j->lane = PE_LANE_WORK;
+    ls->borrowed++;
+  }
+  t->borrowed = borrow;
+  q->active++;
+  atomic_fetch_add(&ls->counts[t->lane].busy, 1);
   t->starting = true;
   t->client = j->client;
-  t->seq = j->seq;
+  /* The last run thread busy now: a read-only run queued behind this one
+   * may go to a work thread. */
+  if (t->lane == PE_LANE_RUN) wake_borrowers(ls);
   return j;
 }
 
@@ -125,18 +183,21 @@ static void *lane_main(void *arg) {
   pe_lanes *ls = t->ls;
   lane_queue *q = &ls->q[t->lane];
   self = t;
+  pthread_mutex_lock(&ls->mu);
   for (;;) {
-    pthread_mutex_lock(&ls->mu);
     pe_job *j;
-    /* A queue of jobs that all wait keeps its threads, also when closing:
+    /* A lane whose jobs all wait keeps its threads, also when closing:
      * the jobs they wait for are taken by the other lanes' threads. */
-    while (!(j = take(ls, t)) && !(ls->closing && !q->head)) pthread_cond_wait(&q->cv, &ls->mu);
+    while (!(j = take(ls, t)) && !(ls->closing && !q->queued)) pthread_cond_wait(&q->cv, &ls->mu);
+    if (!j) break; /* closing and drained */
     pthread_mutex_unlock(&ls->mu);
-    if (!j) break;      /* closing and drained */
     ls->fn(ls->ctx, j); /* takes j off its lane's busy */
     pe_lanes_started(); /* a request the handler did not start (no-op if it did) */
+    pthread_mutex_lock(&ls->mu);
+    q->active--;
+    if (t->borrowed) ls->borrowed--;
+    t->borrowed = false;
   }
-  pthread_mutex_lock(&ls->mu);
   ls->alive--;
   pthread_mutex_unlock(&ls->mu);
   return NULL;
@@ -158,13 +219,14 @@ int pe_lanes_alive(pe_lanes *ls) {
 }
 
 pe_status *pe_lanes_start(const int threads[PE_LANES], pe_lane_counts *counts, pe_job_handler *fn,
-                          void *ctx, pe_lanes **out) {
+                          pe_run_read_only *read_only, void *ctx, pe_lanes **out) {
   *out = NULL;
   pe_lanes *ls = calloc(1, sizeof *ls);
   int total = 0;
   for (int l = 0; l < PE_LANES; l++) total += threads[l];
   if (ls) ls->threads = calloc((size_t)total, sizeof *ls->threads);
-  if (!ls || !ls->threads) {
+  if (!ls || !ls->threads || !pe_lanes_order_init(&ls->order)) {
+    if (ls) free(ls->threads);
     free(ls);
     return pe_error(PE_ENOMEM, "server: out of memory for %d request threads", total);
   }
@@ -172,22 +234,29 @@ pe_status *pe_lanes_start(const int threads[PE_LANES], pe_lane_counts *counts, p
   for (int l = 0; l < PE_LANES; l++) pthread_cond_init(&ls->q[l].cv, NULL);
   ls->counts = counts;
   ls->fn = fn;
+  ls->read_only = read_only;
   ls->ctx = ctx;
   for (int l = 0; l < PE_LANES; l++)
     for (int i = 0; i < threads[l]; i++) {
       lane_thread *t = &ls->threads[ls->n_threads];
       t->ls = ls;
       t->lane = (pe_lane)l;
+      /* Counted before it runs: its first take reads the counts. */
+      pthread_mutex_lock(&ls->mu);
+      ls->q[l].threads++;
+      ls->alive++;
+      pthread_mutex_unlock(&ls->mu);
       if (pthread_create(&t->th, NULL, lane_main, t) != 0) {
+        pthread_mutex_lock(&ls->mu);
+        ls->q[l].threads--;
+        ls->alive--;
+        pthread_mutex_unlock(&ls->mu);
         pe_lanes_free(ls);
         return pe_error(PE_EINTERNAL, "server: cannot start %s request thread %d of %d",
                         pe_lane_name((pe_lane)l), i + 1, threads[l]);
       }
       ls->n_threads++;
       atomic_fetch_add(&counts[l].threads, 1);
-      pthread_mutex_lock(&ls->mu);
-      ls->alive++;
-      pthread_mutex_unlock(&ls->mu);
     }
   *out = ls;
   return NULL;
@@ -198,13 +267,11 @@ void pe_lanes_free(pe_lanes *ls) {
   pe_lanes_close(ls);
   for (int i = 0; i < ls->n_threads; i++) pthread_join(ls->threads[i].th, NULL);
   for (int l = 0; l < PE_LANES; l++) {
-    while (ls->q[l].head) {
-      pe_job *j = ls->q[l].head;
-      ls->q[l].head = j->next;
-      pe_job_free(j);
-    }
+    fifo_free(&ls->q[l].ready);
+    fifo_free(&ls->q[l].ro);
     pthread_cond_destroy(&ls->q[l].cv);
   }
+  pe_lanes_order_destroy(&ls->order);
   pthread_mutex_destroy(&ls->mu);
   free(ls->threads);
   free(ls);

@@ -19,13 +19,29 @@
  * Order: a request never starts before the earlier requests of its client
  * have started, in whichever lane they wait (a close would otherwise end
  * the session before the client's queued run starts, and the run would
- * find no program). It waits in its own lane, passed by the other
- * clients' requests behind it, until those have started; then it goes as
- * any other. Started: a run once it holds its program and is listed in
- * Status (so that a close cancels it), any other request once dispatch
- * has begun it (pe_lanes_started). Requests that have started run
- * concurrently, as before (the reply cache orders the copies of one
- * request: dedup.h). Client 0 (anonymous) keeps no order.
+ * find no program). It waits, passed by the other clients' requests behind
+ * it, until those have started; then it is queued in its lane as any
+ * other (lanes_order.h keeps the waiting ones, O(1) per request). Started:
+ * a run once it holds its program and is listed in Status (so that a close
+ * cancels it), any other request once dispatch has begun it
+ * (pe_lanes_started). Requests that have started run concurrently, as
+ * before (the reply cache orders the copies of one request: dedup.h).
+ * Client 0 (anonymous) keeps no order.
+ *
+ * Read-only runs: a run of a program that writes no persistable (an eval
+ * or inference program: no optimizer, no parameter or state update; the
+ * compiled graph says so, pe_run_read_only; not yet an eval with batch
+ * norm, whose op lists the running statistics among its outputs though it
+ * leaves them alone) is queued in the run lane as any run, but when every
+ * run thread is busy a work thread may take it, so that an eval of a few
+ * batches is not kept for minutes behind other clients' long training
+ * runs. At most request_threads - 1 work threads at a time hold such runs
+ * (one stays for the work lane's requests; with request_threads = 1 none
+ * does), so run_threads still bounds the runs that update parameters. A
+ * borrowed run keeps the order rule and waits for the run memory budget
+ * ([limits] memory_runs_total) as any run. It waits for memory and for the
+ * engine's ops only, never for a request thread (nor does a run on a run
+ * thread wait for a work thread), so no threads wait in a cycle.
  *
  * Threads: pe_lanes_enqueue and pe_lanes_close on the main thread; the
  * request threads take jobs and call the handler; one mutex guards the
@@ -63,12 +79,12 @@ typedef struct pe_job {
   size_t len;
   void *ctrl;
   double received;
-  uint64_t seq;    /* receive order (main thread): which copy of a resent request is newest */
-  uint64_t client; /* Request.client_id as peeked (0: unknown) */
-  pe_lane lane;    /* the queue it waits in, the threads that take it */
-  bool answered;   /* off its lane's busy count (server.c: once) */
-  int blockers;    /* earlier requests of its client not started yet */
-  struct pe_job *next;
+  uint64_t seq;        /* receive order (main thread): which copy of a resent request is newest */
+  uint64_t client;     /* Request.client_id as peeked (0: unknown) */
+  pe_lane lane;        /* the queue it waits in; taken: its thread's lane */
+  bool answered;       /* off its lane's busy count (server.c: once) */
+  bool read_only;      /* a run of a program that writes no persistable */
+  struct pe_job *next; /* in a lane's queue or its client's waiting list */
 } pe_job;
 
 void pe_job_free(pe_job *j);
@@ -76,17 +92,23 @@ void pe_job_free(pe_job *j);
 /* Handles a job taken from its lane, on that lane's thread (owns j). */
 typedef void pe_job_handler(void *ctx, pe_job *j);
 
+/* On the main thread, for each Run received: whether the program of
+ * `handle` is registered and writes no persistable (see above). */
+typedef bool pe_run_read_only(void *ctx, uint64_t handle);
+
 typedef struct pe_lanes pe_lanes;
 
 /* Start threads[l] request threads for each lane l, counted in counts[l]
- * (which must outlive the lanes). On failure none is left running. */
+ * (which must outlive the lanes); fn and read_only (NULL: no run is) get
+ * ctx. On failure none is left running. */
 pe_status *pe_lanes_start(const int threads[PE_LANES], pe_lane_counts *counts, pe_job_handler *fn,
-                          void *ctx, pe_lanes **out);
+                          pe_run_read_only *read_only, void *ctx, pe_lanes **out);
 
 /* Main thread: queue j (its body, len and seq set) in the lane of its kind,
  * read off its bytes (request_peek.h; unreadable: work, whose thread
- * answers the decode error). */
-void pe_lanes_enqueue(pe_lanes *ls, pe_job *j);
+ * answers the decode error). false: out of memory for the order's
+ * bookkeeping, j is not queued (the caller drops it). */
+bool pe_lanes_enqueue(pe_lanes *ls, pe_job *j);
 
 /* On a request thread: the request it handles has started (see above),
  * and its client's later requests may start; once per request, later

@@ -95,6 +95,9 @@ pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_
   if (st) {
     pe_ir_destroy(&ir);
   } else {
+    p->read_only = true;
+    for (int i = 0; i < ir.graph->n_nodes; i++)
+      if (ir.graph->nodes[i].writes_persistable) p->read_only = false;
     *main_g = ir.graph;
     *startup_g = ir.startup;
     ir.graph = ir.startup = NULL;

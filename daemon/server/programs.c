@@ -493,6 +493,14 @@ pe_status *pe_registry_acquire(pe_registry *r, uint64_t handle, pe_srv_program *
   return NULL;
 }
 
+bool pe_registry_read_only(pe_registry *r, uint64_t handle) {
+  pthread_mutex_lock(&r->mu);
+  int i = prog_index(r, handle);
+  bool ro = i >= 0 && !r->progs[i]->dead && r->progs[i]->read_only;
+  pthread_mutex_unlock(&r->mu);
+  return ro;
+}
+
 void pe_registry_release(pe_registry *r, pe_srv_program *p) {
   if (!p) return;
   pe_srv_program *fp;

@@ -117,6 +117,9 @@ typedef struct pe_srv_program {
   pe_sync_strategy sync;
   pe_graph_strategy strategy; /* as compiled: options.strategy, AUTO resolved */
   bool for_test;
+  /* Its main graph writes no persistable (no optimizer, no state update):
+   * a run of it may take a work thread (lanes.h). */
+  bool read_only;
   int n_params; /* persistables of the program (main + startup blocks) */
   pe_var_info *params;
   int n_feeds; /* is_feed variables of the main block */
@@ -140,6 +143,8 @@ void pe_registry_free(pe_registry *r);
 pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__RegisterRequest *rq,
                                 pe_srv_program **out, bool *existed);
 pe_status *pe_registry_acquire(pe_registry *r, uint64_t handle, pe_srv_program **out);
+/* Whether handle is a live program that is read_only (false: not found). */
+bool pe_registry_read_only(pe_registry *r, uint64_t handle);
 void pe_registry_release(pe_registry *r, pe_srv_program *p);
 /* Remove client from the program's owners; the program goes with its last
  * owner. A client that is not an owner is refused (PE_EPERM: handles are
@@ -197,8 +202,7 @@ void pe_registry_drop_end(pe_registry *r, pe_srv_model *m);
  * unknown), which the sweep checks. */
 void pe_registry_request_begin(pe_registry *r, uint64_t client, long pid, uint64_t start,
                                double now);
-void pe_registry_request_end(pe_registry *r, uint64_t client, long pid, uint64_t start,
-                             double now);
+void pe_registry_request_end(pe_registry *r, uint64_t client, long pid, uint64_t start, double now);
 /* The periodic sweep: ends the sessions idle (no request in flight) for
  * more than ttl_s (0: never) and those whose client process has exited
  * (pid gone or started at another time), as a close would; fills up to max

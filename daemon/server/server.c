@@ -446,7 +446,10 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
     j->ctrl = ctrl;
     j->received = pe_now_s();
     j->seq = ++L->recv_seq;
-    pe_lanes_enqueue(L->lanes, j);
+    if (!pe_lanes_enqueue(L->lanes, j)) {
+      PE_LOGE("request of %d bytes dropped: out of memory for the request order", n);
+      pe_job_free(j);
+    }
   }
 }
 
@@ -620,6 +623,13 @@ static int sock_fd(int sock, int opt) {
 }
 
 /* --- request threads: start -------------------------------------------------------- */
+/* Whether a Run of handle may take a work thread (lanes.h: read-only
+ * runs); on the main thread. */
+static bool run_read_only(void *ctx, uint64_t handle) {
+  pe_server *s = ctx;
+  return pe_registry_read_only(s->reg, handle);
+}
+
 /* request_threads for the work lane, run_threads (0: as many) for runs,
  * PE_CONTROL_THREADS for the control lane. */
 static pe_status *start_request_threads(pe_server *s) {
@@ -627,7 +637,7 @@ static pe_status *start_request_threads(pe_server *s) {
   threads[PE_LANE_WORK] = s->cfg.request_threads > 0 ? s->cfg.request_threads : 1;
   threads[PE_LANE_RUN] = s->cfg.run_threads > 0 ? s->cfg.run_threads : threads[PE_LANE_WORK];
   threads[PE_LANE_CONTROL] = PE_CONTROL_THREADS;
-  return pe_lanes_start(threads, s->lanes, handle_job, s, &s->loop->lanes);
+  return pe_lanes_start(threads, s->lanes, handle_job, run_read_only, s, &s->loop->lanes);
 }
 
 /* --- shutdown ------------------------------------------------------------------------ */

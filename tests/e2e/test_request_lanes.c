@@ -327,6 +327,46 @@ START_TEST(work_requests_pass_long_runs) {
 }
 END_TEST
 
+/* Client C's eval (the mlp registered for_test on its trained model "lc":
+ * a program that writes no persistable) of a few steps is answered within
+ * WORK_PROMPT_S while A's and B's runs hold both run threads: a work
+ * thread takes it. Before, it waited in the run queue behind D's run for
+ * a run thread, for minutes. D's training run still waits for a run
+ * thread (run_threads bounds those), passed by the eval. */
+START_TEST(eval_runs_pass_long_runs) {
+  lanes_fx f;
+  fx_start(&f);
+  dh_for_test = true;
+  uint64_t he = dh_register(f.s, CLIENT_C, &f.mlp, "lc", 6, false, NULL, NULL);
+  dh_for_test = false;
+  start_run(&f.rd, &f.d, CLIENT_D, f.hd, &f.b, f.mlp.loss);
+  wait_lane(f.s, "run", 2, 1, 0);
+
+  int s = dh_connect(&f.d, (int)(WORK_PROMPT_S * 1000));
+  Pe__RunRequest run;
+  char *fetch[] = {f.mlp.accuracy};
+  Pe__Request rq = dh_run_req(CLIENT_C, &run, he, f.b.feeds, 2, fetch, 1, 5);
+  double t0 = dh_now();
+  Pe__Reply *rep = call_within(s, &rq, "another client's eval run", WORK_PROMPT_S);
+  printf("eval of 5 steps beside two long runs: answered in %.1f ms\n", (dh_now() - t0) * 1e3);
+  ck_assert_int_eq(rep->body_case, PE__REPLY__BODY_RUN);
+  ck_assert_uint_eq(rep->run->steps, 5);
+  ck_assert_uint_eq(rep->run->n_fetched, 1);
+  pe__reply__free_unpacked(rep, NULL);
+  nn_close(s);
+
+  /* The training run still waits for a run thread; it gets A's. */
+  dh_sleep_ms(300);
+  wait_lane(f.s, "run", 2, 1, 0);
+  ck_assert_msg(!atomic_load(&f.rd.done), "client D's training run did not wait for a run thread");
+  cancel_run(f.s, f.ha, &f.ra);
+  wait_lane(f.s, "run", 2, 0, f.hd);
+  cancel_run(f.s, f.hd, &f.rd);
+  cancel_run(f.s, f.hb, &f.rb);
+  fx_end(&f);
+}
+END_TEST
+
 /* The mlp with a first layer of 1024: a step on 8192 rows is ~46 GFLOP,
  * a tenth of a second or more: long enough to see who waits for it. */
 static pe_model_spec slow_mlp(void) {
@@ -403,6 +443,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, control_requests_pass_long_runs);
   tcase_add_test(tc, work_requests_pass_long_runs);
+  tcase_add_test(tc, eval_runs_pass_long_runs);
   tcase_add_test(tc, status_does_not_wait_for_steps);
   suite_add_tcase(s, tc);
   return s;

@@ -18,8 +18,9 @@ static size_t pack(const Pe__Request *rq, uint8_t *buf, size_t cap) {
 }
 
 /* A request of client 0x1234567890 with a body of kind k (sub-messages
- * empty but for a RunRequest with a 1 KiB feed, to skip). */
-static size_t pack_kind(Pe__Request__BodyCase k, uint8_t *buf, size_t cap) {
+ * empty but for a RunRequest of program `handle` with a 1 KiB feed, to
+ * skip). */
+static size_t pack_run_or(Pe__Request__BodyCase k, uint64_t handle, uint8_t *buf, size_t cap) {
   static uint8_t data[1024];
   Pe__Request rq = PE__REQUEST__INIT;
   rq.client_id = 0x1234567890ull;
@@ -34,6 +35,7 @@ static size_t pack_kind(Pe__Request__BodyCase k, uint8_t *buf, size_t cap) {
   t.data.len = sizeof data;
   run.n_feeds = 1;
   run.feeds = feeds;
+  run.handle = handle;
   Pe__ParamsRequest pr = PE__PARAMS_REQUEST__INIT;
   Pe__CheckpointRequest cr = PE__CHECKPOINT_REQUEST__INIT;
   Pe__DeregisterRequest dr = PE__DEREGISTER_REQUEST__INIT;
@@ -58,6 +60,10 @@ static size_t pack_kind(Pe__Request__BodyCase k, uint8_t *buf, size_t cap) {
     default: ck_abort_msg("kind %d", (int)k);
   }
   return pack(&rq, buf, cap);
+}
+
+static size_t pack_kind(Pe__Request__BodyCase k, uint8_t *buf, size_t cap) {
+  return pack_run_or(k, 0, buf, cap);
 }
 
 START_TEST(test_every_kind) {
@@ -95,6 +101,33 @@ START_TEST(test_unknown_fields_and_two_bodies) {
   ck_assert(pe_request_peek_read(m, 0, &pk));
   ck_assert_int_eq(pk.kind, PE__REQUEST__BODY__NOT_SET);
   ck_assert_uint_eq(pk.client, 0);
+}
+END_TEST
+
+/* A Run's handle (the run lane's read-only check), past a 1 KiB feed;
+ * of several run bodies the last one's, as unpack has it; none: 0. */
+START_TEST(test_run_handle) {
+  static uint8_t buf[4096];
+  size_t n = pack_run_or(PE__REQUEST__BODY_RUN, 0xfeedface12345678ull, buf, sizeof buf);
+  pe_request_peek pk;
+  ck_assert(pe_request_peek_read(buf, n, &pk));
+  ck_assert_int_eq(pk.kind, PE__REQUEST__BODY_RUN);
+  ck_assert_uint_eq(pk.run_handle, 0xfeedface12345678ull);
+  /* Run bodies {handle 5, steps 2}, {handle 7}, then {steps 1} or not. */
+  const uint8_t three[] = {0x6a, 0x04, 0x08, 0x05, 0x20, 0x02, 0x6a,
+                           0x02, 0x08, 0x07, 0x6a, 0x02, 0x20, 0x01};
+  for (size_t len = sizeof three - 4; len <= sizeof three; len += 4) {
+    ck_assert(pe_request_peek_read(three, len, &pk));
+    Pe__Request *u = pe__request__unpack(NULL, len, three);
+    ck_assert_ptr_nonnull(u);
+    ck_assert_uint_eq(u->run->handle, len < sizeof three ? 7 : 0);
+    ck_assert_uint_eq(pk.run_handle, u->run->handle);
+    pe__request__free_unpacked(u, NULL);
+  }
+  /* Another kind: 0. */
+  n = pack_kind(PE__REQUEST__BODY_SAVE, buf, sizeof buf);
+  ck_assert(pe_request_peek_read(buf, n, &pk));
+  ck_assert_uint_eq(pk.run_handle, 0);
 }
 END_TEST
 
@@ -144,6 +177,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("peek");
   tcase_add_test(tc, test_every_kind);
   tcase_add_test(tc, test_unknown_fields_and_two_bodies);
+  tcase_add_test(tc, test_run_handle);
   tcase_add_test(tc, test_unreadable);
   tcase_add_test(tc, test_lanes);
   suite_add_tcase(s, tc);
