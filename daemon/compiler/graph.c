@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "compiler/validate.h"
+#include "ops/registry.h"
 
 #define OOM() pe_error(PE_ENOMEM, "graph: out of memory")
 
@@ -339,6 +340,19 @@ pe_status *pe_graph_node_add_out(pe_graph *g, int node, int lvar) {
   if (!push_int(&n->out_lv, &n->n_out_lv, lvar)) return OOM();
   if (g->lvars[lvar].persistable) n->writes_persistable = true;
   return NULL;
+}
+
+bool pe_graph_node_updates_persistable(const pe_graph *g, int node) {
+  const pe_graph_node *n = &g->nodes[node];
+  if (!n->writes_persistable) return false;
+  /* Only a plain op node has one place's slots laid out by out_slot. */
+  if (n->kind != PE_NODE_OP || !n->def || !n->desc || !n->out_slot) return true;
+  for (int s = 0; s < n->def->n_outputs; s++) {
+    if (pe_op_output_unchanged(n->def, n->desc, s)) continue;
+    for (int k = n->out_slot[s]; k < n->out_slot[s + 1]; k++)
+      if (g->lvars[n->out_lv[k]].persistable) return true;
+  }
+  return false;
 }
 
 pe_status *pe_graph_node_add_after(pe_graph *g, int node, int before) {

@@ -291,6 +291,13 @@ pe_status *pe_graph_node_add_out(pe_graph *g, int node, int lvar);
 pe_status *pe_graph_node_add_after(pe_graph *g, int node, int before);
 pe_status *pe_graph_set_name(pe_graph *g, int node, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Whether node changes a persistable: writes_persistable, less the outputs
+ * its op leaves as they were (pe_op_output_unchanged: batch_norm in test
+ * mode "writes" its running statistics onto themselves). A main graph with
+ * no such node is read-only (pe_srv_program.read_only). writes_persistable
+ * itself stays: the executor orders those outputs as writes. */
+bool pe_graph_node_updates_persistable(const pe_graph *g, int node);
 /* Drop the SSA tables (vars, in/out, degrees, successors): ssa == false. */
 void pe_graph_clear_ssa(pe_graph *g);
 

@@ -187,7 +187,11 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   x->random = n->def && (n->def->flags & PE_OP_RANDOM);
   if (x->random) add_unique(x->muts, &x->n_muts, e->m->prng);
   x->engine = x->n_reads + x->n_muts > 0;
-  e->writes_persistables |= x->writes_persistable;
+  /* A model change only where a node changes a persistable: a test-mode
+   * batch norm stores its statistics onto themselves (still a mutation
+   * above, so the runs stay ordered), and an eval with it is no change,
+   * as one without it (autosave, Status, run origins). */
+  e->writes_persistables |= x->writes_persistable && pe_graph_node_updates_persistable(g, id);
   x->affinity = place_affinity(e, x);
   /* Distinct producers (the in-degree's nodes). */
   for (int i = 0; i < n->n_in; i++) {

@@ -112,7 +112,8 @@ struct pe_par_exec {
   pe_runtime *rt;
   pe_graph *g;
   bool async;               /* the places' devices are asynchronous (sim) */
-  bool writes_persistables; /* some node updates one: a run is a model change */
+  bool writes_persistables; /* some node changes one: a run is a model change
+                             * (pe_graph_node_updates_persistable) */
   int n_places;
   pe_device **dev; /* [n_places] */
 

@@ -233,7 +233,8 @@ pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_ten
  * here, or evicted: the newest PE_MODEL_ORIGINS clients are kept). */
 bool pe_model_origin(pe_model *m, uint64_t client, pe_run_origin *out);
 /* Monotonic count of the changes pushed to the model so far: runs of
- * graphs that update persistables, and sets. Equal counts: no change in
+ * graphs that update persistables (pe_graph_node_updates_persistable: not
+ * an eval with batch norm), and sets. Equal counts: no change in
  * between (used to skip rewriting an unchanged checkpoint). */
 uint64_t pe_model_changes(pe_model *m);
 /* Bytes of persistable storage per place (for status reports): an engine

@@ -112,6 +112,18 @@ const pe_attr_def *pe_op_attr_def(const pe_op_def *d, const char *name) {
   return NULL;
 }
 
+bool pe_op_output_unchanged(const pe_op_def *d, const pe_op_desc *op, int out) {
+  if (!d->output_copies || out < 0 || out >= d->n_outputs) return false;
+  int in = d->output_copies(d, op, out);
+  if (in < 0 || in >= d->n_inputs) return false;
+  const pe_slot *o = pe_op_find_output(op, d->outputs[out].name);
+  const pe_slot *i = pe_op_find_input(op, d->inputs[in].name);
+  if (!o || !i || o->n != i->n) return false;
+  for (int k = 0; k < o->n; k++)
+    if (strcmp(o->args[k], i->args[k]) != 0) return false;
+  return true;
+}
+
 /* --- attributes with defaults ----------------------------------------------- */
 
 int64_t pe_attr_i(const pe_op_def *d, const pe_op_desc *op, const char *name) {

@@ -133,6 +133,11 @@ struct pe_op_def {
   void (*state_free)(void *state);
   /* NULL: the op has no gradient (backward errors if one is needed). */
   pe_status *(*grad)(pe_grad_ctx *ctx);
+  /* NULL, or the input slot whose value the op, with op's attributes,
+   * writes unchanged to output slot `out` (-1: none, or not unchanged):
+   * batch_norm in test mode copies Mean to MeanOut and Variance to
+   * VarianceOut. Read through pe_op_output_unchanged. */
+  int (*output_copies)(const pe_op_def *d, const pe_op_desc *op, int out);
   /* filled by the registry at init */
   int n_inputs, n_outputs, n_attrs;
   /* CUDA kernel and its per-op state release, filled at init from the cuda
@@ -164,6 +169,16 @@ const pe_op_def *pe_op_at(int i);
 int pe_op_input_index(const pe_op_def *d, const char *slot);  /* -1 if none */
 int pe_op_output_index(const pe_op_def *d, const char *slot); /* -1 if none */
 const pe_attr_def *pe_op_attr_def(const pe_op_def *d, const char *name);
+
+/* Whether op leaves output slot `out` (an index into d->outputs) as it
+ * was: its output_copies rule says it writes the value of an input slot
+ * there, and that slot names the very same variables (batch_norm in test
+ * mode with MeanOut = Mean, VarianceOut = Variance, as every program built
+ * has them). Such an output is no update of a persistable: an eval program
+ * with batch norm is read-only (pe_graph_node_updates_persistable). The
+ * kernels may still store to it (the same value): the engine keeps
+ * ordering it as a write. */
+bool pe_op_output_unchanged(const pe_op_def *d, const pe_op_desc *op, int out);
 
 /* Attributes with schema defaults (desc may lack optional ones). */
 int64_t pe_attr_i(const pe_op_def *d, const pe_op_desc *op, const char *name);

@@ -28,11 +28,11 @@
  * before (the reply cache orders the copies of one request: dedup.h).
  * Client 0 (anonymous) keeps no order.
  *
- * Read-only runs: a run of a program that writes no persistable (an eval
+ * Read-only runs: a run of a program that changes no persistable (an eval
  * or inference program: no optimizer, no parameter or state update; the
- * compiled graph says so, pe_run_read_only; not yet an eval with batch
- * norm, whose op lists the running statistics among its outputs though it
- * leaves them alone) is queued in the run lane as any run, but when every
+ * compiled graph says so, pe_run_read_only; an eval with batch norm too,
+ * whose test-mode op lists the running statistics among its outputs but
+ * leaves them alone: pe_op_output_unchanged) is queued in the run lane as any run, but when every
  * run thread is busy a work thread may take it, so that an eval of a few
  * batches is not kept for minutes behind other clients' long training
  * runs. At most request_threads - 1 work threads at a time hold such runs
@@ -83,7 +83,7 @@ typedef struct pe_job {
   uint64_t client;     /* Request.client_id as peeked (0: unknown) */
   pe_lane lane;        /* the queue it waits in; taken: its thread's lane */
   bool answered;       /* off its lane's busy count (server.c: once) */
-  bool read_only;      /* a run of a program that writes no persistable */
+  bool read_only;      /* a run of a program that changes no persistable */
   struct pe_job *next; /* in a lane's queue or its client's waiting list */
 } pe_job;
 

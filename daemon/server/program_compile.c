@@ -97,7 +97,7 @@ pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_
   } else {
     p->read_only = true;
     for (int i = 0; i < ir.graph->n_nodes; i++)
-      if (ir.graph->nodes[i].writes_persistable) p->read_only = false;
+      if (pe_graph_node_updates_persistable(ir.graph, i)) p->read_only = false;
     *main_g = ir.graph;
     *startup_g = ir.startup;
     ir.graph = ir.startup = NULL;

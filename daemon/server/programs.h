@@ -117,8 +117,10 @@ typedef struct pe_srv_program {
   pe_sync_strategy sync;
   pe_graph_strategy strategy; /* as compiled: options.strategy, AUTO resolved */
   bool for_test;
-  /* Its main graph writes no persistable (no optimizer, no state update):
-   * a run of it may take a work thread (lanes.h). */
+  /* Its main graph changes no persistable (no optimizer, no state update;
+   * a test-mode batch norm's running statistics, written onto themselves,
+   * are no change: pe_graph_node_updates_persistable): a run of it may take
+   * a work thread (lanes.h). */
   bool read_only;
   int n_params; /* persistables of the program (main + startup blocks) */
   pe_var_info *params;

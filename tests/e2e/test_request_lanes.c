@@ -327,28 +327,55 @@ START_TEST(work_requests_pass_long_runs) {
 }
 END_TEST
 
-/* Client C's eval (the mlp registered for_test on its trained model "lc":
- * a program that writes no persistable) of a few steps is answered within
+/* A small model with batch norm: an eval program of it has the test-mode
+ * batch_norm, which lists the running statistics among its outputs though
+ * it leaves them as they are. */
+static pe_model_spec bn_model(void) {
+  return dh_model_text("bn",
+                       "input image 784\n"
+                       "label label\n"
+                       "fc 32\n"
+                       "batch_norm act=relu\n"
+                       "fc 10\n"
+                       "loss softmax_with_cross_entropy\n"
+                       "accuracy top=1\n"
+                       "optimizer sgd lr=0.01\n");
+}
+
+/* Client C's eval (a model registered for_test on its trained model: a
+ * program that changes no persistable) of a few steps is answered within
  * WORK_PROMPT_S while A's and B's runs hold both run threads: a work
  * thread takes it. Before, it waited in the run queue behind D's run for
  * a run thread, for minutes. D's training run still waits for a run
- * thread (run_threads bounds those), passed by the eval. */
+ * thread (run_threads bounds those), passed by the eval. _i 0: the mlp
+ * ("lc"); 1: a model with batch norm ("lcbn", registered and initialised
+ * here), which waited for a run thread as a training run until the test-
+ * mode batch_norm's running statistics counted as unchanged
+ * (pe_op_output_unchanged). */
 START_TEST(eval_runs_pass_long_runs) {
   lanes_fx f;
   fx_start(&f);
+  pe_model_spec bn = bn_model(), *spec = _i ? &bn : &f.mlp;
+  const char *model = _i ? "lcbn" : "lc";
+  if (_i) {
+    int s0 = dh_connect(&f.d, 30000); /* register and init: the work lane */
+    dh_setup_model(s0, CLIENT_C, spec, model, 7, false, NULL);
+    nn_close(s0);
+  }
   dh_for_test = true;
-  uint64_t he = dh_register(f.s, CLIENT_C, &f.mlp, "lc", 6, false, NULL, NULL);
+  uint64_t he = dh_register(f.s, CLIENT_C, spec, model, 6, false, NULL, NULL);
   dh_for_test = false;
   start_run(&f.rd, &f.d, CLIENT_D, f.hd, &f.b, f.mlp.loss);
   wait_lane(f.s, "run", 2, 1, 0);
 
   int s = dh_connect(&f.d, (int)(WORK_PROMPT_S * 1000));
   Pe__RunRequest run;
-  char *fetch[] = {f.mlp.accuracy};
+  char *fetch[] = {spec->accuracy};
   Pe__Request rq = dh_run_req(CLIENT_C, &run, he, f.b.feeds, 2, fetch, 1, 5);
   double t0 = dh_now();
   Pe__Reply *rep = call_within(s, &rq, "another client's eval run", WORK_PROMPT_S);
-  printf("eval of 5 steps beside two long runs: answered in %.1f ms\n", (dh_now() - t0) * 1e3);
+  printf("eval (%s) of 5 steps beside two long runs: answered in %.1f ms\n", spec->name,
+         (dh_now() - t0) * 1e3);
   ck_assert_int_eq(rep->body_case, PE__REPLY__BODY_RUN);
   ck_assert_uint_eq(rep->run->steps, 5);
   ck_assert_uint_eq(rep->run->n_fetched, 1);
@@ -363,6 +390,7 @@ START_TEST(eval_runs_pass_long_runs) {
   wait_lane(f.s, "run", 2, 0, f.hd);
   cancel_run(f.s, f.hd, &f.rd);
   cancel_run(f.s, f.hb, &f.rb);
+  pe_model_spec_release(&bn);
   fx_end(&f);
 }
 END_TEST
@@ -443,7 +471,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, control_requests_pass_long_runs);
   tcase_add_test(tc, work_requests_pass_long_runs);
-  tcase_add_test(tc, eval_runs_pass_long_runs);
+  tcase_add_loop_test(tc, eval_runs_pass_long_runs, 0, 2);
   tcase_add_test(tc, status_does_not_wait_for_steps);
   suite_add_tcase(s, tc);
   return s;

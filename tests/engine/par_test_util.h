@@ -46,13 +46,18 @@ static bool mlp_with_schedule;
 /* When set, the MLP's gradients are clipped to a global norm of 0.05 (far
  * below theirs: every step clips). */
 static bool mlp_with_clip;
+/* When set, the hidden layer's relu comes after a batch norm ("bn": its
+ * running statistics bn.mean / bn.variance are persistable state). */
+static bool mlp_with_batch_norm;
 
 static inline pe_program *mlp_program(void) {
   pe_builder *b = pe_builder_new();
   const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, DIM));
   const char *y = pe_builder_data(b, "y", PE_B_I64, PE_B_SHAPE(-1, 1));
   pe_b_fc_opts hidden = {.act = PE_B_ACT_RELU};
-  const char *h = pe_builder_fc(b, x, 16, &hidden);
+  const char *h = pe_builder_fc(b, x, 16, mlp_with_batch_norm ? NULL : &hidden);
+  pe_b_bn_opts bn = {.name = "bn", .act = PE_B_ACT_RELU};
+  if (mlp_with_batch_norm) h = pe_builder_batch_norm(b, h, &bn);
   if (mlp_with_dropout) h = pe_builder_dropout(b, h, 0.5f, 0, NULL);
   const char *logits = pe_builder_fc(b, h, CLASSES, NULL);
   const char *loss = pe_builder_mean(b, pe_builder_softmax_with_cross_entropy(b, logits, y, NULL));

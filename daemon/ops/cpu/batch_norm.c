@@ -331,6 +331,14 @@ static pe_status *bn_grad_maker(pe_grad_ctx *g) {
   return NULL;
 }
 
+/* In test mode the running statistics are only copied to MeanOut and
+ * VarianceOut (here and in cuda's pe_cu_bn_fwd, which skips the copy when
+ * the pointers are equal): pe_op_output_unchanged. */
+static int bn_output_copies(const pe_op_def *d, const pe_op_desc *op, int out) {
+  if (!pe_attr_b(d, op, "is_test")) return -1;
+  return out == BN_MEAN_OUT ? BN_MEAN : out == BN_VAR_OUT ? BN_VAR : -1;
+}
+
 static const pe_attr_def bn_attrs[] = {
     {"momentum", PE_ATTR_FLOAT, false, 0.9, NULL},
     {"epsilon", PE_ATTR_FLOAT, false, 1e-5, NULL},
@@ -365,7 +373,8 @@ const pe_op_def pe_ops_batch_norm[] = {
      .attrs = bn_attrs,
      .infer = bn_infer,
      .kernel_cpu = bn_kernel,
-     .grad = bn_grad_maker},
+     .grad = bn_grad_maker,
+     .output_copies = bn_output_copies},
     {.type = "batch_norm_grad",
      .inputs = bn_grad_in,
      .outputs = bn_grad_out,
