@@ -313,15 +313,24 @@ __global__ void bn_stats_part_kernel(const float *x, I C, I S, I m, double *part
   }
 }
 
+// Channel c's two sums over its P parts, in part order.
+__device__ inline void bn_sum_parts(const double *partial, int64_t c, int64_t P, double *a,
+                                    double *b) {
+  double x = 0, y = 0;
+  for (int64_t p = 0; p < P; p++) {
+    x += partial[(c * P + p) * 2];
+    y += partial[(c * P + p) * 2 + 1];
+  }
+  *a = x;
+  *b = y;
+}
+
 __global__ void bn_stats_final_kernel(const double *partial, int64_t C, int64_t P, int64_t m,
                                       float *mean, float *var) {
   for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
        c += (int64_t)blockDim.x * gridDim.x) {
-    double s = 0, q = 0;
-    for (int64_t p = 0; p < P; p++) {
-      s += partial[(c * P + p) * 2];
-      q += partial[(c * P + p) * 2 + 1];
-    }
+    double s, q;
+    bn_sum_parts(partial, c, P, &s, &q);
     double d = (double)(m ? m : 1), mu = s / d, v = q / d - mu * mu;
     mean[c] = (float)mu;
     var[c] = (float)(v > 0 ? v : 0);
@@ -377,11 +386,8 @@ __global__ void bn_bwd_final_kernel(const double *partial, const float *var, flo
                                     int64_t P, float *dscale, float *dbias) {
   for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C;
        c += (int64_t)blockDim.x * gridDim.x) {
-    double sb = 0, ss = 0;
-    for (int64_t p = 0; p < P; p++) {
-      sb += partial[(c * P + p) * 2];
-      ss += partial[(c * P + p) * 2 + 1];
-    }
+    double sb, ss;
+    bn_sum_parts(partial, c, P, &sb, &ss);
     dbias[c] = (float)sb;
     dscale[c] = (float)(ss / sqrt((double)var[c] + eps));
   }
