@@ -320,13 +320,6 @@ static pe_status *find_sharded(dp_ctx *c) {
   return NULL;
 }
 
-static bool in_test_mode(const pe_op_desc *op) {
-  const pe_op_def *def = pe_op_lookup(op->type);
-  const pe_attr_def *ad = def ? pe_op_attr_def(def, "is_test") : NULL;
-  if (!ad) return false;
-  return ad->type == PE_ATTR_BOOL ? pe_attr_b(def, op, "is_test") : pe_attr_i(def, op, "is_test");
-}
-
 static bool is_param(const pe_graph *g, const char *name) {
   for (int j = 0; j < g->n_params; j++)
     if (!strcmp(g->params[j], name)) return true;
@@ -349,15 +342,19 @@ static pe_status *find_batch_state(dp_ctx *c) {
     for (int s = 0; !dep && s < op->n_in; s++)
       for (int k = 0; !dep && k < op->in[s].n; k++) dep = pe_strmap_get(&batch, op->in[s].args[k]);
     if (!dep) continue;
-    bool test = in_test_mode(op);
-    for (int s = 0; !st && s < op->n_out; s++)
+    const pe_op_def *def = pe_op_lookup(op->type);
+    for (int s = 0; !st && s < op->n_out; s++) {
+      /* An output the op leaves as it was (batch_norm in test mode and its
+       * running statistics) is no per-place state. */
+      bool same = def && pe_op_output_unchanged(def, op, pe_op_output_index(def, op->out[s].name));
       for (int k = 0; !st && k < op->out[s].n; k++) {
         const char *name = op->out[s].args[k];
         if (!pe_strmap_put(&batch, name, (void *)1)) st = OOM();
         const pe_var_desc *d = pe_block_find_var(c->g->prog, b, name);
-        if (st || test || !d || !d->persistable || is_param(c->g, name)) continue;
+        if (st || same || !d || !d->persistable || is_param(c->g, name)) continue;
         if (!pe_strmap_put(&c->batch_state, name, (void *)(intptr_t)(i + 1))) st = OOM();
       }
+    }
   }
   pe_strmap_destroy(&batch);
   return st;
