@@ -316,7 +316,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("client_errors");
   TCase *tc = tcase_create("client_errors");
-  tcase_set_timeout(tc, 30);
   tcase_add_test(tc, no_socket_is_a_connection_error);
   tcase_add_test(tc, stale_socket_file_is_a_connection_error);
   tcase_add_test(tc, socket_without_access_is_a_connection_error);

@@ -244,7 +244,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("client_recover_ledger");
   TCase *tc = tcase_create("ledger");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, rolled_back_runs_and_steps_are_counted_exactly);
   tcase_add_test(tc, a_run_already_in_the_parameters_is_not_sent_again);
   tcase_add_test(tc, fail_on_rollback_stops_the_lost_run);

@@ -408,7 +408,6 @@ END_TEST
 static Suite *dataset_suite(void) {
   Suite *s = suite_create("dataset");
   TCase *tc = tcase_create("fashion_mnist");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, reads_small_files);
   tcase_add_test(tc, batches_cover_epoch_with_partial_last);
   tcase_add_test(tc, shuffle_is_seeded_permutation);

@@ -419,7 +419,6 @@ END_TEST
 static Suite *backward_suite(void) {
   Suite *s = suite_create("backward");
   TCase *tc = tcase_create("backward");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, shared_variable_renamed_and_summed);
   tcase_add_test(tc, same_op_reads_variable_twice);
   tcase_add_test(tc, branches_join);

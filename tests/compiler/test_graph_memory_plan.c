@@ -183,7 +183,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("graph_memory_plan");
   TCase *tc = tcase_create("memory_plan");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, mlp_reduces_bytes);
   tcase_add_test(tc, cnn_is_safe);
   tcase_add_test(tc, reuse_follows_dependencies);

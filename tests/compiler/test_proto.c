@@ -539,7 +539,6 @@ END_TEST
 static Suite *proto_suite(void) {
   Suite *s = suite_create("proto");
   TCase *tc = tcase_create("proto");
-  tcase_set_timeout(tc, 120); /* the mutation run is slow under ASan */
   tcase_add_test(tc, round_trip);
   tcase_add_test(tc, round_trip_without_training);
   tcase_add_test(tc, garbage_bytes);

@@ -365,7 +365,6 @@ END_TEST
 static Suite *validate_suite(void) {
   Suite *s = suite_create("validate");
   TCase *tc = tcase_create("validate");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, valid_program_gets_shapes);
   tcase_add_test(tc, startup_fills_main_persistables);
   tcase_add_test(tc, trainable_parameter_needs_an_initialiser);

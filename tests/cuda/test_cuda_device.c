@@ -239,7 +239,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_device");
   TCase *t = tcase_create("gpu");
-  tcase_set_timeout(t, 120);
   tcase_add_test(t, sync_dep_wait_event);
   tcase_add_test(t, sync_dep_wait_producer);
   tcase_add_test(t, events_query_and_sync);

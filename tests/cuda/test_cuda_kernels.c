@@ -671,7 +671,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_kernels");
   TCase *t = tcase_create("vs_cpu");
-  tcase_set_timeout(t, 300);
   tcase_add_checked_fixture(t, setup, teardown);
   tcase_add_test(t, creation_ops);
   tcase_add_test(t, copy_ops);

@@ -194,7 +194,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_nccl");
   TCase *t = tcase_create("multi_gpu");
-  tcase_set_timeout(t, 300);
   tcase_add_test(t, allreduce_sum_and_mean);
   tcase_add_test(t, allreduce_bucket);
   tcase_add_test(t, allreduce_parts_from_rank_threads);

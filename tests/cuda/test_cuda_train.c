@@ -146,7 +146,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_train");
   TCase *tc = tcase_create("train");
-  tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, mlp_on_cuda_matches_cpu, 0, N_ROWS);
   tcase_add_loop_test(tc, cnn_on_cuda_matches_cpu, 0, N_ROWS);
   tcase_add_test(tc, mlp_startup_broadcast_on_cuda);

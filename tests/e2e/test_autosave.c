@@ -368,7 +368,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("autosave");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_sigkill_restores_last_autosave);
   tcase_add_test(tc, test_unchanged_and_uninitialised_not_saved);
   tcase_add_test(tc, test_interval_zero_only_sigterm);

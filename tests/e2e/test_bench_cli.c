@@ -286,7 +286,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("bench_cli");
   TCase *tc = tcase_create("bench_cli");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, model_file_benchmarks_like_the_name);
   tcase_add_test(tc, unknown_model_names_both_kinds);
   tcase_add_test(tc, input_size_must_match_the_images);

@@ -99,7 +99,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("check_nan_inf_cli");
   TCase *tc = tcase_create("check_nan_inf_cli");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, run_names_the_op_not_the_loss);
   tcase_add_test(tc, lib_names_a_nan_feed);
   suite_add_tcase(s, tc);

@@ -258,7 +258,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("ckpt_safety");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_nonfinite_loss_stops_the_run);
   tcase_add_test(tc, test_nonfinite_values_are_not_saved);
   tcase_add_test(tc, test_empty_save_and_load_refused);

@@ -374,7 +374,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli");
   TCase *tc = tcase_create("client_cli");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, train_eval_save_trace);
   tcase_add_test(tc, model_file_trains_like_the_name);
   tcase_add_test(tc, grouped_requests_train_alike);

@@ -356,7 +356,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli_failures");
   TCase *tc = tcase_create("client_cli_failures");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, exit_statuses);
   tcase_add_test(tc, train_survives_restart);
   tcase_add_test(tc, failures_end_with_json);

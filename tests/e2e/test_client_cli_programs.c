@@ -189,7 +189,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli_programs");
   TCase *tc = tcase_create("client_cli_programs");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, drop_model_frees_the_name);
   tcase_add_test(tc, run_fetches_and_trace_paths);
   tcase_add_test(tc, deregister_of_another_clients_program);

@@ -322,7 +322,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli_resume");
   TCase *tc = tcase_create("client_cli_resume");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, explicit_lr_on_trained_model);
   tcase_add_test(tc, optimizer_switch_keeps_parameters);
   tcase_add_test(tc, start_epoch_continues_the_order);

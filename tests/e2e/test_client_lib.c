@@ -750,7 +750,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("client_lib");
   TCase *tc = tcase_create("client_lib");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, train_steps_lower_the_loss);
   tcase_add_test(tc, eval_matches_in_process);
   tcase_add_test(tc, get_and_set_params);

@@ -371,7 +371,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("client_recover");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_recover_after_sigterm);
   tcase_add_test(tc, test_recover_rolled_back);
   tcase_add_test(tc, test_recover_in_flight_resent);

@@ -551,7 +551,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_basic");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_ping_status);
   tcase_add_test(tc, test_register_init_run);
   tcase_add_test(tc, test_bad_requests);

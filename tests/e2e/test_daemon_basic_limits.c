@@ -128,7 +128,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_basic_limits");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_oversized);
   tcase_add_test(tc, test_limits);
   tcase_add_test(tc, test_memory_per_client);

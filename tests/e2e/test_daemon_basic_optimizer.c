@@ -181,7 +181,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_basic_optimizer");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_register_optimizer_override);
   tcase_add_test(tc, test_new_optimizer_keeps_the_weights);
   suite_add_tcase(s, tc);

@@ -187,7 +187,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_close");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_close_ends_session);
   tcase_add_test(tc, test_close_frees_every_program);
   suite_add_tcase(s, tc);

@@ -149,7 +149,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_fusion");
   TCase *tc = tcase_create("fusion");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_conv_fusion_default_and_off);
   tcase_add_test(tc, test_bn_fusion_default_and_off);
   suite_add_tcase(s, tc);

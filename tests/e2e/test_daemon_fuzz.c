@@ -160,7 +160,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_fuzz");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_mutated_requests);
   suite_add_tcase(s, tc);
   return s;

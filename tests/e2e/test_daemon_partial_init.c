@@ -204,7 +204,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_partial_init");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_init_during_training_loses_no_step);
   tcase_add_test(tc, test_init_refuses_kept_and_missing_in_one_op);
   suite_add_tcase(s, tc);

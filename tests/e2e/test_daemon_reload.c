@@ -165,7 +165,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_reload");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_reload_keeps_command_line);
   tcase_add_test(tc, test_reload_unchanged_does_not_warn);
   tcase_add_test(tc, test_unused_signals_are_ignored);

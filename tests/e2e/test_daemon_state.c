@@ -689,7 +689,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("daemon_state");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_resend_applied_once);
   tcase_add_test(tc, test_params_and_checkpoints);
   tcase_add_test(tc, test_restart_and_sigterm);

@@ -210,7 +210,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("drop_model");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_drop_live_model);
   tcase_add_test(tc, test_drop_unloaded_model);
   tcase_add_test(tc, test_drop_under_autosave);

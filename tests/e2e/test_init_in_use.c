@@ -117,7 +117,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("init_in_use");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_forced_init_of_a_model_in_use);
   suite_add_tcase(s, tc);
   return s;

@@ -61,7 +61,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("model_places");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_register_without_places_takes_the_models);
   suite_add_tcase(s, tc);
   return s;

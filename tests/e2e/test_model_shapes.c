@@ -224,7 +224,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("model_shapes");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_register_other_shapes_refused);
   tcase_add_test(tc, test_set_and_load_before_init_checked);
   tcase_add_test(tc, test_restart_checkpoint_of_other_shapes_refused);

@@ -115,7 +115,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("omp_policy");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, daemon_passive_when_unset);
   tcase_add_test(tc, daemon_keeps_the_users_policy);
   tcase_add_test(tc, daemon_keeps_the_users_spin_count);

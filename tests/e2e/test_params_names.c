@@ -136,7 +136,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("params_names");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_unknown_names_refused);
   suite_add_tcase(s, tc);
   return s;

@@ -118,7 +118,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("program_limits");
   TCase *tc = tcase_create("limits");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, over_max_program_ops);
   tcase_add_test(tc, over_max_program_vars);
   tcase_add_test(tc, sigterm_abandons_a_register);

@@ -468,7 +468,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("request_lanes");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, control_requests_pass_long_runs);
   tcase_add_test(tc, work_requests_pass_long_runs);
   tcase_add_loop_test(tc, eval_runs_pass_long_runs, 0, 2);

@@ -220,7 +220,6 @@ END_TEST
 static Suite *resend_suite(void) {
   Suite *s = suite_create("resend_restart");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_resend_after_restart);
   tcase_add_test(tc, test_resend_after_sigkill);
   tcase_add_test(tc, test_resend_after_load);

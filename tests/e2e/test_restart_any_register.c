@@ -114,7 +114,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("restart_any_register");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_non_persistent_first_register_restores);
   suite_add_tcase(s, tc);
   return s;

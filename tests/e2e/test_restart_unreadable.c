@@ -151,7 +151,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("restart_unreadable");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_unreadable_restart_checkpoint_kept);
   suite_add_tcase(s, tc);
   return s;

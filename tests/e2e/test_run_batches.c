@@ -325,7 +325,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("run_batches");
   TCase *tc = tcase_create("run_batches");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, batches_equal_single_requests);
   tcase_add_test(tc, bad_batches_and_a_failing_step);
   tcase_add_test(tc, shm_batches_and_a_truncated_region);

@@ -448,7 +448,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("run_cancel");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, sigterm_cancels_and_checkpoints);
   tcase_add_test(tc, sigterm_cancels_batches);
   tcase_add_test(tc, force_deregister_cancels);

@@ -55,7 +55,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("run_empty_batch");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_empty_batch, 0, 3); /* places[_i] */
   suite_add_tcase(s, tc);
   return s;

@@ -293,7 +293,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("run_memory");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, run_over_memory_per_run_is_refused);
   tcase_add_test(tc, status_shows_the_daemons_memory);
   tcase_add_test(tc, runs_in_flight_share_memory_runs_total);

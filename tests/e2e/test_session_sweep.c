@@ -167,7 +167,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("session_sweep");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_in_flight_request_is_not_idle);
   tcase_add_test(tc, test_dead_client_process_ends_session);
   suite_add_tcase(s, tc);

@@ -145,7 +145,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("shm_cleanup");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_interrupted_trainer_unlinks);
   tcase_add_test(tc, test_killed_trainer_swept_by_next_client);
   tcase_add_test(tc, test_killed_trainer_unlinked_at_session_end);

@@ -151,7 +151,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("shm_other_user");
   TCase *tc = tcase_create("shm");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, daemon_of_another_user_reads_the_region);
   tcase_add_test(tc, region_without_access_is_refused_naming_the_daemon_user);
   suite_add_tcase(s, tc);

@@ -250,7 +250,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("shm_scope");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_region_belongs_to_its_client);
   tcase_add_test(tc, test_register_needs_the_token);
   suite_add_tcase(s, tc);

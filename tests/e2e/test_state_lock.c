@@ -67,7 +67,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("state_lock");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_second_daemon_refused);
   tcase_add_test(tc, test_stale_lock_file_does_not_block);
   suite_add_tcase(s, tc);

@@ -38,7 +38,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("state_stale");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_stale_temporaries_removed_at_start);
   suite_add_tcase(s, tc);
   return s;

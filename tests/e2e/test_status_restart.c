@@ -110,7 +110,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("status_restart");
   TCase *tc = tcase_create("e2e");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_status_counts_from_the_restart_checkpoint);
   suite_add_tcase(s, tc);
   return s;

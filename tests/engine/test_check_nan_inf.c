@@ -239,7 +239,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("check_nan_inf");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, seq_off_by_default_runs_on_to_an_inf_loss);
   tcase_add_test(tc, seq_names_the_op_that_produced_inf_not_the_loss);
   tcase_add_test(tc, seq_names_a_nan_parameter_as_the_input_it_came_from);

@@ -353,7 +353,6 @@ static Suite *collective_suite(void) {
 #define ADD(fn)                    \
   do {                             \
     TCase *tc = tcase_create(#fn); \
-    tcase_set_timeout(tc, 120);    \
     tcase_add_test(tc, fn);        \
     suite_add_tcase(s, tc);        \
   } while (0)

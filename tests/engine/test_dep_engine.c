@@ -591,7 +591,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("dep_engine");
   TCase *tc = tcase_create("engine");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, random_sequences_match_serial_order);
   tcase_add_test(tc, concurrent_pushers_share_variables);
   tcase_add_test(tc, readers_run_in_parallel);

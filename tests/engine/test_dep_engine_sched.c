@@ -346,7 +346,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("dep_engine_sched");
   TCase *tc = tcase_create("sched");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, pending_op_holds_its_variables_until_completed);
   tcase_add_test(tc, pending_op_completed_from_outside_the_pool);
   tcase_add_test(tc, pending_op_completed_with_a_failure);

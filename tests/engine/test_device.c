@@ -496,7 +496,6 @@ END_TEST
 static Suite *device_suite(void) {
   Suite *s = suite_create("device");
   TCase *tc = tcase_create("device");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, sim_stream_runs_in_order);
   tcase_add_test(tc, cpu_launch_is_synchronous);
   tcase_add_test(tc, sim_cross_stream_dependency_both_strategies);

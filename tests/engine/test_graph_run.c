@@ -294,7 +294,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("graph_run");
   TCase *tc = tcase_create("graph");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, every_node_once_after_its_predecessors);
   tcase_add_test(tc, failure_skips_descendants_only);
   tcase_add_test(tc, cycles_and_bad_edges_are_rejected);

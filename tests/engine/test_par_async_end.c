@@ -326,7 +326,6 @@ END_TEST
 static Suite *async_end_suite(void) {
   Suite *s = suite_create("par_async_end");
   TCase *tc = tcase_create("async_end");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, fetch_returns_before_the_update);
   tcase_add_test(tc, no_fetch_returns_and_reads_wait_for_the_write);
   tcase_add_test(tc, tail_error_reported_by_the_next_run);

@@ -200,7 +200,6 @@ END_TEST
 static Suite *par_suite(void) {
   Suite *s = suite_create("par_exec");
   TCase *tc = tcase_create("par_exec");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, cpu1_equals_seq);
   tcase_add_test(tc, cpu2_allreduce);
   tcase_add_test(tc, cpu2_reduce_fused);

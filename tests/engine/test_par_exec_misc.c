@@ -597,7 +597,6 @@ END_TEST
 static Suite *misc_suite(void) {
   Suite *s = suite_create("par_exec_misc");
   TCase *tc = tcase_create("misc");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, errors_cpu);
   tcase_add_test(tc, errors_sim);
   tcase_add_test(tc, uninitialised_parameter);

@@ -293,7 +293,6 @@ END_TEST
 static Suite *overlap_suite(void) {
   Suite *s = suite_create("par_overlap");
   TCase *tc = tcase_create("overlap");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, disjoint_models_overlap);
   tcase_add_test(tc, same_executor_ordered);
   tcase_add_test(tc, same_model_two_executors_ordered);

@@ -287,7 +287,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_prefetch");
   TCase *tc = tcase_create("par_prefetch");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, prefetch_cpu3);
   tcase_add_test(tc, prefetch_sim3);
   tcase_add_test(tc, split_errors);

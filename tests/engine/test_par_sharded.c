@@ -267,7 +267,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_sharded");
   TCase *tc = tcase_create("sharded");
-  tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, equivalence, 0, N_OPTS * N_SETTINGS);
   tcase_add_loop_test(tc, grad_fetch, 0, 2);
   tcase_add_loop_test(tc, tiny_params, 0, 4);

@@ -255,7 +255,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_sharded_runs");
   TCase *tc = tcase_create("sharded");
-  tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, kernel_error, 0, 2);
   tcase_add_test(tc, many_runs_any_thread_count);
   tcase_add_loop_test(tc, place_backward_before_collectives, 0, 2);

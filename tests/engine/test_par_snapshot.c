@@ -446,7 +446,6 @@ END_TEST
 static Suite *snapshot_suite(void) {
   Suite *s = suite_create("par_snapshot");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 300);
   tcase_add_test(tc, snapshots_during_training_cpu);
   tcase_add_test(tc, snapshots_during_training_sim);
   tcase_add_test(tc, set_during_training_cpu);

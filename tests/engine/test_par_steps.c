@@ -253,7 +253,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_steps");
   TCase *tc = tcase_create("steps");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, cpu2_allreduce);
   tcase_add_test(tc, cpu3_sharded_would_block);
   tcase_add_test(tc, cpu2_reduce_one_worker);

@@ -83,7 +83,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_temps");
   TCase *tc = tcase_create("engine");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, temporaries_cpu);
   tcase_add_test(tc, temporaries_sim);
   suite_add_tcase(s, tc);

@@ -514,7 +514,6 @@ static Suite *prefetch_suite(void) {
 #define ADD(fn)                    \
   do {                             \
     TCase *tc = tcase_create(#fn); \
-    tcase_set_timeout(tc, 60);     \
     tcase_add_test(tc, fn);        \
     suite_add_tcase(s, tc);        \
   } while (0)

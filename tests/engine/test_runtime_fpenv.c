@@ -158,7 +158,6 @@ END_TEST
 static Suite *runtime_fpenv_suite(void) {
   Suite *s = suite_create("runtime_fpenv");
   TCase *tc = tcase_create("runtime_fpenv");
-  tcase_set_timeout(tc, 60);
   tcase_add_test(tc, pool_workers_flush_by_default);
   tcase_add_test(tc, pool_workers_keep_denormals_when_asked);
   tcase_add_test(tc, sim_streams_follow_the_runtime);

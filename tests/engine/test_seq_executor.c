@@ -349,7 +349,6 @@ END_TEST
 static Suite *seq_exec_suite(void) {
   Suite *s = suite_create("seq_executor");
   TCase *tc = tcase_create("seq_executor");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, runs_small_program);
   tcase_add_test(tc, feed_errors);
   tcase_add_test(tc, fetch_of_a_fused_intermediate_says_how_to_keep_it);

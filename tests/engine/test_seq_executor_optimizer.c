@@ -479,7 +479,6 @@ END_TEST
 static Suite *seq_exec_suite(void) {
   Suite *s = suite_create("seq_executor_optimizer");
   TCase *tc = tcase_create("seq_executor_optimizer");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, sgd_converges);
   tcase_add_test(tc, momentum_converges);
   tcase_add_test(tc, adam_converges);

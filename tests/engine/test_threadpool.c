@@ -443,7 +443,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("threadpool");
   TCase *tc = tcase_create("pool");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, runs_every_task_once_external);
   tcase_add_test(tc, runs_every_task_once_internal);
   tcase_add_test(tc, idle_workers_steal);

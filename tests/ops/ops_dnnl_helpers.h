@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "op_harness.h"
@@ -18,15 +19,23 @@
 
 #define DT_MAX_SLOTS 8
 
-/* |got - want| <= tol * max(1, |want|) elementwise. */
+/* |got - want| <= tol * max(1, |want|) elementwise. With PE_TOL_REPORT set
+ * in the environment, each check prints how much of its tolerance it used
+ * (the largest |got - want| / (tol * max(1, |want|))): running a suite under
+ * every ONEDNN_MAX_CPU_ISA with it shows the spread across oneDNN's
+ * kernels that a tolerance must cover. */
 static inline void dt_expect_close(const float *got, const float *want, int64_t n, double tol,
                                    const char *what) {
+  double used = 0;
   for (int64_t i = 0; i < n; i++) {
     double lim = tol * fmax(1.0, fabs(want[i]));
-    if (!(fabs((double)got[i] - want[i]) <= lim))
+    double d = fabs((double)got[i] - want[i]);
+    if (!(d <= lim))
       ck_abort_msg("%s[%lld] = %.7g, expected %.7g (tol %g)", what, (long long)i, got[i], want[i],
                    lim);
+    if (d / lim > used) used = d / lim;
   }
+  if (getenv("PE_TOL_REPORT")) fprintf(stderr, "tolerance used: %s: %.3f of %g\n", what, used, tol);
 }
 
 /* Run op once (fresh state) and free it. */

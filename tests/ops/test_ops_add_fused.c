@@ -173,7 +173,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("ops_add_fused");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 300);
   tcase_add_test(tc, fused_forward_matches_unfused);
   tcase_add_test(tc, fused_grad_matches_unfused);
   tcase_add_test(tc, fused_grad_without_out_grad_is_zero);

@@ -407,7 +407,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("ops_dnnl");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, matmul_2x3_times_3x2);
   tcase_add_test(tc, matmul_num_col_dims_shapes_and_values);
   tcase_add_test(tc, matmul_grad_numeric);

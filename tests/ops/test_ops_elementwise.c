@@ -492,7 +492,6 @@ END_TEST
 static Suite *elementwise_suite(void) {
   Suite *s = suite_create("ops_elementwise");
   TCase *tc = tcase_create("elementwise");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, add_same_shape);
   tcase_add_test(tc, add_row_vector);
   tcase_add_test(tc, mul_outer_both_sides);

@@ -325,7 +325,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("lanes");
   TCase *tc = tcase_create("order");
-  tcase_set_timeout(tc, 30);
   tcase_add_test(tc, later_requests_wait_for_the_earlier_to_start);
   tcase_add_test(tc, same_lane_keeps_a_clients_order);
   tcase_add_test(tc, close_handles_what_waits);

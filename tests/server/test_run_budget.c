@@ -187,7 +187,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("run_budget");
   TCase *tc = tcase_create("server");
-  tcase_set_timeout(tc, 30);
   tcase_add_test(tc, first_come_first_served);
   tcase_add_test(tc, deadline_and_stop_end_a_wait);
   tcase_add_test(tc, raised_limit_lets_a_waiter_in);

@@ -158,7 +158,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_bn_state");
   TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, bn_state_same_on_every_place_and_after_restore, 0,
                       (int)(sizeof bn_settings / sizeof bn_settings[0]));
   suite_add_tcase(s, tc);

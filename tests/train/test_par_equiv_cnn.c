@@ -41,7 +41,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_equiv_cnn");
   TCase *tc = tcase_create("equiv");
-  tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, cnn_matches_sequential, 0, EQ_N_SETTINGS);
   tcase_add_loop_test(tc, cnn_fused_ops_match_unfused_sequential, 0, EQ_N_FUSED_OPS);
   tcase_add_test(tc, cnn_parallel_startup_matches_sequential);

@@ -60,7 +60,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_equiv_mlp");
   TCase *tc = tcase_create("equiv");
-  tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, mlp_matches_sequential, 0, EQ_N_SETTINGS);
   tcase_add_loop_test(tc, mlp_parallel_startup_matches_sequential, 0, LEN(startup_rows));
   tcase_add_loop_test(tc, mlp_batch_of_3_matches_one_place, 0, LEN(uneven_rows));

@@ -117,7 +117,6 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("par_equiv_residual");
   TCase *tc = tcase_create("equiv");
-  tcase_set_timeout(tc, 300);
   tcase_add_loop_test(tc, residual_matches_sequential, 0, EQ_N_SETTINGS);
   tcase_add_test(tc, residual_parallel_startup_matches_sequential);
   tcase_add_test(tc, residual_batch_of_3_matches_one_place);

@@ -201,7 +201,6 @@ END_TEST
 static Suite *train_suite(void) {
   Suite *s = suite_create("train_mlp");
   TCase *tc = tcase_create("train");
-  tcase_set_timeout(tc, 120);
   tcase_add_test(tc, mlp_learns_linear_teacher);
   tcase_add_test(tc, training_is_deterministic);
   suite_add_tcase(s, tc);
