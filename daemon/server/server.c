@@ -595,14 +595,26 @@ static pe_status *open_socket(pe_server *s) {
       PE_TRY(pe_status_wrap(pe_mkdir_p(dir, 0755), "socket %s", addr));
     }
   }
-  if (nn_bind(L->sock, addr) < 0)
-    return pe_error(PE_EIO, "socket: bind %s: %s", addr, nn_strerror(nn_errno()));
+  /* An ipc socket file is created with 0777 & ~umask: under a permissive
+   * umask it would be open to everyone until the chmod below, and a
+   * connection made meanwhile stays. So it is created with socket_mode's
+   * owner bits only, then given socket_group, and only then its group and
+   * other bits (chmod below). The umask is process-wide: this runs during start-up, before
+   * the request and autosave threads exist, and the pool's and devices'
+   * threads create no files. */
+  mode_t umask_was = 0;
+  if (L->ipc_path[0]) umask_was = umask(~(mode_t)(s->cfg.socket_mode & 0700) & 0777);
+  int bound = nn_bind(L->sock, addr);
+  int bind_err = bound < 0 ? nn_errno() : 0;
   if (L->ipc_path[0]) {
-    /* nanomsg creates the file on its worker thread: wait for it (1 s). */
+    /* nanomsg 1.1.5 binds on this thread; wait (1 s) in case a version
+     * creates the file on its worker thread, still under the umask. */
     struct stat sb;
-    for (int i = 0; i < 100 && stat(L->ipc_path, &sb) != 0; i++) usleep(10000);
-    if (chmod(L->ipc_path, s->cfg.socket_mode) != 0)
-      return pe_error(PE_EIO, "socket %s: chmod %o: %s", addr, s->cfg.socket_mode, strerror(errno));
+    for (int i = 0; bound >= 0 && i < 100 && stat(L->ipc_path, &sb) != 0; i++) usleep(10000);
+    umask(umask_was);
+  }
+  if (bound < 0) return pe_error(PE_EIO, "socket: bind %s: %s", addr, nn_strerror(bind_err));
+  if (L->ipc_path[0]) {
     if (s->cfg.socket_group && s->cfg.socket_group[0]) {
       struct group *g = getgrnam(s->cfg.socket_group);
       if (!g)
@@ -611,6 +623,8 @@ static pe_status *open_socket(pe_server *s) {
         return pe_error(PE_EIO, "socket %s: chgrp %s: %s", addr, s->cfg.socket_group,
                         strerror(errno));
     }
+    if (chmod(L->ipc_path, s->cfg.socket_mode) != 0)
+      return pe_error(PE_EIO, "socket %s: chmod %o: %s", addr, s->cfg.socket_mode, strerror(errno));
   }
   return NULL;
 }
