@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "server/checkpoint.h"
 #include "server/client_tag.h"
+#include "server/heap_trim.h"
 #include "server/registry_internal.h"
 
 bool pe_reg_grow(void **arr, int *cap, int need, size_t elem) {
@@ -39,6 +40,7 @@ static void var_infos_free(pe_var_info *v, int n) {
 
 /* Frees executors; must not hold the registry lock (waits for the engine). */
 static void program_destroy(pe_srv_program *p) {
+  size_t program_bytes = p->key_len; /* the program's bytes, its model's name, its options */
   pe_par_exec_free(p->exec);
   pe_par_exec_free(p->startup);
   var_infos_free(p->params, p->n_params);
@@ -46,6 +48,7 @@ static void program_destroy(pe_srv_program *p) {
   free(p->key);
   free(p->owners);
   free(p);
+  pe_heap_trim_after_program(program_bytes);
 }
 
 static void model_destroy(pe_srv_model *m) {
