@@ -80,6 +80,7 @@ pe_limits pe_server_limits(pe_server *s) {
                  s->cfg.memory_per_run,
                  s->cfg.memory_runs_total,
                  s->cfg.memory_kept_per_program,
+                 s->cfg.memory_total,
                  s->cfg.check_finite};
   pthread_mutex_unlock(&s->cfg_mu);
   return l;

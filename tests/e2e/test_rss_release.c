@@ -28,47 +28,12 @@ static void chain_program(int n, uint8_t **bytes, size_t *len) {
   pe_builder_free(b);
 }
 
-/* The daemon's VmRSS in kB. */
-static long rss_kb(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  ck_assert_ptr_nonnull(f);
-  long kb = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
-  fclose(f);
-  ck_assert_int_gt(kb, 0);
-  return kb;
-}
-
 static uint64_t register_chain(int s, const uint8_t *bytes, size_t len) {
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
-  Pe__RegisterOptions opts = PE__REGISTER_OPTIONS__INIT;
-  opts.for_test = true;
-  reg.program.data = (uint8_t *)bytes;
-  reg.program.len = len;
-  reg.model = (char *)"chain";
-  reg.options = &opts;
-  rq.body_case = PE__REQUEST__BODY_REGISTER;
-  rq.register_ = &reg;
-  Pe__Reply *rep = dh_call(s, &rq);
+  Pe__Reply *rep = dh_register_eval_call(s, CLIENT, bytes, len, "chain");
   dh_ok(rep);
   uint64_t h = rep->register_->handle;
   pe__reply__free_unpacked(rep, NULL);
   return h;
-}
-
-static void deregister(int s, uint64_t h) {
-  Pe__Request rq = dh_req(CLIENT);
-  Pe__DeregisterRequest dr = PE__DEREGISTER_REQUEST__INIT;
-  dr.handle = h;
-  rq.body_case = PE__REQUEST__BODY_DEREGISTER;
-  rq.deregister = &dr;
-  Pe__Reply *rep = dh_call(s, &rq);
-  dh_ok(rep);
-  pe__reply__free_unpacked(rep, NULL);
 }
 
 START_TEST(test_register_cycles_give_memory_back) {
@@ -83,8 +48,8 @@ START_TEST(test_register_cycles_give_memory_back) {
   int s = dh_connect(&d, 300000);
   long after[CYCLES];
   for (int i = 0; i < CYCLES; i++) {
-    deregister(s, register_chain(s, bytes, len));
-    after[i] = rss_kb(d.pid);
+    dh_deregister(s, CLIENT, register_chain(s, bytes, len));
+    after[i] = dh_rss_kb(&d);
     fprintf(stderr, "cycle %d: VmRSS %ld kB\n", i, after[i]);
   }
   ck_assert(dh_ping(s));
