@@ -22,6 +22,7 @@
 #include "server/checkpoint_file.h"
 #include "server/checkpoint_stale.h"
 #include "server/client_tag.h"
+#include "server/conn_watch.h"
 #include "server/dispatch.h"
 #include "server/programs.h"
 #include "server/reply_pack.h"
@@ -57,7 +58,16 @@ struct pe_loop {
   pe_autosave *autosave; /* its own thread; stopped before the shutdown checkpoint */
   bool stopping;
   char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
+  /* Connections that ended before delivering a request (conn_watch.h),
+   * not logged yet, and when the last warning went out. */
+  pe_conn_watch *conns;
+  uint64_t silent_ends;
+  double silent_since, silent_logged;
 };
+
+/* At most one warning about silent connection ends per this many seconds
+ * (a REQ client resending an oversized message ends one every 100 ms). */
+#define SILENT_LOG_EVERY_S 60.0
 
 static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len);
 
@@ -442,6 +452,7 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
       free(j);
       continue;
     }
+    pe_conn_watch_message(L->conns, &hdr);
     j->body = body;
     j->len = (size_t)n;
     j->ctrl = ctrl;
@@ -464,9 +475,33 @@ static void notify_status(pe_server *s) {
              (unsigned long long)atomic_load(&s->requests_total), pe_server_pending(s));
 }
 
+/* Warn about connections that ended before delivering a request: how
+ * nanomsg's drop of a message over max_message shows (conn_watch.h). The
+ * first at once, then at most one line per SILENT_LOG_EVERY_S. */
+static void warn_silent_ends(pe_server *s, const pe_limits *lim) {
+  pe_loop *L = s->loop;
+  double now = pe_now_s();
+  uint64_t n = pe_conn_watch_poll(L->conns, L->sock);
+  if (n && !L->silent_ends) L->silent_since = now;
+  L->silent_ends += n;
+  if (!L->silent_ends || now - L->silent_logged < SILENT_LOG_EVERY_S) return;
+  PE_LOGW(
+      "%llu connection(s) to %s ended in the last %.0f s without delivering a request: "
+      "nanomsg closes a connection whose message is over [limits] max_message = %lld bytes "
+      "(NN_RCVMAXSIZE) and drops the message, not saying which peer sent it (a client that "
+      "connects and leaves without sending ends the same way). The sender gets no reply, "
+      "and a nanomsg REQ client resends on a new connection: raise max_message, or send "
+      "less per request (shared memory for large feeds)",
+      (unsigned long long)L->silent_ends, s->cfg.socket, now - L->silent_since + 1,
+      (long long)lim->max_message);
+  L->silent_ends = 0;
+  L->silent_logged = now;
+}
+
 static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   pe_server *s = w->data;
   pe_limits lim = pe_server_limits(s);
+  warn_silent_ends(s, &lim);
   uint64_t ids[64];
   int n = pe_registry_expire(s->reg, pe_now_s(), lim.session_ttl_s, ids, 64);
   for (int i = 0; i < n; i++) {
@@ -702,10 +737,13 @@ pe_status *pe_server_run(pe_server *s) {
   if (!L) return pe_error(PE_ENOMEM, "server: out of memory");
   s->loop = L;
   L->sock = -1;
+  L->silent_logged = -SILENT_LOG_EVERY_S;
   pthread_mutex_init(&L->mu, NULL);
   signal(SIGPIPE, SIG_IGN);
   L->loop = ev_default_loop(EVFLAG_AUTO);
   pe_status *st = L->loop ? NULL : pe_error(PE_EIO, "server: libev loop");
+  if (!st && !(L->conns = pe_conn_watch_new()))
+    st = pe_error(PE_ENOMEM, "server: out of memory for the connection watch");
   if (!st) st = open_socket(s);
   int rfd = -1, sfd = -1;
   if (!st) {
@@ -784,6 +822,7 @@ pe_status *pe_server_run(pe_server *s) {
   if (L->sock >= 0) nn_close(L->sock);
   if (L->ipc_path[0] && !st) unlink(L->ipc_path);
   if (L->loop) ev_loop_destroy(L->loop);
+  pe_conn_watch_free(L->conns);
   pthread_mutex_destroy(&L->mu);
   free(L);
   s->loop = NULL;
