@@ -466,8 +466,8 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
                              lim.memory_per_client);
   if (!st && !winner) st = model_get_locked(r, rq->model, kind, n_places, seed, &m);
   pe_srv_model *refused = NULL;
-  /* Shapes first: a program that does not fit claims no strategy. */
-  /* The memory last: a program that does not fit charges nothing. */
+  /* Shapes first: a program that does not fit claims no strategy; the
+   * memory last: a program refused charges nothing. */
   if (!st && !winner &&
       ((st = claim_decls_locked(m, p, false)) || (st = claim_train_strategy_locked(m, p)) ||
        (st = pe_status_wrap(charge_model(m, p->params, p->n_params, lim.memory_total),
