@@ -490,6 +490,10 @@ typedef struct pe_client_status {
    * [limits] memory_runs_total, and the runs waiting for it. */
   uint64_t run_bytes_reserved;
   int runs_waiting_for_memory;
+  /* The daemon's memory budget ([limits] memory_total; 0: unlimited) and
+   * what is resident in it: models' persistables on every place, kept
+   * temporaries (0 from older daemons). */
+  uint64_t memory_total_bytes, memory_resident_bytes;
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required */

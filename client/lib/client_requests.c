@@ -471,6 +471,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .host_bytes_cached = s->host_bytes_cached,
       .run_bytes_reserved = s->run_bytes_reserved,
       .runs_waiting_for_memory = s->runs_waiting_for_memory,
+      .memory_total_bytes = s->memory_total_bytes,
+      .memory_resident_bytes = s->memory_resident_bytes,
   };
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "core/place.h"
 #include "core/strmap.h"
 #include "engine/device.h"
+#include "server/host_memory.h"
 
 /* Prefer systemd's directories when the unit provides them. */
 char *pe_config_default_socket(void) {
@@ -88,6 +89,7 @@ static const char embedded_defaults[] =
     "max_program_vars = 200000\n"
     "memory_per_run = 50%\n"
     "memory_runs_total = 75%\n"
+    "memory_total = 75%\n"
     "memory_kept_per_program = 256M\n"
     "dedup_entries = 4096\n"
     "dedup_bytes = 256M\n";
@@ -148,15 +150,17 @@ bool pe_config_parse_size(const char *s, int64_t *out) {
   return true;
 }
 
-/* "N%": N percent (1..100) of the physical memory; else a size. */
+/* "N%": N percent (1..100) of the host's memory (the physical memory, or
+ * the cgroup's limit when lower: host_memory.h); else a size. */
 static bool parse_memory(const char *s, int64_t *out) {
   char *end;
   errno = 0;
   long pct = strtol(s, &end, 10);
   if (end == s || strcmp(end, "%")) return pe_config_parse_size(s, out);
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (errno || pct < 1 || pct > 100 || pages <= 0 || page <= 0) return false;
-  *out = (int64_t)pages * page / 100 * pct;
+  if (errno || pct < 1 || pct > 100) return false;
+  int64_t host = pe_host_memory_bytes();
+  if (host <= 0) return false;
+  *out = host / 100 * pct;
   return true;
 }
 
@@ -269,7 +273,8 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
     }
     if (!strcmp(key, "worker_threads")) {
       if (!parse_int(value, 0, 1024, &iv))
-        return BAD("expected an integer in 0..1024 (0: one per cpu or cuda place, else online cores)");
+        return BAD(
+            "expected an integer in 0..1024 (0: one per cpu or cuda place, else online cores)");
       c->worker_threads = iv;
       return NULL;
     }
@@ -343,15 +348,18 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
       *(!strcmp(key, "max_program_ops") ? &c->max_program_ops : &c->max_program_vars) = iv;
       return NULL;
     }
-    if (!strcmp(key, "memory_per_run") || !strcmp(key, "memory_runs_total")) {
+    if (!strcmp(key, "memory_per_run") || !strcmp(key, "memory_runs_total") ||
+        !strcmp(key, "memory_total")) {
       if (!parse_memory(value, &sz))
-        return BAD("expected a size, or a share of the physical memory like 50% (0: unlimited)");
-      *(!strcmp(key, "memory_per_run") ? &c->memory_per_run : &c->memory_runs_total) = sz;
+        return BAD("expected a size, or a share of the host's memory like 50% (0: unlimited)");
+      *(!strcmp(key, "memory_per_run")      ? &c->memory_per_run
+        : !strcmp(key, "memory_runs_total") ? &c->memory_runs_total
+                                            : &c->memory_total) = sz;
       return NULL;
     }
     if (!strcmp(key, "memory_kept_per_program")) {
       if (!parse_memory(value, &sz))
-        return BAD("expected a size, or a share of the physical memory like 5% (0: keep none)");
+        return BAD("expected a size, or a share of the host's memory like 5% (0: keep none)");
       c->memory_kept_per_program = sz;
       return NULL;
     }
@@ -498,6 +506,7 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->max_program_vars = src->max_program_vars;
   dst->memory_per_run = src->memory_per_run;
   dst->memory_runs_total = src->memory_runs_total;
+  dst->memory_total = src->memory_total;
   dst->memory_kept_per_program = src->memory_kept_per_program;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
   dst->checkpoint_interval_s = src->checkpoint_interval_s;

@@ -5,7 +5,8 @@
  *
  * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
  * max message, max programs, memory per client, max steps per request,
- * max program ops and vars, memory per run, checkpoint_on_shutdown,
+ * max program ops and vars, memory per run, runs total and total,
+ * checkpoint_on_shutdown,
  * checkpoint interval, reply cache sizes, check_finite.
  * Everything else (socket, places, worker threads, state dir, ...:
  * pe_config_restart_changes) needs a restart. A reload builds the config
@@ -50,14 +51,16 @@ typedef struct pe_srv_config {
   /* [sessions] */
   double session_ttl_s; /* idle client reclaimed after this; 0: never */
   /* [limits] */
-  int64_t max_message;             /* NN_RCVMAXSIZE, bytes */
-  int max_programs;                /* registered programs, all clients */
-  int64_t memory_per_client;       /* parameter bytes of a client's models; 0: unlimited */
-  int max_steps_per_request;       /* RunRequest steps or batches; more is refused */
-  int max_program_ops;             /* ops of a registered program, all blocks */
-  int max_program_vars;            /* its variables, all blocks */
-  int64_t memory_per_run;          /* a run step's planned temporaries, bytes; 0: unlimited */
-  int64_t memory_runs_total;       /* those of all runs in flight together; 0: unlimited */
+  int64_t max_message;       /* NN_RCVMAXSIZE, bytes */
+  int max_programs;          /* registered programs, all clients */
+  int64_t memory_per_client; /* parameter bytes of a client's models; 0: unlimited */
+  int max_steps_per_request; /* RunRequest steps or batches; more is refused */
+  int max_program_ops;       /* ops of a registered program, all blocks */
+  int max_program_vars;      /* its variables, all blocks */
+  int64_t memory_per_run;    /* a run step's planned temporaries, bytes; 0: unlimited */
+  int64_t memory_runs_total; /* those of all runs in flight together; 0: unlimited */
+  /* The daemon's budget for models and runs together (run_budget.h); 0: unlimited. */
+  int64_t memory_total;
   int64_t memory_kept_per_program; /* temporaries a program keeps between runs; 0: none */
   int dedup_entries;               /* replies kept for resends */
   int64_t dedup_bytes;

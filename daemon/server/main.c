@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/omp_policy.h"
 #include "server/config.h"
+#include "server/heap_trim.h"
 #include "server/server.h"
 
 static void usage(FILE *f) {
@@ -83,6 +84,7 @@ int main(int argc, char **argv) {
     PE_LOGI("%s", pe_omp_policy_describe(omp_line, sizeof omp_line));
   else
     PE_LOGW("%s", pe_omp_policy_describe(omp_line, sizeof omp_line));
+  pe_heap_trim_setup(); /* before the runtime's threads */
   pe_server *s;
   st = pe_server_new(&cfg, config_path, ov, n_ov, &s);
   if (st) {

@@ -147,3 +147,21 @@ int64_t pe_shape_claims_bytes(pe_shape_claims *c, const pe_var_info *items, int 
   if (added) *added = extra;
   return pe_bytes_add(total, extra);
 }
+
+int pe_shape_claims_largest_new(pe_shape_claims *c, const pe_var_info *items, int n, int *n_new) {
+  int best = -1, count = 0;
+  int64_t best_bytes = -1;
+  pthread_mutex_lock(&c->mu);
+  for (int i = 0; i < n; i++) {
+    if (pe_strmap_has(&c->map, items[i].name)) continue;
+    count++;
+    int64_t b = pe_var_info_bytes(&items[i]);
+    if (b > best_bytes) {
+      best = i;
+      best_bytes = b;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (n_new) *n_new = count;
+  return best;
+}

@@ -81,6 +81,10 @@ pe_status *pe_shape_claims_known(pe_shape_claims *c, const char *model, const ch
  * items' part. A dim of -1 makes a variable's size unknown: it counts 0.
  * Saturates at INT64_MAX (a program may declare any dims). */
 int64_t pe_shape_claims_bytes(pe_shape_claims *c, const pe_var_info *items, int n, int64_t *added);
+/* The largest of items (n) not claimed yet, by the count above: its
+ * index, or -1 when every one is claimed; *n_new (may be NULL) gets how
+ * many are not. */
+int pe_shape_claims_largest_new(pe_shape_claims *c, const pe_var_info *items, int n, int *n_new);
 /* The bytes of one declaration, as counted above. */
 int64_t pe_var_info_bytes(const pe_var_info *v);
 /* a + b for byte counts >= 0, saturating at INT64_MAX. */

@@ -8,6 +8,7 @@
 
 #include "compiler/pass.h"
 #include "compiler/program.h"
+#include "server/heap_trim.h"
 #include "server/registry_internal.h"
 
 /* seen: the names in arr (the startup block declares the persistables
@@ -103,5 +104,7 @@ pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_
     ir.graph = ir.startup = NULL;
   }
   pe_program_free(prog);
+  /* The decoded program and the passes' temporaries are free now. */
+  pe_heap_trim_after_program(rq->program.len);
   return st;
 }

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "server/checkpoint.h"
 #include "server/client_tag.h"
+#include "server/heap_trim.h"
 #include "server/registry_internal.h"
 
 bool pe_reg_grow(void **arr, int *cap, int need, size_t elem) {
@@ -39,6 +40,8 @@ static void var_infos_free(pe_var_info *v, int n) {
 
 /* Frees executors; must not hold the registry lock (waits for the engine). */
 static void program_destroy(pe_srv_program *p) {
+  size_t program_bytes = p->key_len; /* the program's bytes, its model's name, its options */
+  if (p->model) pe_run_budget_set(&p->model->srv->run_budget, &p->kept_bytes, 0);
   pe_par_exec_free(p->exec);
   pe_par_exec_free(p->startup);
   var_infos_free(p->params, p->n_params);
@@ -46,9 +49,11 @@ static void program_destroy(pe_srv_program *p) {
   free(p->key);
   free(p->owners);
   free(p);
+  pe_heap_trim_after_program(program_bytes);
 }
 
 static void model_destroy(pe_srv_model *m) {
+  pe_run_budget_set(&m->srv->run_budget, &m->charged_bytes, 0);
   pe_model_free(m->m);
   pe_shape_claims_destroy(&m->shapes);
   pthread_mutex_destroy(&m->save_mu);
@@ -261,6 +266,7 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
   if (!m) return pe_error(PE_ENOMEM, "register: out of memory");
   snprintf(m->name, sizeof m->name, "%s", name);
   snprintf(m->restart_name, sizeof m->restart_name, "%s", r->s->cfg.shutdown_checkpoint);
+  m->srv = r->s;
   m->kind = kind;
   m->n_places = n_places;
   m->seed = seed;
@@ -286,6 +292,65 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
           (unsigned long long)seed);
   *out = m;
   return NULL;
+}
+
+/* --- the daemon's memory budget ------------------------------------------- */
+/* The resident bytes of persistables of `claims` bytes: a copy on every
+ * place (the optimizer state of Reduce and Sharded lives on one: a bound). */
+static int64_t on_places(int64_t claims, int n_places) {
+  return n_places > 0 && claims > INT64_MAX / n_places ? INT64_MAX : claims * n_places;
+}
+
+/* "1.8 MiB", "100.0 GiB": a byte count for a reader, next to the exact one. */
+static const char *mib_gib(int64_t bytes, char *buf, size_t len) {
+  if (bytes >= (int64_t)1 << 30)
+    snprintf(buf, len, "%.1f GiB", bytes / 1073741824.0);
+  else
+    snprintf(buf, len, "%.1f MiB", bytes / 1048576.0);
+  return buf;
+}
+
+/* Charge m's persistables, with those of items (n) not claimed yet, to the
+ * daemon's memory budget ([limits] memory_total, run_budget.h) before any
+ * of them is allocated. NULL when they fit (or nothing is new); else
+ * PE_ENOMEM naming the model, the new bytes, the largest new variable with
+ * its shape and bytes, the budget and what is left of it. */
+static pe_status *charge_model(pe_srv_model *m, const pe_var_info *items, int n, int64_t total) {
+  int64_t added, resident, reserved;
+  int64_t want = on_places(pe_shape_claims_bytes(&m->shapes, items, n, &added), m->n_places);
+  if (pe_run_budget_hold(&m->srv->run_budget, &m->charged_bytes, want, total, &resident, &reserved))
+    return NULL;
+  int n_new = 0, big = pe_shape_claims_largest_new(&m->shapes, items, n, &n_new);
+  char largest[128 + PE_SHAPE_STRLEN + 96] = "";
+  if (big >= 0) {
+    char shape[PE_SHAPE_STRLEN];
+    pe_shape_str(&items[big].shape, shape, sizeof shape);
+    snprintf(largest, sizeof largest, "; the largest, '%.128s', is %s %s: %lld bytes",
+             items[big].name, pe_dtype_name(items[big].dtype), shape,
+             (long long)pe_var_info_bytes(&items[big]));
+  }
+  int64_t left = total - resident - reserved;
+  char a[32], t[32];
+  return pe_error(PE_ENOMEM,
+                  "model '%s': %d new persistable(s) of %lld bytes (%s; on %s:%d, %lld) do not "
+                  "fit the daemon's memory budget [limits] memory_total = %lld bytes (%s): %lld "
+                  "are left (%lld resident: models' persistables and kept temporaries; %lld "
+                  "reserved by runs in flight)%s",
+                  m->name, n_new, (long long)added, mib_gib(added, a, sizeof a),
+                  pe_place_kind_name(m->kind), m->n_places,
+                  (long long)on_places(added, m->n_places), (long long)total,
+                  mib_gib(total, t, sizeof t), (long long)(left > 0 ? left : 0),
+                  (long long)resident, (long long)reserved, largest);
+}
+
+/* After a refused register or value set: m's charge back to what its
+ * claims describe, giving back what was charged for names it did not
+ * claim. A charge of another request for names it has not claimed yet is
+ * given back too: that request's own charge of a later name charges it
+ * again. */
+static void charge_to_claims(pe_srv_model *m) {
+  int64_t want = on_places(pe_shape_claims_bytes(&m->shapes, NULL, 0, NULL), m->n_places);
+  pe_run_budget_set(&m->srv->run_budget, &m->charged_bytes, want);
 }
 
 /* p's persistables fit the model's (model_shapes.h); with claim, p's
@@ -401,9 +466,12 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
                              lim.memory_per_client);
   if (!st && !winner) st = model_get_locked(r, rq->model, kind, n_places, seed, &m);
   pe_srv_model *refused = NULL;
-  /* Shapes first: a program that does not fit claims no strategy. */
+  /* Shapes first: a program that does not fit claims no strategy; the
+   * memory last: a program refused charges nothing. */
   if (!st && !winner &&
-      ((st = claim_decls_locked(m, p, false)) || (st = claim_train_strategy_locked(m, p)))) {
+      ((st = claim_decls_locked(m, p, false)) || (st = claim_train_strategy_locked(m, p)) ||
+       (st = pe_status_wrap(charge_model(m, p->params, p->n_params, lim.memory_total),
+                            "register")))) {
     m->refs--;
     refused = model_maybe_unlink(r, m);
   }
@@ -456,6 +524,8 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
    * step 3, and a restored checkpoint may hold more than p declares. */
   if (!st && !winner && lim.memory_per_client > 0)
     st = check_memory_locked(r, client, m->name, m, p, lim.memory_per_client);
+  if (!st && !winner)
+    st = pe_status_wrap(charge_model(m, p->params, p->n_params, lim.memory_total), "register");
   if (!st && !winner) st = claim_decls_locked(m, p, true);
   if (!st && !winner) {
     if (!pe_reg_grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {
@@ -468,7 +538,10 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
     }
   }
   bool published = !st && !winner;
-  if (!published) fm = model_maybe_unlink(r, m);
+  if (!published) {
+    charge_to_claims(m);
+    fm = model_maybe_unlink(r, m);
+  }
   pthread_mutex_unlock(&r->mu);
   if (!published) program_destroy(p);
   pe_reg_destroy_later(NULL, fm);
@@ -692,7 +765,11 @@ pe_status *pe_srv_model_claim_values(pe_srv_model *m, const char *const *names,
     return pe_error(PE_ENOMEM, "model '%s': out of memory checking %d values", m->name, n);
   for (int i = 0; i < n; i++)
     items[i] = (pe_var_info){(char *)names[i], values[i].dtype, values[i].shape};
-  pe_status *st = pe_shape_claims_check(&m->shapes, m->name, items, n, PE_FIT_VALUE, true);
+  pe_status *st = charge_model(m, items, n, pe_server_limits(m->srv).memory_total);
+  if (!st) {
+    st = pe_shape_claims_check(&m->shapes, m->name, items, n, PE_FIT_VALUE, true);
+    if (st) charge_to_claims(m);
+  }
   free(items);
   return st;
 }

@@ -64,8 +64,13 @@ typedef struct pe_srv_model {
    * restart-only key), copied at creation. */
   char restart_name[PE_NAME_MAX + 1];
   pe_model *m;
+  pe_server *srv; /* its memory budget and limits */
   pe_place_kind kind;
   int n_places;
+  /* Resident bytes charged to the daemon's memory budget (run_budget.h):
+   * what the claims describe, on every place; written under the budget's
+   * lock only. */
+  int64_t charged_bytes;
   uint64_t seed;
   bool persistent;
   /* Registry lock: */
@@ -126,6 +131,9 @@ typedef struct pe_srv_program {
   pe_var_info *params;
   int n_feeds; /* is_feed variables of the main block */
   pe_var_info *feeds;
+  /* Temporaries the executor keeps between runs, resident in the daemon's
+   * budget (run_memory.c); written under the budget's lock only. */
+  int64_t kept_bytes;
   uint8_t *key; /* hash material, to tell a collision from a match */
   size_t key_len;
   /* Registry lock: */

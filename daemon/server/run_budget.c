@@ -18,6 +18,7 @@ void pe_run_budget_init(pe_run_budget *b) {
   pthread_cond_init(&b->cv, &a);
   pthread_condattr_destroy(&a);
   b->reserved = 0;
+  b->resident = 0;
   b->n_waiting = 0;
   b->head = b->tail = NULL;
 }
@@ -41,15 +42,22 @@ static void unlink_locked(pe_run_budget *b, pe_budget_waiter *x) {
   pthread_cond_broadcast(&b->cv);
 }
 
-static bool fits(int64_t reserved, int64_t bytes, int64_t limit) {
-  return limit <= 0 || bytes <= limit - reserved;
+/* A run of bytes fits within the runs' limit and, beside the resident
+ * bytes, within the total (lock held). */
+static bool fits(const pe_run_budget *b, int64_t bytes, int64_t limit, int64_t total) {
+  return (limit <= 0 || bytes <= limit - b->reserved) &&
+         (total <= 0 || bytes <= total - b->reserved - b->resident);
+}
+
+static int64_t total_of(const pe_budget_wait *w) {
+  return w->total ? w->total(w->arg) : 0;
 }
 
 pe_status *pe_run_budget_acquire(pe_run_budget *b, int64_t bytes, const pe_budget_wait *w) {
   pe_budget_waiter me = {.bytes = bytes};
-  int64_t limit = w->limit(w->arg);
+  int64_t limit = w->limit(w->arg), total = total_of(w);
   pthread_mutex_lock(&b->mu);
-  if (!b->head && fits(b->reserved, bytes, limit)) { /* the common case: no wait */
+  if (!b->head && fits(b, bytes, limit, total)) { /* the common case: no wait */
     b->reserved += bytes;
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -62,7 +70,7 @@ pe_status *pe_run_budget_acquire(pe_run_budget *b, int64_t bytes, const pe_budge
   b->tail = &me;
   b->n_waiting++;
   for (;;) {
-    if (b->head == &me && fits(b->reserved, bytes, limit)) {
+    if (b->head == &me && fits(b, bytes, limit, total)) {
       b->reserved += bytes;
       unlink_locked(b, &me);
       pthread_mutex_unlock(&b->mu);
@@ -77,6 +85,7 @@ pe_status *pe_run_budget_acquire(pe_run_budget *b, int64_t bytes, const pe_budge
     pthread_mutex_unlock(&b->mu);
     /* The callbacks run unlocked: they take other locks (the config's). */
     limit = w->limit(w->arg);
+    total = total_of(w);
     pe_status *st = w->stop ? w->stop(w->arg) : NULL;
     if (!st && w->deadline && pe_now_s() >= w->deadline) st = w->expired(w->arg, in_use, limit);
     pthread_mutex_lock(&b->mu);
@@ -94,6 +103,37 @@ void pe_run_budget_release(pe_run_budget *b, int64_t bytes) {
   b->reserved -= bytes;
   if (b->head) pthread_cond_broadcast(&b->cv);
   pthread_mutex_unlock(&b->mu);
+}
+
+bool pe_run_budget_hold(pe_run_budget *b, int64_t *held, int64_t want, int64_t total,
+                        int64_t *resident, int64_t *reserved) {
+  pthread_mutex_lock(&b->mu);
+  int64_t grow = want - *held;
+  bool ok = grow <= 0 || total <= 0 || grow <= total - b->reserved - b->resident;
+  if (ok && grow > 0) {
+    b->resident += grow;
+    *held = want;
+  }
+  if (resident) *resident = b->resident;
+  if (reserved) *reserved = b->reserved;
+  pthread_mutex_unlock(&b->mu);
+  return ok;
+}
+
+void pe_run_budget_set(pe_run_budget *b, int64_t *held, int64_t want) {
+  pthread_mutex_lock(&b->mu);
+  b->resident += want - *held;
+  /* Less resident: a waiting run may fit now. */
+  if (want < *held && b->head) pthread_cond_broadcast(&b->cv);
+  *held = want;
+  pthread_mutex_unlock(&b->mu);
+}
+
+int64_t pe_run_budget_resident(pe_run_budget *b) {
+  pthread_mutex_lock(&b->mu);
+  int64_t r = b->resident;
+  pthread_mutex_unlock(&b->mu);
+  return r;
 }
 
 void pe_run_budget_get(pe_run_budget *b, int64_t *reserved, int *waiting) {

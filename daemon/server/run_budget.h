@@ -1,8 +1,19 @@
-/* [limits] memory_runs_total: the daemon-wide budget for the temporary
- * memory of the runs in flight. [limits] memory_per_run bounds one run's
- * step (run_memory.h); without a total, N clients each just under it took
- * N times it together, past the host's memory, and the OOM killer ended
- * the daemon and every user's models with it.
+/* The daemon's memory budget: [limits] memory_total for the models'
+ * resident memory and the runs' temporaries together, and within it
+ * [limits] memory_runs_total for the temporary memory of the runs in
+ * flight. [limits] memory_per_run bounds one run's step (run_memory.h);
+ * without a total, N clients each just under it took N times it together,
+ * past the host's memory, and the OOM killer ended the daemon and every
+ * user's models with it. Client ids are the clients' own choice, so a
+ * per-client quota (memory_per_client) bounds nothing against many ids:
+ * memory_total is the bound no set of clients can pass.
+ *
+ * Resident memory is held for good, until its owner goes: a model's
+ * persistables (programs.c charges what its shape claims describe, before
+ * any of it is allocated) and a program's kept temporaries (run_memory.c).
+ * A charge that does not fit beside what is held and reserved is refused
+ * at once (pe_run_budget_hold): it would otherwise wait for memory that
+ * may never be given back.
  *
  * A run reserves its step's planned bytes (pe_graph_run_bytes for its
  * batch) before its first step and gives them back after its last. A run
@@ -20,6 +31,7 @@
 #define PE_SERVER_RUN_BUDGET_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -30,6 +42,7 @@ typedef struct pe_run_budget {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int64_t reserved; /* bytes held by runs in flight */
+  int64_t resident; /* bytes held for good (models, kept temporaries) */
   int n_waiting;
   pe_budget_waiter *head, *tail; /* waiting runs, first come first */
 } pe_run_budget;
@@ -49,6 +62,9 @@ typedef struct pe_budget_wait {
   pe_status *(*expired)(void *arg, int64_t in_use, int64_t limit);
   double deadline;
   void *arg;
+  /* memory_total now (NULL or 0: unlimited): a run also fits only beside
+   * the resident bytes and the other runs. */
+  int64_t (*total)(void *arg);
 } pe_budget_wait;
 
 /* Reserve `bytes` once they fit next to the reservations of the runs in
@@ -57,6 +73,19 @@ typedef struct pe_budget_wait {
  * forever). */
 pe_status *pe_run_budget_acquire(pe_run_budget *b, int64_t bytes, const pe_budget_wait *w);
 void pe_run_budget_release(pe_run_budget *b, int64_t bytes);
+
+/* Resident bytes. *held is what its owner holds now (written only here,
+ * under the budget's lock). hold: grow *held to want when the growth fits
+ * within total (<= 0: unlimited) beside the resident and reserved bytes,
+ * and return true (also when want <= *held: nothing changes); else false,
+ * with the bytes resident and reserved then in *resident and *reserved
+ * (may be NULL), for the caller's message. set: *held becomes want,
+ * whatever the total (memory that exists already, or a release). */
+bool pe_run_budget_hold(pe_run_budget *b, int64_t *held, int64_t want, int64_t total,
+                        int64_t *resident, int64_t *reserved);
+void pe_run_budget_set(pe_run_budget *b, int64_t *held, int64_t want);
+/* Resident bytes now (Status). */
+int64_t pe_run_budget_resident(pe_run_budget *b);
 /* Bytes reserved now, runs waiting now (Status). */
 void pe_run_budget_get(pe_run_budget *b, int64_t *reserved, int *waiting);
 

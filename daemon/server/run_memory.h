@@ -19,7 +19,11 @@
  *    allocates nothing). A request whose plan needs more releases them at
  *    its end (pe_par_exec_release), so an idle model that once ran a huge
  *    batch does not pin its memory; a request of many steps or batches
- *    reuses them between its steps.
+ *    reuses them between its steps. What a program keeps is resident in
+ *    the daemon's budget (run_budget.h) until then.
+ *  - [limits] memory_total: a run must also fit beside the models'
+ *    resident memory; one that cannot (even with no other run) is
+ *    refused, naming the budget, the bytes resident and what is left.
  *
  * Threads: a request thread (reads the reloadable limits). */
 #ifndef PE_SERVER_RUN_MEMORY_H
@@ -50,6 +54,6 @@ pe_status *pe_run_memory_begin(pe_server *s, const pe_srv_program *p, pe_run_mem
 /* After the run's last step (whether or not begin succeeded): give the
  * reservation back, and release the executor's temporaries past
  * memory_kept_per_program. */
-void pe_run_memory_end(pe_server *s, const pe_srv_program *p, pe_run_memory *m);
+void pe_run_memory_end(pe_server *s, pe_srv_program *p, pe_run_memory *m);
 
 #endif

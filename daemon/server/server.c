@@ -22,6 +22,7 @@
 #include "server/checkpoint_file.h"
 #include "server/checkpoint_stale.h"
 #include "server/client_tag.h"
+#include "server/conn_watch.h"
 #include "server/dispatch.h"
 #include "server/programs.h"
 #include "server/reply_pack.h"
@@ -57,7 +58,16 @@ struct pe_loop {
   pe_autosave *autosave; /* its own thread; stopped before the shutdown checkpoint */
   bool stopping;
   char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
+  /* Connections that ended before delivering a request (conn_watch.h),
+   * not logged yet, and when the last warning went out. */
+  pe_conn_watch *conns;
+  uint64_t silent_ends;
+  double silent_since, silent_logged;
 };
+
+/* At most one warning about silent connection ends per this many seconds
+ * (a REQ client resending an oversized message ends one every 100 ms). */
+#define SILENT_LOG_EVERY_S 60.0
 
 static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len);
 
@@ -80,6 +90,7 @@ pe_limits pe_server_limits(pe_server *s) {
                  s->cfg.memory_per_run,
                  s->cfg.memory_runs_total,
                  s->cfg.memory_kept_per_program,
+                 s->cfg.memory_total,
                  s->cfg.check_finite};
   pthread_mutex_unlock(&s->cfg_mu);
   return l;
@@ -441,6 +452,7 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
       free(j);
       continue;
     }
+    pe_conn_watch_message(L->conns, &hdr);
     j->body = body;
     j->len = (size_t)n;
     j->ctrl = ctrl;
@@ -463,9 +475,33 @@ static void notify_status(pe_server *s) {
              (unsigned long long)atomic_load(&s->requests_total), pe_server_pending(s));
 }
 
+/* Warn about connections that ended before delivering a request: how
+ * nanomsg's drop of a message over max_message shows (conn_watch.h). The
+ * first at once, then at most one line per SILENT_LOG_EVERY_S. */
+static void warn_silent_ends(pe_server *s, const pe_limits *lim) {
+  pe_loop *L = s->loop;
+  double now = pe_now_s();
+  uint64_t n = pe_conn_watch_poll(L->conns, L->sock);
+  if (n && !L->silent_ends) L->silent_since = now;
+  L->silent_ends += n;
+  if (!L->silent_ends || now - L->silent_logged < SILENT_LOG_EVERY_S) return;
+  PE_LOGW(
+      "%llu connection(s) to %s ended in the last %.0f s without delivering a request: "
+      "nanomsg closes a connection whose message is over [limits] max_message = %lld bytes "
+      "(NN_RCVMAXSIZE) and drops the message, not saying which peer sent it (a client that "
+      "connects and leaves without sending ends the same way). The sender gets no reply, "
+      "and a nanomsg REQ client resends on a new connection: raise max_message, or send "
+      "less per request (shared memory for large feeds)",
+      (unsigned long long)L->silent_ends, s->cfg.socket, now - L->silent_since + 1,
+      (long long)lim->max_message);
+  L->silent_ends = 0;
+  L->silent_logged = now;
+}
+
 static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   pe_server *s = w->data;
   pe_limits lim = pe_server_limits(s);
+  warn_silent_ends(s, &lim);
   uint64_t ids[64];
   int n = pe_registry_expire(s->reg, pe_now_s(), lim.session_ttl_s, ids, 64);
   for (int i = 0; i < n; i++) {
@@ -595,14 +631,26 @@ static pe_status *open_socket(pe_server *s) {
       PE_TRY(pe_status_wrap(pe_mkdir_p(dir, 0755), "socket %s", addr));
     }
   }
-  if (nn_bind(L->sock, addr) < 0)
-    return pe_error(PE_EIO, "socket: bind %s: %s", addr, nn_strerror(nn_errno()));
+  /* An ipc socket file is created with 0777 & ~umask: under a permissive
+   * umask it would be open to everyone until the chmod below, and a
+   * connection made meanwhile stays. So it is created with socket_mode's
+   * owner bits only, then given socket_group, and only then its group and
+   * other bits (chmod below). The umask is process-wide: this runs during start-up, before
+   * the request and autosave threads exist, and the pool's and devices'
+   * threads create no files. */
+  mode_t umask_was = 0;
+  if (L->ipc_path[0]) umask_was = umask(~(mode_t)(s->cfg.socket_mode & 0700) & 0777);
+  int bound = nn_bind(L->sock, addr);
+  int bind_err = bound < 0 ? nn_errno() : 0;
   if (L->ipc_path[0]) {
-    /* nanomsg creates the file on its worker thread: wait for it (1 s). */
+    /* nanomsg 1.1.5 binds on this thread; wait (1 s) in case a version
+     * creates the file on its worker thread, still under the umask. */
     struct stat sb;
-    for (int i = 0; i < 100 && stat(L->ipc_path, &sb) != 0; i++) usleep(10000);
-    if (chmod(L->ipc_path, s->cfg.socket_mode) != 0)
-      return pe_error(PE_EIO, "socket %s: chmod %o: %s", addr, s->cfg.socket_mode, strerror(errno));
+    for (int i = 0; bound >= 0 && i < 100 && stat(L->ipc_path, &sb) != 0; i++) usleep(10000);
+    umask(umask_was);
+  }
+  if (bound < 0) return pe_error(PE_EIO, "socket: bind %s: %s", addr, nn_strerror(bind_err));
+  if (L->ipc_path[0]) {
     if (s->cfg.socket_group && s->cfg.socket_group[0]) {
       struct group *g = getgrnam(s->cfg.socket_group);
       if (!g)
@@ -611,6 +659,8 @@ static pe_status *open_socket(pe_server *s) {
         return pe_error(PE_EIO, "socket %s: chgrp %s: %s", addr, s->cfg.socket_group,
                         strerror(errno));
     }
+    if (chmod(L->ipc_path, s->cfg.socket_mode) != 0)
+      return pe_error(PE_EIO, "socket %s: chmod %o: %s", addr, s->cfg.socket_mode, strerror(errno));
   }
   return NULL;
 }
@@ -687,10 +737,13 @@ pe_status *pe_server_run(pe_server *s) {
   if (!L) return pe_error(PE_ENOMEM, "server: out of memory");
   s->loop = L;
   L->sock = -1;
+  L->silent_logged = -SILENT_LOG_EVERY_S;
   pthread_mutex_init(&L->mu, NULL);
   signal(SIGPIPE, SIG_IGN);
   L->loop = ev_default_loop(EVFLAG_AUTO);
   pe_status *st = L->loop ? NULL : pe_error(PE_EIO, "server: libev loop");
+  if (!st && !(L->conns = pe_conn_watch_new()))
+    st = pe_error(PE_ENOMEM, "server: out of memory for the connection watch");
   if (!st) st = open_socket(s);
   int rfd = -1, sfd = -1;
   if (!st) {
@@ -769,6 +822,7 @@ pe_status *pe_server_run(pe_server *s) {
   if (L->sock >= 0) nn_close(L->sock);
   if (L->ipc_path[0] && !st) unlink(L->ipc_path);
   if (L->loop) ev_loop_destroy(L->loop);
+  pe_conn_watch_free(L->conns);
   pthread_mutex_destroy(&L->mu);
   free(L);
   s->loop = NULL;

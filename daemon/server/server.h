@@ -87,7 +87,8 @@ typedef struct pe_limits {
   int max_program_ops, max_program_vars;
   int64_t memory_per_run;
   int64_t memory_runs_total, memory_kept_per_program;
-  bool check_finite; /* [runtime] check_finite: run_finite.h */
+  int64_t memory_total; /* the daemon's budget, models and runs (run_budget.h) */
+  bool check_finite;    /* [runtime] check_finite: run_finite.h */
 } pe_limits;
 pe_limits pe_server_limits(pe_server *s);
 

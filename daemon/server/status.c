@@ -61,6 +61,9 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
   pe_run_budget_get(&s->run_budget, &reserved, &waiting);
   r->run_bytes_reserved = (uint64_t)reserved;
   r->runs_waiting_for_memory = waiting;
+  int64_t total = pe_server_limits(s).memory_total;
+  r->memory_total_bytes = total > 0 ? (uint64_t)total : 0;
+  r->memory_resident_bytes = (uint64_t)pe_run_budget_resident(&s->run_budget);
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);

@@ -231,6 +231,20 @@ static inline int dh_stop(dh_daemon *d, int sig) {
   return st;
 }
 
+/* The daemon's resident size (VmRSS of /proc/PID/status), kB. */
+static inline long dh_rss_kb(const dh_daemon *d) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)d->pid);
+  FILE *f = fopen(path, "r");
+  ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+  long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+  fclose(f);
+  ck_assert_int_gt(kb, 0);
+  return kb;
+}
+
 /* Whether the daemon's log (so far) contains needle. */
 static inline bool dh_log_has(const dh_daemon *d, const char *needle) {
   FILE *f = fopen(d->log, "r");
@@ -307,6 +321,35 @@ static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spe
   else
     pe__reply__free_unpacked(rep, NULL);
   return h;
+}
+
+/* A Register of program bytes (an evaluation program: for_test) under
+ * model name; the reply, whatever its code. */
+static inline Pe__Reply *dh_register_eval_call(int sock, uint64_t client, const uint8_t *bytes,
+                                               size_t len, const char *model) {
+  Pe__Request rq = dh_req(client);
+  Pe__RegisterRequest reg = PE__REGISTER_REQUEST__INIT;
+  Pe__RegisterOptions opts = PE__REGISTER_OPTIONS__INIT;
+  opts.for_test = true;
+  reg.program.data = (uint8_t *)bytes;
+  reg.program.len = len;
+  reg.model = (char *)model;
+  reg.options = &opts;
+  rq.body_case = PE__REQUEST__BODY_REGISTER;
+  rq.register_ = &reg;
+  return dh_call(sock, &rq);
+}
+
+/* Deregister handle as client; must succeed. */
+static inline void dh_deregister(int sock, uint64_t client, uint64_t handle) {
+  Pe__Request rq = dh_req(client);
+  Pe__DeregisterRequest dr = PE__DEREGISTER_REQUEST__INIT;
+  dr.handle = handle;
+  rq.body_case = PE__REQUEST__BODY_DEREGISTER;
+  rq.deregister = &dr;
+  Pe__Reply *rep = dh_call(sock, &rq);
+  dh_ok(rep);
+  pe__reply__free_unpacked(rep, NULL);
 }
 
 /* A Save (save) or Load request of checkpoint `name` of model (*cr holds

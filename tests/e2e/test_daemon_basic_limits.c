@@ -1,5 +1,7 @@
 /* pe-executord end to end, [limits]: an oversized message (max_message)
- * drops only its connection, max_programs refuses a new program until a
+ * drops only its connection, and the daemon's log says so (naming the
+ * limit) while clients that connect, ask and leave leave no such line;
+ * max_programs refuses a new program until a
  * deregister frees a slot, and memory_per_client counts a client's
  * parameter bytes at register. Split from test_daemon_basic.c (its
  * helpers: daemon_basic.h). */
@@ -16,9 +18,19 @@ static void register_refused(int s, const pe_model_spec *mlp, const char *model,
   register_fails(s, &reg, code, needle);
 }
 
+#define SILENT_ENDS "without delivering a request"
+
 START_TEST(test_oversized) {
   dh_daemon d = {0};
   dh_start(&d, "[limits]\nmax_message = 64K\n");
+  /* Clients that ask and leave: no warning (the tick runs every second). */
+  for (int i = 0; i < 3; i++) {
+    int s = dh_connect(&d, 5000);
+    ck_assert(dh_ping(s));
+    nn_close(s);
+  }
+  dh_sleep_ms(2500);
+  ck_assert_msg(!dh_log_has(&d, SILENT_ENDS), "a warning about clients that delivered requests");
   /* nanomsg drops a message above NN_RCVMAXSIZE and the connection with it:
    * the sender gets no reply (the client library checks the size before
    * sending and reports it). The daemon must keep serving others. */
@@ -29,6 +41,12 @@ START_TEST(test_oversized) {
   ck_assert_msg(rep == NULL, "an oversized request was answered");
   nn_close(big);
   free(buf);
+  /* nanomsg says nothing; the daemon's log does, naming the limit. */
+  double t0 = dh_now();
+  while (!dh_log_has(&d, SILENT_ENDS) && dh_now() - t0 < 30) dh_sleep_ms(50);
+  ck_assert_msg(dh_log_has(&d, SILENT_ENDS), "no warning about the dropped message (log %s)",
+                d.log);
+  ck_assert(dh_log_has(&d, "over [limits] max_message = 65536 bytes"));
   int s = dh_connect(&d, 5000);
   ck_assert(dh_ping(s));
   nn_close(s);

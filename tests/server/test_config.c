@@ -8,6 +8,7 @@
 
 #include "check_main.h"
 #include "server/config.h"
+#include "server/host_memory.h"
 #include "test_assert.h"
 
 START_TEST(test_defaults) {
@@ -35,11 +36,13 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.max_steps_per_request, 1000000);
   ck_assert_int_eq(c.max_program_ops, 100000);
   ck_assert_int_eq(c.max_program_vars, 200000);
-  /* 50% of the physical memory. */
-  ck_assert_int_eq(c.memory_per_run,
-                   (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 100 * 50);
-  ck_assert_int_eq(c.memory_runs_total,
-                   (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / 100 * 75);
+  /* Shares of the host's memory: the physical memory, or the cgroup's
+   * limit when lower. */
+  int64_t host = pe_host_memory_bytes();
+  ck_assert(host > 0 && host <= (int64_t)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE));
+  ck_assert_int_eq(c.memory_per_run, host / 100 * 50);
+  ck_assert_int_eq(c.memory_runs_total, host / 100 * 75);
+  ck_assert_int_eq(c.memory_total, host / 100 * 75);
   ck_assert_int_eq(c.memory_kept_per_program, 256LL << 20);
   ck_assert_double_eq(c.session_ttl_s, 600);
   ck_assert_double_eq(c.checkpoint_interval_s, 300);
@@ -165,9 +168,11 @@ START_TEST(test_errors) {
   expect_errors(pe_config_load_string(&c, "[limits]\nmax_program_ops = 0\n", "t.conf"), PE_EINVAL,
                 "max_program_ops", "1..2147483647", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[limits]\nmemory_per_run = 150%\n", "t.conf"), PE_EINVAL,
-                "memory_per_run", "150%", "share of the physical memory", (const char *)NULL);
+                "memory_per_run", "150%", "share of the host's memory", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[limits]\nmemory_runs_total = lots\n", "t.conf"),
                 PE_EINVAL, "memory_runs_total", "lots", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[limits]\nmemory_total = 0.5\n", "t.conf"), PE_EINVAL,
+                "memory_total", "0.5", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[limits]\nmemory_kept_per_program = -1\n", "t.conf"),
                 PE_EINVAL, "memory_kept_per_program", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[bogus]\nx = 1\n", "t.conf"), PE_EINVAL, "[bogus]",

@@ -2,7 +2,10 @@
  * a reservation that fits goes ahead; one that does not waits, first come
  * first served (a small one that would fit does not pass a large one
  * waiting before it); a stop callback or the deadline ends a wait, and the
- * waiter leaves the queue; a lowered limit is read while waiting. */
+ * waiter leaves the queue; a lowered limit is read while waiting.
+ * Resident bytes (models, kept temporaries) share the total with the runs:
+ * a hold is refused when it does not fit beside both, and a run waits
+ * until it fits beside them. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -17,7 +20,13 @@
 #define QUIET_MS 200 /* for what must not */
 
 static _Atomic int64_t limit_now = 100;
+static _Atomic int64_t total_now; /* 0: no total */
 static atomic_bool stop_now;
+
+static int64_t total_cb(void *arg) {
+  (void)arg;
+  return atomic_load(&total_now);
+}
 
 static int64_t limit_cb(void *arg) {
   (void)arg;
@@ -46,7 +55,7 @@ typedef struct waiter {
 
 static void *wait_main(void *arg) {
   waiter *w = arg;
-  pe_budget_wait bw = {limit_cb, stop_cb, expired_cb, w->deadline, NULL};
+  pe_budget_wait bw = {limit_cb, stop_cb, expired_cb, w->deadline, NULL, total_cb};
   w->st = pe_run_budget_acquire(w->b, w->bytes, &bw);
   w->pos = atomic_fetch_add(w->order, 1);
   atomic_store(&w->done, true);
@@ -184,12 +193,50 @@ START_TEST(raised_limit_lets_a_waiter_in) {
 }
 END_TEST
 
+/* A total of 100: 60 reserved by a run leave 40 for resident bytes; a run
+ * waits while the resident bytes leave it no room, and goes when they are
+ * given back. */
+START_TEST(resident_and_runs_share_the_total) {
+  pe_run_budget b;
+  budget_start(&b, 60);
+  atomic_store(&total_now, 100);
+  int64_t model = 0, resident = -1, reserved = -1;
+  ck_assert(!pe_run_budget_hold(&b, &model, 50, 100, &resident, &reserved));
+  ck_assert_int_eq(model, 0);
+  ck_assert_int_eq(resident, 0);
+  ck_assert_int_eq(reserved, 60);
+  ck_assert(pe_run_budget_hold(&b, &model, 40, 100, NULL, NULL));
+  ck_assert(pe_run_budget_hold(&b, &model, 30, 100, NULL, NULL)); /* less: nothing changes */
+  ck_assert_int_eq(model, 40);
+  ck_assert_int_eq(pe_run_budget_resident(&b), 40);
+  ck_assert(!pe_run_budget_hold(&b, &model, 41, 100, NULL, NULL)); /* 1 more: over */
+  ck_assert(pe_run_budget_hold(&b, &model, 41, 0, NULL, NULL));    /* no total */
+  pe_run_budget_set(&b, &model, 40);
+  pe_run_budget_release(&b, 60);
+  /* 70 is under the runs' limit (100) but not beside the 40 resident. */
+  atomic_int order = 0;
+  waiter w;
+  start(&w, &b, 70, 0, &order);
+  until_waiting(&b, 1);
+  sleep_ms(QUIET_MS);
+  ck_assert(!atomic_load(&w.done));
+  pe_run_budget_set(&b, &model, 0);
+  ck_assert(finished(&w));
+  ck_assert_ptr_null(w.st);
+  ck_assert_int_eq(pe_run_budget_resident(&b), 0);
+  pe_run_budget_release(&b, 70);
+  atomic_store(&total_now, 0);
+  pe_run_budget_destroy(&b);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("run_budget");
   TCase *tc = tcase_create("server");
   tcase_add_test(tc, first_come_first_served);
   tcase_add_test(tc, deadline_and_stop_end_a_wait);
   tcase_add_test(tc, raised_limit_lets_a_waiter_in);
+  tcase_add_test(tc, resident_and_runs_share_the_total);
   suite_add_tcase(s, tc);
   return s;
 }
