@@ -22,6 +22,7 @@ together are copied into a staging region rather than into the request.
 """
 import atexit
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 from . import _interrupt
 from ._ffi import ffi, lib, string
 from ._tensor import fill_tensor, tensors_to_dict
-from .errors import ClientArgumentError, error_for
+from .errors import ClientArgumentError, PeError, error_for
 from .framework import DTYPES, Program, var_name
 from .shm import ShmRegion
 
@@ -161,20 +162,22 @@ class Client:
             return struct_dict(st)
 
     def register(self, program, model, places=None, strategy="auto", seed=None, for_test=False,
-                 persistent=False, keep=(), no_op_fusion=False, loss=None, sync=None,
+                 persistent=False, keep=None, no_op_fusion=False, loss=None, sync=None,
                  fuse_allreduce=False, fuse_bucket_bytes=0):
         """Register program (a Program or ProgramDesc bytes) under parameter
         namespace `model`; returns its Model. places: "cpu:2", "sim:4",
         "cuda:0" (None: the model's, else the daemon's). seed: initialisation
         and dropout (None: 1). for_test: an evaluation program (no backward,
-        no optimizer). keep: variables kept fetchable through op fusion."""
+        no optimizer). keep: the variables besides the loss and the metrics
+        that run() may fetch (the daemon reuses the others' buffers)."""
         if not isinstance(program, Program):
             program = Program.from_bytes(program)
         if strategy not in STRATEGIES:
             raise ClientArgumentError("register: strategy %r unknown (%s)"
                                       % (strategy, ", ".join(STRATEGIES)))
         data = program.to_bytes()
-        keep_c = [ffi.new("char[]", var_name(k).encode()) for k in keep]
+        keep = program.fetchable() + [var_name(k) for k in (keep or ())]
+        keep_c = [ffi.new("char[]", k.encode()) for k in keep]
         a = ffi.new("pe_client_register_args *")
         strs = [ffi.new("char[]", model.encode())]
         program_c = ffi.from_buffer("uint8_t[]", data)
@@ -291,9 +294,11 @@ class Client:
     def __exit__(self, *exc):
         try:
             self.close()
-        except Exception:
-            if exc[0] is None:
-                raise  # the block's own exception wins
+        except PeError as e:
+            # As pe-client: the daemon ends the session itself (the process
+            # exiting, or its TTL); the block's own exception, if any, wins.
+            warnings.warn("peclient: %s; the daemon drops the session after its TTL" % e,
+                          RuntimeWarning, stacklevel=2)
 
     def __repr__(self):
         return "<Client %s id %016x%s>" % (self.address, self.id, " closed" if self.closed else "")
@@ -372,12 +377,14 @@ class Model:
                 steps = s
         return steps
 
-    def run(self, feed, fetch=(), batches=None, trace=False, timeout_ms=0, priority=0,
+    def run(self, feed, fetch=(), batches=None, repeat=1, trace=False, timeout_ms=0, priority=0,
             check_nan_inf=False):
         """Run the program on feed; returns the fetched arrays, in fetch's
         order. Several mini-batches in one request: a list of feed dicts, a
         leading steps dimension, or batches=K with K mini-batches stacked
         along dim 0; a fetched tensor is then [K, ...], each step's value.
+        repeat=N runs N steps on the same feed. timeout_ms: the daemon stops
+        the run there (DeadlineExceededError; the steps before stay applied).
         .last_run has the request's run_ms, queue_ms, steps (and trace)."""
         if isinstance(feed, (list, tuple)):
             if not feed:
@@ -391,7 +398,12 @@ class Model:
         names = [var_name(k) for k in feed]
         arrays = [self._prepare(k, feed[k], steps) for k in names]
         fetch = [var_name(f) for f in fetch]
-        return self._run(names, arrays, fetch, batches, trace, timeout_ms, priority, check_nan_inf)
+        opts = ffi.new("pe_client_run_opts *")
+        opts.steps = repeat if repeat > 1 else 0
+        opts.batches = batches if batches and batches > 1 else 0
+        opts.trace, opts.timeout_ms, opts.priority = trace, timeout_ms, priority
+        opts.check_nan_inf = check_nan_inf
+        return self._run(names, arrays, fetch, opts)
 
     def _place_feeds(self, ts, arrays):
         """Feeds by reference: views into a region as they are, the others
@@ -416,7 +428,7 @@ class Model:
             ts[i].shm_region, ts[i].shm_offset = st.region, off
             off += (a.nbytes + 63) // 64 * 64
 
-    def _run(self, names, arrays, fetch, batches, trace, timeout_ms, priority, check_nan_inf):
+    def _run(self, names, arrays, fetch, o):
         c = self.client
         ts = ffi.new("pe_client_tensor[]", max(len(arrays), 1))
         names_c = [ffi.new("char[]", n.encode()) for n in names]
@@ -424,10 +436,6 @@ class Model:
             fill_tensor(ts[i], names_c[i], a)
         fetch_c = [ffi.new("char[]", f.encode()) for f in fetch]
         fetch_arr = ffi.new("const char *[]", fetch_c) if fetch_c else ffi.NULL
-        o = ffi.new("pe_client_run_opts *")
-        o.batches = batches if batches and batches > 1 else 0
-        o.trace, o.timeout_ms, o.priority = trace, timeout_ms, priority
-        o.check_nan_inf = check_nan_inf
         res = ffi.new("pe_client_run_result *")
         with c._lock:
             self._place_feeds(ts, arrays)

@@ -117,6 +117,15 @@ class Program:
         self.check(name_ptr, what)
         return Variable(self, string(name_ptr), dtype, shape)
 
+    def fetchable(self):
+        """The names a trainer fetches without asking: the loss and the
+        metrics (an accuracy's .correct and .total too)."""
+        names = [self.loss] if self.loss else []
+        for acc in self.metrics.values():
+            names += [acc.name] + [v.name for v in (getattr(acc, "correct", None),
+                                                    getattr(acc, "total", None)) if v]
+        return names
+
     def to_bytes(self):
         """The ProgramDesc's protobuf bytes (pe_builder_finish)."""
         if self._b is None:
