@@ -382,7 +382,8 @@ class Model:
         """Run the program on feed; returns the fetched arrays, in fetch's
         order. Several mini-batches in one request: a list of feed dicts, a
         leading steps dimension, or batches=K with K mini-batches stacked
-        along dim 0; a fetched tensor is then [K, ...], each step's value.
+        along dim 0; a fetched tensor is then [K, ...], each step's value
+        (K = 1 included).
         repeat=N runs N steps on the same feed. timeout_ms: the daemon stops
         the run there (DeadlineExceededError; the steps before stay applied).
         .last_run has the request's run_ms, queue_ms, steps (and trace)."""
@@ -403,7 +404,10 @@ class Model:
         opts.batches = batches if batches and batches > 1 else 0
         opts.trace, opts.timeout_ms, opts.priority = trace, timeout_ms, priority
         opts.check_nan_inf = check_nan_inf
-        return self._run(names, arrays, fetch, opts)
+        out = self._run(names, arrays, fetch, opts)
+        if batches == 1:  # one step of the stepped forms: its [1, ...] too
+            out = [a[np.newaxis] for a in out]
+        return out
 
     def _place_feeds(self, ts, arrays):
         """Feeds by reference: views into a region as they are, the others

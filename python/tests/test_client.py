@@ -69,6 +69,15 @@ def test_several_batches_per_request(client):
     assert np.array_equal(losses[0], losses[1]) and np.array_equal(losses[0], losses[2])
 
 
+def test_one_step_of_the_stepped_forms_keeps_its_axis(client, model):
+    m, loss, _ = model
+    x, y = batch(16)
+    assert m.run({"x": x[None], "y": y[None]}, fetch=[loss])[0].shape == (1, 1)
+    assert m.run([{"x": x, "y": y}], fetch=[loss])[0].shape == (1, 1)
+    assert m.run({"x": x, "y": y}, fetch=[loss], batches=1)[0].shape == (1, 1)
+    assert m.run({"x": x, "y": y}, fetch=[loss])[0].shape == (1,)
+
+
 def test_state_dict_round_trip(client, model):
     m, loss, _ = model
     sd = m.state_dict()
