@@ -2,7 +2,7 @@
 import numpy as np
 
 from ._ffi import ffi, lib, string
-from .framework import DTYPE_NAMES, dtype_code
+from .framework import DTYPES, dtype_code
 
 MAX_DIMS = lib.PE_CLIENT_MAX_DIMS
 
@@ -38,17 +38,22 @@ def address(a):
     return a.__array_interface__["data"][0]
 
 
+# numpy dtype -> pe_b_dtype, and back (a lookup per tensor: run's hot path).
+CODES = {np.dtype(name): code for name, code in DTYPES.items()}
+NP_DTYPES = {code: np.dtype(name) for name, code in DTYPES.items()}
+
+
 def fill_tensor(t, name_c, a):
     """Fill pe_client_tensor t with C-contiguous array a (by pointer: a must
     outlive the request)."""
     if a.ndim > MAX_DIMS:
         raise ValueError("feed '%s': %d dims, at most %d" % (string(name_c), a.ndim, MAX_DIMS))
+    code = CODES.get(a.dtype)
+    t.dtype = code if code is not None else dtype_code(a.dtype)  # dtype_code names the bad one
     t.name = name_c
-    t.dtype = dtype_code(a.dtype)
     t.ndim = a.ndim
-    for i, d in enumerate(a.shape):
-        t.shape[i] = d
-    t.data = ffi.cast("const void *", address(a)) if a.size else ffi.NULL
+    t.shape[0:a.ndim] = a.shape
+    t.data = ffi.from_buffer(a) if a.size else ffi.NULL
     t.nbytes = a.nbytes
     t.shm_region = 0
     t.shm_offset = 0
@@ -56,14 +61,13 @@ def fill_tensor(t, name_c, a):
 
 def to_numpy(t):
     """A copy of result tensor t (its data lives in the handle's last reply)."""
-    dt = np.dtype(DTYPE_NAMES.get(t.dtype, "uint8"))
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    if t.nbytes == 0:
-        return np.zeros(shape, dt)
-    out = np.empty(shape, dt)
+    dt = NP_DTYPES.get(t.dtype, np.dtype(np.uint8))
+    out = np.empty(tuple(t.shape[0:t.ndim]), dt)
     if out.nbytes != t.nbytes:
-        raise ValueError("result '%s': %d bytes for %s %s" % (string(t.name), t.nbytes, dt, shape))
-    ffi.memmove(ffi.from_buffer(out), t.data, t.nbytes)
+        raise ValueError("result '%s': %d bytes for %s %s"
+                         % (string(t.name), t.nbytes, dt, out.shape))
+    if out.nbytes:
+        ffi.memmove(ffi.from_buffer(out), t.data, out.nbytes)
     return out
 
 
