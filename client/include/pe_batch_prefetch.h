@@ -26,6 +26,10 @@
 
 #include "pe_dataset.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pe_batch_prefetch pe_batch_prefetch;
 
 /* x[k] has room for a batch of images, y[k] for its labels (k = 0, 1).
@@ -43,5 +47,9 @@ int pe_batch_prefetch_next(pe_batch_prefetch *pf, int *n);
  * the batcher and every buffer are the caller's alone again. NULL is a
  * no-op. */
 void pe_batch_prefetch_stop(pe_batch_prefetch *pf);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

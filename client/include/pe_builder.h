@@ -36,6 +36,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pe_builder pe_builder;
 
 /* Element types; the values equal proto DataType and pe_dtype. */
@@ -240,5 +244,9 @@ const char *pe_lr_schedule_kind(const char *name);
  * only computes gradients). The builder
  * stays usable (finish may be called again after more layers). */
 int pe_builder_finish(pe_builder *b, uint8_t **bytes, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

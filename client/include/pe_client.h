@@ -51,6 +51,10 @@
 
 #include "pe_builder.h" /* pe_b_dtype: the element types (proto DataType values) */
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum pe_client_code {
   /* The daemon's codes (pe_code, daemon/core/status.h). */
   PE_C_OK = 0,
@@ -552,5 +556,9 @@ void pe_client_shm_close(pe_client *c, pe_client_shm *shm);
 void pe_client_shm_unlink_all(void);
 void pe_client_shm_unlink_on_signals(void);
 int pe_client_shm_sweep(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

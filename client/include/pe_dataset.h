@@ -27,6 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define PE_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define PE_FASHION_MNIST_CLASSES 10
 
@@ -91,5 +95,9 @@ bool pe_batcher_seek(pe_batcher *bt, int epoch, int64_t offset);
 int pe_batcher_epoch(const pe_batcher *bt);
 /* Batches per epoch: ceil(n / batch). */
 int64_t pe_batcher_batches(const pe_batcher *bt);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

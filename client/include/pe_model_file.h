@@ -19,6 +19,10 @@
 
 #include "pe_models.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Parse len bytes of text; `source` names it in errors and is the model's
  * name unless a `name` line sets one. Returns 0 and *out (release with
  * pe_model_spec_release), or -1 with the message in err. */
@@ -38,5 +42,9 @@ int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t err
 /* The same with another models directory (NULL or "": none). */
 int pe_model_resolve_in(const char *spec, const char *models_dir, pe_model_spec *out, char *err,
                         size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

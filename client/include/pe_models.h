@@ -16,6 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define PE_MODEL_NAME_LEN 64
 
 typedef struct pe_model_spec {
@@ -39,5 +43,9 @@ int pe_model_spec_build(const char *name, pe_model_spec *out, char *err, size_t 
 void pe_model_spec_release(pe_model_spec *m);
 /* "mlp|cnn" */
 const char *pe_model_spec_names(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pe_train_recipe {
   /* sgd | momentum | adam | adamw; NULL: the program's. A new type starts
    * from its defaults (momentum 0.9; betas 0.9, 0.999; epsilon 1e-8); the
@@ -64,5 +68,9 @@ const char *pe_program_optimizer(const uint8_t *in, size_t len);
  * with a message in err (not a ProgramDesc, no startup block). */
 int pe_program_add_counter(const uint8_t *in, size_t len, const char *name, uint8_t **out,
                            size_t *out_len, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
