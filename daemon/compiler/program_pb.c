@@ -22,7 +22,6 @@
  * size; these keep derived quantities (element counts, name buffers used by
  * the passes) from overflowing. */
 #define PB_MAX_NAME 256                 /* bytes in a variable/op/slot/attr name */
-#define PB_MAX_NUMEL (INT64_C(1) << 40) /* elements in a declared shape */
 #define PB_MAX_BLOCKS 4096
 
 #define MALFORMED(len) \
@@ -53,7 +52,7 @@ static pe_status *check_var(int bi, const Pe__VarDesc *v) {
       return pe_error(PE_EINVAL, "block %d: variable '%s': dim %zu is %lld (must be >= -1)", bi,
                       v->name, d, (long long)x);
     if (x > 0) {
-      if (x > PB_MAX_NUMEL || numel > PB_MAX_NUMEL / x)
+      if (x > PE_MAX_NUMEL || numel > PE_MAX_NUMEL / x)
         return pe_error(PE_EINVAL, "block %d: variable '%s': shape has more than 2^40 elements", bi,
                         v->name);
       numel *= x;

@@ -247,6 +247,16 @@ static pe_status *infer_op(const pe_program *p, const pe_block *b, int i, const 
       const pe_meta *m = l->m[k];
       pe_var_desc *v = mb.vars[(size_t)(l->m + k - mb.ptrs)];
       if (m->shape.ndim == 0) continue; /* the row left it alone */
+      /* The bound of a declared shape (program_pb.c) holds for inferred ones
+       * too (a created tensor's shape attribute, a matmul of two large
+       * inputs), so that the passes and kernels multiply within int64_t. */
+      pe_status *big = pe_shape_check(&m->shape, PE_MAX_NUMEL, "inferred");
+      if (big) {
+        st = OPERR(b, i, op, PE_ESHAPE, "output %s '%s': %s", def->outputs[o].name, l->names[k],
+                   pe_status_msg(big));
+        pe_status_free(big);
+        break;
+      }
       if (v->shape.ndim == 0) {
         v->dtype = m->dtype;
         v->shape = m->shape;

@@ -1,5 +1,6 @@
 #include "dtype.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,12 +28,35 @@ bool pe_dtype_parse(const char *name, pe_dtype *out) {
 int64_t pe_shape_numel(const pe_shape *s) { return pe_shape_prod(s, 0, s->ndim); }
 
 int64_t pe_shape_prod(const pe_shape *s, int from, int to) {
-  int64_t n = 1;
+  bool zero = false;
   for (int i = from; i < to; i++) {
     if (s->d[i] < 0) return -1;
-    n *= s->d[i];
+    zero = zero || s->d[i] == 0;
   }
+  if (zero) return 0; /* whatever the others' product: it may not fit */
+  int64_t n = 1;
+  for (int i = from; i < to; i++)
+    if (__builtin_mul_overflow(n, s->d[i], &n)) return -1;
   return n;
+}
+
+pe_status *pe_shape_check(const pe_shape *s, int64_t max_numel, const char *what) {
+  char sb[PE_SHAPE_STRLEN];
+  if (s->ndim < 0 || s->ndim > PE_MAX_DIMS)
+    return pe_error(PE_ESHAPE, "%s: rank %d, at most %d", what, s->ndim, PE_MAX_DIMS);
+  int64_t n = 1;
+  for (int i = 0; i < s->ndim; i++) {
+    int64_t d = s->d[i];
+    if (d < -1)
+      return pe_error(PE_ESHAPE, "%s: shape %s: dim %d is %lld (must be >= -1)", what,
+                      pe_shape_str(s, sb, sizeof sb), i, (long long)d);
+    if (d > 0 && (d > max_numel || n > max_numel / d))
+      return pe_error(PE_ESHAPE,
+                      "%s: shape %s has more than %lld elements (zero dimensions left out)",
+                      what, pe_shape_str(s, sb, sizeof sb), (long long)max_numel);
+    if (d > 0) n *= d;
+  }
+  return NULL;
 }
 
 bool pe_shape_equal(const pe_shape *a, const pe_shape *b) {

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 typedef enum pe_dtype {
   PE_F32 = 0,
   PE_F64 = 1,
@@ -29,17 +31,28 @@ typedef struct pe_shape {
   int64_t d[PE_MAX_DIMS];
 } pe_shape;
 
+/* The most elements a declared shape (program_pb.c) or a checkpoint's
+ * tensor may have, zero dimensions left out: 2^40 (4 TiB of f32). */
+#define PE_MAX_NUMEL (INT64_C(1) << 40)
+
 /* Number of elements; -1 if any dimension is unknown (-1). */
 int64_t pe_shape_numel(const pe_shape *s);
 bool pe_shape_equal(const pe_shape *a, const pe_shape *b);
 /* Equal except that -1 in either matches any size. */
 bool pe_shape_compatible(const pe_shape *a, const pe_shape *b);
-/* Product of d[from..to). */
+/* Product of d[from..to): -1 if a dimension there is unknown (-1), else 0
+ * if one is 0, else -1 too if the product does not fit int64_t (a shape
+ * that pe_shape_check accepts does not overflow, whatever the range). */
 int64_t pe_shape_prod(const pe_shape *s, int from, int to);
+/* NULL, or PE_ESHAPE naming `what` and the shape: a rank over
+ * PE_MAX_DIMS, a dimension below -1, or non-zero known dimensions whose
+ * product is over max_numel (a zero dimension does not make the others'
+ * product small: pe_shape_prod of the range after it is that product). */
+pe_status *pe_shape_check(const pe_shape *s, int64_t max_numel, const char *what);
 /* "[-1,784]" into buf; returns buf. */
 const char *pe_shape_str(const pe_shape *s, char *buf, size_t len);
 pe_shape pe_shape_make(int ndim, const int64_t *d);
-#define PE_SHAPE(...)                                                         \
+#define PE_SHAPE(...) \
   pe_shape_make(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), (int64_t[]){__VA_ARGS__})
 
 /* A shape string buffer large enough for any shape. */

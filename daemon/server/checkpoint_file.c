@@ -325,19 +325,24 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
     }
     pe_shape shape = {.ndim = (int)nd};
     bool ok = true;
-    uint64_t numel = 1;
     for (uint32_t d = 0; d < nd && ok; d++) {
       uint64_t v;
-      ok = get_u64(&r, &v) && v <= (uint64_t)1 << 40;
-      if (ok) {
-        shape.d[d] = (int64_t)v;
-        ok = v == 0 || numel <= UINT64_MAX / v;
-        numel *= v;
-      }
+      ok = get_u64(&r, &v) && v <= (uint64_t)PE_MAX_NUMEL;
+      shape.d[d] = ok ? (int64_t)v : 0;
     }
-    uint64_t nb;
-    if (!ok || !get_u64(&r, &nb) || numel > UINT64_MAX / pe_dtype_size((pe_dtype)dt) ||
-        nb != numel * pe_dtype_size((pe_dtype)dt) || nb > r.len - r.off) {
+    /* Every range of the shape has a product that fits, so the code that
+     * takes the values (pe_shape_prod of the inner dims) cannot overflow. */
+    char tensor[160];
+    snprintf(tensor, sizeof tensor, "tensor '%.128s'", e[i].name);
+    pe_status *bad = ok ? pe_shape_check(&shape, PE_MAX_NUMEL, tensor) : NULL;
+    if (bad) {
+      st = pe_error(PE_ECORRUPT, "checkpoint %s: %s", what, pe_status_msg(bad));
+      pe_status_free(bad);
+      break;
+    }
+    uint64_t numel = ok ? (uint64_t)pe_shape_numel(&shape) : 0, nb;
+    if (!ok || !get_u64(&r, &nb) || nb != numel * pe_dtype_size((pe_dtype)dt) ||
+        nb > r.len - r.off) {
       st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor '%s': bad shape or byte count", what,
                     e[i].name);
       break;

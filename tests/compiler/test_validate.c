@@ -245,6 +245,33 @@ START_TEST(shape_mismatch_after_inference) {
 }
 END_TEST
 
+/* Inferred shapes have the bound of declared ones (2^40 elements, zero
+ * dimensions left out): a created tensor's shape attribute and a product
+ * of two large inputs are refused, naming the op, the output and the shape,
+ * before a pass or kernel multiplies their dims. */
+START_TEST(inferred_shape_over_the_bound) {
+  const int64_t big = INT64_C(1) << 40;
+  pe_block *m;
+  pe_program *p = new_program(&m);
+  pu_var(m, "c", PE_F32, NULL);
+  pe_op_desc *op = pu_op(m, "fill_constant", NULL, "Out", "c", NULL);
+  PU_OK(pe_op_set_ints(op, "shape", 3, (int64_t[]){0, big, big}));
+  pu_expect(pe_program_validate(p), PE_ESHAPE, "block 0", "op #0 (fill_constant)",
+            "output Out 'c'", "[0,1099511627776,1099511627776] has more than 1099511627776 elements",
+            NULL);
+  pe_program_free(p);
+
+  p = new_program(&m);
+  pu_param(m, "a", PE_SHAPE(big, 1));
+  pu_param(m, "b", PE_SHAPE(1, big));
+  pu_var(m, "ab", PE_F32, NULL);
+  pu_op(m, "matmul", "X", "a", "Y", "b", NULL, "Out", "ab", NULL);
+  pu_expect(pe_program_validate(p), PE_ESHAPE, "op #0 (matmul)", "output Out 'ab'",
+            "[1099511627776,1099511627776] has more than", NULL);
+  pe_program_free(p);
+}
+END_TEST
+
 START_TEST(use_before_definition) {
   pe_block *m;
   pe_program *p = new_program(&m);
@@ -376,6 +403,7 @@ static Suite *validate_suite(void) {
   tcase_add_test(tc, wrong_slot_arity);
   tcase_add_test(tc, dtype_mismatch);
   tcase_add_test(tc, shape_mismatch_after_inference);
+  tcase_add_test(tc, inferred_shape_over_the_bound);
   tcase_add_test(tc, use_before_definition);
   tcase_add_test(tc, cycle);
   tcase_add_test(tc, persistable_written_later_is_not_a_cycle);

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "core/strmap.h"
 #include "core/tensor.h"
+#include "test_assert.h"
 
 START_TEST(status_carries_code_and_message) {
   pe_status *st = pe_error(PE_ESHAPE, "op #%d (%s): bad", 3, "matmul");
@@ -35,6 +36,39 @@ START_TEST(shapes) {
   pe_dtype dt;
   ck_assert(pe_dtype_parse("i64", &dt) && dt == PE_I64);
   ck_assert(!pe_dtype_parse("q7", &dt));
+}
+END_TEST
+
+/* A zero dimension makes the whole product 0, but not that of the other
+ * dimensions: [0, 2^40, 2^40]'s inner product overflows int64_t, and is
+ * -1 (does not fit) rather than undefined; pe_shape_check refuses such a
+ * shape, naming it, where one is read. */
+START_TEST(shape_products_do_not_overflow) {
+  const int64_t big = INT64_C(1) << 40;
+  pe_shape z = PE_SHAPE(0, big, big);
+  ck_assert_int_eq(pe_shape_numel(&z), 0);
+  ck_assert_int_eq(pe_shape_prod(&z, 1, 3), -1);
+  ck_assert_int_eq(pe_shape_prod(&z, 1, 2), big);
+  pe_shape w = PE_SHAPE(big, big, 0);
+  ck_assert_int_eq(pe_shape_numel(&w), 0);
+  ck_assert_int_eq(pe_shape_prod(&w, 0, 2), -1);
+  pe_shape u = PE_SHAPE(-1, 0, 3); /* unknown wins over zero */
+  ck_assert_int_eq(pe_shape_numel(&u), -1);
+  ck_assert_int_eq(pe_shape_prod(&u, 1, 3), 0);
+  pe_shape fits = PE_SHAPE(INT64_C(1) << 31, INT64_C(1) << 31);
+  ck_assert_int_eq(pe_shape_numel(&fits), INT64_C(1) << 62);
+
+  expect_error(pe_shape_check(&z, PE_MAX_NUMEL, "tensor 'w'"), PE_ESHAPE,
+               "tensor 'w': shape [0,1099511627776,1099511627776] has more than 1099511627776 "
+               "elements (zero dimensions left out)");
+  pe_shape neg = PE_SHAPE(4, -2);
+  expect_error(pe_shape_check(&neg, PE_MAX_NUMEL, "x"), PE_ESHAPE,
+               "x: shape [4,-2]: dim 1 is -2 (must be >= -1)");
+  pe_shape ok = PE_SHAPE(0, big), batch = PE_SHAPE(-1, big);
+  PE_CK_OK(pe_shape_check(&ok, PE_MAX_NUMEL, "x"));
+  PE_CK_OK(pe_shape_check(&batch, PE_MAX_NUMEL, "x"));
+  pe_shape rank = {.ndim = PE_MAX_DIMS + 1};
+  expect_error(pe_shape_check(&rank, PE_MAX_NUMEL, "x"), PE_ESHAPE, "x: rank 9, at most 8");
 }
 END_TEST
 
@@ -186,6 +220,7 @@ static Suite *core_suite(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, status_carries_code_and_message);
   tcase_add_test(tc, shapes);
+  tcase_add_test(tc, shape_products_do_not_overflow);
   tcase_add_test(tc, allocator_caches_blocks);
   tcase_add_test(tc, allocator_cache_is_bounded);
   tcase_add_test(tc, tensor_resize_keeps_capacity);

@@ -284,6 +284,24 @@ START_TEST(conv_infer) {
 }
 END_TEST
 
+/* Attributes past int64_t arithmetic (a program's bytes may hold any) are
+ * refused, naming them and the shapes, instead of overflowing the size
+ * computation: 2 * padding, dilation * (kernel - 1). */
+START_TEST(conv_infer_huge_attrs) {
+  const int64_t huge = INT64_C(1) << 62;
+  dt_var ok[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 32, 32)}, {"w", PE_F32, PE_SHAPE(8, 3, 3, 3)}};
+  pe_op_desc *op = conv_op(1, huge, 1, 1);
+  dt_expect_infer_error(op, ok, 2, PE_EATTR, "conv2d",
+                        "paddings [4611686018427387904,4611686018427387904]", "too large",
+                        "Input 'x' [-1,3,32,32]", "Filter 'w' [8,3,3,3]", NULL);
+  pe_op_desc_free(op);
+  op = conv_op(1, 0, huge, 1);
+  dt_expect_infer_error(op, ok, 2, PE_EATTR, "dilations [4611686018427387904,", "too large",
+                        NULL);
+  pe_op_desc_free(op);
+}
+END_TEST
+
 /* --- pool2d ------------------------------------------------------------------------- */
 
 static pe_op_desc *pool_op(const char *type, int64_t k, int64_t s, int64_t p, bool exclusive) {
@@ -478,6 +496,14 @@ START_TEST(pool_infer) {
   pe_op_desc_free(op);
   op = ph_op("pool2d", "X", "x", NULL, "Out", "out", NULL); /* ksize missing */
   dt_expect_infer_error(op, ok, 1, PE_EATTR, "ksize", NULL);
+  pe_op_desc_free(op);
+  /* A window and padding past int64_t arithmetic: 2 * padding overflows. */
+  const int64_t huge = INT64_C(1) << 62;
+  op = pool_op("max", INT64_MAX, 1, huge, true);
+  dt_expect_infer_error(op, ok, 1, PE_EATTR, "pool2d",
+                        "paddings [4611686018427387904,4611686018427387904] are too large for X "
+                        "'x' [-1,8,28,28]",
+                        NULL);
   pe_op_desc_free(op);
 }
 END_TEST
@@ -707,6 +733,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, conv_grad_numeric);
   tcase_add_test(tc, conv_blocked_layouts_match_reference);
   tcase_add_test(tc, conv_infer);
+  tcase_add_test(tc, conv_infer_huge_attrs);
   tcase_add_test(tc, pool_written_out);
   tcase_add_test(tc, pool_grad_numeric);
   tcase_add_test(tc, pool_max_grad_written_out);

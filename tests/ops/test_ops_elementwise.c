@@ -474,6 +474,9 @@ START_TEST(infer_errors_name_vars_and_shapes) {
   expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE, "cannot broadcast Y 'b' [4] to X 'h' [-1,3,4]");
   PE_CK_OK(pe_op_set_int(op, "axis", 3));
   expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE, "axis 3");
+  PE_CK_OK(pe_op_set_int(op, "axis", INT64_MAX)); /* axis + Y's rank must not overflow */
+  expect_error(ph_infer_op(s, op, m, 2), PE_ESHAPE,
+               "(axis 9223372036854775807: Y does not fit inside X at this axis)");
   ph_set_meta(s, "b", PE_I64, PE_SHAPE(4));
   expect_error(ph_infer_op(s, op, m, 2), PE_EDTYPE, "'b'");
   pe_op_desc_free(op);

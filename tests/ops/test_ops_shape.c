@@ -128,6 +128,13 @@ START_TEST(infer_errors_name_vars_and_shapes) {
   infer_fails(reshape_op(2, (int64_t[]){-2, 3}), PE_SHAPE(2, 3), PE_EATTR, "negative dim -2");
   infer_fails(flatten_op(4), PE_SHAPE(-1, 3, 4), PE_EATTR,
               "axis 4 is outside [0, 3] for X 'x' [-1,3,4]");
+  /* Target dims whose product overflows int64_t (a copied dim of X too). */
+  const int64_t big = INT64_C(1) << 40;
+  infer_fails(reshape_op(2, (int64_t[]){INT64_C(1) << 62, 4}), PE_SHAPE(2, 3), PE_ESHAPE,
+              "cannot reshape X 'x' [2,3] to [4611686018427387904,4]: too many elements");
+  infer_fails(reshape_op(3, (int64_t[]){0, big, big}), PE_SHAPE(big, 1), PE_ESHAPE,
+              "cannot reshape X 'x' [1099511627776,1] to [0,1099511627776,1099511627776]: too "
+              "many elements");
 }
 END_TEST
 

@@ -250,6 +250,34 @@ START_TEST(test_lying_counts_with_valid_crc) {
 }
 END_TEST
 
+/* A tensor with a zero dimension has no bytes whatever its other
+ * dimensions; those must still multiply within bounds (the code that takes
+ * a loaded value multiplies inner dimensions): refused, naming the shape. */
+START_TEST(test_zero_dim_with_huge_dims_refused) {
+  const int64_t big = INT64_C(1) << 40;
+  pe_ckpt_entry e = {.name = (char *)"fc_0.w"};
+  e.t.dtype = PE_F32;
+  e.t.shape = PE_SHAPE(0, big, big);
+  uint8_t *buf;
+  size_t len;
+  PE_CK_OK(pe_ckpt_encode(&e, 1, NULL, &buf, &len));
+  pe_ckpt_entry *d;
+  int nd;
+  expect_error(pe_ckpt_decode(buf, len, "zero.ckpt", &d, &nd, NULL), PE_ECORRUPT,
+               "checkpoint zero.ckpt: tensor 'fc_0.w': shape [0,1099511627776,1099511627776] "
+               "has more than 1099511627776 elements");
+  free(buf);
+  /* Within bounds, a zero dimension is a tensor like any other. */
+  e.t.shape = PE_SHAPE(0, big);
+  PE_CK_OK(pe_ckpt_encode(&e, 1, NULL, &buf, &len));
+  PE_CK_OK(pe_ckpt_decode(buf, len, "zero.ckpt", &d, &nd, NULL));
+  ck_assert_int_eq(nd, 1);
+  ck_assert_int_eq(pe_tensor_numel(&d[0].t), 0);
+  pe_ckpt_entries_free(d, nd);
+  free(buf);
+}
+END_TEST
+
 START_TEST(test_atomic_write) {
   char dir[] = "/tmp/pe-ckpt-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -295,6 +323,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_lying_counts_with_valid_crc);
   tcase_add_test(tc, test_old_versions_and_lying_records);
   tcase_add_test(tc, test_unknown_version_named);
+  tcase_add_test(tc, test_zero_dim_with_huge_dims_refused);
   tcase_add_test(tc, test_atomic_write);
   suite_add_tcase(s, tc);
   return s;

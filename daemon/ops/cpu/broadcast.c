@@ -60,6 +60,7 @@ const char *pe_bcast_infer(const pe_shape *x, const pe_shape *y, int64_t axis, p
     return NULL;
   }
   /* Paddle rule: Y sits inside X from `axis`; trailing 1s of Y may hang over. */
+  if (axis > x->ndim) return "Y does not fit inside X at this axis";
   int ny = y->ndim;
   while (ny > 0 && axis + ny > x->ndim && y->d[ny - 1] == 1) ny--;
   if (axis + ny > x->ndim) return "Y does not fit inside X at this axis";

@@ -39,9 +39,19 @@ typedef struct conv_params {
   int64_t strides[2], paddings[2], dilations[2], groups;
 } conv_params;
 
+/* An output size that attributes too large for int64_t arithmetic give
+ * (conv_check refuses it). */
+#define CONV_OVERFLOW INT64_MIN
+
+/* The output size along one axis: -1 when the input's is unknown, 0 when
+ * the padded input is smaller than the dilated kernel, CONV_OVERFLOW. */
 static int64_t conv_out_dim(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
-  int64_t span = in + 2 * p - (d * (k - 1) + 1);
   if (in < 0) return -1;
+  int64_t padded, reach;
+  if (__builtin_mul_overflow(p, 2, &padded) || __builtin_add_overflow(in, padded, &padded) ||
+      __builtin_mul_overflow(d, k - 1, &reach) || __builtin_add_overflow(reach, 1, &reach))
+    return CONV_OVERFLOW;
+  int64_t span = padded - reach; /* both >= 0 here: no overflow */
   return span < 0 ? 0 : span / s + 1; /* 0: too small (C division truncates toward 0) */
 }
 
@@ -87,6 +97,14 @@ static pe_status *conv_check(pe_infer_ctx *c, int sin, int sf, int sb_slot, pe_s
   *out = PE_SHAPE(xd[0], wd[0],
                   conv_out_dim(xd[2], wd[2], p.strides[0], p.paddings[0], p.dilations[0]),
                   conv_out_dim(xd[3], wd[3], p.strides[1], p.paddings[1], p.dilations[1]));
+  if (out->d[2] == CONV_OVERFLOW || out->d[3] == CONV_OVERFLOW)
+    return pe_infer_error(c, PE_EATTR,
+                          "paddings [%lld,%lld] and dilations [%lld,%lld] are too large for "
+                          "Input '%s' %s and Filter '%s' %s (the sizes overflow)",
+                          (long long)p.paddings[0], (long long)p.paddings[1],
+                          (long long)p.dilations[0], (long long)p.dilations[1], xn,
+                          pe_shape_str(&x->shape, sb, sizeof sb), wn,
+                          pe_shape_str(&w->shape, sb2, sizeof sb2));
   if ((xd[2] >= 0 && out->d[2] < 1) || (xd[3] >= 0 && out->d[3] < 1))
     return pe_infer_error(c, PE_ESHAPE,
                           "input Input '%s' shape %s is smaller than the dilated filter '%s' %s "

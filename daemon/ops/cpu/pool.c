@@ -56,9 +56,18 @@ static void pool_params_k(const pe_kernel_ctx *c, int64_t h, int64_t w, pool_par
   }
 }
 
+/* An output size that attributes too large for int64_t arithmetic give
+ * (pool_check refuses it). */
+#define POOL_OVERFLOW INT64_MIN
+
+/* The output size along one axis: -1 when the input's is unknown, 0 when
+ * the padded input is smaller than the window, POOL_OVERFLOW. */
 static int64_t pool_out_dim(int64_t in, int64_t k, int64_t s, int64_t p) {
   if (in < 0) return -1;
-  return in + 2 * p < k ? 0 : (in + 2 * p - k) / s + 1; /* 0: too small */
+  int64_t padded;
+  if (__builtin_mul_overflow(p, 2, &padded) || __builtin_add_overflow(in, padded, &padded))
+    return POOL_OVERFLOW;
+  return padded < k ? 0 : (padded - k) / s + 1; /* 0: too small */
 }
 
 static pe_status *pool_check(pe_infer_ctx *c, pe_shape *out) {
@@ -93,6 +102,11 @@ static pe_status *pool_check(pe_infer_ctx *c, pe_shape *out) {
                             (long long)p[0], (long long)p[1]);
   *out = PE_SHAPE(xd[0], xd[1], pool_out_dim(xd[2], k[0], s[0], p[0]),
                   pool_out_dim(xd[3], k[1], s[1], p[1]));
+  if (out->d[2] == POOL_OVERFLOW || out->d[3] == POOL_OVERFLOW)
+    return pe_infer_error(c, PE_EATTR,
+                          "paddings [%lld,%lld] are too large for X '%s' %s (the sizes overflow)",
+                          (long long)p[0], (long long)p[1], xn,
+                          pe_shape_str(&x->shape, sb, sizeof sb));
   if ((xd[2] >= 0 && out->d[2] < 1) || (xd[3] >= 0 && out->d[3] < 1))
     return pe_infer_error(c, PE_ESHAPE,
                           "input X '%s' shape %s is smaller than the window %lldx%lld", xn,

@@ -47,8 +47,10 @@ static pe_status *reshape_shape(pe_infer_ctx *c, pe_shape *out) {
     if (i == infer_at) continue;
     if (d < 0)
       out_unknown++; /* a copied -1 of X */
-    else
-      out_known *= d;
+    else if (__builtin_mul_overflow(out_known, d, &out_known))
+      return pe_infer_error(c, PE_ESHAPE, "cannot reshape X '%s' %s to %s: too many elements", xn,
+                            pe_shape_str(&x->shape, xs, sizeof xs),
+                            pe_shape_str(&target, ts, sizeof ts));
   }
   int x_unknown = 0;
   int64_t x_known = 1;
