@@ -8,6 +8,7 @@
 
 #include "compiler/pass.h"
 #include "compiler/program.h"
+#include "core/names_unique.h"
 #include "server/registry_internal.h"
 
 /* seen: the names in arr (the startup block declares the persistables
@@ -69,6 +70,9 @@ pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_
       st = pe_error(PE_EINVAL, "register: options.fuse_bucket_bytes %lld must be >= 0",
                     (long long)o->fuse_bucket_bytes);
     po.fuse_bucket_bytes = o->fuse_bucket_bytes;
+    if (!st)
+      st = pe_status_wrap(pe_names_unique(o->keep, o->n_keep, pe_name_at_str, "options.keep name"),
+                          "register");
     po.n_keep = (int)o->n_keep;
     po.keep = (const char *const *)o->keep;
   }
