@@ -96,7 +96,7 @@ typedef struct pe_lr_schedule_desc {
 typedef struct pe_optimizer_desc {
   char *type; /* sgd | momentum | adam | adamw; NULL: none */
   float lr, momentum, beta1, beta2, epsilon;
-  float weight_decay; /* L2 (adamw: decoupled) coefficient; 0: none (adamw: 0.01) */
+  float weight_decay;   /* L2 (adamw: decoupled) coefficient; 0: none (adamw: 0.01) */
   float grad_clip_norm; /* clip gradients to this global L2 norm; 0: none */
   bool nesterov;
   pe_lr_schedule_desc sched;
@@ -159,6 +159,11 @@ pe_status *pe_op_desc_clone(const pe_op_desc *op, pe_op_desc **out);
 /* Set slot `name` to the given args (replacing any previous list). */
 pe_status *pe_op_set_input(pe_op_desc *op, const char *slot, int n, const char *const *args);
 pe_status *pe_op_set_output(pe_op_desc *op, const char *slot, int n, const char *const *args);
+/* Append slot `name`, which op does not have (the caller knows its names
+ * differ: a decoded op, a copy): no search, so building an op of many
+ * slots costs its size. */
+pe_status *pe_op_append_input(pe_op_desc *op, const char *slot, int n, const char *const *args);
+pe_status *pe_op_append_output(pe_op_desc *op, const char *slot, int n, const char *const *args);
 /* One-argument shorthands. */
 pe_status *pe_op_input1(pe_op_desc *op, const char *slot, const char *arg);
 pe_status *pe_op_output1(pe_op_desc *op, const char *slot, const char *arg);
@@ -181,6 +186,8 @@ pe_status *pe_op_set_strings(pe_op_desc *op, const char *name, int n, const char
 pe_status *pe_op_set_block(pe_op_desc *op, const char *name, int block_idx);
 /* Deep-copy an attribute into op (replacing). */
 pe_status *pe_op_set_attr(pe_op_desc *op, const pe_attr *a);
+/* Deep-copy an attribute that op does not have (as pe_op_append_input). */
+pe_status *pe_op_append_attr(pe_op_desc *op, const pe_attr *a);
 pe_attr *pe_op_find_attr(const pe_op_desc *op, const char *name);
 
 /* --- protobuf ------------------------------------------------------------ */
