@@ -196,14 +196,22 @@ pe_attr *pe_op_find_attr(const pe_op_desc *op, const char *name);
  * capped by the caller (transport). */
 pe_status *pe_program_decode(const uint8_t *buf, size_t len, pe_program **out);
 /* Bounds on the ops and the variables of all blocks together (0: none), with
- * the names of the settings that hold them for the message. */
+ * the names of the settings that hold them for the message; on each op's
+ * input slots, output slots and attributes (0: none); and the allocator
+ * protobuf-c's unpack uses (NULL: its default; a budget's, which fails the
+ * unpack past its limit: server/decode_budget.h). */
+struct ProtobufCAllocator;
 typedef struct pe_decode_limits {
   int64_t max_ops, max_vars;
   const char *ops_key, *vars_key;
+  int max_op_entries;
+  struct ProtobufCAllocator *alloc;
 } pe_decode_limits;
 /* pe_program_decode that refuses (PE_EINVAL, naming the count, the bound
- * and its key) a program over lim's bounds before building any of it: the
- * passes' time and memory grow with the ops. */
+ * and its key) a program over lim's bounds before unpacking any of it
+ * (program_scan.h): the unpack's memory and the passes' time grow with
+ * the ops. An unpack that lim's allocator fails is "malformed" here; the
+ * allocator's owner knows why. */
 pe_status *pe_program_decode_limited(const uint8_t *buf, size_t len, const pe_decode_limits *lim,
                                      pe_program **out);
 /* Check a protobuf OptimizerDesc (type, hyper-parameters, lr_schedule) and

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "compiler/program.h"
+#include "compiler/program_scan.h"
 #include "core/names_unique.h"
 #include "ops/lr_schedule.h"
 #include "program.pb-c.h"
@@ -324,26 +325,6 @@ static pe_status *decode_into(pe_program *p, const Pe__ProgramDesc *pd) {
   return NULL;
 }
 
-static pe_status *over_limit(const Pe__ProgramDesc *pd, int64_t n, const char *what,
-                             const char *key, int64_t max) {
-  return pe_error(PE_EINVAL, "%lld %s in its %zu block(s), over the limit %s = %lld", (long long)n,
-                  what, pd->n_blocks, key ? key : "", (long long)max);
-}
-
-/* Ops and variables of all blocks against lim's bounds. */
-static pe_status *check_size(const Pe__ProgramDesc *pd, const pe_decode_limits *lim) {
-  int64_t ops = 0, vars = 0;
-  for (size_t i = 0; i < pd->n_blocks; i++) {
-    ops += (int64_t)pd->blocks[i]->n_ops;
-    vars += (int64_t)pd->blocks[i]->n_vars;
-  }
-  if (lim->max_ops > 0 && ops > lim->max_ops)
-    return over_limit(pd, ops, "ops", lim->ops_key, lim->max_ops);
-  if (lim->max_vars > 0 && vars > lim->max_vars)
-    return over_limit(pd, vars, "variables", lim->vars_key, lim->max_vars);
-  return NULL;
-}
-
 pe_status *pe_program_decode(const uint8_t *buf, size_t len, pe_program **out) {
   static const pe_decode_limits none = {0};
   return pe_program_decode_limited(buf, len, &none, out);
@@ -353,12 +334,12 @@ pe_status *pe_program_decode_limited(const uint8_t *buf, size_t len, const pe_de
                                      pe_program **out) {
   *out = NULL;
   if (!buf && len) return pe_error(PE_EINVAL, "malformed ProgramDesc: NULL buffer");
-  Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, len, buf);
+  PE_TRY(pe_program_scan(buf, len, lim));
+  Pe__ProgramDesc *pd = pe__program_desc__unpack(lim->alloc, len, buf);
   if (!pd) return MALFORMED(len);
-  pe_status *st = check_size(pd, lim);
-  pe_program *p = st ? NULL : pe_program_new();
-  if (!st) st = p ? decode_into(p, pd) : pe_error(PE_ENOMEM, "decode: out of memory");
-  pe__program_desc__free_unpacked(pd, NULL);
+  pe_program *p = pe_program_new();
+  pe_status *st = p ? decode_into(p, pd) : pe_error(PE_ENOMEM, "decode: out of memory");
+  pe__program_desc__free_unpacked(pd, lim->alloc);
   if (st) {
     pe_program_free(p);
     return pe_status_wrap(st, "ProgramDesc");

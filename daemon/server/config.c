@@ -89,6 +89,8 @@ static const char embedded_defaults[] =
     "memory_per_run = 50%\n"
     "memory_runs_total = 75%\n"
     "memory_kept_per_program = 256M\n"
+    "memory_per_request = 0\n"
+    "memory_requests_total = 25%\n"
     "dedup_entries = 4096\n"
     "dedup_bytes = 256M\n";
 
@@ -269,7 +271,8 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
     }
     if (!strcmp(key, "worker_threads")) {
       if (!parse_int(value, 0, 1024, &iv))
-        return BAD("expected an integer in 0..1024 (0: one per cpu or cuda place, else online cores)");
+        return BAD(
+            "expected an integer in 0..1024 (0: one per cpu or cuda place, else online cores)");
       c->worker_threads = iv;
       return NULL;
     }
@@ -347,6 +350,18 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
       if (!parse_memory(value, &sz))
         return BAD("expected a size, or a share of the physical memory like 50% (0: unlimited)");
       *(!strcmp(key, "memory_per_run") ? &c->memory_per_run : &c->memory_runs_total) = sz;
+      return NULL;
+    }
+    if (!strcmp(key, "memory_per_request")) {
+      if (!pe_config_parse_size(value, &sz))
+        return BAD("expected a size (0: twice max_message plus 16M)");
+      c->memory_per_request = sz;
+      return NULL;
+    }
+    if (!strcmp(key, "memory_requests_total")) {
+      if (!parse_memory(value, &sz))
+        return BAD("expected a size, or a share of the physical memory like 25% (0: unlimited)");
+      c->memory_requests_total = sz;
       return NULL;
     }
     if (!strcmp(key, "memory_kept_per_program")) {
@@ -499,6 +514,8 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->memory_per_run = src->memory_per_run;
   dst->memory_runs_total = src->memory_runs_total;
   dst->memory_kept_per_program = src->memory_kept_per_program;
+  dst->memory_per_request = src->memory_per_request;
+  dst->memory_requests_total = src->memory_requests_total;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
   dst->checkpoint_interval_s = src->checkpoint_interval_s;
   dst->dedup_entries = src->dedup_entries;

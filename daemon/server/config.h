@@ -5,7 +5,8 @@
  *
  * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
  * max message, max programs, memory per client, max steps per request,
- * max program ops and vars, memory per run, checkpoint_on_shutdown,
+ * max program ops and vars, memory per run, memory per request and of all
+ * requests, checkpoint_on_shutdown,
  * checkpoint interval, reply cache sizes, check_finite.
  * Everything else (socket, places, worker threads, state dir, ...:
  * pe_config_restart_changes) needs a restart. A reload builds the config
@@ -59,7 +60,11 @@ typedef struct pe_srv_config {
   int64_t memory_per_run;          /* a run step's planned temporaries, bytes; 0: unlimited */
   int64_t memory_runs_total;       /* those of all runs in flight together; 0: unlimited */
   int64_t memory_kept_per_program; /* temporaries a program keeps between runs; 0: none */
-  int dedup_entries;               /* replies kept for resends */
+  /* What decoding one request may allocate (decode_budget.h); 0: twice
+   * max_message plus 16M. */
+  int64_t memory_per_request;
+  int64_t memory_requests_total; /* all decoded requests together; 0: unlimited */
+  int dedup_entries;             /* replies kept for resends */
   int64_t dedup_bytes;
 } pe_srv_config;
 
