@@ -208,16 +208,27 @@ const char *pe_op_output_arg(const pe_op_desc *op, const char *slot) {
   return s && s->n ? s->args[0] : NULL;
 }
 
+/* Room for entry n of *arr (elem bytes each). An op's slot and attribute
+ * arrays hold n entries in a capacity of n rounded up to a power of two
+ * (only this file allocates them, and they never shrink), so appending
+ * moves each entry O(1) times: a realloc per entry copied the whole array
+ * each time under some allocators. */
+static bool room_for(void **arr, int n, size_t elem) {
+  if (n & (n - 1)) return true; /* not a power of two: below the capacity */
+  void *na = realloc(*arr, (n ? 2 * (size_t)n : 1) * elem);
+  if (!na) return false;
+  *arr = na;
+  return true;
+}
+
 /* search: replace a slot of that name; else the caller knows there is
  * none, and the slot is appended without a scan (decode, clone). */
 static pe_status *set_slot(pe_slot **slots, int *n, const char *name, int nargs,
                            const char *const *args, bool search) {
   pe_slot *s = search ? find_slot(*slots, *n, name) : NULL;
   if (!s) {
-    pe_slot *ns = realloc(*slots, (size_t)(*n + 1) * sizeof(*ns));
-    if (!ns) return OOM("slot");
-    *slots = ns;
-    s = &ns[*n];
+    if (!room_for((void **)slots, *n, sizeof **slots)) return OOM("slot");
+    s = &(*slots)[*n];
     memset(s, 0, sizeof(*s));
     if (!(s->name = strdup(name))) return OOM("slot");
     (*n)++;
@@ -275,10 +286,8 @@ static pe_status *attr_slot_at(pe_op_desc *op, const char *name, pe_attr_type t,
   if (a) {
     attr_clear(a);
   } else {
-    pe_attr *na = realloc(op->attrs, (size_t)(op->n_attr + 1) * sizeof(*na));
-    if (!na) return OOM("attr");
-    op->attrs = na;
-    a = &na[op->n_attr++];
+    if (!room_for((void **)&op->attrs, op->n_attr, sizeof *op->attrs)) return OOM("attr");
+    a = &op->attrs[op->n_attr++];
     memset(a, 0, sizeof(*a));
   }
   if (!(a->name = strdup(name))) return OOM("attr");
