@@ -86,11 +86,17 @@ static void index_free(pe_fuse_ctx *f) {
 }
 
 static bool kept(const pe_fuse_ctx *f, const char *name) {
+  return pe_strmap_has(&f->keep, name);
+}
+
+/* f->keep from the loss and the keep list: one lookup per question, as
+ * the list may be as long as the program. False on out of memory. */
+static bool index_keep(pe_fuse_ctx *f) {
   const char *loss = f->o && f->o->loss ? f->o->loss : f->p->loss;
-  if (loss && strcmp(loss, name) == 0) return true;
+  if (loss && !pe_strmap_put(&f->keep, loss, NULL)) return false;
   for (int k = 0; f->o && k < f->o->n_keep; k++)
-    if (f->o->keep[k] && strcmp(f->o->keep[k], name) == 0) return true;
-  return false;
+    if (f->o->keep[k] && !pe_strmap_put(&f->keep, f->o->keep[k], NULL)) return false;
+  return true;
 }
 
 const char *pe_fuse_arg1(const pe_slot *s) {
@@ -179,8 +185,9 @@ pe_status *pe_fuse_run(pe_ir *ir, const char *pass, pe_fuse_at_fn at, int *count
   if (!b || p->n_blocks > 2) return NULL;
   pe_fuse_ctx f = {p, b, o, pass};
   pe_strmap_init(&f.uses);
+  pe_strmap_init(&f.keep);
   f.dead = calloc((size_t)b->n_ops + 1, sizeof *f.dead);
-  pe_status *st = f.dead ? NULL : oom(&f);
+  pe_status *st = f.dead && index_keep(&f) ? NULL : oom(&f);
   for (int i = 0; i < b->n_ops && !st; i++)
     if (!index_op(&f, i, 1, true)) st = oom(&f);
   /* at marks ops after i dead only. */
@@ -188,5 +195,6 @@ pe_status *pe_fuse_run(pe_ir *ir, const char *pass, pe_fuse_at_fn at, int *count
     if (!f.dead[i]) st = at(&f, i, counts);
   if (f.dead) compact(&f);
   index_free(&f);
+  pe_strmap_destroy(&f.keep);
   return st;
 }

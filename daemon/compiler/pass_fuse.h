@@ -27,6 +27,7 @@ typedef struct pe_fuse_ctx {
   const pe_pass_opts *o;
   const char *pass; /* the pass's name, for messages */
   pe_strmap uses;   /* name -> its uses (pass_fuse.c) */
+  pe_strmap keep;   /* the loss and the options' keep names (value unused) */
   bool *dead;       /* [b->n_ops] absorbed by a fusion */
 } pe_fuse_ctx;
 

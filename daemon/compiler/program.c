@@ -91,7 +91,8 @@ pe_block *pe_program_main(const pe_program *p) {
 }
 
 pe_block *pe_program_startup(const pe_program *p) {
-  return p->startup_block >= 0 && p->startup_block < p->n_blocks ? p->blocks[p->startup_block] : NULL;
+  return p->startup_block >= 0 && p->startup_block < p->n_blocks ? p->blocks[p->startup_block]
+                                                                 : NULL;
 }
 
 pe_var_desc *pe_block_find_var_local(const pe_block *b, const char *name) {
@@ -207,14 +208,27 @@ const char *pe_op_output_arg(const pe_op_desc *op, const char *slot) {
   return s && s->n ? s->args[0] : NULL;
 }
 
+/* Room for entry n of *arr (elem bytes each). An op's slot and attribute
+ * arrays hold n entries in a capacity of n rounded up to a power of two
+ * (only this file allocates them, and they never shrink), so appending
+ * moves each entry O(1) times: a realloc per entry copied the whole array
+ * each time under some allocators. */
+static bool room_for(void **arr, int n, size_t elem) {
+  if (n & (n - 1)) return true; /* not a power of two: below the capacity */
+  void *na = realloc(*arr, (n ? 2 * (size_t)n : 1) * elem);
+  if (!na) return false;
+  *arr = na;
+  return true;
+}
+
+/* search: replace a slot of that name; else the caller knows there is
+ * none, and the slot is appended without a scan (decode, clone). */
 static pe_status *set_slot(pe_slot **slots, int *n, const char *name, int nargs,
-                           const char *const *args) {
-  pe_slot *s = find_slot(*slots, *n, name);
+                           const char *const *args, bool search) {
+  pe_slot *s = search ? find_slot(*slots, *n, name) : NULL;
   if (!s) {
-    pe_slot *ns = realloc(*slots, (size_t)(*n + 1) * sizeof(*ns));
-    if (!ns) return OOM("slot");
-    *slots = ns;
-    s = &ns[*n];
+    if (!room_for((void **)slots, *n, sizeof **slots)) return OOM("slot");
+    s = &(*slots)[*n];
     memset(s, 0, sizeof(*s));
     if (!(s->name = strdup(name))) return OOM("slot");
     (*n)++;
@@ -238,10 +252,16 @@ static pe_status *set_slot(pe_slot **slots, int *n, const char *name, int nargs,
 }
 
 pe_status *pe_op_set_input(pe_op_desc *op, const char *slot, int n, const char *const *args) {
-  return set_slot(&op->in, &op->n_in, slot, n, args);
+  return set_slot(&op->in, &op->n_in, slot, n, args, true);
 }
 pe_status *pe_op_set_output(pe_op_desc *op, const char *slot, int n, const char *const *args) {
-  return set_slot(&op->out, &op->n_out, slot, n, args);
+  return set_slot(&op->out, &op->n_out, slot, n, args, true);
+}
+pe_status *pe_op_append_input(pe_op_desc *op, const char *slot, int n, const char *const *args) {
+  return set_slot(&op->in, &op->n_in, slot, n, args, false);
+}
+pe_status *pe_op_append_output(pe_op_desc *op, const char *slot, int n, const char *const *args) {
+  return set_slot(&op->out, &op->n_out, slot, n, args, false);
 }
 pe_status *pe_op_input1(pe_op_desc *op, const char *slot, const char *arg) {
   return pe_op_set_input(op, slot, 1, &arg);
@@ -258,22 +278,26 @@ pe_attr *pe_op_find_attr(const pe_op_desc *op, const char *name) {
   return NULL;
 }
 
-/* Fresh (cleared) attribute named `name` of type t in op. */
-static pe_status *attr_slot(pe_op_desc *op, const char *name, pe_attr_type t, pe_attr **out) {
-  pe_attr *a = pe_op_find_attr(op, name);
+/* Fresh (cleared) attribute named `name` of type t in op: the one of
+ * that name when search, else a new one (the caller knows op lacks it). */
+static pe_status *attr_slot_at(pe_op_desc *op, const char *name, pe_attr_type t, bool search,
+                               pe_attr **out) {
+  pe_attr *a = search ? pe_op_find_attr(op, name) : NULL;
   if (a) {
     attr_clear(a);
   } else {
-    pe_attr *na = realloc(op->attrs, (size_t)(op->n_attr + 1) * sizeof(*na));
-    if (!na) return OOM("attr");
-    op->attrs = na;
-    a = &na[op->n_attr++];
+    if (!room_for((void **)&op->attrs, op->n_attr, sizeof *op->attrs)) return OOM("attr");
+    a = &op->attrs[op->n_attr++];
     memset(a, 0, sizeof(*a));
   }
   if (!(a->name = strdup(name))) return OOM("attr");
   a->type = t;
   *out = a;
   return NULL;
+}
+
+static pe_status *attr_slot(pe_op_desc *op, const char *name, pe_attr_type t, pe_attr **out) {
+  return attr_slot_at(op, name, t, true, out);
 }
 
 pe_status *pe_op_set_int(pe_op_desc *op, const char *name, int64_t v) {
@@ -347,39 +371,65 @@ pe_status *pe_op_set_strings(pe_op_desc *op, const char *name, int n, const char
   return NULL;
 }
 
-pe_status *pe_op_set_attr(pe_op_desc *op, const pe_attr *src) {
+/* src's value into a, a fresh attribute of src's name and type. */
+static pe_status *attr_copy(pe_attr *a, const pe_attr *src) {
+  int n = src->n;
   switch (src->type) {
-    case PE_ATTR_INT: return pe_op_set_int(op, src->name, src->i);
-    case PE_ATTR_LONG: return pe_op_set_long(op, src->name, src->i);
-    case PE_ATTR_BLOCK: return pe_op_set_block(op, src->name, (int)src->i);
-    case PE_ATTR_BOOL: return pe_op_set_bool(op, src->name, src->i != 0);
-    case PE_ATTR_FLOAT: return pe_op_set_float(op, src->name, src->f);
-    case PE_ATTR_STRING: return pe_op_set_string(op, src->name, src->s ? src->s : "");
-    case PE_ATTR_INTS: return pe_op_set_ints(op, src->name, src->n, src->ints);
-    case PE_ATTR_FLOATS: return pe_op_set_floats(op, src->name, src->n, src->floats);
-    case PE_ATTR_STRINGS:
-      return pe_op_set_strings(op, src->name, src->n, (const char *const *)src->strings);
-    case PE_ATTR_BOOLS: {
-      pe_attr *a;
-      PE_TRY(attr_slot(op, src->name, PE_ATTR_BOOLS, &a));
-      if (src->n && !(a->ints = malloc((size_t)src->n * sizeof(int64_t)))) return OOM("attr");
-      if (src->n) memcpy(a->ints, src->ints, (size_t)src->n * sizeof(int64_t));
-      a->n = src->n;
+    case PE_ATTR_INT:
+    case PE_ATTR_LONG:
+    case PE_ATTR_BLOCK: a->i = src->i; return NULL;
+    case PE_ATTR_BOOL: a->i = src->i != 0; return NULL;
+    case PE_ATTR_FLOAT: a->f = src->f; return NULL;
+    case PE_ATTR_STRING: return (a->s = strdup(src->s ? src->s : "")) ? NULL : OOM("attr");
+    case PE_ATTR_INTS:
+    case PE_ATTR_BOOLS:
+      if (n && !(a->ints = malloc((size_t)n * sizeof(int64_t)))) return OOM("attr");
+      if (n) memcpy(a->ints, src->ints, (size_t)n * sizeof(int64_t));
+      a->n = n;
       return NULL;
-    }
+    case PE_ATTR_FLOATS:
+      if (n && !(a->floats = malloc((size_t)n * sizeof(float)))) return OOM("attr");
+      if (n) memcpy(a->floats, src->floats, (size_t)n * sizeof(float));
+      a->n = n;
+      return NULL;
+    case PE_ATTR_STRINGS:
+      if (n && !(a->strings = calloc((size_t)n, sizeof(char *)))) return OOM("attr");
+      for (int i = 0; i < n; i++) {
+        if (!(a->strings[i] = strdup(src->strings[i]))) return OOM("attr");
+        a->n = i + 1;
+      }
+      return NULL;
     default: return pe_error(PE_EATTR, "attribute '%s': bad type %d", src->name, (int)src->type);
   }
+}
+
+static pe_status *put_attr(pe_op_desc *op, const pe_attr *src, bool search) {
+  if ((unsigned)src->type >= PE_ATTR_TYPE_COUNT)
+    return pe_error(PE_EATTR, "attribute '%s': bad type %d", src->name, (int)src->type);
+  pe_attr *a = NULL;
+  PE_TRY(attr_slot_at(op, src->name, src->type, search, &a));
+  return attr_copy(a, src);
+}
+
+pe_status *pe_op_set_attr(pe_op_desc *op, const pe_attr *src) {
+  return put_attr(op, src, true);
+}
+
+pe_status *pe_op_append_attr(pe_op_desc *op, const pe_attr *src) {
+  return put_attr(op, src, false);
 }
 
 pe_status *pe_op_desc_clone(const pe_op_desc *op, pe_op_desc **out) {
   pe_op_desc *c = pe_op_desc_new(op->type);
   if (!c) return OOM("op");
   pe_status *st = NULL;
+  /* op's names differ already: appended, the copy costs op's size. */
   for (int i = 0; !st && i < op->n_in; i++)
-    st = pe_op_set_input(c, op->in[i].name, op->in[i].n, (const char *const *)op->in[i].args);
+    st = pe_op_append_input(c, op->in[i].name, op->in[i].n, (const char *const *)op->in[i].args);
   for (int i = 0; !st && i < op->n_out; i++)
-    st = pe_op_set_output(c, op->out[i].name, op->out[i].n, (const char *const *)op->out[i].args);
-  for (int i = 0; !st && i < op->n_attr; i++) st = pe_op_set_attr(c, &op->attrs[i]);
+    st =
+        pe_op_append_output(c, op->out[i].name, op->out[i].n, (const char *const *)op->out[i].args);
+  for (int i = 0; !st && i < op->n_attr; i++) st = pe_op_append_attr(c, &op->attrs[i]);
   if (st) {
     pe_op_desc_free(c);
     return st;

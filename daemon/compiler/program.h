@@ -96,7 +96,7 @@ typedef struct pe_lr_schedule_desc {
 typedef struct pe_optimizer_desc {
   char *type; /* sgd | momentum | adam | adamw; NULL: none */
   float lr, momentum, beta1, beta2, epsilon;
-  float weight_decay; /* L2 (adamw: decoupled) coefficient; 0: none (adamw: 0.01) */
+  float weight_decay;   /* L2 (adamw: decoupled) coefficient; 0: none (adamw: 0.01) */
   float grad_clip_norm; /* clip gradients to this global L2 norm; 0: none */
   bool nesterov;
   pe_lr_schedule_desc sched;
@@ -159,6 +159,11 @@ pe_status *pe_op_desc_clone(const pe_op_desc *op, pe_op_desc **out);
 /* Set slot `name` to the given args (replacing any previous list). */
 pe_status *pe_op_set_input(pe_op_desc *op, const char *slot, int n, const char *const *args);
 pe_status *pe_op_set_output(pe_op_desc *op, const char *slot, int n, const char *const *args);
+/* Append slot `name`, which op does not have (the caller knows its names
+ * differ: a decoded op, a copy): no search, so building an op of many
+ * slots costs its size. */
+pe_status *pe_op_append_input(pe_op_desc *op, const char *slot, int n, const char *const *args);
+pe_status *pe_op_append_output(pe_op_desc *op, const char *slot, int n, const char *const *args);
 /* One-argument shorthands. */
 pe_status *pe_op_input1(pe_op_desc *op, const char *slot, const char *arg);
 pe_status *pe_op_output1(pe_op_desc *op, const char *slot, const char *arg);
@@ -181,6 +186,8 @@ pe_status *pe_op_set_strings(pe_op_desc *op, const char *name, int n, const char
 pe_status *pe_op_set_block(pe_op_desc *op, const char *name, int block_idx);
 /* Deep-copy an attribute into op (replacing). */
 pe_status *pe_op_set_attr(pe_op_desc *op, const pe_attr *a);
+/* Deep-copy an attribute that op does not have (as pe_op_append_input). */
+pe_status *pe_op_append_attr(pe_op_desc *op, const pe_attr *a);
 pe_attr *pe_op_find_attr(const pe_op_desc *op, const char *name);
 
 /* --- protobuf ------------------------------------------------------------ */
@@ -189,14 +196,22 @@ pe_attr *pe_op_find_attr(const pe_op_desc *op, const char *name);
  * capped by the caller (transport). */
 pe_status *pe_program_decode(const uint8_t *buf, size_t len, pe_program **out);
 /* Bounds on the ops and the variables of all blocks together (0: none), with
- * the names of the settings that hold them for the message. */
+ * the names of the settings that hold them for the message; on each op's
+ * input slots, output slots and attributes (0: none); and the allocator
+ * protobuf-c's unpack uses (NULL: its default; a budget's, which fails the
+ * unpack past its limit: server/decode_budget.h). */
+struct ProtobufCAllocator;
 typedef struct pe_decode_limits {
   int64_t max_ops, max_vars;
   const char *ops_key, *vars_key;
+  int max_op_entries;
+  struct ProtobufCAllocator *alloc;
 } pe_decode_limits;
 /* pe_program_decode that refuses (PE_EINVAL, naming the count, the bound
- * and its key) a program over lim's bounds before building any of it: the
- * passes' time and memory grow with the ops. */
+ * and its key) a program over lim's bounds before unpacking any of it
+ * (program_scan.h): the unpack's memory and the passes' time grow with
+ * the ops. An unpack that lim's allocator fails is "malformed" here; the
+ * allocator's owner knows why. */
 pe_status *pe_program_decode_limited(const uint8_t *buf, size_t len, const pe_decode_limits *lim,
                                      pe_program **out);
 /* Check a protobuf OptimizerDesc (type, hyper-parameters, lr_schedule) and

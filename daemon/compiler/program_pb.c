@@ -11,10 +11,13 @@
  * Error messages name the block, variable or op (by index and type) so a
  * client can find the offending entry in its own builder code. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler/program.h"
+#include "compiler/program_scan.h"
+#include "core/names_unique.h"
 #include "ops/lr_schedule.h"
 #include "program.pb-c.h"
 
@@ -66,6 +69,14 @@ static pe_status *check_var(int bi, const Pe__VarDesc *v) {
   return NULL;
 }
 
+static const char *slot_name_at(const void *list, size_t i) {
+  return ((Pe__OpSlot *const *)list)[i]->parameter;
+}
+
+static const char *attr_name_at(const void *list, size_t i) {
+  return ((Pe__Attr *const *)list)[i]->name;
+}
+
 static pe_status *check_slots(int bi, int oi, const Pe__OpDesc *op, Pe__OpSlot *const *slots,
                               size_t n, const char *dir) {
   for (size_t s = 0; s < n; s++) {
@@ -73,17 +84,16 @@ static pe_status *check_slots(int bi, int oi, const Pe__OpDesc *op, Pe__OpSlot *
     if (!sl->parameter[0] || strlen(sl->parameter) >= PB_MAX_NAME)
       return pe_error(PE_EINVAL, "block %d: op #%d (%s): %s slot %zu has an empty or too long name",
                       bi, oi, op->type, dir, s);
-    for (size_t t = 0; t < s; t++)
-      if (strcmp(slots[t]->parameter, sl->parameter) == 0)
-        return pe_error(PE_EINVAL, "block %d: op #%d (%s): %s slot %s appears twice", bi, oi,
-                        op->type, dir, sl->parameter);
     for (size_t a = 0; a < sl->n_arguments; a++)
       if (!sl->arguments[a][0] || strlen(sl->arguments[a]) >= PB_MAX_NAME)
         return pe_error(PE_EINVAL,
                         "block %d: op #%d (%s): %s slot %s argument %zu is empty or too long", bi,
                         oi, op->type, dir, sl->parameter, a);
   }
-  return NULL;
+  char what[16];
+  snprintf(what, sizeof what, "%s slot", dir);
+  return pe_status_wrap(pe_names_unique(slots, n, slot_name_at, what), "block %d: op #%d (%s)", bi,
+                        oi, op->type);
 }
 
 static pe_status *check_op(const Pe__ProgramDesc *pd, int bi, int oi, const Pe__OpDesc *op) {
@@ -100,10 +110,6 @@ static pe_status *check_op(const Pe__ProgramDesc *pd, int bi, int oi, const Pe__
     if ((unsigned)at->type >= PE_ATTR_TYPE_COUNT)
       return pe_error(PE_EINVAL, "block %d: op #%d (%s): attribute '%s': type %d out of range", bi,
                       oi, op->type, at->name, (int)at->type);
-    for (size_t t = 0; t < a; t++)
-      if (strcmp(op->attrs[t]->name, at->name) == 0)
-        return pe_error(PE_EINVAL, "block %d: op #%d (%s): attribute '%s' appears twice", bi, oi,
-                        op->type, at->name);
     if (at->type == PE__ATTR_TYPE__BLOCK &&
         (at->block_idx < 0 || (size_t)at->block_idx >= pd->n_blocks))
       return pe_error(PE_EINVAL, "block %d: op #%d (%s): attribute '%s': block %d out of range", bi,
@@ -113,7 +119,8 @@ static pe_status *check_op(const Pe__ProgramDesc *pd, int bi, int oi, const Pe__
       return pe_error(PE_EINVAL, "block %d: op #%d (%s): attribute '%s' is too long", bi, oi,
                       op->type, at->name);
   }
-  return NULL;
+  return pe_status_wrap(pe_names_unique(op->attrs, op->n_attrs, attr_name_at, "attribute"),
+                        "block %d: op #%d (%s)", bi, oi, op->type);
 }
 
 static pe_status *check_block(const Pe__ProgramDesc *pd, int bi) {
@@ -240,40 +247,48 @@ pe_status *pe_optimizer_decode(const Pe__OptimizerDesc *od, pe_optimizer_desc *o
 
 /* --- decode: protobuf-c -> IR ----------------------------------------------- */
 
+/* a as an IR attribute appended to op (check_op found its name unique
+ * in op): the IR copies the wire's values. */
 static pe_status *decode_attr(pe_op_desc *op, const Pe__Attr *a) {
-  switch ((pe_attr_type)a->type) {
-    case PE_ATTR_INT: return pe_op_set_int(op, a->name, a->i);
-    case PE_ATTR_LONG: return pe_op_set_long(op, a->name, a->i);
-    case PE_ATTR_FLOAT: return pe_op_set_float(op, a->name, a->f);
-    case PE_ATTR_STRING: return pe_op_set_string(op, a->name, a->s);
-    case PE_ATTR_BOOL: return pe_op_set_bool(op, a->name, a->b != 0);
-    case PE_ATTR_BLOCK: return pe_op_set_block(op, a->name, a->block_idx);
-    case PE_ATTR_INTS: return pe_op_set_ints(op, a->name, (int)a->n_ints, a->ints);
-    case PE_ATTR_FLOATS: return pe_op_set_floats(op, a->name, (int)a->n_floats, a->floats);
+  pe_attr x = {.name = a->name, .type = (pe_attr_type)a->type, .i = a->i, .f = a->f, .s = a->s};
+  switch (x.type) {
+    case PE_ATTR_BOOL: x.i = a->b != 0; break;
+    case PE_ATTR_BLOCK: x.i = a->block_idx; break;
+    case PE_ATTR_INTS:
+      x.n = (int)a->n_ints;
+      x.ints = a->ints;
+      break;
+    case PE_ATTR_FLOATS:
+      x.n = (int)a->n_floats;
+      x.floats = a->floats;
+      break;
     case PE_ATTR_STRINGS:
-      return pe_op_set_strings(op, a->name, (int)a->n_strings, (const char *const *)a->strings);
+      x.n = (int)a->n_strings;
+      x.strings = a->strings;
+      break;
     case PE_ATTR_BOOLS: {
-      bool *v = malloc(a->n_bools ? a->n_bools * sizeof(bool) : 1);
-      if (!v) return pe_error(PE_ENOMEM, "decode: out of memory (attr '%s')", a->name);
-      for (size_t i = 0; i < a->n_bools; i++) v[i] = a->bools[i] != 0;
-      pe_status *st = pe_op_set_bools(op, a->name, (int)a->n_bools, v);
-      free(v);
+      x.n = (int)a->n_bools;
+      x.ints = malloc(a->n_bools ? a->n_bools * sizeof(int64_t) : 1);
+      if (!x.ints) return pe_error(PE_ENOMEM, "decode: out of memory (attr '%s')", a->name);
+      for (size_t i = 0; i < a->n_bools; i++) x.ints[i] = a->bools[i] != 0;
+      pe_status *st = pe_op_append_attr(op, &x);
+      free(x.ints);
       return st;
     }
-    default:
-      return pe_error(PE_EINVAL, "attribute '%s': type %d out of range", a->name, (int)a->type);
+    default: break;
   }
+  return pe_op_append_attr(op, &x);
 }
 
 static pe_status *decode_op(pe_block *b, const Pe__OpDesc *od) {
   pe_op_desc *op;
   PE_TRY(pe_block_append_op(b, od->type, &op));
   for (size_t s = 0; s < od->n_inputs; s++)
-    PE_TRY(pe_op_set_input(op, od->inputs[s]->parameter, (int)od->inputs[s]->n_arguments,
-                           (const char *const *)od->inputs[s]->arguments));
+    PE_TRY(pe_op_append_input(op, od->inputs[s]->parameter, (int)od->inputs[s]->n_arguments,
+                              (const char *const *)od->inputs[s]->arguments));
   for (size_t s = 0; s < od->n_outputs; s++)
-    PE_TRY(pe_op_set_output(op, od->outputs[s]->parameter, (int)od->outputs[s]->n_arguments,
-                            (const char *const *)od->outputs[s]->arguments));
+    PE_TRY(pe_op_append_output(op, od->outputs[s]->parameter, (int)od->outputs[s]->n_arguments,
+                               (const char *const *)od->outputs[s]->arguments));
   for (size_t a = 0; a < od->n_attrs; a++) PE_TRY(decode_attr(op, od->attrs[a]));
   return NULL;
 }
@@ -309,26 +324,6 @@ static pe_status *decode_into(pe_program *p, const Pe__ProgramDesc *pd) {
   return NULL;
 }
 
-static pe_status *over_limit(const Pe__ProgramDesc *pd, int64_t n, const char *what,
-                             const char *key, int64_t max) {
-  return pe_error(PE_EINVAL, "%lld %s in its %zu block(s), over the limit %s = %lld", (long long)n,
-                  what, pd->n_blocks, key ? key : "", (long long)max);
-}
-
-/* Ops and variables of all blocks against lim's bounds. */
-static pe_status *check_size(const Pe__ProgramDesc *pd, const pe_decode_limits *lim) {
-  int64_t ops = 0, vars = 0;
-  for (size_t i = 0; i < pd->n_blocks; i++) {
-    ops += (int64_t)pd->blocks[i]->n_ops;
-    vars += (int64_t)pd->blocks[i]->n_vars;
-  }
-  if (lim->max_ops > 0 && ops > lim->max_ops)
-    return over_limit(pd, ops, "ops", lim->ops_key, lim->max_ops);
-  if (lim->max_vars > 0 && vars > lim->max_vars)
-    return over_limit(pd, vars, "variables", lim->vars_key, lim->max_vars);
-  return NULL;
-}
-
 pe_status *pe_program_decode(const uint8_t *buf, size_t len, pe_program **out) {
   static const pe_decode_limits none = {0};
   return pe_program_decode_limited(buf, len, &none, out);
@@ -338,12 +333,12 @@ pe_status *pe_program_decode_limited(const uint8_t *buf, size_t len, const pe_de
                                      pe_program **out) {
   *out = NULL;
   if (!buf && len) return pe_error(PE_EINVAL, "malformed ProgramDesc: NULL buffer");
-  Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, len, buf);
+  PE_TRY(pe_program_scan(buf, len, lim));
+  Pe__ProgramDesc *pd = pe__program_desc__unpack(lim->alloc, len, buf);
   if (!pd) return MALFORMED(len);
-  pe_status *st = check_size(pd, lim);
-  pe_program *p = st ? NULL : pe_program_new();
-  if (!st) st = p ? decode_into(p, pd) : pe_error(PE_ENOMEM, "decode: out of memory");
-  pe__program_desc__free_unpacked(pd, NULL);
+  pe_program *p = pe_program_new();
+  pe_status *st = p ? decode_into(p, pd) : pe_error(PE_ENOMEM, "decode: out of memory");
+  pe__program_desc__free_unpacked(pd, lim->alloc);
   if (st) {
     pe_program_free(p);
     return pe_status_wrap(st, "ProgramDesc");

@@ -13,7 +13,8 @@
  * writing a variable to an op reading it. Variables defined at the start
  * (parameters, feeds) carry no such edges: reading a parameter reads its value
  * from before the run, whoever updates it later. This walk only runs once an
- * error is certain, so it is a plain quadratic search. */
+ * error is certain; it indexes the readers of each name, so that a large
+ * program's error costs its size, not its size squared. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,13 +44,6 @@ static bool defined_at_start(const pe_program *p, const pe_block *b, const char 
   return v->persistable || v->is_feed || where == PE_VAR_ANCESTOR;
 }
 
-static bool op_reads(const pe_op_desc *op, const char *name) {
-  for (int s = 0; s < op->n_in; s++)
-    for (int k = 0; k < op->in[s].n; k++)
-      if (strcmp(op->in[s].args[k], name) == 0) return true;
-  return false;
-}
-
 static bool op_writes(const pe_op_desc *op, const char *name) {
   for (int s = 0; s < op->n_out; s++)
     for (int k = 0; k < op->out[s].n; k++)
@@ -57,14 +51,64 @@ static bool op_writes(const pe_op_desc *op, const char *name) {
   return false;
 }
 
-/* Does op `to` depend on op `from` through data? (from == to: yes.) */
+/* The ops of a block that read one name, increasing; expanded once the
+ * walk below has followed the name. */
+typedef struct readers {
+  int n, cap;
+  int *ops;
+  bool expanded;
+} readers;
+
+static void readers_free(pe_strmap *idx) {
+  for (size_t i = 0; i < idx->cap; i++)
+    if (idx->slots[i].key) {
+      readers *r = idx->slots[i].value;
+      free(r->ops);
+      free(r);
+    }
+  pe_strmap_destroy(idx);
+}
+
+/* name -> its readers, for every input of b's ops. False on out of memory. */
+static bool readers_index(const pe_block *b, pe_strmap *idx) {
+  for (int y = 0; y < b->n_ops; y++) {
+    const pe_op_desc *op = b->ops[y];
+    for (int s = 0; s < op->n_in; s++)
+      for (int k = 0; k < op->in[s].n; k++) {
+        readers *r = pe_strmap_get(idx, op->in[s].args[k]);
+        if (!r) {
+          if (!(r = calloc(1, sizeof *r))) return false;
+          if (!pe_strmap_put(idx, op->in[s].args[k], r)) {
+            free(r);
+            return false;
+          }
+        }
+        if (r->n && r->ops[r->n - 1] == y) continue;
+        if (r->n == r->cap) {
+          int nc = r->cap ? 2 * r->cap : 4;
+          int *no = realloc(r->ops, (size_t)nc * sizeof *no);
+          if (!no) return false;
+          r->ops = no;
+          r->cap = nc;
+        }
+        r->ops[r->n++] = y;
+      }
+  }
+  return true;
+}
+
+/* Does op `to` depend on op `from` through data? (from == to: yes.) A
+ * breadth-first walk over the block's ops, each name's readers looked up
+ * in an index: linear in the block's arguments. */
 static bool depends_on(const pe_program *p, const pe_block *b, int from, int to) {
   if (from == to) return true;
   int n = b->n_ops;
   char *seen = calloc((size_t)n, 1);
   int *queue = malloc((size_t)n * sizeof(int));
+  pe_strmap idx;
+  pe_strmap_init(&idx);
   bool found = false;
-  if (!seen || !queue) goto out; /* out of memory: report use-before-def */
+  if (!seen || !queue || !readers_index(b, &idx)) goto out; /* out of memory: use-before-def */
   int head = 0, tail = 0;
   queue[tail++] = from;
   seen[from] = 1;
@@ -73,9 +117,12 @@ static bool depends_on(const pe_program *p, const pe_block *b, int from, int to)
     for (int s = 0; s < x->n_out && !found; s++)
       for (int k = 0; k < x->out[s].n && !found; k++) {
         const char *v = x->out[s].args[k];
-        if (defined_at_start(p, b, v)) continue;
-        for (int y = 0; y < n && !found; y++) {
-          if (seen[y] || !op_reads(b->ops[y], v)) continue;
+        readers *r = pe_strmap_get(&idx, v);
+        if (!r || r->expanded || defined_at_start(p, b, v)) continue;
+        r->expanded = true;
+        for (int q = 0; q < r->n && !found; q++) {
+          int y = r->ops[q];
+          if (seen[y]) continue;
           if (y == to) found = true;
           seen[y] = 1;
           queue[tail++] = y;
@@ -83,6 +130,7 @@ static bool depends_on(const pe_program *p, const pe_block *b, int from, int to)
       }
   }
 out:
+  readers_free(&idx);
   free(seen);
   free(queue);
   return found;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/names_unique.h"
 #include "engine/par_internal.h"
 #include "engine/place_io.h"
 
@@ -215,6 +216,11 @@ static pe_status *find_entries(pe_model *m, const char *what, const char *const 
 
 /* --- get ----------------------------------------------------------------------------- */
 
+static int cmp_ptr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+  return (x > y) - (x < y);
+}
+
 static pe_status *get_fn(void *arg) {
   model_io *io = arg;
   io->st = nccl_settled(io->m);
@@ -270,13 +276,13 @@ static pe_status *get_entries(pe_model *m, const char *const *names, int n, int 
   }
   for (int i = 0; i < n; i++)
     at[i] = place >= 0 ? place : atomic_load_explicit(&en[i]->home, memory_order_relaxed);
-  /* One read per variable: a name given twice reads once. */
+  /* One read per variable: a name given twice reads once (sorted, so
+   * that many names cost n log n). */
+  for (int i = 0; i < n; i++) vars[i] = en[i]->ev[at[i]];
+  qsort(vars, (size_t)n, sizeof *vars, cmp_ptr);
   int nv = 0;
-  for (int i = 0; i < n; i++) {
-    bool dup = false;
-    for (int k = 0; k < nv && !dup; k++) dup = vars[k] == en[i]->ev[at[i]];
-    if (!dup) vars[nv++] = en[i]->ev[at[i]];
-  }
+  for (int i = 0; i < n; i++)
+    if (!nv || vars[nv - 1] != vars[i]) vars[nv++] = vars[i];
   if (mark) vars[nv++] = m->prng; /* after the random ops before us */
   if (has_value) memset(has_value, 0, sizeof *has_value * (size_t)n);
   model_io io = {
@@ -358,10 +364,8 @@ pe_status *pe_model_set_many(pe_model *m, const char *const *names, const pe_ten
     const pe_tensor *v = &values[i];
     if (pe_shape_numel(&v->shape) < 0 || (pe_tensor_numel(v) > 0 && !v->data))
       return pe_error(PE_EINVAL, "model: set '%s': value has no data", nm);
-    for (int k = 0; k < i; k++)
-      if (names[k] && names[i] && !strcmp(names[k], names[i]))
-        return pe_error(PE_EINVAL, "model: set: '%s' given twice", nm);
   }
+  PE_TRY(pe_status_wrap(pe_names_unique(names, (size_t)n, pe_name_at_str, "name"), "model: set"));
   par_entry **en = NULL;
   PE_TRY(find_entries(m, "set", names, n, true, &en));
   size_t nv = (size_t)n * (size_t)m->n_places;

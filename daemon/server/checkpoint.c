@@ -9,6 +9,7 @@
 
 #include "core/finite.h"
 #include "core/log.h"
+#include "core/strmap.h"
 
 /* Checkpoints larger than this are refused on load (a corrupt or foreign
  * file must not make the daemon allocate without bound). */
@@ -144,14 +145,23 @@ pe_status *pe_checkpoint_save_restart(const char *state_dir, pe_srv_model *m, ch
  * 0): "'fc_0.w' has shape [784,256], the program declares [784,512]". */
 static pe_status *check_decls(const pe_ckpt_entry *e, int n, const pe_var_info *decl, int n_decl) {
   char why[2 * PE_SHAPE_STRLEN + 256];
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < n_decl; j++) {
-      if (strcmp(e[i].name, decl[j].name)) continue;
-      pe_var_info have = {e[i].name, e[i].t.dtype, e[i].t.shape};
-      pe_code code = pe_var_misfit(&have, &decl[j], PE_FIT_DECL, why, sizeof why);
-      if (code != PE_OK) return pe_error(code, "%s", why);
-    }
-  return NULL;
+  /* name -> its declaration: a model of many variables loads in time
+   * linear in them, not their square. */
+  pe_strmap index;
+  pe_strmap_init(&index);
+  pe_status *st = NULL;
+  for (int j = 0; j < n_decl && !st; j++)
+    if (!pe_strmap_put(&index, decl[j].name, (void *)&decl[j]))
+      st = pe_error(PE_ENOMEM, "out of memory indexing %d declarations", n_decl);
+  for (int i = 0; i < n && !st; i++) {
+    const pe_var_info *d = pe_strmap_get(&index, e[i].name);
+    if (!d) continue;
+    pe_var_info have = {e[i].name, e[i].t.dtype, e[i].t.shape};
+    pe_code code = pe_var_misfit(&have, d, PE_FIT_DECL, why, sizeof why);
+    if (code != PE_OK) st = pe_error(code, "%s", why);
+  }
+  pe_strmap_destroy(&index);
+  return st;
 }
 
 /* Read and check the whole file at full (size, magic and version, CRC,

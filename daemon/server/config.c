@@ -91,6 +91,8 @@ static const char embedded_defaults[] =
     "memory_runs_total = 75%\n"
     "memory_total = 75%\n"
     "memory_kept_per_program = 256M\n"
+    "memory_per_request = 0\n"
+    "memory_requests_total = 25%\n"
     "dedup_entries = 4096\n"
     "dedup_bytes = 256M\n";
 
@@ -357,6 +359,18 @@ pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key,
                                             : &c->memory_total) = sz;
       return NULL;
     }
+    if (!strcmp(key, "memory_per_request")) {
+      if (!pe_config_parse_size(value, &sz))
+        return BAD("expected a size (0: twice max_message plus 16M)");
+      c->memory_per_request = sz;
+      return NULL;
+    }
+    if (!strcmp(key, "memory_requests_total")) {
+      if (!parse_memory(value, &sz))
+        return BAD("expected a size, or a share of the host's memory like 25% (0: unlimited)");
+      c->memory_requests_total = sz;
+      return NULL;
+    }
     if (!strcmp(key, "memory_kept_per_program")) {
       if (!parse_memory(value, &sz))
         return BAD("expected a size, or a share of the host's memory like 5% (0: keep none)");
@@ -508,6 +522,8 @@ void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src) {
   dst->memory_runs_total = src->memory_runs_total;
   dst->memory_total = src->memory_total;
   dst->memory_kept_per_program = src->memory_kept_per_program;
+  dst->memory_per_request = src->memory_per_request;
+  dst->memory_requests_total = src->memory_requests_total;
   dst->checkpoint_on_shutdown = src->checkpoint_on_shutdown;
   dst->checkpoint_interval_s = src->checkpoint_interval_s;
   dst->dedup_entries = src->dedup_entries;

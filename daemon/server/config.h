@@ -5,8 +5,8 @@
  *
  * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
  * max message, max programs, memory per client, max steps per request,
- * max program ops and vars, memory per run, runs total and total,
- * checkpoint_on_shutdown,
+ * max program ops and vars, memory per run, runs total and total, memory
+ * per request and of all requests, checkpoint_on_shutdown,
  * checkpoint interval, reply cache sizes, check_finite.
  * Everything else (socket, places, worker threads, state dir, ...:
  * pe_config_restart_changes) needs a restart. A reload builds the config
@@ -62,7 +62,11 @@ typedef struct pe_srv_config {
   /* The daemon's budget for models and runs together (run_budget.h); 0: unlimited. */
   int64_t memory_total;
   int64_t memory_kept_per_program; /* temporaries a program keeps between runs; 0: none */
-  int dedup_entries;               /* replies kept for resends */
+  /* What decoding one request may allocate (decode_budget.h); 0: twice
+   * max_message plus 16M. */
+  int64_t memory_per_request;
+  int64_t memory_requests_total; /* all decoded requests together; 0: unlimited */
+  int dedup_entries;             /* replies kept for resends */
   int64_t dedup_bytes;
 } pe_srv_config;
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/names_unique.h"
 #include "ops/lr_schedule.h"
 #include "server/checkpoint.h"
 #include "server/client_tag.h"
@@ -281,6 +282,9 @@ static pe_status *h_run(ctx *c) {
 
 static pe_status *h_get_params(ctx *c) {
   const Pe__ParamsRequest *rq = c->rq->get_params;
+  /* Each name once: a repeat would copy its value once more. */
+  PE_TRY(pe_status_wrap(pe_names_unique(rq->names, rq->n_names, pe_name_at_str, "name"),
+                        "get_params"));
   pe_srv_model *m;
   PE_TRY(pe_status_wrap(pe_registry_model_acquire(c->s->reg, rq->model, &m), "get_params"));
   const char **names = NULL;
@@ -363,6 +367,9 @@ static void warn_in_use(ctx *c, const pe_srv_model *m, const char *op) {
 
 static pe_status *h_set_params(ctx *c) {
   const Pe__ParamsRequest *rq = c->rq->set_params;
+  PE_TRY(pe_status_wrap(
+      pe_names_unique(rq->values, rq->n_values, pe_wire_tensor_name_at, "value name"),
+      "set_params"));
   pe_srv_model *m;
   PE_TRY(pe_status_wrap(pe_registry_model_acquire(c->s->reg, rq->model, &m), "set_params"));
   int n = (int)rq->n_values;
@@ -375,11 +382,8 @@ static pe_status *h_set_params(ctx *c) {
     st = pe_wire_tensor_in(c->s, c->rq->client_id, "set_params", rq->values[i], &views[i], NULL);
     names[i] = rq->values[i]->name;
   }
-  for (int i = 0; !st && i < n; i++) {
+  for (int i = 0; !st && i < n; i++)
     if (!names[i][0]) st = pe_error(PE_EINVAL, "value %d has an empty name", i);
-    for (int j = 0; !st && j < i; j++)
-      if (!strcmp(names[i], names[j])) st = pe_error(PE_EINVAL, "'%.64s' given twice", names[i]);
-  }
   /* A name no program of the model declares: a typo, not a new variable. */
   if (!st) st = pe_shape_claims_known(&m->shapes, m->name, names, n, false);
   if (!st) st = pe_srv_model_claim_values(m, names, views, n);

@@ -115,13 +115,15 @@ static void push_ready(pe_lanes *ls, pe_job *j) {
 }
 
 bool pe_lanes_enqueue(pe_lanes *ls, pe_job *j) {
-  pe_request_peek pk; /* unreadable: zeroed, the work lane's thread answers the error */
-  j->lane = pe_request_peek_read(j->body, j->len, &pk) ? pe_request_lane(pk.kind) : PE_LANE_WORK;
-  j->client = pk.client;
+  /* Unreadable: zeroed (client 0 keeps no order); a control thread
+   * answers it at once. */
+  j->routed = pe_request_peek_read(j->body, j->len, &j->peek);
+  j->lane = j->routed ? pe_request_lane(j->peek.kind) : PE_LANE_CONTROL;
+  j->client = j->peek.client;
   /* Asked here, on the main thread and outside mu (it takes the
    * registry's lock): a program registered later is not looked up again. */
-  j->read_only = j->lane == PE_LANE_RUN && pk.run_handle && ls->read_only &&
-                 ls->read_only(ls->ctx, pk.run_handle);
+  j->read_only = j->lane == PE_LANE_RUN && j->peek.run_handle && ls->read_only &&
+                 ls->read_only(ls->ctx, j->peek.run_handle);
   j->next = NULL;
   pthread_mutex_lock(&ls->mu);
   pe_order_verdict v = j->client ? pe_lanes_order_add(&ls->order, j) : PE_ORDER_GO;

@@ -55,6 +55,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "server/request_peek.h"
 
 /* Status lists the lanes in this order: run is last so that the positions
  * of the two older ones hold for older readers. */
@@ -79,8 +80,13 @@ typedef struct pe_job {
   size_t len;
   void *ctrl;
   double received;
-  uint64_t seq;        /* receive order (main thread): which copy of a resent request is newest */
-  uint64_t client;     /* Request.client_id as peeked (0: unknown) */
+  uint64_t seq;    /* receive order (main thread): which copy of a resent request is newest */
+  uint64_t client; /* Request.client_id as peeked (0: unknown) */
+  /* What the main thread routed it on; the request thread decodes it only
+   * as that (request_decode.h). routed false: the peek refused its bytes,
+   * which are answered as malformed and never decoded. */
+  bool routed;
+  pe_request_peek peek;
   pe_lane lane;        /* the queue it waits in; taken: its thread's lane */
   bool answered;       /* off its lane's busy count (server.c: once) */
   bool read_only;      /* a run of a program that changes no persistable */
@@ -105,8 +111,9 @@ pe_status *pe_lanes_start(const int threads[PE_LANES], pe_lane_counts *counts, p
                           pe_run_read_only *read_only, void *ctx, pe_lanes **out);
 
 /* Main thread: queue j (its body, len and seq set) in the lane of its kind,
- * read off its bytes (request_peek.h; unreadable: work, whose thread
- * answers the decode error). false: out of memory for the order's
+ * read off its bytes (request_peek.h; unreadable: control, whose thread
+ * answers it as malformed without decoding it, out of any client's
+ * order). false: out of memory for the order's
  * bookkeeping, j is not queued (the caller drops it). */
 bool pe_lanes_enqueue(pe_lanes *ls, pe_job *j);
 

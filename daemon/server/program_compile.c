@@ -8,8 +8,14 @@
 
 #include "compiler/pass.h"
 #include "compiler/program.h"
+#include "core/names_unique.h"
 #include "server/heap_trim.h"
 #include "server/registry_internal.h"
+
+/* Input slots, output slots and attributes of one op, each: an op's
+ * schema has a few dozen at most; more is refused before the unpack
+ * allocates them (program_scan.h). */
+#define PE_MAX_OP_ENTRIES 1024
 
 /* seen: the names in arr (the startup block declares the persistables
  * again); a map, as a scan of arr made a large program's register quadratic. */
@@ -40,10 +46,21 @@ pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_
                           pe_srv_program *p) {
   const Pe__RegisterOptions *o = rq->options;
   pe_program *prog = NULL;
-  pe_decode_limits dl = {lim->max_program_ops, lim->max_program_vars, "[limits] max_program_ops",
-                         "[limits] max_program_vars"};
-  PE_TRY(pe_status_wrap(pe_program_decode_limited(rq->program.data, rq->program.len, &dl, &prog),
-                        "register: program (%zu bytes)", rq->program.len));
+  /* The ProgramDesc's unpack has a budget of its own, as large as a
+   * request's, from the same daemon-wide pool (decode_budget.h). */
+  pe_decode_budget budget;
+  pe_decode_budget_init(&budget, &s->decode_pool, lim->memory_requests_total,
+                        lim->memory_per_request);
+  pe_decode_limits dl = {lim->max_program_ops,       lim->max_program_vars,
+                         "[limits] max_program_ops", "[limits] max_program_vars",
+                         PE_MAX_OP_ENTRIES,          &budget.alloc};
+  pe_status *dst = pe_program_decode_limited(rq->program.data, rq->program.len, &dl, &prog);
+  pe_status *over = dst ? pe_decode_budget_error(&budget, "ProgramDesc", rq->program.len) : NULL;
+  if (over) { /* the unpack failed for the budget, not for the bytes */
+    pe_status_free(dst);
+    dst = over;
+  }
+  PE_TRY(pe_status_wrap(dst, "register: program (%zu bytes)", rq->program.len));
   pe_status *st = apply_optimizer(prog, o ? o->optimizer : NULL);
   pe_pass_opts po = {0};
   po.place_kind = kind;
@@ -70,6 +87,9 @@ pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_
       st = pe_error(PE_EINVAL, "register: options.fuse_bucket_bytes %lld must be >= 0",
                     (long long)o->fuse_bucket_bytes);
     po.fuse_bucket_bytes = o->fuse_bucket_bytes;
+    if (!st)
+      st = pe_status_wrap(pe_names_unique(o->keep, o->n_keep, pe_name_at_str, "options.keep name"),
+                          "register");
     po.n_keep = (int)o->n_keep;
     po.keep = (const char *const *)o->keep;
   }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/names_unique.h"
 #include "server/client_tag.h"
 #include "server/programs.h"
 #include "server/run_batches.h"
@@ -119,6 +120,11 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   if (rq->n_feeds > PE_MAX_FEEDS || rq->n_fetch > PE_MAX_FETCH)
     return pe_error(PE_EINVAL, "run: %zu feeds / %zu fetches exceed %d / %d", rq->n_feeds,
                     rq->n_fetch, PE_MAX_FEEDS, PE_MAX_FETCH);
+  /* Each name once: a repeated fetch would copy its value (every batch's)
+   * once more, a repeated feed would be ambiguous. */
+  PE_TRY(pe_status_wrap(pe_names_unique(rq->feeds, rq->n_feeds, pe_wire_tensor_name_at, "feed"),
+                        "run"));
+  PE_TRY(pe_status_wrap(pe_names_unique(rq->fetch, rq->n_fetch, pe_name_at_str, "fetch"), "run"));
   char names[512];
   /* Feeds: every one declared, no duplicates, shapes compatible; every
    * declared feed present. */
@@ -138,12 +144,6 @@ static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
                     name, (unsigned long long)p->handle, names);
       break;
     }
-    for (int j = 0; j < i; j++)
-      if (!strcmp(feeds[j].name, name)) {
-        st = pe_error(PE_EINVAL, "run: feed '%.64s' given twice", name);
-        break;
-      }
-    if (st) break;
     pe_tensor *t = pe_arena_tensor(c->a);
     if (!t) {
       st = OOM("run");

@@ -26,6 +26,7 @@
 #include "server/dispatch.h"
 #include "server/programs.h"
 #include "server/reply_pack.h"
+#include "server/request_decode.h"
 #include "server/shm.h"
 #include "server/state_lock.h"
 
@@ -91,8 +92,15 @@ pe_limits pe_server_limits(pe_server *s) {
                  s->cfg.memory_runs_total,
                  s->cfg.memory_kept_per_program,
                  s->cfg.memory_total,
-                 s->cfg.check_finite};
+                 s->cfg.check_finite,
+                 s->cfg.memory_per_request,
+                 s->cfg.memory_requests_total};
   pthread_mutex_unlock(&s->cfg_mu);
+  /* 0: twice the largest message (its bytes fields are copied) and room
+   * for the structures of a message of ordinary entries. */
+  if (l.memory_per_request <= 0) l.memory_per_request = 2 * l.max_message + (16 << 20);
+  if (l.memory_requests_total > 0 && l.memory_requests_total < l.memory_per_request)
+    l.memory_requests_total = l.memory_per_request;
   return l;
 }
 
@@ -350,28 +358,36 @@ static void handle_job(void *ctx, pe_job *j) {
   pe_server *s = ctx;
   double t0 = pe_now_s();
   atomic_fetch_add(&s->requests_total, 1);
-  Pe__Request *rq = pe__request__unpack(NULL, j->len, j->body);
+  /* Decoded within its budget and only as it was routed (request_decode.h);
+   * the budget outlives rq, which is freed through it. */
+  pe_limits lim = pe_server_limits(s);
+  pe_decode_budget budget;
+  pe_decode_budget_init(&budget, &s->decode_pool, lim.memory_requests_total,
+                        lim.memory_per_request);
+  Pe__Request *rq;
+  pe_status *dst = pe_request_decode(j->body, j->len, j->routed ? &j->peek : NULL, &budget, &rq);
   nn_freemsg(j->body);
   j->body = NULL;
-  if (!rq) {
-    /* Garbage or a truncated message: no ids to echo, but an answer. */
+  if (dst) {
+    /* Not handled, but answered, with the ids read off the bytes (none
+     * when they are unreadable). */
     Pe__Reply rep = PE__REPLY__INIT;
-    char msg[160];
-    snprintf(msg, sizeof msg,
-             "malformed request: %zu bytes are not a pe.Request protobuf (garbage or truncated)",
-             j->len);
-    rep.code = PE_EINVAL;
-    rep.message = msg;
+    rep.client_id = j->peek.client;
+    rep.request_id = j->peek.request;
+    rep.code = (int32_t)pe_status_code(dst);
+    rep.message = (char *)pe_status_msg(dst);
     size_t len;
     bool owned;
     pe_reply_buf rb;
     const uint8_t *buf = pack_reply(s, &rep, &rb, &len, &owned);
     atomic_fetch_add(&s->requests_failed, 1);
-    PE_LOGW("req client=- id=- kind=? code=EINVAL: %s", msg);
+    PE_LOGW("req client=%s id=%llu kind=? code=%s: %s", pe_client_tag(rep.client_id).s,
+            (unsigned long long)rep.request_id, pe_code_name((pe_code)rep.code), rep.message);
     job_answering(s, j);
     queue_reply(s, j->ctrl, buf, len);
     j->ctrl = NULL;
     if (owned) free((void *)buf);
+    pe_status_free(dst);
     pe_job_free(j);
     return;
   }
@@ -393,7 +409,7 @@ static void handle_job(void *ctx, pe_job *j) {
     PE_LOGI("req client=%s id=%llu kind=%s: %s", pe_client_tag(cid).s, (unsigned long long)rid,
             kind, what[seen]);
     if (seen != PE_DEDUP_WAITING) pe_job_free(j); /* WAITING: parked, the original answers it */
-    pe__request__free_unpacked(rq, NULL);
+    pe__request__free_unpacked(rq, &budget.alloc);
     return;
   }
   Pe__Reply rep = PE__REPLY__INIT;
@@ -416,7 +432,7 @@ static void handle_job(void *ctx, pe_job *j) {
     PE_LOGI("req client=%s id=%llu kind=%s code=OK %.2f ms", pe_client_tag(cid).s,
             (unsigned long long)rid, kind, ms);
   pe_arena_free(&arena);
-  pe__request__free_unpacked(rq, NULL);
+  pe__request__free_unpacked(rq, &budget.alloc);
   /* Always finished, also with the out-of-memory notice: an entry left in
    * flight would park this request's resends forever. */
   pe_dedup_copy *parked;

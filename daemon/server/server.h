@@ -30,6 +30,7 @@
 #include "engine/device.h"
 #include "engine/par_executor.h"
 #include "server/config.h"
+#include "server/decode_budget.h"
 #include "server/dedup.h"
 #include "server/lanes.h"
 #include "server/run_budget.h"
@@ -65,8 +66,9 @@ typedef struct pe_server {
   double start_time; /* monotonic seconds */
   atomic_uint_fast64_t requests_total, requests_failed, runs_total;
   pe_lane_counts lanes[PE_LANES];
-  pe_run_table runs;        /* Run requests being handled (Status: runs, runs_in_flight) */
-  pe_run_budget run_budget; /* their temporaries ([limits] memory_runs_total) */
+  pe_run_table runs;          /* Run requests being handled (Status: runs, runs_in_flight) */
+  pe_run_budget run_budget;   /* their temporaries ([limits] memory_runs_total) */
+  pe_decode_pool decode_pool; /* decoded requests' bytes ([limits] memory_requests_total) */
   /* Set by SIGTERM/SIGINT: runs stop at their next step boundary
    * (run_cancel.h), so the shutdown checkpoint comes soon. */
   atomic_bool stopping;
@@ -89,6 +91,9 @@ typedef struct pe_limits {
   int64_t memory_runs_total, memory_kept_per_program;
   int64_t memory_total; /* the daemon's budget, models and runs (run_budget.h) */
   bool check_finite;    /* [runtime] check_finite: run_finite.h */
+  /* Decode budgets (decode_budget.h), defaults resolved: per request (> 0)
+   * and of all requests (0: unlimited; else at least the former). */
+  int64_t memory_per_request, memory_requests_total;
 } pe_limits;
 pe_limits pe_server_limits(pe_server *s);
 

@@ -94,3 +94,7 @@ Pe__Tensor *pe_wire_tensor_out(pe_arena *a, const char *name, const pe_tensor *t
   x->data.data = t->data;
   return x;
 }
+
+const char *pe_wire_tensor_name_at(const void *list, size_t i) {
+  return ((Pe__Tensor *const *)list)[i]->name;
+}

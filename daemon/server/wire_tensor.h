@@ -23,6 +23,10 @@ pe_tensor *pe_arena_tensor(pe_arena *a);
 pe_status *pe_wire_tensor_in(pe_server *s, uint64_t client, const char *op, const Pe__Tensor *x,
                              pe_tensor *view, pe_shm_pin *pin);
 
+/* The name of tensor i of a list of wire tensors (Pe__Tensor *const *),
+ * for pe_names_unique. */
+const char *pe_wire_tensor_name_at(const void *list, size_t i);
+
 /* A host tensor into a wire tensor that borrows its bytes (t must outlive
  * packing: it is arena-owned). NULL on out of memory. */
 Pe__Tensor *pe_wire_tensor_out(pe_arena *a, const char *name, const pe_tensor *t);

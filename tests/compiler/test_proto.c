@@ -3,8 +3,10 @@
  * (garbage, truncation). */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check_main.h"
 #include "compiler/pass.h"
@@ -449,6 +451,84 @@ START_TEST(bad_ops_and_optimizer) {
 }
 END_TEST
 
+/* CPU seconds this process has used. */
+static double cpu_s(void) {
+  return (double)clock() / CLOCKS_PER_SEC;
+}
+
+/* An op naming a slot or an attribute twice is refused, naming both
+ * entries; pairs far apart in a long list are found by a hash set. */
+START_TEST(repeated_slots_and_attrs) {
+  raw r;
+  raw_init(&r);
+  raw_add_op(&r);
+  char *args[] = {"x"};
+  Pe__OpSlot sl = PE__OP_SLOT__INIT, *slots[] = {&sl, &sl};
+  sl.parameter = "X";
+  sl.n_arguments = 1;
+  sl.arguments = args;
+  r.op.n_inputs = 2;
+  r.op.inputs = slots;
+  raw_expect(&r, "block 0: op #0 (relu): input slot 'X' is repeated (entries 0 and 1)", NULL);
+  r.op.n_inputs = 0;
+  r.op.n_outputs = 2;
+  r.op.outputs = slots;
+  raw_expect(&r, "block 0: op #0 (relu): output slot 'X' is repeated (entries 0 and 1)", NULL);
+  r.op.n_outputs = 0;
+  Pe__Attr *two[] = {&r.at, &r.at};
+  r.op.n_attrs = 2;
+  r.op.attrs = two;
+  raw_expect(&r, "block 0: op #0 (relu): attribute 'alpha' is repeated (entries 0 and 1)", NULL);
+}
+END_TEST
+
+/* An op of 200,000 attributes decodes in time linear in them (each name
+ * compared with every earlier one, it took about a minute); one more
+ * repeating the first is refused as fast. The bound is CPU time, 10x
+ * what a sanitizer build needs. */
+START_TEST(many_attrs_decode_linearly) {
+  enum { N = 200000 };
+  raw r;
+  raw_init(&r);
+  raw_add_op(&r);
+  Pe__Attr *at = calloc(N + 1, sizeof *at);
+  Pe__Attr **atp = calloc(N + 1, sizeof *atp);
+  char(*names)[16] = calloc(N, sizeof *names);
+  for (int i = 0; i < N; i++) {
+    at[i] = (Pe__Attr)PE__ATTR__INIT;
+    snprintf(names[i], sizeof names[i], "a%d", i);
+    at[i].name = names[i];
+    at[i].i = i;
+    atp[i] = &at[i];
+  }
+  at[N] = at[0];
+  atp[N] = &at[N];
+  r.op.attrs = atp;
+  r.op.n_attrs = N;
+  size_t n = pe__program_desc__get_packed_size(&r.pd);
+  uint8_t *buf = malloc(n);
+  pe__program_desc__pack(&r.pd, buf);
+  double t0 = cpu_s();
+  pe_program *q;
+  PE_CK_OK(pe_program_decode(buf, n, &q));
+  ck_assert_int_eq(q->blocks[0]->ops[0]->n_attr, N);
+  ck_assert_int_eq(pe_op_find_attr(q->blocks[0]->ops[0], "a199999")->i, N - 1);
+  pe_program_free(q);
+  free(buf);
+  r.op.n_attrs = N + 1;
+  n = pe__program_desc__get_packed_size(&r.pd);
+  buf = malloc(n);
+  pe__program_desc__pack(&r.pd, buf);
+  expect_decode_error(buf, n, "attribute 'a0' is repeated (entries 0 and 200000)", NULL);
+  double took = cpu_s() - t0;
+  ck_assert_msg(took < 20, "decoding 2 x 200000 attributes took %.1f s of CPU", took);
+  free(buf);
+  free(names);
+  free(atp);
+  free(at);
+}
+END_TEST
+
 /* Every single-byte corruption of a valid message either decodes (and then
  * validates or fails cleanly) or fails with PE_EINVAL; under ASan this is a
  * small fuzz run of decode + validate. */
@@ -550,6 +630,8 @@ static Suite *proto_suite(void) {
   tcase_add_test(tc, bad_version);
   tcase_add_test(tc, bad_blocks);
   tcase_add_test(tc, bad_ops_and_optimizer);
+  tcase_add_test(tc, repeated_slots_and_attrs);
+  tcase_add_test(tc, many_attrs_decode_linearly);
   tcase_add_test(tc, compiled_program_round_trip);
   tcase_add_test(tc, mutations_never_crash);
   suite_add_tcase(s, tc);

@@ -3,6 +3,7 @@
  * type, the variable and the shapes; a valid program passes and has its
  * shapes filled in; the pass manager. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -317,6 +318,34 @@ START_TEST(cycle) {
 }
 END_TEST
 
+/* A cycle through every op of a 40,000-op chain (op 0 reads what the
+ * last op writes) is found in time linear in the ops: the walk that tells
+ * a cycle from a use before definition scanned every op for each one it
+ * reached (about a minute here). The bound is CPU time, 10x what a
+ * sanitizer build needs. */
+START_TEST(long_cycle_found_linearly) {
+  enum { N = 40000 };
+  pe_block *m;
+  pe_program *p = new_program(&m);
+  char name[32], prev[32];
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "t%d", i);
+    pu_var(m, name, PE_F32, NULL);
+  }
+  for (int i = 0; i < N; i++) {
+    snprintf(prev, sizeof prev, "t%d", (i + N - 1) % N);
+    snprintf(name, sizeof name, "t%d", i);
+    pu_op(m, "relu", "X", prev, NULL, "Out", name, NULL);
+  }
+  double t0 = (double)clock() / CLOCKS_PER_SEC;
+  pu_expect(pe_program_validate(p), PE_ECYCLE, "op #0 (relu)", "'t39999'", "op #39999 (relu)",
+            NULL);
+  double took = (double)clock() / CLOCKS_PER_SEC - t0;
+  ck_assert_msg(took < 10, "validating a %d-op cycle took %.1f s of CPU", N, took);
+  pe_program_free(p);
+}
+END_TEST
+
 START_TEST(persistable_written_later_is_not_a_cycle) {
   /* w is read by op 0 and updated by op 1 (as an optimizer does): fine. */
   pe_block *m;
@@ -406,6 +435,7 @@ static Suite *validate_suite(void) {
   tcase_add_test(tc, inferred_shape_over_the_bound);
   tcase_add_test(tc, use_before_definition);
   tcase_add_test(tc, cycle);
+  tcase_add_test(tc, long_cycle_found_linearly);
   tcase_add_test(tc, persistable_written_later_is_not_a_cycle);
   tcase_add_test(tc, undeclared_loss);
   tcase_add_test(tc, pass_manager);

@@ -307,6 +307,60 @@ static inline Pe__Reply *dh_register_call(int sock, uint64_t client, const pe_mo
   return dh_call(sock, &rq);
 }
 
+/* A packed ProgramDesc of one root block of n_ops ops of `type` (NULL:
+ * none), each with n_attrs INT attributes "attr_K" = K: a program for the
+ * decode's limits, not one that compiles (*len: its length; free it). */
+static inline uint8_t *dh_program_of_attrs(const char *type, size_t n_ops, size_t n_attrs,
+                                           size_t *len) {
+  size_t na = n_attrs ? n_attrs : 1;
+  Pe__Attr *at = calloc(na, sizeof *at), **atp = calloc(na, sizeof *atp);
+  char(*names)[24] = calloc(na, sizeof *names);
+  Pe__OpDesc op = PE__OP_DESC__INIT, **ops = calloc(n_ops ? n_ops : 1, sizeof *ops);
+  ck_assert(at && atp && names && ops);
+  for (size_t i = 0; i < n_attrs; i++) {
+    at[i] = (Pe__Attr)PE__ATTR__INIT;
+    snprintf(names[i], sizeof names[i], "attr_%zu", i);
+    at[i].name = names[i];
+    at[i].i = (int64_t)i;
+    atp[i] = &at[i];
+  }
+  if (type) op.type = (char *)type;
+  op.n_attrs = n_attrs;
+  op.attrs = atp;
+  for (size_t i = 0; i < n_ops; i++) ops[i] = &op;
+  Pe__BlockDesc blk = PE__BLOCK_DESC__INIT, *blocks[] = {&blk};
+  blk.parent_idx = -1;
+  blk.n_ops = n_ops;
+  blk.ops = ops;
+  Pe__ProgramDesc pd = PE__PROGRAM_DESC__INIT;
+  pd.n_blocks = 1;
+  pd.blocks = blocks;
+  pd.startup_block = -1;
+  *len = pe__program_desc__get_packed_size(&pd);
+  uint8_t *buf = malloc(*len ? *len : 1);
+  ck_assert_ptr_nonnull(buf);
+  pe__program_desc__pack(&pd, buf);
+  free(ops);
+  free(names);
+  free(atp);
+  free(at);
+  return buf;
+}
+
+/* A Register request (not sent) of program bytes under model name (*reg
+ * holds its body, borrowing prog). */
+static inline Pe__Request dh_register_req(uint64_t client, Pe__RegisterRequest *reg,
+                                          const uint8_t *prog, size_t len, const char *model) {
+  Pe__Request rq = dh_req(client);
+  pe__register_request__init(reg);
+  reg->program.data = (uint8_t *)prog;
+  reg->program.len = len;
+  reg->model = (char *)model;
+  rq.body_case = PE__REQUEST__BODY_REGISTER;
+  rq.register_ = reg;
+  return rq;
+}
+
 /* Register model spec `spec` ("mlp") under model name; returns the handle. */
 static inline uint64_t dh_register(int sock, uint64_t client, const pe_model_spec *spec,
                                    const char *model, uint64_t seed, bool persistent, bool *existed,

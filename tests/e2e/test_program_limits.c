@@ -5,7 +5,8 @@
  * waiting for it (a large program compiled for minutes, and systemd would
  * SIGKILL the daemon before the persistent models' shutdown checkpoints):
  * the register gets "the daemon is shutting down", the daemon exits 0 at
- * once and the persistent model's checkpoint is written. */
+ * once and the persistent model's checkpoint is written; the same while a
+ * large register is being decoded. */
 #include "async_call.h"
 #include "check_main.h"
 #include "daemon_harness.h"
@@ -115,12 +116,70 @@ START_TEST(sigterm_abandons_a_register) {
 }
 END_TEST
 
+/* The work lane's busy threads, per Status (answered by a control
+ * thread while the work lane is busy). */
+static int work_busy(int s) {
+  Pe__Request rq = dh_req(CLIENT);
+  rq.body_case = PE__REQUEST__BODY_STATUS;
+  rq.status = 1;
+  Pe__Reply *rep = dh_call(s, &rq);
+  dh_ok(rep);
+  int busy = -1;
+  for (size_t i = 0; i < rep->status->n_lanes; i++)
+    if (!strcmp(rep->status->lanes[i]->name, "work")) busy = rep->status->lanes[i]->busy;
+  pe__reply__free_unpacked(rep, NULL);
+  return busy;
+}
+
+/* A 1.9 MB register (one op of 80,000 attributes) and SIGTERM once the
+ * daemon handles it: the daemon exits within seconds, with the persistent
+ * model's shutdown checkpoint written. Its decode compared each attribute
+ * name with every earlier one and never looked at SIGTERM: the shutdown
+ * waited for it (60 s on a loaded machine). */
+START_TEST(sigterm_during_a_large_register) {
+  dh_daemon d = {0};
+  dh_start(&d, NULL);
+  int s = dh_connect(&d, 30000);
+  pe_model_spec mlp = dh_mlp();
+  dh_setup_model(s, CLIENT, &mlp, "kept", 1, true, NULL);
+
+  size_t len;
+  uint8_t *prog = dh_program_of_attrs("relu", 1, 80000, &len);
+  ck_assert_uint_gt(len, 1 << 20);
+  Pe__RegisterRequest reg;
+  Pe__Request rq = dh_register_req(CLIENT, &reg, prog, len, "large");
+  dh_async x;
+  dh_async_start(&x, &d, &rq);
+  /* SIGTERM while a work thread has it, or once it is answered. */
+  double t0 = dh_now();
+  while (!atomic_load(&x.done) && work_busy(s) < 1 && dh_now() - t0 < 20) dh_sleep_ms(5);
+  nn_close(s);
+
+  t0 = dh_now();
+  int ws = dh_stop(&d, SIGTERM);
+  double took = dh_now() - t0;
+  ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "daemon wait status %d", ws);
+  ck_assert_msg(took < 5, "SIGTERM took %.1f s with a large register in the daemon", took);
+  ck_assert(dh_async_wait(&x, 5));
+  char ckpt[512];
+  snprintf(ckpt, sizeof ckpt, "%s/models/kept/shutdown.ckpt", d.state);
+  ck_assert_msg(access(ckpt, F_OK) == 0, "%s not written", ckpt);
+
+  if (x.rep) pe__reply__free_unpacked(x.rep, NULL);
+  free(x.buf);
+  free(prog);
+  pe_model_spec_release(&mlp);
+  dh_cleanup(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("program_limits");
   TCase *tc = tcase_create("limits");
   tcase_add_test(tc, over_max_program_ops);
   tcase_add_test(tc, over_max_program_vars);
   tcase_add_test(tc, sigterm_abandons_a_register);
+  tcase_add_test(tc, sigterm_during_a_large_register);
   suite_add_tcase(s, tc);
   return s;
 }

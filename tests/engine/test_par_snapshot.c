@@ -432,7 +432,7 @@ START_TEST(many_errors) {
   pe_tensor vals2[2] = {good, good};
   st = pe_model_set_many(q.m, twice, vals2, 2, NULL);
   ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
-  ck_assert_msg(strstr(pe_status_msg(st), "given twice"), "%s", pe_status_msg(st));
+  ck_assert_msg(strstr(pe_status_msg(st), "'fc_0.w' is repeated"), "%s", pe_status_msg(st));
   pe_status_free(st);
   pe_tensor_release(&now);
   pe_tensor_release(&good);

@@ -7,7 +7,9 @@
 
 #include "check_main.h"
 #include "server/dispatch.h"
+#include "server/request_decode.h"
 #include "server/request_peek.h"
+#include "test_assert.h"
 
 /* Pack rq into buf (cap bytes); its length. */
 static size_t pack(const Pe__Request *rq, uint8_t *buf, size_t cap) {
@@ -153,6 +155,112 @@ START_TEST(test_unreadable) {
 }
 END_TEST
 
+/* buf[0..n) and then extra[0..m) in out (cap bytes); its length. */
+static size_t append(const uint8_t *buf, size_t n, const uint8_t *extra, size_t m, uint8_t *out,
+                     size_t cap) {
+  ck_assert_uint_le(n + m, cap);
+  memcpy(out, buf, n);
+  memcpy(out + n, extra, m);
+  return n + m;
+}
+
+/* A Run with 82 00 00 appended: field number 0 in a two-byte key, which
+ * protobuf-c skips as an unknown field and the peek cannot route. The
+ * peek refuses it (the daemon answers it as malformed and never decodes
+ * it), so the two agree; before, the run went to the work lane as client
+ * 0. The same with the field 0 in the run's own body, keys of 6 bytes
+ * (protobuf-c refuses them, the peek did not) and repeated bodies. */
+START_TEST(test_peek_and_unpack_agree) {
+  static uint8_t run[4096], buf[4200];
+  size_t n = pack_run_or(PE__REQUEST__BODY_RUN, 0x77, run, sizeof run);
+  pe_request_peek pk;
+  const uint8_t field0[] = {0x82, 0x00, 0x00};
+  size_t m = append(run, n, field0, sizeof field0, buf, sizeof buf);
+  ck_assert_msg(!pe_request_peek_read(buf, m, &pk), "a field 0 key was routed");
+  Pe__Request *rq = pe__request__unpack(NULL, m, buf);
+  ck_assert_ptr_nonnull(rq); /* what made them disagree */
+  ck_assert_int_eq(rq->body_case, PE__REQUEST__BODY_RUN);
+  pe__request__free_unpacked(rq, NULL);
+  ck_assert(pe_request_peek_agrees(buf, m));
+
+  /* Field 0 inside the Run body: {handle 7, 82 00 00}. */
+  const uint8_t inner0[] = {0x08, 0x05, 0x6a, 0x05, 0x08, 0x07, 0x82, 0x00, 0x00};
+  ck_assert(!pe_request_peek_read(inner0, sizeof inner0, &pk));
+  rq = pe__request__unpack(NULL, sizeof inner0, inner0);
+  ck_assert_ptr_nonnull(rq);
+  ck_assert_uint_eq(rq->run->handle, 7);
+  pe__request__free_unpacked(rq, NULL);
+  ck_assert(pe_request_peek_agrees(inner0, sizeof inner0));
+
+  /* client 5 as a 5-byte key (read by both) and as a 6-byte key (refused
+   * by both), then ping. */
+  const uint8_t key5[] = {0x88, 0x80, 0x80, 0x80, 0x00, 0x05, 0x50, 0x01};
+  const uint8_t key6[] = {0x88, 0x80, 0x80, 0x80, 0x80, 0x00, 0x05, 0x50, 0x01};
+  ck_assert(pe_request_peek_read(key5, sizeof key5, &pk));
+  ck_assert_uint_eq(pk.client, 5);
+  rq = pe__request__unpack(NULL, sizeof key5, key5);
+  ck_assert_ptr_nonnull(rq);
+  ck_assert(pe_request_peek_matches(&pk, rq));
+  pe__request__free_unpacked(rq, NULL);
+  ck_assert(!pe_request_peek_read(key6, sizeof key6, &pk));
+  ck_assert_ptr_null(pe__request__unpack(NULL, sizeof key6, key6));
+
+  /* An overlong varint key (client 9 in 0x88 0x00), an unknown wire type,
+   * and bodies run, ping: the last wins, with no run handle. */
+  const uint8_t overlong[] = {0x08, 0x05, 0x88, 0x00, 0x09, 0x50, 0x01};
+  const uint8_t wire6[] = {0x08, 0x05, 0x50, 0x01, 0x0e, 0x00};
+  const uint8_t run_ping[] = {0x08, 0x05, 0x6a, 0x02, 0x08, 0x07, 0x50, 0x01};
+  const uint8_t *msgs[] = {overlong, wire6, run_ping};
+  size_t lens[] = {sizeof overlong, sizeof wire6, sizeof run_ping};
+  for (int i = 0; i < 3; i++) ck_assert_msg(pe_request_peek_agrees(msgs[i], lens[i]), "case %d", i);
+  ck_assert(pe_request_peek_read(overlong, sizeof overlong, &pk));
+  ck_assert_uint_eq(pk.client, 9);
+  ck_assert(!pe_request_peek_read(wire6, sizeof wire6, &pk));
+  ck_assert(pe_request_peek_read(run_ping, sizeof run_ping, &pk));
+  ck_assert_int_eq(pk.kind, PE__REQUEST__BODY_PING);
+  ck_assert_uint_eq(pk.run_handle, 0);
+}
+END_TEST
+
+/* The request thread's side: bytes the peek refused are not decoded, and
+ * a request that decodes otherwise than it was routed is refused. */
+START_TEST(test_decode_only_as_routed) {
+  static uint8_t buf[4096];
+  size_t n = pack_run_or(PE__REQUEST__BODY_RUN, 0x77, buf, sizeof buf);
+  pe_decode_budget b;
+  pe_decode_budget_init(&b, NULL, 0, 0);
+  Pe__Request *rq = (Pe__Request *)1;
+  pe_status *st = pe_request_decode(buf, n, NULL, &b, &rq);
+  ck_assert_ptr_null(rq);
+  ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+  ck_assert_msg(strstr(pe_status_msg(st), "malformed request: 1050 bytes are not a pe.Request"),
+                "%s", pe_status_msg(st));
+  pe_status_free(st);
+  pe_request_peek pk;
+  ck_assert(pe_request_peek_read(buf, n, &pk));
+  ck_assert_uint_eq(pk.request, 77);
+  pe_request_peek other[4] = {pk, pk, pk, pk};
+  other[0].client++;
+  other[1].kind = PE__REQUEST__BODY_SAVE;
+  other[2].run_handle = 0x78;
+  other[3].request++;
+  for (int i = 0; i < 4; i++) {
+    st = pe_request_decode(buf, n, &other[i], &b, &rq);
+    ck_assert_ptr_null(rq);
+    ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+    ck_assert_msg(strstr(pe_status_msg(st), "but it decodes as client c-"), "%s",
+                  pe_status_msg(st));
+    pe_status_free(st);
+    ck_assert_int_eq(b.used, 0); /* the refused request was freed */
+  }
+  PE_CK_OK(pe_request_decode(buf, n, &pk, &b, &rq));
+  ck_assert_uint_eq(rq->run->handle, 0x77);
+  ck_assert_int_gt(b.used, 1024);
+  pe__request__free_unpacked(rq, &b.alloc);
+  ck_assert_int_eq(b.used, 0);
+}
+END_TEST
+
 /* Control: the kinds that never run a program nor touch a checkpoint file;
  * run: Run, which holds its thread for all its steps; work: the rest. */
 START_TEST(test_lanes) {
@@ -179,6 +287,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_unknown_fields_and_two_bodies);
   tcase_add_test(tc, test_run_handle);
   tcase_add_test(tc, test_unreadable);
+  tcase_add_test(tc, test_peek_and_unpack_agree);
+  tcase_add_test(tc, test_decode_only_as_routed);
   tcase_add_test(tc, test_lanes);
   suite_add_tcase(s, tc);
   return s;
