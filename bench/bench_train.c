@@ -572,7 +572,7 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");
   if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
     return bad_args("--denormals '%s': expected flush or keep%s", t.cfg.denormals, "");
-  /* More threads than cores only contend (review 4 #12): said, not refused. */
+  /* More threads than cores only contend: said, not refused. */
   if (t.cfg.threads > pe_cpu_cores())
     fprintf(stderr,
             "pe-bench train: warning: --threads %ld is more than the %d core(s): they share "

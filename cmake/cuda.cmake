@@ -1,4 +1,4 @@
-# CUDA backend (issue 5). Included by the root CMakeLists.txt after libpe.
+# CUDA backend. Included by the root CMakeLists.txt after libpe.
 #
 # PE_CUDA (cache var, defined in the root file):
 #   AUTO  build the backend when nvcc is found (CI machines have the toolkit

@@ -1,8 +1,7 @@
-/* Background batch gathering for a trainer's step loop (seed 002 on the
- * client side): a thread runs pe_batcher_next into the next of two buffer
- * pairs while the caller's request for the current batch is in flight, so
- * the gather (a random-access copy of every example) leaves the step's
- * critical path.
+/* Background batch gathering for a trainer's step loop (the client-side
+ * counterpart of the daemon's input prefetch): a thread runs pe_batcher_next into the next of two
+ * buffer pairs while the caller's request for the current batch is in flight, so the gather (a
+ * random-access copy of every example) leaves the step's critical path.
  *
  * Ownership and threads: the caller owns the batcher and the buffers. From
  * pe_batch_prefetch_start to pe_batch_prefetch_stop only the prefetch

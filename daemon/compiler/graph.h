@@ -1,5 +1,5 @@
 /* The graph IR: a trained program compiled into an SSA graph replicated over
- * N places (seed 000). This is what the parallel executor runs and what the
+ * N places. This is what the parallel executor runs and what the
  * graph passes (data_parallel, ssa, fuse_allreduce, memory_plan) build and
  * rewrite. Stable interface: changes are additive only.
  *

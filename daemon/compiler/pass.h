@@ -1,4 +1,4 @@
-/* One pass interface for every transformation (seed 003's Converter),
+/* One pass interface for every transformation,
  * program passes and graph passes alike. A pass takes one compile unit, the
  * pe_ir: program passes (validate, backward, optimizer, inference) rewrite
  * ir->prog in place; data_parallel builds ir->graph (and ir->startup) from

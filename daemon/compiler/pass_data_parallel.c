@@ -1,5 +1,5 @@
 /* The data_parallel pass: build the graph (and the startup graph) from a
- * validated program, replicated over opts->n_places places (seed 000/002).
+ * validated program, replicated over opts->n_places places.
  *
  * Main graph, op by op in program order, one node per place:
  *  - the fill_constant of loss@GRAD (backward's seed) becomes a
@@ -26,7 +26,7 @@
  * rows) gets, after its last writer, a broadcast from place 0, as PyTorch
  * DDP's broadcast_buffers does: every place then holds place 0's, which is
  * what the model's value (get_params, checkpoints) is, so a model evaluates
- * the same live and after a restore (review 4 #6). Ops in test mode
+ * the same live and after a restore. Ops in test mode
  * (is_test) leave such state alone and get none.
  *
  * Startup graph: every startup op on place 0 (one generator, so every

@@ -15,7 +15,7 @@
  *    the previous writer (readers already order it otherwise);
  *  - explicit `after` edges of a node;
  *  - a node with no output gets its control var anyway, so that every node
- *    produces something (seed 000's rule for output-less ops).
+ *    produces something (and so has a version its successors wait on).
  * Then each node's static in-degree (distinct producer nodes over all its
  * inputs) and deduplicated successor list are computed, and Kahn's algorithm
  * rejects a cycle (only `after` edges can make one: data and hazard edges

@@ -6,7 +6,7 @@
  * parallel region spins ~300,000 iterations (a few ms) before it sleeps.
  * The daemon's pool workers, other places' teams and other processes then
  * wait for cores those threads burn, and a region whose team member was
- * descheduled waits for it at the barrier. Measured (review 4 #5, MLP on
+ * descheduled waits for it at the barrier. Measured (MLP on
  * 2 shared cores): 1.6-165x fewer samples/s than with OMP_WAIT_POLICY=passive
  * (the more load, the more; README), which every published number used.
  *

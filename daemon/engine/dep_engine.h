@@ -1,4 +1,4 @@
-/* The dependency engine (seed 004): push(fn, reads, mutates) and the engine
+/* The dependency engine: push(fn, reads, mutates) and the engine
  * runs fn on the pool once every earlier conflicting op is done.
  *
  * Variables are tags; the engine never looks inside them. For each

@@ -47,7 +47,7 @@
  *    inputs are marked failed (MXNet's rule, architecture property 5).
  *    Likewise a wait on an event of a failed stream completes normally.
  *
- * The two synchronisation strategies of seed 000 (switchable at run time):
+ * The two synchronisation strategies (switchable at run time):
  *   PE_SYNC_WAIT_EVENT     the consumer stream waits on an event recorded
  *                          after the producer's work (cudaStreamWaitEvent);
  *                          the host never blocks.
@@ -85,8 +85,8 @@ typedef struct pe_event pe_event;
 typedef enum pe_copy_kind { PE_COPY_H2D = 0, PE_COPY_D2H = 1, PE_COPY_D2D = 2 } pe_copy_kind;
 
 typedef enum pe_sync_strategy {
-  PE_SYNC_WAIT_EVENT = 0,    /* seed 000 strategy 2: event waits (default) */
-  PE_SYNC_WAIT_PRODUCER = 1, /* seed 000 strategy 1: Wait() on the producer */
+  PE_SYNC_WAIT_EVENT = 0,    /* event waits (default) */
+  PE_SYNC_WAIT_PRODUCER = 1, /* Wait() on the producer */
 } pe_sync_strategy;
 
 /* Work queued on a stream. NULL: success; a failure is kept on the stream

@@ -1,4 +1,4 @@
-/* The parallel executor (seed 000): runs a compiled pe_graph (data_parallel
+/* The parallel executor: runs a compiled pe_graph (data_parallel
  * + ssa [+ fuse_allreduce] + memory_plan) on N places, out of order, on the
  * runtime's shared pool. This header is the contract the daemon, pe-bench
  * and the tests code against; it only grows.
@@ -235,7 +235,7 @@ bool pe_model_origin(pe_model *m, uint64_t client, pe_run_origin *out);
 /* Monotonic count of the changes pushed to the model so far: runs of
  * graphs that update persistables (pe_graph_node_updates_persistable: not
  * an eval with batch norm), and sets. Equal counts: no change in
- * between (used to skip rewriting an unchanged checkpoint). */
+ * between (autosave skips rewriting an unchanged checkpoint by it). */
 uint64_t pe_model_changes(pe_model *m);
 /* Bytes of persistable storage per place (for status reports): an engine
  * read of every persistable, so it waits for runs pushed before it. */
@@ -330,7 +330,7 @@ pe_status *pe_par_exec_sync(pe_par_exec *e);
  * themselves (par_temps.c). */
 void pe_par_exec_release(pe_par_exec *e);
 
-/* Feeds already split onto the places (seed 002: pe_prefetch splits the
+/* Feeds already split onto the places (pe_prefetch splits the
  * next batch on its own thread while the current step runs). parts[p] holds
  * place p's rows (dim 0 may be 0), in memory of place p's device (host
  * memory for cpu and sim: a pe_prefetch_batch's parts qualify). */

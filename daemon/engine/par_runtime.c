@@ -66,7 +66,7 @@ pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out) {
  * time per stream (the stream's launch lock), so more workers hand tasks
  * between threads and queue on that lock: resnet on one H200, pe-bench,
  * 26,308 samples/s with 1 worker, 23,673 with 2, 21,907 with 4, 13,169 with
- * 16 (the cores; the old default); the CNN 41,010 with 2 against 34,352
+ * 16 (one per core); the CNN 41,010 with 2 against 34,352
  * with 16. sim places keep every core: their kernels run on their stream
  * threads, and the pool is what emulates the host side. */
 int pe_runtime_default_workers(pe_place_kind kind, int n_places) {

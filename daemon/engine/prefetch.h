@@ -1,4 +1,4 @@
-/* Input prefetch (seed 002): a background thread (or, with a pool, the
+/* Input prefetch: a background thread (or, with a pool, the
  * pool's workers) takes the next batch from a producer callback and splits
  * it along dim 0 onto N places, so that reading and splitting batch k+1
  * overlaps step k.

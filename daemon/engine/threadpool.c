@@ -291,9 +291,9 @@ static pe_task *take_stacks(pe_pool *p, worker *self) {
 
 /* Every FAIR_EVERY-th look a worker takes the stacks before its own queue.
  * Its own submissions go to the queue's front, so while runs keep it busy
- * (one worker, two long runs) the queue never empties, and an outside
- * submission (a new run's first step, the engine ops of a model freed by
- * a close) waited for seconds (review 3 #3). */
+ * (one worker, two long runs) the queue never empties, and without this an
+ * outside submission (a new run's first step, the engine ops of a model
+ * freed by a close) would wait for seconds. */
 #define FAIR_EVERY 8
 
 static pe_task *find_task(pe_pool *p, worker *self) {

@@ -27,7 +27,7 @@ pe_status *pe_checkpoint_path(const char *state_dir, const char *model, const ch
   return NULL;
 }
 
-/* What a save must not write over the file dir/file (review 4 #2, #3): no
+/* What a save must not write over the file dir/file: no
  * tensor at all (a model registered but never trained, loaded or restored:
  * an empty file would replace a good one), or a non-finite value (a
  * diverged model: its NaNs would replace the last good checkpoint, the

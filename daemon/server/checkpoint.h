@@ -26,7 +26,7 @@
  * that file and drop-model removes it; Load of it is allowed. Every write
  * (these two, autosave, shutdown) is refused (PE_EINVAL, the file left as
  * it is) for a model with no values, or with a NaN/Inf value, naming the
- * first such variable (review 4 #2, #3). A Load of a file with no tensors
+ * first such variable. A Load of a file with no tensors
  * is refused (PE_EINVAL). */
 pe_status *pe_checkpoint_save(const char *state_dir, pe_srv_model *m, const char *name, char **path,
                               uint64_t *bytes);

@@ -1,4 +1,4 @@
-/* Temporaries of interrupted checkpoint writes (review 4 #11): a kill -9,
+/* Temporaries of interrupted checkpoint writes: a kill -9,
  * an OOM kill or a power loss during pe_write_atomic leaves
  * <state_dir>/models/<model>/<name>.ckpt.tmp.<pid>.<n>, as large as the
  * checkpoint, which nothing else removes. A daemon that holds the state

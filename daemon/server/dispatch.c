@@ -347,8 +347,8 @@ static pe_status *h_get_params(ctx *c) {
 }
 
 /* st prefixed with the request's name once: the wire checks already name
- * it, and the model's own errors name the model (review 3 #15: the
- * prefixes were doubled). */
+ * it, and the model's own errors name the model, so a second prefix would
+ * only repeat it. */
 static pe_status *wrap_once(pe_status *st, const char *what) {
   size_t n = strlen(what);
   if (!st || (!strncmp(st->msg, what, n) && st->msg[n] == ':')) return st;

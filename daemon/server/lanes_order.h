@@ -10,9 +10,9 @@
  * its waiting list; the entry goes when the count falls to 0, so the map
  * holds the clients with requests in flight, not every client seen.
  *
- * Before, each request received walked every lane's queue to count its
- * client's unstarted ones, and each start walked them again to release
- * the later ones: quadratic in a client's pipelined requests.
+ * The map keeps this O(1) per request: walking every lane's queue to count
+ * a client's unstarted requests on each receipt, and again on each start
+ * to release the later ones, is quadratic in a client's pipelined requests.
  *
  * Threads: none of its own; the caller (lanes.c) holds the lanes' mutex
  * around every call. Waiting jobs belong to the map until handed back. */

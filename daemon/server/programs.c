@@ -800,10 +800,10 @@ void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **m
     pe_model_snapshot *x = &(*models)[i];
     snprintf(x->name, sizeof x->name, "%s", m->name);
     x->programs = m->n_programs;
-    /* The claims' count, as memory_per_client's: reading the values is an
-     * engine op, which waited for the model's step in flight (seconds when
-     * the pool's worker was kept busy by other runs: review 3 #3) holding
-     * the registry lock, so every request waited with the Status. */
+    /* The claims' count, as memory_per_client's, not the values: reading
+     * them is an engine op, which waits for the model's step in flight
+     * (seconds when other runs keep the pool's worker busy) while holding
+     * the registry lock, so every request would wait with the Status. */
     x->param_bytes = with_bytes ? model_bytes_locked(m, NULL, 0) : 0;
     x->persistent = m->persistent;
     x->kind = m->kind;

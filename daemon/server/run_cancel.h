@@ -9,7 +9,7 @@
  *   - its program was deregistered (by its last owner, --force, or its
  *     owners' sessions ending: close or TTL expiry);
  *   - its model is being dropped.
- * Before, such a run went on to its last step (up to the config's
+ * Otherwise such a run would go on to its last step (up to the config's
  * max_steps_per_request: minutes to hours) with nobody waiting for it and
  * SIGTERM waiting for it.
  *

@@ -1,5 +1,5 @@
-/* A training run stops at the first step whose loss is not finite (review 4
- * #2): a diverged model otherwise trains on in NaN with every request
+/* A training run stops at the first step whose loss is not finite: a
+ * diverged model otherwise trains on in NaN with every request
  * "ok", and only its loss curve, if anyone looks, says so. The check reads
  * the loss each step already fetches (a scalar: negligible; the run adds
  * the loss to its fetches when the client did not ask for it). The step

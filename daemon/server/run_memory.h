@@ -4,10 +4,10 @@
  *
  *  - [limits] memory_per_run: one run's step must fit, or the run is
  *    refused before it starts (PE_ENOMEM naming the batch, the bytes and
- *    the limit). Before, a small request with a large batch (or a
- *    shared-memory feed, which max_message does not bound) took the daemon
- *    to gigabytes, and past the host's memory the OOM killer would have
- *    ended it and every user's models with it.
+ *    the limit). Without it a small request with a large batch (or a
+ *    shared-memory feed, which max_message does not bound) takes the
+ *    daemon to gigabytes, and past the host's memory the OOM killer ends
+ *    it and every user's models with it.
  *  - [limits] memory_runs_total: the runs in flight together
  *    (run_budget.h). A run over it on its own is refused like one over
  *    memory_per_run; one that fits alone waits for the runs ahead of it,

@@ -1,6 +1,6 @@
 /* The Run requests being computed, for Status (StatusReply.runs_in_flight
  * and .runs: client, model, program, steps done of total, age), so that an
- * operator sees what keeps the daemon busy and for how long (review 2 #2).
+ * operator sees what keeps the daemon busy and for how long.
  *
  * Ownership: an entry lives on the stack of the request thread running its
  * run, linked in from after the program is acquired until before it is

@@ -1,8 +1,8 @@
-/* libpeclient's NULL arguments (review 3 #9): a NULL handle, out-pointer,
+/* libpeclient's NULL arguments: a NULL handle, out-pointer,
  * array with a count above 0 or entry of a name array is refused with
  * PE_C_EARG and a message naming the argument, before anything is sent;
- * the accessors answer "" or 0 for a NULL handle. Old code crashed on
- * these (a crash fails the test: Check forks each one).
+ * the accessors answer "" or 0 for a NULL handle. A crash on any of
+ * these fails the test (Check forks each one).
  *
  * The "daemon" is a unix socket that listens and never answers: a request
  * that went out anyway would time out (TIMED_OUT, not BAD_CLIENT_ARGUMENT). */

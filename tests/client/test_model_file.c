@@ -485,8 +485,8 @@ START_TEST(missing_file) {
 END_TEST
 
 /* A bare name that is no built-in is looked up in the installed models
- * directory (review 3 F-J: `--model resnet` after cmake --install said
- * "unknown model"); an unknown name's error names that directory. */
+ * directory (`--model resnet` after cmake --install finds the installed
+ * file); an unknown name's error names that directory. */
 START_TEST(bare_name_in_models_dir) {
   char dir[] = "/tmp/pe-models-XXXXXX", src[1024], dst[1100], cmd[2400], err[1024];
   ck_assert_ptr_nonnull(mkdtemp(dir));

@@ -13,8 +13,8 @@
 #include "shm_owner.h"
 
 /* "/pe-<pid>-<start>-<16 hex digits>", and nothing more: the names are
- * listed in /dev/shm for everyone, and an older format held the client id
- * (review 3, finding 7: a credential). Two names differ. */
+ * listed in /dev/shm for everyone, so they must not hold the client id (a
+ * credential). Two names differ. */
 START_TEST(test_name_round_trip) {
   char name[64], other[64];
   ck_assert_int_eq(pe_shm_owner_name(name, sizeof name), 0);

@@ -54,8 +54,9 @@ static void count_writers(const pe_graph *g, int *writes, int *updates) {
 
 /* Registered for_test, on 1 and 2 places: the batch_norm nodes still write
  * bn.mean / bn.variance (the executor orders them as writes) but change no
- * persistable; the test-mode dropout writes none. Before, the read-only
- * test took writes_persistable, and such a program was a training run. */
+ * persistable; the test-mode dropout writes none. The read-only test is
+ * not writes_persistable, which would take such a program for a training
+ * run. */
 START_TEST(eval_with_batch_norm_is_read_only) {
   for (int n = 1; n <= 2; n++) {
     pe_pass_opts o;

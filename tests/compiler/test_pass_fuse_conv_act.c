@@ -102,7 +102,7 @@ START_TEST(fuses_bias_and_relu) {
   fuse(p, &o);
   expect_fused(p, "c3", true);
   ck_assert_int_eq(pe_program_main(p)->n_ops, 2); /* conv2d, mean */
-  /* The intermediates fused away say into what (review 3 #11); a clone keeps it. */
+  /* The intermediates fused away say into what; a clone keeps it. */
   expect_note(p, "c1", "conv2d writing 'c3' (conv2d+bias add+relu)");
   expect_note(p, "c2", "conv2d writing 'c3' (conv2d+bias add+relu)");
   expect_note(p, "c3", NULL);

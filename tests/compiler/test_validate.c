@@ -95,9 +95,9 @@ static pe_program *train_program(bool with_startup) {
   return p;
 }
 
-/* A startup block must initialise every trainable parameter (review 3,
- * finding 15: one without init ops registered and initialised, and every
- * run failed "'fc_0.w' has no value"); a program without one is fine (its
+/* A startup block must initialise every trainable parameter (one without
+ * init ops would register and initialise, and then every run fail
+ * "'fc_0.w' has no value"); a program without one is fine (its
  * values come from SetParams or Load). */
 START_TEST(trainable_parameter_needs_an_initialiser) {
   pe_program *p = train_program(true);

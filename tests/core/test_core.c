@@ -94,7 +94,7 @@ END_TEST
 /* The free lists hold at most the cache limit: the memory of a large run
  * (here three 128 MiB blocks, untouched but their first page) goes back to
  * the system, largest first, while blocks under the limit stay cached and
- * are reused. Before, every freed block was cached for good. */
+ * are reused; not every freed block is cached for good. */
 START_TEST(allocator_cache_is_bounded) {
   pe_allocator *a = pe_allocator_new();
   size_t cap[3];

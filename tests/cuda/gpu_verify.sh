@@ -1,5 +1,5 @@
 #!/bin/sh
-# gpu_verify.sh: issue 5's verification, run on a lent GPU machine from a kit
+# gpu_verify.sh: the CUDA backend's verification, run on a lent GPU machine from a kit
 # that `./pe gpu-kit` built on a development machine (the GPU machine has the
 # CUDA driver and, in its Python packages, cudart/cuBLAS/cuDNN/NCCL 13, but
 # none of our other libraries and no network, so nothing is built there).

@@ -415,8 +415,8 @@ static void pool_case(pe_scope *s, const char *type, int64_t k, int64_t stride, 
   pe_op_desc_free(op);
 }
 
-/* NaN stays NaN through relu and max pooling, as on the CPU (ops/cpu/relu.h,
- * review 4 #7); relu's gradient passes dy where x is NaN. */
+/* NaN stays NaN through relu and max pooling, as on the CPU
+ * (ops/cpu/relu.h); relu's gradient passes dy where x is NaN. */
 START_TEST(nan_passes_relu_and_max_pool) {
   pe_scope *s = pe_scope_new(NULL);
   ph_set_uniform(s, "x", PE_SHAPE(2, 3, 6, 6), -1, 1, 31);

@@ -164,7 +164,7 @@ START_TEST(failures_end_with_json) {
 END_TEST
 
 /* Both executors' lines have the same thread keys with the same meaning
- * (review 4 #13: "threads" was intra-op threads on one, pool workers on the
+ * ("threads" is not intra-op threads on one and pool workers on the
  * other): on cpu:1 both run one op at a time on a team of all the cores,
  * and say so; and the keys pe-client train --json has for the same thing. */
 START_TEST(thread_keys_mean_the_same_on_both_executors) {
@@ -189,7 +189,7 @@ START_TEST(thread_keys_mean_the_same_on_both_executors) {
 END_TEST
 
 /* A model file whose input is not one 28x28 image per sample is refused
- * before any feed is cut (a larger one used to read past the images). */
+ * before any feed is cut (a larger one would read past the images). */
 START_TEST(input_size_must_match_the_images) {
   const char *src = getenv("PE_SOURCE_DIR"), *json, *err;
   char path[] = "/tmp/pe-bench-in-XXXXXX", cmd[2048];
@@ -228,7 +228,7 @@ START_TEST(help_goes_to_stdout) {
 END_TEST
 
 /* pe-bench --version, like pe-executord's and pe-client's: "NAME VERSION"
- * on stdout, exit 0 (review 3 F-J: pe-bench said "unknown command"). */
+ * on stdout, exit 0 (not "unknown command"). */
 START_TEST(version_like_the_other_binaries) {
   const char *names[] = {"pe-bench", "pe-executord", "pe-client"};
   for (int i = 0; i < 3; i++) {
@@ -250,7 +250,7 @@ START_TEST(version_like_the_other_binaries) {
 END_TEST
 
 /* With dropout, the sequential executor draws the masks the parallel one
- * draws (review 4 #10): both continue the model's generator after the
+ * draws: both continue the model's generator after the
  * startup's initialisers, so --compare-sequential compares one computation.
  * The sequential loss equals the parallel cpu:1 loss to the last digit, as
  * without dropout. */

@@ -1,7 +1,6 @@
-/* pe-executord end to end, what protects a model's values (review 4 #2,
- * #3): a training run stops at a non-finite loss (check_finite, both run
- * paths), no checkpoint write (save, shutdown) puts non-finite values or an
- * empty file over a good one, and a load of an empty file is refused. */
+/* pe-executord end to end, what protects a model's values: a training run stops at a non-finite
+ * loss (check_finite, both run paths), no checkpoint write (save, shutdown) puts non-finite values
+ * or an empty file over a good one, and a load of an empty file is refused. */
 #include <math.h>
 
 #include "check_main.h"

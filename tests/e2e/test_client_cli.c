@@ -310,8 +310,8 @@ START_TEST(grouped_requests_train_alike) {
 END_TEST
 
 /* A model file without an 'optimizer' line has a loss and no updates: a
- * train of it is refused (it would change nothing: it used to "train"
- * with lr nan), naming the file and the way out; --optimizer with --lr
+ * train of it is refused (it would change nothing, "training" with lr
+ * nan), naming the file and the way out; --optimizer with --lr
  * gives it one and it trains; eval takes it as it is. */
 START_TEST(no_optimizer_no_training) {
   cd_daemon d;

@@ -91,7 +91,7 @@ END_TEST
 
 /* A builder intermediate that op fusion removed (fc_0.tmp_0: the matmul's
  * output, fused with the bias add and relu): the fetch says so and how to
- * keep it (review 3 #11: "is not a variable of the graph"); --keep and
+ * keep it (not just "is not a variable of the graph"); --keep and
  * --no-op-fusion on run and register then fetch it. */
 START_TEST(fetch_of_fused_intermediate) {
   cd_daemon d;
@@ -155,10 +155,9 @@ START_TEST(deregister_of_another_clients_program) {
 END_TEST
 
 /* register, run and trace leave their programs for the commands after
- * them until the session TTL, on ipc:// too (review 3 #10: the daemon's
- * sweep of exited processes dropped them about a second after the
- * command): 3 s later (past the sweep) `save` of a `register --init`
- * model works, a `run`'s model is still there, and the handle register
+ * them until the session TTL, on ipc:// too (the daemon's sweep of exited
+ * processes must not drop them about a second after the command): 3 s later (past the sweep) `save`
+ * of a `register --init` model works, a `run`'s model is still there, and the handle register
  * printed is still registered (PERMISSION_DENIED, not NOT_FOUND; --force
  * drops it). --help says so. */
 START_TEST(register_outlives_the_command) {

@@ -1,4 +1,4 @@
-/* pe-client train continuing a model that has values (review 4): an
+/* pe-client train continuing a model that has values: an
  * explicit --lr is applied to a trained model; switching the optimizer
  * reports the trained parameters as kept (not "fresh"); --start-epoch
  * continues the data order, so 1 + 1 epochs equal 2, and without it the

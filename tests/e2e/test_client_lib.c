@@ -268,8 +268,8 @@ START_TEST(get_and_set_params) {
   ck_assert_uint_eq(n, 1);
   ck_assert_mem_eq(v[0].data, want, sizeof want);
   /* A wrong shape is the daemon's error, naming the parameter; each
-   * context once (review 3 #15: "set_params: set_params of model 'mlp-c':
-   * model 'mlp-c': ..." and "get_params: get_params: ..."). */
+   * context once (not "set_params: set_params of model 'mlp-c': model
+   * 'mlp-c': ..." nor "get_params: get_params: ..."). */
   pe_client_tensor_set(&t, "fc_2.b", PE_B_F32, 1, (int64_t[]){9}, want);
   int rc = pe_client_set_params(f.c, "mlp-c", &t, 1);
   ck_assert_int_eq(rc, PE_C_ESHAPE);

@@ -28,7 +28,7 @@ START_TEST(test_ping_status) {
   ck_assert_int_eq((int)rep->status->n_places, 1);
   ck_assert_str_eq(rep->status->places[0]->place, "cpu:0");
   ck_assert_int_eq(rep->status->programs, 0);
-  /* Idle: the Status itself is not counted (review 2 #15). */
+  /* Idle: the Status itself is not counted. */
   ck_assert_int_eq(rep->status->queue_depth, 0);
   ck_assert_int_eq(rep->status->runs_in_flight, 0);
   /* Nor a request whose reply came back (one taken from the socket counts
@@ -323,8 +323,8 @@ START_TEST(test_bad_requests) {
     free(cb);
   }
 
-  /* RegisterShm sizes: 0, and one too large to map (2^63: it used to say
-   * "must be > 0"). Checked before the name is opened. */
+  /* RegisterShm sizes: 0, and one too large to map (2^63, which must not be
+   * told "must be > 0"). Checked before the name is opened. */
   {
     Pe__ShmRequest sr = PE__SHM_REQUEST__INIT;
     sr.name = (char *)"/pe-test-no-such-region";

@@ -3,8 +3,8 @@
  * state): it loses none of the steps another client is training meanwhile,
  * whose runs and the init interleave as they come (its weights and velocity
  * end bit for bit where a model trained alone with the same steps ends;
- * before session 28 the init read the model's values, ran the whole startup
- * and wrote them back, undoing a run in between). A startup op that would
+ * an init that read the model's values, ran the whole startup and wrote
+ * them back would undo a run in between). A startup op that would
  * write a value the model has together with one it lacks is refused, naming
  * both. */
 #include <math.h>

@@ -1,7 +1,7 @@
 /* A forced Init of a model that another live client's program uses is
- * refused, as drop-model is (review 3, finding 6: an eval script's
- * pe_client_init(force=true) reset a colleague's model mid-training, and
- * the trainer was told nothing). PERMISSION_DENIED names the other
+ * refused, as drop-model is (an eval script's pe_client_init(force=true)
+ * must not reset a colleague's model mid-training, the trainer told
+ * nothing). PERMISSION_DENIED names the other
  * client's program and the override; pe_client_init_force_in_use resets
  * the model anyway; the trainer itself, alone on the model, may force. */
 #include <check.h>

@@ -1,6 +1,6 @@
 /* A label out of range is named by its row in the batch the client fed, on
- * every place (review 3, finding 15: on cpu:2 the error gave the row within
- * the place's shard, "row 2" for the fed row 6, while cpu:1 said "row 6"). */
+ * every place (on cpu:2 too the fed row 6 is "row 6", not its row within
+ * the place's shard, "row 2"). */
 #include "check_main.h"
 #include "daemon_harness.h"
 

@@ -1,7 +1,7 @@
 /* pe-executord end to end: a register that names no places takes an
- * existing model's (review 2, finding 12: after `train --places cpu:2`,
- * every eval, run or train of the model had to repeat --places, the
- * daemon's cpu:1 being refused); one naming other places is still refused
+ * existing model's (after `train --places cpu:2`, an eval, run or train
+ * of the model need not repeat --places, the daemon's cpu:1 not being
+ * taken for a request of other places); one naming other places is still refused
  * naming both. The register reply names where the model runs. */
 #include "check_main.h"
 #include "daemon_harness.h"

@@ -1,5 +1,5 @@
-/* The OpenMP wait policy pe-executord and pe-bench run with (review 4 #5,
- * core/omp_policy.h): OMP_WAIT_POLICY=passive when the user set neither it
+/* The OpenMP wait policy pe-executord and pe-bench run with
+ * (core/omp_policy.h): OMP_WAIT_POLICY=passive when the user set neither it
  * nor GOMP_SPINCOUNT (libgomp's spinning made training 1.6-165x slower on
  * shared cores), the user's setting when given. libgomp reads the variable
  * before main, so the daemon re-executes itself with it: what libgomp read

@@ -1,7 +1,7 @@
-/* Values for names the model does not know (review 3, finding 5: a
- * SetParams of a name no program declared succeeded and added a junk
- * "parameter" to the model, so a user loading weights under a wrong name
- * trained from the random init, told OK). Once a program is registered:
+/* Values for names the model does not know (a SetParams of a name no
+ * program declared must not add a junk "parameter" to the model: a user
+ * loading weights under a wrong name would train from the random init,
+ * told OK). Once a program is registered:
  *   - SetParams of a name no program of the model declares, and the model
  *     does not hold, is refused (UNKNOWN_VARIABLE, naming it and some of the
  *     model's), with nothing of the request set;

@@ -70,7 +70,7 @@ END_TEST
 
 /* Each compile pass sleeps 700 ms (the daemon's test hook), so a register
  * of the mlp takes about 5 s: SIGTERM 1 s into one ends it before its next
- * pass. Before, the daemon waited for the register to finish (here the
+ * pass, rather than waiting for the register to finish (here the
  * remaining 4 s; with a 200k-op program, more than 10 minutes). */
 START_TEST(sigterm_abandons_a_register) {
   setenv("PE_TEST_PASS_DELAY_MS", "700", 1);

@@ -345,13 +345,12 @@ static pe_model_spec bn_model(void) {
 /* Client C's eval (a model registered for_test on its trained model: a
  * program that changes no persistable) of a few steps is answered within
  * WORK_PROMPT_S while A's and B's runs hold both run threads: a work
- * thread takes it. Before, it waited in the run queue behind D's run for
- * a run thread, for minutes. D's training run still waits for a run
+ * thread takes it, rather than the run queue behind D's run, where it
+ * would wait minutes for a run thread. D's training run still waits for a run
  * thread (run_threads bounds those), passed by the eval. _i 0: the mlp
  * ("lc"); 1: a model with batch norm ("lcbn", registered and initialised
- * here), which waited for a run thread as a training run until the test-
- * mode batch_norm's running statistics counted as unchanged
- * (pe_op_output_unchanged). */
+ * here), which is an eval only because the test-mode batch_norm's
+ * running statistics count as unchanged (pe_op_output_unchanged). */
 START_TEST(eval_runs_pass_long_runs) {
   lanes_fx f;
   fx_start(&f);

@@ -1,9 +1,9 @@
 /* pe-executord end to end: after a restart, the first register of a model
  * name restores its restart checkpoint whether or not the program is
- * persistent (review 2, finding 1). Before, a non-persistent program (a
- * `pe-client run`, `trace` or `register --init`) registered first created
- * the model with fresh parameters; a persistent program then joined them,
- * and the next SIGTERM or autosave replaced the trained checkpoint with
+ * persistent. Otherwise a non-persistent program (a `pe-client run`,
+ * `trace` or `register --init`) registered first would create the model
+ * with fresh parameters; a persistent program would then join them, and
+ * the next SIGTERM or autosave would replace the trained checkpoint with
  * them. Here: a persistent model is trained and SIGTERMed; after the
  * restart a non-persistent program registers, inits (nothing to init) and
  * runs, and sees the trained values; a persistent program joins and trains

@@ -8,8 +8,8 @@
  * daemon stays up and other clients' runs go on. The N steps stay applied:
  * the model (when it outlives the cancel) holds the values of a model that
  * ran N steps on the same batch, a register names N steps of the request,
- * and Status counts N more steps run. Before, such a run went on to its
- * millionth step (minutes) and SIGTERM waited for it. While it runs,
+ * and Status counts N more steps run. Uncancelled, such a run would go on
+ * to its millionth step (minutes) with SIGTERM waiting for it. While it runs,
  * Status (and pe-client status, text and --json) lists it: client, model,
  * program, steps done of STEPS (growing), age. */
 #include <ctype.h>

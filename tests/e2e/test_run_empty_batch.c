@@ -1,7 +1,6 @@
 /* A run whose feeds have no rows is refused, with the same code and
- * message on every place (review 3, finding 4: on cpu:1 it succeeded and
- * returned the loss and accuracy of the step before; on cpu:2 and sim:2 it
- * failed "fetch 'mean_0.out': no value"). The parameters stay as they were,
+ * message on every place (not the loss and accuracy of the step before on
+ * cpu:1, nor "fetch 'mean_0.out': no value" on cpu:2 and sim:2). The parameters stay as they were,
  * and the next run with rows trains as before. */
 #include "check_main.h"
 #include "daemon_harness.h"

@@ -2,17 +2,18 @@
  * memory of one step, as the program's memory plan sizes it for the batch
  * fed. A run over it is refused before it starts (OUT_OF_MEMORY naming the
  * batch, the bytes and the limit); with batches, one mini-batch's rows
- * count. Before, a run of any batch went ahead (a batch-100000 run of a
- * small program took the daemon to 2.4 GB). Status shows the daemon's
+ * count. Without the limit a batch-100000 run of a small program takes
+ * the daemon to 2.4 GB. Status shows the daemon's
  * resident memory and its host allocator's bytes.
  *
  * [limits] memory_runs_total bounds the runs in flight together: a run
  * that does not fit next to them waits (until its timeout: DEADLINE
  * naming the bytes), and Status shows the bytes reserved and the runs
- * waiting. Before, N clients each under memory_per_run took N times it.
- * An executor gives back the temporaries of a batch twice the current one
- * or more, and after a request past [limits] memory_kept_per_program all
- * of them: before, an idle model kept its largest batch's memory. */
+ * waiting, so that N clients each under memory_per_run do not take N
+ * times it. An executor gives back the temporaries of a batch twice the
+ * current one or more, and after a request past [limits]
+ * memory_kept_per_program all of them, so that an idle model does not keep
+ * its largest batch's memory. */
 #include "async_call.h"
 #include "check_main.h"
 #include "core/allocator.h"
@@ -236,8 +237,8 @@ START_TEST(runs_in_flight_share_memory_runs_total) {
 END_TEST
 
 /* A batch of 2048 rows, then one of 16: the executor gives back the large
- * batch's temporaries (host bytes in use drop by most of its 14 MB plan).
- * Before, it kept them until the model was deregistered. */
+ * batch's temporaries (host bytes in use drop by most of its 14 MB plan)
+ * rather than keeping them until the model is deregistered. */
 START_TEST(smaller_batch_gives_back_the_larger_ones_memory) {
   fx f;
   fx_start(&f, NULL);

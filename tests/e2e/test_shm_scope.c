@@ -1,6 +1,6 @@
-/* A shared-memory region belongs to the client that registered it (review
- * 3, finding 7: any client that knew a region id could feed from it, fetch
- * the bytes back and unregister it, and the daemon logged the ids at info
+/* A shared-memory region belongs to the client that registered it (no
+ * other client that knows a region id may feed from it, fetch the bytes
+ * back or unregister it, and the daemon does not log the ids at info
  * level). Client B naming client A's region in a run feed, a batched run's
  * feed, a SetParams value or an unregister gets NOT_FOUND with the message
  * an unknown id gets; A's region keeps working, also after B's session

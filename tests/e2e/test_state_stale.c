@@ -1,4 +1,4 @@
-/* pe-executord end to end (review 4 #11): a start removes the temporaries
+/* pe-executord end to end: a start removes the temporaries
  * that interrupted checkpoint writes left (<name>.ckpt.tmp.<pid>.<n>),
  * logging each, and leaves every other file alone. */
 #include "check_main.h"

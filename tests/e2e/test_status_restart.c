@@ -1,10 +1,10 @@
 /* pe-executord end to end: status reports what a crash would lose as the
  * changes since the restart checkpoint (the file a restart restores,
  * written by autosave and SIGTERM), not since the newest checkpoint of any
- * name (review 2, finding 5: after `save --checkpoint backup` it said "0
- * change(s) since" while a kill -9 rolled back to the older autosave; and
- * after a restart that restored the model it showed no count at all). A
- * client's save under the restart checkpoint's name is refused. */
+ * name (after `save --checkpoint backup` a kill -9 still rolls back to the
+ * older autosave, so "0 change(s) since" would be wrong; after a restart
+ * that restored the model the count is still shown). A client's save under the restart checkpoint's
+ * name is refused. */
 #include "check_main.h"
 #include "daemon_harness.h"
 #include "test_assert.h"

@@ -1,5 +1,5 @@
 /* Devices: streams, events, errors, memory, and the two synchronisation
- * strategies of seed 000, on cpu and sim places. */
+ * strategies (engine/device.h), on cpu and sim places. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <omp.h>
@@ -167,7 +167,7 @@ START_TEST(sim_cross_stream_dependency_both_strategies) {
   pe_device *d0 = open_dev(PE_PLACE_SIM, 0, 1), *d1 = open_dev(PE_PLACE_SIM, 1, 1);
   for (int strat = 0; strat < 2; strat++) {
     for (int ev = 0; ev < 2; ev++) {
-      /* same device, compute -> comm (seed 001: all-reduce after backward) */
+      /* same device, compute -> comm (an all-reduce after backward) */
       run_dep((pe_sync_strategy)strat, pe_device_stream(d0, PE_STREAM_COMPUTE),
               pe_device_stream(d0, PE_STREAM_COMM), ev);
       /* across devices: sim:0 compute -> sim:1 copy */

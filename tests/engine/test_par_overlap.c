@@ -1,6 +1,6 @@
 /* Runs of disjoint models overlap; runs of one model are ordered. Checked
- * without clocks (the test used to compare wall times of sleeping nodes and
- * failed on a loaded machine): the node hook of pe_run_opts logs every
+ * without clocks (wall times of sleeping nodes are not reliable on a loaded
+ * machine): the node hook of pe_run_opts logs every
  * node's begin and end under one sequence number, and can hold a node.
  *
  * Overlap: the first engine node of each model's run waits inside its op

@@ -1,4 +1,4 @@
-/* Input prefetch feeding the parallel executor (seed 002): pe_prefetch
+/* Input prefetch feeding the parallel executor: pe_prefetch
  * splits batch k+1 onto the places on its own thread while step k runs, and
  * pe_par_exec_run_split binds the parts without copying. The losses and the
  * parameters must be bit-identical to whole-batch runs of the same batches

@@ -280,9 +280,9 @@ static float *value_of(par *q, const char *name, int64_t *n) {
 
 /* An eval with batch norm is no change either: its test-mode batch_norm
  * lists the running statistics among its outputs but stores them onto
- * themselves, as they were (pe_graph_node_updates_persistable). Before,
- * such a run counted, so an eval set off an autosave and moved Status'
- * changes since the checkpoint. A training step moves them and counts. */
+ * themselves, as they were (pe_graph_node_updates_persistable). Counted,
+ * such a run would set off an autosave and move Status' changes since the
+ * checkpoint. A training step moves them and counts. */
 START_TEST(eval_with_batch_norm_is_no_change) {
   mlp_with_batch_norm = true;
   pe_runtime *rt = rt_new(2);

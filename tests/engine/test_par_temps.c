@@ -3,8 +3,8 @@
  * device work in flight). A run with a batch half the one before, or
  * less, gives back the excess; pe_par_exec_release gives back all of it,
  * waiting for the work in flight first; the runs after either train as the
- * sequential reference does. Before, capacity only grew: the temporaries
- * of the largest batch stayed until the executor was freed. */
+ * sequential reference does. Capacity does not only grow: the temporaries
+ * of the largest batch do not stay until the executor is freed. */
 #include "check_main.h"
 #include "engine/device.h"
 #include "par_test_util.h"

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The installed unit must name files that the install puts there (review 3
-# F-S: with prefix /usr the config went to /usr/etc while the unit read /etc).
+# The installed unit must name files that the install puts there (with
+# prefix /usr the config must go to /etc, which the unit reads, not /usr/etc).
 #   1. DESTDIR install of this build tree: ExecStart's binary and --config
 #      file exist under DESTDIR.
 #   2. A scratch configure of the source with prefix /usr (no build: the

@@ -1,5 +1,5 @@
-/* NaN through the activations (review 4 #7): relu keeps NaN as PyTorch's
- * does (oneDNN's relu, and its post-op in conv2d and matmul, gave 0 and hid
+/* NaN through the activations: relu keeps NaN as PyTorch's
+ * does (oneDNN's relu, and its post-op in conv2d and matmul, give 0 and hide
  * a corrupt input behind a finite loss), in the plain op and in the fused
  * relu of matmul, conv2d, batch_norm and the residual add; max pooling;
  * relu's gradient passes dy where

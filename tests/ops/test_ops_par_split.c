@@ -1,8 +1,8 @@
 /* One split rule for every CPU kernel (ops/cpu/par_min.h): a loop over
  * exactly PE_PAR_MIN elements stays on the calling thread, one over more
  * goes to the kernel's team. The optimizer, clip, dropout and batch_norm
- * kernels used to split at PE_PAR_MIN already (>=) where the others (relu
- * here) did not.
+ * kernels are checked beside relu, so that none of them splits at
+ * PE_PAR_MIN itself (>=) where the others do not.
  *
  * The probe: which thread wrote an element shows in a denormal result. The
  * OpenMP team is created first with denormals kept, then only the calling

@@ -198,7 +198,7 @@ START_TEST(test_errors) {
   expect_errors(pe_config_load_string(&c, "[server\nlog_level = debug\n", "t.conf"), PE_EINVAL,
                 "t.conf: line 1", "log_level", "before any valid [section] header",
                 (const char *)NULL);
-  /* A key given twice: refused at the second line (it used to win silently). */
+  /* A key given twice: refused at the second line, not the last one winning silently. */
   expect_errors(
       pe_config_load_string(&c, "[server]\nlog_level = debug\n\nlog_level = error\n", "t.conf"),
       PE_EINVAL, "line 4", "[server] log_level is set twice", (const char *)NULL);
@@ -328,7 +328,7 @@ static pe_status *load_t_conf(pe_srv_config *c, const char *text) {
 }
 
 /* A socket mode that lets others connect (o+w) is taken, with a warning
- * naming the file and line (review 3 F-J: 0777 passed silently). */
+ * naming the file and line (0777 must not pass silently). */
 START_TEST(test_world_socket_mode_warns) {
   pe_srv_config c;
   PE_CK_OK(pe_config_defaults(&c));

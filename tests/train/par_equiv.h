@@ -1,5 +1,5 @@
-/* Equivalence of the parallel executor with the sequential reference
- * (issue 3), shared by test_par_equiv_mlp.c, test_par_equiv_cnn.c and
+/* Equivalence of the parallel executor with the sequential reference,
+ * shared by test_par_equiv_mlp.c, test_par_equiv_cnn.c and
  * test_par_equiv_residual.c (a model file's text).
  * Header-only: each suite is its own executable.
  *

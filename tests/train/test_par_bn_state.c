@@ -1,4 +1,4 @@
-/* Batch-norm running statistics on several places (review 4 #6): each
+/* Batch-norm running statistics on several places: each
  * place normalises its own rows, so each computes its own statistics; the
  * data_parallel pass broadcasts place 0's after every update, so that the
  * model is one model: every persistable is bitwise the same on every place

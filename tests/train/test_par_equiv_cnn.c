@@ -1,7 +1,7 @@
 /* Parallel executor vs. the sequential reference on the CNN of pe_models.h
  * (two 5x5 conv + max-pool layers, fc1024, dropout made the identity,
  * fc10; momentum SGD): the loss curve over 20 steps and the parameters
- * after every step, in every setting of issue 3's matrix (cpu:2; sim:4
+ * after every step, in every setting of par_equiv.h's matrix (cpu:2; sim:4
  * with event waits and with producer waits; AllReduce, Reduce and Sharded; fused
  * and unfused all-reduce), and with the convolutions' bias and relu fused
  * into them on the parallel side (two settings); the parallel startup against the sequential

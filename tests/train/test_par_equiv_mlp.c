@@ -1,6 +1,6 @@
 /* Parallel executor vs. the sequential reference on the MLP of pe_models.h
  * (784-256-128-10, momentum SGD): the loss curve over 20 steps and the
- * parameters after every step, in every setting of issue 3's matrix
+ * parameters after every step, in every setting of par_equiv.h's matrix
  * (cpu:2; sim:4 with event waits and with producer waits; AllReduce and
  * Reduce and Sharded; fused and unfused all-reduce); the parallel startup against the
  * sequential one; a batch of 3 on 2 and 4 places; the same on sim

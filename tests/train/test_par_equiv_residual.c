@@ -3,7 +3,7 @@
  * variable read by two branches gets its gradient summed from both, and two
  * branches join in a sum, so the graph is a DAG rather than the chain of
  * the MLP and CNN. The loss curve over 20 steps and the parameters after
- * every step in every setting of issue 3's matrix, the parallel startup,
+ * every step in every setting of par_equiv.h's matrix, the parallel startup,
  * and a batch of 3 on 4 places.
  * Fully connected, not convolutional: par_equiv.h's teacher labels by the
  * first 64 inputs, which a small conv net does not learn in 20 steps, and

@@ -22,7 +22,7 @@
  * for the rare max-pool grad without Out (a pruned forward output). 2x2
  * windows at stride 2 without padding (the CNN's) have their own loop
  * (max_pool_grad_plane_2x2): at [64,32,28,28], 1 thread, min of 600
- * calls, 290 us against 854 for the general one (session 33).
+ * calls, 290 us against 854 for the general one.
  * The forward op itself runs in inference mode (no workspace). */
 #include <string.h>
 
@@ -192,9 +192,8 @@ static pe_status *pool_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape 
 }
 
 /* oneDNN's max pooling skips a NaN (a window of NaNs gives -FLT_MAX);
- * PyTorch's gives NaN, and so does ours (review 4 #7: a NaN must reach the
- * loss). One counting pass over X (vectorized); only when it finds a NaN,
- * each output whose window holds one becomes NaN. */
+ * PyTorch's gives NaN, and so does ours (a NaN must reach the loss). One counting pass over X
+ * (vectorized); only when it finds a NaN, each output whose window holds one becomes NaN. */
 static void max_pool_nan(pe_kernel_ctx *c, const pe_tensor *x, pe_tensor *out) {
   int64_t n = pe_tensor_numel(x);
   const float *xf = pe_f32(x);

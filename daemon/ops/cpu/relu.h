@@ -1,6 +1,6 @@
-/* relu as PyTorch computes it (review 4 #7): NaN stays NaN. oneDNN's relu
+/* relu as PyTorch computes it: NaN stays NaN. oneDNN's relu
  * (max(x, 0), also as a convolution's or matmul's post-op) maps NaN to 0,
- * which hid a corrupt input or a diverged layer behind a finite loss. So
+ * which would hide a corrupt input or a diverged layer behind a finite loss. So
  * relu, its gradient and the fused relu of conv2d, matmul and batch_norm
  * use these: relu(x) = x <= 0 ? 0 : x (negatives and -0 give +0, NaN and
  * +Inf pass), and the gradient from X or Out is y <= 0 ? 0 : dy (PyTorch's
