@@ -1,4 +1,4 @@
-/* Devices behind one interface (architecture property 3).
+/* Devices behind one interface.
  *
  * A device is one place (cpu:N, sim:N, cuda:N). Every kind fills one table
  * of function pointers (pe_device_ops); the executor only calls the inline
@@ -44,7 +44,7 @@
  *  - Work launched after a failure still runs. The device layer does not
  *    know which later work depends on the failed work; the executor does,
  *    and its kernel wrapper (running on the stream) skips an op whose
- *    inputs are marked failed (MXNet's rule, architecture property 5).
+ *    inputs are marked failed (MXNet's rule).
  *    Likewise a wait on an event of a failed stream completes normally.
  *
  * The two synchronisation strategies (switchable at run time):

@@ -1,4 +1,5 @@
-/* Static graph runner: the "static within a graph" half of property 2.
+/* Static graph runner: the "static within a graph" half of scheduling
+ * (the dependency engine is the "dynamic across graphs" half).
  *
  * A pe_dag is built once from an edge list: per node, its in-degree and
  * its successors (CSR arrays). A run re-arms one atomic counter per node by

@@ -56,7 +56,7 @@
  * A fetch name must be kept fetchable at compile time (pe_pass_opts.keep,
  * or the loss), else the run fails with PE_EUNKNOWN_VAR naming it.
  *
- * Errors (architecture property 5): a failing kernel stores its error on
+ * Errors (MXNet's rule): a failing kernel stores its error on
  * the variables it writes; dependent nodes are skipped, the run completes,
  * and pe_par_exec_run returns the first error, naming the op index, type,
  * place, variable and shapes. A failed run leaves parameters of the failed
@@ -180,7 +180,7 @@ pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value);
  * many of that request's steps did (pe_model_origin), and a snapshot
  * carries that record, so a checkpoint says which requests its values
  * include: a resend of one of them is never applied again, also after a
- * restart from the checkpoint (architecture property 6). */
+ * restart from the checkpoint. */
 typedef struct pe_run_origin {
   uint64_t client; /* 0: none (not recorded) */
   uint64_t request;

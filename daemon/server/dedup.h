@@ -1,6 +1,6 @@
 /* Reply cache keyed by (client id, request id): a client resends a request
  * it got no reply to (its resend interval, or nanomsg after a reconnect), and
- * a resend must never be applied twice (architecture property 6).
+ * a resend must never be applied twice.
  *
  * Every copy of a request carries its receive sequence number (the main
  * thread numbers messages as they come off the socket), and the replies for

@@ -1,5 +1,5 @@
-/* Packing a reply so that every request gets one (architecture property 6:
- * a request is applied once and answered, resends included). Every reply
+/* Packing a reply so that every request gets one (a request is applied
+ * once and answered, resends included). Every reply
  * carries max_message, so that clients refuse larger requests themselves.
  *
  * A reply that cannot go out as built is replaced by an error reply that

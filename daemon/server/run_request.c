@@ -49,7 +49,7 @@ static void feed_names(const pe_srv_program *p, char *buf, size_t len) {
 }
 
 /* A run whose request already reached the model is not applied again
- * (architecture property 6). The reply cache answers resends while it holds
+ * (a resend is never applied twice). The reply cache answers resends while it holds
  * the reply; this catches the rest: a resend after a daemon restart from a
  * checkpoint that includes the run (its origins travel in the file), or
  * after the cached reply was evicted. A client's request ids increase, so

@@ -1,7 +1,7 @@
 /* pe-executord end to end: mutated requests (bit flips, truncations, random
  * bytes spliced into valid Register / Run / SetParams / Checkpoint
  * requests) each get a reply, and the daemon keeps serving a well-formed
- * client between them (architecture property 5). Deterministic (fixed
+ * client between them (a bad request fails alone). Deterministic (fixed
  * seed), a few hundred requests. */
 #include <math.h>
 
