@@ -56,7 +56,8 @@ static pe_status *over_limit(const counts *c, int64_t n, const char *what, const
 
 pe_status *pe_program_scan(const uint8_t *buf, size_t len, const pe_decode_limits *lim) {
   counts c = {0};
-  const uint8_t *p = buf, *end = buf + len;
+  /* Empty bytes (an unset bytes field) may come as NULL, which takes no offset. */
+  const uint8_t *p = buf, *end = len ? buf + len : buf;
   pe_pb_field f;
   while (p < end) {
     if (!pe_pb_next(&p, end, &f)) return MALFORMED(len);
