@@ -29,7 +29,7 @@
 
 #include "bench.h"
 #include "engine/dep_engine.h"
-#include "engine/graph_run.h"
+#include "graph_run.h"
 #include "engine/threadpool.h"
 
 typedef struct engine_cfg {

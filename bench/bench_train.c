@@ -34,7 +34,7 @@
 
 #include "bench.h"
 #include "compiler/pass.h"
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "core/fpenv.h"
 #include "core/omp_policy.h"
 #include "core/scope.h"

@@ -28,8 +28,8 @@
 
 #include "bench_train.h"
 #include "compiler/pass.h"
-#include "compiler/program.h"
-#include "engine/par_executor.h"
+#include "ir/program.h"
+#include "engine/parallel/executor.h"
 #include "engine/prefetch_steps.h"
 #include "json_out.h"
 

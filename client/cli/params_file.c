@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 
 #define PARAMS_FILE_MAX ((size_t)1 << 36) /* 64 GiB: a bound, not a limit anyone meets */
 

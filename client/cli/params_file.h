@@ -1,6 +1,6 @@
 /* A model's parameters in a file of one's own (pe-client export, import,
  * train --init-from): the daemon's checkpoint format, written and read by
- * its own code (daemon/server/checkpoint_file.h: CRC, atomic replace), so
+ * its own code (daemon/server/checkpoint/file.h: CRC, atomic replace), so
  * that a file exported here loads with `pe-client load` once copied into
  * the state directory, and a checkpoint of the daemon imports here. The
  * values travel through get_params / set_params. One thread. */

@@ -28,7 +28,7 @@
  * copy's reply it frees that stored reply (nn_recv then aborts on the chunk
  * tag), and (b) arriving last it is freed again by nn_close (nn_req_term).
  * The daemon answers the copies of a request in the order they arrived and
- * never an older copy after a newer one (daemon/server/dedup.h), which
+ * never an older copy after a newer one (daemon/server/reply_cache.h), which
  * rules out (a) for this daemon. Against (b) and nanomsg's own timer resend: the timer resend
  * is switched off (a ~12-day interval); by default a request is sent once,
  * and nanomsg resends it only when the connection to the daemon is

@@ -39,7 +39,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "core/dtype.h"
 #include "core/place.h"
 #include "core/status.h"

@@ -21,7 +21,7 @@
 #include <stdatomic.h>
 
 #include "compiler/graph.h"
-#include "compiler/program.h"
+#include "ir/program.h"
 
 /* Default fuse bucket: large enough to amortise a collective's latency,
  * small enough that the first bucket starts while backward still runs. */

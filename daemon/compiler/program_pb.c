@@ -1,4 +1,4 @@
-/* ProgramDesc bytes <-> in-memory IR (program.h).
+/* ProgramDesc bytes <-> in-memory IR (ir/program.h).
  *
  * protobuf-c checks the wire format only: proto3 enums arrive as any int32,
  * repeated fields have any length, strings may be empty. Decode therefore
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "compiler/program_scan.h"
 #include "core/names_unique.h"
 #include "ops/lr_schedule.h"

@@ -7,7 +7,7 @@
 #ifndef PE_COMPILER_PROGRAM_SCAN_H
 #define PE_COMPILER_PROGRAM_SCAN_H
 
-#include "compiler/program.h"
+#include "ir/program.h"
 
 /* NULL when buf's blocks, ops, variables and each op's input slots, output
  * slots and attributes are within lim's bounds. Else PE_EINVAL: "ProgramDesc:

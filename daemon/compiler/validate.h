@@ -19,7 +19,7 @@
 #ifndef PE_COMPILER_VALIDATE_H
 #define PE_COMPILER_VALIDATE_H
 
-#include "compiler/program.h"
+#include "ir/program.h"
 
 /* Validates the startup block first (its inference fills in the shapes of
  * the persistables it initialises), then every other block in index order.

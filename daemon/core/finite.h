@@ -1,6 +1,6 @@
 /* Non-finite values (NaN, +-Inf) in a host tensor: the check behind the
- * daemon's refusal to train on or save a diverged model (run_request.c,
- * checkpoint.c). Integer dtypes are always finite. */
+ * daemon's refusal to train on or save a diverged model (run/request.c,
+ * checkpoint/save_load.c). Integer dtypes are always finite. */
 #ifndef PE_CORE_FINITE_H
 #define PE_CORE_FINITE_H
 

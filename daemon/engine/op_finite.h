@@ -7,7 +7,7 @@
  * executors then pay one branch per op. Host memory only (cpu and sim
  * places): the parallel executor refuses the option on a cuda place.
  * Callers: pe_op_run (both executors), the sharded update's last chunk
- * (par_collective.c), the executors' feed loads. */
+ * (parallel/collective_nodes.c), the executors' feed loads. */
 #ifndef PE_ENGINE_OP_FINITE_H
 #define PE_ENGINE_OP_FINITE_H
 

@@ -13,7 +13,7 @@
 #ifndef PE_ENGINE_PREFETCH_STEPS_H
 #define PE_ENGINE_PREFETCH_STEPS_H
 
-#include "engine/par_executor.h"
+#include "engine/parallel/executor.h"
 #include "engine/prefetch.h"
 
 #define PE_PREFETCH_STEPS_MAX_INPUTS 8

@@ -14,7 +14,7 @@
 #ifndef PE_ENGINE_SEQ_EXECUTOR_H
 #define PE_ENGINE_SEQ_EXECUTOR_H
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "core/rng.h"
 #include "core/scope.h"
 #include "ops/device_ctx.h"

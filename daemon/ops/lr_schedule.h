@@ -22,7 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define PE_LR_MAX_MILESTONES 32 /* = compiler/program.h's (an identical redefinition) */
+#define PE_LR_MAX_MILESTONES 32 /* = ir/program.h's (an identical redefinition) */
 
 #ifdef __CUDACC__
 #define PE_LR_HD __host__ __device__
@@ -77,7 +77,7 @@ PE_LR_HD static inline double pe_lr_at(const pe_lr_params *p, int64_t s) {
 #ifndef __CUDACC__
 #include <stdbool.h>
 
-#include "compiler/program.h" /* pe_lr_schedule_desc */
+#include "ir/program.h" /* pe_lr_schedule_desc */
 #include "core/status.h"
 
 /* "cosine" -> PE_LR_COSINE; false if unknown. */

@@ -29,7 +29,7 @@
 
 #include <stdbool.h>
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "core/place.h"
 #include "core/rng.h"
 #include "core/status.h"
@@ -62,7 +62,7 @@ typedef struct pe_attr_def {
  * on element i of the inputs shaped like Param and on the small inputs
  * (learning rate, beta powers); small outputs depend only on small inputs.
  * So the kernel may run on any slice [lo, hi) of Param-shaped tensors with
- * the small ones whole (the sharded strategy, par_collective.c). */
+ * the small ones whole (the sharded strategy, parallel/collective_nodes.c). */
 #define PE_OP_ELEMENTWISE 0x8
 
 /* Shape/dtype of one variable as inference sees it (-1 allowed at compile time). */

@@ -40,7 +40,7 @@ typedef struct pe_srv_config {
   char *sync;         /* "event" | "producer" */
   /* Kernel threads flush denormals to zero (core/fpenv.h). */
   bool flush_denormals;
-  /* A training run stops at a non-finite loss (run_finite.h); reloadable. */
+  /* A training run stops at a non-finite loss (run/finite.h); reloadable. */
   bool check_finite;
   /* [state] */
   char *state_dir; /* checkpoints live under it */
@@ -59,7 +59,7 @@ typedef struct pe_srv_config {
   int max_program_vars;      /* its variables, all blocks */
   int64_t memory_per_run;    /* a run step's planned temporaries, bytes; 0: unlimited */
   int64_t memory_runs_total; /* those of all runs in flight together; 0: unlimited */
-  /* The daemon's budget for models and runs together (run_budget.h); 0: unlimited. */
+  /* The daemon's budget for models and runs together (run/budget.h); 0: unlimited. */
   int64_t memory_total;
   int64_t memory_kept_per_program; /* temporaries a program keeps between runs; 0: none */
   /* What decoding one request may allocate (decode_budget.h); 0: twice

@@ -8,11 +8,11 @@
 #include "core/log.h"
 #include "core/names_unique.h"
 #include "ops/lr_schedule.h"
-#include "server/checkpoint.h"
+#include "server/checkpoint/save_load.h"
 #include "server/client_tag.h"
-#include "server/model_drop.h"
-#include "server/programs.h"
-#include "server/run_request.h"
+#include "server/registry/model_drop.h"
+#include "server/registry/registry.h"
+#include "server/run/request.h"
 #include "server/shm.h"
 #include "server/wire_tensor.h"
 
@@ -558,7 +558,7 @@ void pe_dispatch(pe_server *s, const Pe__Request *rq, double received, pe_lane l
     if (!h->ends_session)
       pe_registry_request_begin(s->reg, rq->client_id, pid, rq->client_start, pe_now_s());
     /* Begun: the client's next request may start (lanes.h); a run says so
-     * itself, once it holds its program (run_request.c). */
+     * itself, once it holds its program (run/request.c). */
     if (h->lane != PE_LANE_RUN) pe_lanes_started();
     st = h->fn(&c);
     if (!h->ends_session)

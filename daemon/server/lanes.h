@@ -25,7 +25,7 @@
  * a run once it holds its program and is listed in Status (so that a close
  * cancels it), any other request once dispatch has begun it
  * (pe_lanes_started). Requests that have started run concurrently, as
- * before (the reply cache orders the copies of one request: dedup.h).
+ * before (the reply cache orders the copies of one request: reply_cache.h).
  * Client 0 (anonymous) keeps no order.
  *
  * Read-only runs: a run of a program that changes no persistable (an eval

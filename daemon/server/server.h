@@ -12,7 +12,7 @@
  *                   work and control requests.
  *   compute pool    the runtime's workers; only the executor uses them.
  *   autosave        checkpoints persistent models every checkpoint_interval
- *                   (server/autosave.h); joined before the shutdown checkpoint.
+ *                   (server/checkpoint/autosave.h); joined before the shutdown checkpoint.
  *
  * Ownership: pe_server owns the runtime, the registry, the shm table and the
  * dedup cache; pe_server_free releases them in that reverse order after the
@@ -28,13 +28,13 @@
 #include "core/place.h"
 #include "core/status.h"
 #include "engine/device.h"
-#include "engine/par_executor.h"
+#include "engine/parallel/executor.h"
 #include "server/config.h"
 #include "server/decode_budget.h"
-#include "server/dedup.h"
+#include "server/reply_cache.h"
 #include "server/lanes.h"
-#include "server/run_budget.h"
-#include "server/run_table.h"
+#include "server/run/budget.h"
+#include "server/run/table.h"
 
 #define PE_SERVER_VERSION "0.1.0"
 
@@ -70,7 +70,7 @@ typedef struct pe_server {
   pe_run_budget run_budget;   /* their temporaries ([limits] memory_runs_total) */
   pe_decode_pool decode_pool; /* decoded requests' bytes ([limits] memory_requests_total) */
   /* Set by SIGTERM/SIGINT: runs stop at their next step boundary
-   * (run_cancel.h), so the shutdown checkpoint comes soon. */
+   * (run/cancel.h), so the shutdown checkpoint comes soon. */
   atomic_bool stopping;
 
   pe_loop *loop; /* event loop internals (server.c) */
@@ -89,8 +89,8 @@ typedef struct pe_limits {
   int max_program_ops, max_program_vars;
   int64_t memory_per_run;
   int64_t memory_runs_total, memory_kept_per_program;
-  int64_t memory_total; /* the daemon's budget, models and runs (run_budget.h) */
-  bool check_finite;    /* [runtime] check_finite: run_finite.h */
+  int64_t memory_total; /* the daemon's budget, models and runs (run/budget.h) */
+  bool check_finite;    /* [runtime] check_finite: run/finite.h */
   /* Decode budgets (decode_budget.h), defaults resolved: per request (> 0)
    * and of all requests (0: unlimited; else at least the former). */
   int64_t memory_per_request, memory_requests_total;

@@ -11,7 +11,7 @@
 #include "core/allocator.h"
 #include "server/client_tag.h"
 #include "server/dispatch.h"
-#include "server/programs.h"
+#include "server/registry/registry.h"
 
 /* The lanes' threads, busy ones and queues; busy leaves out this Status
  * (taken from `self`). */

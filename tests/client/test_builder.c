@@ -9,7 +9,7 @@
 
 #include "check_main.h"
 #include "compiler/pass.h"
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "compiler/validate.h"
 #include "pe_builder.h"
 #include "pe_models.h"

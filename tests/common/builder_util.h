@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "core/status.h"
 #include "pe_builder.h"
 

@@ -8,7 +8,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "op_harness.h"
 #include "test_assert.h"
 

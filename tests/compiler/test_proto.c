@@ -10,7 +10,7 @@
 
 #include "check_main.h"
 #include "compiler/pass.h"
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "compiler/validate.h"
 #include "prog_util.h"
 #include "program.pb-c.h"

@@ -6,7 +6,7 @@
 #define PE_TESTS_CKPT_WATCH_H
 
 #include "daemon_harness.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 
 static inline void cw_path(const dh_daemon *d, const char *model, char *path, size_t len) {
   snprintf(path, len, "%s/models/%s/shutdown.ckpt", d->state, model);

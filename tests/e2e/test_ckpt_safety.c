@@ -5,7 +5,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "test_assert.h"
 
 #define CLIENT 0x5afe

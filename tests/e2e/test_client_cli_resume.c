@@ -183,7 +183,7 @@ START_TEST(next_train_continues_the_epochs) {
 END_TEST
 
 /* A diverged run: by default the daemon stops it at its first NaN loss
- * (run_finite.h) and train exits non-zero naming it; with check_finite =
+ * (run/finite.h) and train exits non-zero naming it; with check_finite =
  * false it trains on, and its --json line says null for the loss, and
  * parses. */
 START_TEST(diverged_run_json_is_json) {

@@ -17,7 +17,7 @@
 
 #include "client_daemon.h"
 #include "compiler/pass.h"
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
 #include "pe_client.h"
@@ -194,7 +194,7 @@ START_TEST(train_steps_lower_the_loss) {
   CD_OK(f.c, pe_client_get_status(f.c, &s));
   ck_assert_uint_ge(s.runs_total, 10);
   /* --places cpu:1, worker_threads unset: one pool worker, whose kernels
-   * get every core (par_runtime.c). */
+   * get every core (parallel/runtime.c). */
   ck_assert_int_eq(s.worker_threads, 1);
   bool saw = false;
   for (size_t i = 0; i < s.n_models; i++) saw |= !strcmp(s.models[i].name, "mlp-a");

@@ -8,7 +8,7 @@
 #include <sys/un.h>
 
 #include "check_main.h"
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "daemon_basic.h"
 #include "engine/device.h"
 #include "test_assert.h"

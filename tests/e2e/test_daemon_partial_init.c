@@ -11,7 +11,7 @@
 #include <pthread.h>
 
 #include "check_main.h"
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "daemon_harness.h"
 #include "test_assert.h"
 

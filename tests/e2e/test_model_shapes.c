@@ -10,7 +10,7 @@
 
 #include "check_main.h"
 #include "daemon_harness.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "test_assert.h"
 
 #define CLIENT_A 0x5a01

@@ -12,7 +12,7 @@
  *     are then the model's. */
 #include "check_main.h"
 #include "daemon_harness.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "test_assert.h"
 
 #define CLIENT 0x5e7a

@@ -8,7 +8,7 @@
 #include "check_main.h"
 #include "ckpt_watch.h"
 #include "daemon_harness.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "test_assert.h"
 
 #define CLIENT_A 0xa11ce

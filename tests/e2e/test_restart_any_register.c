@@ -11,7 +11,7 @@
  * non-persistent model restored this way alone never writes the file. */
 #include "check_main.h"
 #include "daemon_harness.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "test_assert.h"
 
 #define CLIENT 0xa11

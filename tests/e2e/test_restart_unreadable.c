@@ -11,7 +11,7 @@
  * file). drop-model removes the file; then the name starts afresh. */
 #include "check_main.h"
 #include "daemon_harness.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "test_assert.h"
 
 #define CLIENT 0xbad1

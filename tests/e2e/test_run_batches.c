@@ -1,5 +1,5 @@
 /* Run requests that carry several mini-batches (RunRequest.batches, the
- * daemon's run_batches.c) against the real daemon:
+ * daemon's run/batches.c) against the real daemon:
  *  - k batches in one request give, step for step, the losses of k
  *    single-batch requests, and then bit-identical parameters: on cpu:2
  *    (AllReduce and Sharded), cpu:3 (uneven splits of 32 rows) and sim:2;

@@ -3,7 +3,7 @@
  * logging each, and leaves every other file alone. */
 #include "check_main.h"
 #include "daemon_harness.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "test_assert.h"
 
 /* Temporaries of interrupted writes go at start, logged; other files stay. */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "compiler/pass.h"
-#include "engine/par_executor.h"
+#include "engine/parallel/executor.h"
 #include "engine/seq_executor.h"
 #include "builder_util.h"
 #include "pe_builder.h"
@@ -176,7 +176,7 @@ static inline float par_step(par *q, int step, int n, const pe_run_opts *ro) {
   return l;
 }
 
-#include "engine/par_internal.h" /* white box: the places' scopes */
+#include "engine/parallel/internal.h" /* white box: the places' scopes */
 
 /* Under Reduce only parameters are replicated (optimizer state lives on
  * the owner); under AllReduce every persistable is. */

@@ -2,7 +2,7 @@
  * trained by one strategy (a side), its batches, and a bitwise comparison
  * of two sides' models. Header-only; each suite is its own executable.
  *
- * The Sharded strategy (PE_STRATEGY_SHARDED, graph.h; par_sharded.c) against
+ * The Sharded strategy (PE_STRATEGY_SHARDED, graph.h; parallel/sharded.c) against
  * AllReduce on the same program, seed and batches.
  *
  * Why bitwise: a sharded_update node sums the places' gradients slice by
@@ -29,7 +29,7 @@
 
 #include "builder_util.h"
 #include "compiler/pass.h"
-#include "engine/par_executor.h"
+#include "engine/parallel/executor.h"
 #include "pe_builder.h"
 #include "test_assert.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check_main.h"
-#include "engine/graph_run.h"
+#include "graph_run.h"
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define SCALE 4

@@ -1,4 +1,4 @@
-/* The parallel executor (par_executor.h) on small programs: one step on
+/* The parallel executor (parallel/executor.h) on small programs: one step on
  * cpu:1 equals the sequential executor, cpu:2 and sim:2 keep parameters
  * identical across places and follow the sequential loss, the startup graph
  * gives the sequential startup's parameters, a batch of 3 on 4 places gives

@@ -1,4 +1,4 @@
-/* The Sharded strategy (PE_STRATEGY_SHARDED, graph.h; par_sharded.c) against
+/* The Sharded strategy (PE_STRATEGY_SHARDED, graph.h; parallel/sharded.c) against
  * AllReduce on the same program, seed and batches: every loss, parameter
  * and optimizer state bit-identical (why: sharded_test_util.h). Tests:
  *   equivalence   sgd/momentum/adam x cpu:2, cpu:3, sim:4 (both sync rules):

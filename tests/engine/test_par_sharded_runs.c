@@ -1,4 +1,4 @@
-/* The Sharded strategy's update as it runs (par_sharded.c): a failing
+/* The Sharded strategy's update as it runs (parallel/sharded.c): a failing
  * kernel, many quick runs on any thread count, and where the updates fall
  * in a step's schedule; results still bit for bit AllReduce's
  * (sharded_test_util.h). Tests:

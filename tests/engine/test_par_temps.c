@@ -1,5 +1,5 @@
 /* What a parallel executor keeps of its temporaries between runs
- * (engine/par_temps.c), on cpu:2 and on sim:2 (asynchronous: a run leaves
+ * (engine/parallel/temps.c), on cpu:2 and on sim:2 (asynchronous: a run leaves
  * device work in flight). A run with a batch half the one before, or
  * less, gives back the excess; pe_par_exec_release gives back all of it,
  * waiting for the work in flight first; the runs after either train as the

@@ -14,7 +14,7 @@
 #include "../compiler/prog_util.h"
 #include "compiler/validate.h"
 #include "core/fpenv.h"
-#include "engine/par_executor.h"
+#include "engine/parallel/executor.h"
 #include "engine/seq_executor.h"
 
 /* --- pool workers ----------------------------------------------------------- */

@@ -1,10 +1,10 @@
-/* Checkpoint files (server/checkpoint_file.h): the reader that Load, a
+/* Checkpoint files (server/checkpoint/file.h): the reader that Load, a
  * register's restore and pe-client import run over a file from disk. Each
  * input is read twice: as it is (magic, version, CRC, the truncation
  * report), and with its last four bytes replaced by the CRC of the rest,
  * so that the records behind the CRC are reached. A file the reader
  * accepts then goes where a loaded one goes before it reaches a model: its
- * shapes are matched against a declaration (server/model_shapes.h, the
+ * shapes are matched against a declaration (server/registry/model_shapes.h, the
  * register's check), its values scanned as a save scans them, and it is
  * written again: reading that back gives the same bytes. */
 #include <stdio.h>
@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "core/finite.h"
-#include "server/checkpoint_file.h"
-#include "server/model_shapes.h"
+#include "server/checkpoint/file.h"
+#include "server/registry/model_shapes.h"
 
 static void fail(const char *what) {
   fprintf(stderr, "fuzz_checkpoint: %s\n", what);

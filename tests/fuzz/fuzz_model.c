@@ -6,7 +6,7 @@
  * leaves some checks, e.g. sizes, to the daemon). */
 #include <stdlib.h>
 
-#include "compiler/program.h"
+#include "ir/program.h"
 #include "compiler/validate.h"
 #include "core/log.h"
 #include "pe_model_file.h"

@@ -1,5 +1,5 @@
 /* Register's program path: the RegisterRequest a client sends, unpacked,
- * then the daemon's own compile step (server/program_compile.c:
+ * then the daemon's own compile step (server/registry/compile.c:
  * pe_reg_compile): ProgramDesc decode under the op and variable limits,
  * the options (loss, optimizer, strategy, keep, for_test, fusion),
  * validation and every pass of the pipeline, for the places that
@@ -24,7 +24,7 @@
 #include "core/log.h"
 #include "core/place.h"
 #include "program.pb-c.h"
-#include "server/registry_internal.h"
+#include "server/registry/internal.h"
 #include "server/server.h"
 
 #define MAX_OPS 512

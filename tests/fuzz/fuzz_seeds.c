@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 
 #include "pe_model_file.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "service.pb-c.h"
 
 static const char *out_dir;

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "server/checkpoint_file.h"
+#include "server/checkpoint/file.h"
 #include "test_assert.h"
 
 START_TEST(test_names) {

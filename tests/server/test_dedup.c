@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check_main.h"
-#include "server/dedup.h"
+#include "server/reply_cache.h"
 
 /* What send() was asked to do, in order. */
 typedef struct sent_log {

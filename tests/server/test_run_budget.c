@@ -1,4 +1,4 @@
-/* The daemon-wide budget of the runs' temporaries (server/run_budget.h):
+/* The daemon-wide budget of the runs' temporaries (server/run/budget.h):
  * a reservation that fits goes ahead; one that does not waits, first come
  * first served (a small one that would fit does not pass a large one
  * waiting before it); a stop callback or the deadline ends a wait, and the
@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "check_main.h"
-#include "server/run_budget.h"
+#include "server/run/budget.h"
 #include "server/server.h" /* pe_now_s */
 #include "test_assert.h"
 

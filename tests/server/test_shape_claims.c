@@ -1,4 +1,4 @@
-/* A model's claimed dtypes and shapes (server/model_shapes.h): the first
+/* A model's claimed dtypes and shapes (server/registry/model_shapes.h): the first
  * claim of a name holds; a misfit is refused naming the model, the variable
  * and both shapes (declaration and value wording); a check that refuses
  * claims nothing; -1 dims fit any size; concurrent conflicting claimers:
@@ -6,7 +6,7 @@
 #include <pthread.h>
 
 #include "check_main.h"
-#include "server/model_shapes.h"
+#include "server/registry/model_shapes.h"
 #include "test_assert.h"
 
 static pe_var_info var(const char *name, pe_dtype dt, pe_shape s) {

@@ -48,7 +48,7 @@
 #include <string.h>
 
 #include "compiler/pass.h"
-#include "engine/par_executor.h"
+#include "engine/parallel/executor.h"
 #include "engine/seq_executor.h"
 #include "pe_model_file.h"
 #include "pe_models.h"

@@ -59,7 +59,7 @@ static float eval_loss(pe_par_exec *ev, const pe_model_spec *spec, eq_data *d, i
 
 /* The running statistics (batch_norm's Mean and Variance) bitwise equal on
  * every place; returns how many there are. (Parameters are checked by
- * par_equiv.h; optimizer state may live on one place, par_homes.c.) */
+ * par_equiv.h; optimizer state may live on one place, parallel/homes.c.) */
 static int check_coherent(eq_par *e, const pe_program *p, const eq_setting *set) {
   const pe_block *b = p->blocks[p->main_block];
   int stats = 0;

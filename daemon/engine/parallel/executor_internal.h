@@ -1,0 +1,339 @@
+/* Internals of the parallel executor shared by its files: parallel/compile.c
+ * (binding the graph to the model), parallel/executor.c (scheduling, op nodes),
+ * parallel/collective_nodes.c (collective nodes), parallel/feed.c (feeds and fetches). Not a
+ * public interface.
+ *
+ * Run state lives in the per-node records (xnode) and the executor; one run
+ * at a time per executor (run_mu), so a record has one run's state. */
+#ifndef PE_ENGINE_PAR_EXEC_INTERNAL_H
+#define PE_ENGINE_PAR_EXEC_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "engine/parallel/internal.h"
+#include "ops/registry.h"
+
+#define PAR_MAX_CHUNKS 16
+
+typedef struct pe_par_exec pe_par_exec;
+typedef struct xnode xnode;
+typedef struct par_shard par_shard;
+
+/* One part of a sim all-reduce: runs on place p's comm stream. */
+typedef struct par_simpart {
+  xnode *x;
+  int p;
+  pe_coll_part part;
+} par_simpart;
+
+/* A cpu collective's chunk task. */
+typedef struct par_chunk {
+  pe_task task;
+  xnode *x;
+  int c;
+} par_chunk;
+
+struct xnode {
+  pe_par_exec *e;
+  const pe_graph_node *n;
+  int id;
+  bool engine;    /* pushed through the dependency engine */
+  bool batch_dep; /* forward/backward: skipped on a place with 0 samples */
+  bool writes_persistable;
+  bool random; /* draws from the graph's generator (mutates the PRNG var) */
+  bool collective;
+  int affinity; /* home pool worker + 1, 0: none (place_affinity) */
+
+  /* OP and LOSS_GRAD_SCALE: bound once at compile (seq_executor's layout). */
+  pe_kernel_fn kernel;
+  void (*state_free)(void *);
+  void *state;
+  pe_tensor_list *tl;
+  pe_meta_list *ml;
+  pe_tensor **tensors; /* [n_in_data + n_out_data] */
+  pe_meta *metas;
+  pe_meta **mptrs;
+  const char **names;
+  pe_infer_ctx ic;
+  pe_kernel_ctx kc;
+
+  /* Collectives: the tensors of in[] / out[] (data vars), and per-run
+   * pointers for the chunk loop. */
+  pe_tensor **cin, **cout;
+  par_chunk chunks[PAR_MAX_CHUNKS];
+  par_simpart *parts; /* [n_places], sim all-reduce */
+  int64_t *counts;    /* [width] elements (bytes for broadcast) this run */
+  int n_chunks;
+  atomic_int chunks_left;
+  par_shard *shard; /* SHARDED_UPDATE: see parallel/sharded.c */
+
+  /* Engine variables. */
+  pe_engine_var **reads, **muts;
+  int n_reads, n_muts;
+  /* Async places: write fences of the persistable replicas the node reads
+   * (waited for on its stream) and writes (recorded after its launch). */
+  par_fence **rfence, **wfence;
+  int n_rfence, n_wfence;
+
+  int n_pred;
+  int *pred; /* distinct producer nodes (from in[]) */
+
+  /* Device side. Per-place nodes: dev/stream of their place, ev[0].
+   * All-reduce collectives: ev[p] on place p's comm stream. Reduce and
+   * broadcast on an async device: one fn on root's comm stream, ev[0]. */
+  pe_device *dev;
+  pe_stream *stream;
+  int n_ev;
+  pe_event **ev;
+  pe_stream **ev_stream;
+
+  /* Run state. */
+  atomic_int pending; /* non-engine nodes: predecessors not yet done */
+  atomic_bool failed; /* host: a predecessor failed or was skipped-failed */
+  atomic_bool sfail;  /* stream: the stream work failed or was skipped */
+  pe_engine_op *eop;  /* engine nodes: this run's op */
+  pe_task task;
+  float scale; /* LOSS_GRAD_SCALE: n_p / N */
+  /* LOSS_GRAD_SCALE: the node's own copy of its fill_constant desc, whose
+   * 'value' attribute (scale_attr) each run sets to scale_base * n_p / N, so
+   * the place's own kernel writes the scaled seed on any device kind. */
+  pe_op_desc *scale_desc;
+  pe_attr *scale_attr;
+  float scale_base;
+};
+
+typedef struct par_feedvar {
+  const pe_var_desc *desc;
+  int *lv; /* [n_places] lvar ids */
+} par_feedvar;
+
+struct pe_par_exec {
+  pe_model *m;
+  pe_runtime *rt;
+  pe_graph *g;
+  bool async;               /* the places' devices are asynchronous (sim) */
+  bool writes_persistables; /* some node changes one: a run is a model change
+                             * (pe_graph_node_updates_persistable) */
+  int n_places;
+  pe_device **dev; /* [n_places] */
+
+  pe_tensor *own;     /* [n_lvars] storage of non-persistable lvars */
+  pe_tensor **lt;     /* [n_lvars] the tensor of each lvar */
+  par_entry **lentry; /* [n_lvars] model entry of a persistable lvar, else NULL */
+  /* Persistables this graph updates on one place only, and that place
+   * (par_claim_homes makes it their home). */
+  par_entry **home_en;
+  int *home_place;
+  int n_homes;
+  void **buf_mem; /* [n_buffers] blocks of shared (memory-planned) buffers */
+  size_t *buf_cap;
+  void **bucket_mem; /* [n_buckets * n_places] */
+  size_t *bucket_cap;
+
+  xnode *x; /* [n_nodes] */
+  int n_feeds;
+  par_feedvar *feeds;
+  int *grad_lv, *param_lv; /* [n_params * n_places] lvar ids (-1: absent) */
+  /* [n_params] where a fetch finds parameter j's whole-batch gradient: the
+   * place holding the sum (all-reduce: 0; reduce: the owner), or -1: sum
+   * the places' gradients (a sharded update consumed them). */
+  int *grad_sum_place;
+  /* Fetch lookups of the previous runs (a training loop fetches the same
+   * names every step): fetch slot i -> name and its lvar per place. */
+#define PAR_FETCH_CACHE 8
+  char *fetch_name[PAR_FETCH_CACHE];
+  int *fetch_lv[PAR_FETCH_CACHE]; /* [n_places] */
+  /* [n_places] host copies of place tensors a fetch reads when the place's
+   * memory is not host memory (parallel/feed.c); capacity kept across runs. */
+  pe_tensor *stage;
+
+  pthread_mutex_t run_mu; /* one run at a time */
+
+  /* Per-run state. */
+  int64_t batch;
+  int64_t *n_rows; /* [n_places] */
+  /* [n_places] the largest rows the temporaries were sized for since they
+   * last shrank (parallel/temps.c); under run_mu. */
+  int64_t *rows_sized;
+  bool has_feeds;
+  bool feeds_viewed; /* feed tensors are views of a split run's parts */
+  /* The run's options: a copy (opts_v), because async places' stream threads
+   * run nodes after pe_par_exec_run returned and its caller's struct is gone
+   * (its pointers, e.g. skip and timeline, stay the caller's). Replaced only
+   * after the previous run drained (par_set_opts). */
+  const pe_run_opts *opts;
+  pe_run_opts opts_v;
+  pe_sync_strategy sync;
+  pe_timeline *tl;
+  uint64_t delay_salt;
+  _Atomic(pe_status *) err;
+  atomic_int remaining;
+  atomic_int executed;
+  /* The caller's thread sleeps on done_cv until `back` (under done_mu):
+   * set when a step's last node is done, or, when pool workers chain the
+   * steps of pe_par_exec_run_steps, when the chain stops. */
+  pthread_mutex_t done_mu;
+  pthread_cond_t done_cv;
+  bool back;
+  /* pe_par_exec_run_steps (parallel/steps.c); set by the caller while nothing
+   * runs. chain_steps: the last node's worker queues steps_task, which ends
+   * the step and starts the next, instead of handing back. */
+  bool chain_steps;
+  pe_task steps_task;
+  struct par_steps *steps;
+  pe_event **end_ev; /* [n_places * PE_STREAM_KINDS] */
+  /* Async places: the last run returned before its stream work ran (end_ev
+   * recorded, not waited for). The next run, pe_par_exec_sync and free wait
+   * for it first (par_drain); its stream errors arrive in err meanwhile.
+   * tail_quiet: the run returned an error, so the tail's errors (often
+   * its consequences) are dropped: a run reports one error, its first.
+   * Under run_mu. */
+  bool tail, tail_quiet;
+  /* The tail's failure when pe_par_exec_release waited for it: par_drain
+   * returns it next (to the next run, sync or free). Under run_mu. */
+  pe_status *tail_err;
+};
+
+/* One step of a run (parallel/executor.c). The caller holds run_mu and set the
+ * options (par_set_opts). par_step_begin waits for the previous step's
+ * stream work (par_drain), binds the feeds, re-arms the nodes and starts
+ * the roots (on an error nothing started); from then on the last node's
+ * worker either chains (chain_steps) or hands back (par_hand_back:
+ * par_wait_back returns). par_step_end, once every node is done (on async
+ * places: launched), takes the step's first error and fetches. On async
+ * places it waits only for what the caller hands over: the feed copies
+ * (they read the caller's memory), the fetched variables' producers, and
+ * everything when the feeds are views of the caller's parts or a timeline
+ * records; the rest is the step's tail (e->tail). begin and end may run on
+ * a pool worker (host executors: no device waits there). */
+/* Waits for the previous run's tail (its error, wrapped, if it failed:
+ * then nothing is set), then sets the options. */
+pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts);
+pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
+                          int n_feeds);
+pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
+void par_hand_back(pe_par_exec *e);
+
+/* parallel/async.c (async places). */
+/* Wait for the previous step's tail; its stream errors, if any (wrapped). */
+pe_status *par_drain(pe_par_exec *e);
+/* par_step_end's device part: wait for what the caller gets back (the
+ * feed copies, the fetched values; every stream when the feeds are views
+ * or a timeline records), leave the rest as the tail. */
+void par_end_async(pe_par_exec *e, const char *const *fetch, int n_fetch);
+/* Record an event on every stream of every place and wait for them. */
+pe_status *par_sync_streams(pe_par_exec *e);
+/* x's read and write fences (x->rfence, x->wfence), at compile. */
+pe_status *par_compile_fences(pe_par_exec *e, xnode *x);
+/* x writes a persistable replica that has no storage yet: its kernel
+ * allocates it (host-visible metadata changes). */
+bool par_allocates_persistable(const xnode *x);
+void par_wait_back(pe_par_exec *e);
+
+/* Record a failure as the run's first error (or free it). */
+void par_fail(pe_par_exec *e, pe_status *st);
+/* parallel/executor.c: a node finished (ran, failed or was skipped): notify its
+ * successors. Returns one ready non-engine successor for the caller to run
+ * inline (or NULL); the others are submitted. */
+xnode *par_node_done(xnode *x, bool may_inline);
+/* Complete the engine op of an engine node whose fn left it pending (a
+ * fanned-out collective): releases its variables, then par_node_done. */
+void par_engine_complete(xnode *x);
+/* Run a non-engine node and the chain of successors it makes ready. */
+void par_run_chain(xnode *x);
+/* Make `consumer` see `producer`'s work up to ev (NULL: all queued so far):
+ * pe_device_sync_dep with the run's strategy, except that under
+ * WAIT_PRODUCER a comm stream of an NCCL model is never drained on the host,
+ * which would block forever on a stuck collective that only NCCL's error
+ * poll sees: outside coll_mu the wait is par_model_nccl_finish (every comm
+ * stream of the model, with the poll and its time limit); under coll_mu
+ * (in_coll: a collective's launch, where an abort could not take the lock)
+ * the consumer waits for ev on the device. */
+pe_status *par_sync_dep(pe_par_exec *e, bool in_coll, pe_stream *producer, const pe_event *ev,
+                        pe_stream *consumer);
+/* Make stream s see f's write (nothing when s queued it itself). */
+pe_status *par_fence_wait(pe_par_exec *e, bool in_coll, const par_fence *f, pe_stream *s);
+/* Make stream `s` (place p) see the stream work of every predecessor of x. */
+pe_status *par_sync_preds(xnode *x, pe_stream *s, int p);
+/* Make stream s see the newest writes of the persistables x reads. */
+pe_status *par_wait_fences(xnode *x, pe_stream *s);
+/* The pseudo-random delay hook. */
+void par_delay(xnode *x);
+/* The run's node_hook, if any (pe_run_opts). */
+void par_hook(xnode *x, bool done);
+/* Timeline lane of the calling thread. */
+void par_record(xnode *x, pe_place place, const char *lane, uint64_t t0);
+
+/* parallel/compile.c: bind an op node's kernel, tensors and contexts
+ * (x->tl/ml/ic/kc; for a SHARDED_UPDATE node, those of place 0). ctx: the
+ * kernel's device ctx. */
+pe_status *par_compile_op_node(pe_par_exec *e, xnode *x, pe_device_ctx *ctx);
+
+/* parallel/sharded.c: the SHARDED_UPDATE node's parts, called by the collective
+ * code (parallel/collective_nodes.c) like any other collective's prepare/chunk. */
+pe_status *par_shard_compile(pe_par_exec *e, xnode *x);
+void par_shard_free(xnode *x);
+/* Per run, before any chunk: checks every place's args against place 0's,
+ * sizes outputs, snapshots the small inputs; *count = Param's elements. */
+pe_status *par_shard_prepare(xnode *x, int64_t *count);
+/* Slice [lo, hi) of the parameter: sum the gradients, run the optimizer,
+ * copy the slice of every Param-shaped output to the other places. Chunk c
+ * writes the small outputs into its own scratch. Any thread. */
+pe_status *par_shard_chunk(xnode *x, int c, int64_t lo, int64_t hi);
+/* After every chunk: chunk 0's small outputs to every place. */
+void par_shard_finish(xnode *x);
+
+/* parallel/executor.c: a predecessor's stream work failed or was skipped. */
+bool par_preds_sfailed(const xnode *x);
+
+/* parallel/collective_nodes.c */
+/* Size check / output sizing for this run; sets counts and n_chunks. Runs
+ * on the host (cpu, cuda) or on the stream thread (sim reduce/broadcast).
+ * Touches metadata and allocations only, never the data. */
+pe_status *par_coll_prepare(xnode *x);
+/* dst[0, m) = b[0][i] + b[1][i] + ... in place order: the one summation
+ * order of every cpu/sim all-reduce and sharded update, so their results
+ * are bit-identical wherever they run. */
+void par_sum_block(float *dst, const float *const *b, int np, int64_t m);
+pe_status *par_coll_compile(pe_par_exec *e, xnode *x);
+void par_coll_free(xnode *x);
+/* Run a collective node on the host. Returns true when it completed
+ * (the caller then calls par_node_done), false when chunk tasks were
+ * submitted and the last of them completes the node. */
+bool par_coll_run(xnode *x, bool may_fan_out);
+
+/* parallel/collective_nccl.c (cuda builds): launch collective x with NCCL on every
+ * place's comm stream (the model has an NCCL communicator: cuda, > 1
+ * place). */
+pe_status *par_nccl_launch(xnode *x);
+/* Before a run's fetches or in par_drain, before the end events: wait for the comm
+ * streams while polling NCCL's asynchronous errors, with a time limit, so a
+ * failed collective is the run's error instead of a hang. */
+pe_status *par_nccl_finish(pe_par_exec *e);
+
+/* parallel/feed.c */
+pe_status *par_feeds_compile(pe_par_exec *e);
+pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds);
+/* pe_par_exec_run_split's feeds: the parts become the feed tensors (views). */
+pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int n_feeds);
+pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
+/* Async places: make each place's d2h stream wait for the fetched
+ * variables' values there (their last producers, or the write fence of a
+ * persistable), then wait for those d2h streams on the host. */
+pe_status *par_fetch_wait(pe_par_exec *e, const char *const *fetch, int n_fetch);
+void par_zero_grads(pe_par_exec *e);
+pe_status *par_buffers_bind(pe_par_exec *e);
+/* parallel/temps.c: before a run's buffers are bound, give back the memory of
+ * a batch twice this run's or more (rows_sized); a shared buffer whose
+ * capacity is twice its need or more is allocated again to fit. */
+void par_temps_fit(pe_par_exec *e);
+bool par_buffer_oversized(size_t cap, int64_t need);
+
+/* parallel/homes.c: find the persistables e's graph updates on one place only
+ * (e->home_en, e->home_place), then make those places their homes in the
+ * model, or refuse (PE_EINVAL naming the variable and both places) when
+ * another graph claimed another place; claims are never released. */
+pe_status *par_find_homes(pe_par_exec *e);
+pe_status *par_claim_homes(pe_par_exec *e);
+
+#endif

@@ -1,0 +1,53 @@
+/* The registry's tables and the helpers its parts share (registry/registry.c:
+ * models and programs; registry/compile.c: a registered program's compile;
+ * registry/sessions.c: client sessions). Private to them.
+ *
+ * Thread-safety: everything here is guarded by pe_registry.mu; the
+ * "_locked" helpers expect it held, pe_reg_destroy_later must run without
+ * it (freeing waits for the engine). */
+#ifndef PE_SERVER_REGISTRY_INTERNAL_H
+#define PE_SERVER_REGISTRY_INTERNAL_H
+
+#include "server/registry/registry.h"
+
+/* A client's session: open from its first request to its close, its
+ * expiry (ttl_s idle: no request in flight, none for ttl_s), or the sweep
+ * that finds its process gone (pid, start: Request.client_pid/_start). */
+typedef struct session {
+  uint64_t client;
+  double last_seen; /* the last request's start or end */
+  int in_flight;    /* its requests being handled: it is not idle meanwhile */
+  long pid;         /* 0: unknown (an older client, or not on this machine) */
+  uint64_t start;
+} session;
+
+struct pe_registry {
+  pe_server *s;
+  pthread_mutex_t mu;
+  /* Small tables, scanned linearly: a daemon holds tens of programs and
+   * models, and every scan is one request's worth of work at most. */
+  pe_srv_program **progs;
+  int n_progs, cap_progs;
+  pe_srv_model **models;
+  int n_models, cap_models;
+  session *sessions;
+  int n_sessions, cap_sessions;
+};
+
+/* Grow *arr (elements of elem bytes) to hold need; false: no memory. */
+bool pe_reg_grow(void **arr, int *cap, int need, size_t elem);
+/* Remove client from p's owners; marks p dead when none are left. */
+void pe_reg_drop_owner_locked(pe_srv_program *p, uint64_t client);
+/* Unlink a dead program without users; what to free (program, and maybe
+ * its model) outside the lock. */
+void pe_reg_prog_maybe_unlink(pe_registry *r, pe_srv_program *p, pe_srv_program **free_p,
+                              pe_srv_model **free_m);
+void pe_reg_destroy_later(pe_srv_program *p, pe_srv_model *m);
+/* registry/compile.c: decode rq's program, apply its options, compile it
+ * for (kind, n_places); fills *main_g, *startup_g and p's strategy, params
+ * and feeds. Without the registry lock (it reads s->stopping only). */
+pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_limits *lim,
+                          pe_place_kind kind, int n_places, pe_graph **main_g, pe_graph **startup_g,
+                          pe_srv_program *p);
+
+#endif
