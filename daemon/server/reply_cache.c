@@ -13,21 +13,21 @@ typedef struct entry {
   uint8_t *reply;
   size_t len;
   uint64_t top_seq; /* newest copy answered */
-  pe_dedup_copy *parked; /* copies waiting for the reply, by receive order */
+  pe_reply_cache_copy *parked; /* copies waiting for the reply, by receive order */
   int n_parked, cap_parked;
   struct entry *chain;                 /* hash bucket */
   struct entry *fifo_prev, *fifo_next; /* finished entries, oldest first */
 } entry;
 
-struct pe_dedup {
+struct pe_reply_cache {
   pthread_mutex_t mu;
   entry **buckets;
   size_t n_buckets; /* power of two */
   entry *oldest, *newest;
   size_t max_entries, max_bytes;
-  pe_dedup_send_fn send;
+  pe_reply_cache_send_fn send;
   void *send_ctx;
-  pe_dedup_stats st;
+  pe_reply_cache_stats st;
 };
 
 static size_t hash_key(uint64_t c, uint64_t r) {
@@ -38,8 +38,8 @@ static size_t hash_key(uint64_t c, uint64_t r) {
   return (size_t)h;
 }
 
-pe_dedup *pe_dedup_new(size_t max_entries, size_t max_bytes, pe_dedup_send_fn send, void *ctx) {
-  pe_dedup *d = calloc(1, sizeof *d);
+pe_reply_cache *pe_reply_cache_new(size_t max_entries, size_t max_bytes, pe_reply_cache_send_fn send, void *ctx) {
+  pe_reply_cache *d = calloc(1, sizeof *d);
   if (!d) return NULL;
   d->n_buckets = 1024;
   while (d->n_buckets < max_entries && d->n_buckets < (1u << 22)) d->n_buckets *= 2;
@@ -62,7 +62,7 @@ static void entry_free(entry *e) {
   free(e);
 }
 
-void pe_dedup_free(pe_dedup *d) {
+void pe_reply_cache_free(pe_reply_cache *d) {
   if (!d) return;
   for (size_t i = 0; i < d->n_buckets; i++) {
     entry *e = d->buckets[i];
@@ -77,13 +77,13 @@ void pe_dedup_free(pe_dedup *d) {
   free(d);
 }
 
-static entry **find_slot(pe_dedup *d, uint64_t c, uint64_t r) {
+static entry **find_slot(pe_reply_cache *d, uint64_t c, uint64_t r) {
   entry **pp = &d->buckets[hash_key(c, r) & (d->n_buckets - 1)];
   while (*pp && !((*pp)->client == c && (*pp)->request == r)) pp = &(*pp)->chain;
   return pp;
 }
 
-static void fifo_unlink(pe_dedup *d, entry *e) {
+static void fifo_unlink(pe_reply_cache *d, entry *e) {
   if (e->fifo_prev)
     e->fifo_prev->fifo_next = e->fifo_next;
   else
@@ -95,7 +95,7 @@ static void fifo_unlink(pe_dedup *d, entry *e) {
   e->fifo_prev = e->fifo_next = NULL;
 }
 
-static void remove_entry(pe_dedup *d, entry *e) {
+static void remove_entry(pe_reply_cache *d, entry *e) {
   entry **pp = find_slot(d, e->client, e->request);
   if (*pp == e) *pp = e->chain;
   fifo_unlink(d, e);
@@ -104,7 +104,7 @@ static void remove_entry(pe_dedup *d, entry *e) {
   entry_free(e);
 }
 
-static void evict(pe_dedup *d) {
+static void evict(pe_reply_cache *d) {
   while (d->oldest && (d->st.entries > d->max_entries || d->st.bytes > d->max_bytes)) {
     remove_entry(d, d->oldest);
     d->st.evictions++;
@@ -115,24 +115,24 @@ static void evict(pe_dedup *d) {
 static bool park(entry *e, uint64_t seq, void *job) {
   if (e->n_parked == e->cap_parked) {
     int cap = e->cap_parked ? 2 * e->cap_parked : 4;
-    pe_dedup_copy *p = realloc(e->parked, (size_t)cap * sizeof *p);
+    pe_reply_cache_copy *p = realloc(e->parked, (size_t)cap * sizeof *p);
     if (!p) return false;
     e->parked = p;
     e->cap_parked = cap;
   }
   int i = e->n_parked++;
   for (; i > 0 && e->parked[i - 1].seq > seq; i--) e->parked[i] = e->parked[i - 1];
-  e->parked[i] = (pe_dedup_copy){seq, job};
+  e->parked[i] = (pe_reply_cache_copy){seq, job};
   return true;
 }
 
-pe_dedup_state pe_dedup_begin(pe_dedup *d, uint64_t client, uint64_t request, uint64_t seq,
+pe_reply_cache_state pe_reply_cache_begin(pe_reply_cache *d, uint64_t client, uint64_t request, uint64_t seq,
                               void *job) {
   if (client == 0) return PE_DEDUP_NEW;
   pthread_mutex_lock(&d->mu);
   entry **pp = find_slot(d, client, request);
   entry *e = *pp;
-  pe_dedup_state out;
+  pe_reply_cache_state out;
   if (!e) {
     out = PE_DEDUP_NEW;
     if ((e = calloc(1, sizeof *e))) {
@@ -159,7 +159,7 @@ pe_dedup_state pe_dedup_begin(pe_dedup *d, uint64_t client, uint64_t request, ui
 
 /* Under d->mu: keep a copy of the reply on e (dropping e when out of memory:
  * a later resend is then handled as new). */
-static void store_reply(pe_dedup *d, entry **pp, const uint8_t *reply, size_t len) {
+static void store_reply(pe_reply_cache *d, entry **pp, const uint8_t *reply, size_t len) {
   entry *e = *pp;
   if (!(e->reply = malloc(len ? len : 1))) {
     *pp = e->chain;
@@ -180,8 +180,8 @@ static void store_reply(pe_dedup *d, entry **pp, const uint8_t *reply, size_t le
   evict(d);
 }
 
-int pe_dedup_finish(pe_dedup *d, uint64_t client, uint64_t request, uint64_t seq, void *job,
-                    const uint8_t *reply, size_t len, pe_dedup_copy **parked_out) {
+int pe_reply_cache_finish(pe_reply_cache *d, uint64_t client, uint64_t request, uint64_t seq, void *job,
+                    const uint8_t *reply, size_t len, pe_reply_cache_copy **parked_out) {
   *parked_out = NULL;
   if (client == 0) {
     d->send(d->send_ctx, job, reply, len);
@@ -191,7 +191,7 @@ int pe_dedup_finish(pe_dedup *d, uint64_t client, uint64_t request, uint64_t seq
   entry **pp = find_slot(d, client, request);
   entry *e = *pp;
   int n = 0;
-  pe_dedup_copy *ps = NULL;
+  pe_reply_cache_copy *ps = NULL;
   if (e && !e->done) {
     d->st.in_flight--;
     ps = e->parked;
@@ -216,7 +216,7 @@ int pe_dedup_finish(pe_dedup *d, uint64_t client, uint64_t request, uint64_t seq
   return n;
 }
 
-void pe_dedup_forget_client(pe_dedup *d, uint64_t client) {
+void pe_reply_cache_forget_client(pe_reply_cache *d, uint64_t client) {
   pthread_mutex_lock(&d->mu);
   entry *e = d->oldest;
   while (e) {
@@ -227,13 +227,13 @@ void pe_dedup_forget_client(pe_dedup *d, uint64_t client) {
   pthread_mutex_unlock(&d->mu);
 }
 
-void pe_dedup_stats_get(pe_dedup *d, pe_dedup_stats *out) {
+void pe_reply_cache_stats_get(pe_reply_cache *d, pe_reply_cache_stats *out) {
   pthread_mutex_lock(&d->mu);
   *out = d->st;
   pthread_mutex_unlock(&d->mu);
 }
 
-void pe_dedup_set_limits(pe_dedup *d, size_t max_entries, size_t max_bytes) {
+void pe_reply_cache_set_limits(pe_reply_cache *d, size_t max_entries, size_t max_bytes) {
   pthread_mutex_lock(&d->mu);
   d->max_entries = max_entries ? max_entries : 1;
   d->max_bytes = max_bytes;

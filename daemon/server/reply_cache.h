@@ -35,56 +35,56 @@
  *
  * Client id 0 opts out (no caching; finish sends to job). Thread-safe (one
  * mutex). */
-#ifndef PE_SERVER_DEDUP_H
-#define PE_SERVER_DEDUP_H
+#ifndef PE_SERVER_REPLY_CACHE_H
+#define PE_SERVER_REPLY_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct pe_dedup pe_dedup;
+typedef struct pe_reply_cache pe_reply_cache;
 
-typedef enum pe_dedup_state {
+typedef enum pe_reply_cache_state {
   PE_DEDUP_NEW = 0,
   PE_DEDUP_DONE,
   PE_DEDUP_WAITING,
   PE_DEDUP_STALE
-} pe_dedup_state;
+} pe_reply_cache_state;
 
 /* One copy of a request: its receive number and the caller's job. */
-typedef struct pe_dedup_copy {
+typedef struct pe_reply_cache_copy {
   uint64_t seq;
   void *job;
-} pe_dedup_copy;
+} pe_reply_cache_copy;
 
 /* Queue reply (len bytes, the caller keeps them) for the copy job. */
-typedef void (*pe_dedup_send_fn)(void *ctx, void *job, const uint8_t *reply, size_t len);
+typedef void (*pe_reply_cache_send_fn)(void *ctx, void *job, const uint8_t *reply, size_t len);
 
 /* NULL on out of memory. */
-pe_dedup *pe_dedup_new(size_t max_entries, size_t max_bytes, pe_dedup_send_fn send, void *ctx);
-void pe_dedup_free(pe_dedup *d); /* parked copies are not freed (caller's) */
+pe_reply_cache *pe_reply_cache_new(size_t max_entries, size_t max_bytes, pe_reply_cache_send_fn send, void *ctx);
+void pe_reply_cache_free(pe_reply_cache *d); /* parked copies are not freed (caller's) */
 
 /* seq: the copy's receive number, increasing in arrival order. On out of
  * memory NEW is returned without tracking (a resend could then apply twice),
  * or, for a copy that cannot be parked, STALE. */
-pe_dedup_state pe_dedup_begin(pe_dedup *d, uint64_t client, uint64_t request, uint64_t seq,
+pe_reply_cache_state pe_reply_cache_begin(pe_reply_cache *d, uint64_t client, uint64_t request, uint64_t seq,
                               void *job);
 /* The reply to a NEW request (job, seq: the copy begin returned NEW for).
  * *parked (malloc'd, caller frees it and the jobs) gets the parked copies,
  * already answered; returns their count. */
-int pe_dedup_finish(pe_dedup *d, uint64_t client, uint64_t request, uint64_t seq, void *job,
-                    const uint8_t *reply, size_t len, pe_dedup_copy **parked);
+int pe_reply_cache_finish(pe_reply_cache *d, uint64_t client, uint64_t request, uint64_t seq, void *job,
+                    const uint8_t *reply, size_t len, pe_reply_cache_copy **parked);
 /* Forget every finished reply of one client (session expiry). */
-void pe_dedup_forget_client(pe_dedup *d, uint64_t client);
+void pe_reply_cache_forget_client(pe_reply_cache *d, uint64_t client);
 
-typedef struct pe_dedup_stats {
+typedef struct pe_reply_cache_stats {
   size_t entries, bytes, in_flight;
   uint64_t hits;      /* copies answered from a stored reply */
   uint64_t waits;     /* copies parked behind the original */
   uint64_t stale;     /* copies not answered: a newer copy was answered first */
   uint64_t evictions;
-} pe_dedup_stats;
-void pe_dedup_stats_get(pe_dedup *d, pe_dedup_stats *out);
+} pe_reply_cache_stats;
+void pe_reply_cache_stats_get(pe_reply_cache *d, pe_reply_cache_stats *out);
 /* Change the bounds (SIGHUP); evicts down to them. */
-void pe_dedup_set_limits(pe_dedup *d, size_t max_entries, size_t max_bytes);
+void pe_reply_cache_set_limits(pe_reply_cache *d, size_t max_entries, size_t max_bytes);
 
 #endif

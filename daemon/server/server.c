@@ -199,7 +199,7 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_c
   if (!st) st = start_runtime_or_cpu(s);
   if (!st) st = pe_registry_new(s, &s->reg);
   if (!st) st = pe_shm_table_new(&s->shm);
-  if (!st && !(s->dedup = pe_dedup_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes,
+  if (!st && !(s->dedup = pe_reply_cache_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes,
                                        send_to_job, s)))
     st = pe_error(PE_ENOMEM, "server: out of memory for the reply cache");
   if (st) {
@@ -215,7 +215,7 @@ void pe_server_free(pe_server *s) {
   if (!s) return;
   pe_registry_free(s->reg);
   pe_shm_table_free(s->shm);
-  pe_dedup_free(s->dedup);
+  pe_reply_cache_free(s->dedup);
   pe_runtime_free(s->rt);
   pe_config_free(&s->cfg);
   free(s->config_path);
@@ -343,9 +343,9 @@ static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len)
 /* The job stops counting in Status' queue depth (its lane's busy), once,
  * before its reply leaves: a client that has its reply never finds its
  * request still counted while the thread tidies up. Called by the thread
- * that holds the job: its handler, or send_to_job (from pe_dedup_begin
+ * that holds the job: its handler, or send_to_job (from pe_reply_cache_begin
  * for a resend answered from the cache, on the same thread; from
- * pe_dedup_finish for a parked copy, whose handler let go of it). */
+ * pe_reply_cache_finish for a parked copy, whose handler let go of it). */
 static void job_answering(pe_server *s, pe_job *j) {
   if (j->answered) return;
   j->answered = true;
@@ -393,7 +393,7 @@ static void handle_job(void *ctx, pe_job *j) {
   }
   const char *kind = pe_request_kind_name(rq->body_case);
   uint64_t cid = rq->client_id, rid = rq->request_id;
-  pe_dedup_state seen = pe_dedup_begin(s->dedup, cid, rid, j->seq, j);
+  pe_reply_cache_state seen = pe_reply_cache_begin(s->dedup, cid, rid, j->seq, j);
   if (seen != PE_DEDUP_NEW) {
     /* DONE: answered from the cache (send_to_job took it off busy first);
      * WAITING: parked, and no longer this thread's: the original's
@@ -435,9 +435,9 @@ static void handle_job(void *ctx, pe_job *j) {
   pe__request__free_unpacked(rq, &budget.alloc);
   /* Always finished, also with the out-of-memory notice: an entry left in
    * flight would park this request's resends forever. */
-  pe_dedup_copy *parked;
+  pe_reply_cache_copy *parked;
   job_answering(s, j);
-  int n = pe_dedup_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
+  int n = pe_reply_cache_finish(s->dedup, cid, rid, j->seq, j, buf, len, &parked);
   for (int i = 0; i < n; i++) pe_job_free(parked[i].job);
   free(parked);
   if (owned) free((void *)buf);
@@ -522,7 +522,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   int n = pe_registry_expire(s->reg, pe_now_s(), lim.session_ttl_s, ids, 64);
   for (int i = 0; i < n; i++) {
     pe_shm_drop_client(s->shm, ids[i]);
-    pe_dedup_forget_client(s->dedup, ids[i]);
+    pe_reply_cache_forget_client(s->dedup, ids[i]);
   }
   notify_status(s);
 }
@@ -615,7 +615,7 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   int maxsz = (int)nc.max_message;
   if (nn_setsockopt(s->loop->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof maxsz) < 0)
     PE_LOGW("SIGHUP: NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
-  pe_dedup_set_limits(s->dedup, (size_t)nc.dedup_entries, (size_t)nc.dedup_bytes);
+  pe_reply_cache_set_limits(s->dedup, (size_t)nc.dedup_entries, (size_t)nc.dedup_bytes);
   PE_LOGI(
       "SIGHUP: reloaded %s%s: log_level %d, ttl %.0f s, max_message %lld, max_programs %d, "
       "memory_per_client %lld, max_steps_per_request %d, checkpoint_interval %.3g s",

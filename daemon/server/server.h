@@ -61,7 +61,7 @@ typedef struct pe_server {
 
   pe_registry *reg;
   pe_shm_table *shm;
-  pe_dedup *dedup;
+  pe_reply_cache *dedup;
 
   double start_time; /* monotonic seconds */
   atomic_uint_fast64_t requests_total, requests_failed, runs_total;

@@ -91,8 +91,8 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
   }
   /* The pool's real size (worker_threads = 0: pe_runtime_default_workers). */
   r->worker_threads = pe_pool_threads(pe_runtime_pool(s->rt));
-  pe_dedup_stats ds;
-  pe_dedup_stats_get(s->dedup, &ds);
+  pe_reply_cache_stats ds;
+  pe_reply_cache_stats_get(s->dedup, &ds);
   r->reply_cache_entries = ds.entries;
   r->reply_cache_bytes = ds.bytes;
   r->resends_answered = ds.hits;
