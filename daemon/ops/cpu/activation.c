@@ -1,12 +1,14 @@
-/* relu (our loops: oneDNN's maps NaN to 0, relu.h), tanh, sigmoid (oneDNN
- * eltwise) and softmax (oneDNN softmax), with their gradients.
+/* relu (our loops: oneDNN's maps NaN to 0, relu.h), tanh, sigmoid, gelu
+ * (oneDNN eltwise) and softmax (oneDNN softmax), with their gradients.
  *
  * Eltwise ops are shape-agnostic, so tensors are described as 1-D [numel]
  * (any rank works and the cache key is one number). Softmax is described as
  * 3-D [outer, C, inner] with the softmax over dim 1, which is the same
  * memory as the dense tensor with the reduction over `axis`.
- * Gradients: relu's from X; tanh's and sigmoid's from Out (the *_use_dst
- * algorithms), softmax's from Out. */
+ * Gradients: relu's and gelu's from X; tanh's and sigmoid's from Out (the
+ * *_use_dst algorithms), softmax's from Out. gelu is Paddle's: the exact
+ * x * Phi(x) (erf) unless its attribute approximate is true (the tanh
+ * formula). */
 #include <string.h>
 
 #include "ops/cpu/dnnl_util.h"
@@ -29,14 +31,22 @@ static const act_kind act_kinds[] = {
     {"relu", dnnl_eltwise_relu, dnnl_eltwise_relu, false},
     {"tanh", dnnl_eltwise_tanh, dnnl_eltwise_tanh_use_dst_for_bwd, true},
     {"sigmoid", dnnl_eltwise_logistic, dnnl_eltwise_logistic_use_dst_for_bwd, true},
+    {"gelu", dnnl_eltwise_gelu_erf, dnnl_eltwise_gelu_erf, false},
 };
+static const act_kind gelu_tanh = {"gelu", dnnl_eltwise_gelu_tanh, dnnl_eltwise_gelu_tanh, false};
 
-static const act_kind *act_find(const char *type) {
+/* The kind of c's op (a grad row finds its forward by name); gelu's
+ * depends on its attribute approximate, which the grad op copies. */
+static const act_kind *act_find(const pe_kernel_ctx *c) {
+  const char *type = c->def->type;
   size_t n = strlen(type);
   if (n > 5 && strcmp(type + n - 5, "_grad") == 0) n -= 5;
   for (size_t i = 0; i < sizeof act_kinds / sizeof act_kinds[0]; i++)
-    if (strlen(act_kinds[i].type) == n && strncmp(act_kinds[i].type, type, n) == 0)
+    if (strlen(act_kinds[i].type) == n && strncmp(act_kinds[i].type, type, n) == 0) {
+      if (act_kinds[i].fwd == dnnl_eltwise_gelu_erf && pe_attr_b(c->def, c->desc, "approximate"))
+        return &gelu_tanh;
       return &act_kinds[i];
+    }
   return NULL;
 }
 
@@ -72,7 +82,7 @@ static pe_status *eltwise_fwd_desc(pe_kernel_ctx *c, dnnl_alg_kind_t alg, int64_
 }
 
 static pe_status *act_kernel(pe_kernel_ctx *c) {
-  const act_kind *k = act_find(c->def->type);
+  const act_kind *k = act_find(c);
   pe_tensor *x = pe_kin(c, ACT_X, 0), *out = pe_kout(c, ACT_OUT, 0);
   int64_t n = pe_tensor_numel(x);
   if (n == 0) return NULL;
@@ -113,7 +123,7 @@ static pe_status *act_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const act_k
 }
 
 static pe_status *act_grad_kernel(pe_kernel_ctx *c) {
-  const act_kind *k = act_find(c->def->type);
+  const act_kind *k = act_find(c);
   pe_tensor *dx = pe_kout(c, ACTG_DX, 0), *dout = pe_kin(c, ACTG_DOUT, 0);
   if (!dx) return NULL;
   if (!dout) {
@@ -248,19 +258,21 @@ static const pe_slot_def act_grad_out[] = {{"X@GRAD", 0, 1, 0}, {NULL}};
 static const pe_slot_def softmax_grad_in[] = {
     {"X", 1, 1, 0}, {"Out", 1, 1, 0}, {"Out@GRAD", 0, 1, 0}, {NULL}};
 static const pe_attr_def no_attrs[] = {{NULL}};
+static const pe_attr_def gelu_attrs[] = {{"approximate", PE_ATTR_BOOL, false, 0, NULL}, {NULL}};
 static const pe_attr_def softmax_attrs[] = {{"axis", PE_ATTR_INT, false, -1, NULL}, {NULL}};
 
-#define ACT_ROWS(name)                                                                        \
+#define ACT_ROWS(name) ACT_ROWS_ATTRS(name, no_attrs)
+#define ACT_ROWS_ATTRS(name, attr_defs)                                                       \
   {.type = name,                                                                              \
    .inputs = act_in,                                                                          \
    .outputs = act_out,                                                                        \
-   .attrs = no_attrs,                                                                         \
+   .attrs = attr_defs,                                                                        \
    .infer = act_infer,                                                                        \
    .kernel_cpu = act_kernel,                                                                  \
    .state_free = pe_dnnl_cache_free,                                                          \
    .grad = pe_grad_default},                                                                  \
   {                                                                                           \
-    .type = name "_grad", .inputs = act_grad_in, .outputs = act_grad_out, .attrs = no_attrs,  \
+    .type = name "_grad", .inputs = act_grad_in, .outputs = act_grad_out, .attrs = attr_defs, \
     .infer = act_grad_infer, .kernel_cpu = act_grad_kernel, .state_free = pe_dnnl_cache_free, \
   }
 
@@ -268,6 +280,7 @@ const pe_op_def pe_ops_activation[] = {
     ACT_ROWS("relu"),
     ACT_ROWS("tanh"),
     ACT_ROWS("sigmoid"),
+    ACT_ROWS_ATTRS("gelu", gelu_attrs),
     {.type = "softmax",
      .inputs = act_in,
      .outputs = act_out,
