@@ -22,6 +22,7 @@ float pe_optimizer_decoupled_coeff(const pe_op_def *d, const pe_op_desc *op);
 extern const pe_op_def pe_ops_matmul[];      /* matmul (oneDNN) */
 extern const pe_op_def pe_ops_activation[];  /* relu, tanh, sigmoid, gelu, softmax (oneDNN) */
 extern const pe_op_def pe_ops_layer_norm[];  /* layer_norm (oneDNN) */
+extern const pe_op_def pe_ops_embedding[];   /* lookup_table_v2 */
 extern const pe_op_def pe_ops_conv[];        /* conv2d (oneDNN) */
 extern const pe_op_def pe_ops_pool[];        /* pool2d (oneDNN) */
 extern const pe_op_def pe_ops_batch_norm[];  /* batch_norm (oneDNN) */

@@ -32,6 +32,8 @@ static const char *const cpu_only[] = {
     "gelu_grad",
     "layer_norm",
     "layer_norm_grad",
+    "lookup_table_v2",
+    "lookup_table_v2_grad",
     NULL,
 };
 
