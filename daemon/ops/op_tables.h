@@ -23,6 +23,9 @@ extern const pe_op_def pe_ops_matmul[];      /* matmul (oneDNN) */
 extern const pe_op_def pe_ops_activation[];  /* relu, tanh, sigmoid, gelu, softmax (oneDNN) */
 extern const pe_op_def pe_ops_layer_norm[];  /* layer_norm (oneDNN) */
 extern const pe_op_def pe_ops_embedding[];   /* lookup_table_v2 */
+extern const pe_op_def pe_ops_transpose[];   /* transpose2 */
+extern const pe_op_def pe_ops_concat[];      /* concat, split */
+extern const pe_op_def pe_ops_slice[];       /* slice */
 extern const pe_op_def pe_ops_conv[];        /* conv2d (oneDNN) */
 extern const pe_op_def pe_ops_pool[];        /* pool2d (oneDNN) */
 extern const pe_op_def pe_ops_batch_norm[];  /* batch_norm (oneDNN) */

@@ -34,6 +34,14 @@ static const char *const cpu_only[] = {
     "layer_norm_grad",
     "lookup_table_v2",
     "lookup_table_v2_grad",
+    "transpose2",
+    "transpose2_grad",
+    "concat",
+    "concat_grad",
+    "split",
+    "split_grad",
+    "slice",
+    "slice_grad",
     NULL,
 };
 
