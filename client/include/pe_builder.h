@@ -157,6 +157,27 @@ const char *pe_builder_flatten(pe_builder *b, const char *x, int axis);
 const char *pe_builder_add(pe_builder *b, const char *x, const char *y, pe_b_act act,
                            const char *name);
 
+/* --- sequence models --------------------------------------------------------- */
+
+/* layer_norm over the dims from begin_norm_axis (0: 1); epsilon 0: 1e-5.
+ * Scale=1, Bias=0 (trainable, [prod(dims[begin_norm_axis:])], which must be
+ * known). name NULL: "layer_norm_<k>". */
+const char *pe_builder_layer_norm(pe_builder *b, const char *x, int begin_norm_axis, float epsilon,
+                                  const char *name);
+/* gelu; approximate: the tanh formula, else the exact erf one. */
+const char *pe_builder_gelu(pe_builder *b, const char *x, bool approximate);
+/* Rows of a [vocab, dim] table (trainable, uniform init as fc's weights)
+ * picked by ids (i64, any shape): ids' shape + [dim]. padding_idx -1: none;
+ * else that row reads as zeros and gets no gradient. */
+const char *pe_builder_embedding(pe_builder *b, const char *ids, int64_t vocab, int64_t dim,
+                                 int64_t padding_idx, const char *name);
+/* x with its dims permuted: out dim i is x dim perm[i]. */
+const char *pe_builder_transpose(pe_builder *b, const char *x, int n, const int64_t *perm);
+/* x[starts:ends] along each of axes (Python's slice rules, negative values
+ * count from the end). */
+const char *pe_builder_slice(pe_builder *b, const char *x, int n, const int64_t *axes,
+                             const int64_t *starts, const int64_t *ends);
+
 /* --- losses and metrics ---------------------------------------------------- */
 
 /* Loss [N,1] from logits [N,C]. An i64 [N,1] label is a hard label, an f32

@@ -362,6 +362,155 @@ const char *pe_builder_flatten(pe_builder *b, const char *x, int axis) {
   return b->err ? NULL : ov->name;
 }
 
+/* --- sequence models ------------------------------------------------------------------------- */
+
+const char *pe_builder_layer_norm(pe_builder *b, const char *x, int begin_norm_axis, float epsilon,
+                                  const char *name) {
+  if (!b) return NULL;
+  b_var *xv = peb_need(b, "layer_norm", x);
+  char layer[B_NAME_LEN], sc[B_NAME_LEN], bi[B_NAME_LEN], mn[B_NAME_LEN], vr[B_NAME_LEN],
+      y[B_NAME_LEN], sh[128];
+  if (!xv || !peb_layer_name(b, "layer_norm", name, layer)) return NULL;
+  int axis = begin_norm_axis ? begin_norm_axis : 1;
+  float eps = epsilon ? epsilon : 1e-5f;
+  int64_t right = axis >= 1 && axis < xv->ndim ? peb_prod(xv->d, axis, xv->ndim) : -1;
+  if (right <= 0 || !(eps > 0)) {
+    peb_fail(b,
+             "layer_norm '%s': '%s' %s needs known dims from begin_norm_axis %d (in [1, rank)), "
+             "epsilon %g positive",
+             layer, x, peb_shape_str(xv, sh, sizeof sh), axis, eps);
+    return NULL;
+  }
+  int64_t r[1] = {right}, l[1] = {peb_prod(xv->d, 0, axis)};
+  pe_b_init one = {PE_B_INIT_CONSTANT, 1, 0, 0}, zero = {PE_B_INIT_CONSTANT, 0, 0, 0};
+  peb_param_add(b, peb_vname(sc, layer, "scale"), 1, r, one, 0, 0, true);
+  peb_param_add(b, peb_vname(bi, layer, "bias"), 1, r, zero, 0, 0, true);
+  b_var *v1 = peb_tmp_var(b, peb_vname(mn, layer, "mean"), PE_B_F32, 1, l);
+  b_var *v2 = peb_tmp_var(b, peb_vname(vr, layer, "variance"), PE_B_F32, 1, l);
+  b_var *ov = peb_tmp_var(b, peb_vname(y, layer, "out"), xv->dtype, xv->ndim, xv->d);
+  if (b->err) return NULL;
+  v1->stop_gradient = v2->stop_gradient = true;
+  b_op *op = peb_op_add(b, &b->main, "layer_norm");
+  peb_op_in(b, op, "X", x);
+  peb_op_in(b, op, "Scale", sc);
+  peb_op_in(b, op, "Bias", bi);
+  peb_op_out(b, op, "Y", y);
+  peb_op_out(b, op, "Mean", mn);
+  peb_op_out(b, op, "Variance", vr);
+  peb_attr_int(b, op, "begin_norm_axis", axis);
+  peb_attr_float(b, op, "epsilon", eps);
+  return b->err ? NULL : ov->name;
+}
+
+/* An op X -> Out of x's dtype and the shape ndim/d, as layer "<kind>_<k>";
+ * returns the op for its attributes (NULL after an error), *out its output. */
+static b_op *simple_op(pe_builder *b, const char *kind, const char *type, const char *x, int ndim,
+                       const int64_t *d, const char **out) {
+  b_var *xv = peb_var_find(&b->main, x);
+  char layer[B_NAME_LEN], o[B_NAME_LEN];
+  if (!peb_layer_name(b, kind, NULL, layer)) return NULL;
+  b_var *ov = peb_tmp_var(b, peb_vname(o, layer, "out"), xv->dtype, ndim, d);
+  b_op *op = peb_op_add(b, &b->main, type);
+  peb_op_in(b, op, "X", x);
+  peb_op_out(b, op, "Out", o);
+  *out = b->err ? NULL : ov->name;
+  return b->err ? NULL : op;
+}
+
+const char *pe_builder_gelu(pe_builder *b, const char *x, bool approximate) {
+  if (!b) return NULL;
+  b_var *xv = peb_need(b, "gelu", x);
+  const char *out = NULL;
+  if (!xv) return NULL;
+  b_op *op = simple_op(b, "gelu", "gelu", x, xv->ndim, xv->d, &out);
+  peb_attr_bool(b, op, "approximate", approximate);
+  return b->err ? NULL : out;
+}
+
+const char *pe_builder_embedding(pe_builder *b, const char *ids, int64_t vocab, int64_t dim,
+                                 int64_t padding_idx, const char *name) {
+  if (!b) return NULL;
+  b_var *iv = peb_need(b, "embedding", ids);
+  char layer[B_NAME_LEN], w[B_NAME_LEN], out[B_NAME_LEN], sh[128];
+  if (!iv || !peb_layer_name(b, "embedding", name, layer)) return NULL;
+  if (iv->dtype != PE_B_I64 || iv->ndim + 1 > B_MAX_DIMS || vocab <= 0 || dim <= 0 ||
+      padding_idx < -1 || padding_idx >= vocab) {
+    peb_fail(b,
+             "embedding '%s': ids '%s' %s must be i64 of rank < %d, vocab %lld and dim %lld "
+             "positive, padding_idx %lld in [-1, vocab)",
+             layer, ids, peb_shape_str(iv, sh, sizeof sh), B_MAX_DIMS, (long long)vocab,
+             (long long)dim, (long long)padding_idx);
+    return NULL;
+  }
+  int64_t wd[2] = {vocab, dim}, od[B_MAX_DIMS];
+  memcpy(od, iv->d, (size_t)iv->ndim * sizeof(int64_t));
+  od[iv->ndim] = dim;
+  peb_param_add(b, peb_vname(w, layer, "w"), 2, wd, peb_init_or((pe_b_init){0}, PE_B_INIT_XAVIER),
+                (double)vocab, (double)dim, true);
+  b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), PE_B_F32, iv->ndim + 1, od);
+  b_op *op = peb_op_add(b, &b->main, "lookup_table_v2");
+  peb_op_in(b, op, "W", w);
+  peb_op_in(b, op, "Ids", ids);
+  peb_op_out(b, op, "Out", out);
+  peb_attr_int(b, op, "padding_idx", padding_idx);
+  return b->err ? NULL : ov->name;
+}
+
+const char *pe_builder_transpose(pe_builder *b, const char *x, int n, const int64_t *perm) {
+  if (!b) return NULL;
+  b_var *xv = peb_need(b, "transpose", x);
+  char sh[128];
+  if (!xv) return NULL;
+  bool seen[B_MAX_DIMS] = {false}, ok = perm && n == xv->ndim;
+  for (int i = 0; ok && i < n; i++) {
+    ok = perm[i] >= 0 && perm[i] < n && !seen[perm[i]];
+    if (ok) seen[perm[i]] = true;
+  }
+  if (!ok) {
+    peb_fail(b, "transpose: perm is not a permutation of the %d dims of '%s' %s", xv->ndim, x,
+             peb_shape_str(xv, sh, sizeof sh));
+    return NULL;
+  }
+  int64_t od[B_MAX_DIMS];
+  for (int i = 0; i < n; i++) od[i] = xv->d[perm[i]];
+  const char *out = NULL;
+  b_op *op = simple_op(b, "transpose", "transpose2", x, n, od, &out);
+  peb_attr_ints(b, op, "axis", n, perm);
+  return b->err ? NULL : out;
+}
+
+const char *pe_builder_slice(pe_builder *b, const char *x, int n, const int64_t *axes,
+                             const int64_t *starts, const int64_t *ends) {
+  if (!b) return NULL;
+  b_var *xv = peb_need(b, "slice", x);
+  char layer[B_NAME_LEN], out[B_NAME_LEN], sh[128];
+  if (!xv || !peb_layer_name(b, "slice", NULL, layer)) return NULL;
+  int64_t od[B_MAX_DIMS];
+  memcpy(od, xv->d, sizeof od);
+  for (int k = 0; k < n; k++) {
+    int a = axes[k] < 0 ? (int)axes[k] + xv->ndim : (int)axes[k];
+    if (a < 0 || a >= xv->ndim) {
+      peb_fail(b, "slice '%s': axis %lld out of range for '%s' %s", layer, (long long)axes[k], x,
+               peb_shape_str(xv, sh, sizeof sh));
+      return NULL;
+    }
+    int64_t d = xv->d[a];
+    if (d < 0) continue; /* unknown until run time */
+    int64_t s = starts[k] < 0 ? starts[k] + d : starts[k], e = ends[k] < 0 ? ends[k] + d : ends[k];
+    s = s < 0 ? 0 : (s > d ? d : s);
+    e = e < 0 ? 0 : (e > d ? d : e);
+    od[a] = e > s ? e - s : 0;
+  }
+  b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), xv->dtype, xv->ndim, od);
+  b_op *op = peb_op_add(b, &b->main, "slice");
+  peb_op_in(b, op, "Input", x);
+  peb_op_out(b, op, "Out", out);
+  peb_attr_ints(b, op, "axes", n, axes);
+  peb_attr_ints(b, op, "starts", n, starts);
+  peb_attr_ints(b, op, "ends", n, ends);
+  return b->err ? NULL : ov->name;
+}
+
 /* --- losses and metrics ----------------------------------------------------------------------- */
 
 /* Check a label against scores [.., C]; returns soft (f32) or hard (i64). */
