@@ -39,17 +39,6 @@ static char *read_counting(char *buf, int n, void *stream) {
   return buf;
 }
 
-/* A socket that others may write to lets every user on the host connect:
- * register programs, run them, read and overwrite parameters. */
-static void warn_socket_mode(const ini_ctx *x, const char *value) {
-  if (x->c->socket_mode & 0002)
-    PE_LOGW(
-        "%s:%d: [server] socket_mode = %s lets every user on this host connect to the daemon "
-        "and use or change any model; give trainers a group instead (socket_mode = 0660, "
-        "socket_group)",
-        x->what, x->line, value);
-}
-
 /* inih goes on past a bad line (its build has INI_STOP_ON_FIRST_ERROR 0)
  * and returns the first bad line's number, so a header missing its ']'
  * shows up here as the keys after it having no section, reported at the
@@ -76,8 +65,9 @@ static int cfg_ini_handler(void *user, const char *section, const char *name, co
     return 0;
   }
   x->err = pe_config_set(x->c, section, name, value ? value : "");
-  if (!x->err && !strcmp(section, "server") && !strcmp(name, "socket_mode"))
-    warn_socket_mode(x, value);
+  const pe_config_key *k = x->err ? NULL : pe_config_key_find(section, name);
+  const char *warning = k && k->warn ? k->warn(x->c) : NULL;
+  if (warning) PE_LOGW("%s:%d: [%s] %s = %s %s", x->what, x->line, section, name, value, warning);
   return x->err ? 0 : 1; /* 0: inih reports this line as the first error */
 }
 
@@ -109,16 +99,6 @@ pe_status *pe_config_load_string(pe_srv_config *c, const char *text, const char 
   pe_strmap_init(&x.seen);
   int rc = ini_parse_stream(read_counting, &x, cfg_ini_handler, &x);
   return finish(&x, rc);
-}
-
-pe_status *pe_config_check(const pe_srv_config *c) {
-  if (!c->socket || !strstr(c->socket, "://"))
-    return pe_error(PE_EINVAL, "config [server] socket: '%s' is not a nanomsg address",
-                    c->socket ? c->socket : "");
-  if (!c->state_dir || c->state_dir[0] != '/')
-    return pe_error(PE_EINVAL, "config [state] dir: '%s' must be an absolute path",
-                    c->state_dir ? c->state_dir : "");
-  return NULL;
 }
 
 pe_status *pe_config_build(pe_srv_config *c, const char *path, const pe_config_override *ov,
