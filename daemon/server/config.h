@@ -68,6 +68,8 @@ typedef struct pe_srv_config {
   int64_t memory_requests_total; /* all decoded requests together; 0: unlimited */
   int dedup_entries;             /* replies kept for resends */
   int64_t dedup_bytes;
+  /* [metrics] */
+  char *metrics_listen; /* "address:port" of the Prometheus endpoint; "": off */
 } pe_srv_config;
 
 /* A key's type: how its value is written and which C type its field has. */

@@ -178,6 +178,17 @@ static bool check_checkpoint_name(const char *v, char *why, size_t n) {
   return false;
 }
 
+/* "host:port" with a port in 1..65535 (the last ':' ends the host, so
+ * "[::1]:9464" works); "" is off. */
+static bool check_listen(const char *v, char *why, size_t n) {
+  if (!*v) return true;
+  const char *colon = strrchr(v, ':');
+  int port;
+  if (colon && colon != v && parse_int(colon + 1, 1, 65535, &port)) return true;
+  snprintf(why, n, "expected address:port like 127.0.0.1:9464, the port in 1..65535 (empty: off)");
+  return false;
+}
+
 /* A socket that others may write to lets every user on the host connect:
  * register programs, run them, read and overwrite parameters. */
 static const char *warn_world_socket(const pe_srv_config *c) {
@@ -314,6 +325,9 @@ static const pe_config_key keys[] = {
             "replies kept for resent requests"),
     SIZE_KEY("limits", "dedup_bytes", dedup_bytes, 4096, INT64_MAX, "256M", RELOAD, NULL,
              "bytes of the replies kept for resent requests"),
+    STRING_KEY("metrics", "listen", metrics_listen, "", RESTART, check_listen,
+               "address:port of the Prometheus metrics endpoint (e.g. 127.0.0.1:9464); empty: "
+               "off"),
 };
 
 #define N_KEYS (sizeof keys / sizeof keys[0])

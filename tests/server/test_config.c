@@ -363,6 +363,36 @@ START_TEST(test_world_socket_mode_warns) {
 }
 END_TEST
 
+/* [metrics] listen: off by default, address:port, restart-only. */
+START_TEST(test_metrics_listen) {
+  pe_srv_config a, b;
+  PE_CK_OK(pe_config_defaults(&a));
+  PE_CK_OK(pe_config_defaults(&b));
+  ck_assert_str_eq(a.metrics_listen, "");
+  PE_CK_OK(pe_config_load_string(&b, "[metrics]\nlisten = 127.0.0.1:9464\n", "t.conf"));
+  ck_assert_str_eq(b.metrics_listen, "127.0.0.1:9464");
+  PE_CK_OK(pe_config_set(&b, "metrics", "listen", "[::1]:9464"));
+  ck_assert_str_eq(b.metrics_listen, "[::1]:9464");
+  const char *bad[] = {
+      "9464", ":9464", "localhost:", "localhost:0", "localhost:65536", "localhost:http"};
+  for (int i = 0; i < 6; i++) {
+    char text[64];
+    snprintf(text, sizeof text, "[metrics]\nlisten = %s\n", bad[i]);
+    expect_errors(pe_config_load_string(&b, text, "t.conf"), PE_EINVAL, "t.conf", "line 2",
+                  "[metrics] listen", bad[i], "address:port", (const char *)NULL);
+  }
+  ck_assert_str_eq(b.metrics_listen, "[::1]:9464"); /* refused values left it alone */
+  char *m = pe_config_restart_changes(&a, &b);
+  ck_assert_ptr_nonnull(m);
+  ck_assert_msg(strstr(m, "[metrics] listen '' -> '[::1]:9464'"), "changes: %s", m);
+  free(m);
+  pe_config_reloadable_apply(&a, &b);
+  ck_assert_str_eq(a.metrics_listen, "");
+  pe_config_free(&a);
+  pe_config_free(&b);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("server_config");
   TCase *tc = tcase_create("config");
@@ -374,6 +404,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_build_command_line_wins);
   tcase_add_test(tc, test_restart_changes);
   tcase_add_test(tc, test_world_socket_mode_warns);
+  tcase_add_test(tc, test_metrics_listen);
   suite_add_tcase(s, tc);
   return s;
 }
