@@ -1,17 +1,16 @@
 /* pe-executord configuration: embedded defaults, then the INI file
  * (libinih), then command-line overrides, each layer through the same
- * setter, so a key means the same thing everywhere. conf/pe-executord.conf
- * documents every key.
+ * setter, so a key means the same thing everywhere.
  *
- * Reloadable on SIGHUP (pe_config_reloadable_apply): log level, session TTL,
- * max message, max programs, memory per client, max steps per request,
- * max program ops and vars, memory per run, runs total and total, memory
- * per request and of all requests, checkpoint_on_shutdown,
- * checkpoint interval, reply cache sizes, check_finite.
- * Everything else (socket, places, worker threads, state dir, ...:
- * pe_config_restart_changes) needs a restart. A reload builds the config
- * the way the start did (pe_config_build), so the command line still wins
- * over the file.
+ * One table (config_keys.c, pe_config_keys) holds every key: its section,
+ * name, type and bounds, default, whether a SIGHUP reload applies it, its
+ * field in pe_srv_config and a line of documentation. The defaults, the
+ * setter, the reload (pe_config_reloadable_apply) and the restart warning
+ * (pe_config_restart_changes) all read it; `pe-executord --config-keys`
+ * prints it, and tests/install/test_man_pages.sh checks
+ * conf/pe-executord.conf and pe-executord.conf(5) against that. A reload
+ * builds the config the way the start did (pe_config_build), so the command
+ * line still wins over the file.
  *
  * Ownership: a pe_srv_config owns its strings; pe_config_free releases them.
  * Not thread-safe: the main thread builds it; request threads read the
@@ -22,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/log.h"
 #include "core/status.h"
@@ -68,20 +68,69 @@ typedef struct pe_srv_config {
   int64_t memory_requests_total; /* all decoded requests together; 0: unlimited */
   int dedup_entries;             /* replies kept for resends */
   int64_t dedup_bytes;
+  /* [metrics] */
+  char *metrics_listen; /* "address:port" of the Prometheus endpoint; "": off */
 } pe_srv_config;
+
+/* A key's type: how its value is written and which C type its field has. */
+typedef enum pe_config_type {
+  PE_CFG_BOOL,    /* bool: true, yes, on, 1 / false, no, off, 0 */
+  PE_CFG_INT,     /* int in min..max */
+  PE_CFG_SIZE,    /* int64_t bytes in min..max; K, M, G suffixes (powers of 1024) */
+  PE_CFG_MEMORY,  /* int64_t: a size, or N% (1..100) of the host's memory (host_memory.h) */
+  PE_CFG_SECONDS, /* double >= min, fractions allowed */
+  PE_CFG_STRING,  /* char * (owned), accepted by the key's check */
+  PE_CFG_ENUM,    /* an enum: the index of one of choices (any case) */
+  PE_CFG_MODE,    /* unsigned: an octal file mode up to max */
+} pe_config_type;
+
+/* One key of the table. */
+typedef struct pe_config_key {
+  const char *section, *key;
+  pe_config_type type;
+  int64_t min, max; /* INT, SIZE; SECONDS uses min, MODE max */
+  /* The default in the file's syntax; NULL: compute_default gives it
+   * (malloc'd; it depends on the user and the environment). */
+  const char *def;
+  char *(*compute_default)(void);
+  bool reloadable;            /* SIGHUP applies it; else a change needs a restart */
+  size_t offset;              /* of its field in pe_srv_config */
+  const char *const *choices; /* ENUM: the names, NULL-terminated */
+  /* STRING: whether value is acceptable; if not, why (in why). */
+  bool (*check)(const char *value, char *why, size_t why_len);
+  /* Something to warn about once c holds a value read from a file, or NULL. */
+  const char *(*warn)(const pe_srv_config *c);
+  const char *note; /* what a special value means ("0: unlimited"), or NULL */
+  const char *doc;  /* one line */
+} pe_config_key;
+
+/* The table, in the order conf/pe-executord.conf documents the keys. */
+const pe_config_key *pe_config_keys(size_t *n);
+/* The key [section] key; NULL when there is none. */
+const pe_config_key *pe_config_key_find(const char *section, const char *key);
+/* "int[1..256]", "size[4K..2G-1]", "enum[error|warn|info|debug]", ... */
+void pe_config_key_type(const pe_config_key *k, char *buf, size_t len);
+/* The key's value in c as text, strings 'quoted' when quote. */
+void pe_config_key_value(const pe_config_key *k, const pe_srv_config *c, bool quote, char *buf,
+                         size_t len);
+/* One line per key, tab-separated: section, key, type, default,
+ * "reload" or "restart", doc. */
+pe_status *pe_config_print_keys(FILE *f);
 
 /* The embedded defaults (socket from $XDG_RUNTIME_DIR, or /run as root). */
 pe_status *pe_config_defaults(pe_srv_config *c);
 void pe_config_free(pe_srv_config *c);
-/* Set one key; errors name section, key and value. */
+/* Set one key; errors name section, key, value and the bound or syntax
+ * expected. On error c is unchanged. */
 pe_status *pe_config_set(pe_srv_config *c, const char *section, const char *key, const char *value);
 /* Read an INI file on top of c; errors name the file and the line. */
 pe_status *pe_config_load_file(pe_srv_config *c, const char *path);
 /* The same from a string (tests, embedded defaults); `what` names it in errors. */
 pe_status *pe_config_load_string(pe_srv_config *c, const char *text, const char *what);
-/* Cross-key checks after all layers (e.g. places parse). */
+/* After all layers: every string key holds a value its check accepts (the
+ * socket and state dir come from the environment, not the setter). */
 pe_status *pe_config_check(const pe_srv_config *c);
-/* Copy the reloadable fields of src into dst. */
+/* Copy the fields of the reloadable keys of src into dst. */
 void pe_config_reloadable_apply(pe_srv_config *dst, const pe_srv_config *src);
 
 /* One command-line option: a key set after the file. Strings borrowed

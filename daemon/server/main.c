@@ -1,4 +1,5 @@
 /* pe-executord [--config FILE] [--socket ADDR] [--places SPEC] [--state-dir DIR]
+ * pe-executord --config-keys | --version | --help
  *
  * Runs in the foreground (the systemd way: Type=notify, logs on stderr).
  * Layers: embedded defaults, then FILE, then the options given here. */
@@ -17,7 +18,8 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: pe-executord [--config FILE] [--socket ADDR] [--places SPEC] [--state-dir DIR]\n"
-          "                    [--log-level LEVEL] [--version] [--help]\n"
+          "                    [--log-level LEVEL]\n"
+          "       pe-executord --config-keys | --version | --help\n"
           "\n"
           "  --config FILE     INI configuration (see conf/pe-executord.conf); without it the\n"
           "                    embedded defaults are used\n"
@@ -25,6 +27,8 @@ static void usage(FILE *f) {
           "  --places SPEC     auto | cpu:N | sim:N | cuda:N\n"
           "  --state-dir DIR   where checkpoints are kept (absolute path)\n"
           "  --log-level L     error | warn | info | debug\n"
+          "  --config-keys     print every configuration key, one a line, tab-separated:\n"
+          "                    section, key, type, default, reload or restart, description\n"
           "\n"
           "Signals: SIGTERM/SIGINT stop (finish in-flight requests, checkpoint persistent\n"
           "models, exit 0); SIGUSR1/SIGUSR2 are logged and ignored (SIGPIPE too);\n"
@@ -41,6 +45,7 @@ int main(int argc, char **argv) {
                                        {"places", required_argument, NULL, 'p'},
                                        {"state-dir", required_argument, NULL, 'd'},
                                        {"log-level", required_argument, NULL, 'l'},
+                                       {"config-keys", no_argument, NULL, 'k'},
                                        {"version", no_argument, NULL, 'V'},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
@@ -50,13 +55,20 @@ int main(int argc, char **argv) {
   pe_config_override ov[8];
   int n_ov = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "c:s:p:d:l:Vh", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:s:p:d:l:kVh", opts, NULL)) != -1) {
     switch (c) {
       case 'c': config_path = optarg; break;
       case 's': ov[n_ov++] = (pe_config_override){"server", "socket", optarg}; break;
       case 'p': ov[n_ov++] = (pe_config_override){"runtime", "places", optarg}; break;
       case 'd': ov[n_ov++] = (pe_config_override){"state", "dir", optarg}; break;
       case 'l': ov[n_ov++] = (pe_config_override){"server", "log_level", optarg}; break;
+      case 'k': {
+        pe_status *st = pe_config_print_keys(stdout);
+        if (!st) return 0;
+        fprintf(stderr, "pe-executord: %s\n", pe_status_msg(st));
+        pe_status_free(st);
+        return 1;
+      }
       case 'V': printf("pe-executord %s\n", PE_SERVER_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
