@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 /* Version 02 added the run origins, 03 the generator offset; 01 and 02
  * files still load (without what they lack). */
@@ -22,14 +23,7 @@ void pe_ckpt_entries_free(pe_ckpt_entry *e, int n) {
 }
 
 uint32_t pe_crc32(const uint8_t *p, size_t n) {
-  /* Bitwise CRC-32 (reflected, poly 0xEDB88320): checkpoints are written
-   * rarely and are memory-bound anyway; no table to initialise. */
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; i++) {
-    c ^= p[i];
-    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-  }
-  return c ^ 0xFFFFFFFFu;
+  return (uint32_t)crc32_z(0, p, n);
 }
 
 /* --- encode ---------------------------------------------------------------- */
@@ -227,11 +221,10 @@ static bool cut_short(const uint8_t *buf, size_t len, bool v1, bool v2, uint64_t
   return true;
 }
 
-pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **out,
-                          int *out_n, pe_model_mark *mark) {
-  *out = NULL;
-  *out_n = 0;
-  if (mark) *mark = (pe_model_mark){0};
+/* The magic and the CRC: the file's version (*v1, *v2; neither: 03), and
+ * that its bytes are the ones written. */
+static pe_status *decode_check(const uint8_t *buf, size_t len, const char *what, bool *v1_out,
+                               bool *v2_out) {
   bool v1 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic_v1, sizeof ckpt_magic_v1);
   bool v2 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic_v2, sizeof ckpt_magic_v2);
   bool v3 = len >= sizeof ckpt_magic && !memcmp(buf, ckpt_magic, sizeof ckpt_magic);
@@ -263,85 +256,76 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
   if (got != want)
     return pe_error(PE_ECORRUPT, "checkpoint %s: CRC mismatch (stored %08x, computed %08x)", what,
                     want, got);
-  rbuf r = {buf, len - 4, sizeof ckpt_magic};
-  uint32_t n;
-  if (!get_u32(&r, &n)) return pe_error(PE_ECORRUPT, "checkpoint %s: truncated header", what);
-  /* Each entry takes at least 20 bytes: a count larger than that is a lie. */
-  if ((size_t)n > (r.len - r.off) / 20 + 1)
-    return pe_error(PE_ECORRUPT, "checkpoint %s: %u tensors cannot fit in %zu bytes", what, n, len);
-  pe_ckpt_entry *e = calloc(n ? n : 1, sizeof *e);
-  if (!e) return pe_error(PE_ENOMEM, "checkpoint %s: out of memory for %u tensors", what, n);
-  pe_status *st = NULL;
-  uint32_t i;
-  for (i = 0; i < n && !st; i++) {
-    uint32_t nl, dt, nd;
-    if (!get_u32(&r, &nl) || nl == 0 || nl > 4096 || nl > r.len - r.off) {
-      st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor %u: bad name length", what, i);
-      break;
-    }
-    e[i].name = malloc(nl + 1);
-    if (!e[i].name) {
-      st = pe_error(PE_ENOMEM, "checkpoint %s: out of memory", what);
-      break;
-    }
-    get(&r, e[i].name, nl);
-    e[i].name[nl] = 0;
-    if (memchr(e[i].name, 0, nl)) {
-      st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor %u: NUL in name", what, i);
-      break;
-    }
-    if (!get_u32(&r, &dt) || !pe_dtype_valid((int)dt) || !get_u32(&r, &nd) || nd > PE_MAX_DIMS) {
-      st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor '%s': bad dtype or rank", what, e[i].name);
-      break;
-    }
-    pe_shape shape = {.ndim = (int)nd};
-    bool ok = true;
-    for (uint32_t d = 0; d < nd && ok; d++) {
-      uint64_t v;
-      ok = get_u64(&r, &v) && v <= (uint64_t)PE_MAX_NUMEL;
-      shape.d[d] = ok ? (int64_t)v : 0;
-    }
-    /* Every range of the shape has a product that fits, so the code that
-     * takes the values (pe_shape_prod of the inner dims) cannot overflow. */
-    char tensor[160];
-    snprintf(tensor, sizeof tensor, "tensor '%.128s'", e[i].name);
-    pe_status *bad = ok ? pe_shape_check(&shape, PE_MAX_NUMEL, tensor) : NULL;
-    if (bad) {
-      st = pe_error(PE_ECORRUPT, "checkpoint %s: %s", what, pe_status_msg(bad));
-      pe_status_free(bad);
-      break;
-    }
-    uint64_t numel = ok ? (uint64_t)pe_shape_numel(&shape) : 0, nb;
-    if (!ok || !get_u64(&r, &nb) || nb != numel * pe_dtype_size((pe_dtype)dt) ||
-        nb > r.len - r.off) {
-      st = pe_error(PE_ECORRUPT, "checkpoint %s: tensor '%s': bad shape or byte count", what,
-                    e[i].name);
-      break;
-    }
-    st = pe_tensor_resize(&e[i].t, (pe_dtype)dt, &shape, e[i].name);
-    if (st) break;
-    if (nb) get(&r, e[i].t.data, nb);
+  *v1_out = v1;
+  *v2_out = v2;
+  return NULL;
+}
+
+/* Tensor i's record at r into *e: its name, dtype, shape (every range of
+ * it within PE_MAX_NUMEL) and data. On error *e holds what it got (the
+ * caller frees it). */
+static pe_status *decode_tensor(rbuf *r, const char *what, uint32_t i, pe_ckpt_entry *e) {
+  uint32_t nl, dt, nd;
+  if (!get_u32(r, &nl) || nl == 0 || nl > 4096 || nl > r->len - r->off)
+    return pe_error(PE_ECORRUPT, "checkpoint %s: tensor %u: bad name length", what, i);
+  e->name = malloc(nl + 1);
+  if (!e->name) return pe_error(PE_ENOMEM, "checkpoint %s: out of memory", what);
+  get(r, e->name, nl);
+  e->name[nl] = 0;
+  if (memchr(e->name, 0, nl))
+    return pe_error(PE_ECORRUPT, "checkpoint %s: tensor %u: NUL in name", what, i);
+  if (!get_u32(r, &dt) || !pe_dtype_valid((int)dt) || !get_u32(r, &nd) || nd > PE_MAX_DIMS)
+    return pe_error(PE_ECORRUPT, "checkpoint %s: tensor '%s': bad dtype or rank", what, e->name);
+  pe_shape shape = {.ndim = (int)nd};
+  bool ok = true;
+  for (uint32_t d = 0; d < nd && ok; d++) {
+    uint64_t v;
+    ok = get_u64(r, &v) && v <= (uint64_t)PE_MAX_NUMEL;
+    shape.d[d] = ok ? (int64_t)v : 0;
   }
+  /* Every range of the shape has a product that fits, so the code that
+   * takes the values (pe_shape_prod of the inner dims) cannot overflow. */
+  char tensor[160];
+  snprintf(tensor, sizeof tensor, "tensor '%.128s'", e->name);
+  pe_status *bad = ok ? pe_shape_check(&shape, PE_MAX_NUMEL, tensor) : NULL;
+  if (bad) {
+    pe_status *st = pe_error(PE_ECORRUPT, "checkpoint %s: %s", what, pe_status_msg(bad));
+    pe_status_free(bad);
+    return st;
+  }
+  uint64_t numel = ok ? (uint64_t)pe_shape_numel(&shape) : 0, nb;
+  if (!ok || !get_u64(r, &nb) || nb != numel * pe_dtype_size((pe_dtype)dt) || nb > r->len - r->off)
+    return pe_error(PE_ECORRUPT, "checkpoint %s: tensor '%s': bad shape or byte count", what,
+                    e->name);
+  pe_status *st = pe_tensor_resize(&e->t, (pe_dtype)dt, &shape, e->name);
+  if (st) return st;
+  if (nb) get(r, e->t.data, nb);
+  return NULL;
+}
+
+/* After the tensors: the run origins (02, 03) and the generator record (03),
+ * then nothing. mark (may be NULL) gets them only when all is well. */
+static pe_status *decode_trailer(rbuf *r, const char *what, bool v1, bool v2, pe_model_mark *mark) {
+  pe_status *st = NULL;
   uint32_t no = 0;
   pe_run_origin *o = NULL;
-  if (!st && !v1) {
-    if (!get_u32(&r, &no) || (size_t)no > (r.len - r.off) / ORIGIN_BYTES)
+  if (!v1) {
+    if (!get_u32(r, &no) || (size_t)no > (r->len - r->off) / ORIGIN_BYTES)
       st = pe_error(PE_ECORRUPT, "checkpoint %s: bad run origin count", what);
     else if (!(o = calloc(no ? no : 1, sizeof *o)))
       st = pe_error(PE_ENOMEM, "checkpoint %s: out of memory for %u run origins", what, no);
     for (uint32_t k = 0; !st && k < no; k++)
-      if (!get_u64(&r, &o[k].client) || !get_u64(&r, &o[k].request) || !get_u32(&r, &o[k].steps))
+      if (!get_u64(r, &o[k].client) || !get_u64(r, &o[k].request) || !get_u32(r, &o[k].steps))
         st = pe_error(PE_ECORRUPT, "checkpoint %s: run origin %u truncated", what, k);
   }
   uint32_t has_rng = 0;
   uint64_t rng_offset = 0;
-  if (!st && !v1 && !v2 && (!get_u32(&r, &has_rng) || has_rng > 1 || !get_u64(&r, &rng_offset)))
+  if (!st && !v1 && !v2 && (!get_u32(r, &has_rng) || has_rng > 1 || !get_u64(r, &rng_offset)))
     st = pe_error(PE_ECORRUPT, "checkpoint %s: bad generator record", what);
-  if (!st && r.off != r.len)
-    st = pe_error(PE_ECORRUPT, "checkpoint %s: %zu trailing bytes", what, r.len - r.off);
+  if (!st && r->off != r->len)
+    st = pe_error(PE_ECORRUPT, "checkpoint %s: %zu trailing bytes", what, r->len - r->off);
   if (st) {
     free(o);
-    pe_ckpt_entries_free(e, (int)n);
     return st;
   }
   if (mark) {
@@ -351,6 +335,31 @@ pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_c
     mark->rng_offset = rng_offset;
   } else {
     free(o);
+  }
+  return NULL;
+}
+
+pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **out,
+                          int *out_n, pe_model_mark *mark) {
+  *out = NULL;
+  *out_n = 0;
+  if (mark) *mark = (pe_model_mark){0};
+  bool v1 = false, v2 = false;
+  pe_status *st = decode_check(buf, len, what, &v1, &v2);
+  if (st) return st;
+  rbuf r = {buf, len - 4, sizeof ckpt_magic};
+  uint32_t n;
+  if (!get_u32(&r, &n)) return pe_error(PE_ECORRUPT, "checkpoint %s: truncated header", what);
+  /* Each entry takes at least 20 bytes: a count larger than that is a lie. */
+  if ((size_t)n > (r.len - r.off) / 20 + 1)
+    return pe_error(PE_ECORRUPT, "checkpoint %s: %u tensors cannot fit in %zu bytes", what, n, len);
+  pe_ckpt_entry *e = calloc(n ? n : 1, sizeof *e);
+  if (!e) return pe_error(PE_ENOMEM, "checkpoint %s: out of memory for %u tensors", what, n);
+  for (uint32_t i = 0; i < n && !st; i++) st = decode_tensor(&r, what, i, &e[i]);
+  if (!st) st = decode_trailer(&r, what, v1, v2, mark);
+  if (st) {
+    pe_ckpt_entries_free(e, (int)n);
+    return st;
   }
   *out = e;
   *out_n = (int)n;

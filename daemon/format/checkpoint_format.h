@@ -48,10 +48,11 @@ pe_status *pe_ckpt_encode(const pe_ckpt_entry *e, int n, const pe_model_mark *ma
                           size_t *len);
 /* mark may be NULL (not wanted); else it gets the file's origins (malloc'd;
  * none in a version 01 file) and generator offset (has_rng false before
- * version 03); release it with pe_model_mark_release. */
+ * version 03); release it with pe_model_mark_release (core/model_mark.h). */
 pe_status *pe_ckpt_decode(const uint8_t *buf, size_t len, const char *what, pe_ckpt_entry **e,
                           int *n, pe_model_mark *mark);
 
+/* CRC-32 (IEEE, zlib's crc32) of n bytes. */
 uint32_t pe_crc32(const uint8_t *p, size_t n);
 
 #endif
