@@ -1,5 +1,5 @@
-/* A model's parameters in a file of one's own (params_file.h), through the
- * daemon's checkpoint code. */
+/* A model's parameters in a file of one's own (params_file.h), in the
+ * daemon's checkpoint format (daemon/format). */
 #include "params_file.h"
 
 #include <libgen.h>
@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/checkpoint/file.h"
+#include "format/checkpoint_format.h"
+#include "format/durable_file.h"
 
 #define PARAMS_FILE_MAX ((size_t)1 << 36) /* 64 GiB: a bound, not a limit anyone meets */
 

@@ -94,6 +94,7 @@
 #include <stdint.h>
 
 #include "compiler/graph.h"
+#include "core/model_mark.h" /* pe_run_origin, pe_model_mark */
 #include "core/scope.h"
 #include "core/tensor.h"
 #include "engine/dep_engine.h"
@@ -175,33 +176,7 @@ pe_status *pe_model_get_place(pe_model *m, const char *name, int place, pe_tenso
  * naming the variable and both shapes). Ordered after the runs pushed
  * before it, before the runs pushed after it. */
 pe_status *pe_model_set(pe_model *m, const char *name, const pe_tensor *value);
-/* Where a run came from: a client's request (the daemon's ids). A model
- * remembers, per client, the newest request whose run reached it and how
- * many of that request's steps did (pe_model_origin), and a snapshot
- * carries that record, so a checkpoint says which requests its values
- * include: a resend of one of them is never applied again, also after a
- * restart from the checkpoint. */
-typedef struct pe_run_origin {
-  uint64_t client; /* 0: none (not recorded) */
-  uint64_t request;
-  uint32_t steps; /* steps of `request` pushed (record only; ignored in opts) */
-} pe_run_origin;
-
-/* A point of the model's history: its change count, the record of run
- * origins (malloc'd, in order of their last run, oldest first) and the
- * offset of the model's random generator (every random op of the model's
- * graphs draws its counters from it; has_rng false: not known, e.g. a
- * checkpoint older than the generator's record, and a restore leaves the
- * generator where it is). */
-typedef struct pe_model_mark {
-  uint64_t version;
-  pe_run_origin *origins;
-  int n_origins;
-  bool has_rng;
-  uint64_t rng_offset;
-} pe_model_mark;
 #define PE_MODEL_ORIGINS 4096
-void pe_model_mark_release(pe_model_mark *mk);
 
 /* Several persistables at once, as one engine op: a consistent snapshot.
  * Runs push all of their engine ops under the model's push lock, and so does

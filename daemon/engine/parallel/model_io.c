@@ -149,12 +149,6 @@ bool pe_model_origin(pe_model *m, uint64_t client, pe_run_origin *out) {
   return found;
 }
 
-void pe_model_mark_release(pe_model_mark *mk) {
-  if (!mk) return;
-  free(mk->origins);
-  *mk = (pe_model_mark){0};
-}
-
 /* --- engine ops ------------------------------------------------------------------------ */
 
 /* Push fn(io) with these engine accesses (under push_mu; a push with
