@@ -55,7 +55,8 @@ const char *pe_request_kind_name(Pe__Request__BodyCase c);
 pe_lane pe_request_lane(Pe__Request__BodyCase c);
 
 /* Fill StatusReply (status.c) for a Status of client `asker` taken from
- * `lane`. */
+ * `lane`; PE_LANES (asker 0): for a reader that is no request (the
+ * metrics endpoint's thread), which no lane counts. */
 pe_status *pe_status_fill(pe_server *s, pe_lane lane, uint64_t asker, Pe__StatusReply *out,
                           pe_arena *a);
 

@@ -24,6 +24,7 @@
 #include "server/client_tag.h"
 #include "server/conn_watch.h"
 #include "server/dispatch.h"
+#include "server/metrics/endpoint.h"
 #include "server/registry/registry.h"
 #include "server/reply_pack.h"
 #include "server/request_decode.h"
@@ -57,6 +58,8 @@ struct pe_loop {
 
   pe_lanes *lanes;       /* the request threads and their queues */
   pe_autosave *autosave; /* its own thread; stopped before the shutdown checkpoint */
+  /* [metrics] listen (NULL: off); stopped before the server is freed. */
+  pe_metrics_http *metrics;
   bool stopping;
   char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
   /* Connections that ended before delivering a request (conn_watch.h),
@@ -381,6 +384,8 @@ static void handle_job(void *ctx, pe_job *j) {
     pe_reply_buf rb;
     const uint8_t *buf = pack_reply(s, &rep, &rb, &len, &owned);
     atomic_fetch_add(&s->requests_failed, 1);
+    pe_metrics_count_reply(&s->metrics, PE_METRICS_KIND_UNDECODED, rep.code,
+                           pe_now_s() - j->received);
     PE_LOGW("req client=%s id=%llu kind=? code=%s: %s", pe_client_tag(rep.client_id).s,
             (unsigned long long)rep.request_id, pe_code_name((pe_code)rep.code), rep.message);
     job_answering(s, j);
@@ -420,6 +425,7 @@ static void handle_job(void *ctx, pe_job *j) {
   pe_reply_buf rb;
   const uint8_t *buf = pack_reply(s, &rep, &rb, &len, &owned);
   if (rep.code) atomic_fetch_add(&s->requests_failed, 1); /* a reply too big counts */
+  pe_metrics_count_reply(&s->metrics, rq->body_case, rep.code, pe_now_s() - j->received);
   double ms = (pe_now_s() - t0) * 1e3;
   if (rep.code)
     PE_LOGW("req client=%s id=%llu kind=%s code=%s %.2f ms: %s", pe_client_tag(cid).s,
@@ -799,6 +805,7 @@ pe_status *pe_server_run(pe_server *s) {
     }
     st = start_request_threads(s);
   }
+  if (!st) st = pe_metrics_endpoint_start(s, &L->metrics);
   /* Autosave: its saves run off the loop and the pool, for seconds. */
   if (!st)
     st = pe_autosave_start(s->reg, s->cfg.state_dir, s->cfg.shutdown_checkpoint,
@@ -835,6 +842,7 @@ pe_status *pe_server_run(pe_server *s) {
     nn_freemsg(m->ctrl);
     free(m);
   }
+  pe_metrics_http_stop(L->metrics); /* reads the registry and the runtime */
   if (L->sock >= 0) nn_close(L->sock);
   if (L->ipc_path[0] && !st) unlink(L->ipc_path);
   if (L->loop) ev_loop_destroy(L->loop);

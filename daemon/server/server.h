@@ -33,6 +33,7 @@
 #include "server/decode_budget.h"
 #include "server/reply_cache.h"
 #include "server/lanes.h"
+#include "server/metrics/counters.h"
 #include "server/run/budget.h"
 #include "server/run/table.h"
 
@@ -65,6 +66,7 @@ typedef struct pe_server {
 
   double start_time; /* monotonic seconds */
   atomic_uint_fast64_t requests_total, requests_failed, runs_total;
+  pe_metrics_counters metrics; /* what Status has no field for (metrics/counters.h) */
   pe_lane_counts lanes[PE_LANES];
   pe_run_table runs;          /* Run requests being handled (Status: runs, runs_in_flight) */
   pe_run_budget run_budget;   /* their temporaries ([limits] memory_runs_total) */

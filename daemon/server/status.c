@@ -48,8 +48,8 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
   r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
   r->uptime_s = pe_now_s() - s->start_time;
   /* Requests waiting or being handled, but for this Status (so that an
-   * idle daemon says queue depth 0). */
-  int depth = pe_server_pending(s) - 1;
+   * idle daemon says queue depth 0); self PE_LANES: no request's. */
+  int depth = pe_server_pending(s) - (self < PE_LANES);
   r->queue_depth = depth > 0 ? depth : 0;
   PE_TRY(fill_lanes(s, self, r, a));
   pe_alloc_stats host = pe_allocator_stats(pe_host_allocator());

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/strmap.h"
 #include "server/checkpoint/save_load.h"
+#include "server/metrics/counters.h"
 #include "server/registry/registry.h"
 
 /* The longest single wait: the deadline is re-read after it, so a huge
@@ -97,6 +98,7 @@ static saved_model *save_one(pe_autosave *a, const char *name, saved_model *prev
   double t0 = pe_now_s();
   st = pe_checkpoint_save_restart(a->state_dir, m, &path, &bytes);
   double ms = (pe_now_s() - t0) * 1e3;
+  pe_metrics_count_autosave(m->srv ? &m->srv->metrics : NULL, !st);
   if (st) {
     char where[4400];
     target_path(a, name, where, sizeof where);
