@@ -213,6 +213,34 @@ static inline void dh_start(dh_daemon *d, const char *conf_text) {
   }
 }
 
+/* Run the daemon in the foreground with conf_text (may be NULL) as its
+ * --config file, for a start that must fail: its stderr and stdout into
+ * out (cap bytes, NUL-terminated); returns the wait status. */
+static inline int dh_run_to_exit(dh_daemon *d, const char *conf_text, char *out, size_t cap) {
+  if (!d->dir[0]) {
+    snprintf(d->dir, sizeof d->dir, "/tmp/pe-e2e-XXXXXX");
+    ck_assert_msg(mkdtemp(d->dir) != NULL, "mkdtemp: %s", strerror(errno));
+  }
+  char conf[400] = "", cmd[1400];
+  if (conf_text) {
+    snprintf(conf, sizeof conf, "%s/d.conf", d->dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(conf_text, f);
+    fclose(f);
+  }
+  snprintf(cmd, sizeof cmd,
+           "'%s/pe-executord' %s%s%s--places cpu:1 --socket 'ipc://%s/d.sock' "
+           "--state-dir '%s/state' 2>&1",
+           getenv("PE_BUILD_DIR"), conf[0] ? "--config '" : "", conf, conf[0] ? "' " : "",
+           d->dir, d->dir);
+  FILE *p = popen(cmd, "r");
+  ck_assert_ptr_nonnull(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = 0;
+  return pclose(p);
+}
+
 /* Signal the daemon and wait for it; returns the wait status. */
 static inline int dh_stop(dh_daemon *d, int sig) {
   if (d->pid <= 0) return 0;

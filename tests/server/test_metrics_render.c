@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check_main.h"
+#include "metrics_sample.h"
 #include "server/metrics/counters.h"
 #include "server/metrics/render.h"
 
@@ -98,17 +99,6 @@ static char *render(fixture *x) {
   return text;
 }
 
-/* The value of the sample whose line starts with `series` and a space. */
-static double value_of(const char *text, const char *series) {
-  size_t n = strlen(series);
-  for (const char *p = text; *p; p = strchr(p, '\n') + 1) {
-    if (!strncmp(p, series, n) && p[n] == ' ') return strtod(p + n + 1, NULL);
-    if (!strchr(p, '\n')) break;
-  }
-  ck_abort_msg("no sample %s in:\n%s", series, text);
-  return NAN;
-}
-
 static bool has_series(const char *text, const char *prefix) {
   return strstr(text, prefix) != NULL;
 }
@@ -188,19 +178,21 @@ START_TEST(test_requests_by_kind_and_code) {
   };
   count_replies(&x, replies, sizeof replies / sizeof replies[0]);
   char *text = render(&x);
-  ck_assert_double_eq(value_of(text, "pe_requests_total{kind=\"run\",code=\"OK\"}"), 2);
-  ck_assert_double_eq(value_of(text, "pe_requests_total{kind=\"run\",code=\"SHAPE_MISMATCH\"}"), 1);
-  ck_assert_double_eq(value_of(text, "pe_requests_total{kind=\"register\",code=\"OK\"}"), 1);
+  ck_assert_double_eq(metrics_sample(text, "pe_requests_total{kind=\"run\",code=\"OK\"}"), 2);
   ck_assert_double_eq(
-      value_of(text, "pe_requests_total{kind=\"undecodable\",code=\"INVALID_ARGUMENT\"}"), 1);
-  ck_assert_double_eq(value_of(text, "pe_requests_total{kind=\"none\",code=\"INTERNAL\"}"), 1);
+      metrics_sample(text, "pe_requests_total{kind=\"run\",code=\"SHAPE_MISMATCH\"}"), 1);
+  ck_assert_double_eq(metrics_sample(text, "pe_requests_total{kind=\"register\",code=\"OK\"}"), 1);
+  ck_assert_double_eq(
+      metrics_sample(text, "pe_requests_total{kind=\"undecodable\",code=\"INVALID_ARGUMENT\"}"), 1);
+  ck_assert_double_eq(metrics_sample(text, "pe_requests_total{kind=\"none\",code=\"INTERNAL\"}"),
+                      1);
   /* Never counted: no series. */
   ck_assert(!has_series(text, "pe_requests_total{kind=\"ping\""));
   ck_assert(!has_series(text, "pe_requests_total{kind=\"register\",code=\"SHAPE_MISMATCH\"}"));
   /* The Status counters beside them. */
-  ck_assert_double_eq(value_of(text, "pe_requests_received_total"), 41);
-  ck_assert_double_eq(value_of(text, "pe_requests_failed_total"), 3);
-  ck_assert_double_eq(value_of(text, "pe_run_steps_total"), 700);
+  ck_assert_double_eq(metrics_sample(text, "pe_requests_received_total"), 41);
+  ck_assert_double_eq(metrics_sample(text, "pe_requests_failed_total"), 3);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_steps_total"), 700);
   free(text);
 }
 END_TEST
@@ -215,22 +207,22 @@ START_TEST(test_run_histogram_cumulative) {
   /* Other kinds are not runs. */
   pe_metrics_count_reply(&x.counters, PE__REQUEST__BODY_INIT, PE_OK, 0.003);
   char *text = render(&x);
-  ck_assert_double_eq(value_of(text, "pe_run_duration_seconds_bucket{le=\"0.001\"}"), 3);
-  ck_assert_double_eq(value_of(text, "pe_run_duration_seconds_bucket{le=\"0.0025\"}"), 3);
-  ck_assert_double_eq(value_of(text, "pe_run_duration_seconds_bucket{le=\"0.005\"}"), 4);
-  ck_assert_double_eq(value_of(text, "pe_run_duration_seconds_bucket{le=\"0.1\"}"), 4);
-  ck_assert_double_eq(value_of(text, "pe_run_duration_seconds_bucket{le=\"0.25\"}"), 6);
-  ck_assert_double_eq(value_of(text, "pe_run_duration_seconds_bucket{le=\"10\"}"), 6);
-  ck_assert_double_eq(value_of(text, "pe_run_duration_seconds_bucket{le=\"+Inf\"}"), 7);
-  ck_assert_double_eq(value_of(text, "pe_run_duration_seconds_count"), 7);
-  ck_assert_double_eq_tol(value_of(text, "pe_run_duration_seconds_sum"), 20.4045, 1e-6);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_duration_seconds_bucket{le=\"0.001\"}"), 3);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_duration_seconds_bucket{le=\"0.0025\"}"), 3);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_duration_seconds_bucket{le=\"0.005\"}"), 4);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_duration_seconds_bucket{le=\"0.1\"}"), 4);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_duration_seconds_bucket{le=\"0.25\"}"), 6);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_duration_seconds_bucket{le=\"10\"}"), 6);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_duration_seconds_bucket{le=\"+Inf\"}"), 7);
+  ck_assert_double_eq(metrics_sample(text, "pe_run_duration_seconds_count"), 7);
+  ck_assert_double_eq_tol(metrics_sample(text, "pe_run_duration_seconds_sum"), 20.4045, 1e-6);
   /* Every bucket in order, none smaller than the one before. */
   double prev = 0;
   for (int b = 0; b < PE_METRICS_RUN_BUCKETS; b++) {
     char series[96];
     snprintf(series, sizeof series, "pe_run_duration_seconds_bucket{le=\"%g\"}",
              pe_metrics_run_bounds[b]);
-    double v = value_of(text, series);
+    double v = metrics_sample(text, series);
     ck_assert_msg(v >= prev, "%s %g after %g", series, v, prev);
     prev = v;
   }
@@ -256,41 +248,47 @@ START_TEST(test_models_places_memory_checkpoints) {
   const char *m = "{model=\"m\\\"x\\\\y\\nz\"}";
   char series[128];
   snprintf(series, sizeof series, "pe_model_param_bytes%s", m);
-  ck_assert_double_eq(value_of(text, series), 2048);
+  ck_assert_double_eq(metrics_sample(text, series), 2048);
   snprintf(series, sizeof series, "pe_model_checkpoints_saved_total%s", m);
-  ck_assert_double_eq(value_of(text, series), 5);
+  ck_assert_double_eq(metrics_sample(text, series), 5);
   snprintf(series, sizeof series, "pe_model_checkpoint_failures_total%s", m);
-  ck_assert_double_eq(value_of(text, series), 1);
+  ck_assert_double_eq(metrics_sample(text, series), 1);
   snprintf(series, sizeof series, "pe_model_changes_since_checkpoint%s", m);
-  ck_assert_double_eq(value_of(text, series), 7);
+  ck_assert_double_eq(metrics_sample(text, series), 7);
   snprintf(series, sizeof series, "pe_model_persistent%s", m);
-  ck_assert_double_eq(value_of(text, series), 1);
+  ck_assert_double_eq(metrics_sample(text, series), 1);
   /* Unknown (-1): no sample. */
   ck_assert(!has_series(text, "pe_model_last_checkpoint_age_seconds{"));
   ck_assert(!has_series(text, "pe_model_changes_since_restart_checkpoint{"));
-  ck_assert_double_eq(value_of(text, "pe_models"), 1);
-  ck_assert_double_eq(value_of(text, "pe_programs"), 2);
-  ck_assert_double_eq(value_of(text, "pe_place_param_bytes{place=\"cpu:0\"}"), 1024);
-  ck_assert_double_eq(value_of(text, "pe_place_param_bytes{place=\"cpu:1\"}"), 2048);
-  ck_assert_double_eq(value_of(text, "pe_lane_threads{lane=\"run\"}"), 10);
-  ck_assert_double_eq(value_of(text, "pe_lane_queued{lane=\"control\"}"), 10);
-  ck_assert_double_eq(value_of(text, "pe_lane_busy{lane=\"run\"}"), 2);
-  ck_assert_double_eq(value_of(text, "pe_queue_depth"), 2);
-  ck_assert_double_eq(value_of(text, "pe_memory_resident_bytes"), 4096);
-  ck_assert_double_eq(value_of(text, "pe_memory_run_reserved_bytes"), 512);
-  ck_assert_double_eq(value_of(text, "pe_memory_request_decode_bytes"), 777);
-  ck_assert_double_eq(value_of(text, "pe_memory_limit_bytes{limit=\"memory_total\"}"), 1 << 30);
-  ck_assert_double_eq(value_of(text, "pe_memory_limit_bytes{limit=\"memory_per_request\"}"),
+  ck_assert_double_eq(metrics_sample(text, "pe_models"), 1);
+  ck_assert_double_eq(metrics_sample(text, "pe_programs"), 2);
+  ck_assert_double_eq(metrics_sample(text, "pe_place_param_bytes{place=\"cpu:0\"}"), 1024);
+  ck_assert_double_eq(metrics_sample(text, "pe_place_param_bytes{place=\"cpu:1\"}"), 2048);
+  ck_assert_double_eq(metrics_sample(text, "pe_lane_threads{lane=\"run\"}"), 10);
+  ck_assert_double_eq(metrics_sample(text, "pe_lane_queued{lane=\"control\"}"), 10);
+  ck_assert_double_eq(metrics_sample(text, "pe_lane_busy{lane=\"run\"}"), 2);
+  ck_assert_double_eq(metrics_sample(text, "pe_queue_depth"), 2);
+  ck_assert_double_eq(metrics_sample(text, "pe_memory_resident_bytes"), 4096);
+  ck_assert_double_eq(metrics_sample(text, "pe_memory_run_reserved_bytes"), 512);
+  ck_assert_double_eq(metrics_sample(text, "pe_memory_request_decode_bytes"), 777);
+  ck_assert_double_eq(metrics_sample(text, "pe_memory_limit_bytes{limit=\"memory_total\"}"),
+                      1 << 30);
+  ck_assert_double_eq(metrics_sample(text, "pe_memory_limit_bytes{limit=\"memory_per_request\"}"),
                       3 << 20);
-  ck_assert_double_eq(value_of(text, "pe_memory_limit_bytes{limit=\"memory_runs_total\"}"), 0);
-  ck_assert_double_eq(value_of(text, "pe_checkpoints_total{op=\"save\",result=\"ok\"}"), 1);
-  ck_assert_double_eq(value_of(text, "pe_checkpoints_total{op=\"save\",result=\"failed\"}"), 2);
-  ck_assert_double_eq(value_of(text, "pe_checkpoints_total{op=\"load\",result=\"ok\"}"), 1);
-  ck_assert_double_eq(value_of(text, "pe_checkpoints_total{op=\"load\",result=\"failed\"}"), 0);
-  ck_assert_double_eq(value_of(text, "pe_checkpoints_total{op=\"autosave\",result=\"ok\"}"), 2);
-  ck_assert_double_eq(value_of(text, "pe_checkpoints_total{op=\"autosave\",result=\"failed\"}"), 1);
-  ck_assert_double_eq(value_of(text, "pe_checkpoint_interval_seconds"), 300);
-  ck_assert_double_eq(value_of(text, "pe_uptime_seconds"), 12.5);
+  ck_assert_double_eq(metrics_sample(text, "pe_memory_limit_bytes{limit=\"memory_runs_total\"}"),
+                      0);
+  ck_assert_double_eq(metrics_sample(text, "pe_checkpoints_total{op=\"save\",result=\"ok\"}"), 1);
+  ck_assert_double_eq(metrics_sample(text, "pe_checkpoints_total{op=\"save\",result=\"failed\"}"),
+                      2);
+  ck_assert_double_eq(metrics_sample(text, "pe_checkpoints_total{op=\"load\",result=\"ok\"}"), 1);
+  ck_assert_double_eq(metrics_sample(text, "pe_checkpoints_total{op=\"load\",result=\"failed\"}"),
+                      0);
+  ck_assert_double_eq(metrics_sample(text, "pe_checkpoints_total{op=\"autosave\",result=\"ok\"}"),
+                      2);
+  ck_assert_double_eq(
+      metrics_sample(text, "pe_checkpoints_total{op=\"autosave\",result=\"failed\"}"), 1);
+  ck_assert_double_eq(metrics_sample(text, "pe_checkpoint_interval_seconds"), 300);
+  ck_assert_double_eq(metrics_sample(text, "pe_uptime_seconds"), 12.5);
   ck_assert(has_series(text, "pe_build_info{version=\"9.8.7\"} 1\n"));
   free(text);
 }
