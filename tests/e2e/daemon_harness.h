@@ -232,8 +232,8 @@ static inline int dh_run_to_exit(dh_daemon *d, const char *conf_text, char *out,
   snprintf(cmd, sizeof cmd,
            "'%s/pe-executord' %s%s%s--places cpu:1 --socket 'ipc://%s/d.sock' "
            "--state-dir '%s/state' 2>&1",
-           getenv("PE_BUILD_DIR"), conf[0] ? "--config '" : "", conf, conf[0] ? "' " : "",
-           d->dir, d->dir);
+           getenv("PE_BUILD_DIR"), conf[0] ? "--config '" : "", conf, conf[0] ? "' " : "", d->dir,
+           d->dir);
   FILE *p = popen(cmd, "r");
   ck_assert_ptr_nonnull(p);
   size_t n = fread(out, 1, cap - 1, p);
