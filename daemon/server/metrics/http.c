@@ -85,32 +85,36 @@ static pe_status *split_address(const char *addr, char *host, size_t host_len, c
   return NULL;
 }
 
-/* A listening TCP socket on addr (non-blocking, close-on-exec). */
+/* A listening TCP socket (non-blocking, close-on-exec) on the first
+ * address addr's host resolves to that binds. */
 static pe_status *bind_address(const char *addr, int *fd_out, int *family) {
   char host[256], port[16];
   PE_TRY(split_address(addr, host, sizeof host, port, sizeof port));
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};
-  struct addrinfo *ai;
-  int rc = getaddrinfo(host, port, &hints, &ai);
-  if (rc)
-    return pe_error(PE_EINVAL, "'%s': %s (expected a numeric IPv4 or [IPv6] host)", addr,
-                    gai_strerror(rc));
-  *family = ai->ai_family;
-  int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-  int one = 1;
-  pe_status *st = NULL;
-  if (fd < 0) st = pe_error(PE_EIO, "%s: socket: %s", addr, strerror(errno));
-  /* SO_REUSEADDR: a restart binds while the last one's connections are in
-   * TIME_WAIT. */
-  else if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-           bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0)
-    st = pe_error(PE_EIO, "%s: cannot bind: %s", addr, strerror(errno));
-  freeaddrinfo(ai);
-  if (st) {
-    if (fd >= 0) close(fd);
-    return st;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+  struct addrinfo *list;
+  int rc = getaddrinfo(host, port, &hints, &list);
+  if (rc) return pe_error(PE_EINVAL, "'%s': host '%s': %s", addr, host, gai_strerror(rc));
+  int fd = -1, err = 0;
+  for (struct addrinfo *ai = list; ai && fd < 0; ai = ai->ai_next) {
+    fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    /* SO_REUSEADDR: a restart binds while the last one's connections are
+     * in TIME_WAIT. */
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+      err = errno;
+      close(fd);
+      fd = -1;
+      continue;
+    }
+    *family = ai->ai_family;
   }
+  freeaddrinfo(list);
+  if (fd < 0) return pe_error(PE_EIO, "%s: cannot bind: %s", addr, strerror(err));
   *fd_out = fd;
   return NULL;
 }

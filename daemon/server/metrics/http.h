@@ -26,9 +26,9 @@ typedef struct pe_metrics_http pe_metrics_http;
 #define PE_METRICS_HTTP_CONNECTIONS 8 /* at once; more wait in the backlog */
 #define PE_METRICS_HTTP_TIMEOUT_S 10  /* an idle connection is closed after it */
 
-/* Bind listen ("HOST:PORT", a numeric IPv4 or [IPv6] host) and start
- * serving. Errors name the address. */
-pe_status *pe_metrics_http_start(const char *listen, pe_metrics_page_fn *page, void *ctx,
+/* Bind addr ("HOST:PORT"; the host a name, an IPv4 address or an
+ * [IPv6] one) and start serving. Errors name the address. */
+pe_status *pe_metrics_http_start(const char *addr, pe_metrics_page_fn *page, void *ctx,
                                  pe_metrics_http **out);
 /* Stop serving and join the thread (a scrape in progress finishes first);
  * the socket is closed. NULL: nothing. */
