@@ -133,6 +133,14 @@ typedef struct pe_client_opts {
    * For a process that registers programs for later processes to use
    * (pe-client register, run, trace). */
   bool outlive_process;
+  /* Continue the session of another handle, of an earlier process of this
+   * user (pe-client register, then deregister): its pe_client_id and its
+   * pe_client_last_request_id. The requests go under that client id,
+   * numbered after that request, so that the daemon takes this handle for
+   * the owner of what the session registered and its reply cache answers
+   * none of them with an earlier reply. 0: a new random client id. */
+  uint64_t session_client_id;
+  uint64_t session_last_request;
 } pe_client_opts;
 
 /* The daemon's default socket: ipc:///run/pe-executord/pe-executord.sock as
@@ -150,7 +158,8 @@ void pe_client_free(pe_client *c);
  * ipc:// address whose socket file does not exist, is not a socket, is not
  * writable by this user (permission denied, naming its mode and group) or
  * has nobody listening (a stale socket of a daemon that exited), fails with
- * ECONNECT at once rather than timing out later. */
+ * ECONNECT at once rather than timing out later. An address that is not
+ * one (no or an unknown transport, a bad host:port) fails with EARG. */
 int pe_client_connect(pe_client *c, const pe_client_opts *opts);
 /* The last failure's message ("" after a success). */
 const char *pe_client_error(const pe_client *c);

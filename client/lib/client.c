@@ -258,6 +258,10 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
       o.timeout_ms > 0 ? o.timeout_ms : (int)env_long("PE_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
   c->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : DEFAULT_SEND_TIMEOUT_MS;
   c->resend_ivl_ms = o.resend_ivl_ms > 0 ? o.resend_ivl_ms : 0; /* 0: never */
+  if (o.session_client_id) {
+    c->client_id = o.session_client_id;
+    c->last_request_id = o.session_last_request;
+  }
   c->no_recover = o.no_recover;
   c->fail_on_rollback = o.fail_on_rollback;
   c->outlive_process = o.outlive_process;
@@ -283,8 +287,11 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
   if (nn_connect(c->sock, c->address) < 0) {
     int e = nn_errno();
     bool scheme = strncmp(c->address, "ipc://", 6) == 0 || strncmp(c->address, "tcp://", 6) == 0;
-    rc = pec_fail(c, PE_C_ECONNECT, "connect %s: %s%s", c->address, nn_strerror(e),
-                  scheme ? "" : " (expected ipc://PATH or tcp://HOST:PORT)");
+    /* An address nanomsg cannot parse (no or an unknown transport, a bad
+     * host:port) is the caller's argument, not a daemon that is away. */
+    bool bad_address = e == EINVAL || e == EPROTONOSUPPORT;
+    rc = pec_fail(c, bad_address ? PE_C_EARG : PE_C_ECONNECT, "connect %s: %s%s", c->address,
+                  nn_strerror(e), scheme ? "" : " (expected ipc://PATH or tcp://HOST:PORT)");
     goto fail;
   }
   return 0;

@@ -121,8 +121,8 @@ START_TEST(exit_statuses) {
   snprintf(args, sizeof args, "--socket 'ipc://%s/none.sock' ping", d.dir);
   ck_assert_int_eq(cli(NULL, d.dir, args), 3);
   ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "no daemon socket at"));
-  /* Not an address: says what one looks like. */
-  ck_assert_int_eq(cli(NULL, d.dir, "--socket garbage ping"), 3);
+  /* Not an address: usage, exit 2, saying what one looks like. */
+  ck_assert_int_eq(cli(NULL, d.dir, "--socket garbage ping"), 2);
   ck_assert_msg(strstr(slurp(d.dir, "err"), "(expected ipc://PATH or tcp://HOST:PORT)"), "%s",
                 slurp(d.dir, "err"));
   cd_stop(&d);
