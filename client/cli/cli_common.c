@@ -88,7 +88,8 @@ int cli_fail_at(const cli_ctx *ctx, pe_client *c, int code, const char *what) {
   if (n && !strncmp(msg, ctx->cmd, n) && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
   report_code(ctx, pe_client_code_name(code), "%s%s%s (%s)", what ? what : "", what ? ": " : "",
               msg, pe_client_code_name(code));
-  return code == PE_C_ETIMEDOUT || code == PE_C_ECONNECT ? CLI_UNREACHABLE : CLI_FAIL;
+  bool away = code == PE_C_ETIMEDOUT || code == PE_C_ECONNECT || code == PE_C_ESHUTDOWN;
+  return away ? CLI_UNREACHABLE : CLI_FAIL;
 }
 
 int cli_fail(const cli_ctx *ctx, pe_client *c, int code) {

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
       "{\"cmd\":...,\"ok\":true,...}, or on failure\n"
       "{\"cmd\":...,\"ok\":false,\"error\":\"...\",\"code\":\"...\"} (code: the daemon's, USAGE\n"
       "or FAILED). COMMAND --help lists a command's options. Exit status: 0 ok,\n"
-      "1 failed, 2 usage, 3 daemon unreachable (timeout or no socket).\n",
+      "1 failed, 2 usage, 3 daemon unreachable (timeout, no socket, or it shut down).\n",
       pe_client_default_address(addr, sizeof addr));
 }
 

@@ -88,6 +88,10 @@ typedef enum pe_client_code {
   /* The daemon stopped a run at its pe_client_run_opts.timeout_ms (the
    * steps before stay applied; the result's steps counts them). */
   PE_C_EDEADLINE = 21,
+  /* The daemon is shutting down (SIGTERM/SIGINT): the request was not done
+   * (a run stopped at a step boundary: the steps it applied are counted),
+   * and the daemon takes no more requests (see opts.restart_wait_ms). */
+  PE_C_ESHUTDOWN = 22,
   /* Raised by the client. */
   PE_C_CLIENT_BASE = 100,
   PE_C_ETIMEDOUT = 100, /* no reply within the receive timeout */
@@ -141,6 +145,13 @@ typedef struct pe_client_opts {
    * none of them with an earlier reply. 0: a new random client id. */
   uint64_t session_client_id;
   uint64_t session_last_request;
+  /* After a SHUTTING_DOWN reply (the daemon is stopping: SIGTERM, systemctl
+   * stop or restart), how long to wait for a daemon to answer again on the
+   * same address before the request fails with that reply. A daemon that
+   * answers within it (a restart) gets the program registered again and
+   * the request sent again, as after any restart. 0: $PE_RESTART_WAIT_MS,
+   * else 10000; negative: fail at once. */
+  int restart_wait_ms;
 } pe_client_opts;
 
 /* The daemon's default socket: ipc:///run/pe-executord/pe-executord.sock as
