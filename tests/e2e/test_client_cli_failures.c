@@ -226,15 +226,24 @@ END_TEST
  * after about one --timeout, not one per clean-up request (it waited for
  * the shm region's register again, the program's register again and the
  * close: three timeouts). */
+/* pe-client ARGS (a train) against d; a second into its training, SIGTERM
+ * to the daemon (cd_stop reaps it and checks its exit 0). Returns the
+ * trainer's pid; *t0 is when the signal went. */
+static pid_t train_then_sigterm(cd_daemon *d, const char *args, double *t0) {
+  pid_t pid = cli_start(d, d->dir, args);
+  wait_log(d, "kind=register_shm", 1); /* the feeds' region: training starts */
+  cd_sleep_ms(1000);
+  *t0 = now_s();
+  kill(d->pid, SIGTERM);
+  return pid;
+}
+
 START_TEST(daemon_gone_costs_one_timeout) {
   cd_daemon d;
   cd_start(&d);
-  pid_t pid = cli_start(&d, d.dir,
-                        "--timeout 4000 train --model mlp --model-name gone --epochs 50 --quiet");
-  wait_log(&d, "kind=register_shm", 1); /* the feeds' region: training starts */
-  cd_sleep_ms(1000);
-  double t0 = now_s();
-  kill(d.pid, SIGTERM); /* cd_stop below reaps it and checks its exit 0 */
+  double t0;
+  pid_t pid = train_then_sigterm(
+      &d, "--timeout 4000 train --model mlp --model-name gone --epochs 50 --quiet", &t0);
   /* 3, daemon unreachable, whether the SIGTERM cancelled a run in flight
    * (SHUTTING_DOWN, then no daemon answered within the --timeout) or came
    * between requests (no reply). */
@@ -258,13 +267,11 @@ END_TEST
 START_TEST(daemon_stop_ends_train_with_its_reason) {
   cd_daemon d;
   cd_start(&d);
-  pid_t pid = cli_start(&d, d.dir,
-                        "--timeout 120000 train --model mlp --model-name stop --epochs 50 "
-                        "--steps-per-request 1024 --quiet");
-  wait_log(&d, "kind=register_shm", 1); /* the feeds' region: training starts */
-  cd_sleep_ms(1000);
-  double t0 = now_s();
-  kill(d.pid, SIGTERM); /* cd_stop below reaps it and checks its exit 0 */
+  double t0;
+  pid_t pid = train_then_sigterm(&d,
+                                 "--timeout 120000 train --model mlp --model-name stop --epochs 50 "
+                                 "--steps-per-request 1024 --quiet",
+                                 &t0);
   int rc = cli_wait(pid);
   double waited = now_s() - t0;
   const char *err = slurp(d.dir, "err");
