@@ -86,8 +86,8 @@ void cli_end(const cli_ctx *ctx, pe_client *c, int rc);
 /* Errors: each prints "pe-client CMD: <message>" on stderr and returns the
  * exit status; the command's first error is also what the --json failure
  * line says (cli_finish). */
-/* A failed library call: "<error> (CODE)", CLI_UNREACHABLE for a timeout
- * or no connection, else CLI_FAIL. */
+/* A failed library call: "<error> (CODE)", CLI_UNREACHABLE for a timeout,
+ * no connection or a daemon that shut down, else CLI_FAIL. */
 int cli_fail(const cli_ctx *ctx, pe_client *c, int code);
 /* The same after "what: " (the step, the part of the command). */
 int cli_fail_at(const cli_ctx *ctx, pe_client *c, int code, const char *what);

@@ -11,6 +11,7 @@
 #include "pe_dataset.h"
 #include "pe_model_file.h"
 #include "pe_recipe.h"
+#include "suggest.h"
 
 double cli_now(void) {
   struct timespec ts;
@@ -87,7 +88,8 @@ int cli_fail_at(const cli_ctx *ctx, pe_client *c, int code, const char *what) {
   if (n && !strncmp(msg, ctx->cmd, n) && msg[n] == ':' && msg[n + 1] == ' ') msg += n + 2;
   report_code(ctx, pe_client_code_name(code), "%s%s%s (%s)", what ? what : "", what ? ": " : "",
               msg, pe_client_code_name(code));
-  return code == PE_C_ETIMEDOUT || code == PE_C_ECONNECT ? CLI_UNREACHABLE : CLI_FAIL;
+  bool away = code == PE_C_ETIMEDOUT || code == PE_C_ECONNECT || code == PE_C_ESHUTDOWN;
+  return away ? CLI_UNREACHABLE : CLI_FAIL;
 }
 
 int cli_fail(const cli_ctx *ctx, pe_client *c, int code) {
@@ -118,6 +120,26 @@ static int usage_error(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, c
   return CLI_USAGE;
 }
 
+/* "unknown option '--x'", with the closest option when one is close. */
+static int unknown_option(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, const char *arg,
+                          size_t nlen) {
+  char typed[128];
+  snprintf(typed, sizeof typed, "%.*s", (int)nlen, arg + 2);
+  static const char *const globals[] = {"socket", "json", "timeout"};
+  const size_t n_globals = sizeof globals / sizeof globals[0];
+  const char *best = NULL;
+  size_t best_d = 0;
+  for (size_t k = 0; k < n_opts + n_globals; k++) {
+    const char *name = k < n_opts ? opts[k].name : globals[k - n_opts];
+    size_t d = cli_edit_distance(typed, name);
+    if (cli_is_close(typed, name) && (!best || d < best_d)) best = name, best_d = d;
+  }
+  if (!best) return usage_error(ctx, opts, n_opts, "unknown option '%s'", arg);
+  char fmt[256];
+  snprintf(fmt, sizeof fmt, "unknown option '%%s' (did you mean '--%s'?)", best);
+  return usage_error(ctx, opts, n_opts, fmt, arg);
+}
+
 int cli_parse(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, int argc, char **argv,
               void *cfg, bool *help) {
   *help = false;
@@ -135,7 +157,7 @@ int cli_parse(const cli_ctx *ctx, const cli_opt *opts, size_t n_opts, int argc, 
     const cli_opt *o = NULL;
     for (size_t k = 0; k < n_opts; k++)
       if (strlen(opts[k].name) == nlen && !strncmp(opts[k].name, arg + 2, nlen)) o = &opts[k];
-    if (!o) return usage_error(ctx, opts, n_opts, "unknown option '%s'", arg);
+    if (!o) return unknown_option(ctx, opts, n_opts, arg, nlen);
     char *field = (char *)cfg + o->off;
     if (o->kind == CLI_FLAG) {
       if (eq) return usage_error(ctx, opts, n_opts, "option '%s' takes no value", arg);
@@ -185,7 +207,8 @@ const char cli_lasting_note[] =
     "The program stays registered after this command exits, for later commands (save, load,\n"
     "run, eval of the model), until the daemon's session TTL (ttl, 600 s by default) passes\n"
     "with no further request of this command's session; so does a non-persistent model only\n"
-    "it uses. pe-client deregister --force --handle H (H as register prints it) frees it sooner.\n";
+    "it uses. pe-client deregister --handle H (H as register prints it; another command's\n"
+    "program: with --force) frees it sooner.\n";
 
 pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc) {
   pe_client *c = pe_client_new();
@@ -197,7 +220,10 @@ pe_client *cli_connect_with(const cli_ctx *ctx, pe_client_opts o, int *rc) {
   o.timeout_ms = (int)ctx->timeout_ms;
   int code = pe_client_connect(c, &o);
   if (code) {
-    *rc = cli_fail(ctx, c, code);
+    /* A socket address (or a $PE_ variable) that is not one: usage. */
+    *rc = code == PE_C_EARG
+              ? cli_usage(ctx, "%s (%s)", pe_client_error(c), pe_client_code_name(code))
+              : cli_fail(ctx, c, code);
     pe_client_free(c);
     return NULL;
   }

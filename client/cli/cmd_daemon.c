@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "session_record.h"
 
 /* --- ping ------------------------------------------------------------------------ */
 
@@ -210,9 +211,11 @@ typedef struct dereg_cfg {
   bool force;
 } dereg_cfg;
 
-/* Each pe-client command is a client of its own, so it owns no program a
- * `register` before it made: without --force the daemon refuses, naming
- * the program's owners, and with it drops the program for all of them. */
+/* Each pe-client command is a client of its own. A program that a
+ * `pe-client register` of this user made is deregistered in that
+ * register's session (session_record.h), as its owner. Any other program:
+ * without --force the daemon refuses, naming the program's owners, and
+ * with it drops the program for all of them. */
 static const cli_opt dereg_opts[] = {
     {"handle", CLI_STR, offsetof(dereg_cfg, handle), 0, 0, "program handle (from register)"},
     {"force", CLI_FLAG, offsetof(dereg_cfg, force), 0, 0,
@@ -230,7 +233,19 @@ static int cmd_deregister(cli_ctx *ctx, int argc, char **argv) {
     return cli_usage(ctx, "--handle needs a program handle (0x... or decimal)");
   pe_client *c = cli_connect(ctx, &rc);
   if (!c) return rc;
+  char address[512];
+  snprintf(address, sizeof address, "%s", pe_client_address(c));
+  cli_session s;
+  bool borrowed = !cfg.force && cli_session_load(address, h, &s);
+  if (borrowed) {
+    pe_client_free(c);
+    pe_client_opts o = {.outlive_process = true,
+                        .session_client_id = s.client_id,
+                        .session_last_request = s.last_request};
+    if (!(c = cli_connect_with(ctx, o, &rc))) return rc;
+  }
   int code = cfg.force ? pe_client_deregister_force(c, h) : pe_client_deregister(c, h);
+  if (!code || code == PE_C_ENOTFOUND) cli_session_forget(address, h);
   char hs[24];
   cli_handle_str(h, hs);
   if (code) {
@@ -241,7 +256,12 @@ static int cmd_deregister(cli_ctx *ctx, int argc, char **argv) {
   } else {
     printf("deregistered %s\n", hs);
   }
-  cli_end(ctx, c, rc);
+  /* The register's session ends with its program; after a failure it is
+   * left as it was (it may still hold the program). */
+  if (borrowed && rc)
+    pe_client_free(c);
+  else
+    cli_end(ctx, c, rc);
   return rc;
 }
 

@@ -49,7 +49,7 @@ static int cmd_export(cli_ctx *ctx, int argc, char **argv) {
   if (rc || help) return rc;
   if (!cfg.model || !cfg.out) return cli_usage(ctx, "--model and --out are required");
   char err[512];
-  if (cli_out_path_check(cfg.out, err, sizeof err)) return cli_usage(ctx, "--out %s", err);
+  if (cli_out_path_check(cfg.out, err, sizeof err)) return cli_error(ctx, "--out %s", err);
   pe_client *c = cli_connect(ctx, &rc);
   if (!c) return rc;
   const pe_client_tensor *v = NULL;

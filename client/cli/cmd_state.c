@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "session_record.h"
 
 /* --- register ---------------------------------------------------------------------- */
 
@@ -102,6 +103,13 @@ static int cmd_register(cli_ctx *ctx, int argc, char **argv) {
   } else if (!rc && cfg.init) {
     printf("%s\n", initialized ? "parameters initialised" : "parameters existed: kept");
   }
+  /* For a deregister of this user's without --force (session_record.h). */
+  cli_session s = {pe_client_id(c), pe_client_last_request_id(c)};
+  if (!rc && !cli_session_save(pe_client_address(c), prog.handle, s))
+    fprintf(stderr,
+            "pe-client register: warning: the session could not be recorded; deregister "
+            "--handle %s needs --force\n",
+            hs);
   free(json);
   pe_client_free(c);
   pe_model_spec_release(&m);

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "peclient_version.h"
+#include "suggest.h"
 
 static const cli_cmd *const groups[] = {cli_cmds_daemon, cli_cmds_state, cli_cmds_params,
                                         cli_cmds_run, cli_cmds_train};
@@ -33,7 +34,7 @@ static void usage(FILE *f) {
       "{\"cmd\":...,\"ok\":true,...}, or on failure\n"
       "{\"cmd\":...,\"ok\":false,\"error\":\"...\",\"code\":\"...\"} (code: the daemon's, USAGE\n"
       "or FAILED). COMMAND --help lists a command's options. Exit status: 0 ok,\n"
-      "1 failed, 2 usage, 3 daemon unreachable (timeout or no socket).\n",
+      "1 failed, 2 usage, 3 daemon unreachable (timeout, no socket, or it shut down).\n",
       pe_client_default_address(addr, sizeof addr));
 }
 
@@ -42,6 +43,18 @@ static const cli_cmd *find_cmd(const char *name) {
     for (const cli_cmd *c = groups[g]; c->name; c++)
       if (!strcmp(c->name, name)) return c;
   return NULL;
+}
+
+/* The command closest to a mistyped name, when one is close; else NULL. */
+static const char *closest_cmd(const char *name) {
+  const char *best = NULL;
+  size_t best_d = 0;
+  for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+    for (const cli_cmd *c = groups[g]; c->name; c++) {
+      size_t d = cli_edit_distance(name, c->name);
+      if (cli_is_close(name, c->name) && (!best || d < best_d)) best = c->name, best_d = d;
+    }
+  return best;
 }
 
 /* Take the global options out of argv (in place); returns the new argc or -1. */
@@ -110,7 +123,9 @@ static int run(cli_ctx *ctx, int argc, char **argv) {
   }
   const cli_cmd *cmd = find_cmd(name);
   if (!cmd) {
-    int rc = cli_usage(ctx, "unknown command '%s'", name);
+    const char *near = closest_cmd(name);
+    int rc = near ? cli_usage(ctx, "unknown command '%s' (did you mean '%s'?)", name, near)
+                  : cli_usage(ctx, "unknown command '%s'", name);
     fputc('\n', stderr);
     usage(stderr);
     return rc;

@@ -88,6 +88,10 @@ typedef enum pe_client_code {
   /* The daemon stopped a run at its pe_client_run_opts.timeout_ms (the
    * steps before stay applied; the result's steps counts them). */
   PE_C_EDEADLINE = 21,
+  /* The daemon is shutting down (SIGTERM/SIGINT): the request was not done
+   * (a run stopped at a step boundary: the steps it applied are counted),
+   * and the daemon takes no more requests (see opts.restart_wait_ms). */
+  PE_C_ESHUTDOWN = 22,
   /* Raised by the client. */
   PE_C_CLIENT_BASE = 100,
   PE_C_ETIMEDOUT = 100, /* no reply within the receive timeout */
@@ -133,6 +137,21 @@ typedef struct pe_client_opts {
    * For a process that registers programs for later processes to use
    * (pe-client register, run, trace). */
   bool outlive_process;
+  /* Continue the session of another handle, of an earlier process of this
+   * user (pe-client register, then deregister): its pe_client_id and its
+   * pe_client_last_request_id. The requests go under that client id,
+   * numbered after that request, so that the daemon takes this handle for
+   * the owner of what the session registered and its reply cache answers
+   * none of them with an earlier reply. 0: a new random client id. */
+  uint64_t session_client_id;
+  uint64_t session_last_request;
+  /* After a SHUTTING_DOWN reply (the daemon is stopping: SIGTERM, systemctl
+   * stop or restart), how long to wait for a daemon to answer again on the
+   * same address before the request fails with that reply. A daemon that
+   * answers within it (a restart) gets the program registered again and
+   * the request sent again, as after any restart. 0: $PE_RESTART_WAIT_MS,
+   * else 10000; negative: fail at once. */
+  int restart_wait_ms;
 } pe_client_opts;
 
 /* The daemon's default socket: ipc:///run/pe-executord/pe-executord.sock as
@@ -150,7 +169,8 @@ void pe_client_free(pe_client *c);
  * ipc:// address whose socket file does not exist, is not a socket, is not
  * writable by this user (permission denied, naming its mode and group) or
  * has nobody listening (a stale socket of a daemon that exited), fails with
- * ECONNECT at once rather than timing out later. */
+ * ECONNECT at once rather than timing out later. An address that is not
+ * one (no or an unknown transport, a bad host:port) fails with EARG. */
 int pe_client_connect(pe_client *c, const pe_client_opts *opts);
 /* The last failure's message ("" after a success). */
 const char *pe_client_error(const pe_client *c);

@@ -22,6 +22,7 @@
 
 #define DEFAULT_TIMEOUT_MS 60000
 #define DEFAULT_SEND_TIMEOUT_MS 5000
+#define DEFAULT_RESTART_WAIT_MS 10000
 /* Resends and nanomsg 1.1.5. The REQ socket accepts only the reply to the
  * last copy it sent; a reply to an older copy is dropped by nn_req_in with
  * nn_msg_term but not re-initialised, so (a) arriving after the newest
@@ -69,6 +70,7 @@ const char *pe_client_code_name(int code) {
       [PE_C_EPERM] = "PERMISSION_DENIED",
       [PE_C_EEXHAUSTED] = "RESOURCE_EXHAUSTED",
       [PE_C_EDEADLINE] = "DEADLINE_EXCEEDED",
+      [PE_C_ESHUTDOWN] = "SHUTTING_DOWN",
       [PE_C_ETIMEDOUT] = "TIMED_OUT",
       [PE_C_ECONNECT] = "CONNECTION_ERROR",
       [PE_C_ETOOBIG] = "MESSAGE_TOO_LARGE",
@@ -258,6 +260,13 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
       o.timeout_ms > 0 ? o.timeout_ms : (int)env_long("PE_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
   c->send_timeout_ms = o.send_timeout_ms > 0 ? o.send_timeout_ms : DEFAULT_SEND_TIMEOUT_MS;
   c->resend_ivl_ms = o.resend_ivl_ms > 0 ? o.resend_ivl_ms : 0; /* 0: never */
+  c->restart_wait_ms = o.restart_wait_ms
+                           ? o.restart_wait_ms
+                           : (int)env_long("PE_RESTART_WAIT_MS", DEFAULT_RESTART_WAIT_MS);
+  if (o.session_client_id) {
+    c->client_id = o.session_client_id;
+    c->last_request_id = o.session_last_request;
+  }
   c->no_recover = o.no_recover;
   c->fail_on_rollback = o.fail_on_rollback;
   c->outlive_process = o.outlive_process;
@@ -283,8 +292,11 @@ int pe_client_connect(pe_client *c, const pe_client_opts *opts) {
   if (nn_connect(c->sock, c->address) < 0) {
     int e = nn_errno();
     bool scheme = strncmp(c->address, "ipc://", 6) == 0 || strncmp(c->address, "tcp://", 6) == 0;
-    rc = pec_fail(c, PE_C_ECONNECT, "connect %s: %s%s", c->address, nn_strerror(e),
-                  scheme ? "" : " (expected ipc://PATH or tcp://HOST:PORT)");
+    /* An address nanomsg cannot parse (no or an unknown transport, a bad
+     * host:port) is the caller's argument, not a daemon that is away. */
+    bool bad_address = e == EINVAL || e == EPROTONOSUPPORT;
+    rc = pec_fail(c, bad_address ? PE_C_EARG : PE_C_ECONNECT, "connect %s: %s%s", c->address,
+                  nn_strerror(e), scheme ? "" : " (expected ipc://PATH or tcp://HOST:PORT)");
     goto fail;
   }
   return 0;

@@ -21,7 +21,8 @@ struct pe_client {
   uint64_t client_id;
   uint64_t last_request_id;                       /* ids start at 1 and only grow */
   int timeout_ms, send_timeout_ms, resend_ivl_ms; /* resend_ivl_ms 0: never */
-  bool resent; /* a request went out twice: never nn_close (client.c) */
+  int restart_wait_ms; /* after a SHUTTING_DOWN reply; < 0: none (client_recover.c) */
+  bool resent;         /* a request went out twice: never nn_close (client.c) */
   /* The last request got no reply (timed out, or the socket failed); a
    * reply clears it. Clean-up requests (close, unregister_shm) are not
    * sent while it is set: each would wait a whole timeout more for a daemon
@@ -121,6 +122,12 @@ void pec_recover_free(pe_client *c);
  * need_values, NOT_FOUND when the model came back without values). */
 int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const char *model,
                 uint64_t request, bool need_values);
+/* After a SHUTTING_DOWN reply (c->reply, c->err): wait up to
+ * c->restart_wait_ms for a daemon to answer again on the address. Returns
+ * NOT_FOUND when one does (a restarted daemon has none of this client's
+ * programs: pec_recover's case), else SHUTTING_DOWN with the daemon's
+ * reply kept in c->reply and its message in c->err. */
+int pec_wait_restart(pe_client *c);
 
 /* Result storage owned by the handle until the next request. */
 void *pec_results_alloc(pe_client *c, size_t bytes);

@@ -279,3 +279,31 @@ int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const
                     (unsigned long long)c->recovery.rolled_back_steps);
   return 0;
 }
+
+/* One ping, answered only by a daemon that reads requests: the stopping
+ * daemon reads none, and nanomsg sends the ping again on the connection to
+ * a daemon that binds the address after it. One wait, no loop: the
+ * daemon's reason is what the caller gets when none answers. */
+int pec_wait_restart(pe_client *c) {
+  if (c->restart_wait_ms < 0) return PE_C_ESHUTDOWN;
+  char first[PEC_ERR_LEN];
+  snprintf(first, sizeof first, "%s", c->err);
+  /* The shutdown reply (a run's steps) outlives the ping, for the caller. */
+  Pe__Reply *kept = c->reply;
+  c->reply = NULL;
+  int timeout = c->timeout_ms, wait = c->restart_wait_ms < timeout ? c->restart_wait_ms : timeout;
+  c->timeout_ms = wait;
+  int rc = pe_client_ping(c);
+  c->timeout_ms = timeout;
+  if (!rc) {
+    pe__reply__free_unpacked(kept, NULL);
+    return pec_fail(c, PE_C_ENOTFOUND,
+                    "%s (a daemon answered again on %s: restarted, without this client's "
+                    "programs)",
+                    first, c->address);
+  }
+  if (c->reply) pe__reply__free_unpacked(c->reply, NULL);
+  c->reply = kept;
+  return pec_fail(c, PE_C_ESHUTDOWN, "%s; no daemon answered on %s within %d ms after it", first,
+                  c->address, wait);
+}

@@ -112,6 +112,7 @@ static int call_recovering(pe_client *c, const char *what, Pe__Request *req,
                            Pe__Reply__BodyCase want, target t, const pe_client_tensor *feeds,
                            Pe__Tensor *const *pbs, size_t n) {
   int rc = pec_call(c, what, req, want);
+  if (rc == PE_C_ESHUTDOWN) rc = pec_wait_restart(c);
   if (rc != PE_C_ENOTFOUND) return rc;
   rc = pec_recover(c, what, rc, t.handle, t.model, t.run ? req->request_id : 0, t.need_values);
   if (rc) return rc;

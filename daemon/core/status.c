@@ -74,6 +74,7 @@ const char *pe_code_name(pe_code code) {
       [PE_EPERM] = "PERMISSION_DENIED",
       [PE_EEXHAUSTED] = "RESOURCE_EXHAUSTED",
       [PE_EDEADLINE] = "DEADLINE_EXCEEDED",
+      [PE_ESHUTDOWN] = "SHUTTING_DOWN",
   };
   if ((unsigned)code >= PE_ECODE_COUNT || !names[code]) return "UNKNOWN_CODE";
   return names[code];

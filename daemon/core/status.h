@@ -30,6 +30,7 @@ typedef enum pe_code {
   PE_EPERM,           /* the client may not do this to another client's thing */
   PE_EEXHAUSTED,      /* a daemon limit is reached (config [limits]); retry later */
   PE_EDEADLINE,       /* the request's own time limit ran out (RunOptions.timeout_ms) */
+  PE_ESHUTDOWN,       /* the daemon is stopping (SIGTERM/SIGINT): the request was not done */
   PE_ECODE_COUNT
 } pe_code;
 

@@ -55,6 +55,7 @@ _CODES = {
     lib.PE_C_EPERM: ("PermissionDeniedError", PermissionError),
     lib.PE_C_EEXHAUSTED: ("ResourceExhaustedError", RuntimeError),
     lib.PE_C_EDEADLINE: ("DeadlineExceededError", TimeoutError),
+    lib.PE_C_ESHUTDOWN: ("ShuttingDownError", ConnectionError),
     lib.PE_C_ETIMEDOUT: ("TimedOutError", TimeoutError),
     lib.PE_C_ECONNECT: ("DaemonConnectionError", ConnectionError),
     lib.PE_C_ETOOBIG: ("MessageTooLargeError", ValueError),

@@ -121,8 +121,8 @@ START_TEST(exit_statuses) {
   snprintf(args, sizeof args, "--socket 'ipc://%s/none.sock' ping", d.dir);
   ck_assert_int_eq(cli(NULL, d.dir, args), 3);
   ck_assert_ptr_nonnull(strstr(slurp(d.dir, "err"), "no daemon socket at"));
-  /* Not an address: says what one looks like. */
-  ck_assert_int_eq(cli(NULL, d.dir, "--socket garbage ping"), 3);
+  /* Not an address: usage, exit 2, saying what one looks like. */
+  ck_assert_int_eq(cli(NULL, d.dir, "--socket garbage ping"), 2);
   ck_assert_msg(strstr(slurp(d.dir, "err"), "(expected ipc://PATH or tcp://HOST:PORT)"), "%s",
                 slurp(d.dir, "err"));
   cd_stop(&d);
@@ -226,22 +226,60 @@ END_TEST
  * after about one --timeout, not one per clean-up request (it waited for
  * the shm region's register again, the program's register again and the
  * close: three timeouts). */
+/* pe-client ARGS (a train) against d; a second into its training, SIGTERM
+ * to the daemon (cd_stop reaps it and checks its exit 0). Returns the
+ * trainer's pid; *t0 is when the signal went. */
+static pid_t train_then_sigterm(cd_daemon *d, const char *args, double *t0) {
+  pid_t pid = cli_start(d, d->dir, args);
+  wait_log(d, "kind=register_shm", 1); /* the feeds' region: training starts */
+  cd_sleep_ms(1000);
+  *t0 = now_s();
+  kill(d->pid, SIGTERM);
+  return pid;
+}
+
 START_TEST(daemon_gone_costs_one_timeout) {
   cd_daemon d;
   cd_start(&d);
-  pid_t pid = cli_start(&d, d.dir,
-                        "--timeout 4000 train --model mlp --model-name gone --epochs 50 --quiet");
-  wait_log(&d, "kind=register_shm", 1); /* the feeds' region: training starts */
-  cd_sleep_ms(1000);
-  double t0 = now_s();
-  kill(d.pid, SIGTERM); /* cd_stop below reaps it and checks its exit 0 */
+  double t0;
+  pid_t pid = train_then_sigterm(
+      &d, "--timeout 4000 train --model mlp --model-name gone --epochs 50 --quiet", &t0);
   /* 3, daemon unreachable, whether the SIGTERM cancelled a run in flight
-   * (NOT_FOUND, then the recovery got no reply) or came between requests. */
+   * (SHUTTING_DOWN, then no daemon answered within the --timeout) or came
+   * between requests (no reply). */
   ck_assert_int_eq(cli_wait(pid), 3);
   double waited = now_s() - t0;
   ck_assert_msg(waited < 7.5, "the trainer took %.1f s to give up (--timeout 4000): %s", waited,
                 slurp(d.dir, "err"));
-  ck_assert_msg(strstr(slurp(d.dir, "err"), "no reply from"), "%s", slurp(d.dir, "err"));
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "no reply from") ||
+                    strstr(slurp(d.dir, "err"), "(SHUTTING_DOWN)"),
+                "%s", slurp(d.dir, "err"));
+  cd_stop(&d);
+}
+END_TEST
+
+/* The daemon stops (SIGTERM) while a trainer's run is in flight: the run's
+ * reply says the daemon is shutting down, and the trainer ends with that
+ * reason and exit 3 after the restart wait (PE_RESTART_WAIT_MS, 10 s by
+ * default), not after its 120 s --timeout (it registered its region and
+ * program again, and waited for a reply that never came). Runs of 1024
+ * steps (one request per epoch) make a SIGTERM between requests unlikely. */
+START_TEST(daemon_stop_ends_train_with_its_reason) {
+  cd_daemon d;
+  cd_start(&d);
+  double t0;
+  pid_t pid = train_then_sigterm(&d,
+                                 "--timeout 120000 train --model mlp --model-name stop --epochs 50 "
+                                 "--steps-per-request 1024 --quiet",
+                                 &t0);
+  int rc = cli_wait(pid);
+  double waited = now_s() - t0;
+  const char *err = slurp(d.dir, "err");
+  ck_assert_msg(rc == 3, "exit %d: %s", rc, err);
+  ck_assert_msg(strstr(err, "the daemon is shutting down (SIGTERM/SIGINT)") &&
+                    strstr(err, "no daemon answered on") && strstr(err, "(SHUTTING_DOWN)"),
+                "%s", err);
+  ck_assert_msg(waited < 60, "the trainer took %.1f s to stop (--timeout 120000): %s", waited, err);
   cd_stop(&d);
 }
 END_TEST
@@ -360,6 +398,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, train_survives_restart);
   tcase_add_test(tc, failures_end_with_json);
   tcase_add_test(tc, daemon_gone_costs_one_timeout);
+  tcase_add_test(tc, daemon_stop_ends_train_with_its_reason);
   tcase_add_test(tc, daemon_max_message_reaches_the_client);
   tcase_add_test(tc, interrupted_train_ends_its_session);
   tcase_add_test(tc, help_goes_to_stdout);

@@ -290,7 +290,7 @@ static void sigterm_case(bool batched) {
   ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "daemon wait status %d", ws);
   ck_assert_msg(took < 5, "SIGTERM took %.1f s with a long run in flight", took);
   runner_wait(&r, 5);
-  unsigned n = cancelled_steps(r.rep, PE_ENOTFOUND, "the daemon is shutting down");
+  unsigned n = cancelled_steps(r.rep, PE_ESHUTDOWN, "the daemon is shutting down");
   pe__reply__free_unpacked(r.rep, NULL);
   char restart[512];
   snprintf(restart, sizeof restart, "%s/models/rc/shutdown.ckpt", d.state);

@@ -26,11 +26,11 @@ pe_status *pe_run_guard_check(pe_run_guard *g, uint64_t done, uint64_t total) {
     PE_LOGI("run of client %s on model '%s' cancelled after %llu of %llu steps: %s",
             pe_client_tag(g->client).s, g->p->model->name, (unsigned long long)done,
             (unsigned long long)total, why);
-    /* Shutting down: NOT_FOUND, as for a program the daemon lost, so a
-     * client recovers as from a restart (libpeclient registers again
-     * once the daemon is back, whose register reply names the steps done,
-     * and the run is ALREADY_APPLIED). */
-    pe_code code = atomic_load(&g->s->stopping) ? PE_ENOTFOUND : PE_EIO;
+    /* Shutting down: SHUTTING_DOWN, which libpeclient fails with at once
+     * unless a daemon answers again within its restart wait (a restart:
+     * it registers again, whose reply names the steps done, and the run is
+     * ALREADY_APPLIED). */
+    pe_code code = atomic_load(&g->s->stopping) ? PE_ESHUTDOWN : PE_EIO;
     return pe_error(code, "run cancelled after %llu of %llu steps: %s", (unsigned long long)done,
                     (unsigned long long)total, why);
   }
