@@ -389,115 +389,118 @@ static pe_status *claim_train_strategy_locked(pe_srv_model *m, const pe_srv_prog
                   m->name, have, pe_place_kind_name(m->kind), m->n_places, want, have);
 }
 
-pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__RegisterRequest *rq,
-                                pe_srv_program **out, bool *existed) {
-  *out = NULL;
-  *existed = false;
+/* A register's options, resolved (resolve_options). */
+typedef struct reg_opts {
+  pe_place_kind kind;
+  int n_places;
+  pe_sync_strategy sync;
+  uint64_t seed;
+  bool persistent;
+  pe_limits lim;
+} reg_opts;
+
+/* The request's model name and program checked, its options resolved:
+ * places (the options', else an existing model's, else the daemon's),
+ * sync, seed, persistence; the limits read once for the whole register. */
+static pe_status *resolve_options(pe_registry *r, const Pe__RegisterRequest *rq, reg_opts *ro) {
   PE_TRY(pe_name_check("register: model name", rq->model));
   if (rq->program.len == 0) return pe_error(PE_EINVAL, "register: program is empty (0 bytes)");
   const Pe__RegisterOptions *o = rq->options;
   pe_server *s = r->s;
-  pe_place_kind kind = s->place_kind;
-  int n_places = s->n_places;
+  ro->kind = s->place_kind;
+  ro->n_places = s->n_places;
   if (o && o->places && o->places[0]) {
-    PE_TRY(
-        pe_status_wrap(pe_places_parse(o->places, &kind, &n_places), "register: options.places"));
+    PE_TRY(pe_status_wrap(pe_places_parse(o->places, &ro->kind, &ro->n_places),
+                          "register: options.places"));
   } else {
     /* No places named: an existing model's (a model created meanwhile on
      * others refuses the register below, as for named places). */
     pthread_mutex_lock(&r->mu);
     pe_srv_model *have = model_find(r, rq->model);
     if (have && !have->dropping) {
-      kind = have->kind;
-      n_places = have->n_places;
+      ro->kind = have->kind;
+      ro->n_places = have->n_places;
     }
     pthread_mutex_unlock(&r->mu);
   }
-  pe_sync_strategy sync = s->sync;
-  if (o && o->sync && o->sync[0] && !pe_sync_strategy_parse(o->sync, &sync))
+  ro->sync = s->sync;
+  if (o && o->sync && o->sync[0] && !pe_sync_strategy_parse(o->sync, &ro->sync))
     return pe_error(PE_EINVAL, "register: options.sync '%.32s' unknown (event, producer)", o->sync);
-  uint64_t seed = o && o->seed ? o->seed : 1;
-  bool persistent = o && o->persistent;
-  pe_limits lim = pe_server_limits(s);
+  ro->seed = o && o->seed ? o->seed : 1;
+  ro->persistent = o && o->persistent;
+  ro->lim = pe_server_limits(s);
+  return NULL;
+}
 
-  uint8_t *key = NULL;
-  size_t key_len = 0;
-  PE_TRY(make_key(rq, &key, &key_len));
-  uint64_t handle = fnv1a(key, key_len);
-
-  /* 1 (locked): the same program again is the common case; answer it now. */
-  pe_status *st = NULL;
-  pthread_mutex_lock(&r->mu);
-  pe_srv_program *p = existing_locked(r, handle, key, key_len, client, persistent, &st);
-  pthread_mutex_unlock(&r->mu);
-  if (p || st) {
-    free(key);
-    *out = p;
-    *existed = p != NULL;
-    return st;
-  }
-
-  /* 2 (unlocked): decode and compile; a bad program never creates a model. */
-  p = calloc(1, sizeof *p);
+/* 2 (unlocked): a new program (taking key) decoded and compiled into *g
+ * and *sg; a bad program never creates a model. */
+static pe_status *compile_program(pe_server *s, const Pe__RegisterRequest *rq, const reg_opts *ro,
+                                  uint64_t handle, uint8_t *key, size_t key_len, pe_graph **g,
+                                  pe_graph **sg, pe_srv_program **out) {
+  pe_srv_program *p = calloc(1, sizeof *p);
   if (!p) {
     free(key);
     return pe_error(PE_ENOMEM, "register: out of memory");
   }
   p->handle = handle;
-  p->sync = sync;
-  p->for_test = o && o->for_test;
+  p->sync = ro->sync;
+  p->for_test = rq->options && rq->options->for_test;
   p->key = key;
   p->key_len = key_len;
-  pe_graph *g = NULL, *sg = NULL;
-  st = pe_reg_compile(s, rq, &lim, kind, n_places, &g, &sg, p);
-
-  /* 3 (locked): limits, then the model to bind to. */
-  pe_srv_model *m = NULL;
-  pe_srv_program *winner = NULL;
-  pthread_mutex_lock(&r->mu);
-  if (!st) winner = existing_locked(r, handle, key, key_len, client, persistent, &st);
-  if (!st && !winner && r->n_progs >= lim.max_programs)
-    st = pe_error(PE_EEXHAUSTED,
-                  "register: %d programs registered (all clients), limit max_programs = %d: "
-                  "retry later, or ask the admin to raise [limits] max_programs",
-                  r->n_progs, lim.max_programs);
-  if (!st && !winner && lim.memory_per_client > 0)
-    st = check_memory_locked(r, client, rq->model, model_find(r, rq->model), p,
-                             lim.memory_per_client);
-  if (!st && !winner) st = model_get_locked(r, rq->model, kind, n_places, seed, &m);
-  pe_srv_model *refused = NULL;
-  /* Shapes first: a program that does not fit claims no strategy; the
-   * memory last: a program refused charges nothing. */
-  if (!st && !winner &&
-      ((st = claim_decls_locked(m, p, false)) || (st = claim_train_strategy_locked(m, p)) ||
-       (st = pe_status_wrap(charge_model(m, p->params, p->n_params, lim.memory_total),
-                            "register")))) {
-    m->refs--;
-    refused = model_maybe_unlink(r, m);
-  }
-  /* Every program, persistent or not: a model's first register restores
-   * its restart checkpoint, so no values that did not come from the file
-   * can later be made persistent and replace it (checkpoint/save_load.h). */
-  bool restore = !st && !winner;
-  pthread_mutex_unlock(&r->mu);
-  if (st || winner) {
-    pe_graph_free(g);
-    pe_graph_free(sg);
+  pe_status *st = pe_reg_compile(s, rq, &ro->lim, ro->kind, ro->n_places, g, sg, p);
+  if (st) {
+    pe_graph_free(*g);
+    pe_graph_free(*sg);
     program_destroy(p);
-    pe_reg_destroy_later(NULL, refused);
-    *out = winner;
-    *existed = winner != NULL;
     return st;
   }
+  *out = p;
+  return NULL;
+}
 
-  /* 4 (unlocked): a model without values starts from its restart
-   * checkpoint, before the graphs bind to it: a checkpoint that does not
-   * fit p refuses p, and nothing of it is set (the file stays). */
+/* 3 (locked): limits, then the model to bind to (acquired into *m), its
+ * claims checked; or the same program, published meanwhile (*winner). A
+ * model that refuses p is released, and returned in *refused when it goes. */
+static pe_status *bind_model_locked(pe_registry *r, uint64_t client, const Pe__RegisterRequest *rq,
+                                    const reg_opts *ro, pe_srv_program *p, pe_srv_program **winner,
+                                    pe_srv_model **m, pe_srv_model **refused) {
+  pe_status *st = NULL;
+  const pe_limits *lim = &ro->lim;
+  *winner = existing_locked(r, p->handle, p->key, p->key_len, client, ro->persistent, &st);
+  if (st || *winner) return st;
+  if (r->n_progs >= lim->max_programs)
+    return pe_error(PE_EEXHAUSTED,
+                    "register: %d programs registered (all clients), limit max_programs = %d: "
+                    "retry later, or ask the admin to raise [limits] max_programs",
+                    r->n_progs, lim->max_programs);
+  if (lim->memory_per_client > 0)
+    PE_TRY(check_memory_locked(r, client, rq->model, model_find(r, rq->model), p,
+                               lim->memory_per_client));
+  PE_TRY(model_get_locked(r, rq->model, ro->kind, ro->n_places, ro->seed, m));
+  /* Shapes first: a program that does not fit claims no strategy; the
+   * memory last: a program refused charges nothing. */
+  if ((st = claim_decls_locked(*m, p, false)) || (st = claim_train_strategy_locked(*m, p)) ||
+      (st = pe_status_wrap(charge_model(*m, p->params, p->n_params, lim->memory_total),
+                           "register"))) {
+    (*m)->refs--;
+    *refused = model_maybe_unlink(r, *m);
+  }
+  return st;
+}
+
+/* 4 (unlocked): a model without values starts from its restart
+ * checkpoint, before the graphs bind to it: a checkpoint that does not
+ * fit p refuses p, and nothing of it is set (the file stays). Then the
+ * graphs bind to the model (the executors own them, also on failure) and
+ * client owns p. Every program restores, persistent or not: a model's
+ * first register restores its restart checkpoint, so no values that did
+ * not come from the file can later be made persistent and replace it
+ * (checkpoint/save_load.h). */
+static pe_status *restore_and_bind(pe_server *s, pe_srv_model *m, pe_srv_program *p, pe_graph *g,
+                                   pe_graph *sg, uint64_t client) {
   p->model = m;
-  if (restore)
-    st = pe_checkpoint_restore(s->cfg.state_dir, s->cfg.shutdown_checkpoint, m, p->params,
-                               p->n_params);
-  /* Bind the graphs to the model. */
+  pe_status *st = pe_checkpoint_restore(s->cfg.state_dir, s->cfg.shutdown_checkpoint, m, p->params,
+                                        p->n_params);
   if (st)
     pe_graph_free(g);
   else
@@ -510,39 +513,98 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   }
   pe_graph_free(sg); /* g is the executor's now, also on failure */
   if (!st) st = add_owner(p, client);
+  return st;
+}
 
-  /* 5 (locked): publish, unless the same program was published meanwhile,
-   * the model is being dropped, or a program or value of other shapes came
-   * first (checked again, and claimed, under the lock). */
-  pe_srv_model *fm = NULL;
-  pthread_mutex_lock(&r->mu);
+/* 5 (locked): publish p (st: phase 4's outcome), unless the same program
+ * was published meanwhile (*winner), the model is being dropped, or a
+ * program or value of other shapes came first (checked again, and
+ * claimed, under the lock). Releases m; an unpublished p gives its charge
+ * back, and m is returned in *fm when it goes. */
+static pe_status *publish_locked(pe_registry *r, uint64_t client, const reg_opts *ro,
+                                 pe_srv_model *m, pe_srv_program *p, pe_status *st,
+                                 pe_srv_program **winner, pe_srv_model **fm) {
+  const pe_limits *lim = &ro->lim;
   m->refs--;
-  if (!st) winner = existing_locked(r, handle, key, key_len, client, persistent, &st);
-  if (!st && !winner && m->dropping)
+  if (!st) *winner = existing_locked(r, p->handle, p->key, p->key_len, client, ro->persistent, &st);
+  bool fresh = !st && !*winner;
+  if (fresh && m->dropping)
     st = pe_error(PE_EINVAL, "register: model '%s' was dropped meanwhile; register again", m->name);
   /* Again: another register of the client may have been published since
    * step 3, and a restored checkpoint may hold more than p declares. */
-  if (!st && !winner && lim.memory_per_client > 0)
-    st = check_memory_locked(r, client, m->name, m, p, lim.memory_per_client);
-  if (!st && !winner)
-    st = pe_status_wrap(charge_model(m, p->params, p->n_params, lim.memory_total), "register");
-  if (!st && !winner) st = claim_decls_locked(m, p, true);
-  if (!st && !winner) {
+  if (fresh && !st && lim->memory_per_client > 0)
+    st = check_memory_locked(r, client, m->name, m, p, lim->memory_per_client);
+  if (fresh && !st)
+    st = pe_status_wrap(charge_model(m, p->params, p->n_params, lim->memory_total), "register");
+  if (fresh && !st) st = claim_decls_locked(m, p, true);
+  if (fresh && !st) {
     if (!pe_reg_grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {
       st = pe_error(PE_ENOMEM, "register: out of memory");
     } else {
       r->progs[r->n_progs++] = p;
       m->n_programs++;
       p->refs = 1;
-      if (persistent) m->persistent = true;
+      if (ro->persistent) m->persistent = true;
     }
   }
-  bool published = !st && !winner;
-  if (!published) {
+  if (st || *winner) {
     charge_to_claims(m);
-    fm = model_maybe_unlink(r, m);
+    *fm = model_maybe_unlink(r, m);
   }
+  return st;
+}
+
+/* Phases: the options, the handle, an existing program (1), the compile
+ * (2), the model (3), the restore and bind (4), the publish (5); the
+ * registry lock is held in 1, 3 and 5 only. */
+pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__RegisterRequest *rq,
+                                pe_srv_program **out, bool *existed) {
+  *out = NULL;
+  *existed = false;
+  reg_opts ro;
+  PE_TRY(resolve_options(r, rq, &ro));
+  uint8_t *key = NULL;
+  size_t key_len = 0;
+  PE_TRY(make_key(rq, &key, &key_len));
+  uint64_t handle = fnv1a(key, key_len);
+
+  /* 1 (locked): the same program again is the common case; answer it now. */
+  pe_status *st = NULL;
+  pthread_mutex_lock(&r->mu);
+  pe_srv_program *p = existing_locked(r, handle, key, key_len, client, ro.persistent, &st);
   pthread_mutex_unlock(&r->mu);
+  if (p || st) {
+    free(key);
+    *out = p;
+    *existed = p != NULL;
+    return st;
+  }
+
+  pe_graph *g = NULL, *sg = NULL;
+  PE_TRY(compile_program(r->s, rq, &ro, handle, key, key_len, &g, &sg, &p));
+
+  pe_srv_model *m = NULL, *refused = NULL;
+  pe_srv_program *winner = NULL;
+  pthread_mutex_lock(&r->mu);
+  st = bind_model_locked(r, client, rq, &ro, p, &winner, &m, &refused);
+  pthread_mutex_unlock(&r->mu);
+  if (st || winner) {
+    pe_graph_free(g);
+    pe_graph_free(sg);
+    program_destroy(p);
+    pe_reg_destroy_later(NULL, refused);
+    *out = winner;
+    *existed = winner != NULL;
+    return st;
+  }
+
+  st = restore_and_bind(r->s, m, p, g, sg, client);
+
+  pe_srv_model *fm = NULL;
+  pthread_mutex_lock(&r->mu);
+  st = publish_locked(r, client, &ro, m, p, st, &winner, &fm);
+  pthread_mutex_unlock(&r->mu);
+  bool published = !st && !winner;
   if (!published) program_destroy(p);
   pe_reg_destroy_later(NULL, fm);
   if (st) return st;
