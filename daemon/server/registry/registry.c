@@ -39,7 +39,7 @@ static void var_infos_free(pe_var_info *v, int n) {
 }
 
 /* Frees executors; must not hold the registry lock (waits for the engine). */
-static void program_destroy(pe_srv_program *p) {
+void pe_reg_program_destroy(pe_srv_program *p) {
   size_t program_bytes = p->key_len; /* the program's bytes, its model's name, its options */
   if (p->model) pe_run_budget_set(&p->model->srv->run_budget, &p->kept_bytes, 0);
   pe_par_exec_free(p->exec);
@@ -65,7 +65,7 @@ static void model_destroy(pe_srv_model *m) {
 
 void pe_registry_free(pe_registry *r) {
   if (!r) return;
-  for (int i = 0; i < r->n_progs; i++) program_destroy(r->progs[i]);
+  for (int i = 0; i < r->n_progs; i++) pe_reg_program_destroy(r->progs[i]);
   for (int i = 0; i < r->n_models; i++) model_destroy(r->models[i]);
   free(r->progs);
   free(r->models);
@@ -75,13 +75,13 @@ void pe_registry_free(pe_registry *r) {
 }
 
 /* --- lookups (lock held) -------------------------------------------------- */
-static int prog_index(pe_registry *r, uint64_t handle) {
+int pe_reg_prog_index(pe_registry *r, uint64_t handle) {
   for (int i = 0; i < r->n_progs; i++)
     if (r->progs[i]->handle == handle) return i;
   return -1;
 }
 
-static pe_srv_model *model_find(pe_registry *r, const char *name) {
+pe_srv_model *pe_reg_model_find(pe_registry *r, const char *name) {
   for (int i = 0; i < r->n_models; i++)
     if (!strcmp(r->models[i]->name, name)) return r->models[i];
   return NULL;
@@ -89,7 +89,7 @@ static pe_srv_model *model_find(pe_registry *r, const char *name) {
 
 /* A model without programs, users or persistence goes; returns it to free
  * outside the lock, or NULL. A dropped model has left the table already. */
-static pe_srv_model *model_maybe_unlink(pe_registry *r, pe_srv_model *m) {
+pe_srv_model *pe_reg_model_maybe_unlink(pe_registry *r, pe_srv_model *m) {
   if (m->n_programs > 0 || m->refs > 0 || m->persistent) return NULL;
   if (m->unlinked) return m;
   for (int i = 0; i < r->n_models; i++)
@@ -107,17 +107,17 @@ void pe_reg_prog_maybe_unlink(pe_registry *r, pe_srv_program *p, pe_srv_program 
   *free_p = NULL;
   *free_m = NULL;
   if (!p->dead || p->refs > 0) return;
-  int i = prog_index(r, p->handle);
+  int i = pe_reg_prog_index(r, p->handle);
   if (i >= 0 && r->progs[i] == p) r->progs[i] = r->progs[--r->n_progs];
   p->model->n_programs--;
   *free_p = p;
-  *free_m = model_maybe_unlink(r, p->model);
+  *free_m = pe_reg_model_maybe_unlink(r, p->model);
 }
 
 void pe_reg_destroy_later(pe_srv_program *p, pe_srv_model *m) {
   if (p) {
     PE_LOGI("program 0x%016llx freed", (unsigned long long)p->handle);
-    program_destroy(p);
+    pe_reg_program_destroy(p);
   }
   if (m) {
     PE_LOGI("model '%s' freed (no programs left, not persistent)", m->name);
@@ -178,7 +178,7 @@ static bool client_uses_locked(pe_registry *r, const pe_srv_model *m, uint64_t c
  * value has its claim's shape, so values count too, without reading them
  * (an engine read would wait for the model's runs under the registry
  * lock); a claim with a -1 dim counts 0. */
-static int64_t model_bytes_locked(pe_srv_model *m, const pe_var_info *items, int n) {
+int64_t pe_reg_model_bytes_locked(pe_srv_model *m, const pe_var_info *items, int n) {
   return pe_shape_claims_bytes(&m->shapes, items, n, NULL);
 }
 
@@ -187,7 +187,7 @@ static int64_t client_bytes_locked(pe_registry *r, uint64_t client) {
   int64_t total = 0;
   for (int i = 0; i < r->n_models; i++)
     if (client_uses_locked(r, r->models[i], client))
-      total = pe_bytes_add(total, model_bytes_locked(r->models[i], NULL, 0));
+      total = pe_bytes_add(total, pe_reg_model_bytes_locked(r->models[i], NULL, 0));
   return total;
 }
 
@@ -196,12 +196,13 @@ static int64_t client_bytes_locked(pe_registry *r, uint64_t client) {
  * stay within the limit. p's persistables the model has (an eval program
  * of a trained model) and a model the client holds already are not counted
  * twice; a program that adds nothing is never refused (lock held). */
-static pe_status *check_memory_locked(pe_registry *r, uint64_t client, const char *model,
+pe_status *pe_reg_check_memory_locked(pe_registry *r, uint64_t client, const char *model,
                                       pe_srv_model *m, const pe_srv_program *p, int64_t limit) {
   int64_t used = client_bytes_locked(r, client), prog = 0;
   for (int i = 0; i < p->n_params; i++) prog = pe_bytes_add(prog, pe_var_info_bytes(&p->params[i]));
-  int64_t before = m && client_uses_locked(r, m, client) ? model_bytes_locked(m, NULL, 0) : 0;
-  int64_t after = m ? model_bytes_locked(m, p->params, p->n_params) : prog;
+  int64_t before =
+      m && client_uses_locked(r, m, client) ? pe_reg_model_bytes_locked(m, NULL, 0) : 0;
+  int64_t after = m ? pe_reg_model_bytes_locked(m, p->params, p->n_params) : prog;
   int64_t grows = after - before;
   if (grows <= 0 || grows <= limit - used) return NULL; /* limit - used: no overflow */
   return pe_error(PE_ENOMEM,
@@ -225,7 +226,7 @@ static pe_srv_program *existing_locked(pe_registry *r, uint64_t handle, const ui
                                        size_t key_len, uint64_t client, bool persistent,
                                        pe_status **st) {
   *st = NULL;
-  int i = prog_index(r, handle);
+  int i = pe_reg_prog_index(r, handle);
   if (i < 0) return NULL;
   pe_srv_program *p = r->progs[i];
   if (p->dead) {
@@ -248,7 +249,7 @@ static pe_srv_program *existing_locked(pe_registry *r, uint64_t handle, const ui
 /* The model `name` on (kind, n), created when absent; refs++ (lock held). */
 static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_kind kind,
                                    int n_places, uint64_t seed, pe_srv_model **out) {
-  pe_srv_model *m = model_find(r, name);
+  pe_srv_model *m = pe_reg_model_find(r, name);
   if (m && m->dropping)
     return pe_error(PE_EINVAL, "register: model '%s' is being dropped; retry", m->name);
   if (m) {
@@ -315,7 +316,7 @@ static const char *mib_gib(int64_t bytes, char *buf, size_t len) {
  * of them is allocated. NULL when they fit (or nothing is new); else
  * PE_ENOMEM naming the model, the new bytes, the largest new variable with
  * its shape and bytes, the budget and what is left of it. */
-static pe_status *charge_model(pe_srv_model *m, const pe_var_info *items, int n, int64_t total) {
+pe_status *pe_reg_charge_model(pe_srv_model *m, const pe_var_info *items, int n, int64_t total) {
   int64_t added, resident, reserved;
   int64_t want = on_places(pe_shape_claims_bytes(&m->shapes, items, n, &added), m->n_places);
   if (pe_run_budget_hold(&m->srv->run_budget, &m->charged_bytes, want, total, &resident, &reserved))
@@ -348,7 +349,7 @@ static pe_status *charge_model(pe_srv_model *m, const pe_var_info *items, int n,
  * claim. A charge of another request for names it has not claimed yet is
  * given back too: that request's own charge of a later name charges it
  * again. */
-static void charge_to_claims(pe_srv_model *m) {
+void pe_reg_charge_to_claims(pe_srv_model *m) {
   int64_t want = on_places(pe_shape_claims_bytes(&m->shapes, NULL, 0, NULL), m->n_places);
   pe_run_budget_set(&m->srv->run_budget, &m->charged_bytes, want);
 }
@@ -416,7 +417,7 @@ static pe_status *resolve_options(pe_registry *r, const Pe__RegisterRequest *rq,
     /* No places named: an existing model's (a model created meanwhile on
      * others refuses the register below, as for named places). */
     pthread_mutex_lock(&r->mu);
-    pe_srv_model *have = model_find(r, rq->model);
+    pe_srv_model *have = pe_reg_model_find(r, rq->model);
     if (have && !have->dropping) {
       ro->kind = have->kind;
       ro->n_places = have->n_places;
@@ -451,7 +452,7 @@ static pe_status *compile_program(pe_server *s, const Pe__RegisterRequest *rq, c
   if (st) {
     pe_graph_free(*g);
     pe_graph_free(*sg);
-    program_destroy(p);
+    pe_reg_program_destroy(p);
     return st;
   }
   *out = p;
@@ -474,16 +475,16 @@ static pe_status *bind_model_locked(pe_registry *r, uint64_t client, const Pe__R
                     "retry later, or ask the admin to raise [limits] max_programs",
                     r->n_progs, lim->max_programs);
   if (lim->memory_per_client > 0)
-    PE_TRY(check_memory_locked(r, client, rq->model, model_find(r, rq->model), p,
-                               lim->memory_per_client));
+    PE_TRY(pe_reg_check_memory_locked(r, client, rq->model, pe_reg_model_find(r, rq->model), p,
+                                      lim->memory_per_client));
   PE_TRY(model_get_locked(r, rq->model, ro->kind, ro->n_places, ro->seed, m));
   /* Shapes first: a program that does not fit claims no strategy; the
    * memory last: a program refused charges nothing. */
   if ((st = claim_decls_locked(*m, p, false)) || (st = claim_train_strategy_locked(*m, p)) ||
-      (st = pe_status_wrap(charge_model(*m, p->params, p->n_params, lim->memory_total),
+      (st = pe_status_wrap(pe_reg_charge_model(*m, p->params, p->n_params, lim->memory_total),
                            "register"))) {
     (*m)->refs--;
-    *refused = model_maybe_unlink(r, *m);
+    *refused = pe_reg_model_maybe_unlink(r, *m);
   }
   return st;
 }
@@ -533,9 +534,10 @@ static pe_status *publish_locked(pe_registry *r, uint64_t client, const reg_opts
   /* Again: another register of the client may have been published since
    * step 3, and a restored checkpoint may hold more than p declares. */
   if (fresh && !st && lim->memory_per_client > 0)
-    st = check_memory_locked(r, client, m->name, m, p, lim->memory_per_client);
+    st = pe_reg_check_memory_locked(r, client, m->name, m, p, lim->memory_per_client);
   if (fresh && !st)
-    st = pe_status_wrap(charge_model(m, p->params, p->n_params, lim->memory_total), "register");
+    st = pe_status_wrap(pe_reg_charge_model(m, p->params, p->n_params, lim->memory_total),
+                        "register");
   if (fresh && !st) st = claim_decls_locked(m, p, true);
   if (fresh && !st) {
     if (!pe_reg_grow((void **)&r->progs, &r->cap_progs, r->n_progs + 1, sizeof *r->progs)) {
@@ -548,8 +550,8 @@ static pe_status *publish_locked(pe_registry *r, uint64_t client, const reg_opts
     }
   }
   if (st || *winner) {
-    charge_to_claims(m);
-    *fm = model_maybe_unlink(r, m);
+    pe_reg_charge_to_claims(m);
+    *fm = pe_reg_model_maybe_unlink(r, m);
   }
   return st;
 }
@@ -591,7 +593,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   if (st || winner) {
     pe_graph_free(g);
     pe_graph_free(sg);
-    program_destroy(p);
+    pe_reg_program_destroy(p);
     pe_reg_destroy_later(NULL, refused);
     *out = winner;
     *existed = winner != NULL;
@@ -605,7 +607,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   st = publish_locked(r, client, &ro, m, p, st, &winner, &fm);
   pthread_mutex_unlock(&r->mu);
   bool published = !st && !winner;
-  if (!published) program_destroy(p);
+  if (!published) pe_reg_program_destroy(p);
   pe_reg_destroy_later(NULL, fm);
   if (st) return st;
   *out = published ? p : winner;
@@ -615,7 +617,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
 
 pe_status *pe_registry_acquire(pe_registry *r, uint64_t handle, pe_srv_program **out) {
   pthread_mutex_lock(&r->mu);
-  int i = prog_index(r, handle);
+  int i = pe_reg_prog_index(r, handle);
   pe_srv_program *p = i >= 0 && !r->progs[i]->dead ? r->progs[i] : NULL;
   if (p) p->refs++;
   pthread_mutex_unlock(&r->mu);
@@ -630,7 +632,7 @@ pe_status *pe_registry_acquire(pe_registry *r, uint64_t handle, pe_srv_program *
 
 bool pe_registry_read_only(pe_registry *r, uint64_t handle) {
   pthread_mutex_lock(&r->mu);
-  int i = prog_index(r, handle);
+  int i = pe_reg_prog_index(r, handle);
   bool ro = i >= 0 && !r->progs[i]->dead && r->progs[i]->read_only;
   pthread_mutex_unlock(&r->mu);
   return ro;
@@ -703,7 +705,7 @@ pe_status *pe_registry_deregister(pe_registry *r, uint64_t client, uint64_t hand
 pe_status *pe_registry_model_acquire(pe_registry *r, const char *name, pe_srv_model **out) {
   PE_TRY(pe_name_check("model name", name));
   pthread_mutex_lock(&r->mu);
-  pe_srv_model *m = model_find(r, name);
+  pe_srv_model *m = pe_reg_model_find(r, name);
   bool dropping = m && m->dropping;
   if (dropping) m = NULL;
   if (m) m->refs++;
@@ -720,7 +722,7 @@ void pe_registry_model_release(pe_registry *r, pe_srv_model *m) {
   if (!m) return;
   pthread_mutex_lock(&r->mu);
   m->refs--;
-  pe_srv_model *fm = model_maybe_unlink(r, m);
+  pe_srv_model *fm = pe_reg_model_maybe_unlink(r, m);
   pthread_mutex_unlock(&r->mu);
   pe_reg_destroy_later(NULL, fm);
 }
@@ -767,7 +769,7 @@ pe_status *pe_registry_drop_begin(pe_registry *r, uint64_t client, const char *n
   *programs = 0;
   PE_TRY(pe_name_check("drop_model: model name", name));
   pthread_mutex_lock(&r->mu);
-  pe_srv_model *m = model_find(r, name);
+  pe_srv_model *m = pe_reg_model_find(r, name);
   pe_srv_program **fps = NULL;
   pe_status *st = NULL;
   if (!m)
@@ -815,7 +817,7 @@ void pe_registry_drop_end(pe_registry *r, pe_srv_model *m) {
     }
   m->unlinked = true;
   m->refs--;
-  pe_srv_model *fm = model_maybe_unlink(r, m);
+  pe_srv_model *fm = pe_reg_model_maybe_unlink(r, m);
   pthread_mutex_unlock(&r->mu);
   pe_reg_destroy_later(NULL, fm);
 }
@@ -827,10 +829,10 @@ pe_status *pe_srv_model_claim_values(pe_srv_model *m, const char *const *names,
     return pe_error(PE_ENOMEM, "model '%s': out of memory checking %d values", m->name, n);
   for (int i = 0; i < n; i++)
     items[i] = (pe_var_info){(char *)names[i], values[i].dtype, values[i].shape};
-  pe_status *st = charge_model(m, items, n, pe_server_limits(m->srv).memory_total);
+  pe_status *st = pe_reg_charge_model(m, items, n, pe_server_limits(m->srv).memory_total);
   if (!st) {
     st = pe_shape_claims_check(&m->shapes, m->name, items, n, PE_FIT_VALUE, true);
-    if (st) charge_to_claims(m);
+    if (st) pe_reg_charge_to_claims(m);
   }
   free(items);
   return st;
@@ -866,7 +868,7 @@ void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **m
      * them is an engine op, which waits for the model's step in flight
      * (seconds when other runs keep the pool's worker busy) while holding
      * the registry lock, so every request would wait with the Status. */
-    x->param_bytes = with_bytes ? model_bytes_locked(m, NULL, 0) : 0;
+    x->param_bytes = with_bytes ? pe_reg_model_bytes_locked(m, NULL, 0) : 0;
     x->persistent = m->persistent;
     x->kind = m->kind;
     x->n_places = m->n_places;
