@@ -7,7 +7,6 @@
 #include "server/client_tag.h"
 #include "server/registry/internal.h"
 
-/* --- drop --------------------------------------------------------------------- */
 /* The live programs of m that a client other than `client` owns, as an
  * error naming them (lock held); NULL when there are none. */
 static pe_status *other_users_locked(pe_registry *r, const pe_srv_model *m, uint64_t client,

@@ -1,6 +1,12 @@
-/* The registry's tables and the helpers its parts share (registry/registry.c:
- * models and programs; registry/compile.c: a registered program's compile;
- * registry/sessions.c: client sessions). Private to them.
+/* The registry's tables and the helpers its parts share. Private to them:
+ *   registry.c  the tables: create, free, look up, unlink
+ *   register.c  registering a program (compile.c: its compile)
+ *   programs.c  acquire, release, owners, deregister
+ *   models.c    acquire, release, values, checkpoint records
+ *   memory.c    memory_per_client and the daemon's memory budget
+ *   drop.c      dropping a model, the registry's part
+ *   snapshot.c  views for Status and the autosave
+ *   sessions.c  client sessions
  *
  * Thread-safety: everything here is guarded by pe_registry.mu; the
  * "_locked" helpers expect it held, pe_reg_destroy_later must run without

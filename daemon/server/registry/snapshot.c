@@ -6,7 +6,6 @@
 
 #include "server/registry/internal.h"
 
-/* --- status ------------------------------------------------------------------ */
 void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **models,
                           int *n_models, int *n_programs, int *n_clients) {
   pthread_mutex_lock(&r->mu);
