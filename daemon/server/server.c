@@ -16,10 +16,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "server/checkpoint/autosave.h"
-#include "server/checkpoint/save_load.h"
 #include "server/checkpoint/file.h"
+#include "server/checkpoint/save_load.h"
 #include "server/checkpoint/stale.h"
 #include "server/client_tag.h"
 #include "server/conn_watch.h"
@@ -29,12 +30,6 @@
 #include "server/request_decode.h"
 #include "server/shm.h"
 #include "server/state_lock.h"
-
-double pe_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* One reply on its way to the main thread. */
 typedef struct out_msg {
@@ -199,8 +194,8 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_c
   if (!st) st = start_runtime_or_cpu(s);
   if (!st) st = pe_registry_new(s, &s->reg);
   if (!st) st = pe_shm_table_new(&s->shm);
-  if (!st && !(s->dedup = pe_reply_cache_new((size_t)s->cfg.dedup_entries, (size_t)s->cfg.dedup_bytes,
-                                       send_to_job, s)))
+  if (!st && !(s->dedup = pe_reply_cache_new((size_t)s->cfg.dedup_entries,
+                                             (size_t)s->cfg.dedup_bytes, send_to_job, s)))
     st = pe_error(PE_ENOMEM, "server: out of memory for the reply cache");
   if (st) {
     pe_server_free(s);

@@ -31,8 +31,8 @@
 #include "engine/parallel/executor.h"
 #include "server/config.h"
 #include "server/decode_budget.h"
-#include "server/reply_cache.h"
 #include "server/lanes.h"
+#include "server/reply_cache.h"
 #include "server/run/budget.h"
 #include "server/run/table.h"
 
@@ -115,7 +115,5 @@ void pe_server_free(pe_server *s);
  * missing or broken driver) it warns with the reason and uses cpu:1; an
  * explicit spec that cannot be opened stops start-up with the reason. */
 pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *n);
-
-double pe_now_s(void); /* CLOCK_MONOTONIC seconds */
 
 #endif

@@ -1,5 +1,6 @@
 /* Programs of the registry: acquiring and releasing them for a request,
  * their owners, and deregistering. */
+#include "core/clock.h"
 #include "core/log.h"
 #include "server/client_tag.h"
 #include "server/registry/internal.h"
