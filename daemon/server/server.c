@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/arena.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "server/checkpoint/autosave.h"

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/allocator.h"
+#include "core/arena.h"
 #include "core/clock.h"
 #include "server/client_tag.h"
 #include "server/dispatch.h"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/clock.h"
 #include "core/names_unique.h"
 #include "server/client_tag.h"
