@@ -26,47 +26,12 @@
 #include "server/client_tag.h"
 #include "server/conn_watch.h"
 #include "server/dispatch.h"
+#include "server/loop.h"
 #include "server/registry/registry.h"
 #include "server/reply_pack.h"
 #include "server/request_decode.h"
 #include "server/shm.h"
 #include "server/state_lock.h"
-
-/* One reply on its way to the main thread. */
-typedef struct out_msg {
-  void *ctrl; /* routing header (nanomsg chunk) */
-  void *body; /* nanomsg chunk */
-  struct out_msg *next;
-} out_msg;
-
-struct pe_loop {
-  struct ev_loop *loop;
-  int sock;
-  ev_io rcv_w, snd_w;
-  ev_async reply_async;
-  ev_signal sigterm_w, sigint_w, sighup_w, sigusr1_w, sigusr2_w;
-  ev_timer tick_w, watchdog_w, drain_w;
-
-  pthread_mutex_t mu; /* out */
-  out_msg *out_head, *out_tail;
-  uint64_t recv_seq; /* main thread only */
-
-  pe_lanes *lanes;       /* the request threads and their queues */
-  pe_autosave *autosave; /* its own thread; stopped before the shutdown checkpoint */
-  bool stopping;
-  char ipc_path[4096]; /* the socket file of an ipc:// address, else "" */
-  /* Connections that ended before delivering a request (conn_watch.h),
-   * not logged yet, and when the last warning went out. */
-  pe_conn_watch *conns;
-  uint64_t silent_ends;
-  double silent_since, silent_logged;
-};
-
-/* At most one warning about silent connection ends per this many seconds
- * (a REQ client resending an oversized message ends one every 100 ms). */
-#define SILENT_LOG_EVERY_S 60.0
-
-static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len);
 
 int pe_server_pending(pe_server *s) {
   int n = 0;
@@ -242,7 +207,7 @@ static int send_now(pe_loop *L, void *body, void *ctrl) {
  * only from the queue's head or into an empty queue, so replies leave in
  * the order they were handed over: the reply cache hands over the replies
  * to the copies of one request oldest first, and they must arrive so. */
-static void queue_reply(pe_server *s, void *ctrl, const uint8_t *bytes, size_t len) {
+void queue_reply(pe_server *s, void *ctrl, const uint8_t *bytes, size_t len) {
   pe_loop *L = s->loop;
   void *body = nn_allocmsg(len, 0);
   out_msg *m = malloc(sizeof *m);
@@ -284,7 +249,7 @@ static void queue_reply(pe_server *s, void *ctrl, const uint8_t *bytes, size_t l
  * socket pushes back (then wait for NN_SNDFD). Sends happen under mu, like
  * queue_reply's direct send, so a reply never overtakes one queued before
  * it (the reply cache relies on that for the copies of one request). */
-static void flush_replies(pe_server *s) {
+void flush_replies(pe_server *s) {
   pe_loop *L = s->loop;
   bool blocked = false;
   pthread_mutex_lock(&L->mu);
@@ -311,24 +276,23 @@ static void flush_replies(pe_server *s) {
     ev_io_stop(L->loop, &L->snd_w);
 }
 
-static void reply_async_cb(struct ev_loop *loop, ev_async *w, int revents) {
+void reply_async_cb(struct ev_loop *loop, ev_async *w, int revents) {
   flush_replies(w->data);
 }
-static void snd_cb(struct ev_loop *loop, ev_io *w, int revents) {
+void snd_cb(struct ev_loop *loop, ev_io *w, int revents) {
   flush_replies(w->data);
 }
 
 /* Pack a reply (server/reply_pack.h: too big or out of memory, an error
  * reply takes its place; never NULL). */
-static const uint8_t *pack_reply(pe_server *s, Pe__Reply *rep, pe_reply_buf *rb, size_t *len,
-                                 bool *owned) {
+const uint8_t *pack_reply(pe_server *s, Pe__Reply *rep, pe_reply_buf *rb, size_t *len,
+                          bool *owned) {
   return pe_reply_pack(rep, pe_server_limits(s).max_message, malloc, rb, len, owned);
 }
 
 /* The reply cache's send (under its lock): queue the reply to a copy's
  * routing header, which the queue takes over. */
-static void job_answering(pe_server *s, pe_job *j);
-static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len) {
+void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len) {
   pe_job *j = copy;
   job_answering(ctx, j); /* a resend answered from the cache, before the reply leaves */
   queue_reply(ctx, j->ctrl, reply, len);
@@ -342,7 +306,7 @@ static void send_to_job(void *ctx, void *copy, const uint8_t *reply, size_t len)
  * that holds the job: its handler, or send_to_job (from pe_reply_cache_begin
  * for a resend answered from the cache, on the same thread; from
  * pe_reply_cache_finish for a parked copy, whose handler let go of it). */
-static void job_answering(pe_server *s, pe_job *j) {
+void job_answering(pe_server *s, pe_job *j) {
   if (j->answered) return;
   j->answered = true;
   atomic_fetch_sub(&s->lanes[j->lane].busy, 1);
@@ -350,7 +314,7 @@ static void job_answering(pe_server *s, pe_job *j) {
 
 /* A request thread's handling of one request (lanes.h: pe_job_handler):
  * decode, deduplicate, dispatch, reply. */
-static void handle_job(void *ctx, pe_job *j) {
+void handle_job(void *ctx, pe_job *j) {
   pe_server *s = ctx;
   double t0 = pe_now_s();
   atomic_fetch_add(&s->requests_total, 1);
@@ -440,7 +404,7 @@ static void handle_job(void *ctx, pe_job *j) {
   pe_job_free(j);
 }
 
-static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
+void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
   pe_server *s = w->data;
   pe_loop *L = s->loop;
   /* Take a bounded batch per wakeup: NN_RCVFD stays readable while more are
@@ -478,7 +442,7 @@ static void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
 }
 
 /* --- timers ---------------------------------------------------------------------- */
-static void notify_status(pe_server *s) {
+void notify_status(pe_server *s) {
   pe_model_snapshot *ms;
   int nm, np, nc;
   pe_registry_snapshot(s->reg, false, &ms, &nm, &np, &nc);
@@ -510,7 +474,7 @@ static void warn_silent_ends(pe_server *s, const pe_limits *lim) {
   L->silent_logged = now;
 }
 
-static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+void tick_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   pe_server *s = w->data;
   pe_limits lim = pe_server_limits(s);
   warn_silent_ends(s, &lim);
@@ -523,7 +487,7 @@ static void tick_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   notify_status(s);
 }
 
-static void watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+void watchdog_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   sd_notify(0, "WATCHDOG=1");
 }
 
@@ -539,7 +503,7 @@ static int queued(pe_server *s) {
   return n;
 }
 
-static void drain_cb(struct ev_loop *loop, ev_timer *w, int revents) {
+void drain_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   pe_server *s = w->data;
   pe_loop *L = s->loop;
   flush_replies(s);
@@ -551,7 +515,7 @@ static void drain_cb(struct ev_loop *loop, ev_timer *w, int revents) {
   if (done) ev_break(loop, EVBREAK_ALL);
 }
 
-static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
+void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   pe_server *s = w->data;
   pe_loop *L = s->loop;
   if (L->stopping) {
@@ -573,7 +537,7 @@ static void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
 
 /* SIGUSR1 and SIGUSR2 have no use here; their default action would end the
  * daemon without its shutdown checkpoints and leave its socket file. */
-static void ignored_sig_cb(struct ev_loop *loop, ev_signal *w, int revents) {
+void ignored_sig_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   PE_LOGW("signal %d (%s) ignored: SIGTERM stops the daemon, SIGHUP reloads its config", w->signum,
           strsignal(w->signum));
 }
@@ -585,7 +549,7 @@ static void ignored_sig_cb(struct ev_loop *loop, ev_signal *w, int revents) {
  * reload` waits for (systemd/README.md); MONOTONIC_USEC says when it began,
  * as Type=notify-reload wants. A failed reload ends with READY=1 too: the
  * daemon serves on with its settings. */
-static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
+void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   pe_server *s = w->data;
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -625,7 +589,7 @@ static void hup_cb(struct ev_loop *loop, ev_signal *w, int revents) {
 }
 
 /* --- socket ------------------------------------------------------------------------ */
-static pe_status *open_socket(pe_server *s) {
+pe_status *open_socket(pe_server *s) {
   pe_loop *L = s->loop;
   const char *addr = s->cfg.socket;
   L->sock = nn_socket(AF_SP_RAW, NN_REP);
