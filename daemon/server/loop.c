@@ -21,7 +21,6 @@ static int sock_fd(int sock, int opt) {
   return fd;
 }
 
-/* --- request threads: start -------------------------------------------------------- */
 /* Whether a Run of handle may take a work thread (lanes.h: read-only
  * runs); on the main thread. */
 static bool run_read_only(void *ctx, uint64_t handle) {
@@ -39,8 +38,8 @@ static pe_status *start_request_threads(pe_server *s) {
   return pe_lanes_start(threads, s->lanes, handle_job, run_read_only, s, &s->loop->lanes);
 }
 
-/* --- shutdown ------------------------------------------------------------------------ */
-/* Returns how many persistent models could not be checkpointed. */
+/* Shutdown: the persistent models' checkpoints. Returns how many could
+ * not be written. */
 static int checkpoint_persistent(pe_server *s) {
   if (!s->cfg.checkpoint_on_shutdown) return 0;
   int failed = 0;

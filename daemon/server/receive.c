@@ -13,7 +13,6 @@
 #include "server/loop.h"
 #include "server/request_decode.h"
 
-/* --- request handling ------------------------------------------------------- */
 /* The job stops counting in Status' queue depth (its lane's busy), once,
  * before its reply leaves: a client that has its reply never finds its
  * request still counted while the thread tidies up. Called by the thread

@@ -9,7 +9,6 @@
 #include "core/log.h"
 #include "server/loop.h"
 
-/* --- replies ------------------------------------------------------------------ */
 /* Non-blocking send of one reply (body and ctrl are nanomsg chunks, taken
  * on success). Returns 0, or the nanomsg errno. */
 static int send_now(pe_loop *L, void *body, void *ctrl) {

@@ -67,8 +67,6 @@ pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *
   return NULL;
 }
 
-/* --- construction ------------------------------------------------------------ */
-
 /* The runtime (its pool sized for the daemon's places) and the default
  * places' devices, opened now so that a configured device that does not
  * work (no GPU, a broken driver) stops start-up with the reason instead of

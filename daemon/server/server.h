@@ -73,7 +73,7 @@ typedef struct pe_server {
    * (run/cancel.h), so the shutdown checkpoint comes soon. */
   atomic_bool stopping;
 
-  pe_loop *loop; /* event loop internals (server.c) */
+  pe_loop *loop; /* event loop internals (loop.h) */
 } pe_server;
 
 /* Requests queued or being handled, in every lane. */

@@ -9,7 +9,6 @@
 #include "core/log.h"
 #include "server/loop.h"
 
-/* --- signals --------------------------------------------------------------------- */
 static int in_flight(pe_server *s) {
   int n = 0;
   for (int l = 0; l < PE_LANES; l++) n += atomic_load(&s->lanes[l].busy);

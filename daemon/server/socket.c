@@ -11,7 +11,6 @@
 
 #include "server/loop.h"
 
-/* --- socket ------------------------------------------------------------------------ */
 pe_status *open_socket(pe_server *s) {
   pe_loop *L = s->loop;
   const char *addr = s->cfg.socket;

@@ -9,7 +9,6 @@
 #include "server/registry/registry.h"
 #include "server/shm.h"
 
-/* --- timers ---------------------------------------------------------------------- */
 void notify_status(pe_server *s) {
   pe_model_snapshot *ms;
   int nm, np, nc;
