@@ -12,22 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/arena.h"
 #include "server/server.h"
 #include "service.pb-c.h"
-
-typedef struct pe_arena {
-  void **ptrs;
-  int n, cap;
-  void (**dtors)(void *); /* parallel to ptrs; NULL: free() */
-} pe_arena;
-
-/* calloc'd, owned by the arena; NULL on out of memory. */
-void *pe_arena_alloc(pe_arena *a, size_t size);
-char *pe_arena_strdup(pe_arena *a, const char *s);
-/* Take ownership of p (freed with dtor, or free() when dtor is NULL).
- * Returns false (and frees p) on out of memory. */
-bool pe_arena_own(pe_arena *a, void *p, void (*dtor)(void *));
-void pe_arena_free(pe_arena *a);
 
 /* A handler's error when the reply cannot be built. */
 #define PE_REPLY_OOM(what) pe_error(PE_ENOMEM, "%s: out of memory building the reply", what)

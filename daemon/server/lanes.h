@@ -88,7 +88,7 @@ typedef struct pe_job {
   bool routed;
   pe_request_peek peek;
   pe_lane lane;        /* the queue it waits in; taken: its thread's lane */
-  bool answered;       /* off its lane's busy count (server.c: once) */
+  bool answered;       /* off its lane's busy count (receive.c, job_answering: once) */
   bool read_only;      /* a run of a program that changes no persistable */
   struct pe_job *next; /* in a lane's queue or its client's waiting list */
 } pe_job;

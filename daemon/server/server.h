@@ -31,9 +31,9 @@
 #include "engine/parallel/executor.h"
 #include "server/config.h"
 #include "server/decode_budget.h"
-#include "server/reply_cache.h"
 #include "server/lanes.h"
 #include "server/metrics/counters.h"
+#include "server/reply_cache.h"
 #include "server/run/budget.h"
 #include "server/run/table.h"
 
@@ -75,7 +75,7 @@ typedef struct pe_server {
    * (run/cancel.h), so the shutdown checkpoint comes soon. */
   atomic_bool stopping;
 
-  pe_loop *loop; /* event loop internals (server.c) */
+  pe_loop *loop; /* event loop internals (loop.h) */
 } pe_server;
 
 /* Requests queued or being handled, in every lane. */
@@ -117,7 +117,5 @@ void pe_server_free(pe_server *s);
  * missing or broken driver) it warns with the reason and uses cpu:1; an
  * explicit spec that cannot be opened stops start-up with the reason. */
 pe_status *pe_server_resolve_places(const char *spec, pe_place_kind *kind, int *n);
-
-double pe_now_s(void); /* CLOCK_MONOTONIC seconds */
 
 #endif

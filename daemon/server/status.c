@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "core/allocator.h"
+#include "core/arena.h"
+#include "core/clock.h"
 #include "server/client_tag.h"
 #include "server/dispatch.h"
 #include "server/registry/registry.h"
@@ -43,15 +45,9 @@ static uint64_t rss_bytes(void) {
   return n == 2 && page > 0 ? resident * (uint64_t)page : 0;
 }
 
-pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__StatusReply *r,
-                          pe_arena *a) {
-  r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
-  r->uptime_s = pe_now_s() - s->start_time;
-  /* Requests waiting or being handled, but for this Status (so that an
-   * idle daemon says queue depth 0); self PE_LANES: no request's. */
-  int depth = pe_server_pending(s) - (self < PE_LANES);
-  r->queue_depth = depth > 0 ? depth : 0;
-  PE_TRY(fill_lanes(s, self, r, a));
+/* The process's memory and the daemon's budget: resident and host
+ * allocator bytes, the runs' reservations and waiters, memory_total. */
+static void fill_memory(pe_server *s, Pe__StatusReply *r) {
   pe_alloc_stats host = pe_allocator_stats(pe_host_allocator());
   r->rss_bytes = rss_bytes();
   r->host_bytes_in_use = host.bytes_in_use;
@@ -64,9 +60,11 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
   int64_t total = pe_server_limits(s).memory_total;
   r->memory_total_bytes = total > 0 ? (uint64_t)total : 0;
   r->memory_resident_bytes = (uint64_t)pe_run_budget_resident(&s->run_budget);
-  r->requests_total = atomic_load(&s->requests_total);
-  r->requests_failed = atomic_load(&s->requests_failed);
-  r->runs_total = atomic_load(&s->runs_total);
+}
+
+/* The runs in flight (run/table.h): client, model, steps done of total,
+ * age. */
+static pe_status *fill_runs(pe_server *s, uint64_t asker, Pe__StatusReply *r, pe_arena *a) {
   pe_run_info *runs;
   int n_runs;
   PE_TRY(pe_run_table_snapshot(&s->runs, pe_now_s(), &runs, &n_runs));
@@ -89,6 +87,12 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
     x->age_s = runs[i].age_s;
     r->runs[r->n_runs++] = x;
   }
+  return NULL;
+}
+
+/* The compute pool's size, the reply cache's counters and the autosave
+ * interval. */
+static void fill_pool_and_cache(pe_server *s, Pe__StatusReply *r) {
   /* The pool's real size (worker_threads = 0: pe_runtime_default_workers). */
   r->worker_threads = pe_pool_threads(pe_runtime_pool(s->rt));
   pe_reply_cache_stats ds;
@@ -102,47 +106,63 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
   pthread_mutex_lock(&s->cfg_mu);
   r->checkpoint_interval_s = s->cfg.checkpoint_interval_s;
   pthread_mutex_unlock(&s->cfg_mu);
-  pe_model_snapshot *ms = NULL;
-  int nm = 0, np = 0, nc = 0;
-  pe_registry_snapshot(s->reg, true, &ms, &nm, &np, &nc);
-  if (!pe_arena_own(a, ms, NULL) && nm) return pe_error(PE_ENOMEM, "status: out of memory");
+}
+
+/* One model of the registry's snapshot: its programs, parameter bytes and
+ * what its checkpoints did; NULL: out of memory. */
+static Pe__ModelStatus *model_status(pe_model_snapshot *x, pe_arena *a) {
+  Pe__ModelStatus *m = pe_arena_alloc(a, sizeof *m);
+  if (!m) return NULL;
+  pe__model_status__init(m);
+  m->name = x->name;
+  m->programs = x->programs;
+  m->param_bytes = x->param_bytes * x->n_places;
+  m->persistent = x->persistent;
+  const pe_ckpt_record *c = &x->ckpt;
+  m->checkpoints_saved = c->saved;
+  m->checkpoint_failures = c->failed;
+  m->last_checkpoint = pe_arena_strdup(a, c->last);
+  m->last_checkpoint_error = pe_arena_strdup(a, c->last_error);
+  if (!m->last_checkpoint || !m->last_checkpoint_error) return NULL;
+  m->last_checkpoint_age_s = c->saved ? pe_now_s() - c->last_time : -1;
+  m->changes_since_checkpoint =
+      c->saved && x->changes >= c->last_version ? (int64_t)(x->changes - c->last_version) : -1;
+  /* What a crash would lose: changes since the restart checkpoint's
+   * values (a named save is not restored after a crash). */
+  m->restart_checkpoint = pe_arena_strdup(a, x->restart_name);
+  if (!m->restart_checkpoint) return NULL;
+  m->restart_checkpoint_age_s = c->restart_known ? pe_now_s() - c->restart_time : -1;
+  m->changes_since_restart_checkpoint = c->restart_known && x->changes >= c->restart_version
+                                            ? (int64_t)(x->changes - c->restart_version)
+                                            : -1;
+  m->restart_checkpoint_read = c->restart_known && c->restart_read;
+  return m;
+}
+
+/* The registry's models, programs and clients; the snapshot's models (owned
+ * by the arena) in *ms, for the places. */
+static pe_status *fill_models(pe_server *s, Pe__StatusReply *r, pe_arena *a, pe_model_snapshot **ms,
+                              int *nm) {
+  int np = 0, nc = 0;
+  pe_registry_snapshot(s->reg, true, ms, nm, &np, &nc);
+  if (!pe_arena_own(a, *ms, NULL) && *nm) return pe_error(PE_ENOMEM, "status: out of memory");
   r->programs = np;
   r->clients = nc;
-  r->models = pe_arena_alloc(a, sizeof *r->models * (size_t)(nm ? nm : 1));
+  r->models = pe_arena_alloc(a, sizeof *r->models * (size_t)(*nm ? *nm : 1));
   if (!r->models || !r->version) return pe_error(PE_ENOMEM, "status: out of memory");
-  for (int i = 0; i < nm; i++) {
-    Pe__ModelStatus *m = pe_arena_alloc(a, sizeof *m);
+  for (int i = 0; i < *nm; i++) {
+    Pe__ModelStatus *m = model_status(&(*ms)[i], a);
     if (!m) return pe_error(PE_ENOMEM, "status: out of memory");
-    pe__model_status__init(m);
-    m->name = ms[i].name;
-    m->programs = ms[i].programs;
-    m->param_bytes = ms[i].param_bytes * ms[i].n_places;
-    m->persistent = ms[i].persistent;
-    const pe_ckpt_record *c = &ms[i].ckpt;
-    m->checkpoints_saved = c->saved;
-    m->checkpoint_failures = c->failed;
-    m->last_checkpoint = pe_arena_strdup(a, c->last);
-    m->last_checkpoint_error = pe_arena_strdup(a, c->last_error);
-    if (!m->last_checkpoint || !m->last_checkpoint_error)
-      return pe_error(PE_ENOMEM, "status: out of memory");
-    m->last_checkpoint_age_s = c->saved ? pe_now_s() - c->last_time : -1;
-    m->changes_since_checkpoint = c->saved && ms[i].changes >= c->last_version
-                                      ? (int64_t)(ms[i].changes - c->last_version)
-                                      : -1;
-    /* What a crash would lose: changes since the restart checkpoint's
-     * values (a named save is not restored after a crash). */
-    m->restart_checkpoint = pe_arena_strdup(a, ms[i].restart_name);
-    if (!m->restart_checkpoint) return pe_error(PE_ENOMEM, "status: out of memory");
-    m->restart_checkpoint_age_s = c->restart_known ? pe_now_s() - c->restart_time : -1;
-    m->changes_since_restart_checkpoint = c->restart_known && ms[i].changes >= c->restart_version
-                                              ? (int64_t)(ms[i].changes - c->restart_version)
-                                              : -1;
-    m->restart_checkpoint_read = c->restart_known && c->restart_read;
     r->models[r->n_models++] = m;
   }
-  /* Places: the daemon's own plus every place a model lives on (a model
-   * registered on cpu:2 or sim:4 opens those places), each with the
-   * parameter bytes the models keep there (one replica per place). */
+  return NULL;
+}
+
+/* Places: the daemon's own plus every place a model lives on (a model
+ * registered on cpu:2 or sim:4 opens those places), each with the
+ * parameter bytes the models keep there (one replica per place). */
+static pe_status *fill_places(pe_server *s, Pe__StatusReply *r, pe_arena *a,
+                              const pe_model_snapshot *ms, int nm) {
   int count[PE_PLACE_KINDS] = {0};
   count[s->place_kind] = s->n_places > 0 ? s->n_places : 1;
   for (int k = 0; k < nm; k++)
@@ -166,4 +186,27 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
       r->places[r->n_places++] = p;
     }
   return NULL;
+}
+
+/* Phases: the header and lanes, memory, counters, runs, pool and cache,
+ * models, places. */
+pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__StatusReply *r,
+                          pe_arena *a) {
+  r->version = pe_arena_strdup(a, PE_SERVER_VERSION);
+  r->uptime_s = pe_now_s() - s->start_time;
+  /* Requests waiting or being handled, but for this Status (so that an
+   * idle daemon says queue depth 0); self PE_LANES: no request's. */
+  int depth = pe_server_pending(s) - (self < PE_LANES);
+  r->queue_depth = depth > 0 ? depth : 0;
+  PE_TRY(fill_lanes(s, self, r, a));
+  fill_memory(s, r);
+  r->requests_total = atomic_load(&s->requests_total);
+  r->requests_failed = atomic_load(&s->requests_failed);
+  r->runs_total = atomic_load(&s->runs_total);
+  PE_TRY(fill_runs(s, asker, r, a));
+  fill_pool_and_cache(s, r);
+  pe_model_snapshot *ms = NULL;
+  int nm = 0;
+  PE_TRY(fill_models(s, r, a, &ms, &nm));
+  return fill_places(s, r, a, ms, nm);
 }

@@ -6,6 +6,7 @@
 #ifndef PE_SERVER_WIRE_TENSOR_H
 #define PE_SERVER_WIRE_TENSOR_H
 
+#include "core/arena.h"
 #include "server/dispatch.h"
 #include "server/shm.h"
 

@@ -12,8 +12,8 @@
 #include <time.h>
 
 #include "check_main.h"
+#include "core/clock.h"
 #include "server/run/budget.h"
-#include "server/server.h" /* pe_now_s */
 #include "test_assert.h"
 
 #define WAIT_S 5.0   /* for what must happen (a loaded host) */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/strmap.h"
 #include "server/checkpoint/save_load.h"

@@ -2,13 +2,13 @@
  * RegisterRequest's program bytes and options become the main and startup
  * graphs for the model's places, and the program's parameter and feed
  * declarations. It runs outside the registry lock and touches none of the
- * registry's tables, which is why it is apart from registry/registry.c (models,
- * programs, their owners and lifetime). */
+ * registry's tables, which is why it is apart from registry/register.c (the
+ * handle, the model, the publish). */
 #include <string.h>
 
 #include "compiler/pass.h"
-#include "ir/program.h"
 #include "core/names_unique.h"
+#include "ir/program.h"
 #include "server/heap_trim.h"
 #include "server/registry/internal.h"
 

@@ -15,8 +15,7 @@
  *            removed from every program's owners; programs without owners
  *            are deregistered.
  *
- * Files: registry/registry.c (models, programs, drop), registry/sessions.c (sessions);
- * registry/internal.h holds the tables they share.
+ * Files: registry/internal.h lists them and holds the tables they share.
  *
  * Lifetime: handlers acquire a program (or model) for the duration of a
  * request; deregistering marks it dead and the last release frees it,
@@ -77,7 +76,7 @@ typedef struct pe_srv_model {
   int n_programs;
   /* The strategy of the model's first training program (on more than one
    * place), for the model's life: its optimizer state is laid out for it
-   * (registry/registry.c, claim_train_strategy_locked). */
+   * (registry/register.c, claim_train_strategy_locked). */
   bool has_train_strategy;
   pe_graph_strategy train_strategy;
   int refs; /* acquisitions by requests in progress */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "engine/prefetch_steps.h"
 #include "server/run/cancel.h"
 #include "server/run/finite.h"

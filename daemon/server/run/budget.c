@@ -3,7 +3,7 @@
 
 #include <time.h>
 
-#include "server/server.h" /* pe_now_s */
+#include "core/clock.h"
 
 struct pe_budget_waiter {
   int64_t bytes;

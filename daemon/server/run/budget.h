@@ -9,7 +9,7 @@
  * memory_total is the bound no set of clients can pass.
  *
  * Resident memory is held for good, until its owner goes: a model's
- * persistables (registry/registry.c charges what its shape claims describe, before
+ * persistables (registry/memory.c charges what its shape claims describe, before
  * any of it is allocated) and a program's kept temporaries (run/memory.c).
  * A charge that does not fit beside what is held and reserved is refused
  * at once (pe_run_budget_hold): it would otherwise wait for memory that

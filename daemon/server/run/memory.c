@@ -1,6 +1,7 @@
 /* The runs' temporary memory: limits, budget, release (run/memory.h). */
 #include "server/run/memory.h"
 
+#include "core/clock.h"
 #include "engine/parallel/executor.h"
 #include "server/run/cancel.h"
 #include "server/server.h"
