@@ -1,15 +1,17 @@
 /* pe-client's commands on programs and models against the real daemon:
  * run --fetch (and of an intermediate that op fusion removed), trace's
  * output path, register and deregister (a program outlives the command that
- * registered it; another client's needs --force), and drop-model freeing a
+ * registered it; another user's needs --force), and drop-model freeing a
  * model name for a program of other shapes. Needs Fashion-MNIST (the
  * project's dependency). Skipped (77) when pe-executord or pe-client is not
  * built. */
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "client_cli.h"
 
@@ -123,18 +125,31 @@ START_TEST(fetch_of_fused_intermediate) {
 }
 END_TEST
 
-/* deregister: each pe-client command is a client of its own, so the program
- * an earlier `register` left is another client's: refused with the reason
- * (exit 1, PERMISSION_DENIED), and --force drops it. */
+/* The runtime directory where pe-client keeps the sessions of the programs
+ * a `register` left (XDG_RUNTIME_DIR/pe-client): a fresh one per name, so
+ * that a command run under another name has no record of them, as another
+ * user's would not. */
+static void use_runtime_dir(const cd_daemon *d, const char *name) {
+  char rt[512];
+  snprintf(rt, sizeof rt, "%s/%s", d->dir, name);
+  ck_assert(mkdir(rt, 0700) == 0 || errno == EEXIST);
+  ck_assert_int_eq(setenv("XDG_RUNTIME_DIR", rt, 1), 0);
+}
+
+/* deregister of a program that another user's `register` left (no record
+ * of its session here): refused with the reason (exit 1,
+ * PERMISSION_DENIED), and --force drops it. */
 START_TEST(deregister_of_another_clients_program) {
   cd_daemon d;
   cd_start(&d);
+  use_runtime_dir(&d, "rt-owner");
   CLI_OK(&d, "register --model mlp --model-name owned --init --json");
   ck_assert_msg(strstr(last_line(d.dir), "\"places\":\"cpu:1\""), "%s", last_line(d.dir));
   const char *h = strstr(last_line(d.dir), "\"handle\":\"");
   ck_assert_msg(h, "%s", last_line(d.dir));
   char handle[32], args[128];
   snprintf(handle, sizeof handle, "%.*s", (int)strcspn(h + 10, "\""), h + 10);
+  use_runtime_dir(&d, "rt-other");
   snprintf(args, sizeof args, "deregister --handle %s", handle);
   ck_assert_int_eq(cli(&d, d.dir, args), 1);
   ck_assert_msg(strstr(slurp(d.dir, "err"), "PERMISSION_DENIED") &&
@@ -158,11 +173,12 @@ END_TEST
  * them until the session TTL, on ipc:// too (the daemon's sweep of exited
  * processes must not drop them about a second after the command): 3 s later (past the sweep) `save`
  * of a `register --init` model works, a `run`'s model is still there, and the handle register
- * printed is still registered (PERMISSION_DENIED, not NOT_FOUND; --force
- * drops it). --help says so. */
+ * printed is still registered (PERMISSION_DENIED for another user, not
+ * NOT_FOUND; --force drops it). --help says so. */
 START_TEST(register_outlives_the_command) {
   cd_daemon d;
   cd_start(&d);
+  use_runtime_dir(&d, "rt-owner");
   CLI_OK(&d, "register --model mlp --model-name q --init --json");
   const char *h = strstr(last_line(d.dir), "\"handle\":\"");
   ck_assert_msg(h, "%s", last_line(d.dir));
@@ -172,6 +188,7 @@ START_TEST(register_outlives_the_command) {
   cd_sleep_ms(3000);
   CLI_OK(&d, "save --model q --checkpoint x");
   ck_assert_msg(has_model(&d, "r"), "the run's model r went with the command");
+  use_runtime_dir(&d, "rt-other"); /* the owner's own deregister needs no --force */
   snprintf(args, sizeof args, "deregister --handle %s", handle);
   ck_assert_int_eq(cli(&d, d.dir, args), 1);
   ck_assert_msg(strstr(slurp(d.dir, "err"), "PERMISSION_DENIED"), "%s", slurp(d.dir, "err"));
