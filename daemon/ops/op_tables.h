@@ -20,6 +20,7 @@ float pe_optimizer_l2_coeff(const pe_op_def *d, const pe_op_desc *op);
 /* The AdamW coefficient (regularization_method "decoupled_decay"), else 0. */
 float pe_optimizer_decoupled_coeff(const pe_op_def *d, const pe_op_desc *op);
 extern const pe_op_def pe_ops_matmul[];      /* matmul (oneDNN) */
+extern const pe_op_def pe_ops_matmul_v2[];   /* matmul_v2 (oneDNN) */
 extern const pe_op_def pe_ops_activation[];  /* relu, tanh, sigmoid, gelu, softmax (oneDNN) */
 extern const pe_op_def pe_ops_layer_norm[];  /* layer_norm (oneDNN) */
 extern const pe_op_def pe_ops_embedding[];   /* lookup_table_v2 */

@@ -42,6 +42,8 @@ static const char *const cpu_only[] = {
     "split_grad",
     "slice",
     "slice_grad",
+    "matmul_v2",
+    "matmul_v2_grad",
     NULL,
 };
 
