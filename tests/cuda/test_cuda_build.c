@@ -44,6 +44,16 @@ static const char *const cpu_only[] = {
     "slice_grad",
     "matmul_v2",
     "matmul_v2_grad",
+    "abs",
+    "abs_grad",
+    "square",
+    "square_grad",
+    "huber_loss",
+    "huber_loss_grad",
+    "sigmoid_cross_entropy_with_logits",
+    "sigmoid_cross_entropy_with_logits_grad",
+    "cast",
+    "cast_grad",
     NULL,
 };
 
