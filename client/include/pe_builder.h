@@ -198,8 +198,9 @@ const char *pe_builder_matmul(pe_builder *b, const char *x, const char *y, bool 
  * num_heads): q, k, v = fc(x) each [B, T, D] split into heads [B, H, T,
  * D/H]; softmax(q kᵀ / sqrt(D/H) + mask) v, heads joined, then an fc. mask
  * (may be NULL) is an additive f32 variable that broadcasts to the scores
- * [B, H, T, T], e.g. a fed [T, T] with 0 on and below the diagonal and a
- * large negative value above it for causal attention. Parameters are those
+ * [B, H, T, T]: for causal attention 0 on and below the diagonal and a
+ * large negative value above it, fed as [T, T], or as [B, 1, T, T] to the
+ * daemon (whose feeds share the batch dim). Parameters are those
  * of the fc layers "<layer>.q", ".k", ".v", ".out". name NULL:
  * "attention_<k>". */
 const char *pe_builder_multi_head_attention(pe_builder *b, const char *x, int num_heads,
