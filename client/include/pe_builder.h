@@ -178,6 +178,40 @@ const char *pe_builder_transpose(pe_builder *b, const char *x, int n, const int6
 const char *pe_builder_slice(pe_builder *b, const char *x, int n, const int64_t *axes,
                              const int64_t *starts, const int64_t *ends);
 
+/* x_0 .. x_{n-1} (one dtype, equal dims but axis) joined along axis
+ * (negative counts from the end). */
+const char *pe_builder_concat(pe_builder *b, int n, const char *const *xs, int axis);
+/* x cut along axis into n parts (at most PE_B_MAX_SPLIT): of the sizes
+ * sections[0..n) (which sum to the dim when it is known), or with sections
+ * NULL n equal parts of a known dim. outs[0..n) receive the parts' names.
+ * 0, or -1 on error. */
+#define PE_B_MAX_SPLIT 64
+int pe_builder_split(pe_builder *b, const char *x, int n, const int64_t *sections, int axis,
+                     const char **outs);
+/* op(x) · op(y) over the last two dims (op transposes when the flag is set),
+ * batch dims broadcast as numpy's matmul, 1-D operands as numpy's (the
+ * matmul_v2 op). name NULL: "matmul_<k>". */
+const char *pe_builder_matmul(pe_builder *b, const char *x, const char *y, bool trans_x,
+                              bool trans_y, const char *name);
+
+/* Multi-head self-attention over x [B, T, D] (T and D known, D divisible by
+ * num_heads): q, k, v = fc(x) each [B, T, D] split into heads [B, H, T,
+ * D/H]; softmax(q kᵀ / sqrt(D/H) + mask) v, heads joined, then an fc. mask
+ * (may be NULL) is an additive f32 variable that broadcasts to the scores
+ * [B, H, T, T]: for causal attention 0 on and below the diagonal and a
+ * large negative value above it, fed as [T, T], or as [B, 1, T, T] to the
+ * daemon (whose feeds share the batch dim). Parameters are those
+ * of the fc layers "<layer>.q", ".k", ".v", ".out". name NULL:
+ * "attention_<k>". */
+const char *pe_builder_multi_head_attention(pe_builder *b, const char *x, int num_heads,
+                                            const char *mask, const char *name);
+/* A pre-LN transformer block over x [B, T, D]: h = x + attention(
+ * layer_norm(x)), out = h + fc(gelu(fc(layer_norm(h)))), the inner fc of
+ * ffn_dim units. mask as pe_builder_multi_head_attention's. name NULL:
+ * "transformer_<k>". */
+const char *pe_builder_transformer_block(pe_builder *b, const char *x, int num_heads,
+                                         int64_t ffn_dim, const char *mask, const char *name);
+
 /* --- losses and metrics ---------------------------------------------------- */
 
 /* Loss [N,1] from logits [N,C]. An i64 [N,1] label is a hard label, an f32
@@ -186,6 +220,9 @@ const char *pe_builder_softmax_with_cross_entropy(pe_builder *b, const char *log
                                                   const char *label, const char **softmax_out);
 /* -log(x[label]) from probabilities [N,C]; Y [N,1]. Label as above. */
 const char *pe_builder_cross_entropy(pe_builder *b, const char *x, const char *label);
+/* Mean squared error mean((x - label)^2) of f32 x and label of one shape;
+ * shape [1] (elementwise_sub, square, mean). */
+const char *pe_builder_mse_loss(pe_builder *b, const char *x, const char *label);
 /* Mean of all elements; shape [1]. */
 const char *pe_builder_mean(pe_builder *b, const char *x);
 /* Top-k accuracy of scores [N,C] against label i64 [N,1]; f32 [1]. The

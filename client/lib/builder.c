@@ -51,10 +51,16 @@ static bool grow(pe_builder *b, void ***arr, int n, int *cap) {
   return true;
 }
 
+static void slot_free(b_slot *s) {
+  free(s->name);
+  for (int k = 0; k < s->n; k++) free(s->args[k]);
+  free(s->args);
+}
+
 static void op_free(b_op *op) {
   free(op->type);
-  for (int i = 0; i < op->n_in; i++) free(op->in[i].name), free(op->in[i].arg);
-  for (int i = 0; i < op->n_out; i++) free(op->out[i].name), free(op->out[i].arg);
+  for (int i = 0; i < op->n_in; i++) slot_free(&op->in[i]);
+  for (int i = 0; i < op->n_out; i++) slot_free(&op->out[i]);
   for (int i = 0; i < op->n_attr; i++) {
     free(op->attrs[i].name);
     free(op->attrs[i].s);
@@ -170,23 +176,36 @@ b_op *peb_op_add(pe_builder *b, b_block *blk, const char *type) {
   return op;
 }
 
-static void slot_set(pe_builder *b, b_slot *slots, int *n, const char *name, const char *arg) {
+/* Slot `name` bound to args[0..na), appended to slots[*n]. The slot is
+ * counted once allocated, so op_free releases what a later failure left. */
+static void slot_set(pe_builder *b, b_slot *slots, int *n, const char *name, int na,
+                     const char *const *args) {
   if (b->err) return;
   if (*n == B_MAX_SLOTS) {
     peb_fail(b, "builder: too many slots on one op");
     return;
   }
-  slots[*n].name = xstrdup(b, name);
-  slots[*n].arg = xstrdup(b, arg);
-  (*n)++;
+  b_slot *s = &slots[(*n)++];
+  s->name = xstrdup(b, name);
+  s->args = xcalloc(b, (size_t)na, sizeof *s->args);
+  if (!s->args) return;
+  for (int k = 0; k < na && !b->err; k++) s->args[s->n++] = xstrdup(b, args[k]);
 }
 
 void peb_op_in(pe_builder *b, b_op *op, const char *slot, const char *arg) {
-  if (op) slot_set(b, op->in, &op->n_in, slot, arg);
+  if (op) slot_set(b, op->in, &op->n_in, slot, 1, &arg);
 }
 
 void peb_op_out(pe_builder *b, b_op *op, const char *slot, const char *arg) {
-  if (op) slot_set(b, op->out, &op->n_out, slot, arg);
+  if (op) slot_set(b, op->out, &op->n_out, slot, 1, &arg);
+}
+
+void peb_op_in_n(pe_builder *b, b_op *op, const char *slot, int n, const char *const *args) {
+  if (op) slot_set(b, op->in, &op->n_in, slot, n, args);
+}
+
+void peb_op_out_n(pe_builder *b, b_op *op, const char *slot, int n, const char *const *args) {
+  if (op) slot_set(b, op->out, &op->n_out, slot, n, args);
 }
 
 static b_attr *attr_new(pe_builder *b, b_op *op, const char *name, Pe__AttrType t) {
@@ -620,8 +639,8 @@ static bool pb_block_make(pe_builder *b, const b_block *src, int idx, pb_block *
       }
       pe__op_slot__init(&p->slots[si]);
       p->slots[si].parameter = s->name;
-      p->slots[si].n_arguments = 1;
-      p->slots[si].arguments = (char **)&s->arg;
+      p->slots[si].n_arguments = (size_t)s->n;
+      p->slots[si].arguments = s->args;
       p->slot_ptrs[si] = &p->slots[si];
     }
     d->attrs = &p->attr_ptrs[ai];

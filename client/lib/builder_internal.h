@@ -17,6 +17,7 @@
 #define B_MAX_SLOTS 6
 #define B_MAX_ATTRS 10
 #define B_NAME_LEN 256
+#define B_MAX_SPLIT PE_B_MAX_SPLIT
 
 typedef struct b_attr {
   char *name;
@@ -30,7 +31,8 @@ typedef struct b_attr {
 
 typedef struct b_slot {
   char *name;
-  char *arg; /* the builder binds exactly one variable per slot */
+  int n;       /* variables bound: one, or several (concat's X, split's Out) */
+  char **args; /* owned, n of them */
 } b_slot;
 
 typedef struct b_op {
@@ -97,6 +99,9 @@ b_var *peb_tmp_var(pe_builder *b, const char *name, int dt, int ndim, const int6
 b_op *peb_op_add(pe_builder *b, b_block *blk, const char *type);
 void peb_op_in(pe_builder *b, b_op *op, const char *slot, const char *arg);
 void peb_op_out(pe_builder *b, b_op *op, const char *slot, const char *arg);
+/* A slot bound to n variables, in order (n >= 1). */
+void peb_op_in_n(pe_builder *b, b_op *op, const char *slot, int n, const char *const *args);
+void peb_op_out_n(pe_builder *b, b_op *op, const char *slot, int n, const char *const *args);
 void peb_attr_int(pe_builder *b, b_op *op, const char *name, int64_t v);
 void peb_attr_float(pe_builder *b, b_op *op, const char *name, float v);
 void peb_attr_bool(pe_builder *b, b_op *op, const char *name, bool v);

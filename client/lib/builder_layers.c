@@ -626,3 +626,186 @@ const char *pe_builder_accuracy(pe_builder *b, const char *x, const char *label,
   peb_attr_int(b, op, "k", k);
   return b->err ? NULL : av->name;
 }
+
+/* --- joining, splitting, products ------------------------------------------------------------ */
+
+/* axis of an n-dim variable, negative counting from the end; -1 if out of range. */
+static int norm_axis(int axis, int ndim) {
+  int a = axis < 0 ? axis + ndim : axis;
+  return a >= 0 && a < ndim ? a : -1;
+}
+
+const char *pe_builder_concat(pe_builder *b, int n, const char *const *xs, int axis) {
+  if (!b) return NULL;
+  char layer[B_NAME_LEN], out[B_NAME_LEN], s1[128], s2[128];
+  if (!peb_layer_name(b, "concat", NULL, layer)) return NULL;
+  if (n < 1 || !xs) {
+    peb_fail(b, "concat '%s': needs at least one input (got %d)", layer, n);
+    return NULL;
+  }
+  b_var *first = peb_need(b, "concat", xs[0]);
+  if (!first) return NULL;
+  int a = norm_axis(axis, first->ndim);
+  if (a < 0) {
+    peb_fail(b, "concat '%s': axis %d out of range for '%s' %s", layer, axis, xs[0],
+             peb_shape_str(first, s1, sizeof s1));
+    return NULL;
+  }
+  int64_t od[B_MAX_DIMS];
+  memcpy(od, first->d, sizeof od);
+  for (int i = 1; i < n; i++) {
+    b_var *v = peb_need(b, "concat", xs[i]);
+    if (!v) return NULL;
+    bool ok = v->ndim == first->ndim && v->dtype == first->dtype;
+    for (int d = 0; ok && d < v->ndim; d++)
+      ok = d == a || v->d[d] == od[d] || v->d[d] == -1 || od[d] == -1;
+    if (!ok) {
+      peb_fail(b, "concat '%s': '%s' %s does not fit '%s' %s (equal dims and dtype but axis %d)",
+               layer, xs[i], peb_shape_str(v, s1, sizeof s1), xs[0],
+               peb_shape_str(first, s2, sizeof s2), a);
+      return NULL;
+    }
+    od[a] = od[a] < 0 || v->d[a] < 0 ? -1 : od[a] + v->d[a];
+  }
+  b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), first->dtype, first->ndim, od);
+  b_op *op = peb_op_add(b, &b->main, "concat");
+  peb_op_in_n(b, op, "X", n, xs);
+  peb_op_out(b, op, "Out", out);
+  peb_attr_int(b, op, "axis", axis);
+  return b->err ? NULL : ov->name;
+}
+
+int pe_builder_split(pe_builder *b, const char *x, int n, const int64_t *sections, int axis,
+                     const char **outs) {
+  if (!b) return -1;
+  b_var *xv = peb_need(b, "split", x);
+  char layer[B_NAME_LEN], sh[128];
+  if (!xv || !peb_layer_name(b, "split", NULL, layer)) return -1;
+  int a = norm_axis(axis, xv->ndim);
+  if (a < 0 || n < 1 || n > B_MAX_SPLIT || !outs) {
+    peb_fail(b, "split '%s': axis %d out of range for '%s' %s, or %d parts (1 to %d)", layer, axis,
+             x, peb_shape_str(xv, sh, sizeof sh), n, B_MAX_SPLIT);
+    return -1;
+  }
+  int64_t dim = xv->d[a], sizes[B_MAX_SPLIT], sum = 0;
+  for (int i = 0; i < n; i++) {
+    sizes[i] = sections ? sections[i] : (dim > 0 ? dim / n : -1);
+    sum += sizes[i];
+  }
+  bool ok = sections ? dim < 0 || sum == dim : dim > 0 && dim % n == 0;
+  for (int i = 0; ok && i < n; i++) ok = sizes[i] > 0;
+  if (!ok) {
+    peb_fail(b, "split '%s': '%s' %s dim %d (%lld) does not split into %d %s parts", layer, x,
+             peb_shape_str(xv, sh, sizeof sh), a, (long long)dim, n,
+             sections ? "positive given" : "equal known");
+    return -1;
+  }
+  char names[B_MAX_SPLIT][B_NAME_LEN];
+  const char *args[B_MAX_SPLIT];
+  for (int i = 0; i < n; i++) {
+    char sfx[16];
+    snprintf(sfx, sizeof sfx, "out_%d", i);
+    int64_t od[B_MAX_DIMS];
+    memcpy(od, xv->d, sizeof od);
+    od[a] = sizes[i];
+    b_var *ov = peb_tmp_var(b, peb_vname(names[i], layer, sfx), xv->dtype, xv->ndim, od);
+    args[i] = names[i];
+    outs[i] = ov ? ov->name : NULL;
+  }
+  b_op *op = peb_op_add(b, &b->main, "split");
+  peb_op_in(b, op, "X", x);
+  peb_op_out_n(b, op, "Out", n, args);
+  peb_attr_int(b, op, "axis", axis);
+  if (sections)
+    peb_attr_ints(b, op, "sections", n, sections);
+  else
+    peb_attr_int(b, op, "num", n);
+  return b->err ? -1 : 0;
+}
+
+/* One broadcast batch dim of a product (-1 unknown); false on a clash. */
+static bool bcast_dim(int64_t p, int64_t q, int64_t *o) {
+  if (p == q || q == 1)
+    *o = p;
+  else if (p == 1)
+    *o = q;
+  else if (p < 0 || q < 0)
+    *o = p < 0 ? q : p;
+  else
+    return false;
+  return true;
+}
+
+const char *pe_builder_matmul(pe_builder *b, const char *x, const char *y, bool trans_x,
+                              bool trans_y, const char *name) {
+  if (!b) return NULL;
+  b_var *xv = peb_need(b, "matmul", x), *yv = xv ? peb_need(b, "matmul", y) : NULL;
+  char layer[B_NAME_LEN], out[B_NAME_LEN], s1[128], s2[128];
+  if (!yv || !peb_layer_name(b, "matmul", name, layer)) return NULL;
+  bool ok = xv->dtype == PE_B_F32 && yv->dtype == PE_B_F32 && xv->ndim >= 1 && yv->ndim >= 1;
+  int64_t od[B_MAX_DIMS], m = 0, k = 0, ky = 0, n = 0;
+  int nd = 0;
+  if (ok) {
+    bool tx = trans_x && xv->ndim > 1, ty = trans_y && yv->ndim > 1;
+    int64_t xr = xv->ndim == 1 ? 1 : xv->d[xv->ndim - 2], xc = xv->d[xv->ndim - 1];
+    int64_t yr = yv->d[yv->ndim == 1 ? 0 : yv->ndim - 2],
+            yc = yv->ndim == 1 ? 1 : yv->d[yv->ndim - 1];
+    m = tx ? xc : xr, k = tx ? xr : xc, ky = ty ? yc : yr, n = ty ? yr : yc;
+    ok = k < 0 || ky < 0 || k == ky;
+    int xb = xv->ndim > 2 ? xv->ndim - 2 : 0, yb = yv->ndim > 2 ? yv->ndim - 2 : 0;
+    nd = xb > yb ? xb : yb;
+    for (int i = 0; ok && i < nd; i++) {
+      int xi = i - (nd - xb), yi = i - (nd - yb);
+      ok = bcast_dim(xi >= 0 ? xv->d[xi] : 1, yi >= 0 ? yv->d[yi] : 1, &od[i]);
+    }
+    if (xv->ndim > 1) od[nd++] = m;
+    if (yv->ndim > 1) od[nd++] = n;
+    if (nd == 0) od[nd++] = 1;
+  }
+  if (!ok) {
+    peb_fail(b,
+             "matmul '%s': '%s' %s and '%s' %s (trans_x %d, trans_y %d) do not multiply (f32, "
+             "contraction dims %lld and %lld, batch dims broadcast)",
+             layer, x, peb_shape_str(xv, s1, sizeof s1), y, peb_shape_str(yv, s2, sizeof s2),
+             trans_x, trans_y, (long long)k, (long long)ky);
+    return NULL;
+  }
+  b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), PE_B_F32, nd, od);
+  b_op *op = peb_op_add(b, &b->main, "matmul_v2");
+  peb_op_in(b, op, "X", x);
+  peb_op_in(b, op, "Y", y);
+  peb_op_out(b, op, "Out", out);
+  peb_attr_bool(b, op, "trans_x", trans_x);
+  peb_attr_bool(b, op, "trans_y", trans_y);
+  return b->err ? NULL : ov->name;
+}
+
+const char *pe_builder_mse_loss(pe_builder *b, const char *x, const char *label) {
+  if (!b) return NULL;
+  b_var *xv = peb_need(b, "mse_loss", x), *lv = xv ? peb_need(b, "mse_loss", label) : NULL;
+  char layer[B_NAME_LEN], d[B_NAME_LEN], sq[B_NAME_LEN], out[B_NAME_LEN], s1[128], s2[128];
+  if (!lv || !peb_layer_name(b, "mse_loss", NULL, layer)) return NULL;
+  bool same = xv->ndim == lv->ndim && xv->dtype == PE_B_F32 && lv->dtype == PE_B_F32;
+  for (int i = 0; same && i < xv->ndim; i++)
+    same = xv->d[i] == lv->d[i] || xv->d[i] == -1 || lv->d[i] == -1;
+  if (!same) {
+    peb_fail(b, "mse_loss '%s': prediction '%s' %s and label '%s' %s must be f32 of one shape",
+             layer, x, peb_shape_str(xv, s1, sizeof s1), label, peb_shape_str(lv, s2, sizeof s2));
+    return NULL;
+  }
+  peb_tmp_var(b, peb_vname(d, layer, "tmp_0"), PE_B_F32, xv->ndim, xv->d);
+  peb_tmp_var(b, peb_vname(sq, layer, "tmp_1"), PE_B_F32, xv->ndim, xv->d);
+  b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), PE_B_F32, 1, (int64_t[]){1});
+  b_op *op = peb_op_add(b, &b->main, "elementwise_sub");
+  peb_op_in(b, op, "X", x);
+  peb_op_in(b, op, "Y", label);
+  peb_op_out(b, op, "Out", d);
+  peb_attr_int(b, op, "axis", -1);
+  op = peb_op_add(b, &b->main, "square");
+  peb_op_in(b, op, "X", d);
+  peb_op_out(b, op, "Out", sq);
+  op = peb_op_add(b, &b->main, "mean");
+  peb_op_in(b, op, "X", sq);
+  peb_op_out(b, op, "Out", out);
+  return b->err ? NULL : ov->name;
+}

@@ -20,12 +20,16 @@ float pe_optimizer_l2_coeff(const pe_op_def *d, const pe_op_desc *op);
 /* The AdamW coefficient (regularization_method "decoupled_decay"), else 0. */
 float pe_optimizer_decoupled_coeff(const pe_op_def *d, const pe_op_desc *op);
 extern const pe_op_def pe_ops_matmul[];      /* matmul (oneDNN) */
-extern const pe_op_def pe_ops_activation[];  /* relu, tanh, sigmoid, gelu, softmax (oneDNN) */
+extern const pe_op_def pe_ops_matmul_v2[];   /* matmul_v2 (oneDNN) */
+extern const pe_op_def pe_ops_activation[];  /* relu, tanh, sigmoid, gelu, abs, square, softmax */
 extern const pe_op_def pe_ops_layer_norm[];  /* layer_norm (oneDNN) */
 extern const pe_op_def pe_ops_embedding[];   /* lookup_table_v2 */
 extern const pe_op_def pe_ops_transpose[];   /* transpose2 */
 extern const pe_op_def pe_ops_concat[];      /* concat, split */
 extern const pe_op_def pe_ops_slice[];       /* slice */
+/* huber_loss, sigmoid_cross_entropy_with_logits */
+extern const pe_op_def pe_ops_pointwise_loss[];
+extern const pe_op_def pe_ops_cast[];        /* cast */
 extern const pe_op_def pe_ops_conv[];        /* conv2d (oneDNN) */
 extern const pe_op_def pe_ops_pool[];        /* pool2d (oneDNN) */
 extern const pe_op_def pe_ops_batch_norm[];  /* batch_norm (oneDNN) */

@@ -2,7 +2,7 @@
 its input. Names follow the builder: a layer is `name` if given, else
 "<kind>_<k>"; its output "<layer>.out", its parameters "<layer>.w" /
 "<layer>.b" (batch_norm: .scale .bias .mean .variance)."""
-from ._ffi import ffi, lib
+from ._ffi import ffi, lib, string
 from .errors import BuilderError
 from .framework import Variable, var_name
 
@@ -189,3 +189,115 @@ def accuracy(input, label, k=1):
     acc.total = Variable(p, layer + ".total")
     p.metrics[acc.name] = acc
     return acc
+
+
+# --- sequence models ---------------------------------------------------------------
+
+
+def _ints(v):
+    return [int(i) for i in v]
+
+
+def embedding(input, size, padding_idx=None, name=None):
+    """Rows of a [vocab, dim] table (size = (vocab, dim)) picked by int64 ids
+    of any shape: ids' shape + [dim]. padding_idx: a row that reads as zeros
+    and gets no gradient."""
+    p, keep = _program(input, "embedding"), []
+    vocab, dim = _pair(size, "embedding size")
+    pad = -1 if padding_idx is None else padding_idx
+    return p.var(lib.pe_builder_embedding(p.builder, input.name.encode(), vocab, dim, pad,
+                                          _name(name, keep)), "embedding")
+
+
+def layer_norm(x, begin_norm_axis=1, epsilon=1e-5, name=None):
+    """Normalisation over the dims from begin_norm_axis, with a trainable
+    scale (1) and bias (0)."""
+    p, keep = _program(x, "layer_norm"), []
+    return p.var(lib.pe_builder_layer_norm(p.builder, x.name.encode(), begin_norm_axis, epsilon,
+                                           _name(name, keep)), "layer_norm")
+
+
+def gelu(x, approximate=False):
+    """gelu: the exact erf form, or with approximate the tanh formula."""
+    p = _program(x, "gelu")
+    return p.var(lib.pe_builder_gelu(p.builder, x.name.encode(), approximate), "gelu")
+
+
+def transpose(x, perm):
+    """x with its dims permuted: out dim i is x dim perm[i]."""
+    p, perm = _program(x, "transpose"), _ints(perm)
+    return p.var(lib.pe_builder_transpose(p.builder, x.name.encode(), len(perm), perm),
+                 "transpose")
+
+
+def slice(input, axes, starts, ends):
+    """input[starts:ends] along each of axes (Python's slice rules)."""
+    p = _program(input, "slice")
+    axes, starts, ends = _ints(axes), _ints(starts), _ints(ends)
+    if not len(axes) == len(starts) == len(ends):
+        raise BuilderError("slice: axes, starts and ends differ in length (%d, %d, %d)"
+                           % (len(axes), len(starts), len(ends)))
+    return p.var(lib.pe_builder_slice(p.builder, input.name.encode(), len(axes), axes, starts,
+                                      ends), "slice")
+
+
+def concat(input, axis=0):
+    """The variables of the list input (one dtype, equal dims but axis)
+    joined along axis."""
+    if not input:
+        raise BuilderError("concat: no inputs")
+    p = _program(input[0], "concat")
+    names = [ffi.new("char[]", var_name(v).encode()) for v in input]
+    return p.var(lib.pe_builder_concat(p.builder, len(names), ffi.new("const char *[]", names),
+                                       axis), "concat")
+
+
+def split(input, num_or_sections, dim=-1):
+    """input cut along dim: into num_or_sections equal parts (an int) or
+    parts of the sizes listed. A list of Variables."""
+    p = _program(input, "split")
+    if isinstance(num_or_sections, int):
+        n, sections = num_or_sections, ffi.NULL
+    else:
+        sections = _ints(num_or_sections)
+        n = len(sections)
+    if not 1 <= n <= lib.PE_B_MAX_SPLIT:
+        raise BuilderError("split: %d parts (1 to %d)" % (n, lib.PE_B_MAX_SPLIT))
+    outs = ffi.new("const char *[]", n)
+    p.check(lib.pe_builder_split(p.builder, input.name.encode(), n, sections, dim, outs), "split")
+    return [Variable(p, string(outs[i])) for i in range(n)]
+
+
+def matmul(x, y, transpose_x=False, transpose_y=False, name=None):
+    """op(x) . op(y) over the last two dims (op transposes when asked), batch
+    dims broadcast as numpy's matmul (Paddle's matmul_v2)."""
+    p, keep = _program(x, "matmul"), []
+    return p.var(lib.pe_builder_matmul(p.builder, x.name.encode(), var_name(y).encode(),
+                                       transpose_x, transpose_y, _name(name, keep)), "matmul")
+
+
+def mse_loss(input, label):
+    """Mean squared error of input and label (one shape); [1]."""
+    p = _program(input, "mse_loss")
+    return p.var(lib.pe_builder_mse_loss(p.builder, input.name.encode(),
+                                         var_name(label).encode()), "mse_loss")
+
+
+def multi_head_attention(x, num_heads, mask=None, name=None):
+    """Self-attention of x [B, T, D] in num_heads heads; mask: an additive
+    float32 variable broadcasting to the scores [B, H, T, T] (a causal mask
+    fed as [B, 1, T, T]: feeds share the batch dim)."""
+    p, keep = _program(x, "multi_head_attention"), []
+    m = _name(var_name(mask), keep) if mask is not None else ffi.NULL
+    return p.var(lib.pe_builder_multi_head_attention(p.builder, x.name.encode(), num_heads, m,
+                                                     _name(name, keep)), "multi_head_attention")
+
+
+def transformer_block(x, num_heads, ffn_dim, mask=None, name=None):
+    """A pre-LN transformer block of x [B, T, D]: attention and a gelu
+    feed-forward of ffn_dim units, each after a layer_norm and with a
+    residual sum."""
+    p, keep = _program(x, "transformer_block"), []
+    m = _name(var_name(mask), keep) if mask is not None else ffi.NULL
+    return p.var(lib.pe_builder_transformer_block(p.builder, x.name.encode(), num_heads, ffn_dim,
+                                                  m, _name(name, keep)), "transformer_block")

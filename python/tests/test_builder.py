@@ -179,3 +179,95 @@ def test_default_program_and_guard():
         v = pe.data("only_here", [-1, 3])
     assert pe.default_main_program() is outer and v.program is inner
     assert "only_here" in inner.feeds and "only_here" not in outer.feeds
+
+
+T, D = 5, 8
+
+
+def build_sequence_py():
+    """Every sequence layer, with the Python API."""
+    prog = pe.Program()
+    with pe.program_guard(prog):
+        ids = pe.data("ids", [-1, T], "int64")
+        mask = pe.data("mask", [-1, 1, T, T])  # feeds share the batch dim
+        target = pe.data("target", [-1, T, D])
+        e = pe.layers.embedding(ids, (30, D), padding_idx=0, name="emb")
+        a, b2 = pe.layers.split(e, [3, 5], dim=2)
+        j = pe.layers.concat([b2, a], axis=-1)
+        n = pe.layers.layer_norm(j, begin_norm_axis=2)
+        g = pe.layers.gelu(n, approximate=True)
+        t = pe.layers.transpose(g, [0, 2, 1])
+        s = pe.layers.slice(t, [1], [0], [D])
+        m = pe.layers.matmul(t, s, transpose_x=True)  # [-1, T, T]
+        h = pe.layers.multi_head_attention(pe.layers.matmul(m, g), 2, mask=mask)
+        blk = pe.layers.transformer_block(h, 2, 16, mask=mask, name="blk")
+        loss = pe.layers.mse_loss(blk, target)
+        pe.optimizer.Adam(learning_rate=0.01).minimize(loss)
+    return prog, loss
+
+
+def build_sequence_c():
+    """The same program through the C builder's calls."""
+    prog = pe.Program()
+    b = prog.builder
+    L = pe._ffi.lib
+    ffi = pe._ffi.ffi
+    s = pe._ffi.string
+    ids = L.pe_builder_data(b, b"ids", L.PE_B_I64, 2, [-1, T])
+    mask = L.pe_builder_data(b, b"mask", L.PE_B_F32, 4, [-1, 1, T, T])
+    target = L.pe_builder_data(b, b"target", L.PE_B_F32, 3, [-1, T, D])
+    e = L.pe_builder_embedding(b, ids, 30, D, 0, b"emb")
+    outs = ffi.new("const char *[]", 2)
+    assert L.pe_builder_split(b, e, 2, [3, 5], 2, outs) == 0
+    j = L.pe_builder_concat(b, 2, ffi.new("const char *[]", [outs[1], outs[0]]), -1)
+    n = L.pe_builder_layer_norm(b, j, 2, 1e-5, ffi.NULL)
+    g = L.pe_builder_gelu(b, n, True)
+    t = L.pe_builder_transpose(b, g, 3, [0, 2, 1])
+    sl = L.pe_builder_slice(b, t, 1, [1], [0], [D])
+    m = L.pe_builder_matmul(b, t, sl, True, False, ffi.NULL)
+    m = L.pe_builder_matmul(b, m, g, False, False, ffi.NULL)
+    h = L.pe_builder_multi_head_attention(b, m, 2, mask, ffi.NULL)
+    blk = L.pe_builder_transformer_block(b, h, 2, 16, mask, b"blk")
+    loss = L.pe_builder_mse_loss(b, blk, target)
+    assert loss != ffi.NULL, s(L.pe_builder_error(b))
+    assert L.pe_builder_append_backward(b, loss) == 0
+    assert L.pe_builder_adam(b, 0.01, 0.9, 0.999, 1e-8) == 0
+    return prog
+
+
+def test_sequence_layers_bytes_equal_the_c_builders():
+    prog, loss = build_sequence_py()
+    assert loss.name == "mse_loss_0.out"
+    py_bytes = prog.to_bytes()
+    assert len(py_bytes) > 1000
+    assert py_bytes == build_sequence_c().to_bytes()
+
+
+def test_transformer_block_trains(client):
+    prog, loss = build_sequence_py()
+    m = client.register(prog, model="transformer")
+    assert m.init()
+    rng = np.random.default_rng(3)
+    feed = {"ids": rng.integers(1, 30, (4, T)),
+            "mask": np.broadcast_to(np.triu(np.full((T, T), -1e9, np.float32), 1), (4, 1, T, T)),
+            "target": rng.standard_normal((4, T, D)).astype(np.float32)}
+    first, = m.run(feed, fetch=[loss])
+    for _ in range(20):
+        last, = m.run(feed, fetch=[loss])
+    assert np.isfinite(last).all() and last[0] < 0.5 * first[0], (first, last)
+    client.drop_model("transformer")
+
+
+def test_sequence_layer_errors_name_the_problem():
+    prog = pe.Program()
+    with pe.program_guard(prog):
+        x = pe.data("x", [-1, 4, 6])
+        with pytest.raises(pe.BuilderError, match=r"attention 'attention_0': input 'x' \[-1,4,6\]"):
+            pe.layers.multi_head_attention(x, 4)
+    prog = pe.Program()
+    with pe.program_guard(prog):
+        x = pe.data("x", [-1, 4, 3])
+        with pytest.raises(pe.BuilderError, match=r"split 'split_0': 'x' \[-1,4,3\] dim 2"):
+            pe.layers.split(x, 2)
+    with pytest.raises(pe.BuilderError, match="slice: axes, starts and ends differ"):
+        pe.layers.slice(pe.data("y", [-1, 3]), [1], [0, 1], [2])

@@ -42,6 +42,18 @@ static const char *const cpu_only[] = {
     "split_grad",
     "slice",
     "slice_grad",
+    "matmul_v2",
+    "matmul_v2_grad",
+    "abs",
+    "abs_grad",
+    "square",
+    "square_grad",
+    "huber_loss",
+    "huber_loss_grad",
+    "sigmoid_cross_entropy_with_logits",
+    "sigmoid_cross_entropy_with_logits_grad",
+    "cast",
+    "cast_grad",
     NULL,
 };
 

@@ -1,12 +1,14 @@
-/* relu (our loops: oneDNN's maps NaN to 0, relu.h), tanh, sigmoid, gelu
- * (oneDNN eltwise) and softmax (oneDNN softmax), with their gradients.
+/* relu (our loops: oneDNN's maps NaN to 0, relu.h), tanh, sigmoid, gelu,
+ * abs, square (oneDNN eltwise) and softmax (oneDNN softmax), with their
+ * gradients.
  *
  * Eltwise ops are shape-agnostic, so tensors are described as 1-D [numel]
  * (any rank works and the cache key is one number). Softmax is described as
  * 3-D [outer, C, inner] with the softmax over dim 1, which is the same
  * memory as the dense tensor with the reduction over `axis`.
- * Gradients: relu's and gelu's from X; tanh's and sigmoid's from Out (the
- * *_use_dst algorithms), softmax's from Out. gelu is Paddle's: the exact
+ * Gradients: relu's, gelu's, abs's (sign(x), 0 at 0) and square's from X;
+ * tanh's and sigmoid's from Out (the *_use_dst algorithms), softmax's from
+ * Out. gelu is Paddle's: the exact
  * x * Phi(x) (erf) unless its attribute approximate is true (the tanh
  * formula). */
 #include <string.h>
@@ -32,6 +34,8 @@ static const act_kind act_kinds[] = {
     {"tanh", dnnl_eltwise_tanh, dnnl_eltwise_tanh_use_dst_for_bwd, true},
     {"sigmoid", dnnl_eltwise_logistic, dnnl_eltwise_logistic_use_dst_for_bwd, true},
     {"gelu", dnnl_eltwise_gelu_erf, dnnl_eltwise_gelu_erf, false},
+    {"abs", dnnl_eltwise_abs, dnnl_eltwise_abs, false},
+    {"square", dnnl_eltwise_square, dnnl_eltwise_square, false},
 };
 static const act_kind gelu_tanh = {"gelu", dnnl_eltwise_gelu_tanh, dnnl_eltwise_gelu_tanh, false};
 
@@ -281,6 +285,8 @@ const pe_op_def pe_ops_activation[] = {
     ACT_ROWS("tanh"),
     ACT_ROWS("sigmoid"),
     ACT_ROWS_ATTRS("gelu", gelu_attrs),
+    ACT_ROWS("abs"),
+    ACT_ROWS("square"),
     {.type = "softmax",
      .inputs = act_in,
      .outputs = act_out,
