@@ -537,4 +537,5 @@ const pe_device_ops pe_device_cuda_ops = {
     .event_fini = cuda_event_fini,
     .alloc = cuda_alloc,
     .free = cuda_free,
+    .comm = &pe_cuda_comm_ops,
 };
