@@ -1,7 +1,8 @@
-/* The cuda backend joins the engine when the program loads: its row of the
- * device kind table (device_cuda.c, with its NCCL collectives). The engine
- * names no backend; this constructor runs before main, so before any thread
- * opens a device.
+/* The cuda backend joins the engine and the op registry when the program
+ * loads: its row of the device kind table (device_cuda.c, with its NCCL
+ * collectives) and its kernel table (kernel_table.c). Neither names a
+ * backend; this constructor runs before main, so before any thread opens a
+ * device or looks up an op.
  *
  * A static library's member that nothing references is left out of the
  * link, constructor and all. cmake/cuda.cmake therefore has every program
@@ -9,9 +10,11 @@
  * one line there instead of a registration call in each program (daemon,
  * pe-client, pe-bench, every test), none of which can then forget it. */
 #include "cuda/cuda_ctx.h"
+#include "cuda/ops_cuda.h"
 
 __attribute__((constructor)) void pe_cuda_register(void);
 
 void pe_cuda_register(void) {
   pe_device_register_kind(PE_PLACE_CUDA, &pe_device_cuda_ops);
+  pe_op_register_kernels(PE_PLACE_CUDA, pe_cuda_kernel_table);
 }
