@@ -71,6 +71,13 @@ target_sources(pe PRIVATE ${PE_CUDA_SRCS})
 target_include_directories(pe PUBLIC ${PE_CUDNN_INCLUDE} ${PE_NCCL_INCLUDE})
 target_link_libraries(pe PUBLIC CUDA::cudart CUDA::cublas ${PE_CUDNN_LIB} ${PE_NCCL_LIB})
 target_compile_definitions(pe PUBLIC PE_HAVE_CUDA)
+# The backend registers itself when the program loads (a constructor in
+# daemon/cuda/register.c; the engine names no backend). Nothing else
+# references that object, and the linker leaves an unreferenced member of a
+# static library out, constructor and all: every program that links libpe
+# is told to keep it. One place here instead of a registration call in each
+# program (daemon, pe-client, pe-bench, every test).
+target_link_options(pe INTERFACE "LINKER:--undefined=pe_cuda_register")
 # Device code: no host-compiler warnings flood, relocatable code not needed
 # (each .cu is self-contained); -lineinfo keeps profiles readable.
 target_compile_options(pe PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr>)

@@ -23,6 +23,7 @@
 
 #include "core/status.h"
 #include "engine/device.h"
+#include "engine/device_comm.h"
 
 /* A workspace block replaced by a larger one (freed at device close). */
 typedef struct pe_cuda_retired {
@@ -71,5 +72,7 @@ void pe_cuda_pinned_free(void *p, size_t cap);
 int pe_cuda_device_count(pe_status **why);
 
 extern const pe_device_ops pe_device_cuda_ops;
+/* The row's device collectives (NCCL; comm_cuda.c). */
+extern const pe_device_comm_ops pe_cuda_comm_ops;
 
 #endif

@@ -9,7 +9,7 @@
  * Errors. A status fn returns, a launch error left in the runtime
  * (cudaGetLastError after fn), or an asynchronous fault seen by a
  * synchronising call is kept on the stream as its first error, numbered
- * like on cpu (err_seq) so that pe_event_sync reports only errors from work
+ * like on cpu (engine/stream_error.h) so that pe_event_sync reports only errors from work
  * at or before the event's position. A sticky CUDA context error (a kernel
  * fault) is reported by every later call; it is still a status, never an
  * abort.
@@ -28,7 +28,6 @@
  * function that copies staging to the destination when the stream gets
  * there. Nothing waits on the whole device: a fetch is ordered on its copy
  * stream only. */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,18 +35,16 @@
 #include "cuda/cuda_alloc.h"
 #include "cuda/cuda_ctx.h"
 #include "engine/device_impl.h"
+#include "engine/stream_error.h"
 
 typedef struct cuda_stream {
   pe_stream base;
-  pe_device_ctx ctx;  /* ctx.cuda = &cctx */
-  pe_cuda_ctx cctx;   /* stream + handles */
-  pthread_mutex_t mu; /* guards err, err_id */
+  pe_device_ctx ctx;   /* ctx.cuda = &cctx */
+  pe_cuda_ctx cctx;    /* stream + handles */
+  pe_stream_error err; /* the kept error */
   /* Held while a launched fn enqueues its work: one fn at a time per
    * stream, as on sim (see cuda_launch). */
   pthread_mutex_t launch_mu;
-  pe_status *err;
-  uint64_t err_id;
-  _Atomic uint64_t err_seq;
 } cuda_stream;
 
 typedef struct cuda_device {
@@ -85,19 +82,6 @@ int pe_cuda_device_count(pe_status **why) {
   }
   if (n == 0 && why) *why = pe_error(PE_EBACKEND, "cudaGetDeviceCount: the driver sees no GPU");
   return n;
-}
-
-static void keep_error(cuda_stream *s, pe_status *st) {
-  pthread_mutex_lock(&s->mu);
-  uint64_t id = atomic_load_explicit(&s->err_seq, memory_order_relaxed) + 1;
-  atomic_store_explicit(&s->err_seq, id, memory_order_release);
-  if (!s->err) {
-    s->err = st;
-    s->err_id = id;
-    st = NULL;
-  }
-  pthread_mutex_unlock(&s->mu);
-  pe_status_free(st);
 }
 
 static pe_status *set_device(const pe_device *d) {
@@ -241,10 +225,9 @@ static void close_streams(cuda_device *d) {
     if (s->cctx.cudnn) cudnnDestroy(s->cctx.cudnn);
     if (s->cctx.cublas) cublasDestroy(s->cctx.cublas);
     if (s->cctx.stream) cudaStreamDestroy(s->cctx.stream);
-    pe_status_free(s->err);
     pthread_mutex_destroy(&s->cctx.ws_mu);
     pthread_mutex_destroy(&s->launch_mu);
-    pthread_mutex_destroy(&s->mu);
+    pe_stream_error_destroy(&s->err);
     pe_device_ctx_destroy(&s->ctx);
     memset(&s->cctx, 0, sizeof s->cctx);
   }
@@ -267,10 +250,9 @@ static pe_status *open_stream(cuda_device *d, int k) {
   s->base.kind = (pe_stream_kind)k;
   snprintf(s->base.name, sizeof s->base.name, "cuda:%d/%s", place.id,
            pe_stream_kind_name((pe_stream_kind)k));
-  pthread_mutex_init(&s->mu, NULL);
+  pe_stream_error_init(&s->err);
   pthread_mutex_init(&s->launch_mu, NULL);
   pthread_mutex_init(&s->cctx.ws_mu, NULL);
-  atomic_init(&s->err_seq, 0);
   PE_TRY(pe_device_ctx_init(&s->ctx, place, d->base.threads));
   s->ctx.cuda = &s->cctx;
   s->base.ctx = &s->ctx;
@@ -350,7 +332,7 @@ static pe_status *cuda_launch(pe_stream *base, pe_stream_fn fn, void *arg) {
   cudaError_t e = cudaGetLastError();
   pthread_mutex_unlock(&s->launch_mu);
   if (!st && e != cudaSuccess) st = pe_cuda_status(e, base->name);
-  if (st) keep_error(s, st);
+  if (st) pe_stream_error_keep(&s->err, st);
   return NULL;
 }
 
@@ -361,17 +343,12 @@ static void cuda_drain(pe_stream *base) {
   if (e != cudaSuccess) {
     char what[80];
     snprintf(what, sizeof what, "%s: cudaStreamSynchronize", base->name);
-    keep_error(s, pe_cuda_status(e, what));
+    pe_stream_error_keep(&s->err, pe_cuda_status(e, what));
   }
 }
 
 static pe_status *cuda_take_error(pe_stream *base) {
-  cuda_stream *s = (cuda_stream *)base;
-  pthread_mutex_lock(&s->mu);
-  pe_status *st = s->err;
-  s->err = NULL;
-  pthread_mutex_unlock(&s->mu);
-  return st;
+  return pe_stream_error_take(&((cuda_stream *)base)->err);
 }
 
 /* d2h through staging: the host function copies staging to the caller's
@@ -474,7 +451,7 @@ static pe_status *cuda_event_record(pe_event *e, pe_stream *base) {
   snprintf(what, sizeof what, "%s: cudaEventRecord", base->name);
   PE_TRY(pe_cuda_status(cudaEventRecord((cudaEvent_t)e->impl, s->cctx.stream), what));
   e->stream = base;
-  e->ticket = atomic_load_explicit(&s->err_seq, memory_order_acquire);
+  e->ticket = pe_stream_error_mark(&s->err);
   return NULL;
 }
 
@@ -488,11 +465,7 @@ static pe_status *cuda_event_sync(const pe_event *e) {
     snprintf(what, sizeof what, "%s: cudaEventSynchronize", e->stream->name);
     return pe_cuda_status(ce, what);
   }
-  pe_status *st = NULL;
-  pthread_mutex_lock(&s->mu);
-  if (s->err && s->err_id <= e->ticket) st = pe_error(s->err->code, "%s", s->err->msg);
-  pthread_mutex_unlock(&s->mu);
-  return st;
+  return pe_stream_error_at(&s->err, e->ticket);
 }
 
 static pe_status *cuda_stream_wait_event(pe_stream *base, const pe_event *e) {
@@ -537,4 +510,5 @@ const pe_device_ops pe_device_cuda_ops = {
     .event_fini = cuda_event_fini,
     .alloc = cuda_alloc,
     .free = cuda_free,
+    .comm = &pe_cuda_comm_ops,
 };

@@ -37,6 +37,9 @@ pe_status *pe_cu_refuse_fused(pe_kernel_ctx *c, int bias_slot);
 /* An INTS attribute of two values (H, W), default dflt. */
 void pe_cu_attr_pair(const pe_op_desc *op, const char *name, int64_t dflt, int64_t out[2]);
 
+/* The backend's kernel table (kernel_table.c; registered by register.c). */
+extern const pe_kernel_row pe_cuda_kernel_table[];
+
 /* The kernels (ops_cuda_basic.c, ops_cuda_dnn.c), one per row of kernel_table.c. */
 pe_status *pe_cuk_fill_constant(pe_kernel_ctx *c);
 pe_status *pe_cuk_uniform_random(pe_kernel_ctx *c);

@@ -1,29 +1,35 @@
 /* The kind-independent part of the device interface: the table of kinds,
- * the event pool, pe_stream_sync and the executor's synchronisation rule. */
+ * the event pool, pe_stream_sync, device communicators and the executor's
+ * synchronisation rule. */
 #include "device.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_comm.h"
 #include "device_impl.h"
-#ifdef PE_HAVE_CUDA
-extern const pe_device_ops pe_device_cuda_ops; /* daemon/cuda/device_cuda.c */
-#endif
 
-/* Kinds are rows: a new kind is one entry here (cuda when it is built). */
-static const pe_device_ops *const kind_table[] = {
+/* Kinds are rows. The engine builds in cpu and sim; any other kind's row
+ * comes from its backend (pe_device_register_kind), so the engine names no
+ * backend. Written before threads open devices, read-only afterwards. */
+static const pe_device_ops *kind_table[PE_PLACE_KINDS] = {
     [PE_PLACE_CPU] = &pe_device_cpu_ops,
     [PE_PLACE_SIM] = &pe_device_sim_ops,
-#ifdef PE_HAVE_CUDA
-    [PE_PLACE_CUDA] = &pe_device_cuda_ops,
-#else
-    [PE_PLACE_CUDA] = NULL,
-#endif
 };
 
 const pe_device_ops *pe_device_kind_ops(pe_place_kind kind) {
   if ((unsigned)kind >= sizeof kind_table / sizeof kind_table[0]) return NULL;
   return kind_table[kind];
+}
+
+void pe_device_register_kind(pe_place_kind kind, const pe_device_ops *ops) {
+  if ((unsigned)kind < sizeof kind_table / sizeof kind_table[0]) kind_table[kind] = ops;
+}
+
+pe_status *pe_device_comm_new(pe_device *const *devs, int n, pe_device_comm **out) {
+  *out = NULL;
+  if (n < 1 || !devs[0]->ops->comm) return NULL;
+  return devs[0]->ops->comm->comm_new(devs, n, out);
 }
 
 pe_status *pe_device_open(pe_place place, const pe_device_opts *opts, pe_device **out) {

@@ -109,7 +109,8 @@ typedef struct pe_device_opts {
   int device_memory;
 } pe_device_opts;
 
-/* One row per device kind. Implementations: device_cpu.c, device_sim.c.
+/* One row per device kind. Implementations: device_cpu.c, device_sim.c;
+ * a backend outside the engine registers its row (pe_device_register_kind).
  * Entries marked (opt) may be NULL. */
 typedef struct pe_device_ops {
   const char *name; /* "cpu", "sim", "cuda" */
@@ -143,6 +144,10 @@ typedef struct pe_device_ops {
   void (*event_fini)(pe_device *d, pe_event *e);
   void *(*alloc)(pe_device *d, size_t bytes, size_t *cap);
   void (*free)(pe_device *d, void *p, size_t cap);
+  /* (opt) collectives across several devices of this kind on their comm
+   * streams (engine/device_comm.h); NULL: the host collectives serve the
+   * kind (its memory is host memory). */
+  const struct pe_device_comm_ops *comm;
 } pe_device_ops;
 
 /* The common part of every stream. Read-only for users; a kind embeds it
@@ -181,8 +186,12 @@ struct pe_device {
 };
 
 /* --- devices ------------------------------------------------------------ */
-/* The row of a kind, NULL when that kind is not built in (cuda without nvcc). */
+/* The row of a kind, NULL when no backend registered it (cuda without nvcc). */
 const pe_device_ops *pe_device_kind_ops(pe_place_kind kind);
+/* A backend's row for its kind (cpu and sim are built in). Called before
+ * any thread opens a device (a backend does it at program load); a later
+ * registration of the same kind replaces the row. */
+void pe_device_register_kind(pe_place_kind kind, const pe_device_ops *ops);
 /* Open the device of `place`. opts may be NULL (defaults). */
 pe_status *pe_device_open(pe_place place, const pe_device_opts *opts, pe_device **out);
 /* NULL is a no-op. No launch may race with or follow this call. */
@@ -276,7 +285,7 @@ pe_status *pe_device_sync_dep(pe_sync_strategy strategy, pe_stream *producer,
 const char *pe_sync_strategy_name(pe_sync_strategy s);
 bool pe_sync_strategy_parse(const char *name, pe_sync_strategy *out);
 
-/* Kind rows, for device.c's table. */
+/* The built-in kind rows, for device.c's table. */
 extern const pe_device_ops pe_device_cpu_ops;
 extern const pe_device_ops pe_device_sim_ops;
 

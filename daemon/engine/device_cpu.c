@@ -3,25 +3,22 @@
  * every kind; they hold only the kept error. Events are complete as soon as
  * they are recorded.
  *
- * Error bookkeeping without a lock on the success path: launch takes the
- * stream mutex only when fn failed. Each kept error gets a number from
- * err_seq; an event records how many errors had been numbered when it was
- * recorded, so pe_event_sync reports the kept error only if it came from
- * work that ran before the record (the same rule as on async kinds). */
-#include <stdatomic.h>
+ * Error bookkeeping without a lock on the success path: launch touches the
+ * stream's error slot (engine/stream_error.h) only when fn failed. An event
+ * records how many errors had been numbered when it was recorded, so
+ * pe_event_sync reports the kept error only if it came from work that ran
+ * before the record (the same rule as on async kinds). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device_impl.h"
 #include "ops/cpu/dnnl_util.h"
+#include "stream_error.h"
 
 typedef struct cpu_stream {
   pe_stream base;
-  pthread_mutex_t mu;       /* guards err, err_id */
-  pe_status *err;           /* first error since the last take_error */
-  uint64_t err_id;          /* its number in err_seq */
-  _Atomic uint64_t err_seq; /* errors numbered so far (written under mu) */
+  pe_stream_error err; /* the kept error */
 } cpu_stream;
 
 typedef struct cpu_device {
@@ -57,8 +54,7 @@ static pe_status *cpu_open(pe_place place, const pe_device_opts *opts, pe_device
     s->base.ctx = &d->ctx;
     snprintf(s->base.name, sizeof s->base.name, "cpu:%d/%s", place.id,
              pe_stream_kind_name((pe_stream_kind)k));
-    pthread_mutex_init(&s->mu, NULL);
-    atomic_init(&s->err_seq, 0);
+    pe_stream_error_init(&s->err);
     d->base.streams[k] = &s->base;
   }
   *out = &d->base;
@@ -67,33 +63,15 @@ static pe_status *cpu_open(pe_place place, const pe_device_opts *opts, pe_device
 
 static void cpu_close(pe_device *base) {
   cpu_device *d = (cpu_device *)base;
-  for (int k = 0; k < PE_STREAM_KINDS; k++) {
-    pe_status_free(d->streams[k].err);
-    pthread_mutex_destroy(&d->streams[k].mu);
-  }
+  for (int k = 0; k < PE_STREAM_KINDS; k++) pe_stream_error_destroy(&d->streams[k].err);
   pe_device_ctx_destroy(&d->ctx);
   pe_device_base_fini(&d->base);
   free(d);
 }
 
-static void keep_error(cpu_stream *s, pe_status *st) {
-  pthread_mutex_lock(&s->mu);
-  /* Under mu, so numbers and the kept error agree; relaxed suffices for
-   * the increment, the release orders it for record's acquire load. */
-  uint64_t id = atomic_load_explicit(&s->err_seq, memory_order_relaxed) + 1;
-  atomic_store_explicit(&s->err_seq, id, memory_order_release);
-  if (!s->err) {
-    s->err = st;
-    s->err_id = id;
-    st = NULL;
-  }
-  pthread_mutex_unlock(&s->mu);
-  pe_status_free(st);
-}
-
 static pe_status *cpu_launch(pe_stream *base, pe_stream_fn fn, void *arg) {
   pe_status *st = fn(arg);
-  if (st) keep_error((cpu_stream *)base, st);
+  if (st) pe_stream_error_keep(&((cpu_stream *)base)->err, st);
   return NULL;
 }
 
@@ -107,23 +85,15 @@ static void cpu_drain(pe_stream *s) { /* launch returned after fn ran */
 }
 
 static pe_status *cpu_take_error(pe_stream *base) {
-  cpu_stream *s = (cpu_stream *)base;
-  pthread_mutex_lock(&s->mu);
-  pe_status *st = s->err;
-  s->err = NULL;
-  pthread_mutex_unlock(&s->mu);
-  return st;
+  return pe_stream_error_take(&((cpu_stream *)base)->err);
 }
 
 static pe_status *cpu_event_record(pe_event *e, pe_stream *base) {
   if (base->dev != e->dev)
     return pe_error(PE_EINVAL, "event of %s recorded on stream %s", e->dev->streams[0]->name,
                     base->name);
-  cpu_stream *s = (cpu_stream *)base;
   e->stream = base;
-  /* acquire: pairs with keep_error's release (an error kept by a launch
-   * that finished before this record is counted). */
-  e->ticket = atomic_load_explicit(&s->err_seq, memory_order_acquire);
+  e->ticket = pe_stream_error_mark(&((cpu_stream *)base)->err);
   return NULL;
 }
 
@@ -140,12 +110,7 @@ static bool cpu_event_query(const pe_event *e) {
 
 static pe_status *cpu_event_sync(const pe_event *e) {
   if (!e->stream) return NULL;
-  cpu_stream *s = (cpu_stream *)e->stream;
-  pe_status *st = NULL;
-  pthread_mutex_lock(&s->mu);
-  if (s->err && s->err_id <= e->ticket) st = pe_error(s->err->code, "%s", s->err->msg);
-  pthread_mutex_unlock(&s->mu);
-  return st;
+  return pe_stream_error_at(&((cpu_stream *)e->stream)->err, e->ticket);
 }
 
 static void *cpu_alloc(pe_device *d, size_t bytes, size_t *cap) {

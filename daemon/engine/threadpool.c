@@ -97,7 +97,14 @@ typedef struct worker {
 } worker;
 
 struct pe_pool {
-  int n;
+  /* Workers running or being started: slots [0, n) of w. n only grows
+   * (pe_pool_grow, release after the slot is set up); readers load it with
+   * acquire and may see the old value, which leaves out a worker that
+   * serves its own queue anyway. */
+  atomic_int n;
+  int cap;                 /* slots of w (pe_pool_opts.max_threads) */
+  int inited;              /* slots whose queue is set up; under grow_mu */
+  pthread_mutex_t grow_mu; /* one pe_pool_grow at a time */
   worker *w;
   alignas(64) _Atomic(pe_task *) inject; /* stack, newest first */
   _Atomic(pe_task *) urgent;             /* stack, taken before inject */
@@ -218,11 +225,16 @@ static pe_task *queue_take(task_queue *q, int max, pe_task **last, int *k) {
 
 /* --- finding work ---------------------------------------------------------------- */
 
+static inline int n_workers(const pe_pool *p) {
+  return atomic_load_explicit(&p->n, memory_order_acquire);
+}
+
 static bool any_work(pe_pool *p) {
   if (atomic_load_explicit(&p->urgent, memory_order_relaxed) ||
       atomic_load_explicit(&p->inject, memory_order_relaxed))
     return true;
-  for (int i = 0; i < p->n; i++)
+  int n = n_workers(p);
+  for (int i = 0; i < n; i++)
     if (queue_hint(&p->w[i].q)) return true;
   return false;
 }
@@ -303,11 +315,12 @@ static pe_task *find_task(pe_pool *p, worker *self) {
   if (self && ++self->looks % FAIR_EVERY == 0 && (t = take_stacks(p, self))) return t;
   if (self && (t = queue_take(&self->q, 1, &last, &k))) return t;
   if (self && (t = take_stacks(p, self))) return t;
-  if (p->n == 1 && self) return NULL;
+  int n = n_workers(p);
+  if (n == 1 && self) return NULL;
   uint32_t seed = self ? xorshift(&self->rng) : (uint32_t)(uintptr_t)&last;
-  int start = (int)(seed % (uint32_t)p->n);
-  for (int i = 0; i < p->n; i++) {
-    int vi = (start + i) % p->n;
+  int start = (int)(seed % (uint32_t)n);
+  for (int i = 0; i < n; i++) {
+    int vi = (start + i) % n;
     worker *v = &p->w[vi];
     if (v == self) continue;
     int qn = queue_hint(&v->q);
@@ -426,12 +439,24 @@ static void *worker_main(void *arg) {
 
 /* --- public -------------------------------------------------------------------------- */
 
+/* Set up worker slot i (its queue, identity and victim state). */
+static void slot_init(pe_pool *p, int i) {
+  worker *w = &p->w[i];
+  queue_init(&w->q);
+  w->pool = p;
+  w->id = i;
+  w->rng = 0x9e3779b9u * (uint32_t)(i + 1);
+  memset(w->seen, 0xff, sizeof w->seen);
+  p->inited = i + 1;
+}
+
 static void pool_destroy(pe_pool *p, int started) {
   atomic_store_explicit(&p->stop, true, memory_order_release);
   atomic_fetch_add_explicit(&p->seq, 1, memory_order_release);
   futex_wake(&p->seq, INT32_MAX);
   for (int i = 0; i < started; i++) pthread_join(p->w[i].thread, NULL);
-  for (int i = 0; i < p->n; i++) pthread_mutex_destroy(&p->w[i].q.mu);
+  for (int i = 0; i < p->inited; i++) pthread_mutex_destroy(&p->w[i].q.mu);
+  pthread_mutex_destroy(&p->grow_mu);
   free(p->w);
   free(p);
 }
@@ -441,17 +466,21 @@ pe_status *pe_pool_new(int n_threads, const pe_pool_opts *opts, pe_pool **out) {
   if (n_threads < 1 || n_threads > PE_POOL_MAX_THREADS)
     return pe_error(PE_EINVAL, "thread pool: %d threads (want 1..%d)", n_threads,
                     PE_POOL_MAX_THREADS);
+  int cap = opts && opts->max_threads > n_threads ? opts->max_threads : n_threads;
+  if (cap > PE_POOL_MAX_THREADS) cap = PE_POOL_MAX_THREADS;
   pe_pool *p = aligned_alloc(64, (sizeof(pe_pool) + 63) / 64 * 64);
-  worker *w = aligned_alloc(64, sizeof(worker) * (size_t)n_threads);
+  worker *w = aligned_alloc(64, sizeof(worker) * (size_t)cap);
   if (!p || !w) {
     free(p);
     free(w);
     return pe_error(PE_ENOMEM, "thread pool: %d workers", n_threads);
   }
   memset(p, 0, sizeof *p);
-  memset(w, 0, sizeof(worker) * (size_t)n_threads);
-  p->n = n_threads;
+  memset(w, 0, sizeof(worker) * (size_t)cap);
+  atomic_init(&p->n, n_threads);
+  p->cap = cap;
   p->w = w;
+  pthread_mutex_init(&p->grow_mu, NULL);
   if (opts) p->opts = *opts;
   int spin_us = p->opts.spin_us == 0 ? DEFAULT_SPIN_US : p->opts.spin_us;
   p->spin_ns = spin_us > 0 ? spin_us * 1000L : 0;
@@ -462,13 +491,7 @@ pe_status *pe_pool_new(int n_threads, const pe_pool_opts *opts, pe_pool **out) {
   atomic_init(&p->stop, false);
   atomic_init(&p->drained, false);
   atomic_init(&p->started, 0);
-  for (int i = 0; i < n_threads; i++) {
-    queue_init(&w[i].q);
-    w[i].pool = p;
-    w[i].id = i;
-    w[i].rng = 0x9e3779b9u * (uint32_t)(i + 1);
-    memset(w[i].seen, 0xff, sizeof w[i].seen);
-  }
+  for (int i = 0; i < n_threads; i++) slot_init(p, i);
   for (int i = 0; i < n_threads; i++) {
     int rc = pthread_create(&w[i].thread, NULL, worker_main, &w[i]);
     if (!rc) atomic_fetch_add_explicit(&p->started, 1, memory_order_relaxed);
@@ -483,11 +506,33 @@ pe_status *pe_pool_new(int n_threads, const pe_pool_opts *opts, pe_pool **out) {
 
 void pe_pool_free(pe_pool *pool) {
   if (!pool) return;
-  pool_destroy(pool, pool->n);
+  pool_destroy(pool, n_workers(pool));
+}
+
+pe_status *pe_pool_grow(pe_pool *pool, int n_threads) {
+  pthread_mutex_lock(&pool->grow_mu);
+  pe_status *st = NULL;
+  if (n_threads > pool->cap)
+    st = pe_error(PE_EINVAL, "thread pool: %d workers asked, at most %d (max_threads)", n_threads,
+                  pool->cap);
+  int to = n_threads < pool->cap ? n_threads : pool->cap;
+  for (int i = n_workers(pool); i < to; i++) {
+    slot_init(pool, i);
+    int rc = pthread_create(&pool->w[i].thread, NULL, worker_main, &pool->w[i]);
+    if (rc) {
+      pe_status_free(st);
+      st = pe_error(PE_EINTERNAL, "thread pool: starting worker %d: %s", i, strerror(rc));
+      break;
+    }
+    atomic_fetch_add_explicit(&pool->started, 1, memory_order_relaxed);
+    atomic_store_explicit(&pool->n, i + 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&pool->grow_mu);
+  return st;
 }
 
 int pe_pool_threads(const pe_pool *pool) {
-  return pool->n;
+  return n_workers(pool);
 }
 
 int pe_pool_current_worker(void) {
@@ -509,18 +554,19 @@ void pe_pool_submit_batch(pe_pool *pool, pe_task *first, pe_task *last, int n) {
 
 /* Worker w mod threads's queue (w may be any int). */
 static task_queue *home_queue(pe_pool *pool, int w) {
-  return &pool->w[(w % pool->n + pool->n) % pool->n].q;
+  int n = n_workers(pool);
+  return &pool->w[(w % n + n) % n].q;
 }
 
 void pe_pool_submit_to(pe_pool *pool, int w, pe_task *first, pe_task *last, int n) {
   if (n <= 0) return;
   queue_push(home_queue(pool, w), first, last, n, false);
-  wake(pool, pool->n); /* any sleeper may be the one: wake them all */
+  wake(pool, n_workers(pool)); /* any sleeper may be the one: wake them all */
 }
 
 void pe_pool_submit_to_front(pe_pool *pool, int w, pe_task *task) {
   queue_push(home_queue(pool, w), task, task, 1, true);
-  wake(pool, pool->n);
+  wake(pool, n_workers(pool));
 }
 
 void pe_pool_submit(pe_pool *pool, pe_task *task) {

@@ -53,6 +53,9 @@ typedef struct pe_pool_opts {
    * default, 50; negative: sleep at once). Spinning trades CPU for the
    * latency of a futex wake-up (several microseconds). */
   int spin_us;
+  /* The most workers pe_pool_grow may bring the pool to (<= n_threads: it
+   * cannot grow). Slots for them are allocated at pe_pool_new. */
+  int max_threads;
 } pe_pool_opts;
 
 typedef struct pe_pool pe_pool;
@@ -65,7 +68,13 @@ pe_status *pe_pool_new(int n_threads, const pe_pool_opts *opts, pe_pool **out);
  * this call. NULL is a no-op. */
 void pe_pool_free(pe_pool *pool);
 
+/* Workers now (grows with pe_pool_grow, never shrinks). */
 int pe_pool_threads(const pe_pool *pool);
+/* Start workers until the pool has n_threads (nothing when it has that
+ * many); the pool never shrinks. Beyond opts.max_threads it grows to that
+ * and says so; a thread that cannot be started stops the growth with its
+ * reason. Any thread, while tasks run; not with or after pe_pool_free. */
+pe_status *pe_pool_grow(pe_pool *pool, int n_threads);
 
 /* Any thread. Routes to the caller's own queue when it is a worker of
  * this pool, to the inject queue otherwise. */

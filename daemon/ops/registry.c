@@ -20,10 +20,9 @@ static const pe_op_def *const group_tables[] = {
     pe_ops_pointwise_loss, pe_ops_cast,
 };
 
-#ifdef PE_HAVE_CUDA
-/* The cuda backend's kernels (daemon/cuda), merged into the rows at init. */
-extern const pe_kernel_row pe_cuda_kernel_table[];
-#endif
+/* Backends' kernel tables by place kind (pe_op_register_kernels), merged
+ * into the rows at init. Written before the first lookup. */
+static const pe_kernel_row *backend_kernels[PE_PLACE_KINDS];
 
 #define MAX_OPS 256
 static pe_op_def rows[MAX_OPS]; /* copies with counts filled in */
@@ -60,8 +59,7 @@ static void registry_init(void) {
   }
   for (int i = 0; i < n_rows; i++)
     if (!pe_strmap_put(&by_type, rows[i].type, &rows[i])) abort();
-#ifdef PE_HAVE_CUDA
-  for (const pe_kernel_row *k = pe_cuda_kernel_table; k->type; k++) {
+  for (const pe_kernel_row *k = backend_kernels[PE_PLACE_CUDA]; k && k->type; k++) {
     pe_op_def *d = pe_strmap_get(&by_type, k->type);
     if (!d) {
       fprintf(stderr, "pe: op registry: cuda kernel for unknown op '%s'\n", k->type);
@@ -70,7 +68,10 @@ static void registry_init(void) {
     d->kernel_cuda = k->kernel;
     d->state_free_cuda = k->state_free;
   }
-#endif
+}
+
+void pe_op_register_kernels(pe_place_kind kind, const pe_kernel_row *rows) {
+  if ((unsigned)kind < PE_PLACE_KINDS) backend_kernels[kind] = rows;
 }
 
 pe_kernel_fn pe_op_kernel(const pe_op_def *d, pe_place_kind kind) {

@@ -29,11 +29,11 @@
 
 #include <stdbool.h>
 
-#include "ir/program.h"
 #include "core/place.h"
 #include "core/rng.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "ir/program.h"
 
 #define PE_GRAD_SUFFIX "@GRAD"
 
@@ -140,8 +140,8 @@ struct pe_op_def {
   int (*output_copies)(const pe_op_def *d, const pe_op_desc *op, int out);
   /* filled by the registry at init */
   int n_inputs, n_outputs, n_attrs;
-  /* CUDA kernel and its per-op state release, filled at init from the cuda
-   * backend's table (pe_cuda_kernel_table) when it is built; else NULL. */
+  /* CUDA kernel and its per-op state release, filled at init from the
+   * table the cuda backend registered (pe_op_register_kernels); else NULL. */
   pe_status *(*kernel_cuda)(pe_kernel_ctx *ctx);
   void (*state_free_cuda)(void *state);
 };
@@ -154,6 +154,11 @@ typedef struct pe_kernel_row {
   pe_kernel_fn kernel;
   void (*state_free)(void *state);
 } pe_kernel_row;
+
+/* A device backend's kernel table for its kind (cuda), merged into the
+ * rows when the registry is built. Called before the first lookup (a backend
+ * does it when the program loads); the registry names no backend. */
+void pe_op_register_kernels(pe_place_kind kind, const pe_kernel_row *rows);
 
 /* The kernel of def for a place of `kind`: kernel_cpu for cpu and sim (sim
  * devices run on host memory), kernel_cuda for cuda. NULL when the op has

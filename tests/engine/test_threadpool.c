@@ -2,8 +2,8 @@
  * submission, 1..8 workers), stealing, FIFO and urgent order from outside,
  * outside submissions not starved by a worker's own,
  * no lost wake-ups over many sleep/wake rounds, free drains, worker ids and
- * start/stop hooks, run_one, submit_to placement. Waits in the tests have deadlines, so a lost
- * wake-up fails instead of hanging. */
+ * start/stop hooks, run_one, submit_to placement, growing. Waits in the tests have deadlines, so a
+ * lost wake-up fails instead of hanging. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <sched.h>
@@ -15,6 +15,7 @@
 #include "check_main.h"
 #include "engine/threadpool.h"
 #include "engine_test_util.h"
+#include "test_assert.h"
 
 static pe_pool *new_pool(int n, int spin_us) {
   pe_pool_opts o = {.spin_us = spin_us};
@@ -440,6 +441,58 @@ START_TEST(bad_thread_counts) {
 }
 END_TEST
 
+/* --- growing ---------------------------------------------------------------------------- */
+
+/* Two tasks that each wait (up to a guard, no margin) until both are
+ * running: they meet only on two workers at once. */
+typedef struct rendezvous {
+  pe_task t[2];
+  atomic_int arrived, met;
+} rendezvous;
+
+static void meet_task(void *arg) {
+  rendezvous *r = arg;
+  atomic_fetch_add(&r->arrived, 1);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    if (atomic_load(&r->arrived) >= 2) {
+      atomic_fetch_add(&r->met, 1);
+      return;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec - t0.tv_sec > 20) return; /* the guard of a broken pool */
+    sched_yield();
+  }
+}
+
+START_TEST(grow_adds_workers_that_run_at_once) {
+  pe_pool_opts o = {.max_threads = 2};
+  pe_pool *p = NULL;
+  PE_CK_OK(pe_pool_new(1, &o, &p));
+  ck_assert_int_eq(pe_pool_threads(p), 1);
+  PE_CK_OK(pe_pool_grow(p, 2));
+  ck_assert_int_eq(pe_pool_threads(p), 2);
+  PE_CK_OK(pe_pool_grow(p, 1)); /* never shrinks */
+  ck_assert_int_eq(pe_pool_threads(p), 2);
+  pe_status *st = pe_pool_grow(p, 3);
+  ck_assert_int_eq(pe_status_code(st), PE_EINVAL);
+  ck_assert_msg(strstr(pe_status_msg(st), "at most 2"), "%s", pe_status_msg(st));
+  pe_status_free(st);
+  ck_assert_int_eq(pe_pool_threads(p), 2);
+  static rendezvous r;
+  atomic_init(&r.arrived, 0);
+  atomic_init(&r.met, 0);
+  for (int i = 0; i < 2; i++) {
+    r.t[i] = (pe_task){meet_task, &r, NULL};
+    pe_pool_submit(p, &r.t[i]);
+  }
+  pe_pool_free(p); /* drains */
+  ck_assert_int_eq(atomic_load(&r.met), 2);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("threadpool");
   TCase *tc = tcase_create("pool");
@@ -454,6 +507,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, run_one_lets_a_worker_help);
   tcase_add_test(tc, submit_to_places_tasks);
   tcase_add_test(tc, bad_thread_counts);
+  tcase_add_test(tc, grow_adds_workers_that_run_at_once);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -25,15 +25,11 @@
 
 pe_status *par_sync_dep(pe_par_exec *e, bool in_coll, pe_stream *producer, const pe_event *ev,
                         pe_stream *consumer) {
-#ifdef PE_HAVE_CUDA
-  if (e->sync == PE_SYNC_WAIT_PRODUCER && e->m->nccl && producer && producer != consumer &&
+  if (e->sync == PE_SYNC_WAIT_PRODUCER && e->m->dcomm && producer && producer != consumer &&
       producer->kind == PE_STREAM_COMM) {
-    if (!in_coll) return par_model_nccl_finish(e->m);
+    if (!in_coll) return par_model_dcomm_finish(e->m);
     return pe_device_sync_dep(PE_SYNC_WAIT_EVENT, producer, ev, consumer);
   }
-#else
-  (void)in_coll;
-#endif
   return pe_device_sync_dep(e->sync, producer, ev, consumer);
 }
 
@@ -125,9 +121,7 @@ pe_status *par_drain(pe_par_exec *e) {
   }
   if (!e->tail) return NULL;
   e->tail = false;
-#ifdef PE_HAVE_CUDA
-  if (e->m->nccl) par_fail(e, par_nccl_finish(e)); /* NCCL errors, not hangs */
-#endif
+  if (e->m->dcomm) par_fail(e, par_dcomm_finish(e)); /* collective errors, not hangs */
   par_fail(e, end_events(e, ALL_STREAMS, false, true));
   pe_status *st = atomic_exchange(&e->err, NULL);
   if (e->tail_quiet) {
@@ -151,10 +145,8 @@ pe_status *pe_par_exec_sync(pe_par_exec *e) {
 
 void par_end_async(pe_par_exec *e, const char *const *fetch, int n_fetch) {
   bool all = e->feeds_viewed || e->tl;
-#ifdef PE_HAVE_CUDA
-  /* NCCL errors, not hangs: before waiting for any collective's output. */
-  if (e->m->nccl && (all || n_fetch)) par_fail(e, par_nccl_finish(e));
-#endif
+  /* Collective errors, not hangs: before waiting for any collective's output. */
+  if (e->m->dcomm && (all || n_fetch)) par_fail(e, par_dcomm_finish(e));
   if (all) {
     par_fail(e, par_sync_streams(e));
     return;

@@ -379,18 +379,8 @@ static pe_status *sim_launch(xnode *x) {
 
 bool par_coll_run(xnode *x, bool may_fan_out) {
   pe_par_exec *e = x->e;
-#ifdef PE_HAVE_CUDA
-  if (e->m->nccl) {
-    pe_status *st = par_nccl_launch(x);
-    if (st) {
-      par_fail(e, pe_status_wrap(st, "node %d %s", x->id, x->n->name));
-      atomic_store(&x->failed, true);
-    }
-    return true;
-  }
-#endif
-  if (e->async) {
-    pe_status *st = sim_launch(x);
+  if (e->m->dcomm || e->async) { /* on the comm streams: the backend's, or sim's */
+    pe_status *st = e->m->dcomm ? par_dcomm_launch(x) : sim_launch(x);
     if (st) {
       par_fail(e, pe_status_wrap(st, "node %d %s", x->id, x->n->name));
       atomic_store(&x->failed, true);

@@ -222,7 +222,8 @@ static pe_status *compile_node(pe_par_exec *e, int id, bool *lv_batch) {
   if (e->async) {
     if (!x->collective) {
       x->n_ev = 1;
-    } else if (n->kind == PE_NODE_ALL_REDUCE || n->kind == PE_NODE_FUSED_ALL_REDUCE || e->m->nccl) {
+    } else if (n->kind == PE_NODE_ALL_REDUCE || n->kind == PE_NODE_FUSED_ALL_REDUCE ||
+               e->m->dcomm) {
       x->n_ev = e->n_places; /* a part on every place's comm stream */
     } else {
       x->n_ev = 1;
@@ -255,14 +256,15 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
     pe_graph_free(g);
     return st;
   }
-  for (int i = 0; m->nccl && i < g->n_nodes; i++) {
+  for (int i = 0; m->dcomm && i < g->n_nodes; i++) {
     const pe_graph_node *n = &g->nodes[i];
     if (n->kind != PE_NODE_REDUCE && n->kind != PE_NODE_SHARDED_UPDATE) continue;
     pe_status *st = pe_error(PE_EINVAL,
-                             "parallel executor: node %d %s (strategy %s) on %s:%d: cuda places "
-                             "take the allreduce strategy only (NCCL all-reduce and broadcast)",
+                             "parallel executor: node %d %s (strategy %s) on %s:%d: %s places "
+                             "take the allreduce strategy only (the device's all-reduce and "
+                             "broadcast)",
                              i, n->name, pe_strategy_name(g->strategy), pe_place_kind_name(m->kind),
-                             m->n_places);
+                             m->n_places, pe_place_kind_name(m->kind));
     pe_graph_free(g);
     return st;
   }

@@ -126,6 +126,13 @@ pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out);
  * OpenMP team of cores / places; the online cores otherwise (sim and cuda
  * kernels do not run on the pool). */
 int pe_runtime_default_workers(pe_place_kind kind, int n_places);
+/* Grow the pool (it never shrinks) so that a model on n_places places of
+ * kind runs them at once: one worker per cpu place, up to the online cores
+ * (the daemon's pool starts with its default places' workers; a model may
+ * ask for more). NULL when the pool serves them; else why not (the model
+ * still works, its places taking turns on the workers there are). Any
+ * thread. */
+pe_status *pe_runtime_serve_places(pe_runtime *rt, pe_place_kind kind, int n_places);
 /* Waits for every pushed op, closes the devices, frees the pool. Every model
  * and executor must have been freed. NULL: no-op. */
 void pe_runtime_free(pe_runtime *rt);

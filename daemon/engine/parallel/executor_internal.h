@@ -243,9 +243,10 @@ void par_engine_complete(xnode *x);
 void par_run_chain(xnode *x);
 /* Make `consumer` see `producer`'s work up to ev (NULL: all queued so far):
  * pe_device_sync_dep with the run's strategy, except that under
- * WAIT_PRODUCER a comm stream of an NCCL model is never drained on the host,
- * which would block forever on a stuck collective that only NCCL's error
- * poll sees: outside coll_mu the wait is par_model_nccl_finish (every comm
+ * WAIT_PRODUCER a comm stream of a model with a device communicator is never
+ * drained on the host, which would block forever on a stuck collective that
+ * only the backend's error poll sees: outside coll_mu the wait is
+ * par_model_dcomm_finish (every comm
  * stream of the model, with the poll and its time limit); under coll_mu
  * (in_coll: a collective's launch, where an abort could not take the lock)
  * the consumer waits for ev on the device. */
@@ -302,14 +303,14 @@ void par_coll_free(xnode *x);
  * submitted and the last of them completes the node. */
 bool par_coll_run(xnode *x, bool may_fan_out);
 
-/* parallel/collective_nccl.c (cuda builds): launch collective x with NCCL on every
- * place's comm stream (the model has an NCCL communicator: cuda, > 1
- * place). */
-pe_status *par_nccl_launch(xnode *x);
+/* parallel/collective_device.c: launch collective x with the backend's device
+ * collectives on every place's comm stream (the model has a device
+ * communicator: > 1 place of a kind such as cuda). */
+pe_status *par_dcomm_launch(xnode *x);
 /* Before a run's fetches or in par_drain, before the end events: wait for the comm
- * streams while polling NCCL's asynchronous errors, with a time limit, so a
- * failed collective is the run's error instead of a hang. */
-pe_status *par_nccl_finish(pe_par_exec *e);
+ * streams while polling the backend's asynchronous errors, with a time limit,
+ * so a failed collective is the run's error instead of a hang. */
+pe_status *par_dcomm_finish(pe_par_exec *e);
 
 /* parallel/feed.c */
 pe_status *par_feeds_compile(pe_par_exec *e);

@@ -377,144 +377,175 @@ pe_status *par_fetch_wait(pe_par_exec *e, const char *const *fetch, int n_fetch)
   return NULL;
 }
 
-pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
+/* lv[p] = fetch slot f's (name's) lvar on place p (-1: none); *first = the
+ * first place that has it. An unknown name, or a variable whose buffer the
+ * compiler reuses, is an error. */
+static pe_status *fetch_resolve(pe_par_exec *e, int f, const char *name, int *lv, int *first) {
   const pe_graph *g = e->g;
+  int np = e->n_places;
+  if (!fetch_lookup(e, f, name, lv)) {
+    PE_TRY(pe_fetch_fused_error(g->prog, g->prog->blocks[g->block], name));
+    return pe_error(PE_EUNKNOWN_VAR, "fetch '%s' is not a variable of the graph",
+                    name ? name : "(null)");
+  }
+  *first = lv[0] >= 0 ? 0 : -1;
+  for (int p = 0; p < np && *first < 0; p++)
+    if (lv[p] >= 0) *first = p;
+  for (int p = 0; p < np; p++)
+    if (lv[p] >= 0 && g->lvars[lv[p]].buffer >= 0 && g->buffers[g->lvars[lv[p]].buffer].shared)
+      return pe_error(PE_EUNKNOWN_VAR,
+                      "fetch '%s': not kept fetchable at compile time (its buffer is reused); add "
+                      "it to the keep list",
+                      name);
+  return NULL;
+}
+
+/* The place whose value is the fetch's where one place's is: a gradient's
+ * where it was summed (gj: its parameter), a persistable's home, else
+ * `first`. l0: the lvar on `first`. */
+static int fetch_value_place(const pe_par_exec *e, const int *lv, int first, int gj,
+                             const pe_graph_lvar *l0) {
+  if (gj >= 0 && lv[e->grad_sum_place[gj]] >= 0) first = e->grad_sum_place[gj];
+  if (l0->persistable && e->lentry[lv[first]]) { /* the model's value: its home's */
+    int h = atomic_load_explicit(&e->lentry[lv[first]]->home, memory_order_relaxed);
+    if (h < e->n_places && lv[h] >= 0) first = h;
+  }
+  return first;
+}
+
+/* out = place p's value. */
+static pe_status *fetch_from_place(pe_par_exec *e, int p, const int *lv, const char *name,
+                                   pe_tensor *out) {
+  const pe_tensor *t = e->lt[lv[p]];
+  if (!has_value(t)) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
+  return pe_place_read(e->dev[p], t, out, name);
+}
+
+/* A per-sample variable: the places' parts concatenated in place order. */
+static pe_status *fetch_concat(pe_par_exec *e, const int *lv, const char *name, pe_tensor *out) {
   char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
   int np = e->n_places;
-  for (int f = 0; f < n_fetch; f++) {
-    const char *name = fetch[f];
-    int lv[PE_MAX_PLACES];
-    if (!fetch_lookup(e, f, name, lv)) {
-      PE_TRY(pe_fetch_fused_error(g->prog, g->prog->blocks[g->block], name));
-      return pe_error(PE_EUNKNOWN_VAR, "fetch '%s' is not a variable of the graph",
-                      name ? name : "(null)");
+  pe_shape sh = {0};
+  int64_t rows = 0;
+  const pe_tensor *proto = NULL;
+  for (int p = 0; p < np; p++) {
+    if (lv[p] < 0 || (e->has_feeds && e->n_rows[p] == 0)) continue;
+    const pe_tensor *t = e->lt[lv[p]];
+    if (!has_value(t) || t->shape.ndim < 1)
+      return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value on place %d", name, p);
+    if (proto) {
+      pe_shape a = t->shape, b = proto->shape;
+      a.d[0] = b.d[0] = 0;
+      if (t->dtype != proto->dtype || !pe_shape_equal(&a, &b))
+        return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s, an earlier place %s", name, p,
+                        pe_shape_str(&t->shape, s1, sizeof s1),
+                        pe_shape_str(&proto->shape, s2, sizeof s2));
+    } else {
+      proto = t;
+      sh = t->shape;
     }
-    int first = lv[0] >= 0 ? 0 : -1;
-    for (int p = 0; p < np && first < 0; p++)
-      if (lv[p] >= 0) first = p;
-    const pe_graph_lvar *l0 = &g->lvars[lv[first]];
-    for (int p = 0; p < np; p++)
-      if (lv[p] >= 0 && g->lvars[lv[p]].buffer >= 0 && g->buffers[g->lvars[lv[p]].buffer].shared)
-        return pe_error(
-            PE_EUNKNOWN_VAR,
-            "fetch '%s': not kept fetchable at compile time (its buffer is reused); add "
-            "it to the keep list",
-            name);
-    pe_tensor *out = &fetched[f];
-    int gj = np > 1 && first == 0 ? param_grad_index(e, lv[0]) : -1;
-    if (gj >= 0 && e->grad_sum_place[gj] < 0) {
-      PE_TRY(fetch_grad_sum(e, gj, name, out));
-      continue;
+    rows += t->shape.d[0];
+  }
+  if (!proto) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
+  sh.d[0] = rows;
+  PE_TRY(pe_tensor_resize(out, proto->dtype, &sh, name));
+  size_t at = 0;
+  for (int p = 0; p < np; p++) {
+    if (lv[p] < 0 || (e->has_feeds && e->n_rows[p] == 0)) continue;
+    const pe_tensor *t = e->lt[lv[p]];
+    size_t bytes = pe_tensor_bytes(t);
+    if (bytes) {
+      PE_TRY(host_view(e, p, t, name, &t));
+      memcpy((char *)out->data + at, t->data, bytes);
     }
-    if (gj >= 0 && lv[e->grad_sum_place[gj]] >= 0) first = e->grad_sum_place[gj];
-    if (l0->persistable && e->lentry[lv[first]]) { /* the model's value: its home's */
-      int h = atomic_load_explicit(&e->lentry[lv[first]]->home, memory_order_relaxed);
-      if (h < np && lv[h] >= 0) first = h;
-    }
-    if (gj >= 0 || l0->persistable || np == 1) {
-      const pe_tensor *t = e->lt[lv[first]];
-      if (!has_value(t)) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
-      PE_TRY(pe_place_read(e->dev[first], t, out, name));
-      continue;
-    }
-    bool per_sample = l0->per_sample || l0->feed;
-    if (per_sample) {
-      /* Places' parts concatenated in place order. */
-      pe_shape sh = {0};
-      int64_t rows = 0;
-      const pe_tensor *proto = NULL;
-      for (int p = 0; p < np; p++) {
-        if (lv[p] < 0 || (e->has_feeds && e->n_rows[p] == 0)) continue;
-        const pe_tensor *t = e->lt[lv[p]];
-        if (!has_value(t) || t->shape.ndim < 1)
-          return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value on place %d", name, p);
-        if (proto) {
-          pe_shape a = t->shape, b = proto->shape;
-          a.d[0] = b.d[0] = 0;
-          if (t->dtype != proto->dtype || !pe_shape_equal(&a, &b))
-            return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s, an earlier place %s", name, p,
-                            pe_shape_str(&t->shape, s1, sizeof s1),
-                            pe_shape_str(&proto->shape, s2, sizeof s2));
-        } else {
-          proto = t;
-          sh = t->shape;
-        }
-        rows += t->shape.d[0];
-      }
-      if (!proto) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
-      sh.d[0] = rows;
-      PE_TRY(pe_tensor_resize(out, proto->dtype, &sh, name));
-      size_t at = 0;
-      for (int p = 0; p < np; p++) {
-        if (lv[p] < 0 || (e->has_feeds && e->n_rows[p] == 0)) continue;
-        const pe_tensor *t = e->lt[lv[p]];
-        size_t bytes = pe_tensor_bytes(t);
-        if (bytes) {
-          PE_TRY(host_view(e, p, t, name, &t));
-          memcpy((char *)out->data + at, t->data, bytes);
-        }
-        at += bytes;
-      }
-      continue;
-    }
-    /* Weighted mean over places with samples (n_p / N). h[p]: place p's
-     * value as the host sees it (NULL: the place does not contribute). */
-    const pe_tensor *h[PE_MAX_PLACES];
-    const pe_tensor *proto = NULL;
-    int proto_p = -1;
-    for (int p = 0; p < np && !proto; p++)
-      if (lv[p] >= 0 && (!e->has_feeds || e->n_rows[p] > 0) && has_value(e->lt[lv[p]])) {
-        proto = e->lt[lv[p]];
-        proto_p = p;
-      }
-    if (!proto) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
-    bool counts = proto->dtype == PE_I64 || proto->dtype == PE_I32;
-    if (!counts && proto->dtype != PE_F32 && proto->dtype != PE_F64) {
-      PE_TRY(pe_place_read(e->dev[proto_p], proto, out, name)); /* neither: place's value */
-      continue;
-    }
-    int64_t n = pe_tensor_numel(proto);
-    double wgt[PE_MAX_PLACES]; /* each place's share; 0: it had no rows */
-    for (int p = 0; p < np; p++) {
-      h[p] = NULL;
-      wgt[p] = e->has_feeds && e->batch > 0 ? (double)e->n_rows[p] / (double)e->batch : 1.0 / np;
-      if (lv[p] < 0 || wgt[p] == 0 || (counts && p < proto_p)) continue;
-      const pe_tensor *t = e->lt[lv[p]];
-      if (t->dtype != proto->dtype || pe_tensor_numel(t) != n)
-        return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, expected %s %s", name, p,
-                        pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
-                        pe_dtype_name(proto->dtype), pe_shape_str(&proto->shape, s2, sizeof s2));
-      PE_TRY(host_view(e, p, t, name, &h[p]));
-    }
-    if (counts) {
-      /* Counts: summed over the places that have samples. */
-      PE_TRY(pe_tensor_copy(out, h[proto_p], name));
-      for (int p = proto_p + 1; p < np; p++) {
-        const pe_tensor *t = h[p];
-        if (!t) continue;
-        for (int64_t i = 0; i < n; i++) {
-          if (t->dtype == PE_I64)
-            pe_i64(out)[i] += pe_i64(t)[i];
-          else
-            ((int32_t *)out->data)[i] += ((const int32_t *)t->data)[i];
-        }
-      }
-      continue;
-    }
-    PE_TRY(pe_tensor_resize(out, proto->dtype, &proto->shape, name));
-    /* Element by element, places in order: no scratch buffer per run. */
+    at += bytes;
+  }
+  return NULL;
+}
+
+/* Counts: out = h[proto_p] + the later places' h[p] (NULL: no samples). */
+static pe_status *fetch_count_sum(int np, const pe_tensor *const *h, int proto_p, int64_t n,
+                                  const char *name, pe_tensor *out) {
+  PE_TRY(pe_tensor_copy(out, h[proto_p], name));
+  for (int p = proto_p + 1; p < np; p++) {
+    const pe_tensor *t = h[p];
+    if (!t) continue;
     for (int64_t i = 0; i < n; i++) {
-      double acc = 0;
-      for (int p = 0; p < np; p++) {
-        const pe_tensor *t = h[p];
-        if (!t) continue;
-        acc += wgt[p] * (t->dtype == PE_F32 ? (double)pe_f32(t)[i] : ((const double *)t->data)[i]);
-      }
-      if (proto->dtype == PE_F32)
-        pe_f32(out)[i] = (float)acc;
+      if (t->dtype == PE_I64)
+        pe_i64(out)[i] += pe_i64(t)[i];
       else
-        ((double *)out->data)[i] = acc;
+        ((int32_t *)out->data)[i] += ((const int32_t *)t->data)[i];
     }
   }
+  return NULL;
+}
+
+/* Any other variable: the mean over places with samples weighted n_p / N
+ * (float), the sum (counts: i32, i64), else the first such place's value. */
+static pe_status *fetch_mean(pe_par_exec *e, const int *lv, const char *name, pe_tensor *out) {
+  char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN];
+  int np = e->n_places;
+  /* h[p]: place p's value as the host sees it (NULL: the place does not
+   * contribute). */
+  const pe_tensor *h[PE_MAX_PLACES];
+  const pe_tensor *proto = NULL;
+  int proto_p = -1;
+  for (int p = 0; p < np && !proto; p++)
+    if (lv[p] >= 0 && (!e->has_feeds || e->n_rows[p] > 0) && has_value(e->lt[lv[p]])) {
+      proto = e->lt[lv[p]];
+      proto_p = p;
+    }
+  if (!proto) return pe_error(PE_EUSE_BEFORE_DEF, "fetch '%s': no value", name);
+  bool counts = proto->dtype == PE_I64 || proto->dtype == PE_I32;
+  if (!counts && proto->dtype != PE_F32 && proto->dtype != PE_F64)
+    return pe_place_read(e->dev[proto_p], proto, out, name); /* neither: place's value */
+  int64_t n = pe_tensor_numel(proto);
+  double wgt[PE_MAX_PLACES]; /* each place's share; 0: it had no rows */
+  for (int p = 0; p < np; p++) {
+    h[p] = NULL;
+    wgt[p] = e->has_feeds && e->batch > 0 ? (double)e->n_rows[p] / (double)e->batch : 1.0 / np;
+    if (lv[p] < 0 || wgt[p] == 0 || (counts && p < proto_p)) continue;
+    const pe_tensor *t = e->lt[lv[p]];
+    if (t->dtype != proto->dtype || pe_tensor_numel(t) != n)
+      return pe_error(PE_ESHAPE, "fetch '%s': place %d has %s %s, expected %s %s", name, p,
+                      pe_dtype_name(t->dtype), pe_shape_str(&t->shape, s1, sizeof s1),
+                      pe_dtype_name(proto->dtype), pe_shape_str(&proto->shape, s2, sizeof s2));
+    PE_TRY(host_view(e, p, t, name, &h[p]));
+  }
+  if (counts) return fetch_count_sum(np, h, proto_p, n, name, out);
+  PE_TRY(pe_tensor_resize(out, proto->dtype, &proto->shape, name));
+  /* Element by element, places in order: no scratch buffer per run. */
+  for (int64_t i = 0; i < n; i++) {
+    double acc = 0;
+    for (int p = 0; p < np; p++) {
+      const pe_tensor *t = h[p];
+      if (!t) continue;
+      acc += wgt[p] * (t->dtype == PE_F32 ? (double)pe_f32(t)[i] : ((const double *)t->data)[i]);
+    }
+    if (proto->dtype == PE_F32)
+      pe_f32(out)[i] = (float)acc;
+    else
+      ((double *)out->data)[i] = acc;
+  }
+  return NULL;
+}
+
+/* Fetch slot f (name) into out: a gradient summed over the places, one
+ * place's value, the per-sample parts concatenated, or the places' mean. */
+static pe_status *fetch_one(pe_par_exec *e, int f, const char *name, pe_tensor *out) {
+  int lv[PE_MAX_PLACES], first = 0;
+  PE_TRY(fetch_resolve(e, f, name, lv, &first));
+  int np = e->n_places;
+  const pe_graph_lvar *l0 = &e->g->lvars[lv[first]];
+  int gj = np > 1 && first == 0 ? param_grad_index(e, lv[0]) : -1;
+  if (gj >= 0 && e->grad_sum_place[gj] < 0) return fetch_grad_sum(e, gj, name, out);
+  if (gj >= 0 || l0->persistable || np == 1)
+    return fetch_from_place(e, fetch_value_place(e, lv, first, gj, l0), lv, name, out);
+  if (l0->per_sample || l0->feed) return fetch_concat(e, lv, name, out);
+  return fetch_mean(e, lv, name, out);
+}
+
+pe_status *par_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
+  for (int f = 0; f < n_fetch; f++) PE_TRY(fetch_one(e, f, fetch[f], &fetched[f]));
   return NULL;
 }

@@ -105,18 +105,20 @@ struct pe_model {
   pe_rng rng;
   pe_engine_var *prng;
   pe_comm *comm; /* sim collectives: one rank per place */
-  /* cuda with more than one place: the NCCL communicator over the places'
-   * GPUs (rank p = place p; cuda/nccl_comm.h), else NULL. nccl_mu: one
-   * pe_nccl_wait at a time (runs of several executors end concurrently). */
-  struct pe_nccl_comm *nccl;
-  pthread_mutex_t nccl_mu;
+  /* More than one place of a kind with device collectives (cuda: NCCL): the
+   * communicator over the places' devices (rank p = place p;
+   * engine/device_comm.h), else NULL. dcomm_mu: one pe_device_comm_wait at
+   * a time (runs of several executors end concurrently). */
+  struct pe_device_comm *dcomm;
+  pthread_mutex_t dcomm_mu;
   atomic_uint_fast64_t coll_seq; /* op ids of sim collectives */
 };
 
-/* parallel/collective_nccl.c (cuda builds, m->nccl set): wait for the places' comm
- * streams while polling NCCL's asynchronous errors, with a time limit
- * (pe_nccl_wait, which aborts the communicator on an error or timeout). */
-pe_status *par_model_nccl_finish(pe_model *m);
+/* parallel/collective_device.c (m->dcomm set): wait for the places' comm
+ * streams while polling the backend's asynchronous errors, with a time
+ * limit (pe_device_comm_wait, which aborts the communicator on an error or
+ * timeout). */
+pe_status *par_model_dcomm_finish(pe_model *m);
 
 /* Around a run's engine pushes (parallel/model_io.c): takes push_mu; a run that
  * writes persistables is a change, recorded with its origin o (client 0:

@@ -4,11 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/device_comm.h"
 #include "engine/parallel/internal.h"
 #include "engine/place_io.h"
-#ifdef PE_HAVE_CUDA
-#include "cuda/nccl_comm.h"
-#endif
 
 pe_status *pe_model_check_places(pe_place_kind kind, int n_places) {
   const pe_device_ops *ops = pe_device_kind_ops(kind);
@@ -36,7 +34,7 @@ pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64
   pe_rng_init(&m->rng, m->seed);
   pthread_mutex_init(&m->mu, NULL);
   pthread_mutex_init(&m->push_mu, NULL);
-  pthread_mutex_init(&m->nccl_mu, NULL);
+  pthread_mutex_init(&m->dcomm_mu, NULL);
   pe_strmap_init(&m->index);
   pe_status *st = NULL;
   for (int p = 0; !st && p < n_places; p++) {
@@ -46,12 +44,10 @@ pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64
   }
   if (!st) st = pe_engine_new_var(rt->eng, &m->prng);
   if (!st) st = pe_comm_new(n_places, &m->comm);
-#ifdef PE_HAVE_CUDA
-  /* Collectives over cuda memory are NCCL's: one communicator per model, over
-   * the same devices (and so comm streams) as every other model's. */
-  if (!st && kind == PE_PLACE_CUDA && n_places > 1)
-    st = pe_nccl_comm_new(m->dev, n_places, &m->nccl);
-#endif
+  /* Collectives over device memory are the backend's (cuda: NCCL): one
+   * communicator per model, over the same devices (and so comm streams) as
+   * every other model's. None for a kind whose memory is host memory. */
+  if (!st && n_places > 1) st = pe_device_comm_new(m->dev, n_places, &m->dcomm);
   if (st) {
     pe_model_free(m);
     return pe_status_wrap(st, "model");
@@ -82,10 +78,8 @@ void pe_model_free(pe_model *m) {
       if (m->ent[i]->fence[p].ev) pe_event_put(m->ent[i]->fence[p].ev);
     free(m->ent[i]);
   }
-#ifdef PE_HAVE_CUDA
-  pe_nccl_comm_free(m->nccl); /* the comm streams were drained above */
-#endif
-  pthread_mutex_destroy(&m->nccl_mu);
+  pe_device_comm_free(m->dcomm); /* the comm streams were drained above */
+  pthread_mutex_destroy(&m->dcomm_mu);
   pthread_mutex_destroy(&m->push_mu);
   free(m->origins);
   free(m->ent);

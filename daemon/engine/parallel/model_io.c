@@ -23,15 +23,13 @@ static void drain_places(pe_model *m) {
     }
 }
 
-/* NCCL errors, not hangs (cuda, more than one place). A run without fetches
- * returns with its collectives in flight (parallel/async.c); the fence syncs and
- * stream drains below would wait for a failed or stuck one with no limit,
- * and after a failed one read values it never produced. */
-static pe_status *nccl_settled(pe_model *m) {
-#ifdef PE_HAVE_CUDA
-  if (m->nccl) return pe_status_wrap(par_model_nccl_finish(m), "model");
-#endif
-  (void)m;
+/* Device collective errors, not hangs (a model with a device communicator).
+ * A run without fetches returns with its collectives in flight
+ * (parallel/async.c); the fence syncs and stream drains below would wait for
+ * a failed or stuck one with no limit, and after a failed one read values it
+ * never produced. */
+static pe_status *dcomm_settled(pe_model *m) {
+  if (m->dcomm) return pe_status_wrap(par_model_dcomm_finish(m), "model");
   return NULL;
 }
 
@@ -217,7 +215,7 @@ static int cmp_ptr(const void *a, const void *b) {
 
 static pe_status *get_fn(void *arg) {
   model_io *io = arg;
-  io->st = nccl_settled(io->m);
+  io->st = dcomm_settled(io->m);
   for (int i = 0; i < io->n && !io->st; i++) {
     par_entry *en = io->en[i];
     int place = io->at[i];
@@ -338,7 +336,7 @@ static pe_status *set_fn(void *arg) {
   model_io *io = arg;
   /* Every value is checked before any is written: all or nothing. */
   for (int i = 0; i < io->n && !io->st; i++) io->st = check_value(io->en[i], &io->in[i]);
-  if (!io->st) io->st = nccl_settled(io->m);
+  if (!io->st) io->st = dcomm_settled(io->m);
   if (io->st) return NULL;
   drain_places(io->m);
   for (int i = 0; i < io->n && !io->st; i++)

@@ -51,7 +51,8 @@ pe_status *pe_runtime_new(const pe_runtime_opts *opts, pe_runtime **out) {
   pe_status *st =
       pe_device_ctx_init(&rt->worker_ctx, pe_cpu_place(), per_worker > 0 ? per_worker : 1);
   if (!st) rt->worker_ctx_init = true;
-  pe_pool_opts po = {worker_start, NULL, rt, opts ? opts->spin_us : 0};
+  /* Room to grow to one worker per core (pe_runtime_serve_places). */
+  pe_pool_opts po = {worker_start, NULL, rt, opts ? opts->spin_us : 0, online};
   if (!st) st = pe_pool_new(threads, &po, &rt->pool);
   if (!st) st = pe_engine_new(rt->pool, &rt->eng);
   if (st) {
@@ -73,6 +74,28 @@ int pe_runtime_default_workers(pe_place_kind kind, int n_places) {
   int cores = pe_cpu_cores();
   if ((kind != PE_PLACE_CPU && kind != PE_PLACE_CUDA) || n_places < 1) return cores;
   return n_places < cores ? n_places : cores;
+}
+
+pe_status *pe_runtime_serve_places(pe_runtime *rt, pe_place_kind kind, int n_places) {
+  /* Only cpu kernels run on the pool's workers (sim and cuda ones on their
+   * streams), so only cpu places wait for a worker each. */
+  if (kind != PE_PLACE_CPU || n_places <= pe_pool_threads(rt->pool)) return NULL;
+  int cores = pe_cpu_cores();
+  if (cores < 1) cores = 1;
+  int want = n_places < cores ? n_places : cores;
+  pe_status *why = pe_pool_grow(rt->pool, want);
+  int have = pe_pool_threads(rt->pool);
+  if (have >= n_places) {
+    pe_status_free(why);
+    return NULL;
+  }
+  pe_status *st = pe_error(PE_EEXHAUSTED,
+                           "%s:%d: the worker pool has %d workers (%d online cores%s%s), so at "
+                           "most %d of the %d places run at once",
+                           pe_place_kind_name(kind), n_places, have, cores, why ? "; " : "",
+                           why ? pe_status_msg(why) : "", have, n_places);
+  pe_status_free(why);
+  return st;
 }
 
 void pe_runtime_free(pe_runtime *rt) {

@@ -9,7 +9,7 @@
  * caller's thread asks again, blocking, and begins. An error or
  * PE_STEP_END hands back with the result.
  *
- * Device executors (sim, NCCL): par_step_end waits for the devices'
+ * Device executors (sim, device collectives): par_step_end waits for the devices'
  * streams (the step's feeds are views of the source's parts, read until
  * the step's last kernel), which is the caller's thread's job: the last
  * node hands back and the caller ends the step, calls done and next and
@@ -76,10 +76,7 @@ static void chain_task(void *arg) {
 }
 
 static bool waits_for_devices(const pe_par_exec *e) {
-#ifdef PE_HAVE_CUDA
-  if (e->m->nccl) return true;
-#endif
-  return e->async;
+  return e->async || e->m->dcomm;
 }
 
 pe_status *pe_par_exec_run_steps(pe_par_exec *e, const pe_step_source *src, int n_feeds,

@@ -98,7 +98,10 @@ static pe_status *model_get_locked(pe_registry *r, const char *name, pe_place_ki
   m->kind = kind;
   m->n_places = n_places;
   m->seed = seed;
-  pe_status *st = pe_model_new(r->s->rt, kind, n_places, seed, &m->m);
+  pe_status *st = pe_runtime_serve_places(r->s->rt, kind, n_places);
+  if (st) PE_LOGW("register: model '%s': %s", name, pe_status_msg(st)); /* runs all the same */
+  pe_status_free(st);
+  st = pe_model_new(r->s->rt, kind, n_places, seed, &m->m);
   if (st) {
     free(m);
     return pe_status_wrap(st, "register: model '%s'", name);

@@ -1,38 +1,33 @@
-/* Collective nodes on cuda places: NCCL on every place's comm stream.
+/* Collective nodes on places with device collectives (engine/device_comm.h;
+ * cuda: NCCL) on every place's comm stream.
  *
  * The same synchronisation as the sim all-reduce (parallel/collective_nodes.c), with
- * the per-place parts replaced by one grouped NCCL call from the launching
- * thread (nccl_comm.h: one thread driving several GPUs must group): under
- * the runtime's coll_mu, every place's comm stream first waits for every
- * predecessor of the node (par_sync_dep, either strategy); a node
- * that overwrites persistables also waits for the place's compute stream
- * (readers of the old value); then the group is enqueued and an event is
- * recorded on every comm stream (x->ev[p]), which the node's consumers wait
- * on. The host never touches the data: par_coll_prepare only checks
- * shapes and sizes outputs, and on cuda every producer's metadata is final
- * when its successor is launched (kernels are enqueued by the launching
- * thread).
+ * the per-place parts replaced by one grouped call of the model's device
+ * communicator from the launching thread: under the runtime's coll_mu,
+ * every place's comm stream first waits for every predecessor of the node
+ * (par_sync_dep, either strategy); a node that overwrites persistables also
+ * waits for the place's compute stream (readers of the old value); then the
+ * group is enqueued and an event is recorded on every comm stream
+ * (x->ev[p]), which the node's consumers wait on. The host never touches the
+ * data: par_coll_prepare only checks shapes and sizes outputs, and on such
+ * places every producer's metadata is final when its successor is launched
+ * (kernels are enqueued by the launching thread).
  *
  * Kinds: all_reduce (per gradient, `width` gradients in one group), the
  * fused all-reduce of a bucket, and broadcast (parameter initialisation).
  * Reduce and sharded updates are refused when the executor is made.
  *
- * Errors: an enqueue failure is the node's error; asynchronous NCCL errors
- * are found by par_nccl_finish at the end of the run (pe_nccl_wait, which
- * aborts the communicator on an error or after the time limit: later runs
- * of the model then fail with that reason instead of hanging).
- *
- * Built with the CUDA backend only (the file is empty otherwise). Never run
- * on a GPU yet: no session had more than one (docs/cuda.md). */
-#ifdef PE_HAVE_CUDA
-
-#include "cuda/nccl_comm.h"
+ * Errors: an enqueue failure is the node's error; asynchronous errors are
+ * found by par_dcomm_finish at the end of the run (pe_device_comm_wait,
+ * which aborts the communicator on an error or after the time limit: later
+ * runs of the model then fail with that reason instead of hanging). */
+#include "engine/device_comm.h"
 #include "engine/parallel/executor_internal.h"
 
 /* Longest a run waits for its collectives after its last launch. */
-#define NCCL_FINISH_TIMEOUT_MS (120 * 1000)
+#define DCOMM_FINISH_TIMEOUT_MS (120 * 1000)
 
-/* Enqueue x's NCCL group; the caller holds coll_mu and has synced the comm
+/* Enqueue x's group; the caller holds coll_mu and has synced the comm
  * streams. */
 static pe_status *enqueue(xnode *x) {
   pe_par_exec *e = x->e;
@@ -44,20 +39,21 @@ static pe_status *enqueue(xnode *x) {
       float *bufs[PE_MAX_PLACES * 8];
       size_t counts[8];
       /* Groups of at most 8 gradients (width is small: one per parameter of
-       * an op), each group one ncclGroupStart/End. */
+       * an op), each group one call. */
       for (int k0 = 0; k0 < w; k0 += 8) {
         int nb = w - k0 < 8 ? w - k0 : 8;
         for (int j = 0; j < nb; j++) counts[j] = (size_t)x->counts[k0 + j];
         for (int p = 0; p < np; p++)
           for (int j = 0; j < nb; j++) bufs[p * nb + j] = pe_f32(x->cin[p * w + k0 + j]);
-        PE_TRY(pe_nccl_allreduce_bucket(e->m->nccl, bufs, counts, nb, PE_REDUCE_SUM));
+        PE_TRY(pe_device_comm_all_reduce(e->m->dcomm, bufs, counts, nb, PE_REDUCE_SUM));
       }
       return NULL;
     }
     case PE_NODE_FUSED_ALL_REDUCE: {
       float *bufs[PE_MAX_PLACES];
       for (int p = 0; p < np; p++) bufs[p] = e->bucket_mem[n->bucket * np + p];
-      return pe_nccl_allreduce(e->m->nccl, bufs, (size_t)x->counts[0], PE_REDUCE_SUM);
+      size_t count = (size_t)x->counts[0];
+      return pe_device_comm_all_reduce(e->m->dcomm, bufs, &count, 1, PE_REDUCE_SUM);
     }
     case PE_NODE_BROADCAST:
       for (int k = 0; k < w; k++) {
@@ -69,16 +65,16 @@ static pe_status *enqueue(xnode *x) {
           if (!bufs[p])
             return pe_error(PE_EINTERNAL, "node %d %s: no buffer of '%s' on place %d", x->id,
                             n->name, g->lvars[n->in_lv[k]].name, p);
-        PE_TRY(pe_nccl_broadcast(e->m->nccl, bufs, (size_t)x->counts[k], n->root));
+        PE_TRY(pe_device_comm_broadcast(e->m->dcomm, bufs, (size_t)x->counts[k], n->root));
       }
       return NULL;
     default:
-      return pe_error(PE_EINTERNAL, "node %d %s: %s is not an NCCL collective", x->id, n->name,
+      return pe_error(PE_EINTERNAL, "node %d %s: %s is not a device collective", x->id, n->name,
                       pe_node_kind_name(n->kind));
   }
 }
 
-pe_status *par_nccl_launch(xnode *x) {
+pe_status *par_dcomm_launch(xnode *x) {
   pe_par_exec *e = x->e;
   int np = e->n_places;
   uint64_t t0 = e->tl ? pe_timeline_now_ns() : 0;
@@ -105,29 +101,27 @@ pe_status *par_nccl_launch(xnode *x) {
   }
   pthread_mutex_unlock(&e->rt->coll_mu);
   /* A persistable writer (the startup broadcast) holds its engine variables
-   * until its collective ran. Waited for with NCCL's error poll and time
+   * until its collective ran. Waited for with the backend's error poll and time
    * limit, not an event sync: a stuck collective would block this pool
    * worker, and the run with it, forever. */
-  if (!st && !skip && x->engine && x->writes_persistable) st = par_model_nccl_finish(e->m);
+  if (!st && !skip && x->engine && x->writes_persistable) st = par_model_dcomm_finish(e->m);
   if (st || skip) atomic_store_explicit(&x->sfail, true, memory_order_release);
   if (e->tl) par_record(x, e->g->places[0], x->ev_stream[0]->name, t0);
   return st;
 }
 
-pe_status *par_model_nccl_finish(pe_model *m) {
-  /* nccl_mu, then coll_mu inside (an abort): par_nccl_launch releases
-   * coll_mu before it calls this, and nothing takes nccl_mu under coll_mu. */
-  pthread_mutex_lock(&m->nccl_mu);
-  pe_status *st = pe_nccl_wait(m->nccl, NCCL_FINISH_TIMEOUT_MS, &m->rt->coll_mu);
-  pthread_mutex_unlock(&m->nccl_mu);
-  return st ? pe_status_wrap(st, "collectives on %d cuda places", m->n_places) : NULL;
+pe_status *par_model_dcomm_finish(pe_model *m) {
+  /* dcomm_mu, then coll_mu inside (an abort): par_dcomm_launch releases
+   * coll_mu before it calls this, and nothing takes dcomm_mu under coll_mu. */
+  pthread_mutex_lock(&m->dcomm_mu);
+  pe_status *st = pe_device_comm_wait(m->dcomm, DCOMM_FINISH_TIMEOUT_MS, &m->rt->coll_mu);
+  pthread_mutex_unlock(&m->dcomm_mu);
+  return st ? pe_status_wrap(st, "collectives on %d %s places", m->n_places,
+                             pe_place_kind_name(m->kind))
+            : NULL;
 }
 
-pe_status *par_nccl_finish(pe_par_exec *e) {
-  pe_status *st = par_model_nccl_finish(e->m);
+pe_status *par_dcomm_finish(pe_par_exec *e) {
+  pe_status *st = par_model_dcomm_finish(e->m);
   return st ? pe_status_wrap(st, "parallel executor") : NULL;
 }
-
-#else
-typedef int par_coll_nccl_unused; /* ISO C: a translation unit is not empty */
-#endif
