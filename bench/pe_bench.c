@@ -23,6 +23,8 @@ static const bench_cmd cmds[] = {
      "train a model on Fashion-MNIST in-process, then evaluate it"},
     {"engine", pe_bench_engine_main, pe_bench_engine_usage,
      "scheduling overhead: static graph runner vs dependency engine"},
+    {"rtt", pe_bench_rtt, pe_bench_rtt_usage,
+     "round trip of a tiny program's run through the daemon (libpeclient)"},
 };
 
 /* On stdout when asked for (--help), on stderr after a usage error. */
