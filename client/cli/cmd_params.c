@@ -9,7 +9,7 @@
 
 #include "cli.h"
 #include "out_path.h"
-#include "params_file.h"
+#include "../lib/params_file.h"
 
 typedef struct params_cfg {
   const char *model, *out, *in;
