@@ -116,10 +116,6 @@ void cli_finish(const cli_ctx *ctx, int rc);
  * CLI_EPOCHS_DONE. Prints the error and returns -1 on failure. */
 int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out);
 
-/* m's program declares CLI_EPOCHS_DONE (m->bytes replaced when it did
- * not); false when it cannot (no startup block, out of memory). */
-bool cli_model_declare_epochs(pe_model_spec *m);
-
 /* Register m under model namespace ns: the training program, or with
  * for_test the evaluation program. The fetch names a trainer uses are kept
  * fetchable. Prints the error on failure (returns the exit status). */

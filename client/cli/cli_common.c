@@ -10,7 +10,6 @@
 #include "interrupt.h"
 #include "pe_dataset.h"
 #include "pe_model_file.h"
-#include "pe_recipe.h"
 #include "suggest.h"
 
 double cli_now(void) {
@@ -248,28 +247,15 @@ void cli_end(const cli_ctx *ctx, pe_client *c, int rc) {
 
 int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out) {
   char err[1024];
-  if (pe_model_resolve(spec, out, err, sizeof err)) {
-    cli_error(ctx, "%s", err);
-    return -1;
-  }
   /* Every pe-client training program has the epoch count, so that a model
    * registered by one command (register --init, run) and trained by
    * another, or imported from an export, has one name set. */
-  const char *opt = pe_program_optimizer(out->bytes, out->len);
-  if (opt && *opt) cli_model_declare_epochs(out);
+  pe_model_opts o = {.counter = CLI_EPOCHS_DONE};
+  if (pe_model_resolve_opts(spec, &o, out, err, sizeof err)) {
+    cli_error(ctx, "%s", err);
+    return -1;
+  }
   return 0;
-}
-
-bool cli_model_declare_epochs(pe_model_spec *m) {
-  uint8_t *bytes;
-  size_t len;
-  char err[256];
-  if (pe_program_add_counter(m->bytes, m->len, CLI_EPOCHS_DONE, &bytes, &len, err, sizeof err))
-    return false;
-  free(m->bytes);
-  m->bytes = bytes;
-  m->len = len;
-  return true;
 }
 
 void cli_handle_str(uint64_t h, char buf[24]) {

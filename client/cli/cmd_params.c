@@ -1,5 +1,5 @@
 /* export and import: a model's parameters to and from a file of one's own
- * (the daemon's checkpoint format, params_file.h), through get_params and
+ * (the daemon's checkpoint format, pe_params_file.h), through get_params and
  * set_params, so a trainer who cannot write the daemon's state directory
  * keeps copies, and one model starts from another's values (also train
  * --init-from, cmd_train.c). */
@@ -9,7 +9,7 @@
 
 #include "cli.h"
 #include "out_path.h"
-#include "params_file.h"
+#include "pe_params_file.h"
 
 typedef struct params_cfg {
   const char *model, *out, *in;
@@ -58,7 +58,7 @@ static int cmd_export(cli_ctx *ctx, int argc, char **argv) {
   int code = pe_client_get_params(c, cfg.model, NULL, 0, &v, &n);
   if (code)
     rc = cli_fail(ctx, c, code);
-  else if (cli_params_write(v, n, cfg.out, &bytes, err, sizeof err))
+  else if (pe_params_file_write(v, n, cfg.out, &bytes, err, sizeof err))
     rc = cli_error(ctx, "export %s: %s", cfg.model, err);
   else
     print_done(ctx, "exported", cfg.model, cfg.out, n, bytes, 0);
@@ -69,9 +69,9 @@ static int cmd_export(cli_ctx *ctx, int argc, char **argv) {
 int cli_params_import(const cli_ctx *ctx, pe_client *c, const char *model, const char *path,
                       bool (*take)(const char *name, void *arg), void *arg, size_t *n_set,
                       size_t *n_skipped, uint64_t *bytes) {
-  cli_params p;
+  pe_params_file p;
   char err[512];
-  if (cli_params_read(path, &p, err, sizeof err)) return cli_error(ctx, "%s", err);
+  if (pe_params_file_read(path, &p, err, sizeof err)) return cli_error(ctx, "%s", err);
   size_t k = 0;
   for (size_t i = 0; i < p.n; i++)
     if (!take || take(p.t[i].name, arg)) p.t[k++] = p.t[i];
@@ -85,7 +85,7 @@ int cli_params_import(const cli_ctx *ctx, pe_client *c, const char *model, const
   else if (!k)
     rc =
         cli_error(ctx, "%s: none of its %zu tensors is a variable of model '%s'", path, p.n, model);
-  cli_params_free(&p);
+  pe_params_file_free(&p);
   return rc;
 }
 

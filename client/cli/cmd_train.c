@@ -34,6 +34,7 @@
 #include "cli.h"
 #include "interrupt.h"
 #include "pe_builder.h"
+#include "pe_model_file.h"
 #include "pe_recipe.h"
 #include "trainer.h"
 
@@ -199,9 +200,8 @@ static int check_recipe_flags(const cli_ctx *ctx, const recipe_cfg *c) {
  * 'optimizer' line: the builder records the loss only) the steps compute
  * gradients and change nothing. The recipe flags may add one. */
 static int check_optimizer(trainer *t) {
-  const char *kind = pe_program_optimizer(t->m.bytes, t->m.len);
   const recipe_cfg *c = &t->cfg.recipe;
-  if (!kind || *kind) return CLI_OK; /* not a ProgramDesc: the daemon says so */
+  if (t->m.optimizer[0]) return CLI_OK;
   if (!c->optimizer)
     return cli_error(t->ctx,
                      "%s: the model has no optimizer, so training would change nothing: give it "
@@ -213,39 +213,77 @@ static int check_optimizer(trainer *t) {
   return CLI_OK;
 }
 
-/* The recipe flags, applied to the model's program (t->m.bytes replaced).
- * A cosine or linear schedule spans the run: T = the steps after the
+/* The recipe flags as a recipe, the schedule's step counts left to
+ * fill_schedule. */
+static pe_train_recipe recipe_of(const recipe_cfg *c) {
+  return (pe_train_recipe){.optimizer = c->optimizer,
+                           .lr = (float)c->lr,
+                           .momentum = (float)c->momentum,
+                           .weight_decay = (float)c->weight_decay,
+                           .grad_clip_norm = (float)c->clip_norm,
+                           .no_decay_1d = c->no_decay_1d,
+                           .schedule = c->schedule,
+                           .min_lr = (float)c->min_lr};
+}
+
+/* The schedule's step counts, known once the data and the batch are. A
+ * cosine or linear schedule spans the run: T = the steps after the
  * warmup, minus one, so the last step (t = T) runs at --min-lr, as
  * PyTorch's CosineAnnealingLR / LinearLR do with T_max / total_iters one
  * less than the steps they are stepped over. */
-static int apply_recipe(trainer *t) {
+static int fill_schedule(trainer *t, pe_train_recipe *r) {
   const recipe_cfg *c = &t->cfg.recipe;
-  if (!recipe_set(c)) return CLI_OK;
+  if (!c->schedule) return CLI_OK;
   long total = trainer_steps_per_epoch(t) * t->cfg.epochs,
        warmup = trainer_steps_per_epoch(t) * c->warmup_epochs;
-  if (c->schedule && warmup >= total)
+  if (warmup >= total)
     return cli_usage(t->ctx, "--warmup-epochs %ld leaves nothing of %ld epoch(s) to schedule",
                      c->warmup_epochs, t->cfg.epochs);
   long decay = total - warmup > 1 ? total - warmup - 1 : 1;
-  pe_train_recipe r = {.optimizer = c->optimizer,
-                       .lr = (float)c->lr,
-                       .momentum = (float)c->momentum,
-                       .weight_decay = (float)c->weight_decay,
-                       .grad_clip_norm = (float)c->clip_norm,
-                       .no_decay_1d = c->no_decay_1d,
-                       .schedule = c->schedule,
-                       .warmup_steps = c->schedule ? warmup : 0,
-                       .decay_steps = c->schedule && strcmp(c->schedule, "constant") ? decay : 0,
-                       .min_lr = (float)c->min_lr};
-  uint8_t *bytes;
-  size_t len;
-  char err[256];
-  if (pe_train_recipe_apply(&r, t->m.bytes, t->m.len, &bytes, &len, err, sizeof err))
-    return cli_error(t->ctx, "%s: %s", t->cfg.model, err);
-  free(t->m.bytes);
-  t->m.bytes = bytes;
-  t->m.len = len;
+  r->warmup_steps = warmup;
+  r->decay_steps = strcmp(c->schedule, "constant") ? decay : 0;
   return CLI_OK;
+}
+
+typedef struct setup_step {
+  trainer *t;
+  bool eval_only;
+  int rc;
+} setup_step;
+
+/* pe_model_opts.prepare: what needs the model (its optimizer, input and
+ * default batch) before its program is packed: the optimizer check, the
+ * data, and the recipe's step counts. t->m is the model being filled. */
+static int before_pack(const pe_model_spec *m, pe_train_recipe *r, void *arg) {
+  setup_step *s = arg;
+  trainer *t = s->t;
+  if (!t->cfg.batch) t->cfg.batch = m->default_batch;
+  t->ns = t->cfg.name ? t->cfg.name : m->name;
+  int rc = CLI_OK;
+  if (!s->eval_only) rc = check_optimizer(t);
+  if (!rc) rc = cli_data_load(t->ctx, m, t->cfg.data, t->cfg.limit, &t->train, &t->test);
+  /* It would be one short batch per epoch, reported under the asked size. */
+  if (!rc && !s->eval_only && t->cfg.batch > t->train->n)
+    rc = cli_usage(t->ctx, "--batch %ld is larger than the %lld training examples%s", t->cfg.batch,
+                   (long long)t->train->n, t->cfg.limit ? " (--limit)" : "");
+  if (!rc && r) rc = fill_schedule(t, r);
+  s->rc = rc;
+  return rc != CLI_OK;
+}
+
+/* The model with the recipe flags applied (training) and the epoch count
+ * declared (a program with an optimizer), packed once. */
+static int load_model(trainer *t, bool eval_only) {
+  pe_train_recipe recipe = recipe_of(&t->cfg.recipe);
+  setup_step s = {.t = t, .eval_only = eval_only, .rc = CLI_OK};
+  pe_model_opts o = {.recipe = !eval_only && recipe_set(&t->cfg.recipe) ? &recipe : NULL,
+                     .counter = CLI_EPOCHS_DONE,
+                     .prepare = before_pack,
+                     .arg = &s};
+  char err[1024];
+  if (!pe_model_resolve_opts(t->cfg.model, &o, &t->m, err, sizeof err)) return CLI_OK;
+  if (s.rc != CLI_OK) return s.rc; /* before_pack said why */
+  return cli_error(t->ctx, "%s", err);
 }
 
 /* The training program's persistables, for --init-from (the register
@@ -326,23 +364,11 @@ static void note_added(trainer *t) {
 /* Load model and data, connect, register (train unless eval_only) + eval,
  * initialise. */
 static int trainer_setup(trainer *t, bool eval_only) {
-  if (cli_model_load(t->ctx, t->cfg.model, &t->m)) return CLI_FAIL;
-  if (!t->cfg.batch) t->cfg.batch = t->m.default_batch;
-  t->ns = t->cfg.name ? t->cfg.name : t->m.name;
-  int rc;
-  if (!eval_only && (rc = check_optimizer(t))) return rc;
-  if ((rc = cli_data_load(t->ctx, &t->m, t->cfg.data, t->cfg.limit, &t->train, &t->test)))
-    return rc;
-  /* It would be one short batch per epoch, reported under the asked size. */
-  if (!eval_only && t->cfg.batch > t->train->n)
-    return cli_usage(t->ctx, "--batch %ld is larger than the %lld training examples%s",
-                     t->cfg.batch, (long long)t->train->n, t->cfg.limit ? " (--limit)" : "");
-  if (!eval_only && (rc = apply_recipe(t))) return rc;
-  /* The training program counts the model's epochs (cli_model_load
-   * declared it already, unless the recipe added the optimizer). A program
-   * without a startup block (values from set_params only) does not: its
-   * runs start at epoch 1. */
-  if (!eval_only) t->counts = cli_model_declare_epochs(&t->m);
+  int rc = load_model(t, eval_only);
+  if (rc) return rc;
+  /* The training program counts the model's epochs (load_model declared
+   * the count in a program with an optimizer, which training has). */
+  if (!eval_only) t->counts = t->m.optimizer[0] != 0;
   /* A run that a daemon restart rolled back is repeated here, in order:
    * libpeclient does not send the lost request on top of older
    * parameters (ROLLED_BACK). */

@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "pe_models.h"
+#include "pe_recipe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +43,27 @@ int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t err
 /* The same with another models directory (NULL or "": none). */
 int pe_model_resolve_in(const char *spec, const char *models_dir, pe_model_spec *out, char *err,
                         size_t errlen);
+
+/* What a trainer changes in the model's program, applied by the builder
+ * before it serialises (one pack; the bytes equal pe_train_recipe_apply's
+ * and then pe_program_add_counter's on the plain model's). */
+typedef struct pe_model_opts {
+  const pe_train_recipe *recipe; /* NULL: the model's optimizer as it is */
+  /* Declared (pe_builder_add_counter) when the program, recipe applied,
+   * has an optimizer; NULL: none. */
+  const char *counter;
+  /* Optional; called once the model is parsed, before the recipe: m has
+   * every field but bytes (NULL) and len, its optimizer the model's own.
+   * With recipe set, r is a copy of it to adjust (step counts that depend
+   * on the model's default batch), else NULL. Nonzero stops the resolve
+   * (-1; the hook reports its own error). */
+  int (*prepare)(const pe_model_spec *m, pe_train_recipe *r, void *arg);
+  void *arg;
+} pe_model_opts;
+
+/* pe_model_resolve with o applied (NULL: none). */
+int pe_model_resolve_opts(const char *spec, const pe_model_opts *o, pe_model_spec *out, char *err,
+                          size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,9 @@ typedef struct pe_model_spec {
   int64_t image_dims[4]; /* with -1 for the batch */
   int default_batch;
   int accuracy_top_k; /* the accuracy's K (top-K; 0 read as 1) */
+  /* The program's optimizer (pe_program_optimizer's answer, the recipe's
+   * when pe_model_opts gave one): sgd, momentum, adam, adamw; "" none. */
+  char optimizer[16];
 } pe_model_spec;
 
 /* Build model `name`. Returns 0, or -1 with a message in err (unknown

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pe_builder.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -68,6 +70,26 @@ const char *pe_program_optimizer(const uint8_t *in, size_t len);
  * with a message in err (not a ProgramDesc, no startup block). */
 int pe_program_add_counter(const uint8_t *in, size_t len, const char *name, uint8_t **out,
                            size_t *out_len, char *err, size_t errlen);
+
+/* The same two changes made by the program builder before it serialises,
+ * so that a trainer that builds its program packs it once (pe_model_opts in
+ * pe_model_file.h does this for built-in models and model files). The
+ * bytes of pe_builder_finish equal those of pe_train_recipe_apply and then
+ * pe_program_add_counter on the program built without them. */
+
+/* Apply r to the optimizer set so far (none: r's, which then needs r's
+ * lr), with pe_train_recipe_apply's rules and checks; r->no_decay_1d as
+ * pe_builder_no_weight_decay_1d. Needs the loss (pe_builder_append_backward);
+ * a later optimizer setter replaces the optimizer again. Returns 0, or -1
+ * (pe_builder_error says why). */
+int pe_builder_apply_recipe(pe_builder *b, const pe_train_recipe *r);
+
+/* Declare the counter `name` as pe_program_add_counter does: int64 [1],
+ * persistable, no gradient, at the end of the main and startup blocks'
+ * variables, and a fill_constant 0 after the startup ops. It takes those
+ * places now: call it after the layers. A name declared already is kept.
+ * Returns 0, or -1 (pe_builder_error). */
+int pe_builder_add_counter(pe_builder *b, const char *name);
 
 #ifdef __cplusplus
 }

@@ -290,6 +290,11 @@ b_var *peb_tmp_var(pe_builder *b, const char *name, int dt, int ndim, const int6
   return var_add(b, &b->main, name, dt, ndim, d);
 }
 
+b_var *peb_block_var(pe_builder *b, b_block *blk, const char *name, int dt, int ndim,
+                     const int64_t *d) {
+  return var_add(b, blk, name, dt, ndim, d);
+}
+
 /* --- parameters and their initialisers ------------------------------------------------ */
 
 static void init_op(pe_builder *b, const char *name, int ndim, const int64_t *d, pe_b_init init,

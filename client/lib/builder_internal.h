@@ -95,6 +95,9 @@ b_var *peb_need(pe_builder *b, const char *layer, const char *x);
 b_var *peb_var_find(const b_block *blk, const char *name);
 /* Declare a non-persistable main-block variable. */
 b_var *peb_tmp_var(pe_builder *b, const char *name, int dt, int ndim, const int64_t *d);
+/* Declare a variable of block blk (its flags are the caller's to set). */
+b_var *peb_block_var(pe_builder *b, b_block *blk, const char *name, int dt, int ndim,
+                     const int64_t *d);
 /* Append an op; NULL after an error. The op_in/op_out/attr_* calls accept NULL. */
 b_op *peb_op_add(pe_builder *b, b_block *blk, const char *type);
 void peb_op_in(pe_builder *b, b_op *op, const char *slot, const char *arg);

@@ -132,6 +132,12 @@ int pec_wait_restart(pe_client *c);
 /* Result storage owned by the handle until the next request. */
 void *pec_results_alloc(pe_client *c, size_t bytes);
 
+/* t's name, dtype, dims and byte count (and data, with need_data) as a
+ * request or a file takes them; -1 with the reason in err, prefixed by
+ * what. */
+int pec_tensor_check(const char *what, const pe_client_tensor *t, bool need_data, char *err,
+                     size_t errlen);
+
 /* pe_client_tensor <-> Pe__Tensor. to_pb: t_pb and shape storage provided by
  * the caller (shape of PE_CLIENT_MAX_DIMS), data is not copied. from_pb
  * checks dims and byte counts. Both return 0 or a failure via pec_fail. */

@@ -70,28 +70,47 @@ static const char *shape_str(const int64_t *d, int n, char *buf, size_t len) {
   return buf;
 }
 
-int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, Pe__Tensor *pb,
-                     int64_t *shape, Pe__ShmRef *shm) {
+int pec_tensor_check(const char *what, const pe_client_tensor *t, bool need_data, char *err,
+                     size_t errlen) {
   char s[160];
   const char *name = t->name ? t->name : "";
-  if (!*name) return pec_fail(c, PE_C_EARG, "%s: a tensor without a name", what);
+  if (!*name) return snprintf(err, errlen, "%s: a tensor without a name", what), -1;
   size_t es = pe_client_dtype_size(t->dtype);
-  if (!es) return pec_fail(c, PE_C_EARG, "%s: tensor '%s': unknown dtype %d", what, name, t->dtype);
+  if (!es)
+    return snprintf(err, errlen, "%s: tensor '%s': unknown dtype %d", what, name, t->dtype), -1;
   if (t->ndim < 0 || t->ndim > PE_CLIENT_MAX_DIMS)
-    return pec_fail(c, PE_C_EARG, "%s: tensor '%s': %d dims (0..%d)", what, name, t->ndim,
-                    PE_CLIENT_MAX_DIMS);
+    return snprintf(err, errlen, "%s: tensor '%s': %d dims (0..%d)", what, name, t->ndim,
+                    PE_CLIENT_MAX_DIMS),
+           -1;
   if (t->ndim > 0 && t->shape[0] == PEC_NO_SHAPE)
-    return pec_fail(c, PE_C_EARG, "%s: tensor '%s': %d dims but no shape (NULL)", what, name,
-                    t->ndim);
+    return snprintf(err, errlen, "%s: tensor '%s': %d dims but no shape (NULL)", what, name,
+                    t->ndim),
+           -1;
   for (int i = 0; i < t->ndim; i++)
     if (t->shape[i] < 0)
-      return pec_fail(c, PE_C_EARG, "%s: tensor '%s' %s %s: negative dim %d", what, name,
-                      pe_client_dtype_name(t->dtype), shape_str(t->shape, t->ndim, s, sizeof s), i);
+      return snprintf(err, errlen, "%s: tensor '%s' %s %s: negative dim %d", what, name,
+                      pe_client_dtype_name(t->dtype), shape_str(t->shape, t->ndim, s, sizeof s), i),
+             -1;
   size_t want = (size_t)pe_client_tensor_numel(t) * es;
   if (t->nbytes != want)
-    return pec_fail(c, PE_C_EARG, "%s: tensor '%s' %s %s needs %zu bytes, got %zu", what, name,
+    return snprintf(err, errlen, "%s: tensor '%s' %s %s needs %zu bytes, got %zu", what, name,
                     pe_client_dtype_name(t->dtype), shape_str(t->shape, t->ndim, s, sizeof s), want,
-                    t->nbytes);
+                    t->nbytes),
+           -1;
+  if (need_data && want && !t->data)
+    return snprintf(err, errlen, "%s: tensor '%s' %s: no data", what, name,
+                    shape_str(t->shape, t->ndim, s, sizeof s)),
+           -1;
+  return 0;
+}
+
+int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, Pe__Tensor *pb,
+                     int64_t *shape, Pe__ShmRef *shm) {
+  char msg[512];
+  if (pec_tensor_check(what, t, !t->shm_region, msg, sizeof msg))
+    return pec_fail(c, PE_C_EARG, "%s", msg);
+  const char *name = t->name;
+  size_t want = (size_t)pe_client_tensor_numel(t) * pe_client_dtype_size(t->dtype);
   pe__tensor__init(pb);
   pb->name = (char *)name;
   pb->dtype = (Pe__DataType)t->dtype;
@@ -105,9 +124,6 @@ int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, 
     shm->length = want;
     pb->shm = shm;
   } else {
-    if (want && !t->data)
-      return pec_fail(c, PE_C_EARG, "%s: tensor '%s' %s: no data", what, name,
-                      shape_str(t->shape, t->ndim, s, sizeof s));
     pb->data.len = want;
     pb->data.data = (uint8_t *)t->data; /* packed straight from the caller's buffer */
   }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_internal.h"
 #include "pe_builder.h"
 #include "pe_model_file.h"
 
@@ -668,7 +669,7 @@ static int parse_line(mf *m, char *line) {
 }
 
 /* End of file: the loss, backward mark and optimizer; then serialise. */
-static int finish(mf *m, pe_model_spec *out) {
+static int finish(mf *m, const pe_model_opts *o, pe_model_spec *out) {
   m->line = 0;
   m->kw = "end of file";
   if (!m->image) return mf_fail(m, "no 'input' line");
@@ -710,7 +711,6 @@ static int finish(mf *m, pe_model_spec *out) {
   if (!rc && !strcmp(m->opt_type, "adamw"))
     rc = pe_builder_adamw(m->b, m->lr, m->beta1, m->beta2, m->eps);
   if (!rc && m->no_decay_1d) rc = pe_builder_no_weight_decay_1d(m->b);
-  if (!rc) rc = pe_builder_finish(m->b, &out->bytes, &out->len);
   if (rc) return mf_fail(m, "%s", pe_builder_error(m->b));
   snprintf(out->name, sizeof out->name, "%s", m->name);
   snprintf(out->image, sizeof out->image, "%s", m->image);
@@ -724,11 +724,13 @@ static int finish(mf *m, pe_model_spec *out) {
   memcpy(out->image_dims, m->image_dims, sizeof out->image_dims);
   out->default_batch = m->batch ? m->batch : 64;
   out->accuracy_top_k = m->acc_top_k;
+  char msg[512];
+  if (pec_model_finish(m->b, o, out, msg, sizeof msg)) return mf_fail(m, "%s", msg);
   return 0;
 }
 
-int pe_model_file_parse(const char *text, size_t len, const char *source, pe_model_spec *out,
-                        char *err, size_t errlen) {
+int pec_model_file_parse(const char *text, size_t len, const char *source, const pe_model_opts *o,
+                         pe_model_spec *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   mf m = {.source = source && *source ? source : "model", .err = err, .errlen = errlen};
   snprintf(m.name, sizeof m.name, "%s", m.source);
@@ -755,11 +757,16 @@ int pe_model_file_parse(const char *text, size_t len, const char *source, pe_mod
     parse_line(&m, line);
     i = j + 1;
   }
-  if (!m.failed) finish(&m, out);
+  if (!m.failed) finish(&m, o, out);
   pe_builder_free(m.b);
   if (m.failed) {
     pe_model_spec_release(out);
     return -1;
   }
   return 0;
+}
+
+int pe_model_file_parse(const char *text, size_t len, const char *source, pe_model_spec *out,
+                        char *err, size_t errlen) {
+  return pec_model_file_parse(text, len, source, NULL, out, err, errlen);
 }

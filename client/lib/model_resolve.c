@@ -8,9 +8,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model_internal.h"
 #include "pe_model_file.h"
 
-int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t errlen) {
+int pec_model_file_load(const char *path, const pe_model_opts *o, pe_model_spec *out, char *err,
+                        size_t errlen) {
   memset(out, 0, sizeof *out);
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -56,22 +58,27 @@ int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t e
   }
   const char *base = strrchr(path, '/');
   base = base ? base + 1 : path;
-  int rc = pe_model_file_parse(buf, len, base, out, err, errlen);
+  int rc = pec_model_file_parse(buf, len, base, o, out, err, errlen);
   free(buf);
   return rc;
 }
 
-int pe_model_resolve_in(const char *spec, const char *models_dir, pe_model_spec *out, char *err,
-                        size_t errlen) {
+int pe_model_file_load(const char *path, pe_model_spec *out, char *err, size_t errlen) {
+  return pec_model_file_load(path, NULL, out, err, errlen);
+}
+
+static int resolve(const char *spec, const char *models_dir, const pe_model_opts *o,
+                   pe_model_spec *out, char *err, size_t errlen) {
   struct stat st;
   if (strchr(spec, '/') || (stat(spec, &st) == 0 && S_ISREG(st.st_mode)))
-    return pe_model_file_load(spec, out, err, errlen);
-  if (!pe_model_spec_build(spec, out, err, errlen)) return 0;
+    return pec_model_file_load(spec, o, out, err, errlen);
+  if (!pec_model_spec_build(spec, o, out, err, errlen)) return 0;
+  if (pec_model_builtin(spec)) return -1; /* its options failed: no file stands in */
   char path[4096];
   if (models_dir && *models_dir &&
       snprintf(path, sizeof path, "%s/%s", models_dir, spec) < (int)sizeof path &&
       stat(path, &st) == 0 && S_ISREG(st.st_mode))
-    return pe_model_file_load(path, out, err, errlen);
+    return pec_model_file_load(path, o, out, err, errlen);
   size_t n = strlen(err);
   if (models_dir && *models_dir)
     snprintf(err + n, errlen - n, " (or give a model file path, or the name of a file in %s)",
@@ -81,11 +88,21 @@ int pe_model_resolve_in(const char *spec, const char *models_dir, pe_model_spec 
   return -1;
 }
 
+int pe_model_resolve_in(const char *spec, const char *models_dir, pe_model_spec *out, char *err,
+                        size_t errlen) {
+  return resolve(spec, models_dir, NULL, out, err, errlen);
+}
+
 /* The directory `cmake --install` puts conf/models in (CMakeLists.txt). */
 #ifndef PE_MODELS_DIR
 #define PE_MODELS_DIR ""
 #endif
 
 int pe_model_resolve(const char *spec, pe_model_spec *out, char *err, size_t errlen) {
-  return pe_model_resolve_in(spec, PE_MODELS_DIR, out, err, errlen);
+  return resolve(spec, PE_MODELS_DIR, NULL, out, err, errlen);
+}
+
+int pe_model_resolve_opts(const char *spec, const pe_model_opts *o, pe_model_spec *out, char *err,
+                          size_t errlen) {
+  return resolve(spec, PE_MODELS_DIR, o, out, err, errlen);
 }

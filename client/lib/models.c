@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model_internal.h"
 #include "pe_builder.h"
 #include "pe_models.h"
 
@@ -57,11 +58,20 @@ static void copy_name(char *dst, const char *src) {
   snprintf(dst, PE_MODEL_NAME_LEN, "%s", src ? src : "");
 }
 
-int pe_model_spec_build(const char *name, pe_model_spec *out, char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
-  const model_row *row = NULL;
+static const model_row *find_row(const char *name) {
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-    if (name && strcmp(models[i].name, name) == 0) row = &models[i];
+    if (name && strcmp(models[i].name, name) == 0) return &models[i];
+  return NULL;
+}
+
+bool pec_model_builtin(const char *name) {
+  return find_row(name) != NULL;
+}
+
+int pec_model_spec_build(const char *name, const pe_model_opts *o, pe_model_spec *out, char *err,
+                         size_t errlen) {
+  memset(out, 0, sizeof *out);
+  const model_row *row = find_row(name);
   if (!row) {
     snprintf(err, errlen, "unknown model '%s' (known: %s)", name ? name : "(null)",
              pe_model_spec_names());
@@ -80,7 +90,8 @@ int pe_model_spec_build(const char *name, pe_model_spec *out, char *err, size_t 
   const char *acc = pe_builder_accuracy(b, logits, label, 1);
   pe_builder_append_backward(b, loss);
   row->optimizer(b);
-  if (pe_builder_finish(b, &out->bytes, &out->len)) {
+  char msg[512];
+  if (pe_builder_error(b)) {
     snprintf(err, errlen, "model %s: %s", name, pe_builder_error(b));
     pe_builder_free(b);
     return -1;
@@ -96,8 +107,14 @@ int pe_model_spec_build(const char *name, pe_model_spec *out, char *err, size_t 
   out->image_ndim = row->image_ndim;
   memcpy(out->image_dims, row->image_dims, sizeof out->image_dims);
   out->default_batch = row->default_batch;
+  int rc = pec_model_finish(b, o, out, msg, sizeof msg);
+  if (rc) snprintf(err, errlen, "model %s: %s", name, msg);
   pe_builder_free(b);
-  return 0;
+  return rc;
+}
+
+int pe_model_spec_build(const char *name, pe_model_spec *out, char *err, size_t errlen) {
+  return pec_model_spec_build(name, NULL, out, err, errlen);
 }
 
 void pe_model_spec_release(pe_model_spec *m) {

@@ -1,6 +1,7 @@
 /* pe_train_recipe_apply (pe_recipe.h): unpack the ProgramDesc, change its
- * TrainSpec.optimizer (and the no_weight_decay of 1-D parameters) in place,
- * pack it again. The unpacked message owns its strings, so the fields that
+ * TrainSpec.optimizer (pec_recipe_apply_opt, which the builder's route
+ * shares) and the no_weight_decay of 1-D parameters in place, pack it
+ * again. The unpacked message owns its strings, so the fields that
  * are pointed at the recipe's static strings or a stack message are put
  * back before it is freed. */
 #include <math.h>
@@ -12,6 +13,7 @@
 #include "pe_builder.h"
 #include "pe_recipe.h"
 #include "program.pb-c.h"
+#include "recipe_internal.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -66,65 +68,75 @@ static void exempt_1d(Pe__ProgramDesc *pd) {
     }
 }
 
+int pec_recipe_kind(const pe_train_recipe *r, const char **type, char *err, size_t errlen) {
+  *type = r->optimizer ? pe_optimizer_kind(r->optimizer) : NULL;
+  if (r->optimizer && !*type)
+    return fail(err, errlen, "optimizer '%.64s' unknown (known: " PE_OPTIMIZER_KINDS ")",
+                r->optimizer);
+  return 0;
+}
+
+int pec_recipe_apply_opt(const pe_train_recipe *r, const char *type, Pe__OptimizerDesc *od,
+                         Pe__LrSchedule *ls, char *err, size_t errlen) {
+  /* A program without an optimizer (it only computes gradients) gets the
+   * recipe's, which then needs its learning rate: there is none to keep. */
+  if (!od->type[0]) {
+    if (!type) return fail(err, errlen, "the program has no optimizer (TrainSpec.optimizer)");
+    if (!(r->lr > 0))
+      return fail(err, errlen, "the program has no optimizer: %s needs a learning rate (lr)", type);
+    od->type = (char *)type;
+  }
+  if (check(r, type ? type : od->type, err, errlen)) return -1;
+  if (type && strcmp(type, od->type)) { /* another kind: its own defaults */
+    od->type = (char *)type;
+    od->momentum = od->beta1 = od->beta2 = od->epsilon = 0.0f;
+    od->nesterov = false;
+  }
+  if (r->lr > 0) od->learning_rate = r->lr;
+  /* The program's 0 means the kind's default (0.9, 0.01): an explicit
+   * 0 is the kind without that term, which is the same update. */
+  if (r->momentum > 0) od->momentum = r->momentum;
+  if (r->momentum == 0 && !strcmp(od->type, "momentum")) {
+    od->type = (char *)"sgd";
+    od->momentum = 0.0f;
+    od->nesterov = false;
+  }
+  if (r->weight_decay >= 0) od->weight_decay = r->weight_decay;
+  if (r->weight_decay == 0 && !strcmp(od->type, "adamw")) od->type = (char *)"adam";
+  if (r->grad_clip_norm >= 0) od->grad_clip_norm = r->grad_clip_norm;
+  if (r->schedule) {
+    pe__lr_schedule__init(ls);
+    ls->type = (char *)pe_lr_schedule_kind(r->schedule);
+    ls->warmup_steps = r->warmup_steps;
+    ls->decay_steps = r->decay_steps;
+    ls->gamma = r->gamma;
+    ls->min_lr = r->min_lr;
+    od->lr_schedule = ls;
+  }
+  return 0;
+}
+
 int pe_train_recipe_apply(const pe_train_recipe *r, const uint8_t *in, size_t len, uint8_t **out,
                           size_t *out_len, char *err, size_t errlen) {
   *out = NULL;
   *out_len = 0;
-  const char *type = r->optimizer ? pe_optimizer_kind(r->optimizer) : NULL;
-  if (r->optimizer && !type)
-    return fail(err, errlen, "optimizer '%.64s' unknown (known: " PE_OPTIMIZER_KINDS ")",
-                r->optimizer);
+  const char *type;
+  if (pec_recipe_kind(r, &type, err, errlen)) return -1;
   Pe__ProgramDesc *pd = pe__program_desc__unpack(NULL, len, in);
   if (!pd) return fail(err, errlen, "not a ProgramDesc (%zu bytes)", len);
   if (!pd->train || !pd->train->loss[0]) {
     pe__program_desc__free_unpacked(pd, NULL);
     return fail(err, errlen, "the program has no loss (TrainSpec.loss): nothing to train");
   }
-  /* A program without an optimizer (it only computes gradients) gets the
-   * recipe's, which then needs its learning rate: there is none to keep. */
   Pe__OptimizerDesc added = PE__OPTIMIZER_DESC__INIT;
-  Pe__OptimizerDesc *od = pd->train->optimizer;
-  bool adding = !od || !od->type[0];
-  if (adding && (!type || !(r->lr > 0))) {
-    pe__program_desc__free_unpacked(pd, NULL);
-    if (!type) return fail(err, errlen, "the program has no optimizer (TrainSpec.optimizer)");
-    return fail(err, errlen, "the program has no optimizer: %s needs a learning rate (lr)", type);
-  }
   Pe__OptimizerDesc *orig_od = pd->train->optimizer;
-  if (adding) {
-    added.type = (char *)type;
-    pd->train->optimizer = od = &added;
-  }
-  int rc = check(r, type ? type : od->type, err, errlen);
+  Pe__OptimizerDesc *od = orig_od && orig_od->type[0] ? orig_od : &added;
+  pd->train->optimizer = od;
   char *orig_type = od->type;
   Pe__LrSchedule *orig_sched = od->lr_schedule;
-  Pe__LrSchedule ls = PE__LR_SCHEDULE__INIT;
-  if (!rc && type && strcmp(type, od->type)) { /* another kind: its own defaults */
-    od->type = (char *)type;
-    od->momentum = od->beta1 = od->beta2 = od->epsilon = 0.0f;
-    od->nesterov = false;
-  }
+  Pe__LrSchedule ls;
+  int rc = pec_recipe_apply_opt(r, type, od, &ls, err, errlen);
   if (!rc) {
-    if (r->lr > 0) od->learning_rate = r->lr;
-    /* The program's 0 means the kind's default (0.9, 0.01): an explicit
-     * 0 is the kind without that term, which is the same update. */
-    if (r->momentum > 0) od->momentum = r->momentum;
-    if (r->momentum == 0 && !strcmp(od->type, "momentum")) {
-      od->type = (char *)"sgd";
-      od->momentum = 0.0f;
-      od->nesterov = false;
-    }
-    if (r->weight_decay >= 0) od->weight_decay = r->weight_decay;
-    if (r->weight_decay == 0 && !strcmp(od->type, "adamw")) od->type = (char *)"adam";
-    if (r->grad_clip_norm >= 0) od->grad_clip_norm = r->grad_clip_norm;
-    if (r->schedule) {
-      ls.type = (char *)pe_lr_schedule_kind(r->schedule);
-      ls.warmup_steps = r->warmup_steps;
-      ls.decay_steps = r->decay_steps;
-      ls.gamma = r->gamma;
-      ls.min_lr = r->min_lr;
-      od->lr_schedule = &ls;
-    }
     if (r->no_decay_1d) exempt_1d(pd);
     size_t n = pe__program_desc__get_packed_size(pd);
     *out = malloc(n ? n : 1);

@@ -472,18 +472,20 @@ class Model:
         """Restore the checkpoint `name`; (path, bytes)."""
         return self.client.load(self.name, name)
 
-    def export(self, path):
-        """The parameters to a file of one's own: .npz or .safetensors."""
+    def export(self, path, format=None):
+        """The parameters to a file of one's own: .npz, .safetensors, or any
+        other name the daemon's checkpoint format, as `pe-client export`
+        writes it (format=: io.save_params)."""
         from . import io
 
-        io.save_params(path, self.state_dict())
+        io.save_params(path, self.state_dict(), format=format)
 
-    def import_params(self, path, names=None):
-        """Set the parameters from a .npz or .safetensors file (names: only
-        those); returns the names set."""
+    def import_params(self, path, names=None, format=None):
+        """Set the parameters from a file export or `pe-client export` wrote
+        (names: only those; format=: io.load_params); returns the names set."""
         from . import io
 
-        params = io.load_params(path)
+        params = io.load_params(path, format=format)
         if names is not None:
             params = {k: v for k, v in params.items() if k in set(names)}
         self.load_state_dict(params)

@@ -14,8 +14,11 @@ one pe-client train uses.
 FashionMNIST() loads Fashion-MNIST as pe-client train does (standardised
 with the training split's statistics).
 
-save_params / load_params: {name: array} to and from .npz or .safetensors
-(safetensors.py).
+save_params / load_params: {name: array} to and from a file: .npz,
+.safetensors (safetensors.py), or any other name the daemon's checkpoint
+format (pe_params_file.h), which `pe-client import` reads, `pe-client load`
+loads once the file is in the daemon's state directory, and in which
+`pe-client export` and the daemon's checkpoints are written.
 """
 import os
 
@@ -23,7 +26,8 @@ import numpy as np
 
 from . import safetensors
 from ._ffi import ffi, lib, string
-from ._tensor import CMemory
+from ._tensor import CMemory, fill_tensor, tensors_to_dict
+from .errors import PeError
 
 
 class ArrayDataset:
@@ -205,23 +209,70 @@ class FashionMNIST:
                             y.array(0, (ds.n,), np.int64)[:n])
 
 
-def save_params(path, params):
-    """{name: array} to path: .npz (numpy) or .safetensors."""
+#: save_params / load_params formats: format= takes one of these.
+FORMATS = ("npz", "safetensors", "checkpoint")
+_ERR_LEN = 1024
+
+
+def _format(path, format):
+    """The format of path: format if given, else by the name's ending."""
+    if format is None:
+        for f in ("npz", "safetensors"):
+            if path.endswith("." + f):
+                return f
+        return "checkpoint"
+    if format not in FORMATS:
+        raise ValueError("%s: format %r unknown (known: %s)" % (path, format, ", ".join(FORMATS)))
+    return format
+
+
+def _save_checkpoint(path, params):
+    names = [ffi.new("char[]", k.encode()) for k in params]
+    arrays = [np.asarray(a, order="C") for a in params.values()]
+    ts = ffi.new("pe_client_tensor[]", max(len(arrays), 1))
+    for t, name, a in zip(ts, names, arrays):
+        fill_tensor(t, name, a)
+    err = ffi.new("char[]", _ERR_LEN)
+    if lib.pe_params_file_write(ts, len(arrays), path.encode(), ffi.NULL, err, _ERR_LEN) != 0:
+        raise PeError(string(err))
+
+
+def _load_checkpoint(path):
+    f = ffi.new("pe_params_file *")
+    err = ffi.new("char[]", _ERR_LEN)
+    if lib.pe_params_file_read(path.encode(), f, err, _ERR_LEN) != 0:
+        raise PeError(string(err))
+    try:
+        return tensors_to_dict(f.t, f.n)
+    finally:
+        lib.pe_params_file_free(f)
+
+
+def save_params(path, params, format=None):
+    """{name: array} to path: .npz (numpy), .safetensors, or any other name
+    the daemon's checkpoint format (replaced atomically; float32, float64,
+    int32, int64 and uint8 arrays). format= ("npz", "safetensors",
+    "checkpoint") chooses regardless of the name. A refused array or write
+    raises PeError naming the tensor or the file."""
     path = os.fspath(path)
-    if path.endswith(".npz"):
+    f = _format(path, format)
+    if f == "npz":
         np.savez(path, **params)
-    elif path.endswith(".safetensors"):
+    elif f == "safetensors":
         safetensors.save(path, params)
     else:
-        raise ValueError("%s: .npz or .safetensors" % path)
+        _save_checkpoint(path, params)
 
 
-def load_params(path):
-    """{name: array} from a .npz or .safetensors file."""
+def load_params(path, format=None):
+    """{name: array} from a file save_params writes (format as there): a
+    checkpoint-format file is checked (version, sizes, CRC) first; a damaged
+    or missing one raises PeError naming the file."""
     path = os.fspath(path)
-    if path.endswith(".npz"):
+    f = _format(path, format)
+    if f == "npz":
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
-    if path.endswith(".safetensors"):
+    if f == "safetensors":
         return safetensors.load(path)
-    raise ValueError("%s: .npz or .safetensors" % path)
+    return _load_checkpoint(path)

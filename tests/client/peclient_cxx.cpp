@@ -2,9 +2,12 @@
 // (their extern "C" blocks give the functions C linkage, so the names link
 // against the library's C symbols), and the library works from C++: a
 // program built here is byte for byte the built-in model's, a connection to
-// a missing daemon fails with its code and message, the prefetcher runs.
+// a missing daemon fails with its code and message, the prefetcher runs, a
+// parameters file reads back what was written.
 // Linked with libpeclient.so alone (tests/CMakeLists.txt): nothing of the
 // static archive or of pe_proto.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +21,7 @@
 #include "pe_dataset.h"
 #include "pe_model_file.h"
 #include "pe_models.h"
+#include "pe_params_file.h"
 #include "pe_recipe.h"
 #include "peclient_version.h"
 
@@ -124,6 +128,27 @@ void prefetch_one_epoch() {
   expect(seen == 10 && sum == 45, "one epoch gives every example once");
 }
 
+void params_file_round_trip() {
+  const float w[3] = {1.5f, -2.0f, 0.25f};
+  const int64_t shape[1] = {3};
+  pe_client_tensor t;
+  pe_client_tensor_set(&t, "w", PE_B_F32, 1, shape, w);
+  char path[] = "/tmp/pe-cxx-params.XXXXXX";
+  int fd = mkstemp(path);
+  expect(fd >= 0, "mkstemp");
+  close(fd);
+  char err[512] = "";
+  uint64_t bytes = 0;
+  expect(pe_params_file_write(&t, 1, path, &bytes, err, sizeof err) == 0 && bytes > 0, err);
+  pe_params_file p = {};
+  expect(pe_params_file_read(path, &p, err, sizeof err) == 0, err);
+  expect(p.n == 1 && std::string(p.t[0].name) == "w" && p.t[0].nbytes == sizeof w &&
+             std::memcmp(p.t[0].data, w, sizeof w) == 0,
+         "the parameters file reads back what was written");
+  pe_params_file_free(&p);
+  unlink(path);
+}
+
 }  // namespace
 
 int main() {
@@ -132,7 +157,10 @@ int main() {
   builder_error_is_reported();
   connect_to_missing_daemon();
   prefetch_one_epoch();
+  params_file_round_trip();
   if (failures) return 1;
-  std::puts("ok: a C++ trainer builds, connects and prefetches through libpeclient.so");
+  std::puts(
+      "ok: a C++ trainer builds, connects, prefetches and writes parameters through "
+      "libpeclient.so");
   return 0;
 }
