@@ -2,7 +2,8 @@
  * of the built-in mlp benchmarks exactly like the name (same program, seed
  * and data: the same loss and accuracy), and the JSON line has the keys;
  * an unknown name says a file path is taken too. Needs Fashion-MNIST (the
- * project's dependency). Skipped (77) when pe-bench is not built. */
+ * project's dependency). rtt against a daemon of its own. Skipped (77)
+ * when pe-bench is not built. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +53,31 @@ static double json_num(const char *json, const char *key) {
   const char *p = strstr(json, pat);
   return p ? strtod(p + strlen(pat), NULL) : NAN;
 }
+
+/* rtt: a tiny program's runs through a running daemon, timed one by one:
+ * one JSON line with the count asked for and positive, ordered times; a
+ * bad count is a usage error (2) and a daemon that is not there a failure
+ * (1) that says so. */
+START_TEST(rtt_times_runs_through_the_daemon) {
+  cd_daemon d;
+  cd_start(&d);
+  char args[256];
+  const char *json, *err;
+  snprintf(args, sizeof args, "rtt --socket %s --count 50 --json", d.addr);
+  ck_assert_msg(bench(args, &json, &err) == 0, "%s", err);
+  ck_assert_msg(strstr(json, "\"bench\":\"rtt\",\"ok\":true"), "%s", json);
+  ck_assert_double_eq(json_num(json, "count"), 50);
+  double med = json_num(json, "us_median"), p99 = json_num(json, "us_p99");
+  ck_assert_msg(med > 0 && p99 >= med, "%s", json);
+  snprintf(args, sizeof args, "rtt --socket %s --count 0", d.addr);
+  ck_assert_int_eq(bench(args, &json, &err), 2);
+  ck_assert_msg(strstr(err, "--count"), "%s", err);
+  cd_stop(&d);
+  snprintf(args, sizeof args, "rtt --socket %s --count 5 --json", d.addr);
+  ck_assert_int_eq(bench(args, &json, &err), 1);
+  ck_assert_msg(strstr(json, "\"ok\":false"), "%s", json);
+}
+END_TEST
 
 START_TEST(model_file_benchmarks_like_the_name) {
   const char *src = getenv("PE_SOURCE_DIR"), *json, *err;
@@ -294,6 +320,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, dropout_same_on_both_executors);
   tcase_add_test(tc, help_goes_to_stdout);
   tcase_add_test(tc, version_like_the_other_binaries);
+  tcase_add_test(tc, rtt_times_runs_through_the_daemon);
   suite_add_tcase(s, tc);
   return s;
 }
