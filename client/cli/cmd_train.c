@@ -1,4 +1,5 @@
-/* train and eval: Fashion-MNIST through the daemon.
+/* train and eval: Fashion-MNIST, or the user's own data (--data FILE,
+ * data_load.c), through the daemon.
  *
  * train registers the model's training and evaluation programs under one
  * model name (they share the parameters), initialises them, runs the
@@ -594,8 +595,8 @@ static int cmd_eval(cli_ctx *ctx, int argc, char **argv) {
 }
 
 const cli_cmd cli_cmds_train[] = {
-    {"train", "--model M [--epochs N] [--batch N] [--places P]", "train on Fashion-MNIST, evaluate",
-     cmd_train},
+    {"train", "--model M [--epochs N] [--batch N] [--places P]",
+     "train on Fashion-MNIST or --data FILE, evaluate", cmd_train},
     {"eval", "--model M [--model-name NAME]", "test accuracy with the model's parameters",
      cmd_eval},
     {NULL, NULL, NULL, NULL},
