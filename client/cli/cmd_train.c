@@ -489,7 +489,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
         ",\"eval_handle\":\"%s\",\"fresh_parameters\":%s,\"initialized\":%s,"
         "\"added_state\":%s,\"test_examples\":%lld,\"eval_seconds\":%.3f,\"test_accuracy\":",
         eh, fresh, fresh, t->n_added ? "true" : "false", (long long)r->test_seen, r->eval_s);
-    cli_json_num(stdout, "%.4f", r->test_acc);
+    cli_json_num(stdout, "%.4f", t->m.correct[0] ? r->test_acc : NAN); /* null: no accuracy */
     if (trainer_eval_loss(t)) {
       printf(",\"test_loss\":");
       cli_json_num(stdout, "%.5f", r->test_loss);

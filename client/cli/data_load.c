@@ -51,10 +51,10 @@ static int load_arrays(trainer *t) {
     return cli_usage(t->ctx, "--test-data %s and --data %s: give two files of one kind", test,
                      data);
   if (read_arrays(t, data, "", &t->train, err, sizeof err)) return cli_error(t->ctx, "%s", err);
-  int rc = 1;
-  if (test && (rc = read_arrays(t, test, "", &t->test, err, sizeof err)) == 1)
-    rc = -1; /* read_arrays says 1 only with a prefix */
-  else if (!test && ends_with(data, ".npz"))
+  int rc = 1; /* 1: no test split */
+  if (test)
+    rc = read_arrays(t, test, "", &t->test, err, sizeof err);
+  else if (ends_with(data, ".npz"))
     rc = read_arrays(t, data, "test/", &t->test, err, sizeof err);
   if (rc < 0) return cli_error(t->ctx, "%s", err);
   if (rc == 1) {

@@ -77,8 +77,9 @@ pe_feed_data *pe_feed_data_borrow(const pe_dataset *ds);
 
 /* a (its dims[0] the rows) against feed f: dtype equal, ndim equal and
  * every dim after the batch equal (an [N, D] array also fits a declared
- * [-1, D, 1] feed: a trailing 1 is added). 0, or -1 with "file: array
- * 'what' ... expected ... got ...". */
+ * [-1, D, 1] feed: a trailing 1 is added). 0, or -1 with "file: <what>
+ * has shape [N,5]; the model's feed 'x' needs [N,4]" (what: "array 'x'",
+ * "column 'y'", ...). */
 int pe_feed_array_check(pe_feed_array *a, const pe_feed_decl *f, const char *file, const char *what,
                         char *err, size_t errlen);
 

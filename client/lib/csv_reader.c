@@ -166,10 +166,11 @@ int pe_csv_read(const char *path, const char *label, const pe_feed_decl *x, cons
                            .data = c.y};
     c.x = NULL;
     c.y = NULL;
-    char what[96];
-    snprintf(what, sizeof what, "the %d feature columns", c.ncols - 1);
+    char what[96], ywhat[96];
+    snprintf(what, sizeof what, "the input (%d feature columns)", c.ncols - 1);
+    snprintf(ywhat, sizeof ywhat, "column '%.80s'", c.cols[c.label]);
     rc = pe_feed_array_check(&d->x, x, path, what, err, errlen) ||
-                 pe_feed_array_check(&d->y, y, path, c.cols[c.label], err, errlen) ||
+                 pe_feed_array_check(&d->y, y, path, ywhat, err, errlen) ||
                  pe_feed_data_finish(d, path, err, errlen)
              ? -1
              : 0;

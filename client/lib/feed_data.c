@@ -72,7 +72,7 @@ int pe_feed_array_check(pe_feed_array *a, const pe_feed_decl *f, const char *fil
   rows_shape(f, want, sizeof want);
   pe_feed_shape_str(a->ndim, a->dims, got, sizeof got);
   if (a->dtype != f->dtype) {
-    snprintf(err, errlen, "%s: array '%s' is %s %s; the model's feed '%s' is %s %s", file, what,
+    snprintf(err, errlen, "%s: %s is %s %s; the model's feed '%s' is %s %s", file, what,
              pe_feed_dtype_str(a->dtype), got, f->name, pe_feed_dtype_str(f->dtype), want);
     return -1;
   }
@@ -81,8 +81,8 @@ int pe_feed_array_check(pe_feed_array *a, const pe_feed_decl *f, const char *fil
   bool fits = a->ndim == f->ndim;
   for (int i = 1; fits && i < f->ndim; i++) fits = a->dims[i] == f->dims[i];
   if (!fits) {
-    snprintf(err, errlen, "%s: array '%s' has shape %s; the model's feed '%s' needs %s", file, what,
-             got, f->name, want);
+    snprintf(err, errlen, "%s: %s has shape %s; the model's feed '%s' needs %s", file, what, got,
+             f->name, want);
     return -1;
   }
   return 0;
@@ -121,7 +121,8 @@ int pe_feed_data_split(pe_feed_data *d, double fraction, uint64_t seed, pe_feed_
     return -1;
   }
   /* Which rows are held out: the first nt of a seeded order, the same
-   * one pe_batcher shuffles epoch 1 with (epoch 0 here: another order). */
+   * way pe_batcher shuffles an epoch, an epoch number that training never
+   * reaches (1 << 20), so that the split is not one epoch's order. */
   pe_batcher *bt = pe_feed_data_batcher(d, (int)(n < (1 << 30) ? n : 1 << 30), true, seed);
   bool *held = calloc((size_t)n, sizeof *held);
   int64_t *tr = malloc((size_t)n * sizeof *tr), *te = malloc((size_t)nt * sizeof *te);

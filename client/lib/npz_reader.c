@@ -128,8 +128,10 @@ static int npz_array(zip_t *z, const char *file, const char *name, const pe_feed
     goto out;
   }
   if (zread(zf, h, hlen)) goto truncated;
+  char what[PE_FEED_NAME_LEN + 16];
+  snprintf(what, sizeof what, "array '%s'", name);
   if (npy_parse_header(h, file, name, a, err, errlen) ||
-      pe_feed_array_check(a, f, file, name, err, errlen))
+      pe_feed_array_check(a, f, file, what, err, errlen))
     goto out;
   size_t bytes = (size_t)a->dims[0] * a->row_bytes;
   if (!(a->data = malloc(bytes + 1))) {

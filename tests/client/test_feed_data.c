@@ -174,7 +174,9 @@ START_TEST(csv_columns_and_errors) {
       {"a,b,y\n1,2\n", NULL, "bad.csv:2: fewer cells than the header's 3", &y},
       {"a,b,y\n1,2,3,4\n", NULL, "bad.csv:2: more cells than the header's 3", &y},
       {"a,b,y\n1,2,3\n", "z", "bad.csv:1: no column 'z'", &y},
-      {"a,b,c,y\n1,2,3,4\n", NULL, "feed 'x' needs [N,2]", &y},
+      {"a,b,c,y\n1,2,3,4\n", NULL,
+       "bad.csv: the input (3 feature columns) has shape [1,3]; the model's feed 'x' needs [N,2]",
+       &y},
       {"a,b,y\n", NULL, "bad.csv: a header and no data rows", &y},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
