@@ -1,4 +1,5 @@
-/* train and eval: Fashion-MNIST through the daemon.
+/* train and eval: Fashion-MNIST, or the user's own data (--data FILE,
+ * data_load.c), through the daemon.
  *
  * train registers the model's training and evaluation programs under one
  * model name (they share the parameters), initialises them, runs the
@@ -50,7 +51,14 @@
   {"limit", CLI_INT, offsetof(train_cfg, limit), 1, 1L << 30,                                    \
    "use only the first N examples of each split"},                                               \
   {"seed", CLI_INT, offsetof(train_cfg, seed), 0, 1L << 62, "init and shuffle seed (1)"},        \
-  {"data", CLI_STR, offsetof(train_cfg, data), 0, 0, "Fashion-MNIST directory"},                 \
+  {"data", CLI_STR, offsetof(train_cfg, data), 0, 0,                                             \
+   "Fashion-MNIST directory, or FILE.npz | FILE.csv | FILE.txt"},                                \
+  {"test-data", CLI_STR, offsetof(train_cfg, test_data), 0, 0,                                   \
+   "the test split of --data FILE (.npz, .csv; else its test/ arrays or --test-fraction)"},      \
+  {"test-fraction", CLI_FLOAT, offsetof(train_cfg, test_fraction), 0, 1,                         \
+   "rows of --data FILE held out for the test (0.1) when it has no test split"},                 \
+  {"label-column", CLI_STR, offsetof(train_cfg, label_column), 0, 0,                             \
+   "the CSV column of the labels (the last)"},                                                   \
   {"feed", CLI_STR, offsetof(train_cfg, feed), 0, 0,                                             \
    "auto (shm on an ipc:// socket, else socket) | shm | socket"},                                \
   {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "the same as --feed shm"},                   \
@@ -116,8 +124,10 @@ static void trainer_free(trainer *t, int rc) {
   train_log_free(&t->log);
   for (size_t i = 0; i < t->n_declared; i++) free(t->declared[i]);
   free(t->declared);
-  pe_dataset_free(t->train);
-  pe_dataset_free(t->test);
+  pe_feed_data_free(t->train);
+  pe_feed_data_free(t->test);
+  pe_dataset_free(t->images);
+  pe_dataset_free(t->test_images);
   pe_model_spec_release(&t->m);
 }
 
@@ -127,8 +137,8 @@ static void trainer_free(trainer *t, int rc) {
 static size_t pair_layout(const trainer *t, size_t *xbytes, size_t *cap) {
   long rows = t->cfg.batch * t->cfg.per_request;
   *cap = (size_t)(rows > EVAL_BATCH ? rows : EVAL_BATCH);
-  *xbytes = *cap * (size_t)t->train->dim * sizeof(float);
-  return *xbytes + *cap * sizeof(int64_t); /* xbytes is a multiple of 8 */
+  *xbytes = (*cap * t->train->x.row_bytes + 7) / 8 * 8; /* the labels 8-aligned */
+  return *xbytes + *cap * t->train->y.row_bytes;
 }
 
 /* The two batch buffer pairs: in one shared-memory region when asked
@@ -151,7 +161,7 @@ static int alloc_batches(trainer *t) {
       t->use_shm = true;
       for (int k = 0; k < 2; k++) {
         t->x[k] = (float *)((char *)t->shm.base + k * pair);
-        t->y[k] = (int64_t *)((char *)t->x[k] + xbytes);
+        t->y[k] = (char *)t->x[k] + xbytes;
       }
       return CLI_OK;
     }
@@ -159,7 +169,7 @@ static int alloc_batches(trainer *t) {
   /* Through the socket a group's rows travel in the request: keep it under
    * the largest message the connection takes (with room for the rest);
    * the registers' replies said the daemon's, when it is smaller. */
-  size_t row = (size_t)t->train->dim * sizeof(float) + sizeof(int64_t);
+  size_t row = t->train->x.row_bytes + t->train->y.row_bytes;
   long fit_rows = (long)(pe_client_max_message(t->c) / 10 * 9 / row);
   long fit = fit_rows / t->cfg.batch;
   if (t->cfg.per_request > fit) t->cfg.per_request = fit > 1 ? fit : 1;
@@ -167,7 +177,7 @@ static int alloc_batches(trainer *t) {
   pair_layout(t, &xbytes, &cap);
   for (int k = 0; k < 2; k++) {
     t->x[k] = malloc(xbytes);
-    t->y[k] = malloc(cap * sizeof(int64_t));
+    t->y[k] = malloc(cap * t->train->y.row_bytes);
     if (!t->x[k] || !t->y[k])
       return cli_error(t->ctx, "out of memory for %zu-example batches", cap);
   }
@@ -261,7 +271,7 @@ static int before_pack(const pe_model_spec *m, pe_train_recipe *r, void *arg) {
   t->ns = t->cfg.name ? t->cfg.name : m->name;
   int rc = CLI_OK;
   if (!s->eval_only) rc = check_optimizer(t);
-  if (!rc) rc = cli_data_load(t->ctx, m, t->cfg.data, t->cfg.limit, &t->train, &t->test);
+  if (!rc) rc = trainer_load_data(t); /* m is t->m: its feeds are declared already */
   /* It would be one short batch per epoch, reported under the asked size. */
   if (!rc && !s->eval_only && t->cfg.batch > t->train->n)
     rc = cli_usage(t->ctx, "--batch %ld is larger than the %lld training examples%s", t->cfg.batch,
@@ -447,8 +457,7 @@ static const char *strategy_label(const trainer *t) {
 
 static void print_result(const trainer *t, const train_result *r, bool trained) {
   double sps = r->train_s > 0 ? r->samples / r->train_s : 0;
-  char th[24], eh[24], lb[32];
-  const char *al = trainer_acc_label(t, lb, sizeof lb);
+  char th[24], eh[24];
   cli_handle_str(t->train_h, th);
   cli_handle_str(t->eval_h, eh);
   if (t->ctx->json) {
@@ -507,7 +516,19 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
         ",\"eval_handle\":\"%s\",\"fresh_parameters\":%s,\"initialized\":%s,"
         "\"added_state\":%s,\"test_examples\":%lld,\"eval_seconds\":%.3f,\"test_accuracy\":",
         eh, fresh, fresh, t->n_added ? "true" : "false", (long long)r->test_seen, r->eval_s);
-    cli_json_num(stdout, "%.4f", r->test_acc);
+    cli_json_num(stdout, "%.4f", t->m.correct[0] ? r->test_acc : NAN); /* null: no accuracy */
+    if (trainer_eval_loss(t)) {
+      printf(",\"test_loss\":");
+      cli_json_num(stdout, "%.5f", r->test_loss);
+    }
+    if (trainer_bits(t)) {
+      printf(",\"test_bits_per_char\":");
+      cli_json_num(stdout, "%.4f", r->test_loss / M_LN2);
+      if (trained) {
+        printf(",\"final_bits_per_char\":");
+        cli_json_num(stdout, "%.4f", r->final_loss / M_LN2);
+      }
+    }
     if (t->m.accuracy_top_k > 1) printf(",\"accuracy_top_k\":%d", t->m.accuracy_top_k);
     printf("}\n");
   } else if (trained) {
@@ -517,14 +538,17 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     if (r->steps_unfetched)
       snprintf(lost, sizeof lost, " (without %ld step(s) whose losses a daemon restart lost)",
                r->steps_unfetched);
-    printf(
-        "%s: %ld steps in %.2f s (%.0f samples/s through %s), last-epoch loss %.4f%s, "
-        "test %s %.4f\n",
-        t->ns, r->steps, r->train_s, sps, pe_client_address(t->c), r->final_loss, lost, al,
-        r->test_acc);
+    char test[96], bits[48] = "";
+    trainer_test_figure(t, r, r->test_acc, test, sizeof test);
+    if (trainer_bits(t)) snprintf(bits, sizeof bits, " (%.3f bits/char)", r->final_loss / M_LN2);
+    printf("%s: %ld steps in %.2f s (%.0f samples/s through %s), last-epoch loss %.4f%s%s%s\n",
+           t->ns, r->steps, r->train_s, sps, pe_client_address(t->c), r->final_loss, bits, lost,
+           test);
   } else {
-    printf("%s: test %s %.4f on %lld examples (%.2f s)%s\n", t->ns, al, r->test_acc,
-           (long long)r->test_seen, r->eval_s,
+    char test[96];
+    trainer_test_figure(t, r, r->test_acc, test, sizeof test);
+    printf("%s:%s on %lld examples (%.2f s)%s\n", t->ns, test + 1, (long long)r->test_seen,
+           r->eval_s,
            trainer_fresh(t) ? "; the parameters were freshly initialised, not trained" : "");
   }
 }
@@ -551,6 +575,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
                .cfg = {.epochs = 1,
                        .seed = 1,
                        .per_request = 16,
+                       .test_fraction = -1,
                        .recipe = {.lr = -1, .momentum = -1, .weight_decay = -1, .clip_norm = -1}}};
   bool help;
   int rc = eval_only ? refuse_training_opts(ctx, argc, argv) : CLI_OK;
@@ -569,7 +594,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   if (!t.cfg.model) return cli_usage(ctx, "--model is required (%s | FILE)", pe_model_spec_names());
   if ((rc = check_recipe_flags(ctx, &t.cfg.recipe))) return rc;
   cli_interrupt_install(ctx);
-  train_result r = {.final_lr = NAN};
+  train_result r = {.final_lr = NAN, .test_loss = NAN};
   if (t.cfg.eval_every && !(r.epoch_acc = calloc((size_t)t.cfg.epochs, sizeof *r.epoch_acc))) {
     trainer_free(&t, CLI_FAIL);
     return cli_error(ctx, "out of memory");
@@ -597,8 +622,8 @@ static int cmd_eval(cli_ctx *ctx, int argc, char **argv) {
 }
 
 const cli_cmd cli_cmds_train[] = {
-    {"train", "--model M [--epochs N] [--batch N] [--places P]", "train on Fashion-MNIST, evaluate",
-     cmd_train},
+    {"train", "--model M [--epochs N] [--batch N] [--places P]",
+     "train on Fashion-MNIST or --data FILE, evaluate", cmd_train},
     {"eval", "--model M [--model-name NAME]", "test accuracy with the model's parameters",
      cmd_eval},
     {NULL, NULL, NULL, NULL},

@@ -18,9 +18,10 @@
 #include "pe_batch_prefetch.h"
 #include "trainer.h"
 
-/* Starts gathering bt's batches into the two buffer pairs. */
-static int prefetch_start(trainer *t, pe_batcher *bt, long max_batches, pe_batch_prefetch **pf) {
-  if (pe_batch_prefetch_start(bt, t->x, t->y, max_batches, pf))
+/* Starts gathering bt's batches of rows into the two buffer pairs. */
+static int prefetch_start(trainer *t, pe_batcher *bt, const pe_feed_data *rows, long max_batches,
+                          pe_batch_prefetch **pf) {
+  if (pe_batch_prefetch_start_rows(bt, rows, t->x, t->y, max_batches, pf))
     return cli_error(t->ctx, "cannot start the batch prefetch thread: %s", strerror(errno));
   return CLI_OK;
 }
@@ -28,9 +29,18 @@ static int prefetch_start(trainer *t, pe_batcher *bt, long max_batches, pe_batch
 /* Feeds for examples [off, off + n) of buffer pair k (by reference into
  * shm with --shm). */
 static void batch_feeds(trainer *t, int k, long off, long n, pe_client_tensor feeds[2]) {
-  const float *x = t->x[k] + off * t->train->dim;
-  const int64_t *y = t->y[k] + off;
-  cli_batch_feeds(&t->m, (int)n, x, y, feeds);
+  const char *x = (const char *)t->x[k] + (size_t)off * t->train->x.row_bytes;
+  const char *y = (const char *)t->y[k] + (size_t)off * t->train->y.row_bytes;
+  if (t->train->kind == PE_FEED_IMAGES) {
+    cli_batch_feeds(&t->m, (int)n, (const float *)x, (const int64_t *)y, feeds);
+  } else { /* the feeds' declared shapes, n rows */
+    int64_t xs[PE_FEED_MAX_DIMS], ys[PE_FEED_MAX_DIMS];
+    memcpy(xs, t->xf.dims, sizeof xs);
+    memcpy(ys, t->yf.dims, sizeof ys);
+    xs[0] = ys[0] = n;
+    pe_client_tensor_set(&feeds[0], t->xf.name, (pe_b_dtype)t->xf.dtype, t->xf.ndim, xs, x);
+    pe_client_tensor_set(&feeds[1], t->yf.name, (pe_b_dtype)t->yf.dtype, t->yf.ndim, ys, y);
+  }
   if (t->shm.base) {
     feeds[0].shm_region = feeds[1].shm_region = t->shm.region;
     feeds[0].shm_offset = (uint64_t)((const char *)x - (char *)t->shm.base);
@@ -100,13 +110,14 @@ static long restored_step(trainer *t, int code, long at, long nb) {
 static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sums *e,
                        train_result *r) {
   const char *fetch[2] = {t->m.loss, t->m.accuracy};
+  size_t n_fetch = t->m.accuracy[0] ? 2 : 1; /* a model without accuracy: the loss */
   pe_client_tensor feeds[2];
   batch_feeds(t, k, off, rows, feeds);
   pe_client_run_opts o = {.batches = nb > 1 ? (uint32_t)nb : 0,
                           .check_nan_inf = t->cfg.check_nan_inf};
   pe_client_run_result res;
   train_log_push(&t->log, &(train_mark){r->steps, r->samples, nb, rows, *e});
-  int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);
+  int code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, n_fetch, &o, &res);
   report_recovery(t, r);
   if (code == PE_C_EALREADY || code == PE_C_EROLLEDBACK) {
     fprintf(stderr, "pe-client %s: %s\n", t->ctx->cmd, pe_client_error(t->c));
@@ -117,7 +128,7 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
             "pe-client %s: the rolled-back steps are older than the last %zu requests; "
             "they are not repeated\n",
             t->ctx->cmd, t->log.cap);
-    code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, 2, &o, &res);
+    code = pe_client_run(t->c, t->train_h, feeds, 2, fetch, n_fetch, &o, &res);
   }
   if (code) {
     char what[64];
@@ -128,18 +139,20 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
     return cli_fail_at(t->ctx, t->c, code, what);
   }
   const pe_client_tensor *lt = pe_client_find(res.fetched, res.n_fetched, fetch[0]);
-  const pe_client_tensor *at = pe_client_find(res.fetched, res.n_fetched, fetch[1]);
-  if (!lt || !at || lt->dtype != PE_B_F32 || at->dtype != PE_B_F32 ||
-      pe_client_tensor_numel(lt) < nb || pe_client_tensor_numel(at) < nb)
-    return cli_error(t->ctx, "steps %ld-%ld: the reply lacks %d f32 '%s' and '%s'", r->steps + 1,
-                     r->steps + nb, nb, fetch[0], fetch[1]);
+  const pe_client_tensor *at =
+      n_fetch == 2 ? pe_client_find(res.fetched, res.n_fetched, fetch[1]) : NULL;
+  if (!lt || lt->dtype != PE_B_F32 || pe_client_tensor_numel(lt) < nb ||
+      (n_fetch == 2 && (!at || at->dtype != PE_B_F32 || pe_client_tensor_numel(at) < nb)))
+    return cli_error(t->ctx, "steps %ld-%ld: the reply lacks %d f32 '%s'%s%s", r->steps + 1,
+                     r->steps + nb, nb, fetch[0], n_fetch == 2 ? " and " : "",
+                     n_fetch == 2 ? fetch[1] : "");
   /* Step j's values are element j * (numel / nb) of the stacked fetches. */
-  int64_t ls = pe_client_tensor_numel(lt) / nb, as = pe_client_tensor_numel(at) / nb;
+  int64_t ls = pe_client_tensor_numel(lt) / nb, as = at ? pe_client_tensor_numel(at) / nb : 0;
   long n = rows / nb;
   for (int j = 0; j < nb; j++) {
     e->last_loss = ((const float *)lt->data)[j * ls];
     e->loss += e->last_loss * n;
-    e->acc += (double)((const float *)at->data)[j * as] * n;
+    if (at) e->acc += (double)((const float *)at->data)[j * as] * n;
     e->samples += n;
     e->steps++;
   }
@@ -207,7 +220,7 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
   }
   double sps = e->samples / (cli_now() - ep_t0);
   r->final_lr = current_lr(t);
-  char test[64] = "", lb[32];
+  char test[96] = "", lb[32];
   const char *al = trainer_acc_label(t, lb, sizeof lb);
   if (t->cfg.eval_every && ep % t->cfg.eval_every == 0) {
     double acc, secs;
@@ -218,15 +231,18 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
     r->epoch_acc[k - 1] = acc;
     if (k > r->n_epoch_acc) r->n_epoch_acc = k;
     r->epoch_eval_s += secs;
-    snprintf(test, sizeof test, ", test %s %.4f", al, acc);
+    trainer_test_figure(t, r, acc, test, sizeof test);
   }
   if (pg->quiet) return CLI_OK;
   if (pg->tty) fputc('\n', stderr);
   char lr[32] = ""; /* unknown (the model's learning_rate unreadable): not printed */
   if (isfinite(r->final_lr)) snprintf(lr, sizeof lr, ", lr %.4g", r->final_lr);
-  fprintf(stderr, "epoch %ld/%ld: %ld steps, mean loss %.4f, train %s %.4f, %.0f samples/s%s%s\n",
+  char bits[48] = "", train_acc[64] = "";
+  if (trainer_bits(t)) snprintf(bits, sizeof bits, " (%.3f bits/char)", r->final_loss / M_LN2);
+  if (t->m.accuracy[0]) snprintf(train_acc, sizeof train_acc, ", train %s %.4f", al, r->final_acc);
+  fprintf(stderr, "epoch %ld/%ld: %ld steps, mean loss %.4f%s%s, %.0f samples/s%s%s\n",
           ep + t->cfg.start_epoch - 1, t->cfg.epochs + t->cfg.start_epoch - 1, e->steps,
-          r->final_loss, al, r->final_acc, sps, lr, test);
+          r->final_loss, bits, train_acc, sps, lr, test);
   return CLI_OK;
 }
 
@@ -239,7 +255,7 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
  * the loop goes back to where the parameters stand and repeats them. */
 int trainer_train(trainer *t, train_result *r) {
   long b = t->cfg.batch, group = b * t->cfg.per_request;
-  pe_batcher *bt = pe_batcher_new(t->train, (int)group, true, (uint64_t)t->cfg.seed);
+  pe_batcher *bt = pe_feed_data_batcher(t->train, (int)group, true, (uint64_t)t->cfg.seed);
   if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", group);
   progress pg = {.tty = isatty(2), .quiet = t->cfg.quiet};
   long per_epoch = trainer_steps_per_epoch(t);
@@ -256,7 +272,8 @@ int trainer_train(trainer *t, train_result *r) {
     pe_batcher_seek(bt, (int)(ep + t->cfg.start_epoch - 1), e.steps * b);
     pe_batch_prefetch *pf;
     if ((rc = prefetch_start(
-             t, bt, t->cfg.steps ? (left + t->cfg.per_request - 1) / t->cfg.per_request : 0, &pf)))
+             t, bt, t->train,
+             t->cfg.steps ? (left + t->cfg.per_request - 1) / t->cfg.per_request : 0, &pf)))
       break;
     int n, k;
     while (!rc && e.steps < per_epoch && (k = pe_batch_prefetch_next(pf, &n)) >= 0) {
@@ -288,35 +305,60 @@ int trainer_train(trainer *t, train_result *r) {
   return rc;
 }
 
+void trainer_test_figure(const trainer *t, const train_result *r, double acc, char *buf,
+                         size_t len) {
+  char lb[32], bits[48] = "";
+  if (!trainer_eval_loss(t)) {
+    snprintf(buf, len, ", test %s %.4f", trainer_acc_label(t, lb, sizeof lb), acc);
+    return;
+  }
+  if (trainer_bits(t)) snprintf(bits, sizeof bits, " (%.3f bits/char)", r->test_loss / M_LN2);
+  snprintf(buf, len, ", test loss %.4f%s", r->test_loss, bits);
+}
+
 int trainer_evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, double *secs) {
-  pe_batcher *bt = pe_batcher_new(t->test, (int)t->eval_batch, false, 0);
+  pe_batcher *bt = pe_feed_data_batcher(t->test, (int)t->eval_batch, false, 0);
   if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", t->eval_batch);
-  const char *fetch[1] = {t->m.correct};
-  double t0 = cli_now();
+  /* The correct predictions, and the loss where it is the figure. */
+  bool by_acc = t->m.correct[0], by_loss = trainer_eval_loss(t);
+  const char *fetch[2];
+  size_t n_fetch = 0;
+  if (by_acc) fetch[n_fetch++] = t->m.correct;
+  if (by_loss) fetch[n_fetch++] = t->m.loss;
+  double t0 = cli_now(), loss = 0;
   int64_t correct = 0;
   pe_batch_prefetch *pf;
-  int rc = prefetch_start(t, bt, 0, &pf);
+  int rc = prefetch_start(t, bt, t->test, 0, &pf);
   int n, k;
   while (!rc && (k = pe_batch_prefetch_next(pf, &n)) >= 0) {
     pe_client_tensor feeds[2];
     batch_feeds(t, k, 0, n, feeds);
     pe_client_run_result res;
-    int code = pe_client_run(t->c, t->eval_h, feeds, 2, fetch, 1, NULL, &res);
+    int code = pe_client_run(t->c, t->eval_h, feeds, 2, fetch, n_fetch, NULL, &res);
     report_recovery(t, r);
     if (code) {
       rc = cli_fail_at(t->ctx, t->c, code, "evaluation");
       break;
     }
-    const pe_client_tensor *ct = pe_client_find(res.fetched, res.n_fetched, fetch[0]);
-    if (!ct || ct->dtype != PE_B_I64 || pe_client_tensor_numel(ct) < 1) {
+    const pe_client_tensor *ct =
+        by_acc ? pe_client_find(res.fetched, res.n_fetched, fetch[0]) : NULL;
+    const pe_client_tensor *lt =
+        by_loss ? pe_client_find(res.fetched, res.n_fetched, t->m.loss) : NULL;
+    if (by_acc && (!ct || ct->dtype != PE_B_I64 || pe_client_tensor_numel(ct) < 1)) {
       rc = cli_error(t->ctx, "evaluation: the reply lacks i64 '%s'", fetch[0]);
       break;
     }
-    correct += ((const int64_t *)ct->data)[0];
+    if (by_loss && (!lt || lt->dtype != PE_B_F32 || pe_client_tensor_numel(lt) < 1)) {
+      rc = cli_error(t->ctx, "evaluation: the reply lacks f32 '%s'", t->m.loss);
+      break;
+    }
+    if (ct) correct += ((const int64_t *)ct->data)[0];
+    if (lt) loss += (double)((const float *)lt->data)[0] * n; /* a batch's mean */
     *seen += n;
   }
   *secs = cli_now() - t0;
   *acc = *seen ? (double)correct / (double)*seen : 0;
+  if (by_loss && *seen) r->test_loss = loss / (double)*seen;
   pe_batch_prefetch_stop(pf);
   pe_batcher_free(bt);
   return rc;

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "pe_dataset.h"
+#include "pe_feed_data.h"
 #include "train_log.h"
 
 #define EVAL_BATCH 500
@@ -25,7 +26,10 @@ typedef struct recipe_cfg {
 
 typedef struct train_cfg {
   const char *model, *name, *places, *data, *feed;
-  const char *init_from; /* --init-from: a file of pe-client export (or a checkpoint) */
+  const char *test_data;    /* --test-data: the test split's file (.npz, .csv) */
+  const char *label_column; /* --label-column: a CSV's label (default: the last column) */
+  double test_fraction;     /* --test-fraction: rows held out without a test split (-1: 0.1) */
+  const char *init_from;    /* --init-from: a file of pe-client export (or a checkpoint) */
   long epochs, batch, steps, seed, limit, per_request, eval_every;
   /* The run's first epoch in the data order: --start-epoch, else (0) the
    * model's CLI_EPOCHS_DONE + 1 (1 for a fresh model). */
@@ -42,7 +46,9 @@ typedef struct trainer {
   train_cfg cfg;
   pe_model_spec m;
   const char *ns;
-  pe_dataset *train, *test;
+  pe_dataset *images, *test_images; /* Fashion-MNIST's splits, when the data is theirs */
+  pe_feed_data *train, *test;       /* the rows of the model's two feeds */
+  pe_feed_decl xf, yf;              /* the input and label feeds as the program declares them */
   pe_client *c;
   uint64_t train_h, eval_h;
   pe_client_strategy strategy; /* the training program's, as the daemon compiled it */
@@ -50,8 +56,8 @@ typedef struct trainer {
   pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
   bool use_shm;                /* the batches are in shm */
   long eval_batch;             /* EVAL_BATCH, or less where the socket takes less */
-  float *x[2];                 /* two batch buffer pairs (inside the region when use_shm) */
-  int64_t *y[2];
+  void *x[2];                  /* two batch buffer pairs (inside the region when use_shm) */
+  void *y[2];
   bool initialized; /* Init ran the startup (maybe only for state the model lacked) */
   bool had_values;  /* the model had values before this command's Init */
   bool counts;      /* the training program declares CLI_EPOCHS_DONE */
@@ -71,6 +77,7 @@ typedef struct trainer {
 typedef struct train_result {
   long steps, samples;
   double train_s, eval_s, final_loss, final_acc, test_acc, run_ms, queue_ms;
+  double test_loss; /* mean loss over the test split (a model without accuracy, text); NAN: none */
   int64_t test_seen;
   /* Daemon losses survived (pe_client_recovery_info): steps whose fetches
    * were lost (already applied), answered steps rolled back, and steps
@@ -112,9 +119,28 @@ static inline const char *trainer_acc_label(const trainer *t, char *buf, size_t 
   return buf;
 }
 
+/* Loads --data (or Fashion-MNIST) into t->train and t->test, checked
+ * against the program's feeds (data_load.c). */
+int trainer_load_data(trainer *t);
+
+/* The data's losses are also said in bits per character (text). */
+static inline bool trainer_bits(const trainer *t) {
+  return t->train && t->train->kind == PE_FEED_TEXT;
+}
+
+/* The evaluation measures the mean loss: the model has no accuracy, or
+ * the data is text (a language model's figure is its loss). */
+static inline bool trainer_eval_loss(const trainer *t) {
+  return !t->m.correct[0] || trainer_bits(t);
+}
+
 /* The epochs of t->cfg as one run of steps, with progress on stderr; r
  * takes the run's figures (train_steps.c). */
 int trainer_train(trainer *t, train_result *r);
+/* ", test accuracy 0.8123", or for trainer_eval_loss ", test loss 1.2345"
+ * (with bits per character for text), into buf (train_steps.c). */
+void trainer_test_figure(const trainer *t, const train_result *r, double acc, char *buf,
+                         size_t len);
 /* Test accuracy over the test split (*acc of *seen examples, in *secs);
  * r takes the recoveries (train_steps.c). */
 int trainer_evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, double *secs);

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "pe_dataset.h"
+#include "pe_feed_data.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +39,11 @@ typedef struct pe_batch_prefetch pe_batch_prefetch;
  * with errno (EINVAL: a NULL argument; ENOMEM; pthread_create's error). */
 int pe_batch_prefetch_start(pe_batcher *bt, float *const x[2], int64_t *const y[2],
                             long max_batches, pe_batch_prefetch **out);
+/* The same over rows' input and label rows: bt is pe_feed_data_batcher's
+ * for rows, x[k] has room for a batch of input rows, y[k] for its label
+ * rows (pe_feed_data_gather copies them). */
+int pe_batch_prefetch_start_rows(pe_batcher *bt, const pe_feed_data *rows, void *const x[2],
+                                 void *const y[2], long max_batches, pe_batch_prefetch **out);
 /* Hands back the buffer pair that the previous call returned (it may be
  * refilled from now on) and waits for the next batch: returns its pair's
  * index (0 or 1) and sets *n to its size, or returns -1 at the end. */

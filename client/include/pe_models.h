@@ -22,6 +22,14 @@ extern "C" {
 
 #define PE_MODEL_NAME_LEN 64
 
+/* A feed as the program declares it (dims with -1 for the batch); ndim 0:
+ * not known. */
+typedef struct pe_model_feed {
+  int dtype; /* pe_b_dtype */
+  int ndim;
+  int64_t dims[8];
+} pe_model_feed;
+
 typedef struct pe_model_spec {
   char name[PE_MODEL_NAME_LEN];
   uint8_t *bytes; /* ProgramDesc, owned (pe_model_spec_release) */
@@ -38,6 +46,9 @@ typedef struct pe_model_spec {
   /* The program's optimizer (pe_program_optimizer's answer, the recipe's
    * when pe_model_opts gave one): sgd, momentum, adam, adamw; "" none. */
   char optimizer[16];
+  /* The image and label feeds' declarations, known before the program is
+   * packed (pe_model_opts.prepare reads them to check a trainer's data). */
+  pe_model_feed image_feed, label_feed;
 } pe_model_spec;
 
 /* Build model `name`. Returns 0, or -1 with a message in err (unknown

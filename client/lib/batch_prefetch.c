@@ -14,8 +14,8 @@
 
 struct pe_batch_prefetch {
   pe_batcher *bt;
-  float *x[2];
-  int64_t *y[2];
+  const pe_feed_data *rows; /* NULL: bt's own dataset (pe_batcher_next) */
+  void *x[2], *y[2];
   long max; /* batches to gather, 0: to the epoch's end */
   pthread_t thread;
   pthread_mutex_t mu;
@@ -28,6 +28,15 @@ struct pe_batch_prefetch {
   bool stop;
 };
 
+/* The next batch into pair s; false at the epoch's end. */
+static bool gather(pe_batch_prefetch *pf, int s, int *n) {
+  if (!pf->rows) return pe_batcher_next(pf->bt, pf->x[s], pf->y[s], n);
+  const int64_t *idx;
+  if (!pe_batcher_claim(pf->bt, &idx, n)) return false;
+  pe_feed_data_gather(pf->rows, idx, 0, *n, pf->x[s], pf->y[s]);
+  return true;
+}
+
 static void *prefetch_main(void *arg) {
   pe_batch_prefetch *pf = arg;
   for (long k = 0;; k++) {
@@ -37,8 +46,7 @@ static void *prefetch_main(void *arg) {
     bool stop = pf->stop;
     pthread_mutex_unlock(&pf->mu);
     int n = 0;
-    bool more =
-        !stop && (!pf->max || k < pf->max) && pe_batcher_next(pf->bt, pf->x[s], pf->y[s], &n);
+    bool more = !stop && (!pf->max || k < pf->max) && gather(pf, s, &n);
     pthread_mutex_lock(&pf->mu);
     if (more) {
       pf->n[s] = n;
@@ -52,8 +60,8 @@ static void *prefetch_main(void *arg) {
   }
 }
 
-int pe_batch_prefetch_start(pe_batcher *bt, float *const x[2], int64_t *const y[2],
-                            long max_batches, pe_batch_prefetch **out) {
+int pe_batch_prefetch_start_rows(pe_batcher *bt, const pe_feed_data *rows, void *const x[2],
+                                 void *const y[2], long max_batches, pe_batch_prefetch **out) {
   if (out) *out = NULL;
   if (!bt || !x || !y || !x[0] || !x[1] || !y[0] || !y[1] || !out || max_batches < 0) {
     errno = EINVAL;
@@ -62,7 +70,7 @@ int pe_batch_prefetch_start(pe_batcher *bt, float *const x[2], int64_t *const y[
   pe_batch_prefetch *pf = calloc(1, sizeof *pf);
   if (!pf) return -1; /* errno: ENOMEM */
   *pf = (pe_batch_prefetch){
-      .bt = bt, .x = {x[0], x[1]}, .y = {y[0], y[1]}, .max = max_batches, .held = -1};
+      .bt = bt, .rows = rows, .x = {x[0], x[1]}, .y = {y[0], y[1]}, .max = max_batches, .held = -1};
   pthread_mutex_init(&pf->mu, NULL);
   pthread_cond_init(&pf->cv, NULL);
   int err = pthread_create(&pf->thread, NULL, prefetch_main, pf);
@@ -75,6 +83,13 @@ int pe_batch_prefetch_start(pe_batcher *bt, float *const x[2], int64_t *const y[
   }
   *out = pf;
   return 0;
+}
+
+int pe_batch_prefetch_start(pe_batcher *bt, float *const x[2], int64_t *const y[2],
+                            long max_batches, pe_batch_prefetch **out) {
+  void *const xs[2] = {x ? x[0] : NULL, x ? x[1] : NULL}, *const ys[2] = {y ? y[0] : NULL,
+                                                                          y ? y[1] : NULL};
+  return pe_batch_prefetch_start_rows(bt, NULL, xs, ys, max_batches, out);
 }
 
 int pe_batch_prefetch_next(pe_batch_prefetch *pf, int *n) {

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 # Each header after those it uses; others follow in name order.
-ORDER = ["peclient_version.h", "pe_builder.h", "pe_client.h", "pe_dataset.h",
+ORDER = ["peclient_version.h", "pe_builder.h", "pe_client.h", "pe_dataset.h", "pe_feed_data.h",
          "pe_batch_prefetch.h", "pe_models.h", "pe_recipe.h", "pe_model_file.h"]
 
 
