@@ -439,7 +439,6 @@ static int h_gelu(mf *m) {
 
 /* The mask of a `causal` line: one for the model, made at the first. */
 static const char *causal_mask(mf *m) {
-  if (!opt_flag(m, "causal")) return NULL;
   if (!m->causal_mask) {
     const b_var *v = peb_var_find(&m->b->main, m->x);
     int64_t t = v && v->ndim == 3 ? v->d[1] : -1;
