@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""conf/models/charlm, the character-level transformer, written for PyTorch: validation bits per char.
+"""conf/models/charlm, the character transformer, in PyTorch: validation bits per char.
 
 Why: a reference figure for `pe-client train --model conf/models/charlm --data
 FILE.txt` on the same text, from a framework users know. The script prints one
@@ -116,8 +116,8 @@ class Block(nn.Module):
 
     def attention(self, x, mask):
         b, t, d = x.shape
-        heads = [f(x).view(b, t, HEADS, d // HEADS).transpose(1, 2) for f in (self.q, self.k, self.v)]
-        q, k, v = heads
+        q, k, v = (f(x).view(b, t, HEADS, d // HEADS).transpose(1, 2)
+                   for f in (self.q, self.k, self.v))
         scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(d // HEADS)) + mask
         ctx = torch.softmax(scores, -1) @ v
         return self.out(ctx.transpose(1, 2).reshape(b, t, d))
@@ -209,7 +209,8 @@ def main(a):
         "parameters": n_params, "batch": a.batch, "steps": a.steps, "warmup": a.warmup,
         "seed": a.seed, "threads": a.threads,
         "samples_per_sec": round(a.steps * a.batch / train_seconds, 1),
-        "train_seconds": round(train_seconds, 3), "eval_seconds": round(time.perf_counter() - t0, 3),
+        "train_seconds": round(train_seconds, 3),
+        "eval_seconds": round(time.perf_counter() - t0, 3),
         "final_loss": round(sum(tail) / len(tail), 5), "final_loss_window": "last_10pct_steps",
         "val_windows": len(offsets), "val_loss": round(val_loss, 5),
         "val_bits_per_char": round(val_loss / math.log(2), 4),
