@@ -17,7 +17,7 @@ static const pe_op_def *const group_tables[] = {
     pe_ops_activation,     pe_ops_conv,        pe_ops_pool,       pe_ops_batch_norm,
     pe_ops_schedule,       pe_ops_clip,        pe_ops_layer_norm, pe_ops_embedding,
     pe_ops_transpose,      pe_ops_concat,      pe_ops_slice,      pe_ops_matmul_v2,
-    pe_ops_pointwise_loss, pe_ops_cast,
+    pe_ops_pointwise_loss, pe_ops_cast,        pe_ops_tril_triu,
 };
 
 /* Backends' kernel tables by place kind (pe_op_register_kernels), merged
