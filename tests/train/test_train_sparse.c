@@ -20,6 +20,7 @@
 #include "check_main.h"
 #include "compiler/pass.h"
 #include "core/scope.h"
+#include "engine/parallel/executor.h"
 #include "engine/seq_executor.h"
 
 enum { VOCAB = 40, DIM = 8, BATCH = 6, SEQ = 3, STEPS = 12 };
@@ -56,6 +57,20 @@ static void batch_ids(int s, int64_t *ids) {
   ids[11] = s == 0 ? ONCE : ALWAYS;
 }
 
+/* The first values of W, the same for every run. */
+static void initial_w(float *w) {
+  for (int i = 0; i < VOCAB * DIM; i++) w[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+}
+
+/* Step s's feed: ids (batch_ids) viewed by *t. */
+static pe_feed step_feed(int s, int64_t ids[BATCH * SEQ], pe_tensor *t) {
+  batch_ids(s, ids);
+  pe_tensor_init(t);
+  pe_shape is = PE_SHAPE(BATCH, SEQ);
+  pe_tensor_view(t, PE_I64, &is, ids);
+  return (pe_feed){"ids", t};
+}
+
 typedef struct trained {
   pe_scope *model;
   pe_program *p;
@@ -71,17 +86,13 @@ static trained train(const char *opt, bool sparse, int steps) {
   PU_OK(pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL));
   pe_seq_exec_free(init);
   float w[VOCAB * DIM];
-  for (int i = 0; i < VOCAB * DIM; i++) w[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  initial_w(w);
   ph_set_f32(t.model, "w", PE_SHAPE(VOCAB, DIM), w);
   PU_OK(pe_seq_exec_new(t.p, t.p->main_block, t.model, &o, &step));
   for (int s = 0; s < steps; s++) {
     int64_t ids[BATCH * SEQ];
-    batch_ids(s, ids);
     pe_tensor it;
-    pe_tensor_init(&it);
-    pe_shape is = PE_SHAPE(BATCH, SEQ);
-    pe_tensor_view(&it, PE_I64, &is, ids);
-    pe_feed f = {"ids", &it};
+    pe_feed f = step_feed(s, ids, &it);
     const char *fetch = "loss";
     const pe_tensor *out;
     PU_OK(pe_seq_exec_run(step, &f, 1, &fetch, 1, &out));
@@ -134,7 +145,7 @@ static void sparse_equals_dense(const char *opt) {
   expect_rows_close(ws, wd, 0, VOCAB, opt);
   /* The rows used moved, padding and unused rows did not. */
   float w0[VOCAB * DIM];
-  for (int i = 0; i < VOCAB * DIM; i++) w0[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  initial_w(w0);
   ck_assert(ws[ALWAYS * DIM] != w0[ALWAYS * DIM]);
   expect_rows_equal(ws, w0, PAD, PAD + 1, "padding row");
   expect_rows_equal(ws, w0, NEVER, VOCAB, "unused rows");
@@ -181,6 +192,55 @@ START_TEST(adam_lazy_matches_dense_on_rows_touched_every_step) {
   trained_free(&d);
   trained_free(&s);
   trained_free(&s1);
+}
+END_TEST
+
+/* One place: the parallel executor (the daemon's) trains the sparse model
+ * as the sequential executor does. */
+START_TEST(one_place_parallel_equals_sequential) {
+  trained s = train("adam", true, STEPS);
+  pe_program *p = emb_program("adam", true);
+  pe_pass_opts o = {.place_kind = PE_PLACE_CPU, .n_places = 1};
+  pe_ir ir = {.prog = p, .opts = &o};
+  PU_OK(pe_graph_compile(&ir, false));
+  pe_runtime_opts ro = {.threads = 1, .cores = 2};
+  pe_runtime *rt;
+  PU_OK(pe_runtime_new(&ro, &rt));
+  pe_model *m;
+  PU_OK(pe_model_new(rt, PE_PLACE_CPU, 1, 7, &m));
+  pe_par_exec *init, *step;
+  PU_OK(pe_par_exec_new(m, ir.startup, &init));
+  PU_OK(pe_par_exec_new(m, ir.graph, &step));
+  ir.graph = ir.startup = NULL;
+  pe_ir_destroy(&ir);
+  PU_OK(pe_par_exec_run(init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  float w[VOCAB * DIM];
+  initial_w(w);
+  pe_tensor wt, out;
+  pe_tensor_init(&wt);
+  pe_tensor_init(&out);
+  pe_shape ws = PE_SHAPE(VOCAB, DIM);
+  pe_tensor_view(&wt, PE_F32, &ws, w);
+  PU_OK(pe_model_set(m, "w", &wt));
+  for (int st = 0; st < STEPS; st++) {
+    int64_t ids[BATCH * SEQ];
+    pe_tensor it;
+    pe_feed f = step_feed(st, ids, &it);
+    const char *fetch = "loss";
+    PU_OK(pe_par_exec_run(step, &f, 1, &fetch, 1, &out, NULL, NULL));
+  }
+  const char *vars[] = {"w", "w@MOMENT1", "w@MOMENT2"};
+  for (int v = 0; v < 3; v++) {
+    PU_OK(pe_model_get(m, vars[v], &out));
+    expect_rows_close(pe_f32(&out), var_f32(&s, vars[v]), 0, VOCAB, vars[v]);
+  }
+  pe_tensor_release(&out);
+  pe_par_exec_free(step);
+  pe_par_exec_free(init);
+  pe_model_free(m);
+  pe_runtime_free(rt);
+  pe_program_free(p);
+  trained_free(&s);
 }
 END_TEST
 
@@ -246,6 +306,7 @@ static Suite *sparse_suite(void) {
   tcase_add_test(tc, sgd_sparse_equals_dense);
   tcase_add_test(tc, momentum_sparse_equals_dense);
   tcase_add_test(tc, adam_lazy_matches_dense_on_rows_touched_every_step);
+  tcase_add_test(tc, one_place_parallel_equals_sequential);
   tcase_add_test(tc, clip_and_weight_decay_refuse_a_sparse_gradient);
   tcase_add_test(tc, a_table_read_twice_refuses_a_sparse_gradient);
   tcase_add_test(tc, several_places_refuse_a_sparse_gradient);
