@@ -4,7 +4,8 @@
  * the rows every batch touches and leaves untouched rows' moments alone,
  * padding_idx rows never move; batches repeat ids. What a sparse gradient
  * cannot take is an error at compile time naming the parameter: gradient
- * clipping, weight decay, a parameter read by two ops, several places.
+ * clipping, weight decay, a parameter read by two ops (several places:
+ * test_train_sparse_par.c).
  *
  * The model: loss = mean(square(W[ids])), W [VOCAB, DIM]. The square makes
  * each row's gradient depend on its values. The sparse gradient sums a
@@ -16,12 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../compiler/prog_util.h"
 #include "check_main.h"
 #include "compiler/pass.h"
 #include "core/scope.h"
 #include "engine/parallel/executor.h"
 #include "engine/seq_executor.h"
+#include "sparse_emb_prog.h"
 
 enum { VOCAB = 40, DIM = 8, BATCH = 6, SEQ = 3, STEPS = 12 };
 /* Row ALWAYS is in every batch; row ONCE only in the first; PAD is the
@@ -29,22 +30,7 @@ enum { VOCAB = 40, DIM = 8, BATCH = 6, SEQ = 3, STEPS = 12 };
 enum { ALWAYS = 5, ONCE = 33, PAD = 2, NEVER = 34 };
 
 static pe_program *emb_program(const char *opt, bool sparse) {
-  pe_program *p = pe_program_new();
-  pe_block *m;
-  PU_OK(pe_program_add_block(p, -1, &m));
-  pu_feed(m, "ids", PE_I64, PE_SHAPE(-1, SEQ));
-  pu_param(m, "w", PE_SHAPE(VOCAB, DIM));
-  const char *tmps[] = {"emb", "sq", "loss"};
-  for (int i = 0; i < 3; i++) pu_var(m, tmps[i], PE_F32, NULL);
-  pe_op_desc *e = pu_op(m, "lookup_table_v2", "W", "w", "Ids", "ids", NULL, "Out", "emb", NULL);
-  PU_OK(pe_op_set_bool(e, "is_sparse", sparse));
-  PU_OK(pe_op_set_long(e, "padding_idx", PAD));
-  pu_op(m, "square", "X", "emb", NULL, "Out", "sq", NULL);
-  pu_op(m, "mean", "X", "sq", NULL, "Out", "loss", NULL);
-  p->loss = strdup("loss");
-  p->opt.type = strdup(opt);
-  p->opt.lr = 0.5f;
-  return p;
+  return se_square_mean(VOCAB, DIM, SEQ, PAD, sparse, opt, 0.5f);
 }
 
 /* Batch s: ALWAYS, PAD, ONCE (step 0 only) and repeats of a few rows
@@ -201,19 +187,9 @@ START_TEST(one_place_parallel_equals_sequential) {
   trained s = train("adam", true, STEPS);
   pe_program *p = emb_program("adam", true);
   pe_pass_opts o = {.place_kind = PE_PLACE_CPU, .n_places = 1};
-  pe_ir ir = {.prog = p, .opts = &o};
-  PU_OK(pe_graph_compile(&ir, false));
   pe_runtime_opts ro = {.threads = 1, .cores = 2};
-  pe_runtime *rt;
-  PU_OK(pe_runtime_new(&ro, &rt));
-  pe_model *m;
-  PU_OK(pe_model_new(rt, PE_PLACE_CPU, 1, 7, &m));
-  pe_par_exec *init, *step;
-  PU_OK(pe_par_exec_new(m, ir.startup, &init));
-  PU_OK(pe_par_exec_new(m, ir.graph, &step));
-  ir.graph = ir.startup = NULL;
-  pe_ir_destroy(&ir);
-  PU_OK(pe_par_exec_run(init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  se_par r = se_par_new(p, &o, &ro);
+  pe_model *m = r.m;
   float w[VOCAB * DIM];
   initial_w(w);
   pe_tensor wt, out;
@@ -227,7 +203,7 @@ START_TEST(one_place_parallel_equals_sequential) {
     pe_tensor it;
     pe_feed f = step_feed(st, ids, &it);
     const char *fetch = "loss";
-    PU_OK(pe_par_exec_run(step, &f, 1, &fetch, 1, &out, NULL, NULL));
+    PU_OK(pe_par_exec_run(r.step, &f, 1, &fetch, 1, &out, NULL, NULL));
   }
   const char *vars[] = {"w", "w@MOMENT1", "w@MOMENT2"};
   for (int v = 0; v < 3; v++) {
@@ -235,10 +211,7 @@ START_TEST(one_place_parallel_equals_sequential) {
     expect_rows_close(pe_f32(&out), var_f32(&s, vars[v]), 0, VOCAB, vars[v]);
   }
   pe_tensor_release(&out);
-  pe_par_exec_free(step);
-  pe_par_exec_free(init);
-  pe_model_free(m);
-  pe_runtime_free(rt);
+  se_par_free(&r);
   pe_program_free(p);
   trained_free(&s);
 }
@@ -289,17 +262,6 @@ START_TEST(a_table_read_twice_refuses_a_sparse_gradient) {
 }
 END_TEST
 
-START_TEST(several_places_refuse_a_sparse_gradient) {
-  pe_program *p = emb_program("sgd", true);
-  pe_pass_opts o = {.place_kind = PE_PLACE_CPU, .n_places = 2, .strategy = PE_STRATEGY_ALLREDUCE};
-  pe_ir ir = {.prog = p, .opts = &o};
-  pu_expect(pe_graph_compile(&ir, false), PE_EINVAL, "lookup_table_v2_grad", "w@GRAD@ROWS",
-            "is_sparse", "2 cpu", NULL);
-  pe_ir_destroy(&ir);
-  pe_program_free(p);
-}
-END_TEST
-
 static Suite *sparse_suite(void) {
   Suite *s = suite_create("train.sparse");
   TCase *tc = tcase_create("core");
@@ -309,7 +271,6 @@ static Suite *sparse_suite(void) {
   tcase_add_test(tc, one_place_parallel_equals_sequential);
   tcase_add_test(tc, clip_and_weight_decay_refuse_a_sparse_gradient);
   tcase_add_test(tc, a_table_read_twice_refuses_a_sparse_gradient);
-  tcase_add_test(tc, several_places_refuse_a_sparse_gradient);
   suite_add_tcase(s, tc);
   return s;
 }
