@@ -25,6 +25,8 @@ static const bench_cmd cmds[] = {
      "scheduling overhead: static graph runner vs dependency engine"},
     {"rtt", pe_bench_rtt, pe_bench_rtt_usage,
      "round trip of a tiny program's run through the daemon (libpeclient)"},
+    {"sparse", pe_bench_sparse, pe_bench_sparse_usage,
+     "an embedding trained with sparse vs dense gradients on cpu:1 and cpu:2"},
 };
 
 /* On stdout when asked for (--help), on stderr after a usage error. */
