@@ -12,9 +12,15 @@
  * each in a child process of its own (fork), so that its peak resident
  * memory (getrusage's ru_maxrss) is its own. A run: startup, --warmup
  * untimed steps, then --steps timed steps. One JSON line per run on stdout:
- * samples_per_s = batch * steps / the steps' wall time, peak_rss_mib, and
- * base_rss_mib (the resident memory when the run began, before the model). */
+ * samples_per_s = batch * steps / the steps' wall time; peak_rss_mib, the
+ * run's peak resident memory (getrusage; setup included, where
+ * pe_model_set's source of the table is a second copy of it);
+ * steps_rss_mib, the largest resident memory after a step (what training
+ * holds between steps: parameters, optimizer state, gradients, kept
+ * temporaries); base_rss_mib, the resident memory when the run began,
+ * before the model. */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -168,15 +174,21 @@ static uint64_t xorshift(uint64_t *s) {
   return *s;
 }
 
-/* A parameter's starting values: uniform in [-0.05, 0.05). */
+/* A parameter's starting values: uniform in [-0.05, 0.05). The source is
+ * plain malloc'd memory viewed by the tensor, which free gives back to the
+ * system (a tensor allocation would stay in the allocator's cache and count
+ * as resident memory for the whole run). */
 static pe_status *set_param(pe_model *m, const char *name, pe_shape s, uint64_t *rng) {
+  int64_t n = pe_shape_numel(&s);
+  float *v = malloc((size_t)n * sizeof(float));
+  if (!v) return pe_error(PE_ENOMEM, "out of memory for the values of '%s'", name);
+  for (int64_t i = 0; i < n; i++)
+    v[i] = (float)((double)(xorshift(rng) >> 11) / 9007199254740992.0 * 0.1 - 0.05);
   pe_tensor t;
   pe_tensor_init(&t);
-  PE_TRY(pe_tensor_resize(&t, PE_F32, &s, name));
-  for (int64_t i = 0; i < pe_tensor_numel(&t); i++)
-    pe_f32(&t)[i] = (float)((double)(xorshift(rng) >> 11) / 9007199254740992.0 * 0.1 - 0.05);
+  pe_tensor_view(&t, PE_F32, &s, v);
   pe_status *st = pe_model_set(m, name, &t);
-  pe_tensor_release(&t);
+  free(v);
   return st;
 }
 
@@ -196,8 +208,9 @@ static double rss_mib(void) {
   return (double)res * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
 }
 
-/* One run (in the child); *sps and *loss its results. */
-static pe_status *run_one(bool sparse, int places, double *sps, float *loss) {
+/* One run (in the child); *sps and *loss its results, *steps_mib the
+ * largest resident memory seen after a step. */
+static pe_status *run_one(bool sparse, int places, double *sps, float *loss, double *steps_mib) {
   pe_program *p = NULL;
   pe_runtime *rt = NULL;
   pe_model *m = NULL;
@@ -236,6 +249,7 @@ static pe_status *run_one(bool sparse, int places, double *sps, float *loss) {
     pe_feed f = {"ids", &it};
     const char *fetch = "loss";
     st = pe_par_exec_run(step, &f, 1, &fetch, 1, &out, NULL, NULL);
+    *steps_mib = fmax(*steps_mib, rss_mib());
   }
   if (!st) {
     *sps = (double)(cfg.batch * cfg.steps) / (now_s() - t0);
@@ -253,9 +267,9 @@ static pe_status *run_one(bool sparse, int places, double *sps, float *loss) {
 
 /* The child: one run, its JSON line; exit status 0 or 1. */
 static int child(bool sparse, int places) {
-  double base = rss_mib(), sps = 0;
+  double base = rss_mib(), sps = 0, steps = 0;
   float loss = 0;
-  pe_status *st = run_one(sparse, places, &sps, &loss);
+  pe_status *st = run_one(sparse, places, &sps, &loss, &steps);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   if (st) {
@@ -273,7 +287,8 @@ static int child(bool sparse, int places) {
   cli_json_num(stdout, "%.1f", sps);
   printf(",\"loss\":");
   cli_json_num(stdout, "%.6g", loss);
-  printf(",\"peak_rss_mib\":%.1f,\"base_rss_mib\":%.1f}\n", (double)ru.ru_maxrss / 1024.0, base);
+  printf(",\"peak_rss_mib\":%.1f,\"steps_rss_mib\":%.1f,\"base_rss_mib\":%.1f}\n",
+         (double)ru.ru_maxrss / 1024.0, steps, base);
   fflush(stdout);
   return 0;
 }
