@@ -7,7 +7,8 @@
  * count(r) * 2 W[r] / (B * SEQ * DIM). Batches repeat ids within a place
  * and across places, give a place only padding ids (it touches no row),
  * and give places no sample (batch 1). Every place ends with the same
- * parameter bytes. cpu:2 and sim:3, every strategy.
+ * parameter bytes. cpu:2 and sim:3, every strategy; sim:3 also with place
+ * memory the host reaches only by copies (the fetch's path of cuda).
  *
  * Tolerance 1e-6 relative: each place computes its values as mean_grad's
  * (n_p / N) / (n_p SEQ DIM) times 2 W[r], a few f32 roundings, summed over
@@ -53,6 +54,7 @@ typedef struct setting {
   pe_place_kind kind;
   int n;
   pe_graph_strategy strategy;
+  bool device_memory; /* sim: place memory the host reaches only by copies */
   const char *name;
 } setting;
 
@@ -64,7 +66,7 @@ static void run_setting(const setting *set) {
                     .strategy = set->strategy,
                     .keep = keep,
                     .n_keep = 2};
-  pe_runtime_opts ro = {.cores = 2};
+  pe_runtime_opts ro = {.cores = 2, .sim_device_memory = set->device_memory};
   se_par r = se_par_new(p, &o, &ro);
   pe_model *m = r.m;
   float w0[VOCAB * DIM];
@@ -129,12 +131,14 @@ static void run_setting(const setting *set) {
 
 START_TEST(merged_rows_and_values_on_every_strategy) {
   static const setting sets[] = {
-      {PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, "cpu:2 allreduce"},
-      {PE_PLACE_CPU, 2, PE_STRATEGY_REDUCE, "cpu:2 reduce"},
-      {PE_PLACE_CPU, 2, PE_STRATEGY_SHARDED, "cpu:2 sharded"},
-      {PE_PLACE_SIM, 3, PE_STRATEGY_ALLREDUCE, "sim:3 allreduce"},
-      {PE_PLACE_SIM, 3, PE_STRATEGY_REDUCE, "sim:3 reduce"},
-      {PE_PLACE_SIM, 3, PE_STRATEGY_SHARDED, "sim:3 sharded"},
+      {PE_PLACE_CPU, 2, PE_STRATEGY_ALLREDUCE, false, "cpu:2 allreduce"},
+      {PE_PLACE_CPU, 2, PE_STRATEGY_REDUCE, false, "cpu:2 reduce"},
+      {PE_PLACE_CPU, 2, PE_STRATEGY_SHARDED, false, "cpu:2 sharded"},
+      {PE_PLACE_SIM, 3, PE_STRATEGY_ALLREDUCE, false, "sim:3 allreduce"},
+      {PE_PLACE_SIM, 3, PE_STRATEGY_REDUCE, false, "sim:3 reduce"},
+      {PE_PLACE_SIM, 3, PE_STRATEGY_SHARDED, false, "sim:3 sharded"},
+      {PE_PLACE_SIM, 3, PE_STRATEGY_ALLREDUCE, true, "sim:3 device memory allreduce"},
+      {PE_PLACE_SIM, 3, PE_STRATEGY_REDUCE, true, "sim:3 device memory reduce"},
   };
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) run_setting(&sets[i]);
 }
