@@ -113,7 +113,7 @@ static pe_status *merge(xnode *x, int64_t width, int64_t *m) {
     total += len[p];
   }
   if (total > sp->cap_rows) {
-    float *v = realloc(sp->vals, (size_t)(total * width) * sizeof(float));
+    float *v = realloc(sp->vals, (size_t)(total * width + 1) * sizeof(float)); /* +1: never 0 */
     if (v) sp->vals = v;
     int64_t *r = realloc(sp->rows, (size_t)total * sizeof(int64_t));
     if (r) sp->rows = r;
