@@ -283,6 +283,23 @@ def mse_loss(input, label):
                                          var_name(label).encode()), "mse_loss")
 
 
+def l1_loss(input, label):
+    """Mean absolute error of input and label (one shape); [1]."""
+    p = _program(input, "l1_loss")
+    return p.var(lib.pe_builder_l1_loss(p.builder, input.name.encode(),
+                                        var_name(label).encode()), "l1_loss")
+
+
+def smooth_l1_loss(input, label, beta=1.0):
+    """Smooth L1 loss of input and label (one shape, dims after the first
+    known): the mean of 0.5 d^2 / beta where |d| < beta, else |d| - beta / 2,
+    d = input - label (PyTorch's smooth_l1_loss); [1]."""
+    p = _program(input, "smooth_l1_loss")
+    return p.var(lib.pe_builder_smooth_l1_loss(p.builder, input.name.encode(),
+                                               var_name(label).encode(), beta),
+                 "smooth_l1_loss")
+
+
 def multi_head_attention(x, num_heads, mask=None, name=None):
     """Self-attention of x [B, T, D] in num_heads heads; mask: an additive
     float32 variable broadcasting to the scores [B, H, T, T] (a causal mask
