@@ -1,7 +1,7 @@
-/* Regression losses of the program builder (see pe_builder.h) beside
- * pe_builder_mse_loss: the mean absolute error (elementwise_sub, abs,
- * mean, as Paddle composes it) and the smooth L1 loss (the smooth_l1_loss
- * op, whose rows sum, then mean and a scale to the mean over elements). */
+/* Regression losses of the program builder (see pe_builder.h): the mean
+ * squared and absolute errors (elementwise_sub, square or abs, mean, as
+ * Paddle composes them) and the smooth L1 loss (the smooth_l1_loss op,
+ * whose rows sum, then mean and a scale to the mean over elements). */
 #include <math.h>
 #include <stdio.h>
 
@@ -35,22 +35,28 @@ static const char *mean_into(pe_builder *b, const char *in, const char *layer, c
   return b->err ? NULL : ov->name;
 }
 
-const char *pe_builder_l1_loss(pe_builder *b, const char *x, const char *label) {
+/* mean(unary(x - label)): elementwise_sub, the op `unary`, mean. */
+static const char *diff_loss(pe_builder *b, const char *kind, const char *unary, const char *x,
+                             const char *label) {
   if (!b) return NULL;
-  char layer[B_NAME_LEN], d[B_NAME_LEN], a[B_NAME_LEN];
-  b_var *xv = loss_inputs(b, "l1_loss", x, label, layer);
+  char layer[B_NAME_LEN], d[B_NAME_LEN], u[B_NAME_LEN];
+  b_var *xv = loss_inputs(b, kind, x, label, layer);
   if (!xv) return NULL;
   peb_tmp_var(b, peb_vname(d, layer, "tmp_0"), PE_B_F32, xv->ndim, xv->d);
-  peb_tmp_var(b, peb_vname(a, layer, "tmp_1"), PE_B_F32, xv->ndim, xv->d);
+  peb_tmp_var(b, peb_vname(u, layer, "tmp_1"), PE_B_F32, xv->ndim, xv->d);
   b_op *op = peb_op_add(b, &b->main, "elementwise_sub");
   peb_op_in(b, op, "X", x);
   peb_op_in(b, op, "Y", label);
   peb_op_out(b, op, "Out", d);
   peb_attr_int(b, op, "axis", -1);
-  op = peb_op_add(b, &b->main, "abs");
+  op = peb_op_add(b, &b->main, unary);
   peb_op_in(b, op, "X", d);
-  peb_op_out(b, op, "Out", a);
-  return mean_into(b, a, layer, "out");
+  peb_op_out(b, op, "Out", u);
+  return mean_into(b, u, layer, "out");
+}
+
+const char *pe_builder_l1_loss(pe_builder *b, const char *x, const char *label) {
+  return diff_loss(b, "l1_loss", "abs", x, label);
 }
 
 const char *pe_builder_smooth_l1_loss(pe_builder *b, const char *x, const char *label, float beta) {
@@ -87,31 +93,5 @@ const char *pe_builder_smooth_l1_loss(pe_builder *b, const char *x, const char *
 }
 
 const char *pe_builder_mse_loss(pe_builder *b, const char *x, const char *label) {
-  if (!b) return NULL;
-  b_var *xv = peb_need(b, "mse_loss", x), *lv = xv ? peb_need(b, "mse_loss", label) : NULL;
-  char layer[B_NAME_LEN], d[B_NAME_LEN], sq[B_NAME_LEN], out[B_NAME_LEN], s1[128], s2[128];
-  if (!lv || !peb_layer_name(b, "mse_loss", NULL, layer)) return NULL;
-  bool same = xv->ndim == lv->ndim && xv->dtype == PE_B_F32 && lv->dtype == PE_B_F32;
-  for (int i = 0; same && i < xv->ndim; i++)
-    same = xv->d[i] == lv->d[i] || xv->d[i] == -1 || lv->d[i] == -1;
-  if (!same) {
-    peb_fail(b, "mse_loss '%s': prediction '%s' %s and label '%s' %s must be f32 of one shape",
-             layer, x, peb_shape_str(xv, s1, sizeof s1), label, peb_shape_str(lv, s2, sizeof s2));
-    return NULL;
-  }
-  peb_tmp_var(b, peb_vname(d, layer, "tmp_0"), PE_B_F32, xv->ndim, xv->d);
-  peb_tmp_var(b, peb_vname(sq, layer, "tmp_1"), PE_B_F32, xv->ndim, xv->d);
-  b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), PE_B_F32, 1, (int64_t[]){1});
-  b_op *op = peb_op_add(b, &b->main, "elementwise_sub");
-  peb_op_in(b, op, "X", x);
-  peb_op_in(b, op, "Y", label);
-  peb_op_out(b, op, "Out", d);
-  peb_attr_int(b, op, "axis", -1);
-  op = peb_op_add(b, &b->main, "square");
-  peb_op_in(b, op, "X", d);
-  peb_op_out(b, op, "Out", sq);
-  op = peb_op_add(b, &b->main, "mean");
-  peb_op_in(b, op, "X", sq);
-  peb_op_out(b, op, "Out", out);
-  return b->err ? NULL : ov->name;
+  return diff_loss(b, "mse_loss", "square", x, label);
 }
