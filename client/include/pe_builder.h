@@ -248,8 +248,7 @@ const char *pe_builder_l1_loss(pe_builder *b, const char *x, const char *label);
  * beta, else |d| - 0.5 beta, with d = x - label (PyTorch's smooth_l1_loss
  * with beta; the smooth_l1_loss op with sigma = 1 / sqrt(beta)); x and
  * label as mse's, their dims after the first known; beta > 0; shape [1]. */
-const char *pe_builder_smooth_l1_loss(pe_builder *b, const char *x, const char *label,
-                                      float beta);
+const char *pe_builder_smooth_l1_loss(pe_builder *b, const char *x, const char *label, float beta);
 /* Mean of all elements; shape [1]. */
 const char *pe_builder_mean(pe_builder *b, const char *x);
 /* Top-k accuracy of scores [N,C] against label i64 [N,1]; f32 [1]. The

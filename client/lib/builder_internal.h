@@ -85,7 +85,8 @@ struct pe_builder {
   float clip_norm;    /* pe_builder_grad_clip_norm; kept across optimizer setters */
   bool nesterov;
   b_sched sched; /* pe_builder_lr_schedule; kept across optimizer setters */
-  bool attn_composed; /* pe_builder_attention_composed */
+  /* pe_builder_attention_composed: attention layers compose, not fuse */
+  bool attn_composed;
   b_counter counters[16];
   int n_counters;
 };
