@@ -205,6 +205,12 @@ const char *pe_builder_matmul(pe_builder *b, const char *x, const char *y, bool 
  * "attention_<k>". */
 const char *pe_builder_multi_head_attention(pe_builder *b, const char *x, int num_heads,
                                             const char *mask, const char *name);
+/* How the attention layers made after this call compute softmax(scale
+ * Q Kᵀ + mask) V: false (the default) with the fused
+ * scaled_dot_product_attention op, true composed of matmul_v2, scale,
+ * elementwise_add, softmax and matmul_v2 ops (the same values within f32
+ * rounding; docs/ops.md gives the timings). Returns 0, -1 after an error. */
+int pe_builder_attention_composed(pe_builder *b, bool composed);
 /* A causal attention mask for sequences of length t: f32 [1, 1, t, t]
  * (stop_gradient), 0 on and below the diagonal and -1e9 above it, made by
  * the program itself (fill_constant, then tril_triu) so that nothing is
@@ -235,6 +241,14 @@ const char *pe_builder_cross_entropy(pe_builder *b, const char *x, const char *l
 /* Mean squared error mean((x - label)^2) of f32 x and label of one shape;
  * shape [1] (elementwise_sub, square, mean). */
 const char *pe_builder_mse_loss(pe_builder *b, const char *x, const char *label);
+/* Mean absolute error mean(|x - label|), x and label as mse's; shape [1]
+ * (elementwise_sub, abs, mean). */
+const char *pe_builder_l1_loss(pe_builder *b, const char *x, const char *label);
+/* Smooth L1 loss, the mean over elements of 0.5 d^2 / beta where |d| <
+ * beta, else |d| - 0.5 beta, with d = x - label (PyTorch's smooth_l1_loss
+ * with beta; the smooth_l1_loss op with sigma = 1 / sqrt(beta)); x and
+ * label as mse's, their dims after the first known; beta > 0; shape [1]. */
+const char *pe_builder_smooth_l1_loss(pe_builder *b, const char *x, const char *label, float beta);
 /* Mean of all elements; shape [1]. */
 const char *pe_builder_mean(pe_builder *b, const char *x);
 /* Top-k accuracy of scores [N,C] against label i64 [N,1]; f32 [1]. The

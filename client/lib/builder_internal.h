@@ -49,6 +49,7 @@ typedef struct b_var {
   int64_t d[B_MAX_DIMS];
   bool persistable, stop_gradient, is_feed;
   bool no_weight_decay; /* pe_builder_no_weight_decay (main and startup copies) */
+  bool causal_mask;     /* made by pe_builder_causal_mask: fused attention's causal flag */
 } b_var;
 
 typedef struct b_block {
@@ -84,6 +85,8 @@ struct pe_builder {
   float clip_norm;    /* pe_builder_grad_clip_norm; kept across optimizer setters */
   bool nesterov;
   b_sched sched; /* pe_builder_lr_schedule; kept across optimizer setters */
+  /* pe_builder_attention_composed: attention layers compose, not fuse */
+  bool attn_composed;
   b_counter counters[16];
   int n_counters;
 };

@@ -779,33 +779,3 @@ const char *pe_builder_matmul(pe_builder *b, const char *x, const char *y, bool 
   peb_attr_bool(b, op, "trans_y", trans_y);
   return b->err ? NULL : ov->name;
 }
-
-const char *pe_builder_mse_loss(pe_builder *b, const char *x, const char *label) {
-  if (!b) return NULL;
-  b_var *xv = peb_need(b, "mse_loss", x), *lv = xv ? peb_need(b, "mse_loss", label) : NULL;
-  char layer[B_NAME_LEN], d[B_NAME_LEN], sq[B_NAME_LEN], out[B_NAME_LEN], s1[128], s2[128];
-  if (!lv || !peb_layer_name(b, "mse_loss", NULL, layer)) return NULL;
-  bool same = xv->ndim == lv->ndim && xv->dtype == PE_B_F32 && lv->dtype == PE_B_F32;
-  for (int i = 0; same && i < xv->ndim; i++)
-    same = xv->d[i] == lv->d[i] || xv->d[i] == -1 || lv->d[i] == -1;
-  if (!same) {
-    peb_fail(b, "mse_loss '%s': prediction '%s' %s and label '%s' %s must be f32 of one shape",
-             layer, x, peb_shape_str(xv, s1, sizeof s1), label, peb_shape_str(lv, s2, sizeof s2));
-    return NULL;
-  }
-  peb_tmp_var(b, peb_vname(d, layer, "tmp_0"), PE_B_F32, xv->ndim, xv->d);
-  peb_tmp_var(b, peb_vname(sq, layer, "tmp_1"), PE_B_F32, xv->ndim, xv->d);
-  b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), PE_B_F32, 1, (int64_t[]){1});
-  b_op *op = peb_op_add(b, &b->main, "elementwise_sub");
-  peb_op_in(b, op, "X", x);
-  peb_op_in(b, op, "Y", label);
-  peb_op_out(b, op, "Out", d);
-  peb_attr_int(b, op, "axis", -1);
-  op = peb_op_add(b, &b->main, "square");
-  peb_op_in(b, op, "X", d);
-  peb_op_out(b, op, "Out", sq);
-  op = peb_op_add(b, &b->main, "mean");
-  peb_op_in(b, op, "X", sq);
-  peb_op_out(b, op, "Out", out);
-  return b->err ? NULL : ov->name;
-}

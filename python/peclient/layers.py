@@ -283,21 +283,42 @@ def mse_loss(input, label):
                                          var_name(label).encode()), "mse_loss")
 
 
-def multi_head_attention(x, num_heads, mask=None, name=None):
+def l1_loss(input, label):
+    """Mean absolute error of input and label (one shape); [1]."""
+    p = _program(input, "l1_loss")
+    return p.var(lib.pe_builder_l1_loss(p.builder, input.name.encode(),
+                                        var_name(label).encode()), "l1_loss")
+
+
+def smooth_l1_loss(input, label, beta=1.0):
+    """Smooth L1 loss of input and label (one shape, dims after the first
+    known): the mean of 0.5 d^2 / beta where |d| < beta, else |d| - beta / 2,
+    d = input - label (PyTorch's smooth_l1_loss); [1]."""
+    p = _program(input, "smooth_l1_loss")
+    return p.var(lib.pe_builder_smooth_l1_loss(p.builder, input.name.encode(),
+                                               var_name(label).encode(), beta),
+                 "smooth_l1_loss")
+
+
+def multi_head_attention(x, num_heads, mask=None, name=None, fused=True):
     """Self-attention of x [B, T, D] in num_heads heads; mask: an additive
     float32 variable broadcasting to the scores [B, H, T, T] (a causal mask
-    fed as [B, 1, T, T]: feeds share the batch dim)."""
+    fed as [B, 1, T, T]: feeds share the batch dim). fused: one
+    scaled_dot_product_attention op, else its composition of matmul,
+    scale, add and softmax ops (pe_builder_attention_composed)."""
     p, keep = _program(x, "multi_head_attention"), []
+    lib.pe_builder_attention_composed(p.builder, not fused)
     m = _name(var_name(mask), keep) if mask is not None else ffi.NULL
     return p.var(lib.pe_builder_multi_head_attention(p.builder, x.name.encode(), num_heads, m,
                                                      _name(name, keep)), "multi_head_attention")
 
 
-def transformer_block(x, num_heads, ffn_dim, mask=None, name=None):
+def transformer_block(x, num_heads, ffn_dim, mask=None, name=None, fused=True):
     """A pre-LN transformer block of x [B, T, D]: attention and a gelu
     feed-forward of ffn_dim units, each after a layer_norm and with a
-    residual sum."""
+    residual sum. fused: as multi_head_attention's."""
     p, keep = _program(x, "transformer_block"), []
+    lib.pe_builder_attention_composed(p.builder, not fused)
     m = _name(var_name(mask), keep) if mask is not None else ffi.NULL
     return p.var(lib.pe_builder_transformer_block(p.builder, x.name.encode(), num_heads, ffn_dim,
                                                   m, _name(name, keep)), "transformer_block")

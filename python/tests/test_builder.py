@@ -252,6 +252,21 @@ def test_sequence_layers_bytes_equal_the_c_builders():
     assert py_bytes == build_sequence_c().to_bytes()
 
 
+def test_attention_fused_or_composed():
+    progs = {}
+    for fused in (True, False):
+        prog = pe.Program()
+        with pe.program_guard(prog):
+            x = pe.data("x", [-1, T, D])
+            h = pe.layers.multi_head_attention(x, 2, fused=fused)
+            pe.layers.transformer_block(h, 2, 16, fused=fused)
+        progs[fused] = prog.to_bytes()
+    assert progs[True].count(b"scaled_dot_product_attention") == 2
+    assert b"softmax" not in progs[True]
+    assert b"scaled_dot_product_attention" not in progs[False]
+    assert progs[False].count(b"softmax") >= 2
+
+
 def test_transformer_block_trains(client):
     prog, loss = build_sequence_py()
     m = client.register(prog, model="transformer")

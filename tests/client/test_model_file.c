@@ -538,7 +538,7 @@ START_TEST(sequence_words) {
   const Pe__BlockDesc *mb = pd->blocks[pd->main_block];
   ck_assert_int_eq(count_ops(mb, "lookup_table_v2"), 1);
   ck_assert_int_eq(count_ops(mb, "tril_triu"), 1); /* one mask for both causal lines */
-  ck_assert_int_eq(count_ops(mb, "softmax"), 3);   /* three attentions */
+  ck_assert_int_eq(count_ops(mb, "scaled_dot_product_attention"), 3); /* three attentions */
   ck_assert_int_eq(count_ops(mb, "elementwise_add") > 0, 1);
   ck_assert_int_eq(count_ops(mb, "layer_norm"), 2 + 2 * 2);
   /* the learned positions: a [T, D] parameter */

@@ -56,6 +56,15 @@ static const char *const cpu_only[] = {
     "cast_grad",
     "tril_triu",
     "tril_triu_grad",
+    "smooth_l1_loss",
+    "smooth_l1_loss_grad",
+    "position_ids",
+    "fused_softmax_mask",
+    "fused_softmax_mask_grad",
+    "fused_softmax_mask_upper_triangle",
+    "fused_softmax_mask_upper_triangle_grad",
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_grad",
     NULL,
 };
 
