@@ -24,6 +24,19 @@ static void reverse(pe_cu_strided *p) {
   memcpy(p->src, tmp, sizeof tmp);
 }
 
+/* A gradient that is `apply` of Out@GRAD into X@GRAD (inputs X, Out,
+ * Out@GRAD; output X@GRAD): nothing for a pruned X@GRAD, zeros without an
+ * Out@GRAD. */
+typedef pe_status *(*apply_fn)(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *src,
+                               pe_tensor *dst);
+static pe_status *grad_through(pe_kernel_ctx *c, apply_fn apply) {
+  PE_CU_NEED(c, x);
+  pe_tensor *dx = pe_kout(c, 0, 0), *dout = pe_kin(c, 2, 0);
+  if (!dx) return NULL;
+  if (!dout) return pe_cu_zero(c, x, dx);
+  return apply(c, x, dout, dx);
+}
+
 /* --- transpose2 ------------------------------------------------------------------ */
 
 enum { TR_X };
@@ -217,6 +230,8 @@ pe_status *pe_cuk_slice_grad(pe_kernel_ctx *c) {
 
 static pe_status *tt_apply(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *src, pe_tensor *dst) {
   int nd = src->shape.ndim;
+  if (!pe_shape_equal(&src->shape, &dst->shape) || src->dtype != dst->dtype)
+    return pe_kernel_error(c, PE_ESHAPE, "input and output shapes or dtypes differ");
   if (nd < 2) return pe_kernel_error(c, PE_ESHAPE, "input has rank %d; a triangle needs 2", nd);
   int64_t rows = src->shape.d[nd - 2], cols = src->shape.d[nd - 1];
   int64_t mats = rows > 0 && cols > 0 ? pe_tensor_numel(src) / (rows * cols) : 0;
@@ -233,15 +248,8 @@ pe_status *pe_cuk_tril_triu(pe_kernel_ctx *c) {
   return tt_apply(c, x, pe_kin(c, 0, 0), pe_kout(c, 0, 0));
 }
 
-/* Inputs X, Out, Out@GRAD; output X@GRAD. */
 pe_status *pe_cuk_tril_triu_grad(pe_kernel_ctx *c) {
-  PE_CU_NEED(c, x);
-  pe_tensor *dx = pe_kout(c, 0, 0), *dout = pe_kin(c, 2, 0);
-  if (!dx) return NULL;
-  if (!dout) return pe_cu_zero(c, x, dx);
-  if (!pe_shape_equal(&dout->shape, &dx->shape) || dout->dtype != dx->dtype)
-    return pe_kernel_error(c, PE_ESHAPE, "input Out@GRAD does not match X");
-  return tt_apply(c, x, dout, dx);
+  return grad_through(c, tt_apply);
 }
 
 /* --- cast -------------------------------------------------------------------------- */
@@ -266,12 +274,7 @@ pe_status *pe_cuk_cast(pe_kernel_ctx *c) {
   return ca_convert(c, x, pe_kin(c, 0, 0), pe_kout(c, 0, 0));
 }
 
-/* Inputs X, Out, Out@GRAD; output X@GRAD (floats only: infer refuses
- * integers). */
+/* Floats only: infer refuses a gradient through integers. */
 pe_status *pe_cuk_cast_grad(pe_kernel_ctx *c) {
-  PE_CU_NEED(c, x);
-  pe_tensor *dx = pe_kout(c, 0, 0), *dout = pe_kin(c, 2, 0);
-  if (!dx) return NULL;
-  if (!dout) return pe_cu_zero(c, x, dx);
-  return ca_convert(c, x, dout, dx);
+  return grad_through(c, ca_convert);
 }
