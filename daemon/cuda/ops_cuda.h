@@ -42,6 +42,9 @@ pe_status *pe_cu_refuse_fused(pe_kernel_ctx *c, int bias_slot);
 static inline float *pe_cu_f32_or_null(pe_tensor *t) {
   return t ? pe_f32(t) : NULL;
 }
+/* The optimizers take no sparse gradient on cuda places: an error naming
+ * the GradRows input when the op has one. */
+pe_status *pe_cu_refuse_grad_rows(pe_kernel_ctx *c);
 /* An INTS attribute of two values (H, W), default dflt. */
 void pe_cu_attr_pair(const pe_op_desc *op, const char *name, int64_t dflt, int64_t out[2]);
 

@@ -57,25 +57,47 @@ START_TEST(every_op_has_a_cuda_kernel) {
 }
 END_TEST
 
-/* lookup_table_v2's sparse gradient has no CUDA kernel: the cuda kernel
- * refuses it, naming the op and the attribute, before it needs a GPU. */
-START_TEST(sparse_embedding_gradient_is_refused) {
-  const pe_op_def *def = pe_op_lookup("lookup_table_v2_grad");
+/* Run op's cuda kernel without a GPU, with input slot `slot` (-1: none)
+ * bound to a tensor that is never read; the status it returns. */
+static pe_status *run_cuda_kernel(const pe_op_desc *op, int slot) {
+  const pe_op_def *def = pe_op_lookup(op->type);
   ck_assert_ptr_nonnull(def);
-  pe_op_desc *op = pe_op_desc_new("lookup_table_v2_grad");
-  PE_CK_OK(pe_op_set_bool(op, "is_sparse", true));
-  pe_tensor_list in[4], out[2];
+  pe_tensor t, *tp = &t;
+  pe_tensor_init(&t);
+  pe_tensor_list in[16], out[16];
   memset(in, 0, sizeof in);
   memset(out, 0, sizeof out);
+  if (slot >= 0) in[slot] = (pe_tensor_list){1, &tp};
   void *state = NULL;
   pe_kernel_ctx kc = {def, op, 0, in, out, &state, NULL, NULL, 0};
-  pe_status *st = pe_op_kernel(def, PE_PLACE_CUDA)(&kc);
+  return pe_op_kernel(def, PE_PLACE_CUDA)(&kc);
+}
+
+static void expect_refusal(pe_status *st, const char *op, const char *what) {
   ck_assert_ptr_nonnull(st);
   ck_assert_int_eq(st->code, PE_EBACKEND);
-  ck_assert_msg(strstr(st->msg, "lookup_table_v2_grad") && strstr(st->msg, "is_sparse"),
-                "unclear refusal: %s", st->msg);
+  ck_assert_msg(strstr(st->msg, op) && strstr(st->msg, what), "unclear refusal: %s", st->msg);
   pe_status_free(st);
+}
+
+/* Sparse gradients have no CUDA kernels: lookup_table_v2_grad with
+ * is_sparse and the optimizers given GradRows refuse them, naming the op
+ * and the attribute or the variable, before they need a GPU (an optimizer
+ * would otherwise read the [n, dim] rows as the whole parameter). */
+START_TEST(sparse_gradients_are_refused) {
+  pe_op_desc *op = pe_op_desc_new("lookup_table_v2_grad");
+  PE_CK_OK(pe_op_set_bool(op, "is_sparse", true));
+  expect_refusal(run_cuda_kernel(op, -1), "lookup_table_v2_grad", "is_sparse");
   pe_op_desc_free(op);
+  const char *opt[] = {"sgd", "momentum", "adam"};
+  for (int i = 0; i < 3; i++) {
+    op = pe_op_desc_new(opt[i]);
+    PE_CK_OK(pe_op_input1(op, "GradRows", "emb@GRAD@ROWS"));
+    int slot = pe_op_input_index(pe_op_lookup(opt[i]), "GradRows");
+    ck_assert_int_ge(slot, 0);
+    expect_refusal(run_cuda_kernel(op, slot), opt[i], "GradRows 'emb@GRAD@ROWS'");
+    pe_op_desc_free(op);
+  }
 }
 END_TEST
 
@@ -211,7 +233,7 @@ static Suite *suite(void) {
   Suite *s = suite_create("cuda_build");
   TCase *t = tcase_create("no_gpu");
   tcase_add_test(t, every_op_has_a_cuda_kernel);
-  tcase_add_test(t, sparse_embedding_gradient_is_refused);
+  tcase_add_test(t, sparse_gradients_are_refused);
   tcase_add_test(t, cuda_kind_is_registered);
   tcase_add_test(t, open_without_gpu_is_a_clear_error);
   tcase_add_test(t, cache_reuses_blocks_of_a_class);
