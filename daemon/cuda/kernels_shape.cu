@@ -59,7 +59,9 @@ __global__ void cast_kernel(const void *src, int from, void *dst, int to, int64_
   GRID_LOOP(i, n) {
     switch (to) {
       case 0:
-        ((float *)dst)[i] = ff ? (float)load_f(src, from, i) : (float)load_i(src, from, i);
+        // Integers through double, as the CPU kernel converts them (an i64
+        // past 2^53 may round differently when converted directly).
+        ((float *)dst)[i] = ff ? (float)load_f(src, from, i) : (float)(double)load_i(src, from, i);
         break;
       case 1:
         ((double *)dst)[i] = ff ? load_f(src, from, i) : (double)load_i(src, from, i);
