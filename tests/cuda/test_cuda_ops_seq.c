@@ -331,6 +331,17 @@ START_TEST(cast_between_dtypes) {
       compare(s, op, EXACT);
       pe_op_desc_free(op);
     }
+  /* i64 past 2^53 to floats: through double, as the CPU converts (2^60 +
+   * 2^36 + 1 rounds to 2^60 + 2^37 directly, to 2^60 through double). */
+  const int64_t big[] = {((int64_t)1 << 60) + ((int64_t)1 << 36) + 1, -((int64_t)1 << 55) - 7,
+                         ((int64_t)1 << 53) + 1, 123};
+  ph_set_i64(s, "big", PE_SHAPE(4), big);
+  for (int b = 0; b < 2; b++) {
+    pe_op_desc *op = op1("cast", "big", "bigf");
+    PE_CK_OK(pe_op_set_int(op, "out_dtype", dts[b]));
+    compare(s, op, EXACT);
+    pe_op_desc_free(op);
+  }
   /* The gradient: an f64 Out@GRAD back to f32 X, and f32 back to f64. */
   set_typed(s, "g64", PE_F64, PE_SHAPE(13, 11), fractions);
   set_typed(s, "g32", PE_F32, PE_SHAPE(13, 11), fractions);
