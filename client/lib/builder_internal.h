@@ -1,5 +1,6 @@
 /* Internals of the program builder shared by builder.c (variables, ops,
- * parameters, serialisation) and builder_layers.c (the layer calls). Not
+ * parameters, serialisation) and the layer calls (builder_layers.c,
+ * builder_seq.c, builder_attention.c, builder_position.c). Not
  * installed; trainers use pe_builder.h. The peb_ helpers are no-ops (return
  * NULL / false) once the builder holds an error. */
 #ifndef PE_CLIENT_BUILDER_INTERNAL_H
