@@ -168,9 +168,22 @@ const char *pe_builder_layer_norm(pe_builder *b, const char *x, int begin_norm_a
 const char *pe_builder_gelu(pe_builder *b, const char *x, bool approximate);
 /* Rows of a [vocab, dim] table (trainable, uniform init as fc's weights)
  * picked by ids (i64, any shape): ids' shape + [dim]. padding_idx -1: none;
- * else that row reads as zeros and gets no gradient. */
+ * else that row reads as zeros and gets no gradient. name NULL:
+ * "embedding_<k>". */
 const char *pe_builder_embedding(pe_builder *b, const char *ids, int64_t vocab, int64_t dim,
                                  int64_t padding_idx, const char *name);
+typedef struct pe_b_embedding_opts {
+  const char *name;
+  /* The table's gradient is sparse: the rows the batch touched, and sgd,
+   * momentum and adam update only those (lookup_table_v2's is_sparse;
+   * docs/architecture.md "Sparse gradients"). The daemon refuses it with
+   * gradient clipping, weight decay on the table, a table read by two ops
+   * or several places. false: a dense [vocab, dim] gradient. */
+  bool is_sparse;
+} pe_b_embedding_opts;
+/* pe_builder_embedding with options (o may be NULL: all defaults). */
+const char *pe_builder_embedding_ex(pe_builder *b, const char *ids, int64_t vocab, int64_t dim,
+                                    int64_t padding_idx, const pe_b_embedding_opts *o);
 /* x with its dims permuted: out dim i is x dim perm[i]. */
 const char *pe_builder_transpose(pe_builder *b, const char *x, int n, const int64_t *perm);
 /* x[starts:ends] along each of axes (Python's slice rules, negative values

@@ -76,6 +76,15 @@ const char *pe_builder_gelu(pe_builder *b, const char *x, bool approximate) {
 
 const char *pe_builder_embedding(pe_builder *b, const char *ids, int64_t vocab, int64_t dim,
                                  int64_t padding_idx, const char *name) {
+  return pe_builder_embedding_ex(b, ids, vocab, dim, padding_idx,
+                                 &(pe_b_embedding_opts){.name = name});
+}
+
+const char *pe_builder_embedding_ex(pe_builder *b, const char *ids, int64_t vocab, int64_t dim,
+                                    int64_t padding_idx, const pe_b_embedding_opts *o) {
+  pe_b_embedding_opts dflt = {0};
+  if (!o) o = &dflt;
+  const char *name = o->name;
   if (!b) return NULL;
   b_var *iv = peb_need(b, "embedding", ids);
   char layer[B_NAME_LEN], w[B_NAME_LEN], out[B_NAME_LEN], sh[128];
@@ -100,6 +109,7 @@ const char *pe_builder_embedding(pe_builder *b, const char *ids, int64_t vocab, 
   peb_op_in(b, op, "Ids", ids);
   peb_op_out(b, op, "Out", out);
   peb_attr_int(b, op, "padding_idx", padding_idx);
+  if (o->is_sparse) peb_attr_bool(b, op, "is_sparse", true);
   return b->err ? NULL : ov->name;
 }
 

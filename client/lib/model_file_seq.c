@@ -64,7 +64,8 @@ int mf_h_embedding(mf *m) {
       mf_parse_long(m, "dim", m->pos[1], 1, 1L << 20, &dim) ||
       mf_opt_long(m, "padding_idx", 0, vocab - 1, &pad))
     return -1;
-  return mf_built(m, pe_builder_embedding(m->b, m->x, vocab, dim, pad, mf_opt_str(m, "name")));
+  pe_b_embedding_opts o = {.name = mf_opt_str(m, "name"), .is_sparse = mf_opt_flag(m, "sparse")};
+  return mf_built(m, pe_builder_embedding_ex(m->b, m->x, vocab, dim, pad, &o));
 }
 
 int mf_h_pos_embedding(mf *m) {

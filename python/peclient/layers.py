@@ -198,15 +198,21 @@ def _ints(v):
     return [int(i) for i in v]
 
 
-def embedding(input, size, padding_idx=None, name=None):
+def embedding(input, size, padding_idx=None, is_sparse=False, name=None):
     """Rows of a [vocab, dim] table (size = (vocab, dim)) picked by int64 ids
     of any shape: ids' shape + [dim]. padding_idx: a row that reads as zeros
-    and gets no gradient."""
+    and gets no gradient. is_sparse: the table's gradient holds only the
+    rows the batch touched, and sgd, momentum and adam update only those
+    (the daemon refuses it with gradient clipping, weight decay on the
+    table, or several places)."""
     p, keep = _program(input, "embedding"), []
     vocab, dim = _pair(size, "embedding size")
     pad = -1 if padding_idx is None else padding_idx
-    return p.var(lib.pe_builder_embedding(p.builder, input.name.encode(), vocab, dim, pad,
-                                          _name(name, keep)), "embedding")
+    o = ffi.new("pe_b_embedding_opts *")
+    o.name = _name(name, keep)
+    o.is_sparse = bool(is_sparse)
+    return p.var(lib.pe_builder_embedding_ex(p.builder, input.name.encode(), vocab, dim, pad, o),
+                 "embedding")
 
 
 def layer_norm(x, begin_norm_axis=1, epsilon=1e-5, name=None):
