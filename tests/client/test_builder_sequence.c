@@ -6,6 +6,7 @@
 #include <check.h>
 #include <string.h>
 
+#include "builder_util.h"
 #include "check_main.h"
 #include "compiler/validate.h"
 #include "ir/program.h"
@@ -56,11 +57,7 @@ START_TEST(embedding_is_sparse_reaches_the_op) {
                                 : pe_builder_embedding_ex(b, ids, 50, 8, 3, &o);
     ck_assert_msg(e != NULL, "%s", pe_builder_error(b));
     ck_assert_str_eq(e, "emb.out");
-    uint8_t *bytes;
-    size_t len;
-    ck_assert_int_eq(pe_builder_finish(b, &bytes, &len), 0);
-    pe_program *p = NULL;
-    PE_CK_OK(pe_program_decode(bytes, len, &p));
+    pe_program *p = tb_finish(b);
     PE_CK_OK(pe_program_validate(p));
     const pe_op_desc *op = pe_program_main(p)->ops[0];
     ck_assert_str_eq(op->type, "lookup_table_v2");
@@ -75,8 +72,6 @@ START_TEST(embedding_is_sparse_reaches_the_op) {
     a = pe_op_find_attr(op, "padding_idx");
     ck_assert(a && a->i == 3);
     pe_program_free(p);
-    free(bytes);
-    pe_builder_free(b);
   }
   /* NULL options: the defaults, named "embedding_<k>". */
   pe_builder *b = pe_builder_new();
