@@ -164,6 +164,21 @@ struct pe_dataset;
 int cli_data_load(const cli_ctx *ctx, const pe_model_spec *m, const char *dir, long limit,
                   struct pe_dataset **train, struct pe_dataset **test);
 
+/* --data FILE rather than a Fashion-MNIST directory: a name ending in
+ * .npz, .csv or .txt (data_load.c). */
+bool cli_data_is_file(const char *data);
+/* The rows of the user's file as m's input and label feeds (*xf, *yf as
+ * the program declares them): an .npz's arrays named after the feeds, a
+ * CSV's columns (label_column NULL: the last), a text file's training
+ * windows; limit > 0 keeps the first `limit` rows. Prints the error (the
+ * file, the array or column, both shapes; model names the model in a
+ * feed's error) on failure. */
+struct pe_feed_decl;
+struct pe_feed_data;
+int cli_data_file_rows(const cli_ctx *ctx, const pe_model_spec *m, const char *model,
+                       const char *path, const char *label_column, long limit,
+                       struct pe_feed_decl *xf, struct pe_feed_decl *yf, struct pe_feed_data **out);
+
 /* The image feed [n, dims of m...] and label feed [n, 1] over x and y. */
 void cli_batch_feeds(const pe_model_spec *m, int n, const float *x, const int64_t *y,
                      pe_client_tensor feeds[2]);
