@@ -150,6 +150,7 @@ typedef struct cli_graph_opts {
 typedef struct cli_reg {
   const char *ns, *places;
   long seed;
+  long batch; /* the batch fed (places = auto's trial times it); 0: unknown */
   bool for_test, persistent;
   const cli_graph_opts *graph; /* NULL: the daemon's defaults */
 } cli_reg;

@@ -29,6 +29,7 @@
  * loop and the evaluation; trainer.h the state they share. */
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +123,7 @@ static void trainer_free(trainer *t, int rc) {
   cli_interrupt_watch(NULL);
   cli_end(t->ctx, t->c, rc);
   train_log_free(&t->log);
+  free(t->places_trial);
   for (size_t i = 0; i < t->n_declared; i++) free(t->declared[i]);
   free(t->declared);
   pe_feed_data_free(t->train);
@@ -371,6 +373,40 @@ static void note_added(trainer *t) {
   if (shown < t->n_added) snprintf(t->added + len, sizeof t->added - len, ", ...");
 }
 
+/* tr as a JSON object into t->places_trial (kept: the reply's strings go
+ * with the next request); not present: none. */
+static int keep_places_trial(trainer *t, const pe_client_places_trial *tr) {
+  if (!tr->present || t->places_trial) return CLI_OK;
+  size_t len = 0;
+  FILE *f = open_memstream(&t->places_trial, &len);
+  if (!f) return cli_error(t->ctx, "out of memory for the places trial");
+  fprintf(f, "{\"places\":");
+  cli_json_str(f, tr->places);
+  fprintf(f, ",\"strategy\":");
+  cli_json_str(f, pe_client_strategy_name(tr->strategy));
+  fprintf(f,
+          ",\"fused\":%s,\"remembered\":%s,\"batch\":%lld,\"trial_seconds\":%.3f,"
+          "\"candidates\":[",
+          tr->fused ? "true" : "false", tr->remembered ? "true" : "false", (long long)tr->batch,
+          tr->trial_s);
+  for (size_t i = 0; i < tr->n_candidates; i++) {
+    const pe_client_places_candidate *c = &tr->candidates[i];
+    fprintf(f, "%s{\"places\":", i ? "," : "");
+    cli_json_str(f, c->places);
+    fprintf(f, ",\"strategy\":");
+    cli_json_str(f, pe_client_strategy_name(c->strategy));
+    fprintf(f, ",\"fused\":%s,\"step_ms\":", c->fused ? "true" : "false");
+    cli_json_num(f, "%.4f", c->step_ms > 0 ? c->step_ms : NAN);
+    if (c->error[0]) {
+      fprintf(f, ",\"error\":");
+      cli_json_str(f, c->error);
+    }
+    fputc('}', f);
+  }
+  fprintf(f, "]}");
+  return fclose(f) ? cli_error(t->ctx, "out of memory for the places trial") : CLI_OK;
+}
+
 /* Load model and data, connect, register (train unless eval_only) + eval,
  * initialise. */
 static int trainer_setup(trainer *t, bool eval_only) {
@@ -391,18 +427,21 @@ static int trainer_setup(trainer *t, bool eval_only) {
   cli_reg r = {.ns = t->ns,
                .places = t->cfg.places,
                .seed = t->cfg.seed,
+               .batch = t->cfg.batch,
                .persistent = t->cfg.persistent,
                .graph = &t->cfg.graph};
   if (!eval_only) {
     if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
     t->had_values = prog.has_values;
     t->train_h = prog.handle;
+    if ((rc = keep_places_trial(t, &prog.places_trial))) return rc;
     if (t->cfg.init_from && (rc = keep_declared(t, &prog))) return rc;
     t->strategy = prog.strategy;
   }
   r.for_test = true;
   if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
   t->eval_h = prog.handle;
+  if ((rc = keep_places_trial(t, &prog.places_trial))) return rc;
   if (eval_only) {
     t->strategy = prog.strategy;
     t->had_values = prog.has_values;
@@ -470,6 +509,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     cli_json_str(stdout, strategy_label(t));
     printf(",\"socket\":");
     cli_json_str(stdout, pe_client_address(t->c));
+    if (t->places_trial) printf(",\"places_trial\":%s", t->places_trial);
     if (trained) {
       printf(
           ",\"batch\":%ld,\"epochs\":%ld,\"start_epoch\":%ld,\"steps\":%ld,\"samples\":%ld,"

@@ -31,6 +31,37 @@ int pe_client_ping(pe_client *c) {
   return pec_call(c, "ping", &req, PE__REPLY__BODY__NOT_SET);
 }
 
+static pe_client_strategy strategy_of(Pe__Strategy s) {
+  return s == PE__STRATEGY__REDUCE    ? PE_C_REDUCE
+         : s == PE__STRATEGY__SHARDED ? PE_C_SHARDED
+                                      : PE_C_ALLREDUCE;
+}
+
+/* The reply's PlacesTrial (may be NULL) into *out, its candidates in the
+ * request's results. */
+static int places_trial(pe_client *c, const Pe__PlacesTrial *t, pe_client_places_trial *out) {
+  memset(out, 0, sizeof *out);
+  if (!t) return 0;
+  pe_client_places_candidate *cs =
+      pec_results_alloc(c, (t->n_candidates ? t->n_candidates : 1) * sizeof *cs);
+  if (!cs) return pec_fail(c, PE_C_ENOMEM, "register: %zu candidates", t->n_candidates);
+  for (size_t i = 0; i < t->n_candidates; i++) {
+    const Pe__PlacesCandidate *x = t->candidates[i];
+    cs[i] = (pe_client_places_candidate){x->places ? x->places : "", strategy_of(x->strategy),
+                                         x->fused, x->step_ms, x->error ? x->error : ""};
+  }
+  *out = (pe_client_places_trial){.present = true,
+                                  .places = t->places ? t->places : "",
+                                  .strategy = strategy_of(t->strategy),
+                                  .fused = t->fused,
+                                  .remembered = t->remembered,
+                                  .batch = t->batch,
+                                  .trial_s = t->trial_s,
+                                  .n_candidates = t->n_candidates,
+                                  .candidates = cs};
+  return 0;
+}
+
 int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client_program *out) {
   static const char what[] = "register";
   PEC_NEED_HANDLE(c);
@@ -59,6 +90,7 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   o.n_keep = a->n_keep;
   o.keep = (char **)a->keep;
   o.no_op_fusion = a->no_op_fusion;
+  o.batch_hint = a->batch_hint > 0 ? a->batch_hint : 0;
   Pe__RegisterRequest r = PE__REGISTER_REQUEST__INIT;
   r.program.data = (uint8_t *)a->program;
   r.program.len = a->program_len;
@@ -86,15 +118,13 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   out->handle = rr->handle;
   out->existed = rr->existed;
   out->has_values = rr->has_values;
-  out->strategy = rr->strategy == PE__STRATEGY__REDUCE    ? PE_C_REDUCE
-                  : rr->strategy == PE__STRATEGY__SHARDED ? PE_C_SHARDED
-                                                          : PE_C_ALLREDUCE;
+  out->strategy = strategy_of(rr->strategy);
   snprintf(out->places, sizeof out->places, "%s", rr->places ? rr->places : "");
   out->applied_request = rr->applied_request;
   out->applied_steps = rr->applied_steps;
   out->n_params = rr->n_params;
   out->params = ps;
-  return 0;
+  return places_trial(c, rr->places_trial, &out->places_trial);
 }
 
 /* The program a request names: a handle, or (handle 0) a model name. */
