@@ -408,7 +408,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
                                 pe_srv_program **out, bool *existed) {
   *out = NULL;
   *existed = false;
-  reg_opts ro;
+  reg_opts ro = {0};
   PE_TRY(resolve_options(r, rq, &ro));
   uint8_t *key = NULL;
   size_t key_len = 0;
