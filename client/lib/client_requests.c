@@ -37,14 +37,12 @@ static pe_client_strategy strategy_of(Pe__Strategy s) {
                                       : PE_C_ALLREDUCE;
 }
 
-/* The reply's PlacesTrial (may be NULL) into *out, its candidates in the
- * request's results. */
-static int places_trial(pe_client *c, const Pe__PlacesTrial *t, pe_client_places_trial *out) {
+/* The reply's PlacesTrial (may be NULL) into *out, its candidates into cs
+ * (room for t->n_candidates, in the request's results). */
+static void places_trial(const Pe__PlacesTrial *t, pe_client_places_candidate *cs,
+                         pe_client_places_trial *out) {
   memset(out, 0, sizeof *out);
-  if (!t) return 0;
-  pe_client_places_candidate *cs =
-      pec_results_alloc(c, (t->n_candidates ? t->n_candidates : 1) * sizeof *cs);
-  if (!cs) return pec_fail(c, PE_C_ENOMEM, "register: %zu candidates", t->n_candidates);
+  if (!t) return;
   for (size_t i = 0; i < t->n_candidates; i++) {
     const Pe__PlacesCandidate *x = t->candidates[i];
     cs[i] = (pe_client_places_candidate){x->places ? x->places : "", strategy_of(x->strategy),
@@ -59,7 +57,6 @@ static int places_trial(pe_client *c, const Pe__PlacesTrial *t, pe_client_places
                                   .trial_s = t->trial_s,
                                   .n_candidates = t->n_candidates,
                                   .candidates = cs};
-  return 0;
 }
 
 int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client_program *out) {
@@ -103,7 +100,11 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   if (rc) return rc;
   const Pe__RegisterReply *rr = c->reply->register_;
   if ((rc = pec_prog_remember(c, a, rr->handle))) return rc;
-  pe_client_param *ps = pec_results_alloc(c, rr->n_params * sizeof *ps);
+  /* One block (the results of a request): the params, then the trial's
+   * candidates. */
+  size_t n_cand = rr->places_trial ? rr->places_trial->n_candidates : 0;
+  pe_client_param *ps =
+      pec_results_alloc(c, rr->n_params * sizeof *ps + n_cand * sizeof(pe_client_places_candidate));
   if (!ps) return pec_fail(c, PE_C_ENOMEM, "%s: %zu params", what, rr->n_params);
   for (size_t i = 0; i < rr->n_params; i++) {
     const Pe__ParamInfo *pi = rr->params[i];
@@ -124,7 +125,9 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   out->applied_steps = rr->applied_steps;
   out->n_params = rr->n_params;
   out->params = ps;
-  return places_trial(c, rr->places_trial, &out->places_trial);
+  places_trial(rr->places_trial, (pe_client_places_candidate *)(ps + rr->n_params),
+               &out->places_trial);
+  return 0;
 }
 
 /* The program a request names: a handle, or (handle 0) a model name. */
