@@ -156,6 +156,12 @@ typedef struct cli_reg {
 } cli_reg;
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
                  pe_client_program *out);
+/* How places = auto chose a model's places, as a JSON object onto f:
+ * places, strategy, fused, remembered, batch, trial_seconds, candidates
+ * (places, strategy, fused, step_ms: null when not measured, error). */
+void cli_json_places_trial(FILE *f, const pe_client_places_trial *t);
+/* The same, one line of text ("places: cpu:2 sharded, timed: ...") onto f. */
+void cli_print_places_trial(FILE *f, const pe_client_places_trial *t);
 
 /* Fashion-MNIST, standardised with the training split's mean/std (as
  * pe-bench does); limit > 0 keeps the first `limit` examples of each split.

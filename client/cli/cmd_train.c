@@ -377,33 +377,14 @@ static void note_added(trainer *t) {
  * with the next request); not present: none. */
 static int keep_places_trial(trainer *t, const pe_client_places_trial *tr) {
   if (!tr->present || t->places_trial) return CLI_OK;
+  if (!t->cfg.quiet) {
+    fputs("pe-client train: ", stderr);
+    cli_print_places_trial(stderr, tr);
+  }
   size_t len = 0;
   FILE *f = open_memstream(&t->places_trial, &len);
   if (!f) return cli_error(t->ctx, "out of memory for the places trial");
-  fprintf(f, "{\"places\":");
-  cli_json_str(f, tr->places);
-  fprintf(f, ",\"strategy\":");
-  cli_json_str(f, pe_client_strategy_name(tr->strategy));
-  fprintf(f,
-          ",\"fused\":%s,\"remembered\":%s,\"batch\":%lld,\"trial_seconds\":%.3f,"
-          "\"candidates\":[",
-          tr->fused ? "true" : "false", tr->remembered ? "true" : "false", (long long)tr->batch,
-          tr->trial_s);
-  for (size_t i = 0; i < tr->n_candidates; i++) {
-    const pe_client_places_candidate *c = &tr->candidates[i];
-    fprintf(f, "%s{\"places\":", i ? "," : "");
-    cli_json_str(f, c->places);
-    fprintf(f, ",\"strategy\":");
-    cli_json_str(f, pe_client_strategy_name(c->strategy));
-    fprintf(f, ",\"fused\":%s,\"step_ms\":", c->fused ? "true" : "false");
-    cli_json_num(f, "%.4f", c->step_ms > 0 ? c->step_ms : NAN);
-    if (c->error[0]) {
-      fprintf(f, ",\"error\":");
-      cli_json_str(f, c->error);
-    }
-    fputc('}', f);
-  }
-  fprintf(f, "]}");
+  cli_json_places_trial(f, tr);
   return fclose(f) ? cli_error(t->ctx, "out of memory for the places trial") : CLI_OK;
 }
 

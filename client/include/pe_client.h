@@ -496,6 +496,7 @@ typedef struct pe_client_model_status {
   double restart_checkpoint_age_s;
   int64_t changes_since_restart_checkpoint;
   bool restart_checkpoint_read;
+  pe_client_places_trial places_trial; /* how places = auto chose its places */
 } pe_client_model_status;
 
 /* A Run request the daemon is computing: whose, on which model and

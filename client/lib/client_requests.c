@@ -436,16 +436,22 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
   rc = pec_call(c, what, &req, PE__REPLY__BODY_STATUS);
   if (rc) return rc;
   const Pe__StatusReply *s = c->reply->status;
-  /* One block: places, models, runs, then lanes (each 8-byte aligned). */
+  /* One block: places, models, runs, lanes, then the models' places
+   * trials' candidates (each 8-byte aligned). */
+  size_t n_cand = 0;
+  for (size_t i = 0; i < s->n_models; i++)
+    if (s->models[i]->places_trial) n_cand += s->models[i]->places_trial->n_candidates;
   char *block = pec_results_alloc(c, s->n_places * sizeof(pe_client_place_status) +
                                          s->n_models * sizeof(pe_client_model_status) +
                                          s->n_runs * sizeof(pe_client_run_status) +
-                                         s->n_lanes * sizeof(pe_client_lane_status));
+                                         s->n_lanes * sizeof(pe_client_lane_status) +
+                                         n_cand * sizeof(pe_client_places_candidate));
   if (!block) return pec_fail(c, PE_C_ENOMEM, "%s: reply arrays", what);
   pe_client_place_status *ps = (pe_client_place_status *)block;
   pe_client_model_status *ms = (pe_client_model_status *)(ps + s->n_places);
   pe_client_run_status *rs = (pe_client_run_status *)(ms + s->n_models);
   pe_client_lane_status *ls = (pe_client_lane_status *)(rs + s->n_runs);
+  pe_client_places_candidate *cs = (pe_client_places_candidate *)(ls + s->n_lanes);
   for (size_t i = 0; i < s->n_lanes; i++)
     ls[i] = (pe_client_lane_status){s->lanes[i]->name, s->lanes[i]->threads, s->lanes[i]->busy,
                                     s->lanes[i]->queued};
@@ -473,6 +479,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
         .restart_checkpoint_age_s = x->restart_checkpoint_age_s,
         .changes_since_restart_checkpoint = x->changes_since_restart_checkpoint,
         .restart_checkpoint_read = x->restart_checkpoint_read};
+    places_trial(x->places_trial, cs, &ms[i].places_trial);
+    cs += ms[i].places_trial.n_candidates;
   }
   *out = (pe_client_status){
       .version = s->version,

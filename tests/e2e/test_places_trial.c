@@ -5,7 +5,8 @@
  * choice is ignored with a warning and the trial runs again; a model
  * trained after the trial has the parameters, bit for bit, of one
  * registered with the chosen places and strategy by hand; an evaluation
- * program or a register that names its places runs no trial. */
+ * program or a register that names its places runs no trial; pe-client
+ * train --json and status --json report the trial. */
 #include <dirent.h>
 
 #include "check_main.h"
@@ -106,6 +107,16 @@ START_TEST(test_places_auto_trial) {
   ck_assert(!t->remembered);
   pe__reply__free_unpacked(st, NULL);
 
+  /* Another training program of the model (another seed: another handle)
+   * that leaves the strategy to the daemon: the trial's, not the default
+   * (which a model trained with another strategy refuses). */
+  dh_strategy = PE__STRATEGY__AUTO;
+  rep = dh_register_call(s, CLIENT, &mlp, "a", 4, false);
+  dh_ok(rep);
+  ck_assert_str_eq(rep->register_->places, places);
+  if (strcmp(places, "cpu:1")) ck_assert_int_eq(rep->register_->strategy, strategy);
+  pe__reply__free_unpacked(rep, NULL);
+
   /* 2. The same program under another name: the remembered choice. */
   rep = register_auto(s, &mlp, "b", true);
   ck_assert_str_eq(rep->register_->places, places);
@@ -182,11 +193,32 @@ START_TEST(test_places_trial_off) {
 }
 END_TEST
 
+/* pe-client train --json reports the trial with the batch it trains with,
+ * and pe-client status --json reports it for the model. */
+START_TEST(test_places_trial_cli) {
+  dh_daemon d = {0};
+  d.args[0] = "--places";
+  d.args[1] = "auto";
+  dh_start(&d, "[runtime]\nplaces_trial_steps = 2\n");
+  static char out[1 << 16];
+  dh_cli(&d, "train --model mlp --epochs 1 --limit 200 --batch 50 --persistent --json", out,
+         sizeof out);
+  ck_assert_msg(strstr(out, "\"places_trial\":{\"places\":\"cpu:"), "%s", out);
+  ck_assert_msg(strstr(out, "\"remembered\":false,\"batch\":50,"), "%s", out);
+  ck_assert_msg(strstr(out, "\"candidates\":[{\"places\":\"cpu:1\""), "%s", out);
+  dh_cli(&d, "status --json", out, sizeof out);
+  ck_assert_msg(strstr(out, "\"name\":\"mlp\"") && strstr(out, "\"places_trial\":{"), "%s", out);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_cleanup(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("places_trial");
   TCase *tc = tcase_create("e2e");
   tcase_add_test(tc, test_places_auto_trial);
   tcase_add_test(tc, test_places_trial_off);
+  tcase_add_test(tc, test_places_trial_cli);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -182,6 +182,7 @@ typedef struct reg_opts {
    * model (malloc'd, NULL: none), and the register as the choice compiles
    * it (rq with chosen_opts). */
   bool trial;
+  bool use_chosen; /* compile chosen_rq: a trial's choice, or the model's */
   pe_places_trial *chosen;
   Pe__RegisterOptions chosen_opts;
   Pe__RegisterRequest chosen_rq;
@@ -209,6 +210,14 @@ static pe_status *resolve_options(pe_registry *r, const Pe__RegisterRequest *rq,
     if (have && !have->dropping) {
       ro->kind = have->kind;
       ro->n_places = have->n_places;
+      /* Its places came from a trial: a strategy left to the daemon is the
+       * trial's too (the model's optimizer state is laid out for it). */
+      if (have->trial && (!o || o->strategy == PE__STRATEGY__AUTO)) {
+        pe_places_trial_options(have->trial, o, &ro->chosen_opts);
+        ro->chosen_rq = *rq;
+        ro->chosen_rq.options = &ro->chosen_opts;
+        ro->use_chosen = true;
+      }
     }
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_lock(&s->cfg_mu);
@@ -275,6 +284,7 @@ static pe_status *choose_places(pe_server *s, const Pe__RegisterRequest *rq, reg
   ro->chosen_rq = *rq;
   ro->chosen_rq.options = &ro->chosen_opts;
   ro->chosen = t;
+  ro->use_chosen = true;
   return NULL;
 }
 
@@ -432,8 +442,8 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
     return st;
   }
   pe_graph *g = NULL, *sg = NULL;
-  st =
-      compile_program(r->s, ro.chosen ? &ro.chosen_rq : rq, &ro, handle, key, key_len, &g, &sg, &p);
+  st = compile_program(r->s, ro.use_chosen ? &ro.chosen_rq : rq, &ro, handle, key, key_len, &g, &sg,
+                       &p);
   if (st) {
     free(ro.chosen);
     return st;
