@@ -15,6 +15,7 @@
 #include "engine/device.h"
 #include "server/config.h"
 #include "server/host_memory.h"
+#include "server/places_choice.h"
 
 /* Prefer systemd's directories when the unit provides them. */
 char *pe_config_default_socket(void) {
@@ -287,8 +288,8 @@ static const pe_config_key keys[] = {
             "steps the trial times per candidate (the median counts), after one warm-up step"),
     SECONDS_KEY("runtime", "places_trial_time", places_trial_s, "20", RELOAD, "0: no bound",
                 "seconds after which the trial starts no further candidate"),
-    INT_KEY("runtime", "places_trial_batch", places_trial_batch, 1, 1 << 20, "64", RELOAD, NULL,
-            "samples per trial step when the client does not say its batch"),
+    INT_KEY("runtime", "places_trial_batch", places_trial_batch, 1, PE_PLACES_TRIAL_MAX_BATCH, "64",
+            RELOAD, NULL, "samples per trial step when the client does not say its batch"),
     {.section = "state",
      .key = "dir",
      .type = PE_CFG_STRING,

@@ -16,6 +16,9 @@
 #include "compiler/graph.h"
 
 #define PE_PLACES_MAX_CANDIDATES 32
+/* The largest batch a trial times (RegisterOptions.batch_hint, config
+ * places_trial_batch): its synthetic feeds are allocated whole. */
+#define PE_PLACES_TRIAL_MAX_BATCH (1 << 20)
 
 typedef struct pe_places_candidate {
   int n_places; /* cpu:n_places */

@@ -170,7 +170,8 @@ START_TEST(test_places_auto_trial) {
 }
 END_TEST
 
-/* places_trial = false: auto is cpu:1, no trial, nothing remembered. */
+/* places_trial = false: auto is cpu:1, no trial, nothing remembered; a
+ * batch hint out of range is refused. */
 START_TEST(test_places_trial_off) {
   dh_daemon d = {0};
   d.args[0] = "--places";
@@ -186,6 +187,16 @@ START_TEST(test_places_trial_off) {
   pe__reply__free_unpacked(rep, NULL);
   char file[1400];
   ck_assert_int_eq(choice_files(d.state, file, sizeof file), 0);
+  /* A batch hint out of range: refused, naming it and the range. */
+  dh_batch_hint = -1;
+  rep = dh_register_call(s, CLIENT, &mlp, "b", 3, false);
+  dh_err(rep, PE_EINVAL, "options.batch_hint -1 is out of range (0..1048576)");
+  pe__reply__free_unpacked(rep, NULL);
+  dh_batch_hint = (int64_t)1 << 40;
+  rep = dh_register_call(s, CLIENT, &mlp, "b", 3, false);
+  dh_err(rep, PE_EINVAL, "options.batch_hint 1099511627776 is out of range");
+  pe__reply__free_unpacked(rep, NULL);
+  dh_batch_hint = 0;
   nn_close(s);
   ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
   pe_model_spec_release(&mlp);

@@ -228,6 +228,9 @@ static pe_status *resolve_options(pe_registry *r, const Pe__RegisterRequest *rq,
   ro->sync = s->sync;
   if (o && o->sync && o->sync[0] && !pe_sync_strategy_parse(o->sync, &ro->sync))
     return pe_error(PE_EINVAL, "register: options.sync '%.32s' unknown (event, producer)", o->sync);
+  if (o && (o->batch_hint < 0 || o->batch_hint > PE_PLACES_TRIAL_MAX_BATCH))
+    return pe_error(PE_EINVAL, "register: options.batch_hint %lld is out of range (0..%d)",
+                    (long long)o->batch_hint, PE_PLACES_TRIAL_MAX_BATCH);
   ro->seed = o && o->seed ? o->seed : 1;
   ro->persistent = o && o->persistent;
   ro->lim = pe_server_limits(s);
