@@ -72,11 +72,16 @@ static Pe__Reply *register_auto(int s, const pe_model_spec *mlp, const char *mod
   return rep;
 }
 
+/* A daemon with places = auto (the harness's --places cpu:1 overridden) and conf. */
+static void start_auto(dh_daemon *d, const char *conf) {
+  d->args[0] = "--places";
+  d->args[1] = "auto";
+  dh_start(d, conf);
+}
+
 START_TEST(test_places_auto_trial) {
   dh_daemon d = {0};
-  d.args[0] = "--places";
-  d.args[1] = "auto";
-  dh_start(&d, "[runtime]\nplaces_trial_steps = 2\n");
+  start_auto(&d, "[runtime]\nplaces_trial_steps = 2\n");
   int s = dh_connect(&d, 60000);
   pe_model_spec mlp = dh_mlp();
   dh_batch b;
@@ -174,9 +179,7 @@ END_TEST
  * batch hint out of range is refused. */
 START_TEST(test_places_trial_off) {
   dh_daemon d = {0};
-  d.args[0] = "--places";
-  d.args[1] = "auto";
-  dh_start(&d, "[runtime]\nplaces_trial = false\n");
+  start_auto(&d, "[runtime]\nplaces_trial = false\n");
   int s = dh_connect(&d, 30000);
   pe_model_spec mlp = dh_mlp();
   dh_strategy = PE__STRATEGY__AUTO;
@@ -188,14 +191,15 @@ START_TEST(test_places_trial_off) {
   char file[1400];
   ck_assert_int_eq(choice_files(d.state, file, sizeof file), 0);
   /* A batch hint out of range: refused, naming it and the range. */
-  dh_batch_hint = -1;
-  rep = dh_register_call(s, CLIENT, &mlp, "b", 3, false);
-  dh_err(rep, PE_EINVAL, "options.batch_hint -1 is out of range (0..1048576)");
-  pe__reply__free_unpacked(rep, NULL);
-  dh_batch_hint = (int64_t)1 << 40;
-  rep = dh_register_call(s, CLIENT, &mlp, "b", 3, false);
-  dh_err(rep, PE_EINVAL, "options.batch_hint 1099511627776 is out of range");
-  pe__reply__free_unpacked(rep, NULL);
+  const int64_t bad[] = {-1, (int64_t)1 << 40};
+  const char *why[] = {"options.batch_hint -1 is out of range (0..1048576)",
+                       "options.batch_hint 1099511627776 is out of range"};
+  for (int i = 0; i < 2; i++) {
+    dh_batch_hint = bad[i];
+    rep = dh_register_call(s, CLIENT, &mlp, "b", 3, false);
+    dh_err(rep, PE_EINVAL, why[i]);
+    pe__reply__free_unpacked(rep, NULL);
+  }
   dh_batch_hint = 0;
   nn_close(s);
   ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
@@ -208,9 +212,7 @@ END_TEST
  * and pe-client status --json reports it for the model. */
 START_TEST(test_places_trial_cli) {
   dh_daemon d = {0};
-  d.args[0] = "--places";
-  d.args[1] = "auto";
-  dh_start(&d, "[runtime]\nplaces_trial_steps = 2\n");
+  start_auto(&d, "[runtime]\nplaces_trial_steps = 2\n");
   static char out[1 << 16];
   dh_cli(&d, "train --model mlp --epochs 1 --limit 200 --batch 50 --persistent --json", out,
          sizeof out);
