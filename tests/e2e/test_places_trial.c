@@ -4,7 +4,8 @@
  * the program (another model name) reads it instead; a corrupt remembered
  * choice is ignored with a warning and the trial runs again; a model
  * trained after the trial has the parameters, bit for bit, of one
- * registered with the chosen places and strategy by hand; an evaluation
+ * registered with the chosen places and strategy by hand, and of one in a
+ * daemon started with those places; an evaluation
  * program or a register that names its places runs no trial; pe-client
  * train --json and status --json report the trial. */
 #include <dirent.h>
@@ -155,8 +156,30 @@ START_TEST(test_places_auto_trial) {
   const char *differs = dh_params_differ(pa, ph);
   ck_assert_msg(differs == NULL, "'%s' differs between the trial's choice and %s by hand", differs,
                 places);
-  pe__reply__free_unpacked(pa, NULL);
   pe__reply__free_unpacked(ph, NULL);
+  /* And in a daemon started with those places. */
+  dh_daemon d2 = {0};
+  d2.args[0] = "--places";
+  d2.args[1] = places;
+  dh_start(&d2, NULL);
+  int s2 = dh_connect(&d2, 60000);
+  dh_places = NULL;
+  rep = dh_register_call(s2, CLIENT, &mlp, "a", 3, false);
+  dh_ok(rep);
+  ck_assert_str_eq(rep->register_->places, places);
+  uint64_t h2 = rep->register_->handle;
+  pe__reply__free_unpacked(rep, NULL);
+  dh_init_ok(s2, CLIENT, h2);
+  dh_run_loss(s2, CLIENT, h2, &b, mlp.loss, STEPS);
+  Pe__Reply *p2 = dh_get_all(s2, CLIENT, "a");
+  differs = dh_params_differ(pa, p2);
+  ck_assert_msg(differs == NULL, "'%s' differs between the trial's choice and a daemon on %s",
+                differs, places);
+  pe__reply__free_unpacked(p2, NULL);
+  pe__reply__free_unpacked(pa, NULL);
+  nn_close(s2);
+  ck_assert_int_eq(dh_stop(&d2, SIGTERM), 0);
+  dh_cleanup(&d2);
 
   /* 5. An evaluation program of a new model: no trial. */
   dh_places = NULL;
