@@ -150,11 +150,18 @@ typedef struct cli_graph_opts {
 typedef struct cli_reg {
   const char *ns, *places;
   long seed;
+  long batch; /* the batch fed (places = auto's trial times it); 0: unknown */
   bool for_test, persistent;
   const cli_graph_opts *graph; /* NULL: the daemon's defaults */
 } cli_reg;
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
                  pe_client_program *out);
+/* How places = auto chose a model's places, as a JSON object onto f:
+ * places, strategy, fused, remembered, batch, trial_seconds, candidates
+ * (places, strategy, fused, step_ms: null when not measured, error). */
+void cli_json_places_trial(FILE *f, const pe_client_places_trial *t);
+/* The same, one line of text ("places: cpu:2 sharded, timed: ...") onto f. */
+void cli_print_places_trial(FILE *f, const pe_client_places_trial *t);
 
 /* Fashion-MNIST, standardised with the training split's mean/std (as
  * pe-bench does); limit > 0 keeps the first `limit` examples of each split.
