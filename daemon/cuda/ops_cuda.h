@@ -112,7 +112,7 @@ pe_status *pe_cuk_conv2d_grad(pe_kernel_ctx *c);
 pe_status *pe_cuk_pool2d(pe_kernel_ctx *c);
 pe_status *pe_cuk_pool2d_grad(pe_kernel_ctx *c);
 /* The transformer-era ops (ops_cuda_norm.c, ops_cuda_shape.c, ops_cuda_loss.c,
- * ops_cuda_matmul.c). */
+ * ops_cuda_matmul.c, ops_cuda_attention.c). */
 pe_status *pe_cuk_layer_norm(pe_kernel_ctx *c);
 pe_status *pe_cuk_layer_norm_grad(pe_kernel_ctx *c);
 /* gelu, abs and square (the op's type picks the function). */
@@ -138,6 +138,15 @@ pe_status *pe_cuk_cast(pe_kernel_ctx *c);
 pe_status *pe_cuk_cast_grad(pe_kernel_ctx *c);
 pe_status *pe_cuk_tril_triu(pe_kernel_ctx *c);
 pe_status *pe_cuk_tril_triu_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_position_ids(pe_kernel_ctx *c);
+pe_status *pe_cuk_smooth_l1_loss(pe_kernel_ctx *c);
+pe_status *pe_cuk_smooth_l1_loss_grad(pe_kernel_ctx *c);
+/* fused_softmax_mask and fused_softmax_mask_upper_triangle (the op's slots
+ * pick the mask or the triangle; ops_cuda_attention.c). */
+pe_status *pe_cuk_softmax_mask(pe_kernel_ctx *c);
+pe_status *pe_cuk_softmax_mask_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_scaled_dot_product_attention(pe_kernel_ctx *c);
+pe_status *pe_cuk_scaled_dot_product_attention_grad(pe_kernel_ctx *c);
 
 /* Per-op state of the cuDNN kernels (descriptors, chosen algorithms). */
 void pe_cu_dnn_state_free(void *state);
