@@ -1,7 +1,9 @@
-// huber_loss and sigmoid_cross_entropy_with_logits with their gradients
-// (launchers in kernels_loss.h): elementwise, the formulas of
-// ops/cpu/pointwise_loss.c in f32. normalize's count is one block's
-// reduction (a fixed tree: deterministic; integer counts are exact).
+// huber_loss, sigmoid_cross_entropy_with_logits and smooth_l1_loss with
+// their gradients (launchers in kernels_loss.h): the formulas of
+// ops/cpu/pointwise_loss.c and smooth_l1_loss.c in f32, elementwise but
+// for smooth-l1's row sums (a warp per row, in double). normalize's count
+// is one block's reduction (a fixed tree: deterministic; integer counts
+// are exact).
 #include <math.h>
 #include <stdint.h>
 
@@ -61,6 +63,46 @@ __global__ void sce_grad_kernel(const float *x, const float *z, const float *g, 
   }
 }
 
+// d = iw (x - y) of element i.
+__device__ inline float sl1_diff(const float *x, const float *y, const float *iw, int64_t i) {
+  float d = x[i] - y[i];
+  return iw ? iw[i] * d : d;
+}
+
+// One warp per row; the row's sum in double.
+__global__ void sl1_kernel(const float *x, const float *y, const float *iw, const float *ow,
+                           float *diff, float *out, int64_t n, int64_t row, float s2, float beta) {
+  int lane = threadIdx.x % kWarp;
+  ROW_LOOP(r, n) {
+    double sum = 0;
+    for (int64_t j = r * row + lane; j < (r + 1) * row; j += kWarp) {
+      float d = sl1_diff(x, y, iw, j), a = fabsf(d);
+      float f = a < beta ? 0.5f * s2 * d * d : a - 0.5f * beta;
+      sum += ow ? ow[j] * f : f;
+      if (diff) diff[j] = d;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) out[r] = (float)sum;
+  }
+}
+
+__global__ void sl1_grad_kernel(const float *x, const float *y, const float *iw, const float *ow,
+                                const float *g, const float *gd, float *dx, float *dy,
+                                int64_t total, int64_t row, float s2) {
+  GRID_LOOP(i, total) {
+    float v = 0;
+    if (g) {
+      float h = s2 * sl1_diff(x, y, iw, i);
+      h = h > 1 ? 1 : h < -1 ? -1 : h;
+      v = (ow ? ow[i] : 1.0f) * h * g[i / row];
+    }
+    if (gd) v += gd[i];
+    if (iw) v *= iw[i];
+    if (dx) dx[i] = v;
+    if (dy) dy[i] = -v;
+  }
+}
+
 }  // namespace
 
 #define LAUNCH(n) blocks_for(n), kThreads, 0, s
@@ -94,6 +136,25 @@ cudaError_t pe_cu_sce_grad(const float *x, const float *z, const float *dout, fl
   if (n == 0) return cudaSuccess;
   if (normalize) sce_scale_kernel<<<1, kThreads, 0, s>>>(z, n, ignore, k);
   sce_grad_kernel<<<LAUNCH(n)>>>(x, z, dout, dx, n, ignore, normalize ? k : NULL);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_smooth_l1(const float *x, const float *y, const float *iw, const float *ow,
+                            float *diff, float *out, int64_t n, int64_t row, float sigma,
+                            cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  float s2 = sigma * sigma;
+  sl1_kernel<<<row_blocks(n), kRowsPerBlock * kWarp, 0, s>>>(x, y, iw, ow, diff, out, n, row, s2,
+                                                               1.0f / s2);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_smooth_l1_grad(const float *x, const float *y, const float *iw, const float *ow,
+                                 const float *dout, const float *ddiff, float *dx, float *dy,
+                                 int64_t n, int64_t row, float sigma, cudaStream_t s) {
+  int64_t total = n * row;
+  if (total == 0 || (!dx && !dy)) return cudaSuccess;
+  sl1_grad_kernel<<<LAUNCH(total)>>>(x, y, iw, ow, dout, ddiff, dx, dy, total, row, sigma * sigma);
   return cudaGetLastError();
 }
 

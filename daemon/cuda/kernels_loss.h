@@ -1,4 +1,4 @@
-/* Launchers of the pointwise losses (kernels_loss.cu) and of the embedding
+/* Launchers of the pointwise losses and smooth-l1 (kernels_loss.cu) and of the embedding
  * lookup (kernels_embedding.cu). f32 values, i64 ids; they enqueue on `s`
  * and return the launch's cudaError_t. */
 #ifndef PE_CUDA_KERNELS_LOSS_H
@@ -28,6 +28,18 @@ cudaError_t pe_cu_sce(const float *x, const float *z, float *out, int64_t n, flo
                       int normalize, float *k, cudaStream_t s);
 cudaError_t pe_cu_sce_grad(const float *x, const float *z, const float *dout, float *dx, int64_t n,
                            float ignore, int normalize, float *k, cudaStream_t s);
+
+/* smooth_l1_loss over rows of x [n, row]: d = iw (x - y) (diff, may be
+ * NULL, gets d), out[r] = the row's sum of ow f(d) with f(d) = 0.5
+ * (sigma d)^2 where |d| < 1 / sigma^2, else |d| - 0.5 / sigma^2 (iw, ow
+ * NULL: ones). Gradient: dx = iw (ow clamp(sigma^2 d, -1, 1) dout[r] +
+ * ddiff), dy = -dx (dout, ddiff NULL: no term; dx, dy may be NULL). */
+cudaError_t pe_cu_smooth_l1(const float *x, const float *y, const float *iw, const float *ow,
+                            float *diff, float *out, int64_t n, int64_t row, float sigma,
+                            cudaStream_t s);
+cudaError_t pe_cu_smooth_l1_grad(const float *x, const float *y, const float *iw, const float *ow,
+                                 const float *dout, const float *ddiff, float *dx, float *dy,
+                                 int64_t n, int64_t row, float sigma, cudaStream_t s);
 
 /* lookup_table_v2: out[i, :] = w[ids[i], :] for n ids, rows of dim; the
  * row pad (-1: none) reads as zeros; an id outside [0, vocab) gives a NaN

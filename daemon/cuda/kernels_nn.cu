@@ -19,11 +19,6 @@
 
 namespace {
 
-__device__ inline float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // Block-wide double sum of v (blockDim.x == kThreads); result in all threads.
 __device__ double block_sum(double v) {
   __shared__ double part[kThreads];

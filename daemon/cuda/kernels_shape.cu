@@ -1,5 +1,5 @@
 // Data-movement kernels (launchers in kernels_shape.h): strided copy,
-// triangles, dtype conversion. One thread per element in a grid-stride
+// triangles, dtype conversion, position ids. One thread per element in a grid-stride
 // loop; indices are int64 throughout (tensors may pass 2^31 elements).
 #include <math.h>
 #include <stdint.h>
@@ -90,6 +90,10 @@ __global__ void cast_kernel(const void *src, int from, void *dst, int to, int64_
   }
 }
 
+__global__ void position_ids_kernel(int64_t *out, int64_t n, int64_t t, int64_t start) {
+  GRID_LOOP(i, n) out[i] = start + i % t;
+}
+
 }  // namespace
 
 #define LAUNCH(n) blocks_for(n), kThreads, 0, s
@@ -145,6 +149,13 @@ cudaError_t pe_cu_cast(const void *src, int from, void *dst, int to, int64_t n, 
   if (n == 0) return cudaSuccess;
   if (from < 0 || from > 4 || to < 0 || to > 4) return cudaErrorInvalidValue;
   cast_kernel<<<LAUNCH(n)>>>(src, from, dst, to, n);
+  return cudaGetLastError();
+}
+
+cudaError_t pe_cu_position_ids(int64_t *out, int64_t n, int64_t t, int64_t start, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  if (t < 1) return cudaErrorInvalidValue;
+  position_ids_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, n, t, start);
   return cudaGetLastError();
 }
 

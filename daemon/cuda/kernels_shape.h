@@ -1,6 +1,6 @@
 /* Launchers of the data-movement kernels (kernels_shape.cu): the strided
- * copy under transpose2, slice, concat and split, tril_triu's triangle and
- * cast's conversion. Any dtype (by element size, or by pe_dtype code for
+ * copy under transpose2, slice, concat and split, tril_triu's triangle,
+ * cast's conversion and position_ids' counting. Any dtype (by element size, or by pe_dtype code for
  * cast). They enqueue on `s` and return the launch's cudaError_t. */
 #ifndef PE_CUDA_KERNELS_SHAPE_H
 #define PE_CUDA_KERNELS_SHAPE_H
@@ -31,6 +31,10 @@ cudaError_t pe_cu_tril_triu(const void *src, void *dst, int64_t mats, int64_t ro
  * saturate at the target's range, NaN gives 0 (the CPU kernel reports
  * those as errors instead: a check here would need a device sync). */
 cudaError_t pe_cu_cast(const void *src, int from, void *dst, int to, int64_t n, cudaStream_t s);
+
+/* position_ids: out[i] = start + i % t over n i64 elements (t, the last
+ * dim, >= 1 when n > 0). */
+cudaError_t pe_cu_position_ids(int64_t *out, int64_t n, int64_t t, int64_t start, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -38,4 +38,9 @@ __device__ inline double warp_sum(double v) {
   return v;
 }
 
+__device__ inline float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 #endif

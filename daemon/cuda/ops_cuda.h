@@ -48,6 +48,15 @@ pe_status *pe_cu_refuse_grad_rows(pe_kernel_ctx *c);
 /* An INTS attribute of two values (H, W), default dflt. */
 void pe_cu_attr_pair(const pe_op_desc *op, const char *name, int64_t dflt, int64_t out[2]);
 
+/* One cuBLAS strided-batched GEMM over `count` row-major matrices (strides
+ * in elements): out[r, cols] = alpha op(A)[r, in] op(B)[in, cols], A
+ * stored [r, in] (ta: [in, r]), B [in, cols] (tb: [cols, in]), out dense.
+ * Compute stream only; dims and count within cuBLAS's int, else an error
+ * naming `what` (ops_cuda_matmul.c). */
+pe_status *pe_cu_gemm(pe_kernel_ctx *c, pe_cuda_ctx *x, bool ta, bool tb, int64_t r, int64_t in,
+                      int64_t cols, float alpha, const float *a, int64_t sa, const float *b,
+                      int64_t sb, float *out, int64_t so, int64_t count, const char *what);
+
 /* The backend's kernel table (kernel_table.c; registered by register.c). */
 extern const pe_kernel_row pe_cuda_kernel_table[];
 
@@ -103,7 +112,7 @@ pe_status *pe_cuk_conv2d_grad(pe_kernel_ctx *c);
 pe_status *pe_cuk_pool2d(pe_kernel_ctx *c);
 pe_status *pe_cuk_pool2d_grad(pe_kernel_ctx *c);
 /* The transformer-era ops (ops_cuda_norm.c, ops_cuda_shape.c, ops_cuda_loss.c,
- * ops_cuda_matmul.c). */
+ * ops_cuda_matmul.c, ops_cuda_attention.c). */
 pe_status *pe_cuk_layer_norm(pe_kernel_ctx *c);
 pe_status *pe_cuk_layer_norm_grad(pe_kernel_ctx *c);
 /* gelu, abs and square (the op's type picks the function). */
@@ -129,6 +138,15 @@ pe_status *pe_cuk_cast(pe_kernel_ctx *c);
 pe_status *pe_cuk_cast_grad(pe_kernel_ctx *c);
 pe_status *pe_cuk_tril_triu(pe_kernel_ctx *c);
 pe_status *pe_cuk_tril_triu_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_position_ids(pe_kernel_ctx *c);
+pe_status *pe_cuk_smooth_l1_loss(pe_kernel_ctx *c);
+pe_status *pe_cuk_smooth_l1_loss_grad(pe_kernel_ctx *c);
+/* fused_softmax_mask and fused_softmax_mask_upper_triangle (the op's slots
+ * pick the mask or the triangle; ops_cuda_attention.c). */
+pe_status *pe_cuk_softmax_mask(pe_kernel_ctx *c);
+pe_status *pe_cuk_softmax_mask_grad(pe_kernel_ctx *c);
+pe_status *pe_cuk_scaled_dot_product_attention(pe_kernel_ctx *c);
+pe_status *pe_cuk_scaled_dot_product_attention_grad(pe_kernel_ctx *c);
 
 /* Per-op state of the cuDNN kernels (descriptors, chosen algorithms). */
 void pe_cu_dnn_state_free(void *state);

@@ -1,6 +1,7 @@
-/* CUDA kernels of huber_loss, sigmoid_cross_entropy_with_logits and
- * lookup_table_v2 (embedding), with their gradients. Same slots and
- * attributes as ops/cpu/pointwise_loss.c and embedding.c.
+/* CUDA kernels of huber_loss, sigmoid_cross_entropy_with_logits,
+ * smooth_l1_loss and lookup_table_v2 (embedding), with their gradients.
+ * Same slots and attributes as ops/cpu/pointwise_loss.c, smooth_l1_loss.c
+ * and embedding.c.
  *
  * Embedding ids are not range-checked on the host (a device sync per op):
  * an id outside [0, vocab) gives a NaN row forward and no gradient. The
@@ -73,6 +74,61 @@ pe_status *pe_cuk_sigmoid_cross_entropy_with_logits_grad(pe_kernel_ctx *c) {
       pe_cu_sce_grad(pe_f32(pe_kin(c, 0, 0)), pe_f32(pe_kin(c, 1, 0)), pe_f32(dout), pe_f32(dx),
                      pe_tensor_numel(dx), ignore, normalize, k, x->stream),
       "sigmoid_cross_entropy_with_logits_grad");
+}
+
+/* --- smooth_l1_loss ---------------------------------------------------------------- */
+
+enum { SL_X, SL_Y, SL_IW, SL_OW };
+enum { SL_DIFF, SL_OUT };
+enum { SLG_DDIFF = 6, SLG_DOUT };
+enum { SLG_DX, SLG_DY };
+
+/* X's rows: [n, row] (infer made X rank >= 1 and Y and the weights X's
+ * shape). */
+static void sl_rows(const pe_tensor *xt, int64_t *n, int64_t *row) {
+  *n = xt->shape.d[0];
+  *row = *n > 0 ? pe_tensor_numel(xt) / *n : 0;
+}
+
+pe_status *pe_cuk_smooth_l1_loss(pe_kernel_ctx *c) {
+  PE_CU_NEED(c, x);
+  pe_tensor *xt = pe_kin(c, SL_X, 0);
+  int64_t n, row;
+  sl_rows(xt, &n, &row);
+  return pe_cu_check(
+      c,
+      pe_cu_smooth_l1(
+          pe_f32(xt), pe_f32(pe_kin(c, SL_Y, 0)), pe_cu_f32_or_null(pe_kin(c, SL_IW, 0)),
+          pe_cu_f32_or_null(pe_kin(c, SL_OW, 0)), pe_cu_f32_or_null(pe_kout(c, SL_DIFF, 0)),
+          pe_f32(pe_kout(c, SL_OUT, 0)), n, row, pe_attr_f(c->def, c->desc, "sigma"), x->stream),
+      "smooth_l1_loss");
+}
+
+/* Inputs X, Y, InsideWeight, OutsideWeight, Diff, Out, Diff@GRAD,
+ * Out@GRAD; outputs X@GRAD, Y@GRAD. */
+pe_status *pe_cuk_smooth_l1_loss_grad(pe_kernel_ctx *c) {
+  PE_CU_NEED(c, x);
+  pe_tensor *dx = pe_kout(c, SLG_DX, 0), *dy = pe_kout(c, SLG_DY, 0);
+  if (!dx && !dy) return NULL;
+  pe_tensor *xt = pe_kin(c, SL_X, 0), *dout = pe_kin(c, SLG_DOUT, 0);
+  pe_tensor *ddiff = pe_kin(c, SLG_DDIFF, 0);
+  int64_t n, row;
+  sl_rows(xt, &n, &row);
+  if (dout && pe_tensor_numel(dout) != n)
+    return pe_kernel_error(c, PE_ESHAPE,
+                           "input Out@GRAD has %lld elements, expected %lld (X's rows)",
+                           (long long)pe_tensor_numel(dout), (long long)n);
+  if (ddiff && pe_tensor_numel(ddiff) != n * row)
+    return pe_kernel_error(c, PE_ESHAPE, "input Diff@GRAD has %lld elements, expected %lld (X's)",
+                           (long long)pe_tensor_numel(ddiff), (long long)(n * row));
+  return pe_cu_check(
+      c,
+      pe_cu_smooth_l1_grad(pe_f32(xt), pe_f32(pe_kin(c, SL_Y, 0)),
+                           pe_cu_f32_or_null(pe_kin(c, SL_IW, 0)),
+                           pe_cu_f32_or_null(pe_kin(c, SL_OW, 0)), pe_cu_f32_or_null(dout),
+                           pe_cu_f32_or_null(ddiff), pe_cu_f32_or_null(dx), pe_cu_f32_or_null(dy),
+                           n, row, pe_attr_f(c->def, c->desc, "sigma"), x->stream),
+      "smooth_l1_loss_grad");
 }
 
 /* --- lookup_table_v2 ----------------------------------------------------------------- */

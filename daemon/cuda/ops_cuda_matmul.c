@@ -35,15 +35,23 @@ static pe_status *mv_view(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor 
                          ty ? "true" : "false", why);
 }
 
-/* One GEMM call over `count` matrices (strides in elements). */
-static pe_status *gemm(pe_kernel_ctx *c, pe_cuda_ctx *x, bool ta, bool tb, int64_t r, int64_t in,
-                       int64_t cols, const float *a, int64_t sa, const float *b, int64_t sb,
-                       float *out, int64_t so, int64_t count, const char *what) {
-  const float one = 1.0f, zero = 0.0f;
+pe_status *pe_cu_gemm(pe_kernel_ctx *c, pe_cuda_ctx *x, bool ta, bool tb, int64_t r, int64_t in,
+                      int64_t cols, float alpha, const float *a, int64_t sa, const float *b,
+                      int64_t sb, float *out, int64_t so, int64_t count, const char *what) {
+  if (!x->cublas)
+    return pe_kernel_error(c, PE_EINTERNAL, "%s: cuBLAS runs on the compute stream only (cuda:%d)",
+                           what, x->device);
+  if (r > INT32_MAX || in > INT32_MAX || cols > INT32_MAX)
+    return pe_kernel_error(c, PE_ESHAPE, "%s: [%lld x %lld x %lld] exceeds cuBLAS's int dims", what,
+                           (long long)r, (long long)in, (long long)cols);
+  if (count > INT32_MAX)
+    return pe_kernel_error(c, PE_ESHAPE, "%s: a batch of %lld exceeds cuBLAS's int count", what,
+                           (long long)count);
+  const float zero = 0.0f;
   int lda = (int)(ta ? r : in), ldb = (int)(tb ? in : cols);
   cublasStatus_t s = cublasSgemmStridedBatched(
       x->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)cols, (int)r,
-      (int)in, &one, b, ldb, sb, a, lda, sa, &zero, out, (int)cols, so, (int)count);
+      (int)in, &alpha, b, ldb, sb, a, lda, sa, &zero, out, (int)cols, so, (int)count);
   if (s == CUBLAS_STATUS_SUCCESS) return NULL;
   (void)cudaGetLastError(); /* reported here, not kept on the stream */
   return pe_kernel_error(c, PE_EBACKEND, "%s: cuBLAS error %d (%s)", what, (int)s,
@@ -56,17 +64,11 @@ static pe_status *gemm(pe_kernel_ctx *c, pe_cuda_ctx *x, bool ta, bool tb, int64
 static pe_status *product(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_cu_mv *v, const int64_t *ab,
                           const int64_t *bb, const float *a, const float *b, float *out, int64_t r,
                           int64_t in, int64_t cols, bool ta, bool tb, const char *what) {
-  if (r > INT32_MAX || in > INT32_MAX || cols > INT32_MAX)
-    return pe_kernel_error(c, PE_ESHAPE, "%s: [%lld x %lld x %lld] exceeds cuBLAS's int dims", what,
-                           (long long)r, (long long)in, (long long)cols);
   pe_cu_batch p;
   pe_cu_batch_plan(v->nb, v->ob, ab, bb, &p);
   int64_t ma = r * in, mb = in * cols, mc = r * cols;
-  if (p.nd == 0) return gemm(c, x, ta, tb, r, in, cols, a, ma, b, mb, out, mc, 1, what);
+  if (p.nd == 0) return pe_cu_gemm(c, x, ta, tb, r, in, cols, 1.0f, a, ma, b, mb, out, mc, 1, what);
   int last = p.nd - 1;
-  if (p.n[last] > INT32_MAX)
-    return pe_kernel_error(c, PE_ESHAPE, "%s: a batch of %lld exceeds cuBLAS's int count", what,
-                           (long long)p.n[last]);
   int64_t idx[PE_MAX_DIMS] = {0};
   for (;;) {
     int64_t oa = 0, ob = 0, oc = 0;
@@ -75,8 +77,8 @@ static pe_status *product(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_cu_mv *v, c
       ob += idx[d] * p.st[1][d];
       oc += idx[d] * p.st[2][d];
     }
-    PE_TRY(gemm(c, x, ta, tb, r, in, cols, a + oa * ma, p.st[0][last] * ma, b + ob * mb,
-                p.st[1][last] * mb, out + oc * mc, p.st[2][last] * mc, p.n[last], what));
+    PE_TRY(pe_cu_gemm(c, x, ta, tb, r, in, cols, 1.0f, a + oa * ma, p.st[0][last] * ma, b + ob * mb,
+                      p.st[1][last] * mb, out + oc * mc, p.st[2][last] * mc, p.n[last], what));
     int d = last - 1;
     while (d >= 0 && ++idx[d] == p.n[d]) idx[d--] = 0;
     if (d < 0) return NULL;

@@ -1,8 +1,8 @@
 /* CUDA kernels of the data-movement ops: transpose2, concat, split, slice,
- * tril_triu and cast, with their gradients. Same slots and attributes as
- * ops/cpu/ (transpose.c, concat.c, slice.c, tril_triu.c, cast.c); the
- * views are described on the host (shape_plan.h) and copied by
- * kernels_shape.cu's strided copy. Any dtype. */
+ * tril_triu and cast, with their gradients, and position_ids. Same slots
+ * and attributes as ops/cpu/ (transpose.c, concat.c, slice.c, tril_triu.c,
+ * cast.c, position_ids.c); the views are described on the host
+ * (shape_plan.h) and copied by kernels_shape.cu's strided copy. Any dtype. */
 #include <string.h>
 
 #include "cuda/kernels_shape.h"
@@ -277,4 +277,22 @@ pe_status *pe_cuk_cast(pe_kernel_ctx *c) {
 /* Floats only: infer refuses a gradient through integers. */
 pe_status *pe_cuk_cast_grad(pe_kernel_ctx *c) {
   return grad_through(c, ca_convert);
+}
+
+/* --- position_ids -------------------------------------------------------------------- */
+
+/* Out [X.shape[0 .. axis]] i64: start + the index along its last dim (X is
+ * read for its shape only, by infer). */
+pe_status *pe_cuk_position_ids(pe_kernel_ctx *c) {
+  PE_CU_NEED(c, x);
+  pe_tensor *out = pe_kout(c, 0, 0);
+  int64_t n = pe_tensor_numel(out);
+  if (n == 0) return NULL;
+  if (out->dtype != PE_I64 || out->shape.ndim < 1)
+    return pe_kernel_error(c, PE_EDTYPE, "output Out must be i64 of rank >= 1, got %s of rank %d",
+                           pe_dtype_name(out->dtype), out->shape.ndim);
+  return pe_cu_check(c,
+                     pe_cu_position_ids(pe_i64(out), n, out->shape.d[out->shape.ndim - 1],
+                                        pe_attr_i(c->def, c->desc, "start"), x->stream),
+                     "position_ids");
 }

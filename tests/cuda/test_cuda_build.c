@@ -29,15 +29,6 @@ int main(void) {
 /* The ops that run on cpu places only (a cuda place refuses them when the
  * executor compiles its graph, naming the op and the place kind). */
 static const char *const cpu_only[] = {
-    "smooth_l1_loss",
-    "smooth_l1_loss_grad",
-    "position_ids",
-    "fused_softmax_mask",
-    "fused_softmax_mask_grad",
-    "fused_softmax_mask_upper_triangle",
-    "fused_softmax_mask_upper_triangle_grad",
-    "scaled_dot_product_attention",
-    "scaled_dot_product_attention_grad",
     NULL,
 };
 

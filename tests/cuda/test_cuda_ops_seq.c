@@ -1,23 +1,32 @@
 /* The CUDA kernels of the sequence-model ops (layer_norm, gelu, abs,
  * square, lookup_table_v2, transpose2, concat, split, slice, matmul_v2,
- * huber_loss, sigmoid_cross_entropy_with_logits, cast, tril_triu) against
- * their CPU kernels, forward and gradient, on the same inputs
- * (cuda_compare.h: compare() runs one op on both, compare_grads() the
- * forward and then every gradient op with random output gradients).
+ * huber_loss, sigmoid_cross_entropy_with_logits, smooth_l1_loss, cast,
+ * tril_triu, position_ids, fused_softmax_mask and its upper-triangle form,
+ * scaled_dot_product_attention) against their CPU kernels, forward and
+ * gradient, on the same inputs (cuda_compare.h: compare() runs one op on
+ * both, compare_grads() the forward and then every gradient op with random
+ * output gradients).
  *
  * Tolerances (relative, denominator max(1, |cpu|)), per kind of kernel:
  *   0     data movement (transpose, concat, split, slice, tril_triu,
- *         cast, the embedding lookup) and the embedding's dense gradient,
- *         whose rows are summed in the CPU's order: the same bits;
+ *         cast, the embedding lookup, position_ids) and the embedding's
+ *         dense gradient, whose rows are summed in the CPU's order: the
+ *         same bits;
  *   1e-6  abs, square and huber_loss: the same f32 operations in the same
  *         order, at most an ulp apart where nvcc contracts a multiply-add;
  *   1e-5  gelu and sigmoid cross-entropy: the device's erff / tanhf / expf
  *         / log1pf and oneDNN's or glibc's differ by a few ulp, and the
- *         gradients compose a few of them;
- *   1e-4  layer_norm and matmul_v2: sums over up to a few hundred
- *         elements in another order than oneDNN's (about 1e-7 relative per
- *         add), as test_cuda_kernels' reductions; a wrong index or formula
- *         is off by O(1).
+ *         gradients compose a few of them; smooth_l1_loss, whose Out sums
+ *         a row of at most 40 non-negative terms in double where the CPU
+ *         adds them in f32 (at most 39 roundings of 2^-24 each: 2.4e-6);
+ *         the masked softmax, whose probabilities (at most 1) differ by
+ *         the expf of each side and a sum of at most 16 terms in another
+ *         order, and whose gradient's row dot product has as few;
+ *   1e-4  layer_norm, matmul_v2 and attention: sums over up to a few
+ *         hundred elements in another order than oneDNN's (about 1e-7
+ *         relative per add), as test_cuda_kernels' reductions; attention
+ *         chains its GEMMs and the softmax, each of the size above; a
+ *         wrong index or formula is off by O(1).
  *
  * Skipped without a GPU. */
 #include <stdio.h>
@@ -311,6 +320,161 @@ START_TEST(sigmoid_cross_entropy) {
 }
 END_TEST
 
+/* --- smooth_l1_loss -------------------------------------------------------------- */
+
+START_TEST(smooth_l1_both_sides_of_beta) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(17, 5, 8), -3, 3, 164);
+  ph_set_uniform(s, "y", PE_SHAPE(17, 5, 8), -3, 3, 165);
+  /* Positive outside weights: Out's terms stay non-negative (the
+   * tolerance's bound). */
+  ph_set_uniform(s, "iw", PE_SHAPE(17, 5, 8), -2, 2, 166);
+  ph_set_uniform(s, "ow", PE_SHAPE(17, 5, 8), 0.25f, 2, 167);
+  /* sigma 1: beta 1; sigma 3: beta 1/9, most |d| on the linear side. */
+  const float sigmas[] = {1.0f, 3.0f};
+  for (int k = 0; k < 2; k++)
+    for (int weighted = 0; weighted < 2; weighted++) {
+      pe_op_desc *op = weighted ? ph_op("smooth_l1_loss", "X", "x", "Y", "y", "InsideWeight", "iw",
+                                        "OutsideWeight", "ow", NULL, "Diff", "d", "Out", "l", NULL)
+                                : ph_op("smooth_l1_loss", "X", "x", "Y", "y", NULL, "Diff", "d",
+                                        "Out", "l", NULL);
+      PE_CK_OK(pe_op_set_float(op, "sigma", sigmas[k]));
+      compare_grads(s, op, LIBM);
+      pe_op_desc_free(op);
+    }
+  /* Without Diff: Out@GRAD alone. */
+  pe_op_desc *op = ph_op("smooth_l1_loss", "X", "x", "Y", "y", NULL, "Out", "l2", NULL);
+  compare_grads(s, op, LIBM);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
+/* --- position_ids ---------------------------------------------------------------- */
+
+START_TEST(position_ids_along_an_axis) {
+  pe_scope *s = pe_scope_new(NULL);
+  set_typed(s, "tok", PE_I64, PE_SHAPE(5, 7), small_ints);
+  ph_set_uniform(s, "act", PE_SHAPE(3, 4, 6), -1, 1, 168);
+  const struct {
+    const char *x;
+    int axis;
+    int64_t start;
+  } cases[] = {{"tok", 1, 0}, {"tok", 0, 0}, {"act", 1, 3}, {"act", -1, -2}, {"act", 0, 100}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pe_op_desc *op = op1("position_ids", cases[i].x, "pos");
+    PE_CK_OK(pe_op_set_int(op, "axis", cases[i].axis));
+    PE_CK_OK(pe_op_set_long(op, "start", cases[i].start));
+    compare(s, op, EXACT);
+    pe_op_desc_free(op);
+  }
+  pe_scope_free(s);
+}
+END_TEST
+
+/* --- fused_softmax_mask, fused_softmax_mask_upper_triangle ---------------------------- */
+
+START_TEST(softmax_with_masks) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(2, 3, 9, 11), -4, 4, 170);
+  /* Masks of every broadcast: per batch and query (heads broadcast), one
+   * row for all, one key row per batch with -inf on padded keys (the
+   * second batch's last three), a plain [Q, K] matrix, and the whole. */
+  ph_set_uniform(s, "m_b1qk", PE_SHAPE(2, 1, 9, 11), -2, 2, 171);
+  ph_set_uniform(s, "m_k", PE_SHAPE(11), -2, 2, 172);
+  pe_tensor *pad = ph_set_uniform(s, "m_pad", PE_SHAPE(2, 1, 1, 11), -1, 1, 173);
+  for (int j = 8; j < 11; j++) pe_f32(pad)[11 + j] = -INFINITY;
+  ph_set_uniform(s, "m_qk", PE_SHAPE(9, 11), -2, 2, 174);
+  ph_set_uniform(s, "m_all", PE_SHAPE(2, 3, 9, 11), -2, 2, 175);
+  const char *masks[] = {"m_b1qk", "m_k", "m_pad", "m_qk", "m_all"};
+  for (int m = 0; m < 5; m++) {
+    pe_op_desc *op =
+        ph_op("fused_softmax_mask", "X", "x", "Mask", masks[m], NULL, "Out", "p", NULL);
+    compare_grads(s, op, LIBM);
+    pe_op_desc_free(op);
+  }
+  /* The triangle: Tq < Tk, square, rank 2. */
+  ph_set_uniform(s, "sq", PE_SHAPE(4, 13, 13), -4, 4, 176);
+  ph_set_uniform(s, "r2", PE_SHAPE(16, 16), -4, 4, 177);
+  const char *xs[] = {"x", "sq", "r2"}, *outs[] = {"t", "tsq", "tr2"};
+  for (int k = 0; k < 3; k++) {
+    pe_op_desc *op = op1("fused_softmax_mask_upper_triangle", xs[k], outs[k]);
+    compare_grads(s, op, LIBM);
+    pe_op_desc_free(op);
+  }
+  pe_scope_free(s);
+}
+END_TEST
+
+/* --- scaled_dot_product_attention ------------------------------------------------------ */
+
+static pe_op_desc *attention_op(const char *mask, bool causal, float scale) {
+  pe_op_desc *op = mask ? ph_op("scaled_dot_product_attention", "Q", "q", "K", "k", "V", "v",
+                                "Mask", mask, NULL, "Out", "o", "Softmax", "sm", NULL)
+                        : ph_op("scaled_dot_product_attention", "Q", "q", "K", "k", "V", "v", NULL,
+                                "Out", "o", "Softmax", "sm", NULL);
+  PE_CK_OK(pe_op_set_bool(op, "causal", causal));
+  PE_CK_OK(pe_op_set_float(op, "scale", scale));
+  return op;
+}
+
+/* The gradient op with one of Out@GRAD and Softmax@GRAD (compare_grads
+ * gives it both). */
+static void attention_grad_one_input(pe_scope *s, const char *grad_slot, const char *grad) {
+  pe_op_desc *op = ph_op("scaled_dot_product_attention_grad", "Q", "q", "K", "k", "V", "v", "Out",
+                         "o", "Softmax", "sm", grad_slot, grad, NULL, "Q@GRAD", "dq", "K@GRAD",
+                         "dk", "V@GRAD", "dv", NULL);
+  PE_CK_OK(pe_op_set_bool(op, "causal", true));
+  compare(s, op, SUMS);
+  pe_op_desc_free(op);
+}
+
+/* Q, K, V of attention [b, h, tq/tk, d/dv], uniform in [-r, r]. */
+static void set_qkv(pe_scope *s, int64_t b, int64_t h, int64_t tq, int64_t tk, int64_t d,
+                    int64_t dv, float r, uint64_t seed) {
+  ph_set_uniform(s, "q", PE_SHAPE(b, h, tq, d), -r, r, seed);
+  ph_set_uniform(s, "k", PE_SHAPE(b, h, tk, d), -r, r, seed + 1);
+  ph_set_uniform(s, "v", PE_SHAPE(b, h, tk, dv), -r, r, seed + 2);
+}
+
+START_TEST(attention_masks_and_causal) {
+  pe_scope *s = pe_scope_new(NULL);
+  set_qkv(s, 2, 3, 9, 11, 8, 5, 1, 180);
+  pe_tensor *pad = ph_set_uniform(s, "m_pad", PE_SHAPE(2, 1, 1, 11), -1, 1, 183);
+  for (int j = 7; j < 11; j++) pe_f32(pad)[11 + j] = -INFINITY;
+  ph_set_uniform(s, "m_qk", PE_SHAPE(9, 11), -2, 2, 184);
+  const struct {
+    const char *mask;
+    bool causal;
+    float scale;
+  } cases[] = {{NULL, false, 0},   {NULL, true, 0},       {"m_pad", false, 0},
+               {"m_pad", true, 0}, {"m_qk", false, 0.5f}, {"m_qk", true, 2.0f}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pe_op_desc *op = attention_op(cases[i].mask, cases[i].causal, cases[i].scale);
+    compare_grads(s, op, SUMS);
+    pe_op_desc_free(op);
+  }
+  /* With the last case's Out and Softmax in the scope: the gradient from
+   * Out@GRAD alone and from Softmax@GRAD alone. */
+  ph_set_uniform(s, "g_o", PE_SHAPE(2, 3, 9, 5), -1, 1, 185);
+  ph_set_uniform(s, "g_sm", PE_SHAPE(2, 3, 9, 11), -1, 1, 186);
+  attention_grad_one_input(s, "Out@GRAD", "g_o");
+  attention_grad_one_input(s, "Softmax@GRAD", "g_sm");
+  pe_scope_free(s);
+}
+END_TEST
+
+START_TEST(attention_square_causal) {
+  pe_scope *s = pe_scope_new(NULL);
+  /* A language model's shape: Tq = Tk, one batch, Dv = D. */
+  set_qkv(s, 1, 4, 16, 16, 16, 16, 2, 190);
+  pe_op_desc *op = attention_op(NULL, true, 0);
+  compare_grads(s, op, SUMS);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
 /* --- cast, tril_triu --------------------------------------------------------------- */
 
 START_TEST(cast_between_dtypes) {
@@ -392,8 +556,13 @@ static Suite *suite(void) {
   tcase_add_test(t, matmul_v2_batched);
   tcase_add_test(t, huber_loss_both_sides_of_delta);
   tcase_add_test(t, sigmoid_cross_entropy);
+  tcase_add_test(t, smooth_l1_both_sides_of_beta);
   tcase_add_test(t, cast_between_dtypes);
   tcase_add_test(t, tril_triu_triangles);
+  tcase_add_test(t, position_ids_along_an_axis);
+  tcase_add_test(t, softmax_with_masks);
+  tcase_add_test(t, attention_masks_and_causal);
+  tcase_add_test(t, attention_square_causal);
   suite_add_tcase(s, t);
   return s;
 }
