@@ -30,6 +30,10 @@ bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool back
     why = "no cuda place";
   else if (!backend)
     why = "this build has no cuda backend";
+  else if (!PE_CUDA_GRAPH_WIRED)
+    why =
+        "not verified on a GPU: the executor does not drive the capture in this build "
+        "(cuda/cuda_graph.c is compiled, never ran)";
   else if (mode == PE_CUDA_GRAPH_AUTO && !PE_CUDA_GRAPH_VERIFIED)
     why =
         "not verified on a GPU (auto is off until tests/cuda/test_cuda_graph.c passed on one; "

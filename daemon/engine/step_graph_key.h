@@ -48,6 +48,9 @@ const char *pe_cuda_graph_mode_name(pe_cuda_graph_mode m);
 /* Whether the capture of this build ran and passed its tests on a GPU
  * (tests/cuda/test_cuda_graph.c): auto turns capture on only then. */
 #define PE_CUDA_GRAPH_VERIFIED 0
+/* Whether the parallel executor drives the capture (cuda/cuda_graph.h) in
+ * this build; until it does, every mode reports why steps are not captured. */
+#define PE_CUDA_GRAPH_WIRED 0
 
 /* Whether steps on `kind` places are captured under mode; *reason (static
  * text) says why not, or NULL when they are. backend: the cuda backend is
