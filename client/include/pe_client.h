@@ -518,6 +518,10 @@ typedef struct pe_client_status {
    * what is resident in it: models' persistables on every place, kept
    * temporaries (0 from older daemons). */
   uint64_t memory_total_bytes, memory_resident_bytes;
+  /* Whether steps on the daemon's default places run as captured CUDA
+   * graphs, and why not ("" when they do; valid until the next request). */
+  bool cuda_graph;
+  const char *cuda_graph_reason;
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required */

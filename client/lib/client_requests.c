@@ -474,6 +474,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .runs_waiting_for_memory = s->runs_waiting_for_memory,
       .memory_total_bytes = s->memory_total_bytes,
       .memory_resident_bytes = s->memory_resident_bytes,
+      .cuda_graph = s->cuda_graph,
+      .cuda_graph_reason = s->cuda_graph_reason ? s->cuda_graph_reason : "",
   };
   return 0;
 }

@@ -196,6 +196,9 @@ START_TEST(train_steps_lower_the_loss) {
   /* --places cpu:1, worker_threads unset: one pool worker, whose kernels
    * get every core (parallel/runtime.c). */
   ck_assert_int_eq(s.worker_threads, 1);
+  /* Captured CUDA graphs: only for cuda places, and said why not. */
+  ck_assert(!s.cuda_graph);
+  ck_assert_str_eq(s.cuda_graph_reason, "no cuda place");
   bool saw = false;
   for (size_t i = 0; i < s.n_models; i++) saw |= !strcmp(s.models[i].name, "mlp-a");
   ck_assert(saw);
