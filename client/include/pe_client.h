@@ -232,6 +232,14 @@ typedef enum pe_client_strategy {
 /* "auto", "allreduce", "reduce", "sharded"; "unknown" otherwise. */
 const char *pe_client_strategy_name(pe_client_strategy s);
 
+/* RegisterOptions.cuda_graph (docs/cuda.md, "Captured steps"). */
+typedef enum pe_client_cuda_graph {
+  PE_C_CUDA_GRAPH_DAEMON = 0, /* the daemon's [runtime] cuda_graph */
+  PE_C_CUDA_GRAPH_AUTO,
+  PE_C_CUDA_GRAPH_ON,
+  PE_C_CUDA_GRAPH_OFF,
+} pe_client_cuda_graph;
+
 typedef struct pe_client_register_args {
   const uint8_t *program; /* ProgramDesc bytes (pe_builder_finish) */
   size_t program_len;
@@ -248,6 +256,7 @@ typedef struct pe_client_register_args {
   const char *const *keep; /* n_keep names kept fetchable; may be NULL when n_keep is 0 */
   size_t n_keep;
   bool no_op_fusion; /* keep conv2d / matmul + bias add + relu unfused (RegisterOptions) */
+  pe_client_cuda_graph cuda_graph; /* steps on cuda places as CUDA graphs; 0: the daemon's */
 } pe_client_register_args;
 
 typedef struct pe_client_param {
