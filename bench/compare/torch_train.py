@@ -172,22 +172,17 @@ def main(a):
                            {"params": others, "weight_decay": 0.0}], lr=a.lr,
                           momentum=cc.MOMENTUM)
 
-    def step(idx):
-        idx = torch.from_numpy(idx).to(dev)
-        xb, yb = x_train.index_select(0, idx), y_train.index_select(0, idx)
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(xb), yb)
-        loss.backward()
-        opt.step()
-        return loss.item()
-
     def step_nosync(idx, set_to_none=True):
+        """One step on device indices; the loss stays on the device."""
         xb, yb = x_train.index_select(0, idx), y_train.index_select(0, idx)
         opt.zero_grad(set_to_none=set_to_none)
         loss = F.cross_entropy(net(xb), yb)
         loss.backward()
         opt.step()
         return loss.detach()
+
+    def step(idx):
+        return step_nosync(torch.from_numpy(idx).to(dev)).item()
 
     def on_device(perm):
         return torch.from_numpy(perm).to(dev)
