@@ -1,6 +1,7 @@
 /* Captured steps' keys and their cache (engine/step_graph_key.h). */
 #include "engine/step_graph_key.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,21 +52,9 @@ static uint64_t fnv1a(const uint8_t *p, size_t n) {
   return h;
 }
 
+/* The bytes go through a memory stream (open_memstream grows the buffer). */
 static void put(pe_step_key *k, const void *p, size_t n) {
-  if (k->oom) return;
-  if (k->len + n > k->cap) {
-    size_t cap = k->cap ? k->cap : 128;
-    while (cap < k->len + n) cap *= 2;
-    uint8_t *b = realloc(k->bytes, cap);
-    if (!b) {
-      k->oom = true;
-      return;
-    }
-    k->bytes = b;
-    k->cap = cap;
-  }
-  memcpy(k->bytes + k->len, p, n);
-  k->len += n;
+  if (!k->w || fwrite(p, 1, n, k->w) != n) k->oom = true;
 }
 
 static void put_i64(pe_step_key *k, int64_t v) {
@@ -82,6 +71,7 @@ enum { TAG_FEED = 'F', TAG_FETCHES = 'R' };
 
 void pe_step_key_init(pe_step_key *k, uint64_t program, pe_place_kind kind, int n_places) {
   memset(k, 0, sizeof *k);
+  k->w = open_memstream((char **)&k->bytes, &k->len);
   put_i64(k, (int64_t)program);
   put_i64(k, kind);
   put_i64(k, n_places);
@@ -102,7 +92,10 @@ void pe_step_key_fetches(pe_step_key *k, const char *const *names, int n) {
 }
 
 pe_status *pe_step_key_done(pe_step_key *k) {
-  if (k->oom) return pe_error(PE_ENOMEM, "captured step: out of memory building its key");
+  if (k->w && fclose(k->w)) k->oom = true;
+  k->w = NULL;
+  if (k->oom || !k->bytes)
+    return pe_error(PE_ENOMEM, "captured step: out of memory building its key");
   k->hash = fnv1a(k->bytes, k->len);
   return NULL;
 }
@@ -112,6 +105,7 @@ bool pe_step_key_equal(const pe_step_key *a, const pe_step_key *b) {
 }
 
 void pe_step_key_release(pe_step_key *k) {
+  if (k->w) fclose(k->w);
   free(k->bytes);
   memset(k, 0, sizeof *k);
 }
@@ -193,7 +187,7 @@ pe_status *pe_step_graphs_lookup(pe_step_graphs *c, const pe_step_key *k, pe_ste
     if (!copy) return pe_error(PE_ENOMEM, "captured steps: out of memory for a key");
     memcpy(copy, k->bytes, k->len);
     x = slot(c);
-    x->key = (pe_step_key){.bytes = copy, .len = k->len, .cap = k->len, .hash = k->hash};
+    x->key = (pe_step_key){.bytes = copy, .len = k->len, .hash = k->hash};
   }
   x->last = ++c->clock;
   if (x->refused) {

@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/place.h"
 #include "core/status.h"
@@ -63,8 +64,9 @@ bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool back
  * its hash. Owned by whoever built it; pe_step_key_release frees it. */
 typedef struct pe_step_key {
   uint8_t *bytes;
-  size_t len, cap;
+  size_t len;
   uint64_t hash;
+  FILE *w;  /* the stream that writes bytes until pe_step_key_done */
   bool oom; /* an append failed: pe_step_key_done reports it */
 } pe_step_key;
 
