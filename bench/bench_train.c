@@ -38,7 +38,9 @@
 #include "core/fpenv.h"
 #include "core/omp_policy.h"
 #include "core/scope.h"
+#include "engine/device.h"
 #include "engine/seq_executor.h"
+#include "engine/step_graph_key.h"
 #include "ir/program.h"
 #include "json_out.h"
 #include "out_path.h"
@@ -91,6 +93,9 @@ static const opt_row opts[] = {
      "parallel: split the next batch onto the places while a step runs [on|off] (on)"},
     {"compare-sequential", OPT_FLAG, CFG(compare_sequential), 0, 0,
      "parallel: first run the cpu:1 sequential baseline (1 thread) here; report both"},
+    {"cuda-graph", OPT_STR, CFG(cuda_graph), 0, 0,
+     "capture each step as a CUDA graph and replay it: auto (default: on for cuda places once "
+     "verified on a GPU) | on | off"},
     {"denormals", OPT_STR, CFG(denormals), 0, 0,
      "flush (default): kernel threads flush denormals to zero | keep"},
     {"fuse-ops", OPT_ONOFF, CFG(fuse_ops), 0, 0,
@@ -539,7 +544,18 @@ static int evaluate(trainer *t, train_result *r) {
  * (--threads as resolved: intra_op_threads for the sequential executor,
  * pool_workers for the parallel one) stays for scripts written against it;
  * pool_workers and intra_op_threads mean the same on both (json_extra). */
-static void json_run_keys(const train_result *r) {
+static void json_run_keys(const trainer *t, const train_result *r) {
+  /* Whether steps ran as captured CUDA graphs, and why not. */
+  pe_cuda_graph_mode mode = PE_CUDA_GRAPH_AUTO;
+  if (t->cfg.cuda_graph) pe_cuda_graph_mode_parse(t->cfg.cuda_graph, &mode);
+  pe_place_kind kind = PE_PLACE_CPU;
+  int n_places;
+  pe_status *st = pe_places_parse(t->cfg.places, &kind, &n_places);
+  pe_status_free(st);
+  const char *why;
+  bool on = pe_cuda_graph_decide(mode, kind, pe_device_kind_ops(PE_PLACE_CUDA) != NULL, &why);
+  printf(",\"cuda_graph\":%s,\"cuda_graph_reason\":", on ? "true" : "false");
+  cli_json_str(stdout, on ? "" : why);
   printf(",\"test_examples\":%ld,\"omp_wait_policy\":", r->test_examples);
   const char *omp = pe_omp_policy_value();
   if (omp)
@@ -590,6 +606,9 @@ int pe_bench_train(int argc, char **argv) {
         "", "");
   if (t.cfg.compare_sequential && !parallel)
     return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");
+  pe_cuda_graph_mode cg;
+  if (t.cfg.cuda_graph && !pe_cuda_graph_mode_parse(t.cfg.cuda_graph, &cg))
+    return bad_args("--cuda-graph '%s': expected auto, on or off%s", t.cfg.cuda_graph, "");
   if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
     return bad_args("--denormals '%s': expected flush or keep%s", t.cfg.denormals, "");
   /* More threads than cores only contend: said, not refused. */
@@ -655,7 +674,7 @@ int pe_bench_train(int argc, char **argv) {
       cli_json_num(stdout, "%.4f", r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
       if (auto_places) pe_bench_places_json(&bp, t.cfg.batch, stdout);
-      json_run_keys(&r);
+      json_run_keys(&t, &r);
       if (t.cfg.compare_sequential) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;
         printf(

@@ -46,11 +46,14 @@ MOMENTUM = 0.9
 EVAL_CHUNK = 1000
 
 
-def parse_args(doc, devices=("cpu",)):
+def parse_args(doc, devices=("cpu",), loops=None):
     """The common command line; fills in batch, lr, decay and threads (0: all cores).
-    devices: what --device accepts (the first is the default)."""
+    devices: what --device accepts (the first is the default); loops: what --loop
+    accepts (the first is the default), None: no --loop."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--device", choices=devices, default=devices[0])
+    if loops:
+        ap.add_argument("--loop", choices=loops, default=loops[0])
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--batch", type=int, default=0, help="mlp 128, cnn and resnet 64")
     ap.add_argument("--epochs", type=int, default=1)
@@ -101,16 +104,22 @@ def load_data(data_dir):
     return (x_train - mean) / std, y_train, (x_test - mean) / std, y_test
 
 
-def train(a, n, step):
+def train(a, n, step, place=None):
     """Runs a.epochs epochs of at most a.steps steps over n examples in batches of
     a.batch; step(idx) trains on the examples idx (int64 numpy) and returns the
-    batch's mean loss as a Python float. Only this loop is timed."""
+    batch's mean loss as a Python float. Only this loop is timed.
+    place (optional): moves each epoch's permutation where the step wants its
+    indices (a GPU); idx is then a slice of what it returns, and step may return
+    the loss as a device scalar: the epoch's sum stays on the device and is read
+    once at the end of the epoch (float())."""
     rng = np.random.default_rng(a.seed)
     steps = samples = 0
     final_loss = 0.0
     t0 = time.perf_counter()
     for _ in range(a.epochs):
         perm = rng.permutation(n)
+        if place is not None:
+            perm = place(perm)
         loss_sum, ep_samples = 0.0, 0
         for k, i in enumerate(range(0, n, a.batch)):
             if a.steps and k >= a.steps:
@@ -120,7 +129,7 @@ def train(a, n, step):
             ep_samples += len(idx)
             steps += 1
         samples += ep_samples
-        final_loss = loss_sum / max(ep_samples, 1)
+        final_loss = float(loss_sum) / max(ep_samples, 1)
     return {"steps": steps, "samples": samples, "final_loss": final_loss,
             "train_seconds": time.perf_counter() - t0}
 
@@ -136,8 +145,8 @@ def evaluate(predict, x_test, y_test):
     return correct / len(x_test), time.perf_counter() - t0
 
 
-def emit(a, framework, version, run, accuracy, eval_seconds):
-    """The JSON line, with pe-bench train --json's keys."""
+def emit(a, framework, version, run, accuracy, eval_seconds, extra=None):
+    """The JSON line, with pe-bench train --json's keys (and extra's, appended)."""
     print(json.dumps({
         "bench": "train", "framework": framework, "framework_version": version,
         "model": a.model, "device": a.device, "batch": a.batch, "epochs": a.epochs, "steps": run["steps"],
@@ -145,5 +154,5 @@ def emit(a, framework, version, run, accuracy, eval_seconds):
         "samples_per_sec": round(run["samples"] / run["train_seconds"], 1),
         "train_seconds": round(run["train_seconds"], 3), "eval_seconds": round(eval_seconds, 3),
         "test_accuracy": round(accuracy, 4), "final_loss": round(run["final_loss"], 5),
-        "final_loss_window": "last_epoch",
+        "final_loss_window": "last_epoch", **(extra or {}),
     }, separators=(",", ":")), flush=True)

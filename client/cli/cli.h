@@ -124,6 +124,7 @@ int cli_model_load(const cli_ctx *ctx, const char *spec, pe_model_spec *out);
  * that register embed one and list CLI_GRAPH_OPTS in their option table. */
 typedef struct cli_graph_opts {
   const char *strategy, *sync;
+  const char *cuda_graph; /* --cuda-graph auto|on|off (the daemon's) */
   bool fuse;
   long fuse_bucket;
   const char *keep;  /* --keep A,B: more names kept fetchable (CLI_KEEP_OPTS) */
@@ -133,6 +134,7 @@ typedef struct cli_graph_opts {
 #define CLI_GRAPH_OPTS(T, f)                                                                       \
   {"strategy", CLI_STR, offsetof(T, f.strategy), 0, 0, "auto (default)|allreduce|reduce|sharded"}, \
       {"sync", CLI_STR, offsetof(T, f.sync), 0, 0, "event | producer (daemon's)"},                 \
+      {"cuda-graph", CLI_STR, offsetof(T, f.cuda_graph), 0, 0, "auto | on | off (daemon's)"},      \
       {"fuse", CLI_FLAG, offsetof(T, f.fuse), 0, 0, "fuse gradient all-reduces into buckets"}, {   \
     "fuse-bucket", CLI_INT, offsetof(T, f.fuse_bucket), 1, 1L << 40, "bucket bytes (4 MiB)"        \
   }

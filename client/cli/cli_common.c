@@ -306,6 +306,14 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
   pe_client_strategy strategy;
   int rc = parse_strategy(ctx, g->strategy, &strategy);
   if (rc) return rc;
+  pe_client_cuda_graph cuda_graph = PE_C_CUDA_GRAPH_DAEMON;
+  if (g->cuda_graph) {
+    static const char *const modes[] = {"auto", "on", "off"};
+    for (int i = 0; i < 3; i++)
+      if (!strcmp(g->cuda_graph, modes[i])) cuda_graph = (pe_client_cuda_graph)(i + 1);
+    if (cuda_graph == PE_C_CUDA_GRAPH_DAEMON)
+      return cli_usage(ctx, "--cuda-graph '%s' unknown (auto, on, off)", g->cuda_graph);
+  }
   const char *keep[KEEP_MAX];
   char keep_buf[1024];
   size_t n_keep;
@@ -326,6 +334,7 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
       .n_keep = n_keep,
       .no_op_fusion = g->no_op_fusion,
       .batch_hint = r->batch,
+      .cuda_graph = cuda_graph,
   };
   int code = pe_client_register(c, &a, out);
   return code ? cli_fail(ctx, c, code) : CLI_OK;

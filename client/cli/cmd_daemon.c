@@ -65,7 +65,7 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
       "\"reply_cache_evictions\":%llu,\"checkpoint_interval_s\":%.3f,\"runs_in_flight\":%d,"
       "\"rss_bytes\":%llu,\"host_bytes_in_use\":%llu,\"host_bytes_cached\":%llu,"
       "\"run_bytes_reserved\":%llu,\"runs_waiting_for_memory\":%d,\"memory_total_bytes\":%llu,"
-      "\"memory_resident_bytes\":%llu,\"places\":[",
+      "\"memory_resident_bytes\":%llu,\"cuda_graph\":%s,\"cuda_graph_reason\":",
       s->uptime_s, s->programs, s->queue_depth, s->clients, s->worker_threads,
       (unsigned long long)s->requests_total, (unsigned long long)s->requests_failed,
       (unsigned long long)s->runs_total, (unsigned long long)s->reply_cache_entries,
@@ -75,7 +75,9 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
       (unsigned long long)s->rss_bytes, (unsigned long long)s->host_bytes_in_use,
       (unsigned long long)s->host_bytes_cached, (unsigned long long)s->run_bytes_reserved,
       s->runs_waiting_for_memory, (unsigned long long)s->memory_total_bytes,
-      (unsigned long long)s->memory_resident_bytes);
+      (unsigned long long)s->memory_resident_bytes, s->cuda_graph ? "true" : "false");
+  cli_json_str(stdout, s->cuda_graph_reason);
+  printf(",\"places\":[");
   for (size_t i = 0; i < s->n_places; i++) {
     printf("%s{\"place\":", i ? "," : "");
     cli_json_str(stdout, s->places[i].place);
@@ -161,6 +163,8 @@ static void print_status_text(const pe_client_status *s) {
   if (s->memory_total_bytes)
     printf("memory budget (memory_total): %llu bytes; %llu resident (models, kept temporaries)\n",
            (unsigned long long)s->memory_total_bytes, (unsigned long long)s->memory_resident_bytes);
+  printf("cuda graphs: %s%s%s\n", s->cuda_graph ? "on" : "off", s->cuda_graph ? "" : ", ",
+         s->cuda_graph ? "" : s->cuda_graph_reason);
   for (size_t i = 0; i < s->n_places; i++)
     printf("place %-8s %12lld bytes in use, %12lld cached\n", s->places[i].place,
            (long long)s->places[i].bytes_in_use, (long long)s->places[i].bytes_cached);

@@ -232,6 +232,14 @@ typedef enum pe_client_strategy {
 /* "auto", "allreduce", "reduce", "sharded"; "unknown" otherwise. */
 const char *pe_client_strategy_name(pe_client_strategy s);
 
+/* RegisterOptions.cuda_graph (docs/cuda.md, "Captured steps"). */
+typedef enum pe_client_cuda_graph {
+  PE_C_CUDA_GRAPH_DAEMON = 0, /* the daemon's [runtime] cuda_graph */
+  PE_C_CUDA_GRAPH_AUTO,
+  PE_C_CUDA_GRAPH_ON,
+  PE_C_CUDA_GRAPH_OFF,
+} pe_client_cuda_graph;
+
 typedef struct pe_client_register_args {
   const uint8_t *program; /* ProgramDesc bytes (pe_builder_finish) */
   size_t program_len;
@@ -251,6 +259,7 @@ typedef struct pe_client_register_args {
   /* The batch the caller feeds: a daemon with places = auto times its
    * candidate places with it (0: the daemon's places_trial_batch). */
   int64_t batch_hint;
+  pe_client_cuda_graph cuda_graph; /* steps on cuda places as CUDA graphs; 0: the daemon's */
 } pe_client_register_args;
 
 typedef struct pe_client_param {
@@ -547,6 +556,10 @@ typedef struct pe_client_status {
    * what is resident in it: models' persistables on every place, kept
    * temporaries (0 from older daemons). */
   uint64_t memory_total_bytes, memory_resident_bytes;
+  /* Whether steps on the daemon's default places run as captured CUDA
+   * graphs, and why not ("" when they do; valid until the next request). */
+  bool cuda_graph;
+  const char *cuda_graph_reason;
 } pe_client_status;
 
 int pe_client_get_status(pe_client *c, pe_client_status *out); /* out: required */

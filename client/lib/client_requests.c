@@ -71,6 +71,8 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   if ((rc = check_names(c, what, "keep", a->keep, a->n_keep))) return rc;
   if ((unsigned)a->strategy > PE_C_SHARDED)
     return pec_fail(c, PE_C_EARG, "%s: strategy %d unknown", what, (int)a->strategy);
+  if ((unsigned)a->cuda_graph > PE_C_CUDA_GRAPH_OFF)
+    return pec_fail(c, PE_C_EARG, "%s: cuda_graph %d unknown", what, (int)a->cuda_graph);
   Pe__RegisterOptions o = PE__REGISTER_OPTIONS__INIT;
   o.places = (char *)(a->places ? a->places : "");
   o.strategy = a->strategy == PE_C_ALLREDUCE ? PE__STRATEGY__ALLREDUCE
@@ -88,6 +90,8 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   o.keep = (char **)a->keep;
   o.no_op_fusion = a->no_op_fusion;
   o.batch_hint = a->batch_hint > 0 ? a->batch_hint : 0;
+  static const char *const cuda_graph[] = {"", "auto", "on", "off"};
+  o.cuda_graph = (char *)cuda_graph[a->cuda_graph];
   Pe__RegisterRequest r = PE__REGISTER_REQUEST__INIT;
   r.program.data = (uint8_t *)a->program;
   r.program.len = a->program_len;
@@ -515,6 +519,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
       .runs_waiting_for_memory = s->runs_waiting_for_memory,
       .memory_total_bytes = s->memory_total_bytes,
       .memory_resident_bytes = s->memory_resident_bytes,
+      .cuda_graph = s->cuda_graph,
+      .cuda_graph_reason = s->cuda_graph_reason ? s->cuda_graph_reason : "",
   };
   return 0;
 }

@@ -34,6 +34,7 @@
 
 #include "cuda/cuda_alloc.h"
 #include "cuda/cuda_ctx.h"
+#include "cuda/cuda_graph.h"
 #include "engine/device_impl.h"
 #include "engine/stream_error.h"
 
@@ -105,6 +106,9 @@ pe_cuda_ctx *pe_cuda_stream_ctx(pe_stream *s) {
 static void *dev_malloc(size_t bytes, void *arg) {
   cuda_device *d = arg;
   void *p = NULL;
+  /* No cudaMalloc while the device captures a step (cuda_graph.h): the
+   * allocation fails, and the capture with it. */
+  if (pe_cuda_graph_capturing(d->base.place.id)) return NULL;
   if (cudaSetDevice(d->base.place.id) != cudaSuccess || cudaMalloc(&p, bytes) != cudaSuccess) {
     cudaGetLastError(); /* an OOM is not sticky: clear it for the retry */
     return NULL;

@@ -209,15 +209,18 @@ pe_status *pe_infer_grad_like_inputs(pe_infer_ctx *c) {
     size_t len = strlen(oname), sl = strlen(PE_GRAD_SUFFIX);
     if (len <= sl || strcmp(oname + len - sl, PE_GRAD_SUFFIX) != 0)
       return pe_infer_error(c, PE_EINTERNAL, "output slot %s is not a gradient slot", oname);
-    char fwd[128];
-    snprintf(fwd, sizeof fwd, "%.*s", (int)(len - sl), oname);
-    int i = pe_op_input_index(c->def, fwd);
-    if (i < 0) return pe_infer_error(c, PE_EINTERNAL, "no input slot %s for %s", fwd, oname);
+    /* The forward slot: the name without the suffix (compared in place, no
+     * copy: infer runs every step). */
+    int fl = (int)(len - sl), i = -1;
+    for (int j = 0; j < c->def->n_inputs && i < 0; j++)
+      if (!strncmp(c->def->inputs[j].name, oname, (size_t)fl) && !c->def->inputs[j].name[fl]) i = j;
+    if (i < 0)
+      return pe_infer_error(c, PE_EINTERNAL, "no input slot %.*s for %s", fl, oname, oname);
     for (int k = 0; k < c->out[o].n; k++) {
       pe_meta *src = pe_in_meta(c, i, k);
       if (!src)
-        return pe_infer_error(c, PE_EARITY, "gradient %s has %d args but %s has %d", oname,
-                              c->out[o].n, fwd, c->in[i].n);
+        return pe_infer_error(c, PE_EARITY, "gradient %s has %d args but %.*s has %d", oname,
+                              c->out[o].n, fl, oname, c->in[i].n);
       *c->out[o].m[k] = *src;
     }
   }

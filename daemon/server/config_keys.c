@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/place.h"
 #include "engine/device.h"
+#include "engine/step_graph_key.h"
 #include "server/config.h"
 #include "server/host_memory.h"
 #include "server/places_choice.h"
@@ -165,6 +166,13 @@ static bool check_sync(const char *v, char *why, size_t n) {
   return false;
 }
 
+static bool check_cuda_graph(const char *v, char *why, size_t n) {
+  pe_cuda_graph_mode m;
+  if (pe_cuda_graph_mode_parse(v, &m)) return true;
+  snprintf(why, n, "expected auto, on or off");
+  return false;
+}
+
 static bool check_absolute(const char *v, char *why, size_t n) {
   if (v[0] == '/') return true;
   snprintf(why, n, "expected an absolute path");
@@ -277,6 +285,9 @@ static const pe_config_key keys[] = {
             "0: one per cpu or cuda place, else online cores", "compute pool workers"),
     STRING_KEY("runtime", "sync", sync, "event", RESTART, check_sync,
                "cross-stream synchronisation: event or producer"),
+    STRING_KEY("runtime", "cuda_graph", cuda_graph, "auto", RESTART, check_cuda_graph,
+               "capture steps on cuda places as CUDA graphs: auto (once verified on a GPU), on "
+               "or off"),
     BOOL_KEY("runtime", "flush_denormals", flush_denormals, "true", RESTART,
              "kernel threads flush denormal floats to zero"),
     BOOL_KEY("runtime", "check_finite", check_finite, "true", RELOAD,

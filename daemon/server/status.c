@@ -2,7 +2,8 @@
  * their checkpoints did), programs, queue depth, the runs in flight (client,
  * model, steps done of total, age), the request lanes (threads, busy,
  * queued), request counters, clients,
- * reply cache counters, the autosave interval, the process's memory. */
+ * reply cache counters, the autosave interval, the process's memory,
+ * whether steps run as captured CUDA graphs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 #include "core/allocator.h"
 #include "core/arena.h"
 #include "core/clock.h"
+#include "engine/device.h"
+#include "engine/step_graph_key.h"
 #include "server/client_tag.h"
 #include "server/dispatch.h"
 #include "server/registry/registry.h"
@@ -60,6 +63,16 @@ static void fill_memory(pe_server *s, Pe__StatusReply *r) {
   int64_t total = pe_server_limits(s).memory_total;
   r->memory_total_bytes = total > 0 ? (uint64_t)total : 0;
   r->memory_resident_bytes = (uint64_t)pe_run_budget_resident(&s->run_budget);
+}
+
+/* Whether steps on the default places are captured, and why not. */
+static void fill_cuda_graph(pe_server *s, Pe__StatusReply *r) {
+  pe_cuda_graph_mode mode = PE_CUDA_GRAPH_AUTO;
+  if (s->cfg.cuda_graph) pe_cuda_graph_mode_parse(s->cfg.cuda_graph, &mode);
+  const char *why;
+  r->cuda_graph =
+      pe_cuda_graph_decide(mode, s->place_kind, pe_device_kind_ops(PE_PLACE_CUDA) != NULL, &why);
+  r->cuda_graph_reason = (char *)(why ? why : "");
 }
 
 /* The runs in flight (run/table.h): client, model, steps done of total,
@@ -201,6 +214,7 @@ pe_status *pe_status_fill(pe_server *s, pe_lane self, uint64_t asker, Pe__Status
   r->queue_depth = depth > 0 ? depth : 0;
   PE_TRY(fill_lanes(s, self, r, a));
   fill_memory(s, r);
+  fill_cuda_graph(s, r);
   r->requests_total = atomic_load(&s->requests_total);
   r->requests_failed = atomic_load(&s->requests_failed);
   r->runs_total = atomic_load(&s->runs_total);

@@ -165,7 +165,7 @@ stage_env() {
 stage_tests() {
   n=$(gpu_count)
   for t in test_cuda_build test_cuda_device test_cuda_kernels test_cuda_ops_seq test_cuda_train \
-    test_cuda_nccl; do
+    test_cuda_graph test_cuda_nccl; do
     may_skip=1
     [ "$n" -ge 1 ] && [ "$t" != test_cuda_nccl ] && may_skip=0
     [ "$n" -ge 2 ] && may_skip=0

@@ -97,10 +97,12 @@ START_TEST(train_eval_save_trace) {
                        "\"last_checkpoint\":\"after-train\"") &&
                     json_num(st, "changes_since_checkpoint") >= 2 &&
                     json_num(st, "checkpoint_interval_s") == 300 && json_num(st, "rss_bytes") > 0 &&
-                    json_num(st, "host_bytes_in_use") > 0,
+                    json_num(st, "host_bytes_in_use") > 0 &&
+                    strstr(st, "\"cuda_graph\":false,\"cuda_graph_reason\":\"no cuda place\""),
                 "%s", st);
   CLI_OK(&d, "status");
-  ck_assert_msg(strstr(slurp(d.dir, "out"), "checkpoint 'after-train' written") &&
+  ck_assert_msg(strstr(slurp(d.dir, "out"), "cuda graphs: off, no cuda place") &&
+                    strstr(slurp(d.dir, "out"), "checkpoint 'after-train' written") &&
                     strstr(slurp(d.dir, "out"), "autosave every 300 s") &&
                     strstr(slurp(d.dir, "out"), "bytes resident; host tensors "),
                 "%s", slurp(d.dir, "out"));

@@ -17,9 +17,9 @@
 
 #include "client_daemon.h"
 #include "compiler/pass.h"
-#include "ir/program.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
+#include "ir/program.h"
 #include "pe_client.h"
 #include "pe_model_file.h"
 #include "pe_models.h"
@@ -196,6 +196,9 @@ START_TEST(train_steps_lower_the_loss) {
   /* --places cpu:1, worker_threads unset: one pool worker, whose kernels
    * get every core (parallel/runtime.c). */
   ck_assert_int_eq(s.worker_threads, 1);
+  /* Captured CUDA graphs: only for cuda places, and said why not. */
+  ck_assert(!s.cuda_graph);
+  ck_assert_str_eq(s.cuda_graph_reason, "no cuda place");
   bool saw = false;
   for (size_t i = 0; i < s.n_models; i++) saw |= !strcmp(s.models[i].name, "mlp-a");
   ck_assert(saw);
@@ -551,6 +554,13 @@ START_TEST(auto_strategy_is_sharded_on_cpu_and_trains_alike) {
   pe_client_program p;
   ck_assert_int_eq(pe_client_register(f.c, &bad, &p), PE_C_EARG);
   ck_assert_str_eq(pe_client_error(f.c), "register: strategy 9 unknown");
+  bad.strategy = PE_C_STRATEGY_AUTO;
+  bad.cuda_graph = (pe_client_cuda_graph)7;
+  ck_assert_int_eq(pe_client_register(f.c, &bad, &p), PE_C_EARG);
+  ck_assert_str_eq(pe_client_error(f.c), "register: cuda_graph 7 unknown");
+  /* A valid mode registers on cpu places (where it changes nothing). */
+  bad.cuda_graph = PE_C_CUDA_GRAPH_ON;
+  CD_OK(f.c, pe_client_register(f.c, &bad, &p));
   teardown_model(&f);
 }
 END_TEST

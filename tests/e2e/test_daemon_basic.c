@@ -8,9 +8,9 @@
 #include <sys/un.h>
 
 #include "check_main.h"
-#include "ir/program.h"
 #include "daemon_basic.h"
 #include "engine/device.h"
+#include "ir/program.h"
 #include "test_assert.h"
 
 START_TEST(test_ping_status) {
@@ -293,6 +293,16 @@ START_TEST(test_bad_requests) {
     reg.model = (char *)"kept";
     register_fails(s, &reg, PE_EUNKNOWN_VAR,
                    "keep: 'nope' is not a variable of the program's graph");
+    reg.options = NULL;
+  }
+
+  /* options.cuda_graph outside auto, on, off: refused, named. */
+  {
+    Pe__RegisterOptions co = PE__REGISTER_OPTIONS__INIT;
+    co.cuda_graph = (char *)"yes";
+    reg.options = &co;
+    reg.model = (char *)"graphs";
+    register_fails(s, &reg, PE_EINVAL, "options.cuda_graph 'yes' unknown (auto, on, off)");
     reg.options = NULL;
   }
 

@@ -516,6 +516,7 @@ static const char *other_value(const pe_config_key *k, const pe_srv_config *c, c
       {"server", "socket", "ipc:///tmp/pe-other.sock"},
       {"runtime", "places", "cpu:2"},
       {"runtime", "sync", "producer"},
+      {"runtime", "cuda_graph", "off"},
       {"state", "dir", "/tmp/pe-other-state"},
       {"state", "shutdown_checkpoint", "other"},
       {"metrics", "listen", "127.0.0.1:9464"},

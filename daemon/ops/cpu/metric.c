@@ -66,16 +66,17 @@ static pe_status *accuracy_infer(pe_infer_ctx *c) {
   if (!x || !label) return pe_infer_error(c, PE_EARITY, "needs inputs X and Label");
   PE_TRY(expect_scores(c, ACC_X, x));
   PE_TRY(pe_infer_expect_dtype(c, ACC_LABEL, 0, PE_I64));
+  /* Shapes are formatted on the error paths only: infer runs every step. */
   char sx[PE_SHAPE_STRLEN], sl[PE_SHAPE_STRLEN];
-  pe_shape_str(&x->shape, sx, sizeof sx);
-  pe_shape_str(&label->shape, sl, sizeof sl);
   if (x->shape.ndim != 2)
-    return pe_infer_error(c, PE_ESHAPE, "X '%s' %s must be [N,C]", pe_in_name(c, ACC_X, 0), sx);
+    return pe_infer_error(c, PE_ESHAPE, "X '%s' %s must be [N,C]", pe_in_name(c, ACC_X, 0),
+                          pe_shape_str(&x->shape, sx, sizeof sx));
   bool lshape = label->shape.ndim == 2 && label->shape.d[1] == 1;
   int64_t ln = label->shape.d[0], xn = x->shape.d[0];
   if (!lshape || (ln != xn && ln != -1 && xn != -1))
     return pe_infer_error(c, PE_ESHAPE, "Label '%s' %s must be [N,1] with N of X '%s' %s",
-                          pe_in_name(c, ACC_LABEL, 0), sl, pe_in_name(c, ACC_X, 0), sx);
+                          pe_in_name(c, ACC_LABEL, 0), pe_shape_str(&label->shape, sl, sizeof sl),
+                          pe_in_name(c, ACC_X, 0), pe_shape_str(&x->shape, sx, sizeof sx));
   pe_shape one = PE_SHAPE(1);
   pe_infer_set(c, ACC_ACCURACY, PE_F32, &one);
   pe_infer_set(c, ACC_CORRECT, PE_I64, &one);

@@ -76,17 +76,17 @@ static pe_status *expect_like(pe_infer_ctx *c, int slot, int param_slot) {
   pe_meta *m = pe_in_meta(c, slot, 0), *p = pe_in_meta(c, param_slot, 0);
   const char *sn = c->def->inputs[slot].name, *pn = c->def->inputs[param_slot].name;
   if (!m) return pe_infer_error(c, PE_EARITY, "missing input %s", sn);
+  if (pe_shape_equal(&m->shape, &p->shape) && m->dtype == p->dtype) return NULL;
+  /* Shapes are formatted on the error paths only: infer runs every step. */
   char sa[PE_SHAPE_STRLEN], sb[PE_SHAPE_STRLEN];
   pe_shape_str(&m->shape, sa, sizeof sa);
   pe_shape_str(&p->shape, sb, sizeof sb);
   if (!pe_shape_equal(&m->shape, &p->shape))
     return pe_infer_error(c, PE_ESHAPE, "%s '%s' has shape %s but %s '%s' has shape %s", sn,
                           pe_in_name(c, slot, 0), sa, pn, pe_in_name(c, param_slot, 0), sb);
-  if (m->dtype != p->dtype)
-    return pe_infer_error(c, PE_EDTYPE, "%s '%s' %s has dtype %s but %s '%s' %s has dtype %s", sn,
-                          pe_in_name(c, slot, 0), sa, pe_dtype_name(m->dtype), pn,
-                          pe_in_name(c, param_slot, 0), sb, pe_dtype_name(p->dtype));
-  return NULL;
+  return pe_infer_error(c, PE_EDTYPE, "%s '%s' %s has dtype %s but %s '%s' %s has dtype %s", sn,
+                        pe_in_name(c, slot, 0), sa, pe_dtype_name(m->dtype), pn,
+                        pe_in_name(c, param_slot, 0), sb, pe_dtype_name(p->dtype));
 }
 
 /* Grad: Param's shape and dtype, or with GradRows (`rows_slot`) a sparse

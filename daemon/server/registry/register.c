@@ -175,6 +175,7 @@ typedef struct reg_opts {
   pe_place_kind kind;
   int n_places;
   pe_sync_strategy sync;
+  pe_cuda_graph_mode cuda_graph;
   uint64_t seed;
   bool persistent;
   pe_limits lim;
@@ -231,6 +232,12 @@ static pe_status *resolve_options(pe_registry *r, const Pe__RegisterRequest *rq,
   if (o && (o->batch_hint < 0 || o->batch_hint > PE_PLACES_TRIAL_MAX_BATCH))
     return pe_error(PE_EINVAL, "register: options.batch_hint %lld is out of range (0..%d)",
                     (long long)o->batch_hint, PE_PLACES_TRIAL_MAX_BATCH);
+  ro->cuda_graph = PE_CUDA_GRAPH_AUTO;
+  if (s->cfg.cuda_graph) pe_cuda_graph_mode_parse(s->cfg.cuda_graph, &ro->cuda_graph);
+  if (o && o->cuda_graph && o->cuda_graph[0] &&
+      !pe_cuda_graph_mode_parse(o->cuda_graph, &ro->cuda_graph))
+    return pe_error(PE_EINVAL, "register: options.cuda_graph '%.32s' unknown (auto, on, off)",
+                    o->cuda_graph);
   ro->seed = o && o->seed ? o->seed : 1;
   ro->persistent = o && o->persistent;
   ro->lim = pe_server_limits(s);
@@ -303,6 +310,7 @@ static pe_status *compile_program(pe_server *s, const Pe__RegisterRequest *rq, c
   }
   p->handle = handle;
   p->sync = ro->sync;
+  p->cuda_graph = ro->cuda_graph;
   p->for_test = rq->options && rq->options->for_test;
   p->key = key;
   p->key_len = key_len;

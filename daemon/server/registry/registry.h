@@ -33,6 +33,7 @@
 
 #include "core/strmap.h"
 #include "engine/parallel/executor.h"
+#include "engine/step_graph_key.h"
 #include "server/checkpoint/file.h"
 #include "server/places_trial.h"
 #include "server/registry/model_shapes.h"
@@ -124,7 +125,8 @@ typedef struct pe_srv_program {
   pe_par_exec *exec;
   pe_par_exec *startup; /* NULL: the program has no startup block */
   pe_sync_strategy sync;
-  pe_graph_strategy strategy; /* as compiled: options.strategy, AUTO resolved */
+  pe_cuda_graph_mode cuda_graph; /* options.cuda_graph, else the daemon's */
+  pe_graph_strategy strategy;    /* as compiled: options.strategy, AUTO resolved */
   bool for_test;
   /* Its main graph changes no persistable (no optimizer, no state update;
    * a test-mode batch norm's running statistics, written onto themselves,

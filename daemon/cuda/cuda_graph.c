@@ -1,0 +1,198 @@
+/* Captured steps on cuda places (cuda/cuda_graph.h). */
+#include "cuda/cuda_graph.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_ctx.h"
+
+/* Per ordinal: captures running on that GPU (the allocator's guard). */
+#define MAX_ORDINALS 64
+static atomic_int capturing[MAX_ORDINALS];
+
+bool pe_cuda_graph_capturing(int ordinal) {
+  return ordinal >= 0 && ordinal < MAX_ORDINALS && atomic_load(&capturing[ordinal]) > 0;
+}
+
+/* Ops whose cuda kernel takes the generator's seed and offset as kernel
+ * arguments (ops_cuda_basic.c: pe_kernel_rng + pe_rng_reserve): a replay
+ * would repeat the captured step's numbers. */
+static const char *const frozen_rng[] = {"dropout", "uniform_random", "gaussian_random", NULL};
+
+bool pe_cuda_graph_op_capturable(const char *type, const char **why) {
+  *why = NULL;
+  for (int i = 0; frozen_rng[i]; i++)
+    if (!strcmp(type, frozen_rng[i])) {
+      *why =
+          "its cuda kernel takes the generator offset as an argument, which a replay would "
+          "repeat";
+      return false;
+    }
+  return true;
+}
+
+struct pe_cuda_graph {
+  int device;
+  cudaStream_t stream; /* compute: where replays run */
+  cudaGraphExec_t exec;
+  /* Pinned staging for feeds and fetches, grown as needed. */
+  void *pin;
+  size_t pin_cap;
+};
+
+/* Streams other than compute, joined into the capture. */
+static const pe_stream_kind joined[] = {PE_STREAM_COMM, PE_STREAM_H2D, PE_STREAM_D2H};
+#define N_JOINED (sizeof joined / sizeof *joined)
+
+static pe_status *cu(cudaError_t e, int ordinal, const char *what) {
+  if (e == cudaSuccess) return NULL;
+  return pe_status_wrap(pe_cuda_status(e, what), "cuda:%d: captured step", ordinal);
+}
+
+/* Make every joined stream wait on an event recorded on `from` (the fork),
+ * or `from` wait on each of them (the join: into == true). Events are
+ * plain cudaEvents owned by this call: cudaStreamWaitEvent copies the
+ * position, so they are destroyed at once. */
+static pe_status *link_streams(pe_device *d, bool join) {
+  cudaStream_t compute = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
+  pe_status *st = NULL;
+  for (size_t i = 0; i < N_JOINED && !st; i++) {
+    cudaStream_t other = pe_cuda_stream_handle(pe_device_stream(d, joined[i]));
+    cudaStream_t src = join ? other : compute, dst = join ? compute : other;
+    cudaEvent_t ev;
+    st = cu(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), d->place.id, "cudaEventCreate");
+    if (st) break;
+    st = cu(cudaEventRecord(ev, src), d->place.id,
+            join ? "join: cudaEventRecord" : "fork: cudaEventRecord");
+    if (!st)
+      st = cu(cudaStreamWaitEvent(dst, ev, 0), d->place.id,
+              join ? "join: cudaStreamWaitEvent" : "fork: cudaStreamWaitEvent");
+    cudaEventDestroy(ev);
+  }
+  return st;
+}
+
+pe_status *pe_cuda_graph_begin(pe_device *d) {
+  if (d->ops != &pe_device_cuda_ops)
+    return pe_error(PE_EINVAL, "step capture: place %s:%d is not a cuda place",
+                    pe_place_kind_name(d->place.kind), d->place.id);
+  if (d->place.id < 0 || d->place.id >= MAX_ORDINALS)
+    return pe_error(PE_EINVAL, "step capture: cuda:%d is past the %d GPUs it tracks", d->place.id,
+                    MAX_ORDINALS);
+  PE_TRY(cu(cudaSetDevice(d->place.id), d->place.id, "cudaSetDevice"));
+  cudaStream_t compute = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
+  atomic_fetch_add(&capturing[d->place.id], 1);
+  pe_status *st = cu(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal), d->place.id,
+                     "cudaStreamBeginCapture");
+  if (!st) st = link_streams(d, false);
+  if (st) {
+    cudaGraph_t g = NULL;
+    cudaStreamEndCapture(compute, &g);
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    atomic_fetch_sub(&capturing[d->place.id], 1);
+  }
+  return st;
+}
+
+pe_status *pe_cuda_graph_end(pe_device *d, pe_cuda_graph **out) {
+  *out = NULL;
+  cudaStream_t compute = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
+  pe_status *st = link_streams(d, true);
+  cudaGraph_t graph = NULL;
+  /* Always end the capture, also after a failed join: the streams must
+   * leave capture mode whatever happened. */
+  cudaError_t e = cudaStreamEndCapture(compute, &graph);
+  atomic_fetch_sub(&capturing[d->place.id], 1);
+  if (!st) st = cu(e, d->place.id, "cudaStreamEndCapture (an unsafe call or an unjoined stream)");
+  pe_cuda_graph *g = NULL;
+  if (!st && !(g = calloc(1, sizeof *g)))
+    st = pe_error(PE_ENOMEM, "cuda:%d: step capture: out of memory", d->place.id);
+  if (!st) {
+    g->device = d->place.id;
+    g->stream = compute;
+    st = cu(cudaGraphInstantiate(&g->exec, graph, 0), d->place.id, "cudaGraphInstantiate");
+  }
+  if (graph) cudaGraphDestroy(graph); /* the instantiated graph keeps what it needs */
+  if (st) {
+    cudaGetLastError(); /* a failed capture is not sticky */
+    pe_cuda_graph_free(g);
+    return st;
+  }
+  *out = g;
+  return NULL;
+}
+
+/* Pinned staging of at least `bytes` (kept across replays). */
+static pe_status *staging(pe_cuda_graph *g, size_t bytes) {
+  if (g->pin_cap >= bytes) return NULL;
+  pe_cuda_pinned_free(g->pin, g->pin_cap);
+  g->pin = pe_cuda_pinned_alloc(bytes, &g->pin_cap);
+  if (!g->pin) {
+    g->pin_cap = 0;
+    return pe_error(PE_ENOMEM, "cuda:%d: replay: out of pinned memory for %zu bytes of staging",
+                    g->device, bytes);
+  }
+  return NULL;
+}
+
+static size_t total_bytes(const pe_cuda_graph_io *io, int n) {
+  size_t b = 0;
+  for (int i = 0; i < n; i++) b += (io[i].bytes + 255) & ~(size_t)255;
+  return b;
+}
+
+pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds, int n_feeds,
+                                const pe_cuda_graph_io *fetches, int n_fetches,
+                                const int *finite_flag_dev, bool *finite) {
+  int d = g->device;
+  size_t in = total_bytes(feeds, n_feeds), outb = total_bytes(fetches, n_fetches);
+  PE_TRY(staging(g, (in > outb ? in : outb) + 256));
+  PE_TRY(cu(cudaSetDevice(g->device), d, "cudaSetDevice"));
+  /* Feeds: host -> pinned on this thread, then DMA on the compute stream,
+   * ordered before the graph (stream order). */
+  size_t at = 0;
+  for (int i = 0; i < n_feeds; i++) {
+    memcpy((char *)g->pin + at, feeds[i].host, feeds[i].bytes);
+    PE_TRY(cu(cudaMemcpyAsync(feeds[i].device, (char *)g->pin + at, feeds[i].bytes,
+                              cudaMemcpyHostToDevice, g->stream),
+              d, "replay: feed copy"));
+    at += (feeds[i].bytes + 255) & ~(size_t)255;
+  }
+  /* The staging is reused for the fetches below: the feeds' DMA must have
+   * read it first, which stream order gives (the fetch DMAs come after). */
+  PE_TRY(cu(cudaGraphLaunch(g->exec, g->stream), d, "cudaGraphLaunch"));
+  at = 0;
+  for (int i = 0; i < n_fetches; i++) {
+    PE_TRY(cu(cudaMemcpyAsync((char *)g->pin + at, fetches[i].device, fetches[i].bytes,
+                              cudaMemcpyDeviceToHost, g->stream),
+              d, "replay: fetch copy"));
+    at += (fetches[i].bytes + 255) & ~(size_t)255;
+  }
+  int *flag = (int *)((char *)g->pin + at);
+  if (finite_flag_dev)
+    PE_TRY(
+        cu(cudaMemcpyAsync(flag, finite_flag_dev, sizeof *flag, cudaMemcpyDeviceToHost, g->stream),
+           d, "replay: finite flag copy"));
+  /* One sync: the step's faults, the fetches and the flag arrive together. */
+  PE_TRY(cu(cudaStreamSynchronize(g->stream), d, "replayed step"));
+  at = 0;
+  for (int i = 0; i < n_fetches; i++) {
+    memcpy(fetches[i].host, (char *)g->pin + at, fetches[i].bytes);
+    at += (fetches[i].bytes + 255) & ~(size_t)255;
+  }
+  if (finite) *finite = !finite_flag_dev || *flag == 0;
+  return NULL;
+}
+
+void pe_cuda_graph_free(void *p) {
+  pe_cuda_graph *g = p;
+  if (!g) return;
+  if (g->exec) {
+    cudaSetDevice(g->device);
+    cudaGraphExecDestroy(g->exec);
+  }
+  pe_cuda_pinned_free(g->pin, g->pin_cap);
+  free(g);
+}

@@ -1,0 +1,92 @@
+/* Capturing one step of a cuda place as a CUDA graph and replaying it.
+ *
+ * What the executor does with it (engine/step_graph_key.h orders the steps
+ * of one key: warm-up, capture, replays):
+ *
+ *   pe_cuda_graph_begin(dev)      before the step's first launch
+ *     the step runs as usual: its kernels, copies, event records and waits
+ *     on the device's streams are recorded, not run
+ *   pe_cuda_graph_end(dev, &g)    after the step's last launch
+ *   ...
+ *   pe_cuda_graph_replay(g, ...)  each later step of the same key
+ *
+ * Streams. Capture starts on the compute stream; the comm and copy
+ * streams join it through an event recorded on compute that they wait on
+ * (the fork), and at the end compute waits on an event recorded on each of
+ * them (the join), as CUDA requires for a multi-stream capture. NCCL
+ * calls on the comm stream are captured like kernels (NCCL >= 2.9).
+ *
+ * Mode: cudaStreamCaptureModeThreadLocal. Global would make every other
+ * thread's unsafe call (a cudaMalloc of another model on the same daemon)
+ * fail while this capture runs; Relaxed would let an unsafe call on the
+ * capturing thread pass silently. ThreadLocal checks the capturing thread;
+ * the pool threads that launch the step's kernels are covered by the
+ * device allocator's guard (pe_cuda_graph_capturing: no cudaMalloc on a
+ * device while it captures; the allocation fails, the capture with it, and
+ * the key falls back with the reason).
+ *
+ * Feeds and fetches. A replay reads and writes the device addresses of the
+ * captured step. Feeds are copied before the launch, on the compute
+ * stream, from pinned staging into the step's fixed device buffers; the
+ * fetches are copied D2H after it into pinned staging, together with the
+ * device-side finite flag of the step (one int, written by the captured
+ * finite check), so one stream sync reads both.
+ *
+ * Random ops. A kernel argument is frozen at capture: an op that passes
+ * its generator offset as an argument (the cuda dropout and random
+ * kernels) would draw the same numbers on every replay, so such ops refuse
+ * the capture (pe_cuda_graph_op_capturable) until their kernels read the
+ * offset from device memory that the host advances before each replay.
+ *
+ * Threads: begin, end and replay of one device are called by the
+ * executor's run, one at a time per device. */
+#ifndef PE_CUDA_CUDA_GRAPH_H
+#define PE_CUDA_CUDA_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/status.h"
+#include "engine/device.h"
+
+typedef struct pe_cuda_graph pe_cuda_graph;
+
+/* Whether op `type` may be inside a captured step; false with *why (static
+ * text) for ops that sync the host or pass their generator offset as a
+ * kernel argument. */
+bool pe_cuda_graph_op_capturable(const char *type, const char **why);
+
+/* Whether cuda device `ordinal` is capturing now (the device allocator
+ * refuses cudaMalloc then). Any thread. */
+bool pe_cuda_graph_capturing(int ordinal);
+
+/* Start capturing d's streams (d is a cuda device). */
+pe_status *pe_cuda_graph_begin(pe_device *d);
+/* End the capture and instantiate it. On failure (an unsafe call, a
+ * stream left out of the join, an invalidated capture) the capture is
+ * discarded, d's streams are out of capture mode again, and the status
+ * says why; the step's work was not run: the caller runs it the normal way. */
+pe_status *pe_cuda_graph_end(pe_device *d, pe_cuda_graph **out);
+
+/* One feed or fetch of a replay: host memory, the step's device buffer. */
+typedef struct pe_cuda_graph_io {
+  void *host;
+  void *device;
+  size_t bytes;
+} pe_cuda_graph_io;
+
+/* Run the captured step once: feeds copied in (host -> pinned -> device),
+ * the graph launched on d's compute stream, fetches and the finite flag
+ * copied out, then a sync of the compute stream. *finite (may be NULL):
+ * the step's flag (false: a NaN or Inf reached a checked output). A fault
+ * of the replayed work comes back as the status, naming the graph's
+ * device, as a normal step's does. */
+pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds, int n_feeds,
+                                const pe_cuda_graph_io *fetches, int n_fetches,
+                                const int *finite_flag_dev, bool *finite);
+
+/* Frees g (instantiated graph, its staging); NULL: no-op. The signature is
+ * pe_step_graph_free_fn's. */
+void pe_cuda_graph_free(void *g);
+
+#endif
