@@ -58,7 +58,7 @@
   {"test-fraction", CLI_FLOAT, offsetof(train_cfg, test_fraction), 0, 1,                         \
    "rows of --data FILE held out for the test (0.1) when it has no test split"},                 \
   {"label-column", CLI_STR, offsetof(train_cfg, label_column), 0, 0,                             \
-   "the CSV column of the labels (the last)"},                                                   \
+   "the CSV label column, or columns A,B,... of a wide target (the last)"},                     \
   {"feed", CLI_STR, offsetof(train_cfg, feed), 0, 0,                                             \
    "auto (shm on an ipc:// socket, else socket) | shm | socket"},                                \
   {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "the same as --feed shm"},                   \
@@ -485,7 +485,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
           ",\"final_loss_finite\":%s,\"final_loss_window\":\"last_epoch\","
           "\"final_train_accuracy\":",
           isfinite(r->final_loss) ? "true" : "false");
-      cli_json_num(stdout, "%.4f", r->final_acc);
+      cli_json_num(stdout, "%.4f", t->m.accuracy[0] ? r->final_acc : NAN); /* null: none */
       printf(",\"train_handle\":\"%s\"", th);
       printf(
           ",\"recoveries\":%ld,\"steps_unfetched\":%ld,\"steps_rolled_back\":%ld,"
