@@ -1,7 +1,8 @@
 /* Model files: conf/models/mlp and cnn parse into exactly the programs of
  * pe_models.h (byte for byte, same feed/fetch names), the result decodes and
  * validates in the daemon's IR, and bad input gets a line-numbered error;
- * branches and residual sums (save / from / add) and conf/models/resnet. */
+ * branches and residual sums (save / from / add) and conf/models/resnet;
+ * regression targets and losses and conf/models/diabetes. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -678,6 +679,17 @@ START_TEST(regression_words) {
     ck_assert_int_eq(count_ops(mb, "accuracy"), 0);
     pe__program_desc__free_unpacked(pd, NULL);
   }
+  /* conf/models/diabetes: ten features, one target */
+  char path[1024], err[512];
+  conf_path(path, sizeof path, "diabetes");
+  pe_model_spec m;
+  ck_assert_msg(pe_model_file_load(path, &m, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(m.name, "diabetes");
+  ck_assert_int_eq(m.image_dims[1], 10);
+  ck_assert_int_eq(m.label_feed.dtype, PE_F32);
+  ck_assert_int_eq(m.label_feed.dims[1], 1);
+  ck_assert_str_eq(m.optimizer, "adam");
+  pe_model_spec_release(&m);
 }
 END_TEST
 
