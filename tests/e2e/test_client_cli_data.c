@@ -392,7 +392,8 @@ static const char *fresh_then_trained(cd_daemon *d, const char *model, const cha
 /* A model file with `target y` and `loss mse` learns a linear map from an
  * .npz (y f64, narrowed) and from a CSV (the target column in the middle):
  * the test loss falls below 5% of the fresh parameters', the weights come
- * out as the data's, and the figure is the loss (no accuracy: null). */
+ * out as the data's, and the figure is the loss (no accuracy: null; run
+ * fetches the loss alone). */
 START_TEST(regression_learns_a_linear_map) {
   cd_daemon d;
   cd_start(&d);
@@ -437,6 +438,12 @@ START_TEST(regression_learns_a_linear_map) {
   ck_assert_msg(
       strstr(slurp(d.dir, "out"), "test loss ") && !strstr(slurp(d.dir, "out"), "accuracy"), "%s",
       slurp(d.dir, "out"));
+  /* run fetches the loss; the model has no accuracy to fetch */
+  snprintf(args, sizeof args, "--json run --model '%s' --model-name lc --data '%s'", model, npz);
+  CLI_OK(&d, args);
+  ck_assert_msg(isfinite(json_num(last_line(d.dir), "mse_loss_0.out")), "%s", last_line(d.dir));
+  fails_with(&d, 2, "--fetch accuracy: the model has no accuracy",
+             "run --model '%s' --data '%s' --fetch loss,accuracy", model, npz);
   cd_stop(&d);
 }
 END_TEST
