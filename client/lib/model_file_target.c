@@ -51,10 +51,11 @@ static bool same_shape(const b_var *p, const b_var *t) {
 int mf_regression_loss(mf *m) {
   const char *kind = m->pos[0];
   if (!m->regression)
-    return mf_fail(m,
-                   "loss %s: '%s' holds class labels (the 'label' line, i64); a regression loss "
-                   "compares the prediction with a 'target' line's f32 values",
-                   kind, m->label);
+    return mf_fail(
+        m,
+        "loss %s: '%s' holds class labels (i64, a 'label' or 'targets' line); a regression "
+        "loss compares the prediction with a 'target' line's f32 values",
+        kind, m->label);
   if (!mf_is_regression_loss(kind))
     return mf_fail(m,
                    "loss %s: '%s' is a regression target (the 'target' line, f32); its losses are "

@@ -712,7 +712,7 @@ START_TEST(regression_errors_carry_the_line) {
                      "cnn:4: loss softmax_with_cross_entropy: 'y' is a regression target (the "
                      "'target' line, f32); its losses are mse, l1 and smooth_l1");
   expect_parse_error("input x 4\nlabel y\nfc 1\nloss mse\n",
-                     "cnn:4: loss mse: 'y' holds class labels (the 'label' line, i64)");
+                     "cnn:4: loss mse: 'y' holds class labels (i64, a 'label' or 'targets' line)");
   expect_parse_error_eq("input x 4\ntarget y\nfc 1\nloss mse beta=2\n",
                         "cnn:4: loss mse: beta applies to smooth_l1 only");
   expect_parse_error_eq("input x 4\ntarget y\nfc 1\nloss smooth_l1 beta=0\n",
