@@ -288,8 +288,12 @@ static int parse_strategy(const cli_ctx *ctx, const char *name, pe_client_strate
 enum { KEEP_MAX = 35 };
 static int keep_list(const cli_ctx *ctx, const pe_model_spec *m, const char *extra, char *buf,
                      size_t len, const char **keep, size_t *n) {
-  keep[0] = m->loss, keep[1] = m->accuracy, keep[2] = m->correct;
-  *n = 3;
+  /* a regression model has no accuracy nor correct count */
+  const char *own[] = {m->loss, m->accuracy, m->correct};
+  *n = 0;
+  for (int i = 0; i < 3; i++)
+    if (own[i][0]) keep[(*n)++] = own[i];
+  size_t n_own = *n;
   if (!extra) return CLI_OK;
   if (strlen(extra) >= len) return cli_usage(ctx, "--keep: longer than %zu bytes", len - 1);
   snprintf(buf, len, "%s", extra);
@@ -297,7 +301,7 @@ static int keep_list(const cli_ctx *ctx, const pe_model_spec *m, const char *ext
     if (*n == KEEP_MAX) return cli_usage(ctx, "--keep: more than %d names", KEEP_MAX - 3);
     keep[(*n)++] = t;
   }
-  return *n > 3 ? CLI_OK : cli_usage(ctx, "--keep: no names in '%s'", extra);
+  return *n > n_own ? CLI_OK : cli_usage(ctx, "--keep: no names in '%s'", extra);
 }
 
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,

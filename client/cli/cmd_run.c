@@ -115,13 +115,18 @@ static int parse_fetch(const cli_ctx *ctx, const pe_model_spec *m, const char *l
   *n_fetch = 0;
   if (!list) {
     fetch[(*n_fetch)++] = m->loss;
-    fetch[(*n_fetch)++] = m->accuracy;
+    if (m->accuracy[0]) fetch[(*n_fetch)++] = m->accuracy; /* a regression has none */
     return CLI_OK;
   }
   if (strlen(list) >= len) return cli_usage(ctx, "--fetch: longer than %zu bytes", len - 1);
   snprintf(buf, len, "%s", list);
   for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
     if (*n_fetch == MAX_FETCH) return cli_usage(ctx, "--fetch: more than %d names", MAX_FETCH);
+    if ((!strcmp(t, "accuracy") || !strcmp(t, "correct")) && !m->accuracy[0])
+      return cli_usage(ctx,
+                       "--fetch %s: the model has no accuracy (a regression: its figure is the "
+                       "loss)",
+                       t);
     fetch[(*n_fetch)++] = !strcmp(t, "loss")       ? m->loss
                           : !strcmp(t, "accuracy") ? m->accuracy
                           : !strcmp(t, "correct")  ? m->correct

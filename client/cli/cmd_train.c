@@ -59,7 +59,7 @@
   {"test-fraction", CLI_FLOAT, offsetof(train_cfg, test_fraction), 0, 1,                         \
    "rows of --data FILE held out for the test (0.1) when it has no test split"},                 \
   {"label-column", CLI_STR, offsetof(train_cfg, label_column), 0, 0,                             \
-   "the CSV column of the labels (the last)"},                                                   \
+   "the CSV label column, or columns A,B,... of a wide target (the last)"},                     \
   {"feed", CLI_STR, offsetof(train_cfg, feed), 0, 0,                                             \
    "auto (shm on an ipc:// socket, else socket) | shm | socket"},                                \
   {"shm", CLI_FLAG, offsetof(train_cfg, shm), 0, 0, "the same as --feed shm"},                   \
@@ -500,13 +500,14 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
           t->cfg.batch, t->cfg.epochs, t->cfg.start_epoch, r->steps, r->samples, t->cfg.seed,
           t->use_shm ? "true" : "false", t->cfg.per_request, sps, r->train_s, r->run_ms,
           r->queue_ms);
-      /* A diverged run's loss (NaN, inf): null, and said so. */
-      cli_json_num(stdout, "%.5f", r->final_loss);
+      /* A diverged run's loss (NaN, inf): null, and said so. A regression's
+       * in six significant digits: its error falls far below 1e-5. */
+      cli_json_num(stdout, t->m.correct[0] ? "%.5f" : "%.6g", r->final_loss);
       printf(
           ",\"final_loss_finite\":%s,\"final_loss_window\":\"last_epoch\","
           "\"final_train_accuracy\":",
           isfinite(r->final_loss) ? "true" : "false");
-      cli_json_num(stdout, "%.4f", r->final_acc);
+      cli_json_num(stdout, "%.4f", t->m.accuracy[0] ? r->final_acc : NAN); /* null: none */
       printf(",\"train_handle\":\"%s\"", th);
       printf(
           ",\"recoveries\":%ld,\"steps_unfetched\":%ld,\"steps_rolled_back\":%ld,"
@@ -540,7 +541,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     cli_json_num(stdout, "%.4f", t->m.correct[0] ? r->test_acc : NAN); /* null: no accuracy */
     if (trainer_eval_loss(t)) {
       printf(",\"test_loss\":");
-      cli_json_num(stdout, "%.5f", r->test_loss);
+      cli_json_num(stdout, t->m.correct[0] ? "%.5f" : "%.6g", r->test_loss);
     }
     if (trainer_bits(t)) {
       printf(",\"test_bits_per_char\":");
@@ -562,9 +563,10 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     char test[96], bits[48] = "";
     trainer_test_figure(t, r, r->test_acc, test, sizeof test);
     if (trainer_bits(t)) snprintf(bits, sizeof bits, " (%.3f bits/char)", r->final_loss / M_LN2);
-    printf("%s: %ld steps in %.2f s (%.0f samples/s through %s), last-epoch loss %.4f%s%s%s\n",
-           t->ns, r->steps, r->train_s, sps, pe_client_address(t->c), r->final_loss, bits, lost,
-           test);
+    char loss[32];
+    printf("%s: %ld steps in %.2f s (%.0f samples/s through %s), last-epoch loss %s%s%s%s\n", t->ns,
+           r->steps, r->train_s, sps, pe_client_address(t->c),
+           trainer_loss_str(t, r->final_loss, loss, sizeof loss), bits, lost, test);
   } else {
     char test[96];
     trainer_test_figure(t, r, r->test_acc, test, sizeof test);

@@ -3,8 +3,9 @@
  * files: cli_data_file_rows):
  *
  *   .npz  arrays named after the model's input and label feeds;
- *   .csv  a header row, the label column (--label-column, default the
- *         last) and the input's features (the other columns);
+ *   .csv  a header row, the label columns (--label-column A[,B...],
+ *         default the last ones, as many as the label feed's values per
+ *         example) and the input's features (the other columns);
  *   .txt  bytes for a language model with i64 [-1,T] token feeds.
  *
  * The test split: --test-data FILE (the same kind), else (.npz) the arrays
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "pe_builder.h"
 #include "trainer.h"
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -128,6 +130,13 @@ int trainer_load_data(trainer *t) {
       return cli_usage(t->ctx,
                        "--test-data, --test-fraction and --label-column go with --data FILE "
                        "(.npz, .csv, .txt)");
+    /* Fashion-MNIST's labels are classes: a regression target (f32)
+     * would be fed i64 class ids */
+    if (t->m.label_feed.ndim && t->m.label_feed.dtype != PE_B_I64)
+      return cli_usage(t->ctx,
+                       "%s: the label '%s' is a regression target (f32), and Fashion-MNIST has "
+                       "class labels: give --data FILE (.npz, .csv)",
+                       t->cfg.model, t->m.label);
     return load_images(t);
   }
   char err[1024];

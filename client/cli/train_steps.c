@@ -240,9 +240,10 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
   char bits[48] = "", train_acc[64] = "";
   if (trainer_bits(t)) snprintf(bits, sizeof bits, " (%.3f bits/char)", r->final_loss / M_LN2);
   if (t->m.accuracy[0]) snprintf(train_acc, sizeof train_acc, ", train %s %.4f", al, r->final_acc);
-  fprintf(stderr, "epoch %ld/%ld: %ld steps, mean loss %.4f%s%s, %.0f samples/s%s%s\n",
+  char loss[32];
+  fprintf(stderr, "epoch %ld/%ld: %ld steps, mean loss %s%s%s, %.0f samples/s%s%s\n",
           ep + t->cfg.start_epoch - 1, t->cfg.epochs + t->cfg.start_epoch - 1, e->steps,
-          r->final_loss, bits, train_acc, sps, lr, test);
+          trainer_loss_str(t, r->final_loss, loss, sizeof loss), bits, train_acc, sps, lr, test);
   return CLI_OK;
 }
 
@@ -313,7 +314,9 @@ void trainer_test_figure(const trainer *t, const train_result *r, double acc, ch
     return;
   }
   if (trainer_bits(t)) snprintf(bits, sizeof bits, " (%.3f bits/char)", r->test_loss / M_LN2);
-  snprintf(buf, len, ", test loss %.4f%s", r->test_loss, bits);
+  char loss[32];
+  snprintf(buf, len, ", test loss %s%s", trainer_loss_str(t, r->test_loss, loss, sizeof loss),
+           bits);
 }
 
 int trainer_evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, double *secs) {

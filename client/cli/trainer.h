@@ -129,6 +129,14 @@ static inline bool trainer_bits(const trainer *t) {
   return t->train && t->train->kind == PE_FEED_TEXT;
 }
 
+/* A loss as text: "%.4f", but for a regression (no accuracy) "%.4g",
+ * since its mean squared error falls far below the 1e-4 that "%.4f"
+ * shows as 0; buf: at least 32 bytes. */
+static inline const char *trainer_loss_str(const trainer *t, double v, char *buf, size_t n) {
+  snprintf(buf, n, t->m.correct[0] ? "%.4f" : "%.4g", v);
+  return buf;
+}
+
 /* The evaluation measures the mean loss: the model has no accuracy, or
  * the data is text (a language model's figure is its loss). */
 static inline bool trainer_eval_loss(const trainer *t) {

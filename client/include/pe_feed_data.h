@@ -6,8 +6,9 @@
  * loaded Fashion-MNIST split without a copy.
  *
  * Every reader checks its arrays against the feeds the program declares
- * (pe_program_feed): the dtype (f32 or i64, no conversion) and the
- * dimensions after the batch. Errors name the file, the array or column,
+ * (pe_program_feed): the dtype (f32 or i64; an .npz's f64 array fills an
+ * f32 feed, narrowed, no other conversion) and the dimensions after the
+ * batch. Errors name the file, the array or column,
  * and both shapes.
  *
  * Batches: pe_feed_data_batcher walks the rows with pe_batcher (the same
@@ -110,15 +111,19 @@ void pe_feed_data_gather(const pe_feed_data *d, const int64_t *idx, int lo, int 
  * -1 with a message naming the file.
  *
  * .npz (numpy.savez, stored or deflated): arrays `<prefix><x->name>` and
- * `<prefix><y->name>`, dtype '<f4' or '<i8' (as the feed), also '<f8' /
- * '<i4' only to be refused by name; C order. Returns 1 (no message) when
+ * `<prefix><y->name>`, dtype '<f4' or '<i8' (as the feed), '<f8' for an
+ * f32 feed (narrowed to f32), other dtypes only to be refused by name; C
+ * order. Returns 1 (no message) when
  * neither array exists and prefix is not empty (an optional split). */
 int pe_npz_read(const char *path, const char *prefix, const pe_feed_decl *x, const pe_feed_decl *y,
                 pe_feed_data **out, char *err, size_t errlen);
 
-/* CSV with a header row: column `label` (NULL: the last) is y's, the
- * others, in file order, are x's features (x: f32 [-1, D] with D the
- * other columns). Cells are numbers; an i64 label takes integers only. */
+/* CSV with a header row: the columns `label` names, comma-separated and
+ * in order (NULL: the last ones, as many as y has values per example), are
+ * y's; several fill a y of that many values per example, row-major (an
+ * f32 [-1, D] target: D columns). The others, in file order, are x's
+ * features (x: f32 [-1, D] with D the other columns). Cells are numbers;
+ * an i64 label takes integers only. */
 int pe_csv_read(const char *path, const char *label, const pe_feed_decl *x, const pe_feed_decl *y,
                 pe_feed_data **out, char *err, size_t errlen);
 

@@ -37,8 +37,8 @@ typedef struct pe_model_spec {
   char image[PE_MODEL_NAME_LEN]; /* feed names */
   char label[PE_MODEL_NAME_LEN];
   char loss[PE_MODEL_NAME_LEN];     /* fetch: mean loss, f32 [1] */
-  char accuracy[PE_MODEL_NAME_LEN]; /* fetch: batch accuracy, f32 [1] */
-  char correct[PE_MODEL_NAME_LEN];  /* fetch: correct predictions, i64 [1] */
+  char accuracy[PE_MODEL_NAME_LEN]; /* fetch: batch accuracy, f32 [1]; "": a regression */
+  char correct[PE_MODEL_NAME_LEN];  /* fetch: correct predictions, i64 [1]; "": a regression */
   int image_ndim;
   int64_t image_dims[4]; /* with -1 for the batch */
   int image_dtype;       /* pe_b_dtype of the image feed: 0 f32; 3 i64 token ids */

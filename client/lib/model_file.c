@@ -10,7 +10,8 @@
  * mark are recorded at the end, so the file's order of `loss`, `accuracy`,
  * `optimizer` and `schedule` lines matters only for op order (pe_models.h
  * emits loss, then accuracy). Reading the file and resolving --model are
- * model_resolve.c; the sequence-model words are model_file_seq.c. */
+ * model_resolve.c; the sequence-model words are model_file_seq.c, the
+ * regression words model_file_target.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -370,18 +371,21 @@ static const char *class_label(const mf *m) {
 
 static int h_loss(mf *m) {
   if (mf_need_input(m)) return -1;
-  if (!m->label) return mf_fail(m, "loss: no 'label' line before it");
-  if (m->targets && mf_built(m, mf_seq_rows(m))) return -1;
-  const char *per_example;
-  if (strcmp(m->pos[0], "softmax_with_cross_entropy") == 0)
-    per_example = pe_builder_softmax_with_cross_entropy(m->b, m->x, class_label(m), NULL);
-  else if (strcmp(m->pos[0], "cross_entropy") == 0)
-    per_example = pe_builder_cross_entropy(m->b, m->x, class_label(m));
-  else
+  if (!m->label) return mf_fail(m, "loss: no 'label', 'targets' or 'target' line before it");
+  const char *kind = m->pos[0];
+  bool cls = !strcmp(kind, "softmax_with_cross_entropy") || !strcmp(kind, "cross_entropy");
+  if (!cls && !mf_is_regression_loss(kind))
     return mf_fail(m,
                    "loss: unknown kind '%s' (known: softmax_with_cross_entropy, "
-                   "cross_entropy)",
-                   m->pos[0]);
+                   "cross_entropy, mse, l1, smooth_l1)",
+                   kind);
+  if (!cls || m->regression) return mf_regression_loss(m);
+  if (m->targets && mf_built(m, mf_seq_rows(m))) return -1;
+  const char *per_example;
+  if (strcmp(kind, "softmax_with_cross_entropy") == 0)
+    per_example = pe_builder_softmax_with_cross_entropy(m->b, m->x, class_label(m), NULL);
+  else
+    per_example = pe_builder_cross_entropy(m->b, m->x, class_label(m));
   const char *logits = m->x;
   if (mf_built(m, per_example) || mf_built(m, pe_builder_mean(m->b, per_example))) return -1;
   m->loss = m->x;
@@ -393,6 +397,11 @@ static int h_accuracy(mf *m) {
   long k = 1;
   if (!m->x) return mf_fail(m, "accuracy: no 'input' line before it");
   if (!m->label) return mf_fail(m, "accuracy: no 'label' line before it");
+  if (m->regression)
+    return mf_fail(m,
+                   "accuracy: '%s' is a regression target (the 'target' line): there are no "
+                   "classes to score; the loss is the model's figure (leave this line out)",
+                   m->label);
   if (m->acc) return mf_fail(m, "accuracy: a second accuracy line");
   if (m->targets && !m->label_rows)
     return mf_fail(m, "accuracy: per-position targets are scored after the 'loss' line");
@@ -527,6 +536,7 @@ static const mf_row rows[] = {
     {"label", 1, 1, "", h_label, "label NAME"},
     {"tokens", 2, 2, "", mf_h_tokens, "tokens NAME T"},
     {"targets", 2, 2, "", mf_h_targets, "targets NAME T"},
+    {"target", 1, 4, "", mf_h_target, "target NAME [DIM...]"},
     {"fc", 1, 1, "act= name= no_bias num_col_dims=", h_fc, "fc SIZE [act=A]"},
     {"conv2d", 2, 2, "stride= pad= dilation= groups= act= name= no_bias", h_conv2d,
      "conv2d OUT K[xK] [stride=S] [pad=P] [act=A]"},
@@ -551,7 +561,8 @@ static const mf_row rows[] = {
     {"save", 1, 1, "", h_save, "save LABEL"},
     {"from", 1, 1, "", h_from, "from LABEL"},
     {"add", 1, 1, "act= name=", h_add, "add LABEL [act=A]"},
-    {"loss", 1, 1, "", h_loss, "loss softmax_with_cross_entropy|cross_entropy"},
+    {"loss", 1, 1, "beta=", h_loss,
+     "loss softmax_with_cross_entropy|cross_entropy|mse|l1|smooth_l1 [beta=X]"},
     {"accuracy", 0, 0, "top=", h_accuracy, "accuracy [top=K]"},
     {"optimizer", 1, 1,
      "lr= mu= nesterov beta1= beta2= epsilon= weight_decay= no_decay_1d clip_norm=", h_optimizer,
@@ -643,9 +654,9 @@ static int finish(mf *m, const pe_model_opts *o, pe_model_spec *out) {
   m->line = 0;
   m->kw = "end of file";
   if (!m->image) return mf_fail(m, "no 'input' line");
-  if (!m->label) return mf_fail(m, "no 'label' line");
+  if (!m->label) return mf_fail(m, "no 'label' line (class labels) or 'target' line (regression)");
   if (!m->loss) return mf_fail(m, "no 'loss' line");
-  if (!m->acc) return mf_fail(m, "no 'accuracy' line");
+  if (!m->acc && !m->regression) return mf_fail(m, "no 'accuracy' line");
   if (m->sched_line) {
     /* the schedule's errors carry its line */
     m->line = m->sched_line;
@@ -686,10 +697,13 @@ static int finish(mf *m, const pe_model_opts *o, pe_model_spec *out) {
   snprintf(out->image, sizeof out->image, "%s", m->image);
   snprintf(out->label, sizeof out->label, "%s", m->label);
   snprintf(out->loss, sizeof out->loss, "%s", m->loss);
-  snprintf(out->accuracy, sizeof out->accuracy, "%s", m->acc);
-  /* the accuracy layer's outputs are "<layer>.out" / ".correct" (pe_builder.h) */
-  snprintf(out->correct, sizeof out->correct, "%.*s.correct",
-           (int)(strlen(m->acc) - strlen(".out")), m->acc);
+  /* the accuracy layer's outputs are "<layer>.out" / ".correct" (pe_builder.h);
+   * a regression model has neither */
+  if (m->acc) {
+    snprintf(out->accuracy, sizeof out->accuracy, "%s", m->acc);
+    snprintf(out->correct, sizeof out->correct, "%.*s.correct",
+             (int)(strlen(m->acc) - strlen(".out")), m->acc);
+  }
   out->image_ndim = m->image_ndim;
   out->image_dtype = m->tokens ? PE_B_I64 : PE_B_F32;
   out->label_len = m->targets ? m->seq_len : 0;

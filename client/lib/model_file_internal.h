@@ -1,6 +1,7 @@
 /* Internals of the model-file parser shared by model_file.c (the keyword
- * table, the line reader, the image and training words) and
- * model_file_seq.c (the sequence-model words). Not installed. */
+ * table, the line reader, the image and training words),
+ * model_file_seq.c (the sequence-model words) and model_file_target.c
+ * (regression targets and their losses). Not installed. */
 #ifndef PE_CLIENT_MODEL_FILE_INTERNAL_H
 #define PE_CLIENT_MODEL_FILE_INTERNAL_H
 
@@ -39,6 +40,9 @@ typedef struct mf {
    * label is i64 [-1, T]: one class per position) and the causal mask the
    * attention lines share (made at the first `causal`) */
   bool tokens, targets;
+  /* `target`: the label is f32 regression values, the loss mse, l1 or
+   * smooth_l1, and there is no accuracy */
+  bool regression;
   int64_t seq_len;
   const char *causal_mask;
   const char *label_rows; /* the targets as rows [B*T, 1], made by the loss line */
@@ -89,5 +93,11 @@ int mf_h_gelu(mf *m);
 int mf_h_attention(mf *m);
 int mf_h_transformer_block(mf *m);
 const char *mf_seq_rows(mf *m);
+
+/* Regression (model_file_target.c): the `target` line, and the `loss`
+ * line of a regression kind or of a model with a target. */
+int mf_h_target(mf *m);
+bool mf_is_regression_loss(const char *kind);
+int mf_regression_loss(mf *m);
 
 #endif

@@ -6,8 +6,10 @@
  * header, a Python dict literal such as
  *   {'descr': '<f4', 'fortran_order': False, 'shape': (150, 4), }
  * and the data, C order. The header is read here as far as those three
- * keys go; the data is copied as it is (little-endian dtypes only). */
+ * keys go; the data is copied as it is (little-endian dtypes only), but
+ * for '<f8' into an f32 feed, which is narrowed to f32. */
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +104,17 @@ static int zread(zip_file_t *f, void *buf, size_t n) {
   return 0;
 }
 
+/* n doubles at p into n floats at p: element i is read before float i
+ * is written, and float i lies within doubles 0..i. */
+static void narrow_f64(void *p, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    double v;
+    memcpy(&v, (char *)p + i * sizeof v, sizeof v);
+    float f = (float)v;
+    memcpy((char *)p + i * sizeof f, &f, sizeof f);
+  }
+}
+
 /* Array `name` of z into a, checked against f. 1: no such entry. */
 static int npz_array(zip_t *z, const char *file, const char *name, const pe_feed_decl *f,
                      pe_feed_array *a, char *err, size_t errlen) {
@@ -130,15 +143,21 @@ static int npz_array(zip_t *z, const char *file, const char *name, const pe_feed
   if (zread(zf, h, hlen)) goto truncated;
   char what[PE_FEED_NAME_LEN + 16];
   snprintf(what, sizeof what, "array '%s'", name);
-  if (npy_parse_header(h, file, name, a, err, errlen) ||
-      pe_feed_array_check(a, f, file, what, err, errlen))
-    goto out;
-  size_t bytes = (size_t)a->dims[0] * a->row_bytes;
+  if (npy_parse_header(h, file, name, a, err, errlen)) goto out;
+  /* f64 for an f32 feed (numpy's default dtype): read, then narrowed */
+  bool narrow = a->dtype == PE_B_F64 && f->dtype == PE_B_F32;
+  if (narrow) {
+    a->dtype = PE_B_F32;
+    a->row_bytes /= 2;
+  }
+  if (pe_feed_array_check(a, f, file, what, err, errlen)) goto out;
+  size_t bytes = (size_t)a->dims[0] * a->row_bytes * (narrow ? 2 : 1);
   if (!(a->data = malloc(bytes + 1))) {
     snprintf(err, errlen, "%s: array '%s': out of memory for %zu bytes", file, name, bytes);
     goto out;
   }
   if (zread(zf, a->data, bytes)) goto truncated;
+  if (narrow) narrow_f64(a->data, bytes / sizeof(double));
   rc = 0;
   goto out;
 truncated:

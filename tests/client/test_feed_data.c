@@ -1,8 +1,8 @@
 /* The user's data as feed rows (pe_feed_data.h): .npz arrays of any
- * declared shape and an f32 label (regression), CSV regression and class
- * columns, a text file's windows for a byte-level language model, the
- * held-out split, the prefetcher over rows, and the errors, each naming
- * the file, the array or column and the shapes. */
+ * declared shape and an f32 label (regression), f64 narrowed to f32 feeds,
+ * CSV regression (one or several target columns) and class columns, a text file's windows for a
+ * byte-level language model, the held-out split, the prefetcher over rows, and the errors, each
+ * naming the file, the array or column and the shapes. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,12 +92,34 @@ START_TEST(npz_regression_rows) {
 }
 END_TEST
 
+/* f64 arrays (numpy's default) fill f32 feeds, narrowed: a [N,2,3] input
+ * and a [N,2] target, the values as (float) of the doubles. */
+START_TEST(npz_f64_narrowed) {
+  pe_feed_decl x, y;
+  feeds(PE_B_F32, PE_B_SHAPE(-1, 2, 3), PE_B_F32, PE_B_SHAPE(-1, 2), &x, &y);
+  double xv[4 * 6], yv[4 * 2];
+  for (int i = 0; i < 24; i++) xv[i] = 0.1 * i - 1;
+  for (int i = 0; i < 8; i++) yv[i] = 1e3 / (i + 1);
+  npz_array a[] = {{"x", "<f8", 3, {4, 2, 3}, xv, 8, false}, {"y", "<f8", 2, {4, 2}, yv, 8, false}};
+  ck_assert(npz_write(path_of("f.npz"), a, 2, true));
+  pe_feed_data *d;
+  char err[512];
+  ck_assert_msg(pe_npz_read(path_of("f.npz"), "", &x, &y, &d, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(d->x.dtype, PE_B_F32);
+  ck_assert_uint_eq(d->x.row_bytes, 6 * sizeof(float));
+  ck_assert_uint_eq(d->y.row_bytes, 2 * sizeof(float));
+  for (int i = 0; i < 24; i++) ck_assert(((const float *)d->x.data)[i] == (float)xv[i]);
+  for (int i = 0; i < 8; i++) ck_assert(((const float *)d->y.data)[i] == (float)yv[i]);
+  pe_feed_data_free(d);
+}
+END_TEST
+
 /* Wrong dtype, shape, a missing array, Fortran order: each error names
  * the file, the array and both dtypes or shapes. */
 START_TEST(npz_errors_name_array_and_shapes) {
   pe_feed_decl x, y;
   feeds(PE_B_F32, PE_B_SHAPE(-1, 4), PE_B_I64, PE_B_SHAPE(-1, 1), &x, &y);
-  double xd[3 * 4] = {0};
+  double yd[3] = {0};
   float xf[3 * 5] = {0};
   int32_t yi[3] = {0};
   int64_t yl[3] = {0};
@@ -106,9 +128,9 @@ START_TEST(npz_errors_name_array_and_shapes) {
     int n;
     const char *want[3];
   } cases[] = {
-      {{{"x", "<f8", 2, {3, 4}, xd, 8, false}, {"y", "<i8", 1, {3}, yl, 8, false}},
+      {{{"x", "<f4", 2, {3, 4}, xf, 4, false}, {"y", "<f8", 1, {3}, yd, 8, false}},
        2,
-       {"array 'x' is f64 [3,4]", "feed 'x' is f32 [N,4]", "bad.npz"}},
+       {"array 'y' is f64 [3]", "feed 'y' is i64 [N,1]", "bad.npz"}},
       {{{"x", "<f4", 2, {3, 5}, xf, 4, false}, {"y", "<i8", 1, {3}, yl, 8, false}},
        2,
        {"array 'x' has shape [3,5]", "feed 'x' needs [N,4]", "bad.npz"}},
@@ -178,6 +200,12 @@ START_TEST(csv_columns_and_errors) {
        "bad.csv: the input (3 feature columns) has shape [1,3]; the model's feed 'x' needs [N,2]",
        &y},
       {"a,b,y\n", NULL, "bad.csv: a header and no data rows", &y},
+      {"a,b,y\n1,2,3\n", "y,y", "bad.csv: --label-column names column 'y' twice", &y},
+      {"a,b,y\n1,2,3\n", "a,b,y", "bad.csv: --label-column names every column", &y},
+      {"a,b,y\n1,2,3\n", "b,y",
+       "bad.csv: --label-column 'b,y' names 2 column(s); the model's label feed 'y' [-1,1] takes "
+       "1 value(s) per example",
+       &y},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     write_text("bad.csv", bad[i].text, strlen(bad[i].text));
@@ -185,6 +213,46 @@ START_TEST(csv_columns_and_errors) {
         pe_csv_read(path_of("bad.csv"), bad[i].label, &x, bad[i].y, &d, err, sizeof err), -1);
     ck_assert_msg(strstr(err, bad[i].want), "case %zu: '%s' lacks '%s'", i, err, bad[i].want);
   }
+}
+END_TEST
+
+/* A wide target: the columns --label-column names, in its order, or the
+ * last ones; a [-1,2,2] target takes four columns row-major. */
+START_TEST(csv_wide_target) {
+  pe_feed_decl x, y2, y22;
+  feeds(PE_B_F32, PE_B_SHAPE(-1, 2), PE_B_F32, PE_B_SHAPE(-1, 2), &x, &y2);
+  const char *csv = "t1,a,t0,b\n1,2,3,4\n5,6,7,8\n";
+  write_text("w.csv", csv, strlen(csv));
+  pe_feed_data *d;
+  char err[512];
+  ck_assert_msg(pe_csv_read(path_of("w.csv"), "t0,t1", &x, &y2, &d, err, sizeof err) == 0, "%s",
+                err);
+  const float *xv = d->x.data, *yv = d->y.data;
+  ck_assert(xv[0] == 2 && xv[1] == 4 && xv[2] == 6 && xv[3] == 8);
+  ck_assert(yv[0] == 3 && yv[1] == 1 && yv[2] == 7 && yv[3] == 5);
+  ck_assert_int_eq(d->y.ndim, 2);
+  ck_assert_int_eq(d->y.dims[1], 2);
+  pe_feed_data_free(d);
+  /* by default the last two: t0 and b, in file order */
+  ck_assert_msg(pe_csv_read(path_of("w.csv"), NULL, &x, &y2, &d, err, sizeof err) == 0, "%s", err);
+  xv = d->x.data, yv = d->y.data;
+  ck_assert(xv[0] == 1 && xv[1] == 2 && yv[0] == 3 && yv[1] == 4);
+  pe_feed_data_free(d);
+  pe_feed_decl x1;
+  feeds(PE_B_F32, PE_B_SHAPE(-1, 1), PE_B_F32, PE_B_SHAPE(-1, 2, 2), &x1, &y22);
+  const char *sq = "a,b,c,d,e\n1,2,3,4,5\n";
+  write_text("s.csv", sq, strlen(sq));
+  ck_assert_msg(pe_csv_read(path_of("s.csv"), "e,d,c,b", &x1, &y22, &d, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_int_eq(d->y.ndim, 3);
+  yv = d->y.data;
+  ck_assert(yv[0] == 5 && yv[1] == 4 && yv[2] == 3 && yv[3] == 2 && *(float *)d->x.data == 1);
+  pe_feed_data_free(d);
+  ck_assert_int_eq(pe_csv_read(path_of("s.csv"), "e", &x1, &y22, &d, err, sizeof err), -1);
+  ck_assert_msg(strstr(err,
+                       "s.csv: --label-column 'e' names 1 column(s); the model's label feed "
+                       "'y' [-1,2,2] takes 4 value(s) per example"),
+                "%s", err);
 }
 END_TEST
 
@@ -287,6 +355,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, npz_regression_rows);
   tcase_add_test(tc, npz_errors_name_array_and_shapes);
   tcase_add_test(tc, csv_columns_and_errors);
+  tcase_add_test(tc, npz_f64_narrowed);
+  tcase_add_test(tc, csv_wide_target);
   tcase_add_test(tc, text_windows);
   tcase_add_test(tc, split_and_prefetch);
   suite_add_tcase(s, tc);

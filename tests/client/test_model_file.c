@@ -1,7 +1,8 @@
 /* Model files: conf/models/mlp and cnn parse into exactly the programs of
  * pe_models.h (byte for byte, same feed/fetch names), the result decodes and
  * validates in the daemon's IR, and bad input gets a line-numbered error;
- * branches and residual sums (save / from / add) and conf/models/resnet. */
+ * branches and residual sums (save / from / add) and conf/models/resnet;
+ * regression targets and losses and conf/models/diabetes. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -640,6 +641,101 @@ START_TEST(sequence_errors_carry_the_line) {
 }
 END_TEST
 
+/* Regression: `target NAME [D...]` declares an f32 feed [-1, D...] ([-1, 1]
+ * without dims), `loss mse|l1|smooth_l1` compares the current variable
+ * with it, and the model has no accuracy (the trainer's figure is the
+ * loss). */
+START_TEST(regression_words) {
+  static const struct {
+    const char *text, *op;
+    int ndim;
+    int64_t d1, d2;
+  } cases[] = {
+      {"input x 4\ntarget y\nfc 1\nloss mse\noptimizer sgd lr=0.01\n", "square", 2, 1, 0},
+      {"input x 4\ntarget y 2\nfc 2\nloss l1\noptimizer sgd lr=0.01\n", "abs", 2, 2, 0},
+      {"input x 2 3\ntarget y 2 3\nfc 3 num_col_dims=2\nloss smooth_l1 beta=0.5\n"
+       "optimizer adam lr=0.01\n",
+       "smooth_l1_loss", 3, 2, 3},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pe_model_spec m;
+    char err[512];
+    ck_assert_msg(
+        pe_model_file_parse(cases[i].text, strlen(cases[i].text), "reg", &m, err, sizeof err) == 0,
+        "%s", err);
+    ck_assert_str_eq(m.label, "y");
+    ck_assert_str_eq(m.accuracy, "");
+    ck_assert_str_eq(m.correct, "");
+    ck_assert_int_eq(m.label_len, 0);
+    ck_assert_int_eq(m.label_feed.dtype, PE_F32);
+    ck_assert_int_eq(m.label_feed.ndim, cases[i].ndim);
+    ck_assert_int_eq(m.label_feed.dims[0], -1);
+    ck_assert_int_eq(m.label_feed.dims[1], cases[i].d1);
+    if (cases[i].ndim == 3) ck_assert_int_eq(m.label_feed.dims[2], cases[i].d2);
+    pe_model_spec_release(&m);
+    Pe__ProgramDesc *pd = parse_unpacked(cases[i].text);
+    const Pe__BlockDesc *mb = pd->blocks[pd->main_block];
+    ck_assert_int_eq(count_ops(mb, cases[i].op), 1);
+    ck_assert_int_eq(count_ops(mb, "accuracy"), 0);
+    pe__program_desc__free_unpacked(pd, NULL);
+  }
+  /* conf/models/diabetes: ten features, one target */
+  char path[1024], err[512];
+  conf_path(path, sizeof path, "diabetes");
+  pe_model_spec m;
+  ck_assert_msg(pe_model_file_load(path, &m, err, sizeof err) == 0, "%s", err);
+  ck_assert_str_eq(m.name, "diabetes");
+  ck_assert_int_eq(m.image_dims[1], 10);
+  ck_assert_int_eq(m.label_feed.dtype, PE_F32);
+  ck_assert_int_eq(m.label_feed.dims[1], 1);
+  ck_assert_str_eq(m.optimizer, "adam");
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+/* A target and a class loss, a label and a regression loss, an accuracy
+ * of a target, and shapes that differ: refused, naming the line, the
+ * variables and their shapes. */
+START_TEST(regression_errors_carry_the_line) {
+  expect_parse_error_eq("input x 4\ntarget y\nfc 3\nloss mse\n",
+                        "cnn:4: loss mse: the prediction 'fc_0.out' [-1,3] and the target 'y' "
+                        "[-1,1] differ in shape (the layer before the loss outputs the target's "
+                        "shape)");
+  expect_parse_error("input x 2 3\ntarget y 3\nfc 3 num_col_dims=2\nloss l1\n",
+                     "cnn:4: loss l1: the prediction 'fc_0.out' [-1,2,3] and the target 'y' "
+                     "[-1,3] differ in shape");
+  expect_parse_error_eq("input x 4\ntarget y\nfc 1\nloss mse\naccuracy\n",
+                        "cnn:5: accuracy: 'y' is a regression target (the 'target' line): there "
+                        "are no classes to score; the loss is the model's figure (leave this "
+                        "line out)");
+  expect_parse_error("input x 4\ntarget y\nfc 1\nloss softmax_with_cross_entropy\n",
+                     "cnn:4: loss softmax_with_cross_entropy: 'y' is a regression target (the "
+                     "'target' line, f32); its losses are mse, l1 and smooth_l1");
+  expect_parse_error("input x 4\nlabel y\nfc 1\nloss mse\n",
+                     "cnn:4: loss mse: 'y' holds class labels (i64, a 'label' or 'targets' line)");
+  expect_parse_error_eq("input x 4\ntarget y\nfc 1\nloss mse beta=2\n",
+                        "cnn:4: loss mse: beta applies to smooth_l1 only");
+  expect_parse_error_eq("input x 4\ntarget y\nfc 1\nloss smooth_l1 beta=0\n",
+                        "cnn:4: loss: beta '0' is not a number in (0, 1e+06]");
+  expect_parse_error("input x 4\nlabel y\nfc 3\nloss softmax_with_cross_entropy beta=1\n",
+                     "cnn:4: loss: option 'beta' does not apply here");
+  expect_parse_error_eq("input x 4\ntarget y\nfc 1\nloss huber\n",
+                        "cnn:4: loss: unknown kind 'huber' (known: softmax_with_cross_entropy, "
+                        "cross_entropy, mse, l1, smooth_l1)");
+  expect_parse_error_eq("input x 4\nlabel y\ntarget z\n",
+                        "cnn:3: target: a second label ('y' is declared)");
+  expect_parse_error_eq("input x 4\ntarget y 0\n",
+                        "cnn:2: target: dim '0' is not an integer in [1, 1048576]");
+  expect_parse_error_eq("input x 4\nfc 1\nloss mse\n",
+                        "cnn:3: loss: no 'label', 'targets' or 'target' line before it");
+  expect_parse_error_eq("input x 4\nfc 1\n",
+                        "cnn: no 'label' line (class labels) or 'target' line (regression)");
+  /* class labels still need their accuracy */
+  expect_parse_error_eq("input x 4\nlabel y\nfc 3\nloss softmax_with_cross_entropy\n",
+                        "cnn: no 'accuracy' line");
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("model_file");
   TCase *tc = tcase_create("model_file");
@@ -661,6 +757,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, sequence_words);
   tcase_add_test(tc, embedding_sparse_word);
   tcase_add_test(tc, sequence_errors_carry_the_line);
+  tcase_add_test(tc, regression_words);
+  tcase_add_test(tc, regression_errors_carry_the_line);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,12 +1,14 @@
 /* pe-client train and eval on the user's own data (--data FILE): an .npz
  * of the model's feeds, with its test/ arrays or a held-out fraction; a
- * CSV with a named label column; and the errors of bad inputs, each
- * naming the file, the array or column and the shapes. pe-client run feeds
+ * CSV with a named label column; regression targets (a model file's
+ * `target` and `loss mse`) of one and two values; and the errors of bad
+ * inputs, each naming the file, the array or column and the shapes. pe-client run feeds
  * the first rows of the same files. Fashion-MNIST stays the data without
  * --data (test_client_cli.c). Skipped (77) when pe-executord or pe-client
  * is not built. */
 #include <check.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,8 +177,8 @@ START_TEST(bad_inputs_named) {
   char model[256], path[256], args[1024];
   write_model(&d, "m8", MODEL8, model, sizeof model);
   static float x[40 * 8], x7[40 * 7];
-  static double x64[40 * 8];
   static int64_t y[40];
+  static int32_t y32[40];
   separable(40, 3, x, y);
   struct {
     const char *file;
@@ -193,9 +195,9 @@ START_TEST(bad_inputs_named) {
        1,
        {"missing.npz has no array 'y'", "the model's feed 'y'"}},
       {"dtype.npz",
-       {{"x", "<f8", 2, {40, 8}, x64, 8, false}, {"y", "<i8", 1, {40}, y, 8, false}},
+       {{"x", "<f4", 2, {40, 8}, x, 4, false}, {"y", "<i4", 1, {40}, y32, 4, false}},
        2,
-       {"dtype.npz: array 'x' is f64 [40,8]", "the model's feed 'x' is f32 [N,8]"}},
+       {"dtype.npz: array 'y' is i32 [40]", "the model's feed 'y' is i64 [N,1]"}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     snprintf(path, sizeof path, "%s/%s", d.dir, cases[i].file);
@@ -316,6 +318,196 @@ START_TEST(run_feeds_the_files_first_rows) {
 }
 END_TEST
 
+/* Regression: y = X w + b (+ noise under 0.01) of 4 features in [-1, 1];
+ * target o of a wide target uses w rotated by o and b times (o + 1), so
+ * the columns differ. */
+static const float REG_W[4] = {1.5f, -2, 0.5f, 3}, REG_B = 0.7f;
+
+static void linear_rows(int n, int dout, unsigned seed, float *x, double *y) {
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < 4; k++) {
+      seed = seed * 1103515245u + 12345u;
+      x[i * 4 + k] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+    for (int o = 0; o < dout; o++) {
+      seed = seed * 1103515245u + 12345u;
+      double s = REG_B * (o + 1) + ((double)((seed >> 8) & 0xffff) / 65536.0 - 0.5) * 0.02;
+      for (int k = 0; k < 4; k++) s += REG_W[(k + o) % 4] * x[i * 4 + k];
+      y[i * dout + o] = s;
+    }
+  }
+}
+
+/* A trained linear model's fc_0.w [4, dout] and fc_0.b [dout] are within
+ * 0.05 of the data's. */
+static void expect_weights(const cd_daemon *d, const char *model, int dout) {
+  pe_client *c = cd_connect(d);
+  const char *names[] = {"fc_0.w", "fc_0.b"};
+  const pe_client_tensor *v;
+  size_t n;
+  ck_assert_msg(pe_client_get_params(c, model, names, 2, &v, &n) == 0, "%s", pe_client_error(c));
+  ck_assert_uint_eq(n, 2);
+  const pe_client_tensor *w = pe_client_find(v, n, "fc_0.w"), *b = pe_client_find(v, n, "fc_0.b");
+  ck_assert(w && b && pe_client_tensor_numel(w) == 4 * dout && pe_client_tensor_numel(b) == dout);
+  for (int o = 0; o < dout; o++) {
+    for (int k = 0; k < 4; k++)
+      ck_assert_msg(fabsf(((const float *)w->data)[k * dout + o] - REG_W[(k + o) % 4]) < 0.05f,
+                    "%s: w[%d][%d] = %g, the data's %g", model, k, o,
+                    ((const float *)w->data)[k * dout + o], REG_W[(k + o) % 4]);
+    ck_assert_msg(fabsf(((const float *)b->data)[o] - REG_B * (o + 1)) < 0.05f, "%s: b[%d] = %g",
+                  model, o, ((const float *)b->data)[o]);
+  }
+  pe_client_free(c);
+}
+
+/* pe-client with the arguments fmt makes exits rc, its stderr holding want. */
+static void fails_with(cd_daemon *d, int rc, const char *want, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fails_with(cd_daemon *d, int rc, const char *want, const char *fmt, ...) {
+  char args[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  ck_assert_int_eq(cli(d, d->dir, args), rc);
+  ck_assert_msg(strstr(slurp(d->dir, "err"), want), "%s: %s", args, slurp(d->dir, "err"));
+}
+
+/* The test loss of freshly initialised parameters (eval of a new name),
+ * then that of `epochs` of training: its JSON line. */
+static const char *fresh_then_trained(cd_daemon *d, const char *model, const char *name,
+                                      const char *data, const char *more, double *fresh) {
+  char args[1024];
+  snprintf(args, sizeof args, "--json eval --model '%s' --model-name %s-fresh --data '%s' %s",
+           model, name, data, more);
+  CLI_OK(d, args);
+  *fresh = json_num(last_line(d->dir), "test_loss");
+  snprintf(args, sizeof args,
+           "--json train --model '%s' --model-name %s --data '%s' --epochs 20 --persistent %s",
+           model, name, data, more);
+  CLI_OK(d, args);
+  return last_line(d->dir);
+}
+
+/* A model file with `target y` and `loss mse` learns a linear map from an
+ * .npz (y f64, narrowed) and from a CSV (the target column in the middle):
+ * the test loss falls below 5% of the fresh parameters', the weights come
+ * out as the data's, and the figure is the loss (no accuracy: null; run
+ * fetches the loss alone). */
+START_TEST(regression_learns_a_linear_map) {
+  cd_daemon d;
+  cd_start(&d);
+  enum { N = 400 };
+  static float x[N * 4];
+  static double y[N];
+  linear_rows(N, 1, 11, x, y);
+  char model[256], npz[256], csv[256];
+  write_model(&d, "lin", "input x 4\ntarget y\nfc 1\nloss mse\noptimizer sgd lr=0.1\nbatch 16\n",
+              model, sizeof model);
+  snprintf(npz, sizeof npz, "%s/lin.npz", d.dir);
+  npz_array a[] = {{"x", "<f4", 2, {N, 4}, x, 4, false}, {"y", "<f8", 1, {N}, y, 8, false}};
+  ck_assert(npz_write(npz, a, 2, false));
+  double fresh;
+  const char *j = fresh_then_trained(&d, model, "ln", npz, "", &fresh);
+  double loss = json_num(j, "test_loss");
+  ck_assert_msg(isfinite(fresh) && fresh > 0.5 && loss < 0.05 * fresh,
+                "fresh test loss %g, trained %g: %s", fresh, loss, j);
+  ck_assert_msg(strstr(j, "\"test_accuracy\":null") && strstr(j, "\"final_train_accuracy\":null"),
+                "%s", j);
+  ck_assert_double_eq(json_num(j, "test_examples"), N / 10);
+  expect_weights(&d, "ln", 1);
+
+  snprintf(csv, sizeof csv, "%s/lin.csv", d.dir);
+  FILE *f = fopen(csv, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "a,b,price,c,d\n");
+  for (int i = 0; i < N; i++)
+    fprintf(f, "%.9g,%.9g,%.9g,%.9g,%.9g\n", x[i * 4], x[i * 4 + 1], y[i], x[i * 4 + 2],
+            x[i * 4 + 3]);
+  ck_assert_int_eq(fclose(f), 0);
+  j = fresh_then_trained(&d, model, "lc", csv, "--label-column price", &fresh);
+  loss = json_num(j, "test_loss");
+  ck_assert_msg(isfinite(fresh) && loss < 0.05 * fresh, "fresh test loss %g, trained %g: %s", fresh,
+                loss, j);
+  expect_weights(&d, "lc", 1);
+  char args[1024];
+  snprintf(args, sizeof args, "eval --model '%s' --model-name lc --data '%s' --label-column price",
+           model, csv);
+  CLI_OK(&d, args);
+  /* the text output: the loss in significant digits (the noise's 3e-5 is
+   * not 0.0000), no accuracy */
+  ck_assert_msg(strstr(slurp(d.dir, "out"), "test loss ") &&
+                    !strstr(slurp(d.dir, "out"), "test loss 0.0000") &&
+                    !strstr(slurp(d.dir, "out"), "accuracy"),
+                "%s", slurp(d.dir, "out"));
+  /* run fetches the loss; the model has no accuracy to fetch */
+  snprintf(args, sizeof args, "--json run --model '%s' --model-name lc --data '%s'", model, npz);
+  CLI_OK(&d, args);
+  ck_assert_msg(isfinite(json_num(last_line(d.dir), "mse_loss_0.out")), "%s", last_line(d.dir));
+  fails_with(&d, 2, "--fetch accuracy: the model has no accuracy",
+             "run --model '%s' --data '%s' --fetch loss,accuracy", model, npz);
+  cd_stop(&d);
+}
+END_TEST
+
+/* A 2-wide target: two CSV columns named in order (the file has them the
+ * other way round), or an .npz array [N, 2]; the weights of both outputs
+ * come out as the data's. Wrong shapes and dtypes name the file, the
+ * array or the columns, and both shapes. */
+START_TEST(regression_wide_target_and_errors) {
+  cd_daemon d;
+  cd_start(&d);
+  enum { N = 400 };
+  static float x[N * 4], y32[N * 2];
+  static double y[N * 2];
+  static int64_t yi[N];
+  linear_rows(N, 2, 5, x, y);
+  for (int i = 0; i < 2 * N; i++) y32[i] = (float)y[i];
+  char model[256], npz[256], csv[256];
+  write_model(&d, "lin2", "input x 4\ntarget y 2\nfc 2\nloss mse\noptimizer sgd lr=0.1\nbatch 16\n",
+              model, sizeof model);
+  snprintf(csv, sizeof csv, "%s/two.csv", d.dir);
+  FILE *f = fopen(csv, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "a,t1,b,c,t0,d\n");
+  for (int i = 0; i < N; i++)
+    fprintf(f, "%.9g,%.9g,%.9g,%.9g,%.9g,%.9g\n", x[i * 4], y[i * 2 + 1], x[i * 4 + 1],
+            x[i * 4 + 2], y[i * 2], x[i * 4 + 3]);
+  ck_assert_int_eq(fclose(f), 0);
+  double fresh;
+  const char *j = fresh_then_trained(&d, model, "w2c", csv, "--label-column t0,t1", &fresh);
+  ck_assert_msg(json_num(j, "test_loss") < 0.05 * fresh, "fresh %g: %s", fresh, j);
+  expect_weights(&d, "w2c", 2);
+  snprintf(npz, sizeof npz, "%s/two.npz", d.dir);
+  npz_array a[] = {{"x", "<f4", 2, {N, 4}, x, 4, false}, {"y", "<f4", 2, {N, 2}, y32, 4, false}};
+  ck_assert(npz_write(npz, a, 2, true));
+  j = fresh_then_trained(&d, model, "w2n", npz, "", &fresh);
+  ck_assert_msg(json_num(j, "test_loss") < 0.05 * fresh, "fresh %g: %s", fresh, j);
+  expect_weights(&d, "w2n", 2);
+
+  /* errors: exit 1, before training (usage: 2) */
+  npz_array wide[] = {a[0], {"y", "<f4", 2, {N, 1}, y32, 4, false}};
+  npz_array ints[] = {a[0], {"y", "<i8", 1, {N}, yi, 8, false}};
+  snprintf(npz, sizeof npz, "%s/wide.npz", d.dir);
+  ck_assert(npz_write(npz, wide, 2, false));
+  fails_with(&d, 1, "wide.npz: array 'y' has shape [400,1]; the model's feed 'y' needs [N,2]",
+             "train --model '%s' --data '%s'", model, npz);
+  snprintf(npz, sizeof npz, "%s/ints.npz", d.dir);
+  ck_assert(npz_write(npz, ints, 2, false));
+  fails_with(&d, 1, "ints.npz: array 'y' is i64 [400]; the model's feed 'y' is f32 [N,2]",
+             "train --model '%s' --data '%s'", model, npz);
+  fails_with(&d, 1,
+             "two.csv: --label-column 't0' names 1 column(s); the model's label feed 'y' [-1,2] "
+             "takes 2 value(s) per example",
+             "train --model '%s' --data '%s' --label-column t0", model, csv);
+  fails_with(&d, 1, "two.csv:1: no column 't2' (--label-column)",
+             "train --model '%s' --data '%s' --label-column t0,t2", model, csv);
+  /* Fashion-MNIST has class labels: a regression target is a usage error */
+  fails_with(&d, 2, "the label 'y' is a regression target (f32)", "train --model '%s'", model);
+  cd_stop(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli_data");
   TCase *tc = tcase_create("client_cli_data");
@@ -324,6 +516,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, csv_classification);
   tcase_add_test(tc, bad_inputs_named);
   tcase_add_test(tc, run_feeds_the_files_first_rows);
+  tcase_add_test(tc, regression_learns_a_linear_map);
+  tcase_add_test(tc, regression_wide_target_and_errors);
   suite_add_tcase(s, tc);
   return s;
 }
