@@ -34,12 +34,13 @@
 
 #include "bench.h"
 #include "compiler/pass.h"
-#include "ir/program.h"
 #include "core/fpenv.h"
 #include "core/omp_policy.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
+#include "ir/program.h"
 #include "json_out.h"
+#include "ops/cpu/conv_algo.h"
 #include "out_path.h"
 #include "pe_model_file.h"
 #include "pe_recipe.h"
@@ -70,7 +71,8 @@ static const opt_row opts[] = {
     {"steps", OPT_INT, CFG(steps), 1, 1L << 40, "cap on steps per epoch (none)"},
     {"seed", OPT_INT, CFG(seed), 0, 1L << 62, "initialisation, dropout and shuffling seed (1)"},
     {"threads", OPT_INT, CFG(threads), 0, 4096,
-     "sequential: intra-op threads; parallel: pool workers (0: one per cpu or cuda place, else all cores)"},
+     "sequential: intra-op threads; parallel: pool workers (0: one per cpu or cuda place, else all "
+     "cores)"},
     {"strategy", OPT_STR, CFG(strategy), 0, 0,
      "parallel: auto (default: sharded on cpu/sim, allreduce on cuda) | allreduce | reduce | "
      "sharded"},
@@ -87,6 +89,8 @@ static const opt_row opts[] = {
      "parallel: split the next batch onto the places while a step runs [on|off] (on)"},
     {"compare-sequential", OPT_FLAG, CFG(compare_sequential), 0, 0,
      "parallel: first run the cpu:1 sequential baseline (1 thread) here; report both"},
+    {"conv-algo", OPT_STR, CFG(conv_algo), 0, 0,
+     "time (default): the fastest convolution per shape | direct | gemm | winograd | auto"},
     {"denormals", OPT_STR, CFG(denormals), 0, 0,
      "flush (default): kernel threads flush denormals to zero | keep"},
     {"fuse-ops", OPT_ONOFF, CFG(fuse_ops), 0, 0,
@@ -572,6 +576,11 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("--compare-sequential needs --executor parallel%s%s", "", "");
   if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
     return bad_args("--denormals '%s': expected flush or keep%s", t.cfg.denormals, "");
+  int conv_mode = PE_CONV_ALGO_TIME;
+  if (t.cfg.conv_algo && !pe_conv_algo_parse(t.cfg.conv_algo, &conv_mode))
+    return bad_args("--conv-algo '%s': expected time, direct, gemm, winograd or auto%s",
+                    t.cfg.conv_algo, "");
+  pe_conv_algo_set_mode(conv_mode);
   /* More threads than cores only contend: said, not refused. */
   if (t.cfg.threads > pe_cpu_cores())
     fprintf(stderr,
@@ -615,13 +624,14 @@ int pe_bench_train(int argc, char **argv) {
       printf(
           ",\"executor\":\"%s\",\"places\":\"%s\","
           "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
-          "\"threads\":%ld,\"denormals\":\"%s\",\"fuse_ops\":%s,\"samples_per_sec\":%.1f,"
+          "\"threads\":%ld,\"denormals\":\"%s\",\"fuse_ops\":%s,\"conv_algo\":\"%s\","
+          "\"samples_per_sec\":%.1f,"
           "\"train_seconds\":%.3f,"
           "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":",
           t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples, t.cfg.seed,
           (long)t.threads_used, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
-          train_cfg_fuse_ops(&t.cfg) ? "true" : "false", sps, r.train_seconds, r.eval_seconds,
-          r.test_acc);
+          train_cfg_fuse_ops(&t.cfg) ? "true" : "false", t.cfg.conv_algo ? t.cfg.conv_algo : "time",
+          sps, r.train_seconds, r.eval_seconds, r.test_acc);
       /* A diverged run's loss: null (json_out.h), and said so. */
       cli_json_num(stdout, "%.5f", r.final_loss);
       printf(

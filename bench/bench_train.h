@@ -31,6 +31,7 @@ typedef struct train_cfg {
   const char *prefetch;    /* "on" (default when NULL) | "off": split batches on a thread */
   const char *denormals;   /* "flush" (default when NULL) | "keep" (core/fpenv.h) */
   const char *fuse_ops;    /* "on" (default when NULL) | "off": the fuse_conv_act pass */
+  const char *conv_algo;   /* "time" (default when NULL) or a candidate (ops/cpu/conv_algo.h) */
 } train_cfg;
 
 /* Whether --denormals keep: kernel threads use IEEE denormals instead of

@@ -38,6 +38,7 @@ typedef struct pe_srv_config {
   char *places;       /* "auto" | "cpu:N" | "sim:N" | "cuda:N" */
   int worker_threads; /* compute pool workers; 0: online cores */
   char *sync;         /* "event" | "producer" */
+  char *conv_algo;    /* "time" | "direct" | "gemm" | "winograd" | "auto" (ops/cpu/conv_algo.h) */
   /* Kernel threads flush denormals to zero (core/fpenv.h). */
   bool flush_denormals;
   /* A training run stops at a non-finite loss (run/finite.h); reloadable. */

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/place.h"
 #include "engine/device.h"
+#include "ops/cpu/conv_algo.h"
 #include "server/config.h"
 #include "server/host_memory.h"
 
@@ -164,6 +165,13 @@ static bool check_sync(const char *v, char *why, size_t n) {
   return false;
 }
 
+static bool check_conv_algo(const char *v, char *why, size_t n) {
+  int mode;
+  if (pe_conv_algo_parse(v, &mode)) return true;
+  snprintf(why, n, "expected time, direct, gemm, winograd or auto");
+  return false;
+}
+
 static bool check_absolute(const char *v, char *why, size_t n) {
   if (v[0] == '/') return true;
   snprintf(why, n, "expected an absolute path");
@@ -276,6 +284,9 @@ static const pe_config_key keys[] = {
             "0: one per cpu or cuda place, else online cores", "compute pool workers"),
     STRING_KEY("runtime", "sync", sync, "event", RESTART, check_sync,
                "cross-stream synchronisation: event or producer"),
+    STRING_KEY("runtime", "conv_algo", conv_algo, "time", RESTART, check_conv_algo,
+               "convolution algorithm: time (the fastest per shape) or direct, gemm, winograd, "
+               "auto"),
     BOOL_KEY("runtime", "flush_denormals", flush_denormals, "true", RESTART,
              "kernel threads flush denormal floats to zero"),
     BOOL_KEY("runtime", "check_finite", check_finite, "true", RELOAD,
