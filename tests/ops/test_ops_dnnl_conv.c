@@ -5,6 +5,7 @@
  * the checker in ops_dnnl_helpers.h (eps 1e-3, max_err <= 1e-2; see there). */
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "check_main.h"
@@ -250,6 +251,12 @@ START_TEST(conv_algo_chooser_rule) {
   ck_assert_int_eq(pe_conv_algo_choose((double[]){-1, 0.5, -1, 0.5}, 4), 1);
   ck_assert_int_eq(pe_conv_algo_choose((double[]){-1, -1, NAN, -1}, 4), -1);
   ck_assert_int_eq(pe_conv_algo_choose((double[]){7}, 1), 0);
+  /* A one-thread choice is its candidate + PE_CONV_CANDS. */
+  double t8[PE_CONV_CHOICES] = {4, 3, -1, -1, 2.5, 3, -1, -1};
+  int ch = pe_conv_algo_choose(t8, PE_CONV_CHOICES);
+  ck_assert_int_eq(ch, PE_CONV_CANDS + PE_CONV_DIRECT);
+  ck_assert(pe_conv_choice_single(ch) && pe_conv_choice_cand(ch) == PE_CONV_DIRECT);
+  ck_assert(!pe_conv_choice_single(PE_CONV_AUTO));
   int64_t k1[] = {1, 2, 3}, k2[] = {1, 2, 4};
   ck_assert_int_eq(pe_conv_algo_lookup(k1, 3), -1);
   ck_assert_int_eq(pe_conv_algo_remember(k1, 3, PE_CONV_GEMM), PE_CONV_GEMM);
@@ -264,8 +271,9 @@ START_TEST(conv_algo_chooser_rule) {
 }
 END_TEST
 
-/* Each algorithm, forced (and the timed choice, PE_CONV_ALGO_TIME, loop
- * index PE_CONV_CANDS), against the naive loops: forward, both gradients,
+/* Each algorithm, forced on the whole team (loop index < PE_CONV_CANDS)
+ * and on one thread (the next PE_CONV_CANDS), and the timed choice
+ * (PE_CONV_ALGO_TIME, the last index), against the naive loops: forward, both gradients,
  * on a 3x3 shape Winograd takes (16 -> 32 channels, padding 1) and the
  * CNN's 5x5 one, whose Winograd falls back to direct. Sums of up to 800
  * terms of magnitude <= 1; Winograd's transforms add rounding (largest
@@ -274,7 +282,8 @@ END_TEST
  * records the algorithm that ran; where oneDNN's effective ISA has
  * AVX-512 the 3x3 shape must really run Winograd. */
 START_TEST(conv_each_algorithm_matches_reference) {
-  int mode = _i < PE_CONV_CANDS ? _i : PE_CONV_ALGO_TIME;
+  int mode = _i < PE_CONV_CHOICES ? _i : PE_CONV_ALGO_TIME;
+  int cand = mode >= 0 ? pe_conv_choice_cand(mode) : -1;
   pe_conv_algo_set_mode(mode);
   struct {
     int64_t x[4], w[4], p;
@@ -295,25 +304,30 @@ START_TEST(conv_each_algorithm_matches_reference) {
     conv_ref(pe_f32(x), xs, pe_f32(w), ws, 1, p, 1, 1, want, oh, ow);
     conv_ref_grad(pe_f32(x), xs, pe_f32(w), ws, 1, p, pe_f32(dout), oh, ow, want_dx, want_dw);
     char what[96];
-    const char *name = mode >= 0 ? pe_conv_cand_name(mode) : "timed";
+    char name[32];
+    snprintf(name, sizeof name, "%s%s", mode >= 0 ? pe_conv_cand_name(cand) : "timed",
+             mode >= 0 && pe_conv_choice_single(mode) ? " 1-thread" : "");
 
     pe_op_desc *op = conv_op(1, p, 1, 1);
     ph_op_inst *inst = ph_op_inst_new(op, &dev);
     PE_CK_OK(ph_op_inst_run(inst, s, NULL));
     PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+    ck_assert_int_eq(omp_get_max_threads(), dev.threads); /* the place's team is back */
     snprintf(what, sizeof what, "%s conv forward, case %zu", name, k);
     dt_expect_close(pe_f32(ph_get(s, "out")), want, ny, 1e-4, what);
     const pe_dnnl_cache *cache = inst->state;
     ck_assert_int_eq(cache->n, 1);
     int ran = cache->e[0].choice;
-    if (mode >= 0 && mode != PE_CONV_WINOGRAD) ck_assert_int_eq(ran, mode);
-    if (mode == PE_CONV_WINOGRAD) ck_assert(ran == PE_CONV_WINOGRAD || ran == PE_CONV_DIRECT);
-    if (mode == PE_CONV_WINOGRAD && ws[2] == 5) ck_assert_int_eq(ran, PE_CONV_DIRECT);
+    if (mode >= 0 && cand != PE_CONV_WINOGRAD) ck_assert_int_eq(ran, mode);
+    if (cand == PE_CONV_WINOGRAD)
+      ck_assert(ran == mode || ran == mode - PE_CONV_WINOGRAD + PE_CONV_DIRECT);
+    if (cand == PE_CONV_WINOGRAD && ws[2] == 5)
+      ck_assert_int_eq(ran, mode - PE_CONV_WINOGRAD + PE_CONV_DIRECT);
     bool avx512 =
         (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
-    if (mode == PE_CONV_WINOGRAD && ws[2] == 3 && avx512) ck_assert_int_eq(ran, PE_CONV_WINOGRAD);
-    ck_assert(ran >= 0 && ran < PE_CONV_CANDS);
-    if (mode == PE_CONV_GEMM) ck_assert_int_eq(pe_dnnl_cache_stats_of(inst->state).reorders, 0);
+    if (cand == PE_CONV_WINOGRAD && ws[2] == 3 && avx512) ck_assert_int_eq(ran, mode);
+    ck_assert(ran >= 0 && ran < PE_CONV_CHOICES);
+    if (cand == PE_CONV_GEMM) ck_assert_int_eq(pe_dnnl_cache_stats_of(inst->state).reorders, 0);
     ph_op_inst_free(inst);
     pe_op_desc_free(op);
 
@@ -323,14 +337,15 @@ START_TEST(conv_each_algorithm_matches_reference) {
     inst = ph_op_inst_new(op, &dev);
     PE_CK_OK(ph_op_inst_run(inst, s, NULL));
     PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+    ck_assert_int_eq(omp_get_max_threads(), dev.threads);
     snprintf(what, sizeof what, "%s conv dx, case %zu", name, k);
     dt_expect_close(pe_f32(ph_get(s, "dx")), want_dx, nx, 1e-4, what);
     snprintf(what, sizeof what, "%s conv dw, case %zu", name, k);
     dt_expect_close(pe_f32(ph_get(s, "dw")), want_dw, nw, 1e-4, what);
     cache = inst->state;
     ran = cache->e[0].choice;
-    if (mode >= 0 && mode != PE_CONV_WINOGRAD) ck_assert_int_eq(ran, mode);
-    ck_assert(ran >= 0 && ran < PE_CONV_CANDS);
+    if (mode >= 0 && cand != PE_CONV_WINOGRAD) ck_assert_int_eq(ran, mode);
+    ck_assert(ran >= 0 && ran < PE_CONV_CHOICES);
     ph_op_inst_free(inst);
     pe_op_desc_free(op);
     free(want);
@@ -836,7 +851,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, conv_grad_numeric);
   tcase_add_test(tc, conv_blocked_layouts_match_reference);
   tcase_add_test(tc, conv_algo_chooser_rule);
-  tcase_add_loop_test(tc, conv_each_algorithm_matches_reference, 0, PE_CONV_CANDS + 1);
+  tcase_add_loop_test(tc, conv_each_algorithm_matches_reference, 0, PE_CONV_CHOICES + 1);
   tcase_add_test(tc, conv_infer);
   tcase_add_test(tc, conv_infer_huge_attrs);
   tcase_add_test(tc, pool_written_out);

@@ -18,6 +18,7 @@
  * then runs the two backward passes on it; Bias@GRAD comes from the
  * weights pass (oneDNN's diff_bias), or from a per-channel sum when the
  * filter needs no gradient. */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,15 +269,37 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
                                   const pe_shape *w, const pe_shape *out, bool bias, int cand);
 static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k);
 
+/* The OpenMP team of a choice on this thread: oneDNN sizes a primitive's
+ * work split when it is created (omp_get_max_threads) and runs it with
+ * that many threads, so a one-thread choice is built and run with the
+ * calling thread's team set to 1 (omp_set_num_threads is per thread), and
+ * the place's team restored after. Returns the team to restore. */
+static int conv_team_enter(int choice) {
+  int team = omp_get_max_threads();
+  if (pe_conv_choice_single(choice) && team > 1) omp_set_num_threads(1);
+  return team;
+}
+
+static void conv_team_leave(int team) {
+  if (omp_get_max_threads() != team) omp_set_num_threads(team);
+}
+
 static pe_status *conv_call_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
-                                  int cand) {
-  if (k->grad)
-    return conv_grad_build(c, e, &k->x->shape, &k->w->shape, &k->out->shape, k->b != NULL, cand);
-  return conv_build(c, e, &k->x->shape, &k->w->shape, k->b != NULL, cand);
+                                  int choice) {
+  int cand = pe_conv_choice_cand(choice), team = conv_team_enter(choice);
+  pe_status *st = k->grad ? conv_grad_build(c, e, &k->x->shape, &k->w->shape, &k->out->shape,
+                                            k->b != NULL, cand)
+                          : conv_build(c, e, &k->x->shape, &k->w->shape, k->b != NULL, cand);
+  conv_team_leave(team);
+  e->choice = choice;
+  return st;
 }
 
 static pe_status *conv_call_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
-  return k->grad ? conv_grad_run(c, e, k) : conv_fwd_run(c, e, k);
+  int team = conv_team_enter(e->choice);
+  pe_status *st = k->grad ? conv_grad_run(c, e, k) : conv_fwd_run(c, e, k);
+  conv_team_leave(team);
+  return st;
 }
 
 /* The configuration a choice holds for (conv_algo.h): direction, the
@@ -309,11 +332,11 @@ static const char *conv_impl(const pe_dnnl_entry *e, int prim) {
   return name ? name : "";
 }
 
-/* True when cand's primitives are the same implementations, on the same
- * layouts, as those of an earlier candidate that was timed: oneDNN's auto
- * usually resolves to direct or Winograd. */
+/* True when a choice's primitives are the same implementations, on the
+ * same layouts and team, as those of an earlier choice that was timed:
+ * oneDNN's auto usually resolves to direct or Winograd. */
 static bool conv_same_as_earlier(const pe_dnnl_entry *tmp, const double *t, int cand) {
-  for (int i = 0; i < cand; i++) {
+  for (int i = cand < PE_CONV_CANDS ? 0 : PE_CONV_CANDS; i < cand; i++) {
     if (t[i] < 0) continue;
     bool same = tmp[i].nreorders == tmp[cand].nreorders;
     for (int p = 0; p < 2 && same; p++)
@@ -343,30 +366,31 @@ static pe_status *conv_time_runs(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_
 /* Build cand into e; where cand has no primitive for this shape (Winograd
  * off AVX-512, ...), direct instead. */
 static pe_status *conv_build_or_direct(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
-                                       int cand) {
+                                       int choice) {
   pe_dnnl_entry keep = *e; /* the key: a failed build clears the entry */
-  pe_status *st = conv_call_build(c, e, k, cand);
-  e->choice = cand;
-  if (!st || cand == PE_CONV_DIRECT) return st;
+  pe_status *st = conv_call_build(c, e, k, choice);
+  int direct = choice - pe_conv_choice_cand(choice) + PE_CONV_DIRECT; /* same team */
+  if (!st || choice == direct) return st;
   pe_status_free(st);
   pe_dnnl_entry_clear(e);
   e->nkey = keep.nkey;
   memcpy(e->key, keep.key, sizeof e->key);
   e->last_use = keep.last_use;
-  e->choice = PE_CONV_DIRECT;
-  return conv_call_build(c, e, k, PE_CONV_DIRECT);
+  return conv_call_build(c, e, k, direct);
 }
 
 /* Build each candidate in an entry of its own, time it, keep the fastest
  * in e (the others are freed) and remember the choice process-wide. */
 static pe_status *conv_choose_timed(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
                                     const int64_t *key, int nk) {
-  pe_dnnl_entry *tmp = calloc(PE_CONV_CANDS, sizeof *tmp);
+  pe_dnnl_entry *tmp = calloc(PE_CONV_CHOICES, sizeof *tmp);
   if (!tmp) return pe_kernel_error(c, PE_ENOMEM, "out of memory timing the convolution algorithms");
-  double t[PE_CONV_CANDS];
+  double t[PE_CONV_CHOICES];
   pe_status *st = NULL;
-  for (int i = 0; i < PE_CONV_CANDS; i++) t[i] = -1;
-  for (int i = 0; i < PE_CONV_CANDS && !st; i++) {
+  /* One thread is a choice of its own only where the team has more. */
+  int n = omp_get_max_threads() > 1 ? PE_CONV_CHOICES : PE_CONV_CANDS;
+  for (int i = 0; i < PE_CONV_CHOICES; i++) t[i] = -1;
+  for (int i = 0; i < n && !st; i++) {
     pe_status *bs = conv_call_build(c, &tmp[i], k, i);
     if (bs && i == PE_CONV_DIRECT) st = bs; /* every shape has a direct convolution */
     if (bs || conv_same_as_earlier(tmp, t, i)) {
@@ -377,22 +401,25 @@ static pe_status *conv_choose_timed(pe_kernel_ctx *c, pe_dnnl_entry *e, const co
     st = conv_time_runs(c, &tmp[i], k, &t[i]);
   }
   if (!st) {
-    int best = pe_conv_algo_remember(key, nk, pe_conv_algo_choose(t, PE_CONV_CANDS));
-    PE_LOGD("%s: convolution %s (direct %.3g ms, gemm %.3g, winograd %.3g, auto %.3g; %s)",
-            c->def->type, pe_conv_cand_name(best), t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] * 1e3,
-            best >= 0 && t[best] >= 0 ? conv_impl(&tmp[best], 0) : "");
+    int best = pe_conv_algo_remember(key, nk, pe_conv_algo_choose(t, PE_CONV_CHOICES));
+    PE_LOGD(
+        "%s: convolution %s%s (ms: direct %.3g, gemm %.3g, winograd %.3g, auto %.3g; "
+        "1 thread %.3g, %.3g, %.3g, %.3g; %s)",
+        c->def->type, pe_conv_cand_name(pe_conv_choice_cand(best)),
+        pe_conv_choice_single(best) ? " on 1 thread" : "", t[0] * 1e3, t[1] * 1e3, t[2] * 1e3,
+        t[3] * 1e3, t[4] * 1e3, t[5] * 1e3, t[6] * 1e3, t[7] * 1e3,
+        t[best] >= 0 ? conv_impl(&tmp[best], 0) : "");
     if (t[best] < 0) {
       st = conv_build_or_direct(c, e, k, best); /* another instance's choice */
     } else {
       tmp[best].nkey = e->nkey;
       memcpy(tmp[best].key, e->key, sizeof e->key);
       tmp[best].last_use = e->last_use;
-      tmp[best].choice = best;
       *e = tmp[best];
       memset(&tmp[best], 0, sizeof tmp[best]);
     }
   }
-  for (int i = 0; i < PE_CONV_CANDS; i++) pe_dnnl_entry_clear(&tmp[i]);
+  for (int i = 0; i < PE_CONV_CHOICES; i++) pe_dnnl_entry_clear(&tmp[i]);
   free(tmp);
   return st;
 }
@@ -418,7 +445,7 @@ static pe_status *conv_kernel(pe_kernel_ctx *c) {
   bool fresh;
   PE_TRY(conv_key(c, k.x, k.w, &e, &fresh));
   if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_prepare(c, e, &k)));
-  PE_TRY(conv_fwd_run(c, e, &k));
+  PE_TRY(conv_call_run(c, e, &k));
   if (conv_relu(c->def, c->desc)) pe_relu_f32(c, k.out->data, k.out->data, pe_tensor_numel(k.out));
   return NULL;
 }
@@ -553,7 +580,7 @@ static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
     pe_relu_grad_f32(c, k.g, out->data, k.out->data, pe_tensor_numel(k.out));
   }
   if (k.db && !k.dw) bias_grad(c, pe_f32(k.db), k.g, &k.out->shape);
-  return conv_grad_run(c, e, &k);
+  return conv_call_run(c, e, &k);
 }
 
 static const pe_attr_def conv_attrs[] = {

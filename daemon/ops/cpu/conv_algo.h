@@ -9,6 +9,13 @@
  * A fixed choice loses on some machine; timing the candidates costs a few
  * extra passes on the first call of each shape.
  *
+ * Team. Each candidate is also timed on one thread where the place's
+ * intra-op team has more: a convolution too small to gain from a second
+ * thread loses to the team's fork and join (a woken passive thread costs
+ * tens of microseconds), and the measured time, not a FLOP threshold, says
+ * where that is on this machine. A choice is a candidate on the whole team
+ * or, PE_CONV_CANDS higher, the same candidate on one thread.
+ *
  * Determinism. The first op instance that meets a configuration (shapes,
  * attributes, direction, intra-op threads) times the candidates; the choice
  * is kept process-wide, so every instance of that configuration (other
@@ -34,10 +41,20 @@ typedef enum pe_conv_cand {
   PE_CONV_CANDS
 } pe_conv_cand;
 
+/* Choices: candidates on the place's team, then on one thread. */
+#define PE_CONV_CHOICES (2 * PE_CONV_CANDS)
+static inline int pe_conv_choice_cand(int choice) {
+  return choice % PE_CONV_CANDS;
+}
+static inline bool pe_conv_choice_single(int choice) {
+  return choice >= PE_CONV_CANDS;
+}
+
 typedef enum pe_conv_algo_mode {
   PE_CONV_ALGO_TIME = -1, /* time the candidates (the default) */
-  /* >= 0: always that candidate (pe_conv_cand; a Winograd that does not
-   * exist for the shape falls back to direct). */
+  /* >= 0: always that choice (a pe_conv_cand, on the place's team; the
+   * same + PE_CONV_CANDS, on one thread). A Winograd that does not exist
+   * for the shape falls back to direct. */
 } pe_conv_algo_mode;
 
 /* "direct", "gemm", "winograd", "auto"; NULL for an invalid index. */
@@ -53,7 +70,7 @@ int pe_conv_algo_get_mode(void);
  * none exists. */
 int pe_conv_algo_choose(const double *times, int n);
 
-/* The process-wide memo of choices: key -> candidate. lookup returns -1
+/* The process-wide memo of choices: key -> choice. lookup returns -1
  * when the key has no choice yet; remember keeps the first choice made for
  * a key (two instances timing at once agree on the first) and returns it. */
 #define PE_CONV_ALGO_KEY_MAX 32
