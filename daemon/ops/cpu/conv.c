@@ -19,6 +19,7 @@
  * weights pass (oneDNN's diff_bias), or from a per-channel sum when the
  * filter needs no gradient. */
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -346,23 +347,6 @@ static bool conv_same_as_earlier(const pe_dnnl_entry *tmp, const double *t, int 
   return false;
 }
 
-/* Best of CONV_TIMED_RUNS after one untimed run (which touches the
- * primitives' buffers and code). The runs write the call's outputs, which
- * the real run then rewrites. */
-#define CONV_TIMED_RUNS 2
-static pe_status *conv_time_runs(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
-                                 double *best) {
-  PE_TRY(conv_call_run(c, e, k));
-  *best = -1;
-  for (int r = 0; r < CONV_TIMED_RUNS; r++) {
-    double t0 = pe_now_s();
-    PE_TRY(conv_call_run(c, e, k));
-    double dt = pe_now_s() - t0;
-    if (*best < 0 || dt < *best) *best = dt;
-  }
-  return NULL;
-}
-
 /* Build cand into e; where cand has no primitive for this shape (Winograd
  * off AVX-512, ...), direct instead. */
 static pe_status *conv_build_or_direct(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
@@ -379,6 +363,15 @@ static pe_status *conv_build_or_direct(pe_kernel_ctx *c, pe_dnnl_entry *e, const
   return conv_call_build(c, e, k, direct);
 }
 
+#define CONV_TIMED_ROUNDS 3
+
+/* A time for the log: "-" for a choice that does not exist. */
+static const char *conv_ms(double t, char *buf, size_t n) {
+  if (t < 0) return "-";
+  snprintf(buf, n, "%.3g", t * 1e3);
+  return buf;
+}
+
 /* Build each candidate in an entry of its own, time it, keep the fastest
  * in e (the others are freed) and remember the choice process-wide. */
 static pe_status *conv_choose_timed(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
@@ -390,6 +383,10 @@ static pe_status *conv_choose_timed(pe_kernel_ctx *c, pe_dnnl_entry *e, const co
   /* One thread is a choice of its own only where the team has more. */
   int n = omp_get_max_threads() > 1 ? PE_CONV_CHOICES : PE_CONV_CANDS;
   for (int i = 0; i < PE_CONV_CHOICES; i++) t[i] = -1;
+  /* Build each (an untimed run touches its buffers and code), then time
+   * them in turns, CONV_TIMED_ROUNDS rounds, keeping each one's best: a
+   * burst of load from other processes then slows one run of each, not
+   * every run of one candidate. 0 marks a built choice not yet timed. */
   for (int i = 0; i < n && !st; i++) {
     pe_status *bs = conv_call_build(c, &tmp[i], k, i);
     if (bs && i == PE_CONV_DIRECT) st = bs; /* every shape has a direct convolution */
@@ -398,17 +395,28 @@ static pe_status *conv_choose_timed(pe_kernel_ctx *c, pe_dnnl_entry *e, const co
       pe_dnnl_entry_clear(&tmp[i]);
       continue;
     }
-    st = conv_time_runs(c, &tmp[i], k, &t[i]);
+    t[i] = 0;
+    st = conv_call_run(c, &tmp[i], k);
   }
+  for (int r = 0; r < CONV_TIMED_ROUNDS && !st; r++)
+    for (int i = 0; i < n && !st; i++) {
+      if (t[i] < 0) continue;
+      double t0 = pe_now_s();
+      st = conv_call_run(c, &tmp[i], k);
+      double dt = pe_now_s() - t0;
+      if (r == 0 || dt < t[i]) t[i] = dt;
+    }
   if (!st) {
     int best = pe_conv_algo_remember(key, nk, pe_conv_algo_choose(t, PE_CONV_CHOICES));
+    char ms[PE_CONV_CHOICES][16];
     PE_LOGD(
-        "%s: convolution %s%s (ms: direct %.3g, gemm %.3g, winograd %.3g, auto %.3g; "
-        "1 thread %.3g, %.3g, %.3g, %.3g; %s)",
+        "%s: convolution %s%s (ms: direct %s, gemm %s, winograd %s, auto %s; "
+        "1 thread %s, %s, %s, %s; %s)",
         c->def->type, pe_conv_cand_name(pe_conv_choice_cand(best)),
-        pe_conv_choice_single(best) ? " on 1 thread" : "", t[0] * 1e3, t[1] * 1e3, t[2] * 1e3,
-        t[3] * 1e3, t[4] * 1e3, t[5] * 1e3, t[6] * 1e3, t[7] * 1e3,
-        t[best] >= 0 ? conv_impl(&tmp[best], 0) : "");
+        pe_conv_choice_single(best) ? " on 1 thread" : "", conv_ms(t[0], ms[0], 16),
+        conv_ms(t[1], ms[1], 16), conv_ms(t[2], ms[2], 16), conv_ms(t[3], ms[3], 16),
+        conv_ms(t[4], ms[4], 16), conv_ms(t[5], ms[5], 16), conv_ms(t[6], ms[6], 16),
+        conv_ms(t[7], ms[7], 16), t[best] >= 0 ? conv_impl(&tmp[best], 0) : "");
     if (t[best] < 0) {
       st = conv_build_or_direct(c, e, k, best); /* another instance's choice */
     } else {
