@@ -41,6 +41,7 @@
 #include "ir/program.h"
 #include "json_out.h"
 #include "ops/cpu/conv_algo.h"
+#include "ops/cpu/dnnl_util.h"
 #include "out_path.h"
 #include "pe_model_file.h"
 #include "pe_recipe.h"
@@ -300,6 +301,7 @@ static const train_backend *const backends[] = {&pe_train_sequential, &pe_train_
 
 typedef struct train_result {
   long steps, samples, test_examples;
+  pe_dnnl_reorder_count reorders; /* layout reorders run by the training steps */
   double train_seconds, eval_seconds, final_loss, final_train_acc, test_acc;
 } train_result;
 
@@ -455,6 +457,7 @@ static int train_loop(trainer *t, train_result *r) {
   pe_batcher *bt = pe_batcher_new(t->train_ds, (int)t->cfg.batch, true, (uint64_t)t->cfg.seed);
   if (!bt) return fail_st(pe_error(PE_ENOMEM, "batcher"), "setup");
   double t0 = now_s();
+  pe_dnnl_reorder_count re0 = pe_dnnl_reorders_run();
   epoch_acc acc = {.t = t, .r = r, .tp = t0};
   int rc = 0;
   bool use_pf = t->be->steps_split && t->be->split_places && train_cfg_prefetch(&t->cfg);
@@ -492,6 +495,8 @@ static int train_loop(trainer *t, train_result *r) {
     if (st) rc = train_step_failed(st, r);
   }
   r->train_seconds = now_s() - t0;
+  pe_dnnl_reorder_count re1 = pe_dnnl_reorders_run();
+  r->reorders = (pe_dnnl_reorder_count){re1.runs - re0.runs, re1.bytes - re0.bytes};
   pe_batcher_free(bt);
   return rc;
 }
@@ -524,6 +529,11 @@ static int evaluate(trainer *t, train_result *r) {
  * pool_workers for the parallel one) stays for scripts written against it;
  * pool_workers and intra_op_threads mean the same on both (json_extra). */
 static void json_run_keys(const train_result *r) {
+  /* Per training step, all places together (oneDNN layout reorders around
+   * the convolutions, docs/ops.md "Convolution layouts"). */
+  double steps = r->steps > 0 ? (double)r->steps : 1;
+  printf(",\"layout_reorders_per_step\":%.1f,\"layout_reorder_mb_per_step\":%.2f",
+         (double)r->reorders.runs / steps, (double)r->reorders.bytes / steps / 1e6);
   printf(",\"test_examples\":%ld,\"omp_wait_policy\":", r->test_examples);
   const char *omp = pe_omp_policy_value();
   if (omp)

@@ -311,8 +311,17 @@ START_TEST(conv_each_algorithm_matches_reference) {
     pe_op_desc *op = conv_op(1, p, 1, 1);
     ph_op_inst *inst = ph_op_inst_new(op, &dev);
     PE_CK_OK(ph_op_inst_run(inst, s, NULL));
-    PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+    pe_dnnl_reorder_count r0 = pe_dnnl_reorders_run();
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL)); /* the entry's run alone */
+    pe_dnnl_reorder_count r1 = pe_dnnl_reorders_run();
     ck_assert_int_eq(omp_get_max_threads(), dev.threads); /* the place's team is back */
+    /* The process counter counts exactly the stages' reorders: one per
+     * staged argument (src, weights, dst), none on the plain tensors. */
+    int staged = 0;
+    for (int a = 0; a < 3; a++)
+      staged += inst->state && ((const pe_dnnl_cache *)inst->state)->e[0].stages[a].reorder >= 0;
+    ck_assert_uint_eq(r1.runs - r0.runs, (uint64_t)staged);
+    ck_assert(staged == 0 ? r1.bytes == r0.bytes : r1.bytes > r0.bytes);
     snprintf(what, sizeof what, "%s conv forward, case %zu", name, k);
     dt_expect_close(pe_f32(ph_get(s, "out")), want, ny, 1e-4, what);
     const pe_dnnl_cache *cache = inst->state;
@@ -327,7 +336,10 @@ START_TEST(conv_each_algorithm_matches_reference) {
         (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
     if (cand == PE_CONV_WINOGRAD && ws[2] == 3 && avx512) ck_assert_int_eq(ran, mode);
     ck_assert(ran >= 0 && ran < PE_CONV_CHOICES);
-    if (cand == PE_CONV_GEMM) ck_assert_int_eq(pe_dnnl_cache_stats_of(inst->state).reorders, 0);
+    if (cand == PE_CONV_GEMM) {
+      ck_assert_int_eq(pe_dnnl_cache_stats_of(inst->state).reorders, 0);
+      ck_assert_uint_eq(r1.runs, r0.runs);
+    }
     ph_op_inst_free(inst);
     pe_op_desc_free(op);
 

@@ -172,6 +172,14 @@ pe_status *pe_dnnl_stage_out(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_dnnl_s
 /* True when st reuses an earlier stage's buffer (pe_dnnl_stage_make's share). */
 bool pe_dnnl_stage_same(const pe_dnnl_stage *a, const pe_dnnl_stage *b);
 
+/* Layout reorders run by stages in this process so far, and the bytes of
+ * their blocked sides (every kernel thread adds to them; relaxed atomics):
+ * what keeping data in blocked layouts would save. */
+typedef struct pe_dnnl_reorder_count {
+  uint64_t runs, bytes;
+} pe_dnnl_reorder_count;
+pe_dnnl_reorder_count pe_dnnl_reorders_run(void);
+
 /* --- infer helpers --------------------------------------------------------- */
 /* Every present input arg must be f32 (these kernels are f32 only). */
 pe_status *pe_dnnl_infer_f32(pe_infer_ctx *c);
