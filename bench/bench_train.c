@@ -43,6 +43,8 @@
 #include "engine/step_graph_key.h"
 #include "ir/program.h"
 #include "json_out.h"
+#include "ops/cpu/conv_algo.h"
+#include "ops/cpu/dnnl_util.h"
 #include "out_path.h"
 #include "pe_model_file.h"
 #include "pe_recipe.h"
@@ -96,6 +98,8 @@ static const opt_row opts[] = {
     {"cuda-graph", OPT_STR, CFG(cuda_graph), 0, 0,
      "capture each step as a CUDA graph and replay it: auto (default: on for cuda places once "
      "verified on a GPU) | on | off"},
+    {"conv-algo", OPT_STR, CFG(conv_algo), 0, 0,
+     "direct (default) | gemm | winograd | auto | time: the fastest convolution per shape"},
     {"denormals", OPT_STR, CFG(denormals), 0, 0,
      "flush (default): kernel threads flush denormals to zero | keep"},
     {"fuse-ops", OPT_ONOFF, CFG(fuse_ops), 0, 0,
@@ -305,6 +309,7 @@ static const train_backend *const backends[] = {&pe_train_sequential, &pe_train_
 
 typedef struct train_result {
   long steps, samples, test_examples;
+  pe_dnnl_reorder_count reorders; /* layout reorders run by the training steps */
   double train_seconds, eval_seconds, final_loss, final_train_acc, test_acc;
 } train_result;
 
@@ -460,6 +465,7 @@ static int train_loop(trainer *t, train_result *r) {
   pe_batcher *bt = pe_batcher_new(t->train_ds, (int)t->cfg.batch, true, (uint64_t)t->cfg.seed);
   if (!bt) return fail_st(pe_error(PE_ENOMEM, "batcher"), "setup");
   double t0 = now_s();
+  pe_dnnl_reorder_count re0 = pe_dnnl_reorders_run();
   epoch_acc acc = {.t = t, .r = r, .tp = t0};
   int rc = 0;
   bool use_pf = t->be->steps_split && t->be->split_places && train_cfg_prefetch(&t->cfg);
@@ -497,6 +503,8 @@ static int train_loop(trainer *t, train_result *r) {
     if (st) rc = train_step_failed(st, r);
   }
   r->train_seconds = now_s() - t0;
+  pe_dnnl_reorder_count re1 = pe_dnnl_reorders_run();
+  r->reorders = (pe_dnnl_reorder_count){re1.runs - re0.runs, re1.bytes - re0.bytes};
   pe_batcher_free(bt);
   return rc;
 }
@@ -556,6 +564,11 @@ static void json_run_keys(const trainer *t, const train_result *r) {
   bool on = pe_cuda_graph_decide(mode, kind, pe_device_kind_ops(PE_PLACE_CUDA) != NULL, &why);
   printf(",\"cuda_graph\":%s,\"cuda_graph_reason\":", on ? "true" : "false");
   cli_json_str(stdout, on ? "" : why);
+  /* Per training step, all places together (oneDNN layout reorders around
+   * the convolutions, docs/ops.md "Convolution layouts"). */
+  double steps = r->steps > 0 ? (double)r->steps : 1;
+  printf(",\"layout_reorders_per_step\":%.1f,\"layout_reorder_mb_per_step\":%.2f",
+         (double)r->reorders.runs / steps, (double)r->reorders.bytes / steps / 1e6);
   printf(",\"test_examples\":%ld,\"omp_wait_policy\":", r->test_examples);
   const char *omp = pe_omp_policy_value();
   if (omp)
@@ -611,6 +624,11 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("--cuda-graph '%s': expected auto, on or off%s", t.cfg.cuda_graph, "");
   if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
     return bad_args("--denormals '%s': expected flush or keep%s", t.cfg.denormals, "");
+  int conv_mode = PE_CONV_DIRECT;
+  if (t.cfg.conv_algo && !pe_conv_algo_parse(t.cfg.conv_algo, &conv_mode))
+    return bad_args("--conv-algo '%s': expected time, direct, gemm, winograd or auto%s",
+                    t.cfg.conv_algo, "");
+  pe_conv_algo_set_mode(conv_mode);
   /* More threads than cores only contend: said, not refused. */
   if (t.cfg.threads > pe_cpu_cores())
     fprintf(stderr,
@@ -658,13 +676,14 @@ int pe_bench_train(int argc, char **argv) {
       printf(
           ",\"executor\":\"%s\",\"places\":\"%s\","
           "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
-          "\"threads\":%ld,\"denormals\":\"%s\",\"fuse_ops\":%s,\"samples_per_sec\":%.1f,"
+          "\"threads\":%ld,\"denormals\":\"%s\",\"fuse_ops\":%s,\"conv_algo\":\"%s\","
+          "\"samples_per_sec\":%.1f,"
           "\"train_seconds\":%.3f,"
           "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":",
           t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples, t.cfg.seed,
           (long)t.threads_used, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
-          train_cfg_fuse_ops(&t.cfg) ? "true" : "false", sps, r.train_seconds, r.eval_seconds,
-          r.test_acc);
+          train_cfg_fuse_ops(&t.cfg) ? "true" : "false", t.cfg.conv_algo ? t.cfg.conv_algo : "direct",
+          sps, r.train_seconds, r.eval_seconds, r.test_acc);
       /* A diverged run's loss: null (json_out.h), and said so. */
       cli_json_num(stdout, "%.5f", r.final_loss);
       printf(

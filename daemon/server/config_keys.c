@@ -14,6 +14,7 @@
 #include "core/place.h"
 #include "engine/device.h"
 #include "engine/step_graph_key.h"
+#include "ops/cpu/conv_algo.h"
 #include "server/config.h"
 #include "server/host_memory.h"
 #include "server/places_choice.h"
@@ -173,6 +174,13 @@ static bool check_cuda_graph(const char *v, char *why, size_t n) {
   return false;
 }
 
+static bool check_conv_algo(const char *v, char *why, size_t n) {
+  int mode;
+  if (pe_conv_algo_parse(v, &mode)) return true;
+  snprintf(why, n, "expected time, direct, gemm, winograd or auto");
+  return false;
+}
+
 static bool check_absolute(const char *v, char *why, size_t n) {
   if (v[0] == '/') return true;
   snprintf(why, n, "expected an absolute path");
@@ -288,6 +296,9 @@ static const pe_config_key keys[] = {
     STRING_KEY("runtime", "cuda_graph", cuda_graph, "auto", RESTART, check_cuda_graph,
                "capture steps on cuda places as CUDA graphs: auto (once verified on a GPU), on "
                "or off"),
+    STRING_KEY("runtime", "conv_algo", conv_algo, "direct", RESTART, check_conv_algo,
+               "convolution algorithm: direct, gemm, winograd, auto, or time (the fastest "
+               "per shape)"),
     BOOL_KEY("runtime", "flush_denormals", flush_denormals, "true", RESTART,
              "kernel threads flush denormal floats to zero"),
     BOOL_KEY("runtime", "check_finite", check_finite, "true", RELOAD,

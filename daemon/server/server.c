@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "ops/cpu/conv_algo.h"
 #include "server/checkpoint/stale.h"
 #include "server/loop.h"
 #include "server/registry/registry.h"
@@ -75,6 +76,9 @@ static pe_status *start_runtime(pe_server *s) {
   int workers = s->cfg.worker_threads > 0 ? s->cfg.worker_threads
                                           : pe_runtime_default_workers(s->place_kind, s->n_places);
   pe_runtime_opts ro = {.threads = workers, .keep_denormals = !s->cfg.flush_denormals};
+  int conv_mode = PE_CONV_DIRECT; /* the key's check accepted the value */
+  pe_conv_algo_parse(s->cfg.conv_algo, &conv_mode);
+  pe_conv_algo_set_mode(conv_mode);
   PE_TRY(pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime"));
   pe_status *st = NULL;
   /* places = auto on cpu: each model's places are its own (a trial's,

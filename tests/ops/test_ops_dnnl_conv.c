@@ -5,10 +5,12 @@
  * the checker in ops_dnnl_helpers.h (eps 1e-3, max_err <= 1e-2; see there). */
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "check_main.h"
 #include "op_harness.h"
+#include "ops/cpu/conv_algo.h"
 #include "ops_dnnl_helpers.h"
 
 #define FWD_TOL 1e-5
@@ -181,6 +183,7 @@ static void conv_ref_grad(const float *x, const int64_t *xs, const float *w, con
  * test; below it (ONEDNN_MAX_CPU_ISA=SSE41) oneDNN keeps them plain and the
  * values are checked alone. */
 START_TEST(conv_blocked_layouts_match_reference) {
+  pe_conv_algo_set_mode(PE_CONV_DIRECT); /* the staged path, whatever times best */
   struct {
     int64_t x[4], w[4];
   } cases[] = {{{2, 32, 14, 14}, {64, 32, 5, 5}}, {{2, 1, 28, 28}, {32, 1, 5, 5}}};
@@ -236,6 +239,134 @@ START_TEST(conv_blocked_layouts_match_reference) {
     pe_scope_free(s);
   }
   pe_device_ctx_destroy(&dev);
+}
+END_TEST
+
+/* The chooser: the smallest time wins, absent (negative, NaN) candidates
+ * never do, ties go to the lower index; the memo keeps the first choice. */
+START_TEST(conv_algo_chooser_rule) {
+  ck_assert_int_eq(pe_conv_algo_choose((double[]){3, 1, 2, -1}, 4), 1);
+  ck_assert_int_eq(pe_conv_algo_choose((double[]){2, 1, 1, 5}, 4), 1);
+  ck_assert_int_eq(pe_conv_algo_choose((double[]){NAN, 4, -1, 3}, 4), 3);
+  ck_assert_int_eq(pe_conv_algo_choose((double[]){-1, 0.5, -1, 0.5}, 4), 1);
+  ck_assert_int_eq(pe_conv_algo_choose((double[]){-1, -1, NAN, -1}, 4), -1);
+  ck_assert_int_eq(pe_conv_algo_choose((double[]){7}, 1), 0);
+  /* A one-thread choice is its candidate + PE_CONV_CANDS. */
+  double t8[PE_CONV_CHOICES] = {4, 3, -1, -1, 2.5, 3, -1, -1};
+  int ch = pe_conv_algo_choose(t8, PE_CONV_CHOICES);
+  ck_assert_int_eq(ch, PE_CONV_CANDS + PE_CONV_DIRECT);
+  ck_assert(pe_conv_choice_single(ch) && pe_conv_choice_cand(ch) == PE_CONV_DIRECT);
+  ck_assert(!pe_conv_choice_single(PE_CONV_AUTO));
+  int64_t k1[] = {1, 2, 3}, k2[] = {1, 2, 4};
+  ck_assert_int_eq(pe_conv_algo_lookup(k1, 3), -1);
+  ck_assert_int_eq(pe_conv_algo_remember(k1, 3, PE_CONV_GEMM), PE_CONV_GEMM);
+  ck_assert_int_eq(pe_conv_algo_remember(k1, 3, PE_CONV_AUTO), PE_CONV_GEMM); /* first kept */
+  ck_assert_int_eq(pe_conv_algo_lookup(k1, 3), PE_CONV_GEMM);
+  ck_assert_int_eq(pe_conv_algo_lookup(k2, 3), -1);
+  ck_assert_int_eq(pe_conv_algo_lookup(k1, 2), -1);
+  int mode;
+  ck_assert(pe_conv_algo_parse("time", &mode) && mode == PE_CONV_ALGO_TIME);
+  ck_assert(pe_conv_algo_parse("winograd", &mode) && mode == PE_CONV_WINOGRAD);
+  ck_assert(!pe_conv_algo_parse("fft", &mode));
+}
+END_TEST
+
+/* Each algorithm, forced on the whole team (loop index < PE_CONV_CANDS)
+ * and on one thread (the next PE_CONV_CANDS), and the timed choice
+ * (PE_CONV_ALGO_TIME, the last index), against the naive loops: forward, both gradients,
+ * on a 3x3 shape Winograd takes (16 -> 32 channels, padding 1) and the
+ * CNN's 5x5 one, whose Winograd falls back to direct. Sums of up to 800
+ * terms of magnitude <= 1; Winograd's transforms add rounding (largest
+ * measured, PE_TOL_REPORT, Xeon with AVX-512: 0.17 of 1e-4 on the 3x3
+ * shape, where direct uses 0.04), so 1e-4 relative for all. The entry
+ * records the algorithm that ran; where oneDNN's effective ISA has
+ * AVX-512 the 3x3 shape must really run Winograd. */
+START_TEST(conv_each_algorithm_matches_reference) {
+  int mode = _i < PE_CONV_CHOICES ? _i : PE_CONV_ALGO_TIME;
+  int cand = mode >= 0 ? pe_conv_choice_cand(mode) : -1;
+  pe_conv_algo_set_mode(mode);
+  struct {
+    int64_t x[4], w[4], p;
+  } cases[] = {{{2, 16, 12, 12}, {32, 16, 3, 3}, 1}, {{2, 32, 14, 14}, {64, 32, 5, 5}, 2}};
+  pe_device_ctx dev;
+  PE_CK_OK(pe_device_ctx_init(&dev, pe_cpu_place(), 0));
+  pe_device_ctx_bind(&dev);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const int64_t *xs = cases[k].x, *ws = cases[k].w, p = cases[k].p;
+    int64_t oh = xs[2], ow = xs[3]; /* stride 1, padding (K-1)/2 */
+    pe_scope *s = pe_scope_new(NULL);
+    pe_tensor *x = ph_set_uniform(s, "x", pe_shape_make(4, xs), -1, 1, 80 + k);
+    pe_tensor *w = ph_set_uniform(s, "w", pe_shape_make(4, ws), -1, 1, 82 + k);
+    pe_tensor *dout = ph_set_uniform(s, "dout", PE_SHAPE(xs[0], ws[0], oh, ow), -1, 1, 84 + k);
+    int64_t ny = pe_tensor_numel(dout), nx = pe_tensor_numel(x), nw = pe_tensor_numel(w);
+    float *want = malloc((size_t)ny * sizeof(float)), *want_dx = malloc((size_t)nx * sizeof(float)),
+          *want_dw = malloc((size_t)nw * sizeof(float));
+    conv_ref(pe_f32(x), xs, pe_f32(w), ws, 1, p, 1, 1, want, oh, ow);
+    conv_ref_grad(pe_f32(x), xs, pe_f32(w), ws, 1, p, pe_f32(dout), oh, ow, want_dx, want_dw);
+    char what[96];
+    char name[32];
+    snprintf(name, sizeof name, "%s%s", mode >= 0 ? pe_conv_cand_name(cand) : "timed",
+             mode >= 0 && pe_conv_choice_single(mode) ? " 1-thread" : "");
+
+    pe_op_desc *op = conv_op(1, p, 1, 1);
+    ph_op_inst *inst = ph_op_inst_new(op, &dev);
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+    pe_dnnl_reorder_count r0 = pe_dnnl_reorders_run();
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL)); /* the entry's run alone */
+    pe_dnnl_reorder_count r1 = pe_dnnl_reorders_run();
+    ck_assert_int_eq(omp_get_max_threads(), dev.threads); /* the place's team is back */
+    /* The process counter counts exactly the stages' reorders: one per
+     * staged argument (src, weights, dst), none on the plain tensors. */
+    int staged = 0;
+    for (int a = 0; a < 3; a++)
+      staged += inst->state && ((const pe_dnnl_cache *)inst->state)->e[0].stages[a].reorder >= 0;
+    ck_assert_uint_eq(r1.runs - r0.runs, (uint64_t)staged);
+    ck_assert(staged == 0 ? r1.bytes == r0.bytes : r1.bytes > r0.bytes);
+    snprintf(what, sizeof what, "%s conv forward, case %zu", name, k);
+    dt_expect_close(pe_f32(ph_get(s, "out")), want, ny, 1e-4, what);
+    const pe_dnnl_cache *cache = inst->state;
+    ck_assert_int_eq(cache->n, 1);
+    int ran = cache->e[0].choice;
+    if (mode >= 0 && cand != PE_CONV_WINOGRAD) ck_assert_int_eq(ran, mode);
+    if (cand == PE_CONV_WINOGRAD)
+      ck_assert(ran == mode || ran == mode - PE_CONV_WINOGRAD + PE_CONV_DIRECT);
+    if (cand == PE_CONV_WINOGRAD && ws[2] == 5)
+      ck_assert_int_eq(ran, mode - PE_CONV_WINOGRAD + PE_CONV_DIRECT);
+    bool avx512 =
+        (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core;
+    if (cand == PE_CONV_WINOGRAD && ws[2] == 3 && avx512) ck_assert_int_eq(ran, mode);
+    ck_assert(ran >= 0 && ran < PE_CONV_CHOICES);
+    if (cand == PE_CONV_GEMM) {
+      ck_assert_int_eq(pe_dnnl_cache_stats_of(inst->state).reorders, 0);
+      ck_assert_uint_eq(r1.runs, r0.runs);
+    }
+    ph_op_inst_free(inst);
+    pe_op_desc_free(op);
+
+    op = ph_op("conv2d_grad", "Input", "x", "Filter", "w", "Output@GRAD", "dout", NULL,
+               "Input@GRAD", "dx", "Filter@GRAD", "dw", NULL);
+    pe_op_set_ints(op, "paddings", 2, (int64_t[]){p, p});
+    inst = ph_op_inst_new(op, &dev);
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+    ck_assert_int_eq(omp_get_max_threads(), dev.threads);
+    snprintf(what, sizeof what, "%s conv dx, case %zu", name, k);
+    dt_expect_close(pe_f32(ph_get(s, "dx")), want_dx, nx, 1e-4, what);
+    snprintf(what, sizeof what, "%s conv dw, case %zu", name, k);
+    dt_expect_close(pe_f32(ph_get(s, "dw")), want_dw, nw, 1e-4, what);
+    cache = inst->state;
+    ran = cache->e[0].choice;
+    if (mode >= 0 && cand != PE_CONV_WINOGRAD) ck_assert_int_eq(ran, mode);
+    ck_assert(ran >= 0 && ran < PE_CONV_CHOICES);
+    ph_op_inst_free(inst);
+    pe_op_desc_free(op);
+    free(want);
+    free(want_dx);
+    free(want_dw);
+    pe_scope_free(s);
+  }
+  pe_device_ctx_destroy(&dev);
+  pe_conv_algo_set_mode(PE_CONV_ALGO_TIME);
 }
 END_TEST
 
@@ -296,8 +427,7 @@ START_TEST(conv_infer_huge_attrs) {
                         "Input 'x' [-1,3,32,32]", "Filter 'w' [8,3,3,3]", NULL);
   pe_op_desc_free(op);
   op = conv_op(1, 0, huge, 1);
-  dt_expect_infer_error(op, ok, 2, PE_EATTR, "dilations [4611686018427387904,", "too large",
-                        NULL);
+  dt_expect_infer_error(op, ok, 2, PE_EATTR, "dilations [4611686018427387904,", "too large", NULL);
   pe_op_desc_free(op);
 }
 END_TEST
@@ -732,6 +862,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, conv_matches_reference);
   tcase_add_test(tc, conv_grad_numeric);
   tcase_add_test(tc, conv_blocked_layouts_match_reference);
+  tcase_add_test(tc, conv_algo_chooser_rule);
+  tcase_add_loop_test(tc, conv_each_algorithm_matches_reference, 0, PE_CONV_CHOICES + 1);
   tcase_add_test(tc, conv_infer);
   tcase_add_test(tc, conv_infer_huge_attrs);
   tcase_add_test(tc, pool_written_out);

@@ -25,6 +25,7 @@ START_TEST(test_defaults) {
   ck_assert_uint_eq(c.socket_mode, 0660);
   ck_assert_str_eq(c.places, "auto");
   ck_assert_str_eq(c.sync, "event");
+  ck_assert_str_eq(c.conv_algo, "direct");
   ck_assert_int_eq(c.request_threads, 8);
   ck_assert_int_eq(c.run_threads, 0); /* as many as request_threads */
   ck_assert_int_eq(c.worker_threads, 0);
@@ -190,6 +191,8 @@ START_TEST(test_errors) {
                 PE_EINVAL, "checkpoint_interval", "-5", "seconds >= 0", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nsync = maybe\n", "t.conf"), PE_EINVAL,
                 "event or producer", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[runtime]\nconv_algo = fft\n", "t.conf"), PE_EINVAL,
+                "conv_algo", "fft", "time, direct, gemm, winograd or auto", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nflush_denormals = maybe\n", "t.conf"),
                 PE_EINVAL, "flush_denormals", "maybe", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[server]\nsocket = /no/scheme\n", "t.conf"), PE_EINVAL,
@@ -517,6 +520,7 @@ static const char *other_value(const pe_config_key *k, const pe_srv_config *c, c
       {"runtime", "places", "cpu:2"},
       {"runtime", "sync", "producer"},
       {"runtime", "cuda_graph", "off"},
+      {"runtime", "conv_algo", "time"},
       {"state", "dir", "/tmp/pe-other-state"},
       {"state", "shutdown_checkpoint", "other"},
       {"metrics", "listen", "127.0.0.1:9464"},

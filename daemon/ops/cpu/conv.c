@@ -18,8 +18,14 @@
  * then runs the two backward passes on it; Bias@GRAD comes from the
  * weights pass (oneDNN's diff_bias), or from a per-channel sum when the
  * filter needs no gradient. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
+#include "core/log.h"
+#include "ops/cpu/conv_algo.h"
 #include "ops/cpu/dnnl_util.h"
 #include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
@@ -51,7 +57,7 @@ static int64_t conv_out_dim(int64_t in, int64_t k, int64_t s, int64_t p, int64_t
   if (__builtin_mul_overflow(p, 2, &padded) || __builtin_add_overflow(in, padded, &padded) ||
       __builtin_mul_overflow(d, k - 1, &reach) || __builtin_add_overflow(reach, 1, &reach))
     return CONV_OVERFLOW;
-  int64_t span = padded - reach; /* both >= 0 here: no overflow */
+  int64_t span = padded - reach;      /* both >= 0 here: no overflow */
   return span < 0 ? 0 : span / s + 1; /* 0: too small (C division truncates toward 0) */
 }
 
@@ -176,16 +182,35 @@ static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_
   return pe_dnnl_check(s, c, "convolution memory desc");
 }
 
+static const dnnl_alg_kind_t cand_alg[PE_CONV_CANDS] = {
+    [PE_CONV_DIRECT] = dnnl_convolution_direct,
+    [PE_CONV_GEMM] = dnnl_convolution_direct,
+    [PE_CONV_WINOGRAD] = dnnl_convolution_winograd,
+    [PE_CONV_AUTO] = dnnl_convolution_auto,
+};
+
+/* What a candidate's primitives see: the plain descs for gemm (oneDNN's
+ * im2col + GEMM then runs on the tensors themselves, no stage), else format
+ * any (the primitive chooses; see pe_dnnl_stage_make). */
+static void cand_descs(const conv_descs *d, int cand, const dnnl_memory_desc_t **src,
+                       const dnnl_memory_desc_t **wei, const dnnl_memory_desc_t **dst) {
+  bool plain = cand == PE_CONV_GEMM;
+  *src = plain ? &d->src : &d->src_any;
+  *wei = plain ? &d->wei : &d->wei_any;
+  *dst = plain ? &d->dst : &d->dst_any;
+}
+
 /* bias: the fused forward; the gradients' hint is the plain one (a fused
  * relu is applied after the primitive, conv_kernel). */
-static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, bool bias,
+static pe_status *conv_fwd_pd(pe_kernel_ctx *c, conv_descs *d, bool bias, int cand,
                               dnnl_primitive_desc_t *pd) {
   dnnl_convolution_desc_t cd;
-  PE_TRY(pe_dnnl_check(
-      dnnl_dilated_convolution_forward_desc_init(
-          &cd, dnnl_forward_training, dnnl_convolution_direct, &d->src_any, &d->wei_any,
-          bias ? &d->bia : NULL, &d->dst_any, d->strides, d->dilates, d->pad, d->pad),
-      c, "convolution forward desc"));
+  const dnnl_memory_desc_t *src, *wei, *dst;
+  cand_descs(d, cand, &src, &wei, &dst);
+  PE_TRY(pe_dnnl_check(dnnl_dilated_convolution_forward_desc_init(
+                           &cd, dnnl_forward_training, cand_alg[cand], src, wei,
+                           bias ? &d->bia : NULL, dst, d->strides, d->dilates, d->pad, d->pad),
+                       c, "convolution forward desc"));
   return pe_dnnl_pd(c, &cd, NULL, "convolution forward primitive desc", pd);
 }
 
@@ -202,11 +227,11 @@ static pe_status *conv_key(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor
 enum { FS_SRC, FS_WEI, FS_DST };
 
 static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
-                             const pe_shape *w, bool bias) {
+                             const pe_shape *w, bool bias, int cand) {
   conv_descs d;
   dnnl_primitive_desc_t pd;
   PE_TRY(conv_descs_make(c, x, w, &d));
-  PE_TRY(conv_fwd_pd(c, &d, bias, &pd));
+  PE_TRY(conv_fwd_pd(c, &d, bias, cand, &pd));
   /* The bias stays plain ([O], format a): no stage. */
   static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
   pe_dnnl_prim *p;
@@ -219,22 +244,217 @@ static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape 
   return st;
 }
 
+/* The tensors of one call, for the build, the runs and the timing of
+ * either direction. */
+typedef struct conv_call {
+  bool grad;
+  pe_tensor *x, *w, *b;
+  pe_tensor *out;          /* forward: Output; grad: Output@GRAD */
+  pe_tensor *dx, *dw, *db; /* grad: the outputs present */
+  void *g;                 /* grad: the output gradient the passes read */
+} conv_call;
+
+/* The convolution alone (stages included), no relu. */
+static pe_status *conv_fwd_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
+  const pe_dnnl_stage *s = e->stages;
+  void *x = k->x->data, *w = k->w->data, *out = k->out->data;
+  PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_SRC], x));
+  PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_WEI], w)); /* every call: weights change */
+  void *h[] = {pe_dnnl_stage_handle(e, &s[FS_SRC], x), pe_dnnl_stage_handle(e, &s[FS_WEI], w),
+               pe_dnnl_stage_handle(e, &s[FS_DST], out), k->b ? k->b->data : NULL};
+  PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d"));
+  return pe_dnnl_stage_out(c, e, &s[FS_DST], out);
+}
+
+static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
+                                  const pe_shape *w, const pe_shape *out, bool bias, int cand);
+static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k);
+
+/* The OpenMP team of a choice on this thread: oneDNN sizes a primitive's
+ * work split when it is created (omp_get_max_threads) and runs it with
+ * that many threads, so a one-thread choice is built and run with the
+ * calling thread's team set to 1 (omp_set_num_threads is per thread), and
+ * the place's team restored after. Returns the team to restore. */
+static int conv_team_enter(int choice) {
+  int team = omp_get_max_threads();
+  if (pe_conv_choice_single(choice) && team > 1) omp_set_num_threads(1);
+  return team;
+}
+
+static void conv_team_leave(int team) {
+  if (omp_get_max_threads() != team) omp_set_num_threads(team);
+}
+
+static pe_status *conv_call_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
+                                  int choice) {
+  int cand = pe_conv_choice_cand(choice), team = conv_team_enter(choice);
+  pe_status *st = k->grad ? conv_grad_build(c, e, &k->x->shape, &k->w->shape, &k->out->shape,
+                                            k->b != NULL, cand)
+                          : conv_build(c, e, &k->x->shape, &k->w->shape, k->b != NULL, cand);
+  conv_team_leave(team);
+  e->choice = choice;
+  return st;
+}
+
+static pe_status *conv_call_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
+  int team = conv_team_enter(e->choice);
+  pe_status *st = k->grad ? conv_grad_run(c, e, k) : conv_fwd_run(c, e, k);
+  conv_team_leave(team);
+  return st;
+}
+
+/* The configuration a choice holds for (conv_algo.h): direction, the
+ * passes run, shapes, attributes, bias and the intra-op team. */
+static void conv_algo_key(const pe_kernel_ctx *c, const conv_call *k, int64_t *key, int *nk) {
+  int64_t p[2];
+  pe_dnnl_key_val(key, nk, k->grad);
+  pe_dnnl_key_val(key, nk, k->dx != NULL);
+  pe_dnnl_key_val(key, nk, k->dw != NULL);
+  pe_dnnl_key_val(key, nk, k->b != NULL);
+  pe_dnnl_key_shape(key, nk, &k->x->shape);
+  pe_dnnl_key_shape(key, nk, &k->w->shape);
+  static const char *const pairs[] = {"strides", "paddings", "dilations"};
+  for (int i = 0; i < 3; i++) {
+    pe_dnnl_attr_pair_k(c->desc, pairs[i], i == 1 ? 0 : 1, p);
+    pe_dnnl_key_val(key, nk, p[0]);
+    pe_dnnl_key_val(key, nk, p[1]);
+  }
+  pe_dnnl_key_val(key, nk, pe_attr_i(c->def, c->desc, "groups"));
+  pe_dnnl_key_val(key, nk, pe_kernel_threads(c));
+}
+
+/* The oneDNN implementation a built candidate runs ("jit:avx2", ...). */
+static const char *conv_impl(const pe_dnnl_entry *e, int prim) {
+  const_dnnl_primitive_desc_t pd;
+  const char *name = NULL;
+  if (prim >= e->nprims || dnnl_primitive_get_primitive_desc(e->prims[prim].prim, &pd) ||
+      dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name))
+    return "";
+  return name ? name : "";
+}
+
+/* True when a choice's primitives are the same implementations, on the
+ * same layouts and team, as those of an earlier choice that was timed:
+ * oneDNN's auto usually resolves to direct or Winograd. */
+static bool conv_same_as_earlier(const pe_dnnl_entry *tmp, const double *t, int cand) {
+  for (int i = cand < PE_CONV_CANDS ? 0 : PE_CONV_CANDS; i < cand; i++) {
+    if (t[i] < 0) continue;
+    bool same = tmp[i].nreorders == tmp[cand].nreorders;
+    for (int p = 0; p < 2 && same; p++)
+      same = !strcmp(conv_impl(&tmp[i], p), conv_impl(&tmp[cand], p));
+    if (same) return true;
+  }
+  return false;
+}
+
+/* Build cand into e; where cand has no primitive for this shape (Winograd
+ * off AVX-512, ...), direct instead. */
+static pe_status *conv_build_or_direct(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
+                                       int choice) {
+  pe_dnnl_entry keep = *e; /* the key: a failed build clears the entry */
+  pe_status *st = conv_call_build(c, e, k, choice);
+  int direct = choice - pe_conv_choice_cand(choice) + PE_CONV_DIRECT; /* same team */
+  if (!st || choice == direct) return st;
+  pe_status_free(st);
+  pe_dnnl_entry_clear(e);
+  e->nkey = keep.nkey;
+  memcpy(e->key, keep.key, sizeof e->key);
+  e->last_use = keep.last_use;
+  return conv_call_build(c, e, k, direct);
+}
+
+#define CONV_TIMED_ROUNDS 3
+
+/* A time for the log: "-" for a choice that does not exist. */
+static const char *conv_ms(double t, char *buf, size_t n) {
+  if (t < 0) return "-";
+  snprintf(buf, n, "%.3g", t * 1e3);
+  return buf;
+}
+
+/* Build each candidate in an entry of its own, time it, keep the fastest
+ * in e (the others are freed) and remember the choice process-wide. */
+static pe_status *conv_choose_timed(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
+                                    const int64_t *key, int nk) {
+  pe_dnnl_entry *tmp = calloc(PE_CONV_CHOICES, sizeof *tmp);
+  if (!tmp) return pe_kernel_error(c, PE_ENOMEM, "out of memory timing the convolution algorithms");
+  double t[PE_CONV_CHOICES];
+  pe_status *st = NULL;
+  /* One thread is a choice of its own only where the team has more. */
+  int n = omp_get_max_threads() > 1 ? PE_CONV_CHOICES : PE_CONV_CANDS;
+  for (int i = 0; i < PE_CONV_CHOICES; i++) t[i] = -1;
+  /* Build each (an untimed run touches its buffers and code), then time
+   * them in turns, CONV_TIMED_ROUNDS rounds, keeping each one's best: a
+   * burst of load from other processes then slows one run of each, not
+   * every run of one candidate. 0 marks a built choice not yet timed. */
+  for (int i = 0; i < n && !st; i++) {
+    pe_status *bs = conv_call_build(c, &tmp[i], k, i);
+    if (bs && i == PE_CONV_DIRECT) st = bs; /* every shape has a direct convolution */
+    if (bs || conv_same_as_earlier(tmp, t, i)) {
+      if (bs && i != PE_CONV_DIRECT) pe_status_free(bs);
+      pe_dnnl_entry_clear(&tmp[i]);
+      continue;
+    }
+    t[i] = 0;
+    st = conv_call_run(c, &tmp[i], k);
+  }
+  for (int r = 0; r < CONV_TIMED_ROUNDS && !st; r++)
+    for (int i = 0; i < n && !st; i++) {
+      if (t[i] < 0) continue;
+      double t0 = pe_now_s();
+      st = conv_call_run(c, &tmp[i], k);
+      double dt = pe_now_s() - t0;
+      if (r == 0 || dt < t[i]) t[i] = dt;
+    }
+  if (!st) {
+    int best = pe_conv_algo_remember(key, nk, pe_conv_algo_choose(t, PE_CONV_CHOICES));
+    char ms[PE_CONV_CHOICES][16];
+    PE_LOGD(
+        "%s: convolution %s%s (ms: direct %s, gemm %s, winograd %s, auto %s; "
+        "1 thread %s, %s, %s, %s; %s)",
+        c->def->type, pe_conv_cand_name(pe_conv_choice_cand(best)),
+        pe_conv_choice_single(best) ? " on 1 thread" : "", conv_ms(t[0], ms[0], 16),
+        conv_ms(t[1], ms[1], 16), conv_ms(t[2], ms[2], 16), conv_ms(t[3], ms[3], 16),
+        conv_ms(t[4], ms[4], 16), conv_ms(t[5], ms[5], 16), conv_ms(t[6], ms[6], 16),
+        conv_ms(t[7], ms[7], 16), t[best] >= 0 ? conv_impl(&tmp[best], 0) : "");
+    if (t[best] < 0) {
+      st = conv_build_or_direct(c, e, k, best); /* another instance's choice */
+    } else {
+      tmp[best].nkey = e->nkey;
+      memcpy(tmp[best].key, e->key, sizeof e->key);
+      tmp[best].last_use = e->last_use;
+      *e = tmp[best];
+      memset(&tmp[best], 0, sizeof tmp[best]);
+    }
+  }
+  for (int i = 0; i < PE_CONV_CHOICES; i++) pe_dnnl_entry_clear(&tmp[i]);
+  free(tmp);
+  return st;
+}
+
+/* A fresh entry's primitives: the mode's candidate, the configuration's
+ * remembered choice, or a timed choice (conv_algo.h). */
+static pe_status *conv_prepare(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
+  int64_t key[PE_DNNL_KEY_MAX];
+  int nk = 0;
+  conv_algo_key(c, k, key, &nk);
+  int mode = pe_conv_algo_get_mode();
+  int cand = mode >= 0 ? mode : pe_conv_algo_lookup(key, nk);
+  if (cand >= 0) return conv_build_or_direct(c, e, k, cand);
+  return conv_choose_timed(c, e, k, key, nk);
+}
+
 static pe_status *conv_kernel(pe_kernel_ctx *c) {
-  pe_tensor *x = pe_kin(c, CV_IN, 0), *w = pe_kin(c, CV_FILTER, 0), *out = pe_kout(c, CV_OUT, 0);
-  pe_tensor *b = pe_kin(c, CV_BIAS, 0);
+  conv_call k = {.x = pe_kin(c, CV_IN, 0),
+                 .w = pe_kin(c, CV_FILTER, 0),
+                 .b = pe_kin(c, CV_BIAS, 0),
+                 .out = pe_kout(c, CV_OUT, 0)};
   pe_dnnl_entry *e;
   bool fresh;
-  PE_TRY(conv_key(c, x, w, &e, &fresh));
-  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_build(c, e, &x->shape, &w->shape, b != NULL)));
-  const pe_dnnl_stage *s = e->stages;
-  PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_SRC], x->data));
-  PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_WEI], w->data)); /* every call: weights change */
-  void *h[] = {pe_dnnl_stage_handle(e, &s[FS_SRC], x->data),
-               pe_dnnl_stage_handle(e, &s[FS_WEI], w->data),
-               pe_dnnl_stage_handle(e, &s[FS_DST], out->data), b ? b->data : NULL};
-  PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d"));
-  PE_TRY(pe_dnnl_stage_out(c, e, &s[FS_DST], out->data));
-  if (conv_relu(c->def, c->desc)) pe_relu_f32(c, out->data, out->data, pe_tensor_numel(out));
+  PE_TRY(conv_key(c, k.x, k.w, &e, &fresh));
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_prepare(c, e, &k)));
+  PE_TRY(conv_call_run(c, e, &k));
+  if (conv_relu(c->def, c->desc)) pe_relu_f32(c, k.out->data, k.out->data, pe_tensor_numel(k.out));
   return NULL;
 }
 
@@ -248,7 +468,7 @@ enum { GS_BD_DDST, GS_BD_WEI, GS_BD_DSRC, GS_BW_SRC, GS_BW_DDST, GS_BW_DWEI };
 enum { GB_DZ, GB_DBIAS };
 
 static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape *x,
-                                  const pe_shape *w, const pe_shape *out, bool bias) {
+                                  const pe_shape *w, const pe_shape *out, bool bias, int cand) {
   conv_descs d;
   dnnl_primitive_desc_t hint, bd = NULL, bw = NULL;
   void *buf;
@@ -256,13 +476,15 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   PE_TRY(pe_dnnl_entry_buffer(c, e, relu ? (size_t)pe_shape_numel(out) * sizeof(float) : 0, &buf));
   PE_TRY(pe_dnnl_entry_buffer(c, e, bias ? (size_t)w->d[0] * sizeof(float) : 0, &buf));
   PE_TRY(conv_descs_make(c, x, w, &d));
-  PE_TRY(conv_fwd_pd(c, &d, false, &hint));
+  PE_TRY(conv_fwd_pd(c, &d, false, cand, &hint));
+  const dnnl_memory_desc_t *src, *wei, *dst;
+  cand_descs(&d, cand, &src, &wei, &dst);
   dnnl_convolution_desc_t cd;
   pe_dnnl_prim *p;
-  pe_status *st = pe_dnnl_check(dnnl_dilated_convolution_backward_data_desc_init(
-                                    &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any,
-                                    &d.dst_any, d.strides, d.dilates, d.pad, d.pad),
-                                c, "convolution backward data desc");
+  pe_status *st =
+      pe_dnnl_check(dnnl_dilated_convolution_backward_data_desc_init(
+                        &cd, cand_alg[cand], src, wei, dst, d.strides, d.dilates, d.pad, d.pad),
+                    c, "convolution backward data desc");
   if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward data primitive desc", &bd);
   if (!st) {
     static const int args[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
@@ -270,8 +492,8 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   }
   if (!st)
     st = pe_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
-                           &cd, dnnl_convolution_direct, &d.src_any, &d.wei_any,
-                           bias ? &d.bia : NULL, &d.dst_any, d.strides, d.dilates, d.pad, d.pad),
+                           &cd, cand_alg[cand], src, wei, bias ? &d.bia : NULL, dst, d.strides,
+                           d.dilates, d.pad, d.pad),
                        c, "convolution backward weights desc");
   if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward weights primitive desc", &bw);
   if (!st) {
@@ -310,52 +532,63 @@ static void bias_grad(pe_kernel_ctx *c, float *db, const float *dz, const pe_sha
   }
 }
 
+/* The data and weights passes on k->g (Bias@GRAD, when the weights pass
+ * runs, from oneDNN's diff_bias). */
+static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
+  const pe_dnnl_stage *s = e->stages;
+  void *g = k->g, *x = k->x->data, *w = k->w->data;
+  if (k->dx) {
+    void *dx = k->dx->data;
+    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_DDST], g));
+    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_WEI], w));
+    void *h[] = {pe_dnnl_stage_handle(e, &s[GS_BD_DDST], g),
+                 pe_dnnl_stage_handle(e, &s[GS_BD_WEI], w),
+                 pe_dnnl_stage_handle(e, &s[GS_BD_DSRC], dx)};
+    PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d_grad data"));
+    PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BD_DSRC], dx));
+  }
+  if (k->dw) {
+    void *dw = k->dw->data;
+    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_SRC], x));
+    if (!k->dx || !pe_dnnl_stage_same(&s[GS_BW_DDST], &s[GS_BD_DDST]))
+      PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_DDST], g));
+    void *h[] = {
+        pe_dnnl_stage_handle(e, &s[GS_BW_SRC], x), pe_dnnl_stage_handle(e, &s[GS_BW_DDST], g),
+        pe_dnnl_stage_handle(e, &s[GS_BW_DWEI], dw), k->db ? k->db->data : e->bufs[GB_DBIAS]};
+    PE_TRY(pe_dnnl_run(c, &e->prims[1], h, "conv2d_grad weights"));
+    PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BW_DWEI], dw));
+  }
+  return NULL;
+}
+
 static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
-  pe_tensor *x = pe_kin(c, CVG_IN, 0), *w = pe_kin(c, CVG_FILTER, 0),
-            *dout = pe_kin(c, CVG_DOUT, 0), *b = pe_kin(c, CVG_BIAS, 0);
-  pe_tensor *dx = pe_kout(c, CVG_DIN, 0), *dw = pe_kout(c, CVG_DFILTER, 0),
-            *db = pe_kout(c, CVG_DBIAS, 0);
-  if (!dout) {
+  conv_call k = {.grad = true,
+                 .x = pe_kin(c, CVG_IN, 0),
+                 .w = pe_kin(c, CVG_FILTER, 0),
+                 .b = pe_kin(c, CVG_BIAS, 0),
+                 .out = pe_kin(c, CVG_DOUT, 0),
+                 .dx = pe_kout(c, CVG_DIN, 0),
+                 .dw = pe_kout(c, CVG_DFILTER, 0),
+                 .db = pe_kout(c, CVG_DBIAS, 0)};
+  if (!k.out) {
     pe_dnnl_zero_outputs(c);
     return NULL;
   }
-  if (!dx && !dw && !db) return NULL;
+  if (!k.dx && !k.dw && !k.db) return NULL;
+  k.g = k.out->data; /* the convolution's output gradient (timing reads it unmasked) */
   pe_dnnl_entry *e;
   bool fresh;
-  PE_TRY(conv_key(c, x, w, &e, &fresh));
-  if (fresh)
-    PE_TRY(pe_dnnl_cache_built(
-        c, e, conv_grad_build(c, e, &x->shape, &w->shape, &dout->shape, b != NULL)));
-  void *g = dout->data; /* the convolution's output gradient */
+  PE_TRY(conv_key(c, k.x, k.w, &e, &fresh));
+  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, conv_prepare(c, e, &k)));
   if (conv_relu(c->def, c->desc)) {
     const pe_tensor *out = pe_kin(c, CVG_OUT, 0);
-    if (!out || pe_tensor_numel(out) != pe_tensor_numel(dout))
+    if (!out || pe_tensor_numel(out) != pe_tensor_numel(k.out))
       return pe_kernel_error(c, PE_ESHAPE, "fused relu: Output must have Output@GRAD's shape");
-    g = e->bufs[GB_DZ];
-    pe_relu_grad_f32(c, g, out->data, dout->data, pe_tensor_numel(dout));
+    k.g = e->bufs[GB_DZ];
+    pe_relu_grad_f32(c, k.g, out->data, k.out->data, pe_tensor_numel(k.out));
   }
-  if (db && !dw) bias_grad(c, pe_f32(db), g, &dout->shape);
-  const pe_dnnl_stage *s = e->stages;
-  if (dx) {
-    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_DDST], g));
-    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_WEI], w->data));
-    void *h[] = {pe_dnnl_stage_handle(e, &s[GS_BD_DDST], g),
-                 pe_dnnl_stage_handle(e, &s[GS_BD_WEI], w->data),
-                 pe_dnnl_stage_handle(e, &s[GS_BD_DSRC], dx->data)};
-    PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d_grad data"));
-    PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BD_DSRC], dx->data));
-  }
-  if (dw) {
-    PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_SRC], x->data));
-    if (!dx || !pe_dnnl_stage_same(&s[GS_BW_DDST], &s[GS_BD_DDST]))
-      PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_DDST], g));
-    void *h[] = {
-        pe_dnnl_stage_handle(e, &s[GS_BW_SRC], x->data), pe_dnnl_stage_handle(e, &s[GS_BW_DDST], g),
-        pe_dnnl_stage_handle(e, &s[GS_BW_DWEI], dw->data), db ? db->data : e->bufs[GB_DBIAS]};
-    PE_TRY(pe_dnnl_run(c, &e->prims[1], h, "conv2d_grad weights"));
-    PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BW_DWEI], dw->data));
-  }
-  return NULL;
+  if (k.db && !k.dw) bias_grad(c, pe_f32(k.db), k.g, &k.out->shape);
+  return conv_call_run(c, e, &k);
 }
 
 static const pe_attr_def conv_attrs[] = {

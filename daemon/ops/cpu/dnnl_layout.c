@@ -6,6 +6,7 @@
  * differ does the entry get a buffer and a reorder primitive. Running a
  * stage is then one reorder on the place's stream, on the kernel's thread,
  * like the primitive it feeds. */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "dnnl_util.h"
@@ -27,8 +28,9 @@ static pe_status *reorder_add(pe_kernel_ctx *c, pe_dnnl_entry *e, const dnnl_mem
   dnnl_primitive_attr_t attr;
   PE_TRY(pe_dnnl_check(dnnl_primitive_attr_create(&attr), c, "reorder attributes"));
   dnnl_primitive_desc_t pd = NULL;
-  pe_status *st = pe_dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user),
-                                c, "reorder attributes");
+  pe_status *st =
+      pe_dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), c,
+                    "reorder attributes");
   if (!st)
     st = pe_dnnl_check(dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, attr), c,
                        "layout reorder primitive desc");
@@ -71,18 +73,38 @@ void *pe_dnnl_stage_handle(const pe_dnnl_entry *e, const pe_dnnl_stage *st, void
   return st->buf >= 0 ? e->bufs[st->buf] : data;
 }
 
+static atomic_uint_fast64_t reorder_runs, reorder_bytes;
+
+/* Run a stage's reorder and count it. */
+static pe_status *stage_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_dnnl_stage *st,
+                            void *const *h, const char *what) {
+  pe_dnnl_prim *r = &e->prims[st->reorder];
+  const dnnl_memory_desc_t *md;
+  size_t bytes = dnnl_memory_get_memory_desc(r->args[0].memory, &md) == dnnl_success
+                     ? dnnl_memory_desc_get_size(md)
+                     : 0;
+  atomic_fetch_add_explicit(&reorder_runs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&reorder_bytes, bytes, memory_order_relaxed);
+  return pe_dnnl_run(c, r, h, what);
+}
+
+pe_dnnl_reorder_count pe_dnnl_reorders_run(void) {
+  return (pe_dnnl_reorder_count){atomic_load_explicit(&reorder_runs, memory_order_relaxed),
+                                 atomic_load_explicit(&reorder_bytes, memory_order_relaxed)};
+}
+
 pe_status *pe_dnnl_stage_in(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_dnnl_stage *st,
                             void *data) {
   if (st->reorder < 0) return NULL;
   void *h[] = {data, e->bufs[st->buf]};
-  return pe_dnnl_run(c, &e->prims[st->reorder], h, "layout reorder in");
+  return stage_run(c, e, st, h, "layout reorder in");
 }
 
 pe_status *pe_dnnl_stage_out(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_dnnl_stage *st,
                              void *data) {
   if (st->reorder < 0) return NULL;
   void *h[] = {e->bufs[st->buf], data};
-  return pe_dnnl_run(c, &e->prims[st->reorder], h, "layout reorder out");
+  return stage_run(c, e, st, h, "layout reorder out");
 }
 
 bool pe_dnnl_stage_same(const pe_dnnl_stage *a, const pe_dnnl_stage *b) {

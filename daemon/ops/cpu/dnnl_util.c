@@ -86,7 +86,7 @@ void pe_dnnl_key_shape(int64_t *key, int *n, const pe_shape *s) {
   for (int i = 0; i < s->ndim; i++) pe_dnnl_key_val(key, n, s->d[i]);
 }
 
-static void entry_clear(pe_dnnl_entry *e) {
+void pe_dnnl_entry_clear(pe_dnnl_entry *e) {
   for (int p = 0; p < e->nprims; p++) {
     pe_dnnl_prim *pr = &e->prims[p];
     for (int a = 0; a < pr->nargs; a++)
@@ -126,7 +126,7 @@ pe_status *pe_dnnl_cache_lookup(pe_kernel_ctx *c, const int64_t *key, int nkey, 
     e = &cache->e[0];
     for (int i = 1; i < cache->n; i++)
       if (cache->e[i].last_use < e->last_use) e = &cache->e[i];
-    entry_clear(e);
+    pe_dnnl_entry_clear(e);
     cache->stats.evictions++;
   }
   memset(e, 0, sizeof(*e));
@@ -151,7 +151,7 @@ pe_status *pe_dnnl_cache_lookup_shape(pe_kernel_ctx *c, const pe_shape *s, pe_dn
 static void cache_drop(pe_kernel_ctx *c, pe_dnnl_entry *e) {
   pe_dnnl_cache *cache = *c->state;
   if (!cache) return;
-  entry_clear(e);
+  pe_dnnl_entry_clear(e);
   /* Keep the used entries contiguous: move the last one into the hole. */
   pe_dnnl_entry *last = &cache->e[cache->n - 1];
   if (e != last) {
@@ -170,7 +170,7 @@ pe_status *pe_dnnl_cache_built(pe_kernel_ctx *c, pe_dnnl_entry *e, pe_status *st
 void pe_dnnl_cache_free(void *state) {
   pe_dnnl_cache *cache = state;
   if (!cache) return;
-  for (int i = 0; i < cache->n; i++) entry_clear(&cache->e[i]);
+  for (int i = 0; i < cache->n; i++) pe_dnnl_entry_clear(&cache->e[i]);
   free(cache);
 }
 

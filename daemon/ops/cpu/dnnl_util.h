@@ -57,8 +57,8 @@ dnnl_status_t pe_dnnl_md_matrix(dnnl_memory_desc_t *md, int64_t rows, int64_t co
  * other. */
 typedef struct pe_dnnl_prim {
   dnnl_primitive_t prim;
-  int nargs;  /* memories in args (user args, then the scratchpad if any) */
-  int nuser;  /* args bound by pe_dnnl_run's handles */
+  int nargs; /* memories in args (user args, then the scratchpad if any) */
+  int nuser; /* args bound by pe_dnnl_run's handles */
   dnnl_exec_arg_t args[PE_DNNL_MAX_ARGS]; /* memories owned by the prim */
   void *scratch; /* its scratchpad (owned, 64-byte aligned), NULL if none */
 } pe_dnnl_prim;
@@ -80,9 +80,10 @@ typedef struct pe_dnnl_entry {
   int nprims;
   pe_dnnl_prim prims[PE_DNNL_MAX_PRIMS];
   int nbufs;
-  void *bufs[PE_DNNL_MAX_BUFS]; /* owned scratch, 64-byte aligned */
+  void *bufs[PE_DNNL_MAX_BUFS];             /* owned scratch, 64-byte aligned */
   pe_dnnl_stage stages[PE_DNNL_MAX_STAGES]; /* kernel-defined meaning (conv.c) */
-  int nreorders; /* layout reorders among prims (pe_dnnl_stage_make) */
+  int nreorders;                            /* layout reorders among prims (pe_dnnl_stage_make) */
+  int choice;                               /* kernel-defined: conv2d's algorithm (conv_algo.h) */
 } pe_dnnl_entry;
 
 typedef struct pe_dnnl_cache_stats {
@@ -126,6 +127,8 @@ pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state);
  * pd needs one. pd stays the caller's. */
 pe_status *pe_dnnl_entry_add(pe_kernel_ctx *c, pe_dnnl_entry *e, const_dnnl_primitive_desc_t pd,
                              const int *arg_ids, int nargs, const char *what, pe_dnnl_prim **out);
+/* Free everything e owns and zero it (key included). */
+void pe_dnnl_entry_clear(pe_dnnl_entry *e);
 /* An owned scratch buffer of at least `bytes` (contents unspecified). */
 pe_status *pe_dnnl_entry_buffer(pe_kernel_ctx *c, pe_dnnl_entry *e, size_t bytes, void **out);
 /* Create a primitive descriptor (first implementation) from an op desc,
@@ -172,6 +175,14 @@ pe_status *pe_dnnl_stage_out(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_dnnl_s
                              void *data);
 /* True when st reuses an earlier stage's buffer (pe_dnnl_stage_make's share). */
 bool pe_dnnl_stage_same(const pe_dnnl_stage *a, const pe_dnnl_stage *b);
+
+/* Layout reorders run by stages in this process so far, and the bytes of
+ * their blocked sides (every kernel thread adds to them; relaxed atomics):
+ * what keeping data in blocked layouts would save. */
+typedef struct pe_dnnl_reorder_count {
+  uint64_t runs, bytes;
+} pe_dnnl_reorder_count;
+pe_dnnl_reorder_count pe_dnnl_reorders_run(void);
 
 /* --- infer helpers --------------------------------------------------------- */
 /* Every present input arg must be f32 (these kernels are f32 only). */
