@@ -66,17 +66,23 @@ static void record(rank_result *r, pe_status *st, double t0) {
   pe_status_free(st);
 }
 
+/* The options every test's ranks share: job 'job-a', token "secret", pairs on
+ * 127.0.0.1. */
+static pe_gloo_opts job_opts(const char *rendezvous, int rank, int world, int timeout_ms) {
+  return (pe_gloo_opts){.job = "job-a",
+                        .token = "secret",
+                        .rendezvous = rendezvous,
+                        .host = "127.0.0.1",
+                        .rank = rank,
+                        .world_size = world,
+                        .timeout_ms = timeout_ms};
+}
+
 static void run_rank(const scenario *s, int rank, rank_result *r) {
   alarm(GUARD_S);
-  pe_gloo_opts o = {
-      .job = "job-a",
-      .token = s->token[rank] ? s->token[rank] : "secret",
-      .rendezvous = s->rendezvous,
-      .host = "127.0.0.1",
-      .rank = rank,
-      .world_size = s->world_of[rank] ? s->world_of[rank] : s->world,
-      .timeout_ms = s->timeout_ms,
-  };
+  pe_gloo_opts o = job_opts(s->rendezvous, rank, s->world_of[rank] ? s->world_of[rank] : s->world,
+                            s->timeout_ms);
+  if (s->token[rank]) o.token = s->token[rank];
   pe_gloo_comm *c = NULL;
   double t0 = now_s();
   pe_status *st = pe_gloo_comm_new(&o, &c);
@@ -289,13 +295,7 @@ START_TEST(rank_0_unreachable) {
   /* World 2, rank 0 never starts: rank 1 gives up after its timeout. */
   char rv[64];
   snprintf(rv, sizeof rv, "127.0.0.1:%d", free_port());
-  pe_gloo_opts o = {.job = "job-a",
-                    .token = "secret",
-                    .rendezvous = rv,
-                    .host = "127.0.0.1",
-                    .rank = 1,
-                    .world_size = 2,
-                    .timeout_ms = 500};
+  pe_gloo_opts o = job_opts(rv, 1, 2, 500);
   pe_gloo_comm *c = NULL;
   alarm(GUARD_S);
   pe_status *st = pe_gloo_comm_new(&o, &c);
@@ -377,13 +377,7 @@ static void on_sigpipe(int sig) {}
 START_TEST(sigpipe_ignored_unless_handled) {
   char rv[64];
   snprintf(rv, sizeof rv, "127.0.0.1:%d", free_port());
-  pe_gloo_opts o = {.job = "job-a",
-                    .token = "secret",
-                    .rendezvous = rv,
-                    .host = "127.0.0.1",
-                    .rank = 0,
-                    .world_size = 1,
-                    .timeout_ms = 5000};
+  pe_gloo_opts o = job_opts(rv, 0, 1, 5000);
   for (int handled = 0; handled < 2; handled++) {
     void (*before)(int) = handled ? on_sigpipe : SIG_DFL;
     signal(SIGPIPE, before);
