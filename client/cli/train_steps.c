@@ -357,7 +357,11 @@ int trainer_evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, do
     *seen += n;
   }
   *secs = cli_now() - t0;
-  *acc = *seen ? (double)correct / (double)*seen : 0;
+  /* A sequence model's accuracy counts every position of a label row. */
+  int64_t per_row = 1;
+  for (int d = 1; d < t->m.label_feed.ndim; d++)
+    if (t->m.label_feed.dims[d] > 0) per_row *= t->m.label_feed.dims[d];
+  *acc = *seen ? (double)correct / ((double)*seen * (double)per_row) : 0;
   if (by_loss && *seen) r->test_loss = loss / (double)*seen;
   pe_batch_prefetch_stop(pf);
   pe_batcher_free(bt);

@@ -205,6 +205,18 @@ const char *pe_builder_matmul(pe_builder *b, const char *x, const char *y, bool 
  * "attention_<k>". */
 const char *pe_builder_multi_head_attention(pe_builder *b, const char *x, int num_heads,
                                             const char *mask, const char *name);
+/* A causal attention mask for sequences of length t: f32 [1, 1, t, t]
+ * (stop_gradient), 0 on and below the diagonal and -1e9 above it, made by
+ * the program itself (fill_constant, then tril_triu) so that nothing is
+ * fed: pass it as the mask of pe_builder_multi_head_attention or
+ * pe_builder_transformer_block (one mask serves every block). name NULL:
+ * "causal_mask_<k>". */
+const char *pe_builder_causal_mask(pe_builder *b, int64_t t, const char *name);
+/* Learned positions: x [B, T, D] (T and D known) plus a trainable table
+ * "<layer>.w" [T, D] (initialised as pe_builder_embedding's table of T
+ * rows), row t added at position t of every example. name NULL:
+ * "pos_embedding_<k>". */
+const char *pe_builder_position_embedding(pe_builder *b, const char *x, const char *name);
 /* A pre-LN transformer block over x [B, T, D]: h = x + attention(
  * layer_norm(x)), out = h + fc(gelu(fc(layer_norm(h)))), the inner fc of
  * ffn_dim units. mask as pe_builder_multi_head_attention's. name NULL:

@@ -41,6 +41,8 @@ typedef struct pe_model_spec {
   char correct[PE_MODEL_NAME_LEN];  /* fetch: correct predictions, i64 [1] */
   int image_ndim;
   int64_t image_dims[4]; /* with -1 for the batch */
+  int image_dtype;       /* pe_b_dtype of the image feed: 0 f32; 3 i64 token ids */
+  int64_t label_len;     /* 0: the label is i64 [-1, 1]; T: i64 [-1, T], one per position */
   int default_batch;
   int accuracy_top_k; /* the accuracy's K (top-K; 0 read as 1) */
   /* The program's optimizer (pe_program_optimizer's answer, the recipe's

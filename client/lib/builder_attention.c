@@ -134,3 +134,31 @@ const char *pe_builder_transformer_block(pe_builder *b, const char *x, int num_h
   const char *f = g ? pe_builder_fc(b, g, dm, &f2) : NULL;
   return f ? pe_builder_add(b, h, f, PE_B_ACT_NONE, peb_vname(buf, layer, "res2")) : NULL;
 }
+
+const char *pe_builder_causal_mask(pe_builder *b, int64_t t, const char *name) {
+  if (!b) return NULL;
+  char layer[B_NAME_LEN], full[B_NAME_LEN], out[B_NAME_LEN];
+  if (!peb_layer_name(b, "causal_mask", name, layer)) return NULL;
+  if (t < 1 || t > (INT64_C(1) << 15)) {
+    peb_fail(b, "causal_mask '%s': length %lld is not in [1, 32768]", layer, (long long)t);
+    return NULL;
+  }
+  /* Made in the main block from constants: no feed (the daemon splits
+   * every feed along dim 0) and no persistable state to checkpoint. */
+  const int64_t d[4] = {1, 1, t, t};
+  b_var *fv = peb_tmp_var(b, peb_vname(full, layer, "fill"), PE_B_F32, 4, d);
+  b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), PE_B_F32, 4, d);
+  if (b->err) return NULL;
+  fv->stop_gradient = ov->stop_gradient = true;
+  b_op *op = peb_op_add(b, &b->main, "fill_constant");
+  peb_op_out(b, op, "Out", full);
+  peb_attr_ints(b, op, "shape", 4, d);
+  peb_attr_float(b, op, "value", -1e9f);
+  peb_attr_int(b, op, "dtype", PE_B_F32);
+  op = peb_op_add(b, &b->main, "tril_triu");
+  peb_op_in(b, op, "X", full);
+  peb_op_out(b, op, "Out", out);
+  peb_attr_int(b, op, "diagonal", 1);
+  peb_attr_bool(b, op, "lower", false);
+  return b->err ? NULL : ov->name;
+}

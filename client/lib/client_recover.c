@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client_internal.h"
 
@@ -280,20 +281,30 @@ int pec_recover(pe_client *c, const char *what, int code, uint64_t handle, const
   return 0;
 }
 
-/* One ping, answered only by a daemon that reads requests: the stopping
- * daemon reads none, and nanomsg sends the ping again on the connection to
- * a daemon that binds the address after it. One wait, no loop: the
- * daemon's reason is what the caller gets when none answers. */
+/* Pings until a daemon that handles requests answers, or restart_wait_ms
+ * passes: the stopping daemon answers each ping SHUTTING_DOWN at once
+ * while it drains, then reads nothing; nanomsg sends the ping again on the
+ * connection to a daemon that binds the address after it. The daemon's
+ * reason is what the caller gets when none answers. */
 int pec_wait_restart(pe_client *c) {
   if (c->restart_wait_ms < 0) return PE_C_ESHUTDOWN;
   char first[PEC_ERR_LEN];
   snprintf(first, sizeof first, "%s", c->err);
-  /* The shutdown reply (a run's steps) outlives the ping, for the caller. */
+  /* The shutdown reply (a run's steps) outlives the pings, for the caller. */
   Pe__Reply *kept = c->reply;
   c->reply = NULL;
   int timeout = c->timeout_ms, wait = c->restart_wait_ms < timeout ? c->restart_wait_ms : timeout;
-  c->timeout_ms = wait;
-  int rc = pe_client_ping(c);
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc, left = wait;
+  do {
+    c->timeout_ms = left;
+    rc = pe_client_ping(c);
+    if (rc != PE_C_ESHUTDOWN) break;
+    nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL); /* still draining */
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    left = wait - (int)((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+  } while (left > 0);
   c->timeout_ms = timeout;
   if (!rc) {
     pe__reply__free_unpacked(kept, NULL);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "builder_internal.h"
 #include "model_internal.h"
 #include "pe_builder.h"
 #include "pe_model_file.h"
@@ -49,7 +50,14 @@ typedef struct mf {
   } saved[32];
   int n_saved;
   const char *image, *label, *loss, *acc;
-  int acc_top_k; /* the accuracy line's top=K */
+  /* sequence models: `tokens` (the image is i64 [-1, T]), `targets` (the
+   * label is i64 [-1, T]: one class per position) and the causal mask the
+   * attention lines share (made at the first `causal`) */
+  bool tokens, targets;
+  int64_t seq_len;
+  const char *causal_mask;
+  const char *label_rows; /* the targets as rows [B*T, 1], made by the loss line */
+  int acc_top_k;          /* the accuracy line's top=K */
   int image_ndim;
   int64_t image_dims[4];
   const char *kw; /* keyword of the line being parsed */
@@ -272,6 +280,46 @@ static int h_input(mf *m) {
   return 0;
 }
 
+/* The T of a tokens or targets line: the other one's, when it came first. */
+static int seq_length(mf *m, bool other_set, const char *other, long *t) {
+  if (parse_long(m, "length", m->pos[1], 1, 1L << 15, t)) return -1;
+  if (other_set && *t != m->seq_len)
+    return mf_fail(m, "%s: length %ld differs from the %s' %lld", m->kw, *t, other,
+                   (long long)m->seq_len);
+  m->seq_len = *t;
+  return 0;
+}
+
+/* tokens NAME T: i64 ids [-1, T], the model's input. */
+static int h_tokens(mf *m) {
+  if (m->image) return mf_fail(m, "tokens: a second input ('%s' is declared)", m->image);
+  long t = 0;
+  if (seq_length(m, m->targets, "targets", &t)) return -1;
+  int64_t dims[4] = {-1, t};
+  const char *ids = pe_builder_data(m->b, m->pos[0], PE_B_I64, 2, dims);
+  if (built(m, ids)) return -1;
+  m->image = ids;
+  m->image_ndim = 2;
+  memcpy(m->image_dims, dims, sizeof dims);
+  m->tokens = true;
+  return 0;
+}
+
+/* targets NAME T: i64 [-1, T], the class of each position (the next
+ * token); the loss and accuracy flatten positions into rows. */
+static int h_targets(mf *m) {
+  if (m->label) return mf_fail(m, "targets: a second label ('%s' is declared)", m->label);
+  long t = 0;
+  if (seq_length(m, m->tokens, "tokens", &t)) return -1;
+  const char *cur = m->x;
+  const char *l = pe_builder_data(m->b, m->pos[0], PE_B_I64, PE_B_SHAPE(-1, t));
+  if (built(m, l)) return -1;
+  m->label = l;
+  m->x = cur;
+  m->targets = true;
+  return 0;
+}
+
 static int h_label(mf *m) {
   if (m->label) return mf_fail(m, "label: a second label ('%s' is declared)", m->label);
   const char *cur = m->x;
@@ -352,6 +400,86 @@ static int h_flatten(mf *m) {
   return built(m, pe_builder_flatten(m->b, m->x, (int)axis));
 }
 
+/* --- sequence layers: embedding, pos_embedding, layer_norm, gelu, attention ------------- */
+
+/* The current variable's rank (0 when unknown). */
+static int cur_rank(mf *m) {
+  const b_var *v = peb_var_find(&m->b->main, m->x);
+  return v ? v->ndim : 0;
+}
+
+static int h_embedding(mf *m) {
+  long vocab = 0, dim = 0, pad = -1;
+  if (need_input(m) || parse_long(m, "vocab", m->pos[0], 1, 1L << 30, &vocab) ||
+      parse_long(m, "dim", m->pos[1], 1, 1L << 20, &dim) ||
+      opt_long(m, "padding_idx", 0, vocab - 1, &pad))
+    return -1;
+  return built(m, pe_builder_embedding(m->b, m->x, vocab, dim, pad, opt_str(m, "name")));
+}
+
+static int h_pos_embedding(mf *m) {
+  if (need_input(m)) return -1;
+  return built(m, pe_builder_position_embedding(m->b, m->x, opt_str(m, "name")));
+}
+
+/* layer_norm over the last dim unless begin_norm_axis says otherwise. */
+static int h_layer_norm(mf *m) {
+  long axis = 0;
+  float eps = 0;
+  if (need_input(m) || opt_long(m, "begin_norm_axis", 1, 7, &axis) ||
+      opt_float_in(m, "epsilon", 0, 1, OPEN_MIN, &eps))
+    return -1;
+  if (!axis) axis = cur_rank(m) > 1 ? cur_rank(m) - 1 : 1;
+  return built(m, pe_builder_layer_norm(m->b, m->x, (int)axis, eps, opt_str(m, "name")));
+}
+
+static int h_gelu(mf *m) {
+  if (need_input(m)) return -1;
+  return built(m, pe_builder_gelu(m->b, m->x, opt_flag(m, "approximate")));
+}
+
+/* The mask of a `causal` line: one for the model, made at the first. */
+static const char *causal_mask(mf *m) {
+  if (!m->causal_mask) {
+    const b_var *v = peb_var_find(&m->b->main, m->x);
+    int64_t t = v && v->ndim == 3 ? v->d[1] : -1;
+    if (t <= 0) {
+      char sh[128];
+      mf_fail(m, "%s: causal needs an input [B, T, D] with T known ('%s' is %s)", m->kw, m->x,
+              v ? peb_shape_str(v, sh, sizeof sh) : "undeclared");
+      return NULL;
+    }
+    m->causal_mask = pe_builder_causal_mask(m->b, t, NULL);
+    if (!m->causal_mask) {
+      built(m, NULL);
+      return NULL;
+    }
+  }
+  return m->causal_mask;
+}
+
+static int h_attention(mf *m) {
+  long heads = 0;
+  if (need_input(m) || parse_long(m, "heads", m->pos[0], 1, 1024, &heads)) return -1;
+  bool causal = opt_flag(m, "causal");
+  const char *mask = causal ? causal_mask(m) : NULL;
+  if (causal && !mask) return -1;
+  return built(m,
+               pe_builder_multi_head_attention(m->b, m->x, (int)heads, mask, opt_str(m, "name")));
+}
+
+static int h_transformer_block(mf *m) {
+  long heads = 0, ff = 0;
+  if (need_input(m) || parse_long(m, "heads", m->pos[0], 1, 1024, &heads) ||
+      parse_long(m, "ffn_dim", m->pos[1], 1, 1L << 24, &ff))
+    return -1;
+  bool causal = opt_flag(m, "causal");
+  const char *mask = causal ? causal_mask(m) : NULL;
+  if (causal && !mask) return -1;
+  return built(m,
+               pe_builder_transformer_block(m->b, m->x, (int)heads, ff, mask, opt_str(m, "name")));
+}
+
 /* --- branches: save, from, add --------------------------------------------------------- */
 
 static const char **saved_slot(mf *m, const char *label) {
@@ -412,14 +540,37 @@ static int h_add(mf *m) {
   return built(m, pe_builder_add(m->b, m->x, v, act, opt_str(m, "name")));
 }
 
+/* Per-position targets: logits [B, T, C] and targets [B, T] become rows
+ * [B*T, C] and [B*T, 1], the shapes the loss and accuracy ops take; the
+ * flattened targets are m->label_rows. Returns the flattened logits. */
+static const char *seq_rows(mf *m) {
+  const b_var *v = peb_var_find(&m->b->main, m->x);
+  if (!v || v->ndim != 3 || v->d[1] != m->seq_len) {
+    char sh[128];
+    mf_fail(m, "loss: logits '%s' %s must be [B, %lld, C] for the targets '%s' [-1,%lld]", m->x,
+            v ? peb_shape_str(v, sh, sizeof sh) : "(undeclared)", (long long)m->seq_len, m->label,
+            (long long)m->seq_len);
+    return NULL;
+  }
+  m->label_rows = pe_builder_flatten(m->b, m->label, 2);
+  if (!m->label_rows) return NULL;
+  return pe_builder_flatten(m->b, m->x, 2);
+}
+
+/* The [N, 1] class labels the loss and accuracy read. */
+static const char *class_label(const mf *m) {
+  return m->label_rows ? m->label_rows : m->label;
+}
+
 static int h_loss(mf *m) {
   if (need_input(m)) return -1;
   if (!m->label) return mf_fail(m, "loss: no 'label' line before it");
+  if (m->targets && built(m, seq_rows(m))) return -1;
   const char *per_example;
   if (strcmp(m->pos[0], "softmax_with_cross_entropy") == 0)
-    per_example = pe_builder_softmax_with_cross_entropy(m->b, m->x, m->label, NULL);
+    per_example = pe_builder_softmax_with_cross_entropy(m->b, m->x, class_label(m), NULL);
   else if (strcmp(m->pos[0], "cross_entropy") == 0)
-    per_example = pe_builder_cross_entropy(m->b, m->x, m->label);
+    per_example = pe_builder_cross_entropy(m->b, m->x, class_label(m));
   else
     return mf_fail(m,
                    "loss: unknown kind '%s' (known: softmax_with_cross_entropy, "
@@ -437,9 +588,11 @@ static int h_accuracy(mf *m) {
   if (!m->x) return mf_fail(m, "accuracy: no 'input' line before it");
   if (!m->label) return mf_fail(m, "accuracy: no 'label' line before it");
   if (m->acc) return mf_fail(m, "accuracy: a second accuracy line");
+  if (m->targets && !m->label_rows)
+    return mf_fail(m, "accuracy: per-position targets are scored after the 'loss' line");
   if (opt_long(m, "top", 1, 1000, &k)) return -1;
   const char *logits = m->x;
-  if (built(m, pe_builder_accuracy(m->b, logits, m->label, (int)k))) return -1;
+  if (built(m, pe_builder_accuracy(m->b, logits, class_label(m), (int)k))) return -1;
   m->acc = m->x;
   m->acc_top_k = (int)k;
   m->x = logits;
@@ -566,6 +719,8 @@ static const mf_row rows[] = {
     {"batch", 1, 1, "", h_batch, "batch N"},
     {"input", 1, 4, "", h_input, "input NAME [DIM...]"},
     {"label", 1, 1, "", h_label, "label NAME"},
+    {"tokens", 2, 2, "", h_tokens, "tokens NAME T"},
+    {"targets", 2, 2, "", h_targets, "targets NAME T"},
     {"fc", 1, 1, "act= name= no_bias num_col_dims=", h_fc, "fc SIZE [act=A]"},
     {"conv2d", 2, 2, "stride= pad= dilation= groups= act= name= no_bias", h_conv2d,
      "conv2d OUT K[xK] [stride=S] [pad=P] [act=A]"},
@@ -578,6 +733,15 @@ static const mf_row rows[] = {
     {"sigmoid", 0, 0, "", h_act, "sigmoid"},
     {"softmax", 0, 0, "", h_act, "softmax"},
     {"flatten", 0, 0, "axis=", h_flatten, "flatten [axis=N]"},
+    {"embedding", 2, 2, "padding_idx= name=", h_embedding,
+     "embedding VOCAB DIM [padding_idx=N] [name=S]"},
+    {"pos_embedding", 0, 0, "name=", h_pos_embedding, "pos_embedding [name=S]"},
+    {"layer_norm", 0, 0, "begin_norm_axis= epsilon= name=", h_layer_norm,
+     "layer_norm [begin_norm_axis=N] [epsilon=E] [name=S]"},
+    {"gelu", 0, 0, "approximate", h_gelu, "gelu [approximate]"},
+    {"attention", 1, 1, "causal name=", h_attention, "attention HEADS [causal] [name=S]"},
+    {"transformer_block", 2, 2, "causal name=", h_transformer_block,
+     "transformer_block HEADS FFN_DIM [causal] [name=S]"},
     {"save", 1, 1, "", h_save, "save LABEL"},
     {"from", 1, 1, "", h_from, "from LABEL"},
     {"add", 1, 1, "act= name=", h_add, "add LABEL [act=A]"},
@@ -721,6 +885,8 @@ static int finish(mf *m, const pe_model_opts *o, pe_model_spec *out) {
   snprintf(out->correct, sizeof out->correct, "%.*s.correct",
            (int)(strlen(m->acc) - strlen(".out")), m->acc);
   out->image_ndim = m->image_ndim;
+  out->image_dtype = m->tokens ? PE_B_I64 : PE_B_F32;
+  out->label_len = m->targets ? m->seq_len : 0;
   memcpy(out->image_dims, m->image_dims, sizeof out->image_dims);
   out->default_batch = m->batch ? m->batch : 64;
   out->accuracy_top_k = m->acc_top_k;

@@ -23,9 +23,12 @@
  *    read by several ops, or twice by one) is written to x@GRAD@RENAME@k by
  *    its k-th writer, and a sum op after the last writer produces x@GRAD.
  *    Consumers of x@GRAD are grad ops of x's writer, which come later.
+ *    A sparse gradient (registry.h, PE_ROWS_SUFFIX) is not summed: one
+ *    written twice is an error naming the variable.
  * 5. Every new variable is declared in the main block: dtype and shape of its
- *    forward variable (undeclared intermediates of custom makers are left to
- *    inference).
+ *    forward variable (undeclared intermediates of custom makers, and a
+ *    sparse gradient and its rows, whose row count is the batch's, are left
+ *    to inference).
  * All walks follow program order and counters, so the output is
  * deterministic. The block is only modified once every grad op exists. */
 #include <stdint.h>
@@ -343,6 +346,14 @@ static pe_status *accumulate(bw *w) {
         char *g = op->out[s].args[k];
         intptr_t total = (intptr_t)pe_strmap_get(&w->produced, g);
         if (total < 2) continue;
+        if (pe_op_sparse_rows(op, g)) {
+          st = pe_error(PE_EINVAL,
+                        "backward: '%s' is a sparse gradient (%s with is_sparse) but %d ops "
+                        "write it (the variable is read by several ops); sparse gradients are not "
+                        "summed: set is_sparse false",
+                        g, op->type, (int)total);
+          break;
+        }
         intptr_t nth = (intptr_t)pe_strmap_get(&seen, g);
         char *r = name_join(g, "@RENAME@", (int)nth);
         if (!r || !pe_strmap_put(&seen, g, (void *)(nth + 1))) {
@@ -386,6 +397,12 @@ static pe_status *declare_outputs(bw *w, const pe_op_desc *op) {
     for (int k = 0; k < op->out[s].n; k++) {
       const char *name = op->out[s].args[k];
       if (pe_block_find_var(w->p, w->b, name)) continue;
+      if (pe_is_sparse_rows_name(name) || pe_op_sparse_rows(op, name)) {
+        pe_var_desc *v;
+        PE_TRY(pe_block_add_var(w->b, name, PE_F32, NULL, &v)); /* inference sets both */
+        v->stop_gradient = true;
+        continue;
+      }
       const char *at = strstr(name, SUFFIX);
       const pe_var_desc *fwd = NULL;
       if (at) {

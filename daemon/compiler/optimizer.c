@@ -32,7 +32,11 @@
  *   @LR_DECAY_COUNTER@       [1] int64    = 0
  * and one lr_schedule op before the updates, which writes learning_rate from
  * the counter and advances it (Paddle's @LR_DECAY_COUNTER@ and its decay ops,
- * fused into one op). */
+ * fused into one op).
+ * A parameter with a sparse gradient (<p>@GRAD@ROWS declared: an embedding
+ * with is_sparse) gets GradRows on its update op, and adam's lazy_mode
+ * (only the rows of the batch move); grad_clip_norm and weight decay,
+ * which touch every row, are an error naming the parameter. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,14 +203,44 @@ static pe_status *add_clip(pe_block *main, const pe_var_desc *const *params, int
   return st;
 }
 
+/* The rows of param's gradient when it is sparse, else NULL. */
+static const pe_var_desc *sparse_rows(const pe_block *main, const pe_var_desc *param) {
+  char rows[512];
+  snprintf(rows, sizeof rows, "%s" PE_GRAD_SUFFIX PE_ROWS_SUFFIX, param->name);
+  return pe_block_find_var_local(main, rows);
+}
+
+/* What a sparse gradient cannot take: clipping by the global norm and
+ * weight decay (both read or write every row). */
+static pe_status *check_sparse(const pe_block *main, const pe_var_desc *param, const hyper *h,
+                               bool clip) {
+  const pe_var_desc *rows = sparse_rows(main, param);
+  if (!rows) return NULL;
+  if (clip)
+    return pe_error(PE_EINVAL,
+                    "grad_clip_norm needs dense gradients; parameter '%s' has a sparse gradient "
+                    "(rows '%s', lookup_table_v2 is_sparse): set is_sparse false or "
+                    "grad_clip_norm 0",
+                    param->name, rows->name);
+  if (h->weight_decay > 0.0f && !param->no_weight_decay)
+    return pe_error(PE_EINVAL,
+                    "weight_decay %g decays every row; parameter '%s' has a sparse gradient (rows "
+                    "'%s', lookup_table_v2 is_sparse): set is_sparse false, weight_decay 0, or "
+                    "mark '%s' no_weight_decay",
+                    (double)h->weight_decay, param->name, rows->name, param->name);
+  return NULL;
+}
+
 static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *k, const hyper *h,
                              const pe_var_desc *param, bool clipped) {
   char grad[512], state[512];
   update_grad(param, clipped, grad);
+  const pe_var_desc *rows = sparse_rows(main, param);
   pe_op_desc *op;
   PE_TRY(pe_block_append_op(main, k->op, &op));
   PE_TRY(pe_op_input1(op, "Param", param->name));
   PE_TRY(pe_op_input1(op, "Grad", grad));
+  if (rows) PE_TRY(pe_op_input1(op, "GradRows", rows->name));
   PE_TRY(pe_op_input1(op, "LearningRate", LR_NAME));
   PE_TRY(pe_op_output1(op, "ParamOut", param->name));
   for (const opt_state *s = k->states; s->suffix; s++) {
@@ -224,6 +258,7 @@ static pe_status *add_update(pe_block *main, pe_block *startup, const opt_kind *
     PE_TRY(pe_op_set_float(op, "beta1", h->beta1));
     PE_TRY(pe_op_set_float(op, "beta2", h->beta2));
     PE_TRY(pe_op_set_float(op, "epsilon", h->eps));
+    if (rows) PE_TRY(pe_op_set_bool(op, "lazy_mode", true));
   }
   if (h->weight_decay > 0.0f && !param->no_weight_decay) {
     PE_TRY(pe_op_set_string(op, "regularization_method", k->decay));
@@ -309,6 +344,7 @@ pe_status *pe_pass_optimizer(pe_ir *ir) {
   if (!st && (!(p->opt.grad_clip_norm >= 0.0f) || !isfinite(p->opt.grad_clip_norm)))
     st = pe_error(PE_EINVAL, "grad_clip_norm %g must be finite and >= 0",
                   (double)p->opt.grad_clip_norm);
+  for (int i = 0; !st && i < n_params; i++) st = check_sparse(main, params[i], &h, clip);
   if (!st && clip) st = add_clip(main, params, n_params, p->opt.grad_clip_norm);
   for (int i = 0; !st && i < n_params; i++) st = add_update(main, startup, k, &h, params[i], clip);
   free(params);

@@ -500,6 +500,16 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
                       "needs every summed gradient on every place: strategy %s cannot give it "
                       "(use allreduce; auto picks it)",
                       i, pe_strategy_name(o->strategy));
+  /* The collectives and the cuda kernels take dense gradients only. */
+  for (int i = 0; (o->n_places > 1 || o->place_kind == PE_PLACE_CUDA) && i < mb->n_ops; i++)
+    for (int s = 0; s < mb->ops[i]->n_out; s++)
+      if (pe_is_sparse_rows_name(mb->ops[i]->out[s].name) && mb->ops[i]->out[s].n)
+        return pe_error(PE_EINVAL,
+                        "data_parallel: op #%d %s writes a sparse gradient (rows '%s', is_sparse), "
+                        "which runs on one cpu or sim place, not on %d %s places: set is_sparse "
+                        "false",
+                        i, mb->ops[i]->type, mb->ops[i]->out[s].args[0],
+                        o->n_places > 0 ? o->n_places : 1, pe_place_kind_name(o->place_kind));
   pe_ir_destroy(ir); /* a rerun replaces the graphs */
   pe_graph *g = NULL, *s = NULL;
   PE_TRY(new_graph(ir, o, ir->prog->main_block, &g));

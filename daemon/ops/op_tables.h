@@ -30,6 +30,7 @@ extern const pe_op_def pe_ops_slice[];       /* slice */
 /* huber_loss, sigmoid_cross_entropy_with_logits */
 extern const pe_op_def pe_ops_pointwise_loss[];
 extern const pe_op_def pe_ops_cast[];        /* cast */
+extern const pe_op_def pe_ops_tril_triu[];   /* tril_triu */
 extern const pe_op_def pe_ops_conv[];        /* conv2d (oneDNN) */
 extern const pe_op_def pe_ops_pool[];        /* pool2d (oneDNN) */
 extern const pe_op_def pe_ops_batch_norm[];  /* batch_norm (oneDNN) */

@@ -17,7 +17,7 @@ static const pe_op_def *const group_tables[] = {
     pe_ops_activation,     pe_ops_conv,        pe_ops_pool,       pe_ops_batch_norm,
     pe_ops_schedule,       pe_ops_clip,        pe_ops_layer_norm, pe_ops_embedding,
     pe_ops_transpose,      pe_ops_concat,      pe_ops_slice,      pe_ops_matmul_v2,
-    pe_ops_pointwise_loss, pe_ops_cast,
+    pe_ops_pointwise_loss, pe_ops_cast,        pe_ops_tril_triu,
 };
 
 /* Backends' kernel tables by place kind (pe_op_register_kernels), merged
@@ -258,6 +258,25 @@ pe_status *pe_kernel_rng(pe_kernel_ctx *c, pe_rng **gen, uint64_t *seed) {
 const char *pe_grad_name(const char *var, char *buf, size_t len) {
   snprintf(buf, len, "%s" PE_GRAD_SUFFIX, var);
   return buf;
+}
+
+bool pe_is_sparse_rows_name(const char *name) {
+  static const char tail[] = PE_GRAD_SUFFIX PE_ROWS_SUFFIX;
+  size_t n = strlen(name), t = sizeof tail - 1;
+  return n > t && strcmp(name + n - t, tail) == 0;
+}
+
+const char *pe_op_sparse_rows(const pe_op_desc *op, const char *grad) {
+  size_t gl = strlen(grad), rl = sizeof(PE_ROWS_SUFFIX) - 1;
+  for (int s = 0; s < op->n_out; s++) {
+    if (!pe_is_sparse_rows_name(op->out[s].name)) continue;
+    for (int k = 0; k < op->out[s].n; k++) {
+      const char *a = op->out[s].args[k];
+      if (strlen(a) == gl + rl && strncmp(a, grad, gl) == 0 && strcmp(a + gl, PE_ROWS_SUFFIX) == 0)
+        return a;
+    }
+  }
+  return NULL;
 }
 
 void pe_grad_ctx_init(pe_grad_ctx *g, const pe_op_def *def, const pe_op_desc *fwd) {

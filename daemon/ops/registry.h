@@ -36,6 +36,12 @@
 #include "ir/program.h"
 
 #define PE_GRAD_SUFFIX "@GRAD"
+/* A sparse gradient (lookup_table_v2 with is_sparse) is two variables:
+ * "x@GRAD" holds values [n, ...] of the rows that "x@GRAD@ROWS" [n] (i64)
+ * names, ascending, -1 for an empty slot after the last row (padding_idx,
+ * duplicates merged). The op writes the rows in an output slot
+ * "S@GRAD@ROWS" beside "S@GRAD"; the update ops read them as GradRows. */
+#define PE_ROWS_SUFFIX "@ROWS"
 
 /* Slot flags */
 #define PE_SLOT_NO_GRAD 0x1 /* no gradient flows to this input (labels, indices) */
@@ -242,6 +248,11 @@ pe_status *pe_grad_default(pe_grad_ctx *g);
 pe_status *pe_grad_new_op(pe_grad_ctx *g, const char *type, pe_op_desc **out);
 /* name -> name@GRAD into buf */
 const char *pe_grad_name(const char *var, char *buf, size_t len);
+/* The rows variable op writes for its gradient output `grad` (a sparse
+ * gradient), or NULL when op writes `grad` dense or not at all. */
+const char *pe_op_sparse_rows(const pe_op_desc *op, const char *grad);
+/* True when `name` is a sparse gradient's rows variable ("...@GRAD@ROWS"). */
+bool pe_is_sparse_rows_name(const char *name);
 void pe_grad_ctx_init(pe_grad_ctx *g, const pe_op_def *def, const pe_op_desc *fwd);
 void pe_grad_ctx_destroy(pe_grad_ctx *g); /* frees ops not taken */
 

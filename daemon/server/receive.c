@@ -12,6 +12,7 @@
 #include "server/dispatch.h"
 #include "server/loop.h"
 #include "server/request_decode.h"
+#include "server/request_peek.h"
 
 /* The job stops counting in Status' queue depth (its lane's busy), once,
  * before its reply leaves: a client that has its reply never finds its
@@ -120,6 +121,33 @@ void handle_job(void *ctx, pe_job *j) {
   pe_job_free(j);
 }
 
+/* A request that arrives while the daemon stops is answered at once, on
+ * the main thread, with SHUTTING_DOWN and the ids read off its bytes: its
+ * client stops (or waits for a restart) instead of waiting out its reply
+ * timeout. Nothing of it is decoded or handled. */
+static void refuse_stopping(pe_server *s, void *body, size_t len, void *ctrl) {
+  pe_request_peek pk;
+  pe_request_peek_read(body, len, &pk); /* unreadable: ids 0, answered all the same */
+  nn_freemsg(body);
+  Pe__Reply rep = PE__REPLY__INIT;
+  rep.client_id = pk.client;
+  rep.request_id = pk.request;
+  rep.code = PE_ESHUTDOWN;
+  rep.message = "the daemon is shutting down: request not handled";
+  size_t n;
+  bool owned;
+  pe_reply_buf rb;
+  const uint8_t *buf = pack_reply(s, &rep, &rb, &n, &owned);
+  atomic_fetch_add(&s->requests_total, 1);
+  atomic_fetch_add(&s->requests_failed, 1);
+  pe_metrics_count_reply(&s->metrics, pk.kind, rep.code, 0);
+  PE_LOGI("req client=%s id=%llu kind=%s code=SHUTTING_DOWN: not handled (stopping)",
+          pe_client_tag(pk.client).s, (unsigned long long)pk.request,
+          pe_request_kind_name(pk.kind));
+  queue_reply(s, ctrl, buf, n);
+  if (owned) free((void *)buf);
+}
+
 void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
   pe_server *s = w->data;
   pe_loop *L = s->loop;
@@ -145,6 +173,11 @@ void rcv_cb(struct ev_loop *loop, ev_io *w, int revents) {
       continue;
     }
     pe_conn_watch_message(L->conns, &hdr);
+    if (L->stopping) {
+      free(j);
+      refuse_stopping(s, body, (size_t)n, ctrl);
+      continue;
+    }
     j->body = body;
     j->len = (size_t)n;
     j->ctrl = ctrl;

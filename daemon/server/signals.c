@@ -43,11 +43,13 @@ void stop_cb(struct ev_loop *loop, ev_signal *w, int revents) {
   L->stopping = true;
   atomic_store(&s->stopping, true);
   PE_LOGI(
-      "signal %d: stopping: no new requests; finishing %d in flight (%d run(s): each stops at its "
+      "signal %d: stopping: new requests are refused (SHUTTING_DOWN); finishing %d in flight (%d "
+      "run(s): each stops at its "
       "next step boundary), %d queued",
       w->signum, in_flight(s), pe_run_table_count(&s->runs), queued(s));
   sd_notify(0, "STOPPING=1");
-  ev_io_stop(loop, &L->rcv_w);
+  /* The socket is still read: what arrives now is answered SHUTTING_DOWN
+   * at once (receive.c), so no client waits out its timeout. */
   pe_lanes_close(L->lanes);
   ev_timer_start(loop, &L->drain_w);
 }

@@ -11,7 +11,10 @@ def _from_spec(spec):
         data = bytes(ffi.buffer(spec.bytes, spec.len))
         image, label = string(spec.image), string(spec.label)
         dims = tuple(spec.image_dims[i] for i in range(spec.image_ndim))
-        feeds = {image: ("float32", dims), label: ("int64", (-1, 1))}
+        # a sequence model's tokens are i64, its targets one per position
+        image_dtype = "int64" if spec.image_dtype == 3 else "float32"
+        label_dims = (-1, spec.label_len) if spec.label_len else (-1, 1)
+        feeds = {image: (image_dtype, dims), label: ("int64", label_dims)}
         p = Program.from_bytes(data, feeds, string(spec.loss) or None)
         p.name = string(spec.name)
         p.default_batch = spec.default_batch

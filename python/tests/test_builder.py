@@ -1,5 +1,7 @@
 """The builder: the bytes are the C builder's, every layer and optimizer
 builds (and the daemon takes it), errors name what was wrong."""
+import os
+
 import numpy as np
 import pytest
 
@@ -65,6 +67,13 @@ def test_load_model_knows_feeds_and_metrics():
     assert p.feeds == {"image": ("float32", (-1, 1, 28, 28)), "label": ("int64", (-1, 1))}
     assert p.loss == p.loss_name and p.default_batch == 64
     assert p.correct_name.endswith(".correct") and p.optimizer == "momentum"
+
+
+def test_load_model_knows_sequence_feeds():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = pe.load_model(os.path.join(root, "conf", "models", "charlm"))
+    assert p.feeds == {"tokens": ("int64", (-1, 128)), "next": ("int64", (-1, 128))}
+    assert p.default_batch == 32 and p.optimizer == "adamw"
 
 
 def test_every_layer_builds_and_registers(client):

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "check_main.h"
-#include "ir/program.h"
 #include "compiler/validate.h"
+#include "ir/program.h"
 #include "pe_model_file.h"
 #include "pe_models.h"
 #include "program.pb-c.h"
@@ -516,6 +516,96 @@ START_TEST(bare_name_in_models_dir) {
 }
 END_TEST
 
+/* A small language model in the sequence words: token and target feeds
+ * of T positions, embedding, learned positions, attention and transformer
+ * blocks sharing one causal mask, per-position logits flattened into rows
+ * for the loss and the accuracy. */
+#define SEQ_HEAD "tokens t 8\ntargets y 8\n"
+#define SEQ_TAIL "loss softmax_with_cross_entropy\naccuracy\noptimizer adamw lr=0.001\n"
+
+static int count_ops(const Pe__BlockDesc *blk, const char *type) {
+  int n = 0;
+  for (size_t i = 0; i < blk->n_ops; i++) n += !strcmp(blk->ops[i]->type, type);
+  return n;
+}
+
+START_TEST(sequence_words) {
+  const char *text = SEQ_HEAD
+      "embedding 20 16 padding_idx=0\npos_embedding\nattention 4 causal\nlayer_norm\n"
+      "transformer_block 2 32 causal\ntransformer_block 2 32\ngelu approximate\n"
+      "layer_norm epsilon=0.001\nfc 20 num_col_dims=2\n" SEQ_TAIL;
+  Pe__ProgramDesc *pd = parse_unpacked(text);
+  const Pe__BlockDesc *mb = pd->blocks[pd->main_block];
+  ck_assert_int_eq(count_ops(mb, "lookup_table_v2"), 1);
+  ck_assert_int_eq(count_ops(mb, "tril_triu"), 1); /* one mask for both causal lines */
+  ck_assert_int_eq(count_ops(mb, "softmax"), 3);   /* three attentions */
+  ck_assert_int_eq(count_ops(mb, "elementwise_add") > 0, 1);
+  ck_assert_int_eq(count_ops(mb, "layer_norm"), 2 + 2 * 2);
+  /* the learned positions: a [T, D] parameter */
+  bool found = false;
+  for (size_t i = 0; i < mb->n_vars; i++)
+    if (!strcmp(mb->vars[i]->name, "pos_embedding_0.w")) {
+      found = mb->vars[i]->persistable;
+      ck_assert_uint_eq(mb->vars[i]->n_shape, 2);
+      ck_assert_int_eq(mb->vars[i]->shape[0], 8);
+      ck_assert_int_eq(mb->vars[i]->shape[1], 16);
+    }
+  ck_assert(found);
+  pe__program_desc__free_unpacked(pd, NULL);
+  pe_model_spec m;
+  char err[512];
+  ck_assert_msg(pe_model_file_parse(text, strlen(text), "seq", &m, err, sizeof err) == 0, "%s",
+                err);
+  ck_assert_str_eq(m.image, "t");
+  ck_assert_str_eq(m.label, "y");
+  ck_assert_int_eq(m.image_dtype, PE_I64);
+  ck_assert_int_eq(m.image_ndim, 2);
+  ck_assert_int_eq(m.image_dims[1], 8);
+  ck_assert_int_eq(m.label_len, 8);
+  pe_model_spec_release(&m);
+  /* an image model keeps f32 and [-1, 1] labels */
+  ck_assert_msg(pe_model_file_parse(FC_MODEL, strlen(FC_MODEL), "fc", &m, err, sizeof err) == 0,
+                "%s", err);
+  ck_assert_int_eq(m.image_dtype, PE_F32);
+  ck_assert_int_eq(m.label_len, 0);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+START_TEST(sequence_errors_carry_the_line) {
+  expect_parse_error_eq("tokens t 0\n",
+                        "cnn:1: tokens: length '0' is not an integer in [1, 32768]");
+  expect_parse_error_eq("tokens t 8\ntargets y 9\n",
+                        "cnn:2: targets: length 9 differs from the tokens' 8");
+  expect_parse_error_eq("targets y 9\ntokens t 8\n",
+                        "cnn:2: tokens: length 8 differs from the targets' 9");
+  expect_parse_error_eq("input x 4\ntokens t 8\n",
+                        "cnn:2: tokens: a second input ('x' is declared)");
+  expect_parse_error(SEQ_HEAD "embedding 20\n", "cnn:3: embedding: 1 argument(s), expected 2");
+  expect_parse_error_eq(SEQ_HEAD "embedding 20 16 padding_idx=20\n",
+                        "cnn:3: embedding: padding_idx '20' is not an integer in [0, 19]");
+  expect_parse_error("input x 4\nlabel y\nembedding 20 16\n",
+                     "cnn:3: embedding: embedding 'embedding_0': ids 'x' [-1,4] must be i64");
+  expect_parse_error(SEQ_HEAD "pos_embedding\n",
+                     "cnn:3: pos_embedding: pos_embedding 'pos_embedding_0': input 't' [-1,8] "
+                     "must be f32 [B, T, D]");
+  expect_parse_error_eq("input x 4\nlabel y\nattention 2 causal\n",
+                        "cnn:3: attention: causal needs an input [B, T, D] with T known ('x' is "
+                        "[-1,4])");
+  expect_parse_error(SEQ_HEAD "embedding 20 16\nattention 3\n",
+                     "cnn:4: attention: attention 'attention_0': input 'embedding_0.out' "
+                     "[-1,8,16] must be f32 [B, T, D] with T and D known and D divisible by "
+                     "num_heads 3");
+  expect_parse_error(SEQ_HEAD "embedding 20 16\ntransformer_block 2 32 dropout=0.1\n",
+                     "cnn:4: transformer_block: unknown option 'dropout'");
+  expect_parse_error_eq(SEQ_HEAD "embedding 20 16\nflatten\nfc 20\n" SEQ_TAIL,
+                        "cnn:6: loss: logits 'fc_0.out' [-1,20] must be [B, 8, C] for the "
+                        "targets 'y' [-1,8]");
+  expect_parse_error_eq(SEQ_HEAD "embedding 20 16\nfc 20 num_col_dims=2\naccuracy\n" SEQ_TAIL,
+                        "cnn:5: accuracy: per-position targets are scored after the 'loss' line");
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("model_file");
   TCase *tc = tcase_create("model_file");
@@ -534,6 +624,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, residual_errors_carry_the_line);
   tcase_add_test(tc, resnet_file);
   tcase_add_test(tc, bare_name_in_models_dir);
+  tcase_add_test(tc, sequence_words);
+  tcase_add_test(tc, sequence_errors_carry_the_line);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -54,6 +54,8 @@ static const char *const cpu_only[] = {
     "sigmoid_cross_entropy_with_logits_grad",
     "cast",
     "cast_grad",
+    "tril_triu",
+    "tril_triu_grad",
     NULL,
 };
 

@@ -42,6 +42,35 @@ static void train_json(cd_daemon *d, const char *args, double *loss, double *acc
   *seen = json_num(j, "test_examples");
 }
 
+/* A text file trains a tiny causal transformer (the charlm's words): the
+ * bytes of a repeating phrase are learnable, so the next-byte accuracy
+ * over every position of the validation windows is high and a fraction
+ * (not a count per window), and the loss is reported in bits per char. */
+START_TEST(text_trains_a_sequence_model) {
+  cd_daemon d;
+  cd_start(&d);
+  char model[256], text[256], args[1024];
+  write_model(&d, "tiny_lm",
+              "tokens tokens 8\ntargets next 8\nembedding 256 16\npos_embedding\n"
+              "transformer_block 2 32 causal\nlayer_norm\nfc 256 num_col_dims=2\n"
+              "loss softmax_with_cross_entropy\naccuracy\noptimizer adam lr=0.01\nbatch 16\n",
+              model, sizeof model);
+  snprintf(text, sizeof text, "%s/phrase.txt", d.dir);
+  FILE *f = fopen(text, "w");
+  ck_assert_ptr_nonnull(f);
+  for (int i = 0; i < 400; i++) fputs("the cat sat. ", f);
+  fclose(f);
+  snprintf(args, sizeof args, "--json train --model '%s' --data '%s' --epochs 3", model, text);
+  CLI_OK(&d, args);
+  const char *j = last_line(d.dir);
+  double acc = json_num(j, "test_accuracy"), bits = json_num(j, "test_bits_per_char");
+  ck_assert_msg(acc > 0.5 && acc <= 1, "%s", j);
+  ck_assert_msg(bits > 0 && bits < 4, "%s", j);
+  ck_assert_double_eq_tol(json_num(j, "test_loss") / log(2), bits, 1e-3);
+  cd_stop(&d);
+}
+END_TEST
+
 /* An .npz with training arrays x, y and test/x, test/y (deflated): the
  * last-epoch loss of 10 epochs is well below that of 1, and the test
  * split is the file's test/ rows; without test/ arrays a tenth of the
@@ -199,6 +228,7 @@ static Suite *suite(void) {
   Suite *s = suite_create("client_cli_data");
   TCase *tc = tcase_create("client_cli_data");
   tcase_add_test(tc, npz_loss_falls);
+  tcase_add_test(tc, text_trains_a_sequence_model);
   tcase_add_test(tc, csv_classification);
   tcase_add_test(tc, bad_inputs_named);
   suite_add_tcase(s, tc);

@@ -12,9 +12,12 @@
 #      and runs against P's library;
 #   5. a second install keeps an edited config file and refreshes the
 #      shipped copy beside the models.
-# usage: test_install_prefix.sh SOURCE_DIR BUILD_DIR
+# usage: test_install_prefix.sh SOURCE_DIR BUILD_DIR [SANITIZERS]
+# SANITIZERS (the build's PE_SANITIZE, e.g. address,undefined): the consumer
+# programs are built with them too, as a sanitized library needs.
 set -eu
-src=$1 build=$2
+src=$1 build=$2 san=${3:-}
+sanflags=${san:+-fsanitize=$san}
 tmp=$(mktemp -d /tmp/pe-install-prefix-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -87,13 +90,14 @@ for f in $flags; do
 done
 libdir=$(pkg-config --variable=libdir peclient)
 version=$(pkg-config --modversion peclient)
-cc -o "$tmp/pc-consumer" "$src/tests/install/consumer/main.c" $flags >"$tmp/cc.log" 2>&1 ||
+cc $sanflags -o "$tmp/pc-consumer" "$src/tests/install/consumer/main.c" $flags >"$tmp/cc.log" 2>&1 ||
   { cat "$tmp/cc.log"; fail "cc with pkg-config's flags: $flags"; }
 LD_LIBRARY_PATH=$libdir "$tmp/pc-consumer" "$version" || fail "the pkg-config build does not run"
 echo "ok: pkg-config: $flags"
 
 # 4. find_package(peclient).
 cmake -S "$src/tests/install/consumer" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$root" \
+  -DCMAKE_C_FLAGS="$sanflags" -DCMAKE_EXE_LINKER_FLAGS="$sanflags" \
   >"$tmp/cm.log" 2>&1 || { cat "$tmp/cm.log"; fail "find_package(peclient) with prefix $root"; }
 cmake --build "$tmp/cm" >>"$tmp/cm.log" 2>&1 || { cat "$tmp/cm.log"; fail "build with peclient::peclient"; }
 "$tmp/cm/consumer" "$version" || fail "the find_package build does not run"

@@ -5,9 +5,15 @@
  * none) reads as zeros and gets no gradient. An id outside [0, vocab) is an
  * error naming the op, Ids, the id, where it is and the vocabulary size;
  * nothing is read or written out of bounds.
- * The gradient is dense (W@GRAD has W's shape: zeros, then each id's
- * Out@GRAD row added to its row), in a function of its own so that a
- * sparse one can sit beside it. */
+ * The gradient is dense by default (W@GRAD has W's shape: zeros, then each
+ * id's Out@GRAD row added to its row). With is_sparse it is sparse
+ * (registry.h, PE_ROWS_SUFFIX): W@GRAD [n, dim] and W@GRAD@ROWS [n] for the
+ * n ids of the batch; slot k holds the k-th smallest distinct id with the
+ * sum of its Out@GRAD rows, added in batch order as the dense sum adds them
+ * (the same bits); the slots after the last distinct id are rows -1, values
+ * 0. padding_idx gets no row. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/op_tables.h"
@@ -15,7 +21,7 @@
 enum { EMB_W, EMB_IDS };
 enum { EMB_OUT };
 enum { EMBG_W, EMBG_IDS, EMBG_OUT, EMBG_DOUT };
-enum { EMBG_DW };
+enum { EMBG_DW, EMBG_DW_ROWS };
 
 static pe_status *emb_check(pe_infer_ctx *c, pe_shape *out) {
   pe_meta *w = pe_in_meta(c, EMB_W, 0), *ids = pe_in_meta(c, EMB_IDS, 0);
@@ -51,7 +57,34 @@ static pe_status *emb_infer(pe_infer_ctx *c) {
 static pe_status *emb_grad_infer(pe_infer_ctx *c) {
   pe_shape out;
   PE_TRY(emb_check(c, &out));
-  return pe_infer_grad_like_inputs(c);
+  pe_meta *w = pe_in_meta(c, EMBG_W, 0), *ids = pe_in_meta(c, EMBG_IDS, 0);
+  if (!pe_attr_b(c->def, c->desc, "is_sparse")) {
+    if (c->out[EMBG_DW_ROWS].n)
+      return pe_infer_error(c, PE_EARITY,
+                            "output W@GRAD@ROWS '%s' is a sparse gradient's; set is_sparse",
+                            c->out[EMBG_DW_ROWS].names[0]);
+    pe_infer_set(c, EMBG_DW, PE_F32, &w->shape);
+    return NULL;
+  }
+  if (c->out[EMBG_DW].n && !c->out[EMBG_DW_ROWS].n)
+    return pe_infer_error(c, PE_EARITY,
+                          "is_sparse: output W@GRAD '%s' needs its rows in W@GRAD@ROWS",
+                          c->out[EMBG_DW].names[0]);
+  int64_t n = pe_shape_numel(&ids->shape); /* -1 while the batch is unknown */
+  pe_shape vals = PE_SHAPE(n, w->shape.d[1]), rows = PE_SHAPE(n);
+  pe_infer_set(c, EMBG_DW, PE_F32, &vals);
+  pe_infer_set(c, EMBG_DW_ROWS, PE_I64, &rows);
+  return NULL;
+}
+
+/* The sparse gradient's maker: the default one plus the rows output. */
+static pe_status *emb_grad(pe_grad_ctx *g) {
+  PE_TRY(pe_grad_default(g));
+  if (!pe_attr_b(g->def, g->fwd, "is_sparse")) return NULL;
+  const char *w = pe_op_input_arg(g->fwd, "W");
+  char rows[512];
+  snprintf(rows, sizeof rows, "%s" PE_GRAD_SUFFIX PE_ROWS_SUFFIX, w ? w : "");
+  return pe_op_output1(g->ops[g->n_ops - 1], "W" PE_GRAD_SUFFIX PE_ROWS_SUFFIX, rows);
 }
 
 /* Every id in [0, vocab), else the error for the first one that is not. */
@@ -103,12 +136,57 @@ static void emb_grad_dense(float *dw, int64_t vocab, int64_t dim, const int64_t 
   }
 }
 
+typedef struct emb_pos {
+  int64_t id, pos;
+} emb_pos;
+
+static int emb_pos_cmp(const void *a, const void *b) {
+  const emb_pos *x = a, *y = b;
+  if (x->id != y->id) return x->id < y->id ? -1 : 1;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* W@GRAD sparse (the file's comment): sort (id, position) pairs, then sum
+ * each id's rows in position order into the next slot. */
+static pe_status *emb_grad_sparse(pe_kernel_ctx *c, float *vals, int64_t *rows, int64_t dim,
+                                  const int64_t *id, int64_t n, const float *dout, int64_t pad) {
+  emb_pos *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+  if (!order)
+    return pe_kernel_error(c, PE_ENOMEM, "out of memory sorting %lld ids of Ids", (long long)n);
+  for (int64_t i = 0; i < n; i++) order[i] = (emb_pos){id[i], i};
+  qsort(order, (size_t)n, sizeof *order, emb_pos_cmp);
+  int64_t k = 0;
+  for (int64_t s = 0; s < n;) {
+    int64_t e = s + 1;
+    while (e < n && order[e].id == order[s].id) e++;
+    if (order[s].id != pad) {
+      float *row = vals + k * dim;
+      memcpy(row, dout + order[s].pos * dim, (size_t)dim * sizeof(float));
+      for (int64_t q = s + 1; q < e; q++) {
+        const float *g = dout + order[q].pos * dim;
+        for (int64_t j = 0; j < dim; j++) row[j] += g[j];
+      }
+      rows[k++] = order[s].id;
+    }
+    s = e;
+  }
+  free(order);
+  for (int64_t q = k; q < n; q++) rows[q] = -1;
+  memset(vals + k * dim, 0, (size_t)((n - k) * dim) * sizeof(float));
+  return NULL;
+}
+
 static pe_status *emb_grad_kernel(pe_kernel_ctx *c) {
   pe_tensor *w = pe_kin(c, EMBG_W, 0), *ids = pe_kin(c, EMBG_IDS, 0);
   pe_tensor *dout = pe_kin(c, EMBG_DOUT, 0), *dw = pe_kout(c, EMBG_DW, 0);
-  if (!dw) return NULL;
+  pe_tensor *rows = pe_kout(c, EMBG_DW_ROWS, 0);
+  if (!dw) {
+    if (rows) memset(rows->data, 0xff, pe_tensor_bytes(rows)); /* every slot empty: -1 */
+    return NULL;
+  }
   if (!dout) {
     pe_tensor_zero(dw);
+    if (rows) memset(rows->data, 0xff, pe_tensor_bytes(rows));
     return NULL;
   }
   int64_t vocab = w->shape.d[0], dim = w->shape.d[1], n = pe_tensor_numel(ids);
@@ -116,8 +194,10 @@ static pe_status *emb_grad_kernel(pe_kernel_ctx *c) {
     return pe_kernel_error(c, PE_ESHAPE, "input Out@GRAD has %lld elements, expected %lld",
                            (long long)pe_tensor_numel(dout), (long long)(n * dim));
   PE_TRY(emb_check_ids(c, ids, vocab));
-  emb_grad_dense(pe_f32(dw), vocab, dim, pe_i64(ids), n, pe_f32(dout),
-                 pe_attr_i(c->def, c->desc, "padding_idx"));
+  int64_t pad = pe_attr_i(c->def, c->desc, "padding_idx");
+  if (rows)
+    return emb_grad_sparse(c, pe_f32(dw), pe_i64(rows), dim, pe_i64(ids), n, pe_f32(dout), pad);
+  emb_grad_dense(pe_f32(dw), vocab, dim, pe_i64(ids), n, pe_f32(dout), pad);
   return NULL;
 }
 
@@ -127,8 +207,9 @@ static const pe_slot_def emb_in[] = {{"W", 1, 1}, {"Ids", 1, 1, PE_SLOT_NO_GRAD}
 static const pe_slot_def emb_out[] = {{"Out", 1, 1}, {NULL}};
 static const pe_slot_def emb_grad_in[] = {
     {"W", 1, 1}, {"Ids", 1, 1}, {"Out", 0, 1}, {"Out" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
-static const pe_slot_def emb_grad_out[] = {{"W" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
-/* is_sparse is Paddle's; the gradient is dense either way. */
+static const pe_slot_def emb_grad_out[] = {
+    {"W" PE_GRAD_SUFFIX, 0, 1}, {"W" PE_GRAD_SUFFIX PE_ROWS_SUFFIX, 0, 1}, {NULL}};
+/* is_sparse is Paddle's: W@GRAD sparse (the file's comment). */
 static const pe_attr_def emb_attrs[] = {
     {"padding_idx", PE_ATTR_LONG, false, -1}, {"is_sparse", PE_ATTR_BOOL, false, 0}, {NULL}};
 
@@ -139,7 +220,7 @@ const pe_op_def pe_ops_embedding[] = {
      .attrs = emb_attrs,
      .infer = emb_infer,
      .kernel_cpu = emb_kernel,
-     .grad = pe_grad_default},
+     .grad = emb_grad},
     {.type = "lookup_table_v2_grad",
      .inputs = emb_grad_in,
      .outputs = emb_grad_out,
