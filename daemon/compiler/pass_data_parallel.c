@@ -7,7 +7,9 @@
  *    time, so that summing gradients over places gives the gradient of the
  *    whole batch's mean loss (losses are means over their batch);
  *  - right after the last writer of a parameter gradient (on every place),
- *    one collective: an all_reduce (AllReduce) or a reduce to the
+ *    one collective (also on one place when the model trains in a job
+ *    across nodes, pe_pass_opts.cross_nodes: the executor sums over the
+ *    nodes there): an all_reduce (AllReduce) or a reduce to the
  *    parameter's owner (Reduce), so communication overlaps the rest of
  *    backward;
  *  - optimizer ops run on every place (AllReduce) or only on the owner,
@@ -392,6 +394,7 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
   }
   PE_TRY(find_params(c));
   bool multi = g->n_places > 1;
+  bool grad_coll = multi || o->cross_nodes; /* gradients summed over places or nodes */
   bool reduce = g->strategy == PE_STRATEGY_REDUCE;
   if (reduce)
     PE_TRY(assign_owners(g));
@@ -414,7 +417,7 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
     }
     if (multi && opt && reduce && pj >= 0)
       PE_TRY(add_collective(g, PE_NODE_BROADCAST, g->params[pj], g->owner[pj]));
-    for (int j = 0; multi && j < g->n_params; j++)
+    for (int j = 0; grad_coll && j < g->n_params; j++)
       if (c->last_writer[j] == i && !(c->sharded && c->sharded[j]))
         PE_TRY(add_collective(g, reduce ? PE_NODE_REDUCE : PE_NODE_ALL_REDUCE, g->grads[j],
                               g->owner[j]));
@@ -485,6 +488,10 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
   if (o->strategy != PE_STRATEGY_ALLREDUCE && o->strategy != PE_STRATEGY_REDUCE &&
       o->strategy != PE_STRATEGY_SHARDED)
     return pe_error(PE_EINVAL, "data_parallel: unknown strategy %d", (int)o->strategy);
+  if (o->cross_nodes && o->strategy != PE_STRATEGY_ALLREDUCE)
+    return pe_error(PE_EINVAL,
+                    "data_parallel: a job across nodes trains with strategy allreduce, not %s",
+                    pe_strategy_name(o->strategy));
   if (o->strategy == PE_STRATEGY_SHARDED && o->place_kind == PE_PLACE_CUDA)
     return pe_error(PE_EINVAL,
                     "data_parallel: strategy sharded runs on cpu and sim places, not cuda "
