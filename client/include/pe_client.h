@@ -248,6 +248,16 @@ typedef struct pe_client_register_args {
   const char *const *keep; /* n_keep names kept fetchable; may be NULL when n_keep is 0 */
   size_t n_keep;
   bool no_op_fusion; /* keep conv2d / matmul + bias add + relu unfused (RegisterOptions) */
+  /* A job across nodes (docs/multinode.md): job names it (NULL: none);
+   * every node registers the same program with its own daemon, the same
+   * job, world, rendezvous and token and its own rank. The register
+   * returns once every node joined (or fails naming the node, the
+   * variable that differs, or the peer that did not come). */
+  const char *job;
+  int job_world;              /* nodes, >= 2 */
+  int job_rank;               /* this node, 0 .. job_world-1 */
+  const char *job_rendezvous; /* rank 0's daemon listens there, "HOST:PORT" */
+  const char *job_token;      /* the job's shared secret */
 } pe_client_register_args;
 
 typedef struct pe_client_param {
