@@ -508,15 +508,17 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
                       "(use allreduce; auto picks it)",
                       i, pe_strategy_name(o->strategy));
   /* The collectives and the cuda kernels take dense gradients only. */
-  for (int i = 0; (o->n_places > 1 || o->place_kind == PE_PLACE_CUDA) && i < mb->n_ops; i++)
+  for (int i = 0;
+       (o->n_places > 1 || o->cross_nodes || o->place_kind == PE_PLACE_CUDA) && i < mb->n_ops; i++)
     for (int s = 0; s < mb->ops[i]->n_out; s++)
       if (pe_is_sparse_rows_name(mb->ops[i]->out[s].name) && mb->ops[i]->out[s].n)
         return pe_error(PE_EINVAL,
                         "data_parallel: op #%d %s writes a sparse gradient (rows '%s', is_sparse), "
-                        "which runs on one cpu or sim place, not on %d %s places: set is_sparse "
-                        "false",
+                        "which runs on one cpu or sim place, not on %d %s places%s: set "
+                        "is_sparse false",
                         i, mb->ops[i]->type, mb->ops[i]->out[s].args[0],
-                        o->n_places > 0 ? o->n_places : 1, pe_place_kind_name(o->place_kind));
+                        o->n_places > 0 ? o->n_places : 1, pe_place_kind_name(o->place_kind),
+                        o->cross_nodes ? " in a job across nodes" : "");
   pe_ir_destroy(ir); /* a rerun replaces the graphs */
   pe_graph *g = NULL, *s = NULL;
   PE_TRY(new_graph(ir, o, ir->prog->main_block, &g));
