@@ -8,7 +8,8 @@
  *    its parameters stay as of the last completed step, it answers ping,
  *    and the job forms again once the node is back;
  *  - a node with another program is refused at rendezvous, naming the
- *    node and the variable; a rank taken twice is refused.
+ *    node and the variable; a rank taken twice is refused, and so is a
+ *    node that comes after the job formed.
  * The job's timeout is 5 s here ([job] timeout). */
 #include <check.h>
 #include <math.h>
@@ -359,6 +360,32 @@ START_TEST(test_rank_taken_twice_is_refused) {
 }
 END_TEST
 
+START_TEST(test_node_joining_after_the_job_formed_is_refused) {
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  cd_daemon d[3];
+  node ns[3];
+  nodes_start(d, ns, 3, &m, NULL);
+  for (int r = 0; r < 3; r++) ns[r].world = 2;
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "register: %s / %s", ns[0].err, ns[1].err);
+  /* Rank 1 again, from a third daemon, once the job formed: no rendezvous
+   * is left to join (rank 0 closed its store), within [job] timeout. */
+  ns[2].rank = 1;
+  node_register(&ns[2]);
+  ck_assert_int_ne(ns[2].rc, 0);
+  ck_assert_msg(strstr(ns[2].err, "forming the job (a node that joins after the job formed"), "%s",
+                ns[2].err);
+  for (int r = 0; r < 3; r++) {
+    ck_assert_int_eq(pe_client_ping(ns[r].c), 0);
+    pe_client_free(ns[r].c);
+    cd_stop(&d[r]);
+  }
+  pe_model_spec_release(&m);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("job_nodes");
   TCase *tc = tcase_create("job");
@@ -367,6 +394,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_killed_peer_fails_the_step_and_the_job_forms_again);
   tcase_add_test(tc, test_mismatched_program_is_refused_naming_node_and_variable);
   tcase_add_test(tc, test_rank_taken_twice_is_refused);
+  tcase_add_test(tc, test_node_joining_after_the_job_formed_is_refused);
   suite_add_tcase(s, tc);
   return s;
 }
