@@ -155,6 +155,15 @@ static void nodes_start(cd_daemon *d, node *ns, int world, const pe_model_spec *
   }
 }
 
+/* Every node's daemon still answers ping; then all are stopped. */
+static void nodes_stop(cd_daemon *d, node *ns, int n) {
+  for (int r = 0; r < n; r++) {
+    ck_assert_int_eq(pe_client_ping(ns[r].c), 0);
+    pe_client_free(ns[r].c);
+    cd_stop(&d[r]);
+  }
+}
+
 /* One daemon on cpu:world trains the global batch for STEPS steps. */
 static void single_reference(const pe_model_spec *m, const batch *b, int world, snap *ref) {
   cd_daemon d;
@@ -228,11 +237,9 @@ static void train_job(int world) {
                   world);
     if (s == STEPS - 1) ck_assert_msg(moved > 0, "training did not change the parameters");
   }
-  for (int r = 0; r < world; r++) {
+  for (int r = 0; r < world; r++)
     for (int s = 0; s < STEPS; s++) free(ns[r].after[s].v);
-    pe_client_free(ns[r].c);
-    cd_stop(&d[r]);
-  }
+  nodes_stop(d, ns, world);
   for (int s = 0; s < STEPS; s++) free(ref[s].v);
   free(b);
   pe_model_spec_release(&m);
@@ -302,10 +309,7 @@ START_TEST(test_killed_peer_fails_the_step_and_the_job_forms_again) {
   free(a0.v);
   free(a1.v);
   free(before.v);
-  for (int r = 0; r < 2; r++) {
-    pe_client_free(ns[r].c);
-    cd_stop(&d[r]);
-  }
+  nodes_stop(d, ns, 2);
   free(b);
   pe_model_spec_release(&m);
 }
@@ -325,12 +329,8 @@ START_TEST(test_mismatched_program_is_refused_naming_node_and_variable) {
     ck_assert_msg(ns[r].rc != 0, "rank %d joined a job of two programs", r);
     ck_assert_msg(strstr(ns[r].err, "node rank 1 does not match rank 0: variable '"), "rank %d: %s",
                   r, ns[r].err);
-    ck_assert_int_eq(pe_client_ping(ns[r].c), 0);
   }
-  for (int r = 0; r < 2; r++) {
-    pe_client_free(ns[r].c);
-    cd_stop(&d[r]);
-  }
+  nodes_stop(d, ns, 2);
   pe_model_spec_release(&m);
   pe_model_spec_release(&other);
 }
@@ -351,11 +351,7 @@ START_TEST(test_rank_taken_twice_is_refused) {
     if (ns[r].rc && strstr(ns[r].err, "joined twice")) taken++;
   ck_assert_msg(taken >= 1, "no node was told rank 1 joined twice: %s / %s / %s", ns[0].err,
                 ns[1].err, ns[2].err);
-  for (int r = 0; r < 3; r++) {
-    ck_assert_int_eq(pe_client_ping(ns[r].c), 0);
-    pe_client_free(ns[r].c);
-    cd_stop(&d[r]);
-  }
+  nodes_stop(d, ns, 3);
   pe_model_spec_release(&m);
 }
 END_TEST
@@ -377,11 +373,7 @@ START_TEST(test_node_joining_after_the_job_formed_is_refused) {
   ck_assert_int_ne(ns[2].rc, 0);
   ck_assert_msg(strstr(ns[2].err, "forming the job (a node that joins after the job formed"), "%s",
                 ns[2].err);
-  for (int r = 0; r < 3; r++) {
-    ck_assert_int_eq(pe_client_ping(ns[r].c), 0);
-    pe_client_free(ns[r].c);
-    cd_stop(&d[r]);
-  }
+  nodes_stop(d, ns, 3);
   pe_model_spec_release(&m);
 }
 END_TEST
