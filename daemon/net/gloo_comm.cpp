@@ -78,8 +78,19 @@ struct pe_gloo_comm {
     if (!lost.empty())
       lost = std::string(gone.size() > 1 ? "lost peer ranks " : "lost peer rank ") + lost +
              " (connection closed); ";
+    // A timeout names no peer: every connection is open, so one of the
+    // others stalls (stopped, overloaded, or its link drops packets).
+    std::string stalled;
+    if (gone.empty() && what.find("Timed out") != std::string::npos && size > 1) {
+      std::string others;
+      for (int r = 0, k = 0; r < size; r++)
+        if (r != rank) others += (k++ ? ", " : "") + std::to_string(r);
+      stalled = size == 2
+                    ? " (peer rank " + others + " stalls: its connection is open)"
+                    : " (one of peer ranks " + others + " stalls: their connections are open)";
+    }
     failure = "job '" + job + "' rank " + std::to_string(rank) + ": " + op + " failed: " + lost +
-              peers.RankIn(what) + what;
+              peers.RankIn(what) + what + stalled;
     return pe_error(code, "%s", failure.c_str());
   }
 

@@ -315,6 +315,31 @@ START_TEST(test_killed_peer_fails_the_step_and_the_job_forms_again) {
 }
 END_TEST
 
+/* A peer that stops answering (SIGSTOP) without dying: the step fails after
+ * [job] timeout (5 s here), naming it; nobody hangs. */
+START_TEST(test_silent_peer_fails_the_step_after_the_timeout) {
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  batch *b = malloc(sizeof *b);
+  batch_fill(b);
+  cd_daemon d[2];
+  node ns[2];
+  nodes_start(d, ns, 2, &m, b);
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "register: %s / %s", ns[0].err, ns[1].err);
+  kill(d[1].pid, SIGSTOP);
+  ck_assert_int_ne(node_step(&ns[0]), 0);
+  kill(d[1].pid, SIGCONT);
+  ck_assert_msg(strstr(ns[0].err, "rank 1") && strstr(ns[0].err, "across the job's 2 nodes"),
+                "%s", ns[0].err);
+  ck_assert_int_eq(pe_client_ping(ns[0].c), 0);
+  nodes_stop(d, ns, 2);
+  free(b);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
 START_TEST(test_mismatched_program_is_refused_naming_node_and_variable) {
   pe_model_spec m, other;
   char err[256];
@@ -384,6 +409,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_two_nodes_train_as_one_daemon_on_cpu2);
   tcase_add_test(tc, test_three_nodes_train_as_one_daemon_on_cpu3);
   tcase_add_test(tc, test_killed_peer_fails_the_step_and_the_job_forms_again);
+  tcase_add_test(tc, test_silent_peer_fails_the_step_after_the_timeout);
   tcase_add_test(tc, test_mismatched_program_is_refused_naming_node_and_variable);
   tcase_add_test(tc, test_rank_taken_twice_is_refused);
   tcase_add_test(tc, test_node_joining_after_the_job_formed_is_refused);
