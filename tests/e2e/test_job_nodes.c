@@ -331,8 +331,8 @@ START_TEST(test_silent_peer_fails_the_step_after_the_timeout) {
   kill(d[1].pid, SIGSTOP);
   ck_assert_int_ne(node_step(&ns[0]), 0);
   kill(d[1].pid, SIGCONT);
-  ck_assert_msg(strstr(ns[0].err, "rank 1") && strstr(ns[0].err, "across the job's 2 nodes"),
-                "%s", ns[0].err);
+  ck_assert_msg(strstr(ns[0].err, "rank 1") && strstr(ns[0].err, "across the job's 2 nodes"), "%s",
+                ns[0].err);
   ck_assert_int_eq(pe_client_ping(ns[0].c), 0);
   nodes_stop(d, ns, 2);
   free(b);

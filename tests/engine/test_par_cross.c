@@ -46,20 +46,13 @@ static void fake_fail(void *ctx, const char *why) {
 }
 
 static void par_new_cross(par *q, pe_runtime *rt, int n, bool fuse, uint64_t seed) {
-  q->prog = mlp_program();
   pe_pass_opts o = {.place_kind = PE_PLACE_CPU,
                     .n_places = n,
                     .strategy = PE_STRATEGY_ALLREDUCE,
                     .fuse = fuse,
                     .fuse_bucket_bytes = 256,
                     .cross_nodes = true};
-  pe_ir ir = {q->prog, NULL, NULL, &o};
-  PE_CK_OK(pe_graph_compile(&ir, false));
-  PE_CK_OK(pe_model_new(rt, PE_PLACE_CPU, n, seed, &q->m));
-  pe_graph *g = ir.graph, *s = ir.startup;
-  ir.graph = ir.startup = NULL;
-  PE_CK_OK(pe_par_exec_new(q->m, g, &q->step));
-  PE_CK_OK(pe_par_exec_new(q->m, s, &q->init));
+  par_new_opts(q, rt, &o, seed);
 }
 
 /* The graph's all-reduce nodes (what the executor sums across nodes). */
