@@ -12,6 +12,10 @@ int pe_bench_train(int argc, char **argv);
 void pe_bench_train_usage(FILE *f);
 int pe_bench_rtt(int argc, char **argv);
 void pe_bench_rtt_usage(FILE *f);
+int pe_bench_sparse(int argc, char **argv);
+void pe_bench_sparse_usage(FILE *f);
+int pe_bench_attention(int argc, char **argv);
+void pe_bench_attention_usage(FILE *f);
 
 /* A subcommand's error: "pe-bench CMD: <message>" on stderr. The first one
  * is what the --json failure line says ({"bench":"CMD","ok":false,

@@ -33,12 +33,13 @@
 #include <time.h>
 
 #include "bench.h"
+#include "bench_places.h"
 #include "compiler/pass.h"
-#include "ir/program.h"
 #include "core/fpenv.h"
 #include "core/omp_policy.h"
 #include "core/scope.h"
 #include "engine/seq_executor.h"
+#include "ir/program.h"
 #include "json_out.h"
 #include "out_path.h"
 #include "pe_model_file.h"
@@ -64,13 +65,16 @@ static const opt_row opts[] = {
     {"model", OPT_STR, CFG(model), 0, 0, "mlp | cnn | FILE: a model file (required)"},
     {"executor", OPT_STR, CFG(executor), 0, 0,
      "sequential | parallel (default: sequential; parallel on cuda places)"},
-    {"places", OPT_STR, CFG(places), 0, 0, "cpu:N | sim:N | cuda:0 (parallel; sequential: cpu:1)"},
+    {"places", OPT_STR, CFG(places), 0, 0,
+     "cpu:N | sim:N | cuda:0 | auto: the fastest cpu places and strategy of a timed trial "
+     "(parallel; sequential: cpu:1)"},
     {"batch", OPT_INT, CFG(batch), 1, 1 << 16, "mini-batch size (mlp 128, cnn 64)"},
     {"epochs", OPT_INT, CFG(epochs), 1, 1000, "passes over the 60,000 training images (1)"},
     {"steps", OPT_INT, CFG(steps), 1, 1L << 40, "cap on steps per epoch (none)"},
     {"seed", OPT_INT, CFG(seed), 0, 1L << 62, "initialisation, dropout and shuffling seed (1)"},
     {"threads", OPT_INT, CFG(threads), 0, 4096,
-     "sequential: intra-op threads; parallel: pool workers (0: one per cpu or cuda place, else all cores)"},
+     "sequential: intra-op threads; parallel: pool workers (0: one per cpu or cuda place, else all "
+     "cores)"},
     {"strategy", OPT_STR, CFG(strategy), 0, 0,
      "parallel: auto (default: sharded on cpu/sim, allreduce on cuda) | allreduce | reduce | "
      "sharded"},
@@ -492,6 +496,22 @@ static int train_loop(trainer *t, train_result *r) {
   return rc;
 }
 
+int pe_bench_time_steps(const train_cfg *cfg, long steps, double *step_ms) {
+  trainer t = {.cfg = *cfg, .be = &pe_train_parallel};
+  t.cfg.json = true; /* no progress lines */
+  t.cfg.epochs = 1;
+  t.cfg.timeline = t.cfg.dump_graph = NULL;
+  int rc = setup(&t);
+  train_result warm = {0}, r = {0};
+  t.cfg.steps = 1; /* the warm-up: first allocations, primitive creation */
+  if (!rc) rc = train_loop(&t, &warm);
+  t.cfg.steps = steps;
+  if (!rc) rc = train_loop(&t, &r);
+  *step_ms = !rc && r.steps ? r.train_seconds / (double)r.steps * 1e3 : 0;
+  teardown(&t);
+  return rc;
+}
+
 static int evaluate(trainer *t, train_result *r) {
   pe_batcher *bt = pe_batcher_new(t->test_ds, EVAL_BATCH, false, 0);
   if (!bt) return fail_st(pe_error(PE_ENOMEM, "batcher"), "setup");
@@ -592,6 +612,10 @@ int pe_bench_train(int argc, char **argv) {
    * too, before it starts any thread (its OpenMP team, the prefetcher), so
    * that every thread of the process follows --denormals. */
   pe_fpenv_flush_denormals(!train_cfg_keep_denormals(&t.cfg));
+  /* --places auto: the places and strategy a trial times fastest. */
+  bench_places bp = {0};
+  bool auto_places = parallel && !strcmp(t.cfg.places, "auto");
+  if (auto_places && (rc = pe_bench_places_auto(&t.cfg, &bp))) return rc;
   /* The baseline first, in this process, on the same batches (same seed). */
   train_result base = {0};
   if (t.cfg.compare_sequential) {
@@ -630,6 +654,7 @@ int pe_bench_train(int argc, char **argv) {
           isfinite(r.final_loss) ? "true" : "false");
       cli_json_num(stdout, "%.4f", r.final_train_acc);
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
+      if (auto_places) pe_bench_places_json(&bp, t.cfg.batch, stdout);
       json_run_keys(&r);
       if (t.cfg.compare_sequential) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;

@@ -25,13 +25,17 @@ static const bench_cmd cmds[] = {
      "scheduling overhead: static graph runner vs dependency engine"},
     {"rtt", pe_bench_rtt, pe_bench_rtt_usage,
      "round trip of a tiny program's run through the daemon (libpeclient)"},
+    {"sparse", pe_bench_sparse, pe_bench_sparse_usage,
+     "an embedding trained with sparse vs dense gradients on cpu:1 and cpu:2"},
+    {"attention", pe_bench_attention, pe_bench_attention_usage,
+     "multi-head attention forward + backward: fused op vs its composition"},
 };
 
 /* On stdout when asked for (--help), on stderr after a usage error. */
 static void usage(FILE *f) {
   fprintf(f, "usage: pe-bench <command> [options]\n\ncommands:\n");
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-    fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].summary);
+    fprintf(f, "  %-9s %s\n", cmds[i].name, cmds[i].summary);
   fprintf(f, "\n'pe-bench <command> --help' describes a command's options.\n");
 }
 

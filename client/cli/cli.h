@@ -150,6 +150,7 @@ typedef struct cli_graph_opts {
 typedef struct cli_reg {
   const char *ns, *places;
   long seed;
+  long batch; /* the batch fed (places = auto's trial times it); 0: unknown */
   bool for_test, persistent;
   const cli_graph_opts *graph; /* NULL: the daemon's defaults */
   /* A job across nodes (pe_client_register_args.job...); job NULL: none. */
@@ -158,6 +159,12 @@ typedef struct cli_reg {
 } cli_reg;
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
                  pe_client_program *out);
+/* How places = auto chose a model's places, as a JSON object onto f:
+ * places, strategy, fused, remembered, batch, trial_seconds, candidates
+ * (places, strategy, fused, step_ms: null when not measured, error). */
+void cli_json_places_trial(FILE *f, const pe_client_places_trial *t);
+/* The same, one line of text ("places: cpu:2 sharded, timed: ...") onto f. */
+void cli_print_places_trial(FILE *f, const pe_client_places_trial *t);
 
 /* Fashion-MNIST, standardised with the training split's mean/std (as
  * pe-bench does); limit > 0 keeps the first `limit` examples of each split.
@@ -166,6 +173,21 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
 struct pe_dataset;
 int cli_data_load(const cli_ctx *ctx, const pe_model_spec *m, const char *dir, long limit,
                   struct pe_dataset **train, struct pe_dataset **test);
+
+/* --data FILE rather than a Fashion-MNIST directory: a name ending in
+ * .npz, .csv or .txt (data_load.c). */
+bool cli_data_is_file(const char *data);
+/* The rows of the user's file as m's input and label feeds (*xf, *yf as
+ * the program declares them): an .npz's arrays named after the feeds, a
+ * CSV's columns (label_column NULL: the last), a text file's training
+ * windows; limit > 0 keeps the first `limit` rows. Prints the error (the
+ * file, the array or column, both shapes; model names the model in a
+ * feed's error) on failure. */
+struct pe_feed_decl;
+struct pe_feed_data;
+int cli_data_file_rows(const cli_ctx *ctx, const pe_model_spec *m, const char *model,
+                       const char *path, const char *label_column, long limit,
+                       struct pe_feed_decl *xf, struct pe_feed_decl *yf, struct pe_feed_data **out);
 
 /* The image feed [n, dims of m...] and label feed [n, 1] over x and y. */
 void cli_batch_feeds(const pe_model_spec *m, int n, const float *x, const int64_t *y,

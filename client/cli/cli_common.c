@@ -1,6 +1,7 @@
 /* Helpers shared by the command files: option tables, connecting, errors,
  * model resolution, JSON strings. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,6 +325,7 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
       .keep = keep,
       .n_keep = n_keep,
       .no_op_fusion = g->no_op_fusion,
+      .batch_hint = r->batch,
       .job = r->job,
       .job_world = r->world,
       .job_rank = r->rank,
@@ -332,6 +334,45 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
   };
   int code = pe_client_register(c, &a, out);
   return code ? cli_fail(ctx, c, code) : CLI_OK;
+}
+
+void cli_json_places_trial(FILE *f, const pe_client_places_trial *t) {
+  fprintf(f, "{\"places\":");
+  cli_json_str(f, t->places);
+  fprintf(f, ",\"strategy\":");
+  cli_json_str(f, pe_client_strategy_name(t->strategy));
+  fprintf(f,
+          ",\"fused\":%s,\"remembered\":%s,\"batch\":%lld,\"trial_seconds\":%.3f,"
+          "\"candidates\":[",
+          t->fused ? "true" : "false", t->remembered ? "true" : "false", (long long)t->batch,
+          t->trial_s);
+  for (size_t i = 0; i < t->n_candidates; i++) {
+    const pe_client_places_candidate *c = &t->candidates[i];
+    fprintf(f, "%s{\"places\":", i ? "," : "");
+    cli_json_str(f, c->places);
+    fprintf(f, ",\"strategy\":");
+    cli_json_str(f, pe_client_strategy_name(c->strategy));
+    fprintf(f, ",\"fused\":%s,\"step_ms\":", c->fused ? "true" : "false");
+    cli_json_num(f, "%.4f", c->step_ms > 0 ? c->step_ms : NAN);
+    if (c->error[0]) {
+      fprintf(f, ",\"error\":");
+      cli_json_str(f, c->error);
+    }
+    fputc('}', f);
+  }
+  fprintf(f, "]}");
+}
+
+void cli_print_places_trial(FILE *f, const pe_client_places_trial *t) {
+  fprintf(f, "places: %s %s%s (%s, batch %lld):", t->places, pe_client_strategy_name(t->strategy),
+          t->fused ? " fused" : "", t->remembered ? "remembered" : "timed", (long long)t->batch);
+  for (size_t i = 0; i < t->n_candidates; i++) {
+    const pe_client_places_candidate *c = &t->candidates[i];
+    if (c->step_ms > 0)
+      fprintf(f, " %s %s%s %.3f ms;", c->places, pe_client_strategy_name(c->strategy),
+              c->fused ? " fused" : "", c->step_ms);
+  }
+  fputc('\n', f);
 }
 
 int cli_data_load(const cli_ctx *ctx, const pe_model_spec *m, const char *dir, long limit,

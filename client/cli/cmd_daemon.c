@@ -100,9 +100,14 @@ static void print_status_json(const cli_ctx *ctx, const pe_client_status *s) {
     cli_json_str(stdout, m->restart_checkpoint);
     printf(
         ",\"restart_checkpoint_age_s\":%.3f,\"changes_since_restart_checkpoint\":%lld,"
-        "\"restart_checkpoint_read\":%s}",
+        "\"restart_checkpoint_read\":%s",
         m->restart_checkpoint_age_s, (long long)m->changes_since_restart_checkpoint,
         m->restart_checkpoint_read ? "true" : "false");
+    if (m->places_trial.present) {
+      printf(",\"places_trial\":");
+      cli_json_places_trial(stdout, &m->places_trial);
+    }
+    putchar('}');
   }
   printf("],\"lanes\":[");
   for (size_t i = 0; i < s->n_lanes; i++) {
@@ -167,6 +172,10 @@ static void print_status_text(const pe_client_status *s) {
     const pe_client_model_status *m = &s->models[i];
     printf("model %-16s %d program(s), %lld parameter bytes%s\n", m->name, m->programs,
            (long long)m->param_bytes, m->persistent ? ", persistent" : "");
+    if (m->places_trial.present) {
+      fputs("  ", stdout);
+      cli_print_places_trial(stdout, &m->places_trial);
+    }
     /* What a crash would lose: changes since the restart checkpoint (a
      * named save is not what a restart restores). */
     if (m->persistent && m->restart_checkpoint_age_s >= 0)

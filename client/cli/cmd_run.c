@@ -1,7 +1,9 @@
-/* Commands that run one request on a batch of Fashion-MNIST: run (print the
- * fetched tensors) and trace (write the run's Chrome trace to a file).
- * Both register the model's training program (idempotent: same handle) and
- * initialise its parameters when they do not exist yet. */
+/* Commands that run one request on a batch: run (print the fetched
+ * tensors) and trace (write the run's Chrome trace to a file). The batch is
+ * the first examples of Fashion-MNIST, or with --data FILE the first rows
+ * of the user's .npz, CSV or text file, read as train reads it
+ * (data_load.c). Both register the model's training program (idempotent:
+ * same handle) and initialise its parameters when they do not exist yet. */
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -11,9 +13,10 @@
 #include "cli.h"
 #include "out_path.h"
 #include "pe_dataset.h"
+#include "pe_feed_data.h"
 
 typedef struct run_cfg {
-  const char *model, *name, *places, *fetch, *out, *data;
+  const char *model, *name, *places, *fetch, *out, *data, *label_column;
   long batch, steps, seed;
   bool eval, check_nan_inf;
   cli_graph_opts graph;
@@ -30,7 +33,10 @@ typedef struct run_cfg {
   {"eval", CLI_FLAG, offsetof(run_cfg, eval), 0, 0, "run the evaluation program"},               \
   {"check-nan-inf", CLI_FLAG, offsetof(run_cfg, check_nan_inf), 0, 0,                            \
    "debug: fail at the first op that writes NaN/Inf, naming it (slower; cpu/sim)"},              \
-  {"data", CLI_STR, offsetof(run_cfg, data), 0, 0, "Fashion-MNIST directory"},                   \
+  {"data", CLI_STR, offsetof(run_cfg, data), 0, 0,                                               \
+   "Fashion-MNIST directory, or FILE.npz | FILE.csv | FILE.txt: the batch is its first rows"},   \
+  {"label-column", CLI_STR, offsetof(run_cfg, label_column), 0, 0,                               \
+   "the label column of --data FILE.csv (default: the last)"},                                   \
   {"fetch", CLI_STR, offsetof(run_cfg, fetch), 0, 0,                                             \
    "comma-separated variables; loss, accuracy, correct: the model's (loss,accuracy)"},           \
   CLI_GRAPH_OPTS(run_cfg, graph), CLI_KEEP_OPTS(run_cfg, graph)
@@ -150,13 +156,31 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
     return rc;
   }
   pe_dataset *ds = NULL;
-  float *x = NULL;
-  int64_t *y = NULL;
+  pe_feed_data *rows = NULL;
+  pe_feed_decl xf, yf;
   pe_client *c = NULL;
-  if ((rc = cli_data_load(ctx, &m, cfg.data, cfg.batch, &ds, NULL))) goto out;
-  int n = (int)ds->n; /* the first `batch` training examples */
-  x = ds->images;
-  y = ds->labels;
+  pe_client_tensor feeds[2];
+  int n; /* the first `batch` examples */
+  if (cli_data_is_file(cfg.data)) {
+    if ((rc = cli_data_file_rows(ctx, &m, cfg.model, cfg.data, cfg.label_column, cfg.batch, &xf,
+                                 &yf, &rows)))
+      goto out;
+    n = (int)rows->n;
+    int64_t xs[PE_FEED_MAX_DIMS], ys[PE_FEED_MAX_DIMS];
+    memcpy(xs, xf.dims, sizeof xs);
+    memcpy(ys, yf.dims, sizeof ys);
+    xs[0] = ys[0] = n;
+    pe_client_tensor_set(&feeds[0], xf.name, (pe_b_dtype)xf.dtype, xf.ndim, xs, rows->x.data);
+    pe_client_tensor_set(&feeds[1], yf.name, (pe_b_dtype)yf.dtype, yf.ndim, ys, rows->y.data);
+  } else {
+    if (cfg.label_column) {
+      rc = cli_usage(ctx, "--label-column goes with --data FILE.csv");
+      goto out;
+    }
+    if ((rc = cli_data_load(ctx, &m, cfg.data, cfg.batch, &ds, NULL))) goto out;
+    n = (int)ds->n;
+    cli_batch_feeds(&m, n, ds->images, ds->labels, feeds);
+  }
   if (!(c = cli_connect_lasting(ctx, &rc))) goto out;
   cli_reg r = {.ns = cfg.name ? cfg.name : m.name,
                .places = cfg.places,
@@ -166,8 +190,6 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
   pe_client_program prog;
   if ((rc = cli_register(ctx, c, &m, &r, &prog))) goto out;
   int code = pe_client_init(c, prog.handle, false, NULL);
-  pe_client_tensor feeds[2];
-  cli_batch_feeds(&m, n, x, y, feeds);
   pe_client_run_opts ro = {
       .steps = (uint32_t)cfg.steps, .trace = trace, .check_nan_inf = cfg.check_nan_inf};
   pe_client_run_result res;
@@ -224,6 +246,7 @@ static int run_or_trace(cli_ctx *ctx, int argc, char **argv, bool trace) {
 out:
   pe_client_free(c);
   pe_dataset_free(ds);
+  pe_feed_data_free(rows);
   pe_model_spec_release(&m);
   return rc;
 }
@@ -237,8 +260,8 @@ static int cmd_trace(cli_ctx *ctx, int argc, char **argv) {
 }
 
 const cli_cmd cli_cmds_run[] = {
-    {"run", "--model M [--batch N] [--steps K] [--fetch A,B]", "run on one batch, print fetches",
-     cmd_run},
+    {"run", "--model M [--data FILE] [--batch N] [--steps K] [--fetch A,B]",
+     "run on one batch, print fetches", cmd_run},
     {"trace", "--model M [--out FILE]", "run one step traced, write the Chrome trace", cmd_trace},
     {NULL, NULL, NULL, NULL},
 };

@@ -133,6 +133,7 @@ static void trainer_free(trainer *t, int rc) {
   cli_interrupt_watch(NULL);
   cli_end(t->ctx, t->c, rc);
   train_log_free(&t->log);
+  free(t->places_trial);
   for (size_t i = 0; i < t->n_declared; i++) free(t->declared[i]);
   free(t->declared);
   pe_feed_data_free(t->train);
@@ -391,6 +392,21 @@ static void note_added(trainer *t) {
   if (shown < t->n_added) snprintf(t->added + len, sizeof t->added - len, ", ...");
 }
 
+/* tr as a JSON object into t->places_trial (kept: the reply's strings go
+ * with the next request); not present: none. */
+static int keep_places_trial(trainer *t, const pe_client_places_trial *tr) {
+  if (!tr->present || t->places_trial) return CLI_OK;
+  if (!t->cfg.quiet) {
+    fputs("pe-client train: ", stderr);
+    cli_print_places_trial(stderr, tr);
+  }
+  size_t len = 0;
+  FILE *f = open_memstream(&t->places_trial, &len);
+  if (!f) return cli_error(t->ctx, "out of memory for the places trial");
+  cli_json_places_trial(f, tr);
+  return fclose(f) ? cli_error(t->ctx, "out of memory for the places trial") : CLI_OK;
+}
+
 /* Load model and data, connect, register (train unless eval_only) + eval,
  * initialise. */
 static int trainer_setup(trainer *t, bool eval_only) {
@@ -411,6 +427,7 @@ static int trainer_setup(trainer *t, bool eval_only) {
   cli_reg r = {.ns = t->ns,
                .places = t->cfg.places,
                .seed = t->cfg.seed,
+               .batch = t->cfg.batch,
                .persistent = t->cfg.persistent,
                .graph = &t->cfg.graph};
   if (!eval_only) {
@@ -426,12 +443,14 @@ static int trainer_setup(trainer *t, bool eval_only) {
     if (rc) return rc;
     t->had_values = prog.has_values;
     t->train_h = prog.handle;
+    if ((rc = keep_places_trial(t, &prog.places_trial))) return rc;
     if (t->cfg.init_from && (rc = keep_declared(t, &prog))) return rc;
     t->strategy = prog.strategy;
   }
   r.for_test = true;
   if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
   t->eval_h = prog.handle;
+  if ((rc = keep_places_trial(t, &prog.places_trial))) return rc;
   if (eval_only) {
     t->strategy = prog.strategy;
     t->had_values = prog.has_values;
@@ -499,6 +518,7 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     cli_json_str(stdout, strategy_label(t));
     printf(",\"socket\":");
     cli_json_str(stdout, pe_client_address(t->c));
+    if (t->places_trial) printf(",\"places_trial\":%s", t->places_trial);
     if (trained) {
       printf(
           ",\"batch\":%ld,\"epochs\":%ld,\"start_epoch\":%ld,\"steps\":%ld,\"samples\":%ld,"

@@ -1,5 +1,6 @@
 /* pe-client train and eval's data (trainer.h): Fashion-MNIST, or the
- * user's own file given by --data, by its extension:
+ * user's own file given by --data, by its extension (run reads the same
+ * files: cli_data_file_rows):
  *
  *   .npz  arrays named after the model's input and label feeds;
  *   .csv  a header row, the label column (--label-column, default the
@@ -83,11 +84,46 @@ static int model_feed(const pe_model_spec *m, const char *name, const pe_model_f
   return 0;
 }
 
+bool cli_data_is_file(const char *data) {
+  return data && (ends_with(data, ".npz") || ends_with(data, ".csv") || ends_with(data, ".txt"));
+}
+
+/* The model's input and label feeds as its program declares them. */
+static int model_feeds(const cli_ctx *ctx, const pe_model_spec *m, const char *model,
+                       pe_feed_decl *xf, pe_feed_decl *yf) {
+  char err[1024];
+  if (model_feed(m, m->image, &m->image_feed, xf, err, sizeof err) ||
+      model_feed(m, m->label, &m->label_feed, yf, err, sizeof err))
+    return cli_error(ctx, "%s: %s", model, err);
+  return CLI_OK;
+}
+
+int cli_data_file_rows(const cli_ctx *ctx, const pe_model_spec *m, const char *model,
+                       const char *path, const char *label_column, long limit, pe_feed_decl *xf,
+                       pe_feed_decl *yf, pe_feed_data **out) {
+  char err[1024];
+  *out = NULL;
+  if (label_column && !ends_with(path, ".csv"))
+    return cli_usage(ctx, "--label-column names a CSV column; %s is not a .csv file", path);
+  int rc = model_feeds(ctx, m, model, xf, yf);
+  if (rc) return rc;
+  if (ends_with(path, ".npz"))
+    rc = pe_npz_read(path, "", xf, yf, out, err, sizeof err);
+  else if (ends_with(path, ".csv"))
+    rc = pe_csv_read(path, label_column, xf, yf, out, err, sizeof err);
+  else { /* the text's training windows; the validation ones are not run's */
+    pe_feed_data *valid = NULL;
+    rc = pe_text_read(path, xf, yf, out, &valid, err, sizeof err);
+    pe_feed_data_free(valid);
+  }
+  if (rc) return cli_error(ctx, "%s", err);
+  if (limit > 0 && limit < (*out)->n) (*out)->n = (*out)->rows.n = limit;
+  return CLI_OK;
+}
+
 int trainer_load_data(trainer *t) {
   const char *data = t->cfg.data;
-  bool own =
-      data && (ends_with(data, ".npz") || ends_with(data, ".csv") || ends_with(data, ".txt"));
-  if (!own) {
+  if (!cli_data_is_file(data)) {
     if (t->cfg.test_data || t->cfg.label_column || t->cfg.test_fraction >= 0)
       return cli_usage(t->ctx,
                        "--test-data, --test-fraction and --label-column go with --data FILE "
@@ -95,10 +131,8 @@ int trainer_load_data(trainer *t) {
     return load_images(t);
   }
   char err[1024];
-  if (model_feed(&t->m, t->m.image, &t->m.image_feed, &t->xf, err, sizeof err) ||
-      model_feed(&t->m, t->m.label, &t->m.label_feed, &t->yf, err, sizeof err))
-    return cli_error(t->ctx, "%s: %s", t->cfg.model, err);
-  int rc;
+  int rc = model_feeds(t->ctx, &t->m, t->cfg.model, &t->xf, &t->yf);
+  if (rc) return rc;
   if (ends_with(data, ".txt")) {
     if (t->cfg.test_data || t->cfg.label_column || t->cfg.test_fraction >= 0)
       return cli_usage(t->ctx,

@@ -58,6 +58,7 @@ typedef struct trainer {
   uint64_t train_h, eval_h;
   pe_client_strategy strategy; /* the training program's, as the daemon compiled it */
   char places[32];             /* the model's, as the daemon reported them */
+  char *places_trial;          /* how places = auto chose them, a JSON object (NULL: not so) */
   pe_client_shm shm;           /* shm feeds: pair 0's images and labels, then pair 1's */
   bool use_shm;                /* the batches are in shm */
   long eval_batch;             /* EVAL_BATCH, or less where the socket takes less */

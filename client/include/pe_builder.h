@@ -168,9 +168,22 @@ const char *pe_builder_layer_norm(pe_builder *b, const char *x, int begin_norm_a
 const char *pe_builder_gelu(pe_builder *b, const char *x, bool approximate);
 /* Rows of a [vocab, dim] table (trainable, uniform init as fc's weights)
  * picked by ids (i64, any shape): ids' shape + [dim]. padding_idx -1: none;
- * else that row reads as zeros and gets no gradient. */
+ * else that row reads as zeros and gets no gradient. name NULL:
+ * "embedding_<k>". */
 const char *pe_builder_embedding(pe_builder *b, const char *ids, int64_t vocab, int64_t dim,
                                  int64_t padding_idx, const char *name);
+typedef struct pe_b_embedding_opts {
+  const char *name;
+  /* The table's gradient is sparse: the rows the batch touched, and sgd,
+   * momentum and adam update only those (lookup_table_v2's is_sparse;
+   * docs/architecture.md "Sparse gradients"). The daemon refuses it with
+   * gradient clipping, weight decay on the table, a table read by two ops
+   * or several places. false: a dense [vocab, dim] gradient. */
+  bool is_sparse;
+} pe_b_embedding_opts;
+/* pe_builder_embedding with options (o may be NULL: all defaults). */
+const char *pe_builder_embedding_ex(pe_builder *b, const char *ids, int64_t vocab, int64_t dim,
+                                    int64_t padding_idx, const pe_b_embedding_opts *o);
 /* x with its dims permuted: out dim i is x dim perm[i]. */
 const char *pe_builder_transpose(pe_builder *b, const char *x, int n, const int64_t *perm);
 /* x[starts:ends] along each of axes (Python's slice rules, negative values
@@ -205,6 +218,12 @@ const char *pe_builder_matmul(pe_builder *b, const char *x, const char *y, bool 
  * "attention_<k>". */
 const char *pe_builder_multi_head_attention(pe_builder *b, const char *x, int num_heads,
                                             const char *mask, const char *name);
+/* How the attention layers made after this call compute softmax(scale
+ * Q Kᵀ + mask) V: false (the default) with the fused
+ * scaled_dot_product_attention op, true composed of matmul_v2, scale,
+ * elementwise_add, softmax and matmul_v2 ops (the same values within f32
+ * rounding; docs/ops.md gives the timings). Returns 0, -1 after an error. */
+int pe_builder_attention_composed(pe_builder *b, bool composed);
 /* A causal attention mask for sequences of length t: f32 [1, 1, t, t]
  * (stop_gradient), 0 on and below the diagonal and -1e9 above it, made by
  * the program itself (fill_constant, then tril_triu) so that nothing is
@@ -235,6 +254,14 @@ const char *pe_builder_cross_entropy(pe_builder *b, const char *x, const char *l
 /* Mean squared error mean((x - label)^2) of f32 x and label of one shape;
  * shape [1] (elementwise_sub, square, mean). */
 const char *pe_builder_mse_loss(pe_builder *b, const char *x, const char *label);
+/* Mean absolute error mean(|x - label|), x and label as mse's; shape [1]
+ * (elementwise_sub, abs, mean). */
+const char *pe_builder_l1_loss(pe_builder *b, const char *x, const char *label);
+/* Smooth L1 loss, the mean over elements of 0.5 d^2 / beta where |d| <
+ * beta, else |d| - 0.5 beta, with d = x - label (PyTorch's smooth_l1_loss
+ * with beta; the smooth_l1_loss op with sigma = 1 / sqrt(beta)); x and
+ * label as mse's, their dims after the first known; beta > 0; shape [1]. */
+const char *pe_builder_smooth_l1_loss(pe_builder *b, const char *x, const char *label, float beta);
 /* Mean of all elements; shape [1]. */
 const char *pe_builder_mean(pe_builder *b, const char *x);
 /* Top-k accuracy of scores [N,C] against label i64 [N,1]; f32 [1]. The

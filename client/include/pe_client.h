@@ -248,6 +248,9 @@ typedef struct pe_client_register_args {
   const char *const *keep; /* n_keep names kept fetchable; may be NULL when n_keep is 0 */
   size_t n_keep;
   bool no_op_fusion; /* keep conv2d / matmul + bias add + relu unfused (RegisterOptions) */
+  /* The batch the caller feeds: a daemon with places = auto times its
+   * candidate places with it (0: the daemon's places_trial_batch). */
+  int64_t batch_hint;
   /* A job across nodes (docs/multinode.md): job names it (NULL: none);
    * every node registers the same program with its own daemon, the same
    * job, world, rendezvous and token and its own rank. The register
@@ -267,6 +270,30 @@ typedef struct pe_client_param {
   int64_t shape[PE_CLIENT_MAX_DIMS];
 } pe_client_param;
 
+/* One configuration a places = auto trial timed (docs/architecture.md,
+ * "Places by measurement"): its median step, or why it did not run. */
+typedef struct pe_client_places_candidate {
+  const char *places; /* "cpu:2" */
+  pe_client_strategy strategy;
+  bool fused;
+  double step_ms; /* 0: not measured */
+  const char *error;
+} pe_client_places_candidate;
+
+/* How places = auto chose a model's places (present false: they were
+ * named, or the daemon's). Strings valid until the next request. */
+typedef struct pe_client_places_trial {
+  bool present;
+  const char *places;
+  pe_client_strategy strategy;
+  bool fused;
+  bool remembered; /* the daemon's remembered choice: nothing timed */
+  int64_t batch;
+  double trial_s;
+  size_t n_candidates;
+  const pe_client_places_candidate *candidates;
+} pe_client_places_trial;
+
 typedef struct pe_client_program {
   uint64_t handle;
   bool existed;                /* the same program and options were registered before */
@@ -279,7 +306,8 @@ typedef struct pe_client_program {
   uint64_t applied_request;
   uint32_t applied_steps;
   size_t n_params;
-  const pe_client_param *params; /* valid until the next request */
+  const pe_client_param *params;       /* valid until the next request */
+  pe_client_places_trial places_trial; /* the model's, valid until the next request */
 } pe_client_program;
 
 /* out: required. */
@@ -478,6 +506,7 @@ typedef struct pe_client_model_status {
   double restart_checkpoint_age_s;
   int64_t changes_since_restart_checkpoint;
   bool restart_checkpoint_read;
+  pe_client_places_trial places_trial; /* how places = auto chose its places */
 } pe_client_model_status;
 
 /* A Run request the daemon is computing: whose, on which model and

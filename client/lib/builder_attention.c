@@ -1,7 +1,9 @@
 /* Attention layers of the program builder (see pe_builder.h): multi-head
- * self-attention and a pre-LN transformer block, composed of the other
- * layer calls and of reshape / transpose2 / matmul_v2 / scale / softmax
- * ops, so the daemon differentiates them op by op. */
+ * self-attention and a pre-LN transformer block, made of the other layer
+ * calls, reshape / transpose2 ops and, for softmax(scale Q Kᵀ + mask) V,
+ * the fused scaled_dot_product_attention op, or with
+ * pe_builder_attention_composed its composition of matmul_v2 / scale /
+ * elementwise_add / softmax ops. The daemon differentiates them op by op. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +35,65 @@ static const char *to_heads(pe_builder *b, const char *x, const char *layer, con
                                (const int64_t[]){d[0], d[1], h, d[2] / h}, layer, sfx);
   if (!r) return NULL;
   return pe_builder_transpose(b, r, 4, (const int64_t[]){0, 2, 1, 3});
+}
+
+/* softmax(scale q kᵀ + mask) v of the heads q, k, v [B, H, T, dh] (scores
+ * sd), composed: matmul_v2, scale, elementwise_add, softmax, matmul_v2. */
+static const char *composed_attention(pe_builder *b, const char *q, const char *k, const char *v,
+                                      const char *mask, const int64_t sd[4], int64_t dh,
+                                      const char *layer) {
+  char buf[B_NAME_LEN], sc[B_NAME_LEN], ms[B_NAME_LEN];
+  const char *s = pe_builder_matmul(b, q, k, false, true, peb_vname(buf, layer, "scores"));
+  if (!s) return NULL;
+  peb_tmp_var(b, peb_vname(sc, layer, "scaled"), PE_B_F32, 4, sd);
+  b_op *op = peb_op_add(b, &b->main, "scale");
+  peb_op_in(b, op, "X", s);
+  peb_op_out(b, op, "Out", sc);
+  peb_attr_float(b, op, "scale", (float)(1.0 / sqrt((double)dh)));
+  const char *logits = sc;
+  if (mask) {
+    peb_tmp_var(b, peb_vname(ms, layer, "masked"), PE_B_F32, 4, sd);
+    op = peb_op_add(b, &b->main, "elementwise_add");
+    peb_op_in(b, op, "X", sc);
+    peb_op_in(b, op, "Y", mask);
+    peb_op_out(b, op, "Out", ms);
+    peb_attr_int(b, op, "axis", -1);
+    logits = ms;
+  }
+  if (b->err) return NULL;
+  const char *p = pe_builder_softmax(b, logits);
+  return p ? pe_builder_matmul(b, p, v, false, false, peb_vname(buf, layer, "context")) : NULL;
+}
+
+/* The same in one scaled_dot_product_attention op: "<layer>.context"
+ * [B, H, T, dh] and the probabilities "<layer>.probs" (scores sd) that its
+ * gradient reads. */
+static const char *fused_attention(pe_builder *b, const char *q, const char *k, const char *v,
+                                   const char *mask, const int64_t sd[4], int64_t dh,
+                                   const char *layer) {
+  char ctx[B_NAME_LEN], probs[B_NAME_LEN];
+  b_var *cv = peb_tmp_var(b, peb_vname(ctx, layer, "context"), PE_B_F32, 4,
+                          (const int64_t[]){sd[0], sd[1], sd[2], dh});
+  peb_tmp_var(b, peb_vname(probs, layer, "probs"), PE_B_F32, 4, sd);
+  b_op *op = peb_op_add(b, &b->main, "scaled_dot_product_attention");
+  peb_op_in(b, op, "Q", q);
+  peb_op_in(b, op, "K", k);
+  peb_op_in(b, op, "V", v);
+  /* pe_builder_causal_mask's mask of these scores is the op's causal flag */
+  b_var *mv = mask ? peb_var_find(&b->main, mask) : NULL;
+  bool causal = mv && mv->causal_mask && mv->d[2] == sd[2] && mv->d[3] == sd[3];
+  if (mask && !causal) peb_op_in(b, op, "Mask", mask);
+  peb_attr_bool(b, op, "causal", causal);
+  peb_op_out(b, op, "Out", ctx);
+  peb_op_out(b, op, "Softmax", probs);
+  peb_attr_float(b, op, "scale", (float)(1.0 / sqrt((double)dh)));
+  return b->err ? NULL : cv->name;
+}
+
+int pe_builder_attention_composed(pe_builder *b, bool composed) {
+  if (!b || b->err) return -1;
+  b->attn_composed = composed;
+  return 0;
 }
 
 const char *pe_builder_multi_head_attention(pe_builder *b, const char *x, int num_heads,
@@ -74,30 +135,9 @@ const char *pe_builder_multi_head_attention(pe_builder *b, const char *x, int nu
   const char *k = q ? to_heads(b, x, layer, "k", d, h) : NULL;
   const char *v = k ? to_heads(b, x, layer, "v", d, h) : NULL;
   if (!v) return NULL;
-  const char *s = pe_builder_matmul(b, q, k, false, true, peb_vname(buf, layer, "scores"));
-  if (!s) return NULL;
   const int64_t sd[4] = {d[0], h, t, t};
-  char sc[B_NAME_LEN];
-  peb_tmp_var(b, peb_vname(sc, layer, "scaled"), PE_B_F32, 4, sd);
-  b_op *op = peb_op_add(b, &b->main, "scale");
-  peb_op_in(b, op, "X", s);
-  peb_op_out(b, op, "Out", sc);
-  peb_attr_float(b, op, "scale", (float)(1.0 / sqrt((double)(d[2] / h))));
-  const char *logits = sc;
-  char ms[B_NAME_LEN];
-  if (mask) {
-    peb_tmp_var(b, peb_vname(ms, layer, "masked"), PE_B_F32, 4, sd);
-    op = peb_op_add(b, &b->main, "elementwise_add");
-    peb_op_in(b, op, "X", sc);
-    peb_op_in(b, op, "Y", mask);
-    peb_op_out(b, op, "Out", ms);
-    peb_attr_int(b, op, "axis", -1);
-    logits = ms;
-  }
-  if (b->err) return NULL;
-  const char *p = pe_builder_softmax(b, logits);
-  const char *ctx =
-      p ? pe_builder_matmul(b, p, v, false, false, peb_vname(buf, layer, "context")) : NULL;
+  const char *ctx = b->attn_composed ? composed_attention(b, q, k, v, mask, sd, d[2] / h, layer)
+                                     : fused_attention(b, q, k, v, mask, sd, d[2] / h, layer);
   const char *ct = ctx ? pe_builder_transpose(b, ctx, 4, (const int64_t[]){0, 2, 1, 3}) : NULL;
   const char *joined =
       ct ? reshape_into(b, ct, 3, (const int64_t[]){0, t, d[2]}, d, layer, "joined") : NULL;
@@ -150,6 +190,7 @@ const char *pe_builder_causal_mask(pe_builder *b, int64_t t, const char *name) {
   b_var *ov = peb_tmp_var(b, peb_vname(out, layer, "out"), PE_B_F32, 4, d);
   if (b->err) return NULL;
   fv->stop_gradient = ov->stop_gradient = true;
+  ov->causal_mask = true;
   b_op *op = peb_op_add(b, &b->main, "fill_constant");
   peb_op_out(b, op, "Out", full);
   peb_attr_ints(b, op, "shape", 4, d);

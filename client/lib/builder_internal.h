@@ -1,5 +1,6 @@
 /* Internals of the program builder shared by builder.c (variables, ops,
- * parameters, serialisation) and builder_layers.c (the layer calls). Not
+ * parameters, serialisation) and the layer calls (builder_layers.c,
+ * builder_seq.c, builder_attention.c, builder_position.c). Not
  * installed; trainers use pe_builder.h. The peb_ helpers are no-ops (return
  * NULL / false) once the builder holds an error. */
 #ifndef PE_CLIENT_BUILDER_INTERNAL_H
@@ -49,6 +50,7 @@ typedef struct b_var {
   int64_t d[B_MAX_DIMS];
   bool persistable, stop_gradient, is_feed;
   bool no_weight_decay; /* pe_builder_no_weight_decay (main and startup copies) */
+  bool causal_mask;     /* made by pe_builder_causal_mask: fused attention's causal flag */
 } b_var;
 
 typedef struct b_block {
@@ -84,6 +86,8 @@ struct pe_builder {
   float clip_norm;    /* pe_builder_grad_clip_norm; kept across optimizer setters */
   bool nesterov;
   b_sched sched; /* pe_builder_lr_schedule; kept across optimizer setters */
+  /* pe_builder_attention_composed: attention layers compose, not fuse */
+  bool attn_composed;
   b_counter counters[16];
   int n_counters;
 };

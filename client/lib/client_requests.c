@@ -31,6 +31,34 @@ int pe_client_ping(pe_client *c) {
   return pec_call(c, "ping", &req, PE__REPLY__BODY__NOT_SET);
 }
 
+static pe_client_strategy strategy_of(Pe__Strategy s) {
+  return s == PE__STRATEGY__REDUCE    ? PE_C_REDUCE
+         : s == PE__STRATEGY__SHARDED ? PE_C_SHARDED
+                                      : PE_C_ALLREDUCE;
+}
+
+/* The reply's PlacesTrial (may be NULL) into *out, its candidates into cs
+ * (room for t->n_candidates, in the request's results). */
+static void places_trial(const Pe__PlacesTrial *t, pe_client_places_candidate *cs,
+                         pe_client_places_trial *out) {
+  memset(out, 0, sizeof *out);
+  if (!t) return;
+  for (size_t i = 0; i < t->n_candidates; i++) {
+    const Pe__PlacesCandidate *x = t->candidates[i];
+    cs[i] = (pe_client_places_candidate){x->places ? x->places : "", strategy_of(x->strategy),
+                                         x->fused, x->step_ms, x->error ? x->error : ""};
+  }
+  *out = (pe_client_places_trial){.present = true,
+                                  .places = t->places ? t->places : "",
+                                  .strategy = strategy_of(t->strategy),
+                                  .fused = t->fused,
+                                  .remembered = t->remembered,
+                                  .batch = t->batch,
+                                  .trial_s = t->trial_s,
+                                  .n_candidates = t->n_candidates,
+                                  .candidates = cs};
+}
+
 int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client_program *out) {
   static const char what[] = "register";
   PEC_NEED_HANDLE(c);
@@ -59,6 +87,7 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   o.n_keep = a->n_keep;
   o.keep = (char **)a->keep;
   o.no_op_fusion = a->no_op_fusion;
+  o.batch_hint = a->batch_hint > 0 ? a->batch_hint : 0;
   Pe__JobSpec job = PE__JOB_SPEC__INIT;
   if (a->job) {
     if (a->job_world < 0 || a->job_rank < 0)
@@ -83,7 +112,11 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   if (rc) return rc;
   const Pe__RegisterReply *rr = c->reply->register_;
   if ((rc = pec_prog_remember(c, a, rr->handle))) return rc;
-  pe_client_param *ps = pec_results_alloc(c, rr->n_params * sizeof *ps);
+  /* One block (the results of a request): the params, then the trial's
+   * candidates. */
+  size_t n_cand = rr->places_trial ? rr->places_trial->n_candidates : 0;
+  pe_client_param *ps =
+      pec_results_alloc(c, rr->n_params * sizeof *ps + n_cand * sizeof(pe_client_places_candidate));
   if (!ps) return pec_fail(c, PE_C_ENOMEM, "%s: %zu params", what, rr->n_params);
   for (size_t i = 0; i < rr->n_params; i++) {
     const Pe__ParamInfo *pi = rr->params[i];
@@ -98,14 +131,14 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   out->handle = rr->handle;
   out->existed = rr->existed;
   out->has_values = rr->has_values;
-  out->strategy = rr->strategy == PE__STRATEGY__REDUCE    ? PE_C_REDUCE
-                  : rr->strategy == PE__STRATEGY__SHARDED ? PE_C_SHARDED
-                                                          : PE_C_ALLREDUCE;
+  out->strategy = strategy_of(rr->strategy);
   snprintf(out->places, sizeof out->places, "%s", rr->places ? rr->places : "");
   out->applied_request = rr->applied_request;
   out->applied_steps = rr->applied_steps;
   out->n_params = rr->n_params;
   out->params = ps;
+  places_trial(rr->places_trial, (pe_client_places_candidate *)(ps + rr->n_params),
+               &out->places_trial);
   return 0;
 }
 
@@ -415,16 +448,22 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
   rc = pec_call(c, what, &req, PE__REPLY__BODY_STATUS);
   if (rc) return rc;
   const Pe__StatusReply *s = c->reply->status;
-  /* One block: places, models, runs, then lanes (each 8-byte aligned). */
+  /* One block: places, models, runs, lanes, then the models' places
+   * trials' candidates (each 8-byte aligned). */
+  size_t n_cand = 0;
+  for (size_t i = 0; i < s->n_models; i++)
+    if (s->models[i]->places_trial) n_cand += s->models[i]->places_trial->n_candidates;
   char *block = pec_results_alloc(c, s->n_places * sizeof(pe_client_place_status) +
                                          s->n_models * sizeof(pe_client_model_status) +
                                          s->n_runs * sizeof(pe_client_run_status) +
-                                         s->n_lanes * sizeof(pe_client_lane_status));
+                                         s->n_lanes * sizeof(pe_client_lane_status) +
+                                         n_cand * sizeof(pe_client_places_candidate));
   if (!block) return pec_fail(c, PE_C_ENOMEM, "%s: reply arrays", what);
   pe_client_place_status *ps = (pe_client_place_status *)block;
   pe_client_model_status *ms = (pe_client_model_status *)(ps + s->n_places);
   pe_client_run_status *rs = (pe_client_run_status *)(ms + s->n_models);
   pe_client_lane_status *ls = (pe_client_lane_status *)(rs + s->n_runs);
+  pe_client_places_candidate *cs = (pe_client_places_candidate *)(ls + s->n_lanes);
   for (size_t i = 0; i < s->n_lanes; i++)
     ls[i] = (pe_client_lane_status){s->lanes[i]->name, s->lanes[i]->threads, s->lanes[i]->busy,
                                     s->lanes[i]->queued};
@@ -452,6 +491,8 @@ int pe_client_get_status(pe_client *c, pe_client_status *out) {
         .restart_checkpoint_age_s = x->restart_checkpoint_age_s,
         .changes_since_restart_checkpoint = x->changes_since_restart_checkpoint,
         .restart_checkpoint_read = x->restart_checkpoint_read};
+    places_trial(x->places_trial, cs, &ms[i].places_trial);
+    cs += ms[i].places_trial.n_candidates;
   }
   *out = (pe_client_status){
       .version = s->version,

@@ -10,7 +10,7 @@
  * mark are recorded at the end, so the file's order of `loss`, `accuracy`,
  * `optimizer` and `schedule` lines matters only for op order (pe_models.h
  * emits loss, then accuracy). Reading the file and resolving --model are
- * model_resolve.c. */
+ * model_resolve.c; the sequence-model words are model_file_seq.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -20,67 +20,14 @@
 #include <string.h>
 
 #include "builder_internal.h"
+#include "model_file_internal.h"
 #include "model_internal.h"
 #include "pe_builder.h"
 #include "pe_model_file.h"
 
-#define MAX_TOKENS 24
 #define MAX_LINE 1024
 
-typedef struct mf_opt {
-  const char *key, *val; /* val NULL: a flag */
-  bool used;
-} mf_opt;
-
-typedef struct mf {
-  pe_builder *b;
-  const char *source;
-  int line;
-  char *err;
-  size_t errlen;
-  bool failed;
-  char name[PE_MODEL_NAME_LEN];
-  int batch;
-  const char *x; /* current variable */
-  /* `save` labels: variables a later `from` or `add` reads (branches and
-   * residual sums); names point into the builder. */
-  struct {
-    char label[32];
-    const char *var;
-  } saved[32];
-  int n_saved;
-  const char *image, *label, *loss, *acc;
-  /* sequence models: `tokens` (the image is i64 [-1, T]), `targets` (the
-   * label is i64 [-1, T]: one class per position) and the causal mask the
-   * attention lines share (made at the first `causal`) */
-  bool tokens, targets;
-  int64_t seq_len;
-  const char *causal_mask;
-  const char *label_rows; /* the targets as rows [B*T, 1], made by the loss line */
-  int acc_top_k;          /* the accuracy line's top=K */
-  int image_ndim;
-  int64_t image_dims[4];
-  const char *kw; /* keyword of the line being parsed */
-  const char *pos[MAX_TOKENS];
-  int n_pos;
-  mf_opt opts[MAX_TOKENS];
-  int n_opts;
-  /* optimizer, applied at the end */
-  char opt_type[16];
-  float lr, mu, beta1, beta2, eps, weight_decay, clip_norm;
-  bool nesterov, no_decay_1d;
-  /* schedule, applied at the end; sched_line 0: none */
-  int sched_line;
-  int name_line; /* the `name` line; 0: none yet */
-  char sched_type[16];
-  long warmup, decay_steps;
-  float gamma, min_lr;
-  int n_milestones;
-  int64_t milestones[PE_B_MAX_MILESTONES];
-} mf;
-
-static int mf_fail(mf *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int mf_fail(mf *m, const char *fmt, ...) {
+int mf_fail(mf *m, const char *fmt, ...) {
   if (m->failed) return -1;
   m->failed = true;
   int k = m->line ? snprintf(m->err, m->errlen, "%s:%d: ", m->source, m->line)
@@ -95,7 +42,7 @@ static int mf_fail(mf *m, const char *fmt, ...) {
 
 /* --- argument readers ------------------------------------------------------------ */
 
-static const char *opt_str(mf *m, const char *key) {
+const char *mf_opt_str(mf *m, const char *key) {
   for (int i = 0; i < m->n_opts; i++)
     if (m->opts[i].val && strcmp(m->opts[i].key, key) == 0) {
       m->opts[i].used = true;
@@ -104,13 +51,13 @@ static const char *opt_str(mf *m, const char *key) {
   return NULL;
 }
 
-static bool opt_flag(mf *m, const char *key) {
+bool mf_opt_flag(mf *m, const char *key) {
   for (int i = 0; i < m->n_opts; i++)
     if (!m->opts[i].val && strcmp(m->opts[i].key, key) == 0) return m->opts[i].used = true;
   return false;
 }
 
-static int parse_long(mf *m, const char *what, const char *s, long min, long max, long *out) {
+int mf_parse_long(mf *m, const char *what, const char *s, long min, long max, long *out) {
   char *end;
   errno = 0;
   long v = strtol(s, &end, 10);
@@ -119,10 +66,6 @@ static int parse_long(mf *m, const char *what, const char *s, long min, long max
   *out = v;
   return 0;
 }
-
-/* Which ends of a number's range are open (excluded): the daemon's ranges
- * (a learning rate > 0, beta < 1), said as the interval they are. */
-enum { CLOSED = 0, OPEN_MIN = 1, OPEN_MAX = 2 };
 
 static int parse_float_in(mf *m, const char *what, const char *s, float min, float max, int open,
                           float *out) {
@@ -142,18 +85,18 @@ static int parse_float(mf *m, const char *what, const char *s, float min, float 
 }
 
 /* Integer option (absent: *out unchanged). */
-static int opt_long(mf *m, const char *key, long min, long max, long *out) {
-  const char *v = opt_str(m, key);
-  return v ? parse_long(m, key, v, min, max, out) : 0;
+int mf_opt_long(mf *m, const char *key, long min, long max, long *out) {
+  const char *v = mf_opt_str(m, key);
+  return v ? mf_parse_long(m, key, v, min, max, out) : 0;
 }
 
-static int opt_float_in(mf *m, const char *key, float min, float max, int open, float *out) {
-  const char *v = opt_str(m, key);
+int mf_opt_float_in(mf *m, const char *key, float min, float max, int open, float *out) {
+  const char *v = mf_opt_str(m, key);
   return v ? parse_float_in(m, key, v, min, max, open, out) : 0;
 }
 
 static int opt_float(mf *m, const char *key, float min, float max, float *out) {
-  return opt_float_in(m, key, min, max, CLOSED, out);
+  return mf_opt_float_in(m, key, min, max, CLOSED, out);
 }
 
 /* "3" or "3x5" into a pair. */
@@ -163,23 +106,23 @@ static int parse_pair(mf *m, const char *what, const char *s, long min, int out[
   char *x = strchr(buf, 'x');
   long a = 0, b = 0;
   if (x) *x = 0;
-  if (parse_long(m, what, buf, min, 1 << 16, &a)) return -1;
+  if (mf_parse_long(m, what, buf, min, 1 << 16, &a)) return -1;
   b = a;
-  if (x && parse_long(m, what, x + 1, min, 1 << 16, &b)) return -1;
+  if (x && mf_parse_long(m, what, x + 1, min, 1 << 16, &b)) return -1;
   out[0] = (int)a;
   out[1] = (int)b;
   return 0;
 }
 
 static int opt_pair(mf *m, const char *key, long min, int out[2]) {
-  const char *v = opt_str(m, key);
+  const char *v = mf_opt_str(m, key);
   return v ? parse_pair(m, key, v, min, out) : 0;
 }
 
 /* "A,B,C": integers in [min, max], at most cap of them (absent: *n unchanged). */
 static int opt_long_list(mf *m, const char *key, long min, long max, int64_t *out, int cap,
                          int *n) {
-  const char *v = opt_str(m, key);
+  const char *v = mf_opt_str(m, key);
   if (!v) return 0;
   int k = 0;
   for (const char *p = v;;) {
@@ -192,7 +135,7 @@ static int opt_long_list(mf *m, const char *key, long min, long max, int64_t *ou
     memcpy(item, p, len);
     item[len] = 0;
     long x = 0;
-    if (parse_long(m, key, item, min, max, &x)) return -1;
+    if (mf_parse_long(m, key, item, min, max, &x)) return -1;
     out[k++] = x;
     if (!e) break;
     p = e + 1;
@@ -203,7 +146,7 @@ static int opt_long_list(mf *m, const char *key, long min, long max, int64_t *ou
 
 static int opt_act(mf *m, pe_b_act *out) {
   static const char *const names[] = {"none", "relu", "tanh", "sigmoid", "softmax"};
-  const char *v = opt_str(m, "act");
+  const char *v = mf_opt_str(m, "act");
   if (!v) return 0;
   for (int i = 0; i < 5; i++)
     if (strcmp(v, names[i]) == 0) {
@@ -213,14 +156,14 @@ static int opt_act(mf *m, pe_b_act *out) {
   return mf_fail(m, "%s: unknown act '%s' (known: none, relu, tanh, sigmoid, softmax)", m->kw, v);
 }
 
-static int need_input(mf *m) {
+int mf_need_input(mf *m) {
   if (!m->x) return mf_fail(m, "%s: no 'input' line before it", m->kw);
   if (m->loss) return mf_fail(m, "%s: a layer after the 'loss' line", m->kw);
   return 0;
 }
 
 /* After a builder call: its error, with the line. */
-static int built(mf *m, const char *out) {
+int mf_built(mf *m, const char *out) {
   if (out) {
     m->x = out;
     return 0;
@@ -247,7 +190,7 @@ static int h_name(mf *m) {
 
 static int h_batch(mf *m) {
   long v = 0;
-  if (parse_long(m, "size", m->pos[0], 1, 1 << 16, &v)) return -1;
+  if (mf_parse_long(m, "size", m->pos[0], 1, 1 << 16, &v)) return -1;
   m->batch = (int)v;
   return 0;
 }
@@ -259,7 +202,7 @@ static int h_input(mf *m) {
   int64_t dims[4] = {-1}, numel = 1;
   for (int i = 0; i < nd; i++) {
     long v = 0;
-    if (parse_long(m, "dim", m->pos[1 + i], 1, 1L << 30, &v)) return -1;
+    if (mf_parse_long(m, "dim", m->pos[1 + i], 1, 1L << 30, &v)) return -1;
     dims[1 + i] = v;
     numel *= v; /* at most 2^40 x 2^30: no overflow */
     /* The daemon's limit for a declared shape's elements (each dim alone
@@ -273,50 +216,10 @@ static int h_input(mf *m) {
     }
   }
   const char *img = pe_builder_data(m->b, m->pos[0], PE_B_F32, nd + 1, dims);
-  if (built(m, img)) return -1;
+  if (mf_built(m, img)) return -1;
   m->image = img;
   m->image_ndim = nd + 1;
   memcpy(m->image_dims, dims, sizeof dims);
-  return 0;
-}
-
-/* The T of a tokens or targets line: the other one's, when it came first. */
-static int seq_length(mf *m, bool other_set, const char *other, long *t) {
-  if (parse_long(m, "length", m->pos[1], 1, 1L << 15, t)) return -1;
-  if (other_set && *t != m->seq_len)
-    return mf_fail(m, "%s: length %ld differs from the %s' %lld", m->kw, *t, other,
-                   (long long)m->seq_len);
-  m->seq_len = *t;
-  return 0;
-}
-
-/* tokens NAME T: i64 ids [-1, T], the model's input. */
-static int h_tokens(mf *m) {
-  if (m->image) return mf_fail(m, "tokens: a second input ('%s' is declared)", m->image);
-  long t = 0;
-  if (seq_length(m, m->targets, "targets", &t)) return -1;
-  int64_t dims[4] = {-1, t};
-  const char *ids = pe_builder_data(m->b, m->pos[0], PE_B_I64, 2, dims);
-  if (built(m, ids)) return -1;
-  m->image = ids;
-  m->image_ndim = 2;
-  memcpy(m->image_dims, dims, sizeof dims);
-  m->tokens = true;
-  return 0;
-}
-
-/* targets NAME T: i64 [-1, T], the class of each position (the next
- * token); the loss and accuracy flatten positions into rows. */
-static int h_targets(mf *m) {
-  if (m->label) return mf_fail(m, "targets: a second label ('%s' is declared)", m->label);
-  long t = 0;
-  if (seq_length(m, m->tokens, "tokens", &t)) return -1;
-  const char *cur = m->x;
-  const char *l = pe_builder_data(m->b, m->pos[0], PE_B_I64, PE_B_SHAPE(-1, t));
-  if (built(m, l)) return -1;
-  m->label = l;
-  m->x = cur;
-  m->targets = true;
   return 0;
 }
 
@@ -324,7 +227,7 @@ static int h_label(mf *m) {
   if (m->label) return mf_fail(m, "label: a second label ('%s' is declared)", m->label);
   const char *cur = m->x;
   const char *l = pe_builder_data(m->b, m->pos[0], PE_B_I64, PE_B_SHAPE(-1, 1));
-  if (built(m, l)) return -1;
+  if (mf_built(m, l)) return -1;
   m->label = l;
   m->x = cur; /* the label is not a layer input */
   return 0;
@@ -332,33 +235,33 @@ static int h_label(mf *m) {
 
 static int h_fc(mf *m) {
   long size = 0, ncd = 0;
-  pe_b_fc_opts o = {.name = opt_str(m, "name"), .no_bias = opt_flag(m, "no_bias")};
-  if (need_input(m) || parse_long(m, "size", m->pos[0], 1, 1L << 30, &size) ||
-      opt_long(m, "num_col_dims", 1, 7, &ncd) || opt_act(m, &o.act))
+  pe_b_fc_opts o = {.name = mf_opt_str(m, "name"), .no_bias = mf_opt_flag(m, "no_bias")};
+  if (mf_need_input(m) || mf_parse_long(m, "size", m->pos[0], 1, 1L << 30, &size) ||
+      mf_opt_long(m, "num_col_dims", 1, 7, &ncd) || opt_act(m, &o.act))
     return -1;
   o.num_col_dims = (int)ncd;
-  return built(m, pe_builder_fc(m->b, m->x, size, &o));
+  return mf_built(m, pe_builder_fc(m->b, m->x, size, &o));
 }
 
 static int h_conv2d(mf *m) {
   long out = 0, groups = 0;
   int k[2];
-  pe_b_conv_opts o = {.name = opt_str(m, "name"), .no_bias = opt_flag(m, "no_bias")};
-  if (need_input(m) || parse_long(m, "out_channels", m->pos[0], 1, 1L << 20, &out) ||
+  pe_b_conv_opts o = {.name = mf_opt_str(m, "name"), .no_bias = mf_opt_flag(m, "no_bias")};
+  if (mf_need_input(m) || mf_parse_long(m, "out_channels", m->pos[0], 1, 1L << 20, &out) ||
       parse_pair(m, "kernel", m->pos[1], 1, k) || opt_pair(m, "stride", 1, o.stride) ||
       opt_pair(m, "pad", 0, o.pad) || opt_pair(m, "dilation", 1, o.dilation) ||
-      opt_long(m, "groups", 1, 1L << 20, &groups) || opt_act(m, &o.act))
+      mf_opt_long(m, "groups", 1, 1L << 20, &groups) || opt_act(m, &o.act))
     return -1;
   o.groups = (int)groups;
-  return built(m, pe_builder_conv2d(m->b, m->x, out, k[0], k[1], &o));
+  return mf_built(m, pe_builder_conv2d(m->b, m->x, out, k[0], k[1], &o));
 }
 
 static int h_pool2d(mf *m) {
-  pe_b_pool_opts o = {.name = opt_str(m, "name"),
-                      .global = opt_flag(m, "global"),
-                      .inclusive = opt_flag(m, "inclusive")};
+  pe_b_pool_opts o = {.name = mf_opt_str(m, "name"),
+                      .global = mf_opt_flag(m, "global"),
+                      .inclusive = mf_opt_flag(m, "inclusive")};
   int k[2] = {1, 1};
-  if (need_input(m)) return -1;
+  if (mf_need_input(m)) return -1;
   if (strcmp(m->pos[0], "avg") == 0)
     o.avg = true;
   else if (strcmp(m->pos[0], "max") != 0)
@@ -366,118 +269,38 @@ static int h_pool2d(mf *m) {
   if (m->n_pos < 2 && !o.global) return mf_fail(m, "pool2d: no kernel size (or 'global')");
   if (m->n_pos >= 2 && parse_pair(m, "kernel", m->pos[1], 1, k)) return -1;
   if (opt_pair(m, "stride", 1, o.stride) || opt_pair(m, "pad", 0, o.pad)) return -1;
-  return built(m, pe_builder_pool2d(m->b, m->x, k[0], k[1], &o));
+  return mf_built(m, pe_builder_pool2d(m->b, m->x, k[0], k[1], &o));
 }
 
 static int h_batch_norm(mf *m) {
-  pe_b_bn_opts o = {.name = opt_str(m, "name")};
-  if (need_input(m) || opt_float(m, "momentum", 0, 1, &o.momentum) ||
+  pe_b_bn_opts o = {.name = mf_opt_str(m, "name")};
+  if (mf_need_input(m) || opt_float(m, "momentum", 0, 1, &o.momentum) ||
       opt_float(m, "epsilon", 0, 1, &o.epsilon) || opt_act(m, &o.act))
     return -1;
-  return built(m, pe_builder_batch_norm(m->b, m->x, &o));
+  return mf_built(m, pe_builder_batch_norm(m->b, m->x, &o));
 }
 
 static int h_dropout(mf *m) {
   float p = 0;
   long seed = 0;
-  if (need_input(m) || parse_float(m, "probability", m->pos[0], 0, 0.999999f, &p) ||
-      opt_long(m, "seed", 0, 1L << 62, &seed))
+  if (mf_need_input(m) || parse_float(m, "probability", m->pos[0], 0, 0.999999f, &p) ||
+      mf_opt_long(m, "seed", 0, 1L << 62, &seed))
     return -1;
-  return built(m, pe_builder_dropout(m->b, m->x, p, seed, opt_str(m, "name")));
+  return mf_built(m, pe_builder_dropout(m->b, m->x, p, seed, mf_opt_str(m, "name")));
 }
 
 static int h_act(mf *m) {
   static const char *const names[] = {NULL, "relu", "tanh", "sigmoid", "softmax"};
-  if (need_input(m)) return -1;
+  if (mf_need_input(m)) return -1;
   for (int i = 1; i < 5; i++)
-    if (strcmp(m->kw, names[i]) == 0) return built(m, pe_builder_act(m->b, m->x, (pe_b_act)i));
+    if (strcmp(m->kw, names[i]) == 0) return mf_built(m, pe_builder_act(m->b, m->x, (pe_b_act)i));
   return mf_fail(m, "internal: '%s' is not an activation", m->kw);
 }
 
 static int h_flatten(mf *m) {
   long axis = 1;
-  if (need_input(m) || opt_long(m, "axis", 0, 7, &axis)) return -1;
-  return built(m, pe_builder_flatten(m->b, m->x, (int)axis));
-}
-
-/* --- sequence layers: embedding, pos_embedding, layer_norm, gelu, attention ------------- */
-
-/* The current variable's rank (0 when unknown). */
-static int cur_rank(mf *m) {
-  const b_var *v = peb_var_find(&m->b->main, m->x);
-  return v ? v->ndim : 0;
-}
-
-static int h_embedding(mf *m) {
-  long vocab = 0, dim = 0, pad = -1;
-  if (need_input(m) || parse_long(m, "vocab", m->pos[0], 1, 1L << 30, &vocab) ||
-      parse_long(m, "dim", m->pos[1], 1, 1L << 20, &dim) ||
-      opt_long(m, "padding_idx", 0, vocab - 1, &pad))
-    return -1;
-  return built(m, pe_builder_embedding(m->b, m->x, vocab, dim, pad, opt_str(m, "name")));
-}
-
-static int h_pos_embedding(mf *m) {
-  if (need_input(m)) return -1;
-  return built(m, pe_builder_position_embedding(m->b, m->x, opt_str(m, "name")));
-}
-
-/* layer_norm over the last dim unless begin_norm_axis says otherwise. */
-static int h_layer_norm(mf *m) {
-  long axis = 0;
-  float eps = 0;
-  if (need_input(m) || opt_long(m, "begin_norm_axis", 1, 7, &axis) ||
-      opt_float_in(m, "epsilon", 0, 1, OPEN_MIN, &eps))
-    return -1;
-  if (!axis) axis = cur_rank(m) > 1 ? cur_rank(m) - 1 : 1;
-  return built(m, pe_builder_layer_norm(m->b, m->x, (int)axis, eps, opt_str(m, "name")));
-}
-
-static int h_gelu(mf *m) {
-  if (need_input(m)) return -1;
-  return built(m, pe_builder_gelu(m->b, m->x, opt_flag(m, "approximate")));
-}
-
-/* The mask of a `causal` line: one for the model, made at the first. */
-static const char *causal_mask(mf *m) {
-  if (!m->causal_mask) {
-    const b_var *v = peb_var_find(&m->b->main, m->x);
-    int64_t t = v && v->ndim == 3 ? v->d[1] : -1;
-    if (t <= 0) {
-      char sh[128];
-      mf_fail(m, "%s: causal needs an input [B, T, D] with T known ('%s' is %s)", m->kw, m->x,
-              v ? peb_shape_str(v, sh, sizeof sh) : "undeclared");
-      return NULL;
-    }
-    m->causal_mask = pe_builder_causal_mask(m->b, t, NULL);
-    if (!m->causal_mask) {
-      built(m, NULL);
-      return NULL;
-    }
-  }
-  return m->causal_mask;
-}
-
-static int h_attention(mf *m) {
-  long heads = 0;
-  if (need_input(m) || parse_long(m, "heads", m->pos[0], 1, 1024, &heads)) return -1;
-  bool causal = opt_flag(m, "causal");
-  const char *mask = causal ? causal_mask(m) : NULL;
-  if (causal && !mask) return -1;
-  return built(m,
-               pe_builder_multi_head_attention(m->b, m->x, (int)heads, mask, opt_str(m, "name")));
-}
-
-static int h_transformer_block(mf *m) {
-  long heads = 0, ff = 0;
-  if (need_input(m) || parse_long(m, "heads", m->pos[0], 1, 1024, &heads) ||
-      parse_long(m, "ffn_dim", m->pos[1], 1, 1L << 24, &ff))
-    return -1;
-  bool causal = opt_flag(m, "causal");
-  const char *mask = causal ? causal_mask(m) : NULL;
-  if (causal && !mask) return -1;
-  return built(m,
-               pe_builder_transformer_block(m->b, m->x, (int)heads, ff, mask, opt_str(m, "name")));
+  if (mf_need_input(m) || mf_opt_long(m, "axis", 0, 7, &axis)) return -1;
+  return mf_built(m, pe_builder_flatten(m->b, m->x, (int)axis));
 }
 
 /* --- branches: save, from, add --------------------------------------------------------- */
@@ -504,7 +327,7 @@ static const char *saved_var(mf *m) {
 /* save LABEL: remember the current variable (a later save of the label
  * replaces it, so a block can be repeated as it is). */
 static int h_save(mf *m) {
-  if (need_input(m)) return -1;
+  if (mf_need_input(m)) return -1;
   const char *label = m->pos[0];
   size_t n = strlen(label);
   static const char ok[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
@@ -524,7 +347,7 @@ static int h_save(mf *m) {
 
 /* from LABEL: the saved variable becomes the current one (a second branch). */
 static int h_from(mf *m) {
-  if (need_input(m)) return -1;
+  if (mf_need_input(m)) return -1;
   const char *v = saved_var(m);
   if (!v) return -1;
   m->x = v;
@@ -534,27 +357,10 @@ static int h_from(mf *m) {
 /* add LABEL [act=A]: current + saved (a residual sum). */
 static int h_add(mf *m) {
   pe_b_act act = PE_B_ACT_NONE;
-  if (need_input(m) || opt_act(m, &act)) return -1;
+  if (mf_need_input(m) || opt_act(m, &act)) return -1;
   const char *v = saved_var(m);
   if (!v) return -1;
-  return built(m, pe_builder_add(m->b, m->x, v, act, opt_str(m, "name")));
-}
-
-/* Per-position targets: logits [B, T, C] and targets [B, T] become rows
- * [B*T, C] and [B*T, 1], the shapes the loss and accuracy ops take; the
- * flattened targets are m->label_rows. Returns the flattened logits. */
-static const char *seq_rows(mf *m) {
-  const b_var *v = peb_var_find(&m->b->main, m->x);
-  if (!v || v->ndim != 3 || v->d[1] != m->seq_len) {
-    char sh[128];
-    mf_fail(m, "loss: logits '%s' %s must be [B, %lld, C] for the targets '%s' [-1,%lld]", m->x,
-            v ? peb_shape_str(v, sh, sizeof sh) : "(undeclared)", (long long)m->seq_len, m->label,
-            (long long)m->seq_len);
-    return NULL;
-  }
-  m->label_rows = pe_builder_flatten(m->b, m->label, 2);
-  if (!m->label_rows) return NULL;
-  return pe_builder_flatten(m->b, m->x, 2);
+  return mf_built(m, pe_builder_add(m->b, m->x, v, act, mf_opt_str(m, "name")));
 }
 
 /* The [N, 1] class labels the loss and accuracy read. */
@@ -563,9 +369,9 @@ static const char *class_label(const mf *m) {
 }
 
 static int h_loss(mf *m) {
-  if (need_input(m)) return -1;
+  if (mf_need_input(m)) return -1;
   if (!m->label) return mf_fail(m, "loss: no 'label' line before it");
-  if (m->targets && built(m, seq_rows(m))) return -1;
+  if (m->targets && mf_built(m, mf_seq_rows(m))) return -1;
   const char *per_example;
   if (strcmp(m->pos[0], "softmax_with_cross_entropy") == 0)
     per_example = pe_builder_softmax_with_cross_entropy(m->b, m->x, class_label(m), NULL);
@@ -577,7 +383,7 @@ static int h_loss(mf *m) {
                    "cross_entropy)",
                    m->pos[0]);
   const char *logits = m->x;
-  if (built(m, per_example) || built(m, pe_builder_mean(m->b, per_example))) return -1;
+  if (mf_built(m, per_example) || mf_built(m, pe_builder_mean(m->b, per_example))) return -1;
   m->loss = m->x;
   m->x = logits; /* accuracy reads the logits */
   return 0;
@@ -590,9 +396,9 @@ static int h_accuracy(mf *m) {
   if (m->acc) return mf_fail(m, "accuracy: a second accuracy line");
   if (m->targets && !m->label_rows)
     return mf_fail(m, "accuracy: per-position targets are scored after the 'loss' line");
-  if (opt_long(m, "top", 1, 1000, &k)) return -1;
+  if (mf_opt_long(m, "top", 1, 1000, &k)) return -1;
   const char *logits = m->x;
-  if (built(m, pe_builder_accuracy(m->b, logits, class_label(m), (int)k))) return -1;
+  if (mf_built(m, pe_builder_accuracy(m->b, logits, class_label(m), (int)k))) return -1;
   m->acc = m->x;
   m->acc_top_k = (int)k;
   m->x = logits;
@@ -613,19 +419,19 @@ static int h_optimizer(mf *m) {
   m->clip_norm = 0;
   /* The builder's (and the daemon's) ranges: lr > 0, mu and the betas
    * < 1, epsilon > 0. */
-  if (opt_float_in(m, "lr", 0, 1e6f, OPEN_MIN, &m->lr)) return -1;
+  if (mf_opt_float_in(m, "lr", 0, 1e6f, OPEN_MIN, &m->lr)) return -1;
   if (opt_float(m, "weight_decay", 0, 1, &m->weight_decay)) return -1;
   if (opt_float(m, "clip_norm", 0, 1e6f, &m->clip_norm)) return -1;
   if (m->lr < 0) return mf_fail(m, "optimizer: no learning rate (lr=...)");
-  if (!strcmp(t, "momentum") && opt_float_in(m, "mu", 0, 1, OPEN_MAX, &m->mu)) return -1;
-  if (!strncmp(t, "adam", 4) && (opt_float_in(m, "beta1", 0, 1, OPEN_MAX, &m->beta1) ||
-                                 opt_float_in(m, "beta2", 0, 1, OPEN_MAX, &m->beta2) ||
-                                 opt_float_in(m, "epsilon", 0, 1, OPEN_MIN, &m->eps)))
+  if (!strcmp(t, "momentum") && mf_opt_float_in(m, "mu", 0, 1, OPEN_MAX, &m->mu)) return -1;
+  if (!strncmp(t, "adam", 4) && (mf_opt_float_in(m, "beta1", 0, 1, OPEN_MAX, &m->beta1) ||
+                                 mf_opt_float_in(m, "beta2", 0, 1, OPEN_MAX, &m->beta2) ||
+                                 mf_opt_float_in(m, "epsilon", 0, 1, OPEN_MIN, &m->eps)))
     return -1;
-  m->nesterov = opt_flag(m, "nesterov");
+  m->nesterov = mf_opt_flag(m, "nesterov");
   if (m->nesterov && strcmp(t, "momentum"))
     return mf_fail(m, "optimizer: nesterov applies to momentum only");
-  m->no_decay_1d = opt_flag(m, "no_decay_1d");
+  m->no_decay_1d = mf_opt_flag(m, "no_decay_1d");
   if (m->no_decay_1d && m->weight_decay == 0 && strcmp(t, "adamw"))
     return mf_fail(m,
                    "optimizer: no_decay_1d exempts parameters from weight decay, but %s has "
@@ -673,20 +479,20 @@ static int h_schedule(mf *m) {
     if (!has_word(row->takes, m->opts[i].key))
       return mf_fail(m, "schedule %s: option '%s' does not apply (%s takes: %s)", t, m->opts[i].key,
                      t, row->takes);
-  if (row->needs && !opt_str(m, row->needs))
+  if (row->needs && !mf_opt_str(m, row->needs))
     return mf_fail(m, "schedule %s: no %s=... (%s)", t, row->needs, row->why);
   m->warmup = m->decay_steps = 0;
   m->gamma = m->min_lr = 0;
   m->n_milestones = 0;
-  if (opt_long(m, "warmup", 0, 1L << 62, &m->warmup) ||
-      opt_long(m, "decay_steps", 1, 1L << 62, &m->decay_steps) ||
+  if (mf_opt_long(m, "warmup", 0, 1L << 62, &m->warmup) ||
+      mf_opt_long(m, "decay_steps", 1, 1L << 62, &m->decay_steps) ||
       opt_float(m, "min_lr", 0, 1e6f, &m->min_lr) ||
       opt_long_list(m, "milestones", 1, 1L << 62, m->milestones, PE_B_MAX_MILESTONES,
                     &m->n_milestones))
     return -1;
   /* gamma 0 is the wire's "unset" (step, multistep: 0.1): written out, it
    * is a mistake. */
-  const char *g = opt_str(m, "gamma");
+  const char *g = mf_opt_str(m, "gamma");
   if (g) {
     char *end;
     m->gamma = strtof(g, &end);
@@ -697,7 +503,7 @@ static int h_schedule(mf *m) {
   for (int i = 1; i < m->n_milestones; i++)
     if (m->milestones[i] <= m->milestones[i - 1])
       return mf_fail(m, "schedule multistep: milestones '%s' do not increase (%lld after %lld)",
-                     opt_str(m, "milestones"), (long long)m->milestones[i],
+                     mf_opt_str(m, "milestones"), (long long)m->milestones[i],
                      (long long)m->milestones[i - 1]);
   snprintf(m->sched_type, sizeof m->sched_type, "%s", t);
   m->sched_line = m->line;
@@ -719,8 +525,8 @@ static const mf_row rows[] = {
     {"batch", 1, 1, "", h_batch, "batch N"},
     {"input", 1, 4, "", h_input, "input NAME [DIM...]"},
     {"label", 1, 1, "", h_label, "label NAME"},
-    {"tokens", 2, 2, "", h_tokens, "tokens NAME T"},
-    {"targets", 2, 2, "", h_targets, "targets NAME T"},
+    {"tokens", 2, 2, "", mf_h_tokens, "tokens NAME T"},
+    {"targets", 2, 2, "", mf_h_targets, "targets NAME T"},
     {"fc", 1, 1, "act= name= no_bias num_col_dims=", h_fc, "fc SIZE [act=A]"},
     {"conv2d", 2, 2, "stride= pad= dilation= groups= act= name= no_bias", h_conv2d,
      "conv2d OUT K[xK] [stride=S] [pad=P] [act=A]"},
@@ -733,14 +539,14 @@ static const mf_row rows[] = {
     {"sigmoid", 0, 0, "", h_act, "sigmoid"},
     {"softmax", 0, 0, "", h_act, "softmax"},
     {"flatten", 0, 0, "axis=", h_flatten, "flatten [axis=N]"},
-    {"embedding", 2, 2, "padding_idx= name=", h_embedding,
-     "embedding VOCAB DIM [padding_idx=N] [name=S]"},
-    {"pos_embedding", 0, 0, "name=", h_pos_embedding, "pos_embedding [name=S]"},
-    {"layer_norm", 0, 0, "begin_norm_axis= epsilon= name=", h_layer_norm,
+    {"embedding", 2, 2, "padding_idx= sparse name=", mf_h_embedding,
+     "embedding VOCAB DIM [padding_idx=N] [sparse] [name=S]"},
+    {"pos_embedding", 0, 0, "name=", mf_h_pos_embedding, "pos_embedding [name=S]"},
+    {"layer_norm", 0, 0, "begin_norm_axis= epsilon= name=", mf_h_layer_norm,
      "layer_norm [begin_norm_axis=N] [epsilon=E] [name=S]"},
-    {"gelu", 0, 0, "approximate", h_gelu, "gelu [approximate]"},
-    {"attention", 1, 1, "causal name=", h_attention, "attention HEADS [causal] [name=S]"},
-    {"transformer_block", 2, 2, "causal name=", h_transformer_block,
+    {"gelu", 0, 0, "approximate", mf_h_gelu, "gelu [approximate]"},
+    {"attention", 1, 1, "causal name=", mf_h_attention, "attention HEADS [causal] [name=S]"},
+    {"transformer_block", 2, 2, "causal name=", mf_h_transformer_block,
      "transformer_block HEADS FFN_DIM [causal] [name=S]"},
     {"save", 1, 1, "", h_save, "save LABEL"},
     {"from", 1, 1, "", h_from, "from LABEL"},

@@ -19,7 +19,7 @@
 
 static const char *const kind_names[PE_NODE_KIND_COUNT] = {
     "op", "all_reduce", "fused_all_reduce", "reduce", "broadcast", "loss_grad_scale",
-    "sharded_update",
+    "sharded_update", "sparse_merge",
 };
 
 const char *pe_node_kind_name(pe_node_kind k) {

@@ -73,6 +73,7 @@ typedef enum pe_node_kind {
   PE_NODE_BROADCAST,        /* root's var to every other place */
   PE_NODE_LOSS_GRAD_SCALE,  /* fill loss@GRAD on one place with n_p / N */
   PE_NODE_SHARDED_UPDATE,   /* sum of the places' gradients + optimizer, sliced */
+  PE_NODE_SPARSE_MERGE,     /* one sparse gradient's rows, merged across places */
   PE_NODE_KIND_COUNT
 } pe_node_kind;
 
@@ -108,6 +109,11 @@ pe_graph_strategy pe_strategy_auto(pe_place_kind kind, const pe_program *p);
  *      REDUCE: in[p*width + k] for every p -> out[k] on root;
  *      BROADCAST: in[k] on root -> out[i*width + k] on the i-th place
  *        other than root (places in increasing order).
+ *      SPARSE_MERGE (width 2): in[p*2] = a sparse gradient's values and
+ *        in[p*2 + 1] its rows (registry.h, PE_ROWS_SUFFIX) on place p; the
+ *        places' rows merged (a row several places hold: its values summed
+ *        in place order) into out[p*2], out[p*2 + 1] on every place (root
+ *        -1, in place: the next versions) or into out[0], out[1] on root.
  *  - SHARDED_UPDATE (place == -1, root == 0): desc/def/src_op are the
  *    optimizer op's; in_slot/out_slot give one place's layout, and place p's
  *    inputs are in[p*w_in ..) with w_in = in_slot[def->n_inputs] (outputs
@@ -124,7 +130,7 @@ typedef struct pe_graph_node {
   pe_node_kind kind;
   pe_stream_kind stream;
   int place;  /* place index, -1 for a collective spanning all places */
-  int root;   /* REDUCE: owner place; BROADCAST: root place; else -1 */
+  int root;   /* REDUCE: owner place; BROADCAST: root place; SPARSE_MERGE: owner or -1 */
   int width;  /* collectives: vars per place; else 0 */
   int src_op; /* index of the op in its program block, -1 if none */
   char *name; /* dumps, messages: "matmul#3@p1", "all_reduce(fc_0.w@GRAD)" */

@@ -19,6 +19,15 @@
  *    it needs every place's finished gradient anyway, so placing it at the
  *    optimizer changes nothing for overlap (it starts as soon as the
  *    gradients exist, while backward goes on).
+ *  - a sparse gradient (registry.h, PE_ROWS_SUFFIX: an embedding with
+ *    is_sparse) gets a sparse_merge instead of the all_reduce or reduce:
+ *    the places' rows and values gathered and merged (graph.h), on every
+ *    place (AllReduce, and Sharded, which keeps such a parameter's update
+ *    per place: its rows are no slice of the parameter) or on the owner
+ *    (Reduce, whose update and broadcast stay as for a dense gradient).
+ *    The values are each place's share of the batch mean's gradient (the
+ *    loss_grad_scale seed), so the merged rows are what the dense sum
+ *    holds in them; no dense gradient is formed.
  * Owners are assigned by size: parameters in decreasing byte size, each to
  * the place with the fewest bytes so far (ties: lowest place), which is
  * round-robin for equal sizes and balances optimizer work otherwise.
@@ -56,6 +65,7 @@ typedef struct dp_ctx {
   pe_strmap batch_state; /* batch-derived persistable -> its last writer's op index + 1 */
   int *last_writer;      /* [n_params] op index, -1 */
   bool *sharded;         /* [n_params] updated by a sharded_update node, or NULL */
+  const char **rows;     /* [n_params] a sparse gradient's rows variable, else NULL */
 } dp_ctx;
 
 /* Node id for op i of the block: desc, def and empty slot tables. */
@@ -128,6 +138,30 @@ static pe_status *add_sharded_update(pe_graph *g, int i, const char *param) {
   return NULL;
 }
 
+/* A sparse_merge of gradient `grad` with rows `rows` (graph.h): onto
+ * every place (root -1) or onto root. */
+static pe_status *add_sparse_merge(pe_graph *g, const char *grad, const char *rows, int root) {
+  int id;
+  PE_TRY(pe_graph_add_node(g, PE_NODE_SPARSE_MERGE, -1, &id));
+  g->nodes[id].root = root;
+  g->nodes[id].width = 2;
+  if (root < 0)
+    PE_TRY(pe_graph_set_name(g, id, "sparse_merge(%s)", grad));
+  else
+    PE_TRY(pe_graph_set_name(g, id, "sparse_merge(%s->p%d)", grad, root));
+  for (int p = 0; p < g->n_places; p++) {
+    int vl, rl;
+    PE_TRY(pe_graph_lvar_get(g, grad, p, &vl));
+    PE_TRY(pe_graph_lvar_get(g, rows, p, &rl));
+    PE_TRY(pe_graph_node_add_in(g, id, vl));
+    PE_TRY(pe_graph_node_add_in(g, id, rl));
+    if (root >= 0 && p != root) continue;
+    PE_TRY(pe_graph_node_add_out(g, id, vl));
+    PE_TRY(pe_graph_node_add_out(g, id, rl));
+  }
+  return NULL;
+}
+
 /* A collective over all places of `name`. kinds: ALL_REDUCE (in/out on
  * every place), REDUCE (in on every place, out on root), BROADCAST (in on
  * root, out on every other place). */
@@ -168,7 +202,8 @@ static pe_status *find_params(dp_ctx *c) {
   g->grads = calloc((size_t)cap, sizeof(*g->grads));
   g->owner = calloc((size_t)cap, sizeof(*g->owner));
   c->last_writer = calloc((size_t)cap, sizeof(int));
-  if (!g->params || !g->grads || !g->owner || !c->last_writer) return OOM();
+  c->rows = calloc((size_t)cap, sizeof(*c->rows));
+  if (!g->params || !g->grads || !g->owner || !c->last_writer || !c->rows) return OOM();
   /* An update reading a clipped gradient (clip_by_global_norm's Out k):
    * the gradient to sum over places is the clip's input X k. */
   pe_strmap clipped;
@@ -243,6 +278,33 @@ static pe_status *find_params(dp_ctx *c) {
         if (j) c->last_writer[j - 1] = i;
       }
   }
+  for (int j = 0; j < g->n_params; j++)
+    if (c->last_writer[j] >= 0)
+      c->rows[j] = pe_op_sparse_rows(b->ops[c->last_writer[j]], g->grads[j]);
+  return NULL;
+}
+
+/* Several places: every sparse gradient some op writes is a parameter's
+ * (merged by a sparse_merge); another one would differ per place. */
+static pe_status *check_sparse(const dp_ctx *c) {
+  const pe_block *b = c->b;
+  for (int i = 0; i < b->n_ops; i++)
+    for (int s = 0; s < b->ops[i]->n_out; s++) {
+      if (!pe_is_sparse_rows_name(b->ops[i]->out[s].name)) continue;
+      for (int k = 0; k < b->ops[i]->out[s].n; k++) {
+        const char *rows = b->ops[i]->out[s].args[k];
+        bool merged = false;
+        for (int j = 0; j < c->g->n_params && !merged; j++)
+          merged = c->rows[j] && !strcmp(c->rows[j], rows);
+        if (!merged)
+          return pe_error(PE_EINVAL,
+                          "data_parallel: op #%d %s writes a sparse gradient (rows '%s', "
+                          "is_sparse) that is no parameter's gradient updated by an optimizer "
+                          "op: %d %s places cannot merge it (set is_sparse false)",
+                          i, b->ops[i]->type, rows, c->g->n_places,
+                          pe_place_kind_name(c->g->place_kind));
+      }
+    }
   return NULL;
 }
 
@@ -317,7 +379,8 @@ static pe_status *find_sharded(dp_ctx *c) {
     uses[pj]++;
     c->sharded[pj] = (pe_op_lookup(c->b->ops[i]->type)->flags & PE_OP_ELEMENTWISE) != 0;
   }
-  for (int j = 0; j < g->n_params; j++) c->sharded[j] = c->sharded[j] && uses[j] == 1;
+  for (int j = 0; j < g->n_params; j++)
+    c->sharded[j] = c->sharded[j] && uses[j] == 1 && !c->rows[j];
   free(uses);
   return NULL;
 }
@@ -402,6 +465,7 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
     for (int j = 0; j < g->n_params; j++) g->owner[j] = -1;
   if (multi && g->strategy == PE_STRATEGY_SHARDED) PE_TRY(find_sharded(c));
   if (multi) PE_TRY(find_batch_state(c));
+  if (multi) PE_TRY(check_sparse(c));
   for (int i = 0; i < b->n_ops; i++) {
     const pe_op_desc *op = b->ops[i];
     bool opt = is_optimizer(op);
@@ -418,7 +482,9 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
     if (multi && opt && reduce && pj >= 0)
       PE_TRY(add_collective(g, PE_NODE_BROADCAST, g->params[pj], g->owner[pj]));
     for (int j = 0; grad_coll && j < g->n_params; j++)
-      if (c->last_writer[j] == i && !(c->sharded && c->sharded[j]))
+      if (multi && c->last_writer[j] == i && c->rows[j])
+        PE_TRY(add_sparse_merge(g, g->grads[j], c->rows[j], reduce ? g->owner[j] : -1));
+      else if (c->last_writer[j] == i && !(c->sharded && c->sharded[j]))
         PE_TRY(add_collective(g, reduce ? PE_NODE_REDUCE : PE_NODE_ALL_REDUCE, g->grads[j],
                               g->owner[j]));
     if (multi) PE_TRY(add_state_broadcasts(c, i));
@@ -507,14 +573,14 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
                       "needs every summed gradient on every place: strategy %s cannot give it "
                       "(use allreduce; auto picks it)",
                       i, pe_strategy_name(o->strategy));
-  /* The collectives and the cuda kernels take dense gradients only. */
-  for (int i = 0;
-       (o->n_places > 1 || o->cross_nodes || o->place_kind == PE_PLACE_CUDA) && i < mb->n_ops; i++)
+  /* The cuda kernels and collectives take dense gradients only; cpu and
+   * sim places merge sparse ones (sparse_merge), within a node only. */
+  for (int i = 0; (o->cross_nodes || o->place_kind == PE_PLACE_CUDA) && i < mb->n_ops; i++)
     for (int s = 0; s < mb->ops[i]->n_out; s++)
       if (pe_is_sparse_rows_name(mb->ops[i]->out[s].name) && mb->ops[i]->out[s].n)
         return pe_error(PE_EINVAL,
                         "data_parallel: op #%d %s writes a sparse gradient (rows '%s', is_sparse), "
-                        "which runs on one cpu or sim place, not on %d %s places%s: set "
+                        "which runs on cpu and sim places, not on %d %s places%s: set "
                         "is_sparse false",
                         i, mb->ops[i]->type, mb->ops[i]->out[s].args[0],
                         o->n_places > 0 ? o->n_places : 1, pe_place_kind_name(o->place_kind),
@@ -522,12 +588,13 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
   pe_ir_destroy(ir); /* a rerun replaces the graphs */
   pe_graph *g = NULL, *s = NULL;
   PE_TRY(new_graph(ir, o, ir->prog->main_block, &g));
-  dp_ctx c = {g, g->prog->blocks[g->block], {0}, {0}, NULL, NULL};
+  dp_ctx c = {g, g->prog->blocks[g->block], {0}, {0}, NULL, NULL, NULL};
   pe_strmap_init(&c.grad_index);
   pe_strmap_init(&c.batch_state);
   pe_status *st = build_main(&c, o);
   free(c.last_writer);
   free(c.sharded);
+  free(c.rows);
   pe_strmap_destroy(&c.grad_index);
   pe_strmap_destroy(&c.batch_state);
   if (!st && ir->prog->startup_block >= 0) {

@@ -22,6 +22,7 @@ static const char *kind_color(pe_node_kind k) {
     case PE_NODE_BROADCAST: return "palegreen";
     case PE_NODE_LOSS_GRAD_SCALE: return "gold";
     case PE_NODE_SHARDED_UPDATE: return "darkseagreen";
+    case PE_NODE_SPARSE_MERGE: return "khaki";
     default: return "white";
   }
 }

@@ -4,8 +4,8 @@
  * Candidates: lvars that are not persistable, not feeds, not kept for
  * fetching (loss, opts->keep), not outputs of the graph (final value never
  * read: metrics, so they stay fetchable without a keep list), not stored in
- * a fused bucket, of known size (fixed, or per sample), and written before
- * they are read (no version 0).
+ * a fused bucket, not merged by a sparse_merge, of known size (fixed, or
+ * per sample), and written before they are read (no version 0).
  *
  * Safety under out-of-order execution. The executor may run nodes in any
  * order consistent with the graph's edges (data and dummy), and it honours
@@ -86,9 +86,21 @@ static pe_status *ancestors(plan *p) {
   return st;
 }
 
+/* A sparse_merge resizes its outputs to the merged row count, which the
+ * batch does not bound per place: its gradients keep their own storage. */
+static bool sparse_merged(const pe_graph *g, const pe_graph_lvar *l) {
+  for (int v = 0; v < l->n_versions; v++) {
+    const pe_graph_var *x = &g->vars[l->versions[v]];
+    if (x->producer >= 0 && g->nodes[x->producer].kind == PE_NODE_SPARSE_MERGE) return true;
+    for (int k = 0; k < x->n_consumers; k++)
+      if (g->nodes[x->consumers[k]].kind == PE_NODE_SPARSE_MERGE) return true;
+  }
+  return false;
+}
+
 static bool candidate(const pe_graph *g, const pe_graph_lvar *l) {
   if (l->persistable || l->feed || l->keep || l->bucket >= 0 || !l->desc) return false;
-  if (l->bytes <= 0 || l->n_versions == 0) return false;
+  if (l->bytes <= 0 || l->n_versions == 0 || sparse_merged(g, l)) return false;
   /* A final value nobody reads is an output of the graph (accuracy, a
    * metric): fetchable, so never shared. */
   if (g->vars[l->versions[l->n_versions - 1]].n_consumers == 0) return false;

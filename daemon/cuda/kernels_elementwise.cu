@@ -10,20 +10,10 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "launch.cuh"
 #include "ops/lr_schedule.h"
 
 namespace {
-
-constexpr int kThreads = 256;
-
-inline unsigned blocks_for(int64_t n) {
-  int64_t b = (n + kThreads - 1) / kThreads;
-  if (b < 1) b = 1;
-  return b > 65535 * 8 ? 65535 * 8 : (unsigned)b;  // grid-stride loops cover the rest
-}
-
-#define GRID_LOOP(i, n) \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)blockDim.x * gridDim.x)
 
 __device__ inline uint64_t rng_bits(uint64_t seed, uint64_t counter) {
   uint64_t z = seed * 0x9E3779B97F4A7C15ull + counter + 0x632BE59BD9B4E019ull;

@@ -14,22 +14,10 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "launch.cuh"
 #include "ops/clip.h"
 
 namespace {
-
-constexpr int kWarp = 32;
-constexpr int kRowsPerBlock = 8;  // warps per block in row kernels
-constexpr int kThreads = 256;
-
-__device__ inline double warp_sum(double v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ inline float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Block-wide double sum of v (blockDim.x == kThreads); result in all threads.
 __device__ double block_sum(double v) {
@@ -44,14 +32,6 @@ __device__ double block_sum(double v) {
   return part[0];
 }
 
-#define ROW_LOOP(r, rows)                                                       \
-  for (int64_t r = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp; r < (rows); \
-       r += (int64_t)gridDim.x * kRowsPerBlock)
-
-inline unsigned row_blocks(int64_t rows) {
-  int64_t b = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  return b < 1 ? 1 : b > 65535 ? 65535 : (unsigned)b;
-}
 
 __global__ void swce_kernel(const float *x, const int64_t *hard, const float *soft, float *sm,
                             float *loss, int64_t rows, int64_t C) {

@@ -75,6 +75,16 @@ pe_status *pe_cu_refuse_fused(pe_kernel_ctx *c, int bias_slot) {
   return NULL;
 }
 
+pe_status *pe_cu_refuse_grad_rows(pe_kernel_ctx *c) {
+  int slot = pe_op_input_index(c->def, "GradRows");
+  if (slot < 0 || !pe_kin(c, slot, 0)) return NULL;
+  const pe_slot *sl = pe_op_find_input(c->desc, "GradRows");
+  return pe_kernel_error(c, PE_EBACKEND,
+                         "a sparse gradient (GradRows '%s') is applied on cpu places only; on cuda "
+                         "places the embedding's gradient is dense (is_sparse false)",
+                         sl && sl->n ? sl->args[0] : "");
+}
+
 void pe_cu_attr_pair(const pe_op_desc *op, const char *name, int64_t dflt, int64_t out[2]) {
   const int64_t *v;
   int n = pe_attr_ints(op, name, &v);
@@ -472,6 +482,7 @@ pe_status *pe_cuk_lr_schedule(pe_kernel_ctx *c) {
 }
 
 pe_status *pe_cuk_sgd(pe_kernel_ctx *c) {
+  PE_TRY(pe_cu_refuse_grad_rows(c));
   NEED(c, x);
   pe_tensor *p = pe_kin(c, 0, 0);
   return pe_cu_check(c,
@@ -482,6 +493,7 @@ pe_status *pe_cuk_sgd(pe_kernel_ctx *c) {
 }
 
 pe_status *pe_cuk_momentum(pe_kernel_ctx *c) {
+  PE_TRY(pe_cu_refuse_grad_rows(c));
   NEED(c, x);
   pe_tensor *p = pe_kin(c, 0, 0);
   return pe_cu_check(
@@ -495,6 +507,7 @@ pe_status *pe_cuk_momentum(pe_kernel_ctx *c) {
 }
 
 pe_status *pe_cuk_adam(pe_kernel_ctx *c) {
+  PE_TRY(pe_cu_refuse_grad_rows(c));
   NEED(c, x);
   pe_tensor *p = pe_kin(c, 0, 0);
   return pe_cu_check(

@@ -31,6 +31,12 @@ extern const pe_op_def pe_ops_slice[];       /* slice */
 extern const pe_op_def pe_ops_pointwise_loss[];
 extern const pe_op_def pe_ops_cast[];        /* cast */
 extern const pe_op_def pe_ops_tril_triu[];   /* tril_triu */
+extern const pe_op_def pe_ops_smooth_l1_loss[]; /* smooth_l1_loss */
+extern const pe_op_def pe_ops_position_ids[];   /* position_ids */
+/* fused_softmax_mask, fused_softmax_mask_upper_triangle (oneDNN softmax) */
+extern const pe_op_def pe_ops_softmax_mask[];
+/* scaled_dot_product_attention (oneDNN) */
+extern const pe_op_def pe_ops_attention[];
 extern const pe_op_def pe_ops_conv[];        /* conv2d (oneDNN) */
 extern const pe_op_def pe_ops_pool[];        /* pool2d (oneDNN) */
 extern const pe_op_def pe_ops_batch_norm[];  /* batch_norm (oneDNN) */

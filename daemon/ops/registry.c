@@ -12,12 +12,13 @@
 #include "ops/op_tables.h"
 
 static const pe_op_def *const group_tables[] = {
-    pe_ops_creation,       pe_ops_elementwise, pe_ops_loss,       pe_ops_shape,
-    pe_ops_dropout,        pe_ops_metric,      pe_ops_optimizer,  pe_ops_matmul,
-    pe_ops_activation,     pe_ops_conv,        pe_ops_pool,       pe_ops_batch_norm,
-    pe_ops_schedule,       pe_ops_clip,        pe_ops_layer_norm, pe_ops_embedding,
-    pe_ops_transpose,      pe_ops_concat,      pe_ops_slice,      pe_ops_matmul_v2,
-    pe_ops_pointwise_loss, pe_ops_cast,        pe_ops_tril_triu,
+    pe_ops_creation,       pe_ops_elementwise,  pe_ops_loss,       pe_ops_shape,
+    pe_ops_dropout,        pe_ops_metric,       pe_ops_optimizer,  pe_ops_matmul,
+    pe_ops_activation,     pe_ops_conv,         pe_ops_pool,       pe_ops_batch_norm,
+    pe_ops_schedule,       pe_ops_clip,         pe_ops_layer_norm, pe_ops_embedding,
+    pe_ops_transpose,      pe_ops_concat,       pe_ops_slice,      pe_ops_matmul_v2,
+    pe_ops_pointwise_loss, pe_ops_cast,         pe_ops_tril_triu,  pe_ops_smooth_l1_loss,
+    pe_ops_position_ids,   pe_ops_softmax_mask, pe_ops_attention,
 };
 
 /* Backends' kernel tables by place kind (pe_op_register_kernels), merged

@@ -42,6 +42,12 @@ typedef struct pe_srv_config {
   bool flush_denormals;
   /* A training run stops at a non-finite loss (run/finite.h); reloadable. */
   bool check_finite;
+  /* places = auto on cpu: a register of a new model times candidate places
+   * and strategies (server/places_trial.h); reloadable, read under cfg_mu. */
+  bool places_trial;
+  int places_trial_steps; /* timed steps per candidate, after one warm-up */
+  double places_trial_s;  /* the trial's budget: no candidate starts after it */
+  int places_trial_batch; /* samples per step when the register gives none */
   /* [state] */
   char *state_dir; /* checkpoints live under it */
   bool checkpoint_on_shutdown;

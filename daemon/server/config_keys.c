@@ -15,6 +15,7 @@
 #include "engine/device.h"
 #include "server/config.h"
 #include "server/host_memory.h"
+#include "server/places_choice.h"
 
 /* Prefer systemd's directories when the unit provides them. */
 char *pe_config_default_socket(void) {
@@ -280,6 +281,15 @@ static const pe_config_key keys[] = {
              "kernel threads flush denormal floats to zero"),
     BOOL_KEY("runtime", "check_finite", check_finite, "true", RELOAD,
              "a training run stops at the first step whose loss is NaN or Inf"),
+    BOOL_KEY("runtime", "places_trial", places_trial, "true", RELOAD,
+             "with places = auto on cpu, a new model's places and gradient strategy are the "
+             "fastest of a timed trial (false: cpu:1)"),
+    INT_KEY("runtime", "places_trial_steps", places_trial_steps, 1, 1000, "20", RELOAD, NULL,
+            "steps the trial times per candidate (the median counts), after one warm-up step"),
+    SECONDS_KEY("runtime", "places_trial_time", places_trial_s, "20", RELOAD, "0: no bound",
+                "seconds after which the trial starts no further candidate"),
+    INT_KEY("runtime", "places_trial_batch", places_trial_batch, 1, PE_PLACES_TRIAL_MAX_BATCH, "64",
+            RELOAD, NULL, "samples per trial step when the client does not say its batch"),
     {.section = "state",
      .key = "dir",
      .type = PE_CFG_STRING,

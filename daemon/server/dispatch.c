@@ -56,6 +56,9 @@ static pe_status *h_register(ctx *c) {
     snprintf(places, sizeof places, "%s:%d", pe_place_kind_name(p->model->kind),
              p->model->n_places);
     r->places = pe_arena_strdup(c->a, places);
+    /* Set before p was published, never changed (registry.h). */
+    if (p->model->trial && !(r->places_trial = pe_places_trial_pb(p->model->trial, c->a)))
+      st = OOM("register");
     r->params = pe_arena_alloc(c->a, sizeof *r->params * (size_t)(p->n_params ? p->n_params : 1));
     if (!r->params || !r->places) st = OOM("register");
   }

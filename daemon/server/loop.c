@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -137,8 +138,13 @@ pe_status *pe_server_run(pe_server *s) {
     st = pe_autosave_start(s->reg, s->cfg.state_dir, s->cfg.shutdown_checkpoint,
                            s->cfg.checkpoint_interval_s, &L->autosave);
   if (!st) {
-    char places[32];
+    char places[64];
     snprintf(places, sizeof places, "%s:%d", pe_place_kind_name(s->place_kind), s->n_places);
+    pthread_mutex_lock(&s->cfg_mu);
+    bool trial = s->cfg.places_trial;
+    pthread_mutex_unlock(&s->cfg_mu);
+    if (s->place_kind == PE_PLACE_CPU && !strcmp(s->cfg.places, "auto") && trial)
+      snprintf(places, sizeof places, "auto: a timed trial per new model");
     PE_LOGI(
         "pe-executord %s ready on %s (places %s, request threads: %d for runs, %d for other work, "
         "%d for control requests; state %s, max message %lld)",

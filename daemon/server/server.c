@@ -77,6 +77,11 @@ static pe_status *start_runtime(pe_server *s) {
   pe_runtime_opts ro = {.threads = workers, .keep_denormals = !s->cfg.flush_denormals};
   PE_TRY(pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime"));
   pe_status *st = NULL;
+  /* places = auto on cpu: each model's places are its own (a trial's,
+   * registry/register.c), and a cpu place opens on first use with the
+   * threads of the first model on it (cores / its places), as in a daemon
+   * started with that model's places; a cpu device has nothing to check. */
+  if (!strcmp(s->cfg.places, "auto") && s->place_kind == PE_PLACE_CPU) return NULL;
   for (int p = 0; p < s->n_places && !st; p++) {
     pe_device *d;
     st = pe_runtime_device(s->rt, (pe_place){s->place_kind, p}, s->n_places, &d);

@@ -136,6 +136,7 @@ static Pe__ModelStatus *model_status(pe_model_snapshot *x, pe_arena *a) {
                                             ? (int64_t)(x->changes - c->restart_version)
                                             : -1;
   m->restart_checkpoint_read = c->restart_known && c->restart_read;
+  if (x->has_trial && !(m->places_trial = pe_places_trial_pb(&x->trial, a))) return NULL;
   return m;
 }
 

@@ -198,15 +198,21 @@ def _ints(v):
     return [int(i) for i in v]
 
 
-def embedding(input, size, padding_idx=None, name=None):
+def embedding(input, size, padding_idx=None, is_sparse=False, name=None):
     """Rows of a [vocab, dim] table (size = (vocab, dim)) picked by int64 ids
     of any shape: ids' shape + [dim]. padding_idx: a row that reads as zeros
-    and gets no gradient."""
+    and gets no gradient. is_sparse: the table's gradient holds only the
+    rows the batch touched, and sgd, momentum and adam update only those
+    (the daemon refuses it with gradient clipping, weight decay on the
+    table, or several places)."""
     p, keep = _program(input, "embedding"), []
     vocab, dim = _pair(size, "embedding size")
     pad = -1 if padding_idx is None else padding_idx
-    return p.var(lib.pe_builder_embedding(p.builder, input.name.encode(), vocab, dim, pad,
-                                          _name(name, keep)), "embedding")
+    o = ffi.new("pe_b_embedding_opts *")
+    o.name = _name(name, keep)
+    o.is_sparse = bool(is_sparse)
+    return p.var(lib.pe_builder_embedding_ex(p.builder, input.name.encode(), vocab, dim, pad, o),
+                 "embedding")
 
 
 def layer_norm(x, begin_norm_axis=1, epsilon=1e-5, name=None):
@@ -283,21 +289,42 @@ def mse_loss(input, label):
                                          var_name(label).encode()), "mse_loss")
 
 
-def multi_head_attention(x, num_heads, mask=None, name=None):
+def l1_loss(input, label):
+    """Mean absolute error of input and label (one shape); [1]."""
+    p = _program(input, "l1_loss")
+    return p.var(lib.pe_builder_l1_loss(p.builder, input.name.encode(),
+                                        var_name(label).encode()), "l1_loss")
+
+
+def smooth_l1_loss(input, label, beta=1.0):
+    """Smooth L1 loss of input and label (one shape, dims after the first
+    known): the mean of 0.5 d^2 / beta where |d| < beta, else |d| - beta / 2,
+    d = input - label (PyTorch's smooth_l1_loss); [1]."""
+    p = _program(input, "smooth_l1_loss")
+    return p.var(lib.pe_builder_smooth_l1_loss(p.builder, input.name.encode(),
+                                               var_name(label).encode(), beta),
+                 "smooth_l1_loss")
+
+
+def multi_head_attention(x, num_heads, mask=None, name=None, fused=True):
     """Self-attention of x [B, T, D] in num_heads heads; mask: an additive
     float32 variable broadcasting to the scores [B, H, T, T] (a causal mask
-    fed as [B, 1, T, T]: feeds share the batch dim)."""
+    fed as [B, 1, T, T]: feeds share the batch dim). fused: one
+    scaled_dot_product_attention op, else its composition of matmul,
+    scale, add and softmax ops (pe_builder_attention_composed)."""
     p, keep = _program(x, "multi_head_attention"), []
+    lib.pe_builder_attention_composed(p.builder, not fused)
     m = _name(var_name(mask), keep) if mask is not None else ffi.NULL
     return p.var(lib.pe_builder_multi_head_attention(p.builder, x.name.encode(), num_heads, m,
                                                      _name(name, keep)), "multi_head_attention")
 
 
-def transformer_block(x, num_heads, ffn_dim, mask=None, name=None):
+def transformer_block(x, num_heads, ffn_dim, mask=None, name=None, fused=True):
     """A pre-LN transformer block of x [B, T, D]: attention and a gelu
     feed-forward of ffn_dim units, each after a layer_norm and with a
-    residual sum."""
+    residual sum. fused: as multi_head_attention's."""
     p, keep = _program(x, "transformer_block"), []
+    lib.pe_builder_attention_composed(p.builder, not fused)
     m = _name(var_name(mask), keep) if mask is not None else ffi.NULL
     return p.var(lib.pe_builder_transformer_block(p.builder, x.name.encode(), num_heads, ffn_dim,
                                                   m, _name(name, keep)), "transformer_block")

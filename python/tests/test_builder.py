@@ -252,6 +252,21 @@ def test_sequence_layers_bytes_equal_the_c_builders():
     assert py_bytes == build_sequence_c().to_bytes()
 
 
+def test_attention_fused_or_composed():
+    progs = {}
+    for fused in (True, False):
+        prog = pe.Program()
+        with pe.program_guard(prog):
+            x = pe.data("x", [-1, T, D])
+            h = pe.layers.multi_head_attention(x, 2, fused=fused)
+            pe.layers.transformer_block(h, 2, 16, fused=fused)
+        progs[fused] = prog.to_bytes()
+    assert progs[True].count(b"scaled_dot_product_attention") == 2
+    assert b"softmax" not in progs[True]
+    assert b"scaled_dot_product_attention" not in progs[False]
+    assert progs[False].count(b"softmax") >= 2
+
+
 def test_transformer_block_trains(client):
     prog, loss = build_sequence_py()
     m = client.register(prog, model="transformer")
@@ -280,3 +295,55 @@ def test_sequence_layer_errors_name_the_problem():
             pe.layers.split(x, 2)
     with pytest.raises(pe.BuilderError, match="slice: axes, starts and ends differ"):
         pe.layers.slice(pe.data("y", [-1, 3]), [1], [0, 1], [2])
+
+
+def build_embedding_py(is_sparse):
+    prog = pe.Program()
+    with pe.program_guard(prog):
+        ids = pe.data("ids", [-1, T], "int64")
+        target = pe.data("target", [-1, T, D])
+        e = pe.layers.embedding(ids, (30, D), padding_idx=0, is_sparse=is_sparse, name="emb")
+        loss = pe.layers.mse_loss(e, target)
+        pe.optimizer.SGD(learning_rate=0.5).minimize(loss)
+    return prog, loss
+
+
+def test_embedding_is_sparse_bytes_equal_the_c_builders():
+    prog = pe.Program()
+    b, L, ffi = prog.builder, pe._ffi.lib, pe._ffi.ffi
+    ids = L.pe_builder_data(b, b"ids", L.PE_B_I64, 2, [-1, T])
+    target = L.pe_builder_data(b, b"target", L.PE_B_F32, 3, [-1, T, D])
+    o = ffi.new("pe_b_embedding_opts *")
+    name = ffi.new("char[]", b"emb")
+    o.name, o.is_sparse = name, True
+    e = L.pe_builder_embedding_ex(b, ids, 30, D, 0, o)
+    loss = L.pe_builder_mse_loss(b, e, target)
+    assert L.pe_builder_append_backward(b, loss) == 0
+    assert L.pe_builder_sgd(b, 0.5) == 0
+    sparse, dense = build_embedding_py(True)[0].to_bytes(), build_embedding_py(False)[0].to_bytes()
+    assert sparse == prog.to_bytes()
+    assert b"is_sparse" in sparse and b"is_sparse" not in dense
+
+
+def test_sparse_embedding_trains_as_dense(client):
+    """is_sparse=True gives the dense run's table (within summation order);
+    the padding row and the rows no batch uses stay."""
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal((30, D)).astype(np.float32)
+    batches = [{"ids": rng.integers(0, 20, (4, T)),
+                "target": rng.standard_normal((4, T, D)).astype(np.float32)} for _ in range(6)]
+    got = {}
+    for sparse in (False, True):
+        prog, loss = build_embedding_py(sparse)
+        name = "emb_sparse" if sparse else "emb_dense"
+        m = client.register(prog, model=name, places="cpu:1")
+        assert m.init()
+        m.load_state_dict({"emb.w": table})
+        for feed in batches:
+            m.run(feed, fetch=[loss])
+        got[sparse] = m.state_dict(["emb.w"])["emb.w"]
+        client.drop_model(name)
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-6, atol=1e-7)
+    assert not np.array_equal(got[True][1:20], table[1:20])
+    np.testing.assert_array_equal(got[True][0], table[0])
+    np.testing.assert_array_equal(got[True][20:], table[20:])

@@ -1,10 +1,12 @@
 /* Program builder, sequence-model layers: embedding -> layer_norm -> gelu
  * -> transpose -> slice -> mean decodes and validates in the daemon's IR
- * with the declared shapes, and bad arguments are refused with messages
- * naming the layer, the variable and its shape. */
+ * with the declared shapes, an embedding's is_sparse option reaches its
+ * lookup_table_v2 op, and bad arguments are refused with messages naming
+ * the layer, the variable and its shape. */
 #include <check.h>
 #include <string.h>
 
+#include "builder_util.h"
 #include "check_main.h"
 #include "compiler/validate.h"
 #include "ir/program.h"
@@ -43,6 +45,42 @@ START_TEST(layers_decode_and_validate) {
 }
 END_TEST
 
+/* is_sparse reaches the op as a true BOOL attribute; left out (and
+ * through pe_builder_embedding) the op has none, the daemon's default
+ * (dense). */
+START_TEST(embedding_is_sparse_reaches_the_op) {
+  for (int sparse = 0; sparse < 3; sparse++) {
+    pe_builder *b = pe_builder_new();
+    const char *ids = pe_builder_data(b, "ids", PE_B_I64, PE_B_SHAPE(-1, 6));
+    pe_b_embedding_opts o = {.name = "emb", .is_sparse = sparse == 1};
+    const char *e = sparse == 2 ? pe_builder_embedding(b, ids, 50, 8, 3, "emb")
+                                : pe_builder_embedding_ex(b, ids, 50, 8, 3, &o);
+    ck_assert_msg(e != NULL, "%s", pe_builder_error(b));
+    ck_assert_str_eq(e, "emb.out");
+    pe_program *p = tb_finish(b);
+    PE_CK_OK(pe_program_validate(p));
+    const pe_op_desc *op = pe_program_main(p)->ops[0];
+    ck_assert_str_eq(op->type, "lookup_table_v2");
+    const pe_attr *a = pe_op_find_attr(op, "is_sparse");
+    if (sparse == 1) {
+      ck_assert_ptr_nonnull(a);
+      ck_assert_int_eq(a->type, PE_ATTR_BOOL);
+      ck_assert_int_eq(a->i, 1);
+    } else {
+      ck_assert_ptr_null(a);
+    }
+    a = pe_op_find_attr(op, "padding_idx");
+    ck_assert(a && a->i == 3);
+    pe_program_free(p);
+  }
+  /* NULL options: the defaults, named "embedding_<k>". */
+  pe_builder *b = pe_builder_new();
+  const char *ids = pe_builder_data(b, "ids", PE_B_I64, PE_B_SHAPE(-1, 6));
+  ck_assert_str_eq(pe_builder_embedding_ex(b, ids, 50, 8, -1, NULL), "embedding_0.out");
+  pe_builder_free(b);
+}
+END_TEST
+
 START_TEST(bad_arguments_are_refused) {
   pe_builder *b = pe_builder_new();
   const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 6));
@@ -67,6 +105,7 @@ static Suite *builder_sequence_suite(void) {
   Suite *s = suite_create("builder_sequence");
   TCase *tc = tcase_create("layers");
   tcase_add_test(tc, layers_decode_and_validate);
+  tcase_add_test(tc, embedding_is_sparse_reaches_the_op);
   tcase_add_test(tc, bad_arguments_are_refused);
   suite_add_tcase(s, tc);
   return s;

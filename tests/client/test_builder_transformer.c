@@ -9,6 +9,7 @@
 #include "check_main.h"
 #include "compiler/validate.h"
 #include "ir/program.h"
+#include "ops/registry.h"
 #include "pe_builder.h"
 #include "test_assert.h"
 
@@ -61,8 +62,17 @@ START_TEST(concat_split_matmul_mse) {
 }
 END_TEST
 
-START_TEST(transformer_block_decodes_and_validates) {
+/* Ops of `type` in block blk. */
+static int count_ops(const pe_block *blk, const char *type) {
+  int n = 0;
+  for (int i = 0; i < blk->n_ops; i++) n += strcmp(blk->ops[i]->type, type) == 0;
+  return n;
+}
+
+/* A block over a fed [5, 5] mask, its attention fused or composed. */
+static pe_program *transformer_program(bool composed) {
   pe_builder *b = pe_builder_new();
+  ck_assert_int_eq(pe_builder_attention_composed(b, composed), 0);
   const char *ids = pe_builder_data(b, "ids", PE_B_I64, PE_B_SHAPE(-1, 5));
   const char *mask = pe_builder_data(b, "mask", PE_B_F32, PE_B_SHAPE(5, 5));
   const char *e = pe_builder_embedding(b, ids, 30, 8, -1, "emb");
@@ -74,23 +84,61 @@ START_TEST(transformer_block_decodes_and_validates) {
   ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
   ck_assert_int_eq(pe_builder_adam(b, 0.01f, 0.9f, 0.999f, 1e-8f), 0);
   pe_program *p = finish_valid(b);
+  pe_builder_free(b);
+  return p;
+}
+
+START_TEST(transformer_block_decodes_and_validates) {
+  pe_program *p = transformer_program(false);
   pe_block *main = pe_program_main(p);
-  int n_mm = 0, n_tr = 0, n_ln = 0, n_sm = 0;
-  for (int i = 0; i < main->n_ops; i++) {
-    const char *ty = main->ops[i]->type;
-    n_mm += strcmp(ty, "matmul_v2") == 0;
-    n_tr += strcmp(ty, "transpose2") == 0;
-    n_ln += strcmp(ty, "layer_norm") == 0;
-    n_sm += strcmp(ty, "softmax") == 0;
-  }
-  ck_assert_int_eq(n_mm, 2);
-  ck_assert_int_eq(n_tr, 4);
-  ck_assert_int_eq(n_ln, 2);
-  ck_assert_int_eq(n_sm, 1);
-  expect_var(main, "transformer_0.attn.scores.out", PE_SHAPE(-1, 2, 5, 5));
+  ck_assert_int_eq(count_ops(main, "scaled_dot_product_attention"), 1);
+  ck_assert_int_eq(count_ops(main, "matmul_v2"), 0);
+  ck_assert_int_eq(count_ops(main, "transpose2"), 4);
+  ck_assert_int_eq(count_ops(main, "layer_norm"), 2);
+  ck_assert_int_eq(count_ops(main, "softmax"), 0);
+  expect_var(main, "transformer_0.attn.probs", PE_SHAPE(-1, 2, 5, 5));
+  expect_var(main, "transformer_0.attn.context", PE_SHAPE(-1, 2, 5, 4));
   expect_var(main, "transformer_0.attn.q_heads", PE_SHAPE(-1, 5, 2, 4));
   expect_var(main, "transformer_0.ffn1.w", PE_SHAPE(8, 16));
-  expect_var(main, blk, PE_SHAPE(-1, 5, 8));
+  expect_var(main, "transformer_0.res2.out", PE_SHAPE(-1, 5, 8));
+  pe_program_free(p);
+  /* the composition */
+  p = transformer_program(true);
+  main = pe_program_main(p);
+  ck_assert_int_eq(count_ops(main, "scaled_dot_product_attention"), 0);
+  ck_assert_int_eq(count_ops(main, "matmul_v2"), 2);
+  ck_assert_int_eq(count_ops(main, "transpose2"), 4);
+  ck_assert_int_eq(count_ops(main, "softmax"), 1);
+  expect_var(main, "transformer_0.attn.scores.out", PE_SHAPE(-1, 2, 5, 5));
+  pe_program_free(p);
+}
+END_TEST
+
+/* pe_builder_causal_mask's mask becomes the fused op's causal flag (no
+ * mask input); another mask stays an input. */
+START_TEST(causal_mask_is_the_fused_flag) {
+  pe_builder *b = pe_builder_new();
+  const char *x = pe_builder_data(b, "x", PE_B_F32, PE_B_SHAPE(-1, 6, 8));
+  const char *fed = pe_builder_data(b, "fed", PE_B_F32, PE_B_SHAPE(6, 6));
+  const char *cm = pe_builder_causal_mask(b, 6, NULL);
+  const char *a = pe_builder_multi_head_attention(b, x, 2, cm, NULL);
+  const char *a2 = a ? pe_builder_multi_head_attention(b, a, 2, fed, NULL) : NULL;
+  const char *loss = a2 ? pe_builder_mean(b, a2) : NULL;
+  ck_assert_msg(loss != NULL, "%s", pe_builder_error(b));
+  ck_assert_int_eq(pe_builder_append_backward(b, loss), 0);
+  pe_program *p = finish_valid(b);
+  pe_block *main = pe_program_main(p);
+  int seen = 0;
+  for (int i = 0; i < main->n_ops; i++) {
+    const pe_op_desc *op = main->ops[i];
+    if (strcmp(op->type, "scaled_dot_product_attention")) continue;
+    const pe_op_def *d = pe_op_lookup(op->type);
+    bool has_mask = pe_op_find_input(op, "Mask") != NULL;
+    ck_assert_int_eq(pe_attr_b(d, op, "causal"), seen == 0);
+    ck_assert_int_eq(has_mask, seen == 1);
+    seen++;
+  }
+  ck_assert_int_eq(seen, 2);
   pe_program_free(p);
   pe_builder_free(b);
 }
@@ -154,6 +202,7 @@ static Suite *builder_transformer_suite(void) {
   TCase *tc = tcase_create("layers");
   tcase_add_test(tc, concat_split_matmul_mse);
   tcase_add_test(tc, transformer_block_decodes_and_validates);
+  tcase_add_test(tc, causal_mask_is_the_fused_flag);
   tcase_add_test(tc, bad_arguments_are_refused);
   suite_add_tcase(s, tc);
   return s;

@@ -538,7 +538,7 @@ START_TEST(sequence_words) {
   const Pe__BlockDesc *mb = pd->blocks[pd->main_block];
   ck_assert_int_eq(count_ops(mb, "lookup_table_v2"), 1);
   ck_assert_int_eq(count_ops(mb, "tril_triu"), 1); /* one mask for both causal lines */
-  ck_assert_int_eq(count_ops(mb, "softmax"), 3);   /* three attentions */
+  ck_assert_int_eq(count_ops(mb, "scaled_dot_product_attention"), 3); /* three attentions */
   ck_assert_int_eq(count_ops(mb, "elementwise_add") > 0, 1);
   ck_assert_int_eq(count_ops(mb, "layer_norm"), 2 + 2 * 2);
   /* the learned positions: a [T, D] parameter */
@@ -569,6 +569,40 @@ START_TEST(sequence_words) {
   ck_assert_int_eq(m.image_dtype, PE_F32);
   ck_assert_int_eq(m.label_len, 0);
   pe_model_spec_release(&m);
+}
+END_TEST
+
+/* `sparse` on an embedding line: its lookup_table_v2 op carries is_sparse
+ * true; without it the op has no is_sparse (dense). */
+static int sparse_attr(const char *text) {
+  Pe__ProgramDesc *pd = parse_unpacked(text);
+  const Pe__BlockDesc *mb = pd->blocks[pd->main_block];
+  int found = -1; /* -1: no lookup_table_v2; 0: no is_sparse; 1: false; 2: true */
+  for (size_t i = 0; i < mb->n_ops; i++) {
+    if (strcmp(mb->ops[i]->type, "lookup_table_v2")) continue;
+    found = 0;
+    for (size_t j = 0; j < mb->ops[i]->n_attrs; j++)
+      if (!strcmp(mb->ops[i]->attrs[j]->name, "is_sparse")) {
+        ck_assert_int_eq(mb->ops[i]->attrs[j]->type, PE__ATTR_TYPE__BOOL);
+        found = mb->ops[i]->attrs[j]->b ? 2 : 1;
+      }
+  }
+  pe__program_desc__free_unpacked(pd, NULL);
+  return found;
+}
+
+START_TEST(embedding_sparse_word) {
+  const char *body =
+      "pos_embedding\nfc 20 num_col_dims=2\n"
+      "loss softmax_with_cross_entropy\naccuracy\noptimizer adam lr=0.001\n";
+  char text[512];
+  snprintf(text, sizeof text, SEQ_HEAD "embedding 20 16 padding_idx=0 sparse name=emb\n%s", body);
+  ck_assert_int_eq(sparse_attr(text), 2);
+  snprintf(text, sizeof text, SEQ_HEAD "embedding 20 16 name=emb\n%s", body);
+  ck_assert_int_eq(sparse_attr(text), 0);
+  expect_parse_error_eq(SEQ_HEAD "embedding 20 16 sparse=1\n",
+                        "cnn:3: embedding: option 'sparse' takes no value (usage: embedding VOCAB "
+                        "DIM [padding_idx=N] [sparse] [name=S])");
 }
 END_TEST
 
@@ -625,6 +659,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, resnet_file);
   tcase_add_test(tc, bare_name_in_models_dir);
   tcase_add_test(tc, sequence_words);
+  tcase_add_test(tc, embedding_sparse_word);
   tcase_add_test(tc, sequence_errors_carry_the_line);
   suite_add_tcase(s, tc);
   return s;

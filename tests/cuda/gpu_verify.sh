@@ -164,7 +164,8 @@ stage_env() {
 # needs two GPUs and skips on one.
 stage_tests() {
   n=$(gpu_count)
-  for t in test_cuda_build test_cuda_device test_cuda_kernels test_cuda_train test_cuda_nccl; do
+  for t in test_cuda_build test_cuda_device test_cuda_kernels test_cuda_ops_seq test_cuda_train \
+    test_cuda_nccl; do
     may_skip=1
     [ "$n" -ge 1 ] && [ "$t" != test_cuda_nccl ] && may_skip=0
     [ "$n" -ge 2 ] && may_skip=0
@@ -265,7 +266,7 @@ stage_compare() {
   done
 }
 
-# compute-sanitizer's memcheck over the kernel and training suites: an
+# compute-sanitizer's memcheck over the kernel suites and the training one: an
 # out-of-bounds or misaligned access in a kernel that the comparisons with
 # the CPU happen not to show.
 stage_memcheck() {
@@ -274,7 +275,7 @@ stage_memcheck() {
     note "memcheck: compute-sanitizer not found, not run"
     return
   fi
-  for t in test_cuda_kernels test_cuda_train; do
+  for t in test_cuda_kernels test_cuda_ops_seq test_cuda_train; do
     run_logged "memcheck_$t" 300 "$cs" --tool memcheck --error-exitcode 9 "$BIN/$t"
     grep -E 'ERROR SUMMARY|Invalid' "$OUT/memcheck_$t.log" | head -n 5 | sed 's/^/    /' |
       tee -a "$SUMMARY"

@@ -309,6 +309,9 @@ static Pe__OptimizerDesc *dh_optimizer = NULL;
 static bool dh_no_op_fusion = false;
 /* RegisterOptions.for_test sent by dh_register (an evaluation program). */
 static bool dh_for_test = false;
+/* RegisterOptions.fuse_allreduce and batch_hint sent by dh_register. */
+static bool dh_fuse = false;
+static int64_t dh_batch_hint = 0;
 
 /* A Register of spec under model name; the reply, whatever its code. */
 static inline Pe__Reply *dh_register_call(int sock, uint64_t client, const pe_model_spec *spec,
@@ -326,6 +329,8 @@ static inline Pe__Reply *dh_register_call(int sock, uint64_t client, const pe_mo
   opts.optimizer = dh_optimizer;
   opts.no_op_fusion = dh_no_op_fusion;
   opts.for_test = dh_for_test;
+  opts.fuse_allreduce = dh_fuse;
+  opts.batch_hint = dh_batch_hint;
   reg.program.data = spec->bytes;
   reg.program.len = spec->len;
   reg.model = (char *)model;

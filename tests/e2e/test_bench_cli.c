@@ -189,6 +189,29 @@ START_TEST(failures_end_with_json) {
 }
 END_TEST
 
+/* --places auto times the candidates (cpu:1 first) and runs on the fastest,
+ * reporting the trial with pe-client train --json's keys; the sequential
+ * executor refuses it, naming the places. */
+START_TEST(places_auto_runs_the_fastest) {
+  const char *json, *err;
+  ck_assert_int_eq(
+      bench("train --model mlp --executor parallel --places auto --steps 2 --json", &json, &err),
+      0);
+  const char *trial = strstr(json, "\"places_trial\":{\"places\":\"");
+  ck_assert_msg(trial, "%s", json);
+  char chosen[32];
+  ck_assert_int_eq(sscanf(trial + strlen("\"places_trial\":{\"places\":\""), "%31[^\"]", chosen),
+                   1);
+  char want[64];
+  snprintf(want, sizeof want, "\"places\":\"%s\"", chosen);
+  const char *ran = strstr(json, want);
+  ck_assert_msg(ran && ran < trial, "ran on other places than the trial chose: %s", json);
+  ck_assert_msg(strstr(trial, "\"candidates\":[{\"places\":\"cpu:1\""), "%s", json);
+  ck_assert_int_eq(bench("train --model mlp --places auto --steps 2 --json", &json, &err), 2);
+  ck_assert_msg(strstr(err, "places 'auto' not supported"), "%s", err);
+}
+END_TEST
+
 /* Both executors' lines have the same thread keys with the same meaning
  * ("threads" is not intra-op threads on one and pool workers on the
  * other): on cpu:1 both run one op at a time on a team of all the cores,
@@ -319,6 +342,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, thread_keys_mean_the_same_on_both_executors);
   tcase_add_test(tc, dropout_same_on_both_executors);
   tcase_add_test(tc, help_goes_to_stdout);
+  tcase_add_test(tc, places_auto_runs_the_fastest);
   tcase_add_test(tc, version_like_the_other_binaries);
   tcase_add_test(tc, rtt_times_runs_through_the_daemon);
   suite_add_tcase(s, tc);

@@ -1,9 +1,10 @@
 /* pe-client train and eval on the user's own data (--data FILE): an .npz
  * of the model's feeds, with its test/ arrays or a held-out fraction; a
  * CSV with a named label column; and the errors of bad inputs, each
- * naming the file, the array or column and the shapes. Fashion-MNIST
- * stays the data without --data (test_client_cli.c). Skipped (77) when
- * pe-executord or pe-client is not built. */
+ * naming the file, the array or column and the shapes. pe-client run feeds
+ * the first rows of the same files. Fashion-MNIST stays the data without
+ * --data (test_client_cli.c). Skipped (77) when pe-executord or pe-client
+ * is not built. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -224,6 +225,97 @@ START_TEST(bad_inputs_named) {
 }
 END_TEST
 
+/* run --data FILE feeds the file's first rows (--batch of them, or all
+ * when the file has fewer) as the model's feeds, which --fetch returns as
+ * they are: an .npz's arrays, a CSV's columns around its label column, a
+ * text file's windows. Bad files fail naming the file, the array and both
+ * shapes; --label-column goes with a CSV only. */
+START_TEST(run_feeds_the_files_first_rows) {
+  cd_daemon d;
+  cd_start(&d);
+  enum { N = 40 };
+  static float x[N * 8], x7[N * 7];
+  static int64_t y[N];
+  for (int i = 0; i < N * 8; i++) x[i] = (float)i / 4; /* exact in f32 and in %.9g */
+  for (int i = 0; i < N; i++) y[i] = i % 2;
+  char model[256], npz[256], csv[256], args[1024];
+  write_model(&d, "m8", MODEL8, model, sizeof model);
+  snprintf(npz, sizeof npz, "%s/run.npz", d.dir);
+  npz_array a[] = {{"x", "<f4", 2, {N, 8}, x, 4, false}, {"y", "<i8", 1, {N}, y, 8, false}};
+  ck_assert(npz_write(npz, a, 2, false));
+  snprintf(args, sizeof args,
+           "--json run --model '%s' --model-name rn --data '%s' --batch 4 --fetch loss,x,y "
+           "--keep x,y",
+           model, npz);
+  CLI_OK(&d, args);
+  const char *j = last_line(d.dir);
+  ck_assert_msg(strstr(j, "\"batch\":4,"), "%s", j);
+  ck_assert_msg(
+      strstr(j, "\"x\":{\"dtype\":\"f32\",\"shape\":[4,8],\"values\":[0,0.25,0.5,0.75,1,"), "%s",
+      j);
+  ck_assert_msg(strstr(j, ",7.75]}"), "%s", j); /* x[4 * 8 - 1], the last value fed */
+  ck_assert_msg(strstr(j, "\"y\":{\"dtype\":\"i64\",\"shape\":[4,1],\"values\":[0,1,0,1]}"), "%s",
+                j);
+  ck_assert_msg(isfinite(json_num(j, "mean_0.out")), "%s", j);
+  /* A CSV of 3 rows (fewer than the model's batch 32), label in the middle. */
+  snprintf(csv, sizeof csv, "%s/run.csv", d.dir);
+  FILE *f = fopen(csv, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "a,b,c,d,cls,e,f,g,h\n");
+  for (int r = 0; r < 3; r++) fprintf(f, "%d,1,2,3,%d,4,5,6,%d.5\n", r, 1 - r % 2, r);
+  ck_assert_int_eq(fclose(f), 0);
+  snprintf(args, sizeof args,
+           "--json run --model '%s' --model-name rc --data '%s' --label-column cls --fetch x,y "
+           "--keep x,y",
+           model, csv);
+  CLI_OK(&d, args);
+  j = last_line(d.dir);
+  ck_assert_msg(strstr(j, "\"batch\":3,"), "%s", j);
+  ck_assert_msg(strstr(j, "\"shape\":[3,8],\"values\":[0,1,2,3,4,5,6,0.5,1,1,2,3,4,5,6,1.5,2,"),
+                "%s", j);
+  ck_assert_msg(strstr(j, "\"y\":{\"dtype\":\"i64\",\"shape\":[3,1],\"values\":[1,0,1]}"), "%s", j);
+  /* A text file: windows of the sequence model's T bytes. */
+  char lm[256], text[256];
+  write_model(&d, "tiny_lm",
+              "tokens tokens 4\ntargets next 4\nembedding 256 8\nfc 256 num_col_dims=2\n"
+              "loss softmax_with_cross_entropy\naccuracy\noptimizer adam lr=0.01\nbatch 16\n",
+              lm, sizeof lm);
+  snprintf(text, sizeof text, "%s/abc.txt", d.dir);
+  f = fopen(text, "w");
+  ck_assert_ptr_nonnull(f);
+  for (int i = 0; i < 20; i++) fputs("abcdefgh", f);
+  ck_assert_int_eq(fclose(f), 0);
+  snprintf(args, sizeof args,
+           "--json run --model '%s' --data '%s' --batch 2 --fetch tokens,next --keep tokens,next",
+           lm, text);
+  CLI_OK(&d, args);
+  j = last_line(d.dir);
+  ck_assert_msg(strstr(j,
+                       "\"tokens\":{\"dtype\":\"i64\",\"shape\":[2,4],\"values\":[97,98,99,100,"
+                       "101,102,103,104]}"),
+                "%s", j);
+  ck_assert_msg(strstr(j, "\"values\":[98,99,100,101,102,103,104,97]}"), "%s", j);
+  /* A wrong shape and a missing array name the file, the array, the shapes. */
+  char path[256];
+  snprintf(path, sizeof path, "%s/run7.npz", d.dir);
+  npz_array b7[] = {{"x", "<f4", 2, {N, 7}, x7, 4, false}, {"y", "<i8", 1, {N}, y, 8, false}};
+  ck_assert(npz_write(path, b7, 2, false));
+  snprintf(args, sizeof args, "run --model '%s' --data '%s'", model, path);
+  ck_assert_int_eq(cli(&d, d.dir, args), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "run7.npz: array 'x' has shape [40,7]") &&
+                    strstr(slurp(d.dir, "err"), "the model's feed 'x' needs [N,8]"),
+                "%s", slurp(d.dir, "err"));
+  ck_assert(npz_write(path, b7 + 1, 1, false));
+  ck_assert_int_eq(cli(&d, d.dir, args), 1);
+  ck_assert_msg(strstr(slurp(d.dir, "err"), "run7.npz has no array 'x'"), "%s",
+                slurp(d.dir, "err"));
+  snprintf(args, sizeof args, "run --model '%s' --data '%s' --label-column y", model, npz);
+  ck_assert_int_eq(cli(&d, d.dir, args), 2);
+  ck_assert_int_eq(cli(&d, d.dir, "run --model mlp --label-column y"), 2);
+  cd_stop(&d);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("client_cli_data");
   TCase *tc = tcase_create("client_cli_data");
@@ -231,6 +323,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, text_trains_a_sequence_model);
   tcase_add_test(tc, csv_classification);
   tcase_add_test(tc, bad_inputs_named);
+  tcase_add_test(tc, run_feeds_the_files_first_rows);
   suite_add_tcase(s, tc);
   return s;
 }

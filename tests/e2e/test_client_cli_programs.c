@@ -144,7 +144,8 @@ START_TEST(deregister_of_another_clients_program) {
   cd_start(&d);
   use_runtime_dir(&d, "rt-owner");
   CLI_OK(&d, "register --model mlp --model-name owned --init --json");
-  ck_assert_msg(strstr(last_line(d.dir), "\"places\":\"cpu:1\""), "%s", last_line(d.dir));
+  /* The daemon's places = auto: the places its trial chose. */
+  ck_assert_msg(strstr(last_line(d.dir), "\"places\":\"cpu:"), "%s", last_line(d.dir));
   const char *h = strstr(last_line(d.dir), "\"handle\":\"");
   ck_assert_msg(h, "%s", last_line(d.dir));
   char handle[32], args[128];

@@ -558,6 +558,10 @@ static const char *other_value(const pe_config_key *k, const pe_srv_config *c, c
 START_TEST(test_table_reload_restart) {
   static const char *const reloadable[] = {"server log_level",
                                            "runtime check_finite",
+                                           "runtime places_trial",
+                                           "runtime places_trial_steps",
+                                           "runtime places_trial_time",
+                                           "runtime places_trial_batch",
                                            "state checkpoint_on_shutdown",
                                            "state checkpoint_interval",
                                            "sessions ttl",

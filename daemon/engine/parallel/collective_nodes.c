@@ -12,15 +12,16 @@
  * engine variables are held until the data is final.
  *
  * The sharded update (parallel/sharded.c) is a collective of this kind: its
- * chunks are slices of the parameter.
+ * chunks are slices of the parameter. So is the sparse_merge of a sparse
+ * gradient (parallel/sparse_merge.c), in one chunk.
  *
  * sim: an all-reduce launches one pe_coll_part per place on the place's comm
  * stream, all of them under the runtime's coll_mu so that every comm stream
  * queues the parts of different collectives in the same order. Every part's
  * stream first waits for every predecessor of the node (of any place): the
- * rendezvous then only exchanges data. Reduce and broadcast run as one fn on
- * the root's comm stream (they need no rendezvous); consumers on every place
- * wait on its event. */
+ * rendezvous then only exchanges data. Reduce, broadcast and sparse_merge run
+ * as one fn on the root's comm stream (a sparse_merge onto every place: place
+ * 0's; they need no rendezvous); consumers on every place wait on its event. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,7 @@ pe_status *par_coll_compile(pe_par_exec *e, xnode *x) {
         return pe_error(PE_EINTERNAL, "node %d %s: malformed broadcast", x->id, n->name);
       break;
     case PE_NODE_SHARDED_UPDATE: PE_TRY(par_shard_compile(e, x)); break;
+    case PE_NODE_SPARSE_MERGE: PE_TRY(par_sparse_compile(e, x)); break;
     default: return pe_error(PE_EINTERNAL, "node %d %s: not a collective", x->id, n->name);
   }
   if (n->kind == PE_NODE_REDUCE && (n->root < 0 || n->root >= e->n_places || n->n_out_lv != w))
@@ -70,6 +72,7 @@ pe_status *par_coll_compile(pe_par_exec *e, xnode *x) {
 
 void par_coll_free(xnode *x) {
   par_shard_free(x);
+  par_sparse_free(x);
   free(x->cin);
   free(x->cout);
   free(x->counts);
@@ -119,6 +122,7 @@ pe_status *par_coll_prepare(xnode *x) {
       PE_TRY(par_shard_prepare(x, &x->counts[0]));
       total = x->counts[0];
       break;
+    case PE_NODE_SPARSE_MERGE: return par_sparse_prepare(x); /* one chunk */
     case PE_NODE_BROADCAST:
       for (int k = 0; k < w; k++) {
         const pe_tensor *r = x->cin[k];
@@ -224,9 +228,11 @@ static void coll_chunk(xnode *x, int c) {
           if (hi > lo) memcpy((char *)x->cout[i * w + k]->data + lo, src + lo, (size_t)(hi - lo));
       }
       break;
-    case PE_NODE_SHARDED_UPDATE: {
+    case PE_NODE_SHARDED_UPDATE:
+    case PE_NODE_SPARSE_MERGE: {
       chunk_range(x->counts[0], c, x->n_chunks, &lo, &hi);
-      pe_status *st = par_shard_chunk(x, c, lo, hi);
+      pe_status *st =
+          n->kind == PE_NODE_SPARSE_MERGE ? par_sparse_chunk(x) : par_shard_chunk(x, c, lo, hi);
       if (st) {
         par_fail(e, st);
         atomic_store_explicit(&x->failed, true, memory_order_release);

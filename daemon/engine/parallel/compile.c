@@ -258,11 +258,13 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   }
   for (int i = 0; m->dcomm && i < g->n_nodes; i++) {
     const pe_graph_node *n = &g->nodes[i];
-    if (n->kind != PE_NODE_REDUCE && n->kind != PE_NODE_SHARDED_UPDATE) continue;
+    if (n->kind != PE_NODE_REDUCE && n->kind != PE_NODE_SHARDED_UPDATE &&
+        n->kind != PE_NODE_SPARSE_MERGE)
+      continue;
     pe_status *st = pe_error(PE_EINVAL,
                              "parallel executor: node %d %s (strategy %s) on %s:%d: %s places "
-                             "take the allreduce strategy only (the device's all-reduce and "
-                             "broadcast)",
+                             "take the allreduce strategy and dense gradients only (the "
+                             "device's all-reduce and broadcast)",
                              i, n->name, pe_strategy_name(g->strategy), pe_place_kind_name(m->kind),
                              m->n_places, pe_place_kind_name(m->kind));
     pe_graph_free(g);
@@ -367,6 +369,7 @@ void pe_par_exec_free(pe_par_exec *e) {
   for (int f = 0; e->feeds && f < e->n_feeds; f++) free(e->feeds[f].lv);
   free(e->feeds);
   free(e->grad_lv);
+  free(e->rows_lv);
   free(e->grad_sum_place);
   free(e->param_lv);
   for (int i = 0; i < PAR_FETCH_CACHE; i++) {

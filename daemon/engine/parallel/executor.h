@@ -46,7 +46,9 @@
  *     strategy: a copy of an all-reduced place's (AllReduce) or of the
  *     owner's (Reduce), or the places' gradients summed at fetch time in
  *     the all-reduce's order (Sharded, whose update never writes the sum
- *     back), so all three give the same bits;
+ *     back), so all three give the same bits; a sparse gradient and its
+ *     rows: the merged ones (parallel/sparse_merge.c) of an all-reduced
+ *     place or of the owner;
  *   - any other (a scalar loss, an accuracy): the mean over the places
  *     weighted by each place's share of the batch, n_p / N (places with
  *     n_p == 0 skipped), which equals the sequential value for mean-style

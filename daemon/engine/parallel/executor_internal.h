@@ -18,6 +18,7 @@
 typedef struct pe_par_exec pe_par_exec;
 typedef struct xnode xnode;
 typedef struct par_shard par_shard;
+typedef struct par_sparse par_sparse;
 
 /* One part of a sim all-reduce: runs on place p's comm stream. */
 typedef struct par_simpart {
@@ -65,7 +66,8 @@ struct xnode {
   int64_t *counts;    /* [width] elements (bytes for broadcast) this run */
   int n_chunks;
   atomic_int chunks_left;
-  par_shard *shard; /* SHARDED_UPDATE: see parallel/sharded.c */
+  par_shard *shard;   /* SHARDED_UPDATE: see parallel/sharded.c */
+  par_sparse *sparse; /* SPARSE_MERGE: see parallel/sparse_merge.c */
 
   /* Engine variables. */
   pe_engine_var **reads, **muts;
@@ -139,6 +141,8 @@ struct pe_par_exec {
   int n_feeds;
   par_feedvar *feeds;
   int *grad_lv, *param_lv; /* [n_params * n_places] lvar ids (-1: absent) */
+  /* [n_params * n_places] a sparse gradient's rows lvar (-1: dense). */
+  int *rows_lv;
   /* [n_params] where a fetch finds parameter j's whole-batch gradient: the
    * place holding the sum (all-reduce: 0; reduce: the owner), or -1: sum
    * the places' gradients (a sharded update consumed them). */
@@ -301,6 +305,15 @@ pe_status *par_shard_prepare(xnode *x, int64_t *count);
 pe_status *par_shard_chunk(xnode *x, int c, int64_t lo, int64_t hi);
 /* After every chunk: chunk 0's small outputs to every place. */
 void par_shard_finish(xnode *x);
+
+/* parallel/sparse_merge.c: the SPARSE_MERGE node's parts, called by the
+ * collective code like the sharded update's. */
+pe_status *par_sparse_compile(pe_par_exec *e, xnode *x);
+void par_sparse_free(xnode *x);
+/* Per run: checks every place's values and rows (metadata); one chunk. */
+pe_status *par_sparse_prepare(xnode *x);
+/* The merge, and the outputs sized and written. */
+pe_status *par_sparse_chunk(xnode *x);
 
 /* parallel/executor.c: a predecessor's stream work failed or was skipped. */
 bool par_preds_sfailed(const xnode *x);

@@ -1,6 +1,7 @@
 /* Feeds and fetches of the parallel executor: the batch split along dim 0
  * onto the places (pe_split_count), the zero gradients of places that get
  * no sample, and the fetch rules of parallel/executor.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,20 +20,27 @@ pe_status *par_feeds_compile(pe_par_exec *e) {
   e->grad_lv = calloc((size_t)(np ? np : 1), sizeof(int));
   e->param_lv = calloc((size_t)(np ? np : 1), sizeof(int));
   e->grad_sum_place = calloc((size_t)(g->n_params ? g->n_params : 1), sizeof(int));
-  if (!e->grad_lv || !e->param_lv || !e->grad_sum_place) return OOM();
+  e->rows_lv = calloc((size_t)(np ? np : 1), sizeof(int));
+  if (!e->grad_lv || !e->param_lv || !e->grad_sum_place || !e->rows_lv) return OOM();
   for (int i = 0; i < g->n_params; i++)
     for (int p = 0; p < e->n_places; p++) {
       e->grad_lv[i * e->n_places + p] = pe_graph_lvar_find(g, g->grads[i], p);
       e->param_lv[i * e->n_places + p] = pe_graph_lvar_find(g, g->params[i], p);
+      e->rows_lv[i * e->n_places + p] = -1;
+      char rows[600];
+      snprintf(rows, sizeof rows, "%s" PE_ROWS_SUFFIX, g->grads[i]);
+      if (pe_is_sparse_rows_name(rows))
+        e->rows_lv[i * e->n_places + p] = pe_graph_lvar_find(g, rows, p);
     }
   /* Which node combines each gradient (none with one place: place 0). */
   for (int n = 0; n < g->n_nodes; n++) {
     const pe_graph_node *x = &g->nodes[n];
-    if (x->kind != PE_NODE_REDUCE && x->kind != PE_NODE_SHARDED_UPDATE) continue;
+    bool owned = x->kind == PE_NODE_REDUCE || (x->kind == PE_NODE_SPARSE_MERGE && x->root >= 0);
+    if (!owned && x->kind != PE_NODE_SHARDED_UPDATE) continue;
     for (int i = 0; i < g->n_params; i++)
       for (int k = 0; k < x->n_in_lv; k++)
         if (x->in_lv[k] == e->grad_lv[i * e->n_places]) /* its place-0 copy */
-          e->grad_sum_place[i] = x->kind == PE_NODE_REDUCE ? x->root : -1;
+          e->grad_sum_place[i] = owned ? x->root : -1;
   }
   const pe_block *b = g->prog->blocks[g->block];
   e->feeds = calloc((size_t)(b->n_vars ? b->n_vars : 1), sizeof(*e->feeds));
@@ -248,7 +256,8 @@ pe_status *par_buffers_bind(pe_par_exec *e) {
   return NULL;
 }
 
-/* A place with no sample contributes zero gradients to the collectives. The
+/* A place with no sample contributes zero gradients to the collectives (a
+ * sparse gradient: no rows, [0, ...] and [0]). The
  * previous run's stream work is done (par_drain), and pe_place_zero has
  * completed when it returns, so every stream's work launched afterwards
  * sees the zeros. */
@@ -267,6 +276,16 @@ void par_zero_grads(pe_par_exec *e) {
       pe_tensor *t = e->lt[lv];
       const pe_tensor *w = e->lt[plv];
       if (!w->data && w->shape.ndim == 0) continue; /* uninitialised: the run fails elsewhere */
+      int rlv = e->rows_lv[i * e->n_places + p];
+      if (rlv >= 0) {
+        pe_shape vs = w->shape, rs = PE_SHAPE(0);
+        vs.d[0] = 0;
+        pe_allocator *a = pe_device_allocator(e->dev[p]);
+        pe_status *st = pe_tensor_fit(t, a, w->dtype, &vs, g->lvars[lv].name);
+        if (!st) st = pe_tensor_fit(e->lt[rlv], a, PE_I64, &rs, g->lvars[rlv].name);
+        if (st) par_fail(e, st);
+        continue;
+      }
       if (g->lvars[lv].bucket >= 0) {
         t->dtype = w->dtype;
         t->shape = w->shape;
@@ -286,10 +305,11 @@ static bool has_value(const pe_tensor *t) {
   return t->data || t->shape.ndim > 0;
 }
 
-/* Parameter j whose gradient on place 0 is lvar lv, or -1. */
+/* Parameter j whose gradient (or a sparse gradient's rows) on place 0 is
+ * lvar lv, or -1. */
 static int param_grad_index(const pe_par_exec *e, int lv) {
   for (int j = 0; j < e->g->n_params; j++)
-    if (e->grad_lv[j * e->n_places] == lv) return j;
+    if (e->grad_lv[j * e->n_places] == lv || e->rows_lv[j * e->n_places] == lv) return j;
   return -1;
 }
 

@@ -183,14 +183,11 @@ pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state) {
   return st;
 }
 
-pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
-                      const char *what, dnnl_primitive_desc_t *pd) {
-  return pe_dnnl_pd_post(c, op_desc, hint, dnnl_alg_kind_undef, what, pd);
-}
-
-pe_status *pe_dnnl_pd_post(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
-                           dnnl_alg_kind_t post_eltwise, const char *what,
-                           dnnl_primitive_desc_t *pd) {
+/* A primitive desc with a user-managed scratchpad, an optional eltwise
+ * post-op (undef: none) and an optional output scale (1: none). */
+static pe_status *pd_make(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
+                          dnnl_alg_kind_t post_eltwise, float scale, const char *what,
+                          dnnl_primitive_desc_t *pd) {
   dnnl_engine_t eng;
   dnnl_stream_t strm;
   PE_TRY(pe_dnnl_get(c->dev, &eng, &strm));
@@ -208,9 +205,27 @@ pe_status *pe_dnnl_pd_post(pe_kernel_ctx *c, const void *op_desc, const_dnnl_pri
       dnnl_post_ops_destroy(po);
     }
   }
+  if (!st && scale != 1.0f)
+    st = pe_dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &scale), c, what);
   if (!st) st = pe_dnnl_check(dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint), c, what);
   dnnl_primitive_attr_destroy(attr);
   return st;
+}
+
+pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
+                      const char *what, dnnl_primitive_desc_t *pd) {
+  return pd_make(c, op_desc, hint, dnnl_alg_kind_undef, 1.0f, what, pd);
+}
+
+pe_status *pe_dnnl_pd_post(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
+                           dnnl_alg_kind_t post_eltwise, const char *what,
+                           dnnl_primitive_desc_t *pd) {
+  return pd_make(c, op_desc, hint, post_eltwise, 1.0f, what, pd);
+}
+
+pe_status *pe_dnnl_pd_scaled(pe_kernel_ctx *c, const void *op_desc, float scale, const char *what,
+                             dnnl_primitive_desc_t *pd) {
+  return pd_make(c, op_desc, NULL, dnnl_alg_kind_undef, scale, what, pd);
 }
 
 pe_status *pe_dnnl_entry_add(pe_kernel_ctx *c, pe_dnnl_entry *e, const_dnnl_primitive_desc_t pd,

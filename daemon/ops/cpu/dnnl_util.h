@@ -137,6 +137,10 @@ pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitiv
 pe_status *pe_dnnl_pd_post(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
                            dnnl_alg_kind_t post_eltwise, const char *what,
                            dnnl_primitive_desc_t *pd);
+/* The same with the output multiplied by `scale` (oneDNN's output scales):
+ * attention's scaled products. */
+pe_status *pe_dnnl_pd_scaled(pe_kernel_ctx *c, const void *op_desc, float scale, const char *what,
+                             dnnl_primitive_desc_t *pd);
 /* Bind handles[i] to args[i] of p, execute on the place's stream, wait. */
 pe_status *pe_dnnl_run(pe_kernel_ctx *c, pe_dnnl_prim *p, void *const *handles, const char *what);
 

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "ops/device_ctx.h"
 #include "server/checkpoint/save_load.h"
+#include "server/places_recall.h"
 #include "server/registry/internal.h"
 
 /* --- handles (the compile is registry/compile.c) ---------------------------- */
@@ -20,7 +22,14 @@ static uint64_t fnv1a(const uint8_t *p, size_t n) {
 }
 
 static pe_status *make_key(const Pe__RegisterRequest *rq, uint8_t **key, size_t *len) {
-  size_t ol = rq->options ? pe__register_options__get_packed_size(rq->options) : 0;
+  /* batch_hint is a hint for places = auto's trial, not part of what the
+   * program is: the same program fed other batches is the same handle. */
+  Pe__RegisterOptions hashed;
+  if (rq->options) {
+    hashed = *rq->options;
+    hashed.batch_hint = 0;
+  }
+  size_t ol = rq->options ? pe__register_options__get_packed_size(&hashed) : 0;
   size_t ml = strlen(rq->model);
   size_t n = rq->program.len + 1 + ml + 1 + ol;
   uint8_t *k = malloc(n);
@@ -32,7 +41,7 @@ static pe_status *make_key(const Pe__RegisterRequest *rq, uint8_t **key, size_t 
   memcpy(k + o, rq->model, ml);
   o += ml;
   k[o++] = 0;
-  if (ol) pe__register_options__pack(rq->options, k + o);
+  if (ol) pe__register_options__pack(&hashed, k + o);
   *key = k;
   *len = n;
   return NULL;
@@ -169,6 +178,14 @@ typedef struct reg_opts {
   uint64_t seed;
   bool persistent;
   pe_limits lim;
+  /* places = auto's trial applies (choose_places); its outcome, for the
+   * model (malloc'd, NULL: none), and the register as the choice compiles
+   * it (rq with chosen_opts). */
+  bool trial;
+  bool use_chosen; /* compile chosen_rq: a trial's choice, or the model's */
+  pe_places_trial *chosen;
+  Pe__RegisterOptions chosen_opts;
+  Pe__RegisterRequest chosen_rq;
 } reg_opts;
 
 /* The request's model name and program checked, its options resolved:
@@ -186,21 +203,91 @@ static pe_status *resolve_options(pe_registry *r, const Pe__RegisterRequest *rq,
                           "register: options.places"));
   } else {
     /* No places named: an existing model's (a model created meanwhile on
-     * others refuses the register below, as for named places). */
+     * others refuses the register below, as for named places); for a new
+     * model of a training program on an auto cpu daemon, the trial's. */
     pthread_mutex_lock(&r->mu);
     pe_srv_model *have = pe_reg_model_find(r, rq->model);
     if (have && !have->dropping) {
       ro->kind = have->kind;
       ro->n_places = have->n_places;
+      /* Its places came from a trial: a strategy left to the daemon is the
+       * trial's too (the model's optimizer state is laid out for it). */
+      if (have->trial && (!o || o->strategy == PE__STRATEGY__AUTO)) {
+        pe_places_trial_options(have->trial, o, &ro->chosen_opts);
+        ro->chosen_rq = *rq;
+        ro->chosen_rq.options = &ro->chosen_opts;
+        ro->use_chosen = true;
+      }
     }
     pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&s->cfg_mu);
+    ro->trial = !have && !(o && o->for_test) && s->place_kind == PE_PLACE_CPU &&
+                !strcmp(s->cfg.places, "auto") && s->cfg.places_trial;
+    pthread_mutex_unlock(&s->cfg_mu);
   }
   ro->sync = s->sync;
   if (o && o->sync && o->sync[0] && !pe_sync_strategy_parse(o->sync, &ro->sync))
     return pe_error(PE_EINVAL, "register: options.sync '%.32s' unknown (event, producer)", o->sync);
+  if (o && (o->batch_hint < 0 || o->batch_hint > PE_PLACES_TRIAL_MAX_BATCH))
+    return pe_error(PE_EINVAL, "register: options.batch_hint %lld is out of range (0..%d)",
+                    (long long)o->batch_hint, PE_PLACES_TRIAL_MAX_BATCH);
   ro->seed = o && o->seed ? o->seed : 1;
   ro->persistent = o && o->persistent;
   ro->lim = pe_server_limits(s);
+  return NULL;
+}
+
+/* 1b (unlocked): places = auto's choice for a new model: remembered in the
+ * state dir, else timed (server/places_trial.h) and remembered; ro's places
+ * and the request compiled (ro->chosen_rq) become the choice's. A trial
+ * that measures nothing leaves the daemon's places, with a warning. */
+static pe_status *choose_places(pe_server *s, const Pe__RegisterRequest *rq, reg_opts *ro) {
+  pthread_mutex_lock(&s->cfg_mu);
+  int64_t batch = s->cfg.places_trial_batch;
+  int steps = s->cfg.places_trial_steps;
+  double budget = s->cfg.places_trial_s;
+  pthread_mutex_unlock(&s->cfg_mu);
+  if (rq->options && rq->options->batch_hint > 0) batch = rq->options->batch_hint;
+  pe_places_trial *t = calloc(1, sizeof *t);
+  if (!t) return pe_error(PE_ENOMEM, "register: out of memory");
+  char machine[256], file[64];
+  pe_places_machine(machine, sizeof machine);
+  pe_status *st = pe_places_key(rq, batch, machine, file, sizeof file);
+  if (st) {
+    free(t);
+    return pe_status_wrap(st, "register");
+  }
+  if (!pe_places_recall(s->cfg.state_dir, file, machine, batch, t)) {
+    const Pe__RegisterOptions *o = rq->options;
+    bool choose = !o || o->strategy == PE__STRATEGY__AUTO;
+    pe_graph_strategy fixed = o && o->strategy == PE__STRATEGY__REDUCE    ? PE_STRATEGY_REDUCE
+                              : o && o->strategy == PE__STRATEGY__SHARDED ? PE_STRATEGY_SHARDED
+                                                                          : PE_STRATEGY_ALLREDUCE;
+    t->n_cand =
+        pe_places_candidates(pe_cpu_cores(), choose, fixed, o && o->fuse_allreduce, t->cand);
+    st = pe_places_trial_run(s, rq, &ro->lim, batch, steps, budget, t);
+    if (st) {
+      PE_LOGW("register: model '%s': %s; using %s:%d", rq->model, pe_status_msg(st),
+              pe_place_kind_name(ro->kind), ro->n_places);
+      pe_status_free(st);
+      free(t);
+      return NULL;
+    }
+    st = pe_places_remember(s->cfg.state_dir, file, machine, t);
+    if (st) PE_LOGW("register: places trial: not remembered: %s", pe_status_msg(st));
+    pe_status_free(st);
+  }
+  char name[64];
+  PE_LOGI("register: model '%s': %s (%s, %.3f ms a step of %lld samples)", rq->model,
+          pe_places_candidate_name(&t->cand[t->chosen], name, sizeof name),
+          t->remembered ? "remembered" : "timed", t->cand[t->chosen].step_ms, (long long)batch);
+  ro->kind = PE_PLACE_CPU;
+  ro->n_places = t->cand[t->chosen].n_places;
+  pe_places_trial_options(t, rq->options, &ro->chosen_opts);
+  ro->chosen_rq = *rq;
+  ro->chosen_rq.options = &ro->chosen_opts;
+  ro->chosen = t;
+  ro->use_chosen = true;
   return NULL;
 }
 
@@ -334,7 +421,7 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
                                 pe_srv_program **out, bool *existed) {
   *out = NULL;
   *existed = false;
-  reg_opts ro;
+  reg_opts ro = {0};
   PE_TRY(resolve_options(r, rq, &ro));
   uint8_t *key = NULL;
   size_t key_len = 0;
@@ -353,14 +440,30 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
     return st;
   }
 
+  if (ro.trial && (st = choose_places(r->s, rq, &ro))) {
+    free(key);
+    return st;
+  }
   pe_graph *g = NULL, *sg = NULL;
-  PE_TRY(compile_program(r->s, rq, &ro, handle, key, key_len, &g, &sg, &p));
+  st = compile_program(r->s, ro.use_chosen ? &ro.chosen_rq : rq, &ro, handle, key, key_len, &g, &sg,
+                       &p);
+  if (st) {
+    free(ro.chosen);
+    return st;
+  }
 
   pe_srv_model *m = NULL, *refused = NULL;
   pe_srv_program *winner = NULL;
   pthread_mutex_lock(&r->mu);
   st = bind_model_locked(r, client, rq, &ro, p, &winner, &m, &refused);
+  /* The model's record of the choice: the first one made for it (a
+   * register that found the model created meanwhile binds to its places). */
+  if (!st && !winner && ro.chosen && !m->trial && m->n_places == ro.n_places) {
+    m->trial = ro.chosen;
+    ro.chosen = NULL;
+  }
   pthread_mutex_unlock(&r->mu);
+  free(ro.chosen);
   if (st || winner) {
     pe_graph_free(g);
     pe_graph_free(sg);

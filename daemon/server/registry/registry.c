@@ -54,6 +54,7 @@ void pe_reg_program_destroy(pe_srv_program *p) {
 static void model_destroy(pe_srv_model *m) {
   pe_run_budget_set(&m->srv->run_budget, &m->charged_bytes, 0);
   pe_model_free(m->m);
+  free(m->trial);
   pe_srv_job_free(m->job);
   pe_shape_claims_destroy(&m->shapes);
   pthread_mutex_destroy(&m->save_mu);

@@ -34,6 +34,7 @@
 #include "core/strmap.h"
 #include "engine/parallel/executor.h"
 #include "server/checkpoint/file.h"
+#include "server/places_trial.h"
 #include "server/registry/model_shapes.h"
 #include "server/server.h"
 #include "service.pb-c.h"
@@ -79,6 +80,10 @@ typedef struct pe_srv_model {
    * (registry/register.c, claim_train_strategy_locked). */
   bool has_train_strategy;
   pe_graph_strategy train_strategy;
+  /* How places = auto chose its places (server/places_trial.h; NULL: they
+   * were named or the daemon's). Set before its first program is
+   * published, never changed after; the model owns it. */
+  pe_places_trial *trial;
   int refs; /* acquisitions by requests in progress */
   /* A drop (pe_registry_drop_model_begin) is under way: no register binds
    * to the model and no acquire finds it; unlinked: it has left the table
@@ -236,6 +241,8 @@ typedef struct pe_model_snapshot {
   pe_ckpt_record ckpt;
   char restart_name[PE_NAME_MAX + 1];
   uint64_t changes; /* pe_model_changes() at the snapshot */
+  bool has_trial;
+  pe_places_trial trial; /* places = auto's choice, when has_trial */
 } pe_model_snapshot;
 /* with_bytes: fill param_bytes (the claims' bytes: registry/model_shapes.h; no value is read). */
 void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **models,

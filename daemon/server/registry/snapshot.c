@@ -29,6 +29,8 @@ void pe_registry_snapshot(pe_registry *r, bool with_bytes, pe_model_snapshot **m
     pthread_mutex_unlock(&m->ckpt_mu);
     snprintf(x->restart_name, sizeof x->restart_name, "%s", m->restart_name);
     x->changes = pe_model_changes(m->m);
+    x->has_trial = m->trial != NULL;
+    if (m->trial) x->trial = *m->trial;
   }
   int live = 0;
   for (int i = 0; i < r->n_progs; i++) live += !r->progs[i]->dead;

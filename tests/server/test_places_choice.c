@@ -1,0 +1,132 @@
+/* places = auto's candidates, its choice (server/places_choice.h) and its
+ * remembered choices (server/places_recall.h): the fastest measured
+ * candidate wins, the earlier of equal times, none measured is -1; a
+ * written choice reads back, and one that is corrupt, of another machine or
+ * batch is ignored. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "server/places_recall.h"
+#include "test_assert.h"
+
+START_TEST(test_candidates_split_the_cores) {
+  pe_places_candidate c[PE_PLACES_MAX_CANDIDATES];
+  ck_assert_int_eq(pe_places_candidates(1, true, PE_STRATEGY_SHARDED, false, c), 1);
+  ck_assert_int_eq(c[0].n_places, 1);
+  ck_assert(c[0].auto_strategy);
+  /* 2 cores: cpu:1, then cpu:2 with each strategy (allreduce fused too). */
+  int n = pe_places_candidates(2, true, PE_STRATEGY_ALLREDUCE, false, c);
+  ck_assert_int_eq(n, 5);
+  ck_assert_int_eq(c[1].n_places, 2);
+  ck_assert_int_eq(c[1].strategy, PE_STRATEGY_SHARDED);
+  ck_assert_int_eq(c[3].strategy, PE_STRATEGY_ALLREDUCE);
+  ck_assert(c[3].fused);
+  ck_assert_int_eq(c[4].strategy, PE_STRATEGY_REDUCE);
+  /* 8 cores, the strategy named: cpu:1, 2, 4, 8 with that one only. */
+  n = pe_places_candidates(8, false, PE_STRATEGY_REDUCE, false, c);
+  ck_assert_int_eq(n, 4);
+  ck_assert_int_eq(c[1].n_places, 2);
+  ck_assert_int_eq(c[2].n_places, 4);
+  ck_assert_int_eq(c[3].n_places, 8);
+  for (int i = 1; i < n; i++) ck_assert_int_eq(c[i].strategy, PE_STRATEGY_REDUCE);
+  /* 6 cores: the powers of two below, then all of them. */
+  n = pe_places_candidates(6, false, PE_STRATEGY_SHARDED, false, c);
+  ck_assert_int_eq(n, 4);
+  ck_assert_int_eq(c[3].n_places, 6);
+}
+END_TEST
+
+START_TEST(test_choose_fastest_earliest_of_ties) {
+  pe_places_candidate c[4] = {0};
+  ck_assert_int_eq(pe_places_choose(c, 4), -1); /* none measured */
+  c[0].step_ms = 3.0;
+  c[1].step_ms = 2.0;
+  c[2].step_ms = 2.0; /* tie: the earlier (index 1) */
+  c[3].step_ms = 0;   /* not measured: never chosen */
+  ck_assert_int_eq(pe_places_choose(c, 4), 1);
+  c[3].step_ms = 1.5;
+  ck_assert_int_eq(pe_places_choose(c, 4), 3);
+  c[1].step_ms = c[2].step_ms = c[3].step_ms = 3.0; /* all equal: the first */
+  ck_assert_int_eq(pe_places_choose(c, 4), 0);
+}
+END_TEST
+
+static void write_text(const char *dir, const char *file, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/places/%s", dir, file);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+START_TEST(test_remember_and_recall) {
+  char dir[] = "/tmp/pe-places-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char machine[256];
+  pe_places_machine(machine, sizeof machine);
+  pe_places_trial t = {.batch = 32};
+  t.n_cand = pe_places_candidates(2, true, PE_STRATEGY_ALLREDUCE, false, t.cand);
+  for (int i = 0; i < t.n_cand; i++) t.cand[i].step_ms = 5.0 - i * 0.5;
+  t.chosen = pe_places_choose(t.cand, t.n_cand);
+  ck_assert_int_eq(t.chosen, t.n_cand - 1);
+  ck_assert(!pe_places_remember(dir, "a.choice", machine, &t));
+
+  pe_places_trial got;
+  ck_assert(pe_places_recall(dir, "a.choice", machine, 32, &got));
+  ck_assert(got.remembered);
+  ck_assert_int_eq(got.chosen, t.chosen);
+  ck_assert_int_eq(got.n_cand, t.n_cand);
+  ck_assert_int_eq(got.cand[got.chosen].n_places, 2);
+  ck_assert_int_eq(got.cand[got.chosen].strategy, PE_STRATEGY_REDUCE);
+  ck_assert(got.cand[0].auto_strategy);
+
+  /* Another batch or machine: not this choice. Missing: false. */
+  ck_assert(!pe_places_recall(dir, "a.choice", machine, 64, &got));
+  ck_assert(!pe_places_recall(dir, "a.choice", "another cpu|2 cores|avx2", 32, &got));
+  ck_assert(!pe_places_recall(dir, "none.choice", machine, 32, &got));
+
+  /* Corrupt: truncated, garbage, a chosen index out of range, places out of
+   * range. Each is ignored. */
+  char text[1024];
+  snprintf(text, sizeof text, "pe-places-choice 1\nmachine %s\nbatch 32\nchosen 1\n", machine);
+  write_text(dir, "b.choice", text); /* no candidates */
+  ck_assert(!pe_places_recall(dir, "b.choice", machine, 32, &got));
+  write_text(dir, "b.choice", "\x01\x02garbage");
+  ck_assert(!pe_places_recall(dir, "b.choice", machine, 32, &got));
+  snprintf(text, sizeof text,
+           "pe-places-choice 1\nmachine %s\nbatch 32\nchosen 0\ncandidate 9999 0 0 0 1.0\n",
+           machine);
+  write_text(dir, "b.choice", text);
+  ck_assert(!pe_places_recall(dir, "b.choice", machine, 32, &got));
+  snprintf(text, sizeof text,
+           "pe-places-choice 1\nmachine %s\nbatch 32\nchosen 0\ncandidate 1 0 0 1 1.0 x\n",
+           machine);
+  write_text(dir, "b.choice", text);
+  ck_assert(!pe_places_recall(dir, "b.choice", machine, 32, &got));
+  snprintf(text, sizeof text,
+           "pe-places-choice 1\nmachine %s\nbatch 32\nchosen 0\ncandidate 1 0 0 1 1.0\n", machine);
+  write_text(dir, "b.choice", text); /* the same, well-formed: read */
+  ck_assert(pe_places_recall(dir, "b.choice", machine, 32, &got));
+  ck_assert_int_eq(got.cand[0].n_places, 1);
+
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("places_choice");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, test_candidates_split_the_cores);
+  tcase_add_test(tc, test_choose_fastest_earliest_of_ties);
+  tcase_add_test(tc, test_remember_and_recall);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
