@@ -155,6 +155,9 @@ typedef struct cli_reg {
   long batch; /* the batch fed (places = auto's trial times it); 0: unknown */
   bool for_test, persistent;
   const cli_graph_opts *graph; /* NULL: the daemon's defaults */
+  /* A job across nodes (pe_client_register_args.job...); job NULL: none. */
+  const char *job, *rendezvous, *job_token;
+  int world, rank;
 } cli_reg;
 int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const cli_reg *r,
                  pe_client_program *out);

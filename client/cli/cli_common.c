@@ -339,6 +339,11 @@ int cli_register(const cli_ctx *ctx, pe_client *c, const pe_model_spec *m, const
       .no_op_fusion = g->no_op_fusion,
       .batch_hint = r->batch,
       .cuda_graph = cuda_graph,
+      .job = r->job,
+      .job_world = r->world,
+      .job_rank = r->rank,
+      .job_rendezvous = r->rendezvous,
+      .job_token = r->job_token,
   };
   int code = pe_client_register(c, &a, out);
   return code ? cli_fail(ctx, c, code) : CLI_OK;

@@ -27,6 +27,7 @@
  * This file has the options, the set-up (model, data, registers, the
  * feeds' buffers), the result and the commands; train_steps.c the step
  * loop and the evaluation; trainer.h the state they share. */
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -106,6 +107,15 @@ static const cli_opt train_opts[] = {
      "linear warmup before the schedule (0)"},
     {"min-lr", CLI_FLOAT, offsetof(train_cfg, recipe.min_lr), 0, 1000000,
      "the rate of the run's last step, for cosine and linear (0)"},
+    {"job", CLI_STR, offsetof(train_cfg, job), 0, 0,
+     "train as one node of a job across nodes (docs/multinode.md): the job's name"},
+    {"world", CLI_INT, offsetof(train_cfg, world), 2, 4096, "--job: nodes in the job"},
+    {"rank", CLI_INT, offsetof(train_cfg, rank), 0, 4095,
+     "--job: this node, 0 .. world-1; it trains rows i with i % world == rank"},
+    {"rendezvous", CLI_STR, offsetof(train_cfg, rendezvous), 0, 0,
+     "--job: rank 0's daemon's HOST:PORT"},
+    {"job-token-file", CLI_STR, offsetof(train_cfg, job_token_file), 0, 0,
+     "--job: a file whose first line is the job's secret (else $PE_JOB_TOKEN)"},
 };
 
 /* rc: the command's exit status so far (cli_end). */
@@ -263,6 +273,14 @@ typedef struct setup_step {
   int rc;
 } setup_step;
 
+/* A node of a job trains its shard: rows i with i % world == rank. */
+static int take_shard(trainer *t) {
+  char err[256];
+  if (pe_feed_data_shard(t->train, (int)t->cfg.world, (int)t->cfg.rank, err, sizeof err))
+    return cli_error(t->ctx, "--job %s: %s", t->cfg.job, err);
+  return CLI_OK;
+}
+
 /* pe_model_opts.prepare: what needs the model (its optimizer, input and
  * default batch) before its program is packed: the optimizer check, the
  * data, and the recipe's step counts. t->m is the model being filled. */
@@ -274,6 +292,7 @@ static int before_pack(const pe_model_spec *m, pe_train_recipe *r, void *arg) {
   int rc = CLI_OK;
   if (!s->eval_only) rc = check_optimizer(t);
   if (!rc) rc = trainer_load_data(t); /* m is t->m: its feeds are declared already */
+  if (!rc && !s->eval_only && t->cfg.job) rc = take_shard(t);
   /* It would be one short batch per epoch, reported under the asked size. */
   if (!rc && !s->eval_only && t->cfg.batch > t->train->n)
     rc = cli_usage(t->ctx, "--batch %ld is larger than the %lld training examples%s", t->cfg.batch,
@@ -412,7 +431,16 @@ static int trainer_setup(trainer *t, bool eval_only) {
                .persistent = t->cfg.persistent,
                .graph = &t->cfg.graph};
   if (!eval_only) {
-    if ((rc = cli_register(t->ctx, t->c, &t->m, &r, &prog))) return rc;
+    if (t->cfg.job) {
+      r.job = t->cfg.job;
+      r.world = (int)t->cfg.world;
+      r.rank = (int)t->cfg.rank;
+      r.rendezvous = t->cfg.rendezvous;
+      r.job_token = t->cfg.job_token;
+    }
+    rc = cli_register(t->ctx, t->c, &t->m, &r, &prog);
+    r.job = NULL; /* the evaluation program runs on each node alone */
+    if (rc) return rc;
     t->had_values = prog.has_values;
     t->train_h = prog.handle;
     if ((rc = keep_places_trial(t, &prog.places_trial))) return rc;
@@ -593,6 +621,36 @@ static int refuse_training_opts(const cli_ctx *ctx, int argc, char **argv) {
   return CLI_OK;
 }
 
+/* --job needs --world, --rank < world, --rendezvous and a token; the
+ * others need --job. */
+static int check_job_flags(cli_ctx *ctx, train_cfg *c) {
+  if (!c->job) {
+    if (c->world || c->rank || c->rendezvous || c->job_token_file)
+      return cli_usage(ctx, "--world, --rank, --rendezvous and --job-token-file go with --job");
+    return CLI_OK;
+  }
+  if (!c->world || !c->rendezvous)
+    return cli_usage(ctx, "--job %s needs --world N and --rendezvous HOST:PORT", c->job);
+  if (c->rank >= c->world)
+    return cli_usage(ctx, "--job %s: --rank %ld is outside 0..%ld", c->job, c->rank, c->world - 1);
+  const char *env = getenv("PE_JOB_TOKEN");
+  if (c->job_token_file) {
+    FILE *f = fopen(c->job_token_file, "r");
+    if (!f) return cli_error(ctx, "--job-token-file %s: %s", c->job_token_file, strerror(errno));
+    bool got = fgets(c->job_token, sizeof c->job_token, f) != NULL;
+    fclose(f);
+    c->job_token[strcspn(c->job_token, "\r\n")] = 0;
+    if (!got || !c->job_token[0])
+      return cli_error(ctx, "--job-token-file %s: its first line is empty", c->job_token_file);
+  } else if (env && *env) {
+    snprintf(c->job_token, sizeof c->job_token, "%s", env);
+  } else {
+    return cli_usage(ctx, "--job %s needs the job's token: --job-token-file FILE or $PE_JOB_TOKEN",
+                     c->job);
+  }
+  return CLI_OK;
+}
+
 static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   trainer t = {.ctx = ctx,
                .cfg = {.epochs = 1,
@@ -616,6 +674,7 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
     return cli_usage(ctx, "--feed '%s' unknown (auto, shm, socket)", t.cfg.feed);
   if (!t.cfg.model) return cli_usage(ctx, "--model is required (%s | FILE)", pe_model_spec_names());
   if ((rc = check_recipe_flags(ctx, &t.cfg.recipe))) return rc;
+  if ((rc = check_job_flags(ctx, &t.cfg))) return rc;
   cli_interrupt_install(ctx);
   train_result r = {.final_lr = NAN, .test_loss = NAN};
   if (t.cfg.eval_every && !(r.epoch_acc = calloc((size_t)t.cfg.epochs, sizeof *r.epoch_acc))) {

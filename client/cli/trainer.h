@@ -38,6 +38,11 @@ typedef struct train_cfg {
   bool check_nan_inf; /* --check-nan-inf: RunOptions.check_nan_inf */
   cli_graph_opts graph;
   recipe_cfg recipe;
+  /* A job across nodes: --job, --world, --rank, --rendezvous,
+   * --job-token-file (the token: its first line; else $PE_JOB_TOKEN). */
+  const char *job, *rendezvous, *job_token_file;
+  long world, rank;
+  char job_token[256];
 } train_cfg;
 
 /* One trainer's state; everything is released by trainer_free. */

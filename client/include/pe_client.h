@@ -260,6 +260,16 @@ typedef struct pe_client_register_args {
    * candidate places with it (0: the daemon's places_trial_batch). */
   int64_t batch_hint;
   pe_client_cuda_graph cuda_graph; /* steps on cuda places as CUDA graphs; 0: the daemon's */
+  /* A job across nodes (docs/multinode.md): job names it (NULL: none);
+   * every node registers the same program with its own daemon, the same
+   * job, world, rendezvous and token and its own rank. The register
+   * returns once every node joined (or fails naming the node, the
+   * variable that differs, or the peer that did not come). */
+  const char *job;
+  int job_world;              /* nodes, >= 2 */
+  int job_rank;               /* this node, 0 .. job_world-1 */
+  const char *job_rendezvous; /* rank 0's daemon listens there, "HOST:PORT" */
+  const char *job_token;      /* the job's shared secret */
 } pe_client_register_args;
 
 typedef struct pe_client_param {

@@ -31,6 +31,7 @@ typedef struct pec_prog {
   pe_client_register_args args; /* points into the copies below */
   uint8_t *program;
   char *model, *places, *loss, *sync;
+  char *job, *job_rendezvous, *job_token;
   char **keep;
   /* This client's answered runs of the program: a ring of ANSWERED_MAX,
    * n_ans of them from ans_start, oldest first (ids grow). */
@@ -60,6 +61,9 @@ static void prog_free(pec_prog *p) {
   free(p->places);
   free(p->loss);
   free(p->sync);
+  free(p->job);
+  free(p->job_rendezvous);
+  free(p->job_token);
   for (size_t i = 0; p->keep && i < p->args.n_keep; i++) free(p->keep[i]);
   free(p->keep);
   free(p->ans_request);
@@ -84,13 +88,17 @@ int pec_prog_remember(pe_client *c, const pe_client_register_args *a, uint64_t h
   p->places = dup_or_null(a->places);
   p->loss = dup_or_null(a->loss);
   p->sync = dup_or_null(a->sync);
+  p->job = dup_or_null(a->job);
+  p->job_rendezvous = dup_or_null(a->job_rendezvous);
+  p->job_token = dup_or_null(a->job_token);
   p->keep = a->n_keep ? calloc(a->n_keep, sizeof *p->keep) : NULL;
   if (!a->for_test) { /* the ledger: evaluation runs change nothing */
     p->ans_request = malloc(ANSWERED_MAX * sizeof *p->ans_request);
     p->ans_steps = malloc(ANSWERED_MAX * sizeof *p->ans_steps);
   }
   bool ok = p->program && p->model && (!a->places || p->places) && (!a->loss || p->loss) &&
-            (!a->sync || p->sync) && (!a->n_keep || p->keep) &&
+            (!a->sync || p->sync) && (!a->n_keep || p->keep) && (!a->job || p->job) &&
+            (!a->job_rendezvous || p->job_rendezvous) && (!a->job_token || p->job_token) &&
             (a->for_test || (p->ans_request && p->ans_steps));
   for (size_t i = 0; ok && i < a->n_keep; i++) ok = (p->keep[i] = strdup(a->keep[i])) != NULL;
   if (!ok) {
@@ -104,6 +112,9 @@ int pec_prog_remember(pe_client *c, const pe_client_register_args *a, uint64_t h
   p->args.places = p->places;
   p->args.loss = p->loss;
   p->args.sync = p->sync;
+  p->args.job = p->job;
+  p->args.job_rendezvous = p->job_rendezvous;
+  p->args.job_token = p->job_token;
   p->args.keep = (const char *const *)p->keep;
   p->next = c->progs;
   c->progs = p;

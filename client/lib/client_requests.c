@@ -92,6 +92,18 @@ int pe_client_register(pe_client *c, const pe_client_register_args *a, pe_client
   o.batch_hint = a->batch_hint > 0 ? a->batch_hint : 0;
   static const char *const cuda_graph[] = {"", "auto", "on", "off"};
   o.cuda_graph = (char *)cuda_graph[a->cuda_graph];
+  Pe__JobSpec job = PE__JOB_SPEC__INIT;
+  if (a->job) {
+    if (a->job_world < 0 || a->job_rank < 0)
+      return pec_fail(c, PE_C_EINVAL, "register: job '%s': world %d and rank %d must be >= 0",
+                      a->job, a->job_world, a->job_rank);
+    job.name = (char *)a->job;
+    job.world = (uint32_t)a->job_world;
+    job.rank = (uint32_t)a->job_rank;
+    job.rendezvous = (char *)(a->job_rendezvous ? a->job_rendezvous : "");
+    job.token = (char *)(a->job_token ? a->job_token : "");
+    o.job = &job;
+  }
   Pe__RegisterRequest r = PE__REGISTER_REQUEST__INIT;
   r.program.data = (uint8_t *)a->program;
   r.program.len = a->program_len;

@@ -52,6 +52,10 @@ typedef struct pe_pass_opts {
    * pass takes about 1 s per 100k ops. NULL: never. */
   const atomic_bool *cancel;
   const char *cancel_why;
+  /* The model trains in a job across nodes (engine/node_comm.h): every
+   * gradient gets its all_reduce node even on one place, where the
+   * executor sums it over the nodes. AllReduce strategy only. */
+  bool cross_nodes;
 } pe_pass_opts;
 
 /* The compile unit every pass takes. prog is borrowed (the caller owns it);

@@ -7,7 +7,9 @@
  *    time, so that summing gradients over places gives the gradient of the
  *    whole batch's mean loss (losses are means over their batch);
  *  - right after the last writer of a parameter gradient (on every place),
- *    one collective: an all_reduce (AllReduce) or a reduce to the
+ *    one collective (also on one place when the model trains in a job
+ *    across nodes, pe_pass_opts.cross_nodes: the executor sums over the
+ *    nodes there): an all_reduce (AllReduce) or a reduce to the
  *    parameter's owner (Reduce), so communication overlaps the rest of
  *    backward;
  *  - optimizer ops run on every place (AllReduce) or only on the owner,
@@ -455,6 +457,7 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
   }
   PE_TRY(find_params(c));
   bool multi = g->n_places > 1;
+  bool grad_coll = multi || o->cross_nodes; /* gradients summed over places or nodes */
   bool reduce = g->strategy == PE_STRATEGY_REDUCE;
   if (reduce)
     PE_TRY(assign_owners(g));
@@ -478,8 +481,8 @@ static pe_status *build_main(dp_ctx *c, const pe_pass_opts *o) {
     }
     if (multi && opt && reduce && pj >= 0)
       PE_TRY(add_collective(g, PE_NODE_BROADCAST, g->params[pj], g->owner[pj]));
-    for (int j = 0; multi && j < g->n_params; j++)
-      if (c->last_writer[j] == i && c->rows[j])
+    for (int j = 0; grad_coll && j < g->n_params; j++)
+      if (multi && c->last_writer[j] == i && c->rows[j])
         PE_TRY(add_sparse_merge(g, g->grads[j], c->rows[j], reduce ? g->owner[j] : -1));
       else if (c->last_writer[j] == i && !(c->sharded && c->sharded[j]))
         PE_TRY(add_collective(g, reduce ? PE_NODE_REDUCE : PE_NODE_ALL_REDUCE, g->grads[j],
@@ -551,6 +554,10 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
   if (o->strategy != PE_STRATEGY_ALLREDUCE && o->strategy != PE_STRATEGY_REDUCE &&
       o->strategy != PE_STRATEGY_SHARDED)
     return pe_error(PE_EINVAL, "data_parallel: unknown strategy %d", (int)o->strategy);
+  if (o->cross_nodes && o->strategy != PE_STRATEGY_ALLREDUCE)
+    return pe_error(PE_EINVAL,
+                    "data_parallel: a job across nodes trains with strategy allreduce, not %s",
+                    pe_strategy_name(o->strategy));
   if (o->strategy == PE_STRATEGY_SHARDED && o->place_kind == PE_PLACE_CUDA)
     return pe_error(PE_EINVAL,
                     "data_parallel: strategy sharded runs on cpu and sim places, not cuda "
@@ -567,16 +574,17 @@ pe_status *pe_pass_data_parallel(pe_ir *ir) {
                       "(use allreduce; auto picks it)",
                       i, pe_strategy_name(o->strategy));
   /* The cuda kernels and collectives take dense gradients only; cpu and
-   * sim places merge sparse ones (sparse_merge). */
-  for (int i = 0; o->place_kind == PE_PLACE_CUDA && i < mb->n_ops; i++)
+   * sim places merge sparse ones (sparse_merge), within a node only. */
+  for (int i = 0; (o->cross_nodes || o->place_kind == PE_PLACE_CUDA) && i < mb->n_ops; i++)
     for (int s = 0; s < mb->ops[i]->n_out; s++)
       if (pe_is_sparse_rows_name(mb->ops[i]->out[s].name) && mb->ops[i]->out[s].n)
         return pe_error(PE_EINVAL,
                         "data_parallel: op #%d %s writes a sparse gradient (rows '%s', is_sparse), "
-                        "which runs on cpu and sim places, not on %d %s places: set is_sparse "
-                        "false",
+                        "which runs on cpu and sim places, not on %d %s places%s: set "
+                        "is_sparse false",
                         i, mb->ops[i]->type, mb->ops[i]->out[s].args[0],
-                        o->n_places > 0 ? o->n_places : 1, pe_place_kind_name(o->place_kind));
+                        o->n_places > 0 ? o->n_places : 1, pe_place_kind_name(o->place_kind),
+                        o->cross_nodes ? " in a job across nodes" : "");
   pe_ir_destroy(ir); /* a rerun replaces the graphs */
   pe_graph *g = NULL, *s = NULL;
   PE_TRY(new_graph(ir, o, ir->prog->main_block, &g));

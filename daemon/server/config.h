@@ -56,6 +56,9 @@ typedef struct pe_srv_config {
   char *shutdown_checkpoint; /* name used for persistent models on SIGTERM */
   /* Seconds between autosaves of the persistent models (0: off). */
   double checkpoint_interval_s;
+  /* [job] jobs across nodes (server/job/) */
+  double job_timeout_s; /* rendezvous and each exchange; 0: 30 */
+  char *job_host;       /* address the job's links listen on; "": the hostname's */
   /* [sessions] */
   double session_ttl_s; /* idle client reclaimed after this; 0: never */
   /* [limits] */

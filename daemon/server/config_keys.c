@@ -327,6 +327,12 @@ static const pe_config_key keys[] = {
                "that checkpoint's name; a model registered after a restart starts from it"),
     SECONDS_KEY("state", "checkpoint_interval", checkpoint_interval_s, "300", RELOAD,
                 "0: no periodic checkpoints", "seconds between autosaves of the persistent models"),
+    SECONDS_KEY("job", "timeout", job_timeout_s, "30", RELOAD, "0: 30",
+                "seconds a job across nodes waits for its peers (rendezvous, each exchange of "
+                "gradients) before it fails naming the peer"),
+    STRING_KEY("job", "host", job_host, "", RESTART, NULL,
+               "address this daemon's links to a job's peers listen on; empty: the address "
+               "of this machine's hostname"),
     SECONDS_KEY("sessions", "ttl", session_ttl_s, "600", RELOAD, "0: sessions never expire",
                 "seconds a client may stay silent before its session is dropped"),
     SIZE_KEY("limits", "max_message", max_message, 4096, INT32_MAX, "64M", RELOAD, NULL,

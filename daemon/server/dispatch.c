@@ -11,6 +11,7 @@
 #include "ops/lr_schedule.h"
 #include "server/checkpoint/save_load.h"
 #include "server/client_tag.h"
+#include "server/job/join.h"
 #include "server/registry/model_drop.h"
 #include "server/registry/registry.h"
 #include "server/run/request.h"
@@ -41,9 +42,9 @@ static pe_status *h_register(ctx *c) {
   pe_srv_program *p;
   bool existed;
   PE_TRY(pe_registry_register(c->s->reg, c->rq->client_id, rq, &p, &existed));
-  pe_status *st = NULL;
-  Pe__RegisterReply *r = pe_arena_alloc(c->a, sizeof *r);
-  if (!r) st = OOM("register");
+  pe_status *st = pe_srv_job_join(c->s, p, rq);
+  Pe__RegisterReply *r = st ? NULL : pe_arena_alloc(c->a, sizeof *r);
+  if (!st && !r) st = OOM("register");
   if (!st) {
     pe__register_reply__init(r);
     r->handle = p->handle;
@@ -212,6 +213,7 @@ static pe_status *h_init(ctx *c) {
         if (!pe_strmap_put(&m->initialized, p->params[i].name, (void *)1)) st = OOM("init");
       ran = true;
     }
+    if (!st && ran) st = pe_srv_job_after_init(p);
   }
   pthread_mutex_unlock(&m->init_mu);
   if (!st) {

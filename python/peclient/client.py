@@ -163,13 +163,16 @@ class Client:
 
     def register(self, program, model, places=None, strategy="auto", seed=None, for_test=False,
                  persistent=False, keep=None, no_op_fusion=False, loss=None, sync=None,
-                 fuse_allreduce=False, fuse_bucket_bytes=0):
+                 fuse_allreduce=False, fuse_bucket_bytes=0, job=None):
         """Register program (a Program or ProgramDesc bytes) under parameter
         namespace `model`; returns its Model. places: "cpu:2", "sim:4",
         "cuda:0" (None: the model's, else the daemon's). seed: initialisation
         and dropout (None: 1). for_test: an evaluation program (no backward,
         no optimizer). keep: the variables besides the loss and the metrics
-        that run() may fetch (the daemon reuses the others' buffers)."""
+        that run() may fetch (the daemon reuses the others' buffers).
+        job: train as one node of a job across nodes (docs/multinode.md), a
+        dict with name, world, rank, rendezvous ("HOST:PORT" of rank 0's
+        daemon) and token; the call returns once every node joined."""
         if not isinstance(program, Program):
             program = Program.from_bytes(program)
         if strategy not in STRATEGIES:
@@ -200,6 +203,15 @@ class Client:
         a.for_test, a.persistent = for_test, persistent
         a.fuse_allreduce, a.fuse_bucket_bytes = fuse_allreduce, fuse_bucket_bytes
         a.no_op_fusion = no_op_fusion
+        if job:
+            missing = [k for k in ("name", "world", "rank", "rendezvous", "token") if k not in job]
+            if missing:
+                raise ClientArgumentError("register: job lacks %s" % ", ".join(missing))
+            for field, key in (("job", "name"), ("job_rendezvous", "rendezvous"),
+                               ("job_token", "token")):
+                strs.append(ffi.new("char[]", str(job[key]).encode()))
+                setattr(a, field, strs[-1])
+            a.job_world, a.job_rank = int(job["world"]), int(job["rank"])
         out = ffi.new("pe_client_program *")
         with self._lock:
             self._call(lib.pe_client_register, a, out)

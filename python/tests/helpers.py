@@ -21,15 +21,18 @@ import peclient as pe  # noqa: E402
 class Daemon:
     """pe-executord on ipc://<dir>/sock with its state in <dir>/state."""
 
-    def __init__(self, tmp, places="cpu:2"):
+    def __init__(self, tmp, places="cpu:2", conf=None):
+        """conf: the text of a config file for it (None: none)."""
         self.dir = Path(tmp)
         self.address = "ipc://%s/sock" % self.dir
         self.log = self.dir / "daemon.log"
+        args = [str(BUILD / "pe-executord"), "--socket", self.address, "--state-dir",
+                str(self.dir / "state"), "--places", places]
+        if conf is not None:
+            (self.dir / "d.conf").write_text(conf)
+            args += ["--config", str(self.dir / "d.conf")]
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [str(BUILD / "pe-executord"), "--socket", self.address, "--state-dir",
-                 str(self.dir / "state"), "--places", places],
-                stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while True:
             try:

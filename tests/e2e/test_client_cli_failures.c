@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "client_cli.h"
+#include "free_port.h"
 
 /* `systemctl restart pe-executord` in the middle of a `pe-client train`,
  * then a crash that loses the newest steps: the trainer goes on
@@ -332,18 +333,6 @@ START_TEST(help_goes_to_stdout) {
   ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
-
-/* A free TCP port on 127.0.0.1 (the kernel's pick, released again). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof sa;
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
 
 /* Ctrl-C or kill of a trainer over tcp:// (where the daemon cannot see the
  * process exit; the session TTL is 600 s): the trainer ends its session

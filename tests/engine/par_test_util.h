@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "builder_util.h"
 #include "compiler/pass.h"
 #include "engine/parallel/executor.h"
 #include "engine/seq_executor.h"
-#include "builder_util.h"
 #include "pe_builder.h"
 #include "test_assert.h"
 
@@ -122,21 +122,26 @@ typedef struct par {
   pe_par_exec *step, *init;
 } par;
 
+/* The MLP compiled with o, on a model of o's places. */
+static inline void par_new_opts(par *q, pe_runtime *rt, const pe_pass_opts *o, uint64_t seed) {
+  q->prog = mlp_program();
+  pe_ir ir = {q->prog, NULL, NULL, o};
+  PE_CK_OK(pe_graph_compile(&ir, false));
+  PE_CK_OK(pe_model_new(rt, o->place_kind, o->n_places, seed, &q->m));
+  pe_graph *g = ir.graph, *s = ir.startup;
+  ir.graph = ir.startup = NULL;
+  PE_CK_OK(pe_par_exec_new(q->m, g, &q->step));
+  PE_CK_OK(pe_par_exec_new(q->m, s, &q->init));
+}
+
 static inline void par_new(par *q, pe_runtime *rt, pe_place_kind kind, int n,
                            pe_graph_strategy strategy, bool fuse, uint64_t seed) {
-  q->prog = mlp_program();
   pe_pass_opts o = {.place_kind = kind,
                     .n_places = n,
                     .strategy = strategy,
                     .fuse = fuse,
                     .fuse_bucket_bytes = 256};
-  pe_ir ir = {q->prog, NULL, NULL, &o};
-  PE_CK_OK(pe_graph_compile(&ir, false));
-  PE_CK_OK(pe_model_new(rt, kind, n, seed, &q->m));
-  pe_graph *g = ir.graph, *s = ir.startup;
-  ir.graph = ir.startup = NULL;
-  PE_CK_OK(pe_par_exec_new(q->m, g, &q->step));
-  PE_CK_OK(pe_par_exec_new(q->m, s, &q->init));
+  par_new_opts(q, rt, &o, seed);
 }
 
 static inline void par_free(par *q) {

@@ -15,7 +15,7 @@
 # usage: test_layers.sh SOURCE_DIR
 set -eu
 src=$1
-FLOORS="core format ir ops compiler engine server"
+FLOORS="core format ir ops compiler engine net server"
 BACKEND_TOP=engine # the highest floor cuda may include
 NO_BACKEND_NAMES="core format ir ops compiler engine"
 CLIENT_MAY="core/strmap.h format/checkpoint_format.h format/durable_file.h"
@@ -35,10 +35,10 @@ rank() {
   echo 0
 }
 
-# includes DIR...: "FILE INCLUDED" for each #include "..." of the C, CUDA
-# and header files under DIR.
+# includes DIR...: "FILE INCLUDED" for each #include "..." of the C, C++,
+# CUDA and header files under DIR.
 includes() {
-  find "$@" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -print |
+  find "$@" -type f \( -name '*.c' -o -name '*.cpp' -o -name '*.h' -o -name '*.cu' \) -print |
     sort | while read -r file; do
       sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$file" |
         while read -r inc; do echo "$file $inc"; done

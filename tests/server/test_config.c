@@ -524,6 +524,7 @@ static const char *other_value(const pe_config_key *k, const pe_srv_config *c, c
       {"state", "dir", "/tmp/pe-other-state"},
       {"state", "shutdown_checkpoint", "other"},
       {"metrics", "listen", "127.0.0.1:9464"},
+      {"job", "host", "127.0.0.1"},
   };
   char now[256];
   value_of(k, c, now, sizeof now);
@@ -569,6 +570,7 @@ START_TEST(test_table_reload_restart) {
                                            "runtime places_trial_batch",
                                            "state checkpoint_on_shutdown",
                                            "state checkpoint_interval",
+                                           "job timeout",
                                            "sessions ttl",
                                            "limits max_message",
                                            "limits max_programs",
@@ -641,9 +643,10 @@ START_TEST(test_unknown_key) {
                 "config [limits]: unknown key 'max_widgets'", (const char *)NULL);
   expect_errors(pe_config_set(&c, "server", "ttl", "3"), PE_EINVAL,
                 "config [server]: unknown key 'ttl'", (const char *)NULL);
-  expect_errors(pe_config_set(&c, "widgets", "max", "3"), PE_EINVAL,
-                "unknown section [widgets] (server, runtime, state, sessions, limits, metrics)",
-                (const char *)NULL);
+  expect_errors(
+      pe_config_set(&c, "widgets", "max", "3"), PE_EINVAL,
+      "unknown section [widgets] (server, runtime, state, job, sessions, limits, metrics)",
+      (const char *)NULL);
   expect_errors(
       pe_config_load_string(&c, "[limits]\nmax_programs = 9\nmax_widgets = 3\n", "t.conf"),
       PE_EINVAL, "t.conf: line 3", "unknown key 'max_widgets'", (const char *)NULL);

@@ -271,6 +271,7 @@ static void chunk_task(void *arg) {
   if (atomic_fetch_sub_explicit(&x->chunks_left, 1, memory_order_acq_rel) != 1) return;
   coll_finish(x);
   par_hook(x, true);
+  if (!par_cross_hold(x)) return; /* completed with its step's others (parallel/cross.c) */
   if (x->engine)
     par_engine_complete(x); /* releases its variables, then par_node_done */
   else

@@ -283,6 +283,7 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   e->async = pe_device_is_async(m->dev[0]);
   pthread_mutex_init(&e->run_mu, NULL);
   pthread_mutex_init(&e->done_mu, NULL);
+  pthread_mutex_init(&e->cross_mu, NULL);
   pthread_cond_init(&e->done_cv, NULL);
   pe_status *st = NULL;
   e->n_rows = calloc((size_t)e->n_places, sizeof(*e->n_rows));
@@ -295,6 +296,7 @@ pe_status *pe_par_exec_new(pe_model *m, pe_graph *g, pe_par_exec **out) {
   for (int i = 0; !st && i < g->n_lvars; i++) lv_batch[i] = g->lvars[i].feed;
   for (int i = 0; !st && i < g->n_nodes; i++) st = compile_node(e, i, lv_batch);
   free(lv_batch);
+  if (!st) st = par_cross_compile(e);
   if (!st && !g->startup && e->n_places > 1) st = par_find_homes(e);
   if (!st) st = par_feeds_compile(e);
   if (!st && e->async) {
@@ -378,6 +380,7 @@ void pe_par_exec_free(pe_par_exec *e) {
   free(e->stage);
   free(e->n_rows);
   free(e->rows_sized);
+  par_cross_free(e);
   pthread_mutex_destroy(&e->run_mu);
   pthread_mutex_destroy(&e->done_mu);
   pthread_cond_destroy(&e->done_cv);

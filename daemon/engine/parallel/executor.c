@@ -41,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/node_comm.h"
 #include "engine/op_run.h"
 #include "engine/parallel/executor_internal.h"
 
@@ -181,9 +182,10 @@ static pe_status *launch_op(xnode *x) {
  * collective's chunk tasks complete it). */
 static bool node_exec(xnode *x, bool may_fan_out) {
   pe_par_exec *e = x->e;
-  if (atomic_load_explicit(&x->failed, memory_order_acquire)) return true;
+  /* A held all-reduce (parallel/cross.c) completes with its step's others. */
+  if (atomic_load_explicit(&x->failed, memory_order_acquire)) return par_cross_hold(x);
   if (!x->collective && x->batch_dep && e->has_feeds && e->n_rows[x->n->place] == 0) return true;
-  if (e->opts->skip && e->opts->skip[x->id]) return true;
+  if (e->opts->skip && e->opts->skip[x->id]) return par_cross_hold(x);
   par_delay(x);
   par_hook(x, false);
   atomic_fetch_add_explicit(&e->executed, 1, memory_order_relaxed);
@@ -191,7 +193,7 @@ static bool node_exec(xnode *x, bool may_fan_out) {
     /* A fanned-out collective reports its end from its last chunk. */
     bool now = par_coll_run(x, may_fan_out);
     if (now) par_hook(x, true);
-    return now;
+    return now && par_cross_hold(x);
   }
   pe_status *st = e->async ? launch_op(x) : run_op(x);
   par_hook(x, true);
@@ -334,6 +336,7 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   atomic_store(&e->err, NULL);
   atomic_store(&e->executed, 0);
   pe_graph *g = e->g;
+  PE_TRY(par_cross_begin(e));
 
   pe_status *st =
       split ? par_feeds_load_split(e, split, n_feeds) : par_feeds_load(e, feeds, n_feeds);
@@ -356,7 +359,11 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
     x->eop = NULL;
     x->task = (pe_task){task_fn, x, NULL};
     if (x->n->kind == PE_NODE_LOSS_GRAD_SCALE) {
-      x->scale = e->batch > 0 ? (float)((double)e->n_rows[x->n->place] / (double)e->batch) : 1.0f;
+      /* In a job across nodes each node has its share of the global batch
+       * (every node the same rows): n_p / (N * nodes). */
+      double nodes = e->ncomm ? (double)e->ncomm->world : 1.0;
+      x->scale = e->batch > 0 ? (float)((double)e->n_rows[x->n->place] / ((double)e->batch * nodes))
+                              : 1.0f;
       x->scale_attr->f = x->scale_base * x->scale;
     }
   }

@@ -166,6 +166,13 @@ pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64
 /* Waits for the model's pending work; frees parameters. Executors bound to
  * it must have been freed. NULL: no-op. */
 void pe_model_free(pe_model *m);
+/* The model trains in a job across nodes: the training graphs (compiled
+ * with pe_pass_opts.cross_nodes) sum their gradients over c's nodes as
+ * well (engine/node_comm.h); NULL detaches. The caller owns c, keeps it
+ * alive while it is attached, and sets it while no run of the model's
+ * graphs is in flight. cpu places only (a run on others refuses). */
+struct pe_node_comm;
+void pe_model_set_node_comm(pe_model *m, const struct pe_node_comm *c);
 int pe_model_places(const pe_model *m);
 /* Whether the model holds persistable `name` (on place 0). */
 bool pe_model_has(pe_model *m, const char *name);

@@ -102,6 +102,11 @@ struct xnode {
   pe_op_desc *scale_desc;
   pe_attr *scale_attr;
   float scale_base;
+  /* All-reduces of gradients: their rank among the graph's all-reduce
+   * nodes (node order), the order every node of a job sums them across
+   * nodes in (parallel/cross.c); -1 for other nodes. */
+  int cross_seq;
+  pe_task cross_task; /* completes the node once the job's sums are in */
 };
 
 typedef struct par_feedvar {
@@ -196,6 +201,19 @@ struct pe_par_exec {
   /* The tail's failure when pe_par_exec_release waited for it: par_drain
    * returns it next (to the next run, sync or free). Under run_mu. */
   pe_status *tail_err;
+
+  /* Sums across the nodes of a job (parallel/cross.c). ncomm: this run's
+   * (the model's at step begin, NULL when the graph has no all-reduce).
+   * cross[k]: the all-reduce node of cross_seq k once its sum over the
+   * places is done (posted), cross_next: the next to sum across nodes;
+   * cross_busy: a thread is summing; under cross_mu. */
+  const struct pe_node_comm *ncomm;
+  int n_cross;
+  xnode **cross;
+  int cross_next;
+  bool cross_busy;
+  bool cross_failed;
+  pthread_mutex_t cross_mu;
 };
 
 /* One step of a run (parallel/executor.c). The caller holds run_mu and set the
@@ -315,6 +333,21 @@ void par_coll_free(xnode *x);
  * (the caller then calls par_node_done), false when chunk tasks were
  * submitted and the last of them completes the node. */
 bool par_coll_run(xnode *x, bool may_fan_out);
+
+/* parallel/cross.c: sums across the nodes of a job. */
+/* At compile: the all-reduce nodes' cross_seq. */
+pe_status *par_cross_compile(pe_par_exec *e);
+void par_cross_free(pe_par_exec *e);
+/* At step begin: this run's communicator (the model's); refused on places
+ * other than cpu. */
+pe_status *par_cross_begin(pe_par_exec *e);
+/* x's sum over the places is done (or x failed or was skipped): true when
+ * x completes now (no sum across nodes this run), false when it is held
+ * and completed later. The step's all-reduce nodes complete together once
+ * every one of them was summed across the nodes, so that no optimizer
+ * update of the step runs unless all of the step's sums arrived (a peer
+ * lost mid-step leaves every parameter as of the last completed step). */
+bool par_cross_hold(xnode *x);
 
 /* parallel/collective_device.c: launch collective x with the backend's device
  * collectives on every place's comm stream (the model has a device

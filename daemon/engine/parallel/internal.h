@@ -112,6 +112,9 @@ struct pe_model {
   struct pe_device_comm *dcomm;
   pthread_mutex_t dcomm_mu;
   atomic_uint_fast64_t coll_seq; /* op ids of sim collectives */
+  /* The job's communicator across nodes (engine/node_comm.h), or NULL: the
+   * daemon's, set while no run of the model's graphs is in flight. */
+  const struct pe_node_comm *ncomm;
 };
 
 /* parallel/collective_device.c (m->dcomm set): wait for the places' comm

@@ -56,6 +56,10 @@ pe_status *pe_model_new(pe_runtime *rt, pe_place_kind kind, int n_places, uint64
   return NULL;
 }
 
+void pe_model_set_node_comm(pe_model *m, const struct pe_node_comm *c) {
+  m->ncomm = c;
+}
+
 void pe_model_free(pe_model *m) {
   if (!m) return;
   pe_engine *eng = m->rt->eng;

@@ -93,6 +93,12 @@ pe_status *pe_reg_compile(pe_server *s, const Pe__RegisterRequest *rq, const pe_
     po.n_keep = (int)o->n_keep;
     po.keep = (const char *const *)o->keep;
   }
+  /* A job across nodes sums every gradient over the nodes: AllReduce. */
+  if (o && o->job && !o->for_test) {
+    po.cross_nodes = true;
+    p->in_job = true;
+    if (o->strategy == PE__STRATEGY__AUTO) po.strategy = PE_STRATEGY_ALLREDUCE;
+  }
   p->strategy = po.strategy;
   pe_ir ir = {.prog = prog, .opts = &po};
   if (!st) st = pe_status_wrap(pe_graph_compile(&ir, o && o->for_test), "register: compile");

@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "server/heap_trim.h"
+#include "server/job/job.h"
 #include "server/registry/internal.h"
 
 bool pe_reg_grow(void **arr, int *cap, int need, size_t elem) {
@@ -54,6 +55,7 @@ static void model_destroy(pe_srv_model *m) {
   pe_run_budget_set(&m->srv->run_budget, &m->charged_bytes, 0);
   pe_model_free(m->m);
   free(m->trial);
+  pe_srv_job_free(m->job);
   pe_shape_claims_destroy(&m->shapes);
   pthread_mutex_destroy(&m->save_mu);
   pthread_mutex_destroy(&m->ckpt_mu);

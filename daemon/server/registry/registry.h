@@ -109,6 +109,9 @@ typedef struct pe_srv_model {
   bool restart_seen;
   pthread_mutex_t ckpt_mu; /* guards ckpt (held for a copy, never across I/O) */
   pe_ckpt_record ckpt;
+  /* The job across nodes the model trains in (server/job/job.h), or NULL;
+   * under init_mu. */
+  struct pe_srv_job *job;
 } pe_srv_model;
 
 /* Note a checkpoint write of m (pe_checkpoint_save): written as `name`
@@ -128,6 +131,7 @@ typedef struct pe_srv_program {
   pe_cuda_graph_mode cuda_graph; /* options.cuda_graph, else the daemon's */
   pe_graph_strategy strategy;    /* as compiled: options.strategy, AUTO resolved */
   bool for_test;
+  bool in_job; /* compiled for a job across nodes (options.job): runs need the job */
   /* Its main graph changes no persistable (no optimizer, no state update;
    * a test-mode batch norm's running statistics, written onto themselves,
    * are no change: pe_graph_node_updates_persistable): a run of it may take

@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/names_unique.h"
 #include "server/client_tag.h"
+#include "server/job/join.h"
 #include "server/registry/registry.h"
 #include "server/run/batches.h"
 #include "server/run/cancel.h"
@@ -404,6 +405,7 @@ static pe_status *fill_reply(run_state *r) {
  * steps it applied (partial_reply). */
 static pe_status *run_program(ctx *c, pe_srv_program *p, pe_run_entry *entry) {
   PE_TRY(check_not_applied(c, p));
+  PE_TRY(pe_srv_job_check_formed(p));
   run_state r = {.c = c, .p = p, .entry = entry, .li = -1};
   PE_TRY(check_request(&r));
   pe_status *st = take_feeds(&r);

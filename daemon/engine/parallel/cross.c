@@ -1,0 +1,142 @@
+/* Sums of gradients across the nodes of a job (engine/node_comm.h).
+ *
+ * A gradient's all-reduce node first sums over the node's places (the cpu
+ * chunk tasks of parallel/collective_nodes.c), then is posted here. The
+ * nodes of a job must issue their all-reduces in one order, so the posted
+ * nodes are summed across nodes in cross_seq order: the thread that posts
+ * the next one in order sums it, and goes on with the following ones that
+ * are already posted (no thread ever waits for another's post: a pool
+ * worker only blocks inside the communicator, on the peers). The sum lands
+ * in place 0's buffer and is copied to the other places.
+ *
+ * The step's all-reduce nodes complete together after the last one was
+ * summed: their successors (the optimizer updates) run only when every sum
+ * of the step arrived. The backward pass never waits for them (it reads no
+ * summed gradient), so it overlaps the exchange. A failure (a lost peer,
+ * the timeout, or this node's own part failing) fails every held node: the
+ * step updates no parameter, and the peers are told (pe_node_comm.fail),
+ * so none of them waits for this node. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/node_comm.h"
+#include "engine/parallel/executor_internal.h"
+
+pe_status *par_cross_compile(pe_par_exec *e) {
+  const pe_graph *g = e->g;
+  e->n_cross = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    pe_node_kind k = g->nodes[i].kind;
+    bool ar = k == PE_NODE_ALL_REDUCE || k == PE_NODE_FUSED_ALL_REDUCE;
+    e->x[i].cross_seq = ar && !g->startup ? e->n_cross++ : -1;
+  }
+  if (!e->n_cross) return NULL;
+  e->cross = calloc((size_t)e->n_cross, sizeof(*e->cross));
+  return e->cross ? NULL : pe_error(PE_ENOMEM, "parallel executor: out of memory");
+}
+
+void par_cross_free(pe_par_exec *e) {
+  free(e->cross);
+  pthread_mutex_destroy(&e->cross_mu);
+}
+
+pe_status *par_cross_begin(pe_par_exec *e) {
+  e->ncomm = e->n_cross ? e->m->ncomm : NULL;
+  if (!e->ncomm) return NULL;
+  if (e->async || e->m->dcomm || e->m->kind != PE_PLACE_CPU)
+    return pe_error(PE_EINVAL,
+                    "job across nodes: the model lives on %s:%d; a job sums its gradients "
+                    "across nodes from cpu places only",
+                    pe_place_kind_name(e->m->kind), e->n_places);
+  memset(e->cross, 0, (size_t)e->n_cross * sizeof(*e->cross));
+  e->cross_next = 0;
+  e->cross_busy = false;
+  e->cross_failed = false;
+  return NULL;
+}
+
+/* Sum x across the nodes (x's sum over the places is in every place's
+ * buffers); a failure fails the step. */
+static void cross_sum(xnode *x) {
+  pe_par_exec *e = x->e;
+  const pe_graph_node *n = x->n;
+  const pe_node_comm *c = e->ncomm;
+  if (e->cross_failed) return; /* the communicator is broken: nothing more */
+  if (atomic_load_explicit(&x->failed, memory_order_acquire)) {
+    c->fail(c->ctx, "a step failed on this node before its gradients were summed");
+    e->cross_failed = true;
+    return;
+  }
+  int np = e->n_places;
+  int w = n->kind == PE_NODE_FUSED_ALL_REDUCE ? 1 : (n->width > 0 ? n->width : 1);
+  float *bufs[64];
+  size_t counts[64];
+  pe_status *st = NULL;
+  uint64_t t0 = e->tl ? pe_timeline_now_ns() : 0;
+  /* In groups of up to 64 buffers (a node's width is small). */
+  for (int k0 = 0; k0 < w && !st; k0 += 64) {
+    int m = w - k0 < 64 ? w - k0 : 64;
+    for (int k = 0; k < m; k++) {
+      if (n->kind == PE_NODE_FUSED_ALL_REDUCE) {
+        bufs[k] = e->bucket_mem[n->bucket * np];
+      } else {
+        bufs[k] = pe_f32(x->cin[k0 + k]);
+      }
+      counts[k] = (size_t)x->counts[k0 + k];
+    }
+    st = c->all_reduce(c->ctx, bufs, counts, m);
+    for (int k = 0; k < m && !st; k++)
+      for (int p = 1; p < np; p++) {
+        float *dst = n->kind == PE_NODE_FUSED_ALL_REDUCE ? e->bucket_mem[n->bucket * np + p]
+                                                         : pe_f32(x->cin[p * w + k0 + k]);
+        if (counts[k]) memcpy(dst, bufs[k], counts[k] * sizeof(float));
+      }
+  }
+  if (e->tl) par_record(x, e->g->places[0], "across nodes", t0);
+  if (st) {
+    par_fail(e, pe_status_wrap(st, "node %d %s: summing the gradients across the job's %d nodes",
+                               x->id, n->name, c->world));
+    e->cross_failed = true;
+  }
+}
+
+static void complete_task(void *arg) {
+  xnode *x = arg;
+  if (x->engine)
+    par_engine_complete(x); /* releases its variables, then par_node_done */
+  else
+    par_run_chain(par_node_done(x, true));
+}
+
+bool par_cross_hold(xnode *x) {
+  pe_par_exec *e = x->e;
+  if (x->cross_seq < 0 || !e->ncomm) return true;
+  pthread_mutex_lock(&e->cross_mu);
+  e->cross[x->cross_seq] = x;
+  if (e->cross_busy) {
+    pthread_mutex_unlock(&e->cross_mu);
+    return false;
+  }
+  e->cross_busy = true;
+  while (e->cross_next < e->n_cross && e->cross[e->cross_next]) {
+    xnode *y = e->cross[e->cross_next];
+    pthread_mutex_unlock(&e->cross_mu);
+    cross_sum(y);
+    pthread_mutex_lock(&e->cross_mu);
+    e->cross_next++;
+  }
+  bool last = e->cross_next == e->n_cross;
+  e->cross_busy = false;
+  pthread_mutex_unlock(&e->cross_mu);
+  if (!last) return false;
+  /* Every sum is in (or the step failed): release the held nodes; x, the
+   * one posted last, completes on this thread (its caller's path). */
+  for (int k = 0; k < e->n_cross; k++) {
+    xnode *y = e->cross[k];
+    if (e->cross_failed) atomic_store_explicit(&y->failed, true, memory_order_release);
+    if (y == x) continue;
+    y->cross_task = (pe_task){complete_task, y, NULL};
+    pe_pool_submit(e->rt->pool, &y->cross_task);
+  }
+  return true;
+}

@@ -1,0 +1,420 @@
+/* Jobs across nodes, end to end on loopback: 2 and 3 daemons (each with
+ * its own socket and state directory) train the MLP data-parallel through
+ * libpeclient, each node on its contiguous shard of the global batch.
+ *  - every node's parameters are bit-identical after every step;
+ *  - they equal one daemon training the global batch on cpu:N, within
+ *    summation order;
+ *  - kill -9 of one daemon mid-run: the other's run fails naming the peer,
+ *    its parameters stay as of the last completed step, it answers ping,
+ *    and the job forms again once the node is back;
+ *  - a node with another program is refused at rendezvous, naming the
+ *    node and the variable; a rank taken twice is refused, and so is a
+ *    node that comes after the job formed.
+ * The job's timeout is 5 s here ([job] timeout). */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_daemon.h"
+#include "free_port.h"
+#include "pe_client.h"
+#include "pe_models.h"
+#include "test_assert.h"
+
+#define GLOBAL 24 /* global batch rows: 12 per node of 2, 8 per node of 3 */
+#define STEPS 3
+#define MAXN 3
+#define CONF "[job]\nhost = 127.0.0.1\ntimeout = 5\n"
+
+typedef struct batch {
+  float x[GLOBAL * 784];
+  int64_t y[GLOBAL];
+} batch;
+
+static void batch_fill(batch *b) {
+  uint32_t s = 11;
+  for (int i = 0; i < GLOBAL * 784; i++) {
+    s = s * 1664525u + 1013904223u;
+    b->x[i] = (float)(s >> 8) / (float)(1u << 24);
+  }
+  for (int i = 0; i < GLOBAL; i++) b->y[i] = (i * 7) % 10;
+}
+
+/* All of a model's values, concatenated in the daemon's name order. */
+typedef struct snap {
+  size_t n;
+  float *v;
+} snap;
+
+static void snap_take(pe_client *c, const char *model, snap *s) {
+  const pe_client_tensor *v;
+  size_t n;
+  CD_OK(c, pe_client_get_params(c, model, NULL, 0, &v, &n));
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += v[i].nbytes;
+  s->v = malloc(total);
+  s->n = total / sizeof(float);
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    memcpy((char *)s->v + at, v[i].data, v[i].nbytes);
+    at += v[i].nbytes;
+  }
+}
+
+/* One node: its daemon, client, job spec, and what it saw. */
+typedef struct node {
+  cd_daemon *d;
+  pe_client *c;
+  const pe_model_spec *m;
+  const batch *b;
+  int rank, world;
+  char rendezvous[64];
+  uint64_t h;
+  int rc;
+  char err[1024];
+  snap after[STEPS];
+} node;
+
+static void node_error(node *n) {
+  snprintf(n->err, sizeof n->err, "%s", pe_client_error(n->c));
+}
+
+static void *node_register(void *arg) {
+  node *n = arg;
+  const char *keep[] = {n->m->loss};
+  pe_client_register_args a = {.program = n->m->bytes,
+                               .program_len = n->m->len,
+                               .model = "job-mlp",
+                               .places = "cpu:1",
+                               .seed = 3,
+                               .keep = keep,
+                               .n_keep = 1,
+                               .job = "j",
+                               .job_world = n->world,
+                               .job_rank = n->rank,
+                               .job_rendezvous = n->rendezvous,
+                               .job_token = "secret"};
+  pe_client_program p;
+  n->rc = pe_client_register(n->c, &a, &p);
+  if (n->rc) {
+    node_error(n);
+    return NULL;
+  }
+  n->h = p.handle;
+  bool inited;
+  n->rc = pe_client_init(n->c, n->h, false, &inited);
+  if (n->rc) node_error(n);
+  return NULL;
+}
+
+/* Node r's shard: rows [r * G / world, (r + 1) * G / world). */
+static int node_step(node *n) {
+  int rows = GLOBAL / n->world, row0 = n->rank * rows;
+  pe_client_tensor f[2];
+  pe_client_tensor_set(&f[0], n->m->image, PE_B_F32, 2, (int64_t[]){rows, 784},
+                       n->b->x + (size_t)row0 * 784);
+  pe_client_tensor_set(&f[1], n->m->label, PE_B_I64, 2, (int64_t[]){rows, 1}, n->b->y + row0);
+  const char *fetch[] = {n->m->loss};
+  pe_client_run_result r;
+  n->rc = pe_client_run(n->c, n->h, f, 2, fetch, 1, NULL, &r);
+  if (n->rc) node_error(n);
+  return n->rc;
+}
+
+static void *node_train(void *arg) {
+  node *n = arg;
+  for (int s = 0; s < STEPS; s++) {
+    if (node_step(n)) return NULL;
+    snap_take(n->c, "job-mlp", &n->after[s]);
+  }
+  return NULL;
+}
+
+static void *node_one_step(void *arg) {
+  node_step(arg);
+  return NULL;
+}
+
+/* fn on every node at once (registers and runs meet in the job). */
+static void all(node *ns, int world, void *(*fn)(void *)) {
+  pthread_t t[MAXN];
+  for (int r = 0; r < world; r++) ck_assert_int_eq(pthread_create(&t[r], NULL, fn, &ns[r]), 0);
+  for (int r = 0; r < world; r++) pthread_join(t[r], NULL);
+}
+
+static void nodes_start(cd_daemon *d, node *ns, int world, const pe_model_spec *m, const batch *b) {
+  int port = free_port();
+  for (int r = 0; r < world; r++) {
+    cd_start_conf(&d[r], CONF);
+    ns[r] = (node){.d = &d[r], .m = m, .b = b, .rank = r, .world = world};
+    ns[r].c = cd_connect(&d[r]);
+    snprintf(ns[r].rendezvous, sizeof ns[r].rendezvous, "127.0.0.1:%d", port);
+  }
+}
+
+/* Every node's daemon still answers ping; then all are stopped. */
+static void nodes_stop(cd_daemon *d, node *ns, int n) {
+  for (int r = 0; r < n; r++) {
+    ck_assert_int_eq(pe_client_ping(ns[r].c), 0);
+    pe_client_free(ns[r].c);
+    cd_stop(&d[r]);
+  }
+}
+
+/* One daemon on cpu:world trains the global batch for STEPS steps. */
+static void single_reference(const pe_model_spec *m, const batch *b, int world, snap *ref) {
+  cd_daemon d;
+  cd_start(&d);
+  pe_client *c = cd_connect(&d);
+  char places[16];
+  snprintf(places, sizeof places, "cpu:%d", world);
+  const char *keep[] = {m->loss};
+  pe_client_register_args a = {.program = m->bytes,
+                               .program_len = m->len,
+                               .model = "one",
+                               .places = places,
+                               .seed = 3,
+                               .keep = keep,
+                               .n_keep = 1};
+  pe_client_program p;
+  CD_OK(c, pe_client_register(c, &a, &p));
+  bool inited;
+  CD_OK(c, pe_client_init(c, p.handle, false, &inited));
+  pe_client_tensor f[2];
+  pe_client_tensor_set(&f[0], m->image, PE_B_F32, 2, (int64_t[]){GLOBAL, 784}, b->x);
+  pe_client_tensor_set(&f[1], m->label, PE_B_I64, 2, (int64_t[]){GLOBAL, 1}, b->y);
+  const char *fetch[] = {m->loss};
+  for (int s = 0; s < STEPS; s++) {
+    pe_client_run_result r;
+    CD_OK(c, pe_client_run(c, p.handle, f, 2, fetch, 1, NULL, &r));
+    snap_take(c, "one", &ref[s]);
+  }
+  pe_client_free(c);
+  cd_stop(&d);
+}
+
+static void train_job(int world) {
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  batch *b = malloc(sizeof *b);
+  batch_fill(b);
+  cd_daemon d[MAXN];
+  node ns[MAXN];
+  nodes_start(d, ns, world, &m, b);
+  all(ns, world, node_register);
+  for (int r = 0; r < world; r++) {
+    if (ns[r].rc) cd_dump_log(&d[r]);
+    ck_assert_msg(ns[r].rc == 0, "rank %d: register/init: %s", r, ns[r].err);
+  }
+  all(ns, world, node_train);
+  for (int r = 0; r < world; r++) {
+    if (ns[r].rc) cd_dump_log(&d[r]);
+    ck_assert_msg(ns[r].rc == 0, "rank %d: train: %s", r, ns[r].err);
+  }
+  snap ref[STEPS];
+  single_reference(&m, b, world, ref);
+  for (int s = 0; s < STEPS; s++) {
+    snap *s0 = &ns[0].after[s];
+    ck_assert_uint_eq(s0->n, ref[s].n);
+    for (int r = 1; r < world; r++) {
+      ck_assert_uint_eq(ns[r].after[s].n, s0->n);
+      ck_assert_msg(!memcmp(ns[r].after[s].v, s0->v, s0->n * sizeof(float)),
+                    "step %d: rank %d's parameters differ from rank 0's", s, r);
+    }
+    /* One daemon on cpu:N sums the places in place order, the job sums
+     * the nodes in Gloo's: equal within summation order. */
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < s0->n; i++) {
+      double dv = fabs((double)s0->v[i] - (double)ref[s].v[i]);
+      if (dv > worst) worst = dv;
+      if (s == STEPS - 1) moved += fabs((double)s0->v[i] - (double)ns[0].after[0].v[i]);
+    }
+    ck_assert_msg(worst <= 1e-5, "step %d: the job is %g from one daemon on cpu:%d", s, worst,
+                  world);
+    if (s == STEPS - 1) ck_assert_msg(moved > 0, "training did not change the parameters");
+  }
+  for (int r = 0; r < world; r++)
+    for (int s = 0; s < STEPS; s++) free(ns[r].after[s].v);
+  nodes_stop(d, ns, world);
+  for (int s = 0; s < STEPS; s++) free(ref[s].v);
+  free(b);
+  pe_model_spec_release(&m);
+}
+
+START_TEST(test_two_nodes_train_as_one_daemon_on_cpu2) {
+  train_job(2);
+}
+END_TEST
+
+START_TEST(test_three_nodes_train_as_one_daemon_on_cpu3) {
+  train_job(3);
+}
+END_TEST
+
+START_TEST(test_killed_peer_fails_the_step_and_the_job_forms_again) {
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  batch *b = malloc(sizeof *b);
+  batch_fill(b);
+  cd_daemon d[2];
+  node ns[2];
+  nodes_start(d, ns, 2, &m, b);
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "register: %s / %s", ns[0].err, ns[1].err);
+  all(ns, 2, node_one_step);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "step: %s / %s", ns[0].err, ns[1].err);
+  snap before;
+  snap_take(ns[0].c, "job-mlp", &before);
+
+  /* Rank 1's daemon dies; rank 0's step fails naming it. */
+  kill(d[1].pid, SIGKILL);
+  int st;
+  ck_assert_int_eq(waitpid(d[1].pid, &st, 0), d[1].pid);
+  ck_assert_int_ne(node_step(&ns[0]), 0);
+  ck_assert_msg(strstr(ns[0].err, "rank 1"), "error does not name the peer: %s", ns[0].err);
+  ck_assert_int_eq(pe_client_ping(ns[0].c), 0);
+  snap now;
+  snap_take(ns[0].c, "job-mlp", &now);
+  ck_assert_uint_eq(now.n, before.n);
+  ck_assert_msg(!memcmp(now.v, before.v, now.n * sizeof(float)),
+                "the failed step changed rank 0's parameters");
+  free(now.v);
+  /* The broken job refuses further steps until it is formed again. */
+  ck_assert_int_ne(node_step(&ns[0]), 0);
+  ck_assert_msg(strstr(ns[0].err, "register the program again"), "%s", ns[0].err);
+
+  /* Rank 1 back (its daemon restarted, fresh model): formed again, rank
+   * 0's values reach it, and both train on, bit-identical. */
+  pe_client_free(ns[1].c);
+  cd_spawn(&d[1], (uid_t)-1, (gid_t)-1);
+  ns[1].c = cd_connect(&d[1]);
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "re-form: %s / %s", ns[0].err, ns[1].err);
+  snap s1;
+  snap_take(ns[1].c, "job-mlp", &s1);
+  ck_assert_msg(!memcmp(s1.v, before.v, s1.n * sizeof(float)),
+                "the re-formed job did not hand rank 0's values to rank 1");
+  free(s1.v);
+  all(ns, 2, node_one_step);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "step: %s / %s", ns[0].err, ns[1].err);
+  snap a0, a1;
+  snap_take(ns[0].c, "job-mlp", &a0);
+  snap_take(ns[1].c, "job-mlp", &a1);
+  ck_assert(!memcmp(a0.v, a1.v, a0.n * sizeof(float)));
+  free(a0.v);
+  free(a1.v);
+  free(before.v);
+  nodes_stop(d, ns, 2);
+  free(b);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+/* A peer that stops answering (SIGSTOP) without dying: the step fails after
+ * [job] timeout (5 s here), naming it; nobody hangs. */
+START_TEST(test_silent_peer_fails_the_step_after_the_timeout) {
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  batch *b = malloc(sizeof *b);
+  batch_fill(b);
+  cd_daemon d[2];
+  node ns[2];
+  nodes_start(d, ns, 2, &m, b);
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "register: %s / %s", ns[0].err, ns[1].err);
+  kill(d[1].pid, SIGSTOP);
+  ck_assert_int_ne(node_step(&ns[0]), 0);
+  kill(d[1].pid, SIGCONT);
+  ck_assert_msg(strstr(ns[0].err, "rank 1") && strstr(ns[0].err, "across the job's 2 nodes"), "%s",
+                ns[0].err);
+  ck_assert_int_eq(pe_client_ping(ns[0].c), 0);
+  nodes_stop(d, ns, 2);
+  free(b);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+START_TEST(test_mismatched_program_is_refused_naming_node_and_variable) {
+  pe_model_spec m, other;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(pe_model_spec_build("cnn", &other, err, sizeof err) == 0, "%s", err);
+  cd_daemon d[2];
+  node ns[2];
+  nodes_start(d, ns, 2, &m, NULL);
+  ns[1].m = &other;
+  all(ns, 2, node_register);
+  for (int r = 0; r < 2; r++) {
+    ck_assert_msg(ns[r].rc != 0, "rank %d joined a job of two programs", r);
+    ck_assert_msg(strstr(ns[r].err, "node rank 1 does not match rank 0: variable '"), "rank %d: %s",
+                  r, ns[r].err);
+  }
+  nodes_stop(d, ns, 2);
+  pe_model_spec_release(&m);
+  pe_model_spec_release(&other);
+}
+END_TEST
+
+START_TEST(test_rank_taken_twice_is_refused) {
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  cd_daemon d[3];
+  node ns[3];
+  nodes_start(d, ns, 3, &m, NULL);
+  for (int r = 0; r < 3; r++) ns[r].world = 2;
+  ns[2].rank = 1;
+  all(ns, 3, node_register);
+  int taken = 0;
+  for (int r = 0; r < 3; r++)
+    if (ns[r].rc && strstr(ns[r].err, "joined twice")) taken++;
+  ck_assert_msg(taken >= 1, "no node was told rank 1 joined twice: %s / %s / %s", ns[0].err,
+                ns[1].err, ns[2].err);
+  nodes_stop(d, ns, 3);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+START_TEST(test_node_joining_after_the_job_formed_is_refused) {
+  pe_model_spec m;
+  char err[256];
+  ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
+  cd_daemon d[3];
+  node ns[3];
+  nodes_start(d, ns, 3, &m, NULL);
+  for (int r = 0; r < 3; r++) ns[r].world = 2;
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "register: %s / %s", ns[0].err, ns[1].err);
+  /* Rank 1 again, from a third daemon, once the job formed: no rendezvous
+   * is left to join (rank 0 closed its store), within [job] timeout. */
+  ns[2].rank = 1;
+  node_register(&ns[2]);
+  ck_assert_int_ne(ns[2].rc, 0);
+  ck_assert_msg(strstr(ns[2].err, "forming the job (a node that joins after the job formed"), "%s",
+                ns[2].err);
+  nodes_stop(d, ns, 3);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("job_nodes");
+  TCase *tc = tcase_create("job");
+  tcase_add_test(tc, test_two_nodes_train_as_one_daemon_on_cpu2);
+  tcase_add_test(tc, test_three_nodes_train_as_one_daemon_on_cpu3);
+  tcase_add_test(tc, test_killed_peer_fails_the_step_and_the_job_forms_again);
+  tcase_add_test(tc, test_silent_peer_fails_the_step_after_the_timeout);
+  tcase_add_test(tc, test_mismatched_program_is_refused_naming_node_and_variable);
+  tcase_add_test(tc, test_rank_taken_twice_is_refused);
+  tcase_add_test(tc, test_node_joining_after_the_job_formed_is_refused);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+CD_CHECK_MAIN(suite)

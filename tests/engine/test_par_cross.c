@@ -1,0 +1,199 @@
+/* The executor's sums across the nodes of a job (parallel/cross.c), with a
+ * communicator table of the test's own (engine/node_comm.h), no network:
+ *  - "two identical nodes": the table doubles every buffer (the peer's
+ *    gradient is this node's). The loss seed is halved (2 nodes), so the
+ *    model trains bit for bit as without a job; the all-reduces come in the
+ *    same order every step, one call per all-reduce node;
+ *  - a failing exchange fails the step naming it, and the step updates no
+ *    parameter (the all-reduce nodes complete together).
+ * cpu:1 and cpu:2, with and without fused buckets. */
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "engine/node_comm.h"
+#include "par_test_util.h"
+
+#define MAXCALLS 64
+
+/* The test's communicator: doubles, records the calls, fails call fail_at. */
+typedef struct fake {
+  int calls;               /* this step's */
+  int64_t sizes[MAXCALLS]; /* elements of each of this step's calls */
+  int64_t first[MAXCALLS]; /* the first step's */
+  int n_first;
+  int fail_at; /* 1-based call of a step to fail; 0: never */
+  int failed_steps;
+} fake;
+
+static pe_status *fake_all_reduce(void *ctx, float *const *bufs, const size_t *counts, int nbuf) {
+  fake *f = ctx;
+  int64_t total = 0;
+  for (int i = 0; i < nbuf; i++) total += (int64_t)counts[i];
+  if (f->calls < MAXCALLS) f->sizes[f->calls] = total;
+  f->calls++;
+  if (f->fail_at && f->calls == f->fail_at)
+    return pe_error(PE_EIO, "fake: lost peer rank 1 (connection closed)");
+  for (int i = 0; i < nbuf; i++)
+    for (size_t k = 0; k < counts[i]; k++) bufs[i][k] *= 2.0f;
+  return NULL;
+}
+
+static void fake_fail(void *ctx, const char *why) {
+  (void)why;
+  ((fake *)ctx)->failed_steps++;
+}
+
+static void par_new_cross(par *q, pe_runtime *rt, int n, bool fuse, uint64_t seed) {
+  pe_pass_opts o = {.place_kind = PE_PLACE_CPU,
+                    .n_places = n,
+                    .strategy = PE_STRATEGY_ALLREDUCE,
+                    .fuse = fuse,
+                    .fuse_bucket_bytes = 256,
+                    .cross_nodes = true};
+  par_new_opts(q, rt, &o, seed);
+}
+
+/* The graph's all-reduce nodes (what the executor sums across nodes). */
+static int all_reduces(par *q) {
+  const pe_graph *g = pe_par_exec_graph(q->step);
+  int k = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    k += g->nodes[i].kind == PE_NODE_ALL_REDUCE || g->nodes[i].kind == PE_NODE_FUSED_ALL_REDUCE;
+  return k;
+}
+
+/* Every persistable of a equals b's, bit for bit. */
+static void assert_same_values(par *a, par *b) {
+  const char **names;
+  int n;
+  PE_CK_OK(pe_model_names(a->m, &names, &n));
+  ck_assert_int_gt(n, 4);
+  for (int i = 0; i < n; i++) {
+    pe_tensor ta, tb;
+    pe_tensor_init(&ta);
+    pe_tensor_init(&tb);
+    PE_CK_OK(pe_model_get(a->m, names[i], &ta));
+    PE_CK_OK(pe_model_get(b->m, names[i], &tb));
+    ck_assert_uint_eq(pe_tensor_bytes(&ta), pe_tensor_bytes(&tb));
+    ck_assert_msg(!memcmp(ta.data, tb.data, pe_tensor_bytes(&ta)), "'%s' differs", names[i]);
+    pe_tensor_release(&ta);
+    pe_tensor_release(&tb);
+  }
+  free(names);
+}
+
+static void trains_as_without_a_job(int places, bool fuse) {
+  pe_runtime *rt = rt_new(2);
+  par job, plain;
+  par_new_cross(&job, rt, places, fuse, 7);
+  par_new(&plain, rt, PE_PLACE_CPU, places, PE_STRATEGY_ALLREDUCE, fuse, 7);
+  fake f = {0};
+  pe_node_comm c = {&f, 0, 2, fake_all_reduce, fake_fail};
+  pe_model_set_node_comm(job.m, &c);
+  PE_CK_OK(pe_par_exec_run(job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  PE_CK_OK(pe_par_exec_run(plain.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  int nodes = all_reduces(&job);
+  ck_assert_int_gt(nodes, 0);
+  for (int step = 0; step < 3; step++) {
+    f.calls = 0;
+    par_step(&job, step, 12, NULL);
+    par_step(&plain, step, 12, NULL);
+    ck_assert_int_eq(f.calls, nodes);
+    if (step == 0) {
+      memcpy(f.first, f.sizes, sizeof f.sizes);
+      f.n_first = f.calls;
+    } else {
+      ck_assert_msg(!memcmp(f.first, f.sizes, (size_t)f.n_first * sizeof(int64_t)),
+                    "step %d: the all-reduces came in another order", step);
+    }
+    assert_same_values(&job, &plain);
+  }
+  ck_assert_int_eq(f.failed_steps, 0);
+  par_free(&job);
+  par_free(&plain);
+  pe_runtime_free(rt);
+}
+
+START_TEST(cpu1_trains_as_without_a_job) {
+  trains_as_without_a_job(1, false);
+}
+END_TEST
+START_TEST(cpu2_trains_as_without_a_job) {
+  trains_as_without_a_job(2, false);
+}
+END_TEST
+START_TEST(cpu2_fused_trains_as_without_a_job) {
+  trains_as_without_a_job(2, true);
+}
+END_TEST
+
+/* The second exchange of step 1 fails: the run's error names it, and no
+ * parameter moved in that step. */
+START_TEST(failed_exchange_updates_nothing) {
+  pe_runtime *rt = rt_new(2);
+  par job;
+  par_new_cross(&job, rt, 1, false, 7);
+  fake f = {0};
+  pe_node_comm c = {&f, 0, 2, fake_all_reduce, fake_fail};
+  pe_model_set_node_comm(job.m, &c);
+  PE_CK_OK(pe_par_exec_run(job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  par_step(&job, 0, 12, NULL);
+  par before;
+  before.m = NULL;
+  pe_runtime *rt2 = rt_new(1);
+  par_new(&before, rt2, PE_PLACE_CPU, 1, PE_STRATEGY_ALLREDUCE, false, 7);
+  const char **names;
+  int n;
+  PE_CK_OK(pe_model_names(job.m, &names, &n));
+  for (int i = 0; i < n; i++) { /* a copy of the values after step 0 */
+    pe_tensor t;
+    pe_tensor_init(&t);
+    PE_CK_OK(pe_model_get(job.m, names[i], &t));
+    PE_CK_OK(pe_model_set(before.m, names[i], &t));
+    pe_tensor_release(&t);
+  }
+  free(names);
+  f.calls = 0;
+  f.fail_at = 2;
+  float x[MAXB * DIM];
+  int64_t y[MAXB];
+  make_batch(1, 12, x, y);
+  pe_tensor xt, yt, out;
+  pe_tensor_init(&xt);
+  pe_tensor_init(&yt);
+  pe_tensor_init(&out);
+  pe_shape xs = PE_SHAPE(12, DIM), ys = PE_SHAPE(12, 1);
+  pe_tensor_view(&xt, PE_F32, &xs, x);
+  pe_tensor_view(&yt, PE_I64, &ys, y);
+  pe_feed feeds[2] = {{"x", &xt}, {"y", &yt}};
+  pe_status *st = pe_par_exec_run(job.step, feeds, 2, &LOSS, 1, &out, NULL, NULL);
+  ck_assert_ptr_nonnull(st);
+  ck_assert_msg(strstr(pe_status_msg(st), "summing the gradients across the job's 2 nodes") &&
+                    strstr(pe_status_msg(st), "lost peer rank 1"),
+                "%s", pe_status_msg(st));
+  pe_status_free(st);
+  pe_tensor_release(&out);
+  /* None after the failed one was attempted. */
+  ck_assert_int_eq(f.calls, 2);
+  assert_same_values(&job, &before);
+  par_free(&job);
+  par_free(&before);
+  pe_runtime_free(rt);
+  pe_runtime_free(rt2);
+}
+END_TEST
+
+static Suite *cross_suite(void) {
+  Suite *s = suite_create("par_cross");
+  TCase *tc = tcase_create("par_cross");
+  tcase_add_test(tc, cpu1_trains_as_without_a_job);
+  tcase_add_test(tc, cpu2_trains_as_without_a_job);
+  tcase_add_test(tc, cpu2_fused_trains_as_without_a_job);
+  tcase_add_test(tc, failed_exchange_updates_nothing);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(cross_suite)
