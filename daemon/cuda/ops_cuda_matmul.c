@@ -1,8 +1,7 @@
 /* CUDA kernel of matmul_v2 (batched, trans_x / trans_y, broadcast batch
  * dims) and its gradient on cuBLAS's strided-batched GEMM. The view of X
- * and Y is the CPU kernel's (ops/cpu/matmul_v2.c, here shape_plan.h's
- * pe_cu_mv_plan); the batch is merged into as few dims as the operands'
- * broadcasting allows (pe_cu_batch_plan): one GEMM call when nothing or a
+ * and Y is the CPU kernel's (ops/matmul_view.h's pe_mv_plan, shared); the batch is merged into as
+ * few dims as the operands' broadcasting allows (pe_cu_batch_plan): one GEMM call when nothing or a
  * whole operand broadcasts, else one call per index of the outer dims.
  *
  * Row-major as in ops_cuda_dnn.c: C = op(A) op(B) is the column-major
@@ -19,14 +18,15 @@
 
 #include "cuda/ops_cuda.h"
 #include "cuda/shape_plan.h"
+#include "ops/matmul_view.h"
 
 enum { MV_X, MV_Y };
 enum { MVG_X, MVG_Y, MVG_OUT, MVG_DOUT };
 enum { MVG_DX, MVG_DY };
 
-static pe_status *mv_view(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *y, pe_cu_mv *v) {
+static pe_status *mv_view(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *y, pe_mv_view *v) {
   bool tx = pe_attr_b(c->def, c->desc, "trans_x"), ty = pe_attr_b(c->def, c->desc, "trans_y");
-  const char *why = pe_cu_mv_plan(&x->shape, &y->shape, tx, ty, v);
+  const char *why = pe_mv_plan(&x->shape, &y->shape, tx, ty, v);
   if (!why) return NULL;
   char sx[PE_SHAPE_STRLEN], sy[PE_SHAPE_STRLEN];
   return pe_kernel_error(c, PE_ESHAPE, "X %s and Y %s (trans_x %s, trans_y %s): %s",
@@ -61,7 +61,7 @@ pe_status *pe_cu_gemm(pe_kernel_ctx *c, pe_cuda_ctx *x, bool ta, bool tb, int64_
 /* out[b] = op(A)[b'] op(B)[b''] over v's batch, A's batch dims ab and B's
  * bb (each ob or 1): A [r, in] (ta: stored [in, r]), B [in, cols] (tb:
  * stored [cols, in]), out dense [batch..., r, cols]. */
-static pe_status *product(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_cu_mv *v, const int64_t *ab,
+static pe_status *product(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_mv_view *v, const int64_t *ab,
                           const int64_t *bb, const float *a, const float *b, float *out, int64_t r,
                           int64_t in, int64_t cols, bool ta, bool tb, const char *what) {
   pe_cu_batch p;
@@ -92,14 +92,14 @@ pe_status *pe_cuk_matmul_v2(pe_kernel_ctx *c) {
                            x->device);
   pe_tensor *tx = pe_kin(c, MV_X, 0), *ty = pe_kin(c, MV_Y, 0), *out = pe_kout(c, 0, 0);
   if (pe_tensor_numel(out) == 0) return NULL;
-  pe_cu_mv v;
+  pe_mv_view v;
   PE_TRY(mv_view(c, tx, ty, &v));
   if (v.k == 0) return pe_cu_zero(c, x, out); /* an empty sum */
   return product(c, x, &v, v.xb, v.yb, pe_f32(tx), pe_f32(ty), pe_f32(out), v.m, v.k, v.n, v.tx,
                  v.ty, "matmul_v2");
 }
 
-static bool full_batch(const pe_cu_mv *v, const int64_t *b) {
+static bool full_batch(const pe_mv_view *v, const int64_t *b) {
   for (int i = 0; i < v->nb; i++)
     if (b[i] != v->ob[i]) return false;
   return true;
@@ -108,7 +108,7 @@ static bool full_batch(const pe_cu_mv *v, const int64_t *b) {
 /* The gradient d of an operand with batch dims b, stored as [r, cols]
  * matrices: product (ab, bb, a, b2, ...) straight into d when b is the
  * whole batch, else into the workspace and summed over b's broadcast dims. */
-static pe_status *grad_one(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_cu_mv *v, pe_tensor *d,
+static pe_status *grad_one(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_mv_view *v, pe_tensor *d,
                            const int64_t *b, int64_t r, int64_t cols, const int64_t *ab,
                            const int64_t *bb, const float *a0, const float *a1, int64_t pr,
                            int64_t pin, int64_t pcols, bool ta, bool tb, const char *what) {
@@ -136,9 +136,9 @@ pe_status *pe_cuk_matmul_v2_grad(pe_kernel_ctx *c) {
   pe_tensor *dx = pe_kout(c, MVG_DX, 0), *dy = pe_kout(c, MVG_DY, 0);
   if (!dx && !dy) return NULL;
   if (!dout || pe_tensor_numel(dout) == 0) return pe_cu_zero_outputs(c, x);
-  pe_cu_mv v;
+  pe_mv_view v;
   PE_TRY(mv_view(c, tx, ty, &v));
-  pe_shape want = pe_cu_mv_out_shape(&v);
+  pe_shape want = pe_mv_out_shape(&v);
   if (!pe_shape_equal(&want, &dout->shape))
     return pe_kernel_error(c, PE_ESHAPE, "input Out@GRAD does not have Out's shape");
   if (v.k == 0) return pe_cu_zero_outputs(c, x);

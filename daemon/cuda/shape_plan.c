@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "ops/slice_bounds.h"
+
 int64_t pe_cu_strided_simplify(pe_cu_strided *p) {
   int64_t numel = 1;
   for (int i = 0; i < p->nd; i++) numel *= p->dims[i];
@@ -51,61 +53,13 @@ void pe_cu_plan_transpose(const pe_shape *x, const int *perm, pe_cu_strided *p) 
   dense_strides(p->dims, p->nd, p->dst);
 }
 
-/* Python's slice bounds: negative counts from the end, then clamped to
- * [0, dim]; an empty range has size 0. */
-static void clamp_range(int64_t dim, int64_t s, int64_t e, int64_t *start, int64_t *size) {
-  if (s < 0) s += dim;
-  if (e < 0) e += dim;
-  s = s < 0 ? 0 : (s > dim ? dim : s);
-  e = e < 0 ? 0 : (e > dim ? dim : e);
-  *start = s;
-  *size = e > s ? e - s : 0;
-}
-
 void pe_cu_slice_window(const pe_shape *x, const int64_t *axes, const int64_t *starts,
                         const int64_t *ends, int n, int64_t *start, int64_t *size) {
   for (int i = 0; i < x->ndim; i++) start[i] = 0, size[i] = x->d[i];
   for (int k = 0; k < n; k++) {
     int a = (int)(axes[k] < 0 ? axes[k] + x->ndim : axes[k]);
-    clamp_range(x->d[a], starts[k], ends[k], &start[a], &size[a]);
+    pe_slice_bounds(x->d[a], starts[k], ends[k], &start[a], &size[a]);
   }
-}
-
-const char *pe_cu_mv_plan(const pe_shape *x, const pe_shape *y, bool tx, bool ty, pe_cu_mv *v) {
-  memset(v, 0, sizeof *v);
-  if (x->ndim < 1 || y->ndim < 1) return "needs X and Y of rank 1 or more";
-  v->xvec = x->ndim == 1;
-  v->yvec = y->ndim == 1;
-  v->tx = tx && !v->xvec;
-  v->ty = ty && !v->yvec;
-  v->xr = v->xvec ? 1 : x->d[x->ndim - 2];
-  v->xc = x->d[x->ndim - 1];
-  v->yr = y->d[v->yvec ? 0 : y->ndim - 2];
-  v->yc = v->yvec ? 1 : y->d[y->ndim - 1];
-  v->m = v->tx ? v->xc : v->xr;
-  v->k = v->tx ? v->xr : v->xc;
-  v->n = v->ty ? v->yr : v->yc;
-  if (v->k != (v->ty ? v->yc : v->yr)) return "contraction dims differ";
-  int xn = v->xvec ? 0 : x->ndim - 2, yn = v->yvec ? 0 : y->ndim - 2;
-  v->nb = xn > yn ? xn : yn;
-  for (int i = 0; i < v->nb; i++) {
-    int xi = i - (v->nb - xn), yi = i - (v->nb - yn);
-    v->xb[i] = xi >= 0 ? x->d[xi] : 1;
-    v->yb[i] = yi >= 0 ? y->d[yi] : 1;
-    if (v->xb[i] != v->yb[i] && v->xb[i] != 1 && v->yb[i] != 1)
-      return "batch dims do not broadcast";
-    v->ob[i] = v->xb[i] == 1 ? v->yb[i] : v->xb[i];
-  }
-  return NULL;
-}
-
-pe_shape pe_cu_mv_out_shape(const pe_cu_mv *v) {
-  pe_shape o = {.ndim = v->nb};
-  memcpy(o.d, v->ob, sizeof(int64_t) * (size_t)v->nb);
-  if (!v->xvec) o.d[o.ndim++] = v->m;
-  if (!v->yvec) o.d[o.ndim++] = v->n;
-  if (o.ndim == 0) o.d[o.ndim++] = 1; /* vector . vector: a scalar, [1] */
-  return o;
 }
 
 /* Matrix strides of an operand with batch dims b over ob: dense over its

@@ -1,8 +1,9 @@
 /* Host-side index arithmetic of the CUDA shape and batched-matmul kernels:
  * plain C without CUDA, so that tests/cuda/test_cuda_plan.c checks it on
- * any machine. The ops' own rules (slice's clamped windows, matmul_v2's
- * broadcast batch) are the CPU kernels' (ops/cpu/slice.c, matmul_v2.c);
- * these functions describe the same views as strides for the device. */
+ * any machine. The ops' own rules (slice's bounds, ops/slice_bounds.h;
+ * matmul_v2's view and broadcast batch, ops/matmul_view.h) are shared with
+ * the CPU kernels; these functions describe the same views as strides for
+ * the device. */
 #ifndef PE_CUDA_SHAPE_PLAN_H
 #define PE_CUDA_SHAPE_PLAN_H
 
@@ -32,20 +33,6 @@ void pe_cu_plan_transpose(const pe_shape *x, const int *perm, pe_cu_strided *p);
  * each, checked by the op's infer): start and size per dim of x. */
 void pe_cu_slice_window(const pe_shape *x, const int64_t *axes, const int64_t *starts,
                         const int64_t *ends, int n, int64_t *start, int64_t *size);
-
-/* matmul_v2's view of X and Y (the CPU kernel's rules): nb batch dims
- * aligned to the right (absent ones 1), op(X) [m, k], op(Y) [k, n], X
- * stored as [xr, xc] matrices, Y as [yr, yc]. NULL, or why they do not
- * multiply. */
-typedef struct pe_cu_mv {
-  int nb;
-  int64_t xb[PE_MAX_DIMS], yb[PE_MAX_DIMS], ob[PE_MAX_DIMS];
-  int64_t m, k, n, xr, xc, yr, yc;
-  bool tx, ty, xvec, yvec;
-} pe_cu_mv;
-const char *pe_cu_mv_plan(const pe_shape *x, const pe_shape *y, bool tx, bool ty, pe_cu_mv *v);
-/* Out's shape under v. */
-pe_shape pe_cu_mv_out_shape(const pe_cu_mv *v);
 
 /* The batch of one batched product C[b] = A[b'] . B[b''] over batch dims
  * ob, where A's and B's batch dims (ab, bb) equal ob or are 1 (broadcast)

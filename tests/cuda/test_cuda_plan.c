@@ -18,6 +18,7 @@ int main(void) {
 
 #include "check_main.h"
 #include "cuda/shape_plan.h"
+#include "ops/matmul_view.h"
 
 /* The device kernel's index arithmetic (kernels_shape.cu), on the host. */
 static void apply(const pe_cu_strided *p, int64_t numel, int *dst, const int *src) {
@@ -99,9 +100,9 @@ END_TEST
 
 /* matmul_v2's view: transposes, vectors, broadcast batch dims. */
 START_TEST(matmul_view) {
-  pe_cu_mv v;
+  pe_mv_view v;
   pe_shape x = PE_SHAPE(2, 1, 5, 3), y = PE_SHAPE(4, 5, 7);
-  ck_assert_ptr_null(pe_cu_mv_plan(&x, &y, true, false, &v));
+  ck_assert_ptr_null(pe_mv_plan(&x, &y, true, false, &v));
   ck_assert_int_eq(v.m, 3);
   ck_assert_int_eq(v.k, 5);
   ck_assert_int_eq(v.n, 7);
@@ -109,14 +110,14 @@ START_TEST(matmul_view) {
   ck_assert_int_eq(v.ob[0], 2);
   ck_assert_int_eq(v.ob[1], 4);
   ck_assert_int_eq(v.yb[0], 1);
-  pe_shape o = pe_cu_mv_out_shape(&v), want = PE_SHAPE(2, 4, 3, 7);
+  pe_shape o = pe_mv_out_shape(&v), want = PE_SHAPE(2, 4, 3, 7);
   ck_assert(pe_shape_equal(&o, &want));
-  ck_assert_str_eq(pe_cu_mv_plan(&x, &y, false, false, &v), "contraction dims differ");
+  ck_assert_str_eq(pe_mv_plan(&x, &y, false, false, &v), "contraction dims differ");
   pe_shape a = PE_SHAPE(3, 5, 2), b = PE_SHAPE(2, 2, 4);
-  ck_assert_str_eq(pe_cu_mv_plan(&a, &b, false, false, &v), "batch dims do not broadcast");
+  ck_assert_str_eq(pe_mv_plan(&a, &b, false, false, &v), "batch dims do not broadcast");
   pe_shape u = PE_SHAPE(5), w = PE_SHAPE(5);
-  ck_assert_ptr_null(pe_cu_mv_plan(&u, &w, true, true, &v)); /* flags ignored on vectors */
-  o = pe_cu_mv_out_shape(&v);
+  ck_assert_ptr_null(pe_mv_plan(&u, &w, true, true, &v)); /* flags ignored on vectors */
+  o = pe_mv_out_shape(&v);
   pe_shape scalar = PE_SHAPE(1);
   ck_assert(pe_shape_equal(&o, &scalar));
 }

@@ -17,6 +17,7 @@
 
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/dnnl_util.h"
+#include "ops/matmul_view.h"
 #include "ops/op_tables.h"
 
 enum { MV_X, MV_Y };
@@ -24,73 +25,12 @@ enum { MV_OUT };
 enum { MVG_X, MVG_Y, MVG_OUT, MVG_DOUT };
 enum { MVG_DX, MVG_DY };
 
-/* The product's view of X and Y: nb batch dims aligned to the right
- * (absent ones 1), X stored as [xr, xc] matrices (op(X) is [m, k]), Y as
- * [yr, yc] (op(Y) is [k, n]); dims may be -1 at compile time. */
-typedef struct mv_view {
-  int nb;
-  int64_t xb[PE_MAX_DIMS], yb[PE_MAX_DIMS], ob[PE_MAX_DIMS];
-  int64_t m, k, n, xr, xc, yr, yc;
-  bool tx, ty, xvec, yvec;
-} mv_view;
-
-/* One broadcast batch dim (-1: unknown); false when a and b clash. */
-static bool mv_bcast_dim(int64_t a, int64_t b, int64_t *o) {
-  if (a == b || b == 1)
-    *o = a;
-  else if (a == 1)
-    *o = b;
-  else if (a < 0 || b < 0)
-    *o = a < 0 ? b : a; /* a known dim > 1 decides */
-  else
-    return false;
-  return true;
-}
-
-/* The view of x and y; NULL, or why they do not multiply (static string
- * for the caller to complete with names and shapes). */
-static const char *mv_plan(const pe_shape *x, const pe_shape *y, bool tx, bool ty, mv_view *v) {
-  memset(v, 0, sizeof *v);
-  if (x->ndim < 1 || y->ndim < 1) return "needs X and Y of rank 1 or more";
-  v->xvec = x->ndim == 1;
-  v->yvec = y->ndim == 1;
-  v->tx = tx && !v->xvec;
-  v->ty = ty && !v->yvec;
-  v->xr = v->xvec ? 1 : x->d[x->ndim - 2];
-  v->xc = x->d[x->ndim - 1];
-  v->yr = y->d[v->yvec ? 0 : y->ndim - 2];
-  v->yc = v->yvec ? 1 : y->d[y->ndim - 1];
-  v->m = v->tx ? v->xc : v->xr;
-  v->k = v->tx ? v->xr : v->xc;
-  int64_t ky = v->ty ? v->yc : v->yr;
-  v->n = v->ty ? v->yr : v->yc;
-  if (v->k >= 0 && ky >= 0 && v->k != ky) return "contraction dims differ";
-  int xn = v->xvec ? 0 : x->ndim - 2, yn = v->yvec ? 0 : y->ndim - 2;
-  v->nb = xn > yn ? xn : yn;
-  for (int i = 0; i < v->nb; i++) {
-    int xi = i - (v->nb - xn), yi = i - (v->nb - yn);
-    v->xb[i] = xi >= 0 ? x->d[xi] : 1;
-    v->yb[i] = yi >= 0 ? y->d[yi] : 1;
-    if (!mv_bcast_dim(v->xb[i], v->yb[i], &v->ob[i])) return "batch dims do not broadcast";
-  }
-  return NULL;
-}
-
-static pe_shape mv_out_shape(const mv_view *v) {
-  pe_shape o = {.ndim = v->nb};
-  memcpy(o.d, v->ob, sizeof(int64_t) * (size_t)v->nb);
-  if (!v->xvec) o.d[o.ndim++] = v->m;
-  if (!v->yvec) o.d[o.ndim++] = v->n;
-  if (o.ndim == 0) o.d[o.ndim++] = 1; /* vector · vector: a scalar, [1] */
-  return o;
-}
-
-static pe_status *mv_check(pe_infer_ctx *c, mv_view *v) {
+static pe_status *mv_check(pe_infer_ctx *c, pe_mv_view *v) {
   PE_TRY(pe_dnnl_infer_f32(c));
   pe_meta *x = pe_in_meta(c, MV_X, 0), *y = pe_in_meta(c, MV_Y, 0);
   if (!x || !y) return pe_infer_error(c, PE_EARITY, "needs inputs X and Y");
   bool tx = pe_attr_b(c->def, c->desc, "trans_x"), ty = pe_attr_b(c->def, c->desc, "trans_y");
-  const char *why = mv_plan(&x->shape, &y->shape, tx, ty, v);
+  const char *why = pe_mv_plan(&x->shape, &y->shape, tx, ty, v);
   if (!why) return NULL;
   char sx[PE_SHAPE_STRLEN], sy[PE_SHAPE_STRLEN];
   return pe_infer_error(
@@ -100,15 +40,15 @@ static pe_status *mv_check(pe_infer_ctx *c, mv_view *v) {
 }
 
 static pe_status *mv_infer(pe_infer_ctx *c) {
-  mv_view v;
+  pe_mv_view v;
   PE_TRY(mv_check(c, &v));
-  pe_shape out = mv_out_shape(&v);
+  pe_shape out = pe_mv_out_shape(&v);
   pe_infer_set(c, MV_OUT, PE_F32, &out);
   return NULL;
 }
 
 static pe_status *mv_grad_infer(pe_infer_ctx *c) {
-  mv_view v;
+  pe_mv_view v;
   PE_TRY(mv_check(c, &v));
   return pe_infer_grad_like_inputs(c);
 }
@@ -133,9 +73,9 @@ static dnnl_status_t mv_md(dnnl_memory_desc_t *md, int nb, const int64_t *b, int
 
 /* One product a[r, in] · b[in, cols] -> o[r, cols] over batch dims (ab and
  * bb broadcast to ob); ta/tb: a/b stored transposed. Args: SRC, WEIGHTS, DST. */
-static pe_status *mv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const mv_view *v, const int64_t *ab,
-                           const int64_t *bb, int64_t r, int64_t in, int64_t cols, bool ta,
-                           bool tb) {
+static pe_status *mv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_mv_view *v,
+                           const int64_t *ab, const int64_t *bb, int64_t r, int64_t in,
+                           int64_t cols, bool ta, bool tb) {
   dnnl_memory_desc_t a, b, o;
   dnnl_matmul_desc_t md;
   PE_TRY(pe_dnnl_check(mv_md(&a, v->nb, ab, r, in, ta), c, "matmul_v2 src desc"));
@@ -153,10 +93,10 @@ static pe_status *mv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const mv_view *v,
 
 /* The view of the kernel's X and Y (infer checked them) and its cache
  * entry, keyed by both shapes (the trans attributes are fixed). */
-static pe_status *mv_lookup(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *y, mv_view *v,
+static pe_status *mv_lookup(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *y, pe_mv_view *v,
                             pe_dnnl_entry **e, bool *fresh) {
-  mv_plan(&x->shape, &y->shape, pe_attr_b(c->def, c->desc, "trans_x"),
-          pe_attr_b(c->def, c->desc, "trans_y"), v);
+  pe_mv_plan(&x->shape, &y->shape, pe_attr_b(c->def, c->desc, "trans_x"),
+             pe_attr_b(c->def, c->desc, "trans_y"), v);
   int64_t key[PE_DNNL_KEY_MAX];
   int nk = 0;
   pe_dnnl_key_shape(key, &nk, &x->shape);
@@ -171,7 +111,7 @@ static pe_status *mv_kernel(pe_kernel_ctx *c) {
     pe_tensor_zero(out);
     return NULL;
   }
-  mv_view v;
+  pe_mv_view v;
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(mv_lookup(c, x, y, &v, &e, &fresh));
@@ -183,13 +123,13 @@ static pe_status *mv_kernel(pe_kernel_ctx *c) {
 
 /* Whether an operand with batch dims b covers the whole batch ob (its
  * gradient needs no reduction). */
-static bool mv_full_batch(const mv_view *v, const int64_t *b) {
+static bool mv_full_batch(const pe_mv_view *v, const int64_t *b) {
   for (int i = 0; i < v->nb; i++)
     if (b[i] != v->ob[i]) return false;
   return true;
 }
 
-static int64_t mv_batch_numel(const mv_view *v) {
+static int64_t mv_batch_numel(const pe_mv_view *v) {
   int64_t n = 1;
   for (int i = 0; i < v->nb; i++) n *= v->ob[i];
   return n;
@@ -198,7 +138,7 @@ static int64_t mv_batch_numel(const mv_view *v) {
 /* Entry layout: prims[0] computes dX, prims[1] dY, each on the whole
  * batch; bufs[0] / bufs[1] hold them before the reduction of a broadcast
  * operand (a 64-byte placeholder when none is needed). */
-static pe_status *mv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const mv_view *v) {
+static pe_status *mv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_mv_view *v) {
   int64_t nbat = mv_batch_numel(v);
   void *buf;
   size_t xbytes = mv_full_batch(v, v->xb) ? 0 : (size_t)(nbat * v->xr * v->xc) * sizeof(float);
@@ -218,7 +158,7 @@ static pe_status *mv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const mv_vie
 /* Run product p into the gradient d of an operand with batch dims b stored
  * as [r, cols] matrices: directly when b is the whole batch, else into buf
  * and summed over the broadcast dims. */
-static pe_status *mv_grad_one(pe_kernel_ctx *c, const mv_view *v, pe_dnnl_prim *p, void *a0,
+static pe_status *mv_grad_one(pe_kernel_ctx *c, const pe_mv_view *v, pe_dnnl_prim *p, void *a0,
                               void *a1, pe_tensor *d, const int64_t *b, int64_t r, int64_t cols,
                               void *buf, const char *what) {
   bool full = mv_full_batch(v, b);
@@ -240,11 +180,11 @@ static pe_status *mv_grad_kernel(pe_kernel_ctx *c) {
     pe_dnnl_zero_outputs(c);
     return NULL;
   }
-  mv_view v;
+  pe_mv_view v;
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(mv_lookup(c, x, y, &v, &e, &fresh));
-  pe_shape want = mv_out_shape(&v);
+  pe_shape want = pe_mv_out_shape(&v);
   if (!pe_shape_equal(&want, &dout->shape))
     return pe_kernel_error(c, PE_ESHAPE, "input Out@GRAD does not have Out's shape");
   if (v.k == 0) { /* Out is an empty sum: nothing flows back */

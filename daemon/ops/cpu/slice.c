@@ -7,6 +7,7 @@
 
 #include "ops/cpu/strided.h"
 #include "ops/op_tables.h"
+#include "ops/slice_bounds.h"
 
 enum { SL_IN };
 enum { SL_OUT };
@@ -17,15 +18,6 @@ enum { SLG_DIN };
 typedef struct sl_window {
   int64_t start[PE_MAX_DIMS], size[PE_MAX_DIMS];
 } sl_window;
-
-static void clamp_range(int64_t dim, int64_t s, int64_t e, int64_t *start, int64_t *size) {
-  if (s < 0) s += dim;
-  if (e < 0) e += dim;
-  s = s < 0 ? 0 : (s > dim ? dim : s);
-  e = e < 0 ? 0 : (e > dim ? dim : e);
-  *start = s;
-  *size = e > s ? e - s : 0;
-}
 
 /* Fills w from the attributes for an Input of shape x (no checks). */
 static void sl_window_of(const pe_op_desc *op, const pe_shape *x, sl_window *w) {
@@ -40,7 +32,7 @@ static void sl_window_of(const pe_op_desc *op, const pe_shape *x, sl_window *w) 
       w->size[a] = -1;
       continue;
     }
-    clamp_range(x->d[a], starts[k], ends[k], &w->start[a], &w->size[a]);
+    pe_slice_bounds(x->d[a], starts[k], ends[k], &w->start[a], &w->size[a]);
   }
 }
 
