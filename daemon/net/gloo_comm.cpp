@@ -29,6 +29,30 @@ extern "C" {
 
 namespace {
 
+constexpr size_t kSharedMax = 64 << 10;  // a pe_gloo_shared value's bytes at most
+
+/* Rank 0 publishes its shared value under the job's prefix; every other
+ * rank reads it (waiting for it up to the store's timeout) and refuses one
+ * of another length. */
+void ExchangeShared(gloo::rendezvous::Store &store, const pe_gloo_opts *o) {
+  const pe_gloo_shared *sh = o->shared;
+  if (!sh) return;
+  std::string key = std::string("pe-shared.") + sh->key;
+  if (o->rank == 0) {
+    const char *v = static_cast<const char *>(sh->value);
+    store.set(key, std::vector<char>(v, v + sh->len));
+    memcpy(sh->out, sh->value, sh->len);
+    return;
+  }
+  std::vector<char> got = store.get(key);
+  if (got.size() != sh->len)
+    throw pe_net::StoreRefused("rank 0's shared '" + std::string(sh->key) + "' is " +
+                               std::to_string(got.size()) + " bytes, rank " +
+                               std::to_string(o->rank) + " expects " + std::to_string(sh->len) +
+                               " (the nodes run different builds or settings)");
+  memcpy(sh->out, got.data(), sh->len);
+}
+
 /* "HOST:PORT" or "[V6ADDR]:PORT"; false when malformed. */
 bool SplitHostPort(const char *s, std::string *host, int *port) {
   std::string hp(s);
@@ -140,6 +164,23 @@ static pe_status *check_opts(const pe_gloo_opts *o, std::string *host, int *port
   if (o->timeout_ms < 0)
     return pe_error(PE_EINVAL, "gloo communicator: job '%s': timeout %d ms is negative", job,
                     o->timeout_ms);
+  if (const pe_gloo_shared *sh = o->shared) {
+    const char *k = sh->key ? sh->key : "";
+    size_t kl = strlen(k);
+    bool ok = kl >= 1 && kl <= 64;
+    for (size_t i = 0; ok && i < kl; i++)
+      ok = isalnum(static_cast<unsigned char>(k[i])) || strchr("_.-", k[i]);
+    if (!ok)
+      return pe_error(PE_EINVAL,
+                      "gloo communicator: job '%s': shared key '%s' must be 1..64 characters of "
+                      "[A-Za-z0-9_.-]",
+                      job, k);
+    if (sh->len < 1 || sh->len > kSharedMax || !sh->out || (o->rank == 0 && !sh->value))
+      return pe_error(PE_EINVAL,
+                      "gloo communicator: job '%s': shared '%s' of %zu bytes (1..%zu) needs an "
+                      "output buffer%s",
+                      job, k, sh->len, kSharedMax, o->rank == 0 ? " and rank 0's value" : "");
+  }
   if (!o->rendezvous || !SplitHostPort(o->rendezvous, host, port))
     return pe_error(PE_EINVAL,
                     "gloo communicator: job '%s': rendezvous '%s' is not HOST:PORT (port 1..65535)",
@@ -179,6 +220,9 @@ extern "C" pe_status *pe_gloo_comm_new(const pe_gloo_opts *o, pe_gloo_comm **out
     ctx->setTimeout(c->timeout);
     ctx->connectFullMesh(store, dev);
     c->peers.Find(store, c->rank, c->size);
+    // After the mesh: a rank that refuses the value closes its pairs, so
+    // the others' barrier fails at once instead of at the timeout.
+    ExchangeShared(store, o);
     // Every rank has read the store once all have connected: rank 0 may
     // close it (server's destructor).
     gloo::BarrierOptions b(ctx);

@@ -28,6 +28,16 @@ extern "C" {
 
 #define PE_GLOO_DEFAULT_TIMEOUT_MS 30000
 
+/* A value rank 0 hands every rank at rendezvous, under a key of the job's
+ * store (e.g. an NCCL communicator's id): it reaches only ranks the job's
+ * token admitted, and a value of another length is refused. */
+typedef struct pe_gloo_shared {
+  const char *key;   /* 1..64 characters of [A-Za-z0-9_.-] */
+  const void *value; /* rank 0's: the len bytes it publishes; other ranks: unused */
+  void *out;         /* every rank's copy of rank 0's value (rank 0's too) */
+  size_t len;        /* 1..64 KiB; every rank expects this length */
+} pe_gloo_shared;
+
 typedef struct pe_gloo_opts {
   const char *job;   /* job name: the store's key prefix; non-empty */
   const char *token; /* the job's shared secret, checked at rendezvous; non-empty */
@@ -38,6 +48,7 @@ typedef struct pe_gloo_opts {
   int rank;          /* 0 .. world_size-1 */
   int world_size;    /* >= 1 */
   int timeout_ms;    /* rendezvous and each collective; 0: PE_GLOO_DEFAULT_TIMEOUT_MS */
+  const pe_gloo_shared *shared; /* NULL: none; else every rank of the job passes one */
 } pe_gloo_opts;
 
 typedef struct pe_gloo_comm pe_gloo_comm;

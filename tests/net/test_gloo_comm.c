@@ -20,16 +20,18 @@
 #include "test_assert.h"
 
 #define MAX_RANKS 4
-#define GUARD_S 120 /* no process of a test lives longer than this */
+#define SHARED_MAX 256 /* bytes of a test's shared value at most */
+#define GUARD_S 120    /* no process of a test lives longer than this */
 
 typedef struct rank_result {
-  int done;          /* the rank reached its end (not killed, not hung) */
-  int code;          /* pe_code of the first failure; PE_OK when none */
-  char msg[1024];    /* its message */
-  long wrong;        /* elements that differ from the exact answer */
-  uint64_t hash;     /* FNV-1a of the result's bytes: the same bits on every rank */
-  double fail_after; /* seconds the failing call took */
-  int rounds;        /* collectives that succeeded */
+  int done;                         /* the rank reached its end (not killed, not hung) */
+  int code;                         /* pe_code of the first failure; PE_OK when none */
+  char msg[1024];                   /* its message */
+  long wrong;                       /* elements that differ from the exact answer */
+  uint64_t hash;                    /* FNV-1a of the result's bytes: the same bits on every rank */
+  double fail_after;                /* seconds the failing call took */
+  int rounds;                       /* collectives that succeeded */
+  unsigned char shared[SHARED_MAX]; /* the shared value as the rank got it */
 } rank_result;
 
 typedef struct scenario {
@@ -40,7 +42,8 @@ typedef struct scenario {
   int timeout_ms;
   int die_rank; /* -1: nobody; this rank SIGKILLs itself at round die_round */
   int die_round;
-  int send_only; /* body_loop broadcasts from rank 0 instead of all-reducing */
+  int send_only;                /* body_loop broadcasts from rank 0 instead of all-reducing */
+  size_t shared_len[MAX_RANKS]; /* > 0: the rank passes a shared value of this length */
   void (*body)(const struct scenario *, int rank, pe_gloo_comm *, rank_result *);
   rank_result *all; /* every rank's result (shared memory) */
 } scenario;
@@ -83,6 +86,10 @@ static void run_rank(const scenario *s, int rank, rank_result *r) {
   pe_gloo_opts o = job_opts(s->rendezvous, rank, s->world_of[rank] ? s->world_of[rank] : s->world,
                             s->timeout_ms);
   if (s->token[rank]) o.token = s->token[rank];
+  unsigned char value[SHARED_MAX];
+  for (size_t i = 0; i < SHARED_MAX; i++) value[i] = (unsigned char)(i * 13 + 5);
+  pe_gloo_shared sh = {"nccl-id", value, r->shared, s->shared_len[rank]};
+  if (sh.len) o.shared = &sh;
   pe_gloo_comm *c = NULL;
   double t0 = now_s();
   pe_status *st = pe_gloo_comm_new(&o, &c);
@@ -282,6 +289,51 @@ START_TEST(token_mismatch_refused) {
 }
 END_TEST
 
+/* The value every rank gets is rank 0's, byte for byte. */
+START_TEST(shared_value_reaches_every_rank) {
+  scenario s = {.world = 3, .die_rank = -1, .body = body_none, .shared_len = {128, 128, 128}};
+  rank_result *res = run(&s);
+  for (int r = 0; r < 3; r++) {
+    ck_assert_msg(res[r].done && res[r].code == PE_OK, "rank %d: %s", r, res[r].msg);
+    for (int i = 0; i < 128; i++)
+      ck_assert_msg(res[r].shared[i] == (unsigned char)(i * 13 + 5), "rank %d byte %d is %u", r, i,
+                    res[r].shared[i]);
+    ck_assert_int_eq(res[r].shared[128], 0); /* nothing past the length */
+  }
+  done_with(res);
+}
+END_TEST
+
+/* A rank that expects another length refuses rank 0's value, naming both
+ * lengths; rank 0 fails too (the refusing rank leaves the mesh). */
+START_TEST(shared_value_of_other_length_refused) {
+  scenario s = {.world = 2, .die_rank = -1, .body = body_none, .shared_len = {128, 136}};
+  rank_result *res = run(&s);
+  ck_assert_msg(res[1].done && res[1].code == PE_EINVAL, "rank 1: %s", res[1].msg);
+  ck_assert_msg(strstr(res[1].msg, "rank 0's shared 'nccl-id' is 128 bytes, rank 1 expects 136"),
+                "%s", res[1].msg);
+  ck_assert_msg(res[0].done && res[0].code != PE_OK, "rank 0 formed without rank 1");
+  for (int i = 0; i < SHARED_MAX; i++) ck_assert_int_eq(res[1].shared[i], 0);
+  done_with(res);
+}
+END_TEST
+
+/* A rank the token does not admit never gets the value. */
+START_TEST(shared_value_withheld_from_wrong_token) {
+  scenario s = {.world = 2,
+                .die_rank = -1,
+                .body = body_none,
+                .token = {NULL, "other-secret"},
+                .shared_len = {128, 128}};
+  rank_result *res = run(&s);
+  for (int r = 0; r < 2; r++)
+    ck_assert_msg(res[r].done && res[r].code == PE_EINVAL, "rank %d: %s", r, res[r].msg);
+  ck_assert_msg(strstr(res[1].msg, "presented a token that differs"), "%s", res[1].msg);
+  for (int i = 0; i < SHARED_MAX; i++) ck_assert_int_eq(res[1].shared[i], 0);
+  done_with(res);
+}
+END_TEST
+
 START_TEST(world_size_mismatch_refused) {
   scenario s = {.world = 2, .die_rank = -1, .body = body_none, .world_of = {2, 3}};
   const char *needles[] = {"job 'job-a' rank ",
@@ -326,6 +378,19 @@ START_TEST(bad_options_refused) {
   o.token = "";
   st = pe_gloo_comm_new(&o, &c);
   ck_assert_msg(st && strstr(pe_status_msg(st), "no token"), "%s", pe_status_msg(st));
+  pe_status_free(st);
+  o.token = "secret";
+  char out[8];
+  pe_gloo_shared sh = {"nccl/id", "abcdefgh", out, sizeof out};
+  o.shared = &sh;
+  st = pe_gloo_comm_new(&o, &c);
+  ck_assert_msg(st && strstr(pe_status_msg(st), "shared key 'nccl/id' must be"), "%s",
+                pe_status_msg(st));
+  pe_status_free(st);
+  sh = (pe_gloo_shared){"nccl-id", NULL, out, sizeof out};
+  st = pe_gloo_comm_new(&o, &c);
+  ck_assert_msg(st && strstr(pe_status_msg(st), "needs an output buffer and rank 0's value"), "%s",
+                pe_status_msg(st));
   pe_status_free(st);
   ck_assert_ptr_null(c);
 }
@@ -401,6 +466,9 @@ static Suite *gloo_comm_suite(void) {
   tcase_add_test(tc, allreduce_three_ranks_exact);
   tcase_add_test(tc, broadcast_from_rank_1);
   tcase_add_test(tc, token_mismatch_refused);
+  tcase_add_test(tc, shared_value_reaches_every_rank);
+  tcase_add_test(tc, shared_value_of_other_length_refused);
+  tcase_add_test(tc, shared_value_withheld_from_wrong_token);
   tcase_add_test(tc, world_size_mismatch_refused);
   tcase_add_test(tc, rank_0_unreachable);
   tcase_add_test(tc, bad_options_refused);
