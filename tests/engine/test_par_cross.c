@@ -129,6 +129,32 @@ START_TEST(cpu2_fused_trains_as_without_a_job) {
 }
 END_TEST
 
+/* A step's timeline has one "across nodes" span per all-reduce node: the
+ * exchange's time, apart from the sums over the node's places. */
+START_TEST(timeline_names_the_exchange) {
+  pe_runtime *rt = rt_new(2);
+  par job;
+  par_new_cross(&job, rt, 2, false, 7);
+  fake f = {0};
+  pe_node_comm c = {&f, 0, 2, fake_all_reduce, fake_fail};
+  pe_model_set_node_comm(job.m, &c);
+  PE_CK_OK(pe_par_exec_run(job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  pe_timeline *tl;
+  PE_CK_OK(pe_timeline_new(16, 4096, &tl));
+  pe_run_opts ro = {.timeline = tl};
+  par_step(&job, 0, 12, &ro);
+  char *json;
+  PE_CK_OK(pe_timeline_json(tl, &json, NULL));
+  int spans = 0;
+  for (const char *p = json; (p = strstr(p, "\"across nodes all_reduce(")); p++) spans++;
+  ck_assert_int_eq(spans, all_reduces(&job));
+  free(json);
+  pe_timeline_free(tl);
+  par_free(&job);
+  pe_runtime_free(rt);
+}
+END_TEST
+
 /* The second exchange of step 1 fails: the run's error names it, and no
  * parameter moved in that step. */
 START_TEST(failed_exchange_updates_nothing) {
@@ -192,6 +218,7 @@ static Suite *cross_suite(void) {
   tcase_add_test(tc, cpu2_trains_as_without_a_job);
   tcase_add_test(tc, cpu2_fused_trains_as_without_a_job);
   tcase_add_test(tc, failed_exchange_updates_nothing);
+  tcase_add_test(tc, timeline_names_the_exchange);
   suite_add_tcase(s, tc);
   return s;
 }
