@@ -84,4 +84,8 @@ pe_status *pe_nccl_nodes_new(pe_device *lead, const pe_nccl_nodes_plan *p,
 /* Waits for nothing (an all-reduce in flight must have returned). */
 void pe_nccl_nodes_free(pe_nccl_nodes *c);
 
+/* The engine's backend for cuda places (node_comm_cuda.c; register.c
+ * registers it): make_id and open over the functions above. */
+extern const pe_node_comm_backend pe_cuda_node_comm_backend;
+
 #endif

@@ -18,7 +18,10 @@
 
 #include <stddef.h>
 
+#include "core/place.h"
 #include "core/status.h"
+
+typedef struct pe_device pe_device;
 
 typedef struct pe_node_comm {
   void *ctx; /* the implementation's */
@@ -33,5 +36,29 @@ typedef struct pe_node_comm {
    * log's messages. */
   void (*fail)(void *ctx, const char *why);
 } pe_node_comm;
+
+/* A backend's node communicator for models on its places (daemon/cuda
+ * registers NCCL's over the nodes' lead GPUs): the job calls make_id on
+ * rank 0, hands the id to every node through its rendezvous store, then
+ * every node calls open. A place kind without one trains in a job over
+ * the job's own communicator (host buffers: cpu places).
+ *
+ * Written by the backend's registration before threads start, read-only
+ * afterwards. */
+typedef struct pe_node_comm_backend {
+  size_t id_bytes; /* the id as it travels */
+  /* Rank 0: a new id for a job of `nodes` nodes. */
+  pe_status *(*make_id)(int nodes, void *id);
+  /* Joins the communicator: devs are the model's n_places devices (place
+   * p is devs[p]); blocks until every node joined or timeout_ms. On
+   * success *table is the node_comm (close frees it). */
+  pe_status *(*open)(pe_device *const *devs, int n_places, int rank, int nodes, const void *id,
+                     size_t id_len, int timeout_ms, pe_node_comm *table);
+  void (*close)(pe_node_comm *table);
+} pe_node_comm_backend;
+
+void pe_node_comm_register_backend(pe_place_kind kind, const pe_node_comm_backend *b);
+/* NULL: the kind has none. */
+const pe_node_comm_backend *pe_node_comm_backend_of(pe_place_kind kind);
 
 #endif

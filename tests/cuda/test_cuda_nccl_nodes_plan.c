@@ -17,6 +17,7 @@ int main(void) {
 
 #include "check_main.h"
 #include "cuda/nccl_nodes.h"
+#include "engine/device.h"
 
 static void expect_error(pe_status *st, const char *needle) {
   ck_assert_msg(st, "accepted; expected '%s'", needle);
@@ -98,6 +99,24 @@ START_TEST(id_refuses_foreign) {
 }
 END_TEST
 
+/* The backend reaches the engine for cuda places only, and its open
+ * refuses a foreign id and a non-cuda place before any CUDA call. */
+START_TEST(backend_registered_for_cuda) {
+  ck_assert_ptr_null(pe_node_comm_backend_of(PE_PLACE_CPU));
+  const pe_node_comm_backend *b = pe_node_comm_backend_of(PE_PLACE_CUDA);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_uint_eq(b->id_bytes, PE_NCCL_NODES_ID_WIRE);
+  pe_device cuda0 = {.place = {PE_PLACE_CUDA, 0}}, cpu0 = {.place = {PE_PLACE_CPU, 0}};
+  pe_device *devs[1] = {&cuda0};
+  uint8_t wire[PE_NCCL_NODES_ID_WIRE] = {0};
+  pe_node_comm t;
+  expect_error(b->open(devs, 1, 1, 2, wire, sizeof wire, 1000, &t), "is not a pe NCCL id");
+  expect_error(b->open(devs, 1, 1, 2, wire, 16, 1000, &t), "rank 0's id is 16 bytes");
+  devs[0] = &cpu0;
+  expect_error(b->open(devs, 1, 1, 2, wire, sizeof wire, 1000, &t), "place 0 is not a cuda place");
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("cuda_nccl_nodes_plan");
   TCase *t = tcase_create("plan");
@@ -105,6 +124,7 @@ static Suite *suite(void) {
   tcase_add_test(t, plan_refuses_bad_input);
   tcase_add_test(t, id_round_trip);
   tcase_add_test(t, id_refuses_foreign);
+  tcase_add_test(t, backend_registered_for_cuda);
   suite_add_tcase(s, t);
   return s;
 }
