@@ -1,7 +1,7 @@
 """Scaling of a job across nodes on one machine: 1, 2 and 3 daemons, each
 pinned to one core (taskset; cores are reused round-robin when there are
-fewer than daemons), each training the MLP (784-256-128-10) or the CNN
-(conv 5x5x32, pool, conv 5x5x64, pool, fc 1024, fc 10), momentum SGD, on
+fewer than daemons), each training pe-client's MLP (784-256-128-10) or CNN
+(conv 5x5x32, pool, conv 5x5x64, pool, fc 1024, dropout, fc 10), momentum, on
 its own batch of --batch rows for --steps steps (weak scaling: the global
 batch is nodes x batch).
 
@@ -44,36 +44,12 @@ import peclient as pe  # noqa: E402
 COMM_SPAN = "across nodes "  # how cross.c names its spans (then the node's name)
 
 
-def mlp():
-    prog = pe.Program()
-    with pe.program_guard(prog):
-        x = pe.data("x", [-1, 784])
-        y = pe.data("y", [-1, 1], "int64")
-        h = pe.layers.fc(x, 256, act="relu")
-        h = pe.layers.fc(h, 128, act="relu")
-        logits = pe.layers.fc(h, 10)
-        loss = pe.layers.mean(pe.layers.softmax_with_cross_entropy(logits, y))
-        pe.optimizer.Momentum(learning_rate=0.05, momentum=0.9).minimize(loss)
-    return prog, loss, [784]
-
-
-def cnn():
-    prog = pe.Program()
-    with pe.program_guard(prog):
-        x = pe.data("x", [-1, 1, 28, 28])
-        y = pe.data("y", [-1, 1], "int64")
-        h = pe.layers.conv2d(x, 32, 5, padding=2, act="relu")
-        h = pe.layers.pool2d(h, 2)
-        h = pe.layers.conv2d(h, 64, 5, padding=2, act="relu")
-        h = pe.layers.pool2d(h, 2)
-        h = pe.layers.fc(h, 1024, act="relu")
-        logits = pe.layers.fc(h, 10)
-        loss = pe.layers.mean(pe.layers.softmax_with_cross_entropy(logits, y))
-        pe.optimizer.Momentum(learning_rate=0.01, momentum=0.9).minimize(loss)
-    return prog, loss, [1, 28, 28]
-
-
-MODELS = {"mlp": mlp, "cnn": cnn}
+def model(name):
+    """pe-client's built-in model (pe_models.h): its program, the feeds'
+    names, one row's shape and the loss."""
+    prog = pe.load_model(name)
+    return prog, prog.image_name, prog.label_name, list(prog.feeds[prog.image_name][1][1:]), \
+        prog.loss_name
 
 
 def free_port():
@@ -196,8 +172,8 @@ def trace_figures(traces):
             "overlap": sum(over) / sum(comm) if sum(comm) else 0.0}
 
 
-def run(model, nodes, a, cores, veth):
-    prog, loss, shape = MODELS[model]()
+def run(name, nodes, a, cores, veth):
+    prog, xname, yname, shape, loss = model(name)
     rng = np.random.default_rng(0)
     x = rng.standard_normal([a.batch] + shape, dtype=np.float32)
     y = rng.integers(0, 10, (a.batch, 1))
@@ -224,7 +200,7 @@ def run(model, nodes, a, cores, veth):
                     m = c.register(prog, model="m", places="cpu:1", job=job,
                                    fuse_allreduce=a.fuse)
                     m.init()
-                    feed = {"x": x, "y": y}
+                    feed = {xname: x, yname: y}
                     for _ in range(3):  # warm-up
                         m.run(feed=feed, fetch=[loss])
                     barrier.wait()
@@ -284,17 +260,17 @@ def main():
                 a.rate, a.delay if veth.delay_applied else
                 "not applied (no netem qdisc in this kernel)"))
         try:
-            for model in a.models.split(","):
+            for name in a.models.split(","):
                 base = None
                 for n in node_counts:
-                    runs = sorted((run(model, n, a, cores, veth) for _ in range(a.repeat)),
+                    runs = sorted((run(name, n, a, cores, veth) for _ in range(a.repeat)),
                                   key=lambda v: v["samples_s"])
                     r = runs[len(runs) // 2]
                     base = base or r["samples_s"]
-                    r.update(model=model, net=net, nodes=n, efficiency=r["samples_s"] / (n * base))
+                    r.update(model=name, net=net, nodes=n, efficiency=r["samples_s"] / (n * base))
                     print("%-3s %-8s nodes %d: %7.0f samples/s  efficiency %.2f  step %6.1f ms  "
                           "traced step %6.1f ms  across nodes %6.1f ms/step  overlap %.2f"
-                          % (model, net, n, r["samples_s"], r["efficiency"], r["wall_step_ms"],
+                          % (name, net, n, r["samples_s"], r["efficiency"], r["wall_step_ms"],
                              r.get("step_ms", 0.0), r.get("comm_ms", 0.0), r.get("overlap", 0.0)),
                           flush=True)
                     if a.json:
