@@ -225,7 +225,23 @@ pe_status *pe_nccl_nodes_new(pe_device *lead, const pe_nccl_nodes_plan *p,
 void pe_nccl_nodes_free(pe_nccl_nodes *c) {
   if (!c) return;
   cudaSetDevice(c->gpu);
-  if (c->comm) ncclCommDestroy(c->comm);
+  if (c->comm) {
+    /* A non-blocking communicator finalizes in the background: poll it to
+     * the end (at most the timeout: a peer gone meanwhile), then destroy;
+     * abort when it does not finish. */
+    ncclResult_t r = ncclCommFinalize(c->comm), ae = r;
+    double start = now_ms();
+    while (r == ncclSuccess || r == ncclInProgress) {
+      r = ncclCommGetAsyncError(c->comm, &ae);
+      if (r != ncclSuccess || ae != ncclInProgress) break;
+      if (c->timeout_ms > 0 && now_ms() - start > c->timeout_ms) break;
+      nap();
+    }
+    if (r == ncclSuccess && ae == ncclSuccess)
+      ncclCommDestroy(c->comm);
+    else
+      ncclCommAbort(c->comm);
+  }
   cudaEventDestroy(c->mark);
   pthread_mutex_destroy(&c->mu);
   free(c);
