@@ -99,13 +99,21 @@ static pe_status *nodes_all_reduce(void *ctx, float *const *bufs, const size_t *
   char what[96];
   snprintf(what, sizeof what, "all-reduce of %d buffers across %d nodes", nbuf, c->nodes);
   pe_status *st = pe_cuda_status(cudaSetDevice(c->gpu), "nccl across nodes: cudaSetDevice");
+  bool grouped = false;
   if (!st) st = nccl_status(ncclGroupStart(), "ncclGroupStart");
+  grouped = !st;
   for (int j = 0; j < nbuf && !st; j++)
     if (counts[j])
       st = enqueued(
           ncclAllReduce(bufs[j], bufs[j], counts[j], ncclFloat, ncclSum, c->comm, c->stream),
           "ncclAllReduce");
-  if (!st) st = enqueued(ncclGroupEnd(), "ncclGroupEnd");
+  if (grouped) { /* ended even after a failed enqueue: a group left open poisons the thread */
+    pe_status *end = enqueued(ncclGroupEnd(), "ncclGroupEnd");
+    if (st)
+      pe_status_free(end);
+    else
+      st = end;
+  }
   double start = now_ms();
   /* Non-blocking: the group may still be enqueuing. */
   for (ncclResult_t ae = ncclInProgress; !st && ae == ncclInProgress;) {
