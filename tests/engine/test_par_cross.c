@@ -129,16 +129,24 @@ START_TEST(cpu2_fused_trains_as_without_a_job) {
 }
 END_TEST
 
+/* A model on cpu:places (no fused buckets, seed 7) in a job of 2 over the
+ * fake f (c: its table), initialised; returns its runtime. */
+static pe_runtime *join_fake(par *q, int places, fake *f, pe_node_comm *c) {
+  pe_runtime *rt = rt_new(2);
+  *c = (pe_node_comm){f, 0, 2, fake_all_reduce, fake_fail};
+  par_new_cross(q, rt, places, false, 7);
+  pe_model_set_node_comm(q->m, c);
+  PE_CK_OK(pe_par_exec_run(q->init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  return rt;
+}
+
 /* A step's timeline has one "across nodes" span per all-reduce node: the
  * exchange's time, apart from the sums over the node's places. */
 START_TEST(timeline_names_the_exchange) {
-  pe_runtime *rt = rt_new(2);
   par job;
-  par_new_cross(&job, rt, 2, false, 7);
   fake f = {0};
-  pe_node_comm c = {&f, 0, 2, fake_all_reduce, fake_fail};
-  pe_model_set_node_comm(job.m, &c);
-  PE_CK_OK(pe_par_exec_run(job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  pe_node_comm c;
+  pe_runtime *rt = join_fake(&job, 2, &f, &c);
   pe_timeline *tl;
   PE_CK_OK(pe_timeline_new(16, 4096, &tl));
   pe_run_opts ro = {.timeline = tl};
@@ -158,13 +166,10 @@ END_TEST
 /* The second exchange of step 1 fails: the run's error names it, and no
  * parameter moved in that step. */
 START_TEST(failed_exchange_updates_nothing) {
-  pe_runtime *rt = rt_new(2);
   par job;
-  par_new_cross(&job, rt, 1, false, 7);
   fake f = {0};
-  pe_node_comm c = {&f, 0, 2, fake_all_reduce, fake_fail};
-  pe_model_set_node_comm(job.m, &c);
-  PE_CK_OK(pe_par_exec_run(job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  pe_node_comm c;
+  pe_runtime *rt = join_fake(&job, 1, &f, &c);
   par_step(&job, 0, 12, NULL);
   par before;
   before.m = NULL;
