@@ -2,6 +2,7 @@
 #include "roofline.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -374,31 +375,50 @@ static pe_status *time_one(pe_kernel_ctx *c, const pe_roof_geom *g, int cand, in
   return st;
 }
 
-/* The item's time with the op's algorithm: the mode's candidate (Winograd
+/* One choice (conv_algo.h): its candidate, on one thread for a one-thread
+ * choice (oneDNN sizes a primitive's team when it is created, so the
+ * calling thread's team is 1 for the build and the runs; conv.c does the
+ * same). */
+static pe_status *time_choice(pe_kernel_ctx *c, const pe_roof_geom *g, int choice, int warmup,
+                              int repeats, double *ms) {
+  int team = omp_get_max_threads();
+  bool single = pe_conv_choice_single(choice) && team > 1;
+  if (single) omp_set_num_threads(1);
+  pe_status *st = time_one(c, g, pe_conv_choice_cand(choice), warmup, repeats, ms);
+  if (single) omp_set_num_threads(team);
+  return st;
+}
+
+/* The item's time with the op's algorithm: the mode's choice (Winograd
  * without a primitive for the shape falls back to direct, as conv.c does),
- * or with time the fastest candidate on the team. */
+ * or with time the fastest choice, the one-thread ones included where the
+ * team has more threads. */
 static pe_status *time_item(pe_kernel_ctx *c, const pe_roof_geom *g, int warmup, int repeats,
                             double *ms) {
   int mode = pe_conv_algo_get_mode();
   if (g->kind == PE_ROOF_GEMM) return time_one(c, g, 0, warmup, repeats, ms);
   if (mode != PE_CONV_ALGO_TIME) {
-    int cand = pe_conv_choice_cand(mode);
-    pe_status *st = time_one(c, g, cand, warmup, repeats, ms);
-    if (!st || cand == PE_CONV_DIRECT) return st;
+    pe_status *st = time_choice(c, g, mode, warmup, repeats, ms);
+    int direct = mode - pe_conv_choice_cand(mode) + PE_CONV_DIRECT; /* same team */
+    if (!st || mode == direct) return st;
     pe_status_free(st);
-    return time_one(c, g, PE_CONV_DIRECT, warmup, repeats, ms);
+    return time_choice(c, g, direct, warmup, repeats, ms);
   }
-  *ms = INFINITY;
-  for (int cand = 0; cand < PE_CONV_CANDS; cand++) {
+  /* One run of each choice picks the fastest, which is then timed in full. */
+  int n = omp_get_max_threads() > 1 ? PE_CONV_CHOICES : PE_CONV_CANDS, best = PE_CONV_DIRECT;
+  double best_ms = INFINITY;
+  for (int choice = 0; choice < n; choice++) {
     double t;
-    pe_status *st = time_one(c, g, cand, warmup, repeats, &t);
-    if (st && cand == PE_CONV_DIRECT) return st; /* every shape has a direct convolution */
-    if (st)
+    pe_status *st = time_choice(c, g, choice, 1, 1, &t);
+    if (st && choice == PE_CONV_DIRECT) return st; /* every shape has a direct convolution */
+    if (st) {
       pe_status_free(st);
-    else if (t < *ms)
-      *ms = t;
+    } else if (t < best_ms) {
+      best_ms = t;
+      best = choice;
+    }
   }
-  return NULL;
+  return time_choice(c, g, best, warmup, repeats, ms);
 }
 
 pe_status *pe_roof_time(pe_roof_list *l, int threads, int warmup, int repeats,

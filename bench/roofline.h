@@ -17,7 +17,7 @@
  * helpers (ops/cpu/dnnl_util.h): the same shapes, f32, transposes and
  * convolution algorithm (ops/cpu/conv_algo.h's process-wide mode; direct
  * lets oneDNN choose blocked layouts with format any; time takes the
- * fastest candidate on the team), on a team of `threads`. Only the
+ * fastest choice, on the team or on one thread), on a team of `threads`. Only the
  * primitive runs: no layout reorder, bias add or relu pass, so the sum is
  * the kernels' lower bound for the step. Each distinct item is timed once
  * (warm-up runs, then the median of repeats) and its time counted for

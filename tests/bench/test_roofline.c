@@ -8,6 +8,7 @@
 #include "check_main.h"
 #include "compiler/pass.h"
 #include "ir/program.h"
+#include "ops/cpu/conv_algo.h"
 #include "pe_models.h"
 #include "roofline.h"
 
@@ -124,6 +125,28 @@ START_TEST(timing_is_positive_and_counts_every_item) {
 }
 END_TEST
 
+/* Every conv_algo mode times every convolution: a candidate without a
+ * primitive for a shape (Winograd off AVX-512, on 5x5 filters) falls back
+ * to direct, and time (one-thread choices included on a team of 2) keeps
+ * a positive time. */
+START_TEST(every_conv_algo_mode_times) {
+  pe_roof_list l = collect("cnn", 4);
+  const char *modes[] = {"time", "direct", "gemm", "winograd", "auto"};
+  for (int i = 0; i < 5; i++) {
+    int mode;
+    ck_assert(pe_conv_algo_parse(modes[i], &mode));
+    pe_conv_algo_set_mode(mode);
+    pe_roof_totals t;
+    pe_status *st = pe_roof_time(&l, 2, 0, 1, &t);
+    ck_assert_msg(!st, "%s: %s", modes[i], st ? pe_status_msg(st) : "");
+    ck_assert_msg(t.convs == 5 && t.conv_ms > 0, "%s: %d convs, %g ms", modes[i], t.convs,
+                  t.conv_ms);
+  }
+  pe_conv_algo_set_mode(PE_CONV_DIRECT);
+  pe_roof_list_free(&l);
+}
+END_TEST
+
 /* An unknown dim besides the batch names the op, the variable and the
  * shape; a batch below 1 and a bad repeat count are refused. */
 START_TEST(unknown_shapes_are_named) {
@@ -165,6 +188,7 @@ static Suite *roofline_suite(void) {
   tcase_add_test(tc, mlp_lists_each_layer_product);
   tcase_add_test(tc, cnn_lists_each_convolution_pass);
   tcase_add_test(tc, timing_is_positive_and_counts_every_item);
+  tcase_add_test(tc, every_conv_algo_mode_times);
   tcase_add_test(tc, unknown_shapes_are_named);
   suite_add_tcase(s, tc);
   return s;
