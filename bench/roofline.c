@@ -71,15 +71,9 @@ static pe_status *add(const collect_ctx *c, const pe_roof_geom *g) {
 
 static pe_status *add_gemm(const collect_ctx *c, int64_t batch, int64_t m, int64_t k, int64_t n,
                            bool ta, bool tb) {
-  pe_roof_geom g;
-  memset(&g, 0, sizeof g);
-  g.kind = PE_ROOF_GEMM;
-  g.batch = batch;
-  g.m = m;
-  g.k = k;
-  g.n = n;
-  g.ta = ta;
-  g.tb = tb;
+  /* All int64_t: no padding, the rest zeroed. */
+  pe_roof_geom g = {
+      .kind = PE_ROOF_GEMM, .batch = batch, .m = m, .k = k, .n = n, .ta = ta, .tb = tb};
   return add(c, &g);
 }
 
