@@ -48,6 +48,7 @@
 #include "out_path.h"
 #include "pe_model_file.h"
 #include "pe_recipe.h"
+#include "roofline.h"
 
 #define EVAL_BATCH 500
 #define PROGRESS_EVERY 100 /* steps between progress lines (human mode) */
@@ -105,6 +106,9 @@ static const opt_row opts[] = {
     {"fuse-ops", OPT_ONOFF, CFG(fuse_ops), 0, 0,
      "conv2d / matmul + bias add + relu, batch_norm + relu, residual add + relu, as one op, "
      "as the daemon does [on|off] (on)"},
+    {"roofline", OPT_ONOFF, CFG(roofline), 0, 0,
+     "after training, time the step's GEMMs and convolutions alone in oneDNN and report the "
+     "fraction of the step they are [on|off] (on; cpu places)"},
     {"check-nan-inf", OPT_FLAG, CFG(check_nan_inf), 0, 0,
      "debug: fail at the first op that writes NaN/Inf, naming it (slower; not cuda)"},
     {"json", OPT_FLAG, CFG(json), 0, 0, "print one JSON line on stdout"},
@@ -228,6 +232,8 @@ static int seq_setup(trainer *t) {
                      .rng = &s->rng,
                      .check_nan_inf = t->cfg.check_nan_inf};
   t->threads_used = eo.threads > 0 ? eo.threads : pe_cpu_cores(); /* as pe_device_ctx_init */
+  t->place_batch = t->cfg.batch;
+  t->place_threads = t->threads_used;
   /* The train program's startup block also initialises the optimizer state
    * and learning rate the optimizer pass added. */
   pe_seq_exec *init = NULL;
@@ -577,6 +583,25 @@ static void json_run_keys(const trainer *t, const train_result *r) {
     printf("null");
 }
 
+/* The roofline of t's training step (roofline.h), after the run: one
+ * place's share of the batch on one place's team. *measured stays false
+ * where it does not apply (cuda or sim places, no step). */
+#define ROOF_WARMUP 2
+#define ROOF_REPEATS 5
+static int roofline_measure(const trainer *t, const train_result *r, pe_roof_totals *out,
+                            bool *measured) {
+  *measured = false;
+  if (!train_cfg_roofline(&t->cfg) || t->place_threads < 1 || r->steps < 1) return 0;
+  pe_roof_list l;
+  pe_status *st = pe_roof_collect_model(t->m.bytes, t->m.len, t->m.accuracy,
+                                        train_cfg_fuse_ops(&t->cfg), t->place_batch, &l);
+  if (!st) st = pe_roof_time(&l, t->place_threads, ROOF_WARMUP, ROOF_REPEATS, out);
+  pe_roof_list_free(&l);
+  if (st) return fail_st(st, "--roofline");
+  *measured = true;
+  return 0;
+}
+
 /* Set up, train, evaluate and tear down one trainer. */
 static int run_one(trainer *t, train_result *r) {
   int rc = setup(t);
@@ -668,6 +693,10 @@ int pe_bench_train(int argc, char **argv) {
   }
   train_result r = {0};
   rc = run_one(&t, &r);
+  pe_roof_totals roof = {0};
+  bool roof_on = false;
+  if (!rc) rc = roofline_measure(&t, &r, &roof, &roof_on);
+  double step_ms = r.steps > 0 ? r.train_seconds / (double)r.steps * 1e3 : 0;
   if (!rc) {
     double sps = r.train_seconds > 0 ? r.samples / r.train_seconds : 0;
     if (t.cfg.json) {
@@ -694,6 +723,7 @@ int pe_bench_train(int argc, char **argv) {
       if (t.be->json_extra) t.be->json_extra(&t, stdout);
       if (auto_places) pe_bench_places_json(&bp, t.cfg.batch, stdout);
       json_run_keys(&t, &r);
+      if (roof_on) pe_roof_json(stdout, &roof, step_ms, t.place_threads, t.place_batch);
       if (t.cfg.compare_sequential) {
         double bsps = base.train_seconds > 0 ? base.samples / base.train_seconds : 0;
         printf(
@@ -711,6 +741,10 @@ int pe_bench_train(int argc, char **argv) {
           "%s: %ld steps in %.2f s (%.0f samples/s), last-epoch loss %.4f, "
           "test accuracy %.4f\n",
           t.cfg.model, r.steps, r.train_seconds, sps, r.final_loss, r.test_acc);
+      if (roof_on)
+        printf("roofline: GEMMs %.2f ms + convolutions %.2f ms of a %.2f ms step (%.2f)\n",
+               roof.gemm_ms, roof.conv_ms, step_ms,
+               step_ms > 0 ? (roof.gemm_ms + roof.conv_ms) / step_ms : 0);
     }
   }
   teardown(&t);

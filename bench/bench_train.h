@@ -33,6 +33,7 @@ typedef struct train_cfg {
   const char *fuse_ops;    /* "on" (default when NULL) | "off": the fuse_conv_act pass */
   const char *cuda_graph;  /* "auto" (default when NULL) | "on" | "off" (engine/step_graph_key.h) */
   const char *conv_algo;   /* "time" (default when NULL) or a candidate (ops/cpu/conv_algo.h) */
+  const char *roofline;    /* "on" (default when NULL) | "off": roofline.h, after training */
 } train_cfg;
 
 /* Whether --denormals keep: kernel threads use IEEE denormals instead of
@@ -44,6 +45,11 @@ static inline bool train_cfg_keep_denormals(const train_cfg *c) {
 /* Whether --fuse-ops is on (the default, as in the daemon). */
 static inline bool train_cfg_fuse_ops(const train_cfg *c) {
   return !c->fuse_ops || strcmp(c->fuse_ops, "off") != 0;
+}
+
+/* Whether --roofline is on (the default). */
+static inline bool train_cfg_roofline(const train_cfg *c) {
+  return !c->roofline || strcmp(c->roofline, "off") != 0;
 }
 
 /* Whether --prefetch is on (the default). */
@@ -98,6 +104,10 @@ struct trainer {
   /* The threads --threads stands for, as the backend resolved it (0: all
    * cores, one worker per place): reported as "threads". */
   int threads_used;
+  /* Each place's batch and OpenMP team as the backend set them up: the
+   * roofline's kernels run on one place's share. */
+  int64_t place_batch;
+  int place_threads;
 };
 
 extern const train_backend pe_train_sequential;

@@ -157,6 +157,12 @@ static int par_setup(trainer *t) {
     pe_graph_free(g_eval);
     return pe_bench_train_fail(st, "devices");
   }
+  /* The roofline times oneDNN's cpu kernels: cpu places only. */
+  t->place_batch = (t->cfg.batch + s->n_places - 1) / s->n_places;
+  t->place_threads =
+      s->kind == PE_PLACE_CPU
+          ? pe_stream_ctx(pe_device_stream(s->devices[0], PE_STREAM_COMPUTE))->threads
+          : 0;
   pe_par_exec *init = NULL;
   st = pe_par_exec_new(s->model, g_init, &init); /* takes g_init, also on failure */
   if (!st) {

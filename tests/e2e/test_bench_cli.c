@@ -332,6 +332,38 @@ START_TEST(dropout_same_on_both_executors) {
 }
 END_TEST
 
+/* --roofline (on by default): the step's GEMMs and convolutions timed alone
+ * (bench/roofline.c) against the measured step; keys present, positive, the
+ * fraction plausible (a kernel-only bound: at most the step, with room for
+ * a loaded machine's noise), the parallel executor's on one place's share
+ * of the batch; off leaves the keys out, and a bad value is a usage error. */
+START_TEST(roofline_keys_against_the_step) {
+  const char *json, *err;
+  ck_assert_msg(bench("train --model cnn --steps 5 --threads 1 --json", &json, &err) == 0, "%s",
+                err);
+  const char *keys[] = {"step_ms", "roofline_gemm_conv_ms", "roofline_fraction", "gemm_ms",
+                        "conv_ms", "gemm_gflops",           "conv_gflops"};
+  for (int i = 0; i < 7; i++)
+    ck_assert_msg(json_num(json, keys[i]) > 0, "%s not positive: %s", keys[i], json);
+  ck_assert_msg(json_num(json, "roofline_fraction") <= 1.5, "%s", json);
+  ck_assert_double_eq(json_num(json, "convs"), 5);
+  ck_assert_double_eq(json_num(json, "gemms"), 6);
+  ck_assert_msg(bench("train --model mlp --executor parallel --places cpu:2 --batch 64 --steps 5 "
+                      "--json",
+                      &json, &err) == 0,
+                "%s", err);
+  const char *roof = strstr(json, "\"roofline\":{");
+  ck_assert_msg(roof, "%s", json);
+  ck_assert_double_eq(json_num(roof, "batch"), 32);
+  ck_assert_double_eq(json_num(roof, "gemms"), 8);
+  ck_assert_msg(bench("train --model mlp --steps 2 --roofline off --json", &json, &err) == 0, "%s",
+                err);
+  ck_assert_msg(!strstr(json, "roofline"), "%s", json);
+  ck_assert_int_eq(bench("train --model mlp --roofline=maybe", &json, &err), 2);
+  ck_assert_msg(strstr(err, "--roofline"), "%s", err);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("bench_cli");
   TCase *tc = tcase_create("bench_cli");
@@ -345,6 +377,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, places_auto_runs_the_fastest);
   tcase_add_test(tc, version_like_the_other_binaries);
   tcase_add_test(tc, rtt_times_runs_through_the_daemon);
+  tcase_add_test(tc, roofline_keys_against_the_step);
   suite_add_tcase(s, tc);
   return s;
 }
