@@ -335,7 +335,6 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   e->delay_salt++;
   atomic_store(&e->err, NULL);
   atomic_store(&e->executed, 0);
-  pe_graph *g = e->g;
   PE_TRY(par_cross_begin(e));
 
   pe_status *st =
@@ -344,6 +343,11 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
     if (e->async) pe_status_free(par_sync_streams(e));
     return st;
   }
+  return par_step_launch(e, t_start);
+}
+
+pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
+  pe_graph *g = e->g;
   if (e->has_feeds) par_zero_grads(e);
 
   /* Re-arm. */

@@ -234,6 +234,10 @@ pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts);
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds);
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
+/* par_step_begin's second half, once the feeds are bound: zero the
+ * gradients of places without rows, re-arm the nodes, push the engine ops
+ * and start the roots. t_start: when the step began (its timeline span). */
+pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start);
 void par_hand_back(pe_par_exec *e);
 
 /* parallel/async.c (async places). */
