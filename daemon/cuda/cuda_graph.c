@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cuda/cuda_ctx.h"
+#include "engine/device_graph.h"
 #include "engine/step_graph_key.h"
 
 /* Per ordinal: the capture running on that GPU (the allocator's guard),
@@ -189,14 +190,9 @@ pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds,
               d, "replay: feed copy"));
     at += (feeds[i].bytes + 255) & ~(size_t)255;
   }
-  uint64_t *delta_pin = (uint64_t *)((char *)g->pin + at);
-  *delta_pin = rng_delta;
-  PE_TRY(
-      cu(cudaMemcpyAsync(g->delta, delta_pin, sizeof *delta_pin, cudaMemcpyHostToDevice, g->stream),
-         d, "replay: generator delta copy"));
   /* The staging is reused for the fetches below: the feeds' DMA must have
    * read it first, which stream order gives (the fetch DMAs come after). */
-  PE_TRY(cu(cudaGraphLaunch(g->exec, g->stream), d, "cudaGraphLaunch"));
+  PE_TRY(pe_cuda_graph_launch(g, rng_delta));
   at = 0;
   for (int i = 0; i < n_fetches; i++) {
     PE_TRY(cu(cudaMemcpyAsync((char *)g->pin + at, fetches[i].device, fetches[i].bytes,
@@ -219,6 +215,41 @@ pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds,
   if (finite) *finite = !finite_flag_dev || *flag == 0;
   return NULL;
 }
+
+pe_status *pe_cuda_graph_launch(pe_cuda_graph *g, uint64_t rng_delta) {
+  int d = g->device;
+  PE_TRY(cu(cudaSetDevice(d), d, "cudaSetDevice"));
+  /* A pageable source is staged before cudaMemcpyAsync returns, so the
+   * argument may go out of scope and back-to-back launches do not share a
+   * slot; the copy is ordered before the graph on the stream. */
+  PE_TRY(
+      cu(cudaMemcpyAsync(g->delta, &rng_delta, sizeof rng_delta, cudaMemcpyHostToDevice, g->stream),
+         d, "replay: generator delta copy"));
+  return cu(cudaGraphLaunch(g->exec, g->stream), d, "cudaGraphLaunch");
+}
+
+static pe_status *graph_begin(pe_device *d) {
+  return pe_cuda_graph_begin(d);
+}
+
+static pe_status *graph_end(pe_device *d, void **out) {
+  pe_cuda_graph *g = NULL;
+  pe_status *st = pe_cuda_graph_end(d, &g);
+  *out = g;
+  return st;
+}
+
+static pe_status *graph_launch(void *g, uint64_t rng_delta) {
+  return pe_cuda_graph_launch(g, rng_delta);
+}
+
+const pe_device_graph_ops pe_cuda_device_graph_ops = {
+    .begin = graph_begin,
+    .end = graph_end,
+    .launch = graph_launch,
+    .free = pe_cuda_graph_free,
+    .op_capturable = pe_cuda_graph_op_capturable,
+};
 
 void pe_cuda_graph_free(void *p) {
   pe_cuda_graph *g = p;

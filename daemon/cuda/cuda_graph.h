@@ -97,6 +97,14 @@ pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds,
                                 const pe_cuda_graph_io *fetches, int n_fetches, uint64_t rng_delta,
                                 const int *finite_flag_dev, bool *finite);
 
+/* Launch g on its compute stream with the generator delta rng_delta
+ * (written before the launch, in stream order); no copies, no sync: the
+ * executor's own copies and events order the rest. */
+pe_status *pe_cuda_graph_launch(pe_cuda_graph *g, uint64_t rng_delta);
+
+/* The cuda row of pe_device_ops.graph (engine/device_graph.h). */
+extern const struct pe_device_graph_ops pe_cuda_device_graph_ops;
+
 /* Frees g (instantiated graph, its staging); NULL: no-op. The signature is
  * pe_step_graph_free_fn's. */
 void pe_cuda_graph_free(void *g);

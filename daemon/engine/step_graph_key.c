@@ -33,10 +33,6 @@ bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool back
     why = "no cuda place";
   else if (!backend)
     why = "this build has no cuda backend";
-  else if (!PE_CUDA_GRAPH_WIRED)
-    why =
-        "not verified on a GPU: the executor does not drive the capture in this build "
-        "(cuda/cuda_graph.c is compiled, never ran)";
   else if (mode == PE_CUDA_GRAPH_AUTO && !PE_CUDA_GRAPH_VERIFIED)
     why =
         "not verified on a GPU (auto is off until tests/cuda/test_cuda_graph.c passed on one; "
@@ -57,8 +53,8 @@ bool pe_step_graph_run_capturable(const pe_step_graph_run *r, const char **why) 
     w = "node hooks (node_hook, delay_us, skip) run on the host between nodes";
   else if (r->cross_nodes)
     w = "gradients are summed across nodes on the host";
-  else if (r->feeds_viewed)
-    w = "the feeds are views of the caller's split parts, whose addresses change each step";
+  else if (r->producer_sync)
+    w = "the run's sync strategy waits on producer streams, which a replay leaves empty";
   *why = w;
   return w == NULL;
 }

@@ -46,12 +46,10 @@ typedef enum pe_cuda_graph_mode {
 bool pe_cuda_graph_mode_parse(const char *s, pe_cuda_graph_mode *out);
 const char *pe_cuda_graph_mode_name(pe_cuda_graph_mode m);
 
-/* Whether the capture of this build ran and passed its tests on a GPU
- * (tests/cuda/test_cuda_graph.c): auto turns capture on only then. */
+/* Whether the captured steps of this build ran and passed their tests on
+ * a GPU (tests/cuda/test_cuda_graph.c, tests/cuda/test_cuda_graph_exec.c):
+ * auto turns capture on only then; on turns it on regardless. */
 #define PE_CUDA_GRAPH_VERIFIED 0
-/* Whether the parallel executor drives the capture (cuda/cuda_graph.h) in
- * this build; until it does, every mode reports why steps are not captured. */
-#define PE_CUDA_GRAPH_WIRED 0
 
 /* Whether steps on `kind` places are captured under mode; *reason (static
  * text) says why not, or NULL when they are. backend: the cuda backend is
@@ -62,14 +60,14 @@ bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool back
 /* --- what a captured step can hold ------------------------------------------ */
 /* What a run asks of the executor beyond its kernels: each of these is
  * host work between the kernels (per-node spans, hooks, checks, a
- * collective over nodes) or memory that is not the executor's (feeds bound
- * as views of the caller's parts), which a replay cannot repeat. */
+ * collective over nodes, waits on whole producer streams), which a replay
+ * cannot repeat. */
 typedef struct pe_step_graph_run {
   bool timeline;      /* per-node spans are recorded */
   bool test_hooks;    /* node_hook, delay_us or skip */
   bool check_nan_inf; /* per-op NaN/Inf checks on the host */
   bool cross_nodes;   /* gradients summed over nodes on the host */
-  bool feeds_viewed;  /* feed tensors are views of the caller's split parts */
+  bool producer_sync; /* dependencies wait on producer streams, not events */
 } pe_step_graph_run;
 
 /* Whether a step of run r may be captured or replayed; false with *why
