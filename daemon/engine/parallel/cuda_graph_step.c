@@ -424,7 +424,6 @@ pe_status *par_graph_step_end(pe_par_exec *e) {
       pe_status_free(st);
   }
   pe_status *node_err = atomic_exchange(&e->err, NULL);
-  if (!s) return node_err; /* cannot happen: a capture always has its set */
   if (first || node_err) {
     /* Nothing ran: refuse the key and run the step the normal way, from
      * the generator offset the recording started at. */
