@@ -36,6 +36,12 @@
  * a failed recording ran nothing, so the step is launched again normally
  * with the generator reset to where the recording started.
  *
+ * While a device records, every launch on its streams is recorded, also
+ * one of another thread (a model read's copy on the d2h stream would be
+ * recorded instead of run, and its wait fail): a capture happens once per
+ * key, but a daemon that reads a model's values while its first steps run
+ * can make that capture fail (the key then falls back, with the reason).
+ *
  * Threads: the par_graph is used under run_mu by the run's caller, and by
  * the replay's engine op while the caller waits for it (par_wait_back). */
 #include <stdlib.h>
@@ -438,6 +444,9 @@ pe_status *par_graph_step_end(pe_par_exec *e) {
     e->m->rng.offset = s->rng0;
     set_free(s);
     clear_stream_errors(e);
+    /* Events and fences recorded during the recording are not usable
+     * outside it: record them again (on idle work) before the launch. */
+    PE_TRY(rerecord(e));
     PE_TRY(par_step_launch(e, pe_timeline_now_ns()));
     par_wait_back(e);
     return NULL;
