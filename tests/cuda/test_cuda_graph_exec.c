@@ -87,6 +87,33 @@ static pe_program *program(int m, pe_model_spec *spec, float dropout_prob) {
 
 enum { MAXP = 64 };
 
+/* A model on cuda:0 with the sequential startup's values, graph on or off,
+ * and the data generator. */
+typedef struct run {
+  pe_model_spec spec;
+  pe_program *p;
+  eq_seq s;
+  eq_par e;
+  eq_data d;
+} run;
+
+static void run_open(run *r, int m, float dropout_prob, bool graph) {
+  r->p = program(m, &r->spec, dropout_prob);
+  eq_seq_new(r->p, &r->s);
+  eq_par_new(r->p, &cuda1, EQ_BUCKET_BYTES, &r->e);
+  eq_par_load(&r->e, &r->s);
+  PE_CK_OK(pe_par_exec_set_cuda_graph(r->e.step, graph ? PE_CUDA_GRAPH_ON : PE_CUDA_GRAPH_OFF));
+  eq_data_init(&r->d, &r->spec);
+}
+
+static void run_close(run *r) {
+  eq_data_free(&r->d);
+  eq_par_free(&r->e);
+  eq_seq_free(&r->s);
+  pe_program_free(r->p);
+  pe_model_spec_release(&r->spec);
+}
+
 /* One training: cuda:0 from the sequential startup's values, `steps`
  * steps, graph on or off. hook(step) (may be NULL) runs before each step
  * with the executor and model. Losses into loss[], the parameters into
@@ -95,34 +122,23 @@ typedef void (*step_hook)(eq_par *e, int step);
 
 static void train(int m, bool graph, int steps, step_hook hook, float *loss, pe_tensor *params,
                   int *n_params, pe_step_graph_stats *gs) {
-  pe_model_spec spec;
-  pe_program *p = program(m, &spec, 0.4f);
-  eq_seq s;
-  eq_seq_new(p, &s);
-  eq_par e;
-  eq_par_new(p, &cuda1, EQ_BUCKET_BYTES, &e);
-  eq_par_load(&e, &s);
-  PE_CK_OK(pe_par_exec_set_cuda_graph(e.step, graph ? PE_CUDA_GRAPH_ON : PE_CUDA_GRAPH_OFF));
-  eq_data d;
-  eq_data_init(&d, &spec);
+  run r;
+  run_open(&r, m, 0.4f, graph);
+  eq_par *e = &r.e;
   for (int step = 1; step <= steps; step++) {
-    if (hook) hook(&e, step);
-    loss[step - 1] = eq_par_step(&e, &spec, &d, eq_data_batch(&d, step), cuda1.sync);
+    if (hook) hook(e, step);
+    loss[step - 1] = eq_par_step(e, &r.spec, &r.d, eq_data_batch(&r.d, step), cuda1.sync);
   }
-  const pe_graph *g = pe_par_exec_graph(e.step);
+  const pe_graph *g = pe_par_exec_graph(e->step);
   ck_assert_int_le(g->n_params, MAXP);
   *n_params = g->n_params;
-  for (int i = 0; i < g->n_params; i++) PE_CK_OK(pe_model_get(e.m, g->params[i], &params[i]));
+  for (int i = 0; i < g->n_params; i++) PE_CK_OK(pe_model_get(e->m, g->params[i], &params[i]));
   const char *why = "";
-  bool replayed = pe_par_exec_cuda_graph(e.step, &why, gs);
+  bool replayed = pe_par_exec_cuda_graph(e->step, &why, gs);
   printf("%s graph %s: replayed %d captures %lld replays %lld invalidations %lld reason '%s'\n",
          model_names[m], graph ? "on" : "off", replayed, (long long)gs->captures,
          (long long)gs->replays, (long long)gs->invalidations, why);
-  eq_data_free(&d);
-  eq_par_free(&e);
-  eq_seq_free(&s);
-  pe_program_free(p);
-  pe_model_spec_release(&spec);
+  run_close(&r);
 }
 
 /* Both trainings, compared bit for bit. */
@@ -198,31 +214,24 @@ END_TEST
  * same outcome (error code and text, or the loss bit for bit) as the
  * plain step. */
 static void bad_label_outcome(bool graph, pe_status **st13, float *loss13) {
-  pe_model_spec spec;
-  pe_program *p = program(0, &spec, 0.0f);
-  eq_seq s;
-  eq_seq_new(p, &s);
-  eq_par e;
-  eq_par_new(p, &cuda1, EQ_BUCKET_BYTES, &e);
-  eq_par_load(&e, &s);
-  PE_CK_OK(pe_par_exec_set_cuda_graph(e.step, graph ? PE_CUDA_GRAPH_ON : PE_CUDA_GRAPH_OFF));
-  eq_data d;
-  eq_data_init(&d, &spec);
+  run r;
+  run_open(&r, 0, 0.0f, graph);
+  eq_par *e = &r.e;
   *st13 = NULL;
   for (int step = 1; step <= 13; step++) {
-    int n = eq_data_batch(&d, step);
-    if (step == 13) d.y[3] = 1000;
+    int n = eq_data_batch(&r.d, step);
+    if (step == 13) r.d.y[3] = 1000;
     pe_tensor xt, yt, out;
     pe_feed feeds[2];
-    eq_feeds(&spec, &d, n, &xt, &yt, feeds);
+    eq_feeds(&r.spec, &r.d, n, &xt, &yt, feeds);
     pe_tensor_init(&out);
-    const char *fetch = spec.loss;
+    const char *fetch = r.spec.loss;
     pe_run_opts ro = {.sync = cuda1.sync};
-    pe_status *st = pe_par_exec_run(e.step, feeds, 2, &fetch, 1, &out, &ro, NULL);
+    pe_status *st = pe_par_exec_run(e->step, feeds, 2, &fetch, 1, &out, &ro, NULL);
     if (step == 13) {
       *st13 = st;
       if (!st) *loss13 = pe_f32(&out)[0];
-      if (!st) st = pe_par_exec_sync(e.step);
+      if (!st) st = pe_par_exec_sync(e->step);
       if (st && !*st13) *st13 = st;
     } else {
       PE_CK_OK(st);
@@ -231,14 +240,10 @@ static void bad_label_outcome(bool graph, pe_status **st13, float *loss13) {
   }
   if (graph) {
     pe_step_graph_stats gs;
-    pe_par_exec_cuda_graph(e.step, NULL, &gs);
+    pe_par_exec_cuda_graph(e->step, NULL, &gs);
     ck_assert_int_gt(gs.replays, 0);
   }
-  eq_data_free(&d);
-  eq_par_free(&e);
-  eq_seq_free(&s);
-  pe_program_free(p);
-  pe_model_spec_release(&spec);
+  run_close(&r);
 }
 
 START_TEST(error_in_replayed_step_reported_as_plain) {
