@@ -453,7 +453,7 @@ pe_status *par_graph_step_end(pe_par_exec *e) {
   }
   s->rng_step = e->m->rng.offset - s->rng0;
   snapshot_addrs(e, s->addrs);
-  /* The recorded step runs now: launched once with delta 0. */
+  /* The recorded step itself runs as the graph's first launch (delta 0). */
   pe_status *st = launch_set(e, s, 0);
   const char *why = NULL;
   if (!st && !pe_step_graph_rng_capturable(has_gaussian(e), s->rng_step, &why)) {
