@@ -28,9 +28,9 @@
 
 #include "bench_train.h"
 #include "compiler/pass.h"
-#include "ir/program.h"
 #include "engine/parallel/executor.h"
 #include "engine/prefetch_steps.h"
+#include "ir/program.h"
 #include "json_out.h"
 
 typedef struct par_state {
@@ -180,6 +180,10 @@ static int par_setup(trainer *t) {
     pe_graph_free(g_eval);
     return pe_bench_train_fail(st, "train executor");
   }
+  pe_cuda_graph_mode mode = PE_CUDA_GRAPH_AUTO;
+  if (t->cfg.cuda_graph) pe_cuda_graph_mode_parse(t->cfg.cuda_graph, &mode);
+  if ((st = pe_par_exec_set_cuda_graph(s->step, mode)))
+    return pe_bench_train_fail(st, "train executor: cuda_graph");
   if ((st = pe_par_exec_new(s->model, g_eval, &s->test)))
     return pe_bench_train_fail(st, "eval executor");
   if (t->cfg.timeline) {
@@ -314,6 +318,18 @@ static void par_json(trainer *t, FILE *f) {
           (long long)(t->cfg.fuse_bucket ? t->cfg.fuse_bucket : PE_FUSE_BUCKET_BYTES_DEFAULT),
           s->sync == PE_SYNC_WAIT_PRODUCER ? "producer" : "event", s->graph_nodes,
           (long long)s->planned, (long long)s->unplanned);
+  /* What the train executor's captured steps did (cuda_graph above is
+   * the mode's decision). */
+  const char *why = "";
+  pe_step_graph_stats gs;
+  bool replayed = pe_par_exec_cuda_graph(s->step, &why, &gs);
+  fprintf(f,
+          ",\"cuda_graph_steps\":{\"replayed\":%s,\"captures\":%lld,\"replays\":%lld,"
+          "\"fallbacks\":%lld,\"invalidations\":%lld,\"reason\":",
+          replayed ? "true" : "false", (long long)gs.captures, (long long)gs.replays,
+          (long long)gs.fallbacks, (long long)gs.invalidations);
+  cli_json_str(f, why);
+  fprintf(f, "}");
   if (s->tl) {
     fprintf(f, ",\"timeline\":");
     cli_json_str(f, t->cfg.timeline);

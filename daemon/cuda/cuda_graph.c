@@ -6,36 +6,37 @@
 #include <string.h>
 
 #include "cuda/cuda_ctx.h"
+#include "engine/device_graph.h"
+#include "engine/step_graph_key.h"
 
-/* Per ordinal: captures running on that GPU (the allocator's guard). */
+/* Per ordinal: the capture running on that GPU (the allocator's guard),
+ * and its generator delta. capturing[] is 0 or 1; begin claims it. */
 #define MAX_ORDINALS 64
 static atomic_int capturing[MAX_ORDINALS];
+static uint64_t *_Atomic capture_delta[MAX_ORDINALS];
 
 bool pe_cuda_graph_capturing(int ordinal) {
   return ordinal >= 0 && ordinal < MAX_ORDINALS && atomic_load(&capturing[ordinal]) > 0;
 }
 
-/* Ops whose cuda kernel takes the generator's seed and offset as kernel
- * arguments (ops_cuda_basic.c: pe_kernel_rng + pe_rng_reserve): a replay
- * would repeat the captured step's numbers. */
-static const char *const frozen_rng[] = {"dropout", "uniform_random", "gaussian_random", NULL};
+const uint64_t *pe_cuda_graph_rng_delta(int ordinal, cudaStream_t s) {
+  if (ordinal < 0 || ordinal >= MAX_ORDINALS) return NULL;
+  const uint64_t *delta = atomic_load(&capture_delta[ordinal]);
+  /* Another model's launch on the same GPU is not part of the capture. */
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (!delta || cudaStreamIsCapturing(s, &cs) != cudaSuccess) return NULL;
+  return cs == cudaStreamCaptureStatusActive ? delta : NULL;
+}
 
-bool pe_cuda_graph_op_capturable(const char *type, const char **why) {
-  *why = NULL;
-  for (int i = 0; frozen_rng[i]; i++)
-    if (!strcmp(type, frozen_rng[i])) {
-      *why =
-          "its cuda kernel takes the generator offset as an argument, which a replay would "
-          "repeat";
-      return false;
-    }
-  return true;
+bool pe_cuda_graph_op_capturable(const char *type, unsigned op_flags, const char **why) {
+  return pe_step_graph_op_capturable(type, op_flags, why);
 }
 
 struct pe_cuda_graph {
   int device;
   cudaStream_t stream; /* compute: where replays run */
   cudaGraphExec_t exec;
+  uint64_t *delta; /* the generator step delta its random kernels read (device) */
   /* Pinned staging for feeds and fetches, grown as needed. */
   void *pin;
   size_t pin_cap;
@@ -73,25 +74,47 @@ static pe_status *link_streams(pe_device *d, bool join) {
   return st;
 }
 
+/* Release ordinal's capture slot and its delta (a failed capture). */
+static void release_slot(int ordinal) {
+  uint64_t *delta = atomic_exchange(&capture_delta[ordinal], NULL);
+  if (delta) cudaFree(delta);
+  atomic_store(&capturing[ordinal], 0);
+}
+
 pe_status *pe_cuda_graph_begin(pe_device *d) {
   if (d->ops != &pe_device_cuda_ops)
     return pe_error(PE_EINVAL, "step capture: place %s:%d is not a cuda place",
                     pe_place_kind_name(d->place.kind), d->place.id);
-  if (d->place.id < 0 || d->place.id >= MAX_ORDINALS)
-    return pe_error(PE_EINVAL, "step capture: cuda:%d is past the %d GPUs it tracks", d->place.id,
+  int o = d->place.id;
+  if (o < 0 || o >= MAX_ORDINALS)
+    return pe_error(PE_EINVAL, "step capture: cuda:%d is past the %d GPUs it tracks", o,
                     MAX_ORDINALS);
-  PE_TRY(cu(cudaSetDevice(d->place.id), d->place.id, "cudaSetDevice"));
+  int idle = 0;
+  if (!atomic_compare_exchange_strong(&capturing[o], &idle, 1))
+    return pe_error(PE_EEXHAUSTED, "step capture: another step captures on cuda:%d", o);
+  /* The delta is allocated and zeroed before the capture starts (no
+   * cudaMalloc inside one); the capture's own launch reads 0. The slot is
+   * claimed, so the allocator's guard is bypassed by calling cudaMalloc
+   * directly. */
+  uint64_t *delta = NULL;
+  pe_status *st = cu(cudaSetDevice(o), o, "cudaSetDevice");
+  if (!st) st = cu(cudaMalloc((void **)&delta, sizeof *delta), o, "cudaMalloc (generator delta)");
+  atomic_store(&capture_delta[o], delta);
+  if (!st) st = cu(cudaMemset(delta, 0, sizeof *delta), o, "cudaMemset (generator delta)");
+  if (st) {
+    release_slot(o);
+    return st;
+  }
   cudaStream_t compute = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
-  atomic_fetch_add(&capturing[d->place.id], 1);
-  pe_status *st = cu(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal), d->place.id,
-                     "cudaStreamBeginCapture");
+  st = cu(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal), o,
+          "cudaStreamBeginCapture");
   if (!st) st = link_streams(d, false);
   if (st) {
     cudaGraph_t g = NULL;
     cudaStreamEndCapture(compute, &g);
     if (g) cudaGraphDestroy(g);
     cudaGetLastError();
-    atomic_fetch_sub(&capturing[d->place.id], 1);
+    release_slot(o);
   }
   return st;
 }
@@ -104,11 +127,18 @@ pe_status *pe_cuda_graph_end(pe_device *d, pe_cuda_graph **out) {
   /* Always end the capture, also after a failed join: the streams must
    * leave capture mode whatever happened. */
   cudaError_t e = cudaStreamEndCapture(compute, &graph);
-  atomic_fetch_sub(&capturing[d->place.id], 1);
+  /* The delta goes to the graph, or is freed with the failed capture. */
+  uint64_t *delta = atomic_exchange(&capture_delta[d->place.id], NULL);
+  atomic_store(&capturing[d->place.id], 0);
   if (!st) st = cu(e, d->place.id, "cudaStreamEndCapture (an unsafe call or an unjoined stream)");
   pe_cuda_graph *g = NULL;
   if (!st && !(g = calloc(1, sizeof *g)))
     st = pe_error(PE_ENOMEM, "cuda:%d: step capture: out of memory", d->place.id);
+  if (g) {
+    g->delta = delta;
+    delta = NULL;
+  }
+  if (delta) cudaFree(delta);
   if (!st) {
     g->device = d->place.id;
     g->stream = compute;
@@ -144,11 +174,11 @@ static size_t total_bytes(const pe_cuda_graph_io *io, int n) {
 }
 
 pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds, int n_feeds,
-                                const pe_cuda_graph_io *fetches, int n_fetches,
+                                const pe_cuda_graph_io *fetches, int n_fetches, uint64_t rng_delta,
                                 const int *finite_flag_dev, bool *finite) {
   int d = g->device;
-  size_t in = total_bytes(feeds, n_feeds), outb = total_bytes(fetches, n_fetches);
-  PE_TRY(staging(g, (in > outb ? in : outb) + 256));
+  size_t in = total_bytes(feeds, n_feeds) + 256, outb = total_bytes(fetches, n_fetches) + 256;
+  PE_TRY(staging(g, in > outb ? in : outb));
   PE_TRY(cu(cudaSetDevice(g->device), d, "cudaSetDevice"));
   /* Feeds: host -> pinned on this thread, then DMA on the compute stream,
    * ordered before the graph (stream order). */
@@ -162,7 +192,7 @@ pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds,
   }
   /* The staging is reused for the fetches below: the feeds' DMA must have
    * read it first, which stream order gives (the fetch DMAs come after). */
-  PE_TRY(cu(cudaGraphLaunch(g->exec, g->stream), d, "cudaGraphLaunch"));
+  PE_TRY(pe_cuda_graph_launch(g, rng_delta));
   at = 0;
   for (int i = 0; i < n_fetches; i++) {
     PE_TRY(cu(cudaMemcpyAsync((char *)g->pin + at, fetches[i].device, fetches[i].bytes,
@@ -186,13 +216,47 @@ pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds,
   return NULL;
 }
 
+pe_status *pe_cuda_graph_launch(pe_cuda_graph *g, uint64_t rng_delta) {
+  int d = g->device;
+  PE_TRY(cu(cudaSetDevice(d), d, "cudaSetDevice"));
+  /* A pageable source is staged before cudaMemcpyAsync returns, so the
+   * argument may go out of scope and back-to-back launches do not share a
+   * slot; the copy is ordered before the graph on the stream. */
+  PE_TRY(
+      cu(cudaMemcpyAsync(g->delta, &rng_delta, sizeof rng_delta, cudaMemcpyHostToDevice, g->stream),
+         d, "replay: generator delta copy"));
+  return cu(cudaGraphLaunch(g->exec, g->stream), d, "cudaGraphLaunch");
+}
+
+static pe_status *graph_begin(pe_device *d) {
+  return pe_cuda_graph_begin(d);
+}
+
+static pe_status *graph_end(pe_device *d, void **out) {
+  pe_cuda_graph *g = NULL;
+  pe_status *st = pe_cuda_graph_end(d, &g);
+  *out = g;
+  return st;
+}
+
+static pe_status *graph_launch(void *g, uint64_t rng_delta) {
+  return pe_cuda_graph_launch(g, rng_delta);
+}
+
+const pe_device_graph_ops pe_cuda_device_graph_ops = {
+    .begin = graph_begin,
+    .end = graph_end,
+    .launch = graph_launch,
+    .free = pe_cuda_graph_free,
+    .op_capturable = pe_cuda_graph_op_capturable,
+};
+
 void pe_cuda_graph_free(void *p) {
   pe_cuda_graph *g = p;
   if (!g) return;
-  if (g->exec) {
-    cudaSetDevice(g->device);
-    cudaGraphExecDestroy(g->exec);
-  }
+  cudaSetDevice(g->device);
+  if (g->exec) cudaGraphExecDestroy(g->exec);
+  if (g->delta) cudaFree(g->delta);
   pe_cuda_pinned_free(g->pin, g->pin_cap);
   free(g);
 }

@@ -32,11 +32,15 @@
  * device-side finite flag of the step (one int, written by the captured
  * finite check), so one stream sync reads both.
  *
- * Random ops. A kernel argument is frozen at capture: an op that passes
- * its generator offset as an argument (the cuda dropout and random
- * kernels) would draw the same numbers on every replay, so such ops refuse
- * the capture (pe_cuda_graph_op_capturable) until their kernels read the
- * offset from device memory that the host advances before each replay.
+ * Random ops. A kernel argument is frozen at capture, so the random
+ * kernels (dropout, uniform_random, gaussian_random) also read the
+ * generator's step delta from device memory: the capture's (a device
+ * uint64, pe_cuda_graph_rng_delta) while the device captures, none
+ * otherwise (their numbers are then the host base's, bit for bit). The
+ * capture's own launch runs with delta 0; each replay writes, before its
+ * launch and in stream order, how far the generator moved since the
+ * capture, so its numbers are those of the unreplayed step. The executor
+ * advances the host generator by the step's counters per replay.
  *
  * Threads: begin, end and replay of one device are called by the
  * executor's run, one at a time per device. */
@@ -45,22 +49,29 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/status.h"
+#include "cuda/cuda_ctx.h"
 #include "engine/device.h"
 
 typedef struct pe_cuda_graph pe_cuda_graph;
 
-/* Whether op `type` may be inside a captured step; false with *why (static
- * text) for ops that sync the host or pass their generator offset as a
- * kernel argument. */
-bool pe_cuda_graph_op_capturable(const char *type, const char **why);
+/* Whether op `type` (op_flags: its registry flags) may be inside a
+ * captured step: engine/step_graph_key.h's rule for the cuda kernels. */
+bool pe_cuda_graph_op_capturable(const char *type, unsigned op_flags, const char **why);
+
+/* While cuda device `ordinal` captures and stream s is part of the
+ * capture: the capture's generator step delta (device memory) that random
+ * kernels add to their base; NULL otherwise. Any thread. */
+const uint64_t *pe_cuda_graph_rng_delta(int ordinal, cudaStream_t s);
 
 /* Whether cuda device `ordinal` is capturing now (the device allocator
  * refuses cudaMalloc then). Any thread. */
 bool pe_cuda_graph_capturing(int ordinal);
 
-/* Start capturing d's streams (d is a cuda device). */
+/* Start capturing d's streams (d is a cuda device). One capture per GPU at
+ * a time: a second begin on the same ordinal is refused, naming it. */
 pe_status *pe_cuda_graph_begin(pe_device *d);
 /* End the capture and instantiate it. On failure (an unsafe call, a
  * stream left out of the join, an invalidated capture) the capture is
@@ -76,14 +87,23 @@ typedef struct pe_cuda_graph_io {
 } pe_cuda_graph_io;
 
 /* Run the captured step once: feeds copied in (host -> pinned -> device),
- * the graph launched on d's compute stream, fetches and the finite flag
+ * rng_delta written to the capture's generator delta (0 for the capture's
+ * own launch), the graph launched on d's compute stream, fetches and the finite flag
  * copied out, then a sync of the compute stream. *finite (may be NULL):
  * the step's flag (false: a NaN or Inf reached a checked output). A fault
  * of the replayed work comes back as the status, naming the graph's
  * device, as a normal step's does. */
 pe_status *pe_cuda_graph_replay(pe_cuda_graph *g, const pe_cuda_graph_io *feeds, int n_feeds,
-                                const pe_cuda_graph_io *fetches, int n_fetches,
+                                const pe_cuda_graph_io *fetches, int n_fetches, uint64_t rng_delta,
                                 const int *finite_flag_dev, bool *finite);
+
+/* Launch g on its compute stream with the generator delta rng_delta
+ * (written before the launch, in stream order); no copies, no sync: the
+ * executor's own copies and events order the rest. */
+pe_status *pe_cuda_graph_launch(pe_cuda_graph *g, uint64_t rng_delta);
+
+/* The cuda row of pe_device_ops.graph (engine/device_graph.h). */
+extern const struct pe_device_graph_ops pe_cuda_device_graph_ops;
 
 /* Frees g (instantiated graph, its staging); NULL: no-op. The signature is
  * pe_step_graph_free_fn's. */

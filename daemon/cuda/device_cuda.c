@@ -35,6 +35,7 @@
 #include "cuda/cuda_alloc.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_graph.h"
+#include "engine/device_graph.h"
 #include "engine/device_impl.h"
 #include "engine/stream_error.h"
 
@@ -515,4 +516,5 @@ const pe_device_ops pe_device_cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
     .comm = &pe_cuda_comm_ops,
+    .graph = &pe_cuda_device_graph_ops,
 };

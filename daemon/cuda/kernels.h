@@ -45,12 +45,16 @@ cudaError_t pe_cu_affine(const float *x, float *o, int64_t n, float a, float b, 
 /* out = sum of xs[0..k) (k <= 64; out may be one of them). xs: host array. */
 cudaError_t pe_cu_sum(const float *const *xs, int k, float *out, int64_t n, cudaStream_t s);
 cudaError_t pe_cu_fill(void *p, int dtype, double v, int64_t n, cudaStream_t s);
-cudaError_t pe_cu_uniform(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base, double lo,
-                          double hi, cudaStream_t s);
-cudaError_t pe_cu_gaussian(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base, double mean,
-                           double sd, cudaStream_t s);
+/* Random kernels: counters from base (the host's reservation), plus *delta
+ * when delta is not NULL (the generator's step delta of a captured step,
+ * cuda/cuda_graph.h; gaussian_random adds *delta / 2, its counter pairs). */
+cudaError_t pe_cu_uniform(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base,
+                          const uint64_t *delta, double lo, double hi, cudaStream_t s);
+cudaError_t pe_cu_gaussian(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base,
+                           const uint64_t *delta, double mean, double sd, cudaStream_t s);
 cudaError_t pe_cu_dropout(const float *x, float *out, uint8_t *mask, int64_t n, uint64_t seed,
-                          uint64_t base, double p, float scale, cudaStream_t s);
+                          uint64_t base, const uint64_t *delta, double p, float scale,
+                          cudaStream_t s);
 cudaError_t pe_cu_scale_u8(const float *x, const uint8_t *mask, float *out, int64_t n, float scale,
                            cudaStream_t s);
 cudaError_t pe_cu_act_fwd(pe_cu_act a, const float *x, float *y, int64_t n, cudaStream_t s);

@@ -138,25 +138,38 @@ __global__ void fill_kernel(T *p, T v, int64_t n) {
   GRID_LOOP(i, n) p[i] = v;
 }
 
-__global__ void uniform_f32(float *o, int64_t n, uint64_t seed, uint64_t base, double lo,
-                            double hi, float fhi, float below) {
+// A random kernel's first counter: the host's base, plus the generator's
+// step delta read from device memory when the launch is part of a captured
+// step (cuda/cuda_graph.h: each replay writes how far the generator moved
+// since the capture). per: counters per delta unit (gaussian_random uses a
+// pair per number). Without a delta the base is the host's, bit for bit.
+__device__ inline uint64_t step_base(uint64_t base, const uint64_t *delta, uint64_t per) {
+  return delta ? base + *delta / per : base;
+}
+
+__global__ void uniform_f32(float *o, int64_t n, uint64_t seed, uint64_t base0,
+                            const uint64_t *delta, double lo, double hi, float fhi, float below) {
+  uint64_t base = step_base(base0, delta, 1);
   GRID_LOOP(i, n) {
     float v = (float)affine_rn(lo, hi - lo, rng_uniform(seed, base + (uint64_t)i));
     o[i] = v >= fhi ? below : v;
   }
 }
-__global__ void uniform_f64(double *o, int64_t n, uint64_t seed, uint64_t base, double lo,
-                            double hi) {
+__global__ void uniform_f64(double *o, int64_t n, uint64_t seed, uint64_t base0,
+                            const uint64_t *delta, double lo, double hi) {
+  uint64_t base = step_base(base0, delta, 1);
   GRID_LOOP(i, n) o[i] = affine_rn(lo, hi - lo, rng_uniform(seed, base + (uint64_t)i));
 }
 template <typename T>
-__global__ void gaussian_kernel(T *o, int64_t n, uint64_t seed, uint64_t base, double mean,
-                                double sd) {
+__global__ void gaussian_kernel(T *o, int64_t n, uint64_t seed, uint64_t base0,
+                                const uint64_t *delta, double mean, double sd) {
+  uint64_t base = step_base(base0, delta, 2);
   GRID_LOOP(i, n) o[i] = (T)affine_rn(mean, sd, rng_normal(seed, base + (uint64_t)i));
 }
 
 __global__ void dropout_kernel(const float *x, float *o, uint8_t *m, int64_t n, uint64_t seed,
-                               uint64_t base, double p, float scale) {
+                               uint64_t base0, const uint64_t *delta, double p, float scale) {
+  uint64_t base = step_base(base0, delta, 1);
   GRID_LOOP(i, n) {
     bool keep = rng_uniform(seed, base + (uint64_t)i) >= p;
     if (m) m[i] = keep;
@@ -311,32 +324,33 @@ cudaError_t pe_cu_fill(void *p, int dtype, double v, int64_t n, cudaStream_t s) 
   return cudaGetLastError();
 }
 
-cudaError_t pe_cu_uniform(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base, double lo,
-                          double hi, cudaStream_t s) {
+cudaError_t pe_cu_uniform(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base,
+                          const uint64_t *delta, double lo, double hi, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   if (dtype == 1) {
-    uniform_f64<<<LAUNCH(n)>>>((double *)p, n, seed, base, lo, hi);
+    uniform_f64<<<LAUNCH(n)>>>((double *)p, n, seed, base, delta, lo, hi);
   } else {
     float fhi = (float)hi, below = lo < hi ? nextafterf(fhi, -INFINITY) : fhi;
-    uniform_f32<<<LAUNCH(n)>>>((float *)p, n, seed, base, lo, hi, fhi, below);
+    uniform_f32<<<LAUNCH(n)>>>((float *)p, n, seed, base, delta, lo, hi, fhi, below);
   }
   return cudaGetLastError();
 }
 
 cudaError_t pe_cu_gaussian(void *p, int dtype, int64_t n, uint64_t seed, uint64_t base,
-                           double mean, double sd, cudaStream_t s) {
+                           const uint64_t *delta, double mean, double sd, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   if (dtype == 1)
-    gaussian_kernel<double><<<LAUNCH(n)>>>((double *)p, n, seed, base, mean, sd);
+    gaussian_kernel<double><<<LAUNCH(n)>>>((double *)p, n, seed, base, delta, mean, sd);
   else
-    gaussian_kernel<float><<<LAUNCH(n)>>>((float *)p, n, seed, base, mean, sd);
+    gaussian_kernel<float><<<LAUNCH(n)>>>((float *)p, n, seed, base, delta, mean, sd);
   return cudaGetLastError();
 }
 
 cudaError_t pe_cu_dropout(const float *x, float *out, uint8_t *mask, int64_t n, uint64_t seed,
-                          uint64_t base, double p, float scale, cudaStream_t s) {
+                          uint64_t base, const uint64_t *delta, double p, float scale,
+                          cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  dropout_kernel<<<LAUNCH(n)>>>(x, out, mask, n, seed, base, p, scale);
+  dropout_kernel<<<LAUNCH(n)>>>(x, out, mask, n, seed, base, delta, p, scale);
   return cudaGetLastError();
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_graph.h"
 #include "cuda/ops_cuda.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/lr_schedule.h"
@@ -124,11 +125,12 @@ pe_status *pe_cuk_uniform_random(pe_kernel_ctx *c) {
   PE_TRY(pe_kernel_rng(c, &r, &seed));
   int64_t n = pe_tensor_numel(out);
   uint64_t base = pe_rng_reserve(r, (uint64_t)n);
-  return pe_cu_check(
-      c,
-      pe_cu_uniform(out->data, (int)out->dtype, n, seed, base, pe_attr_f(c->def, c->desc, "min"),
-                    pe_attr_f(c->def, c->desc, "max"), x->stream),
-      "uniform_random");
+  return pe_cu_check(c,
+                     pe_cu_uniform(out->data, (int)out->dtype, n, seed, base,
+                                   pe_cuda_graph_rng_delta(x->device, x->stream),
+                                   pe_attr_f(c->def, c->desc, "min"),
+                                   pe_attr_f(c->def, c->desc, "max"), x->stream),
+                     "uniform_random");
 }
 
 pe_status *pe_cuk_gaussian_random(pe_kernel_ctx *c) {
@@ -142,11 +144,12 @@ pe_status *pe_cuk_gaussian_random(pe_kernel_ctx *c) {
   /* The same counter layout as the CPU kernel (ops/cpu/creation.c). */
   uint64_t pad = r->offset & 1;
   uint64_t base = (pe_rng_reserve(r, 2 * (uint64_t)n + pad) + pad) / 2;
-  return pe_cu_check(
-      c,
-      pe_cu_gaussian(out->data, (int)out->dtype, n, seed, base, pe_attr_f(c->def, c->desc, "mean"),
-                     pe_attr_f(c->def, c->desc, "std"), x->stream),
-      "gaussian_random");
+  return pe_cu_check(c,
+                     pe_cu_gaussian(out->data, (int)out->dtype, n, seed, base,
+                                    pe_cuda_graph_rng_delta(x->device, x->stream),
+                                    pe_attr_f(c->def, c->desc, "mean"),
+                                    pe_attr_f(c->def, c->desc, "std"), x->stream),
+                     "gaussian_random");
 }
 
 /* assign, reshape, flatten: a copy forward; X@GRAD = Out@GRAD (slot 2). */
@@ -398,10 +401,11 @@ pe_status *pe_cuk_dropout(pe_kernel_ctx *c) {
   uint64_t seed = 0;
   PE_TRY(pe_kernel_rng(c, &r, &seed));
   uint64_t base = pe_rng_reserve(r, (uint64_t)n);
-  return pe_cu_check(c,
-                     pe_cu_dropout(pe_f32(in), f32_or_null(out), mask ? mask->data : NULL, n, seed,
-                                   base, cfg.p, scale, x->stream),
-                     "dropout");
+  return pe_cu_check(
+      c,
+      pe_cu_dropout(pe_f32(in), f32_or_null(out), mask ? mask->data : NULL, n, seed, base,
+                    pe_cuda_graph_rng_delta(x->device, x->stream), cfg.p, scale, x->stream),
+      "dropout");
 }
 
 pe_status *pe_cuk_dropout_grad(pe_kernel_ctx *c) {

@@ -148,6 +148,9 @@ typedef struct pe_device_ops {
    * streams (engine/device_comm.h); NULL: the host collectives serve the
    * kind (its memory is host memory). */
   const struct pe_device_comm_ops *comm;
+  /* (opt) step capture and replay (engine/device_graph.h); NULL: the kind's
+   * steps are never captured. */
+  const struct pe_device_graph_ops *graph;
 } pe_device_ops;
 
 /* The common part of every stream. Read-only for users; a kind embeds it

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/registry.h"
+
 /* --- the option ------------------------------------------------------------- */
 
 static const char *const mode_names[] = {"auto", "on", "off"};
@@ -31,16 +33,63 @@ bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool back
     why = "no cuda place";
   else if (!backend)
     why = "this build has no cuda backend";
-  else if (!PE_CUDA_GRAPH_WIRED)
-    why =
-        "not verified on a GPU: the executor does not drive the capture in this build "
-        "(cuda/cuda_graph.c is compiled, never ran)";
   else if (mode == PE_CUDA_GRAPH_AUTO && !PE_CUDA_GRAPH_VERIFIED)
     why =
         "not verified on a GPU (auto is off until tests/cuda/test_cuda_graph.c passed on one; "
         "on forces it)";
   *reason = why;
   return why == NULL;
+}
+
+/* --- what a captured step can hold ------------------------------------------ */
+
+bool pe_step_graph_run_capturable(const pe_step_graph_run *r, const char **why) {
+  const char *w = NULL;
+  if (r->check_nan_inf)
+    w = "check_nan_inf checks every op's outputs on the host";
+  else if (r->timeline)
+    w = "a timeline records every node's span on the host";
+  else if (r->test_hooks)
+    w = "node hooks (node_hook, delay_us, skip) run on the host between nodes";
+  else if (r->cross_nodes)
+    w = "gradients are summed across nodes on the host";
+  else if (r->producer_sync)
+    w = "the run's sync strategy waits on producer streams, which a replay leaves empty";
+  *why = w;
+  return w == NULL;
+}
+
+/* Kept in step with the kernels that take the delta (cuda/kernels.h). */
+static const char *const counted_rng[] = {"dropout", "uniform_random", "gaussian_random", NULL};
+
+bool pe_step_graph_rng_op_counted(const char *type) {
+  for (int i = 0; counted_rng[i]; i++)
+    if (!strcmp(type, counted_rng[i])) return true;
+  return false;
+}
+
+bool pe_step_graph_op_capturable(const char *type, unsigned op_flags, const char **why) {
+  *why = NULL;
+  if ((op_flags & PE_OP_RANDOM) && !pe_step_graph_rng_op_counted(type))
+    *why =
+        "it draws random numbers with its counter offset as a kernel argument, which every "
+        "replay would repeat";
+  return *why == NULL;
+}
+
+bool pe_step_graph_rng_capturable(bool has_gaussian, uint64_t counters, const char **why) {
+  *why = NULL;
+  if (has_gaussian && (counters & 1))
+    *why =
+        "gaussian_random's counter pairs depend on the offset's parity and the step draws an odd "
+        "number of counters";
+  return *why == NULL;
+}
+
+bool pe_step_graph_buffers_moved(const void *const *then, const void *const *now, int n) {
+  for (int i = 0; i < n; i++)
+    if (then[i] != now[i]) return true;
+  return false;
 }
 
 /* --- the key ------------------------------------------------------------------ */

@@ -46,18 +46,56 @@ typedef enum pe_cuda_graph_mode {
 bool pe_cuda_graph_mode_parse(const char *s, pe_cuda_graph_mode *out);
 const char *pe_cuda_graph_mode_name(pe_cuda_graph_mode m);
 
-/* Whether the capture of this build ran and passed its tests on a GPU
- * (tests/cuda/test_cuda_graph.c): auto turns capture on only then. */
+/* Whether the captured steps of this build ran and passed their tests on
+ * a GPU (tests/cuda/test_cuda_graph.c, tests/cuda/test_cuda_graph_exec.c):
+ * auto turns capture on only then; on turns it on regardless. */
 #define PE_CUDA_GRAPH_VERIFIED 0
-/* Whether the parallel executor drives the capture (cuda/cuda_graph.h) in
- * this build; until it does, every mode reports why steps are not captured. */
-#define PE_CUDA_GRAPH_WIRED 0
 
 /* Whether steps on `kind` places are captured under mode; *reason (static
  * text) says why not, or NULL when they are. backend: the cuda backend is
  * built in (pe_device_kind_ops(PE_PLACE_CUDA) != NULL). */
 bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool backend,
                           const char **reason);
+
+/* --- what a captured step can hold ------------------------------------------ */
+/* What a run asks of the executor beyond its kernels: each of these is
+ * host work between the kernels (per-node spans, hooks, checks, a
+ * collective over nodes, waits on whole producer streams), which a replay
+ * cannot repeat. */
+typedef struct pe_step_graph_run {
+  bool timeline;      /* per-node spans are recorded */
+  bool test_hooks;    /* node_hook, delay_us or skip */
+  bool check_nan_inf; /* per-op NaN/Inf checks on the host */
+  bool cross_nodes;   /* gradients summed over nodes on the host */
+  bool producer_sync; /* dependencies wait on producer streams, not events */
+} pe_step_graph_run;
+
+/* Whether a step of run r may be captured or replayed; false with *why
+ * (static text) naming what prevents it. Such a step runs the normal path;
+ * the key's state is kept (a later plain step of the key replays). */
+bool pe_step_graph_run_capturable(const pe_step_graph_run *r, const char **why);
+
+/* The random ops whose cuda kernels read the generator's step delta from
+ * device memory (cuda/cuda_graph.h): a replay advances the delta, so its
+ * numbers are those of an unreplayed step. */
+bool pe_step_graph_rng_op_counted(const char *type);
+
+/* Whether op `type` (op_flags: its registry flags, PE_OP_RANDOM among them)
+ * may be inside a captured step; false with *why (static text) for a random
+ * op whose kernel takes its counter offset as an argument only. */
+bool pe_step_graph_op_capturable(const char *type, unsigned op_flags, const char **why);
+
+/* A captured step draws `counters` generator counters; has_gaussian: it
+ * holds a gaussian_random, whose counter layout depends on the offset's
+ * parity (a pair per number), so every replay must start at the parity the
+ * capture had: false with *why when counters is odd. */
+bool pe_step_graph_rng_capturable(bool has_gaussian, uint64_t counters, const char **why);
+
+/* Whether the buffers a captured step holds moved: any of n addresses
+ * differs between the capture (then) and this step (now). A moved buffer
+ * (a parameter replaced by a load or set_params, a temporary given back)
+ * makes the captured graphs stale (PE_STEP_INVALID_PARAMS). */
+bool pe_step_graph_buffers_moved(const void *const *then, const void *const *now, int n);
 
 /* --- the key ------------------------------------------------------------------ */
 /* A canonical byte string (compared whole, so two keys never alias) and

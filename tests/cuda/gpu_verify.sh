@@ -6,7 +6,8 @@
 #
 #   sh .gpukit/gpu_verify.sh [STAGE...]   stages: env tests bench daemon memcheck
 #                                         (default: these five, in that order),
-#                                         trace, compare (on request)
+#                                         trace, compare, graph (on request;
+#                                         `env graph`: captured steps in one call)
 #
 # Every stage writes its log under $OUT (the device tool's return folder;
 # /tmp/pe-gpu-out elsewhere) and a line to $OUT/summary.txt. Each command has
@@ -166,7 +167,8 @@ stage_env() {
 stage_tests() {
   n=$(gpu_count)
   for t in test_cuda_build test_cuda_device test_cuda_kernels test_cuda_ops_seq test_cuda_train \
-    test_cuda_graph test_cuda_nccl_nodes_init test_cuda_nccl test_cuda_nccl_nodes; do
+    test_cuda_graph test_cuda_graph_exec test_cuda_nccl_nodes_init test_cuda_nccl \
+    test_cuda_nccl_nodes; do
     may_skip=1
     case "$t" in test_cuda_nccl | test_cuda_nccl_nodes) ;; *) [ "$n" -ge 1 ] && may_skip=0 ;; esac
     [ "$n" -ge 2 ] && may_skip=0
@@ -189,6 +191,40 @@ stage_bench() {
       tail -n 5 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
     fi
   done
+}
+
+# Captured steps (docs/cuda.md, "Captured steps") in one call: the two
+# suites, then pe-bench with --cuda-graph on and off for the MLP, the CNN
+# and conf/models/resnet (PE_GPU_GRAPH_STEPS steps, 300; graph.jsonl: the
+# on/off pairs, with cuda_graph_steps saying how many steps replayed), then
+# the compare stage (pe-bench beside PyTorch on the GPU) with captured steps
+# on.
+stage_graph() {
+  n=$(gpu_count)
+  [ "$n" -ge 1 ] && may_skip=0
+  for t in test_cuda_graph test_cuda_graph_exec; do
+    run_logged "graph_$t" "${PE_GPU_TEST_LIMIT:-240}" "$BIN/$t"
+    tail -n 3 "$OUT/graph_$t.log" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
+  done
+  may_skip=1
+  : >"$OUT/graph.jsonl"
+  st=${PE_GPU_GRAPH_STEPS:-300}
+  for m in mlp cnn resnet; do
+    pm=$m
+    [ "$m" = resnet ] && pm="$KIT/compare/resnet"
+    for cg in off on; do
+      name="graph_bench_${m}_$cg"
+      if run_logged "$name" 120 "$BIN/pe-bench" train --model "$pm" --places cuda:0 \
+        --epochs 1 --steps "$st" --cuda-graph "$cg" --json; then
+        tail -n 1 "$OUT/$name.log" | tee -a "$OUT/graph.jsonl" "$SUMMARY"
+      else
+        tail -n 5 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+      fi
+    done
+  done
+  PE_GPU_PE_ARGS="--cuda-graph on"
+  stage_compare
+  PE_GPU_PE_ARGS=
 }
 
 # The product's path: pe-executord with places auto (every GPU), pe-client
@@ -252,8 +288,9 @@ stage_compare() {
   for m in mlp cnn resnet; do
     pm=$m
     [ "$m" = resnet ] && pm="$KIT/compare/resnet"
+    # shellcheck disable=SC2086
     run_logged "compare_pe_$m" 120 "$BIN/pe-bench" train --model "$pm" --places cuda:0 \
-      --epochs "$ep" --json &&
+      --epochs "$ep" ${PE_GPU_PE_ARGS:-} --json &&
       tail -n 1 "$OUT/compare_pe_$m.log" | tee -a "$OUT/compare.jsonl" "$SUMMARY"
     if [ -n "${PE_GPU_BASELINE:-}" ]; then
       run_logged "compare_base_$m" 120 "$PE_GPU_BASELINE" train --model "$pm" --places cuda:0 \
@@ -287,8 +324,8 @@ setup
 stages=${*:-env tests bench daemon memcheck}
 for s in $stages; do
   case $s in
-    env | tests | bench | daemon | memcheck | trace | compare) "stage_$s" ;;
-    *) note "unknown stage '$s' (env tests bench daemon memcheck trace compare)"; failed=1 ;;
+    env | tests | bench | daemon | memcheck | trace | compare | graph) "stage_$s" ;;
+    *) note "unknown stage '$s' (env tests bench daemon memcheck trace compare graph)"; failed=1 ;;
   esac
 done
 note "gpu_verify: $([ $failed -eq 0 ] && echo 'all passed' || echo 'FAILURES, see above')"

@@ -2,8 +2,9 @@
  * compute and copy streams replays with new feeds and gives the values the
  * uncaptured step gives; the device allocator refuses cudaMalloc during a
  * capture and the capture then fails with a reason, leaving the streams
- * usable; a fault inside a replayed step is reported as a status; random
- * ops are refused. Skipped without a GPU. */
+ * usable; a fault inside a replayed step is reported as a status; a
+ * captured random kernel draws, per replay, the numbers of the uncaptured
+ * one at the generator's new offset. Skipped without a GPU. */
 #include <stdio.h>
 
 #ifndef PE_HAVE_CUDA
@@ -69,7 +70,7 @@ START_TEST(replay_equals_the_uncaptured_step) {
   for (int step = 0; step < 20; step++) {
     for (int i = 0; i < N; i++) in[i] = (float)(i * (step + 1)) * 0.25f;
     pe_cuda_graph_io feed = {in, x, sizeof in}, fetch = {out, z, sizeof out};
-    OK(pe_cuda_graph_replay(g, &feed, 1, &fetch, 1, NULL, NULL));
+    OK(pe_cuda_graph_replay(g, &feed, 1, &fetch, 1, 0, NULL, NULL));
     for (int i = 0; i < N; i++) ck_assert_float_eq(out[i], 2.0f * in[i] + 1.0f);
   }
   pe_cuda_graph_free(g);
@@ -134,7 +135,7 @@ START_TEST(fault_in_a_replay_is_reported) {
   OK(pe_cuda_graph_end(d, &g));
   static float out[N];
   pe_cuda_graph_io fetch = {out, y, sizeof out};
-  pe_status *st = pe_cuda_graph_replay(g, NULL, 0, &fetch, 1, NULL, NULL);
+  pe_status *st = pe_cuda_graph_replay(g, NULL, 0, &fetch, 1, 0, NULL, NULL);
   ck_assert_ptr_nonnull(st);
   ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "replayed step"));
   pe_status_free(st);
@@ -143,12 +144,61 @@ START_TEST(fault_in_a_replay_is_reported) {
 }
 END_TEST
 
-START_TEST(random_ops_are_not_capturable) {
-  const char *why;
-  ck_assert(!pe_cuda_graph_op_capturable("dropout", &why));
-  ck_assert_ptr_nonnull(strstr(why, "generator offset"));
-  ck_assert(pe_cuda_graph_op_capturable("matmul", &why));
-  ck_assert_ptr_null(why);
+/* A captured dropout reads the generator delta: replay k with delta
+ * k * n draws the mask the uncaptured kernel draws at base + k * n, and
+ * outside a capture the kernel reads no delta. */
+START_TEST(replayed_dropout_advances_with_the_device_delta) {
+  pe_device *d = open_cuda();
+  cudaStream_t c = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
+  ck_assert_ptr_null(pe_cuda_graph_rng_delta(0, c));
+  size_t cap;
+  float *x = pe_device_alloc(d, N * sizeof(float), &cap);
+  float *y = pe_device_alloc(d, N * sizeof(float), &cap);
+  float *ref = pe_device_alloc(d, N * sizeof(float), &cap);
+  ck_assert(x && y && ref);
+  static float ones[N], got[N], want[N], first[N];
+  for (int i = 0; i < N; i++) ones[i] = 1.0f;
+  ck_assert_int_eq(cudaMemcpy(x, ones, sizeof ones, cudaMemcpyHostToDevice), cudaSuccess);
+  const uint64_t seed = 11, base = 1000;
+  OK(pe_cuda_graph_begin(d));
+  const uint64_t *delta = pe_cuda_graph_rng_delta(0, c);
+  ck_assert_ptr_nonnull(delta);
+  ck_assert_int_eq(pe_cu_dropout(x, y, NULL, N, seed, base, delta, 0.5, 2.0f, c), cudaSuccess);
+  pe_cuda_graph *g;
+  OK(pe_cuda_graph_end(d, &g));
+  ck_assert_ptr_null(pe_cuda_graph_rng_delta(0, c));
+  for (uint64_t k = 0; k < 4; k++) {
+    pe_cuda_graph_io fetch = {got, y, sizeof got};
+    OK(pe_cuda_graph_replay(g, NULL, 0, &fetch, 1, k * N, NULL, NULL));
+    ck_assert_int_eq(pe_cu_dropout(x, ref, NULL, N, seed, base + k * N, NULL, 0.5, 2.0f, c),
+                     cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(want, ref, sizeof want, cudaMemcpyDeviceToHost), cudaSuccess);
+    ck_assert_int_eq(memcmp(got, want, sizeof got), 0);
+    if (k == 0) memcpy(first, got, sizeof first);
+    if (k == 1) ck_assert_int_ne(memcmp(got, first, sizeof got), 0); /* the delta moved the mask */
+  }
+  pe_cuda_graph_free(g);
+  pe_device_free(d, x, cap);
+  pe_device_free(d, y, cap);
+  pe_device_free(d, ref, cap);
+  pe_device_close(d);
+}
+END_TEST
+
+/* A second capture on the same GPU while one runs is refused, named. */
+START_TEST(second_capture_on_a_gpu_is_refused) {
+  pe_device *d = open_cuda();
+  OK(pe_cuda_graph_begin(d));
+  pe_status *st = pe_cuda_graph_begin(d);
+  ck_assert_ptr_nonnull(st);
+  ck_assert_ptr_nonnull(strstr(pe_status_msg(st), "another step captures on cuda:0"));
+  pe_status_free(st);
+  pe_cuda_graph *g = NULL;
+  st = pe_cuda_graph_end(d, &g); /* an empty capture: instantiates or fails, both fine */
+  pe_status_free(st);
+  pe_cuda_graph_free(g);
+  ck_assert(!pe_cuda_graph_capturing(0));
+  pe_device_close(d);
 }
 END_TEST
 
@@ -158,7 +208,8 @@ static Suite *cuda_graph_suite(void) {
   tcase_add_test(tc, replay_equals_the_uncaptured_step);
   tcase_add_test(tc, allocation_during_capture_fails_the_capture);
   tcase_add_test(tc, unjoined_sync_invalidates_the_capture_with_a_reason);
-  tcase_add_test(tc, random_ops_are_not_capturable);
+  tcase_add_test(tc, replayed_dropout_advances_with_the_device_delta);
+  tcase_add_test(tc, second_capture_on_a_gpu_is_refused);
   /* Last: a fault leaves the CUDA context unusable for the rest. */
   tcase_add_test(tc, fault_in_a_replay_is_reported);
   suite_add_tcase(s, tc);

@@ -251,6 +251,35 @@ START_TEST(random_ops_independent_of_threads) {
 }
 END_TEST
 
+/* --cuda-graph on leaves host and sim places alone: no captured steps, the
+ * reason says so, and the losses are bit for bit those of an executor
+ * never told (dropout included). */
+START_TEST(cuda_graph_on_leaves_cpu_and_sim_alone) {
+  mlp_with_dropout = true;
+  for (int k = 0; k < 2; k++) {
+    pe_place_kind kind = k ? PE_PLACE_SIM : PE_PLACE_CPU;
+    float loss[2][6];
+    for (int r = 0; r < 2; r++) {
+      pe_runtime *rt = rt_new(2);
+      par q;
+      par_new(&q, rt, kind, 1, PE_STRATEGY_ALLREDUCE, false, 77);
+      if (r) PE_CK_OK(pe_par_exec_set_cuda_graph(q.step, PE_CUDA_GRAPH_ON));
+      PE_CK_OK(pe_par_exec_run(q.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+      for (int s = 0; s < 6; s++) loss[r][s] = par_step(&q, s, 10, NULL);
+      const char *why = NULL;
+      pe_step_graph_stats gs;
+      ck_assert(!pe_par_exec_cuda_graph(q.step, &why, &gs));
+      if (r) ck_assert_str_eq(why, "no cuda place");
+      ck_assert_int_eq(gs.captures + gs.replays + gs.fallbacks, 0);
+      par_free(&q);
+      pe_runtime_free(rt);
+    }
+    ck_assert_int_eq(memcmp(loss[0], loss[1], sizeof loss[0]), 0);
+  }
+  mlp_with_dropout = false;
+}
+END_TEST
+
 /* --- place kinds ------------------------------------------------------------------- */
 
 /* Every built kind takes any number of places up to PE_MAX_PLACES (cuda:N
@@ -605,6 +634,7 @@ static Suite *misc_suite(void) {
   tcase_add_test(tc, hazard_sim_producer);
   tcase_add_test(tc, two_models_two_threads);
   tcase_add_test(tc, random_ops_independent_of_threads);
+  tcase_add_test(tc, cuda_graph_on_leaves_cpu_and_sim_alone);
   tcase_add_test(tc, model_place_kinds);
   tcase_add_test(tc, model_get_set);
   tcase_add_test(tc, model_get_after_run);

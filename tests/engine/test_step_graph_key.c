@@ -8,6 +8,7 @@
 
 #include "check_main.h"
 #include "engine/step_graph_key.h"
+#include "ops/registry.h"
 
 /* A key for program p on kind:n, one feed "x" of dims {rows, 8}, fetches. */
 static void make_key(pe_step_key *k, uint64_t p, pe_place_kind kind, int n, int64_t rows,
@@ -256,15 +257,90 @@ START_TEST(option_decides_with_reason) {
   ck_assert_str_eq(why, "no cuda place");
   ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CUDA, false, &why));
   ck_assert_ptr_nonnull(strstr(why, "no cuda backend"));
-  bool on = pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CUDA, true, &why);
-  ck_assert(on == (PE_CUDA_GRAPH_WIRED != 0));
-  if (on)
-    ck_assert_ptr_null(why);
-  else
-    ck_assert_ptr_nonnull(strstr(why, "not verified on a GPU"));
-  on = pe_cuda_graph_decide(PE_CUDA_GRAPH_AUTO, PE_PLACE_CUDA, true, &why);
-  ck_assert(on == (PE_CUDA_GRAPH_WIRED && PE_CUDA_GRAPH_VERIFIED));
+  ck_assert(pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CUDA, true, &why));
+  ck_assert_ptr_null(why);
+  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_SIM, true, &why));
+  ck_assert_str_eq(why, "no cuda place");
+  bool on = pe_cuda_graph_decide(PE_CUDA_GRAPH_AUTO, PE_PLACE_CUDA, true, &why);
+  ck_assert(on == (PE_CUDA_GRAPH_VERIFIED != 0));
   if (!on) ck_assert_ptr_nonnull(strstr(why, "not verified on a GPU"));
+}
+END_TEST
+
+/* Each host-side demand of a run names itself; a plain run passes. */
+START_TEST(run_demands_refuse_with_reason) {
+  const char *why = "unset";
+  pe_step_graph_run plain = {0};
+  ck_assert(pe_step_graph_run_capturable(&plain, &why));
+  ck_assert_ptr_null(why);
+  struct {
+    pe_step_graph_run r;
+    const char *names;
+  } cases[] = {
+      {{.check_nan_inf = true}, "check_nan_inf"},    {{.timeline = true}, "timeline"},
+      {{.test_hooks = true}, "node hooks"},          {{.cross_nodes = true}, "across nodes"},
+      {{.producer_sync = true}, "producer streams"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    ck_assert(!pe_step_graph_run_capturable(&cases[i].r, &why));
+    ck_assert_ptr_nonnull(why);
+    ck_assert_msg(strstr(why, cases[i].names), "case %zu: %s", i, why);
+  }
+}
+END_TEST
+
+/* Random ops with a device-read counter are capturable; another random op
+ * is refused (its offset argument would repeat); plain ops pass. */
+START_TEST(random_ops_capturable_only_with_device_counter) {
+  const char *why = "unset";
+  ck_assert(pe_step_graph_op_capturable("dropout", PE_OP_RANDOM, &why));
+  ck_assert_ptr_null(why);
+  ck_assert(pe_step_graph_op_capturable("uniform_random", PE_OP_RANDOM, &why));
+  ck_assert(pe_step_graph_op_capturable("gaussian_random", PE_OP_RANDOM, &why));
+  ck_assert(pe_step_graph_op_capturable("matmul", 0, &why));
+  ck_assert(!pe_step_graph_op_capturable("randint", PE_OP_RANDOM, &why));
+  ck_assert_ptr_nonnull(strstr(why, "counter offset as a kernel argument"));
+  ck_assert(!pe_step_graph_rng_op_counted("randint"));
+  ck_assert(pe_step_graph_rng_op_counted("dropout"));
+}
+END_TEST
+
+/* Every op the registry marks random has a cuda kernel that reads the
+ * device counter: none is captured with a frozen offset, and none is
+ * refused for it. */
+START_TEST(registry_random_ops_are_counted) {
+  int random = 0;
+  for (int i = 0; i < pe_op_count(); i++) {
+    const pe_op_def *d = pe_op_at(i);
+    if (!(d->flags & PE_OP_RANDOM)) continue;
+    random++;
+    const char *why;
+    ck_assert_msg(pe_step_graph_op_capturable(d->type, d->flags, &why), "%s: %s", d->type, why);
+  }
+  ck_assert_int_ge(random, 3);
+}
+END_TEST
+
+/* gaussian_random needs every replay at the capture's parity. */
+START_TEST(gaussian_needs_even_counters_per_step) {
+  const char *why = "unset";
+  ck_assert(pe_step_graph_rng_capturable(true, 64, &why));
+  ck_assert_ptr_null(why);
+  ck_assert(!pe_step_graph_rng_capturable(true, 65, &why));
+  ck_assert_ptr_nonnull(strstr(why, "parity"));
+  ck_assert(pe_step_graph_rng_capturable(false, 65, &why));
+}
+END_TEST
+
+/* A replaced parameter buffer is seen; equal addresses are not. */
+START_TEST(moved_buffers_detected) {
+  int a, b, c;
+  const void *then[] = {&a, &b};
+  const void *same[] = {&a, &b};
+  const void *moved[] = {&a, &c};
+  ck_assert(!pe_step_graph_buffers_moved(then, same, 2));
+  ck_assert(pe_step_graph_buffers_moved(then, moved, 2));
+  ck_assert(!pe_step_graph_buffers_moved(then, moved, 1));
 }
 END_TEST
 
@@ -284,6 +360,11 @@ static Suite *step_graph_key_suite(void) {
   ADD(refused_key_falls_back_with_reason_until_invalidated);
   ADD(least_recently_used_key_is_evicted);
   ADD(option_decides_with_reason);
+  ADD(run_demands_refuse_with_reason);
+  ADD(random_ops_capturable_only_with_device_counter);
+  ADD(registry_random_ops_are_counted);
+  ADD(gaussian_needs_even_counters_per_step);
+  ADD(moved_buffers_detected);
 #undef ADD
   return s;
 }

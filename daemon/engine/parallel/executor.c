@@ -335,7 +335,6 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   e->delay_salt++;
   atomic_store(&e->err, NULL);
   atomic_store(&e->executed, 0);
-  pe_graph *g = e->g;
   PE_TRY(par_cross_begin(e));
 
   pe_status *st =
@@ -344,6 +343,17 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
     if (e->async) pe_status_free(par_sync_streams(e));
     return st;
   }
+  if (e->graph) {
+    bool launched = false;
+    st = par_graph_step_begin(e, &launched);
+    if (st) pe_status_free(par_sync_streams(e));
+    if (st || launched) return st;
+  }
+  return par_step_launch(e, t_start);
+}
+
+pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
+  pe_graph *g = e->g;
   if (e->has_feeds) par_zero_grads(e);
 
   /* Re-arm. */
@@ -440,6 +450,7 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
 }
 
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
+  if (e->graph) par_fail(e, par_graph_step_end(e));
   if (e->async) par_end_async(e, fetch, n_fetch);
   /* Restore engine flags changed by a failed push. */
   const pe_graph *g = e->g;
@@ -462,6 +473,7 @@ static pe_status *run(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split 
   uint64_t t_start = pe_timeline_now_ns();
   pthread_mutex_lock(&e->run_mu);
   pe_status *st = par_set_opts(e, opts);
+  par_graph_set_fetch(e, fetch, n_fetch);
   if (!st) st = par_step_begin(e, feeds, split, n_feeds);
   if (!st) {
     par_wait_back(e);

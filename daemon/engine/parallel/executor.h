@@ -102,6 +102,7 @@
 #include "engine/dep_engine.h"
 #include "engine/device.h"
 #include "engine/seq_executor.h" /* pe_feed */
+#include "engine/step_graph_key.h"
 #include "engine/threadpool.h"
 #include "engine/timeline.h"
 
@@ -281,6 +282,17 @@ typedef struct pe_run_opts {
    * places only: a graph with a cuda place refuses it. */
   bool check_nan_inf;
 } pe_run_opts;
+
+/* Steps on cuda places as CUDA graphs (engine/step_graph_key.h,
+ * parallel/cuda_graph_step.c): whether and how mode turns them on for e
+ * (pe_cuda_graph_decide; off for cpu and sim places whatever the mode).
+ * Drops e's captured steps. Not while a run of e is in flight. */
+pe_status *pe_par_exec_set_cuda_graph(pe_par_exec *e, pe_cuda_graph_mode mode);
+/* Whether e's steps replay captured graphs (at least one replay so far);
+ * *reason (may be NULL; static or e's text, valid until e's next run or
+ * set): why not, or why the last key fell back, "" when none; *stats (may
+ * be NULL): the cache's counts. */
+bool pe_par_exec_cuda_graph(pe_par_exec *e, const char **reason, pe_step_graph_stats *stats);
 
 /* Per-run measurements. */
 typedef struct pe_run_stats {

@@ -214,6 +214,13 @@ struct pe_par_exec {
   bool cross_busy;
   bool cross_failed;
   pthread_mutex_t cross_mu;
+
+  /* Captured steps (parallel/cuda_graph_step.c): NULL unless the mode
+   * turned them on for this executor's places. graph_off_why: why they
+   * are off (static text), NULL when on. Under run_mu. */
+  struct par_graph *graph;
+  pe_cuda_graph_mode graph_mode;
+  const char *graph_off_why;
 };
 
 /* One step of a run (parallel/executor.c). The caller holds run_mu and set the
@@ -234,7 +241,24 @@ pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts);
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds);
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);
+/* par_step_begin's second half, once the feeds are bound: zero the
+ * gradients of places without rows, re-arm the nodes, push the engine ops
+ * and start the roots. t_start: when the step began (its timeline span). */
+pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start);
 void par_hand_back(pe_par_exec *e);
+
+/* parallel/cuda_graph_step.c (captured steps; e->graph set). The step's
+ * fetch names (the key's last part), set before par_step_begin. */
+typedef struct par_graph par_graph;
+void par_graph_set_fetch(pe_par_exec *e, const char *const *fetch, int n_fetch);
+/* After the feeds are bound: warm up (nothing to do), begin the recording
+ * (capture: the launches that follow are recorded), or replay (*launched:
+ * the step's work is queued; its end hands back). */
+pe_status *par_graph_step_begin(pe_par_exec *e, bool *launched);
+/* Once every node is launched: end a recording and launch it, or, when
+ * the recording failed, refuse the key and run the step the normal way. */
+pe_status *par_graph_step_end(pe_par_exec *e);
+void par_graph_free(pe_par_exec *e);
 
 /* parallel/async.c (async places). */
 /* Wait for the previous step's tail; its stream errors, if any (wrapped). */

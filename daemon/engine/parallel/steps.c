@@ -94,6 +94,7 @@ pe_status *pe_par_exec_run_steps(pe_par_exec *e, const pe_step_source *src, int 
     pthread_mutex_unlock(&e->run_mu);
     return ost;
   }
+  par_graph_set_fetch(e, fetch, n_fetch);
   par_steps s = {src, n_feeds, fetch, n_fetch, fetched, 0, 0, NULL, PE_STEP_END};
   e->steps = &s;
   e->steps_task = (pe_task){chain_task, e, NULL};

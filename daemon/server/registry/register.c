@@ -373,6 +373,8 @@ static pe_status *restore_and_bind(pe_server *s, pe_srv_model *m, pe_srv_program
   else
     st =
         pe_status_wrap(pe_par_exec_new(m->m, g, &p->exec), "register: bind to model '%s'", m->name);
+  /* Captured steps for cuda places per the program's mode (off elsewhere). */
+  if (!st) st = pe_par_exec_set_cuda_graph(p->exec, p->cuda_graph);
   if (!st && sg) {
     st = pe_status_wrap(pe_par_exec_new(m->m, sg, &p->startup),
                         "register: bind startup to model '%s'", m->name);
