@@ -18,6 +18,9 @@ struct pe_device_ctx {
   int threads;       /* intra-op budget, >= 1 */
   void *dnnl_engine; /* dnnl_engine_t, created lazily, owned */
   void *dnnl_stream; /* dnnl_stream_t, created lazily, owned */
+  /* dnnl_stream_t for a kernel's second thread when it runs two primitives
+   * side by side (a stream is not shared between threads); lazily, owned. */
+  void *dnnl_side_stream;
   /* cuda places: the stream's pe_cuda_ctx (daemon/cuda/cuda_ctx.h: cudaStream_t,
    * cuBLAS and cuDNN handles), owned by the cuda device; NULL elsewhere. */
   void *cuda;

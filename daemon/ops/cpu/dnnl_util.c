@@ -24,10 +24,27 @@ pe_status *pe_dnnl_get(pe_device_ctx *d, dnnl_engine_t *eng, dnnl_stream_t *strm
   return NULL;
 }
 
+pe_status *pe_dnnl_side_stream(pe_device_ctx *d, dnnl_stream_t *strm) {
+  dnnl_engine_t eng;
+  dnnl_stream_t main_strm;
+  PE_TRY(pe_dnnl_get(d, &eng, &main_strm));
+  if (!d->dnnl_side_stream) {
+    dnnl_stream_t st;
+    dnnl_status_t s = dnnl_stream_create(&st, eng, dnnl_stream_default_flags);
+    if (s != dnnl_success)
+      return pe_error(PE_EBACKEND, "oneDNN: cannot create a side stream: %s",
+                      pe_dnnl_status_str(s));
+    d->dnnl_side_stream = st;
+  }
+  *strm = (dnnl_stream_t)d->dnnl_side_stream;
+  return NULL;
+}
+
 void pe_dnnl_ctx_release(pe_device_ctx *d) {
+  if (d->dnnl_side_stream) dnnl_stream_destroy((dnnl_stream_t)d->dnnl_side_stream);
   if (d->dnnl_stream) dnnl_stream_destroy((dnnl_stream_t)d->dnnl_stream);
   if (d->dnnl_engine) dnnl_engine_destroy((dnnl_engine_t)d->dnnl_engine);
-  d->dnnl_stream = d->dnnl_engine = NULL;
+  d->dnnl_side_stream = d->dnnl_stream = d->dnnl_engine = NULL;
 }
 
 const char *pe_dnnl_status_str(dnnl_status_t s) {
@@ -283,6 +300,11 @@ pe_status *pe_dnnl_run(pe_kernel_ctx *c, pe_dnnl_prim *p, void *const *handles, 
   dnnl_engine_t eng;
   dnnl_stream_t strm;
   PE_TRY(pe_dnnl_get(c->dev, &eng, &strm));
+  return pe_dnnl_run_on(c, strm, p, handles, what);
+}
+
+pe_status *pe_dnnl_run_on(pe_kernel_ctx *c, dnnl_stream_t strm, pe_dnnl_prim *p,
+                          void *const *handles, const char *what) {
   for (int a = 0; a < p->nuser; a++)
     PE_TRY(pe_dnnl_check(dnnl_memory_set_data_handle(p->args[a].memory, handles[a]), c, what));
   PE_TRY(pe_dnnl_check(dnnl_primitive_execute(p->prim, strm, p->nargs, p->args), c, what));

@@ -27,6 +27,9 @@
 /* Engine and stream of the place (created on first use; owned by d). */
 pe_status *pe_dnnl_get(pe_device_ctx *d, dnnl_engine_t *eng, dnnl_stream_t *strm);
 void pe_dnnl_ctx_release(pe_device_ctx *d);
+/* A second stream of the place, for a kernel's other thread (pe_dnnl_run_on).
+ * Create it on the kernel's thread before the threads fork. */
+pe_status *pe_dnnl_side_stream(pe_device_ctx *d, dnnl_stream_t *strm);
 /* NULL if s == dnnl_success, else an error naming the op and `what`. */
 pe_status *pe_dnnl_check(dnnl_status_t s, const pe_kernel_ctx *c, const char *what);
 const char *pe_dnnl_status_str(dnnl_status_t s);
@@ -146,6 +149,9 @@ pe_status *pe_dnnl_pd_scaled(pe_kernel_ctx *c, const void *op_desc, float scale,
                              dnnl_primitive_desc_t *pd);
 /* Bind handles[i] to args[i] of p, execute on the place's stream, wait. */
 pe_status *pe_dnnl_run(pe_kernel_ctx *c, pe_dnnl_prim *p, void *const *handles, const char *what);
+/* The same on strm (the place's stream or its side stream). */
+pe_status *pe_dnnl_run_on(pe_kernel_ctx *c, dnnl_stream_t strm, pe_dnnl_prim *p,
+                          void *const *handles, const char *what);
 
 /* --- layouts chosen by the primitive (dnnl_layout.c) -------------------------
  * Why: oneDNN's direct convolutions (jit:avx512_core, ...) run on blocked

@@ -15,10 +15,22 @@
  * output is then in cache for the small layers, one extra pass for large
  * ones). The gradient masks Out@GRAD with pe_relu_grad(Out, .) (relu's
  * gradient from its output) into an entry buffer, runs both
- * products on it, and sums its columns for Bias@GRAD in the same pass. */
+ * products on it, and sums its columns for Bias@GRAD in the same pass.
+ *
+ * Threads (gemm_team.h): a product below PE_GEMM_TEAM_MIN_MACS is built
+ * and run as a one-thread primitive, a larger one on the place's budget;
+ * the gradient's dX and dY products, when both are one-thread and large
+ * enough, run side by side, one per thread, each on its own stream. A
+ * one-thread primitive is the one a budget of 1 builds, so the small
+ * products give the same bits on any budget; a product large enough for
+ * the team gives the same bits on one and two threads in oneDNN 2.6 for
+ * the shapes tests/ops/test_ops_gemm_team.c compares, which oneDNN does
+ * not promise in general. */
+#include <omp.h>
 #include <string.h>
 
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/gemm_team.h"
 #include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
@@ -144,14 +156,30 @@ static pe_status *mm_build(pe_kernel_ctx *c, pe_dnnl_entry *e, int64_t m, int64_
   return st;
 }
 
-/* The matrix view *d of X and Y and its cache entry (keyed by M, K, N). */
+/* The matrix view *d of X and Y and its cache entry, keyed by M, K, N and
+ * the thread budget (a primitive splits its work for the team it is built
+ * with). */
 static pe_status *mm_lookup(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor *y, mm_dims *d,
                             pe_dnnl_entry **e, bool *fresh) {
   int xnc = (int)pe_attr_i(c->def, c->desc, "x_num_col_dims");
   int ync = (int)pe_attr_i(c->def, c->desc, "y_num_col_dims");
   *d = mm_view(&x->shape, &y->shape, xnc, ync);
-  int64_t key[3] = {d->m, d->k, d->n};
-  return pe_dnnl_cache_lookup(c, key, 3, e, fresh);
+  int64_t key[4] = {d->m, d->k, d->n, pe_kernel_threads(c)};
+  return pe_dnnl_cache_lookup(c, key, 4, e, fresh);
+}
+
+/* Sets this thread's OpenMP team (omp_set_num_threads is per thread; oneDNN
+ * reads it when a primitive is built and when it runs) to the product's
+ * team; returns the team to give back to mm_team_leave. Every product of
+ * one entry has the same m*k*n, so one team serves the entry. */
+static int mm_team_enter(pe_kernel_ctx *c, const mm_dims *d) {
+  int prev = omp_get_max_threads(), team = pe_gemm_team(d->m, d->k, d->n, pe_kernel_threads(c));
+  if (team != prev) omp_set_num_threads(team);
+  return prev;
+}
+
+static void mm_team_leave(int prev) {
+  if (omp_get_max_threads() != prev) omp_set_num_threads(prev);
 }
 
 static pe_status *matmul_kernel(pe_kernel_ctx *c) {
@@ -161,10 +189,13 @@ static pe_status *matmul_kernel(pe_kernel_ctx *c) {
   pe_dnnl_entry *e;
   bool fresh;
   PE_TRY(mm_lookup(c, x, y, &d, &e, &fresh));
-  if (fresh)
-    PE_TRY(pe_dnnl_cache_built(c, e, mm_build(c, e, d.m, d.k, d.n, false, false, b != NULL)));
+  int prev = mm_team_enter(c, &d);
+  pe_status *st = NULL;
+  if (fresh) st = pe_dnnl_cache_built(c, e, mm_build(c, e, d.m, d.k, d.n, false, false, b != NULL));
   void *h[] = {x->data, y->data, out->data, b ? b->data : NULL};
-  PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "matmul"));
+  if (!st) st = pe_dnnl_run(c, &e->prims[0], h, "matmul");
+  mm_team_leave(prev);
+  PE_TRY(st);
   /* relu after, not as oneDNN's post-op, which maps NaN to 0 (relu.h). */
   if (mm_relu(c->def, c->desc)) pe_relu_f32(c, out->data, out->data, d.m * d.n);
   return NULL;
@@ -219,6 +250,31 @@ static pe_status *matmul_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const mm
   return mm_build(c, e, d->k, d->m, d->n, true, false, false);  /* Xᵀ[K,M]·dOut[M,N] */
 }
 
+/* dX on this thread and its stream, dY on a second thread and the side
+ * stream; both one-thread primitives (oneDNN runs a primitive inside a
+ * parallel region on the calling thread). With one thread granted, the
+ * sections run one after the other. */
+static pe_status *mm_grad_side_by_side(pe_kernel_ctx *c, pe_dnnl_entry *e, void *const *hx,
+                                       void *const *hy) {
+  dnnl_engine_t eng;
+  dnnl_stream_t strm, side;
+  PE_TRY(pe_dnnl_get(c->dev, &eng, &strm));
+  PE_TRY(pe_dnnl_side_stream(c->dev, &side));
+  pe_status *st[2] = {NULL, NULL};
+#pragma omp parallel sections num_threads(2)
+  {
+#pragma omp section
+    st[0] = pe_dnnl_run_on(c, strm, &e->prims[0], hx, "matmul_grad dX");
+#pragma omp section
+    st[1] = pe_dnnl_run_on(c, side, &e->prims[1], hy, "matmul_grad dY");
+  }
+  if (st[0]) {
+    pe_status_free(st[1]);
+    return st[0];
+  }
+  return st[1];
+}
+
 static pe_status *matmul_grad_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, MMG_X, 0), *y = pe_kin(c, MMG_Y, 0), *dout = pe_kin(c, MMG_DOUT, 0);
   pe_tensor *dx = pe_kout(c, MMG_DX, 0), *dy = pe_kout(c, MMG_DY, 0),
@@ -232,7 +288,12 @@ static pe_status *matmul_grad_kernel(pe_kernel_ctx *c) {
   pe_dnnl_entry *e;
   bool fresh, relu = mm_relu(c->def, c->desc);
   PE_TRY(mm_lookup(c, x, y, &d, &e, &fresh));
-  if (fresh) PE_TRY(pe_dnnl_cache_built(c, e, matmul_grad_build(c, e, &d, relu)));
+  if (fresh) {
+    int prev = mm_team_enter(c, &d);
+    pe_status *st = pe_dnnl_cache_built(c, e, matmul_grad_build(c, e, &d, relu));
+    mm_team_leave(prev);
+    PE_TRY(st);
+  }
   void *g = dout->data; /* the product's output gradient */
   const pe_tensor *out = relu ? pe_kin(c, MMG_OUT, 0) : NULL;
   if (relu && (!out || pe_tensor_numel(out) != pe_tensor_numel(dout)))
@@ -241,15 +302,14 @@ static pe_status *matmul_grad_kernel(pe_kernel_ctx *c) {
     if (relu) g = e->bufs[0];
     mask_colsum(c, g, pe_f32(dout), out ? pe_f32(out) : NULL, db ? pe_f32(db) : NULL, d.m, d.n);
   }
-  if (dx) {
-    void *h[] = {g, y->data, dx->data};
-    PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "matmul_grad dX"));
-  }
-  if (dy) {
-    void *h[] = {x->data, g, dy->data};
-    PE_TRY(pe_dnnl_run(c, &e->prims[1], h, "matmul_grad dY"));
-  }
-  return NULL;
+  void *hx[] = {g, y->data, dx ? dx->data : NULL}, *hy[] = {x->data, g, dy ? dy->data : NULL};
+  if (dx && dy && pe_gemm_side_by_side(d.m, d.k, d.n, pe_kernel_threads(c)))
+    return mm_grad_side_by_side(c, e, hx, hy);
+  int prev = mm_team_enter(c, &d);
+  pe_status *st = dx ? pe_dnnl_run(c, &e->prims[0], hx, "matmul_grad dX") : NULL;
+  if (!st && dy) st = pe_dnnl_run(c, &e->prims[1], hy, "matmul_grad dY");
+  mm_team_leave(prev);
+  return st;
 }
 
 static const pe_attr_def mm_attr_defs[] = {
