@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "ops/cpu/conv_algo.h"
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/matmul_weights.h"
 #include "ops/device_ctx.h"
 #include "ops/matmul_view.h"
 #include "ops/registry.h"
@@ -69,12 +70,23 @@ static pe_status *add(const collect_ctx *c, const pe_roof_geom *g) {
   return NULL;
 }
 
+static pe_status *add_gemm_w(const collect_ctx *c, int64_t batch, int64_t m, int64_t k, int64_t n,
+                             bool ta, bool tb, bool wany) {
+  /* All int64_t: no padding, the rest zeroed. */
+  pe_roof_geom g = {.kind = PE_ROOF_GEMM,
+                    .batch = batch,
+                    .m = m,
+                    .k = k,
+                    .n = n,
+                    .ta = ta,
+                    .tb = tb,
+                    .wany = wany};
+  return add(c, &g);
+}
+
 static pe_status *add_gemm(const collect_ctx *c, int64_t batch, int64_t m, int64_t k, int64_t n,
                            bool ta, bool tb) {
-  /* All int64_t: no padding, the rest zeroed. */
-  pe_roof_geom g = {
-      .kind = PE_ROOF_GEMM, .batch = batch, .m = m, .k = k, .n = n, .ta = ta, .tb = tb};
-  return add(c, &g);
+  return add_gemm_w(c, batch, m, k, n, ta, tb, false);
 }
 
 /* matmul (Paddle's mul): X viewed [M,K] at x_num_col_dims, Y [K,N]. */
@@ -86,7 +98,7 @@ static pe_status *collect_mul(const collect_ctx *c, bool grad) {
   int ync = (int)pe_attr_i(c->def, c->op, "y_num_col_dims");
   int64_t m = pe_shape_prod(&x, 0, xnc), k = pe_shape_prod(&x, xnc, x.ndim);
   int64_t n = pe_shape_prod(&y, ync, y.ndim);
-  if (!grad) return add_gemm(c, 1, m, k, n, false, false);
+  if (!grad) return add_gemm_w(c, 1, m, k, n, false, false, pe_matmul_weights_staged(k, n));
   if (has_out(c, "X" PE_GRAD_SUFFIX)) PE_TRY(add_gemm(c, 1, m, n, k, false, true));
   if (has_out(c, "Y" PE_GRAD_SUFFIX)) PE_TRY(add_gemm(c, 1, k, m, n, true, false));
   return NULL;
@@ -246,7 +258,9 @@ static pe_status *gemm_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_roof_g
   dnnl_memory_desc_t a, b, o;
   dnnl_matmul_desc_t md;
   dnnl_status_t s = gemm_md(&a, g->batch, g->m, g->k, g->ta);
-  if (s == dnnl_success) s = gemm_md(&b, g->batch, g->k, g->n, g->tb);
+  int64_t kn[2] = {g->k, g->n};
+  if (s == dnnl_success)
+    s = g->wany ? pe_dnnl_md_any(&b, 2, kn) : gemm_md(&b, g->batch, g->k, g->n, g->tb);
   if (s == dnnl_success) s = gemm_md(&o, g->batch, g->m, g->n, false);
   if (s == dnnl_success) s = dnnl_matmul_desc_init(&md, &a, &b, NULL, &o);
   PE_TRY(pe_dnnl_check(s, c, "roofline matmul desc"));

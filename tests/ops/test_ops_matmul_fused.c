@@ -7,10 +7,12 @@
  * shapes. */
 #include <check.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check_main.h"
 #include "op_harness.h"
+#include "ops/cpu/matmul_weights.h"
 #include "ops_dnnl_helpers.h"
 
 typedef struct mm_case {
@@ -162,6 +164,50 @@ START_TEST(fused_grad_numeric) {
 }
 END_TEST
 
+/* out = x·w + b by naive loops in double: the reference for the staged
+ * weights below. */
+static void naive_fc(pe_scope *s, int64_t m, int64_t k, int64_t n, float *want) {
+  const float *x = pe_f32(ph_get(s, "x")), *w = pe_f32(ph_get(s, "w")), *b = pe_f32(ph_get(s, "b"));
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double acc = b[j];
+      for (int64_t t = 0; t < k; t++) acc += (double)x[i * k + t] * w[t * n + j];
+      want[i * n + j] = (float)acc;
+    }
+}
+
+/* Weights of PE_MATMUL_STAGED_WEIGHTS_MIN elements or more sit in the
+ * layout oneDNN chooses (matmul_weights.h): a reorder on every call, since
+ * the weights change every step. One op instance (its cached primitive)
+ * runs twice with new weights in between: the second output must follow
+ * them. On an ISA whose matmul asks for the plain layout no reorder is
+ * made and the test checks the plain path the same way. */
+START_TEST(large_weights_follow_every_call) {
+  const int64_t m = 6, k = 2048, n = 1024;
+  ck_assert(pe_matmul_weights_staged(k, n));
+  ck_assert(!pe_matmul_weights_staged(784, 1024)); /* the MLP's first layer stays plain */
+  mm_case kc = {2, {m, k}, 1, k, n};
+  pe_scope *s = pe_scope_new(NULL);
+  pe_op_desc *op = fused_op(&kc, true, false);
+  ph_op_inst *inst = ph_op_inst_new(op, NULL);
+  float *want = malloc((size_t)(m * n) * sizeof *want);
+  ck_assert_ptr_nonnull(want);
+  for (int round = 0; round < 2; round++) {
+    set_inputs(s, &kc, 70 + 5 * (uint64_t)round);
+    PE_CK_OK(ph_op_inst_run(inst, s, NULL));
+    naive_fc(s, m, k, n, want);
+    dt_expect_close(pe_f32(ph_get(s, "out")), want, m * n, 1e-5, "staged weights");
+  }
+  pe_dnnl_cache_stats st = pe_dnnl_cache_stats_of(inst->state);
+  ck_assert_int_eq(st.entries, 1);
+  ck_assert_int_eq((int)st.builds, 1); /* the second call reused the primitive */
+  free(want);
+  ph_op_inst_free(inst);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
+}
+END_TEST
+
 START_TEST(fused_infer_errors) {
   mm_case k = {2, {-1, 16}, 1, 16, 8};
   pe_op_desc *op = fused_op(&k, true, true);
@@ -201,6 +247,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, fused_grad_matches_unfused);
   tcase_add_test(tc, fused_grad_numeric);
   tcase_add_test(tc, fused_infer_errors);
+  tcase_add_test(tc, large_weights_follow_every_call);
   suite_add_tcase(s, tc);
   return s;
 }
