@@ -30,12 +30,14 @@ pe_status *par_cross_compile(pe_par_exec *e) {
     bool ar = k == PE_NODE_ALL_REDUCE || k == PE_NODE_FUSED_ALL_REDUCE;
     e->x[i].cross_seq = ar && !g->startup ? e->n_cross++ : -1;
   }
-  if (!e->n_cross) return NULL;
+  if (!e->n_cross) return par_keep_compile(e);
   e->cross = calloc((size_t)e->n_cross, sizeof(*e->cross));
-  return e->cross ? NULL : pe_error(PE_ENOMEM, "parallel executor: out of memory");
+  if (!e->cross) return pe_error(PE_ENOMEM, "parallel executor: out of memory");
+  return par_keep_compile(e);
 }
 
 void par_cross_free(pe_par_exec *e) {
+  par_keep_free(e);
   free(e->cross);
   pthread_mutex_destroy(&e->cross_mu);
 }

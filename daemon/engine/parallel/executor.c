@@ -373,6 +373,8 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
   /* Under the model's push lock: a get_many/set_many lands before or after
    * all of this run's ops (parallel/internal.h). */
   par_model_push_begin(e->m, e->writes_persistables, &e->opts->origin);
+  pe_status *kst = par_keep_begin(e);
+  if (kst) par_fail(e, kst); /* the step still runs: its peers wait for it */
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (!x->engine) continue;
@@ -444,6 +446,7 @@ pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, p
   /* Restore engine flags changed by a failed push. */
   const pe_graph *g = e->g;
   for (int i = 0; i < g->n_nodes; i++) e->x[i].engine = e->x[i].n_reads + e->x[i].n_muts > 0;
+  par_keep_end(e);
   pe_status *st = atomic_exchange(&e->err, NULL);
   if (!st && n_fetch) st = par_fetch(e, fetch, n_fetch, fetched);
   e->tail_quiet = st != NULL;

@@ -212,8 +212,8 @@ pe_status *pe_srv_job_form(const Pe__JobSpec *spec, const pe_srv_job_self *self,
     pe_srv_job_free(j);
     bool gone = strstr(pe_status_msg(st), "unreachable") != NULL;
     return pe_status_wrap(st, "register: forming the job%s",
-                          gone ? " (a node that joins after the job formed, or after the others "
-                                 "gave up waiting, finds no rendezvous)"
+                          gone ? " (rank 0's daemon serves no rendezvous for the job: it is "
+                                 "down, its job broke, or the others gave up waiting)"
                                : "");
   }
   size_t len = 0;
