@@ -3,7 +3,9 @@
  * libpeclient, each node on its contiguous shard of the global batch.
  *  - every node's parameters are bit-identical after every step;
  *  - they equal one daemon training the global batch on cpu:N, within
- *    summation order;
+ *    summation order, also with shards of 12 and 13 rows;
+ *  - both daemons killed, the job formed again from rank 0's checkpoint
+ *    trains on as the uninterrupted job, bit for bit;
  *  - kill -9 of one daemon mid-run: the other's run fails naming the peer,
  *    its parameters stay as of the last completed step, it answers ping,
  *    and the job forms again once the node is back; with batch norm, Adam
@@ -28,23 +30,32 @@
 #include "pe_models.h"
 #include "test_assert.h"
 
-#define GLOBAL 24 /* global batch rows: 12 per node of 2, 8 per node of 3 */
+#define GLOBAL 24  /* global batch rows: 12 per node of 2, 8 per node of 3 */
+#define MAXROWS 25 /* the uneven global batch: 12 and 13 rows on 2 nodes */
 #define STEPS 3
 #define MAXN 3
 #define CONF "[job]\nhost = 127.0.0.1\ntimeout = 5\n"
 
 typedef struct batch {
-  float x[GLOBAL * 784];
-  int64_t y[GLOBAL];
+  int rows; /* the global batch: GLOBAL unless a test says otherwise */
+  float x[MAXROWS * 784];
+  int64_t y[MAXROWS];
 } batch;
 
 static void batch_fill(batch *b) {
   uint32_t s = 11;
-  for (int i = 0; i < GLOBAL * 784; i++) {
+  b->rows = GLOBAL;
+  for (int i = 0; i < MAXROWS * 784; i++) {
     s = s * 1664525u + 1013904223u;
     b->x[i] = (float)(s >> 8) / (float)(1u << 24);
   }
-  for (int i = 0; i < GLOBAL; i++) b->y[i] = (i * 7) % 10;
+  for (int i = 0; i < MAXROWS; i++) b->y[i] = (i * 7) % 10;
+}
+
+static batch *batch_new(void) {
+  batch *b = malloc(sizeof *b);
+  batch_fill(b);
+  return b;
 }
 
 /* All of a model's values, concatenated in the daemon's name order, and
@@ -85,14 +96,27 @@ static void snap_free(snap *s) {
   free(s->v);
 }
 
-/* The first variable whose name or bytes differ between a and b, or NULL. */
-static const char *snap_diff(const snap *a, const snap *b) {
+/* Batch norm's running statistics: each node's own (of its shard). */
+static bool node_own(const char *name) {
+  size_t n = strlen(name);
+  return (n > 5 && !strcmp(name + n - 5, ".mean")) || (n > 9 && !strcmp(name + n - 9, ".variance"));
+}
+
+/* The first variable whose name or bytes differ between a and b, or NULL;
+ * but_own: batch norm's statistics left out. */
+static const char *snap_diff_but(const snap *a, const snap *b, bool but_own) {
   if (a->k != b->k) return "(the number of variables)";
-  for (size_t i = 0; i < a->k; i++)
+  for (size_t i = 0; i < a->k; i++) {
+    if (but_own && node_own(a->names[i]) && !strcmp(a->names[i], b->names[i])) continue;
     if (strcmp(a->names[i], b->names[i]) || a->at[i + 1] - a->at[i] != b->at[i + 1] - b->at[i] ||
         memcmp((char *)a->v + a->at[i], (char *)b->v + b->at[i], a->at[i + 1] - a->at[i]))
       return a->names[i];
+  }
   return NULL;
+}
+
+static const char *snap_diff(const snap *a, const snap *b) {
+  return snap_diff_but(a, b, false);
 }
 
 /* Whether a holds a variable whose name contains part. */
@@ -150,7 +174,9 @@ static void *node_register(void *arg) {
 
 /* Node r's shard: rows [r * G / world, (r + 1) * G / world). */
 static int node_step(node *n) {
-  int rows = GLOBAL / n->world, row0 = n->rank * rows;
+  /* Shards differ by at most one row when the global batch does not divide. */
+  int row0 = n->rank * n->b->rows / n->world;
+  int rows = (n->rank + 1) * n->b->rows / n->world - row0;
   pe_client_tensor f[2];
   int64_t dims[4] = {rows}; /* the model's image dims ([-1, 784] or [-1, 1, 28, 28]) */
   for (int i = 1; i < n->m->image_ndim; i++) dims[i] = n->m->image_dims[i];
@@ -240,8 +266,8 @@ static void single_reference(const pe_model_spec *m, const batch *b, int world, 
   bool inited;
   CD_OK(c, pe_client_init(c, p.handle, false, &inited));
   pe_client_tensor f[2];
-  pe_client_tensor_set(&f[0], m->image, PE_B_F32, 2, (int64_t[]){GLOBAL, 784}, b->x);
-  pe_client_tensor_set(&f[1], m->label, PE_B_I64, 2, (int64_t[]){GLOBAL, 1}, b->y);
+  pe_client_tensor_set(&f[0], m->image, PE_B_F32, 2, (int64_t[]){b->rows, 784}, b->x);
+  pe_client_tensor_set(&f[1], m->label, PE_B_I64, 2, (int64_t[]){b->rows, 1}, b->y);
   const char *fetch[] = {m->loss};
   for (int s = 0; s < STEPS; s++) {
     pe_client_run_result r;
@@ -252,12 +278,14 @@ static void single_reference(const pe_model_spec *m, const batch *b, int world, 
   cd_stop(&d);
 }
 
-static void train_job(int world) {
+/* world nodes train a global batch of rows rows. */
+static void train_job(int world, int rows) {
   pe_model_spec m;
   char err[256];
   ck_assert_msg(pe_model_spec_build("mlp", &m, err, sizeof err) == 0, "%s", err);
   batch *b = malloc(sizeof *b);
   batch_fill(b);
+  b->rows = rows;
   cd_daemon d[MAXN];
   node ns[MAXN];
   nodes_start(d, ns, world, &m, b);
@@ -302,12 +330,20 @@ static void train_job(int world) {
 }
 
 START_TEST(test_two_nodes_train_as_one_daemon_on_cpu2) {
-  train_job(2);
+  train_job(2, GLOBAL);
+}
+END_TEST
+
+/* 25 rows on 2 nodes: 12 and 13. The gradients are weighted by the rows
+ * (each place's loss gradient is its rows over the global batch's), so the
+ * job equals one daemon on the global batch within summation order. */
+START_TEST(test_uneven_shards_train_as_one_daemon_on_the_global_batch) {
+  train_job(2, MAXROWS);
 }
 END_TEST
 
 START_TEST(test_three_nodes_train_as_one_daemon_on_cpu3) {
-  train_job(3);
+  train_job(3, GLOBAL);
 }
 END_TEST
 
@@ -367,18 +403,19 @@ END_TEST
 /* A model with the state a step changes besides its parameters: batch
  * norm's running statistics, Adam's moments and power accumulators, a
  * learning-rate schedule's step counter. */
-static const char STATEFUL_MODEL[] =
-    "name stateful\n"
-    "input image 1 28 28\n"
-    "label label\n"
-    "conv2d 4 3 pad=1 no_bias\n"
-    "batch_norm act=relu\n"
-    "pool2d avg global\n"
-    "fc 10\n"
-    "loss softmax_with_cross_entropy\n"
-    "accuracy\n"
-    "optimizer adam lr=0.01\n"
-    "schedule step decay_steps=1 gamma=0.5\n";
+#define STATEFUL_LAYERS        \
+  "input image 1 28 28\n"      \
+  "label label\n"              \
+  "conv2d 4 3 pad=1 no_bias\n" \
+  "batch_norm act=relu\n"      \
+  "pool2d avg global\n"
+#define STATEFUL_TAIL                 \
+  "fc 10\n"                           \
+  "loss softmax_with_cross_entropy\n" \
+  "accuracy\n"                        \
+  "optimizer adam lr=0.01\n"          \
+  "schedule step decay_steps=1 gamma=0.5\n"
+static const char STATEFUL_MODEL[] = "name stateful\n" STATEFUL_LAYERS STATEFUL_TAIL;
 
 static void model_from_text(const char *text, pe_model_spec *m) {
   char path[] = "/tmp/pe-job-model-XXXXXX";
@@ -394,12 +431,12 @@ static void model_from_text(const char *text, pe_model_spec *m) {
 
 /* The step that fails on the survivor has run its forward pass (batch
  * norm's statistics), its schedule's counter and whatever reads no
- * gradient; every persistable is still as of the last completed step. */
+ * gradient; every persistable is still as of the last completed step,
+ * whether the peer's step failed or the peer died. */
 START_TEST(test_failed_step_keeps_every_persistable_as_of_the_last_step) {
   pe_model_spec m;
   model_from_text(STATEFUL_MODEL, &m);
-  batch *b = malloc(sizeof *b);
-  batch_fill(b);
+  batch *b = batch_new();
   cd_daemon d[2];
   node ns[2];
   two_nodes_formed(d, ns, &m, b);
@@ -419,17 +456,117 @@ START_TEST(test_failed_step_keeps_every_persistable_as_of_the_last_step) {
                            before.at[i + 1] - before.at[i]),
                     "a completed step left '%s' as it was", before.names[i]);
 
-  kill_rank1_then_step_fails(d, ns);
+  /* Rank 1's step fails in its forward pass (labels out of range) after
+   * both counted the step's rows: rank 0 runs its forward pass, then its
+   * exchange fails naming rank 1. */
+  batch *bad = malloc(sizeof *bad);
+  *bad = *b;
+  for (int i = 0; i < MAXROWS; i++) bad->y[i] = 99;
+  ns[1].b = bad;
+  all(ns, 2, node_one_step);
+  ck_assert_msg(ns[0].rc != 0 && ns[1].rc != 0, "a step with bad labels passed");
+  ck_assert_msg(strstr(ns[0].err, "rank 1"), "error does not name the peer: %s", ns[0].err);
   snap now;
   snap_take(ns[0].c, "job-mlp", &now);
   const char *diff = snap_diff(&now, &before);
   ck_assert_msg(!diff, "the failed step changed '%s' on rank 0", diff);
+  snap_free(&now);
+  /* Then (the job formed again) rank 1's daemon dies. */
+  ns[1].b = b;
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "re-form: %s / %s", ns[0].err, ns[1].err);
+  kill_rank1_then_step_fails(d, ns);
+  snap_take(ns[0].c, "job-mlp", &now);
+  diff = snap_diff(&now, &before);
+  ck_assert_msg(!diff, "the step that lost its peer changed '%s' on rank 0", diff);
+  free(bad);
   snap_free(&init);
   snap_free(&before);
   snap_free(&now);
   pe_client_free(ns[1].c);
   cd_spawn(&d[1], (uid_t)-1, (gid_t)-1);
   ns[1].c = cd_connect(&d[1]);
+  nodes_stop(d, ns, 2);
+  free(b);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
+/* STATEFUL_MODEL with dropout: the generator's offset is state too. */
+static const char DROPOUT_MODEL[] = "name dropout\n" STATEFUL_LAYERS "dropout 0.5\n" STATEFUL_TAIL;
+
+static void steps_on_both(node *ns, int k) {
+  for (int s = 0; s < k; s++) {
+    all(ns, 2, node_one_step);
+    ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "step: %s / %s", ns[0].err, ns[1].err);
+  }
+}
+
+static void save_on_both(node *ns, const char *name) {
+  for (int r = 0; r < 2; r++) CD_OK(ns[r].c, pe_client_save(ns[r].c, "job-mlp", name, NULL, NULL));
+}
+
+/* The node's model, outside any job, from its checkpoint `name`. */
+static void node_load(node *n, const char *name) {
+  pe_client_register_args a = {.program = n->m->bytes,
+                               .program_len = n->m->len,
+                               .model = "job-mlp",
+                               .places = "cpu:1",
+                               .seed = 3};
+  pe_client_program p;
+  CD_OK(n->c, pe_client_register(n->c, &a, &p));
+  CD_OK(n->c, pe_client_load(n->c, "job-mlp", name, NULL, NULL));
+}
+
+#define BEFORE 2 /* steps before the daemons die */
+#define AFTER 2  /* steps after the job formed again */
+
+/* Both daemons die after BEFORE steps (each saved its checkpoint, rank 1
+ * one a step older as well); they start again, rank 0 loads its newest,
+ * rank 1 its older one, and the job forms: every node takes rank 0's
+ * values and generator offset, and AFTER more steps give, bit for bit, the
+ * persistables of BEFORE + AFTER steps without interruption on rank 0,
+ * and the same on rank 1 (but batch norm's statistics, each node's own). */
+START_TEST(test_job_resumes_from_rank0s_checkpoint_as_if_uninterrupted) {
+  pe_model_spec m;
+  model_from_text(DROPOUT_MODEL, &m);
+  batch *b = batch_new();
+  cd_daemon d[2];
+  node ns[2];
+  two_nodes_formed(d, ns, &m, b);
+  steps_on_both(ns, BEFORE + AFTER);
+  snap ref;
+  snap_take(ns[0].c, "job-mlp", &ref);
+  nodes_stop(d, ns, 2);
+
+  two_nodes_formed(d, ns, &m, b);
+  steps_on_both(ns, BEFORE - 1);
+  save_on_both(ns, "older");
+  steps_on_both(ns, 1);
+  save_on_both(ns, "newest");
+  for (int r = 0; r < 2; r++) {
+    kill(d[r].pid, SIGKILL);
+    int st;
+    ck_assert_int_eq(waitpid(d[r].pid, &st, 0), d[r].pid);
+    pe_client_free(ns[r].c);
+    cd_spawn(&d[r], (uid_t)-1, (gid_t)-1);
+    ns[r].c = cd_connect(&d[r]);
+  }
+  node_load(&ns[0], "newest");
+  node_load(&ns[1], "older");
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "re-form: %s / %s", ns[0].err, ns[1].err);
+  steps_on_both(ns, AFTER);
+  snap s0, s1;
+  snap_take(ns[0].c, "job-mlp", &s0);
+  snap_take(ns[1].c, "job-mlp", &s1);
+  const char *diff = snap_diff(&s0, &ref);
+  ck_assert_msg(!diff, "'%s' on rank 0 differs from the uninterrupted job's", diff);
+  diff = snap_diff_but(&s1, &s0, true);
+  ck_assert_msg(!diff, "'%s' on rank 1 differs from rank 0's", diff);
+  snap_free(&ref);
+  snap_free(&s0);
+  snap_free(&s1);
   nodes_stop(d, ns, 2);
   free(b);
   pe_model_spec_release(&m);
@@ -538,8 +675,10 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("job");
   tcase_add_test(tc, test_two_nodes_train_as_one_daemon_on_cpu2);
   tcase_add_test(tc, test_three_nodes_train_as_one_daemon_on_cpu3);
+  tcase_add_test(tc, test_uneven_shards_train_as_one_daemon_on_the_global_batch);
   tcase_add_test(tc, test_killed_peer_fails_the_step_and_the_job_forms_again);
   tcase_add_test(tc, test_failed_step_keeps_every_persistable_as_of_the_last_step);
+  tcase_add_test(tc, test_job_resumes_from_rank0s_checkpoint_as_if_uninterrupted);
   tcase_add_test(tc, test_silent_peer_fails_the_step_after_the_timeout);
   tcase_add_test(tc, test_mismatched_program_is_refused_naming_node_and_variable);
   tcase_add_test(tc, test_rank_taken_twice_is_refused);

@@ -57,6 +57,17 @@ pe_status *par_cross_begin(pe_par_exec *e) {
   return NULL;
 }
 
+pe_status *par_cross_rows(pe_par_exec *e, double *rows) {
+  const pe_node_comm *c = e->ncomm;
+  float r = (float)e->batch; /* exact: a float holds every integer up to 2^24 */
+  float *b = &r;
+  size_t one = 1;
+  pe_status *st = c->all_reduce(c->ctx, &b, &one, 1);
+  if (st) return pe_status_wrap(st, "summing the step's rows across the job's %d nodes", c->world);
+  *rows = (double)r;
+  return NULL;
+}
+
 /* Sum x across the nodes (x's sum over the places is in every place's
  * buffers); a failure fails the step. */
 static void cross_sum(xnode *x) {

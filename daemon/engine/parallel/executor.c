@@ -345,6 +345,14 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
     return st;
   }
   if (e->has_feeds) par_zero_grads(e);
+  /* The loss gradient's scale: each place's rows over the global batch's
+   * (over the nodes in a job, whose shards may differ by some rows), so
+   * that the summed gradient is the mean over the global batch. */
+  double rows = e->batch;
+  if (e->ncomm && e->has_feeds) {
+    st = par_cross_rows(e, &rows);
+    if (st) return st;
+  }
 
   /* Re-arm. */
   int64_t row0[PE_MAX_PLACES] = {0}; /* each place's first row of the batch */
@@ -359,11 +367,7 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
     x->eop = NULL;
     x->task = (pe_task){task_fn, x, NULL};
     if (x->n->kind == PE_NODE_LOSS_GRAD_SCALE) {
-      /* In a job across nodes each node has its share of the global batch
-       * (every node the same rows): n_p / (N * nodes). */
-      double nodes = e->ncomm ? (double)e->ncomm->world : 1.0;
-      x->scale = e->batch > 0 ? (float)((double)e->n_rows[x->n->place] / ((double)e->batch * nodes))
-                              : 1.0f;
+      x->scale = rows > 0 ? (float)((double)e->n_rows[x->n->place] / rows) : 1.0f;
       x->scale_attr->f = x->scale_base * x->scale;
     }
   }

@@ -371,6 +371,11 @@ pe_status *par_cross_begin(pe_par_exec *e);
  * lost mid-step leaves every parameter as of the last completed step). */
 bool par_cross_hold(xnode *x);
 
+/* At step begin, with feeds, in a job: the step's rows summed over the
+ * nodes (each node's shard may have its own size): every node calls it
+ * once, before the step's sums. */
+pe_status *par_cross_rows(pe_par_exec *e, double *rows);
+
 /* parallel/cross_keep.c: a failed exchange leaves the persistables as of
  * the last completed step. At compile (from par_cross_compile): the
  * replicas written by nodes that do not depend on a cross-node sum. */
