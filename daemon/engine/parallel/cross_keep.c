@@ -111,15 +111,17 @@ static pe_status *copy_fn(void *arg) {
   pe_par_exec *e = arg;
   par_keep *k = &e->keep;
   pe_status *st = NULL;
-  for (int i = 0; i < k->n && !st; i++) {
+  for (int i = 0; i < k->n; i++) {
     par_keep_var *v = &k->var[i];
     const pe_tensor *t = &v->en->v[v->place]->t;
-    v->has = t->data || t->shape.ndim > 0;
+    /* A replica without storage has no value to keep; after a failed copy
+     * none is kept (an older step's copy must not come back). */
+    v->has = !st && t->data != NULL;
     if (v->has) st = pe_place_read(e->dev[v->place], t, &v->copy, v->en->name);
     if (st) v->has = false;
   }
-  /* A copy that failed (out of memory) leaves its variable out of the
-   * write back; the step itself goes on. */
+  /* A copy that failed (out of memory) leaves its variable and the rest
+   * out of the write back; the step itself goes on. */
   if (st) par_fail(e, pe_status_wrap(st, "keeping the persistables of the step"));
   return NULL;
 }
