@@ -429,17 +429,23 @@ static void model_from_text(const char *text, pe_model_spec *m) {
   ck_assert_msg(rc == 0, "%s", err);
 }
 
+/* Two nodes formed on the model of text; returns their batch. */
+static batch *job_of_text(const char *text, pe_model_spec *m, cd_daemon *d, node *ns) {
+  model_from_text(text, m);
+  batch *b = batch_new();
+  two_nodes_formed(d, ns, m, b);
+  return b;
+}
+
 /* The step that fails on the survivor has run its forward pass (batch
  * norm's statistics), its schedule's counter and whatever reads no
  * gradient; every persistable is still as of the last completed step,
  * whether the peer's step failed or the peer died. */
 START_TEST(test_failed_step_keeps_every_persistable_as_of_the_last_step) {
   pe_model_spec m;
-  model_from_text(STATEFUL_MODEL, &m);
-  batch *b = batch_new();
   cd_daemon d[2];
   node ns[2];
-  two_nodes_formed(d, ns, &m, b);
+  batch *b = job_of_text(STATEFUL_MODEL, &m, d, ns);
   snap init, before;
   snap_take(ns[0].c, "job-mlp", &init);
   all(ns, 2, node_one_step);
@@ -529,11 +535,9 @@ static void node_load(node *n, const char *name) {
  * and the same on rank 1 (but batch norm's statistics, each node's own). */
 START_TEST(test_job_resumes_from_rank0s_checkpoint_as_if_uninterrupted) {
   pe_model_spec m;
-  model_from_text(DROPOUT_MODEL, &m);
-  batch *b = batch_new();
   cd_daemon d[2];
   node ns[2];
-  two_nodes_formed(d, ns, &m, b);
+  batch *b = job_of_text(DROPOUT_MODEL, &m, d, ns);
   steps_on_both(ns, BEFORE + AFTER);
   snap ref;
   snap_take(ns[0].c, "job-mlp", &ref);
