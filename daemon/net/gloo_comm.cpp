@@ -89,6 +89,9 @@ struct pe_gloo_comm {
   std::chrono::milliseconds timeout{PE_GLOO_DEFAULT_TIMEOUT_MS};
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   pe_net::PeerLinks peers;
+  // Rank 0's: stays up while the job lives, refusing the ranks that come
+  // late or twice at once (tcp_store.h); stopped before ctx closes.
+  std::unique_ptr<pe_net::StoreServer> server;
   std::string failure;  // the first failed collective's message; "" while healthy
 
   /* Records the failure (the communicator is broken after it) and returns
@@ -223,12 +226,14 @@ extern "C" pe_status *pe_gloo_comm_new(const pe_gloo_opts *o, pe_gloo_comm **out
     // After the mesh: a rank that refuses the value closes its pairs, so
     // the others' barrier fails at once instead of at the timeout.
     ExchangeShared(store, o);
-    // Every rank has read the store once all have connected: rank 0 may
-    // close it (server's destructor).
+    // Every rank has read the store once all have connected: the job is
+    // formed.
     gloo::BarrierOptions b(ctx);
     b.setTimeout(c->timeout);
     gloo::barrier(b);
+    if (server) server->MarkFormed();
     c->ctx = ctx;
+    c->server = std::move(server);
   });
   if (st) return st;
   *out = c.release();

@@ -260,6 +260,12 @@ void StoreServer::AcceptLoop() {
   }
 }
 
+void StoreServer::MarkFormed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  formed_ = true;
+  data_.clear();  // the pair addresses are read: nobody needs them again
+}
+
 void StoreServer::Fail(const std::string &reason) {
   if (failure_.empty()) failure_ = reason;
   changed_.notify_all();
@@ -276,6 +282,12 @@ std::string StoreServer::Admit(const StoreHello &h, const std::string &from) {
            std::to_string(self_.world_size);
   if (h.rank < 0 || h.rank >= self_.world_size)
     return who + " is out of range for world size " + std::to_string(self_.world_size);
+  if (formed_)
+    return who + " joined twice: job '" + self_.job + "' formed already with its " +
+           std::to_string(self_.world_size) +
+           " nodes (a node that comes after the job formed is refused; when a node of the job "
+           "is lost, the others notice at their next step, and the job forms again when every "
+           "node registers)";
   if (joined_[static_cast<size_t>(h.rank)]) return who + " joined twice";
   joined_[static_cast<size_t>(h.rank)] = true;
   return "";
@@ -300,7 +312,7 @@ void StoreServer::Serve(int fd, std::string from) {
           why = Admit(h, from);
         }
         if (!why.empty()) {
-          Fail(why);
+          if (!formed_) Fail(why);
           lock.unlock();
           SendFrame(fd, Frame('E').Put(why));
           return;

@@ -11,7 +11,9 @@
  * rank; the server refuses a client whose job, token or world size differs
  * from rank 0's, whose rank is out of range or already taken. A refusal
  * fails the rendezvous for every rank: pending and later GETs return the
- * reason, so nobody waits for a rank that will not come.
+ * reason, so nobody waits for a rank that will not come. Once the job
+ * formed, the server refuses every rank that says hello (it comes late or
+ * twice), and the refusal fails nobody else.
  *
  * The token is a shared secret compared at admission; it travels in clear
  * (the store keeps ranks of one job apart, it does not encrypt).
@@ -57,6 +59,10 @@ class StoreServer {
   StoreServer(const std::string &host, int port, const StoreHello &self);
   ~StoreServer();
   void Stop();
+  /* Every rank joined and the job formed: the server stays up so that a
+   * rank that comes now is told at once (refused, naming the job as
+   * formed) instead of waiting for a rendezvous that will not happen. */
+  void MarkFormed();
 
  private:
   void AcceptLoop();
@@ -71,6 +77,7 @@ class StoreServer {
   std::map<std::string, std::vector<char>> data_;
   std::vector<bool> joined_;
   std::string failure_;  // empty while the rendezvous is healthy
+  bool formed_ = false;
   bool stopping_ = false;
   std::vector<int> conns_;
   std::vector<std::thread> threads_;

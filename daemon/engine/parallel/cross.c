@@ -31,12 +31,14 @@ pe_status *par_cross_compile(pe_par_exec *e) {
     bool ar = k == PE_NODE_ALL_REDUCE || k == PE_NODE_FUSED_ALL_REDUCE;
     e->x[i].cross_seq = ar && !g->startup ? e->n_cross++ : -1;
   }
-  if (!e->n_cross) return NULL;
+  if (!e->n_cross) return par_keep_compile(e);
   e->cross = calloc((size_t)e->n_cross, sizeof(*e->cross));
-  return e->cross ? NULL : pe_error(PE_ENOMEM, "parallel executor: out of memory");
+  if (!e->cross) return pe_error(PE_ENOMEM, "parallel executor: out of memory");
+  return par_keep_compile(e);
 }
 
 void par_cross_free(pe_par_exec *e) {
+  par_keep_free(e);
   free(e->cross);
   pthread_mutex_destroy(&e->cross_mu);
 }
@@ -53,6 +55,17 @@ pe_status *par_cross_begin(pe_par_exec *e) {
   e->cross_next = 0;
   e->cross_busy = false;
   e->cross_failed = false;
+  return NULL;
+}
+
+pe_status *par_cross_rows(pe_par_exec *e, double *rows) {
+  const pe_node_comm *c = e->ncomm;
+  float r = (float)e->batch; /* exact: a float holds every integer up to 2^24 */
+  float *b = &r;
+  size_t one = 1;
+  pe_status *st = c->all_reduce(c->ctx, &b, &one, 1);
+  if (st) return pe_status_wrap(st, "summing the step's rows across the job's %d nodes", c->world);
+  *rows = (double)r;
   return NULL;
 }
 

@@ -355,6 +355,14 @@ pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_sp
 pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
   pe_graph *g = e->g;
   if (e->has_feeds) par_zero_grads(e);
+  /* The loss gradient's scale: each place's rows over the global batch's
+   * (over the nodes in a job, whose shards may differ by some rows), so
+   * that the summed gradient is the mean over the global batch. */
+  double rows = e->batch;
+  if (e->ncomm && e->has_feeds) {
+    st = par_cross_rows(e, &rows);
+    if (st) return st;
+  }
 
   /* Re-arm. */
   int64_t row0[PE_MAX_PLACES] = {0}; /* each place's first row of the batch */
@@ -369,11 +377,7 @@ pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
     x->eop = NULL;
     x->task = (pe_task){task_fn, x, NULL};
     if (x->n->kind == PE_NODE_LOSS_GRAD_SCALE) {
-      /* In a job across nodes each node has its share of the global batch
-       * (every node the same rows): n_p / (N * nodes). */
-      double nodes = e->ncomm ? (double)e->ncomm->world : 1.0;
-      x->scale = e->batch > 0 ? (float)((double)e->n_rows[x->n->place] / ((double)e->batch * nodes))
-                              : 1.0f;
+      x->scale = rows > 0 ? (float)((double)e->n_rows[x->n->place] / rows) : 1.0f;
       x->scale_attr->f = x->scale_base * x->scale;
     }
   }
@@ -383,6 +387,8 @@ pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
   /* Under the model's push lock: a get_many/set_many lands before or after
    * all of this run's ops (parallel/internal.h). */
   par_model_push_begin(e->m, e->writes_persistables, &e->opts->origin);
+  pe_status *kst = par_keep_begin(e);
+  if (kst) par_fail(e, kst); /* the step still runs: its peers wait for it */
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (!x->engine) continue;
@@ -455,6 +461,7 @@ pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, p
   /* Restore engine flags changed by a failed push. */
   const pe_graph *g = e->g;
   for (int i = 0; i < g->n_nodes; i++) e->x[i].engine = e->x[i].n_reads + e->x[i].n_muts > 0;
+  par_keep_end(e);
   pe_status *st = atomic_exchange(&e->err, NULL);
   if (!st && n_fetch) st = par_fetch(e, fetch, n_fetch, fetched);
   e->tail_quiet = st != NULL;

@@ -34,6 +34,27 @@ typedef struct par_chunk {
   int c;
 } par_chunk;
 
+/* A persistable replica that a step writes whatever its exchange across
+ * nodes does (parallel/cross_keep.c), and its copy as of the step's start. */
+typedef struct par_keep_var {
+  par_entry *en;
+  int place;
+  bool has; /* the copy holds a value (the replica had one) */
+  pe_tensor copy;
+} par_keep_var;
+
+/* The kept replicas of a graph trained in a job (var[n], ev[n]: their
+ * engine variables); pending: engine ops in flight, under mu. */
+typedef struct par_keep {
+  int n;
+  par_keep_var *var;
+  pe_engine_var **ev;
+  bool inited;
+  int pending;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} par_keep;
+
 struct xnode {
   pe_par_exec *e;
   const pe_graph_node *n;
@@ -214,6 +235,7 @@ struct pe_par_exec {
   bool cross_busy;
   bool cross_failed;
   pthread_mutex_t cross_mu;
+  par_keep keep; /* parallel/cross_keep.c */
 
   /* Captured steps (parallel/cuda_graph_step.c): NULL unless the mode
    * turned them on for this executor's places. graph_off_why: why they
@@ -372,6 +394,24 @@ pe_status *par_cross_begin(pe_par_exec *e);
  * update of the step runs unless all of the step's sums arrived (a peer
  * lost mid-step leaves every parameter as of the last completed step). */
 bool par_cross_hold(xnode *x);
+
+/* At step begin, with feeds, in a job: the step's rows summed over the
+ * nodes (each node's shard may have its own size): every node calls it
+ * once, before the step's sums. */
+pe_status *par_cross_rows(pe_par_exec *e, double *rows);
+
+/* parallel/cross_keep.c: a failed exchange leaves the persistables as of
+ * the last completed step. At compile (from par_cross_compile): the
+ * replicas written by nodes that do not depend on a cross-node sum. */
+pe_status *par_keep_compile(pe_par_exec *e);
+/* Waits for the copies in flight. */
+void par_keep_free(pe_par_exec *e);
+/* At step begin, under the model's push lock before the step's ops: copy
+ * the kept replicas (an engine read). */
+pe_status *par_keep_begin(pe_par_exec *e);
+/* At step end: when the exchange failed, write the copies back (an engine
+ * write, not waited for). */
+void par_keep_end(pe_par_exec *e);
 
 /* parallel/collective_device.c: launch collective x with the backend's device
  * collectives on every place's comm stream (the model has a device

@@ -212,8 +212,8 @@ pe_status *pe_srv_job_form(const Pe__JobSpec *spec, const pe_srv_job_self *self,
     pe_srv_job_free(j);
     bool gone = strstr(pe_status_msg(st), "unreachable") != NULL;
     return pe_status_wrap(st, "register: forming the job%s",
-                          gone ? " (a node that joins after the job formed, or after the others "
-                                 "gave up waiting, finds no rendezvous)"
+                          gone ? " (rank 0's daemon serves no rendezvous for the job: it is "
+                                 "down, its job broke, or the others gave up waiting)"
                                : "");
   }
   size_t len = 0;
@@ -249,21 +249,47 @@ const pe_node_comm *pe_srv_job_comm(pe_srv_job *j) {
   return &j->table;
 }
 
+/* Rank 0's values of vars[0..n) and its generator's offset to every node:
+ * rank 0 reads them as one snapshot (pe_model_get_many), the others set
+ * them as one (pe_model_set_many), keeping their own run origins. */
+static pe_status *broadcast_state(pe_srv_job *j, pe_gloo_comm *c, pe_model *m,
+                                  const pe_var_info *vars, int n, pe_tensor *t,
+                                  const char **names) {
+  for (int i = 0; i < n; i++) names[i] = vars[i].name;
+  pe_model_mark mark = {0};
+  /* Rank 0: the snapshot; the others: their own origins (n == 0: no read). */
+  PE_TRY(pe_model_get_many(m, names, j->rank == 0 ? n : 0, t, NULL, &mark));
+  pe_status *st = NULL;
+  for (int i = 0; i < n && !st; i++) {
+    /* The other ranks may have no value yet: a buffer of the declared shape. */
+    if (j->rank != 0) st = pe_tensor_resize(&t[i], vars[i].dtype, &vars[i].shape, vars[i].name);
+    if (!st) st = pe_gloo_broadcast(c, t[i].data, pe_tensor_bytes(&t[i]), 0);
+    if (st) st = pe_status_wrap(st, "job '%s': rank 0's value of '%s'", j->name, vars[i].name);
+  }
+  /* The generator's offset: dropout masks after the formation are those
+   * rank 0 would draw (every node runs the same graphs with the same seed). */
+  uint64_t rng = mark.rng_offset;
+  if (!st) st = pe_gloo_broadcast(c, &rng, sizeof rng, 0);
+  if (!st && j->rank != 0) {
+    mark.has_rng = true;
+    mark.rng_offset = rng;
+    st = pe_model_set_many(m, names, t, n, &mark);
+  }
+  pe_model_mark_release(&mark);
+  return st;
+}
+
 pe_status *pe_srv_job_broadcast_values(pe_srv_job *j, pe_model *m, const pe_var_info *vars, int n) {
   pe_gloo_comm *c;
   PE_TRY(live_comm(j, &c));
-  pe_status *st = NULL;
-  pe_tensor t;
-  pe_tensor_init(&t);
-  for (int i = 0; i < n && !st; i++) {
-    /* The other ranks may have no value yet: a buffer of the declared shape. */
-    st = j->rank == 0 ? pe_model_get(m, vars[i].name, &t)
-                      : pe_tensor_resize(&t, vars[i].dtype, &vars[i].shape, vars[i].name);
-    if (!st) st = pe_gloo_broadcast(c, t.data, pe_tensor_bytes(&t), 0);
-    if (!st && j->rank != 0) st = pe_model_set(m, vars[i].name, &t);
-    if (st) st = pe_status_wrap(st, "job '%s': rank 0's value of '%s'", j->name, vars[i].name);
-  }
-  pe_tensor_release(&t);
+  pe_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
+  const char **names = calloc((size_t)(n ? n : 1), sizeof *names);
+  pe_status *st = t && names ? NULL : pe_error(PE_ENOMEM, "job '%s': out of memory", j->name);
+  for (int i = 0; t && i < n; i++) pe_tensor_init(&t[i]);
+  if (!st) st = broadcast_state(j, c, m, vars, n, t, names);
+  for (int i = 0; t && i < n; i++) pe_tensor_release(&t[i]);
+  free(t);
+  free(names);
   if (st) job_fail(j, pe_status_msg(st));
   return st;
 }

@@ -8,8 +8,10 @@
  *    persistables' names, dtypes and shapes; a node that differs from rank
  *    0 fails the formation on every node, the error naming the node and the
  *    variable;
- *  - values: when rank 0's model has values, every node takes them
- *    (broadcast); after an init, the values of rank 0's init.
+ *  - values: when rank 0's model has values (a checkpoint it loaded or
+ *    restored), every node takes them and rank 0's generator offset
+ *    (broadcast), whatever its own checkpoint held; after an init, the
+ *    values of rank 0's init.
  * The job then lends its communicator to the model (engine/node_comm.h):
  * the training graph sums its gradients over the nodes.
  *
@@ -60,8 +62,9 @@ bool pe_srv_job_broken(const pe_srv_job *j);
 bool pe_srv_job_root_has_values(const pe_srv_job *j);
 const pe_node_comm *pe_srv_job_comm(pe_srv_job *j);
 
-/* Every node takes rank 0's values of names (the model's persistables);
- * a collective: every node calls it with the same names. */
+/* Every node takes rank 0's values of vars (the model's persistables, as
+ * one snapshot) and its random generator's offset; a collective: every
+ * node calls it with the same vars. */
 pe_status *pe_srv_job_broadcast_values(pe_srv_job *j, pe_model *m, const pe_var_info *vars, int n);
 
 void pe_srv_job_free(pe_srv_job *j);
