@@ -325,6 +325,7 @@ void pe_par_exec_free(pe_par_exec *e) {
     pe_log(PE_LOG_WARN, "parallel executor freed: %s", pe_status_msg(tail));
     pe_status_free(tail);
   }
+  if (e->x) par_free_kept_ops(e);
   for (int i = 0; e->x && i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (x->state && x->state_free) x->state_free(x->state);
