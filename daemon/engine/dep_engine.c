@@ -58,6 +58,7 @@
 enum {
   OP_ALWAYS = 1, /* internal: runs even when its variables carry errors */
   OP_DELETE = 2, /* internal: frees its (single) mutated variable */
+  OP_KEEP = 4,   /* pe_engine_op_keep: its owner frees it, not its completion */
 };
 
 struct pe_engine_var {
@@ -349,12 +350,15 @@ static pe_engine_op *op_finish(pe_engine_op *op, pe_status *st) {
     else
       PE_LOGE("engine: variable %p used after pe_engine_delete_var; not freed", (void *)dead);
   }
+  /* A kept op may be pushed again (or freed) by its owner as soon as
+   * on_done ran: from there on only these copies are used. */
+  int flags = op->flags, n_alloc = op->n_alloc;
   if (op->on_done) op->on_done(op->arg, st);
-  if (st && !(op->flags & OP_ALWAYS))
+  if (st && !(flags & OP_ALWAYS))
     record_error(eng, st);
   else
     pe_status_free(st);
-  op_release_mem(op, op->n_alloc);
+  if (!(flags & OP_KEEP)) op_release_mem(op, n_alloc);
   op_count_done(eng); /* next (if any) is still counted: eng stays alive */
   return next;
 }
@@ -444,8 +448,11 @@ static void sort_deps(dep *d, int n) {
   }
 }
 
-static pe_status *op_create(pe_engine *eng, const pe_engine_op_args *a, int flags,
-                            pe_engine_op **out) {
+/* Build op's record from a: validated, its variables sorted and
+ * deduplicated. Nothing is registered yet. */
+static pe_status *op_build(pe_engine *eng, const pe_engine_op_args *a, int flags,
+                           pe_engine_op **out) {
+  *out = NULL;
   if (a->n_reads < 0 || a->n_mutates < 0 || a->extra_deps < 0 || (a->n_reads && !a->reads) ||
       (a->n_mutates && !a->mutates))
     return pe_error(PE_EINVAL, "engine: bad push (%d reads, %d mutates, %d extra deps)", a->n_reads,
@@ -480,11 +487,20 @@ static pe_status *op_create(pe_engine *eng, const pe_engine_op_args *a, int flag
   op->affinity = a->affinity;
   op->flags = flags;
   op->n_deps = u;
+  *out = op;
+  return NULL;
+}
+
+/* Register a built op: its counter is set in place, it takes its place in
+ * its variables' queues and is submitted once ready. With extra_deps == 0
+ * the op may be running (or done) when this returns. */
+static void op_enqueue(pe_engine *eng, pe_engine_op *op, int extra_deps) {
+  int u = op->n_deps;
   op->ready_next = NULL;
   op->task.next = NULL;
   /* Every dependency counted up front, plus one for the push itself; the
    * grants found below are subtracted in one step at the end. */
-  atomic_init(&op->pending, u + a->extra_deps + 1);
+  atomic_store_explicit(&op->pending, u + extra_deps + 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&eng->n_ops, 1, memory_order_relaxed);
 
   /* Lock all variables in address order (deps are sorted), so that pushes
@@ -519,10 +535,16 @@ static pe_status *op_create(pe_engine *eng, const pe_engine_op_args *a, int flag
   }
   for (int i = u - 1; i >= 0; i--) pthread_mutex_unlock(&op->deps[i].var->mu);
 
-  bool keep = a->extra_deps > 0;
-  if (out) *out = keep ? op : NULL;
   /* From here op may be completed by others unless it holds extra deps. */
   if (op_dep_drop(op, granted + 1)) op_submit(eng, op, true, false);
+}
+
+static pe_status *op_create(pe_engine *eng, const pe_engine_op_args *a, int flags,
+                            pe_engine_op **out) {
+  pe_engine_op *op;
+  PE_TRY(op_build(eng, a, flags, &op));
+  if (out) *out = a->extra_deps > 0 ? op : NULL;
+  op_enqueue(eng, op, a->extra_deps);
   return NULL;
 }
 
@@ -537,6 +559,19 @@ void pe_engine_op_dep_done(pe_engine *eng, pe_engine_op *op) {
 
 void pe_engine_op_start(pe_engine *eng, pe_engine_op *op) {
   if (op_dep_drop(op, 1)) op_submit(eng, op, false, true);
+}
+
+pe_status *pe_engine_op_keep(pe_engine *eng, const pe_engine_op_args *args, pe_engine_op **out) {
+  return op_build(eng, args, OP_KEEP, out);
+}
+
+void pe_engine_op_push_kept(pe_engine *eng, pe_engine_op *op, int priority, int extra_deps) {
+  op->priority = priority; /* read by completers once the op is queued or ready */
+  op_enqueue(eng, op, extra_deps);
+}
+
+void pe_engine_op_free_kept(pe_engine_op *op) {
+  if (op) op_release_mem(op, op->n_alloc);
 }
 
 pe_status *pe_engine_push(pe_engine *eng, pe_engine_fn fn, void *arg, pe_engine_var *const *reads,

@@ -144,6 +144,25 @@ void pe_engine_op_dep_done(pe_engine *eng, pe_engine_op *op);
  * is a pool worker. */
 void pe_engine_op_start(pe_engine *eng, pe_engine_op *op);
 
+/* Kept ops: an op built once and pushed for many runs (the ops of a
+ * compiled step), so that a push only resets its counter and enters its
+ * variables' queues: no allocation, no sorting, and it cannot fail.
+ *
+ * pe_engine_op_keep builds the op from args (extra_deps and priority are
+ * given at each push instead) and registers nothing. The caller owns it.
+ * pe_engine_op_push_kept registers it like pe_engine_op_new with these
+ * extra dependencies: the handle drives pe_engine_op_dep_done /
+ * pe_engine_op_start / pe_engine_op_complete as usual. A kept op may be
+ * pushed again, or freed with pe_engine_op_free_kept, once its on_done has
+ * been called for the previous push (or, without on_done, once the
+ * caller knows it completed, e.g. after pe_engine_wait_all); never while
+ * it is pushed and not completed. Errors follow the usual rules on every
+ * push: a failure is stored on the mutated variables, and a push after it
+ * is skipped until pe_engine_clear_error. Free kept ops before the engine. */
+pe_status *pe_engine_op_keep(pe_engine *eng, const pe_engine_op_args *args, pe_engine_op **out);
+void pe_engine_op_push_kept(pe_engine *eng, pe_engine_op *op, int priority, int extra_deps);
+void pe_engine_op_free_kept(pe_engine_op *op);
+
 /* The op whose fn is running on the calling thread (the innermost one if a
  * waiting fn runs other ops meanwhile), NULL outside an op's fn. For an fn
  * that returns PE_ENGINE_PENDING to hand its own op to whoever completes it;

@@ -216,7 +216,9 @@ START_TEST(errors_end_the_call) {
   ck_assert_int_eq(pe_status_code(st), PE_ESHAPE);
   const char *msg = pe_status_msg(st);
   fprintf(stderr, "bad step: %s\n", msg);
-  ck_assert_msg(strstr(msg, "step 4") && strstr(msg, "'x'") && strstr(msg, "9"), "%s", msg);
+  ck_assert_msg(strstr(msg, "step 4") && strstr(msg, "'x'") && strstr(msg, "9") &&
+                    strstr(msg, "(part of place 0)"),
+                "%s", msg);
   pe_status_free(st);
   ck_assert_int_eq(steps, 4);
   ck_assert_int_eq(c.done_calls, 4);

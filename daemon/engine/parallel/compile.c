@@ -326,6 +326,7 @@ void pe_par_exec_free(pe_par_exec *e) {
     pe_status_free(tail);
   }
   par_graph_free(e); /* its graphs before the devices they run on */
+  if (e->x) par_free_kept_ops(e);
   for (int i = 0; e->x && i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     if (x->state && x->state_free) x->state_free(x->state);

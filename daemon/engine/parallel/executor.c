@@ -328,10 +328,47 @@ pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts) {
   return NULL;
 }
 
+/* Once per executor, before its first step: the engine nodes' ops, kept
+ * and pushed again every step (pe_engine_op_keep), and the plain nodes'
+ * tasks. On failure nothing is kept. */
+static pe_status *keep_ops(pe_par_exec *e) {
+  if (e->ops_kept) return NULL;
+  pe_engine *eng = e->rt->eng;
+  for (int i = 0; i < e->g->n_nodes; i++) {
+    xnode *x = &e->x[i];
+    x->task = (pe_task){task_fn, x, NULL};
+    if (!x->engine) continue;
+    pe_engine_op_args a = {.fn = engine_fn,
+                           .arg = x,
+                           .on_done = engine_done,
+                           .reads = x->reads,
+                           .n_reads = x->n_reads,
+                           .mutates = x->muts,
+                           .n_mutates = x->n_muts,
+                           .affinity = x->affinity};
+    pe_status *st = pe_engine_op_keep(eng, &a, &x->eop);
+    if (st) {
+      par_free_kept_ops(e);
+      return pe_status_wrap(st, "node %d %s", i, x->n->name);
+    }
+  }
+  e->ops_kept = true;
+  return NULL;
+}
+
+void par_free_kept_ops(pe_par_exec *e) {
+  for (int i = 0; i < e->g->n_nodes; i++) {
+    pe_engine_op_free_kept(e->x[i].eop);
+    e->x[i].eop = NULL;
+  }
+  e->ops_kept = false;
+}
+
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds) {
   uint64_t t_start = pe_timeline_now_ns();
   PE_TRY(drain_before_run(e)); /* a step of run_steps after a tail */
+  PE_TRY(keep_ops(e));
   e->delay_salt++;
   atomic_store(&e->err, NULL);
   atomic_store(&e->executed, 0);
@@ -359,10 +396,7 @@ pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
    * (over the nodes in a job, whose shards may differ by some rows), so
    * that the summed gradient is the mean over the global batch. */
   double rows = e->batch;
-  if (e->ncomm && e->has_feeds) {
-    st = par_cross_rows(e, &rows);
-    if (st) return st;
-  }
+  if (e->ncomm && e->has_feeds) PE_TRY(par_cross_rows(e, &rows));
 
   /* Re-arm. */
   int64_t row0[PE_MAX_PLACES] = {0}; /* each place's first row of the batch */
@@ -371,48 +405,25 @@ pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
   for (int i = 0; i < g->n_nodes; i++) {
     xnode *x = &e->x[i];
     x->kc.batch_row0 = x->n->place >= 0 ? row0[x->n->place] : 0; /* collectives: no place */
-    atomic_store_explicit(&x->pending, g->nodes[i].in_degree, memory_order_relaxed);
+    if (!x->engine) atomic_store_explicit(&x->pending, g->nodes[i].in_degree, memory_order_relaxed);
     atomic_store_explicit(&x->failed, false, memory_order_relaxed);
     atomic_store_explicit(&x->sfail, false, memory_order_relaxed);
-    x->eop = NULL;
-    x->task = (pe_task){task_fn, x, NULL};
     if (x->n->kind == PE_NODE_LOSS_GRAD_SCALE) {
       x->scale = rows > 0 ? (float)((double)e->n_rows[x->n->place] / rows) : 1.0f;
       x->scale_attr->f = x->scale_base * x->scale;
     }
   }
-  /* Push the engine nodes in node order, each held by one guard dependency,
-   * then drop the guards; then start the non-engine roots. */
+  /* Push the engine nodes' kept ops in node order, each held by one guard
+   * dependency, then drop the guards; then start the non-engine roots. */
   pe_engine *eng = e->rt->eng;
   /* Under the model's push lock: a get_many/set_many lands before or after
    * all of this run's ops (parallel/internal.h). */
   par_model_push_begin(e->m, e->writes_persistables, &e->opts->origin);
   pe_status *kst = par_keep_begin(e);
   if (kst) par_fail(e, kst); /* the step still runs: its peers wait for it */
-  for (int i = 0; i < g->n_nodes; i++) {
-    xnode *x = &e->x[i];
-    if (!x->engine) continue;
-    pe_engine_op_args a = {engine_fn,
-                           x,
-                           engine_done,
-                           x->reads,
-                           x->n_reads,
-                           x->muts,
-                           x->n_muts,
-                           e->opts->priority,
-                           g->nodes[i].in_degree + 1,
-                           x->affinity};
-    pe_status *pst = pe_engine_op_new(eng, &a, &x->eop);
-    if (pst) {
-      /* Cannot happen short of memory; treat the node as failed and done. */
-      par_fail(e, pst);
-      atomic_store(&x->failed, true);
-      x->engine = false; /* its predecessors count it down as a plain node */
-      atomic_store(&x->pending, g->nodes[i].in_degree + 1);
-      x->task = (pe_task){task_fn, x, NULL};
-      if (atomic_fetch_sub(&x->pending, 1) == 1) pe_pool_submit(e->rt->pool, &x->task);
-    }
-  }
+  for (int i = 0; i < g->n_nodes; i++)
+    if (e->x[i].engine)
+      pe_engine_op_push_kept(eng, e->x[i].eop, e->opts->priority, g->nodes[i].in_degree + 1);
   par_model_push_end(e->m);
   /* Roots first (every place's first ops start together, not one place
    * after the other's whole guard loop), then the other engine guards. */
@@ -424,7 +435,7 @@ pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
     xnode *x = &e->x[i];
     if (x->engine) {
       if (g->nodes[i].in_degree > 0) pe_engine_op_start(eng, x->eop);
-    } else if (g->nodes[i].in_degree == 0 && x->eop == NULL && !atomic_load(&x->failed)) {
+    } else if (g->nodes[i].in_degree == 0) {
       if (x->affinity > 0) {
         pe_pool_submit_to_front(e->rt->pool, x->affinity - 1, &x->task);
         continue;
@@ -458,9 +469,6 @@ pe_status *par_step_launch(pe_par_exec *e, uint64_t t_start) {
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched) {
   if (e->graph) par_fail(e, par_graph_step_end(e));
   if (e->async) par_end_async(e, fetch, n_fetch);
-  /* Restore engine flags changed by a failed push. */
-  const pe_graph *g = e->g;
-  for (int i = 0; i < g->n_nodes; i++) e->x[i].engine = e->x[i].n_reads + e->x[i].n_muts > 0;
   par_keep_end(e);
   pe_status *st = atomic_exchange(&e->err, NULL);
   if (!st && n_fetch) st = par_fetch(e, fetch, n_fetch, fetched);

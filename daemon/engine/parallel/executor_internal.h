@@ -114,7 +114,7 @@ struct xnode {
   atomic_int pending; /* non-engine nodes: predecessors not yet done */
   atomic_bool failed; /* host: a predecessor failed or was skipped-failed */
   atomic_bool sfail;  /* stream: the stream work failed or was skipped */
-  pe_engine_op *eop;  /* engine nodes: this run's op */
+  pe_engine_op *eop;  /* engine nodes: the kept op, pushed every run */
   pe_task task;
   float scale; /* LOSS_GRAD_SCALE: n_p / N */
   /* LOSS_GRAD_SCALE: the node's own copy of its fill_constant desc, whose
@@ -219,6 +219,7 @@ struct pe_par_exec {
    * its consequences) are dropped: a run reports one error, its first.
    * Under run_mu. */
   bool tail, tail_quiet;
+  bool ops_kept; /* the engine nodes' eop are built (par_step_begin) */
   /* The tail's failure when pe_par_exec_release waited for it: par_drain
    * returns it next (to the next run, sync or free). Under run_mu. */
   pe_status *tail_err;
@@ -260,6 +261,8 @@ struct pe_par_exec {
 /* Waits for the previous run's tail (its error, wrapped, if it failed:
  * then nothing is set), then sets the options. */
 pe_status *par_set_opts(pe_par_exec *e, const pe_run_opts *opts);
+/* Free the engine nodes' kept ops (none may be pushed and not done). */
+void par_free_kept_ops(pe_par_exec *e);
 pe_status *par_step_begin(pe_par_exec *e, const pe_feed *feeds, const pe_feed_split *split,
                           int n_feeds);
 pe_status *par_step_end(pe_par_exec *e, const char *const *fetch, int n_fetch, pe_tensor *fetched);

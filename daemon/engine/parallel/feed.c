@@ -172,6 +172,13 @@ pe_status *par_feeds_load(pe_par_exec *e, const pe_feed *feeds, int n_feeds) {
   return feeds_visible(e);
 }
 
+/* " (part of place p)" for an error message; formatted only on the error
+ * path, as every step checks every part. */
+static const char *part_where(char *buf, size_t n, int p) {
+  snprintf(buf, n, " (part of place %d)", p);
+  return buf;
+}
+
 pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int n_feeds) {
   char s1[PE_SHAPE_STRLEN], s2[PE_SHAPE_STRLEN], where[48];
   for (int f = 0; f < n_feeds; f++) {
@@ -188,16 +195,23 @@ pe_status *par_feeds_load_split(pe_par_exec *e, const pe_feed_split *feeds, int 
     if (!src[j]) return missing(e, v);
     for (int p = 0; p < e->n_places; p++) {
       const pe_tensor *t = src[j]->parts[p];
-      snprintf(where, sizeof where, " (part of place %d)", p);
-      if (!t) return pe_error(PE_EINVAL, "feed '%s'%s: no tensor", v->name, where);
-      PE_TRY(check_tensor(v, t, where));
-      if (e->opts->check_nan_inf) PE_TRY(pe_feed_check_finite(v->name, t, where));
+      if (!t)
+        return pe_error(PE_EINVAL, "feed '%s'%s: no tensor", v->name,
+                        part_where(where, sizeof where, p));
+      pe_status *st = check_tensor(v, t, "");
+      if (st) { /* the same check again, for the message that names the part */
+        pe_status_free(st);
+        return check_tensor(v, t, part_where(where, sizeof where, p));
+      }
+      if (e->opts->check_nan_inf)
+        PE_TRY(pe_feed_check_finite(v->name, t, part_where(where, sizeof where, p)));
       const pe_tensor *t0 = src[0]->parts[p];
       if (j > 0 && t->shape.d[0] != t0->shape.d[0])
-        return pe_error(
-            PE_ESHAPE, "feed '%s'%s: %lld rows (shape %s), feed '%s' has %lld (shape %s)", v->name,
-            where, (long long)t->shape.d[0], pe_shape_str(&t->shape, s1, sizeof s1), src[0]->name,
-            (long long)t0->shape.d[0], pe_shape_str(&t0->shape, s2, sizeof s2));
+        return pe_error(PE_ESHAPE,
+                        "feed '%s'%s: %lld rows (shape %s), feed '%s' has %lld (shape %s)", v->name,
+                        part_where(where, sizeof where, p), (long long)t->shape.d[0],
+                        pe_shape_str(&t->shape, s1, sizeof s1), src[0]->name,
+                        (long long)t0->shape.d[0], pe_shape_str(&t0->shape, s2, sizeof s2));
     }
   }
   e->has_feeds = e->n_feeds > 0;
