@@ -145,13 +145,15 @@ static int64_t op_bits(layout_ctx *x, const pe_op_desc *op, const aware_op *a) {
   return bits;
 }
 
-static bool kept(const pe_ir *ir, const char *name) {
+/* The loss and the options' keep names, as a set (the list may be as long
+ * as the program). False on out of memory. */
+static bool index_kept(const pe_ir *ir, pe_strmap *kept) {
   const pe_pass_opts *o = ir->opts;
   const char *loss = o && o->loss ? o->loss : ir->prog->loss;
-  if (loss && strcmp(loss, name) == 0) return true;
+  if (loss && !pe_strmap_put(kept, loss, NULL)) return false;
   for (int k = 0; o && k < o->n_keep; k++)
-    if (o->keep[k] && strcmp(o->keep[k], name) == 0) return true;
-  return false;
+    if (o->keep[k] && !pe_strmap_put(kept, o->keep[k], NULL)) return false;
+  return true;
 }
 
 static pe_status *oom(void) {
@@ -160,17 +162,29 @@ static pe_status *oom(void) {
 
 #define BLOCKED_SUFFIX "@BLOCKED"
 
+/* name@BLOCKED, malloc'ed (NULL: out of memory). */
+static char *blocked_name(const char *name) {
+  size_t n = strlen(name) + sizeof BLOCKED_SUFFIX;
+  char *nn = malloc(n);
+  if (nn) snprintf(nn, n, "%s" BLOCKED_SUFFIX, name);
+  return nn;
+}
+
 /* Declare name@BLOCKED like name, and note on name that op holds it. */
 static pe_status *declare_blocked(pe_block *b, const pe_op_desc *op, const char *name) {
   pe_var_desc *d = pe_block_find_var_local(b, name), *nd;
   if (!d) return NULL; /* only local temporaries are candidates */
-  char buf[512], note[256];
-  snprintf(buf, sizeof buf, "%s" BLOCKED_SUFFIX, name);
-  PE_TRY(pe_block_add_var(b, buf, d->dtype, &d->shape, &nd));
-  nd->stop_gradient = d->stop_gradient;
-  snprintf(note, sizeof note, "%s writing '%.64s' (oneDNN's blocked layout)", op->type, buf);
-  free(d->fused_into);
-  return (d->fused_into = strdup(note)) ? NULL : oom();
+  char *bn = blocked_name(name), note[256];
+  if (!bn) return oom();
+  pe_status *st = pe_block_add_var(b, bn, d->dtype, &d->shape, &nd);
+  if (!st) {
+    nd->stop_gradient = d->stop_gradient;
+    snprintf(note, sizeof note, "%s writing '%.64s' (oneDNN's blocked layout)", op->type, bn);
+    free(d->fused_into);
+    if (!(d->fused_into = strdup(note))) st = oom();
+  }
+  free(bn);
+  return st;
 }
 
 /* Every arg of op that names a blocked variable names its @BLOCKED one. */
@@ -181,10 +195,8 @@ static pe_status *rename_blocked(layout_ctx *x, pe_op_desc *op) {
       for (int k = 0; k < sl[s].n; k++) {
         var_use *u = use_of(x, sl[s].args[k], false);
         if (!u || !u->blocked) continue;
-        size_t n = strlen(sl[s].args[k]) + sizeof BLOCKED_SUFFIX;
-        char *nn = malloc(n);
+        char *nn = blocked_name(sl[s].args[k]);
         if (!nn) return oom();
-        snprintf(nn, n, "%s" BLOCKED_SUFFIX, sl[s].args[k]);
         free(sl[s].args[k]);
         sl[s].args[k] = nn;
       }
@@ -201,15 +213,18 @@ pe_status *pe_pass_layout_blocked(pe_ir *ir) {
   pe_block *b = pe_program_main(p);
   if (!b || p->n_blocks > 2) return NULL;
   layout_ctx x = {0};
+  pe_strmap kept;
   pe_strmap_init(&x.idx);
-  pe_status *st = NULL;
+  pe_strmap_init(&kept);
+  pe_status *st = index_kept(ir, &kept) ? NULL : oom();
   for (int i = 0; i < b->n_ops && !st; i++)
     if (!count_op(&x, b->ops[i])) st = oom();
   for (int v = 0; v < b->n_vars && !st; v++) {
     const pe_var_desc *d = b->vars[v];
     var_use *u = use_of(&x, d->name, false);
-    u = u && d->dtype == PE_F32 && !d->persistable && !d->is_feed && !kept(ir, d->name) ? u : NULL;
-    if (u) u->blocked = u->writes == 1 && u->accesses > 1 && u->aware == u->accesses;
+    bool temp = d->dtype == PE_F32 && !d->persistable && !d->is_feed;
+    if (u && temp && !pe_strmap_has(&kept, d->name))
+      u->blocked = u->writes == 1 && u->accesses > 1 && u->aware == u->accesses;
   }
   for (bool changed = true; changed && !st;) {
     changed = false;
@@ -226,6 +241,7 @@ pe_status *pe_pass_layout_blocked(pe_ir *ir) {
   }
   for (int i = 0; i < b->n_ops && !st; i++) st = rename_blocked(&x, b->ops[i]);
   pe_strmap_destroy(&x.idx);
+  pe_strmap_destroy(&kept);
   free(x.uses);
   return st;
 }
