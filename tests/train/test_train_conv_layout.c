@@ -26,14 +26,7 @@ static void seq_new_mode(const pe_program *p, int mode, const char *keep, eq_seq
       .place_kind = PE_PLACE_CPU, .fuse_conv_act = true, .n_keep = keep ? 1 : 0, .keep = k};
   PE_CK_OK(pe_program_compile_opts(s->prog, false, &o));
   pe_conv_layout_set_mode(PE_CONV_LAYOUT_BLOCKED);
-  s->scope = pe_scope_new(NULL);
-  ck_assert(s->scope);
-  pe_exec_opts eo = {.seed = EQ_SEED, .threads = 1};
-  pe_seq_exec *init;
-  PE_CK_OK(pe_seq_exec_new(s->prog, s->prog->startup_block, s->scope, &eo, &init));
-  PE_CK_OK(pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL));
-  pe_seq_exec_free(init);
-  PE_CK_OK(pe_seq_exec_new(s->prog, s->prog->main_block, s->scope, &eo, &s->step));
+  eq_seq_start(s);
 }
 
 /* Ops of the main block with layout_blocked bits set, and of which types. */
