@@ -44,6 +44,7 @@
 #include "ir/program.h"
 #include "json_out.h"
 #include "ops/cpu/conv_algo.h"
+#include "ops/cpu/dnnl_act_layout.h"
 #include "ops/cpu/dnnl_util.h"
 #include "out_path.h"
 #include "pe_model_file.h"
@@ -101,6 +102,9 @@ static const opt_row opts[] = {
      "verified on a GPU) | on | off"},
     {"conv-algo", OPT_STR, CFG(conv_algo), 0, 0,
      "direct (default) | gemm | winograd | auto | time: the fastest convolution per shape"},
+    {"conv-layout", OPT_STR, CFG(conv_layout), 0, 0,
+     "blocked (default): activations between convolutions and pools in oneDNN's layout | "
+     "plain"},
     {"denormals", OPT_STR, CFG(denormals), 0, 0,
      "flush (default): kernel threads flush denormals to zero | keep"},
     {"fuse-ops", OPT_ONOFF, CFG(fuse_ops), 0, 0,
@@ -654,6 +658,10 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("--conv-algo '%s': expected time, direct, gemm, winograd or auto%s",
                     t.cfg.conv_algo, "");
   pe_conv_algo_set_mode(conv_mode);
+  int layout_mode = PE_CONV_LAYOUT_BLOCKED;
+  if (t.cfg.conv_layout && !pe_conv_layout_parse(t.cfg.conv_layout, &layout_mode))
+    return bad_args("--conv-layout '%s': expected blocked or plain%s", t.cfg.conv_layout, "");
+  pe_conv_layout_set_mode(layout_mode);
   /* More threads than cores only contend: said, not refused. */
   if (t.cfg.threads > pe_cpu_cores())
     fprintf(stderr,
@@ -706,13 +714,15 @@ int pe_bench_train(int argc, char **argv) {
           ",\"executor\":\"%s\",\"places\":\"%s\","
           "\"batch\":%ld,\"epochs\":%ld,\"steps\":%ld,\"samples\":%ld,\"seed\":%ld,"
           "\"threads\":%ld,\"denormals\":\"%s\",\"fuse_ops\":%s,\"conv_algo\":\"%s\","
-          "\"samples_per_sec\":%.1f,"
+          "\"conv_layout\":\"%s\",\"samples_per_sec\":%.1f,"
           "\"train_seconds\":%.3f,"
           "\"eval_seconds\":%.3f,\"test_accuracy\":%.4f,\"final_loss\":",
           t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples, t.cfg.seed,
           (long)t.threads_used, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
-          train_cfg_fuse_ops(&t.cfg) ? "true" : "false", t.cfg.conv_algo ? t.cfg.conv_algo : "direct",
-          sps, r.train_seconds, r.eval_seconds, r.test_acc);
+          train_cfg_fuse_ops(&t.cfg) ? "true" : "false",
+          t.cfg.conv_algo ? t.cfg.conv_algo : "direct",
+          pe_conv_layout_name(pe_conv_layout_get_mode()), sps, r.train_seconds, r.eval_seconds,
+          r.test_acc);
       /* A diverged run's loss: null (json_out.h), and said so. */
       cli_json_num(stdout, "%.5f", r.final_loss);
       printf(

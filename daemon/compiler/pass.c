@@ -31,6 +31,10 @@ static const pe_pass pass_table[] = {
      "elementwise_add of two same-shape operands + relu into one elementwise_add with "
      "fuse_activation relu (a residual block's sum)",
      pe_pass_fuse_add_act, true, PE_PASS_PROGRAM},
+    {"layout_blocked",
+     "keep activations between conv2d, pool2d and their gradients in oneDNN's blocked layout "
+     "(attribute layout_blocked; [runtime] conv_layout)",
+     pe_pass_layout_blocked, true, PE_PASS_PROGRAM},
     {"data_parallel",
      "build the graph: replicate on every place, scale loss@GRAD, insert all_reduce (or "
      "reduce + broadcast); startup graph broadcasts from place 0",
@@ -132,11 +136,15 @@ static const char *program_pipeline(const pe_program *p, bool for_test) {
 
 /* The op-fusion passes first when asked for (they check opts and the place
  * kind; fuse_conv_act before fuse_add_act, which would otherwise take a
- * relu a product's bias add leads to), then the standard pipeline. */
+ * relu a product's bias add leads to), then the standard pipeline, then
+ * layout_blocked (it checks opts, the place kind and the conv_layout mode). */
 static pe_status *program_passes(pe_ir *ir, bool for_test) {
   if (ir->opts && ir->opts->fuse_conv_act)
     PE_TRY(pe_passes_run(ir, "validate,fuse_conv_act,fuse_add_act"));
-  return pe_passes_run(ir, program_pipeline(ir->prog, for_test));
+  PE_TRY(pe_passes_run(ir, program_pipeline(ir->prog, for_test)));
+  /* Last: it needs every reader of a variable, gradients included. */
+  if (ir->opts && ir->opts->fuse_conv_act) PE_TRY(pe_pass_run(ir, "layout_blocked"));
+  return NULL;
 }
 
 pe_status *pe_program_compile(pe_program *p, bool for_test) {

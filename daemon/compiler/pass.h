@@ -13,7 +13,8 @@
  *   parallel train: validate, backward, optimizer, validate, data_parallel,
  *                   ssa, fuse_allreduce, memory_plan
  * With opts->fuse_conv_act on cpu or sim places, fuse_conv_act and
- * fuse_add_act run after the first validate (before backward).
+ * fuse_add_act run after the first validate (before backward), and
+ * layout_blocked after the program passes.
  */
 #ifndef PE_COMPILER_PASS_H
 #define PE_COMPILER_PASS_H
@@ -130,6 +131,12 @@ pe_status *pe_pass_fuse_conv_act(pe_ir *ir);
  * elementwise_add with fuse_activation relu, where the sum is a temporary
  * nobody else reads or fetches (pass_fuse_add_act.c). */
 pe_status *pe_pass_fuse_add_act(pe_ir *ir);
+/* layout_blocked (pass_layout.c): mark the activations that stay in oneDNN's
+ * blocked layout between conv2d, pool2d and their gradients (the ops'
+ * "layout_blocked" attribute; ops/cpu/dnnl_act_layout.h). Runs after the
+ * standard pipeline where the fusion passes run, when the process's
+ * conv_layout mode is blocked. */
+pe_status *pe_pass_layout_blocked(pe_ir *ir);
 
 /* --- graph passes (daemon/compiler/pass_<name>.c) ------------------------- */
 /* data_parallel: build ir->graph (main block replicated on every place,

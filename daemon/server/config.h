@@ -39,6 +39,7 @@ typedef struct pe_srv_config {
   int worker_threads; /* compute pool workers; 0: online cores */
   char *sync;         /* "event" | "producer" */
   char *cuda_graph;   /* "auto" | "on" | "off" (engine/step_graph_key.h) */
+  char *conv_layout;  /* "blocked" | "plain" (ops/cpu/dnnl_act_layout.h) */
   char *conv_algo;    /* "time" | "direct" | "gemm" | "winograd" | "auto" (ops/cpu/conv_algo.h) */
   /* Kernel threads flush denormals to zero (core/fpenv.h). */
   bool flush_denormals;

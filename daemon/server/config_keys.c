@@ -15,6 +15,7 @@
 #include "engine/device.h"
 #include "engine/step_graph_key.h"
 #include "ops/cpu/conv_algo.h"
+#include "ops/cpu/dnnl_act_layout.h"
 #include "server/config.h"
 #include "server/host_memory.h"
 #include "server/places_choice.h"
@@ -181,6 +182,13 @@ static bool check_conv_algo(const char *v, char *why, size_t n) {
   return false;
 }
 
+static bool check_conv_layout(const char *v, char *why, size_t n) {
+  int mode;
+  if (pe_conv_layout_parse(v, &mode)) return true;
+  snprintf(why, n, "expected blocked or plain");
+  return false;
+}
+
 static bool check_absolute(const char *v, char *why, size_t n) {
   if (v[0] == '/') return true;
   snprintf(why, n, "expected an absolute path");
@@ -299,6 +307,9 @@ static const pe_config_key keys[] = {
     STRING_KEY("runtime", "conv_algo", conv_algo, "direct", RESTART, check_conv_algo,
                "convolution algorithm: direct, gemm, winograd, auto, or time (the fastest "
                "per shape)"),
+    STRING_KEY("runtime", "conv_layout", conv_layout, "blocked", RESTART, check_conv_layout,
+               "activations between convolutions and pools: blocked (oneDNN's layout, no "
+               "reorders between them) or plain"),
     BOOL_KEY("runtime", "flush_denormals", flush_denormals, "true", RESTART,
              "kernel threads flush denormal floats to zero"),
     BOOL_KEY("runtime", "check_finite", check_finite, "true", RELOAD,

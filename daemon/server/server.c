@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "ops/cpu/conv_algo.h"
+#include "ops/cpu/dnnl_act_layout.h"
 #include "server/checkpoint/stale.h"
 #include "server/loop.h"
 #include "server/registry/registry.h"
@@ -79,6 +80,9 @@ static pe_status *start_runtime(pe_server *s) {
   int conv_mode = PE_CONV_DIRECT; /* the key's check accepted the value */
   pe_conv_algo_parse(s->cfg.conv_algo, &conv_mode);
   pe_conv_algo_set_mode(conv_mode);
+  int layout_mode = PE_CONV_LAYOUT_BLOCKED;
+  pe_conv_layout_parse(s->cfg.conv_layout, &layout_mode);
+  pe_conv_layout_set_mode(layout_mode);
   PE_TRY(pe_status_wrap(pe_runtime_new(&ro, &s->rt), "runtime"));
   pe_status *st = NULL;
   /* places = auto on cpu: each model's places are its own (a trial's,

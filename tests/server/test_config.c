@@ -26,6 +26,7 @@ START_TEST(test_defaults) {
   ck_assert_str_eq(c.places, "auto");
   ck_assert_str_eq(c.sync, "event");
   ck_assert_str_eq(c.conv_algo, "direct");
+  ck_assert_str_eq(c.conv_layout, "blocked");
   ck_assert_int_eq(c.request_threads, 8);
   ck_assert_int_eq(c.run_threads, 0); /* as many as request_threads */
   ck_assert_int_eq(c.worker_threads, 0);
@@ -193,6 +194,8 @@ START_TEST(test_errors) {
                 "event or producer", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nconv_algo = fft\n", "t.conf"), PE_EINVAL,
                 "conv_algo", "fft", "time, direct, gemm, winograd or auto", (const char *)NULL);
+  expect_errors(pe_config_load_string(&c, "[runtime]\nconv_layout = nhwc\n", "t.conf"), PE_EINVAL,
+                "conv_layout", "nhwc", "blocked or plain", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nflush_denormals = maybe\n", "t.conf"),
                 PE_EINVAL, "flush_denormals", "maybe", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[server]\nsocket = /no/scheme\n", "t.conf"), PE_EINVAL,
@@ -521,6 +524,7 @@ static const char *other_value(const pe_config_key *k, const pe_srv_config *c, c
       {"runtime", "sync", "producer"},
       {"runtime", "cuda_graph", "off"},
       {"runtime", "conv_algo", "time"},
+      {"runtime", "conv_layout", "plain"},
       {"state", "dir", "/tmp/pe-other-state"},
       {"state", "shutdown_checkpoint", "other"},
       {"metrics", "listen", "127.0.0.1:9464"},

@@ -269,9 +269,9 @@ typedef struct eq_seq {
   pe_seq_exec *step;
 } eq_seq;
 
-static inline void eq_seq_new(const pe_program *p, eq_seq *s) {
-  PE_CK_OK(pe_program_clone(p, &s->prog));
-  PE_CK_OK(pe_program_compile(s->prog, false));
+/* The scope after s->prog's startup block, and the main block's executor
+ * (s->prog compiled). */
+static inline void eq_seq_start(eq_seq *s) {
   s->scope = pe_scope_new(NULL);
   ck_assert(s->scope);
   pe_exec_opts eo = {.seed = EQ_SEED, .threads = 1};
@@ -280,6 +280,12 @@ static inline void eq_seq_new(const pe_program *p, eq_seq *s) {
   PE_CK_OK(pe_seq_exec_run(init, NULL, 0, NULL, 0, NULL));
   pe_seq_exec_free(init);
   PE_CK_OK(pe_seq_exec_new(s->prog, s->prog->main_block, s->scope, &eo, &s->step));
+}
+
+static inline void eq_seq_new(const pe_program *p, eq_seq *s) {
+  PE_CK_OK(pe_program_clone(p, &s->prog));
+  PE_CK_OK(pe_program_compile(s->prog, false));
+  eq_seq_start(s);
 }
 
 static inline void eq_seq_free(eq_seq *s) {

@@ -26,6 +26,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "ops/cpu/conv_algo.h"
+#include "ops/cpu/dnnl_act_layout.h"
 #include "ops/cpu/dnnl_util.h"
 #include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
@@ -145,17 +146,22 @@ static pe_status *conv_grad_infer(pe_infer_ctx *c) {
 }
 
 /* Memory descs and oneDNN-style params of one (input, filter) pair: the
- * tensors' plain descs, and the same dims with format any, from which the
- * primitives are created (they choose blocked layouts; see
- * pe_dnnl_stage_make). */
+ * plain descs, the same dims with format any, from which the primitives
+ * are created (they choose blocked layouts; see pe_dnnl_stage_make), and
+ * the layouts the activation tensors are stored in (dnnl_act_layout.h):
+ * a stage reorders only where the primitive's choice differs from those. */
 typedef struct conv_descs {
-  dnnl_memory_desc_t src, wei, dst, bia;        /* plain: the tensors (bia: [O]) */
+  dnnl_memory_desc_t src, wei, dst, bia;        /* plain (bia: [O]) */
   dnnl_memory_desc_t src_any, wei_any, dst_any; /* what the primitives see */
+  /* The tensors: Input, Output (forward) or Output@GRAD (gradient), and
+   * Input@GRAD. */
+  dnnl_memory_desc_t src_t, dst_t, dsrc_t;
   dnnl_dims_t strides, dilates, pad;
 } conv_descs;
 
 static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_shape *w,
                                   conv_descs *d) {
+  bool grad = strcmp(c->def->type, "conv2d_grad") == 0;
   conv_params p;
   pe_dnnl_attr_pair_k(c->desc, "strides", 1, p.strides);
   pe_dnnl_attr_pair_k(c->desc, "paddings", 0, p.paddings);
@@ -174,6 +180,13 @@ static pe_status *conv_descs_make(pe_kernel_ctx *c, const pe_shape *x, const pe_
   if (s == dnnl_success) s = pe_dnnl_md_any(&d->src_any, 4, x->d);
   if (s == dnnl_success) s = pe_dnnl_md_any(&d->dst_any, 4, dst);
   if (s == dnnl_success) s = pe_dnnl_md_any(&d->wei_any, wn, wd);
+  pe_shape ds = PE_SHAPE(dst[0], dst[1], dst[2], dst[3]);
+  if (s == dnnl_success) s = pe_dnnl_act_md_in(&d->src_t, c, grad ? CVG_IN : CV_IN, x);
+  if (s == dnnl_success)
+    s = grad ? pe_dnnl_act_md_in(&d->dst_t, c, CVG_DOUT, &ds)
+             : pe_dnnl_act_md_out(&d->dst_t, c, CV_OUT, &ds);
+  if (s == dnnl_success)
+    s = pe_dnnl_act_md(&d->dsrc_t, x, grad && pe_dnnl_act_blocked(c, true, CVG_DIN));
   for (int i = 0; i < 2; i++) {
     d->strides[i] = p.strides[i];
     d->dilates[i] = p.dilations[i] - 1;
@@ -236,10 +249,12 @@ static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_shape 
   static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
   pe_dnnl_prim *p;
   pe_status *st = pe_dnnl_entry_add(c, e, pd, args, bias ? 4 : 3, "convolution forward", &p);
-  if (!st) st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_SRC, &d.src, false, NULL, &e->stages[FS_SRC]);
+  if (!st)
+    st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_SRC, &d.src_t, false, NULL, &e->stages[FS_SRC]);
   if (!st)
     st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_WEIGHTS, &d.wei, false, NULL, &e->stages[FS_WEI]);
-  if (!st) st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_DST, &d.dst, true, NULL, &e->stages[FS_DST]);
+  if (!st)
+    st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_DST, &d.dst_t, true, NULL, &e->stages[FS_DST]);
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
@@ -321,6 +336,7 @@ static void conv_algo_key(const pe_kernel_ctx *c, const conv_call *k, int64_t *k
   }
   pe_dnnl_key_val(key, nk, pe_attr_i(c->def, c->desc, "groups"));
   pe_dnnl_key_val(key, nk, pe_kernel_threads(c));
+  pe_dnnl_key_val(key, nk, pe_attr_i(c->def, c->desc, PE_LAYOUT_ATTR));
 }
 
 /* The oneDNN implementation a built candidate runs ("jit:avx2", ...). */
@@ -503,12 +519,13 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   }
   pe_dnnl_stage *s = e->stages;
   if (!st)
-    st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_DST, &d.dst, false, NULL, &s[GS_BD_DDST]);
+    st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_DST, &d.dst_t, false, NULL, &s[GS_BD_DDST]);
   if (!st) st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_WEIGHTS, &d.wei, false, NULL, &s[GS_BD_WEI]);
-  if (!st) st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_SRC, &d.src, true, NULL, &s[GS_BD_DSRC]);
-  if (!st) st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_SRC, &d.src, false, NULL, &s[GS_BW_SRC]);
   if (!st)
-    st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_DIFF_DST, &d.dst, false, &s[GS_BD_DDST],
+    st = pe_dnnl_stage_make(c, e, bd, DNNL_ARG_DIFF_SRC, &d.dsrc_t, true, NULL, &s[GS_BD_DSRC]);
+  if (!st) st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_SRC, &d.src_t, false, NULL, &s[GS_BW_SRC]);
+  if (!st)
+    st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_DIFF_DST, &d.dst_t, false, &s[GS_BD_DDST],
                             &s[GS_BW_DDST]);
   if (!st)
     st = pe_dnnl_stage_make(c, e, bw, DNNL_ARG_DIFF_WEIGHTS, &d.wei, true, NULL, &s[GS_BW_DWEI]);
@@ -518,15 +535,17 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
   return st;
 }
 
-/* db[o] = sum over n, h, w of dz[n, o, h, w] (NCHW), in double. */
+/* db[o] = sum over n, h, w of dz[n, o, h, w], in double; dz is stored as
+ * Output@GRAD is (plain or blocked). */
 static void bias_grad(pe_kernel_ctx *c, float *db, const float *dz, const pe_shape *s) {
   int64_t nb = s->d[0], o = s->d[1], hw = s->d[2] * s->d[3];
+  pe_act_plane pl = pe_act_plane_of(s, pe_dnnl_act_blocked(c, false, CVG_DOUT));
 #pragma omp parallel for if (pe_par_split(nb * o * hw)) num_threads(pe_kernel_threads(c))
   for (int64_t k = 0; k < o; k++) {
     double acc = 0;
     for (int64_t i = 0; i < nb; i++) {
-      const float *p = dz + (i * o + k) * hw;
-      for (int64_t j = 0; j < hw; j++) acc += p[j];
+      const float *p = dz + pe_act_plane_base(&pl, i, k);
+      for (int64_t j = 0; j < hw; j++) acc += p[j * pl.block];
     }
     db[k] = (float)acc;
   }
@@ -584,6 +603,13 @@ static pe_status *conv_grad_kernel(pe_kernel_ctx *c) {
     const pe_tensor *out = pe_kin(c, CVG_OUT, 0);
     if (!out || pe_tensor_numel(out) != pe_tensor_numel(k.out))
       return pe_kernel_error(c, PE_ESHAPE, "fused relu: Output must have Output@GRAD's shape");
+    /* The mask is elementwise: both must be stored alike (pass_layout.c
+     * ties them). */
+    if (pe_dnnl_act_blocked(c, false, CVG_OUT) != pe_dnnl_act_blocked(c, false, CVG_DOUT))
+      return pe_kernel_error(c, PE_EINVAL,
+                             "fused relu: Output and Output@GRAD must both be blocked or both "
+                             "plain (attribute %s)",
+                             PE_LAYOUT_ATTR);
     k.g = e->bufs[GB_DZ];
     pe_relu_grad_f32(c, k.g, out->data, k.out->data, pe_tensor_numel(k.out));
   }
@@ -597,6 +623,7 @@ static const pe_attr_def conv_attrs[] = {
     {"dilations", PE_ATTR_INTS, false, 0, NULL},       /* [1,1] */
     {"groups", PE_ATTR_INT, false, 1, NULL},           /* */
     {"fuse_activation", PE_ATTR_STRING, false, 0, ""}, /* "" | "relu" */
+    {PE_LAYOUT_ATTR, PE_ATTR_INT, false, 0, NULL},     /* dnnl_act_layout.h */
     {NULL},
 };
 static const pe_slot_def conv_in[] = {

@@ -12,9 +12,11 @@
  * primitives, one buffer-less dnnl_memory_t per primitive argument (data
  * handles are set on each call to the tensors' buffers) and any scratch
  * buffers the kernel needs (workspaces, unused gradients). Tensors are
- * always plain (abcd / ab); a primitive that runs faster on a layout of its
- * own choosing (convolution) reaches it through stages (below), which
- * reorder between the tensor and an entry buffer. */
+ * plain (abcd / ab), except the activations that the layout_blocked pass
+ * keeps in oneDNN's blocked layout between the ops that understand it
+ * (dnnl_act_layout.h); a primitive that runs faster on a layout of its own
+ * choosing (convolution) reaches it through stages (below), which reorder
+ * between the tensor and an entry buffer only where the two differ. */
 #ifndef PE_OPS_CPU_DNNL_UTIL_H
 #define PE_OPS_CPU_DNNL_UTIL_H
 
@@ -156,13 +158,14 @@ pe_status *pe_dnnl_run_on(pe_kernel_ctx *c, dnnl_stream_t strm, pe_dnnl_prim *p,
 /* --- layouts chosen by the primitive (dnnl_layout.c) -------------------------
  * Why: oneDNN's direct convolutions (jit:avx512_core, ...) run on blocked
  * layouts (nChw16c data, OIhw16i16o filters); asked for plain NCHW/OIHW
- * they fall back to im2col + GEMM, 2-3x slower on the CNN. Tensors stay
- * plain everywhere else, so the kernel creates the primitive with
- * pe_dnnl_md_any descs and stages each argument: */
+ * they fall back to im2col + GEMM, 2-3x slower on the CNN. The kernel
+ * creates the primitive with pe_dnnl_md_any descs and stages each argument
+ * against the layout its tensor is stored in (plain, or blocked:
+ * dnnl_act_layout.h): */
 
 /* A desc of ndims dims whose layout the primitive chooses (format any). */
 dnnl_status_t pe_dnnl_md_any(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
-/* Stage argument `arg` of pd, whose tensor has the plain desc `plain`: a
+/* Stage argument `arg` of pd, whose tensor is stored as `plain` says: a
  * no-op stage when pd chose that layout, else an entry buffer in the
  * chosen layout and a reorder (plain -> chosen if !out, chosen -> plain if
  * out). When `share` is a stage of the same entry already holding the same

@@ -1,0 +1,256 @@
+/* conv2d, pool2d and their gradients on arguments stored in oneDNN's
+ * blocked layout (ops/cpu/dnnl_act_layout.h: the "layout_blocked"
+ * attribute), against the same ops on plain tensors: every combination of
+ * blocked and plain arguments, converted here with loops written out. The
+ * pools must agree bit for bit (max is exact), NaN windows and ties
+ * included; the convolutions run the same primitive (direct) or a plain
+ * one behind reorders (gemm) and agree to 1e-5. The channel block is the
+ * process's (16 on AVX-512, 8 below): run under ONEDNN_MAX_CPU_ISA=AVX2
+ * and =SSE41 too. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "op_harness.h"
+#include "ops/cpu/conv_algo.h"
+#include "ops/cpu/dnnl_act_layout.h"
+#include "test_assert.h"
+
+/* plain NCHW <-> nChw<B>c, C a multiple of B. */
+static void relayout(const float *src, float *dst, pe_shape s, bool to_blocked) {
+  int64_t B = pe_dnnl_act_block(), C = s.d[1], hw = s.d[2] * s.d[3];
+  ck_assert_int_eq(C % B, 0);
+  for (int64_t n = 0; n < s.d[0]; n++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t q = 0; q < hw; q++) {
+        int64_t p = (n * C + c) * hw + q, b = ((n * (C / B) + c / B) * hw + q) * B + c % B;
+        if (to_blocked)
+          dst[b] = src[p];
+        else
+          dst[p] = src[b];
+      }
+}
+
+/* Store `plain` as variable name of s, blocked when asked. */
+static void put(pe_scope *s, const char *name, const pe_tensor *plain, bool blocked) {
+  pe_tensor *t = ph_set_f32(s, name, plain->shape, pe_f32(plain));
+  if (blocked) relayout(pe_f32(plain), pe_f32(t), plain->shape, true);
+}
+
+/* got (stored blocked or not) against the plain want: equal, NaN for NaN,
+ * or within tol relative. */
+static void expect_as(pe_scope *s, const char *name, bool blocked, const pe_tensor *want,
+                      double tol, const char *what, int mask) {
+  const pe_tensor *g = ph_get(s, name);
+  ck_assert(g && pe_shape_equal(&g->shape, &want->shape));
+  int64_t n = pe_tensor_numel(want);
+  float *p = malloc((size_t)n * sizeof *p);
+  if (blocked)
+    relayout(pe_f32(g), p, g->shape, false);
+  else
+    memcpy(p, g->data, (size_t)n * sizeof *p);
+  const float *w = pe_f32(want);
+  int64_t bad = -1;
+  for (int64_t i = 0; i < n && bad < 0; i++) {
+    bool same = (isnan(p[i]) && isnan(w[i])) ||
+                fabs((double)p[i] - w[i]) <= tol * fmax(1.0, fabs((double)w[i]));
+    if (!same) bad = i;
+  }
+  if (bad >= 0)
+    ck_abort_msg("%s, layouts %#x: %s[%lld] = %g, plain gives %g", what, mask, name, (long long)bad,
+                 p[bad], w[bad]);
+  free(p);
+}
+
+static void copy_to(pe_tensor *dst, pe_scope *s, const char *name) {
+  pe_tensor_init(dst);
+  PE_CK_OK(pe_tensor_copy(dst, ph_get(s, name), name));
+}
+
+static pe_op_desc *max_pool(bool grad) {
+  pe_op_desc *op = grad ? ph_op("pool2d_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL,
+                                "X@GRAD", "dx", NULL)
+                        : ph_op("pool2d", "X", "x", NULL, "Out", "out", NULL);
+  pe_op_set_ints(op, "ksize", 2, (int64_t[]){2, 2});
+  pe_op_set_ints(op, "strides", 2, (int64_t[]){2, 2});
+  return op;
+}
+
+/* Every layout of pool2d's (X, Out) and pool2d_grad's (X, Out, Out@GRAD,
+ * X@GRAD), even and odd planes, ties in most windows and a NaN in one. */
+START_TEST(pool_max_blocked_matches_plain) {
+  int64_t C = 16;
+  const int64_t dims[][4] = {{2, C, 6, 8}, {2, C, 5, 7}};
+  for (int k = 0; k < 2; k++) {
+    pe_shape xs = pe_shape_make(4, dims[k]), os = PE_SHAPE(2, C, dims[k][2] / 2, dims[k][3] / 2);
+    pe_scope *ref = pe_scope_new(NULL);
+    pe_tensor *x = ph_set_uniform(ref, "x", xs, 0, 1, 3);
+    for (int64_t i = 0; i < pe_tensor_numel(x); i++)
+      pe_f32(x)[i] = (float)((((uint64_t)i * 2654435761u) >> 7) % 3);
+    pe_f32(x)[(1 * C + 3) * xs.d[2] * xs.d[3] + 5] = NAN;
+    ph_set_uniform(ref, "dout", os, 1, 2, 4);
+    pe_op_desc *f = max_pool(false), *g = max_pool(true);
+    PE_CK_OK(ph_run_op(ref, f, NULL));
+    PE_CK_OK(ph_run_op(ref, g, NULL));
+    pe_tensor xp, outp, doutp, dxp;
+    copy_to(&xp, ref, "x");
+    copy_to(&outp, ref, "out");
+    copy_to(&doutp, ref, "dout");
+    copy_to(&dxp, ref, "dx");
+    for (int m = 0; m < 4; m++) {
+      pe_scope *s = pe_scope_new(NULL);
+      put(s, "x", &xp, m & 1);
+      ph_set_uniform(s, "out", os, 7, 8, 1);
+      pe_op_set_int(f, PE_LAYOUT_ATTR, (m & 1) | (int64_t)(m >> 1) << PE_LAYOUT_OUT_BIT);
+      PE_CK_OK(ph_run_op(s, f, NULL));
+      expect_as(s, "out", m >> 1, &outp, 0, "pool2d", m);
+      pe_scope_free(s);
+    }
+    for (int m = 0; m < 16; m++) {
+      pe_scope *s = pe_scope_new(NULL);
+      put(s, "x", &xp, m & 1);
+      put(s, "out", &outp, m & 2);
+      put(s, "dout", &doutp, m & 4);
+      ph_set_uniform(s, "dx", xs, 7, 8, 1);
+      pe_op_set_int(g, PE_LAYOUT_ATTR, (m & 7) | (int64_t)(m >> 3) << PE_LAYOUT_OUT_BIT);
+      PE_CK_OK(ph_run_op(s, g, NULL));
+      expect_as(s, "dx", m >> 3, &dxp, 0, "pool2d_grad", m);
+      pe_scope_free(s);
+    }
+    pe_op_desc_free(f);
+    pe_op_desc_free(g);
+    pe_tensor_release(&xp);
+    pe_tensor_release(&outp);
+    pe_tensor_release(&doutp);
+    pe_tensor_release(&dxp);
+    pe_scope_free(ref);
+  }
+}
+END_TEST
+
+/* The oneDNN gradients (average pooling) take plain arguments only. */
+START_TEST(pool_avg_grad_refuses_blocked) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(1, 16, 4, 4), 0, 1, 3);
+  ph_set_uniform(s, "out", PE_SHAPE(1, 16, 2, 2), 0, 1, 3);
+  ph_set_uniform(s, "dout", PE_SHAPE(1, 16, 2, 2), 0, 1, 3);
+  pe_op_desc *g = max_pool(true);
+  pe_op_set_string(g, "pooling_type", "avg");
+  pe_op_set_int(g, PE_LAYOUT_ATTR, 1);
+  pe_status *st = ph_run_op(s, g, NULL);
+  ck_assert_msg(st && strstr(pe_status_msg(st), PE_LAYOUT_ATTR), "%s", pe_status_msg(st));
+  pe_status_free(st);
+  pe_op_desc_free(g);
+  pe_scope_free(s);
+}
+END_TEST
+
+static pe_op_desc *conv(bool grad, bool dw) {
+  pe_op_desc *op;
+  if (!grad)
+    op = ph_op("conv2d", "Input", "x", "Filter", "w", "Bias", "b", NULL, "Output", "y", NULL);
+  else if (dw)
+    op =
+        ph_op("conv2d_grad", "Input", "x", "Filter", "w", "Bias", "b", "Output", "y", "Output@GRAD",
+              "dy", NULL, "Input@GRAD", "dx", "Filter@GRAD", "dw", "Bias@GRAD", "db", NULL);
+  else
+    op = ph_op("conv2d_grad", "Input", "x", "Filter", "w", "Bias", "b", "Output", "y",
+               "Output@GRAD", "dy", NULL, "Input@GRAD", "dx", "Bias@GRAD", "db", NULL);
+  pe_op_set_ints(op, "paddings", 2, (int64_t[]){1, 1});
+  pe_op_set_string(op, "fuse_activation", "relu");
+  return op;
+}
+
+/* conv2d (bias, fused relu) and conv2d_grad (with and without the filter's
+ * gradient: Bias@GRAD from oneDNN or the per-channel sum) in every layout of
+ * Input, Output / Output@GRAD (tied by the relu mask) and Input@GRAD, with
+ * the direct and the gemm algorithm. */
+START_TEST(conv_blocked_matches_plain) {
+  static const int algos[] = {PE_CONV_DIRECT, PE_CONV_GEMM};
+  int64_t C = 16;
+  pe_shape xs = PE_SHAPE(2, C, 7, 7), ws = PE_SHAPE(C, C, 3, 3), bs = PE_SHAPE(C);
+  for (int a = 0; a < 2; a++) {
+    pe_conv_algo_set_mode(algos[a]);
+    for (int dw = 0; dw < 2; dw++) {
+      pe_scope *ref = pe_scope_new(NULL);
+      ph_set_uniform(ref, "x", xs, -1, 1, 3);
+      ph_set_uniform(ref, "w", ws, -0.3f, 0.3f, 4);
+      ph_set_uniform(ref, "b", bs, -0.1f, 0.1f, 5);
+      ph_set_uniform(ref, "dy", xs, -1, 1, 6);
+      pe_op_desc *f = conv(false, dw), *g = conv(true, dw);
+      PE_CK_OK(ph_run_op(ref, f, NULL));
+      PE_CK_OK(ph_run_op(ref, g, NULL));
+      pe_tensor xp, yp, dyp, dxp;
+      copy_to(&xp, ref, "x");
+      copy_to(&yp, ref, "y");
+      copy_to(&dyp, ref, "dy");
+      copy_to(&dxp, ref, "dx");
+      for (int m = 0; m < 8; m++) { /* bit 0 Input, 1 Output (+ Output@GRAD), 2 Input@GRAD */
+        pe_scope *s = pe_scope_new(NULL);
+        put(s, "x", &xp, m & 1);
+        ph_set_f32(s, "w", ws, pe_f32(ph_get(ref, "w")));
+        ph_set_f32(s, "b", bs, pe_f32(ph_get(ref, "b")));
+        ph_set_uniform(s, "y", xs, 7, 8, 1);
+        pe_op_set_int(f, PE_LAYOUT_ATTR, (m & 1) | (int64_t)((m >> 1) & 1) << PE_LAYOUT_OUT_BIT);
+        PE_CK_OK(ph_run_op(s, f, NULL));
+        expect_as(s, "y", m & 2, &yp, 1e-5, "conv2d", m);
+        put(s, "y", &yp, m & 2);
+        put(s, "dy", &dyp, m & 2);
+        ph_set_uniform(s, "dx", xs, 7, 8, 1);
+        pe_op_set_int(g, PE_LAYOUT_ATTR,
+                      (m & 1) | (m & 2 ? 3 << 3 : 0) | (int64_t)(m >> 2) << PE_LAYOUT_OUT_BIT);
+        PE_CK_OK(ph_run_op(s, g, NULL));
+        expect_as(s, "dx", m & 4, &dxp, 1e-5, "conv2d_grad Input@GRAD", m);
+        pe_tensor *db = ph_get(ref, "db");
+        expect_as(s, "db", false, db, 1e-5, "conv2d_grad Bias@GRAD", m);
+        if (dw) expect_as(s, "dw", false, ph_get(ref, "dw"), 1e-5, "conv2d_grad Filter@GRAD", m);
+        pe_scope_free(s);
+      }
+      pe_op_desc_free(f);
+      pe_op_desc_free(g);
+      pe_tensor_release(&xp);
+      pe_tensor_release(&yp);
+      pe_tensor_release(&dyp);
+      pe_tensor_release(&dxp);
+      pe_scope_free(ref);
+    }
+  }
+  pe_conv_algo_set_mode(PE_CONV_DIRECT);
+}
+END_TEST
+
+/* The relu mask is elementwise: Output and Output@GRAD stored apart are
+ * refused, naming the attribute. */
+START_TEST(conv_grad_relu_mask_layouts_must_agree) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(1, 16, 4, 4), -1, 1, 3);
+  ph_set_uniform(s, "w", PE_SHAPE(16, 16, 3, 3), -1, 1, 3);
+  ph_set_uniform(s, "b", PE_SHAPE(16), -1, 1, 3);
+  ph_set_uniform(s, "y", PE_SHAPE(1, 16, 4, 4), -1, 1, 3);
+  ph_set_uniform(s, "dy", PE_SHAPE(1, 16, 4, 4), -1, 1, 3);
+  pe_op_desc *g = conv(true, true);
+  pe_op_set_int(g, PE_LAYOUT_ATTR, 1 << 3); /* Output only */
+  pe_status *st = ph_run_op(s, g, NULL);
+  ck_assert_msg(
+      st && strstr(pe_status_msg(st), PE_LAYOUT_ATTR) && strstr(pe_status_msg(st), "Output@GRAD"),
+      "%s", pe_status_msg(st));
+  pe_status_free(st);
+  pe_op_desc_free(g);
+  pe_scope_free(s);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("ops_dnnl_blocked");
+  TCase *tc = tcase_create("blocked");
+  tcase_add_test(tc, pool_max_blocked_matches_plain);
+  tcase_add_test(tc, pool_avg_grad_refuses_blocked);
+  tcase_add_test(tc, conv_blocked_matches_plain);
+  tcase_add_test(tc, conv_grad_relu_mask_layouts_must_agree);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
