@@ -6,7 +6,9 @@
  *  - a node whose open fails fails its formation naming its rank;
  *  - a failing device exchange breaks the job (host exchanges refuse
  *    after it) and tells the backend (fail);
- *  - a job on cpu places has no backend table and makes no id. */
+ *  - a job on cpu places has no backend table and makes no id;
+ *  - a node on another kind of place than rank 0's is refused on every
+ *    node, naming it and both kinds, before any backend opens. */
 #include <check.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -85,6 +87,7 @@ typedef struct node {
   int rank;
   char rendezvous[64];
   const pe_node_comm_backend *backend;
+  pe_place_kind kind;
   pe_srv_job *job;
   pe_status *st;
 } node;
@@ -101,23 +104,30 @@ static void *node_form(void *arg) {
                           .host = "127.0.0.1",
                           .timeout_ms = 20000,
                           .backend = n->backend,
-                          .n_places = 2};
+                          .n_places = 2,
+                          .kind = n->kind};
   n->st = pe_srv_job_form(&spec, &self, &n->job);
   return NULL;
 }
 
-/* Both nodes form the job (backend b on every node, or none). */
-static void form_two(node *ns, const pe_node_comm_backend *b, int fail_rank) {
+/* Both nodes form the job: backend b[r] (NULL: cpu places) on node r. */
+static void form_mixed(node *ns, const pe_node_comm_backend *const *b, int fail_rank) {
   memset(&fb, 0, sizeof fb);
   fb.fail_rank = fail_rank;
   int port = free_port();
   pthread_t t[2];
   for (int r = 0; r < 2; r++) {
-    ns[r] = (node){.rank = r, .backend = b};
+    ns[r] = (node){.rank = r, .backend = b[r], .kind = b[r] ? PE_PLACE_CUDA : PE_PLACE_CPU};
     snprintf(ns[r].rendezvous, sizeof ns[r].rendezvous, "127.0.0.1:%d", port);
     ck_assert_int_eq(pthread_create(&t[r], NULL, node_form, &ns[r]), 0);
   }
   for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+}
+
+/* Both nodes with backend b, or both on cpu places. */
+static void form_two(node *ns, const pe_node_comm_backend *b, int fail_rank) {
+  const pe_node_comm_backend *both[2] = {b, b};
+  form_mixed(ns, both, fail_rank);
 }
 
 START_TEST(id_travels_and_every_node_opens) {
@@ -191,6 +201,21 @@ START_TEST(cpu_job_has_no_backend) {
 }
 END_TEST
 
+START_TEST(other_kind_of_place_is_refused) {
+  node ns[2];
+  const pe_node_comm_backend *b[2] = {&fake_backend, NULL};
+  form_mixed(ns, b, -1);
+  for (int r = 0; r < 2; r++) {
+    ck_assert_msg(ns[r].st, "rank %d formed", r);
+    const char *m = pe_status_msg(ns[r].st);
+    ck_assert_msg(strstr(m, "node rank 1 trains on cpu places and rank 0 on cuda places"), "%s", m);
+    ck_assert_ptr_null(ns[r].job);
+    ck_assert_int_eq(fb.node[r].opens, 0);
+    pe_status_free(ns[r].st);
+  }
+}
+END_TEST
+
 static Suite *job_backend_suite(void) {
   Suite *s = suite_create("job_backend");
   TCase *tc = tcase_create("job_backend");
@@ -198,6 +223,7 @@ static Suite *job_backend_suite(void) {
   tcase_add_test(tc, failed_open_names_the_rank);
   tcase_add_test(tc, failed_device_exchange_breaks_the_job);
   tcase_add_test(tc, cpu_job_has_no_backend);
+  tcase_add_test(tc, other_kind_of_place_is_refused);
   suite_add_tcase(s, tc);
   return s;
 }

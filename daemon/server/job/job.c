@@ -48,14 +48,16 @@ pe_status *pe_srv_job_spec_check(const Pe__JobSpec *s) {
 
 /* --- signatures ----------------------------------------------------------- */
 
-/* "program HASH\nvalues 0|1\nNAME DTYPE SHAPE\n..." */
+/* "program HASH KIND\nvalues 0|1\nNAME DTYPE SHAPE\n..." (KIND: the places'
+ * kind, which decides the communicator across nodes) */
 static char *signature(const pe_srv_job_self *self, size_t *len) {
   size_t cap = 64, n = 0;
   for (int i = 0; i < self->n_vars; i++) cap += strlen(self->vars[i].name) + 32 + PE_SHAPE_STRLEN;
   char *s = malloc(cap);
   if (!s) return NULL;
-  n += (size_t)snprintf(s + n, cap - n, "program %016" PRIx64 "\nvalues %d\n", self->program_hash,
-                        self->has_values ? 1 : 0);
+  n +=
+      (size_t)snprintf(s + n, cap - n, "program %016" PRIx64 " %s\nvalues %d\n", self->program_hash,
+                       pe_place_kind_name(self->kind), self->has_values ? 1 : 0);
   for (int i = 0; i < self->n_vars; i++) {
     char sh[PE_SHAPE_STRLEN];
     n += (size_t)snprintf(s + n, cap - n, "%s %s %s\n", self->vars[i].name,
@@ -89,6 +91,13 @@ static const char *first_diff(const char *a, const char *b) {
 /* rank r's signature against rank 0's: the error names the node and the
  * variable. */
 static pe_status *compare(const char *job, const char *s0, const char *sr, int r) {
+  const char *k0 = s0 + 25, *kr = sr + 25; /* past "program HASH " */
+  size_t l0 = strcspn(k0, "\n"), lr = strcspn(kr, "\n");
+  if (l0 != lr || strncmp(k0, kr, l0))
+    return pe_error(PE_EINVAL,
+                    "job '%s': node rank %d trains on %.*s places and rank 0 on %.*s places; every "
+                    "node of a job trains on one kind of place",
+                    job, r, (int)lr, kr, (int)l0, k0);
   const char *d = first_diff(s0, sr);
   bool on0 = d != NULL;
   if (!d) d = first_diff(sr, s0);

@@ -4,8 +4,9 @@
  * forms the job with the others' daemons at register:
  *  - rendezvous: a Gloo communicator (daemon/net/gloo_comm.h); rank 0's
  *    daemon serves the store, the job's token admits the others;
- *  - signatures: every node publishes its program's hash and its
- *    persistables' names, dtypes and shapes; a node that differs from rank
+ *  - signatures: every node publishes its program's hash, its places'
+ *    kind and its persistables' names, dtypes and shapes; a node that
+ *    differs from rank
  *    0 fails the formation on every node, the error naming the node and the
  *    variable;
  *  - values: when rank 0's model has values (a checkpoint it loaded or
@@ -59,6 +60,7 @@ typedef struct pe_srv_job_self {
   const pe_node_comm_backend *backend;
   pe_device *const *devs;
   int n_places;
+  pe_place_kind kind; /* the model's places: every node of a job has one kind */
 } pe_srv_job_self;
 
 /* The spec checked (name, world >= 2, rank < world, rendezvous, token). */

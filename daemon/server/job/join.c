@@ -44,7 +44,8 @@ static pe_status *form_locked(pe_server *s, pe_srv_program *p, const Pe__Registe
                           (int)(t * 1000.0),
                           m->kind != PE_PLACE_CPU ? pe_node_comm_backend_of(m->kind) : NULL,
                           pe_model_devices(m->m),
-                          m->n_places};
+                          m->n_places,
+                          m->kind};
   pe_srv_job *j = NULL;
   PE_TRY(pe_srv_job_form(spec, &self, &j));
   pe_status *st = NULL;
