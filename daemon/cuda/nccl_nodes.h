@@ -16,7 +16,8 @@
  *
  * The communicator's id (ncclUniqueId) is made by rank 0's daemon
  * (pe_nccl_nodes_new_id) and handed out through the job's rendezvous store
- * (pe_gloo_shared of daemon/net/gloo_comm.h, key PE_NCCL_NODES_ID_KEY): only
+ * (pe_gloo_shared of daemon/net/gloo_comm.h; the job's key is server/job's,
+ * the GPU suites' PE_NCCL_NODES_ID_KEY): only
  * ranks the job's token admitted read it, and an id of another length or
  * for another number of nodes is refused (pe_nccl_nodes_id_decode).
  *
@@ -41,7 +42,7 @@
 #define PE_NCCL_ID_BYTES 128
 /* The id as it travels: magic, the job's number of nodes, the id. */
 #define PE_NCCL_NODES_ID_WIRE (8 + 4 + 4 + PE_NCCL_ID_BYTES)
-/* Its key in the job's store. */
+/* Its key in the GPU suites' stores (the daemon's job has its own). */
 #define PE_NCCL_NODES_ID_KEY "nccl-nodes-id"
 
 /* Who joins the NCCL communicator across nodes, from this node's view. */

@@ -16,6 +16,7 @@
 #ifndef PE_ENGINE_NODE_COMM_H
 #define PE_ENGINE_NODE_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/place.h"
@@ -56,6 +57,21 @@ typedef struct pe_node_comm_backend {
                      size_t id_len, int timeout_ms, pe_node_comm *table);
   void (*close)(pe_node_comm *table);
 } pe_node_comm_backend;
+
+/* How a model's gradients cross the nodes of a job. */
+typedef enum pe_node_comm_path {
+  PE_NODE_COMM_HOST,   /* the job's communicator on the places' host buffers (cpu) */
+  PE_NODE_COMM_DEVICE, /* the backend's on place 0's device buffers, after the sum
+                        * over the node's places; then spread to the other places on
+                        * their comm streams */
+} pe_node_comm_path;
+
+/* The path of a model on n_places places of kind (streams: the places run
+ * kernels on streams; has_device_comm: the job opened the kind's backend
+ * communicator). Refuses, naming the places, what no path serves: cpu
+ * places on streams (sim) and a kind without a backend communicator. */
+pe_status *pe_node_comm_path_of(pe_place_kind kind, int n_places, bool streams,
+                                bool has_device_comm, pe_node_comm_path *out);
 
 void pe_node_comm_register_backend(pe_place_kind kind, const pe_node_comm_backend *b);
 /* NULL: the kind has none. */

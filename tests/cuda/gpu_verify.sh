@@ -17,8 +17,8 @@
 # The exit status is non-zero when a test or run failed. A suite that skips
 # (exit 77: it sees fewer GPUs than it needs) fails too where nvidia-smi
 # lists a GPU, since then the runtime could not reach it (driver too old for
-# the kit's CUDA, libcuda missing); only test_cuda_nccl and
-# test_cuda_nccl_nodes, which need two, may skip on a one-GPU machine. The
+# the kit's CUDA, libcuda missing); only test_cuda_nccl, test_cuda_nccl_nodes
+# and test_cuda_job_nodes, which need two, may skip on a one-GPU machine. The
 # stages fit one call together only when everything is quick: on a first
 # run, make separate calls
 # (`env tests`, `bench`, `daemon`, `memcheck`).
@@ -162,17 +162,20 @@ stage_env() {
   fi
 }
 
-# The suites of tests/cuda in the order of docs/cuda.md's table; test_cuda_nccl
-# and test_cuda_nccl_nodes need two GPUs and skip on one.
+# The suites of tests/cuda in the order of docs/cuda.md's table; test_cuda_nccl,
+# test_cuda_nccl_nodes and test_cuda_job_nodes need two GPUs and skip on one
+# (test_cuda_job_nodes starts the kit's pe-executord: PE_BUILD_DIR=$BIN).
 stage_tests() {
   n=$(gpu_count)
   for t in test_cuda_build test_cuda_device test_cuda_kernels test_cuda_ops_seq test_cuda_train \
     test_cuda_graph test_cuda_graph_exec test_cuda_nccl_nodes_init test_cuda_nccl \
-    test_cuda_nccl_nodes; do
+    test_cuda_nccl_nodes test_cuda_job_nodes; do
     may_skip=1
-    case "$t" in test_cuda_nccl | test_cuda_nccl_nodes) ;; *) [ "$n" -ge 1 ] && may_skip=0 ;; esac
+    case "$t" in test_cuda_nccl | test_cuda_nccl_nodes | test_cuda_job_nodes) ;;
+      *) [ "$n" -ge 1 ] && may_skip=0 ;;
+    esac
     [ "$n" -ge 2 ] && may_skip=0
-    run_logged "$t" "${PE_GPU_TEST_LIMIT:-240}" "$BIN/$t"
+    run_logged "$t" "${PE_GPU_TEST_LIMIT:-240}" env PE_BUILD_DIR="$BIN" "$BIN/$t"
     tail -n 3 "$OUT/$t.log" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
   done
   may_skip=1

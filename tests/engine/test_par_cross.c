@@ -6,7 +6,12 @@
  *    same order every step, one call per all-reduce node;
  *  - a failing exchange fails the step naming it, and the step updates no
  *    parameter (the all-reduce nodes complete together).
- * cpu:1 and cpu:2, with and without fused buckets. */
+ * cpu:1 and cpu:2, with and without fused buckets.
+ *  - the device path (pe_model_set_node_dcomm, cuda's NCCL in the daemon)
+ *    on sim:1: the gradients go to the device table after the place's comm
+ *    stream, the step's rows to the host table; the model trains bit for
+ *    bit as without a job, and a failing device exchange updates nothing;
+ *  - which path a model's places take (pe_node_comm_path_of). */
 #include <check.h>
 #include <math.h>
 #include <string.h>
@@ -142,6 +147,25 @@ static pe_runtime *join_fake(par *q, int places, fake *f, pe_node_comm *c) {
   return rt;
 }
 
+/* A step of 12 rows that must fail: its error. */
+static pe_status *failing_step(par *q, int step) {
+  float x[MAXB * DIM];
+  int64_t y[MAXB];
+  make_batch(step, 12, x, y);
+  pe_tensor xt, yt, out;
+  pe_tensor_init(&xt);
+  pe_tensor_init(&yt);
+  pe_tensor_init(&out);
+  pe_shape xs = PE_SHAPE(12, DIM), ys = PE_SHAPE(12, 1);
+  pe_tensor_view(&xt, PE_F32, &xs, x);
+  pe_tensor_view(&yt, PE_I64, &ys, y);
+  pe_feed feeds[2] = {{"x", &xt}, {"y", &yt}};
+  pe_status *st = pe_par_exec_run(q->step, feeds, 2, &LOSS, 1, &out, NULL, NULL);
+  pe_tensor_release(&out);
+  ck_assert_ptr_nonnull(st);
+  return st;
+}
+
 /* A step's timeline has one "across nodes" span per all-reduce node: the
  * exchange's time, apart from the sums over the node's places. */
 START_TEST(timeline_names_the_exchange) {
@@ -190,24 +214,12 @@ START_TEST(failed_exchange_updates_nothing) {
   free(names);
   f.calls = 0;
   f.fail_at = 2;
-  float x[MAXB * DIM];
-  int64_t y[MAXB];
-  make_batch(1, 12, x, y);
-  pe_tensor xt, yt, out;
-  pe_tensor_init(&xt);
-  pe_tensor_init(&yt);
-  pe_tensor_init(&out);
-  pe_shape xs = PE_SHAPE(12, DIM), ys = PE_SHAPE(12, 1);
-  pe_tensor_view(&xt, PE_F32, &xs, x);
-  pe_tensor_view(&yt, PE_I64, &ys, y);
-  pe_feed feeds[2] = {{"x", &xt}, {"y", &yt}};
-  pe_status *st = pe_par_exec_run(job.step, feeds, 2, &LOSS, 1, &out, NULL, NULL);
+  pe_status *st = failing_step(&job, 1);
   ck_assert_ptr_nonnull(st);
   ck_assert_msg(strstr(pe_status_msg(st), "summing the gradients across the job's 2 nodes") &&
                     strstr(pe_status_msg(st), "lost peer rank 1"),
                 "%s", pe_status_msg(st));
   pe_status_free(st);
-  pe_tensor_release(&out);
   /* The row count, the failed one, and none after it. */
   ck_assert_int_eq(f.calls, 2);
   assert_same_values(&job, &before);
@@ -215,6 +227,151 @@ START_TEST(failed_exchange_updates_nothing) {
   par_free(&before);
   pe_runtime_free(rt);
   pe_runtime_free(rt2);
+}
+END_TEST
+
+/* The test's device communicator on sim places: NCCL's across nodes runs
+ * on place 0's comm stream after the sum over the places; here the table
+ * waits for that stream, then doubles like the fake. */
+typedef struct dfake {
+  fake f;
+  pe_model *m;
+} dfake;
+
+static pe_status *dfake_all_reduce(void *ctx, float *const *bufs, const size_t *counts, int nbuf) {
+  dfake *d = ctx;
+  PE_TRY(pe_stream_sync(pe_device_stream(pe_model_devices(d->m)[0], PE_STREAM_COMM)));
+  return fake_all_reduce(&d->f, bufs, counts, nbuf);
+}
+
+static void dfake_fail(void *ctx, const char *why) {
+  fake_fail(&((dfake *)ctx)->f, why);
+}
+
+/* A sim:1 model in a job of 2 (rows over host, gradients over dev) and
+ * the same model without a job (plain), both initialised. */
+typedef struct sim1 {
+  pe_runtime *rt;
+  par job, plain;
+  fake host;
+  dfake dev;
+  pe_node_comm hc, dc;
+} sim1;
+
+static void sim1_new(sim1 *t) {
+  memset(t, 0, sizeof *t);
+  t->rt = rt_new(2);
+  pe_pass_opts o = {.place_kind = PE_PLACE_SIM,
+                    .n_places = 1,
+                    .strategy = PE_STRATEGY_ALLREDUCE,
+                    .cross_nodes = true};
+  par_new_opts(&t->job, t->rt, &o, 7);
+  t->dev.m = t->job.m;
+  t->hc = (pe_node_comm){&t->host, 0, 2, fake_all_reduce, fake_fail};
+  t->dc = (pe_node_comm){&t->dev, 0, 2, dfake_all_reduce, dfake_fail};
+  pe_model_set_node_comm(t->job.m, &t->hc);
+  pe_model_set_node_dcomm(t->job.m, &t->dc);
+  PE_CK_OK(pe_par_exec_run(t->job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  par_new(&t->plain, t->rt, PE_PLACE_SIM, 1, PE_STRATEGY_ALLREDUCE, false, 7);
+  PE_CK_OK(pe_par_exec_run(t->plain.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+}
+
+static void sim1_free(sim1 *t) {
+  par_free(&t->job);
+  par_free(&t->plain);
+  pe_runtime_free(t->rt);
+}
+
+START_TEST(sim1_device_path_trains_as_without_a_job) {
+  sim1 t;
+  sim1_new(&t);
+  int nodes = all_reduces(&t.job);
+  ck_assert_int_gt(nodes, 0);
+  for (int step = 0; step < 3; step++) {
+    t.host.calls = t.dev.f.calls = 0;
+    par_step(&t.job, step, 12, NULL);
+    par_step(&t.plain, step, 12, NULL);
+    /* The row count on the host table, every gradient on the device's. */
+    ck_assert_int_eq(t.host.calls, 1);
+    ck_assert_int_eq(t.host.sizes[0], 1);
+    ck_assert_int_eq(t.dev.f.calls, nodes);
+    assert_same_values(&t.job, &t.plain);
+  }
+  ck_assert_int_eq(t.host.failed_steps + t.dev.f.failed_steps, 0);
+  sim1_free(&t);
+}
+END_TEST
+
+/* The device exchange fails in step 1: the error names it, and the model
+ * holds its values after step 0 (those of a model without a job). */
+START_TEST(sim1_failed_device_exchange_updates_nothing) {
+  sim1 t;
+  sim1_new(&t);
+  par_step(&t.job, 0, 12, NULL);
+  par_step(&t.plain, 0, 12, NULL);
+  t.dev.f.calls = 0;
+  t.dev.f.fail_at = 2;
+  pe_status *st = failing_step(&t.job, 1);
+  ck_assert_msg(strstr(pe_status_msg(st), "summing the gradients across the job's 2 nodes") &&
+                    strstr(pe_status_msg(st), "lost peer rank 1"),
+                "%s", pe_status_msg(st));
+  pe_status_free(st);
+  ck_assert_int_eq(t.dev.f.calls, 2); /* the failed one, and none after it */
+  assert_same_values(&t.job, &t.plain);
+  sim1_free(&t);
+}
+END_TEST
+
+/* A run of a sim model in a job without a device table is refused, naming
+ * the places. */
+START_TEST(sim_without_device_comm_is_refused) {
+  pe_runtime *rt = rt_new(2);
+  par job;
+  fake host = {0};
+  pe_node_comm hc = {&host, 0, 2, fake_all_reduce, fake_fail};
+  pe_pass_opts o = {.place_kind = PE_PLACE_SIM,
+                    .n_places = 1,
+                    .strategy = PE_STRATEGY_ALLREDUCE,
+                    .cross_nodes = true};
+  par_new_opts(&job, rt, &o, 7);
+  pe_model_set_node_comm(job.m, &hc);
+  PE_CK_OK(pe_par_exec_run(job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  pe_status *st = failing_step(&job, 0);
+  ck_assert_ptr_nonnull(st);
+  ck_assert_msg(strstr(pe_status_msg(st), "sim:1"), "%s", pe_status_msg(st));
+  pe_status_free(st);
+  ck_assert_int_eq(host.calls, 0);
+  par_free(&job);
+  pe_runtime_free(rt);
+}
+END_TEST
+
+/* Which path: cpu sums on the host; a kind on streams with a device table
+ * on the devices; anything else is refused naming the places. */
+START_TEST(path_of_places) {
+  pe_node_comm_path p = PE_NODE_COMM_DEVICE;
+  PE_CK_OK(pe_node_comm_path_of(PE_PLACE_CPU, 2, false, false, &p));
+  ck_assert_int_eq(p, PE_NODE_COMM_HOST);
+  PE_CK_OK(pe_node_comm_path_of(PE_PLACE_CPU, 1, false, true, &p));
+  ck_assert_int_eq(p, PE_NODE_COMM_HOST);
+  PE_CK_OK(pe_node_comm_path_of(PE_PLACE_CUDA, 2, true, true, &p));
+  ck_assert_int_eq(p, PE_NODE_COMM_DEVICE);
+  PE_CK_OK(pe_node_comm_path_of(PE_PLACE_SIM, 1, true, true, &p));
+  ck_assert_int_eq(p, PE_NODE_COMM_DEVICE);
+  struct {
+    pe_place_kind kind;
+    int n;
+    bool streams, dev;
+    const char *names;
+  } bad[] = {{PE_PLACE_CUDA, 2, true, false, "cuda:2"},
+             {PE_PLACE_SIM, 3, true, false, "sim:3"},
+             {PE_PLACE_CPU, 2, true, false, "cpu:2"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    pe_status *st = pe_node_comm_path_of(bad[i].kind, bad[i].n, bad[i].streams, bad[i].dev, &p);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_msg(strstr(pe_status_msg(st), bad[i].names), "%s", pe_status_msg(st));
+    pe_status_free(st);
+  }
 }
 END_TEST
 
@@ -226,6 +383,10 @@ static Suite *cross_suite(void) {
   tcase_add_test(tc, cpu2_fused_trains_as_without_a_job);
   tcase_add_test(tc, failed_exchange_updates_nothing);
   tcase_add_test(tc, timeline_names_the_exchange);
+  tcase_add_test(tc, sim1_device_path_trains_as_without_a_job);
+  tcase_add_test(tc, sim1_failed_device_exchange_updates_nothing);
+  tcase_add_test(tc, sim_without_device_comm_is_refused);
+  tcase_add_test(tc, path_of_places);
   suite_add_tcase(s, tc);
   return s;
 }

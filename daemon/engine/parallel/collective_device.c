@@ -74,6 +74,17 @@ static pe_status *enqueue(xnode *x) {
   }
 }
 
+pe_status *par_dcomm_record(xnode *x, pe_status *st) {
+  for (int p = 0; p < x->e->n_places; p++) {
+    pe_status *rs = pe_event_record(x->ev[p], x->ev_stream[p]);
+    if (rs && !st)
+      st = rs;
+    else
+      pe_status_free(rs);
+  }
+  return st;
+}
+
 pe_status *par_dcomm_launch(xnode *x) {
   pe_par_exec *e = x->e;
   int np = e->n_places;
@@ -92,13 +103,7 @@ pe_status *par_dcomm_launch(xnode *x) {
       st = pe_device_sync_dep(e->sync, pe_device_stream(e->dev[p], PE_STREAM_COMPUTE), NULL, s);
   }
   if (!st && !skip) st = enqueue(x);
-  for (int p = 0; p < np; p++) {
-    pe_status *rs = pe_event_record(x->ev[p], x->ev_stream[p]);
-    if (rs && !st)
-      st = rs;
-    else
-      pe_status_free(rs);
-  }
+  st = par_dcomm_record(x, st);
   pthread_mutex_unlock(&e->rt->coll_mu);
   /* A persistable writer (the startup broadcast) holds its engine variables
    * until its collective ran. Waited for with the backend's error poll and time

@@ -386,6 +386,7 @@ static pe_status *sim_launch(xnode *x) {
 
 bool par_coll_run(xnode *x, bool may_fan_out) {
   pe_par_exec *e = x->e;
+  if (e->ncomm_dev && x->cross_seq >= 0) return par_dcross_launch(x); /* then across nodes */
   if (e->m->dcomm || e->async) { /* on the comm streams: the backend's, or sim's */
     pe_status *st = e->m->dcomm ? par_dcomm_launch(x) : sim_launch(x);
     if (st) {

@@ -15,7 +15,15 @@
  * summed gradient), so it overlaps the exchange. A failure (a lost peer,
  * the timeout, or this node's own part failing) fails every held node: the
  * step updates no parameter, and the peers are told (pe_node_comm.fail),
- * so none of them waits for this node. */
+ * so none of them waits for this node.
+ *
+ * On places with a device communicator across nodes (cuda: NCCL over the
+ * nodes' lead GPUs, pe_model_set_node_dcomm), the same order and holding
+ * apply; the sum over the places runs on the comm streams
+ * (parallel/cross_device.c), the sum across nodes on place 0's device
+ * buffers on its comm stream, and the result is spread to the other places
+ * by the within-node broadcast. The step's rows (par_cross_rows) are summed
+ * over the host communicator (the job's Gloo) on every kind of place. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,12 +53,18 @@ void par_cross_free(pe_par_exec *e) {
 
 pe_status *par_cross_begin(pe_par_exec *e) {
   e->ncomm = e->n_cross ? e->m->ncomm : NULL;
+  e->ncomm_dev = NULL;
   if (!e->ncomm) return NULL;
-  if (e->async || e->m->dcomm || e->m->kind != PE_PLACE_CPU)
+  pe_node_comm_path path;
+  PE_TRY(pe_node_comm_path_of(e->m->kind, e->n_places, e->async, e->m->ncomm_dev != NULL, &path));
+  /* The sum over several places runs on the device collectives (dcomm);
+   * a kind without them (sim) sums across nodes on one place only. */
+  if (path == PE_NODE_COMM_DEVICE && e->n_places > 1 && !e->m->dcomm)
     return pe_error(PE_EINVAL,
-                    "job across nodes: the model lives on %s:%d; a job sums its gradients "
-                    "across nodes from cpu places only",
+                    "job across nodes: the model lives on %s:%d without device collectives "
+                    "between its places; such places join a job one per node",
                     pe_place_kind_name(e->m->kind), e->n_places);
+  if (path == PE_NODE_COMM_DEVICE) e->ncomm_dev = e->m->ncomm_dev;
   memset(e->cross, 0, (size_t)e->n_cross * sizeof(*e->cross));
   e->cross_next = 0;
   e->cross_busy = false;
@@ -70,13 +84,17 @@ pe_status *par_cross_rows(pe_par_exec *e, double *rows) {
 }
 
 /* Sum x across the nodes (x's sum over the places is in every place's
- * buffers); a failure fails the step. */
+ * buffers); a failure fails the step. On device places (ncomm_dev) the
+ * buffers are place 0's device memory, the sum runs on place 0's comm
+ * stream after the sum over the places (parallel/cross_device.c spreads
+ * it). */
 static void cross_sum(xnode *x) {
   pe_par_exec *e = x->e;
   const pe_graph_node *n = x->n;
-  const pe_node_comm *c = e->ncomm;
+  const pe_node_comm *c = e->ncomm_dev ? e->ncomm_dev : e->ncomm;
   if (e->cross_failed) return; /* the communicator is broken: nothing more */
-  if (atomic_load_explicit(&x->failed, memory_order_acquire)) {
+  if (atomic_load_explicit(&x->failed, memory_order_acquire) ||
+      (e->ncomm_dev && atomic_load_explicit(&x->sfail, memory_order_acquire))) {
     c->fail(c->ctx, "a step failed on this node before its gradients were summed");
     e->cross_failed = true;
     return;
@@ -99,6 +117,13 @@ static void cross_sum(xnode *x) {
       counts[k] = (size_t)x->counts[k0 + k];
     }
     st = c->all_reduce(c->ctx, bufs, counts, m);
+    if (e->ncomm_dev) {
+      if (!st) {
+        st = par_dcross_spread(x, k0, m);
+        if (st) c->fail(c->ctx, pe_status_msg(st)); /* the peers go on without this node */
+      }
+      continue;
+    }
     for (int k = 0; k < m && !st; k++)
       for (int p = 1; p < np; p++) {
         float *dst = n->kind == PE_NODE_FUSED_ALL_REDUCE ? e->bucket_mem[n->bucket * np + p]

@@ -171,9 +171,15 @@ void pe_model_free(pe_model *m);
  * with pe_pass_opts.cross_nodes) sum their gradients over c's nodes as
  * well (engine/node_comm.h); NULL detaches. The caller owns c, keeps it
  * alive while it is attached, and sets it while no run of the model's
- * graphs is in flight. cpu places only (a run on others refuses). */
+ * graphs is in flight. On cpu places c sums the gradients and the step's
+ * rows; on places with a device communicator across nodes (cuda), c sums
+ * the rows and the one set by pe_model_set_node_dcomm the gradients (a
+ * run on such places without it refuses). */
 struct pe_node_comm;
 void pe_model_set_node_comm(pe_model *m, const struct pe_node_comm *c);
+void pe_model_set_node_dcomm(pe_model *m, const struct pe_node_comm *c);
+/* The model's devices: place p is [p] (pe_model_places of them). */
+pe_device *const *pe_model_devices(const pe_model *m);
 int pe_model_places(const pe_model *m);
 /* Whether the model holds persistable `name` (on place 0). */
 bool pe_model_has(pe_model *m, const char *name);

@@ -230,6 +230,7 @@ struct pe_par_exec {
    * places is done (posted), cross_next: the next to sum across nodes;
    * cross_busy: a thread is summing; under cross_mu. */
   const struct pe_node_comm *ncomm;
+  const struct pe_node_comm *ncomm_dev; /* the gradients' on device places, or NULL */
   int n_cross;
   xnode **cross;
   int cross_next;
@@ -387,8 +388,8 @@ bool par_coll_run(xnode *x, bool may_fan_out);
 /* At compile: the all-reduce nodes' cross_seq. */
 pe_status *par_cross_compile(pe_par_exec *e);
 void par_cross_free(pe_par_exec *e);
-/* At step begin: this run's communicator (the model's); refused on places
- * other than cpu. */
+/* At step begin: this run's communicators (the model's); refused on
+ * places that no path across nodes serves (pe_node_comm_path_of). */
 pe_status *par_cross_begin(pe_par_exec *e);
 /* x's sum over the places is done (or x failed or was skipped): true when
  * x completes now (no sum across nodes this run), false when it is held
@@ -402,6 +403,15 @@ bool par_cross_hold(xnode *x);
  * nodes (each node's shard may have its own size): every node calls it
  * once, before the step's sums. */
 pe_status *par_cross_rows(pe_par_exec *e, double *rows);
+
+/* parallel/cross_device.c: an all-reduce node summed across nodes on
+ * device places (e->ncomm_dev). launch: the sum over the places (the
+ * device collective, or nothing on one place) on the comm streams, then
+ * par_cross_hold; spread: after place 0's buffers k0 .. k0+m of x were
+ * summed across the nodes, copies them to the other places (within-node
+ * broadcast from place 0) and records x's events on every comm stream. */
+bool par_dcross_launch(xnode *x);
+pe_status *par_dcross_spread(xnode *x, int k0, int m);
 
 /* parallel/cross_keep.c: a failed exchange leaves the persistables as of
  * the last completed step. At compile (from par_cross_compile): the
@@ -420,6 +430,9 @@ void par_keep_end(pe_par_exec *e);
  * collectives on every place's comm stream (the model has a device
  * communicator: > 1 place of a kind such as cuda). */
 pe_status *par_dcomm_launch(xnode *x);
+/* Records x's event on every place's comm stream (caller holds coll_mu);
+ * returns st, or the first record's error when st is NULL. */
+pe_status *par_dcomm_record(xnode *x, pe_status *st);
 /* Before a run's fetches or in par_drain, before the end events: wait for the comm
  * streams while polling the backend's asynchronous errors, with a time limit,
  * so a failed collective is the run's error instead of a hang. */

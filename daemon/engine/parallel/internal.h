@@ -113,8 +113,13 @@ struct pe_model {
   pthread_mutex_t dcomm_mu;
   atomic_uint_fast64_t coll_seq; /* op ids of sim collectives */
   /* The job's communicator across nodes (engine/node_comm.h), or NULL: the
-   * daemon's, set while no run of the model's graphs is in flight. */
+   * daemon's, set while no run of the model's graphs is in flight.
+   * ncomm_dev: on places whose backend sums across nodes on the devices
+   * (cuda: NCCL over the nodes' lead GPUs), the gradients' communicator
+   * (device buffers), or NULL; ncomm then only sums host values (the
+   * step's rows). Set like ncomm. */
   const struct pe_node_comm *ncomm;
+  const struct pe_node_comm *ncomm_dev;
 };
 
 /* parallel/collective_device.c (m->dcomm set): wait for the places' comm

@@ -60,6 +60,14 @@ void pe_model_set_node_comm(pe_model *m, const struct pe_node_comm *c) {
   m->ncomm = c;
 }
 
+void pe_model_set_node_dcomm(pe_model *m, const struct pe_node_comm *c) {
+  m->ncomm_dev = c;
+}
+
+pe_device *const *pe_model_devices(const pe_model *m) {
+  return m->dev;
+}
+
 void pe_model_free(pe_model *m) {
   if (!m) return;
   pe_engine *eng = m->rt->eng;

@@ -10,11 +10,21 @@
 #include "core/log.h"
 #include "net/gloo_comm.h"
 
+/* The backend's id in the job's store. */
+#define PE_SRV_JOB_BACKEND_ID_KEY "node-comm-id"
+
 struct pe_srv_job {
   char *name, *rendezvous;
   int rank, world;
   bool root_has_values;
   pe_node_comm table;
+  /* The backend's communicator across nodes (device places), or none:
+   * dev_open says whether dev holds an open one; dev_table wraps it so
+   * that its failure breaks the job. */
+  const pe_node_comm_backend *backend;
+  pe_node_comm dev;
+  bool dev_open;
+  pe_node_comm dev_table;
   pthread_mutex_t mu; /* guards comm and failure against fail() */
   pe_gloo_comm *comm; /* NULL once broken */
   char failure[512];  /* why it broke; "" while healthy */
@@ -38,14 +48,16 @@ pe_status *pe_srv_job_spec_check(const Pe__JobSpec *s) {
 
 /* --- signatures ----------------------------------------------------------- */
 
-/* "program HASH\nvalues 0|1\nNAME DTYPE SHAPE\n..." */
+/* "program HASH KIND\nvalues 0|1\nNAME DTYPE SHAPE\n..." (KIND: the places'
+ * kind, which decides the communicator across nodes) */
 static char *signature(const pe_srv_job_self *self, size_t *len) {
   size_t cap = 64, n = 0;
   for (int i = 0; i < self->n_vars; i++) cap += strlen(self->vars[i].name) + 32 + PE_SHAPE_STRLEN;
   char *s = malloc(cap);
   if (!s) return NULL;
-  n += (size_t)snprintf(s + n, cap - n, "program %016" PRIx64 "\nvalues %d\n", self->program_hash,
-                        self->has_values ? 1 : 0);
+  n +=
+      (size_t)snprintf(s + n, cap - n, "program %016" PRIx64 " %s\nvalues %d\n", self->program_hash,
+                       pe_place_kind_name(self->kind), self->has_values ? 1 : 0);
   for (int i = 0; i < self->n_vars; i++) {
     char sh[PE_SHAPE_STRLEN];
     n += (size_t)snprintf(s + n, cap - n, "%s %s %s\n", self->vars[i].name,
@@ -79,6 +91,13 @@ static const char *first_diff(const char *a, const char *b) {
 /* rank r's signature against rank 0's: the error names the node and the
  * variable. */
 static pe_status *compare(const char *job, const char *s0, const char *sr, int r) {
+  const char *k0 = s0 + 25, *kr = sr + 25; /* past "program HASH " */
+  size_t l0 = strcspn(k0, "\n"), lr = strcspn(kr, "\n");
+  if (l0 != lr || strncmp(k0, kr, l0))
+    return pe_error(PE_EINVAL,
+                    "job '%s': node rank %d trains on %.*s places and rank 0 on %.*s places; every "
+                    "node of a job trains on one kind of place",
+                    job, r, (int)lr, kr, (int)l0, k0);
   const char *d = first_diff(s0, sr);
   bool on0 = d != NULL;
   if (!d) d = first_diff(sr, s0);
@@ -158,6 +177,9 @@ static void job_fail(void *ctx, const char *why) {
   if (!j->failure[0]) snprintf(j->failure, sizeof j->failure, "%s", why);
   pthread_mutex_unlock(&j->mu);
   PE_LOGW("job '%s' rank %d: %s; leaving the job", j->name, j->rank, why);
+  /* The backend's fail is safe from any thread and more than once: its
+   * peers stop waiting for this node's device collectives too. */
+  if (j->dev_open) j->dev.fail(j->dev.ctx, why);
   pe_gloo_comm_free(c);
 }
 
@@ -182,6 +204,33 @@ static pe_status *job_all_reduce(void *ctx, float *const *bufs, const size_t *co
   return st;
 }
 
+/* The backend's all-reduce; its failure breaks the job (Gloo's peers
+ * learn it when the connections close). */
+static pe_status *job_dev_all_reduce(void *ctx, float *const *bufs, const size_t *counts,
+                                     int nbuf) {
+  pe_srv_job *j = ctx;
+  pe_gloo_comm *c;
+  PE_TRY(live_comm(j, &c));
+  pe_status *st = j->dev.all_reduce(j->dev.ctx, bufs, counts, nbuf);
+  if (st) job_fail(j, pe_status_msg(st));
+  return st;
+}
+
+/* Every node joins the backend's communicator with the id rank 0 made. */
+static pe_status *open_backend(pe_srv_job *j, const pe_srv_job_self *self, const void *id) {
+  const pe_node_comm_backend *b = self->backend;
+  pe_status *st = b->open(self->devs, self->n_places, j->rank, j->world, id, b->id_bytes,
+                          self->timeout_ms, &j->dev);
+  if (st)
+    return pe_status_wrap(st,
+                          "register: job '%s': node rank %d of %d joining the communicator across "
+                          "nodes on its %d places",
+                          j->name, j->rank, j->world, self->n_places);
+  j->dev_open = true;
+  j->dev_table = (pe_node_comm){j, j->rank, j->world, job_dev_all_reduce, job_fail};
+  return NULL;
+}
+
 /* --- lifetime --------------------------------------------------------------- */
 
 pe_status *pe_srv_job_form(const Pe__JobSpec *spec, const pe_srv_job_self *self, pe_srv_job **out) {
@@ -199,16 +248,37 @@ pe_status *pe_srv_job_form(const Pe__JobSpec *spec, const pe_srv_job_self *self,
     pe_srv_job_free(j);
     return pe_error(PE_ENOMEM, "job '%s': out of memory", spec->name);
   }
+  /* The backend's id: rank 0's travels through the store to every rank. */
+  void *id = NULL, *id_mine = NULL;
+  pe_gloo_shared shared = {0};
+  j->backend = self->backend;
+  if (j->backend) {
+    id = calloc(1, j->backend->id_bytes);
+    id_mine = calloc(1, j->backend->id_bytes);
+    pe_status *st = id && id_mine ? NULL : pe_error(PE_ENOMEM, "job '%s': out of memory", j->name);
+    if (!st && j->rank == 0) st = j->backend->make_id(j->world, id_mine);
+    if (st) {
+      free(id);
+      free(id_mine);
+      pe_srv_job_free(j);
+      return pe_status_wrap(st, "register: job '%s': the communicator across nodes' id",
+                            spec->name);
+    }
+    shared = (pe_gloo_shared){PE_SRV_JOB_BACKEND_ID_KEY, id_mine, id, j->backend->id_bytes};
+  }
   pe_gloo_opts o = {.job = spec->name,
                     .token = spec->token,
                     .rendezvous = spec->rendezvous,
                     .host = self->host && self->host[0] ? self->host : NULL,
                     .rank = j->rank,
                     .world_size = j->world,
-                    .timeout_ms = self->timeout_ms};
+                    .timeout_ms = self->timeout_ms,
+                    .shared = j->backend ? &shared : NULL};
   PE_LOGI("job '%s': rank %d of %d joining at %s", j->name, j->rank, j->world, j->rendezvous);
   pe_status *st = pe_gloo_comm_new(&o, &j->comm);
+  free(id_mine);
   if (st) {
+    free(id);
     pe_srv_job_free(j);
     bool gone = strstr(pe_status_msg(st), "unreachable") != NULL;
     return pe_status_wrap(st, "register: forming the job%s",
@@ -221,8 +291,15 @@ pe_status *pe_srv_job_form(const Pe__JobSpec *spec, const pe_srv_job_self *self,
   st = mine ? exchange(j, j->comm, mine, len) : pe_error(PE_ENOMEM, "job: out of memory");
   free(mine);
   if (st) {
+    free(id);
     pe_srv_job_free(j);
     return pe_status_wrap(st, "register: rendezvous");
+  }
+  if (j->backend) st = open_backend(j, self, id);
+  free(id);
+  if (st) {
+    pe_srv_job_free(j);
+    return st;
   }
   PE_LOGI("job '%s': formed, rank %d of %d", j->name, j->rank, j->world);
   *out = j;
@@ -247,6 +324,10 @@ bool pe_srv_job_root_has_values(const pe_srv_job *j) {
 
 const pe_node_comm *pe_srv_job_comm(pe_srv_job *j) {
   return &j->table;
+}
+
+const pe_node_comm *pe_srv_job_dcomm(pe_srv_job *j) {
+  return j->dev_open ? &j->dev_table : NULL;
 }
 
 /* Rank 0's values of vars[0..n) and its generator's offset to every node:
@@ -296,6 +377,7 @@ pe_status *pe_srv_job_broadcast_values(pe_srv_job *j, pe_model *m, const pe_var_
 
 void pe_srv_job_free(pe_srv_job *j) {
   if (!j) return;
+  if (j->dev_open) j->backend->close(&j->dev);
   pe_gloo_comm_free(j->comm);
   pthread_mutex_destroy(&j->mu);
   free(j->name);

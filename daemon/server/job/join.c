@@ -31,6 +31,7 @@ static pe_status *form_locked(pe_server *s, pe_srv_program *p, const Pe__Registe
   }
   if (m->job) { /* broken: formed again */
     pe_model_set_node_comm(m->m, NULL);
+    pe_model_set_node_dcomm(m->m, NULL);
     pe_srv_job_free(m->job);
     m->job = NULL;
   }
@@ -40,7 +41,11 @@ static pe_status *form_locked(pe_server *s, pe_srv_program *p, const Pe__Registe
                           p->params,
                           p->n_params,
                           s->cfg.job_host,
-                          (int)(t * 1000.0)};
+                          (int)(t * 1000.0),
+                          m->kind != PE_PLACE_CPU ? pe_node_comm_backend_of(m->kind) : NULL,
+                          pe_model_devices(m->m),
+                          m->n_places,
+                          m->kind};
   pe_srv_job *j = NULL;
   PE_TRY(pe_srv_job_form(spec, &self, &j));
   pe_status *st = NULL;
@@ -56,6 +61,7 @@ static pe_status *form_locked(pe_server *s, pe_srv_program *p, const Pe__Registe
   }
   m->job = j;
   pe_model_set_node_comm(m->m, pe_srv_job_comm(j));
+  pe_model_set_node_dcomm(m->m, pe_srv_job_dcomm(j));
   return NULL;
 }
 
@@ -63,11 +69,15 @@ pe_status *pe_srv_job_join(pe_server *s, pe_srv_program *p, const Pe__RegisterRe
   if (!rq->options || !rq->options->job) return NULL;
   PE_TRY(pe_srv_job_spec_check(rq->options->job));
   pe_srv_model *m = p->model;
-  if (m->kind != PE_PLACE_CPU)
+  /* Device places sum their gradients across nodes over their backend's
+   * communicator (cuda: NCCL); a kind without one cannot join a job. */
+  if (m->kind != PE_PLACE_CPU && !pe_node_comm_backend_of(m->kind))
     return pe_error(PE_EINVAL,
-                    "register: job '%s': model '%s' lives on %s:%d; a job across nodes trains "
-                    "on cpu places",
-                    rq->options->job->name, m->name, pe_place_kind_name(m->kind), m->n_places);
+                    "register: job '%s': model '%s' lives on %s:%d; this daemon has no "
+                    "communicator across nodes for %s places (a job trains on cpu places, or "
+                    "on cuda places in a daemon built with CUDA and NCCL)",
+                    rq->options->job->name, m->name, pe_place_kind_name(m->kind), m->n_places,
+                    pe_place_kind_name(m->kind));
   pthread_mutex_lock(&m->init_mu);
   pe_status *st = form_locked(s, p, rq);
   pthread_mutex_unlock(&m->init_mu);
