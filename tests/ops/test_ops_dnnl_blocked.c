@@ -314,8 +314,8 @@ static void tied_matches_plain(const pe_op_desc *op, pe_scope *ref, const act_ar
   }
 }
 
-/* batch_norm in training mode and its gradient, with and without a fused
- * relu, channels a multiple of 16 (blocked on every ISA) and an odd plane. */
+/* batch_norm in training and test mode and its gradient (training), with
+ * and without a fused relu, channels a multiple of 16 (blocked on every ISA) and an odd plane. */
 START_TEST(bn_blocked_matches_plain) {
   pe_shape xs = PE_SHAPE(2, 32, 5, 3), cs = PE_SHAPE(32);
   for (int relu = 0; relu < 2; relu++) {
@@ -350,6 +350,14 @@ START_TEST(bn_blocked_matches_plain) {
     static const char *const grad_outs[] = {"dscale", "dbias", NULL};
     const act_arg ga[] = {{"x", false, 0}, {"dy", false, 6}, {"dx", true, 0}, {"y", false, 5}};
     tied_matches_plain(g, ref, ga, relu ? 4 : 3, grad_ins, grad_outs, 1e-5, "batch_norm_grad");
+    /* test mode (the evaluation program): the running statistics (last: it
+     * overwrites the reference outputs) */
+    pe_op_desc *ft;
+    PE_CK_OK(pe_op_desc_clone(f, &ft));
+    pe_op_set_bool(ft, "is_test", true);
+    PE_CK_OK(ph_run_op(ref, ft, NULL));
+    tied_matches_plain(ft, ref, fa, 2, fwd_ins, fwd_outs, 1e-5, "batch_norm is_test");
+    pe_op_desc_free(ft);
     pe_op_desc_free(f);
     pe_op_desc_free(g);
     pe_scope_free(ref);

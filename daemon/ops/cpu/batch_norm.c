@@ -211,21 +211,30 @@ static int64_t bn_block_off(bn_dims d, int64_t blk, int64_t i, int64_t cb) {
   return (i * (d.ch / blk) + cb) * d.sp * blk;
 }
 
-static void bn_sums_blocked(const float *x, const float *dy, const float *y, bn_dims d, int64_t blk,
-                            int64_t cb, double *s1, double *s2) {
+/* The loops of one block, inlined into a copy per block size (blk a
+ * constant there: the lane loops vectorize whole); dy's mask (y) and the
+ * relu are tested outside them. */
+static inline void bn_sums_block(const float *x, const float *dy, const float *y, bn_dims d,
+                                 const int64_t blk, int64_t cb, double *s1, double *s2) {
   double a[BN_MAX_BLOCK] = {0}, b[BN_MAX_BLOCK] = {0};
   for (int64_t i = 0; i < d.n; i++) {
     int64_t off = bn_block_off(d, blk, i, cb);
     for (int64_t k = 0; k < d.sp; k++) {
       const float *xp = x + off + k * blk;
-      if (dy) {
-        const float *gp = dy + off + k * blk, *yp = y ? y + off + k * blk : NULL;
+      if (dy && y) {
+        const float *gp = dy + off + k * blk, *yp = y + off + k * blk;
 #pragma omp simd
         for (int64_t l = 0; l < blk; l++) {
-          float g = gp[l]; /* loaded unconditionally: the select vectorizes */
-          if (yp) g = pe_relu_grad(yp[l], g);
+          float g = pe_relu_grad(yp[l], gp[l]);
           a[l] += g;
           b[l] += (double)g * xp[l];
+        }
+      } else if (dy) {
+        const float *gp = dy + off + k * blk;
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) {
+          a[l] += gp[l];
+          b[l] += (double)gp[l] * xp[l];
         }
       } else {
 #pragma omp simd
@@ -242,39 +251,69 @@ static void bn_sums_blocked(const float *x, const float *dy, const float *y, bn_
   }
 }
 
-static void bn_affine_blocked(const float *x, float *y, bn_dims d, int64_t blk, int64_t cb,
-                              const float *mul, const float *add, bool relu) {
+static inline void bn_affine_block(const float *x, float *y, bn_dims d, const int64_t blk,
+                                   int64_t cb, const float *mul, const float *add, bool relu) {
   for (int64_t i = 0; i < d.n; i++) {
     int64_t off = bn_block_off(d, blk, i, cb);
     for (int64_t k = 0; k < d.sp; k++) {
       const float *xp = x + off + k * blk;
       float *yp = y + off + k * blk;
+      if (relu) {
 #pragma omp simd
-      for (int64_t l = 0; l < blk; l++) {
-        float v = xp[l] * mul[l] + add[l];
-        yp[l] = relu ? pe_relu(v) : v;
+        for (int64_t l = 0; l < blk; l++) yp[l] = pe_relu(xp[l] * mul[l] + add[l]);
+      } else {
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) yp[l] = xp[l] * mul[l] + add[l];
       }
     }
   }
 }
 
-static void bn_dx_blocked(const float *x, const float *dy, const float *y, float *dx, bn_dims d,
-                          int64_t blk, int64_t cb, const float *k, const float *kx,
-                          const float *k0) {
+static inline void bn_dx_block(const float *x, const float *dy, const float *y, float *dx,
+                               bn_dims d, const int64_t blk, int64_t cb, const float *k,
+                               const float *kx, const float *k0) {
   for (int64_t i = 0; i < d.n; i++) {
     int64_t off = bn_block_off(d, blk, i, cb);
     for (int64_t q = 0; q < d.sp; q++) {
       const float *xp = x + off + q * blk, *gp = dy + off + q * blk;
-      const float *yp = y ? y + off + q * blk : NULL;
       float *o = dx + off + q * blk;
+      if (y) {
+        const float *yp = y + off + q * blk;
 #pragma omp simd
-      for (int64_t l = 0; l < blk; l++) {
-        float g = gp[l];
-        if (yp) g = pe_relu_grad(yp[l], g);
-        o[l] = g * k[l] + xp[l] * kx[l] + k0[l];
+        for (int64_t l = 0; l < blk; l++)
+          o[l] = pe_relu_grad(yp[l], gp[l]) * k[l] + xp[l] * kx[l] + k0[l];
+      } else {
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) o[l] = gp[l] * k[l] + xp[l] * kx[l] + k0[l];
       }
     }
   }
+}
+
+/* blk is 16 or 8 (pe_dnnl_act_block). */
+static void bn_sums_blocked(const float *x, const float *dy, const float *y, bn_dims d, int64_t blk,
+                            int64_t cb, double *s1, double *s2) {
+  if (blk == 16)
+    bn_sums_block(x, dy, y, d, 16, cb, s1, s2);
+  else
+    bn_sums_block(x, dy, y, d, 8, cb, s1, s2);
+}
+
+static void bn_affine_blocked(const float *x, float *y, bn_dims d, int64_t blk, int64_t cb,
+                              const float *mul, const float *add, bool relu) {
+  if (blk == 16)
+    bn_affine_block(x, y, d, 16, cb, mul, add, relu);
+  else
+    bn_affine_block(x, y, d, 8, cb, mul, add, relu);
+}
+
+static void bn_dx_blocked(const float *x, const float *dy, const float *y, float *dx, bn_dims d,
+                          int64_t blk, int64_t cb, const float *k, const float *kx,
+                          const float *k0) {
+  if (blk == 16)
+    bn_dx_block(x, dy, y, dx, d, 16, cb, k, kx, k0);
+  else
+    bn_dx_block(x, dy, y, dx, d, 8, cb, k, kx, k0);
 }
 
 /* The layout of batch_norm's X and Y (or the gradient's X, Y, Y@GRAD and
