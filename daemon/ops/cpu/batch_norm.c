@@ -213,7 +213,10 @@ static int64_t bn_block_off(bn_dims d, int64_t blk, int64_t i, int64_t cb) {
 
 /* The loops of one block, inlined into a copy per block size (blk a
  * constant there: the lane loops vectorize whole); dy's mask (y) and the
- * relu are tested outside them. */
+ * relu are tested outside them. A block's data (N * S * B floats per
+ * tensor) outgrows L2 where a plain channel's does not, so the second pass
+ * (Y, X@GRAD) runs backwards: it starts on what the sums pass read last,
+ * still in cache. */
 static inline void bn_sums_block(const float *x, const float *dy, const float *y, bn_dims d,
                                  const int64_t blk, int64_t cb, double *s1, double *s2) {
   double a[BN_MAX_BLOCK] = {0}, b[BN_MAX_BLOCK] = {0};
@@ -253,9 +256,9 @@ static inline void bn_sums_block(const float *x, const float *dy, const float *y
 
 static inline void bn_affine_block(const float *x, float *y, bn_dims d, const int64_t blk,
                                    int64_t cb, const float *mul, const float *add, bool relu) {
-  for (int64_t i = 0; i < d.n; i++) {
+  for (int64_t i = d.n - 1; i >= 0; i--) {
     int64_t off = bn_block_off(d, blk, i, cb);
-    for (int64_t k = 0; k < d.sp; k++) {
+    for (int64_t k = d.sp - 1; k >= 0; k--) {
       const float *xp = x + off + k * blk;
       float *yp = y + off + k * blk;
       if (relu) {
@@ -272,9 +275,9 @@ static inline void bn_affine_block(const float *x, float *y, bn_dims d, const in
 static inline void bn_dx_block(const float *x, const float *dy, const float *y, float *dx,
                                bn_dims d, const int64_t blk, int64_t cb, const float *k,
                                const float *kx, const float *k0) {
-  for (int64_t i = 0; i < d.n; i++) {
+  for (int64_t i = d.n - 1; i >= 0; i--) {
     int64_t off = bn_block_off(d, blk, i, cb);
-    for (int64_t q = 0; q < d.sp; q++) {
+    for (int64_t q = d.sp - 1; q >= 0; q--) {
       const float *xp = x + off + q * blk, *gp = dy + off + q * blk;
       float *o = dx + off + q * blk;
       if (y) {
