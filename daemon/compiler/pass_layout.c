@@ -15,6 +15,8 @@
  *   elementwise_add       X, Y -> Out             (X and Y of one shape)
  *   elementwise_add_grad  X, Y, Out, Out@GRAD -> X@GRAD, Y@GRAD  (same)
  *   sum                   X... -> Out             (gradient accumulation)
+ *   relu                  X -> Out
+ *   relu_grad             X, Out, Out@GRAD -> X@GRAD
  * A tied op's loops then run on all its activations alike whatever their
  * layout (batch_norm's per-channel statistics take a channel block's lanes
  * as the vector). A fused relu's gradient masks Output@GRAD with Output
@@ -61,6 +63,8 @@ static const aware_op aware_ops[] = {
     {"elementwise_add", {"X", "Y"}, {"Out"}, true},
     {"elementwise_add_grad", {"X", "Y", "Out", "Out@GRAD"}, {"X@GRAD", "Y@GRAD"}, true},
     {"sum", {"X"}, {"Out"}, true},
+    {"relu", {"X"}, {"Out"}, true},
+    {"relu_grad", {"X", "Out", "Out@GRAD"}, {"X@GRAD"}, true},
 };
 #define N_AWARE (int)(sizeof aware_ops / sizeof aware_ops[0])
 

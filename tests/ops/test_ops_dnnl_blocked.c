@@ -410,6 +410,30 @@ START_TEST(add_sum_blocked_matches_plain) {
 }
 END_TEST
 
+/* relu and relu_grad (not fused: between a pool and a conv, say): bit for
+ * bit, NaN kept. */
+START_TEST(relu_blocked_matches_plain) {
+  pe_shape xs = PE_SHAPE(2, 32, 3, 5);
+  pe_scope *ref = pe_scope_new(NULL);
+  pe_tensor *x = ph_set_uniform(ref, "x", xs, -1, 1, 3);
+  pe_f32(x)[17] = NAN;
+  ph_set_uniform(ref, "dout", xs, -1, 1, 4);
+  pe_op_desc *f = ph_op("relu", "X", "x", NULL, "Out", "out", NULL);
+  pe_op_desc *g =
+      ph_op("relu_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
+  PE_CK_OK(ph_run_op(ref, f, NULL));
+  PE_CK_OK(ph_run_op(ref, g, NULL));
+  static const char *const none[] = {NULL};
+  const act_arg fa[] = {{"x", false, 0}, {"out", true, 0}};
+  tied_matches_plain(f, ref, fa, 2, NULL, none, 0, "relu");
+  const act_arg ga[] = {{"x", false, 0}, {"out", false, 1}, {"dout", false, 2}, {"dx", true, 0}};
+  tied_matches_plain(g, ref, ga, 4, NULL, none, 0, "relu_grad");
+  pe_op_desc_free(f);
+  pe_op_desc_free(g);
+  pe_scope_free(ref);
+}
+END_TEST
+
 /* A blocked operand has no broadcast addressing: refused, naming the
  * attribute. */
 START_TEST(add_blocked_broadcast_refused) {
@@ -434,6 +458,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, bn_blocked_matches_plain);
   tcase_add_test(tc, add_sum_blocked_matches_plain);
   tcase_add_test(tc, add_blocked_broadcast_refused);
+  tcase_add_test(tc, relu_blocked_matches_plain);
   suite_add_tcase(s, tc);
   return s;
 }
