@@ -4,7 +4,10 @@
  * blocked and plain arguments, converted here with loops written out. The
  * pools must agree bit for bit (max is exact), NaN windows and ties
  * included; the convolutions run the same primitive (direct) or a plain
- * one behind reorders (gemm) and agree to 1e-5. The channel block is the
+ * one behind reorders (gemm) and agree to 1e-5. The tied ops (batch_norm,
+ * elementwise_add, sum and their gradients) agree with the plain ones when
+ * all their activations are blocked (batch norm's statistics to 1e-5, the
+ * elementwise results bit for bit) and refuse every mix of layouts. The channel block is the
  * process's (16 on AVX-512, 8 below): run under ONEDNN_MAX_CPU_ISA=AVX2
  * and =SSE41 too. */
 #include <check.h>
@@ -62,6 +65,17 @@ static void expect_as(pe_scope *s, const char *name, bool blocked, const pe_tens
     ck_abort_msg("%s, layouts %#x: %s[%lld] = %g, plain gives %g", what, mask, name, (long long)bad,
                  p[bad], w[bad]);
   free(p);
+}
+
+/* op on s is refused with a message naming the attribute and `also`; frees
+ * op and s. */
+static void expect_refused(pe_scope *s, pe_op_desc *op, const char *also) {
+  pe_status *st = ph_run_op(s, op, NULL);
+  const char *msg = st ? pe_status_msg(st) : "no error";
+  ck_assert_msg(st && strstr(msg, PE_LAYOUT_ATTR) && strstr(msg, also), "%s: %s", op->type, msg);
+  pe_status_free(st);
+  pe_op_desc_free(op);
+  pe_scope_free(s);
 }
 
 static void copy_to(pe_tensor *dst, pe_scope *s, const char *name) {
@@ -139,11 +153,7 @@ START_TEST(pool_avg_grad_refuses_blocked) {
   pe_op_desc *g = max_pool(true);
   pe_op_set_string(g, "pooling_type", "avg");
   pe_op_set_int(g, PE_LAYOUT_ATTR, 1);
-  pe_status *st = ph_run_op(s, g, NULL);
-  ck_assert_msg(st && strstr(pe_status_msg(st), PE_LAYOUT_ATTR), "%s", pe_status_msg(st));
-  pe_status_free(st);
-  pe_op_desc_free(g);
-  pe_scope_free(s);
+  expect_refused(s, g, "");
 }
 END_TEST
 
@@ -232,13 +242,209 @@ START_TEST(conv_grad_relu_mask_layouts_must_agree) {
   ph_set_uniform(s, "dy", PE_SHAPE(1, 16, 4, 4), -1, 1, 3);
   pe_op_desc *g = conv(true, true);
   pe_op_set_int(g, PE_LAYOUT_ATTR, 1 << 3); /* Output only */
-  pe_status *st = ph_run_op(s, g, NULL);
-  ck_assert_msg(
-      st && strstr(pe_status_msg(st), PE_LAYOUT_ATTR) && strstr(pe_status_msg(st), "Output@GRAD"),
-      "%s", pe_status_msg(st));
-  pe_status_free(st);
+  expect_refused(s, g, "Output@GRAD");
+}
+END_TEST
+
+/* An activation argument of a tied op: its name in the scopes and its bit
+ * in the attribute. */
+typedef struct act_arg {
+  const char *name;
+  bool out;
+  int slot;
+} act_arg;
+
+/* The attribute bit of an activation argument. */
+static int act_bit(const act_arg *a) {
+  return a->slot + (a->out ? PE_LAYOUT_OUT_BIT : 0);
+}
+
+/* op on ref's inputs in every layout of its activation slots (acts[0..n):
+ * arguments of one slot share its bit): all plain or all blocked agree with
+ * ref's outputs (activations and the plain outputs `plain_outs`, to tol);
+ * every mix is refused naming the attribute. `plain_ins`: the other inputs,
+ * always plain. */
+static void tied_matches_plain(const pe_op_desc *op, pe_scope *ref, const act_arg *acts, int n,
+                               const char *const *plain_ins, const char *const *plain_outs,
+                               double tol, const char *what) {
+  int keys[8], nk = 0, key_of[8];
+  for (int a = 0; a < n; a++) {
+    int k = 0;
+    while (k < nk && keys[k] != act_bit(&acts[a])) k++;
+    if (k == nk) keys[nk++] = act_bit(&acts[a]);
+    key_of[a] = k;
+  }
+  int full = (1 << nk) - 1;
+  for (int m = 0; m <= full; m++) {
+    pe_scope *s = pe_scope_new(NULL);
+    int64_t bits = 0;
+    for (int a = 0; a < n; a++) {
+      bool b = m >> key_of[a] & 1;
+      const pe_tensor *t = ph_get(ref, acts[a].name);
+      if (acts[a].out)
+        ph_set_uniform(s, acts[a].name, t->shape, 7, 8, 1);
+      else
+        put(s, acts[a].name, t, b);
+      if (b) bits |= (int64_t)1 << act_bit(&acts[a]);
+    }
+    for (int k = 0; plain_ins && plain_ins[k]; k++) {
+      const pe_tensor *t = ph_get(ref, plain_ins[k]);
+      ph_set_f32(s, plain_ins[k], t->shape, pe_f32(t));
+    }
+    for (int k = 0; plain_outs[k]; k++)
+      ph_set_uniform(s, plain_outs[k], ph_get(ref, plain_outs[k])->shape, 7, 8, 1);
+    pe_op_desc *o;
+    PE_CK_OK(pe_op_desc_clone(op, &o));
+    pe_op_set_int(o, PE_LAYOUT_ATTR, bits);
+    pe_status *st = ph_run_op(s, o, NULL);
+    if (m == 0 || m == full) {
+      PE_CK_OK(st);
+      for (int a = 0; a < n; a++)
+        if (acts[a].out)
+          expect_as(s, acts[a].name, m != 0, ph_get(ref, acts[a].name), tol, what, m);
+      for (int k = 0; plain_outs[k]; k++)
+        expect_as(s, plain_outs[k], false, ph_get(ref, plain_outs[k]), tol, what, m);
+    } else {
+      ck_assert_msg(st && strstr(pe_status_msg(st), PE_LAYOUT_ATTR), "%s, layouts %#x: %s", what, m,
+                    st ? pe_status_msg(st) : "no error");
+      pe_status_free(st);
+    }
+    pe_op_desc_free(o);
+    pe_scope_free(s);
+  }
+}
+
+/* batch_norm in training and test mode and its gradient (training), with
+ * and without a fused relu, channels a multiple of 16 (blocked on every ISA) and an odd plane. */
+START_TEST(bn_blocked_matches_plain) {
+  pe_shape xs = PE_SHAPE(2, 32, 5, 3), cs = PE_SHAPE(32);
+  for (int relu = 0; relu < 2; relu++) {
+    pe_scope *ref = pe_scope_new(NULL);
+    ph_set_uniform(ref, "x", xs, -2, 3, 3);
+    ph_set_uniform(ref, "scale", cs, 0.5f, 1.5f, 4);
+    ph_set_uniform(ref, "bias", cs, -0.5f, 0.5f, 5);
+    ph_set_uniform(ref, "mean", cs, -0.1f, 0.1f, 6);
+    ph_set_uniform(ref, "var", cs, 0.9f, 1.1f, 7);
+    ph_set_uniform(ref, "dy", xs, -1, 1, 8);
+    pe_op_desc *f = ph_op("batch_norm", "X", "x", "Scale", "scale", "Bias", "bias", "Mean", "mean",
+                          "Variance", "var", NULL, "Y", "y", "MeanOut", "mo", "VarianceOut", "vo",
+                          "SavedMean", "sm", "SavedVariance", "sv", NULL);
+    pe_op_desc *g =
+        relu ? ph_op("batch_norm_grad", "X", "x", "Scale", "scale", "Bias", "bias", "SavedMean",
+                     "sm", "SavedVariance", "sv", "Y", "y", "Y@GRAD", "dy", NULL, "X@GRAD", "dx",
+                     "Scale@GRAD", "dscale", "Bias@GRAD", "dbias", NULL)
+             : ph_op("batch_norm_grad", "X", "x", "Scale", "scale", "Bias", "bias", "SavedMean",
+                     "sm", "SavedVariance", "sv", "Y@GRAD", "dy", NULL, "X@GRAD", "dx",
+                     "Scale@GRAD", "dscale", "Bias@GRAD", "dbias", NULL);
+    if (relu) {
+      pe_op_set_string(f, "fuse_activation", "relu");
+      pe_op_set_string(g, "fuse_activation", "relu");
+    }
+    PE_CK_OK(ph_run_op(ref, f, NULL));
+    PE_CK_OK(ph_run_op(ref, g, NULL));
+    static const char *const fwd_ins[] = {"scale", "bias", "mean", "var", NULL};
+    static const char *const fwd_outs[] = {"mo", "vo", "sm", "sv", NULL};
+    const act_arg fa[] = {{"x", false, 0}, {"y", true, 0}};
+    tied_matches_plain(f, ref, fa, 2, fwd_ins, fwd_outs, 1e-5, "batch_norm");
+    static const char *const grad_ins[] = {"scale", "bias", "sm", "sv", NULL};
+    static const char *const grad_outs[] = {"dscale", "dbias", NULL};
+    const act_arg ga[] = {{"x", false, 0}, {"dy", false, 6}, {"dx", true, 0}, {"y", false, 5}};
+    tied_matches_plain(g, ref, ga, relu ? 4 : 3, grad_ins, grad_outs, 1e-5, "batch_norm_grad");
+    /* test mode (the evaluation program): the running statistics (last: it
+     * overwrites the reference outputs) */
+    pe_op_desc *ft;
+    PE_CK_OK(pe_op_desc_clone(f, &ft));
+    pe_op_set_bool(ft, "is_test", true);
+    PE_CK_OK(ph_run_op(ref, ft, NULL));
+    tied_matches_plain(ft, ref, fa, 2, fwd_ins, fwd_outs, 1e-5, "batch_norm is_test");
+    pe_op_desc_free(ft);
+    pe_op_desc_free(f);
+    pe_op_desc_free(g);
+    pe_scope_free(ref);
+  }
+}
+END_TEST
+
+/* elementwise_add (the residual sum) and its gradient, with and without a
+ * fused relu, and sum (gradient accumulation): elementwise, so bit for bit. */
+START_TEST(add_sum_blocked_matches_plain) {
+  pe_shape xs = PE_SHAPE(2, 32, 3, 5);
+  for (int relu = 0; relu < 2; relu++) {
+    pe_scope *ref = pe_scope_new(NULL);
+    ph_set_uniform(ref, "x", xs, -1, 1, 3);
+    ph_set_uniform(ref, "y", xs, -1, 1, 4);
+    ph_set_uniform(ref, "dout", xs, -1, 1, 5);
+    pe_op_desc *f = ph_op("elementwise_add", "X", "x", "Y", "y", NULL, "Out", "out", NULL);
+    pe_op_desc *g = relu ? ph_op("elementwise_add_grad", "X", "x", "Y", "y", "Out", "out",
+                                 "Out@GRAD", "dout", NULL, "X@GRAD", "dx", "Y@GRAD", "dy", NULL)
+                         : ph_op("elementwise_add_grad", "X", "x", "Y", "y", "Out@GRAD", "dout",
+                                 NULL, "X@GRAD", "dx", "Y@GRAD", "dy", NULL);
+    if (relu) {
+      pe_op_set_string(f, "fuse_activation", "relu");
+      pe_op_set_string(g, "fuse_activation", "relu");
+    }
+    PE_CK_OK(ph_run_op(ref, f, NULL));
+    PE_CK_OK(ph_run_op(ref, g, NULL));
+    static const char *const none[] = {NULL};
+    const act_arg fa[] = {{"x", false, 0}, {"y", false, 1}, {"out", true, 0}};
+    tied_matches_plain(f, ref, fa, 3, NULL, none, 0, "elementwise_add");
+    const act_arg ga[] = {{"x", false, 0}, {"y", false, 1}, {"dout", false, 3},
+                          {"dx", true, 0}, {"dy", true, 1}, {"out", false, 2}};
+    tied_matches_plain(g, ref, ga, relu ? 6 : 5, NULL, none, 0, "elementwise_add_grad");
+    pe_op_desc_free(f);
+    pe_op_desc_free(g);
+    pe_scope_free(ref);
+  }
+  pe_scope *ref = pe_scope_new(NULL);
+  ph_set_uniform(ref, "a", xs, -1, 1, 3);
+  ph_set_uniform(ref, "b", xs, -1, 1, 4);
+  pe_op_desc *sum = ph_op("sum", NULL, "Out", "out", NULL);
+  PE_CK_OK(pe_op_set_input(sum, "X", 2, (const char *const[]){"a", "b"}));
+  PE_CK_OK(ph_run_op(ref, sum, NULL));
+  static const char *const none[] = {NULL};
+  /* one bit for X's two arguments: they are blocked together */
+  const act_arg sa[] = {{"a", false, 0}, {"b", false, 0}, {"out", true, 0}};
+  tied_matches_plain(sum, ref, sa, 3, NULL, none, 0, "sum");
+  pe_op_desc_free(sum);
+  pe_scope_free(ref);
+}
+END_TEST
+
+/* relu and relu_grad (not fused: between a pool and a conv, say): bit for
+ * bit, NaN kept. */
+START_TEST(relu_blocked_matches_plain) {
+  pe_shape xs = PE_SHAPE(2, 32, 3, 5);
+  pe_scope *ref = pe_scope_new(NULL);
+  pe_tensor *x = ph_set_uniform(ref, "x", xs, -1, 1, 3);
+  pe_f32(x)[17] = NAN;
+  ph_set_uniform(ref, "dout", xs, -1, 1, 4);
+  pe_op_desc *f = ph_op("relu", "X", "x", NULL, "Out", "out", NULL);
+  pe_op_desc *g =
+      ph_op("relu_grad", "X", "x", "Out", "out", "Out@GRAD", "dout", NULL, "X@GRAD", "dx", NULL);
+  PE_CK_OK(ph_run_op(ref, f, NULL));
+  PE_CK_OK(ph_run_op(ref, g, NULL));
+  static const char *const none[] = {NULL};
+  const act_arg fa[] = {{"x", false, 0}, {"out", true, 0}};
+  tied_matches_plain(f, ref, fa, 2, NULL, none, 0, "relu");
+  const act_arg ga[] = {{"x", false, 0}, {"out", false, 1}, {"dout", false, 2}, {"dx", true, 0}};
+  tied_matches_plain(g, ref, ga, 4, NULL, none, 0, "relu_grad");
+  pe_op_desc_free(f);
   pe_op_desc_free(g);
-  pe_scope_free(s);
+  pe_scope_free(ref);
+}
+END_TEST
+
+/* A blocked operand has no broadcast addressing: refused, naming the
+ * attribute. */
+START_TEST(add_blocked_broadcast_refused) {
+  pe_scope *s = pe_scope_new(NULL);
+  ph_set_uniform(s, "x", PE_SHAPE(2, 16, 4, 4), -1, 1, 3);
+  ph_set_uniform(s, "y", PE_SHAPE(16), -1, 1, 4);
+  ph_set_uniform(s, "out", PE_SHAPE(2, 16, 4, 4), -1, 1, 5);
+  pe_op_desc *f = ph_op("elementwise_add", "X", "x", "Y", "y", NULL, "Out", "out", NULL);
+  pe_op_set_int(f, "axis", 1);
+  pe_op_set_int(f, PE_LAYOUT_ATTR, 3 | (int64_t)1 << PE_LAYOUT_OUT_BIT);
+  expect_refused(s, f, "broadcast");
 }
 END_TEST
 
@@ -249,6 +455,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, pool_avg_grad_refuses_blocked);
   tcase_add_test(tc, conv_blocked_matches_plain);
   tcase_add_test(tc, conv_grad_relu_mask_layouts_must_agree);
+  tcase_add_test(tc, bn_blocked_matches_plain);
+  tcase_add_test(tc, add_sum_blocked_matches_plain);
+  tcase_add_test(tc, add_blocked_broadcast_refused);
+  tcase_add_test(tc, relu_blocked_matches_plain);
   suite_add_tcase(s, tc);
   return s;
 }

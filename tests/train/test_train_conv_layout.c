@@ -9,7 +9,13 @@
  * the convolutions' and pools' activations and nothing else, a fetch of a
  * blocked temporary is refused naming it, and a kept one is plain. Run the
  * suite under ONEDNN_MAX_CPU_ISA=AVX2 and =SSE41 too: the block differs by
- * ISA (16 channels on AVX-512, 8 below). */
+ * ISA (16 channels on AVX-512, 8 below). A small residual network (conv ->
+ * batch_norm with fused relu -> conv, identity and projection shortcuts
+ * joined by elementwise_add with fused relu) trains the same way: its batch
+ * norms, adds and gradient sums keep the activations blocked between the
+ * convolutions; the batch norms' sums run in another order blocked than
+ * plain, so there the losses and parameters agree to EQ_LOSS_RTOL and
+ * EQ_PARAM_RTOL (1e-5) rather than bit for bit. */
 #include "check_main.h"
 #include "ops/cpu/dnnl_act_layout.h"
 #include "par_equiv.h"
@@ -44,18 +50,30 @@ static int blocked_ops(const pe_program *p, int *other) {
   return n;
 }
 
-START_TEST(cnn_blocked_trains_as_plain) {
+/* Ops of the main block of type `type` with layout_blocked bits set. */
+static int blocked_of_type(const pe_program *p, const char *type) {
+  const pe_block *b = p->blocks[p->main_block];
+  int n = 0;
+  for (int i = 0; i < b->n_ops; i++) {
+    const pe_attr *a = pe_op_find_attr(b->ops[i], PE_LAYOUT_ATTR);
+    n += a && a->i != 0 && strcmp(b->ops[i]->type, type) == 0;
+  }
+  return n;
+}
+
+/* Trains `model` blocked and plain from the same start on the same
+ * batches: losses and parameters within EQ_LOSS_RTOL / EQ_PARAM_RTOL. */
+static void blocked_trains_as_plain(const char *model, const char *what,
+                                    void (*check)(const pe_program *blocked)) {
   pe_model_spec spec;
-  pe_program *p = eq_program("cnn", &spec);
+  pe_program *p = eq_program(model, &spec);
   eq_data d;
   eq_data_init(&d, &spec);
   eq_seq blk, pln;
   seq_new_mode(p, PE_CONV_LAYOUT_BLOCKED, NULL, &blk);
   seq_new_mode(p, PE_CONV_LAYOUT_PLAIN, NULL, &pln);
   int other;
-  /* conv1, pool1, conv2, pool2 and their four gradients */
-  ck_assert_int_ge(blocked_ops(blk.prog, &other), 8);
-  ck_assert_int_eq(other, 0);
+  check(blk.prog);
   ck_assert_int_eq(blocked_ops(pln.prog, &other), 0);
   double worst = 0;
   for (int step = 0; step < LAYOUT_STEPS; step++) {
@@ -78,12 +96,68 @@ START_TEST(cnn_blocked_trains_as_plain) {
     params++;
   }
   ck_assert_int_gt(params, 0);
-  printf("cnn blocked vs plain: largest loss difference %.3g (relative)\n", worst);
+  printf("%s blocked vs plain: largest loss difference %.3g (relative)\n", what, worst);
   eq_seq_free(&blk);
   eq_seq_free(&pln);
   eq_data_free(&d);
   pe_program_free(p);
   pe_model_spec_release(&spec);
+}
+
+static void cnn_marks(const pe_program *blk) {
+  int other;
+  /* conv1, pool1, conv2, pool2 and their four gradients */
+  ck_assert_int_ge(blocked_ops(blk, &other), 8);
+  ck_assert_int_eq(other, 0);
+}
+
+START_TEST(cnn_blocked_trains_as_plain) {
+  blocked_trains_as_plain("cnn", "cnn", cnn_marks);
+}
+END_TEST
+
+/* conf/models/resnet's pattern at 12x12 with two blocks. */
+static const char RESNET[] =
+    "name resnet_small\n"
+    "input image 1 12 12\n"
+    "label label\n"
+    "conv2d 16 3 pad=1 no_bias\n"
+    "batch_norm act=relu\n"
+    "save in\n"
+    "conv2d 16 3 pad=1 no_bias\n"
+    "batch_norm act=relu\n"
+    "conv2d 16 3 pad=1 no_bias\n"
+    "batch_norm\n"
+    "add in act=relu\n"
+    "save in\n"
+    "conv2d 32 3 stride=2 pad=1 no_bias\n"
+    "batch_norm act=relu\n"
+    "conv2d 32 3 pad=1 no_bias\n"
+    "batch_norm\n"
+    "save main\n"
+    "from in\n"
+    "conv2d 32 1 stride=2 no_bias\n"
+    "batch_norm\n"
+    "add main act=relu\n"
+    "pool2d avg global\n"
+    "fc 10\n"
+    "loss softmax_with_cross_entropy\n"
+    "accuracy\n"
+    "optimizer momentum lr=0.05 mu=0.9\n";
+
+static void resnet_marks(const pe_program *blk) {
+  int other;
+  int n = blocked_ops(blk, &other);
+  printf("resnet_small: %d ops marked blocked, %d of them not conv2d or pool2d\n", n, other);
+  ck_assert_int_gt(blocked_of_type(blk, "conv2d"), 0);
+  ck_assert_int_gt(blocked_of_type(blk, "batch_norm"), 0);
+  ck_assert_int_gt(blocked_of_type(blk, "batch_norm_grad"), 0);
+  ck_assert_int_gt(blocked_of_type(blk, "elementwise_add"), 0);
+  ck_assert_int_gt(blocked_of_type(blk, "elementwise_add_grad"), 0);
+}
+
+START_TEST(resnet_blocked_trains_as_plain) {
+  blocked_trains_as_plain(RESNET, "resnet_small", resnet_marks);
 }
 END_TEST
 
@@ -137,6 +211,7 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("layout");
   tcase_add_test(tc, cnn_blocked_trains_as_plain);
   tcase_add_test(tc, cnn_blocked_fetch_refused_unless_kept);
+  tcase_add_test(tc, resnet_blocked_trains_as_plain);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -10,9 +10,14 @@
  * tanh's and sigmoid's from Out (the *_use_dst algorithms), softmax's from
  * Out. gelu is Paddle's: the exact
  * x * Phi(x) (erf) unless its attribute approximate is true (the tanh
- * formula). */
+ * formula).
+ *
+ * relu and relu_grad take the attribute "layout_blocked"
+ * (dnnl_act_layout.h): pass_layout.c marks all their activations blocked or
+ * none, and the loops are elementwise, so they run alike in either layout. */
 #include <string.h>
 
+#include "ops/cpu/dnnl_act_layout.h"
 #include "ops/cpu/dnnl_util.h"
 #include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
@@ -91,6 +96,8 @@ static pe_status *act_kernel(pe_kernel_ctx *c) {
   int64_t n = pe_tensor_numel(x);
   if (n == 0) return NULL;
   if (k->fwd == dnnl_eltwise_relu) { /* ours: NaN stays NaN (relu.h) */
+    bool blocked;
+    PE_TRY(pe_dnnl_act_tied(c, 1u << ACT_X, 1u << ACT_OUT, &blocked));
     pe_relu_f32(c, out->data, x->data, n);
     return NULL;
   }
@@ -143,6 +150,9 @@ static pe_status *act_grad_kernel(pe_kernel_ctx *c) {
                            (long long)n);
   if (n == 0) return NULL;
   if (k->fwd == dnnl_eltwise_relu) {
+    bool blocked;
+    uint32_t in = 1u << ACTG_X | 1u << ACTG_OUT | 1u << ACTG_DOUT;
+    PE_TRY(pe_dnnl_act_tied(c, in, 1u << ACTG_DX, &blocked));
     pe_relu_grad_f32(c, dx->data, src->data, dout->data, n);
     return NULL;
   }
@@ -262,6 +272,7 @@ static const pe_slot_def act_grad_out[] = {{"X@GRAD", 0, 1, 0}, {NULL}};
 static const pe_slot_def softmax_grad_in[] = {
     {"X", 1, 1, 0}, {"Out", 1, 1, 0}, {"Out@GRAD", 0, 1, 0}, {NULL}};
 static const pe_attr_def no_attrs[] = {{NULL}};
+static const pe_attr_def relu_attrs[] = {{PE_LAYOUT_ATTR, PE_ATTR_INT, false, 0, NULL}, {NULL}};
 static const pe_attr_def gelu_attrs[] = {{"approximate", PE_ATTR_BOOL, false, 0, NULL}, {NULL}};
 static const pe_attr_def softmax_attrs[] = {{"axis", PE_ATTR_INT, false, -1, NULL}, {NULL}};
 
@@ -281,7 +292,7 @@ static const pe_attr_def softmax_attrs[] = {{"axis", PE_ATTR_INT, false, -1, NUL
   }
 
 const pe_op_def pe_ops_activation[] = {
-    ACT_ROWS("relu"),
+    ACT_ROWS_ATTRS("relu", relu_attrs),
     ACT_ROWS("tanh"),
     ACT_ROWS("sigmoid"),
     ACT_ROWS_ATTRS("gelu", gelu_attrs),

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/cpu/dnnl_act_layout.h"
 #include "ops/cpu/dnnl_util.h"
 #include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
@@ -199,56 +200,245 @@ static void bn_dx(const float *x, const float *dy, const float *y, float *dx, bn
   }
 }
 
+/* Blocked X (dnnl_act_layout.h): a channel block's B channels are the B
+ * lanes of each of its N * S vectors, so the loops below take a whole block
+ * with the lanes as the vector; per channel the sums run over n then s in
+ * order (doubles, as bn_sums), and the elementwise passes compute what the
+ * plain ones do. blk: B; cb: the block. */
+#define BN_MAX_BLOCK 16
+
+static int64_t bn_block_off(bn_dims d, int64_t blk, int64_t i, int64_t cb) {
+  return (i * (d.ch / blk) + cb) * d.sp * blk;
+}
+
+/* The loops of one block, inlined into a copy per block size (blk a
+ * constant there: the lane loops vectorize whole); dy's mask (y) and the
+ * relu are tested outside them. A block's data (N * S * B floats per
+ * tensor) outgrows L2 where a plain channel's does not, so the second pass
+ * (Y, X@GRAD) runs backwards: it starts on what the sums pass read last,
+ * still in cache. */
+static inline void bn_sums_block(const float *x, const float *dy, const float *y, bn_dims d,
+                                 const int64_t blk, int64_t cb, double *s1, double *s2) {
+  double a[BN_MAX_BLOCK] = {0}, b[BN_MAX_BLOCK] = {0};
+  for (int64_t i = 0; i < d.n; i++) {
+    int64_t off = bn_block_off(d, blk, i, cb);
+    for (int64_t k = 0; k < d.sp; k++) {
+      const float *xp = x + off + k * blk;
+      if (dy && y) {
+        const float *gp = dy + off + k * blk, *yp = y + off + k * blk;
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) {
+          float g = pe_relu_grad(yp[l], gp[l]);
+          a[l] += g;
+          b[l] += (double)g * xp[l];
+        }
+      } else if (dy) {
+        const float *gp = dy + off + k * blk;
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) {
+          a[l] += gp[l];
+          b[l] += (double)gp[l] * xp[l];
+        }
+      } else {
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) {
+          a[l] += xp[l];
+          b[l] += (double)xp[l] * xp[l];
+        }
+      }
+    }
+  }
+  for (int64_t l = 0; l < blk; l++) {
+    s1[l] = a[l];
+    s2[l] = b[l];
+  }
+}
+
+static inline void bn_affine_block(const float *x, float *y, bn_dims d, const int64_t blk,
+                                   int64_t cb, const float *mul, const float *add, bool relu) {
+  for (int64_t i = d.n - 1; i >= 0; i--) {
+    int64_t off = bn_block_off(d, blk, i, cb);
+    for (int64_t k = d.sp - 1; k >= 0; k--) {
+      const float *xp = x + off + k * blk;
+      float *yp = y + off + k * blk;
+      if (relu) {
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) yp[l] = pe_relu(xp[l] * mul[l] + add[l]);
+      } else {
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) yp[l] = xp[l] * mul[l] + add[l];
+      }
+    }
+  }
+}
+
+static inline void bn_dx_block(const float *x, const float *dy, const float *y, float *dx,
+                               bn_dims d, const int64_t blk, int64_t cb, const float *k,
+                               const float *kx, const float *k0) {
+  for (int64_t i = d.n - 1; i >= 0; i--) {
+    int64_t off = bn_block_off(d, blk, i, cb);
+    for (int64_t q = d.sp - 1; q >= 0; q--) {
+      const float *xp = x + off + q * blk, *gp = dy + off + q * blk;
+      float *o = dx + off + q * blk;
+      if (y) {
+        const float *yp = y + off + q * blk;
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++)
+          o[l] = pe_relu_grad(yp[l], gp[l]) * k[l] + xp[l] * kx[l] + k0[l];
+      } else {
+#pragma omp simd
+        for (int64_t l = 0; l < blk; l++) o[l] = gp[l] * k[l] + xp[l] * kx[l] + k0[l];
+      }
+    }
+  }
+}
+
+/* blk is 16 or 8 (pe_dnnl_act_block). */
+static void bn_sums_blocked(const float *x, const float *dy, const float *y, bn_dims d, int64_t blk,
+                            int64_t cb, double *s1, double *s2) {
+  if (blk == 16)
+    bn_sums_block(x, dy, y, d, 16, cb, s1, s2);
+  else
+    bn_sums_block(x, dy, y, d, 8, cb, s1, s2);
+}
+
+static void bn_affine_blocked(const float *x, float *y, bn_dims d, int64_t blk, int64_t cb,
+                              const float *mul, const float *add, bool relu) {
+  if (blk == 16)
+    bn_affine_block(x, y, d, 16, cb, mul, add, relu);
+  else
+    bn_affine_block(x, y, d, 8, cb, mul, add, relu);
+}
+
+static void bn_dx_blocked(const float *x, const float *dy, const float *y, float *dx, bn_dims d,
+                          int64_t blk, int64_t cb, const float *k, const float *kx,
+                          const float *k0) {
+  if (blk == 16)
+    bn_dx_block(x, dy, y, dx, d, 16, cb, k, kx, k0);
+  else
+    bn_dx_block(x, dy, y, dx, d, 8, cb, k, kx, k0);
+}
+
+/* The layout of batch_norm's X and Y (or the gradient's X, Y, Y@GRAD and
+ * X@GRAD), tied by pass_layout.c: *blk is B where they are blocked and the
+ * layout applies to X's shape, else 1. */
+static pe_status *bn_layout(pe_kernel_ctx *c, bool grad, int64_t *blk) {
+  bool blocked;
+  uint32_t in = grad ? 1u << BNG_X | 1u << BNG_Y | 1u << BNG_DY : 1u << BN_X;
+  PE_TRY(pe_dnnl_act_tied(c, in, grad ? 1u << BNG_DX : 1u << BN_Y, &blocked));
+  pe_act_plane p = pe_act_plane_of(&pe_kin(c, 0, 0)->shape, blocked);
+  *blk = p.block;
+  return NULL;
+}
+
+/* What the forward writes for channel ch from its sums s1, s2 (ignored in
+ * test mode): the statistics, and Y's mul and add. */
+typedef struct bn_fwd {
+  const float *scale, *bias;
+  float *rm, *rv, *sm, *sv, *mo, *vo;
+  bool test;
+  float eps, mom;
+  double m;
+} bn_fwd;
+
+static void bn_fwd_channel(const bn_fwd *f, int64_t ch, double s1, double s2, float *mul,
+                           float *add) {
+  float bmean, bvar;
+  if (f->test) {
+    bmean = f->rm[ch];
+    bvar = f->rv[ch];
+  } else {
+    double mu = s1 / f->m, v = s2 / f->m - mu * mu;
+    bmean = (float)mu;
+    bvar = (float)(v > 0 ? v : 0);
+  }
+  float inv = 1.0f / sqrtf(bvar + f->eps);
+  *mul = f->scale[ch] * inv;
+  *add = f->bias[ch] - bmean * *mul;
+  /* Element-wise per channel: an output may be the very input it reads. */
+  float old_m = f->rm[ch], old_v = f->rv[ch];
+  if (f->sm) f->sm[ch] = bmean;
+  if (f->sv) f->sv[ch] = bvar;
+  if (f->mo) f->mo[ch] = f->test ? old_m : f->mom * old_m + (1.0f - f->mom) * bmean;
+  if (f->vo) f->vo[ch] = f->test ? old_v : f->mom * old_v + (1.0f - f->mom) * bvar;
+}
+
 /* Training: the batch's mean and biased variance per channel (into bm, bv),
  * then Y; the running statistics blend in the batch's afterwards:
  * MeanOut = momentum * Mean + (1 - momentum) * batch mean (same for the
  * variance; element-wise, so MeanOut may be Mean). Test: Y from the running
  * statistics, which stay; SavedMean/SavedVariance get copies of them, so
  * that a gradient taken in test mode sees the statistics the forward used.
- * Channels are spread over the place's team; each is one pass for its sums
- * and one for Y. */
+ * Channels (channel blocks when blocked) are spread over the place's team;
+ * each is one pass for its sums and one for Y. */
 static pe_status *bn_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, BN_X, 0), *y = pe_kout(c, BN_Y, 0);
-  const float *scale = pe_f32(pe_kin(c, BN_SCALE, 0)), *bias = pe_f32(pe_kin(c, BN_BIAS, 0));
-  pe_tensor *mean = pe_kin(c, BN_MEAN, 0), *var = pe_kin(c, BN_VAR, 0);
   pe_tensor *mean_out = pe_kout(c, BN_MEAN_OUT, 0), *var_out = pe_kout(c, BN_VAR_OUT, 0);
   pe_tensor *saved_mean = pe_kout(c, BN_SAVED_MEAN, 0), *saved_var = pe_kout(c, BN_SAVED_VAR, 0);
-  bool test = pe_attr_b(c->def, c->desc, "is_test"), relu = bn_relu(c->def, c->desc);
-  float eps = pe_attr_f(c->def, c->desc, "epsilon"), mom = pe_attr_f(c->def, c->desc, "momentum");
+  bool relu = bn_relu(c->def, c->desc);
+  bn_fwd f = {.scale = pe_f32(pe_kin(c, BN_SCALE, 0)),
+              .bias = pe_f32(pe_kin(c, BN_BIAS, 0)),
+              .rm = pe_f32(pe_kin(c, BN_MEAN, 0)),
+              .rv = pe_f32(pe_kin(c, BN_VAR, 0)),
+              .sm = saved_mean ? pe_f32(saved_mean) : NULL,
+              .sv = saved_var ? pe_f32(saved_var) : NULL,
+              .mo = mean_out ? pe_f32(mean_out) : NULL,
+              .vo = var_out ? pe_f32(var_out) : NULL,
+              .test = pe_attr_b(c->def, c->desc, "is_test"),
+              .eps = pe_attr_f(c->def, c->desc, "epsilon"),
+              .mom = pe_attr_f(c->def, c->desc, "momentum")};
   bn_dims d = bn_dims_of(x);
-  double m = (double)(d.n * d.sp);
-  if (!test && m == 0)
+  f.m = (double)(d.n * d.sp);
+  if (!f.test && f.m == 0)
     return pe_kernel_error(c, PE_ESHAPE, "input X '%s' has no values to take statistics of",
                            pe_op_input_arg(c->desc, "X"));
+  int64_t blk;
+  PE_TRY(bn_layout(c, false, &blk));
   const float *xv = pe_f32(x);
-  float *yv = pe_f32(y), *rm = pe_f32(mean), *rv = pe_f32(var);
-  float *sm = saved_mean ? pe_f32(saved_mean) : NULL, *sv = saved_var ? pe_f32(saved_var) : NULL;
-  float *mo = mean_out ? pe_f32(mean_out) : NULL, *vo = var_out ? pe_f32(var_out) : NULL;
+  float *yv = pe_f32(y);
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for num_threads(nt) if (d.ch > 1 && pe_par_split(d.n * d.ch * d.sp)) \
+  int64_t units = d.ch / blk;
+#pragma omp parallel for num_threads(nt) if (units > 1 && pe_par_split(d.n * d.ch * d.sp)) \
     schedule(static)
-  for (int64_t ch = 0; ch < d.ch; ch++) {
-    float bmean, bvar;
-    if (test) {
-      bmean = rm[ch];
-      bvar = rv[ch];
-    } else {
-      double s1, s2;
-      bn_sums(xv, NULL, NULL, d, ch, &s1, &s2);
-      double mu = s1 / m, v = s2 / m - mu * mu;
-      bmean = (float)mu;
-      bvar = (float)(v > 0 ? v : 0);
+  for (int64_t u = 0; u < units; u++) {
+    double s1[BN_MAX_BLOCK] = {0}, s2[BN_MAX_BLOCK] = {0};
+    float mul[BN_MAX_BLOCK], add[BN_MAX_BLOCK];
+    if (blk == 1) {
+      if (!f.test) bn_sums(xv, NULL, NULL, d, u, &s1[0], &s2[0]);
+      bn_fwd_channel(&f, u, s1[0], s2[0], &mul[0], &add[0]);
+      bn_affine(xv, yv, d, u, mul[0], add[0], relu);
+      continue;
     }
-    float inv = 1.0f / sqrtf(bvar + eps), mul = scale[ch] * inv;
-    bn_affine(xv, yv, d, ch, mul, bias[ch] - bmean * mul, relu);
-    /* Element-wise per channel: an output may be the very input it reads. */
-    float old_m = rm[ch], old_v = rv[ch];
-    if (sm) sm[ch] = bmean;
-    if (sv) sv[ch] = bvar;
-    if (mo) mo[ch] = test ? old_m : mom * old_m + (1.0f - mom) * bmean;
-    if (vo) vo[ch] = test ? old_v : mom * old_v + (1.0f - mom) * bvar;
+    if (!f.test) bn_sums_blocked(xv, NULL, NULL, d, blk, u, s1, s2);
+    for (int64_t l = 0; l < blk; l++)
+      bn_fwd_channel(&f, u * blk + l, s1[l], s2[l], &mul[l], &add[l]);
+    bn_affine_blocked(xv, yv, d, blk, u, mul, add, relu);
   }
   return NULL;
+}
+
+/* Channel ch's gradients from its sums s_dy = sum(dy), s_dyx = sum(dy * x):
+ * Bias@GRAD and Scale@GRAD, and X@GRAD's dy * k + x * kx + k0. */
+typedef struct bn_bwd {
+  const float *scale, *sm, *sv;
+  float *dsv, *dbv;
+  bool test;
+  float eps;
+  double m;
+} bn_bwd;
+
+static void bn_bwd_channel(const bn_bwd *b, int64_t ch, double s_dy, double s_dyx, float *k,
+                           float *kx, float *k0) {
+  float inv = 1.0f / sqrtf(b->sv[ch] + b->eps);
+  double g_scale = (s_dyx - b->sm[ch] * s_dy) * inv; /* sum(dy * xhat) */
+  if (b->dbv) b->dbv[ch] = (float)s_dy;
+  if (b->dsv) b->dsv[ch] = (float)g_scale;
+  /* dx = k * (dy - a - xhat * bb), as dy * k + x * kx + k0 */
+  *k = b->scale[ch] * inv;
+  float a = b->test || b->m == 0 ? 0.0f : (float)(s_dy / b->m);
+  float bb = b->test || b->m == 0 ? 0.0f : (float)(g_scale / b->m);
+  *kx = -*k * bb * inv;
+  *k0 = -*k * a + *k * bb * inv * b->sm[ch];
 }
 
 /* With the forward's statistics (SavedMean, SavedVariance; M = N*S values
@@ -262,40 +452,44 @@ static pe_status *bn_grad_kernel(pe_kernel_ctx *c) {
   pe_tensor *x = pe_kin(c, BNG_X, 0), *dy = pe_kin(c, BNG_DY, 0);
   pe_tensor *dx = pe_kout(c, BNG_DX, 0), *dscale = pe_kout(c, BNG_DSCALE, 0);
   pe_tensor *dbias = pe_kout(c, BNG_DBIAS, 0);
-  if (!dy) {
+  if (!dy) { /* zeros: the same in either layout */
     pe_dnnl_zero_outputs(c);
     return NULL;
   }
   if (!dx && !dscale && !dbias) return NULL;
-  bool test = pe_attr_b(c->def, c->desc, "is_test");
-  float eps = pe_attr_f(c->def, c->desc, "epsilon");
   const pe_tensor *y = bn_relu(c->def, c->desc) ? pe_kin(c, BNG_Y, 0) : NULL;
   if (bn_relu(c->def, c->desc) && (!y || pe_tensor_numel(y) != pe_tensor_numel(dy)))
     return pe_kernel_error(c, PE_ESHAPE, "fused relu: Y must have Y@GRAD's shape");
+  int64_t blk;
+  PE_TRY(bn_layout(c, true, &blk));
   bn_dims d = bn_dims_of(x);
-  double m = (double)(d.n * d.sp);
-  const float *xv = pe_f32(x), *gv = pe_f32(dy), *scale = pe_f32(pe_kin(c, BNG_SCALE, 0));
-  const float *yv = y ? pe_f32(y) : NULL;
-  const float *sm = pe_f32(pe_kin(c, BNG_SAVED_MEAN, 0)), *sv = pe_f32(pe_kin(c, BNG_SAVED_VAR, 0));
-  float *dxv = dx ? pe_f32(dx) : NULL, *dsv = dscale ? pe_f32(dscale) : NULL;
-  float *dbv = dbias ? pe_f32(dbias) : NULL;
+  bn_bwd b = {.scale = pe_f32(pe_kin(c, BNG_SCALE, 0)),
+              .sm = pe_f32(pe_kin(c, BNG_SAVED_MEAN, 0)),
+              .sv = pe_f32(pe_kin(c, BNG_SAVED_VAR, 0)),
+              .dsv = dscale ? pe_f32(dscale) : NULL,
+              .dbv = dbias ? pe_f32(dbias) : NULL,
+              .test = pe_attr_b(c->def, c->desc, "is_test"),
+              .eps = pe_attr_f(c->def, c->desc, "epsilon"),
+              .m = (double)(d.n * d.sp)};
+  const float *xv = pe_f32(x), *gv = pe_f32(dy), *yv = y ? pe_f32(y) : NULL;
+  float *dxv = dx ? pe_f32(dx) : NULL;
   int nt = pe_kernel_threads(c);
-#pragma omp parallel for num_threads(nt) if (d.ch > 1 && pe_par_split(d.n * d.ch * d.sp)) \
+  int64_t units = d.ch / blk;
+#pragma omp parallel for num_threads(nt) if (units > 1 && pe_par_split(d.n * d.ch * d.sp)) \
     schedule(static)
-  for (int64_t ch = 0; ch < d.ch; ch++) {
-    double s_dy, s_dyx;
-    bn_sums(xv, gv, yv, d, ch, &s_dy, &s_dyx);
-    float inv = 1.0f / sqrtf(sv[ch] + eps);
-    double g_scale = (s_dyx - sm[ch] * s_dy) * inv; /* sum(dy * xhat) */
-    if (dbv) dbv[ch] = (float)s_dy;
-    if (dsv) dsv[ch] = (float)g_scale;
-    if (!dxv) continue;
-    /* dx = k * (dy - a - xhat * b), as dy * k + x * kx + k0 */
-    float k = scale[ch] * inv;
-    float a = test || m == 0 ? 0.0f : (float)(s_dy / m);
-    float b = test || m == 0 ? 0.0f : (float)(g_scale / m);
-    float kx = -k * b * inv, k0 = -k * a + k * b * inv * sm[ch];
-    bn_dx(xv, gv, yv, dxv, d, ch, k, kx, k0);
+  for (int64_t u = 0; u < units; u++) {
+    double s_dy[BN_MAX_BLOCK], s_dyx[BN_MAX_BLOCK];
+    float k[BN_MAX_BLOCK], kx[BN_MAX_BLOCK], k0[BN_MAX_BLOCK];
+    if (blk == 1) {
+      bn_sums(xv, gv, yv, d, u, &s_dy[0], &s_dyx[0]);
+      bn_bwd_channel(&b, u, s_dy[0], s_dyx[0], &k[0], &kx[0], &k0[0]);
+      if (dxv) bn_dx(xv, gv, yv, dxv, d, u, k[0], kx[0], k0[0]);
+      continue;
+    }
+    bn_sums_blocked(xv, gv, yv, d, blk, u, s_dy, s_dyx);
+    for (int64_t l = 0; l < blk; l++)
+      bn_bwd_channel(&b, u * blk + l, s_dy[l], s_dyx[l], &k[l], &kx[l], &k0[l]);
+    if (dxv) bn_dx_blocked(xv, gv, yv, dxv, d, blk, u, k, kx, k0);
   }
   return NULL;
 }
@@ -344,6 +538,7 @@ static const pe_attr_def bn_attrs[] = {
     {"epsilon", PE_ATTR_FLOAT, false, 1e-5, NULL},
     {"is_test", PE_ATTR_BOOL, false, 0, NULL},
     {"fuse_activation", PE_ATTR_STRING, false, 0, ""}, /* "" | "relu" */
+    {PE_LAYOUT_ATTR, PE_ATTR_INT, false, 0, NULL},     /* dnnl_act_layout.h */
     {NULL},
 };
 static const pe_slot_def bn_in[] = {{"X", 1, 1, 0},

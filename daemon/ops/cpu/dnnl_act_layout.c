@@ -69,3 +69,17 @@ pe_act_plane pe_act_plane_of(const pe_shape *s, bool blocked) {
   bool b = blocked && act_applies(s);
   return (pe_act_plane){s->d[1], s->d[2] * s->d[3], b ? pe_dnnl_act_block() : 1};
 }
+
+pe_status *pe_dnnl_act_tied(pe_kernel_ctx *c, uint32_t in_mask, uint32_t out_mask, bool *blocked) {
+  int64_t bits = pe_attr_i(c->def, c->desc, PE_LAYOUT_ATTR), present = 0;
+  for (int i = 0; i < 16; i++) {
+    if ((in_mask >> i & 1) && pe_kin(c, i, 0)) present |= (int64_t)1 << i;
+    if ((out_mask >> i & 1) && pe_kout(c, i, 0)) present |= (int64_t)1 << (PE_LAYOUT_OUT_BIT + i);
+  }
+  *blocked = bits != 0;
+  if (bits == 0 || bits == present) return NULL;
+  return pe_kernel_error(c, PE_EINVAL,
+                         "attribute %s %#llx marks some activations blocked and others plain "
+                         "(%#llx: all of them share one layout)",
+                         PE_LAYOUT_ATTR, (long long)bits, (long long)present);
+}

@@ -65,6 +65,15 @@ dnnl_status_t pe_dnnl_act_md_in(dnnl_memory_desc_t *md, const pe_kernel_ctx *c, 
 dnnl_status_t pe_dnnl_act_md_out(dnnl_memory_desc_t *md, const pe_kernel_ctx *c, int slot,
                                  const pe_shape *s);
 
+/* Ops whose activation slots all share one layout (batch_norm and its
+ * gradient, elementwise_add and its gradient, sum: pass_layout.c ties
+ * them, so that their elementwise loops need no per-operand addressing).
+ * in_mask / out_mask: the op's activation slots (bit i: slot i); slots
+ * without arguments are skipped. *blocked: whether they are blocked; an
+ * error names the op and the attribute when the bits mark some of them
+ * blocked and others plain. */
+pe_status *pe_dnnl_act_tied(pe_kernel_ctx *c, uint32_t in_mask, uint32_t out_mask, bool *blocked);
+
 /* Addressing one (n, c) plane of an N x C x H x W tensor in either layout:
  * element (h, w) of the plane is at base + (h * W + w) * step. */
 typedef struct pe_act_plane {

@@ -14,11 +14,18 @@
  * Y@GRAD: each one pass over memory when X, Y and Out have the same size
  * (the pass fuses only those: a residual block's sum); with broadcasting,
  * the add then the relu in place, and the masked gradient into a temporary
- * that the broadcast reduction reads. */
+ * that the broadcast reduction reads.
+ *
+ * Blocked activations (dnnl_act_layout.h): elementwise_add(_grad) and sum
+ * take the attribute "layout_blocked"; pass_layout.c marks their
+ * activations all blocked or all plain, and only same-shape operands, so
+ * that these loops are the same in either layout. A broadcast on blocked
+ * operands, or a mix of layouts, is refused naming the attribute. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/dnnl_act_layout.h"
 #include "ops/cpu/par_min.h"
 #include "ops/cpu/relu.h"
 #include "ops/op_tables.h"
@@ -101,6 +108,23 @@ static pe_status *ew_kernel_shapes(pe_kernel_ctx *c, pe_shape *out, pe_shape *xa
   return NULL;
 }
 
+/* elementwise_add(_grad)'s activations share one layout; blocked ones must
+ * all have the output's shape (no broadcast addressing in a blocked layout). */
+static pe_status *ew_layout_check(pe_kernel_ctx *c, bool grad) {
+  bool blocked;
+  uint32_t in = 1u << EW_X | 1u << EW_Y | (grad ? 1u << EW_OUT_IN | 1u << EW_DOUT : 0);
+  PE_TRY(pe_dnnl_act_tied(c, in, grad ? 1u << EW_DX | 1u << EW_DY : 1u << EW_OUT, &blocked));
+  pe_tensor *x = pe_kin(c, EW_X, 0), *y = pe_kin(c, EW_Y, 0);
+  if (!blocked || pe_shape_equal(&x->shape, &y->shape)) return NULL;
+  char a[PE_SHAPE_STRLEN], b[PE_SHAPE_STRLEN];
+  return pe_kernel_error(c, PE_EINVAL,
+                         "attribute %s marks blocked operands that broadcast (X '%s' %s, Y '%s' "
+                         "%s): blocked operands must have one shape",
+                         PE_LAYOUT_ATTR, pe_op_input_arg(c->desc, "X"),
+                         pe_shape_str(&x->shape, a, sizeof a), pe_op_input_arg(c->desc, "Y"),
+                         pe_shape_str(&y->shape, b, sizeof b));
+}
+
 static pe_status *ew_forward(pe_kernel_ctx *c, pe_binop op) {
   pe_shape out, xa, ya;
   PE_TRY(ew_kernel_shapes(c, &out, &xa, &ya));
@@ -135,6 +159,7 @@ static void add_relu_f32(const float *a, const float *b, float *o, int64_t n, in
 }
 
 static pe_status *ew_add_kernel(pe_kernel_ctx *c) {
+  PE_TRY(ew_layout_check(c, false));
   if (!ew_relu(c->def, c->desc)) return ew_forward(c, PE_BIN_ADD);
   pe_tensor *x = pe_kin(c, EW_X, 0), *y = pe_kin(c, EW_Y, 0), *o = pe_kout(c, EW_OUT, 0);
   int64_t n = pe_tensor_numel(o);
@@ -241,6 +266,7 @@ static pe_status *ew_backward(pe_kernel_ctx *c, pe_binop op) {
 /* With a fused relu: the masked gradient straight into X@GRAD and Y@GRAD
  * when neither broadcasts, else through a temporary. */
 static pe_status *ew_add_grad_kernel(pe_kernel_ctx *c) {
+  PE_TRY(ew_layout_check(c, true));
   pe_tensor *dout = pe_kin(c, EW_DOUT, 0), *o = pe_kin(c, EW_OUT_IN, 0);
   if (!ew_relu(c->def, c->desc) || !dout) return ew_backward(c, PE_BIN_ADD);
   pe_shape out, xa, ya;
@@ -357,6 +383,8 @@ static pe_status *sum_grad_infer(pe_infer_ctx *c) {
 /* Tiled so that Out may be one of the inputs (in-place gradient accumulation):
  * a tile reads every input before it writes. */
 static pe_status *sum_kernel(pe_kernel_ctx *c) {
+  bool blocked; /* same-size operands: the loop is the same in either layout */
+  PE_TRY(pe_dnnl_act_tied(c, 1u << SUM_X, 1u << 0, &blocked));
   int nx = c->in[SUM_X].n;
   float *o = pe_f32(pe_kout(c, 0, 0));
   int64_t n = pe_tensor_numel(pe_kout(c, 0, 0));
@@ -406,8 +434,10 @@ static const pe_slot_def xy_grad_in[] = {
 static const pe_slot_def xy_grad_out[] = {
     {"X" PE_GRAD_SUFFIX, 0, 1}, {"Y" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
 static const pe_attr_def ew_attrs[] = {{"axis", PE_ATTR_INT, false, -1}, {NULL}};
-static const pe_attr_def ew_add_attrs[] = {
-    {"axis", PE_ATTR_INT, false, -1}, {"fuse_activation", PE_ATTR_STRING, false, 0, ""}, {NULL}};
+static const pe_attr_def ew_add_attrs[] = {{"axis", PE_ATTR_INT, false, -1},
+                                           {"fuse_activation", PE_ATTR_STRING, false, 0, ""},
+                                           {PE_LAYOUT_ATTR, PE_ATTR_INT, false, 0, NULL},
+                                           {NULL}};
 
 static const pe_slot_def x_in[] = {{"X", 1, 1}, {NULL}};
 static const pe_slot_def x_grad_in[] = {
@@ -423,6 +453,7 @@ static const pe_slot_def sum_grad_in[] = {
     {"X", 1, -1}, {"Out", 0, 1}, {"Out" PE_GRAD_SUFFIX, 0, 1}, {NULL}};
 static const pe_slot_def sum_grad_out[] = {{"X" PE_GRAD_SUFFIX, 0, -1}, {NULL}};
 static const pe_attr_def no_attrs[] = {{NULL}};
+static const pe_attr_def sum_attrs[] = {{PE_LAYOUT_ATTR, PE_ATTR_INT, false, 0, NULL}, {NULL}};
 
 const pe_op_def pe_ops_elementwise[] = {
     {.type = "elementwise_add",
@@ -480,7 +511,7 @@ const pe_op_def pe_ops_elementwise[] = {
     {.type = "sum",
      .inputs = sum_in,
      .outputs = out_slot,
-     .attrs = no_attrs,
+     .attrs = sum_attrs,
      .infer = sum_infer,
      .kernel_cpu = sum_kernel,
      .grad = pe_grad_default},
