@@ -44,7 +44,11 @@ print(json.dumps({"clients": clients, "losses": losses}))
 
 # A run of many steps, to be interrupted.
 LONG_RUN = r"""
-import sys
+import signal, sys
+# A trainer at a terminal: Python's own SIGINT handler, even when the suite
+# runs in a background job that inherited SIGINT ignored (sh without job
+# control), where Ctrl-C could not reach this process at all.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, %(here)r)
 from helpers import batch, mlp, pe
 c = pe.Client(timeout_ms=120000)
