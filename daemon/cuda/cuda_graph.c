@@ -42,34 +42,53 @@ struct pe_cuda_graph {
   size_t pin_cap;
 };
 
-/* Streams other than compute, joined into the capture. */
-static const pe_stream_kind joined[] = {PE_STREAM_COMM, PE_STREAM_H2D, PE_STREAM_D2H};
-#define N_JOINED (sizeof joined / sizeof *joined)
+/* The step's other streams. Only comm is forked into the capture: the
+ * step's collectives run there. The copy streams are left out, since
+ * other threads use them while a step records (the input prefetcher's
+ * copies on h2d, a model read on d2h): forked in, their copies would be
+ * recorded instead of run and their waits would invalidate the capture. A
+ * copy stream that the step itself pulls in (a wait on a captured event)
+ * is joined back at the end with the others. */
+static const pe_stream_kind others[] = {PE_STREAM_COMM, PE_STREAM_H2D, PE_STREAM_D2H};
+#define N_OTHERS (sizeof others / sizeof *others)
 
 static pe_status *cu(cudaError_t e, int ordinal, const char *what) {
   if (e == cudaSuccess) return NULL;
   return pe_status_wrap(pe_cuda_status(e, what), "cuda:%d: captured step", ordinal);
 }
 
-/* Make every joined stream wait on an event recorded on `from` (the fork),
- * or `from` wait on each of them (the join: into == true). Events are
- * plain cudaEvents owned by this call: cudaStreamWaitEvent copies the
- * position, so they are destroyed at once. */
-static pe_status *link_streams(pe_device *d, bool join) {
+/* Make `dst` wait on an event recorded on `src`. The event is a plain
+ * cudaEvent owned by this call: cudaStreamWaitEvent copies the position,
+ * so it is destroyed at once. */
+static pe_status *link(pe_device *d, cudaStream_t src, cudaStream_t dst, const char *what) {
+  cudaEvent_t ev;
+  pe_status *st =
+      cu(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), d->place.id, "cudaEventCreate");
+  if (st) return st;
+  st = cu(cudaEventRecord(ev, src), d->place.id, what);
+  if (!st) st = cu(cudaStreamWaitEvent(dst, ev, 0), d->place.id, what);
+  cudaEventDestroy(ev);
+  return st;
+}
+
+/* The fork: comm waits on compute, which makes it part of the capture. */
+static pe_status *fork_streams(pe_device *d) {
+  cudaStream_t compute = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
+  cudaStream_t comm = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMM));
+  return link(d, compute, comm, "fork: comm waits on compute");
+}
+
+/* The join: compute waits on every other stream that is part of the
+ * capture (comm, and a copy stream the step pulled in). */
+static pe_status *join_streams(pe_device *d) {
   cudaStream_t compute = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
   pe_status *st = NULL;
-  for (size_t i = 0; i < N_JOINED && !st; i++) {
-    cudaStream_t other = pe_cuda_stream_handle(pe_device_stream(d, joined[i]));
-    cudaStream_t src = join ? other : compute, dst = join ? compute : other;
-    cudaEvent_t ev;
-    st = cu(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), d->place.id, "cudaEventCreate");
-    if (st) break;
-    st = cu(cudaEventRecord(ev, src), d->place.id,
-            join ? "join: cudaEventRecord" : "fork: cudaEventRecord");
-    if (!st)
-      st = cu(cudaStreamWaitEvent(dst, ev, 0), d->place.id,
-              join ? "join: cudaStreamWaitEvent" : "fork: cudaStreamWaitEvent");
-    cudaEventDestroy(ev);
+  for (size_t i = 0; i < N_OTHERS && !st; i++) {
+    cudaStream_t other = pe_cuda_stream_handle(pe_device_stream(d, others[i]));
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    st = cu(cudaStreamIsCapturing(other, &cs), d->place.id, "join: cudaStreamIsCapturing");
+    if (!st && cs != cudaStreamCaptureStatusNone)
+      st = link(d, other, compute, "join: compute waits on another stream");
   }
   return st;
 }
@@ -108,7 +127,7 @@ pe_status *pe_cuda_graph_begin(pe_device *d) {
   cudaStream_t compute = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
   st = cu(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal), o,
           "cudaStreamBeginCapture");
-  if (!st) st = link_streams(d, false);
+  if (!st) st = fork_streams(d);
   if (st) {
     cudaGraph_t g = NULL;
     cudaStreamEndCapture(compute, &g);
@@ -122,7 +141,7 @@ pe_status *pe_cuda_graph_begin(pe_device *d) {
 pe_status *pe_cuda_graph_end(pe_device *d, pe_cuda_graph **out) {
   *out = NULL;
   cudaStream_t compute = pe_cuda_stream_handle(pe_device_stream(d, PE_STREAM_COMPUTE));
-  pe_status *st = link_streams(d, true);
+  pe_status *st = join_streams(d);
   cudaGraph_t graph = NULL;
   /* Always end the capture, also after a failed join: the streams must
    * leave capture mode whatever happened. */

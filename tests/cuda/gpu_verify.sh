@@ -225,13 +225,41 @@ stage_graph() {
       fi
     done
   done
+  for m in mlp cnn resnet; do
+    check_graph_pair "$m"
+  done
   PE_GPU_PE_ARGS="--cuda-graph on"
   stage_compare
   PE_GPU_PE_ARGS=
 }
 
+# graph_bench_M_on must have replayed its steps and trained as
+# graph_bench_M_off did: the same final loss and test accuracy.
+check_graph_pair() {
+  off="$OUT/graph_bench_$1_off.log" on="$OUT/graph_bench_$1_on.log"
+  if python3 - "$off" "$on" >>"$SUMMARY" 2>&1 <<'PY'; then
+import json, sys
+off, on = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
+g = on["cuda_graph_steps"]
+bad = []
+if not g["replayed"]:
+    bad.append("no step replayed: " + g["reason"])
+for k in ("final_loss", "test_accuracy"):
+    if on[k] != off[k]:
+        bad.append("%s %s with captured steps, %s without" % (k, on[k], off[k]))
+print("    %s: %d captures, %d replays, %d fallbacks%s" % (
+    on["model"], g["captures"], g["replays"], g["fallbacks"], "; " + "; ".join(bad) if bad else ""))
+sys.exit(1 if bad else 0)
+PY
+    note "graph_check_$1: passed"
+  else
+    note "graph_check_$1: FAILED"
+    failed=1
+  fi
+}
+
 # The product's path: pe-executord with places auto (every GPU), pe-client
-# training the MLP through it, then SIGTERM (checkpoint, exit 0).
+# training the MLP through it (captured steps off, then on), then SIGTERM (checkpoint, exit 0).
 stage_daemon() {
   d=$(mktemp -d /tmp/pe-gpu-daemon.XXXXXX)
   sock="ipc://$d/pe.sock"
@@ -252,6 +280,21 @@ stage_daemon() {
   run_logged daemon_status 30 "$BIN/pe-client" --socket "$sock" status
   run_logged daemon_train 300 "$BIN/pe-client" --socket "$sock" --json train --model mlp \
     --epochs 1 --places cuda:0 --quiet && tail -n 1 "$OUT/daemon_train.log" | tee -a "$SUMMARY"
+  run_logged daemon_train_graph 300 "$BIN/pe-client" --socket "$sock" --json train --model mlp \
+    --epochs 1 --places cuda:0 --cuda-graph on --model-name mlp-graph --quiet &&
+    tail -n 1 "$OUT/daemon_train_graph.log" | tee -a "$SUMMARY"
+  # The same training with and without captured steps: the same loss.
+  if python3 - "$OUT/daemon_train.log" "$OUT/daemon_train_graph.log" >>"$SUMMARY" 2>&1 <<'PY'; then
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:3])
+print("    final_loss %s without captured steps, %s with" % (a["final_loss"], b["final_loss"]))
+sys.exit(0 if a["final_loss"] == b["final_loss"] else 1)
+PY
+    note "daemon_graph_check: passed"
+  else
+    note "daemon_graph_check: FAILED"
+    failed=1
+  fi
   kill -TERM "$pid"
   # A hang at shutdown must not eat the call: 60 s, then SIGKILL.
   t=0
@@ -280,7 +323,8 @@ stage_trace() {
 }
 
 # pe-bench on cuda:0 beside PyTorch on the same GPU (bench/compare's
-# torch_train.py --device cuda, the machine's own torch), PE_GPU_EPOCHS
+# torch_train.py --device cuda in its three loops, PE_GPU_TORCH_LOOPS, the
+# machine's own torch), PE_GPU_EPOCHS
 # epochs (1) of each model, alternating (compare.jsonl); resnet is the
 # model file conf/models/resnet, as in ./pe compare. PE_GPU_BASELINE: the
 # path of a pe-bench from another commit (carried beside the kit), run
@@ -301,9 +345,11 @@ stage_compare() {
         tail -n 1 "$OUT/compare_base_$m.log" | sed 's/^{/{"baseline":true,/' |
         tee -a "$OUT/compare.jsonl" "$SUMMARY"
     fi
-    run_logged "compare_torch_$m" 120 python3 "$KIT/compare/torch_train.py" --model "$m" \
-      --device cuda --epochs "$ep" --data "$KIT/data" &&
-      tail -n 1 "$OUT/compare_torch_$m.log" | tee -a "$OUT/compare.jsonl" "$SUMMARY"
+    for loop in ${PE_GPU_TORCH_LOOPS:-sync nosync graph}; do
+      run_logged "compare_torch_${m}_$loop" 120 python3 "$KIT/compare/torch_train.py" \
+        --model "$m" --device cuda --loop "$loop" --epochs "$ep" --data "$KIT/data" &&
+        tail -n 1 "$OUT/compare_torch_${m}_$loop.log" | tee -a "$OUT/compare.jsonl" "$SUMMARY"
+    done
   done
 }
 

@@ -36,11 +36,11 @@
  * a failed recording ran nothing, so the step is launched again normally
  * with the generator reset to where the recording started.
  *
- * While a device records, every launch on its streams is recorded, also
- * one of another thread (a model read's copy on the d2h stream would be
- * recorded instead of run, and its wait fail): a capture happens once per
- * key, but a daemon that reads a model's values while its first steps run
- * can make that capture fail (the key then falls back, with the reason).
+ * While a device records, every launch on its compute and comm streams is
+ * recorded, also one of another thread. The copy streams stay out of the
+ * recording (cuda/cuda_graph.c): the input prefetcher's copies of the next
+ * batch and a model read's copies run while a step records, as they do
+ * while it runs.
  *
  * Threads: the par_graph is used under run_mu by the run's caller, and by
  * the replay's engine op while the caller waits for it (par_wait_back). */
@@ -402,14 +402,23 @@ pe_status *par_graph_step_begin(pe_par_exec *e, bool *launched) {
   return NULL;
 }
 
-/* Drop the errors kept on d's streams by launches the failed recording
- * refused: the normal launch that follows reports its own. */
-static void clear_stream_errors(pe_par_exec *e) {
+/* Take the errors kept on the places' streams by launches the failed
+ * recording refused (the normal launch that follows reports its own): the
+ * first one, NULL when none, is returned to the caller, since it names
+ * the launch that broke the recording, where the end of the recording
+ * only says that something did. */
+static pe_status *take_stream_errors(pe_par_exec *e) {
+  pe_status *first = NULL;
   for (int p = 0; p < e->n_places; p++)
     for (int k = 0; k < PE_STREAM_KINDS; k++) {
       pe_stream *s = pe_device_stream(e->dev[p], k);
-      pe_status_free(s->dev->ops->take_error(s));
+      pe_status *st = s->dev->ops->take_error(s);
+      if (st && !first)
+        first = st;
+      else
+        pe_status_free(st);
     }
+  return first;
 }
 
 pe_status *par_graph_step_end(pe_par_exec *e) {
@@ -432,18 +441,21 @@ pe_status *par_graph_step_end(pe_par_exec *e) {
   pe_status *node_err = atomic_exchange(&e->err, NULL);
   if (first || node_err) {
     /* Nothing ran: refuse the key and run the step the normal way, from
-     * the generator offset the recording started at. */
-    const pe_status *why = first ? first : node_err;
+     * the generator offset the recording started at. The reason is the
+     * earliest failure known: a node's, a launch's kept on its stream,
+     * then the recording's end. */
+    pe_status *stream_err = take_stream_errors(e);
+    const pe_status *why = node_err ? node_err : stream_err ? stream_err : first;
     char buf[512];
     snprintf(buf, sizeof buf, "the step could not be recorded: %s", pe_status_msg(why));
     refuse(pg, buf);
     pe_status_free(first);
     pe_status_free(node_err);
+    pe_status_free(stream_err);
     /* The recording's engine ops have completed and this executor's runs
      * are serialised: the generator is not being drawn from by this graph. */
     e->m->rng.offset = s->rng0;
     set_free(s);
-    clear_stream_errors(e);
     /* Events and fences recorded during the recording are not usable
      * outside it: record them again (on idle work) before the launch. */
     PE_TRY(rerecord(e));
