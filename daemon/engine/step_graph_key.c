@@ -24,7 +24,7 @@ const char *pe_cuda_graph_mode_name(pe_cuda_graph_mode m) {
   return (unsigned)m < 3 ? mode_names[m] : "?";
 }
 
-bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool backend,
+bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, int n_places, bool backend,
                           const char **reason) {
   const char *why = NULL;
   if (mode == PE_CUDA_GRAPH_OFF)
@@ -33,10 +33,10 @@ bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool back
     why = "no cuda place";
   else if (!backend)
     why = "this build has no cuda backend";
-  else if (mode == PE_CUDA_GRAPH_AUTO && !PE_CUDA_GRAPH_VERIFIED)
+  else if (mode == PE_CUDA_GRAPH_AUTO && n_places > 1)
     why =
-        "not verified on a GPU (auto is off until tests/cuda/test_cuda_graph.c passed on one; "
-        "on forces it)";
+        "NCCL inside a captured step has not run on two GPUs (auto captures steps on one cuda "
+        "place; on forces it)";
   *reason = why;
   return why == NULL;
 }

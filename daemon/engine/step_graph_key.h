@@ -37,7 +37,7 @@
 
 /* --- the option ------------------------------------------------------------- */
 typedef enum pe_cuda_graph_mode {
-  PE_CUDA_GRAPH_AUTO = 0, /* on for cuda places when the build's capture is verified */
+  PE_CUDA_GRAPH_AUTO = 0, /* on for one cuda place (pe_cuda_graph_decide) */
   PE_CUDA_GRAPH_ON = 1,   /* on for cuda places */
   PE_CUDA_GRAPH_OFF = 2,
 } pe_cuda_graph_mode;
@@ -46,15 +46,13 @@ typedef enum pe_cuda_graph_mode {
 bool pe_cuda_graph_mode_parse(const char *s, pe_cuda_graph_mode *out);
 const char *pe_cuda_graph_mode_name(pe_cuda_graph_mode m);
 
-/* Whether the captured steps of this build ran and passed their tests on
- * a GPU (tests/cuda/test_cuda_graph.c, tests/cuda/test_cuda_graph_exec.c):
- * auto turns capture on only then; on turns it on regardless. */
-#define PE_CUDA_GRAPH_VERIFIED 0
-
-/* Whether steps on `kind` places are captured under mode; *reason (static
- * text) says why not, or NULL when they are. backend: the cuda backend is
- * built in (pe_device_kind_ops(PE_PLACE_CUDA) != NULL). */
-bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, bool backend,
+/* Whether steps on n_places `kind` places are captured under mode;
+ * *reason (static text) says why not, or NULL when they are. backend: the
+ * cuda backend is built in (pe_device_kind_ops(PE_PLACE_CUDA) != NULL).
+ * auto captures on one cuda place, where captured steps were checked
+ * against uncaptured ones on a GPU; with several, the NCCL collectives
+ * inside the capture have not run on two GPUs, and only on captures. */
+bool pe_cuda_graph_decide(pe_cuda_graph_mode mode, pe_place_kind kind, int n_places, bool backend,
                           const char **reason);
 
 /* --- what a captured step can hold ------------------------------------------ */

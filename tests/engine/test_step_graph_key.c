@@ -251,19 +251,26 @@ START_TEST(option_decides_with_reason) {
   ck_assert(!pe_cuda_graph_mode_parse("yes", &m));
   ck_assert(!pe_cuda_graph_mode_parse(NULL, &m));
   const char *why;
-  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_OFF, PE_PLACE_CUDA, true, &why));
+  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_OFF, PE_PLACE_CUDA, 1, true, &why));
   ck_assert_str_eq(why, "off by option");
-  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CPU, true, &why));
+  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CPU, 1, true, &why));
   ck_assert_str_eq(why, "no cuda place");
-  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CUDA, false, &why));
+  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CUDA, 1, false, &why));
   ck_assert_ptr_nonnull(strstr(why, "no cuda backend"));
-  ck_assert(pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CUDA, true, &why));
+  ck_assert(pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_CUDA, 2, true, &why));
   ck_assert_ptr_null(why);
-  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_SIM, true, &why));
+  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_ON, PE_PLACE_SIM, 1, true, &why));
   ck_assert_str_eq(why, "no cuda place");
-  bool on = pe_cuda_graph_decide(PE_CUDA_GRAPH_AUTO, PE_PLACE_CUDA, true, &why);
-  ck_assert(on == (PE_CUDA_GRAPH_VERIFIED != 0));
-  if (!on) ck_assert_ptr_nonnull(strstr(why, "not verified on a GPU"));
+  /* auto: one cuda place captures, several do not (NCCL in a capture has
+   * not run on two GPUs), and neither does a cpu place. */
+  ck_assert(pe_cuda_graph_decide(PE_CUDA_GRAPH_AUTO, PE_PLACE_CUDA, 1, true, &why));
+  ck_assert_ptr_null(why);
+  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_AUTO, PE_PLACE_CUDA, 2, true, &why));
+  ck_assert_ptr_nonnull(strstr(why, "two GPUs"));
+  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_AUTO, PE_PLACE_CPU, 1, true, &why));
+  ck_assert_str_eq(why, "no cuda place");
+  ck_assert(!pe_cuda_graph_decide(PE_CUDA_GRAPH_AUTO, PE_PLACE_CUDA, 1, false, &why));
+  ck_assert_ptr_nonnull(strstr(why, "no cuda backend"));
 }
 END_TEST
 

@@ -151,7 +151,7 @@ pe_status *pe_par_exec_set_cuda_graph(pe_par_exec *e, pe_cuda_graph_mode mode) {
   const pe_device_graph_ops *ops = e->dev[0]->ops->graph;
   const char *why = NULL;
   pe_status *st = NULL;
-  if (pe_cuda_graph_decide(mode, e->dev[0]->place.kind, ops != NULL, &why)) {
+  if (pe_cuda_graph_decide(mode, e->dev[0]->place.kind, e->n_places, ops != NULL, &why)) {
     par_graph *pg = calloc(1, sizeof *pg);
     st = pg ? pe_step_graphs_new(8, set_free, &pg->cache) : OOM();
     if (!st) st = collect_vars(e, pg);
