@@ -571,8 +571,8 @@ static void json_run_keys(const trainer *t, const train_result *r) {
   pe_status *st = pe_places_parse(t->cfg.places, &kind, &n_places);
   pe_status_free(st);
   const char *why;
-  bool on = pe_cuda_graph_decide(mode, kind, n_places, pe_device_kind_ops(PE_PLACE_CUDA) != NULL,
-                                 &why);
+  bool on =
+      pe_cuda_graph_decide(mode, kind, n_places, pe_device_kind_ops(PE_PLACE_CUDA) != NULL, &why);
   printf(",\"cuda_graph\":%s,\"cuda_graph_reason\":", on ? "true" : "false");
   cli_json_str(stdout, on ? "" : why);
   /* Per training step, all places together (oneDNN layout reorders around

@@ -89,3 +89,11 @@ message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, archs ${C
 # The cuDNN glue uses the legacy descriptor API, deprecated but kept in cuDNN 9.
 set_source_files_properties(${CMAKE_SOURCE_DIR}/daemon/cuda/ops_cuda_dnn.c
   PROPERTIES COMPILE_OPTIONS "-Wno-deprecated-declarations")
+
+# bench/gpu/kernel_times.c: each kernel's GPU time through CUPTI, preloaded
+# into a program on a GPU machine (the GPU kit carries it).
+if(TARGET CUDA::cupti)
+  add_library(pe-kernel-times SHARED ${CMAKE_SOURCE_DIR}/bench/gpu/kernel_times.c)
+  target_link_libraries(pe-kernel-times PRIVATE CUDA::cupti Threads::Threads)
+  set_target_properties(pe-kernel-times PROPERTIES PREFIX "lib")
+endif()

@@ -39,8 +39,14 @@ typedef enum pe_cu_act { PE_CU_RELU = 0, PE_CU_TANH = 1, PE_CU_SIGMOID = 2 } pe_
 /* elementwise (kernels_elementwise.cu) */
 cudaError_t pe_cu_binary(int op /* pe_binop */, const pe_cu_plan *p, const float *a, const float *b,
                          float *out, cudaStream_t s);
+/* dst[t] = scale * sum over the broadcast dims of src (.* u). With few
+ * targets and long sums (a convolution's bias gradient) the sum is split
+ * into parts summed in a fixed order, which needs ws of
+ * pe_cu_reduce_bcast_ws(r) bytes (0: none); without it (ws NULL) one
+ * block sums each target. */
+size_t pe_cu_reduce_bcast_ws(const pe_cu_reduce *r);
 cudaError_t pe_cu_reduce_bcast(const pe_cu_reduce *r, const float *src, const float *u, float scale,
-                               float *dst, cudaStream_t s);
+                               float *dst, double *ws, size_t ws_bytes, cudaStream_t s);
 cudaError_t pe_cu_affine(const float *x, float *o, int64_t n, float a, float b, cudaStream_t s);
 /* out = sum of xs[0..k) (k <= 64; out may be one of them). xs: host array. */
 cudaError_t pe_cu_sum(const float *const *xs, int k, float *out, int64_t n, cudaStream_t s);

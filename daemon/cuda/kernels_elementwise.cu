@@ -96,6 +96,17 @@ __global__ void reduce_thread_kernel(pe_cu_reduce r, int64_t tn, int64_t rn, con
   }
 }
 
+// part[0] = the block's accs summed as a tree (the same order every run);
+// every thread of the block calls it.
+__device__ inline void block_sum(double *part, double acc) {
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+}
+
 __global__ void reduce_block_kernel(pe_cu_reduce r, int64_t tn, int64_t rn, const float *src,
                                     const float *u, float scale, float *dst) {
   __shared__ double part[kThreads];
@@ -105,14 +116,38 @@ __global__ void reduce_block_kernel(pe_cu_reduce r, int64_t tn, int64_t rn, cons
       int64_t uo, so = reduce_src_offset(r, ti, ri, &uo);
       acc += (double)src[so] * (u ? u[uo] : 1.0f);
     }
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w /= 2) {
-      if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-      __syncthreads();
-    }
+    block_sum(part, acc);
     if (threadIdx.x == 0) dst[ti] = (float)(part[0] * scale);
     __syncthreads();
+  }
+}
+
+// The block kernel's sum split over P parts of the reduced range: block b
+// sums part b % P of target b / P into partial[b]; reduce_parts_kernel
+// adds each target's P parts in part order (deterministic, like batch
+// norm's channel x part sums).
+__global__ void reduce_part_kernel(pe_cu_reduce r, int64_t tn, int64_t rn, int64_t P, int64_t chunk,
+                                   const float *src, const float *u, double *partial) {
+  __shared__ double part[kThreads];
+  for (int64_t b = blockIdx.x; b < tn * P; b += gridDim.x) {
+    int64_t ti = b / P, r0 = (b % P) * chunk, r1 = r0 + chunk < rn ? r0 + chunk : rn;
+    double acc = 0;
+    for (int64_t ri = r0 + threadIdx.x; ri < r1; ri += blockDim.x) {
+      int64_t uo, so = reduce_src_offset(r, ti, ri, &uo);
+      acc += (double)src[so] * (u ? u[uo] : 1.0f);
+    }
+    block_sum(part, acc);
+    if (threadIdx.x == 0) partial[b] = part[0];
+    __syncthreads();
+  }
+}
+
+__global__ void reduce_parts_kernel(const double *partial, int64_t tn, int64_t P, float scale,
+                                    float *dst) {
+  GRID_LOOP(ti, tn) {
+    double acc = 0;
+    for (int64_t p = 0; p < P; p++) acc += partial[ti * P + p];
+    dst[ti] = (float)(acc * scale);
   }
 }
 
@@ -280,20 +315,51 @@ cudaError_t pe_cu_binary(int op, const pe_cu_plan *p, const float *a, const floa
   return cudaGetLastError();
 }
 
-cudaError_t pe_cu_reduce_bcast(const pe_cu_reduce *r, const float *src, const float *u,
-                               float scale, float *dst, cudaStream_t s) {
-  int64_t tn = 1, on = 1;
+// Targets and reduced elements per target of r.
+static void reduce_sizes(const pe_cu_reduce *r, int64_t *tn, int64_t *rn) {
+  int64_t t = 1, on = 1;
   for (int d = 0; d < r->nd; d++) {
-    tn *= r->t[d];
+    t *= r->t[d];
     on *= r->out[d];
   }
+  *tn = t;
+  *rn = t ? on / t : 0;
+}
+
+// Parts per target: enough blocks to fill the GPU (about 512) when there
+// are few targets, each part at least kReduceChunk elements; 1: the block
+// kernel alone. A pure function of the sizes, so the sums' order is fixed.
+constexpr int64_t kReduceBlocks = 512, kReduceChunk = 2048;
+static int64_t reduce_parts(int64_t tn, int64_t rn) {
+  if (tn <= 0 || rn < 2 * kReduceChunk || tn >= kReduceBlocks) return 1;
+  int64_t want = (kReduceBlocks + tn - 1) / tn, most = rn / kReduceChunk;
+  return want < most ? want : most;
+}
+
+size_t pe_cu_reduce_bcast_ws(const pe_cu_reduce *r) {
+  int64_t tn, rn;
+  reduce_sizes(r, &tn, &rn);
+  int64_t P = reduce_parts(tn, rn);
+  return P > 1 ? (size_t)(tn * P) * sizeof(double) : 0;
+}
+
+cudaError_t pe_cu_reduce_bcast(const pe_cu_reduce *r, const float *src, const float *u, float scale,
+                               float *dst, double *ws, size_t ws_bytes, cudaStream_t s) {
+  int64_t tn, rn;
+  reduce_sizes(r, &tn, &rn);
   if (tn == 0) return cudaSuccess;
-  int64_t rn = on / tn;
-  if (rn < 64)
+  int64_t P = reduce_parts(tn, rn);
+  if (P > 1 && ws && ws_bytes >= (size_t)(tn * P) * sizeof(double)) {
+    int64_t chunk = (rn + P - 1) / P, blocks = tn * P;
+    unsigned grid = blocks > 65535 ? 65535 : (unsigned)blocks;
+    reduce_part_kernel<<<grid, kThreads, 0, s>>>(*r, tn, rn, P, chunk, src, u, ws);
+    reduce_parts_kernel<<<LAUNCH(tn)>>>(ws, tn, P, scale, dst);
+  } else if (rn < 64) {
     reduce_thread_kernel<<<LAUNCH(tn)>>>(*r, tn, rn, src, u, scale, dst);
-  else
-    reduce_block_kernel<<<tn > 65535 ? 65535 : (unsigned)tn, kThreads, 0, s>>>(*r, tn, rn, src, u,
-                                                                             scale, dst);
+  } else {
+    unsigned grid = tn > 65535 ? 65535 : (unsigned)tn;
+    reduce_block_kernel<<<grid, kThreads, 0, s>>>(*r, tn, rn, src, u, scale, dst);
+  }
   return cudaGetLastError();
 }
 

@@ -239,7 +239,13 @@ static pe_status *ew_grad_one(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_shape *
     r.nd = 1;
     r.out[0] = r.t[0] = r.u[0] = 1;
   }
-  return pe_cu_check(c, pe_cu_reduce_bcast(&r, dout, u, scale, dt, x->stream), c->def->type);
+  /* The parts of a long sum go to the stream's workspace (this op uses it
+   * for nothing else). */
+  size_t ws_bytes = pe_cu_reduce_bcast_ws(&r);
+  void *ws = NULL;
+  if (ws_bytes) PE_TRY(pe_cuda_workspace(x, ws_bytes, &ws));
+  return pe_cu_check(c, pe_cu_reduce_bcast(&r, dout, u, scale, dt, ws, ws_bytes, x->stream),
+                     c->def->type);
 }
 
 static pe_status *ew_backward(pe_kernel_ctx *c, pe_binop op) {

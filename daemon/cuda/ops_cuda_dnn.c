@@ -248,7 +248,14 @@ pe_status *pe_cuk_softmax_grad(pe_kernel_ctx *c) {
  * deterministic, is not a tensor-op variant, and whose workspace cuDNN
  * reports for the descriptor as it is (the size the call will use); then
  * the same without determinism, then without the math type, if none
- * qualifies. */
+ * qualifies.
+ *
+ * One exception ranks first where cuDNN offers it: the backward filter's
+ * non-fused Winograd, deterministic, for the 3x3 and 5x5 stride-1 filters
+ * it takes. The heuristics' first deterministic pick there is a direct
+ * kernel that took 188 us a call on an H200 at the resnet's 3x3 layers
+ * (64 x 16-64 channels x 28x28 and 14x14), 40% of its step, where the CNN's
+ * 5x5 layer ran the Winograd one in 19 us (bench/gpu/kernel_times.c). */
 typedef struct algo_cand {
   int algo;
   cudnnStatus_t status;
@@ -272,7 +279,18 @@ static cudnnStatus_t ws_filter(cudnnHandle_t h, const dnn_state *s, int algo, si
 }
 
 static bool pick_algo(cudnnHandle_t h, const dnn_state *s, const algo_cand *c, int n, ws_query q,
-                      int *algo, size_t *ws) {
+                      int preferred, int *algo, size_t *ws) {
+  for (int i = 0; preferred >= 0 && i < n; i++) {
+    size_t bytes = 0;
+    if (c[i].algo != preferred || c[i].status != CUDNN_STATUS_SUCCESS ||
+        c[i].det != CUDNN_DETERMINISTIC || c[i].math == CUDNN_TENSOR_OP_MATH ||
+        c[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+        q(h, s, c[i].algo, &bytes) != CUDNN_STATUS_SUCCESS)
+      continue;
+    *algo = c[i].algo;
+    *ws = bytes;
+    return true;
+  }
   for (int pass = 0; pass < 3; pass++)
     for (int i = 0; i < n; i++) {
       if (c[i].status != CUDNN_STATUS_SUCCESS) continue;
@@ -336,7 +354,7 @@ static pe_status *conv_state(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *
     for (int i = 0; i < got; i++)
       cand[i] = (algo_cand){perf[i].algo, perf[i].status, perf[i].mathType, perf[i].determinism};
     int a;
-    if (!pick_algo(x->cudnn, s, cand, got, ws_fwd, &a, &s->ws_fwd))
+    if (!pick_algo(x->cudnn, s, cand, got, ws_fwd, -1, &a, &s->ws_fwd))
       return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no forward algorithm here");
     s->fwd = (cudnnConvolutionFwdAlgo_t)a;
   } else {
@@ -348,10 +366,10 @@ static pe_status *conv_state(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *
                      "cudnnGetConvolutionBackwardDataAlgorithm_v7"));
     algo_cand cand[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT + CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     for (int i = 0; i < got; i++)
-      cand[i] = (algo_cand){pdata[i].algo, pdata[i].status, pdata[i].mathType,
-                            pdata[i].determinism};
+      cand[i] =
+          (algo_cand){pdata[i].algo, pdata[i].status, pdata[i].mathType, pdata[i].determinism};
     int a;
-    if (!pick_algo(x->cudnn, s, cand, got, ws_data, &a, &s->ws_data))
+    if (!pick_algo(x->cudnn, s, cand, got, ws_data, -1, &a, &s->ws_data))
       return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no backward-data algorithm");
     s->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a;
     cudnnConvolutionBwdFilterAlgoPerf_t pf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -362,7 +380,8 @@ static pe_status *conv_state(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_tensor *
                      "cudnnGetConvolutionBackwardFilterAlgorithm_v7"));
     for (int i = 0; i < got; i++)
       cand[i] = (algo_cand){pf[i].algo, pf[i].status, pf[i].mathType, pf[i].determinism};
-    if (!pick_algo(x->cudnn, s, cand, got, ws_filter, &a, &s->ws_filter))
+    if (!pick_algo(x->cudnn, s, cand, got, ws_filter,
+                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED, &a, &s->ws_filter))
       return pe_kernel_error(c, PE_EBACKEND, "cuDNN has no backward-filter algorithm");
     s->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)a;
   }
@@ -446,12 +465,12 @@ static pe_status *pool_state(pe_kernel_ctx *c, const pe_tensor *in, dnn_state **
   cudnnPoolingMode_t mode = max    ? CUDNN_POOLING_MAX
                             : excl ? CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING
                                    : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
-  PE_TRY(dnn_check(
-      c,
-      /* NaN in a window gives NaN, as the CPU's max pool (ops/cpu/pool.c). */
-      cudnnSetPooling2dDescriptor(s->pd, mode, CUDNN_PROPAGATE_NAN, (int)k[0], (int)k[1],
-                                  (int)pd[0], (int)pd[1], (int)st[0], (int)st[1]),
-      "cudnnSetPooling2dDescriptor"));
+  PE_TRY(
+      dnn_check(c,
+                /* NaN in a window gives NaN, as the CPU's max pool (ops/cpu/pool.c). */
+                cudnnSetPooling2dDescriptor(s->pd, mode, CUDNN_PROPAGATE_NAN, (int)k[0], (int)k[1],
+                                            (int)pd[0], (int)pd[1], (int)st[0], (int)st[1]),
+                "cudnnSetPooling2dDescriptor"));
   PE_TRY(set4d(c, s->xd, xd[0], xd[1], xd[2], xd[3]));
   int on, oc, oh, ow;
   PE_TRY(dnn_check(c, cudnnGetPooling2dForwardOutputDim(s->pd, s->xd, &on, &oc, &oh, &ow),

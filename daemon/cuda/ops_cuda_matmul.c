@@ -124,7 +124,8 @@ static pe_status *grad_one(pe_kernel_ctx *c, pe_cuda_ctx *x, const pe_mv_view *v
   red.out[v->nb] = red.t[v->nb] = r;
   red.out[v->nb + 1] = red.t[v->nb + 1] = cols;
   red.u[v->nb] = red.u[v->nb + 1] = 1;
-  return pe_cu_check(c, pe_cu_reduce_bcast(&red, ws, NULL, 1.0f, pe_f32(d), x->stream), what);
+  return pe_cu_check(c, pe_cu_reduce_bcast(&red, ws, NULL, 1.0f, pe_f32(d), NULL, 0, x->stream),
+                     what);
 }
 
 pe_status *pe_cuk_matmul_v2_grad(pe_kernel_ctx *c) {

@@ -70,9 +70,8 @@ static void fill_cuda_graph(pe_server *s, Pe__StatusReply *r) {
   pe_cuda_graph_mode mode = PE_CUDA_GRAPH_AUTO;
   if (s->cfg.cuda_graph) pe_cuda_graph_mode_parse(s->cfg.cuda_graph, &mode);
   const char *why;
-  r->cuda_graph =
-      pe_cuda_graph_decide(mode, s->place_kind, s->n_places,
-                           pe_device_kind_ops(PE_PLACE_CUDA) != NULL, &why);
+  r->cuda_graph = pe_cuda_graph_decide(mode, s->place_kind, s->n_places,
+                                       pe_device_kind_ops(PE_PLACE_CUDA) != NULL, &why);
   r->cuda_graph_reason = (char *)(why ? why : "");
 }
 

@@ -6,7 +6,7 @@
 #
 #   sh .gpukit/gpu_verify.sh [STAGE...]   stages: env tests bench daemon memcheck
 #                                         (default: these five, in that order),
-#                                         trace, compare, graph (on request;
+#                                         trace, compare, graph, kernels (on request;
 #                                         `env graph`: captured steps in one call)
 #
 # Every stage writes its log under $OUT (the device tool's return folder;
@@ -353,6 +353,27 @@ stage_compare() {
   done
 }
 
+# Each kernel's GPU time (bench/gpu/kernel_times.c, CUPTI) in PE_GPU_GRAPH_STEPS
+# steps (300) of pe-bench with captured steps, and in PyTorch's captured
+# loop for 1 epoch, for the MLP, the CNN and the resnet: kernels_pe_M.txt and
+# kernels_torch_M.txt, the largest totals first (the evaluation's kernels
+# are included).
+stage_kernels() {
+  lib="$BIN/libpe-kernel-times.so"
+  for m in mlp cnn resnet; do
+    pm=$m
+    [ "$m" = resnet ] && pm="$KIT/compare/resnet"
+    run_logged "kernels_pe_$m" 120 env LD_PRELOAD="$lib" PE_KERNEL_TIMES="$OUT/kernels_pe_$m.txt" \
+      "$BIN/pe-bench" train --model "$pm" --places cuda:0 --epochs 1 \
+      --steps "${PE_GPU_GRAPH_STEPS:-300}" --cuda-graph on --json
+    head -n 12 "$OUT/kernels_pe_$m.txt" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
+    run_logged "kernels_torch_$m" 120 env LD_PRELOAD="$lib" \
+      PE_KERNEL_TIMES="$OUT/kernels_torch_$m.txt" python3 "$KIT/compare/torch_train.py" \
+      --model "$m" --device cuda --loop graph --epochs 1 --data "$KIT/data"
+    head -n 12 "$OUT/kernels_torch_$m.txt" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
+  done
+}
+
 # compute-sanitizer's memcheck over the kernel suites and the training one: an
 # out-of-bounds or misaligned access in a kernel that the comparisons with
 # the CPU happen not to show.
@@ -373,8 +394,8 @@ setup
 stages=${*:-env tests bench daemon memcheck}
 for s in $stages; do
   case $s in
-    env | tests | bench | daemon | memcheck | trace | compare | graph) "stage_$s" ;;
-    *) note "unknown stage '$s' (env tests bench daemon memcheck trace compare graph)"; failed=1 ;;
+    env | tests | bench | daemon | memcheck | trace | compare | graph | kernels) "stage_$s" ;;
+    *) note "unknown stage '$s' (env tests bench daemon memcheck trace compare graph kernels)"; failed=1 ;;
   esac
 done
 note "gpu_verify: $([ $failed -eq 0 ] && echo 'all passed' || echo 'FAILURES, see above')"

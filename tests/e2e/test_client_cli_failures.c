@@ -79,9 +79,10 @@ START_TEST(train_survives_restart) {
   ck_assert_double_eq(json_num(got, "steps_repeated"), json_num(got, "steps_rolled_back"));
   ck_assert_double_eq(json_num(got, "steps"), json_num(ref, "steps"));
   if (json_num(got, "final_loss") != json_num(ref, "final_loss")) cd_dump_log(&d);
-  ck_assert_msg(json_num(got, "final_loss") == json_num(ref, "final_loss"),
-                "the restarted training ended elsewhere:\n  %s\nwithout restarts:\n  %s\nstderr: %s",
-                got, ref, err);
+  ck_assert_msg(
+      json_num(got, "final_loss") == json_num(ref, "final_loss"),
+      "the restarted training ended elsewhere:\n  %s\nwithout restarts:\n  %s\nstderr: %s", got,
+      ref, err);
   ck_assert_msg(json_num(got, "test_accuracy") == json_num(ref, "test_accuracy"),
                 "test accuracy %g after the restarts, %g without", json_num(got, "test_accuracy"),
                 json_num(ref, "test_accuracy"));
