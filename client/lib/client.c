@@ -379,9 +379,37 @@ static int recv_reply(pe_client *c, const char *what, const Pe__Request *req, in
   return 0;
 }
 
+/* While a reply is awaited from an ipc:// daemon, whether one still
+ * listens on its socket is checked this often. */
+#define LISTEN_CHECK_MS 1000
+
+/* For an ipc:// address: NULL while a daemon listens on the socket; else
+ * why none does (static text). A daemon that exits between reading its
+ * last request and closing its socket leaves a request it never read
+ * unanswered, and nanomsg would wait for a daemon to come back on that
+ * path until the timeout; when one does, nanomsg sends the request to it
+ * again by itself. A socket file that is gone (a clean exit) or refuses
+ * (a crash) means no daemon will answer. */
+static const char *no_listener(const pe_client *c) {
+  if (strncmp(c->address, "ipc://", 6) != 0) return NULL;
+  const char *path = c->address + 6;
+  struct stat st;
+  if (stat(path, &st) != 0) return "its socket file is gone";
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return NULL;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+  int r = connect(fd, (struct sockaddr *)&sa, sizeof sa), e = errno;
+  close(fd);
+  return r != 0 && e == ECONNREFUSED ? "nothing listens on its socket" : NULL;
+}
+
 /* Pack once; send; every resend_ivl_ms without a reply send the same bytes
  * again (same ids: the daemon answers a resend from its reply cache or
- * waits for the original, never applies it twice), until timeout_ms. */
+ * waits for the original, never applies it twice), until timeout_ms. An
+ * ipc:// daemon that went away before answering ends the wait at once
+ * with SHUTTING_DOWN, as a draining daemon's answer would (no_listener):
+ * the caller waits for a restart (pec_wait_restart). */
 static int exchange(pe_client *c, const char *what, Pe__Request *req) {
   size_t size = pe__request__get_packed_size(req);
   if (size > c->max_message && c->max_message == c->daemon_max_message)
@@ -399,15 +427,20 @@ static int exchange(pe_client *c, const char *what, Pe__Request *req) {
   uint8_t *buf = malloc(size ? size : 1);
   if (!buf) return pec_fail(c, PE_C_ENOMEM, "%s: cannot allocate a %zu-byte message", what, size);
   pe__request__pack(req, buf);
-  double deadline = now_ms() + c->timeout_ms;
+  double deadline = now_ms() + c->timeout_ms, next_send = now_ms();
+  bool ipc = strncmp(c->address, "ipc://", 6) == 0;
   int sends = 0, rc;
   for (;;) {
-    if ((rc = send_packed(c, what, req, buf, size))) break;
-    sends++;
-    if (sends > 1) c->resent = true;
-    double left = deadline - now_ms();
-    int wait = left < 1 ? 1 : (int)left;
-    if (c->resend_ivl_ms > 0 && c->resend_ivl_ms < wait) wait = c->resend_ivl_ms;
+    double now = now_ms();
+    if (now >= next_send) {
+      if ((rc = send_packed(c, what, req, buf, size))) break;
+      sends++;
+      if (sends > 1) c->resent = true;
+      next_send = c->resend_ivl_ms > 0 ? now + c->resend_ivl_ms : deadline;
+    }
+    double until = next_send < deadline ? next_send : deadline;
+    if (ipc && until > now + LISTEN_CHECK_MS) until = now + LISTEN_CHECK_MS;
+    int wait = until - now < 1 ? 1 : (int)(until - now);
     rc = recv_reply(c, what, req, wait);
     if (rc != 1) break;
     if (now_ms() >= deadline) {
@@ -416,6 +449,13 @@ static int exchange(pe_client *c, const char *what, Pe__Request *req) {
                     "down or busy, or the reply exceeded the %zu-byte maximum message size)",
                     what, (unsigned long long)req->request_id, c->address, c->timeout_ms, sends,
                     c->max_message);
+      break;
+    }
+    const char *gone = ipc ? no_listener(c) : NULL;
+    if (gone) {
+      rc = pec_fail(c, PE_C_ESHUTDOWN,
+                    "%s (request %llu): the daemon on %s went away before answering (%s)", what,
+                    (unsigned long long)req->request_id, c->address, gone);
       break;
     }
   }

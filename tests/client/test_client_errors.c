@@ -1,5 +1,6 @@
 /* libpeclient's errors without a daemon: a missing socket is a connection
- * error at once, a silent peer is a timeout naming the request, an oversized
+ * error at once, a silent peer is a timeout naming the request, a peer that
+ * goes away before answering ends the wait at once, an oversized
  * request is refused here with both sizes, a daemon error comes back with
  * the daemon's code and message, and the code table matches pe_code.
  *
@@ -150,6 +151,54 @@ START_TEST(silent_listener_times_out) {
   pe_client_free(c);
   close(fd);
   tmp_sock_remove(&t);
+}
+END_TEST
+
+/* A "daemon" that accepts the request's connection, reads nothing and
+ * goes away after 400 ms: with its socket file removed (a clean exit), or
+ * left behind with nobody listening (a crash). */
+typedef struct vanishing {
+  tmp_sock *t;
+  int fd;
+  bool unlink_file;
+} vanishing;
+
+static void *vanish(void *arg) {
+  vanishing *v = arg;
+  usleep(400 * 1000);
+  if (v->unlink_file) unlink(v->t->path);
+  close(v->fd);
+  return NULL;
+}
+
+START_TEST(daemon_gone_before_answering_ends_the_wait) {
+  /* The request is never read: without a check the client would wait its
+   * whole 20 s timeout. It ends within about a second of the daemon going
+   * away, as SHUTTING_DOWN (what a draining daemon answers), naming why. */
+  const char *why[2] = {"its socket file is gone", "nothing listens on its socket"};
+  for (int k = 0; k < 2; k++) {
+    tmp_sock t;
+    tmp_sock_make(&t);
+    vanishing v = {&t, bound_unix_socket(t.path), k == 0};
+    ck_assert_int_eq(listen(v.fd, 4), 0);
+    pe_client *c = connect_to(t.addr, 20000, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, vanish, &v);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = pe_client_ping(c);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pthread_join(th, NULL);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    ck_assert_msg(rc == PE_C_ESHUTDOWN, "case %d: rc %d: %s", k, rc, pe_client_error(c));
+    ck_assert_msg(strstr(pe_client_error(c), "ping (request 1): the daemon on") &&
+                      strstr(pe_client_error(c), "went away before answering") &&
+                      strstr(pe_client_error(c), why[k]),
+                  "case %d: %s", k, pe_client_error(c));
+    ck_assert_msg(took < 10, "case %d: the wait took %.1f s (timeout 20 s)", k, took);
+    pe_client_free(c);
+    tmp_sock_remove(&t);
+  }
 }
 END_TEST
 
@@ -320,6 +369,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, stale_socket_file_is_a_connection_error);
   tcase_add_test(tc, socket_without_access_is_a_connection_error);
   tcase_add_test(tc, silent_listener_times_out);
+  tcase_add_test(tc, daemon_gone_before_answering_ends_the_wait);
   tcase_add_test(tc, oversized_request_is_refused_here);
   tcase_add_test(tc, bad_feed_is_refused_here);
   tcase_add_test(tc, daemon_error_keeps_code_and_message);
