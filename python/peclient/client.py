@@ -11,7 +11,9 @@ a daemon restart, shared memory. A Client is used by one thread at a time
 (a lock serialises its requests); handles share nothing, so threads or
 processes that train at once each make their own. Every failure raises a
 PeError subclass (peclient.errors) with the code and libpeclient's message;
-a daemon that does not answer raises TimedOutError after timeout_ms.
+a daemon that does not answer raises TimedOutError after timeout_ms, and
+one that goes away (exits or dies) before answering ShuttingDownError once
+no daemon came back on its socket.
 
 Feeds: a dict of arrays (one mini-batch each, or a leading steps dimension
 when the program declares the feed: [steps, batch, ...] runs `steps`
