@@ -279,7 +279,8 @@ stage_daemon() {
   done
   run_logged daemon_status 30 "$BIN/pe-client" --socket "$sock" status
   run_logged daemon_train 300 "$BIN/pe-client" --socket "$sock" --json train --model mlp \
-    --epochs 1 --places cuda:0 --quiet && tail -n 1 "$OUT/daemon_train.log" | tee -a "$SUMMARY"
+    --epochs 1 --places cuda:0 --cuda-graph off --quiet &&
+    tail -n 1 "$OUT/daemon_train.log" | tee -a "$SUMMARY"
   run_logged daemon_train_graph 300 "$BIN/pe-client" --socket "$sock" --json train --model mlp \
     --epochs 1 --places cuda:0 --cuda-graph on --model-name mlp-graph --quiet &&
     tail -n 1 "$OUT/daemon_train_graph.log" | tee -a "$SUMMARY"
