@@ -82,7 +82,8 @@ static const char *parse(char *text, const char *machine, int64_t batch, pe_plac
   if (strcmp(line + 8, machine)) return "written on another machine";
   long long b = 0;
   line = strtok_r(NULL, "\n", &save);
-  if (!line || sscanf(line, "batch %lld", &b) != 1 || b != batch) return "another batch";
+  if (!line || sscanf(line, "batch %lld", &b) != 1 || b < 1 || (batch > 0 && b != batch))
+    return "another batch";
   int chosen = -1;
   line = strtok_r(NULL, "\n", &save);
   if (!line || sscanf(line, "chosen %d", &chosen) != 1) return "no chosen line";
@@ -111,16 +112,14 @@ static const char *parse(char *text, const char *machine, int64_t batch, pe_plac
   if (chosen < 0 || chosen >= t->n_cand || t->cand[chosen].step_ms <= 0)
     return "the chosen candidate is not one measured";
   t->chosen = chosen;
-  t->batch = batch;
+  t->batch = b;
   t->remembered = true;
   t->trial_s = 0;
   return NULL;
 }
 
-bool pe_places_recall(const char *state_dir, const char *file, const char *machine, int64_t batch,
-                      pe_places_trial *t) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/places/%s", state_dir, file);
+/* Read the choice at path (see pe_places_recall; batch 0: any). */
+static bool recall_path(const char *path, const char *machine, int64_t batch, pe_places_trial *t) {
   uint8_t *buf = NULL;
   size_t len = 0;
   pe_status *st = pe_read_file(path, MAX_FILE, &buf, &len);
@@ -149,10 +148,16 @@ bool pe_places_recall(const char *state_dir, const char *file, const char *machi
   return true;
 }
 
-pe_status *pe_places_remember(const char *state_dir, const char *file, const char *machine,
+bool pe_places_recall(const char *state_dir, const char *file, const char *machine, int64_t batch,
+                      pe_places_trial *t) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/places/%s", state_dir, file);
+  return recall_path(path, machine, batch, t);
+}
+
+/* Write t as dir/file (atomically), dir made when missing. */
+static pe_status *remember_at(const char *dir, const char *file, const char *machine,
                               const pe_places_trial *t) {
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s/places", state_dir);
   PE_TRY(pe_mkdir_p(dir, 0750));
   size_t cap = 256 + strlen(machine) + (size_t)t->n_cand * 96;
   char *text = malloc(cap);
@@ -168,4 +173,33 @@ pe_status *pe_places_remember(const char *state_dir, const char *file, const cha
   pe_status *st = pe_write_atomic(dir, file, (const uint8_t *)text, (size_t)n);
   free(text);
   return st;
+}
+
+pe_status *pe_places_remember(const char *state_dir, const char *file, const char *machine,
+                              const pe_places_trial *t) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/places", state_dir);
+  return remember_at(dir, file, machine, t);
+}
+
+/* <state_dir>/models/<model> into dir; false when it does not fit. */
+static bool model_dir(const char *state_dir, const char *model, char *dir, size_t cap) {
+  int n = snprintf(dir, cap, "%s/models/%s", state_dir, model);
+  return n > 0 && (size_t)n < cap;
+}
+
+bool pe_places_recall_model(const char *state_dir, const char *model, const char *machine,
+                            pe_places_trial *t) {
+  char dir[4096], path[4200];
+  if (!model_dir(state_dir, model, dir, sizeof dir)) return false;
+  snprintf(path, sizeof path, "%s/" PE_PLACES_MODEL_FILE, dir);
+  return recall_path(path, machine, 0, t);
+}
+
+pe_status *pe_places_remember_model(const char *state_dir, const char *model, const char *machine,
+                                    const pe_places_trial *t) {
+  char dir[4096];
+  if (!model_dir(state_dir, model, dir, sizeof dir))
+    return pe_error(PE_EINVAL, "places of model '%s': path too long under %s", model, state_dir);
+  return remember_at(dir, PE_PLACES_MODEL_FILE, machine, t);
 }

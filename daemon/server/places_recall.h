@@ -6,7 +6,14 @@
  * (not its places, seed or persistence), the batch timed and the machine
  * (CPU model, online cores, ISA). The file is text, written atomically
  * (format/durable_file.h); one that does not parse, or names another
- * machine, is ignored with a warning and replaced by the next trial. */
+ * machine, is ignored with a warning and replaced by the next trial.
+ *
+ * A model's choice is kept beside its restart checkpoint as well
+ * (<state>/models/<model>/places.choice): a model restored after a restart
+ * comes back on the places and strategy it trained on, whichever of its
+ * programs registers first (an evaluation program runs no trial, and
+ * another program's remembered choice may differ). drop-model removes it
+ * with the checkpoint. */
 #ifndef PE_SERVER_PLACES_RECALL_H
 #define PE_SERVER_PLACES_RECALL_H
 
@@ -26,5 +33,13 @@ bool pe_places_recall(const char *state_dir, const char *file, const char *machi
 /* Write t as dir/places/<file> (atomically). */
 pe_status *pe_places_remember(const char *state_dir, const char *file, const char *machine,
                               const pe_places_trial *t);
+
+#define PE_PLACES_MODEL_FILE "places.choice"
+/* The choice model (a valid model name) was created on, written by
+ * pe_places_remember_model, for machine, of any batch; as pe_places_recall. */
+bool pe_places_recall_model(const char *state_dir, const char *model, const char *machine,
+                            pe_places_trial *t);
+pe_status *pe_places_remember_model(const char *state_dir, const char *model, const char *machine,
+                                    const pe_places_trial *t);
 
 #endif

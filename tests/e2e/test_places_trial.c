@@ -5,7 +5,8 @@
  * choice is ignored with a warning and the trial runs again; a model
  * trained after the trial has the parameters, bit for bit, of one
  * registered with the chosen places and strategy by hand, and of one in a
- * daemon started with those places; an evaluation
+ * daemon started with those places; a model restored after a restart comes
+ * back on the places it trained on; an evaluation
  * program or a register that names its places runs no trial; pe-client
  * train --json and status --json report the trial. */
 #include <dirent.h>
@@ -43,13 +44,13 @@ static const Pe__PlacesTrial *model_trial(const Pe__Reply *st, const char *model
 
 /* Register mlp under model (auto strategy, batch hint 16), check the
  * trial's report; the reply. */
-static Pe__Reply *register_auto(int s, const pe_model_spec *mlp, const char *model,
-                                bool remembered) {
+static Pe__Reply *register_auto_as(int s, const pe_model_spec *mlp, const char *model,
+                                   bool remembered, bool persistent) {
   dh_places = NULL;
   dh_strategy = PE__STRATEGY__AUTO;
   dh_fuse = false;
   dh_batch_hint = 16;
-  Pe__Reply *rep = dh_register_call(s, CLIENT, mlp, model, 3, false);
+  Pe__Reply *rep = dh_register_call(s, CLIENT, mlp, model, 3, persistent);
   dh_ok(rep);
   const Pe__PlacesTrial *t = rep->register_->places_trial;
   ck_assert_msg(t != NULL, "register of '%s' reports no places trial", model);
@@ -71,6 +72,11 @@ static Pe__Reply *register_auto(int s, const pe_model_spec *mlp, const char *mod
   ck_assert(best > 0);
   if (strcmp(t->places, "cpu:1")) ck_assert_int_eq(t->strategy, rep->register_->strategy);
   return rep;
+}
+
+static Pe__Reply *register_auto(int s, const pe_model_spec *mlp, const char *model,
+                                bool remembered) {
+  return register_auto_as(s, mlp, model, remembered, false);
 }
 
 /* A daemon with places = auto (the harness's --places cpu:1 overridden) and conf. */
@@ -198,6 +204,110 @@ START_TEST(test_places_auto_trial) {
 }
 END_TEST
 
+/* Rewrite the remembered choice at path (the trial's header kept) so that
+ * it chose cpu:2, all-reduce fused, over cpu:1: a machine where the trial
+ * picks cpu:1 still tests what follows a cpu:2 choice. */
+static void choose_cpu2(const char *path) {
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  char head[3][512];
+  for (int i = 0; i < 3; i++) ck_assert_ptr_nonnull(fgets(head[i], sizeof head[i], f));
+  fclose(f);
+  f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fprintf(f, "%s%s%schosen 1\ncandidate 1 0 0 0 9.0\ncandidate 2 0 1 0 5.0\n", head[0], head[1],
+          head[2]);
+  fclose(f);
+}
+
+/* A model is restored on the places it trained on: a persistent model
+ * whose choice was cpu:2 comes back on cpu:2 after a restart when its
+ * evaluation program (which runs no trial) registers first, as pe-client
+ * does when its first request after the restart names the model; the
+ * training program joins it with the same strategy and the restored
+ * values. drop-model removes the model's choice with its checkpoint. */
+START_TEST(test_places_model_restart) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+    fprintf(stderr, "places_model_restart: needs 2 cores, skipped\n");
+    return;
+  }
+  dh_daemon d = {0};
+  const char *conf = "[runtime]\nplaces_trial_steps = 2\n";
+  start_auto(&d, conf);
+  int s = dh_connect(&d, 60000);
+  pe_model_spec mlp = dh_mlp();
+  dh_batch b;
+  dh_batch_make(&b, 16, 3);
+  Pe__Reply *rep = register_auto(s, &mlp, "warm", false);
+  pe__reply__free_unpacked(rep, NULL);
+  char file[1400];
+  ck_assert_int_eq(choice_files(d.state, file, sizeof file), 1);
+  choose_cpu2(file);
+  char kept[1400];
+  snprintf(kept, sizeof kept, "%s/models/warm/places.choice", d.state);
+  ck_assert_msg(access(kept, F_OK) != 0, "%s written for a model that is not persistent", kept);
+
+  rep = register_auto_as(s, &mlp, "pm", true, true);
+  ck_assert_str_eq(rep->register_->places, "cpu:2");
+  Pe__Strategy strategy = rep->register_->strategy;
+  uint64_t h = rep->register_->handle;
+  pe__reply__free_unpacked(rep, NULL);
+  snprintf(kept, sizeof kept, "%s/models/pm/places.choice", d.state);
+  ck_assert_msg(access(kept, R_OK) == 0, "%s not written", kept);
+  dh_init_ok(s, CLIENT, h);
+  dh_run_loss(s, CLIENT, h, &b, mlp.loss, STEPS);
+  Pe__Reply *trained = dh_get_all(s, CLIENT, "pm");
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+
+  /* The evaluation program first: the model's places, not the default. */
+  start_auto(&d, conf);
+  s = dh_connect(&d, 60000);
+  dh_for_test = true;
+  dh_places = NULL;
+  dh_strategy = PE__STRATEGY__AUTO;
+  rep = dh_register_call(s, CLIENT, &mlp, "pm", 3, true);
+  dh_for_test = false;
+  dh_ok(rep);
+  ck_assert_msg(!strcmp(rep->register_->places, "cpu:2"),
+                "model restored by its evaluation program on %s, trained on cpu:2",
+                rep->register_->places);
+  ck_assert_ptr_nonnull(rep->register_->places_trial);
+  ck_assert(rep->register_->places_trial->remembered);
+  pe__reply__free_unpacked(rep, NULL);
+  ck_assert(dh_log_has(&d, "as before its restart"));
+  /* The training program joins it with the strategy it trained with. */
+  rep = dh_register_call(s, CLIENT, &mlp, "pm", 3, true);
+  dh_ok(rep);
+  ck_assert_str_eq(rep->register_->places, "cpu:2");
+  ck_assert_int_eq(rep->register_->strategy, strategy);
+  pe__reply__free_unpacked(rep, NULL);
+  Pe__Reply *restored = dh_get_all(s, CLIENT, "pm");
+  const char *differs = dh_params_differ(trained, restored);
+  ck_assert_msg(differs == NULL, "'%s' differs after the restart", differs);
+  pe__reply__free_unpacked(restored, NULL);
+  pe__reply__free_unpacked(trained, NULL);
+
+  Pe__Request rq = dh_req(CLIENT);
+  Pe__DropModelRequest dr = PE__DROP_MODEL_REQUEST__INIT;
+  dr.model = (char *)"pm";
+  rq.body_case = PE__REQUEST__BODY_DROP_MODEL;
+  rq.drop_model = &dr;
+  rep = dh_call(s, &rq);
+  dh_ok(rep);
+  pe__reply__free_unpacked(rep, NULL);
+  char dir[1400];
+  snprintf(dir, sizeof dir, "%s/models/pm", d.state);
+  ck_assert_msg(access(dir, F_OK) != 0, "%s is left after drop-model", dir);
+
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  dh_batch_free(&b);
+  pe_model_spec_release(&mlp);
+  dh_cleanup(&d);
+}
+END_TEST
+
 /* places_trial = false: auto is cpu:1, no trial, nothing remembered; a
  * batch hint out of range is refused. */
 START_TEST(test_places_trial_off) {
@@ -253,6 +363,7 @@ static Suite *suite(void) {
   Suite *s = suite_create("places_trial");
   TCase *tc = tcase_create("e2e");
   tcase_add_test(tc, test_places_auto_trial);
+  tcase_add_test(tc, test_places_model_restart);
   tcase_add_test(tc, test_places_trial_off);
   tcase_add_test(tc, test_places_trial_cli);
   suite_add_tcase(s, tc);

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "server/checkpoint/save_load.h"
 #include "server/client_tag.h"
+#include "server/places_recall.h"
 #include "server/registry/registry.h"
 
 typedef struct drop_ctx {
@@ -16,19 +17,21 @@ typedef struct drop_ctx {
   char *removed; /* malloc'd path once removed */
 } drop_ctx;
 
-/* Remove the model's restart checkpoint, durably; its directory goes too
- * when nothing else (named checkpoints) is left in it. */
+/* Remove the model's restart checkpoint and the places it was created on
+ * (server/places_recall.h), durably; its directory goes too when nothing
+ * else (named checkpoints) is left in it. */
 static pe_status *remove_restart(drop_ctx *a) {
   char dir[4096], file[128];
   PE_TRY(pe_checkpoint_path(a->state_dir, a->model, a->ckpt, dir, sizeof dir, file, sizeof file));
-  bool existed = false;
-  pe_status *st = pe_remove_durable(dir, file, &existed);
+  bool existed = false, had_places = false;
+  pe_status *st = pe_remove_durable(dir, PE_PLACES_MODEL_FILE, &had_places);
+  if (!st) st = pe_remove_durable(dir, file, &existed);
   if (existed) {
     size_t n = strlen(dir) + strlen(file) + 2;
     a->removed = malloc(n);
     if (a->removed) snprintf(a->removed, n, "%s/%s", dir, file);
-    if (!st && rmdir(dir) != 0) PE_LOGD("drop: %s kept (not empty)", dir);
   }
+  if ((existed || had_places) && !st && rmdir(dir) != 0) PE_LOGD("drop: %s kept (not empty)", dir);
   return st;
 }
 

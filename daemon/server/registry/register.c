@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/log.h"
 #include "ops/device_ctx.h"
@@ -183,11 +184,48 @@ typedef struct reg_opts {
    * model (malloc'd, NULL: none), and the register as the choice compiles
    * it (rq with chosen_opts). */
   bool trial;
-  bool use_chosen; /* compile chosen_rq: a trial's choice, or the model's */
+  bool use_chosen;   /* compile chosen_rq: a trial's choice, or the model's */
+  bool model_choice; /* chosen is the model's own, from before a restart */
   pe_places_trial *chosen;
   Pe__RegisterOptions chosen_opts;
   Pe__RegisterRequest chosen_rq;
 } reg_opts;
+
+/* ro takes t (malloc'd) as the model's places and the request compiled. */
+static void take_choice(reg_opts *ro, const Pe__RegisterRequest *rq, pe_places_trial *t) {
+  ro->kind = PE_PLACE_CPU;
+  ro->n_places = t->cand[t->chosen].n_places;
+  pe_places_trial_options(t, rq->options, &ro->chosen_opts);
+  ro->chosen_rq = *rq;
+  ro->chosen_rq.options = &ro->chosen_opts;
+  ro->chosen = t;
+  ro->use_chosen = true;
+}
+
+/* A model with a restart checkpoint comes back on the choice it was
+ * created on (server/places_recall.h), whichever of its programs registers
+ * first; ro takes it as choose_places would. */
+static pe_status *recall_model_choice(pe_server *s, const Pe__RegisterRequest *rq, reg_opts *ro) {
+  char dir[4096], file[128], path[4300], machine[256];
+  PE_TRY(pe_checkpoint_path(s->cfg.state_dir, rq->model, s->cfg.shutdown_checkpoint, dir,
+                            sizeof dir, file, sizeof file));
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  struct stat sb;
+  if (stat(path, &sb) != 0) return NULL;
+  pe_places_trial *t = calloc(1, sizeof *t);
+  if (!t) return pe_error(PE_ENOMEM, "register: out of memory");
+  pe_places_machine(machine, sizeof machine);
+  if (!pe_places_recall_model(s->cfg.state_dir, rq->model, machine, t)) {
+    free(t);
+    return NULL;
+  }
+  char name[64];
+  PE_LOGI("register: model '%s': %s, as before its restart (%s/" PE_PLACES_MODEL_FILE ")",
+          rq->model, pe_places_candidate_name(&t->cand[t->chosen], name, sizeof name), dir);
+  take_choice(ro, rq, t);
+  ro->model_choice = true;
+  return NULL;
+}
 
 /* The request's model name and program checked, its options resolved:
  * places (the options', else an existing model's, else the daemon's),
@@ -222,9 +260,11 @@ static pe_status *resolve_options(pe_registry *r, const Pe__RegisterRequest *rq,
     }
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_lock(&s->cfg_mu);
-    ro->trial = !have && !(o && o->for_test) && s->place_kind == PE_PLACE_CPU &&
-                !strcmp(s->cfg.places, "auto") && s->cfg.places_trial;
+    bool auto_cpu =
+        s->place_kind == PE_PLACE_CPU && !strcmp(s->cfg.places, "auto") && s->cfg.places_trial;
     pthread_mutex_unlock(&s->cfg_mu);
+    if (!have && auto_cpu) PE_TRY(recall_model_choice(s, rq, ro));
+    ro->trial = !have && auto_cpu && !ro->chosen && !(o && o->for_test);
   }
   ro->sync = s->sync;
   if (o && o->sync && o->sync[0] && !pe_sync_strategy_parse(o->sync, &ro->sync))
@@ -288,14 +328,23 @@ static pe_status *choose_places(pe_server *s, const Pe__RegisterRequest *rq, reg
   PE_LOGI("register: model '%s': %s (%s, %.3f ms a step of %lld samples)", rq->model,
           pe_places_candidate_name(&t->cand[t->chosen], name, sizeof name),
           t->remembered ? "remembered" : "timed", t->cand[t->chosen].step_ms, (long long)batch);
-  ro->kind = PE_PLACE_CPU;
-  ro->n_places = t->cand[t->chosen].n_places;
-  pe_places_trial_options(t, rq->options, &ro->chosen_opts);
-  ro->chosen_rq = *rq;
-  ro->chosen_rq.options = &ro->chosen_opts;
-  ro->chosen = t;
-  ro->use_chosen = true;
+  take_choice(ro, rq, t);
   return NULL;
+}
+
+/* The choice m (held: its trial lives) was created on, kept beside its
+ * restart checkpoint, unless a drop has closed its saves (save_mu, as a
+ * checkpoint write). A failure costs only the choice after a restart. */
+static void keep_model_choice(pe_server *s, pe_srv_model *m) {
+  char machine[256];
+  pe_places_machine(machine, sizeof machine);
+  pthread_mutex_lock(&m->save_mu);
+  pe_status *st = m->saves_closed
+                      ? NULL
+                      : pe_places_remember_model(s->cfg.state_dir, m->name, machine, m->trial);
+  pthread_mutex_unlock(&m->save_mu);
+  if (st) PE_LOGW("register: model '%s': its places not kept: %s", m->name, pe_status_msg(st));
+  pe_status_free(st);
 }
 
 /* 2 (unlocked): a new program (taking key) decoded and compiled into *g
@@ -432,18 +481,22 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
   *out = NULL;
   *existed = false;
   reg_opts ro = {0};
-  PE_TRY(resolve_options(r, rq, &ro));
   uint8_t *key = NULL;
   size_t key_len = 0;
-  PE_TRY(make_key(rq, &key, &key_len));
+  pe_status *st = resolve_options(r, rq, &ro);
+  if (!st) st = make_key(rq, &key, &key_len);
+  if (st) {
+    free(ro.chosen);
+    return st;
+  }
   uint64_t handle = fnv1a(key, key_len);
 
   /* 1 (locked): the same program again is the common case; answer it now. */
-  pe_status *st = NULL;
   pthread_mutex_lock(&r->mu);
   pe_srv_program *p = existing_locked(r, handle, key, key_len, client, ro.persistent, &st);
   pthread_mutex_unlock(&r->mu);
   if (p || st) {
+    free(ro.chosen);
     free(key);
     *out = p;
     *existed = p != NULL;
@@ -470,9 +523,14 @@ pe_status *pe_registry_register(pe_registry *r, uint64_t client, const Pe__Regis
    * register that found the model created meanwhile binds to its places). */
   if (!st && !winner && ro.chosen && !m->trial && m->n_places == ro.n_places) {
     m->trial = ro.chosen;
+    m->trial_kept = ro.model_choice;
     ro.chosen = NULL;
   }
+  /* A persistent model's choice is kept for its restart. */
+  bool keep = !st && !winner && ro.persistent && m->trial && !m->trial_kept;
+  if (keep) m->trial_kept = true;
   pthread_mutex_unlock(&r->mu);
+  if (keep) keep_model_choice(r->s, m);
   free(ro.chosen);
   if (st || winner) {
     pe_graph_free(g);

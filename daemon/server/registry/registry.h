@@ -85,6 +85,9 @@ typedef struct pe_srv_model {
    * were named or the daemon's). Set before its first program is
    * published, never changed after; the model owns it. */
   pe_places_trial *trial;
+  /* trial is kept beside the restart checkpoint (server/places_recall.h),
+   * or came from there: written once a persistent program binds. */
+  bool trial_kept;
   int refs; /* acquisitions by requests in progress */
   /* A drop (pe_registry_drop_model_begin) is under way: no register binds
    * to the model and no acquire finds it; unlinked: it has left the table
