@@ -5,7 +5,9 @@
  *    model trains bit for bit as without a job; the all-reduces come in the
  *    same order every step, one call per all-reduce node;
  *  - a failing exchange fails the step naming it, and the step updates no
- *    parameter (the all-reduce nodes complete together).
+ *    parameter (the all-reduce nodes complete together);
+ *  - with one pool worker, the backward pass runs on while an exchange
+ *    waits on the peers (the exchange thread sums, not the worker).
  * cpu:1 and cpu:2, with and without fused buckets.
  *  - the device path (pe_model_set_node_dcomm, cuda's NCCL in the daemon)
  *    on sim:1: the gradients go to the device table after the place's comm
@@ -14,7 +16,9 @@
  *  - which path a model's places take (pe_node_comm_path_of). */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "check_main.h"
 #include "engine/node_comm.h"
@@ -230,6 +234,84 @@ START_TEST(failed_exchange_updates_nothing) {
 }
 END_TEST
 
+/* The overlap test's communicator: its first gradient exchange of a step
+ * (call 2, after the row count) blocks until a node of the step begins
+ * while it waits (the node hook), or the guard runs out. */
+enum { OVERLAP_GUARD_S = 20 };
+typedef struct blocking {
+  fake f;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool waiting;     /* the exchange is blocked */
+  int began_during; /* nodes begun while it was */
+} blocking;
+
+static pe_status *blocking_all_reduce(void *ctx, float *const *bufs, const size_t *counts,
+                                      int nbuf) {
+  blocking *b = ctx;
+  if (b->f.calls == 1) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += OVERLAP_GUARD_S;
+    pthread_mutex_lock(&b->mu);
+    b->waiting = true;
+    while (!b->began_during && pthread_cond_timedwait(&b->cv, &b->mu, &until) == 0) {
+    }
+    b->waiting = false;
+    pthread_mutex_unlock(&b->mu);
+  }
+  return fake_all_reduce(&b->f, bufs, counts, nbuf);
+}
+
+static void blocking_fail(void *ctx, const char *why) {
+  fake_fail(&((blocking *)ctx)->f, why);
+}
+
+static void overlap_hook(void *arg, int node, bool done) {
+  (void)node;
+  blocking *b = arg;
+  if (done) return;
+  pthread_mutex_lock(&b->mu);
+  if (b->waiting) {
+    b->began_during++;
+    pthread_cond_broadcast(&b->cv);
+  }
+  pthread_mutex_unlock(&b->mu);
+}
+
+/* One pool worker: while the first gradient exchange of each step waits
+ * on the peers, the worker runs the rest of the backward pass (the sums
+ * across nodes run on the executor's exchange thread, not on the worker),
+ * and the step trains as without a job. A worker blocked in the exchange
+ * would begin no node until the guard ran out. */
+START_TEST(one_worker_overlaps_the_exchange) {
+  pe_runtime *rt = rt_new(1);
+  par job, plain;
+  par_new_cross(&job, rt, 1, false, 7);
+  par_new(&plain, rt, PE_PLACE_CPU, 1, PE_STRATEGY_ALLREDUCE, false, 7);
+  blocking b = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  pe_node_comm c = {&b, 0, 2, blocking_all_reduce, blocking_fail};
+  pe_model_set_node_comm(job.m, &c);
+  PE_CK_OK(pe_par_exec_run(job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  PE_CK_OK(pe_par_exec_run(plain.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
+  ck_assert_int_gt(all_reduces(&job), 1);
+  pe_run_opts ro = {.node_hook = overlap_hook, .hook_arg = &b};
+  for (int step = 0; step < 3; step++) {
+    b.f.calls = 0;
+    b.began_during = 0;
+    par_step(&job, step, 12, &ro);
+    par_step(&plain, step, 12, NULL);
+    ck_assert_msg(b.began_during > 0,
+                  "step %d: no node began while the exchange waited on the peers", step);
+    assert_same_values(&job, &plain);
+  }
+  ck_assert_int_eq(b.f.failed_steps, 0);
+  par_free(&job);
+  par_free(&plain);
+  pe_runtime_free(rt);
+}
+END_TEST
+
 /* The test's device communicator on sim places: NCCL's across nodes runs
  * on place 0's comm stream after the sum over the places; here the table
  * waits for that stream, then doubles like the fake. */
@@ -382,6 +464,7 @@ static Suite *cross_suite(void) {
   tcase_add_test(tc, cpu2_trains_as_without_a_job);
   tcase_add_test(tc, cpu2_fused_trains_as_without_a_job);
   tcase_add_test(tc, failed_exchange_updates_nothing);
+  tcase_add_test(tc, one_worker_overlaps_the_exchange);
   tcase_add_test(tc, timeline_names_the_exchange);
   tcase_add_test(tc, sim1_device_path_trains_as_without_a_job);
   tcase_add_test(tc, sim1_failed_device_exchange_updates_nothing);

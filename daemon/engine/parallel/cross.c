@@ -9,6 +9,12 @@
  * worker only blocks inside the communicator, on the peers). The sum lands
  * in place 0's buffer and is copied to the other places.
  *
+ * On host places (cpu) the sums across nodes run on the executor's own
+ * exchange thread, not on the pool worker that posts: a worker blocked in
+ * the communicator would leave a daemon of one worker nothing to run the
+ * rest of the backward pass with while the gradients travel. The thread
+ * sums the posted nodes in cross_seq order and sleeps in between.
+ *
  * The step's all-reduce nodes complete together after the last one was
  * summed: their successors (the optimizer updates) run only when every sum
  * of the step arrived. The backward pass never waits for them (it reads no
@@ -19,11 +25,14 @@
  *
  * On places with a device communicator across nodes (cuda: NCCL over the
  * nodes' lead GPUs, pe_model_set_node_dcomm), the same order and holding
- * apply; the sum over the places runs on the comm streams
+ * apply, on the posting thread (the sums are queued on a stream, not
+ * waited for); the sum over the places runs on the comm streams
  * (parallel/cross_device.c), the sum across nodes on place 0's device
  * buffers on its comm stream, and the result is spread to the other places
  * by the within-node broadcast. The step's rows (par_cross_rows) are summed
  * over the host communicator (the job's Gloo) on every kind of place. */
+#define _GNU_SOURCE /* pthread_setname_np */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,9 +55,32 @@ pe_status *par_cross_compile(pe_par_exec *e) {
 }
 
 void par_cross_free(pe_par_exec *e) {
+  if (e->cross_thread_on) {
+    pthread_mutex_lock(&e->cross_mu);
+    e->cross_quit = true;
+    pthread_cond_signal(&e->cross_cv);
+    pthread_mutex_unlock(&e->cross_mu);
+    pthread_join(e->cross_thread, NULL);
+    pthread_cond_destroy(&e->cross_cv);
+  }
   par_keep_free(e);
   free(e->cross);
   pthread_mutex_destroy(&e->cross_mu);
+}
+
+static void *exchange_main(void *arg);
+
+static pe_status *start_exchange(pe_par_exec *e) {
+  pthread_cond_init(&e->cross_cv, NULL);
+  e->cross_quit = false;
+  int rc = pthread_create(&e->cross_thread, NULL, exchange_main, e);
+  if (rc) {
+    pthread_cond_destroy(&e->cross_cv);
+    return pe_error(PE_ENOMEM, "job across nodes: no thread for the exchange: %s", strerror(rc));
+  }
+  pthread_setname_np(e->cross_thread, "pe-exchange");
+  e->cross_thread_on = true;
+  return NULL;
 }
 
 pe_status *par_cross_begin(pe_par_exec *e) {
@@ -65,10 +97,14 @@ pe_status *par_cross_begin(pe_par_exec *e) {
                     "between its places; such places join a job one per node",
                     pe_place_kind_name(e->m->kind), e->n_places);
   if (path == PE_NODE_COMM_DEVICE) e->ncomm_dev = e->m->ncomm_dev;
+  /* The exchange thread may still be releasing the last step's nodes. */
+  pthread_mutex_lock(&e->cross_mu);
   memset(e->cross, 0, (size_t)e->n_cross * sizeof(*e->cross));
   e->cross_next = 0;
   e->cross_busy = false;
   e->cross_failed = false;
+  pthread_mutex_unlock(&e->cross_mu);
+  if (!e->ncomm_dev && !e->cross_thread_on) PE_TRY(start_exchange(e));
   return NULL;
 }
 
@@ -154,16 +190,9 @@ static void complete_task(void *arg) {
     par_run_chain(par_node_done(x, true));
 }
 
-bool par_cross_hold(xnode *x) {
-  pe_par_exec *e = x->e;
-  if (x->cross_seq < 0 || !e->ncomm) return true;
-  pthread_mutex_lock(&e->cross_mu);
-  e->cross[x->cross_seq] = x;
-  if (e->cross_busy) {
-    pthread_mutex_unlock(&e->cross_mu);
-    return false;
-  }
-  e->cross_busy = true;
+/* Sum the posted nodes from cross_next on, in order (cross_mu held, and
+ * dropped around each sum). */
+static void sum_posted_locked(pe_par_exec *e) {
   while (e->cross_next < e->n_cross && e->cross[e->cross_next]) {
     xnode *y = e->cross[e->cross_next];
     pthread_mutex_unlock(&e->cross_mu);
@@ -171,18 +200,56 @@ bool par_cross_hold(xnode *x) {
     pthread_mutex_lock(&e->cross_mu);
     e->cross_next++;
   }
-  bool last = e->cross_next == e->n_cross;
-  e->cross_busy = false;
-  pthread_mutex_unlock(&e->cross_mu);
-  if (!last) return false;
-  /* Every sum is in (or the step failed): release the held nodes; x, the
-   * one posted last, completes on this thread (its caller's path). */
+}
+
+/* Every sum is in (or the step failed): the held nodes go to the pool to
+ * complete, but `mine` (NULL: none), which its caller completes. Under
+ * cross_mu: the next step's par_cross_begin resets the table after this. */
+static void release_locked(pe_par_exec *e, const xnode *mine) {
   for (int k = 0; k < e->n_cross; k++) {
     xnode *y = e->cross[k];
     if (e->cross_failed) atomic_store_explicit(&y->failed, true, memory_order_release);
-    if (y == x) continue;
+    if (y == mine) continue;
     y->cross_task = (pe_task){complete_task, y, NULL};
     pe_pool_submit(e->rt->pool, &y->cross_task);
   }
-  return true;
+}
+
+static void *exchange_main(void *arg) {
+  pe_par_exec *e = arg;
+  pthread_mutex_lock(&e->cross_mu);
+  for (;;) {
+    while (!e->cross_quit && !(e->cross_next < e->n_cross && e->cross[e->cross_next]))
+      pthread_cond_wait(&e->cross_cv, &e->cross_mu);
+    if (e->cross_quit) break;
+    sum_posted_locked(e);
+    if (e->cross_next == e->n_cross) release_locked(e, NULL);
+  }
+  pthread_mutex_unlock(&e->cross_mu);
+  return NULL;
+}
+
+bool par_cross_hold(xnode *x) {
+  pe_par_exec *e = x->e;
+  if (x->cross_seq < 0 || !e->ncomm) return true;
+  pthread_mutex_lock(&e->cross_mu);
+  e->cross[x->cross_seq] = x;
+  if (!e->ncomm_dev) {
+    pthread_cond_signal(&e->cross_cv); /* the exchange thread sums it */
+    pthread_mutex_unlock(&e->cross_mu);
+    return false;
+  }
+  /* Device path: the thread that posts the next in order sums it. */
+  if (e->cross_busy) {
+    pthread_mutex_unlock(&e->cross_mu);
+    return false;
+  }
+  e->cross_busy = true;
+  sum_posted_locked(e);
+  bool last = e->cross_next == e->n_cross;
+  e->cross_busy = false;
+  /* x, the one posted last, completes on this thread (its caller's path). */
+  if (last) release_locked(e, x);
+  pthread_mutex_unlock(&e->cross_mu);
+  return last;
 }

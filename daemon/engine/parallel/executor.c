@@ -247,15 +247,29 @@ xnode *par_node_done(xnode *x, bool may_inline) {
   pe_par_exec *e = x->e;
   const pe_graph_node *n = x->n;
   bool failed = atomic_load_explicit(&x->failed, memory_order_acquire);
-  xnode *next = NULL;
+  xnode *next = NULL, *comm = NULL;
   bool split = !e->async; /* split: collectives are never inlined */
-  for (int k = 0; k < n->n_succ; k++) {
+  /* In a job on host places a collective runs first instead: it posts
+   * its gradient to the exchange thread (parallel/cross.c), and the sooner
+   * it is posted the more of the backward pass overlaps the exchange. */
+  bool comm_first = split && e->ncomm;
+  for (int k = 0; !comm_first && k < n->n_succ; k++) {
     xnode *y = &e->x[n->succ[k]];
     if (!split || y->collective) succ_done(e, y, failed, may_inline && !split, &next);
   }
   for (int k = 0; split && k < n->n_succ; k++) {
     xnode *y = &e->x[n->succ[k]];
     if (!y->collective) succ_done(e, y, failed, may_inline, &next);
+  }
+  for (int k = 0; comm_first && k < n->n_succ; k++) {
+    xnode *y = &e->x[n->succ[k]];
+    if (y->collective) succ_done(e, y, failed, may_inline, &comm);
+  }
+  if (comm) {
+    /* The place's next op goes to the front of this worker's queue: it
+     * runs as soon as the collective has posted. */
+    if (next) pe_pool_submit(e->rt->pool, &next->task);
+    next = comm;
   }
   finish_run_node(e);
   return next;

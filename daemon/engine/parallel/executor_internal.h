@@ -237,6 +237,13 @@ struct pe_par_exec {
   bool cross_busy;
   bool cross_failed;
   pthread_mutex_t cross_mu;
+  /* The exchange thread of the host path: it sums the posted nodes in
+   * order, so no pool worker blocks on the peers and the backward pass
+   * runs on while the gradients travel. Started at the first step in a
+   * job, joined at free; cross_cv (under cross_mu) wakes it. */
+  pthread_t cross_thread;
+  bool cross_thread_on, cross_quit;
+  pthread_cond_t cross_cv;
   par_keep keep; /* parallel/cross_keep.c */
 
   /* Captured steps (parallel/cuda_graph_step.c): NULL unless the mode
