@@ -221,16 +221,23 @@ static void task_fn(void *arg) {
 
 /* Count successor y down; a plain one that became ready is returned as
  * *next when that is free, else submitted. */
-static void succ_done(pe_par_exec *e, xnode *y, bool failed, bool may_inline, xnode **next) {
+/* One of y's inputs is done: true when y (not an engine node: those the
+ * engine schedules) is ready to run now. */
+static bool succ_ready(pe_par_exec *e, xnode *y, bool failed) {
   if (failed) atomic_store_explicit(&y->failed, true, memory_order_release);
   if (y->engine) {
     pe_engine_op_dep_done(e->rt->eng, y->eop);
-  } else if (atomic_fetch_sub_explicit(&y->pending, 1, memory_order_acq_rel) == 1) {
-    if (may_inline && !*next)
-      *next = y;
-    else
-      pe_pool_submit(e->rt->pool, &y->task);
+    return false;
   }
+  return atomic_fetch_sub_explicit(&y->pending, 1, memory_order_acq_rel) == 1;
+}
+
+static void succ_done(pe_par_exec *e, xnode *y, bool failed, bool may_inline, xnode **next) {
+  if (!succ_ready(e, y, failed)) return;
+  if (may_inline && !*next)
+    *next = y;
+  else
+    pe_pool_submit(e->rt->pool, &y->task);
 }
 
 /* Successor order on cpu places: collectives (all-reduces, sharded
@@ -263,14 +270,17 @@ xnode *par_node_done(xnode *x, bool may_inline) {
   }
   for (int k = 0; comm_first && k < n->n_succ; k++) {
     xnode *y = &e->x[n->succ[k]];
-    if (y->collective) succ_done(e, y, failed, may_inline, &comm);
-  }
-  if (comm) {
-    /* The place's next op goes to the front of this worker's queue: it
-     * runs as soon as the collective has posted. */
+    if (!y->collective || !succ_ready(e, y, failed)) continue;
+    /* The place's next op goes to this worker's LIFO queue first, so the
+     * collectives queued after it run before it, and it right after them. */
     if (next) pe_pool_submit(e->rt->pool, &next->task);
-    next = comm;
+    next = NULL;
+    if (may_inline && !comm)
+      comm = y;
+    else
+      pe_pool_submit(e->rt->pool, &y->task);
   }
+  if (comm) next = comm;
   finish_run_node(e);
   return next;
 }
