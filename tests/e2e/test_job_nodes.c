@@ -5,7 +5,8 @@
  *  - they equal one daemon training the global batch on cpu:N, within
  *    summation order, also with shards of 12 and 13 rows;
  *  - both daemons killed, the job formed again from rank 0's checkpoint
- *    trains on as the uninterrupted job, bit for bit;
+ *    trains on as the uninterrupted job, bit for bit; so does a persistent
+ *    job whose daemons were stopped and started again;
  *  - kill -9 of one daemon mid-run: the other's run fails naming the peer,
  *    its parameters stay as of the last completed step, it answers ping,
  *    and the job forms again once the node is back; with batch norm, Adam
@@ -133,6 +134,7 @@ typedef struct node {
   const pe_model_spec *m;
   const batch *b;
   int rank, world;
+  bool persistent; /* the register's */
   char rendezvous[64];
   uint64_t h;
   int rc;
@@ -158,7 +160,8 @@ static void *node_register(void *arg) {
                                .job_world = n->world,
                                .job_rank = n->rank,
                                .job_rendezvous = n->rendezvous,
-                               .job_token = "secret"};
+                               .job_token = "secret",
+                               .persistent = n->persistent};
   pe_client_program p;
   n->rc = pe_client_register(n->c, &a, &p);
   if (n->rc) {
@@ -577,6 +580,59 @@ START_TEST(test_job_resumes_from_rank0s_checkpoint_as_if_uninterrupted) {
 }
 END_TEST
 
+/* A persistent job (pe-client train --persistent): both daemons stop
+ * (SIGTERM: each writes its model's restart checkpoint) and start again on
+ * their state, and the same registers form the job again: each daemon
+ * restores its model at the register, every node takes rank 0's values
+ * and generator offset, and AFTER more steps give, bit for bit, the
+ * persistables of BEFORE + AFTER steps without interruption. */
+START_TEST(test_persistent_job_resumes_after_its_daemons_restart) {
+  pe_model_spec m;
+  cd_daemon d[2];
+  node ns[2];
+  batch *b = job_of_text(DROPOUT_MODEL, &m, d, ns);
+  steps_on_both(ns, BEFORE + AFTER);
+  snap ref;
+  snap_take(ns[0].c, "job-mlp", &ref);
+  nodes_stop(d, ns, 2);
+
+  nodes_start(d, ns, 2, &m, b);
+  for (int r = 0; r < 2; r++) ns[r].persistent = true;
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "register: %s / %s", ns[0].err, ns[1].err);
+  steps_on_both(ns, BEFORE);
+  for (int r = 0; r < 2; r++) {
+    pe_client_free(ns[r].c);
+    kill(d[r].pid, SIGTERM);
+    int st;
+    ck_assert_int_eq(waitpid(d[r].pid, &st, 0), d[r].pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d: status 0x%x after SIGTERM", r,
+                  st);
+    char ckpt[600];
+    snprintf(ckpt, sizeof ckpt, "%s/state/models/job-mlp/shutdown.ckpt", d[r].dir);
+    ck_assert_msg(access(ckpt, R_OK) == 0, "rank %d wrote no restart checkpoint %s", r, ckpt);
+    cd_spawn(&d[r], (uid_t)-1, (gid_t)-1);
+    ns[r].c = cd_connect(&d[r]);
+  }
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "re-form: %s / %s", ns[0].err, ns[1].err);
+  steps_on_both(ns, AFTER);
+  snap s0, s1;
+  snap_take(ns[0].c, "job-mlp", &s0);
+  snap_take(ns[1].c, "job-mlp", &s1);
+  const char *diff = snap_diff(&s0, &ref);
+  ck_assert_msg(!diff, "'%s' on rank 0 differs from the uninterrupted job's", diff);
+  diff = snap_diff_but(&s1, &s0, true);
+  ck_assert_msg(!diff, "'%s' on rank 1 differs from rank 0's", diff);
+  snap_free(&ref);
+  snap_free(&s0);
+  snap_free(&s1);
+  nodes_stop(d, ns, 2);
+  free(b);
+  pe_model_spec_release(&m);
+}
+END_TEST
+
 /* A peer that stops answering (SIGSTOP) without dying: the step fails after
  * [job] timeout (5 s here), naming it; nobody hangs. */
 START_TEST(test_silent_peer_fails_the_step_after_the_timeout) {
@@ -683,6 +739,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_killed_peer_fails_the_step_and_the_job_forms_again);
   tcase_add_test(tc, test_failed_step_keeps_every_persistable_as_of_the_last_step);
   tcase_add_test(tc, test_job_resumes_from_rank0s_checkpoint_as_if_uninterrupted);
+  tcase_add_test(tc, test_persistent_job_resumes_after_its_daemons_restart);
   tcase_add_test(tc, test_silent_peer_fails_the_step_after_the_timeout);
   tcase_add_test(tc, test_mismatched_program_is_refused_naming_node_and_variable);
   tcase_add_test(tc, test_rank_taken_twice_is_refused);
