@@ -111,7 +111,7 @@ static const cli_opt train_opts[] = {
      "train as one node of a job across nodes (docs/multinode.md): the job's name"},
     {"world", CLI_INT, offsetof(train_cfg, world), 2, 4096, "--job: nodes in the job"},
     {"rank", CLI_INT, offsetof(train_cfg, rank), 0, 4095,
-     "--job: this node, 0 .. world-1; it trains rows i with i % world == rank"},
+     "--job: this node, 0 .. world-1; it trains every world-th example of each epoch's order"},
     {"rendezvous", CLI_STR, offsetof(train_cfg, rendezvous), 0, 0,
      "--job: rank 0's daemon's HOST:PORT"},
     {"job-token-file", CLI_STR, offsetof(train_cfg, job_token_file), 0, 0,
@@ -273,11 +273,12 @@ typedef struct setup_step {
   int rc;
 } setup_step;
 
-/* A node of a job trains its shard: rows i with i % world == rank. */
-static int take_shard(trainer *t) {
-  char err[256];
-  if (pe_feed_data_shard(t->train, (int)t->cfg.world, (int)t->cfg.rank, err, sizeof err))
-    return cli_error(t->ctx, "--job %s: %s", t->cfg.job, err);
+/* A node of a job trains its part of each epoch (pe_batcher_shard):
+ * every node needs one example at least. */
+static int check_shard(trainer *t) {
+  if (trainer_epoch_rows(t) < 1)
+    return cli_usage(t->ctx, "--job %s: %lld training examples leave rank %ld of %ld none",
+                     t->cfg.job, (long long)t->train->n, t->cfg.rank, t->cfg.world);
   return CLI_OK;
 }
 
@@ -292,11 +293,12 @@ static int before_pack(const pe_model_spec *m, pe_train_recipe *r, void *arg) {
   int rc = CLI_OK;
   if (!s->eval_only) rc = check_optimizer(t);
   if (!rc) rc = trainer_load_data(t); /* m is t->m: its feeds are declared already */
-  if (!rc && !s->eval_only && t->cfg.job) rc = take_shard(t);
+  if (!rc && !s->eval_only && t->cfg.job) rc = check_shard(t);
   /* It would be one short batch per epoch, reported under the asked size. */
-  if (!rc && !s->eval_only && t->cfg.batch > t->train->n)
-    rc = cli_usage(t->ctx, "--batch %ld is larger than the %lld training examples%s", t->cfg.batch,
-                   (long long)t->train->n, t->cfg.limit ? " (--limit)" : "");
+  if (!rc && !s->eval_only && t->cfg.batch > trainer_epoch_rows(t))
+    rc = cli_usage(t->ctx, "--batch %ld is larger than the %lld training examples%s%s",
+                   t->cfg.batch, (long long)trainer_epoch_rows(t),
+                   t->cfg.job ? " of this node" : "", t->cfg.limit ? " (--limit)" : "");
   if (!rc && r) rc = fill_schedule(t, r);
   s->rc = rc;
   return rc != CLI_OK;

@@ -258,6 +258,12 @@ int trainer_train(trainer *t, train_result *r) {
   long b = t->cfg.batch, group = b * t->cfg.per_request;
   pe_batcher *bt = pe_feed_data_batcher(t->train, (int)group, true, (uint64_t)t->cfg.seed);
   if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", group);
+  /* In a job, this node's part of each epoch's order (checked at set-up). */
+  if (t->cfg.job && !pe_batcher_shard(bt, (int)t->cfg.world, (int)t->cfg.rank)) {
+    pe_batcher_free(bt);
+    return cli_error(t->ctx, "--job %s: rank %ld of %ld gets no example", t->cfg.job, t->cfg.rank,
+                     t->cfg.world);
+  }
   progress pg = {.tty = isatty(2), .quiet = t->cfg.quiet};
   long per_epoch = trainer_steps_per_epoch(t);
   long total = per_epoch * t->cfg.epochs;

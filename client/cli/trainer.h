@@ -99,8 +99,13 @@ typedef struct train_result {
 } train_result;
 
 /* Steps per epoch, as trainer_train takes them. */
+/* Training examples per epoch: in a job this node's (pe_batcher_shard). */
+static inline int64_t trainer_epoch_rows(const trainer *t) {
+  return t->cfg.job ? t->train->n / t->cfg.world : t->train->n;
+}
+
 static inline long trainer_steps_per_epoch(const trainer *t) {
-  long per_epoch = (long)((t->train->n + t->cfg.batch - 1) / t->cfg.batch);
+  long per_epoch = (long)((trainer_epoch_rows(t) + t->cfg.batch - 1) / t->cfg.batch);
   return t->cfg.steps && t->cfg.steps < per_epoch ? t->cfg.steps : per_epoch;
 }
 

@@ -83,9 +83,19 @@ bool pe_batcher_next(pe_batcher *bt, float *images, int64_t *labels, int *n);
 bool pe_batcher_claim(pe_batcher *bt, const int64_t **idx, int *n);
 void pe_dataset_gather(const pe_dataset *ds, const int64_t *idx, int lo, int hi, float *images,
                        int64_t *labels);
+/* One rank's part of every epoch, for a job across nodes where every
+ * node reads the same examples: each epoch's order is made as without it
+ * (the seed and the epoch), and this rank walks positions p of it with
+ * p % world == rank, n / world of them (the last n % world positions of
+ * the order are left out, other examples each epoch). Step s of every
+ * rank together then holds positions [s * world * batch, (s + 1) * world
+ * * batch) of the order: one machine's batch s of world * batch examples.
+ * Offsets (seek) and batches count this rank's examples. Restarts the
+ * epoch; false on a bad argument or when a rank would get no example. */
+bool pe_batcher_shard(pe_batcher *bt, int world, int rank);
 /* Abandon the current epoch; the next call starts a new one. */
 void pe_batcher_reset(pe_batcher *bt);
-/* Go to example `offset` (0 <= offset <= n) of epoch `epoch` (>= 1): the
+/* Go to example `offset` (0 <= offset <= n, this rank's) of epoch `epoch` (>= 1): the
  * next batch starts there, in that epoch's order, and later epochs follow
  * as usual. For a trainer that repeats steps from a point (the order of an
  * epoch depends only on the seed and the epoch). Returns false on a bad
@@ -93,7 +103,7 @@ void pe_batcher_reset(pe_batcher *bt);
 bool pe_batcher_seek(pe_batcher *bt, int epoch, int64_t offset);
 /* Epochs started so far (1 during the first). */
 int pe_batcher_epoch(const pe_batcher *bt);
-/* Batches per epoch: ceil(n / batch). */
+/* Batches per epoch: ceil(n / batch) (n: this rank's examples). */
 int64_t pe_batcher_batches(const pe_batcher *bt);
 
 #ifdef __cplusplus

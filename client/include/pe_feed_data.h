@@ -99,13 +99,6 @@ int pe_feed_data_finish(pe_feed_data *d, const char *file, char *err, size_t err
 int pe_feed_data_split(pe_feed_data *d, double fraction, uint64_t seed, pe_feed_data **test,
                        char *err, size_t errlen);
 
-/* Keeps d's rows i with i % world == rank, in order, n / world of them
- * (the last n % world rows are left out): a node's shard of the data in a
- * job across nodes. Every node reads the same data and takes its own rows,
- * as many as every other node, so that all run the same steps. -1 with a
- * message when the shard is empty or memory runs out. */
-int pe_feed_data_shard(pe_feed_data *d, int world, int rank, char *err, size_t errlen);
-
 /* A batcher over d's n rows (pe_batcher_claim; not pe_batcher_next). */
 pe_batcher *pe_feed_data_batcher(pe_feed_data *d, int batch, bool shuffle, uint64_t seed);
 

@@ -200,10 +200,16 @@ struct pe_batcher {
   int batch;
   bool shuffle;
   uint64_t seed;
-  int64_t *perm; /* example order of the current epoch */
+  int64_t *perm; /* example order of the current epoch (this rank's part) */
   int64_t pos;   /* next index into perm; -1: epoch not started */
   int epoch;
+  int world, rank; /* pe_batcher_shard; 1 and 0: every example */
 };
+
+/* Examples per epoch: this rank's. */
+static int64_t epoch_rows(const pe_batcher *bt) {
+  return bt->ds->n / bt->world;
+}
 
 static uint64_t splitmix64(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -226,7 +232,16 @@ pe_batcher *pe_batcher_new(const pe_dataset *ds, int batch, bool shuffle, uint64
   bt->shuffle = shuffle;
   bt->seed = seed;
   bt->pos = -1;
+  bt->world = 1;
   return bt;
+}
+
+bool pe_batcher_shard(pe_batcher *bt, int world, int rank) {
+  if (world < 1 || rank < 0 || rank >= world || bt->ds->n / world < 1) return false;
+  bt->world = world;
+  bt->rank = rank;
+  bt->pos = -1;
+  return true;
 }
 
 void pe_batcher_free(pe_batcher *bt) {
@@ -251,6 +266,9 @@ static void epoch_start(pe_batcher *bt) {
       bt->perm[j] = t;
     }
   }
+  /* A rank's part: every world-th position of the order, from its rank. */
+  for (int64_t k = 0; bt->world > 1 && k < epoch_rows(bt); k++)
+    bt->perm[k] = bt->perm[k * bt->world + bt->rank];
   bt->pos = 0;
 }
 
@@ -258,12 +276,12 @@ bool pe_batcher_claim(pe_batcher *bt, const int64_t **idx, int *n) {
   *n = 0;
   *idx = NULL;
   if (bt->pos < 0) epoch_start(bt);
-  const pe_dataset *ds = bt->ds;
-  if (bt->pos >= ds->n) {
+  int64_t rows = epoch_rows(bt);
+  if (bt->pos >= rows) {
     bt->pos = -1; /* report the epoch's end once */
     return false;
   }
-  int64_t k = ds->n - bt->pos < bt->batch ? ds->n - bt->pos : bt->batch;
+  int64_t k = rows - bt->pos < bt->batch ? rows - bt->pos : bt->batch;
   *idx = bt->perm + bt->pos;
   bt->pos += k;
   *n = (int)k;
@@ -292,7 +310,7 @@ void pe_batcher_reset(pe_batcher *bt) {
 }
 
 bool pe_batcher_seek(pe_batcher *bt, int epoch, int64_t offset) {
-  if (epoch < 1 || offset < 0 || offset > bt->ds->n) return false;
+  if (epoch < 1 || offset < 0 || offset > epoch_rows(bt)) return false;
   bt->epoch = epoch - 1;
   epoch_start(bt);
   bt->pos = offset;
@@ -304,7 +322,7 @@ int pe_batcher_epoch(const pe_batcher *bt) {
 }
 
 int64_t pe_batcher_batches(const pe_batcher *bt) {
-  return (bt->ds->n + bt->batch - 1) / bt->batch;
+  return (epoch_rows(bt) + bt->batch - 1) / bt->batch;
 }
 
 int pe_dataset_check_input(const pe_dataset *ds, const char *name, int ndim, const int64_t *dims,

@@ -111,38 +111,6 @@ static int take_rows(const pe_feed_array *a, const int64_t *keep, int64_t n, pe_
   return 0;
 }
 
-int pe_feed_data_shard(pe_feed_data *d, int world, int rank, char *err, size_t errlen) {
-  if (world < 1 || rank < 0 || rank >= world) {
-    snprintf(err, errlen, "shard %d of %d: the rank must be in 0..world-1", rank, world);
-    return -1;
-  }
-  int64_t n = d->n / world; /* every node the same rows: the same steps */
-  if (n < 1) {
-    snprintf(err, errlen, "%lld rows leave rank %d of %d no row", (long long)d->n, rank, world);
-    return -1;
-  }
-  int64_t *keep = malloc((size_t)n * sizeof *keep);
-  pe_feed_array x, y;
-  int rc = keep ? 0 : -1;
-  for (int64_t i = 0; !rc && i < n; i++) keep[i] = rank + i * world;
-  if (!rc) rc = take_rows(&d->x, keep, n, &x);
-  if (!rc && take_rows(&d->y, keep, n, &y)) {
-    free(x.data);
-    rc = -1;
-  }
-  free(keep);
-  if (rc) {
-    snprintf(err, errlen, "out of memory for a shard of %lld rows", (long long)n);
-    return -1;
-  }
-  if (!d->x.borrowed) free(d->x.data);
-  if (!d->y.borrowed) free(d->y.data);
-  d->x = x;
-  d->y = y;
-  d->n = d->rows.n = n;
-  return 0;
-}
-
 int pe_feed_data_split(pe_feed_data *d, double fraction, uint64_t seed, pe_feed_data **test,
                        char *err, size_t errlen) {
   int64_t n = d->n, nt = (int64_t)(fraction * (double)n);

@@ -226,6 +226,82 @@ START_TEST(seek_repeats_an_epoch_from_an_example) {
 }
 END_TEST
 
+/* A job's ranks (pe_batcher_shard) of N = 23 examples, world 3, batch 2:
+ * each epoch every rank walks N / 3 = 7 examples, in 4 batches (the last
+ * of one); step s of the three ranks together holds exactly positions
+ * [6s, 6s + 6) of the unsharded order of that epoch (one machine's batch
+ * of 6), the last step positions [18, 21); the last N % 3 positions are
+ * left out, other examples in another epoch. seek counts the rank's
+ * examples. Bad arguments are refused. */
+START_TEST(shard_walks_every_world_th_position) {
+  enum { N = 23, W = 3, B = 2, M = N / W };
+  pe_dataset *ds = open_indexed(N);
+  pe_batcher *one = pe_batcher_new(ds, 7, true, 5);
+  pe_batcher *r[W];
+  for (int k = 0; k < W; k++) {
+    r[k] = pe_batcher_new(ds, B, true, 5);
+    ck_assert(pe_batcher_shard(r[k], W, k));
+    ck_assert_int_eq(pe_batcher_batches(r[k]), (M + B - 1) / B);
+  }
+  int64_t left[2][N - M * W];
+  for (int ep = 0; ep < 2; ep++) {
+    int64_t order[N];
+    epoch_order(one, N, order);
+    for (int step = 0; step < (M + B - 1) / B; step++) {
+      int64_t want[W * B], got[W * B];
+      int nw = 0, ng = 0;
+      for (int p = step * W * B; p < (step + 1) * W * B && p < M * W; p++) want[nw++] = order[p];
+      for (int k = 0; k < W; k++) {
+        float x[B];
+        int64_t y[B];
+        int n;
+        ck_assert(pe_batcher_next(r[k], x, y, &n));
+        ck_assert_int_eq(n, step < M / B ? B : M % B);
+        for (int i = 0; i < n; i++) got[ng++] = (int64_t)(x[i] * 255.0f + 0.5f);
+      }
+      ck_assert_int_eq(ng, nw);
+      for (int i = 0; i < nw; i++) { /* the same set: every wanted example once */
+        int hits = 0;
+        for (int j = 0; j < ng; j++) hits += got[j] == want[i];
+        ck_assert_msg(hits == 1, "epoch %d step %d: example %lld %d times", ep + 1, step,
+                      (long long)want[i], hits);
+      }
+    }
+    for (int k = 0; k < W; k++) {
+      float x[B];
+      int64_t y[B];
+      int n;
+      ck_assert(!pe_batcher_next(r[k], x, y, &n));
+    }
+    memcpy(left[ep], order + M * W, sizeof left[ep]);
+  }
+  ck_assert_msg(memcmp(left[0], left[1], sizeof left[0]), "the same examples left out twice");
+  /* seek: rank 1's example 3 of epoch 2 onwards. */
+  pe_batcher *again = pe_batcher_new(ds, B, true, 5);
+  ck_assert(pe_batcher_shard(again, W, 1));
+  int64_t ref[M], got[M];
+  ck_assert(pe_batcher_seek(r[1], 2, 0));
+  epoch_order(r[1], M, ref);
+  ck_assert(pe_batcher_seek(again, 2, 3));
+  float x[B];
+  int64_t y[B];
+  int n, at = 3;
+  while (pe_batcher_next(again, x, y, &n))
+    for (int i = 0; i < n; i++) got[at++] = (int64_t)(x[i] * 255.0f + 0.5f);
+  ck_assert_int_eq(at, M);
+  ck_assert_mem_eq(got + 3, ref + 3, (M - 3) * sizeof(int64_t));
+  ck_assert(!pe_batcher_seek(again, 1, M + 1));
+  ck_assert(!pe_batcher_shard(again, 0, 0));
+  ck_assert(!pe_batcher_shard(again, 3, 3));
+  ck_assert(!pe_batcher_shard(again, 24, 0)); /* a rank with no example */
+  pe_batcher_free(again);
+  for (int k = 0; k < W; k++) pe_batcher_free(r[k]);
+  pe_batcher_free(one);
+  pe_dataset_free(ds);
+  rm_tmpdir();
+}
+END_TEST
+
 START_TEST(claim_and_gather_match_next) {
   /* The two halves of pe_batcher_next, rows gathered in two pieces (the
    * second half first), give the same batches as next with the same seed,
@@ -413,6 +489,7 @@ static Suite *dataset_suite(void) {
   tcase_add_test(tc, shuffle_is_seeded_permutation);
   tcase_add_test(tc, seek_repeats_an_epoch_from_an_example);
   tcase_add_test(tc, claim_and_gather_match_next);
+  tcase_add_test(tc, shard_walks_every_world_th_position);
   tcase_add_test(tc, missing_file);
   tcase_add_test(tc, bad_magic);
   tcase_add_test(tc, truncated_files);
