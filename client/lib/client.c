@@ -186,20 +186,27 @@ int pe_client_set_timeout(pe_client *c, int timeout_ms) {
   return 0;
 }
 
-/* A plain unix-socket connect to path, closed at once: what nanomsg would
- * only show as a timeout (it connects in the background and retries) is
- * said now: no permission on the socket, or nobody listening (a stale
- * file of a daemon that exited). Anything else (a full backlog: EAGAIN) is
- * left to nanomsg. The daemon's nanomsg sees a peer that went away before
- * its handshake. */
-static int probe_ipc_path(pe_client *c, const char *path, const struct stat *st) {
+/* A plain unix-socket connect to path (shorter than UNIX_PATH_MAX),
+ * closed at once: 0 when it connected (or no socket could be made), else
+ * its errno. The daemon's nanomsg sees a peer that went away before its
+ * handshake. */
+static int connect_errno(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  memcpy(sa.sun_path, path, strlen(path) + 1); /* fits: checked by the caller */
+  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
   int r = connect(fd, (struct sockaddr *)&sa, sizeof sa), e = errno;
   close(fd);
-  if (r == 0) return 0;
+  return r == 0 ? 0 : e;
+}
+
+/* What nanomsg would only show as a timeout (it connects in the
+ * background and retries) is said now: no permission on the socket, or
+ * nobody listening (a stale file of a daemon that exited). Anything else
+ * (a full backlog: EAGAIN) is left to nanomsg. */
+static int probe_ipc_path(pe_client *c, const char *path, const struct stat *st) {
+  int e = connect_errno(path);
+  if (e == 0) return 0;
   if (e == EACCES || e == EPERM) {
     const struct group *g = getgrgid(st->st_gid);
     char gname[64];
@@ -395,13 +402,7 @@ static const char *no_listener(const pe_client *c) {
   const char *path = c->address + 6;
   struct stat st;
   if (stat(path, &st) != 0) return "its socket file is gone";
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return NULL;
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-  int r = connect(fd, (struct sockaddr *)&sa, sizeof sa), e = errno;
-  close(fd);
-  return r != 0 && e == ECONNREFUSED ? "nothing listens on its socket" : NULL;
+  return connect_errno(path) == ECONNREFUSED ? "nothing listens on its socket" : NULL;
 }
 
 /* Pack once; send; every resend_ivl_ms without a reply send the same bytes
