@@ -234,16 +234,27 @@ START_TEST(failed_exchange_updates_nothing) {
 }
 END_TEST
 
-/* The overlap test's communicator: its first gradient exchange of a step
- * (call 2, after the row count) blocks until a node of the step begins
- * while it waits (the node hook), or the guard runs out. */
+/* The overlap test. The step's nodes that need no sum across nodes (the
+ * forward and backward passes: no all-reduce is among their inputs,
+ * directly or not) are counted as they end. The first gradient exchange of
+ * a step (call 2, after the row count) blocks until all of them ended, or
+ * the guard runs out. Both checks are free of timing:
+ *  - the first all-reduce began (posted its gradient) while some of them
+ *    had not ended: the scheduler runs an all-reduce as soon as it is ready;
+ *  - they all ended while the exchange was blocked: the exchange does not
+ *    hold the one pool worker (with the sums on the worker, the backward
+ *    pass would wait for the guard). */
 enum { OVERLAP_GUARD_S = 20 };
 typedef struct blocking {
   fake f;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  bool waiting;     /* the exchange is blocked */
-  int began_during; /* nodes begun while it was */
+  const bool *compute; /* [node]: needs no sum across nodes */
+  int n_compute;
+  int first_ar;         /* the first all-reduce node (node order) */
+  int ended;            /* compute nodes ended this step */
+  int ended_at_post;    /* when first_ar began; -1: not yet */
+  bool waited_them_out; /* the blocked exchange saw them all end */
 } blocking;
 
 static pe_status *blocking_all_reduce(void *ctx, float *const *bufs, const size_t *counts,
@@ -254,10 +265,9 @@ static pe_status *blocking_all_reduce(void *ctx, float *const *bufs, const size_
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += OVERLAP_GUARD_S;
     pthread_mutex_lock(&b->mu);
-    b->waiting = true;
-    while (!b->began_during && pthread_cond_timedwait(&b->cv, &b->mu, &until) == 0) {
+    while (b->ended < b->n_compute && pthread_cond_timedwait(&b->cv, &b->mu, &until) == 0) {
     }
-    b->waiting = false;
+    b->waited_them_out = b->ended == b->n_compute;
     pthread_mutex_unlock(&b->mu);
   }
   return fake_all_reduce(&b->f, bufs, counts, nbuf);
@@ -268,28 +278,49 @@ static void blocking_fail(void *ctx, const char *why) {
 }
 
 static void overlap_hook(void *arg, int node, bool done) {
-  (void)node;
   blocking *b = arg;
-  if (done) return;
   pthread_mutex_lock(&b->mu);
-  if (b->waiting) {
-    b->began_during++;
+  if (!done && node == b->first_ar) b->ended_at_post = b->ended;
+  if (done && b->compute[node]) {
+    b->ended++;
     pthread_cond_broadcast(&b->cv);
   }
   pthread_mutex_unlock(&b->mu);
 }
 
-/* One pool worker: while the first gradient exchange of each step waits
- * on the peers, the worker runs the rest of the backward pass (the sums
- * across nodes run on the executor's exchange thread, not on the worker),
- * and the step trains as without a job. A worker blocked in the exchange
- * would begin no node until the guard ran out. */
+/* compute[i]: node i of g is no all-reduce and has none upstream; their
+ * number. *first: the first all-reduce. */
+static int compute_nodes(const pe_graph *g, bool *compute, int *first) {
+  bool *after = calloc((size_t)g->n_nodes, sizeof *after); /* an all-reduce or downstream */
+  *first = -1;
+  for (int i = 0; i < g->n_nodes; i++) { /* node order is a topological order */
+    const pe_graph_node *n = &g->nodes[i];
+    bool ar = n->kind == PE_NODE_ALL_REDUCE || n->kind == PE_NODE_FUSED_ALL_REDUCE;
+    if (ar && *first < 0) *first = i;
+    if (ar) after[i] = true;
+    for (int k = 0; after[i] && k < n->n_succ; k++) after[n->succ[k]] = true;
+  }
+  int count = 0;
+  for (int i = 0; i < g->n_nodes; i++) count += compute[i] = !after[i];
+  free(after);
+  return count;
+}
+
+/* One pool worker: the first all-reduce posts its gradient before the
+ * backward pass is done, the backward pass ends while that exchange waits
+ * on the peers (it runs on the executor's exchange thread), and the steps
+ * train as without a job. */
 START_TEST(one_worker_overlaps_the_exchange) {
   pe_runtime *rt = rt_new(1);
   par job, plain;
   par_new_cross(&job, rt, 1, false, 7);
   par_new(&plain, rt, PE_PLACE_CPU, 1, PE_STRATEGY_ALLREDUCE, false, 7);
+  const pe_graph *g = pe_par_exec_graph(job.step);
+  bool *compute = calloc((size_t)g->n_nodes, sizeof *compute);
   blocking b = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  b.compute = compute;
+  b.n_compute = compute_nodes(g, compute, &b.first_ar);
+  ck_assert_int_ge(b.first_ar, 0);
   pe_node_comm c = {&b, 0, 2, blocking_all_reduce, blocking_fail};
   pe_model_set_node_comm(job.m, &c);
   PE_CK_OK(pe_par_exec_run(job.init, NULL, 0, NULL, 0, NULL, NULL, NULL));
@@ -298,14 +329,21 @@ START_TEST(one_worker_overlaps_the_exchange) {
   pe_run_opts ro = {.node_hook = overlap_hook, .hook_arg = &b};
   for (int step = 0; step < 3; step++) {
     b.f.calls = 0;
-    b.began_during = 0;
+    b.ended = 0;
+    b.ended_at_post = -1;
+    b.waited_them_out = false;
     par_step(&job, step, 12, &ro);
     par_step(&plain, step, 12, NULL);
-    ck_assert_msg(b.began_during > 0,
-                  "step %d: no node began while the exchange waited on the peers", step);
+    ck_assert_msg(b.ended_at_post >= 0 && b.ended_at_post < b.n_compute,
+                  "step %d: the first all-reduce began after %d of the %d compute nodes ended",
+                  step, b.ended_at_post, b.n_compute);
+    ck_assert_msg(b.waited_them_out,
+                  "step %d: the backward pass did not end while the exchange waited (%d of %d)",
+                  step, b.ended, b.n_compute);
     assert_same_values(&job, &plain);
   }
   ck_assert_int_eq(b.f.failed_steps, 0);
+  free(compute);
   par_free(&job);
   par_free(&plain);
   pe_runtime_free(rt);
