@@ -530,6 +530,26 @@ static void node_load(node *n, const char *name) {
 #define BEFORE 2 /* steps before the daemons die */
 #define AFTER 2  /* steps after the job formed again */
 
+/* The job forms again, trains AFTER steps, and ends as the uninterrupted
+ * job did (ref, rank 0's; freed): rank 0 bit for bit, rank 1 as rank 0
+ * but its batch-norm statistics. Then both nodes stop. */
+static void reform_and_expect_uninterrupted(cd_daemon *d, node *ns, snap *ref) {
+  all(ns, 2, node_register);
+  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "re-form: %s / %s", ns[0].err, ns[1].err);
+  steps_on_both(ns, AFTER);
+  snap s0, s1;
+  snap_take(ns[0].c, "job-mlp", &s0);
+  snap_take(ns[1].c, "job-mlp", &s1);
+  const char *diff = snap_diff(&s0, ref);
+  ck_assert_msg(!diff, "'%s' on rank 0 differs from the uninterrupted job's", diff);
+  diff = snap_diff_but(&s1, &s0, true);
+  ck_assert_msg(!diff, "'%s' on rank 1 differs from rank 0's", diff);
+  snap_free(ref);
+  snap_free(&s0);
+  snap_free(&s1);
+  nodes_stop(d, ns, 2);
+}
+
 /* Both daemons die after BEFORE steps (each saved its checkpoint, rank 1
  * one a step older as well); they start again, rank 0 loads its newest,
  * rank 1 its older one, and the job forms: every node takes rank 0's
@@ -561,20 +581,7 @@ START_TEST(test_job_resumes_from_rank0s_checkpoint_as_if_uninterrupted) {
   }
   node_load(&ns[0], "newest");
   node_load(&ns[1], "older");
-  all(ns, 2, node_register);
-  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "re-form: %s / %s", ns[0].err, ns[1].err);
-  steps_on_both(ns, AFTER);
-  snap s0, s1;
-  snap_take(ns[0].c, "job-mlp", &s0);
-  snap_take(ns[1].c, "job-mlp", &s1);
-  const char *diff = snap_diff(&s0, &ref);
-  ck_assert_msg(!diff, "'%s' on rank 0 differs from the uninterrupted job's", diff);
-  diff = snap_diff_but(&s1, &s0, true);
-  ck_assert_msg(!diff, "'%s' on rank 1 differs from rank 0's", diff);
-  snap_free(&ref);
-  snap_free(&s0);
-  snap_free(&s1);
-  nodes_stop(d, ns, 2);
+  reform_and_expect_uninterrupted(d, ns, &ref);
   free(b);
   pe_model_spec_release(&m);
 }
@@ -614,20 +621,7 @@ START_TEST(test_persistent_job_resumes_after_its_daemons_restart) {
     cd_spawn(&d[r], (uid_t)-1, (gid_t)-1);
     ns[r].c = cd_connect(&d[r]);
   }
-  all(ns, 2, node_register);
-  ck_assert_msg(ns[0].rc == 0 && ns[1].rc == 0, "re-form: %s / %s", ns[0].err, ns[1].err);
-  steps_on_both(ns, AFTER);
-  snap s0, s1;
-  snap_take(ns[0].c, "job-mlp", &s0);
-  snap_take(ns[1].c, "job-mlp", &s1);
-  const char *diff = snap_diff(&s0, &ref);
-  ck_assert_msg(!diff, "'%s' on rank 0 differs from the uninterrupted job's", diff);
-  diff = snap_diff_but(&s1, &s0, true);
-  ck_assert_msg(!diff, "'%s' on rank 1 differs from rank 0's", diff);
-  snap_free(&ref);
-  snap_free(&s0);
-  snap_free(&s1);
-  nodes_stop(d, ns, 2);
+  reform_and_expect_uninterrupted(d, ns, &ref);
   free(b);
   pe_model_spec_release(&m);
 }
