@@ -71,7 +71,7 @@ static pe_status *add(const collect_ctx *c, const pe_roof_geom *g) {
 }
 
 static pe_status *add_gemm_w(const collect_ctx *c, int64_t batch, int64_t m, int64_t k, int64_t n,
-                             bool ta, bool tb, bool wany) {
+                             bool ta, bool tb, bool gemm_impl) {
   /* All int64_t: no padding, the rest zeroed. */
   pe_roof_geom g = {.kind = PE_ROOF_GEMM,
                     .batch = batch,
@@ -80,7 +80,7 @@ static pe_status *add_gemm_w(const collect_ctx *c, int64_t batch, int64_t m, int
                     .n = n,
                     .ta = ta,
                     .tb = tb,
-                    .wany = wany};
+                    .gemm_impl = gemm_impl};
   return add(c, &g);
 }
 
@@ -98,9 +98,10 @@ static pe_status *collect_mul(const collect_ctx *c, bool grad) {
   int ync = (int)pe_attr_i(c->def, c->op, "y_num_col_dims");
   int64_t m = pe_shape_prod(&x, 0, xnc), k = pe_shape_prod(&x, xnc, x.ndim);
   int64_t n = pe_shape_prod(&y, ync, y.ndim);
-  if (!grad) return add_gemm_w(c, 1, m, k, n, false, false, pe_matmul_weights_staged(k, n));
+  bool large = pe_matmul_weights_large(k, n);
+  if (!grad) return add_gemm_w(c, 1, m, k, n, false, false, large);
   if (has_out(c, "X" PE_GRAD_SUFFIX)) PE_TRY(add_gemm(c, 1, m, n, k, false, true));
-  if (has_out(c, "Y" PE_GRAD_SUFFIX)) PE_TRY(add_gemm(c, 1, k, m, n, true, false));
+  if (has_out(c, "Y" PE_GRAD_SUFFIX)) PE_TRY(add_gemm_w(c, 1, k, m, n, true, false, large));
   return NULL;
 }
 
@@ -258,14 +259,16 @@ static pe_status *gemm_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_roof_g
   dnnl_memory_desc_t a, b, o;
   dnnl_matmul_desc_t md;
   dnnl_status_t s = gemm_md(&a, g->batch, g->m, g->k, g->ta);
-  int64_t kn[2] = {g->k, g->n};
-  if (s == dnnl_success)
-    s = g->wany ? pe_dnnl_md_any(&b, 2, kn) : gemm_md(&b, g->batch, g->k, g->n, g->tb);
+  if (s == dnnl_success) s = gemm_md(&b, g->batch, g->k, g->n, g->tb);
   if (s == dnnl_success) s = gemm_md(&o, g->batch, g->m, g->n, false);
   if (s == dnnl_success) s = dnnl_matmul_desc_init(&md, &a, &b, NULL, &o);
   PE_TRY(pe_dnnl_check(s, c, "roofline matmul desc"));
   dnnl_primitive_desc_t pd;
-  PE_TRY(pe_dnnl_pd(c, &md, NULL, "roofline matmul primitive desc", &pd));
+  if (g->gemm_impl)
+    PE_TRY(pe_dnnl_pd_impl(c, &md, PE_MATMUL_LARGE_WEIGHTS_IMPL, "roofline matmul primitive desc",
+                           &pd));
+  else
+    PE_TRY(pe_dnnl_pd(c, &md, NULL, "roofline matmul primitive desc", &pd));
   static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
   pe_dnnl_prim *p;
   pe_status *st = pe_dnnl_entry_add(c, e, pd, args, 3, "roofline matmul", &p);

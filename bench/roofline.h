@@ -47,7 +47,7 @@ typedef enum pe_roof_kind {
 typedef struct pe_roof_geom {
   int64_t kind;
   int64_t batch, m, k, n, ta, tb; /* GEMM: ta/tb: A/B stored transposed */
-  int64_t wany;                   /* GEMM: B in the layout oneDNN chooses (matmul_weights.h) */
+  int64_t gemm_impl;              /* GEMM: on oneDNN's gemm-based matmul (matmul_weights.h) */
   int64_t x[4], w[4];             /* conv: Input NCHW, Filter OIHW */
   int64_t strides[2], pads[2], dilations[2], groups, bias;
 } pe_roof_geom;

@@ -164,7 +164,7 @@ START_TEST(fused_grad_numeric) {
 }
 END_TEST
 
-/* out = x·w + b by naive loops in double: the reference for the staged
+/* out = x·w + b by naive loops in double: the reference for the large
  * weights below. */
 static void naive_fc(pe_scope *s, int64_t m, int64_t k, int64_t n, float *want) {
   const float *x = pe_f32(ph_get(s, "x")), *w = pe_f32(ph_get(s, "w")), *b = pe_f32(ph_get(s, "b"));
@@ -176,32 +176,92 @@ static void naive_fc(pe_scope *s, int64_t m, int64_t k, int64_t n, float *want) 
     }
 }
 
-/* Weights of PE_MATMUL_STAGED_WEIGHTS_MIN elements or more sit in the
- * layout oneDNN chooses (matmul_weights.h): a reorder on every call, since
- * the weights change every step. One op instance (its cached primitive)
- * runs twice with new weights in between: the second output must follow
- * them. On an ISA whose matmul asks for the plain layout no reorder is
- * made and the test checks the plain path the same way. */
-START_TEST(large_weights_follow_every_call) {
+/* dw = xᵀ·dout and dx = dout·wᵀ by naive loops in double. */
+static void naive_fc_grad(pe_scope *s, int64_t m, int64_t k, int64_t n, float *dw, float *dx) {
+  const float *x = pe_f32(ph_get(s, "x")), *w = pe_f32(ph_get(s, "w"));
+  const float *g = pe_f32(ph_get(s, "dout"));
+  for (int64_t t = 0; t < k; t++)
+    for (int64_t j = 0; j < n; j++) {
+      double acc = 0;
+      for (int64_t i = 0; i < m; i++) acc += (double)x[i * k + t] * g[i * n + j];
+      dw[t * n + j] = (float)acc;
+    }
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t t = 0; t < k; t++) {
+      double acc = 0;
+      for (int64_t j = 0; j < n; j++) acc += (double)g[i * n + j] * w[t * n + j];
+      dx[i * k + t] = (float)acc;
+    }
+}
+
+/* Expects primitive `prim` of the op state's only entry on oneDNN's
+ * gemm-based matmul (gemm) or on brgemm, oneDNN's first choice with
+ * AVX-512; with AVX2 its first choice is gemm-based for every product, so
+ * only the gemm case is checked there. */
+static void expect_impl(const ph_op_inst *inst, int prim, bool gemm, const char *what) {
+  const char *impl = pe_dnnl_cache_impl(inst->state, 0, prim);
+  ck_assert_msg(impl[0], "%s: no primitive", what);
+  bool is_gemm = strncmp(impl, PE_MATMUL_LARGE_WEIGHTS_IMPL,
+                         strlen(PE_MATMUL_LARGE_WEIGHTS_IMPL)) == 0;
+  if (gemm)
+    ck_assert_msg(is_gemm, "%s runs on %s", what, impl);
+  else if (dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core)
+    ck_assert_msg(strncmp(impl, "brg", 3) == 0, "%s runs on %s", what, impl);
+}
+
+/* Weights of PE_MATMUL_LARGE_WEIGHTS_MIN elements or more are read by
+ * oneDNN's gemm-based matmul in the forward product and the weight
+ * gradient (matmul_weights.h), the rest by its first choice. One op
+ * instance (its cached primitive) runs twice with new weights in between:
+ * the second output must follow them. The gradient's three outputs equal
+ * naive loops. */
+START_TEST(large_weights_on_the_gemm_implementation) {
   const int64_t m = 6, k = 2048, n = 1024;
-  ck_assert(pe_matmul_weights_staged(k, n));
-  ck_assert(!pe_matmul_weights_staged(784, 1024)); /* the MLP's first layer stays plain */
+  ck_assert(pe_matmul_weights_large(k, n));
+  ck_assert(!pe_matmul_weights_large(784, 1024)); /* the MLP's first layer stays on brgemm */
   mm_case kc = {2, {m, k}, 1, k, n};
   pe_scope *s = pe_scope_new(NULL);
   pe_op_desc *op = fused_op(&kc, true, false);
   ph_op_inst *inst = ph_op_inst_new(op, NULL);
-  float *want = malloc((size_t)(m * n) * sizeof *want);
+  float *want = malloc((size_t)(k * n) * sizeof *want), *want_dx = malloc((size_t)(m * k) * 4);
   ck_assert_ptr_nonnull(want);
+  ck_assert_ptr_nonnull(want_dx);
   for (int round = 0; round < 2; round++) {
     set_inputs(s, &kc, 70 + 5 * (uint64_t)round);
     PE_CK_OK(ph_op_inst_run(inst, s, NULL));
     naive_fc(s, m, k, n, want);
-    dt_expect_close(pe_f32(ph_get(s, "out")), want, m * n, 1e-5, "staged weights");
+    dt_expect_close(pe_f32(ph_get(s, "out")), want, m * n, 1e-5, "large weights");
   }
   pe_dnnl_cache_stats st = pe_dnnl_cache_stats_of(inst->state);
   ck_assert_int_eq(st.entries, 1);
   ck_assert_int_eq((int)st.builds, 1); /* the second call reused the primitive */
+  ck_assert_int_eq(st.reorders, 0);    /* the weights are read in place */
+  expect_impl(inst, 0, true, "the forward product of large weights");
+
+  pe_op_desc *g = ph_op("matmul_grad", "X", "x", "Y", "w", "Bias", "b", "Out@GRAD", "dout", NULL,
+                        "X@GRAD", "dx", "Y@GRAD", "dw", "Bias@GRAD", "db", NULL);
+  ph_op_inst *ginst = ph_op_inst_new(g, NULL);
+  ph_set_uniform(s, "dout", PE_SHAPE(m, n), -1, 1, 81);
+  PE_CK_OK(ph_op_inst_run(ginst, s, NULL));
+  naive_fc_grad(s, m, k, n, want, want_dx);
+  dt_expect_close(pe_f32(ph_get(s, "dw")), want, k * n, 1e-5, "Y@GRAD of large weights");
+  dt_expect_close(pe_f32(ph_get(s, "dx")), want_dx, m * k, 1e-5, "X@GRAD of large weights");
+  expect_impl(ginst, 0, false, "dOut·Wᵀ"); /* brgemm reads the transposed weights at full speed */
+  expect_impl(ginst, 1, true, "the weight gradient Xᵀ·dOut of large weights");
+
+  /* Below the threshold the forward product is oneDNN's first choice. */
+  mm_case small = {2, {m, 784}, 1, 784, 1024};
+  pe_op_desc *op2 = fused_op(&small, true, false);
+  ph_op_inst *inst2 = ph_op_inst_new(op2, NULL);
+  set_inputs(s, &small, 77);
+  PE_CK_OK(ph_op_inst_run(inst2, s, NULL));
+  expect_impl(inst2, 0, false, "the forward product of [784,1024] weights");
+  ph_op_inst_free(inst2);
+  pe_op_desc_free(op2);
   free(want);
+  free(want_dx);
+  ph_op_inst_free(ginst);
+  pe_op_desc_free(g);
   ph_op_inst_free(inst);
   pe_op_desc_free(op);
   pe_scope_free(s);
@@ -247,7 +307,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, fused_grad_matches_unfused);
   tcase_add_test(tc, fused_grad_numeric);
   tcase_add_test(tc, fused_infer_errors);
-  tcase_add_test(tc, large_weights_follow_every_call);
+  tcase_add_test(tc, large_weights_on_the_gemm_implementation);
   suite_add_tcase(s, tc);
   return s;
 }

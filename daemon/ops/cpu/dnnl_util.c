@@ -200,8 +200,44 @@ pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state) {
   return st;
 }
 
-/* A primitive desc with a user-managed scratchpad, an optional eltwise
- * post-op (undef: none) and an optional output scale (1: none). */
+const char *pe_dnnl_cache_impl(const void *state, int entry, int prim) {
+  const pe_dnnl_cache *cache = state;
+  if (!cache || entry < 0 || entry >= cache->n || prim < 0 || prim >= cache->e[entry].nprims)
+    return "";
+  const_dnnl_primitive_desc_t pd;
+  const char *info = NULL;
+  if (dnnl_primitive_get_primitive_desc(cache->e[entry].prims[prim].prim, &pd) != dnnl_success ||
+      dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &info) != dnnl_success || !info)
+    return "";
+  return info;
+}
+
+/* The attributes every primitive gets: a user-managed scratchpad, an
+ * optional eltwise post-op (undef: none) and an optional output scale (1:
+ * none). The caller destroys *attr. */
+static pe_status *attr_make(pe_kernel_ctx *c, dnnl_alg_kind_t post_eltwise, float scale,
+                            const char *what, dnnl_primitive_attr_t *attr) {
+  PE_TRY(pe_dnnl_check(dnnl_primitive_attr_create(attr), c, what));
+  pe_status *st = pe_dnnl_check(
+      dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user), c, what);
+  if (!st && post_eltwise != dnnl_alg_kind_undef) {
+    dnnl_post_ops_t po;
+    st = pe_dnnl_check(dnnl_post_ops_create(&po), c, what);
+    if (!st) {
+      st = pe_dnnl_check(dnnl_post_ops_append_eltwise(po, 1.f, post_eltwise, 0.f, 0.f), c, what);
+      if (!st) st = pe_dnnl_check(dnnl_primitive_attr_set_post_ops(*attr, po), c, what);
+      dnnl_post_ops_destroy(po);
+    }
+  }
+  if (!st && scale != 1.0f)
+    st = pe_dnnl_check(dnnl_primitive_attr_set_output_scales(*attr, 1, 0, &scale), c, what);
+  if (st) {
+    dnnl_primitive_attr_destroy(*attr);
+    *attr = NULL;
+  }
+  return st;
+}
+
 static pe_status *pd_make(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
                           dnnl_alg_kind_t post_eltwise, float scale, const char *what,
                           dnnl_primitive_desc_t *pd) {
@@ -210,23 +246,56 @@ static pe_status *pd_make(pe_kernel_ctx *c, const void *op_desc, const_dnnl_prim
   PE_TRY(pe_dnnl_get(c->dev, &eng, &strm));
   *pd = NULL;
   dnnl_primitive_attr_t attr;
-  PE_TRY(pe_dnnl_check(dnnl_primitive_attr_create(&attr), c, what));
-  pe_status *st = pe_dnnl_check(
-      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), c, what);
-  if (!st && post_eltwise != dnnl_alg_kind_undef) {
-    dnnl_post_ops_t po;
-    st = pe_dnnl_check(dnnl_post_ops_create(&po), c, what);
-    if (!st) {
-      st = pe_dnnl_check(dnnl_post_ops_append_eltwise(po, 1.f, post_eltwise, 0.f, 0.f), c, what);
-      if (!st) st = pe_dnnl_check(dnnl_primitive_attr_set_post_ops(attr, po), c, what);
-      dnnl_post_ops_destroy(po);
-    }
-  }
-  if (!st && scale != 1.0f)
-    st = pe_dnnl_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &scale), c, what);
-  if (!st) st = pe_dnnl_check(dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint), c, what);
+  PE_TRY(attr_make(c, post_eltwise, scale, what, &attr));
+  pe_status *st = pe_dnnl_check(dnnl_primitive_desc_create(pd, op_desc, attr, eng, hint), c, what);
   dnnl_primitive_attr_destroy(attr);
   return st;
+}
+
+/* True when the implementation behind p is named impl_prefix... */
+static bool pd_impl_is(const_dnnl_primitive_desc_t p, const char *impl_prefix) {
+  const char *info = NULL;
+  if (dnnl_primitive_desc_query(p, dnnl_query_impl_info_str, 0, &info) != dnnl_success || !info)
+    return false;
+  return strncmp(info, impl_prefix, strlen(impl_prefix)) == 0;
+}
+
+pe_status *pe_dnnl_pd_impl(pe_kernel_ctx *c, const void *op_desc, const char *impl_prefix,
+                           const char *what, dnnl_primitive_desc_t *pd) {
+  dnnl_engine_t eng;
+  dnnl_stream_t strm;
+  PE_TRY(pe_dnnl_get(c->dev, &eng, &strm));
+  *pd = NULL;
+  dnnl_primitive_attr_t attr;
+  PE_TRY(attr_make(c, dnnl_alg_kind_undef, 1.0f, what, &attr));
+  dnnl_primitive_desc_iterator_t it;
+  pe_status *st =
+      pe_dnnl_check(dnnl_primitive_desc_iterator_create(&it, op_desc, attr, eng, NULL), c, what);
+  dnnl_primitive_attr_destroy(attr);
+  PE_TRY(st);
+  /* The iterator lists the implementations in oneDNN's order of
+   * preference; the first is what pe_dnnl_pd would give. */
+  dnnl_primitive_desc_t first = NULL;
+  do {
+    dnnl_primitive_desc_t p = dnnl_primitive_desc_iterator_fetch(it);
+    if (!p) continue;
+    if (pd_impl_is(p, impl_prefix)) {
+      *pd = p;
+      break;
+    }
+    if (!first)
+      first = p;
+    else
+      dnnl_primitive_desc_destroy(p);
+  } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+  dnnl_primitive_desc_iterator_destroy(it);
+  if (*pd) {
+    if (first) dnnl_primitive_desc_destroy(first);
+    return NULL;
+  }
+  if (!first) return pe_kernel_error(c, PE_EBACKEND, "oneDNN %s: no implementation", what);
+  *pd = first;
+  return NULL;
 }
 
 pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,

@@ -126,6 +126,10 @@ pe_status *pe_dnnl_cache_built(pe_kernel_ctx *c, pe_dnnl_entry *e, pe_status *st
 void pe_dnnl_cache_free(void *state);
 /* Counters of an op state (zeros for NULL), for tests and stats. */
 pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state);
+/* oneDNN's name of the implementation behind primitive `prim` of entry
+ * `entry` of an op state (as ONEDNN_VERBOSE prints it), for tests; "" when
+ * there is none. */
+const char *pe_dnnl_cache_impl(const void *state, int entry, int prim);
 
 /* Create a primitive from pd into e, with a memory object for each of the
  * nargs argument ids (descs queried from pd), plus its own scratchpad when
@@ -140,6 +144,11 @@ pe_status *pe_dnnl_entry_buffer(pe_kernel_ctx *c, pe_dnnl_entry *e, size_t bytes
  * with a user-managed scratchpad (see pe_dnnl_prim). */
 pe_status *pe_dnnl_pd(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,
                       const char *what, dnnl_primitive_desc_t *pd);
+/* The same from the first implementation whose name (oneDNN's impl info,
+ * as ONEDNN_VERBOSE prints it) begins with impl_prefix, e.g. "gemm:"; the
+ * first implementation when none does. */
+pe_status *pe_dnnl_pd_impl(pe_kernel_ctx *c, const void *op_desc, const char *impl_prefix,
+                           const char *what, dnnl_primitive_desc_t *pd);
 /* The same with one eltwise post-op (alpha = beta = 0) applied to the
  * primitive's output (dnnl_alg_kind_undef: none): conv2d's fused relu. */
 pe_status *pe_dnnl_pd_post(pe_kernel_ctx *c, const void *op_desc, const_dnnl_primitive_desc_t hint,

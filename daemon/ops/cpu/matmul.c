@@ -17,6 +17,10 @@
  * gradient from its output) into an entry buffer, runs both
  * products on it, and sums its columns for Bias@GRAD in the same pass.
  *
+ * Large weights (matmul_weights.h): the products that read the weights
+ * whole, X·Y and Xᵀ·dOut, run on oneDNN's gemm-based implementation,
+ * which reads plain row-major weights at full speed.
+ *
  * Threads (gemm_team.h): a product below PE_GEMM_TEAM_MIN_MACS is built
  * and run as a one-thread primitive, a larger one on the place's budget;
  * the gradient's dX and dY products, when both are one-thread and large
@@ -136,28 +140,27 @@ static pe_status *matmul_grad_infer(pe_infer_ctx *c) {
 
 /* One oneDNN matmul a[m,k]·b[k,n] -> c[m,n]; ta/tb: a/b buffers hold the
  * transposed matrix; bias: plus a [1,n] row broadcast over the rows (a
- * fused relu is applied after the primitive, matmul_kernel). Args order:
- * SRC, WEIGHTS, DST (, BIAS). With wstage, the primitive chooses the
- * weights' layout (matmul_weights.h) and *wstage says how b reaches it
- * (pe_dnnl_stage_make: in place when the layouts agree). */
+ * fused relu is applied after the primitive, matmul_kernel); gemm_impl:
+ * on oneDNN's gemm-based implementation (matmul_weights.h). Args order:
+ * SRC, WEIGHTS, DST (, BIAS). */
 static pe_status *mm_build(pe_kernel_ctx *c, pe_dnnl_entry *e, int64_t m, int64_t k, int64_t n,
-                           bool ta, bool tb, bool bias, pe_dnnl_stage *wstage) {
-  dnnl_memory_desc_t a, b, o, bia, b_any;
+                           bool ta, bool tb, bool bias, bool gemm_impl) {
+  dnnl_memory_desc_t a, b, o, bia;
   dnnl_matmul_desc_t md;
-  int64_t kn[2] = {k, n};
   PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&a, m, k, ta), c, "matmul src desc"));
   PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&b, k, n, tb), c, "matmul weights desc"));
-  PE_TRY(pe_dnnl_check(pe_dnnl_md_any(&b_any, 2, kn), c, "matmul weights desc"));
   PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&o, m, n, false), c, "matmul dst desc"));
   PE_TRY(pe_dnnl_check(pe_dnnl_md_matrix(&bia, 1, n, false), c, "matmul bias desc"));
-  PE_TRY(pe_dnnl_check(dnnl_matmul_desc_init(&md, &a, wstage ? &b_any : &b, bias ? &bia : NULL, &o),
-                       c, "matmul desc"));
+  PE_TRY(pe_dnnl_check(dnnl_matmul_desc_init(&md, &a, &b, bias ? &bia : NULL, &o), c,
+                       "matmul desc"));
   dnnl_primitive_desc_t pd;
-  PE_TRY(pe_dnnl_pd(c, &md, NULL, "matmul primitive desc", &pd));
+  if (gemm_impl)
+    PE_TRY(pe_dnnl_pd_impl(c, &md, PE_MATMUL_LARGE_WEIGHTS_IMPL, "matmul primitive desc", &pd));
+  else
+    PE_TRY(pe_dnnl_pd(c, &md, NULL, "matmul primitive desc", &pd));
   static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS};
   pe_dnnl_prim *p;
   pe_status *st = pe_dnnl_entry_add(c, e, pd, args, bias ? 4 : 3, "matmul primitive", &p);
-  if (!st && wstage) st = pe_dnnl_stage_make(c, e, pd, DNNL_ARG_WEIGHTS, &b, false, NULL, wstage);
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
@@ -196,17 +199,12 @@ static pe_status *matmul_kernel(pe_kernel_ctx *c) {
   bool fresh;
   PE_TRY(mm_lookup(c, x, y, &d, &e, &fresh));
   int prev = mm_team_enter(c, &d);
-  /* stages[0]: the weights (every call: they change every step). */
-  pe_dnnl_stage *ws = &e->stages[0];
   pe_status *st = NULL;
-  if (fresh) {
-    *ws = (pe_dnnl_stage){-1, -1};
-    bool staged = pe_matmul_weights_staged(d.k, d.n);
-    st = pe_dnnl_cache_built(
-        c, e, mm_build(c, e, d.m, d.k, d.n, false, false, b != NULL, staged ? ws : NULL));
-  }
-  if (!st) st = pe_dnnl_stage_in(c, e, ws, y->data);
-  void *h[] = {x->data, pe_dnnl_stage_handle(e, ws, y->data), out->data, b ? b->data : NULL};
+  if (fresh)
+    st = pe_dnnl_cache_built(c, e,
+                             mm_build(c, e, d.m, d.k, d.n, false, false, b != NULL,
+                                      pe_matmul_weights_large(d.k, d.n)));
+  void *h[] = {x->data, y->data, out->data, b ? b->data : NULL};
   if (!st) st = pe_dnnl_run(c, &e->prims[0], h, "matmul");
   mm_team_leave(prev);
   PE_TRY(st);
@@ -260,8 +258,9 @@ static pe_status *matmul_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const mm
                                     bool relu) {
   void *buf;
   PE_TRY(pe_dnnl_entry_buffer(c, e, relu ? (size_t)(d->m * d->n) * sizeof(float) : 0, &buf));
-  PE_TRY(mm_build(c, e, d->m, d->n, d->k, false, true, false, NULL)); /* dOut[M,N]·Yᵀ[N,K] */
-  return mm_build(c, e, d->k, d->m, d->n, true, false, false, NULL);  /* Xᵀ[K,M]·dOut[M,N] */
+  PE_TRY(mm_build(c, e, d->m, d->n, d->k, false, true, false, false)); /* dOut[M,N]·Yᵀ[N,K] */
+  return mm_build(c, e, d->k, d->m, d->n, true, false, false,
+                  pe_matmul_weights_large(d->k, d->n)); /* Xᵀ[K,M]·dOut[M,N] */
 }
 
 /* dX on this thread and its stream, dY on a second thread and the side
