@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "ops/cpu/conv_algo.h"
 #include "ops/cpu/dnnl_util.h"
+#include "ops/cpu/conv_weights_pass.h"
 #include "ops/cpu/matmul_weights.h"
 #include "ops/device_ctx.h"
 #include "ops/matmul_view.h"
@@ -332,10 +333,8 @@ static pe_status *conv_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_roof_g
     if (!st) st = pe_dnnl_pd(c, &cd, hint, "roofline convolution backward data", &pd);
     args = bd_args;
   } else {
-    st = pe_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
-                           &cd, alg, &src, &wei, b, &dstd, strides, dil, pad, pad),
-                       c, "roofline convolution backward weights desc");
-    if (!st) st = pe_dnnl_pd(c, &cd, hint, "roofline convolution backward weights", &pd);
+    st = pe_conv_weights_pass_pd(c, alg, &src, &wei, b, &dstd, strides, dil, pad, hint,
+                                 "roofline convolution backward weights", &pd);
     args = bw_args;
     nargs = g->bias ? 4 : 3;
   }

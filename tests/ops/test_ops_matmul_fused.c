@@ -199,7 +199,7 @@ static void naive_fc_grad(pe_scope *s, int64_t m, int64_t k, int64_t n, float *d
  * AVX-512; with AVX2 its first choice is gemm-based for every product, so
  * only the gemm case is checked there. */
 static void expect_impl(const ph_op_inst *inst, int prim, bool gemm, const char *what) {
-  const char *impl = pe_dnnl_cache_impl(inst->state, 0, prim);
+  const char *impl = pe_dnnl_impl_name(pe_dnnl_cache_pd(inst->state, 0, prim));
   ck_assert_msg(impl[0], "%s: no primitive", what);
   bool is_gemm = strncmp(impl, PE_MATMUL_LARGE_WEIGHTS_IMPL,
                          strlen(PE_MATMUL_LARGE_WEIGHTS_IMPL)) == 0;

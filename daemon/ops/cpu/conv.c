@@ -26,6 +26,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "ops/cpu/conv_algo.h"
+#include "ops/cpu/conv_weights_pass.h"
 #include "ops/cpu/dnnl_act_layout.h"
 #include "ops/cpu/dnnl_util.h"
 #include "ops/cpu/par_min.h"
@@ -507,11 +508,9 @@ static pe_status *conv_grad_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_s
     st = pe_dnnl_entry_add(c, e, bd, args, 3, "convolution backward data", &p);
   }
   if (!st)
-    st = pe_dnnl_check(dnnl_dilated_convolution_backward_weights_desc_init(
-                           &cd, cand_alg[cand], src, wei, bias ? &d.bia : NULL, dst, d.strides,
-                           d.dilates, d.pad, d.pad),
-                       c, "convolution backward weights desc");
-  if (!st) st = pe_dnnl_pd(c, &cd, hint, "convolution backward weights primitive desc", &bw);
+    st = pe_conv_weights_pass_pd(c, cand_alg[cand], src, wei, bias ? &d.bia : NULL, dst, d.strides,
+                                 d.dilates, d.pad, hint,
+                                 "convolution backward weights primitive desc", &bw);
   if (!st) {
     static const int args[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
                                DNNL_ARG_DIFF_BIAS};

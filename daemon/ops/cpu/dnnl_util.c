@@ -200,14 +200,20 @@ pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state) {
   return st;
 }
 
-const char *pe_dnnl_cache_impl(const void *state, int entry, int prim) {
+const_dnnl_primitive_desc_t pe_dnnl_cache_pd(const void *state, int entry, int prim) {
   const pe_dnnl_cache *cache = state;
   if (!cache || entry < 0 || entry >= cache->n || prim < 0 || prim >= cache->e[entry].nprims)
-    return "";
+    return NULL;
   const_dnnl_primitive_desc_t pd;
+  if (dnnl_primitive_get_primitive_desc(cache->e[entry].prims[prim].prim, &pd) != dnnl_success)
+    return NULL;
+  return pd;
+}
+
+const char *pe_dnnl_impl_name(const_dnnl_primitive_desc_t pd) {
   const char *info = NULL;
-  if (dnnl_primitive_get_primitive_desc(cache->e[entry].prims[prim].prim, &pd) != dnnl_success ||
-      dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &info) != dnnl_success || !info)
+  if (!pd || dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &info) != dnnl_success ||
+      !info)
     return "";
   return info;
 }
@@ -254,10 +260,7 @@ static pe_status *pd_make(pe_kernel_ctx *c, const void *op_desc, const_dnnl_prim
 
 /* True when the implementation behind p is named impl_prefix... */
 static bool pd_impl_is(const_dnnl_primitive_desc_t p, const char *impl_prefix) {
-  const char *info = NULL;
-  if (dnnl_primitive_desc_query(p, dnnl_query_impl_info_str, 0, &info) != dnnl_success || !info)
-    return false;
-  return strncmp(info, impl_prefix, strlen(impl_prefix)) == 0;
+  return strncmp(pe_dnnl_impl_name(p), impl_prefix, strlen(impl_prefix)) == 0;
 }
 
 pe_status *pe_dnnl_pd_impl(pe_kernel_ctx *c, const void *op_desc, const char *impl_prefix,

@@ -126,10 +126,12 @@ pe_status *pe_dnnl_cache_built(pe_kernel_ctx *c, pe_dnnl_entry *e, pe_status *st
 void pe_dnnl_cache_free(void *state);
 /* Counters of an op state (zeros for NULL), for tests and stats. */
 pe_dnnl_cache_stats pe_dnnl_cache_stats_of(const void *state);
-/* oneDNN's name of the implementation behind primitive `prim` of entry
- * `entry` of an op state (as ONEDNN_VERBOSE prints it), for tests; "" when
- * there is none. */
-const char *pe_dnnl_cache_impl(const void *state, int entry, int prim);
+/* The primitive desc of primitive `prim` of entry `entry` of an op state
+ * (owned by the primitive), for tests; NULL when there is none. */
+const_dnnl_primitive_desc_t pe_dnnl_cache_pd(const void *state, int entry, int prim);
+/* oneDNN's name of the implementation behind pd (as ONEDNN_VERBOSE prints
+ * it); "" for NULL. */
+const char *pe_dnnl_impl_name(const_dnnl_primitive_desc_t pd);
 
 /* Create a primitive from pd into e, with a memory object for each of the
  * nargs argument ids (descs queried from pd), plus its own scratchpad when
