@@ -22,25 +22,31 @@ int pe_bench_places_auto(train_cfg *cfg, bench_places *bp) {
   bp->n_cand = pe_places_candidates(pe_cpu_cores(), choose, fixed, fused, bp->cand);
   bp->steps = TRIAL_STEPS;
   double t0 = pe_now_s();
-  for (int i = 0; i < bp->n_cand; i++) {
-    pe_places_candidate *c = &bp->cand[i];
-    train_cfg tc = *cfg;
-    char places[16];
-    snprintf(places, sizeof places, "cpu:%d", c->n_places);
-    tc.places = places;
-    tc.strategy = c->auto_strategy ? "auto" : pe_strategy_name(c->strategy);
-    tc.fuse = c->fused ? "on" : "off";
-    if (c->auto_strategy) c->strategy = pe_strategy_auto(PE_PLACE_CPU, NULL);
-    if (pe_bench_time_steps(&tc, TRIAL_STEPS, &c->step_ms)) {
-      snprintf(c->error, sizeof c->error, "a step failed (printed above)");
-      c->step_ms = 0;
+  int passes = pe_places_trial_passes(TRIAL_STEPS);
+  for (int pass = 0; pass < passes; pass++)
+    for (int i = 0; i < bp->n_cand; i++) {
+      pe_places_candidate *c = &bp->cand[i];
+      if (c->error[0]) continue; /* failed in the first pass */
+      train_cfg tc = *cfg;
+      char places[16];
+      snprintf(places, sizeof places, "cpu:%d", c->n_places);
+      tc.places = places;
+      tc.strategy = c->auto_strategy ? "auto" : pe_strategy_name(c->strategy);
+      tc.fuse = c->fused ? "on" : "off";
+      if (c->auto_strategy) c->strategy = pe_strategy_auto(PE_PLACE_CPU, NULL);
+      double ms = 0;
+      if (pe_bench_time_steps(&tc, pe_places_pass_steps(TRIAL_STEPS, pass), &ms)) {
+        snprintf(c->error, sizeof c->error, "a step failed (printed above)");
+        c->step_ms = 0;
+        continue;
+      }
+      pe_places_record(c, ms);
+      if (!cfg->json) {
+        char name[64];
+        fprintf(stderr, "pe-bench train: places trial: %s: %.3f ms a step (pass %d of %d)\n",
+                pe_places_candidate_name(c, name, sizeof name), ms, pass + 1, passes);
+      }
     }
-    if (!cfg->json) {
-      char name[64];
-      fprintf(stderr, "pe-bench train: places trial: %s: %.3f ms a step\n",
-              pe_places_candidate_name(c, name, sizeof name), c->step_ms);
-    }
-  }
   bp->trial_s = pe_now_s() - t0;
   bp->chosen = pe_places_choose(bp->cand, bp->n_cand);
   if (bp->chosen < 0) {

@@ -318,7 +318,8 @@ static const pe_config_key keys[] = {
              "with places = auto on cpu, a new model's places and gradient strategy are the "
              "fastest of a timed trial (false: cpu:1)"),
     INT_KEY("runtime", "places_trial_steps", places_trial_steps, 1, 1000, "20", RELOAD, NULL,
-            "steps the trial times per candidate (the median counts), after one warm-up step"),
+            "steps the trial times per candidate, in two passes of half (the smaller median "
+            "counts), each after a warm-up step"),
     SECONDS_KEY("runtime", "places_trial_time", places_trial_s, "20", RELOAD, "0: no bound",
                 "seconds after which the trial starts no further candidate"),
     INT_KEY("runtime", "places_trial_batch", places_trial_batch, 1, PE_PLACES_TRIAL_MAX_BATCH, "64",

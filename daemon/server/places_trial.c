@@ -81,9 +81,10 @@ static void trial_run_free(trial_run *r) {
 }
 
 /* Compile rq for c, build its runtime and model, run the startup and
- * time the steps; c->step_ms: their median. */
+ * time the steps; *median_ms: their median. */
 static pe_status *time_candidate(pe_server *s, const Pe__RegisterRequest *rq, const pe_limits *lim,
-                                 int64_t batch, int steps, pe_places_candidate *c) {
+                                 int64_t batch, int steps, pe_places_candidate *c,
+                                 double *median_ms) {
   Pe__RegisterOptions o;
   pe_places_trial one = {.n_cand = 1, .chosen = 0};
   one.cand[0] = *c;
@@ -127,8 +128,8 @@ static pe_status *time_candidate(pe_server *s, const Pe__RegisterRequest *rq, co
   }
   if (!st) {
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
-    c->step_ms = steps % 2 ? ms[steps / 2] : (ms[steps / 2 - 1] + ms[steps / 2]) / 2;
-    if (c->step_ms <= 0) c->step_ms = 1e-6; /* measured, below the clock's resolution */
+    *median_ms = steps % 2 ? ms[steps / 2] : (ms[steps / 2 - 1] + ms[steps / 2]) / 2;
+    if (*median_ms <= 0) *median_ms = 1e-6; /* measured, below the clock's resolution */
   }
   pe_graph_free(g);
   pe_graph_free(sg);
@@ -142,26 +143,36 @@ pe_status *pe_places_trial_run(pe_server *s, const Pe__RegisterRequest *rq, cons
   if (steps > PE_TRIAL_MAX_STEPS) steps = PE_TRIAL_MAX_STEPS;
   t->batch = batch;
   t->remembered = false;
+  for (int i = 0; i < t->n_cand; i++) t->cand[i].step_ms = 0;
   double t0 = pe_now_s();
-  for (int i = 0; i < t->n_cand; i++) {
-    pe_places_candidate *c = &t->cand[i];
-    char name[64];
-    pe_places_candidate_name(c, name, sizeof name);
-    if (i > 0 && budget_s > 0 && pe_now_s() - t0 > budget_s) {
-      snprintf(c->error, sizeof c->error,
-               "not tried: the trial's %.0f s ([runtime] "
-               "places_trial_time) had passed",
-               budget_s);
-      continue;
-    }
-    pe_status *st = time_candidate(s, rq, lim, batch, steps, c);
-    if (st) {
-      snprintf(c->error, sizeof c->error, "%s", pe_status_msg(st));
-      PE_LOGI("places trial: %s: %s", name, pe_status_msg(st));
-      pe_status_free(st);
-    } else {
-      PE_LOGI("places trial: %s: %.3f ms a step of %lld samples", name, c->step_ms,
-              (long long)batch);
+  int passes = pe_places_trial_passes(steps);
+  for (int pass = 0; pass < passes; pass++) {
+    for (int i = 0; i < t->n_cand; i++) {
+      pe_places_candidate *c = &t->cand[i];
+      if (c->error[0]) continue; /* failed (or not tried) in the first pass */
+      char name[64];
+      pe_places_candidate_name(c, name, sizeof name);
+      if ((pass > 0 || i > 0) && budget_s > 0 && pe_now_s() - t0 > budget_s) {
+        if (c->step_ms <= 0)
+          snprintf(c->error, sizeof c->error,
+                   "not tried: the trial's %.0f s ([runtime] "
+                   "places_trial_time) had passed",
+                   budget_s);
+        continue;
+      }
+      double ms = 0;
+      pe_status *st =
+          time_candidate(s, rq, lim, batch, pe_places_pass_steps(steps, pass), c, &ms);
+      if (st) {
+        snprintf(c->error, sizeof c->error, "%s", pe_status_msg(st));
+        c->step_ms = 0;
+        PE_LOGI("places trial: %s: %s", name, pe_status_msg(st));
+        pe_status_free(st);
+      } else {
+        pe_places_record(c, ms);
+        PE_LOGI("places trial: %s: %.3f ms a step of %lld samples (pass %d of %d)", name, ms,
+                (long long)batch, pass + 1, passes);
+      }
     }
   }
   t->trial_s = pe_now_s() - t0;

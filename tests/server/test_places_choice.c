@@ -54,6 +54,69 @@ START_TEST(test_choose_fastest_earliest_of_ties) {
 }
 END_TEST
 
+/* The trial's passes: the steps split between two passes (one for a
+ * single step), a candidate keeps the smaller of its pass times. */
+START_TEST(test_trial_passes_split_the_steps) {
+  ck_assert_int_eq(pe_places_trial_passes(1), 1);
+  ck_assert_int_eq(pe_places_pass_steps(1, 0), 1);
+  ck_assert_int_eq(pe_places_pass_steps(1, 1), 0);
+  ck_assert_int_eq(pe_places_trial_passes(20), 2);
+  ck_assert_int_eq(pe_places_pass_steps(20, 0), 10);
+  ck_assert_int_eq(pe_places_pass_steps(20, 1), 10);
+  ck_assert_int_eq(pe_places_pass_steps(21, 0), 11);
+  ck_assert_int_eq(pe_places_pass_steps(21, 1), 10);
+  ck_assert_int_eq(pe_places_pass_steps(21, 2), 0);
+  pe_places_candidate c = {0};
+  pe_places_record(&c, 0); /* no measurement */
+  ck_assert(c.step_ms <= 0);
+  pe_places_record(&c, 3.0);
+  pe_places_record(&c, 4.0);
+  ck_assert(c.step_ms == 3.0);
+  pe_places_record(&c, 2.5);
+  pe_places_record(&c, -1);
+  ck_assert(c.step_ms == 2.5);
+}
+END_TEST
+
+/* A burst of load from another process doubles every step inside it. The
+ * candidates, timed in the trial's passes on a simulated clock, each step
+ * at its true time (times two inside the burst), with a burst that begins
+ * with the victim's first window and lasts all of it. */
+static void sim_trial(const double *true_ms, int n, int steps, int passes, int victim,
+                      pe_places_candidate *c) {
+  double clock = 0, burst_from = -1, burst_to = -1;
+  for (int i = 0; i < n; i++) c[i] = (pe_places_candidate){.n_places = i + 1};
+  for (int pass = 0; pass < passes; pass++)
+    for (int i = 0; i < n; i++) {
+      int k = passes == 1 ? steps : pe_places_pass_steps(steps, pass);
+      if (i == victim && pass == 0) {
+        burst_from = clock;
+        burst_to = clock + 2 * k * true_ms[i];
+      }
+      double sum = 0;
+      for (int s = 0; s < k; s++) {
+        double ms = true_ms[i] * (clock >= burst_from && clock < burst_to ? 2 : 1);
+        clock += ms;
+        sum += ms;
+      }
+      pe_places_record(&c[i], sum / k);
+    }
+}
+
+/* The truly fastest candidate wins with the trial's passes although a
+ * burst covered all of its first window; timed in one pass it loses (the
+ * reason for the passes). */
+START_TEST(test_trial_passes_outlast_a_burst) {
+  const double true_ms[3] = {2.0, 1.5, 1.7}; /* cpu:2 (index 1) is the fastest */
+  pe_places_candidate c[3];
+  sim_trial(true_ms, 3, 20, 1, 1, c);
+  ck_assert_int_ne(pe_places_choose(c, 3), 1); /* one pass: the burst decides */
+  sim_trial(true_ms, 3, 20, pe_places_trial_passes(20), 1, c);
+  ck_assert_int_eq(pe_places_choose(c, 3), 1);
+  ck_assert(c[1].step_ms == 1.5);
+}
+END_TEST
+
 static void write_text(const char *dir, const char *file, const char *text) {
   char path[512];
   snprintf(path, sizeof path, "%s/places/%s", dir, file);
@@ -124,6 +187,8 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_candidates_split_the_cores);
   tcase_add_test(tc, test_choose_fastest_earliest_of_ties);
+  tcase_add_test(tc, test_trial_passes_split_the_steps);
+  tcase_add_test(tc, test_trial_passes_outlast_a_burst);
   tcase_add_test(tc, test_remember_and_recall);
   suite_add_tcase(s, tc);
   return s;
