@@ -35,7 +35,8 @@ int pe_bench_places_auto(train_cfg *cfg, bench_places *bp) {
       tc.fuse = c->fused ? "on" : "off";
       if (c->auto_strategy) c->strategy = pe_strategy_auto(PE_PLACE_CPU, NULL);
       double ms = 0;
-      if (pe_bench_time_steps(&tc, pe_places_pass_steps(TRIAL_STEPS, pass), &ms)) {
+      if (pe_bench_time_steps(&tc, pe_places_pass_steps(TRIAL_STEPS, pass), PE_PLACES_PASS_MIN_MS,
+                              &ms)) {
         snprintf(c->error, sizeof c->error, "a step failed (printed above)");
         c->step_ms = 0;
         continue;

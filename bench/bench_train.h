@@ -115,9 +115,10 @@ extern const train_backend pe_train_sequential;
 extern const train_backend pe_train_parallel;
 
 /* Time `steps` training steps of the parallel executor with cfg (after
- * one warm-up step, on a trainer of its own): their mean into *step_ms.
- * Non-zero (the error printed) when a step fails. */
-int pe_bench_time_steps(const train_cfg *cfg, long steps, double *step_ms);
+ * one warm-up step, on a trainer of its own), again until min_ms of steps
+ * are timed: their mean into *step_ms. Non-zero (the error printed) when
+ * a step fails. */
+int pe_bench_time_steps(const train_cfg *cfg, long steps, double min_ms, double *step_ms);
 
 /* Print "pe-bench train: <what>: <message> (<code>)", free st, return 1. */
 int pe_bench_train_fail(pe_status *st, const char *what);

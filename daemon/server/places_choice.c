@@ -47,6 +47,11 @@ int pe_places_pass_steps(int steps, int pass) {
   return steps / passes + (pass < steps % passes ? 1 : 0);
 }
 
+bool pe_places_pass_more(int done, int steps, double timed_ms, int max_steps) {
+  if (done >= max_steps) return false;
+  return done < steps || timed_ms < PE_PLACES_PASS_MIN_MS;
+}
+
 void pe_places_record(pe_places_candidate *c, double ms) {
   if (ms > 0 && (c->step_ms <= 0 || ms < c->step_ms)) c->step_ms = ms;
 }

@@ -10,8 +10,8 @@
  * of equal times the earlier (fewer places, then the order above).
  *
  * Passes. The trial times every candidate in two passes over all of them,
- * each with half the steps, and keeps the smaller of a candidate's two
- * times. Why: other processes' load comes in bursts of seconds; timed once,
+ * each with half the steps (and at least PE_PLACES_PASS_MIN_MS of them),
+ * and keeps the smaller of a candidate's two times. Why: other processes' load comes in bursts of seconds; timed once,
  * one after another, a candidate that met a burst lost to one that did
  * not, and the choice changed from one register to the next on a shared
  * machine. A candidate's two windows lie a whole pass apart, so a burst has
@@ -51,6 +51,13 @@ int pe_places_choose(const pe_places_candidate *c, int n);
 int pe_places_trial_passes(int steps);
 /* Steps timed in pass `pass` (0-based): the first takes the odd one. */
 int pe_places_pass_steps(int steps, int pass);
+/* A pass times each candidate for at least this long, past its steps if
+ * need be: ten steps of the MLP's 1.5 ms are 15 ms, which one scheduling
+ * delay of another process on a shared machine decides. */
+#define PE_PLACES_PASS_MIN_MS 250.0
+/* True while a candidate's pass goes on: fewer than `steps` timed, or
+ * less than PE_PLACES_PASS_MIN_MS of them, and fewer than max_steps. */
+bool pe_places_pass_more(int done, int steps, double timed_ms, int max_steps);
 /* Fold a pass's median into c->step_ms (the smaller one; ms <= 0 is no
  * measurement and changes nothing). */
 void pe_places_record(pe_places_candidate *c, double ms);

@@ -120,13 +120,18 @@ static pe_status *time_candidate(pe_server *s, const Pe__RegisterRequest *rq, co
     st = synth_feed(&r.p->feeds[i], batch, &r.feeds[i]);
     r.fv[i] = (pe_feed){r.p->feeds[i].name, &r.feeds[i]};
   }
-  double ms[PE_TRIAL_MAX_STEPS];
-  for (int i = 0; i <= steps && !st; i++) { /* step 0: the warm-up */
+  double ms[PE_TRIAL_MAX_STEPS], timed_ms = 0;
+  int n = 0; /* timed steps */
+  for (int i = 0; !st && pe_places_pass_more(n, steps, timed_ms, PE_TRIAL_MAX_STEPS); i++) {
     double t0 = pe_now_s();
     st = pe_par_exec_run(r.e, r.fv, nf, NULL, 0, NULL, NULL, NULL);
-    if (i > 0) ms[i - 1] = (pe_now_s() - t0) * 1e3;
+    if (i > 0) { /* step 0: the warm-up */
+      ms[n] = (pe_now_s() - t0) * 1e3;
+      timed_ms += ms[n++];
+    }
   }
-  if (!st) {
+  steps = n;
+  if (!st && steps > 0) {
     qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
     *median_ms = steps % 2 ? ms[steps / 2] : (ms[steps / 2 - 1] + ms[steps / 2]) / 2;
     if (*median_ms <= 0) *median_ms = 1e-6; /* measured, below the clock's resolution */

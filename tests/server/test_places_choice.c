@@ -66,6 +66,12 @@ START_TEST(test_trial_passes_split_the_steps) {
   ck_assert_int_eq(pe_places_pass_steps(21, 0), 11);
   ck_assert_int_eq(pe_places_pass_steps(21, 1), 10);
   ck_assert_int_eq(pe_places_pass_steps(21, 2), 0);
+  /* A pass goes on past its steps until PE_PLACES_PASS_MIN_MS is timed. */
+  ck_assert(pe_places_pass_more(0, 10, 0, 1000));
+  ck_assert(pe_places_pass_more(9, 10, 2 * PE_PLACES_PASS_MIN_MS, 1000));
+  ck_assert(pe_places_pass_more(10, 10, PE_PLACES_PASS_MIN_MS / 2, 1000));
+  ck_assert(!pe_places_pass_more(10, 10, PE_PLACES_PASS_MIN_MS, 1000));
+  ck_assert(!pe_places_pass_more(1000, 10, 1, 1000)); /* at most max_steps */
   pe_places_candidate c = {0};
   pe_places_record(&c, 0); /* no measurement */
   ck_assert(c.step_ms <= 0);
