@@ -7,8 +7,8 @@ bool pe_conv_weights_pass_pads(const_dnnl_primitive_desc_t pd) {
   return md && md->ndims == 4 && md->padded_dims[1] > md->dims[1];
 }
 
-/* One pass's primitive desc; NULL in *pd (and no error) when oneDNN has no
- * implementation for these layouts. */
+/* One pass's primitive desc; an error when oneDNN has no implementation
+ * for these layouts. */
 static pe_status *pass_pd(pe_kernel_ctx *c, dnnl_alg_kind_t alg, const dnnl_memory_desc_t *src,
                           const dnnl_memory_desc_t *wei, const dnnl_memory_desc_t *bias,
                           const dnnl_memory_desc_t *dst, const dnnl_dims_t strides,
