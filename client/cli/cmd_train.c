@@ -120,6 +120,8 @@ static const cli_opt train_opts[] = {
 
 /* rc: the command's exit status so far (cli_end). */
 static void trainer_free(trainer *t, int rc) {
+  if (t->rows_shm.base) pe_client_shm_close(t->c, &t->rows_shm);
+  for (int k = 0; k < 2; k++) free(t->idx[k]);
   if (t->shm.base)
     pe_client_shm_close(t->c, &t->shm);
   else
@@ -153,11 +155,50 @@ static size_t pair_layout(const trainer *t, size_t *xbytes, size_t *cap) {
   return *xbytes + *cap * t->train->y.row_bytes;
 }
 
+/* The training rows into a region of their own, for feeds by row index:
+ * the client then copies nothing per batch, and the daemon's workers copy
+ * each batch's rows in their idle time, as in process (pe-bench), instead
+ * of a client thread taking a core at each request. The private arrays are
+ * freed where they are this trainer's own and the region holds them whole.
+ * Where /dev/shm has no room the batches are copied into the pair region as
+ * before. */
+static void alloc_rows(trainer *t, size_t cap) {
+  pe_feed_array *x = &t->train->x, *y = &t->train->y;
+  int64_t n = t->train->n; /* the rows the batcher walks (--limit: fewer) */
+  size_t xbytes = ((size_t)n * x->row_bytes + 7) / 8 * 8;
+  int code = pe_client_shm_create(t->c, xbytes + (size_t)n * y->row_bytes, &t->rows_shm);
+  if (!code) {
+    t->idx[0] = malloc(cap * sizeof(int64_t));
+    t->idx[1] = malloc(cap * sizeof(int64_t));
+  }
+  if (code || !t->idx[0] || !t->idx[1]) {
+    if (!t->cfg.quiet)
+      fprintf(stderr,
+              "pe-client %s: the training set is not in shared memory (%s); each batch "
+              "is copied into it\n",
+              t->ctx->cmd, code ? pe_client_error(t->c) : "out of memory");
+    return;
+  }
+  char *base = t->rows_shm.base;
+  memcpy(base, x->data, (size_t)n * x->row_bytes);
+  memcpy(base + xbytes, y->data, (size_t)n * y->row_bytes);
+  pe_feed_array *a[2] = {x, y};
+  void *at[2] = {base, base + xbytes};
+  for (int i = 0; i < 2 && n == a[i]->dims[0]; i++) { /* whole: the region stands in */
+    if (!a[i]->borrowed) free(a[i]->data);
+    a[i]->data = at[i];
+    a[i]->borrowed = true;
+  }
+  t->rows_y_off = xbytes;
+  t->use_rows = true;
+}
+
 /* The two batch buffer pairs: in one shared-memory region when asked
  * (--feed shm) or by default on a local (ipc://) daemon, where it saves
- * the copies through the socket; else, or when the default cannot set a
- * region up, on the heap, the batches then travel in the requests. */
-static int alloc_batches(trainer *t) {
+ * the copies through the socket, and for training the training rows as
+ * well (alloc_rows); else, or when the default cannot set a region up, on
+ * the heap, the batches then travel in the requests. */
+static int alloc_batches(trainer *t, bool training) {
   size_t xbytes, cap, pair = pair_layout(t, &xbytes, &cap);
   t->eval_batch = EVAL_BATCH;
   bool want = !strcmp(t->cfg.feed, "shm") ||
@@ -175,6 +216,7 @@ static int alloc_batches(trainer *t) {
         t->x[k] = (float *)((char *)t->shm.base + k * pair);
         t->y[k] = (char *)t->x[k] + xbytes;
       }
+      if (training) alloc_rows(t, cap);
       return CLI_OK;
     }
   }
@@ -493,7 +535,7 @@ static int trainer_setup(trainer *t, bool eval_only) {
    * counter (model state), which would start the schedule part-way. */
   if (!eval_only && t->cfg.recipe.schedule && (code = trainer_set_i64(t, PE_LR_STEP_COUNTER, 0)))
     return cli_fail(t->ctx, t->c, code);
-  return alloc_batches(t);
+  return alloc_batches(t, !eval_only);
 }
 
 /* The strategy as the daemon compiled it; "single" on one place, where
@@ -524,12 +566,13 @@ static void print_result(const trainer *t, const train_result *r, bool trained) 
     if (trained) {
       printf(
           ",\"batch\":%ld,\"epochs\":%ld,\"start_epoch\":%ld,\"steps\":%ld,\"samples\":%ld,"
-          "\"seed\":%ld,\"shm\":%s,\"steps_per_request\":%ld,\"samples_per_sec\":%.1f,\"train_"
+          "\"seed\":%ld,\"shm\":%s,\"shm_rows\":%s,\"steps_per_request\":%ld,\"samples_per_sec\":%."
+          "1f,\"train_"
           "seconds\":%.3f,"
           "\"run_ms_total\":%.1f,\"queue_ms_total\":%.1f,\"final_loss\":",
           t->cfg.batch, t->cfg.epochs, t->cfg.start_epoch, r->steps, r->samples, t->cfg.seed,
-          t->use_shm ? "true" : "false", t->cfg.per_request, sps, r->train_s, r->run_ms,
-          r->queue_ms);
+          t->use_shm ? "true" : "false", t->use_rows ? "true" : "false", t->cfg.per_request, sps,
+          r->train_s, r->run_ms, r->queue_ms);
       /* A diverged run's loss (NaN, inf): null, and said so. A regression's
        * in six significant digits: its error falls far below 1e-5. */
       cli_json_num(stdout, t->m.correct[0] ? "%.5f" : "%.6g", r->final_loss);

@@ -18,11 +18,13 @@
 #include "pe_batch_prefetch.h"
 #include "trainer.h"
 
-/* Starts gathering bt's batches of rows into the two buffer pairs. */
-static int prefetch_start(trainer *t, pe_batcher *bt, const pe_feed_data *rows, long max_batches,
-                          pe_batch_prefetch **pf) {
-  if (pe_batch_prefetch_start_rows(bt, rows, t->x, t->y, max_batches, pf))
-    return cli_error(t->ctx, "cannot start the batch prefetch thread: %s", strerror(errno));
+/* Starts gathering bt's batches of rows into the two buffer pairs, or
+ * (index: the training rows in their region) their row indices only. */
+static int prefetch_start(trainer *t, pe_batcher *bt, const pe_feed_data *rows, bool index,
+                          long max_batches, pe_batch_prefetch **pf) {
+  int err = index ? pe_batch_prefetch_start_index(bt, t->idx, max_batches, pf)
+                  : pe_batch_prefetch_start_rows(bt, rows, t->x, t->y, max_batches, pf);
+  if (err) return cli_error(t->ctx, "cannot start the batch prefetch thread: %s", strerror(errno));
   return CLI_OK;
 }
 
@@ -45,6 +47,20 @@ static void batch_feeds(trainer *t, int k, long off, long n, pe_client_tensor fe
     feeds[0].shm_region = feeds[1].shm_region = t->shm.region;
     feeds[0].shm_offset = (uint64_t)((const char *)x - (char *)t->shm.base);
     feeds[1].shm_offset = (uint64_t)((const char *)y - (char *)t->shm.base);
+  }
+}
+
+/* Feeds for the training rows idx[k][off .. off + n) of their region:
+ * batch_feeds' names and shapes, the bytes named by row. */
+static void row_feeds(trainer *t, int k, long off, long n, pe_client_tensor feeds[2]) {
+  batch_feeds(t, k, off, n, feeds);
+  uint64_t at[2] = {0, t->rows_y_off};
+  for (int i = 0; i < 2; i++) {
+    feeds[i].data = NULL;
+    feeds[i].shm_region = t->rows_shm.region;
+    feeds[i].shm_offset = at[i];
+    feeds[i].shm_rows = t->idx[k] + off;
+    feeds[i].shm_array_rows = t->train->n;
   }
 }
 
@@ -112,7 +128,10 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
   const char *fetch[2] = {t->m.loss, t->m.accuracy};
   size_t n_fetch = t->m.accuracy[0] ? 2 : 1; /* a model without accuracy: the loss */
   pe_client_tensor feeds[2];
-  batch_feeds(t, k, off, rows, feeds);
+  if (t->use_rows)
+    row_feeds(t, k, off, rows, feeds);
+  else
+    batch_feeds(t, k, off, rows, feeds);
   pe_client_run_opts o = {.batches = nb > 1 ? (uint32_t)nb : 0,
                           .check_nan_inf = t->cfg.check_nan_inf};
   pe_client_run_result res;
@@ -279,7 +298,7 @@ int trainer_train(trainer *t, train_result *r) {
     pe_batcher_seek(bt, (int)(ep + t->cfg.start_epoch - 1), e.steps * b);
     pe_batch_prefetch *pf;
     if ((rc = prefetch_start(
-             t, bt, t->train,
+             t, bt, t->train, t->use_rows,
              t->cfg.steps ? (left + t->cfg.per_request - 1) / t->cfg.per_request : 0, &pf)))
       break;
     int n, k;
@@ -337,7 +356,7 @@ int trainer_evaluate(trainer *t, train_result *r, double *acc, int64_t *seen, do
   double t0 = cli_now(), loss = 0;
   int64_t correct = 0;
   pe_batch_prefetch *pf;
-  int rc = prefetch_start(t, bt, t->test, 0, &pf);
+  int rc = prefetch_start(t, bt, t->test, false, 0, &pf);
   int n, k;
   while (!rc && (k = pe_batch_prefetch_next(pf, &n)) >= 0) {
     pe_client_tensor feeds[2];

@@ -64,9 +64,16 @@ typedef struct trainer {
   long eval_batch;             /* EVAL_BATCH, or less where the socket takes less */
   void *x[2];                  /* two batch buffer pairs (inside the region when use_shm) */
   void *y[2];
-  bool initialized; /* Init ran the startup (maybe only for state the model lacked) */
-  bool had_values;  /* the model had values before this command's Init */
-  bool counts;      /* the training program declares CLI_EPOCHS_DONE */
+  /* The training rows in a region of their own (with use_shm, where one
+   * fits): a training request names rows of it (pe_client_tensor.shm_rows)
+   * from idx[k], and nobody copies a batch on this side. */
+  pe_client_shm rows_shm;
+  bool use_rows;
+  size_t rows_y_off; /* the labels' offset in rows_shm */
+  int64_t *idx[2];   /* each group's row indices (pe_batch_prefetch_start_index) */
+  bool initialized;  /* Init ran the startup (maybe only for state the model lacked) */
+  bool had_values;   /* the model had values before this command's Init */
+  bool counts;       /* the training program declares CLI_EPOCHS_DONE */
   /* Init's added state (the model had values, lacked these), without
    * CLI_EPOCHS_DONE: n_added variables, the first named in added
    * ("a, b, ..."); 0: none. */

@@ -44,6 +44,11 @@ int pe_batch_prefetch_start(pe_batcher *bt, float *const x[2], int64_t *const y[
  * rows (pe_feed_data_gather copies them). */
 int pe_batch_prefetch_start_rows(pe_batcher *bt, const pe_feed_data *rows, void *const x[2],
                                  void *const y[2], long max_batches, pe_batch_prefetch **out);
+/* The batches' row indices only (pe_batcher_claim's), idx[k] with room for
+ * a batch: for a trainer whose data set lies in a shared-memory region and
+ * whose feeds name rows of it (pe_client_tensor.shm_rows). */
+int pe_batch_prefetch_start_index(pe_batcher *bt, int64_t *const idx[2], long max_batches,
+                                  pe_batch_prefetch **out);
 /* Hands back the buffer pair that the previous call returned (it may be
  * refilled from now on) and waits for the next batch: returns its pair's
  * index (0 or 1) and sets *n to its size, or returns -1 at the end. */

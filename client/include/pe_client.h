@@ -199,6 +199,14 @@ typedef struct pe_client_tensor {
   const void *data;
   size_t nbytes;
   uint64_t shm_region, shm_offset;
+  /* With shm_region, a feed may name rows instead of bytes: shm_offset
+   * starts an array of shm_array_rows rows of the tensor's row size (the
+   * bytes of one index of dim 0), and the tensor's row i is its row
+   * shm_rows[i] (shape[0] indices). A trainer keeps its data set in a
+   * region once and sends each batch as indices: the daemon copies the
+   * rows. NULL: the bytes lie at shm_offset as they are. */
+  const int64_t *shm_rows;
+  int64_t shm_array_rows;
 } pe_client_tensor;
 
 /* Element size of dtype; 0 for an unknown one. */

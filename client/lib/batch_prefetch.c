@@ -9,12 +9,14 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pe_batch_prefetch.h"
 
 struct pe_batch_prefetch {
   pe_batcher *bt;
   const pe_feed_data *rows; /* NULL: bt's own dataset (pe_batcher_next) */
+  bool index;               /* x[k] gets the batch's row indices, y is unused */
   void *x[2], *y[2];
   long max; /* batches to gather, 0: to the epoch's end */
   pthread_t thread;
@@ -30,10 +32,13 @@ struct pe_batch_prefetch {
 
 /* The next batch into pair s; false at the epoch's end. */
 static bool gather(pe_batch_prefetch *pf, int s, int *n) {
-  if (!pf->rows) return pe_batcher_next(pf->bt, pf->x[s], pf->y[s], n);
+  if (!pf->rows && !pf->index) return pe_batcher_next(pf->bt, pf->x[s], pf->y[s], n);
   const int64_t *idx;
   if (!pe_batcher_claim(pf->bt, &idx, n)) return false;
-  pe_feed_data_gather(pf->rows, idx, 0, *n, pf->x[s], pf->y[s]);
+  if (pf->index)
+    memcpy(pf->x[s], idx, (size_t)*n * sizeof *idx);
+  else
+    pe_feed_data_gather(pf->rows, idx, 0, *n, pf->x[s], pf->y[s]);
   return true;
 }
 
@@ -60,8 +65,8 @@ static void *prefetch_main(void *arg) {
   }
 }
 
-int pe_batch_prefetch_start_rows(pe_batcher *bt, const pe_feed_data *rows, void *const x[2],
-                                 void *const y[2], long max_batches, pe_batch_prefetch **out) {
+static int start(pe_batcher *bt, const pe_feed_data *rows, bool index, void *const x[2],
+                 void *const y[2], long max_batches, pe_batch_prefetch **out) {
   if (out) *out = NULL;
   if (!bt || !x || !y || !x[0] || !x[1] || !y[0] || !y[1] || !out || max_batches < 0) {
     errno = EINVAL;
@@ -69,8 +74,13 @@ int pe_batch_prefetch_start_rows(pe_batcher *bt, const pe_feed_data *rows, void 
   }
   pe_batch_prefetch *pf = calloc(1, sizeof *pf);
   if (!pf) return -1; /* errno: ENOMEM */
-  *pf = (pe_batch_prefetch){
-      .bt = bt, .rows = rows, .x = {x[0], x[1]}, .y = {y[0], y[1]}, .max = max_batches, .held = -1};
+  *pf = (pe_batch_prefetch){.bt = bt,
+                            .rows = rows,
+                            .index = index,
+                            .x = {x[0], x[1]},
+                            .y = {y[0], y[1]},
+                            .max = max_batches,
+                            .held = -1};
   pthread_mutex_init(&pf->mu, NULL);
   pthread_cond_init(&pf->cv, NULL);
   int err = pthread_create(&pf->thread, NULL, prefetch_main, pf);
@@ -85,11 +95,23 @@ int pe_batch_prefetch_start_rows(pe_batcher *bt, const pe_feed_data *rows, void 
   return 0;
 }
 
+int pe_batch_prefetch_start_rows(pe_batcher *bt, const pe_feed_data *rows, void *const x[2],
+                                 void *const y[2], long max_batches, pe_batch_prefetch **out) {
+  return start(bt, rows, false, x, y, max_batches, out);
+}
+
+int pe_batch_prefetch_start_index(pe_batcher *bt, int64_t *const idx[2], long max_batches,
+                                  pe_batch_prefetch **out) {
+  /* y is never written: the index buffers stand in for it. */
+  void *const xs[2] = {idx ? idx[0] : NULL, idx ? idx[1] : NULL};
+  return start(bt, NULL, true, xs, xs, max_batches, out);
+}
+
 int pe_batch_prefetch_start(pe_batcher *bt, float *const x[2], int64_t *const y[2],
                             long max_batches, pe_batch_prefetch **out) {
   void *const xs[2] = {x ? x[0] : NULL, x ? x[1] : NULL}, *const ys[2] = {y ? y[0] : NULL,
                                                                           y ? y[1] : NULL};
-  return pe_batch_prefetch_start_rows(bt, NULL, xs, ys, max_batches, out);
+  return start(bt, NULL, false, xs, ys, max_batches, out);
 }
 
 int pe_batch_prefetch_next(pe_batch_prefetch *pf, int *n) {

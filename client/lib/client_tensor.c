@@ -104,9 +104,32 @@ int pec_tensor_check(const char *what, const pe_client_tensor *t, bool need_data
   return 0;
 }
 
+/* A feed by row indices (shm_rows, in a region): one index per row of dim
+ * 0, each inside the array, whose bytes a uint64_t holds. */
+static int shm_rows_check(pe_client *c, const char *what, const pe_client_tensor *t, size_t want) {
+  const char *name = t->name;
+  if (t->ndim < 1 || t->shape[0] < 1 || !want)
+    return pec_fail(c, PE_C_EARG, "%s: tensor '%s': row indices need rows of dim 0 (%d dims)", what,
+                    name, t->ndim);
+  uint64_t row = want / (size_t)t->shape[0];
+  if (t->shm_array_rows < 1 || (uint64_t)t->shm_array_rows > UINT64_MAX / row)
+    return pec_fail(c, PE_C_EARG, "%s: tensor '%s': shm_array_rows %" PRId64 " (1 or more)", what,
+                    name, t->shm_array_rows);
+  for (int64_t i = 0; i < t->shape[0]; i++)
+    if (t->shm_rows[i] < 0 || t->shm_rows[i] >= t->shm_array_rows)
+      return pec_fail(c, PE_C_EARG,
+                      "%s: tensor '%s': row index %" PRId64 " is %" PRId64
+                      ", outside the array's %" PRId64 " rows",
+                      what, name, i, t->shm_rows[i], t->shm_array_rows);
+  return 0;
+}
+
 int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, Pe__Tensor *pb,
                      int64_t *shape, Pe__ShmRef *shm) {
   char msg[512];
+  if (t->shm_rows && !t->shm_region)
+    return pec_fail(c, PE_C_EARG, "%s: tensor '%s' has row indices but no shm region", what,
+                    t->name ? t->name : "");
   if (pec_tensor_check(what, t, !t->shm_region, msg, sizeof msg))
     return pec_fail(c, PE_C_EARG, "%s", msg);
   const char *name = t->name;
@@ -117,11 +140,17 @@ int pec_tensor_to_pb(pe_client *c, const char *what, const pe_client_tensor *t, 
   for (int i = 0; i < t->ndim; i++) shape[i] = t->shape[i];
   pb->n_shape = (size_t)t->ndim;
   pb->shape = shape;
+  if (t->shm_rows && shm_rows_check(c, what, t, want)) return PE_C_EARG;
   if (t->shm_region) {
     pe__shm_ref__init(shm);
     shm->region = pec_region_now(c, t->shm_region);
     shm->offset = t->shm_offset;
     shm->length = want;
+    if (t->shm_rows) {
+      shm->n_rows = (size_t)t->shape[0];
+      shm->rows = (int64_t *)t->shm_rows; /* packed straight from the caller's array */
+      shm->length = (uint64_t)t->shm_array_rows * (want / (size_t)t->shape[0]);
+    }
     pb->shm = shm;
   } else {
     pb->data.len = want;

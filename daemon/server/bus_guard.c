@@ -33,15 +33,24 @@ static void install(void) {
   sigaction(SIGBUS, &sa, &previous);
 }
 
-bool pe_bus_guarded_copy(void *dst, const void *src, size_t n) {
+bool pe_bus_guarded_gather(void *dst, const void *src, const int64_t *rows, int64_t n, size_t row) {
   pthread_once(&install_once, install);
   sigjmp_buf jb;
+  /* Saving the signal mask is a system call: once per gather, not per row. */
   if (sigsetjmp(jb, 1)) {
     recovery = NULL;
     return false;
   }
   recovery = &jb;
-  memcpy(dst, src, n);
+  if (rows)
+    for (int64_t i = 0; i < n; i++)
+      memcpy((char *)dst + (size_t)i * row, (const char *)src + (size_t)rows[i] * row, row);
+  else
+    memcpy(dst, src, (size_t)n * row);
   recovery = NULL;
   return true;
+}
+
+bool pe_bus_guarded_copy(void *dst, const void *src, size_t n) {
+  return pe_bus_guarded_gather(dst, src, NULL, 1, n);
 }

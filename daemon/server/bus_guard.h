@@ -14,9 +14,13 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Copy n bytes from src to dst. Returns false when reading src raised SIGBUS
  * (dst then holds an unspecified prefix). */
 bool pe_bus_guarded_copy(void *dst, const void *src, size_t n);
+/* The same for n rows of `row` bytes: dst's row i is src's row rows[i]
+ * (rows NULL: src's rows 0..n-1), under one recovery point. */
+bool pe_bus_guarded_gather(void *dst, const void *src, const int64_t *rows, int64_t n, size_t row);
 
 #endif

@@ -351,13 +351,7 @@ pe_status *pe_shm_pin_acquire(pe_shm_table *t, uint64_t client, uint64_t region,
   return NULL;
 }
 
-pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, void *dst) {
-  if (at > p->length || length > p->length - at)
-    return pe_error(PE_EINVAL, "shm region %llu: [%llu, +%llu) is outside the %llu bytes pinned",
-                    (unsigned long long)p->region, (unsigned long long)(p->offset + at),
-                    (unsigned long long)length, (unsigned long long)p->length);
-  if (pe_bus_guarded_copy(dst, (const uint8_t *)p->data + at, (size_t)length)) return NULL;
-  uint64_t from = p->offset + at;
+static pe_status *pin_fault(const pe_shm_pin *p, uint64_t from, uint64_t length) {
   PE_LOGW("shm %s of client %s: SIGBUS reading [%llu, +%llu): object truncated", p->g->name,
           pe_client_tag(p->g->client).s, (unsigned long long)from, (unsigned long long)length);
   return pe_error(PE_EIO,
@@ -365,6 +359,28 @@ pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, vo
                   "truncated below the %llu bytes it was registered with",
                   (unsigned long long)p->region, (unsigned long long)from,
                   (unsigned long long)length, (unsigned long long)p->g->size);
+}
+
+static pe_status *pin_outside(const pe_shm_pin *p, uint64_t at, uint64_t length) {
+  return pe_error(PE_EINVAL, "shm region %llu: [%llu, +%llu) is outside the %llu bytes pinned",
+                  (unsigned long long)p->region, (unsigned long long)(p->offset + at),
+                  (unsigned long long)length, (unsigned long long)p->length);
+}
+
+pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, void *dst) {
+  if (at > p->length || length > p->length - at) return pin_outside(p, at, length);
+  if (pe_bus_guarded_copy(dst, (const uint8_t *)p->data + at, (size_t)length)) return NULL;
+  return pin_fault(p, p->offset + at, length);
+}
+
+pe_status *pe_shm_pin_read_rows(const pe_shm_pin *p, const int64_t *rows, int64_t n, uint64_t row,
+                                void *dst) {
+  uint64_t have = row ? p->length / row : 0;
+  for (int64_t i = 0; i < n; i++)
+    if (rows[i] < 0 || (uint64_t)rows[i] >= have)
+      return pin_outside(p, (uint64_t)rows[i] * row, row);
+  if (pe_bus_guarded_gather(dst, p->data, rows, n, (size_t)row)) return NULL;
+  return pin_fault(p, p->offset, p->length);
 }
 
 void pe_shm_pin_release(pe_shm_pin *p) {

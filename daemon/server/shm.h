@@ -83,6 +83,11 @@ pe_status *pe_shm_pin_acquire(pe_shm_table *t, uint64_t client, uint64_t region,
                               uint64_t length, pe_shm_pin *out);
 /* Copy [at, at+length) of the pinned range into dst. */
 pe_status *pe_shm_pin_read(const pe_shm_pin *p, uint64_t at, uint64_t length, void *dst);
+/* Copy rows rows[0..n) of the pinned range, taken as rows of `row` bytes,
+ * into dst (n rows), under one SIGBUS guard; an index outside the range is
+ * PE_EINVAL. */
+pe_status *pe_shm_pin_read_rows(const pe_shm_pin *p, const int64_t *rows, int64_t n, uint64_t row,
+                                void *dst);
 /* Release (NULL or never pinned: no-op). */
 void pe_shm_pin_release(pe_shm_pin *p);
 

@@ -20,7 +20,9 @@ pe_tensor *pe_arena_tensor(pe_arena *a);
  * is pinned there instead of copied and `view` gets the dtype and shape
  * only (data NULL): the caller reads the rows through the pin. A shm
  * reference must name a region of `client`, the requesting client
- * (shm.h). */
+ * (shm.h). A reference with row indices (ShmRef.rows) is checked whole
+ * (one index per row of dim 0, each inside the array) and gathered, or
+ * with `pin` its whole array pinned (pe_shm_pin_read_rows reads it). */
 pe_status *pe_wire_tensor_in(pe_server *s, uint64_t client, const char *op, const Pe__Tensor *x,
                              pe_tensor *view, pe_shm_pin *pin);
 

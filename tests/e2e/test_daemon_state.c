@@ -527,10 +527,45 @@ START_TEST(test_shm_feeds) {
   float got = dh_run_loss(s, CLIENT, h2, &sb, mlp.loss, 1);
   ck_assert_msg(got == want, "shm loss %g, inline %g", got, want);
 
-  /* Out of bounds. */
-  rl.offset = size - 8;
   Pe__RunRequest run;
   char *fl[] = {mlp.loss};
+  /* Row indices (ShmRef.rows) the daemon refuses, naming the tensor: one
+   * fewer than dim 0, one outside the array, an array that is not whole
+   * rows, more rows than the array holds. None of them runs a step. */
+  int64_t *idx = malloc(sizeof *idx * (size_t)b.n);
+  for (int i = 0; i < b.n; i++) idx[i] = b.n - 1 - i;
+  ri.rows = idx;
+  ri.n_rows = (size_t)b.n - 1;
+  rq = dh_run_req(CLIENT, &run, h2, feeds, 2, fl, 1, 1);
+  rep = dh_call(s, &rq);
+  dh_err(rep, PE_ESHAPE, "row indices, not one per index of dim 0");
+  pe__reply__free_unpacked(rep, NULL);
+  ri.n_rows = (size_t)b.n;
+  idx[3] = b.n;
+  rq = dh_run_req(CLIENT, &run, h2, feeds, 2, fl, 1, 1);
+  rep = dh_call(s, &rq);
+  dh_err(rep, PE_EINVAL, "row index 3 is");
+  pe__reply__free_unpacked(rep, NULL);
+  idx[3] = b.n - 4;
+  ri.length = isz - 4;
+  rq = dh_run_req(CLIENT, &run, h2, feeds, 2, fl, 1, 1);
+  rep = dh_call(s, &rq);
+  dh_err(rep, PE_ESHAPE, "is not whole rows");
+  pe__reply__free_unpacked(rep, NULL);
+  /* Repeated indices may not gather more than the array holds. */
+  for (int i = 0; i < b.n; i++) idx[i] = 0;
+  ri.length = isz / (size_t)b.n * 2;
+  rq = dh_run_req(CLIENT, &run, h2, feeds, 2, fl, 1, 1);
+  rep = dh_call(s, &rq);
+  dh_err(rep, PE_ESHAPE, "are more than the");
+  pe__reply__free_unpacked(rep, NULL);
+  ri.length = isz;
+  ri.rows = NULL;
+  ri.n_rows = 0;
+  free(idx);
+
+  /* Out of bounds. */
+  rl.offset = size - 8;
   rq = dh_run_req(CLIENT, &run, h2, feeds, 2, fl, 1, 1);
   rep = dh_call(s, &rq);
   dh_err(rep, PE_EINVAL, "outside");

@@ -11,7 +11,9 @@
  *    single-batch requests), and the daemon goes on serving;
  *  - the batches from a shared-memory region equal inline ones, and a
  *    region truncated under a request fails the step whose rows are gone
- *    (the steps before it stay applied).
+ *    (the steps before it stay applied);
+ *  - feeds that name rows of a region by index equal the rows gathered
+ *    and sent inline.
  * Data: synthetic batches (no dataset needed). Skipped (77) when
  * pe-executord is not built. */
 #include <check.h>
@@ -251,6 +253,30 @@ START_TEST(bad_batches_and_a_failing_step) {
 }
 END_TEST
 
+/* Two fresh models named PREFIX_A-PLACES and PREFIX_B-PLACES (':' as
+ * '_') on places, and a region holding b's K mini-batches, labels first,
+ * then images. */
+typedef struct shm_pair {
+  char a[64], b[64];
+  uint64_t ha, hb;
+  pe_client_shm shm;
+} shm_pair;
+
+static void shm_pair_start(fixture *f, const char *pa, const char *pb, const char *places,
+                           pe_client_strategy strategy, shm_pair *p) {
+  snprintf(p->a, sizeof p->a, "%s-%s", pa, places);
+  snprintf(p->b, sizeof p->b, "%s-%s", pb, places);
+  p->a[strcspn(p->a, ":")] = '_';
+  p->b[strcspn(p->b, ":")] = '_';
+  p->ha = model_new(f, p->a, places, strategy);
+  p->hb = model_new(f, p->b, places, strategy);
+  const size_t ysz = sizeof f->b->y, xsz = sizeof f->b->x;
+  int rc = pe_client_shm_create(f->c, ysz + xsz, &p->shm);
+  ck_assert_msg(rc == 0, "shm: %s", pe_client_error(f->c));
+  memcpy(p->shm.base, f->b->y, ysz);
+  memcpy((char *)p->shm.base + ysz, f->b->x, xsz);
+}
+
 /* The same K mini-batches from a shared-memory region (labels first, then
  * images: the daemon copies each mini-batch's rows straight from the
  * region) and inline: the same stacked fetches and parameters. Then the
@@ -260,19 +286,12 @@ END_TEST
  * inline (on cpu the pool's workers copy the rows, on sim the prefetch
  * thread: the SIGBUS guard holds on either). */
 static void shm_check(fixture *f, const char *places) {
-  char in_ns[64], shm_ns[64];
-  snprintf(in_ns, sizeof in_ns, "inline-%s", places);
-  snprintf(shm_ns, sizeof shm_ns, "shm-%s", places);
-  in_ns[strcspn(in_ns, ":")] = '_';
-  shm_ns[strcspn(shm_ns, ":")] = '_';
-  uint64_t hi = model_new(f, in_ns, places, PE_C_ALLREDUCE);
-  uint64_t hs = model_new(f, shm_ns, places, PE_C_ALLREDUCE);
+  shm_pair sp;
+  shm_pair_start(f, "inline", "shm", places, PE_C_ALLREDUCE, &sp);
+  const char *in_ns = sp.a, *shm_ns = sp.b;
+  uint64_t hi = sp.ha, hs = sp.hb;
+  pe_client_shm shm = sp.shm;
   const size_t ysz = sizeof f->b->y, xsz = sizeof f->b->x;
-  pe_client_shm shm;
-  int rc = pe_client_shm_create(f->c, ysz + xsz, &shm);
-  ck_assert_msg(rc == 0, "shm: %s", pe_client_error(f->c));
-  memcpy(shm.base, f->b->y, ysz);
-  memcpy((char *)shm.base + ysz, f->b->x, xsz);
   const char *fetch[] = {f->m.loss, f->m.accuracy};
   pe_client_run_opts o = {.batches = K};
   pe_client_tensor feeds[2];
@@ -313,12 +332,94 @@ static void shm_check(fixture *f, const char *places) {
   pe_client_shm_close(f->c, &shm);
 }
 
-START_TEST(shm_batches_and_a_truncated_region) {
+/* Feeds by row index (pe_client_tensor.shm_rows): the K mini-batches'
+ * rows in a region once, in file order, and a request naming them in a
+ * shuffled order equals the same rows gathered and sent inline, bit for
+ * bit: K batches in one request (the daemon's workers copy each batch's
+ * rows from the pinned region) and a single batch (copied at the request).
+ * Then the client's own checks: an index outside the array, and indices
+ * without a region, are refused before anything is sent. */
+static void rows_check(fixture *f, const char *places) {
+  shm_pair sp;
+  shm_pair_start(f, "gathered", "rows", places, PE_C_SHARDED, &sp);
+  const char *in_ns = sp.a, *rows_ns = sp.b;
+  uint64_t hi = sp.ha, hr = sp.hb;
+  pe_client_shm shm = sp.shm;
+  const size_t ysz = sizeof f->b->y;
+  enum { N = K * ROWS };
+  int64_t perm[N];
+  batches *g = malloc(sizeof *g);
+  ck_assert_ptr_nonnull(g);
+  for (int i = 0; i < N; i++) {
+    perm[i] = (i * 37 + 5) % N; /* 37 is prime to N: a permutation */
+    memcpy(&g->x[(size_t)i * DIM], &f->b->x[(size_t)perm[i] * DIM], DIM * sizeof(float));
+    g->y[i] = f->b->y[perm[i]];
+  }
+  const char *fetch[] = {f->m.loss, f->m.accuracy};
+  pe_client_tensor feeds[2];
+  pe_client_run_result r;
+  for (int pass = 0; pass < 2; pass++) { /* K batches, then one */
+    int nb = pass ? 1 : K;
+    pe_client_run_opts o = {.batches = pass ? 0 : K};
+    feeds_of(&f->m, g, 0, nb, feeds);
+    CD_OK(f->c, pe_client_run(f->c, hi, feeds, 2, fetch, 2, &o, &r));
+    float want[2][K];
+    for (int j = 0; j < 2; j++)
+      memcpy(want[j], pe_client_find(r.fetched, r.n_fetched, fetch[j])->data,
+             sizeof(float) * (size_t)nb);
+    feeds_of(&f->m, g, 0, nb, feeds);
+    for (int i = 0; i < 2; i++) {
+      feeds[i].data = NULL;
+      feeds[i].shm_region = shm.region;
+      feeds[i].shm_rows = perm;
+      feeds[i].shm_array_rows = N;
+    }
+    feeds[0].shm_offset = ysz; /* the images after the labels */
+    CD_OK(f->c, pe_client_run(f->c, hr, feeds, 2, fetch, 2, &o, &r));
+    for (int j = 0; j < 2; j++)
+      ck_assert_msg(!memcmp(pe_client_find(r.fetched, r.n_fetched, fetch[j])->data, want[j],
+                            sizeof(float) * (size_t)nb),
+                    "%s: %s by row index differs from the gathered rows (%d batches)", places,
+                    fetch[j], nb);
+    params_same(f, in_ns, rows_ns);
+  }
+  /* The client refuses an index outside the array, and indices without a
+   * region, naming the tensor; the model is unchanged. */
+  perm[7] = N;
+  pe_client_run_opts o1 = {0};
+  int rc = pe_client_run(f->c, hr, feeds, 2, fetch, 1, &o1, &r);
+  ck_assert_int_eq(rc, PE_C_EARG);
+  ck_assert_msg(strstr(pe_client_error(f->c), "row index 7 is 128") &&
+                    strstr(pe_client_error(f->c), f->m.image),
+                "%s", pe_client_error(f->c));
+  perm[7] = 0;
+  feeds[0].shm_region = 0;
+  rc = pe_client_run(f->c, hr, feeds, 2, fetch, 1, &o1, &r);
+  ck_assert_int_eq(rc, PE_C_EARG);
+  ck_assert_msg(strstr(pe_client_error(f->c), "row indices but no shm region"), "%s",
+                pe_client_error(f->c));
+  params_same(f, in_ns, rows_ns);
+  free(g);
+  pe_client_shm_close(f->c, &shm);
+}
+
+/* check on cpu:2 (the pool's workers copy the rows) and sim:2 (the
+ * prefetch thread does), one daemon. */
+static void on_cpu_and_sim(void (*check)(fixture *, const char *)) {
   fixture f;
   fixture_start(&f);
-  shm_check(&f, "cpu:2");
-  shm_check(&f, "sim:2");
+  check(&f, "cpu:2");
+  check(&f, "sim:2");
   fixture_stop(&f);
+}
+
+START_TEST(shm_rows_equal_gathered_rows) {
+  on_cpu_and_sim(rows_check);
+}
+END_TEST
+
+START_TEST(shm_batches_and_a_truncated_region) {
+  on_cpu_and_sim(shm_check);
 }
 END_TEST
 
@@ -328,6 +429,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, batches_equal_single_requests);
   tcase_add_test(tc, bad_batches_and_a_failing_step);
   tcase_add_test(tc, shm_batches_and_a_truncated_region);
+  tcase_add_test(tc, shm_rows_equal_gathered_rows);
   suite_add_tcase(s, tc);
   return s;
 }

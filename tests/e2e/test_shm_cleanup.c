@@ -34,9 +34,12 @@ static pid_t start_trainer(const dh_daemon *d) {
   return pid;
 }
 
-/* The region the daemon registered for the n-th time (its log says
- * "shm NAME registered: ..."), waited for up to 30 s; *name gets it. */
+/* The trainer's n-th region the daemon registered (its log says "shm NAME
+ * registered: ..."; the trainer's names start "/pe-PID-"), waited for up
+ * to 30 s; *name gets it. */
 static void registered_region(const dh_daemon *d, pid_t trainer, int n, char *name, size_t len) {
+  char own[32];
+  snprintf(own, sizeof own, "shm /pe-%d-", (int)trainer);
   double t0 = dh_now();
   for (;;) {
     FILE *f = fopen(d->log, "r");
@@ -44,7 +47,7 @@ static void registered_region(const dh_daemon *d, pid_t trainer, int n, char *na
     char line[1024];
     int seen = 0;
     while (fgets(line, sizeof line, f)) {
-      const char *q = strstr(line, "shm /");
+      const char *q = strstr(line, own);
       if (!q || !strstr(q, " registered: ") || ++seen < n) continue;
       q += 4;
       size_t k = strcspn(q, " ");
@@ -64,7 +67,7 @@ static void registered_region(const dh_daemon *d, pid_t trainer, int n, char *na
 }
 
 static bool region_exists(const char *name) {
-  char path[400];
+  char path[600];
   struct stat sb;
   snprintf(path, sizeof path, "/dev/shm%s", name);
   return stat(path, &sb) == 0;
@@ -85,13 +88,18 @@ START_TEST(test_interrupted_trainer_unlinks) {
   const int sigs[] = {SIGINT, SIGTERM};
   for (int i = 0; i < 2; i++) {
     pid_t t = start_trainer(&d);
-    char name[256];
-    registered_region(&d, t, i + 1, name, sizeof name);
-    ck_assert_msg(region_exists(name), "%s not in /dev/shm while training", name);
+    /* Two regions: the batch buffers, then the training rows. */
+    char name[2][256];
+    for (int k = 0; k < 2; k++) {
+      registered_region(&d, t, k + 1, name[k], sizeof name[k]);
+      ck_assert_msg(region_exists(name[k]), "%s not in /dev/shm while training", name[k]);
+    }
     int st = stop_trainer(t, sigs[i]);
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == sigs[i], "status 0x%x after signal %d", st,
                   sigs[i]);
-    ck_assert_msg(!region_exists(name), "%s left in /dev/shm after signal %d", name, sigs[i]);
+    for (int k = 0; k < 2; k++)
+      ck_assert_msg(!region_exists(name[k]), "%s left in /dev/shm after signal %d", name[k],
+                    sigs[i]);
   }
   ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
   dh_cleanup(&d);

@@ -8,7 +8,8 @@
  * One batch is produced at a time (prefetch.h), so `cur` names the batch
  * that fill is copying. A feed in shared memory is read from its pinned
  * range (rb->pins): one copy, region to the places' rows, instead of a
- * private copy of the whole feed before the first step. */
+ * private copy of the whole feed before the first step; a feed with row
+ * indices (rb->rows) is copied row by row from the indexed rows. */
 #include "server/run/batches.h"
 
 #include <stdlib.h>
@@ -57,7 +58,12 @@ static pe_status *fill(void *ctx, pe_tensor *in, int n_in, int64_t lo, int64_t h
     size_t from = (size_t)((int64_t)b->cur * b->rows + lo) * row, bytes = (size_t)(hi - lo) * row;
     char *dst = (char *)in[i].data + lo * (int64_t)row;
     const pe_shm_pin *pin = b->rb->pins ? b->rb->pins[i] : NULL;
-    if (pin)
+    const int64_t *rows = pin && b->rb->rows ? b->rb->rows[i] : NULL;
+    int64_t first = (int64_t)b->cur * b->rows;
+    if (rows)
+      PE_TRY(pe_status_wrap(pe_shm_pin_read_rows(pin, rows + first + lo, hi - lo, row, dst),
+                            "feed '%s' batch %u", b->rb->feeds[i].name, b->cur));
+    else if (pin)
       PE_TRY(pe_status_wrap(pe_shm_pin_read(pin, from, bytes, dst), "feed '%s' batch %u",
                             b->rb->feeds[i].name, b->cur));
     else

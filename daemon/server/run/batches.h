@@ -30,6 +30,10 @@ typedef struct pe_run_batches {
    * that feed's tensor then has dtype and shape only, and each mini-batch's
    * rows are copied from the region (SIGBUS-guarded) when needed. */
   const pe_shm_pin *const *pins;
+  /* Per feed (may be NULL): the row indices of a pinned feed whose shm
+   * reference has them (ShmRef.rows): its rows are rows[i] of the array
+   * the pin holds. */
+  const int64_t *const *rows;
   int n_feeds;
   uint32_t batches; /* > 1 */
   const char *const *fetch;

@@ -110,14 +110,15 @@ typedef struct run_state {
   pe_run_entry *entry;
   uint32_t steps, batches; /* batches > 1: the feeds hold that many mini-batches (run/batches.h) */
   pe_limits lim;
-  int nf, nx;         /* the request's feeds and fetches */
-  pe_feed *feeds;     /* nf, in the request's order */
-  pe_shm_pin **pins;  /* nf; non-NULL: a feed whose batches are read from shared memory */
-  pe_run_memory mem;  /* the run's temporaries (run/memory.h) */
-  const char *loss;   /* the loss checked each step (run/finite.h); NULL: none */
-  const char **fetch; /* the request's fetches, and the loss (li) when it did not ask for it */
-  int n_all, li;      /* fetch's length; the loss's index in it (-1: none) */
-  pe_tensor *fetched; /* n_all values, moved to owned (arena tensors) after the run */
+  int nf, nx;           /* the request's feeds and fetches */
+  pe_feed *feeds;       /* nf, in the request's order */
+  pe_shm_pin **pins;    /* nf; non-NULL: a feed whose batches are read from shared memory */
+  const int64_t **rows; /* nf; non-NULL: that pinned feed's row indices (ShmRef.rows) */
+  pe_run_memory mem;    /* the run's temporaries (run/memory.h) */
+  const char *loss;     /* the loss checked each step (run/finite.h); NULL: none */
+  const char **fetch;   /* the request's fetches, and the loss (li) when it did not ask for it */
+  int n_all, li;        /* fetch's length; the loss's index in it (-1: none) */
+  pe_tensor *fetched;   /* n_all values, moved to owned (arena tensors) after the run */
   pe_tensor **owned;
   pe_timeline *tl; /* options.trace */
   double t0, t1;   /* the run's start and end (pe_now_s) */
@@ -208,6 +209,7 @@ static pe_status *take_feed(run_state *r, int i) {
     }
   }
   PE_TRY(pe_wire_tensor_in(c->s, c->rq->client_id, "run feed", x, t, r->pins[i]));
+  if (r->pins[i] && x->shm->n_rows) r->rows[i] = x->shm->rows;
   PE_TRY(check_feed_fits(name, t, decl, r->batches));
   r->feeds[i].name = decl->name;
   r->feeds[i].t = t;
@@ -220,7 +222,8 @@ static pe_status *take_feeds(run_state *r) {
   int nf = r->nf;
   r->feeds = pe_arena_alloc(r->c->a, sizeof *r->feeds * (size_t)(nf ? nf : 1));
   r->pins = pe_arena_alloc(r->c->a, sizeof *r->pins * (size_t)(nf ? nf : 1));
-  if (!r->feeds || !r->pins) return OOM("run"); /* both zeroed */
+  r->rows = pe_arena_alloc(r->c->a, sizeof *r->rows * (size_t)(nf ? nf : 1));
+  if (!r->feeds || !r->pins || !r->rows) return OOM("run"); /* zeroed */
   for (int i = 0; i < nf; i++) PE_TRY(take_feed(r, i));
   const pe_srv_program *p = r->p;
   for (int i = 0; i < p->n_feeds; i++) {
@@ -331,6 +334,7 @@ static pe_status *execute(run_state *r) {
   if (r->batches > 1) {
     pe_run_batches rb = {.feeds = r->feeds,
                          .pins = (const pe_shm_pin *const *)r->pins,
+                         .rows = r->rows,
                          .n_feeds = r->nf,
                          .batches = r->batches,
                          .fetch = r->fetch,
