@@ -193,6 +193,14 @@ static void request_seeds(const pe_model_spec *mlp) {
   rq = request(PE__REQUEST__BODY_RUN, 7);
   rq.run = &run;
   put_request("run_shm", &rq);
+  /* The same image as row 1 of a two-row array in the region (ShmRef.rows). */
+  int64_t rows[1] = {1};
+  ref.length = 2 * sizeof image;
+  ref.n_rows = 1;
+  ref.rows = rows;
+  rq = request(PE__REQUEST__BODY_RUN, 18);
+  rq.run = &run;
+  put_request("run_shm_rows", &rq);
   ti.shm = NULL;
   ti.data.len = sizeof image;
 
