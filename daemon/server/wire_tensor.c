@@ -20,9 +20,9 @@ static const char *shape_str(const pe_shape *s, char *buf) {
 
 /* A shm reference with rows (ShmRef.rows): [offset, +length) holds whole
  * rows of the tensor's row size and row i is rows[i] of them; the tensor is
- * no larger than that array. With a pin
- * the whole array is pinned (the caller copies each batch's rows through
- * pe_shm_pin_read_rows); else the rows are gathered into an owned copy. */
+ * no larger than that array. With a pin the whole array is pinned (the
+ * caller copies each batch's rows through pe_shm_pin_read_rows); else the
+ * rows are gathered into an owned copy. */
 static pe_status *shm_rows_in(pe_server *s, uint64_t client, const char *op, const Pe__Tensor *x,
                               const pe_shape *shape, size_t esz, uint64_t want, pe_tensor *view,
                               pe_shm_pin *pin) {
