@@ -287,49 +287,46 @@ static void shm_pair_start(fixture *f, const char *pa, const char *pb, const cha
  * thread: the SIGBUS guard holds on either). */
 static void shm_check(fixture *f, const char *places) {
   shm_pair sp;
-  shm_pair_start(f, "inline", "shm", places, PE_C_ALLREDUCE, &sp);
-  const char *in_ns = sp.a, *shm_ns = sp.b;
-  uint64_t hi = sp.ha, hs = sp.hb;
-  pe_client_shm shm = sp.shm;
+  shm_pair_start(f, "inline", "sp.shm", places, PE_C_ALLREDUCE, &sp);
   const size_t ysz = sizeof f->b->y, xsz = sizeof f->b->x;
   const char *fetch[] = {f->m.loss, f->m.accuracy};
   pe_client_run_opts o = {.batches = K};
   pe_client_tensor feeds[2];
   pe_client_run_result r;
   feeds_of(&f->m, f->b, 0, K, feeds);
-  CD_OK(f->c, pe_client_run(f->c, hi, feeds, 2, fetch, 2, &o, &r));
+  CD_OK(f->c, pe_client_run(f->c, sp.ha, feeds, 2, fetch, 2, &o, &r));
   float want[2][K];
   for (int j = 0; j < 2; j++)
     memcpy(want[j], pe_client_find(r.fetched, r.n_fetched, fetch[j])->data, sizeof want[j]);
-  feeds[0].shm_region = feeds[1].shm_region = shm.region;
+  feeds[0].shm_region = feeds[1].shm_region = sp.shm.region;
   feeds[0].shm_offset = ysz;
   feeds[1].shm_offset = 0;
-  CD_OK(f->c, pe_client_run(f->c, hs, feeds, 2, fetch, 2, &o, &r));
+  CD_OK(f->c, pe_client_run(f->c, sp.hb, feeds, 2, fetch, 2, &o, &r));
   ck_assert_uint_eq(r.steps, K);
   for (int j = 0; j < 2; j++)
     ck_assert_msg(
         !memcmp(pe_client_find(r.fetched, r.n_fetched, fetch[j])->data, want[j], sizeof want[j]),
         "%s: %s from shared memory differs from inline", places, fetch[j]);
-  params_same(f, in_ns, shm_ns);
+  params_same(f, sp.a, sp.b);
 
   /* Cut inside mini-batch 2's images, two pages past its first row (the
    * pages of batches 0 and 1 stay readable). */
   size_t batch_bytes = (size_t)ROWS * DIM * sizeof(float);
-  int fd = shm_open(shm.name, O_RDWR, 0);
+  int fd = shm_open(sp.shm.name, O_RDWR, 0);
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(ftruncate(fd, (off_t)(ysz + 2 * batch_bytes + 8192)), 0);
-  ck_assert_uint_eq(refused(f, hs, feeds, K, 0,
+  ck_assert_uint_eq(refused(f, sp.hb, feeds, K, 0,
                             (const char *[]){"batch 2", f->m.image, "truncated",
                                              "steps 0..1 stay applied", NULL}),
                     2);
   feeds_of(&f->m, f->b, 0, 2, feeds);
   o.batches = 2;
-  CD_OK(f->c, pe_client_run(f->c, hi, feeds, 2, fetch, 2, &o, &r));
-  params_same(f, in_ns, shm_ns);
+  CD_OK(f->c, pe_client_run(f->c, sp.ha, feeds, 2, fetch, 2, &o, &r));
+  params_same(f, sp.a, sp.b);
   CD_OK(f->c, pe_client_ping(f->c));
   ck_assert_int_eq(ftruncate(fd, (off_t)(ysz + xsz)), 0);
   close(fd);
-  pe_client_shm_close(f->c, &shm);
+  pe_client_shm_close(f->c, &sp.shm);
 }
 
 /* Feeds by row index (pe_client_tensor.shm_rows): the K mini-batches'
@@ -342,9 +339,6 @@ static void shm_check(fixture *f, const char *places) {
 static void rows_check(fixture *f, const char *places) {
   shm_pair sp;
   shm_pair_start(f, "gathered", "rows", places, PE_C_SHARDED, &sp);
-  const char *in_ns = sp.a, *rows_ns = sp.b;
-  uint64_t hi = sp.ha, hr = sp.hb;
-  pe_client_shm shm = sp.shm;
   const size_t ysz = sizeof f->b->y;
   enum { N = K * ROWS };
   int64_t perm[N];
@@ -362,7 +356,7 @@ static void rows_check(fixture *f, const char *places) {
     int nb = pass ? 1 : K;
     pe_client_run_opts o = {.batches = pass ? 0 : K};
     feeds_of(&f->m, g, 0, nb, feeds);
-    CD_OK(f->c, pe_client_run(f->c, hi, feeds, 2, fetch, 2, &o, &r));
+    CD_OK(f->c, pe_client_run(f->c, sp.ha, feeds, 2, fetch, 2, &o, &r));
     float want[2][K];
     for (int j = 0; j < 2; j++)
       memcpy(want[j], pe_client_find(r.fetched, r.n_fetched, fetch[j])->data,
@@ -370,37 +364,37 @@ static void rows_check(fixture *f, const char *places) {
     feeds_of(&f->m, g, 0, nb, feeds);
     for (int i = 0; i < 2; i++) {
       feeds[i].data = NULL;
-      feeds[i].shm_region = shm.region;
+      feeds[i].shm_region = sp.shm.region;
       feeds[i].shm_rows = perm;
       feeds[i].shm_array_rows = N;
     }
     feeds[0].shm_offset = ysz; /* the images after the labels */
-    CD_OK(f->c, pe_client_run(f->c, hr, feeds, 2, fetch, 2, &o, &r));
+    CD_OK(f->c, pe_client_run(f->c, sp.hb, feeds, 2, fetch, 2, &o, &r));
     for (int j = 0; j < 2; j++)
       ck_assert_msg(!memcmp(pe_client_find(r.fetched, r.n_fetched, fetch[j])->data, want[j],
                             sizeof(float) * (size_t)nb),
                     "%s: %s by row index differs from the gathered rows (%d batches)", places,
                     fetch[j], nb);
-    params_same(f, in_ns, rows_ns);
+    params_same(f, sp.a, sp.b);
   }
   /* The client refuses an index outside the array, and indices without a
    * region, naming the tensor; the model is unchanged. */
   perm[7] = N;
   pe_client_run_opts o1 = {0};
-  int rc = pe_client_run(f->c, hr, feeds, 2, fetch, 1, &o1, &r);
+  int rc = pe_client_run(f->c, sp.hb, feeds, 2, fetch, 1, &o1, &r);
   ck_assert_int_eq(rc, PE_C_EARG);
   ck_assert_msg(strstr(pe_client_error(f->c), "row index 7 is 128") &&
                     strstr(pe_client_error(f->c), f->m.image),
                 "%s", pe_client_error(f->c));
   perm[7] = 0;
   feeds[0].shm_region = 0;
-  rc = pe_client_run(f->c, hr, feeds, 2, fetch, 1, &o1, &r);
+  rc = pe_client_run(f->c, sp.hb, feeds, 2, fetch, 1, &o1, &r);
   ck_assert_int_eq(rc, PE_C_EARG);
   ck_assert_msg(strstr(pe_client_error(f->c), "row indices but no shm region"), "%s",
                 pe_client_error(f->c));
-  params_same(f, in_ns, rows_ns);
+  params_same(f, sp.a, sp.b);
   free(g);
-  pe_client_shm_close(f->c, &shm);
+  pe_client_shm_close(f->c, &sp.shm);
 }
 
 /* check on cpu:2 (the pool's workers copy the rows) and sim:2 (the
