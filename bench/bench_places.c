@@ -9,8 +9,35 @@
 #include "core/clock.h"
 #include "json_out.h"
 #include "ops/device_ctx.h"
+#include "server/places_rounds.h"
 
 #define TRIAL_STEPS 20
+
+/* The held candidates' trainers and their last turn's step time. */
+typedef struct held_trainers {
+  pe_bench_stepper *sp[PE_PLACES_MAX_CANDIDATES];
+  double step_ms[PE_PLACES_MAX_CANDIDATES];
+} held_trainers;
+
+/* One turn: steps in runs sized by the last step time, until slot_ms. */
+static pe_status *turn(void *ctx, int cand, double slot_ms, int *steps, double *ms) {
+  held_trainers *h = ctx;
+  *steps = 0;
+  *ms = 0;
+  while (*steps == 0 || *ms < slot_ms) {
+    double est = h->step_ms[cand] > 0 ? h->step_ms[cand] : slot_ms;
+    long k = (long)ceil((slot_ms - *ms) / est);
+    long done = 0;
+    double seconds = 0;
+    if (pe_bench_stepper_run(h->sp[cand], k < 1 ? 1 : k, &done, &seconds))
+      return pe_error(PE_EINVAL, "a step failed (printed above)");
+    if (done <= 0) return pe_error(PE_EINVAL, "no step ran");
+    *steps += (int)done;
+    *ms += seconds * 1e3;
+    h->step_ms[cand] = seconds * 1e3 / (double)done;
+  }
+  return NULL;
+}
 
 int pe_bench_places_auto(train_cfg *cfg, bench_places *bp) {
   const char *s = cfg->strategy ? cfg->strategy : "auto";
@@ -22,31 +49,37 @@ int pe_bench_places_auto(train_cfg *cfg, bench_places *bp) {
   bp->n_cand = pe_places_candidates(pe_cpu_cores(), choose, fixed, fused, bp->cand);
   bp->steps = TRIAL_STEPS;
   double t0 = pe_now_s();
-  int passes = pe_places_trial_passes(TRIAL_STEPS);
-  for (int pass = 0; pass < passes; pass++)
+  /* Every candidate held at once (the daemon's trial bounds them by its
+   * memory limit; a benchmark holds what it is asked to compare). */
+  held_trainers h = {0};
+  char places[PE_PLACES_MAX_CANDIDATES][16];
+  int idx[PE_PLACES_MAX_CANDIDATES], n = 0;
+  for (int i = 0; i < bp->n_cand; i++) {
+    pe_places_candidate *c = &bp->cand[i];
+    train_cfg tc = *cfg;
+    snprintf(places[i], sizeof places[i], "cpu:%d", c->n_places);
+    tc.places = places[i];
+    tc.strategy = c->auto_strategy ? "auto" : pe_strategy_name(c->strategy);
+    tc.fuse = c->fused ? "on" : "off";
+    if (c->auto_strategy) c->strategy = pe_strategy_auto(PE_PLACE_CPU, NULL);
+    if (pe_bench_stepper_open(&tc, &h.sp[i])) {
+      snprintf(c->error, sizeof c->error, "a step failed (printed above)");
+      continue;
+    }
+    idx[n++] = i;
+  }
+  pe_status *st = pe_places_rounds(bp->cand, idx, n, TRIAL_STEPS, turn, NULL, &h);
+  for (int i = 0; i < bp->n_cand; i++) pe_bench_stepper_close(h.sp[i]);
+  if (st) return pe_bench_train_fail(st, "places auto");
+  if (!cfg->json)
     for (int i = 0; i < bp->n_cand; i++) {
-      pe_places_candidate *c = &bp->cand[i];
-      if (c->error[0]) continue; /* failed in the first pass */
-      train_cfg tc = *cfg;
-      char places[16];
-      snprintf(places, sizeof places, "cpu:%d", c->n_places);
-      tc.places = places;
-      tc.strategy = c->auto_strategy ? "auto" : pe_strategy_name(c->strategy);
-      tc.fuse = c->fused ? "on" : "off";
-      if (c->auto_strategy) c->strategy = pe_strategy_auto(PE_PLACE_CPU, NULL);
-      double ms = 0;
-      if (pe_bench_time_steps(&tc, pe_places_pass_steps(TRIAL_STEPS, pass), PE_PLACES_PASS_MIN_MS,
-                              &ms)) {
-        snprintf(c->error, sizeof c->error, "a step failed (printed above)");
-        c->step_ms = 0;
-        continue;
-      }
-      pe_places_record(c, ms);
-      if (!cfg->json) {
-        char name[64];
-        fprintf(stderr, "pe-bench train: places trial: %s: %.3f ms a step (pass %d of %d)\n",
-                pe_places_candidate_name(c, name, sizeof name), ms, pass + 1, passes);
-      }
+      const pe_places_candidate *c = &bp->cand[i];
+      char name[64];
+      pe_places_candidate_name(c, name, sizeof name);
+      if (c->error[0])
+        fprintf(stderr, "pe-bench train: places trial: %s: %s\n", name, c->error);
+      else
+        fprintf(stderr, "pe-bench train: places trial: %s: %.3f ms a step\n", name, c->step_ms);
     }
   bp->trial_s = pe_now_s() - t0;
   bp->chosen = pe_places_choose(bp->cand, bp->n_cand);

@@ -1,7 +1,8 @@
 /* pe-bench train --executor parallel --places auto: the daemon's places
  * trial in process (server/places_choice.h's candidates and choice), each
- * candidate timed on the benchmark's own batches by pe_bench_time_steps,
- * then the run on the fastest. */
+ * candidate a trainer of its own on the benchmark's own batches
+ * (pe_bench_stepper), all held at once and timed in interleaved rounds
+ * (server/places_rounds.h), then the run on the fastest. */
 #ifndef PE_BENCH_PLACES_H
 #define PE_BENCH_PLACES_H
 

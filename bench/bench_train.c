@@ -519,28 +519,45 @@ static int train_loop(trainer *t, train_result *r) {
   return rc;
 }
 
-int pe_bench_time_steps(const train_cfg *cfg, long steps, double min_ms, double *step_ms) {
-  trainer t = {.cfg = *cfg, .be = &pe_train_parallel};
-  t.cfg.json = true; /* no progress lines */
-  t.cfg.epochs = 1;
-  t.cfg.timeline = t.cfg.dump_graph = NULL;
-  int rc = setup(&t);
-  train_result warm = {0};
-  t.cfg.steps = 1; /* the warm-up: first allocations, primitive creation */
-  if (!rc) rc = train_loop(&t, &warm);
-  t.cfg.steps = steps;
-  double seconds = 0;
-  long done = 0;
-  /* Runs of `steps` until min_ms is timed (a bounded number of them). */
-  for (int run = 0; !rc && run < 64 && (run == 0 || seconds * 1e3 < min_ms); run++) {
-    train_result r = {0};
-    rc = train_loop(&t, &r);
-    seconds += r.train_seconds;
-    done += r.steps;
+struct pe_bench_stepper {
+  trainer t;
+};
+
+int pe_bench_stepper_open(const train_cfg *cfg, pe_bench_stepper **out) {
+  *out = NULL;
+  pe_bench_stepper *sp = calloc(1, sizeof *sp);
+  if (!sp) return fail_st(pe_error(PE_ENOMEM, "places trial"), "setup");
+  trainer *t = &sp->t;
+  *t = (trainer){.cfg = *cfg, .be = &pe_train_parallel};
+  t->cfg.json = true; /* no progress lines */
+  t->cfg.epochs = 1;
+  t->cfg.timeline = t->cfg.dump_graph = NULL;
+  int rc = setup(t);
+  long done;
+  double seconds;
+  /* The warm-up: first allocations, primitive creation. */
+  if (!rc) rc = pe_bench_stepper_run(sp, 1, &done, &seconds);
+  if (rc) {
+    pe_bench_stepper_close(sp);
+    return rc;
   }
-  *step_ms = !rc && done ? seconds / (double)done * 1e3 : 0;
-  teardown(&t);
+  *out = sp;
+  return 0;
+}
+
+int pe_bench_stepper_run(pe_bench_stepper *sp, long steps, long *done, double *seconds) {
+  sp->t.cfg.steps = steps;
+  train_result r = {0};
+  int rc = train_loop(&sp->t, &r);
+  *done = r.steps;
+  *seconds = r.train_seconds;
   return rc;
+}
+
+void pe_bench_stepper_close(pe_bench_stepper *sp) {
+  if (!sp) return;
+  teardown(&sp->t);
+  free(sp);
 }
 
 static int evaluate(trainer *t, train_result *r) {

@@ -114,11 +114,17 @@ struct trainer {
 extern const train_backend pe_train_sequential;
 extern const train_backend pe_train_parallel;
 
-/* Time `steps` training steps of the parallel executor with cfg (after
- * one warm-up step, on a trainer of its own), again until min_ms of steps
- * are timed: their mean into *step_ms. Non-zero (the error printed) when
- * a step fails. */
-int pe_bench_time_steps(const train_cfg *cfg, long steps, double min_ms, double *step_ms);
+/* A trainer of the parallel executor held for the places trial
+ * (bench_places.h): built with cfg and warmed up (one step) by open, then
+ * stepped in turns. */
+typedef struct pe_bench_stepper pe_bench_stepper;
+/* Non-zero (the error printed) when setup or the warm-up step fails. */
+int pe_bench_stepper_open(const train_cfg *cfg, pe_bench_stepper **out);
+/* Run `steps` training steps; their count and seconds into *done and
+ * *seconds. Non-zero (the error printed) when a step fails. */
+int pe_bench_stepper_run(pe_bench_stepper *sp, long steps, long *done, double *seconds);
+/* NULL: no-op. */
+void pe_bench_stepper_close(pe_bench_stepper *sp);
 
 /* Print "pe-bench train: <what>: <message> (<code>)", free st, return 1. */
 int pe_bench_train_fail(pe_status *st, const char *what);

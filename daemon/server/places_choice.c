@@ -37,25 +37,6 @@ int pe_places_choose(const pe_places_candidate *c, int n) {
   return best;
 }
 
-int pe_places_trial_passes(int steps) {
-  return steps < 2 ? 1 : PE_PLACES_TRIAL_PASSES;
-}
-
-int pe_places_pass_steps(int steps, int pass) {
-  int passes = pe_places_trial_passes(steps);
-  if (pass < 0 || pass >= passes) return 0;
-  return steps / passes + (pass < steps % passes ? 1 : 0);
-}
-
-bool pe_places_pass_more(int done, int steps, double timed_ms, int max_steps) {
-  if (done >= max_steps) return false;
-  return done < steps || timed_ms < PE_PLACES_PASS_MIN_MS;
-}
-
-void pe_places_record(pe_places_candidate *c, double ms) {
-  if (ms > 0 && (c->step_ms <= 0 || ms < c->step_ms)) c->step_ms = ms;
-}
-
 const char *pe_places_candidate_name(const pe_places_candidate *c, char *buf, int cap) {
   if (c->n_places < 2)
     snprintf(buf, (size_t)cap, "cpu:%d", c->n_places);

@@ -5,9 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/allocator.h"
 #include "core/arena.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "server/host_memory.h"
+#include "server/places_rounds.h"
 #include "server/registry/internal.h"
 
 #define PE_TRIAL_MAX_STEPS 1000
@@ -53,12 +56,7 @@ static pe_status *synth_feed(const pe_var_info *v, int64_t batch, pe_tensor *t) 
   return NULL;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* What one candidate's measurement owns. */
+/* What one held candidate owns. */
 typedef struct trial_run {
   pe_srv_program *p;
   pe_runtime *rt;
@@ -78,13 +76,13 @@ static void trial_run_free(trial_run *r) {
   free(r->feeds);
   free(r->fv);
   if (r->p) pe_reg_program_destroy(r->p);
+  *r = (trial_run){0};
 }
 
-/* Compile rq for c, build its runtime and model, run the startup and
- * time the steps; *median_ms: their median. */
-static pe_status *time_candidate(pe_server *s, const Pe__RegisterRequest *rq, const pe_limits *lim,
-                                 int64_t batch, int steps, pe_places_candidate *c,
-                                 double *median_ms) {
+/* Compile rq for c, build its runtime and model, run the startup and one
+ * step (the warm-up: first allocations, kernel creation) into *r. */
+static pe_status *build_candidate(pe_server *s, const Pe__RegisterRequest *rq, const pe_limits *lim,
+                                  int64_t batch, pe_places_candidate *c, trial_run *r) {
   Pe__RegisterOptions o;
   pe_places_trial one = {.n_cand = 1, .chosen = 0};
   one.cand[0] = *c;
@@ -92,54 +90,71 @@ static pe_status *time_candidate(pe_server *s, const Pe__RegisterRequest *rq, co
   o.for_test = false;
   Pe__RegisterRequest r2 = *rq;
   r2.options = &o;
-  trial_run r = {0};
   pe_graph *g = NULL, *sg = NULL;
-  if (!(r.p = calloc(1, sizeof *r.p))) return pe_error(PE_ENOMEM, "places trial: out of memory");
-  pe_status *st = pe_reg_compile(s, &r2, lim, PE_PLACE_CPU, c->n_places, &g, &sg, r.p);
-  if (!st) c->strategy = r.p->strategy; /* as compiled: AUTO resolved */
+  if (!(r->p = calloc(1, sizeof *r->p))) return pe_error(PE_ENOMEM, "places trial: out of memory");
+  pe_status *st = pe_reg_compile(s, &r2, lim, PE_PLACE_CPU, c->n_places, &g, &sg, r->p);
+  if (!st) c->strategy = r->p->strategy; /* as compiled: AUTO resolved */
   pe_runtime_opts ro = {.threads = pe_runtime_default_workers(PE_PLACE_CPU, c->n_places),
                         .keep_denormals = !s->cfg.flush_denormals};
-  if (!st) st = pe_runtime_new(&ro, &r.rt);
-  if (!st) st = pe_model_new(r.rt, PE_PLACE_CPU, c->n_places, 1, &r.m);
+  if (!st) st = pe_runtime_new(&ro, &r->rt);
+  if (!st) st = pe_model_new(r->rt, PE_PLACE_CPU, c->n_places, 1, &r->m);
   if (!st) {
-    st = pe_par_exec_new(r.m, g, &r.e);
+    st = pe_par_exec_new(r->m, g, &r->e);
     g = NULL; /* the executor's, also on failure */
   }
   if (!st && sg) {
-    st = pe_par_exec_new(r.m, sg, &r.startup);
+    st = pe_par_exec_new(r->m, sg, &r->startup);
     sg = NULL;
   }
-  if (!st && r.startup) st = pe_par_exec_run(r.startup, NULL, 0, NULL, 0, NULL, NULL, NULL);
-  int nf = r.p->n_feeds;
+  if (!st && r->startup) st = pe_par_exec_run(r->startup, NULL, 0, NULL, 0, NULL, NULL, NULL);
+  int nf = r->p->n_feeds;
   if (!st && nf > 0 &&
-      (!(r.feeds = calloc((size_t)nf, sizeof *r.feeds)) ||
-       !(r.fv = calloc((size_t)nf, sizeof *r.fv))))
+      (!(r->feeds = calloc((size_t)nf, sizeof *r->feeds)) ||
+       !(r->fv = calloc((size_t)nf, sizeof *r->fv))))
     st = pe_error(PE_ENOMEM, "places trial: out of memory");
   for (int i = 0; i < nf && !st; i++) {
-    pe_tensor_init(&r.feeds[i]);
-    st = synth_feed(&r.p->feeds[i], batch, &r.feeds[i]);
-    r.fv[i] = (pe_feed){r.p->feeds[i].name, &r.feeds[i]};
+    pe_tensor_init(&r->feeds[i]);
+    st = synth_feed(&r->p->feeds[i], batch, &r->feeds[i]);
+    r->fv[i] = (pe_feed){r->p->feeds[i].name, &r->feeds[i]};
   }
-  double ms[PE_TRIAL_MAX_STEPS], timed_ms = 0;
-  int n = 0; /* timed steps */
-  for (int i = 0; !st && pe_places_pass_more(n, steps, timed_ms, PE_TRIAL_MAX_STEPS); i++) {
-    double t0 = pe_now_s();
-    st = pe_par_exec_run(r.e, r.fv, nf, NULL, 0, NULL, NULL, NULL);
-    if (i > 0) { /* step 0: the warm-up */
-      ms[n] = (pe_now_s() - t0) * 1e3;
-      timed_ms += ms[n++];
-    }
-  }
-  steps = n;
-  if (!st && steps > 0) {
-    qsort(ms, (size_t)steps, sizeof *ms, cmp_double);
-    *median_ms = steps % 2 ? ms[steps / 2] : (ms[steps / 2 - 1] + ms[steps / 2]) / 2;
-    if (*median_ms <= 0) *median_ms = 1e-6; /* measured, below the clock's resolution */
-  }
+  if (!st) st = pe_par_exec_run(r->e, r->fv, nf, NULL, 0, NULL, NULL, NULL);
   pe_graph_free(g);
   pe_graph_free(sg);
-  trial_run_free(&r);
   return st;
+}
+
+/* The trial's state for the rounds' callbacks. */
+typedef struct trial_ctx {
+  trial_run *runs; /* per candidate; built while held */
+  double t0, budget_s;
+} trial_ctx;
+
+static pe_status *turn(void *ctx, int cand, double slot_ms, int *steps, double *ms) {
+  trial_run *r = &((trial_ctx *)ctx)->runs[cand];
+  *steps = 0;
+  *ms = 0;
+  while (*steps == 0 || (*ms < slot_ms && *steps < PE_TRIAL_MAX_STEPS)) {
+    double t0 = pe_now_s();
+    PE_TRY(pe_par_exec_run(r->e, r->fv, r->p->n_feeds, NULL, 0, NULL, NULL, NULL));
+    *ms += (pe_now_s() - t0) * 1e3;
+    ++*steps;
+  }
+  return NULL;
+}
+
+static bool past_budget(void *ctx) {
+  trial_ctx *x = ctx;
+  return x->budget_s > 0 && pe_now_s() - x->t0 > x->budget_s;
+}
+
+static int64_t in_use(void) {
+  return (int64_t)pe_allocator_stats(pe_host_allocator()).bytes_in_use;
+}
+
+/* The bytes the trial may hold in candidates at once: [limits]
+ * memory_per_run, or half the host's memory where that is unlimited. */
+static int64_t held_cap(const pe_limits *lim) {
+  return lim->memory_per_run > 0 ? lim->memory_per_run : pe_host_memory_bytes() / 2;
 }
 
 pe_status *pe_places_trial_run(pe_server *s, const Pe__RegisterRequest *rq, const pe_limits *lim,
@@ -149,38 +164,57 @@ pe_status *pe_places_trial_run(pe_server *s, const Pe__RegisterRequest *rq, cons
   t->batch = batch;
   t->remembered = false;
   for (int i = 0; i < t->n_cand; i++) t->cand[i].step_ms = 0;
-  double t0 = pe_now_s();
-  int passes = pe_places_trial_passes(steps);
-  for (int pass = 0; pass < passes; pass++) {
-    for (int i = 0; i < t->n_cand; i++) {
-      pe_places_candidate *c = &t->cand[i];
-      if (c->error[0]) continue; /* failed (or not tried) in the first pass */
+  trial_ctx x = {.t0 = pe_now_s(), .budget_s = budget_s};
+  int idx[PE_PLACES_MAX_CANDIDATES];
+  if (!(x.runs = calloc((size_t)(t->n_cand ? t->n_cand : 1), sizeof *x.runs)))
+    return pe_error(PE_ENOMEM, "places trial: out of memory");
+  int64_t cap = held_cap(lim);
+  pe_status *st = NULL;
+  /* Groups: as many candidates as fit in `cap` (by the host allocator's
+   * bytes in use that the held ones cost on average: parameters, their
+   * gradients and optimizer state, temporaries), built, then timed in
+   * rounds together; normally one group holds them all. */
+  for (int next = 0; next < t->n_cand && !st;) {
+    int n = 0;
+    int64_t base = in_use();
+    for (; next < t->n_cand; next++) {
+      pe_places_candidate *c = &t->cand[next];
       char name[64];
       pe_places_candidate_name(c, name, sizeof name);
-      if ((pass > 0 || i > 0) && budget_s > 0 && pe_now_s() - t0 > budget_s) {
-        if (c->step_ms <= 0)
-          snprintf(c->error, sizeof c->error,
-                   "not tried: the trial's %.0f s ([runtime] "
-                   "places_trial_time) had passed",
-                   budget_s);
+      if (next > 0 && past_budget(&x)) {
+        snprintf(c->error, sizeof c->error,
+                 "not tried: the trial's %.0f s ([runtime] places_trial_time) had passed",
+                 budget_s);
         continue;
       }
-      double ms = 0;
-      pe_status *st =
-          time_candidate(s, rq, lim, batch, pe_places_pass_steps(steps, pass), c, &ms);
-      if (st) {
-        snprintf(c->error, sizeof c->error, "%s", pe_status_msg(st));
-        c->step_ms = 0;
-        PE_LOGI("places trial: %s: %s", name, pe_status_msg(st));
-        pe_status_free(st);
-      } else {
-        pe_places_record(c, ms);
-        PE_LOGI("places trial: %s: %.3f ms a step of %lld samples (pass %d of %d)", name, ms,
-                (long long)batch, pass + 1, passes);
+      int64_t grown = in_use() - base;
+      if (n > 0 && cap > 0 && grown / n * (n + 1) > cap) break; /* the next group's */
+      pe_status *bs = build_candidate(s, rq, lim, batch, c, &x.runs[next]);
+      if (bs) {
+        snprintf(c->error, sizeof c->error, "%s", pe_status_msg(bs));
+        PE_LOGI("places trial: %s: %s", name, pe_status_msg(bs));
+        pe_status_free(bs);
+        trial_run_free(&x.runs[next]);
+        continue;
       }
+      idx[n++] = next;
+    }
+    st = pe_places_rounds(t->cand, idx, n, steps, turn, past_budget, &x);
+    for (int k = 0; k < n; k++) {
+      pe_places_candidate *c = &t->cand[idx[k]];
+      char name[64];
+      pe_places_candidate_name(c, name, sizeof name);
+      if (c->error[0])
+        PE_LOGI("places trial: %s: %s", name, c->error);
+      else
+        PE_LOGI("places trial: %s: %.3f ms a step of %lld samples (%d held at once)", name,
+                c->step_ms, (long long)batch, n);
+      trial_run_free(&x.runs[idx[k]]);
     }
   }
-  t->trial_s = pe_now_s() - t0;
+  free(x.runs);
+  if (st) return st;
+  t->trial_s = pe_now_s() - x.t0;
   t->chosen = pe_places_choose(t->cand, t->n_cand);
   if (t->chosen < 0)
     return pe_error(PE_EINVAL, "places trial: no candidate ran (%s: %s)",

@@ -5,9 +5,12 @@
  * Each candidate runs in a runtime, model and executors of its own, built
  * for the trial and freed after it, as a daemon started with places =
  * cpu:k builds them (one pool worker per place, cores / k threads each):
- * the startup once, one warm-up step and `steps` timed steps on synthetic
- * feeds of the declared shapes (floats in [-1, 1), integers 0; dim 0 the
- * batch). The user's model is never touched, so training after a trial is
+ * the startup once and one warm-up step, on synthetic feeds of the declared
+ * shapes (floats in [-1, 1), integers 0; dim 0 the batch). The candidates
+ * are held at once, as many as [limits] memory_per_run holds (normally all
+ * of them: a trial's models are the user's model once per place), and
+ * timed in interleaved rounds (server/places_rounds.h). The user's model is
+ * never touched, so training after a trial is
  * the training of the chosen setting given by hand. Threads: the register's
  * (unlocked; no registry state is read). */
 #ifndef PE_SERVER_PLACES_TRIAL_H
@@ -28,7 +31,8 @@ typedef struct pe_places_trial {
 } pe_places_trial;
 
 /* Time t's candidates (filled by the caller) on rq's program with `batch`
- * samples per step; no candidate starts once budget_s (> 0) has passed.
+ * samples per step; no candidate is built and no round starts once
+ * budget_s (> 0) has passed.
  * Sets t->chosen; PE_EINVAL naming the first candidate's error when none
  * could be measured. */
 pe_status *pe_places_trial_run(pe_server *s, const Pe__RegisterRequest *rq, const pe_limits *lim,

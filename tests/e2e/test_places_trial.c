@@ -101,6 +101,10 @@ START_TEST(test_places_auto_trial) {
   snprintf(places, sizeof places, "%s", rep->register_->places_trial->places);
   Pe__Strategy strategy = rep->register_->places_trial->strategy;
   bool fused = rep->register_->places_trial->fused;
+  /* Every candidate held at once and timed in the same rounds. */
+  char held[64];
+  snprintf(held, sizeof held, "(%d held at once)", (int)rep->register_->places_trial->n_candidates);
+  ck_assert_msg(dh_log_has(&d, held), "the trial's log has no '%s' (log %s)", held, d.log);
   pe__reply__free_unpacked(rep, NULL);
   char file[1400];
   ck_assert_int_eq(choice_files(d.state, file, sizeof file), 1);
@@ -341,6 +345,34 @@ START_TEST(test_places_trial_off) {
 }
 END_TEST
 
+/* Where [limits] memory_per_run holds less than two candidates' memory,
+ * the trial holds one at a time and still times them all and chooses; the
+ * model then trains. */
+START_TEST(test_places_trial_groups) {
+  dh_daemon d = {0};
+  start_auto(&d, "[runtime]\nplaces_trial_steps = 2\n[limits]\nmemory_per_run = 4M\n");
+  int s = dh_connect(&d, 60000);
+  pe_model_spec mlp = dh_mlp();
+  Pe__Reply *rep = register_auto(s, &mlp, "a", false);
+  const Pe__PlacesTrial *t = rep->register_->places_trial;
+  for (size_t i = 0; i < t->n_candidates; i++)
+    ck_assert_msg(t->candidates[i]->step_ms > 0, "candidate %zu: %s", i, t->candidates[i]->error);
+  ck_assert_msg(dh_log_has(&d, "(1 held at once)"), "no trial of one held at once (log %s)", d.log);
+  ck_assert(!dh_log_has(&d, "(2 held at once)"));
+  uint64_t h = rep->register_->handle;
+  pe__reply__free_unpacked(rep, NULL);
+  dh_batch b;
+  dh_batch_make(&b, 16, 3);
+  dh_init_ok(s, CLIENT, h);
+  dh_run_loss(s, CLIENT, h, &b, mlp.loss, STEPS);
+  dh_batch_free(&b);
+  nn_close(s);
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  pe_model_spec_release(&mlp);
+  dh_cleanup(&d);
+}
+END_TEST
+
 /* pe-client train --json reports the trial with the batch it trains with,
  * and pe-client status --json reports it for the model. */
 START_TEST(test_places_trial_cli) {
@@ -365,6 +397,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_places_auto_trial);
   tcase_add_test(tc, test_places_model_restart);
   tcase_add_test(tc, test_places_trial_off);
+  tcase_add_test(tc, test_places_trial_groups);
   tcase_add_test(tc, test_places_trial_cli);
   suite_add_tcase(s, tc);
   return s;

@@ -3,6 +3,7 @@
  * candidate wins, the earlier of equal times, none measured is -1; a
  * written choice reads back, and one that is corrupt, of another machine or
  * batch is ignored. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "check_main.h"
 #include "server/places_recall.h"
+#include "server/places_rounds.h"
 #include "test_assert.h"
 
 START_TEST(test_candidates_split_the_cores) {
@@ -54,72 +56,144 @@ START_TEST(test_choose_fastest_earliest_of_ties) {
 }
 END_TEST
 
-/* The trial's passes: the steps split between two passes (one for a
- * single step), a candidate keeps the smaller of its pass times. */
-START_TEST(test_trial_passes_split_the_steps) {
-  ck_assert_int_eq(pe_places_trial_passes(1), 1);
-  ck_assert_int_eq(pe_places_pass_steps(1, 0), 1);
-  ck_assert_int_eq(pe_places_pass_steps(1, 1), 0);
-  ck_assert_int_eq(pe_places_trial_passes(20), 2);
-  ck_assert_int_eq(pe_places_pass_steps(20, 0), 10);
-  ck_assert_int_eq(pe_places_pass_steps(20, 1), 10);
-  ck_assert_int_eq(pe_places_pass_steps(21, 0), 11);
-  ck_assert_int_eq(pe_places_pass_steps(21, 1), 10);
-  ck_assert_int_eq(pe_places_pass_steps(21, 2), 0);
-  /* A pass goes on past its steps until PE_PLACES_PASS_MIN_MS is timed. */
-  ck_assert(pe_places_pass_more(0, 10, 0, 1000));
-  ck_assert(pe_places_pass_more(9, 10, 2 * PE_PLACES_PASS_MIN_MS, 1000));
-  ck_assert(pe_places_pass_more(10, 10, PE_PLACES_PASS_MIN_MS / 2, 1000));
-  ck_assert(!pe_places_pass_more(10, 10, PE_PLACES_PASS_MIN_MS, 1000));
-  ck_assert(!pe_places_pass_more(1000, 10, 1, 1000)); /* at most max_steps */
-  pe_places_candidate c = {0};
-  pe_places_record(&c, 0); /* no measurement */
-  ck_assert(c.step_ms <= 0);
-  pe_places_record(&c, 3.0);
-  pe_places_record(&c, 4.0);
-  ck_assert(c.step_ms == 3.0);
-  pe_places_record(&c, 2.5);
-  pe_places_record(&c, -1);
-  ck_assert(c.step_ms == 2.5);
+/* A round's order is a permutation; over n rounds each candidate leads
+ * once, and odd rounds run backwards. */
+START_TEST(test_round_order_rotates) {
+  int o[4];
+  pe_places_round_order(3, 0, o);
+  ck_assert(o[0] == 0 && o[1] == 1 && o[2] == 2);
+  pe_places_round_order(3, 1, o);
+  ck_assert(o[0] == 0 && o[1] == 2 && o[2] == 1); /* 1 2 0, reversed */
+  pe_places_round_order(3, 2, o);
+  ck_assert(o[0] == 2 && o[1] == 0 && o[2] == 1);
+  for (int n = 1; n <= 4; n++) {
+    int led[4] = {0};
+    for (int r = 0; r < n; r++) {
+      pe_places_round_order(n, r, o);
+      int seen[4] = {0};
+      for (int k = 0; k < n; k++) seen[o[k]]++;
+      for (int k = 0; k < n; k++) ck_assert_int_eq(seen[k], 1);
+      if (r % 2 == 0) led[o[0]]++;
+    }
+    for (int r = 0; r < n; r++) {
+      pe_places_round_order(n, r, o);
+      if (r % 2) led[o[n - 1]]++; /* reversed: the rotation's head is last */
+    }
+    for (int k = 0; k < n; k++) ck_assert_int_eq(led[k], 1);
+  }
 }
 END_TEST
 
-/* A burst of load from another process doubles every step inside it. The
- * candidates, timed in the trial's passes on a simulated clock, each step
- * at its true time (times two inside the burst), with a burst that begins
- * with the victim's first window and lasts all of it. */
-static void sim_trial(const double *true_ms, int n, int steps, int passes, int victim,
-                      pe_places_candidate *c) {
-  double clock = 0, burst_from = -1, burst_to = -1;
-  for (int i = 0; i < n; i++) c[i] = (pe_places_candidate){.n_places = i + 1};
-  for (int pass = 0; pass < passes; pass++)
-    for (int i = 0; i < n; i++) {
-      int k = passes == 1 ? steps : pe_places_pass_steps(steps, pass);
-      if (i == victim && pass == 0) {
-        burst_from = clock;
-        burst_to = clock + 2 * k * true_ms[i];
-      }
-      double sum = 0;
-      for (int s = 0; s < k; s++) {
-        double ms = true_ms[i] * (clock >= burst_from && clock < burst_to ? 2 : 1);
-        clock += ms;
-        sum += ms;
-      }
-      pe_places_record(&c[i], sum / k);
-    }
+/* A simulated machine for the rounds: each candidate's true step time,
+ * a clock that the steps advance, and bursts of load (other processes)
+ * that make every step inside them `factor` times slower. */
+typedef struct sim {
+  const double *true_ms;
+  double clock, burst_from, burst_to, factor;
+  int turns[8], steps[8];
+  int fail_cand, fail_at_turn; /* -1: none */
+  double deadline_ms;          /* <= 0: none */
+} sim;
+
+static double sim_step(sim *m, int cand) {
+  bool in = m->clock >= m->burst_from && m->clock < m->burst_to;
+  double ms = m->true_ms[cand] * (in ? m->factor : 1);
+  m->clock += ms;
+  return ms;
 }
 
-/* The truly fastest candidate wins with the trial's passes although a
- * burst covered all of its first window; timed in one pass it loses (the
- * reason for the passes). */
-START_TEST(test_trial_passes_outlast_a_burst) {
-  const double true_ms[3] = {2.0, 1.5, 1.7}; /* cpu:2 (index 1) is the fastest */
+static pe_status *sim_turn(void *ctx, int cand, double slot_ms, int *steps, double *ms) {
+  sim *m = ctx;
+  if (cand == m->fail_cand && m->turns[cand] == m->fail_at_turn)
+    return pe_error(PE_EINVAL, "candidate %d: a step failed", cand);
+  m->turns[cand]++;
+  *steps = 0;
+  *ms = 0;
+  while (*steps == 0 || *ms < slot_ms) {
+    *ms += sim_step(m, cand);
+    ++*steps;
+  }
+  m->steps[cand] += *steps;
+  return NULL;
+}
+
+static bool sim_deadline(void *ctx) {
+  sim *m = ctx;
+  return m->deadline_ms > 0 && m->clock > m->deadline_ms;
+}
+
+static void sim_rounds(sim *m, int n, int steps, pe_places_candidate *c) {
+  int idx[8];
+  for (int i = 0; i < n; i++) {
+    c[i] = (pe_places_candidate){.n_places = i + 1};
+    idx[i] = i;
+  }
+  ck_assert_ptr_null(pe_places_rounds(c, idx, n, steps, sim_turn, sim_deadline, m));
+}
+
+/* Quiet: every candidate is timed for its steps and PE_PLACES_TRIAL_MIN_MS
+ * at least, and its step_ms is its true time. A failing turn ends that
+ * candidate only; the deadline stops the rounds after the first. */
+START_TEST(test_rounds_time_each_candidate) {
+  const double true_ms[3] = {2.0, 1.5, 60.0};
   pe_places_candidate c[3];
-  sim_trial(true_ms, 3, 20, 1, 1, c);
-  ck_assert_int_ne(pe_places_choose(c, 3), 1); /* one pass: the burst decides */
-  sim_trial(true_ms, 3, 20, pe_places_trial_passes(20), 1, c);
+  sim m = {.true_ms = true_ms, .burst_from = -1, .burst_to = -1, .fail_cand = -1};
+  sim_rounds(&m, 3, 20, c);
+  for (int i = 0; i < 3; i++) {
+    ck_assert_msg(m.steps[i] >= 20, "candidate %d: %d steps", i, m.steps[i]);
+    ck_assert(m.steps[i] * true_ms[i] >= PE_PLACES_TRIAL_MIN_MS);
+    ck_assert_msg(fabs(c[i].step_ms - true_ms[i]) < 1e-9, "candidate %d: %g ms", i, c[i].step_ms);
+    ck_assert_int_eq(m.turns[i], m.turns[0]); /* every round gives each a turn */
+    ck_assert_str_eq(c[i].error, "");
+  }
+  ck_assert_int_eq(m.turns[2], 20); /* the slow one needs 20 one-step turns */
   ck_assert_int_eq(pe_places_choose(c, 3), 1);
-  ck_assert(c[1].step_ms == 1.5);
+
+  m = (sim){
+      .true_ms = true_ms, .burst_from = -1, .burst_to = -1, .fail_cand = 1, .fail_at_turn = 3};
+  sim_rounds(&m, 3, 20, c);
+  ck_assert_str_eq(c[1].error, "candidate 1: a step failed");
+  ck_assert(c[1].step_ms <= 0);
+  ck_assert_int_eq(m.turns[1], 3);
+  ck_assert(fabs(c[0].step_ms - 2.0) < 1e-9);
+  ck_assert_int_eq(pe_places_choose(c, 3), 0);
+
+  m = (sim){
+      .true_ms = true_ms, .burst_from = -1, .burst_to = -1, .fail_cand = -1, .deadline_ms = 1};
+  sim_rounds(&m, 3, 20, c);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(m.turns[i], 1);
+  ck_assert(c[1].step_ms > 0);
+}
+END_TEST
+
+/* Bursts of other processes' load, of any length, anywhere in the trial:
+ * the truly fastest candidate still wins, though the three lie within 7 %
+ * of each other and a burst doubles or triples every step inside it. */
+START_TEST(test_rounds_outlast_bursts) {
+  const double true_ms[3] = {1.6, 1.5, 1.55}; /* cpu:2 (index 1) is the fastest */
+  pe_places_candidate c[3];
+  sim quiet = {.true_ms = true_ms, .burst_from = -1, .burst_to = -1, .fail_cand = -1};
+  sim_rounds(&quiet, 3, 20, c);
+  double trial_ms = quiet.clock;
+  const double lengths[] = {10, 60, 170, 400, 900, 3000};
+  const double factors[] = {2, 3};
+  int tried = 0;
+  for (size_t f = 0; f < sizeof factors / sizeof *factors; f++)
+    for (size_t l = 0; l < sizeof lengths / sizeof *lengths; l++)
+      for (double from = 0; from < trial_ms; from += 7.3) {
+        sim m = {.true_ms = true_ms,
+                 .burst_from = from,
+                 .burst_to = from + lengths[l],
+                 .factor = factors[f],
+                 .fail_cand = -1};
+        sim_rounds(&m, 3, 20, c);
+        ck_assert_msg(pe_places_choose(c, 3) == 1,
+                      "a x%g burst of %g ms from %g ms chose %d (%.3f %.3f %.3f ms)", factors[f],
+                      lengths[l], from, pe_places_choose(c, 3), c[0].step_ms, c[1].step_ms,
+                      c[2].step_ms);
+        tried++;
+      }
+  ck_assert(tried > 100);
 }
 END_TEST
 
@@ -193,8 +267,9 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_candidates_split_the_cores);
   tcase_add_test(tc, test_choose_fastest_earliest_of_ties);
-  tcase_add_test(tc, test_trial_passes_split_the_steps);
-  tcase_add_test(tc, test_trial_passes_outlast_a_burst);
+  tcase_add_test(tc, test_round_order_rotates);
+  tcase_add_test(tc, test_rounds_time_each_candidate);
+  tcase_add_test(tc, test_rounds_outlast_bursts);
   tcase_add_test(tc, test_remember_and_recall);
   suite_add_tcase(s, tc);
   return s;
