@@ -87,7 +87,8 @@ static const cli_opt train_opts[] = {
     {"batch", CLI_INT, offsetof(train_cfg, batch), 1, 1 << 16, "batch size (mlp 128, cnn 64)"},
     {"steps", CLI_INT, offsetof(train_cfg, steps), 1, 1L << 40, "cap on steps per epoch"},
     {"steps-per-request", CLI_INT, offsetof(train_cfg, per_request), 1, 1024,
-     "mini-batches per request, run back to back by the daemon (16)"},
+     "mini-batches per request, run back to back by the daemon (16, grown to about 100 ms of "
+     "steps, at most 256, where the training rows are in shared memory)"},
     {"eval-every", CLI_INT, offsetof(train_cfg, eval_every), 0, 1000,
      "test accuracy after every N epochs too (0: at the end only)"},
     {"optimizer", CLI_STR, offsetof(train_cfg, recipe.optimizer), 0, 0,
@@ -199,6 +200,8 @@ static void alloc_rows(trainer *t, size_t cap) {
  * well (alloc_rows); else, or when the default cannot set a region up, on
  * the heap, the batches then travel in the requests. */
 static int alloc_batches(trainer *t, bool training) {
+  bool given = t->cfg.per_request > 0;
+  if (!given) t->cfg.per_request = TRAIN_REQUEST_STEPS;
   size_t xbytes, cap, pair = pair_layout(t, &xbytes, &cap);
   t->eval_batch = EVAL_BATCH;
   bool want = !strcmp(t->cfg.feed, "shm") ||
@@ -217,6 +220,9 @@ static int alloc_batches(trainer *t, bool training) {
         t->y[k] = (char *)t->x[k] + xbytes;
       }
       if (training) alloc_rows(t, cap);
+      /* Only row indices grow with the requests: a copied batch's buffers
+       * are sized once, here. */
+      t->grow_requests = !given && t->use_rows;
       return CLI_OK;
     }
   }
@@ -700,7 +706,6 @@ static int train_or_eval(cli_ctx *ctx, int argc, char **argv, bool eval_only) {
   trainer t = {.ctx = ctx,
                .cfg = {.epochs = 1,
                        .seed = 1,
-                       .per_request = 16,
                        .test_fraction = -1,
                        .recipe = {.lr = -1, .momentum = -1, .weight_decay = -1, .clip_norm = -1}}};
   bool help;

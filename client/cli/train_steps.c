@@ -12,6 +12,7 @@
  * (train_log.h) and repeats them on the same batches. */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -104,7 +105,8 @@ static void report_recovery(trainer *t, train_result *r) {
           (unsigned long long)rv.rolled_back_runs, (unsigned long long)rv.rolled_back_steps);
 }
 
-#define TRAIN_REWIND (-1) /* run_request: go back to t->rewind_to */
+#define TRAIN_REWIND (-1)  /* run_request: go back to t->rewind_to */
+#define TRAIN_REGROUP (-2) /* grow_requests: the requests grew; regroup the batches */
 
 /* The step the parameters stand at after the request that starts at step
  * `at` failed with code after a recovery (train connects with
@@ -179,6 +181,49 @@ static int run_request(trainer *t, int k, long off, long rows, int nb, epoch_sum
   r->queue_ms += res.queue_ms;
   r->steps += nb;
   r->samples += rows;
+  return CLI_OK;
+}
+
+/* After a full request of nb steps that took `seconds` (t->grow_requests):
+ * from the second on (the first warms up), its time per step sizes the
+ * later requests (TRAIN_REQUEST_MS of steps, a power of two from
+ * TRAIN_REQUEST_STEPS to TRAIN_REQUEST_MAX_STEPS). They only grow, so a
+ * slow request (another client's load) does not shrink them, and a few
+ * regroups reach the size. TRAIN_REGROUP when they grew: the batches are
+ * then gathered in groups of the new size. */
+static int grow_requests(trainer *t, long nb, double seconds) {
+  if (!t->grow_requests || nb < t->cfg.per_request || ++t->full_requests < 2) return CLI_OK;
+  if (t->cfg.per_request >= TRAIN_REQUEST_MAX_STEPS) {
+    t->grow_requests = false;
+    return CLI_OK;
+  }
+  double step_ms = seconds * 1e3 / (double)nb;
+  long want = t->cfg.per_request;
+  while (want < TRAIN_REQUEST_MAX_STEPS && (double)want * step_ms < TRAIN_REQUEST_MS) want *= 2;
+  if (want > TRAIN_REQUEST_MAX_STEPS) want = TRAIN_REQUEST_MAX_STEPS;
+  if (want <= t->cfg.per_request) return CLI_OK;
+  size_t cap = (size_t)(t->cfg.batch * want > EVAL_BATCH ? t->cfg.batch * want : EVAL_BATCH);
+  for (int k = 0; k < 2; k++) {
+    int64_t *idx = realloc(t->idx[k], cap * sizeof *idx);
+    if (!idx) return CLI_OK; /* the requests stay as they are */
+    t->idx[k] = idx;
+  }
+  t->cfg.per_request = want;
+  return TRAIN_REGROUP;
+}
+
+/* The batcher of groups of cfg.per_request batches (this node's part of
+ * each epoch in a job: checked at set-up). */
+static int make_batcher(trainer *t, pe_batcher **bt) {
+  long group = t->cfg.batch * t->cfg.per_request;
+  *bt = pe_feed_data_batcher(t->train, (int)group, true, (uint64_t)t->cfg.seed);
+  if (!*bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", group);
+  if (t->cfg.job && !pe_batcher_shard(*bt, (int)t->cfg.world, (int)t->cfg.rank)) {
+    pe_batcher_free(*bt);
+    *bt = NULL;
+    return cli_error(t->ctx, "--job %s: rank %ld of %ld gets no example", t->cfg.job, t->cfg.rank,
+                     t->cfg.world);
+  }
   return CLI_OK;
 }
 
@@ -274,21 +319,15 @@ static int epoch_end(trainer *t, long ep, const epoch_sums *e, double ep_t0, tra
  * which may cut a group. After a daemon restart that rolled steps back,
  * the loop goes back to where the parameters stand and repeats them. */
 int trainer_train(trainer *t, train_result *r) {
-  long b = t->cfg.batch, group = b * t->cfg.per_request;
-  pe_batcher *bt = pe_feed_data_batcher(t->train, (int)group, true, (uint64_t)t->cfg.seed);
-  if (!bt) return cli_error(t->ctx, "cannot make a batcher (batch %ld)", group);
-  /* In a job, this node's part of each epoch's order (checked at set-up). */
-  if (t->cfg.job && !pe_batcher_shard(bt, (int)t->cfg.world, (int)t->cfg.rank)) {
-    pe_batcher_free(bt);
-    return cli_error(t->ctx, "--job %s: rank %ld of %ld gets no example", t->cfg.job, t->cfg.rank,
-                     t->cfg.world);
-  }
+  long b = t->cfg.batch;
+  pe_batcher *bt;
+  int rc = make_batcher(t, &bt);
+  if (rc) return rc;
   progress pg = {.tty = isatty(2), .quiet = t->cfg.quiet};
   long per_epoch = trainer_steps_per_epoch(t);
   long total = per_epoch * t->cfg.epochs;
   double t0 = cli_now(), ep_t0 = t0;
   epoch_sums e = {0};
-  int rc = CLI_OK;
   while (!rc && r->steps < total) {
     long ep = r->steps / per_epoch + 1, left = per_epoch - e.steps; /* e.steps: step in epoch */
     /* One prefetch per stretch: the batcher moves only while it is stopped. */
@@ -306,15 +345,22 @@ int trainer_train(trainer *t, train_result *r) {
       for (long off = 0; off < n && e.steps < per_epoch && !rc;) {
         long full = (n - off) / b, nb = full < per_epoch - e.steps ? full : per_epoch - e.steps;
         long rows = nb ? nb * b : n - off;
+        double q0 = cli_now();
         rc = run_request(t, k, off, rows, nb ? (int)nb : 1, &e, r);
+        if (!rc) rc = grow_requests(t, nb, cli_now() - q0);
         off += rows;
       }
-      if (rc && pg.tty && !pg.quiet) fputc('\n', stderr);
-      if (!rc)
+      if (rc && rc != TRAIN_REGROUP && pg.tty && !pg.quiet) fputc('\n', stderr);
+      if (!rc || rc == TRAIN_REGROUP)
         progress_draw(&pg, ep + t->cfg.start_epoch - 1, t->cfg.epochs + t->cfg.start_epoch - 1,
                       e.steps, per_epoch, e.samples / (cli_now() - ep_t0), e.last_loss);
     }
     pe_batch_prefetch_stop(pf);
+    if (rc == TRAIN_REGROUP) { /* the next stretch seeks the new batcher to step e.steps */
+      pe_batcher_free(bt);
+      if ((rc = make_batcher(t, &bt))) break; /* rc is CLI_OK after it */
+      if (e.steps < per_epoch) continue;
+    }
     if (rc == TRAIN_REWIND) {
       rc = rewind_to(t, &e, r);
       if (r->steps / per_epoch + 1 != ep) ep_t0 = cli_now(); /* another epoch */

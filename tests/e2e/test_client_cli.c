@@ -277,7 +277,8 @@ END_TEST
  * mini-batch: groups of 3 over 1000 examples (two full groups, then one
  * full batch and the short one of 104), and a --steps cap of 7 that cuts
  * the third group; on cpu:2 with the sharded update, through the socket
- * and through shared memory. */
+ * and through shared memory; and requests grown by time (the default over
+ * shared memory) alike. */
 START_TEST(grouped_requests_train_alike) {
   cd_daemon d;
   cd_start(&d);
@@ -305,6 +306,30 @@ START_TEST(grouped_requests_train_alike) {
                         json_num(line, "test_accuracy") == json_num(one, "test_accuracy"),
                     "grouped %s\nsingle %s", line, one);
     }
+  }
+  /* Without --steps-per-request, over shared memory, the requests grow
+   * with the steps' speed (batches of 8 take well under a millisecond):
+   * regrouped mid-epoch, across the epoch's end and a --steps cap, the
+   * training is that of one request per mini-batch. */
+  const char *caps[] = {"", "--steps 100"};
+  const char *how[] = {"--steps-per-request 1 --feed socket", "--shm"};
+  for (int i = 0; i < 2; i++) {
+    char args[512], line[2][4096];
+    for (int j = 0; j < 2; j++) {
+      snprintf(args, sizeof args,
+               "train --model mlp --model-name s%d%d --places cpu:2 --strategy sharded --batch 8 "
+               "--lr 0.01 --epochs 2 --limit 2000 --json %s %s",
+               i, j, how[j], caps[i]);
+      CLI_OK(&d, args);
+      snprintf(line[j], sizeof line[j], "%s", last_line(d.dir));
+    }
+    ck_assert_ptr_nonnull(strstr(line[1], "\"shm_rows\":true"));
+    ck_assert_double_eq(json_num(line[1], "steps"), i ? 200 : 500);
+    ck_assert_msg(json_num(line[1], "steps_per_request") > 16, "the requests did not grow: %s",
+                  line[1]);
+    ck_assert_msg(json_num(line[1], "final_loss") == json_num(line[0], "final_loss") &&
+                      json_num(line[1], "test_accuracy") == json_num(line[0], "test_accuracy"),
+                  "grown %s\nsingle %s", line[1], line[0]);
   }
   /* A strategy that does not exist: usage, exit 2. */
   ck_assert_int_eq(cli(&d, d.dir, "train --model mlp --strategy ring"), 2);
