@@ -120,6 +120,7 @@ pe_status *pe_server_new(pe_srv_config *cfg, const char *config_path, const pe_c
   s->cfg = *cfg;
   memset(cfg, 0, sizeof *cfg);
   pthread_mutex_init(&s->cfg_mu, NULL);
+  pthread_mutex_init(&s->trial_mu, NULL);
   pe_run_table_init(&s->runs);
   pe_run_budget_init(&s->run_budget);
   s->start_time = pe_now_s();
@@ -176,6 +177,7 @@ void pe_server_free(pe_server *s) {
   free(s->overrides);
   pe_state_unlock(s->state_lock); /* last: the shutdown checkpoint is written */
   pthread_mutex_destroy(&s->cfg_mu);
+  pthread_mutex_destroy(&s->trial_mu);
   pe_run_table_destroy(&s->runs);
   pe_run_budget_destroy(&s->run_budget);
   free(s);

@@ -53,6 +53,11 @@ typedef struct pe_server {
   pe_config_override *overrides;
   int n_overrides;
   pthread_mutex_t cfg_mu;
+  /* One places trial at a time (registry/register.c): trials time the
+   * cores, so two at once would time each other, and each holds its
+   * candidates' memory. A register that waited reads the choice the trial
+   * before it remembered where that was its program. */
+  pthread_mutex_t trial_mu;
   int state_lock; /* flock on the state dir, held for the lifetime (state_lock.h) */
 
   pe_runtime *rt;

@@ -10,6 +10,7 @@
  * program or a register that names its places runs no trial; pe-client
  * train --json and status --json report the trial. */
 #include <dirent.h>
+#include <pthread.h>
 
 #include "check_main.h"
 #include "daemon_harness.h"
@@ -373,6 +374,57 @@ START_TEST(test_places_trial_groups) {
 }
 END_TEST
 
+/* One register of the places trial's pair (a thread each). */
+typedef struct trial_reg {
+  int sock;
+  const pe_model_spec *mlp;
+  const char *model;
+  Pe__Reply *rep;
+} trial_reg;
+
+static void *register_thread(void *arg) {
+  trial_reg *r = arg;
+  r->rep = dh_register_call(r->sock, CLIENT, r->mlp, r->model, 3, false);
+  return NULL;
+}
+
+/* Two registers of one program at once (two connections, two model
+ * names): one runs the trial, the other waits for it and reads the
+ * choice it remembered; the daemon times the candidates once. */
+START_TEST(test_places_trials_one_at_a_time) {
+  dh_daemon d = {0};
+  start_auto(&d, "[runtime]\nplaces_trial_steps = 2\n");
+  pe_model_spec mlp = dh_mlp();
+  dh_places = NULL;
+  dh_strategy = PE__STRATEGY__AUTO;
+  dh_fuse = false;
+  dh_batch_hint = 16;
+  trial_reg r[2] = {{dh_connect(&d, 60000), &mlp, "a", NULL},
+                    {dh_connect(&d, 60000), &mlp, "b", NULL}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(pthread_create(&th[i], NULL, register_thread, &r[i]), 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  int timed = 0;
+  for (int i = 0; i < 2; i++) {
+    dh_ok(r[i].rep);
+    const Pe__PlacesTrial *t = r[i].rep->register_->places_trial;
+    ck_assert_ptr_nonnull(t);
+    timed += !t->remembered;
+  }
+  ck_assert_int_eq(timed, 1);
+  ck_assert_str_eq(r[0].rep->register_->places, r[1].rep->register_->places);
+  for (int i = 0; i < 2; i++) {
+    pe__reply__free_unpacked(r[i].rep, NULL);
+    nn_close(r[i].sock);
+  }
+  dh_batch_hint = 0;
+  ck_assert_int_eq(dh_stop(&d, SIGTERM), 0);
+  pe_model_spec_release(&mlp);
+  dh_cleanup(&d);
+}
+END_TEST
+
 /* pe-client train --json reports the trial with the batch it trains with,
  * and pe-client status --json reports it for the model. */
 START_TEST(test_places_trial_cli) {
@@ -398,6 +450,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_places_model_restart);
   tcase_add_test(tc, test_places_trial_off);
   tcase_add_test(tc, test_places_trial_groups);
+  tcase_add_test(tc, test_places_trials_one_at_a_time);
   tcase_add_test(tc, test_places_trial_cli);
   suite_add_tcase(s, tc);
   return s;

@@ -284,10 +284,12 @@ static pe_status *resolve_options(pe_registry *r, const Pe__RegisterRequest *rq,
   return NULL;
 }
 
-/* 1b (unlocked): places = auto's choice for a new model: remembered in the
- * state dir, else timed (server/places_trial.h) and remembered; ro's places
- * and the request compiled (ro->chosen_rq) become the choice's. A trial
- * that measures nothing leaves the daemon's places, with a warning. */
+/* 1b (registry unlocked; s->trial_mu held from the recall to the
+ * remember, so trials run one at a time): places = auto's choice for a new
+ * model: remembered in the state dir, else timed (server/places_trial.h)
+ * and remembered; ro's places and the request compiled (ro->chosen_rq)
+ * become the choice's. A trial that measures nothing leaves the daemon's
+ * places, with a warning. */
 static pe_status *choose_places(pe_server *s, const Pe__RegisterRequest *rq, reg_opts *ro) {
   pthread_mutex_lock(&s->cfg_mu);
   int64_t batch = s->cfg.places_trial_batch;
@@ -304,6 +306,7 @@ static pe_status *choose_places(pe_server *s, const Pe__RegisterRequest *rq, reg
     free(t);
     return pe_status_wrap(st, "register");
   }
+  pthread_mutex_lock(&s->trial_mu);
   if (!pe_places_recall(s->cfg.state_dir, file, machine, batch, t)) {
     const Pe__RegisterOptions *o = rq->options;
     bool choose = !o || o->strategy == PE__STRATEGY__AUTO;
@@ -314,6 +317,7 @@ static pe_status *choose_places(pe_server *s, const Pe__RegisterRequest *rq, reg
         pe_places_candidates(pe_cpu_cores(), choose, fixed, o && o->fuse_allreduce, t->cand);
     st = pe_places_trial_run(s, rq, &ro->lim, batch, steps, budget, t);
     if (st) {
+      pthread_mutex_unlock(&s->trial_mu);
       PE_LOGW("register: model '%s': %s; using %s:%d", rq->model, pe_status_msg(st),
               pe_place_kind_name(ro->kind), ro->n_places);
       pe_status_free(st);
@@ -324,6 +328,7 @@ static pe_status *choose_places(pe_server *s, const Pe__RegisterRequest *rq, reg
     if (st) PE_LOGW("register: places trial: not remembered: %s", pe_status_msg(st));
     pe_status_free(st);
   }
+  pthread_mutex_unlock(&s->trial_mu);
   char name[64];
   PE_LOGI("register: model '%s': %s (%s, %.3f ms a step of %lld samples)", rq->model,
           pe_places_candidate_name(&t->cand[t->chosen], name, sizeof name),
