@@ -20,8 +20,9 @@
  * urgent): a submitter pushes its chain with one CAS (release), a worker
  * takes the whole stack with one exchange (acquire), restores FIFO order
  * and moves what it does not run at once into its own queue, where the
- * others can steal it. Nobody pops single nodes, so there is no ABA
- * problem, and an outside submitter never waits for a lock a worker holds.
+ * others can steal it (waking a sleeper for it: see move_rest). Nobody pops
+ * single nodes, so there is no ABA problem, and an outside submitter never
+ * waits for a lock a worker holds.
  *
  * Sleeping without lost wake-ups (an eventcount). Shared state: `seq`, a
  * 32-bit futex word bumped on every wake-up, and `idle`, whose low 32 bits
@@ -285,6 +286,17 @@ static uint32_t xorshift(uint32_t *s) {
   return *s = x;
 }
 
+static void wake(pe_pool *p, int k);
+
+/* The tasks a worker took beyond the one it runs go to the front of its
+ * queue. Between the take and this push they were in no queue, so a worker
+ * that looked for work then may have gone to sleep: wake it, or the moved
+ * tasks wait behind the one this worker runs. */
+static void move_rest(pe_pool *p, worker *self, pe_task *first, pe_task *last, int k) {
+  queue_push(&self->q, first, last, k, true);
+  wake(p, k);
+}
+
 /* Own queue, urgent and inject stacks, then the others starting at a
  * random victim. self is NULL for a thread outside the pool: it only
  * steals single tasks from the workers (it has no queue to keep the rest
@@ -295,7 +307,7 @@ static pe_task *take_stacks(pe_pool *p, worker *self) {
   pe_task *last, *t;
   int k;
   if ((t = stack_take_all(&p->urgent, &last, &k)) || (t = stack_take_all(&p->inject, &last, &k))) {
-    if (k > 1) queue_push(&self->q, t->next, last, k - 1, true);
+    if (k > 1) move_rest(p, self, t->next, last, k - 1);
     return t;
   }
   return NULL;
@@ -334,7 +346,7 @@ static pe_task *find_task(pe_pool *p, worker *self) {
     }
     t = queue_take(&v->q, self ? STEAL_MAX : 1, &last, &k);
     if (!t) continue;
-    if (k > 1) queue_push(&self->q, t->next, last, k - 1, true);
+    if (k > 1) move_rest(p, self, t->next, last, k - 1);
     return t;
   }
   return NULL;

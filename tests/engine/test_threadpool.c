@@ -2,7 +2,8 @@
  * submission, 1..8 workers), stealing, FIFO and urgent order from outside,
  * outside submissions not starved by a worker's own,
  * no lost wake-ups over many sleep/wake rounds, free drains, worker ids and
- * start/stop hooks, run_one, submit_to placement, growing. Waits in the tests have deadlines, so a
+ * start/stop hooks, run_one, submit_to placement, growing, tasks a worker
+ * moves into its queue waking a sleeper. Waits in the tests have deadlines, so a
  * lost wake-up fails instead of hanging. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -493,6 +494,61 @@ START_TEST(grow_adds_workers_that_run_at_once) {
 }
 END_TEST
 
+/* A worker that takes the outside stack runs its oldest task and moves the
+ * rest into its own queue; between the take and the move the rest is in no
+ * queue, and a worker that looks for work then goes to sleep. The move must
+ * wake it, or the second task waits behind the first. A long chain (its
+ * reversal keeps the window open) starts with two tasks that meet only on
+ * two workers at once; both workers are asleep when it arrives. */
+typedef struct meet_pair {
+  pe_task t[2];
+  atomic_int arrived, met, done;
+} meet_pair;
+
+static void meet_briefly(void *arg) {
+  meet_pair *r = arg;
+  atomic_fetch_add(&r->arrived, 1);
+  double end = now_s() + 1.0; /* the guard of a worker that slept past the move */
+  while (atomic_load(&r->arrived) < 2 && now_s() < end) sched_yield();
+  if (atomic_load(&r->arrived) >= 2) atomic_fetch_add(&r->met, 1);
+  atomic_fetch_add(&r->done, 1);
+}
+
+static void filler(void *arg) {
+  atomic_fetch_add((atomic_int *)arg, 1);
+}
+
+START_TEST(moved_tasks_wake_sleepers) {
+  enum { ROUNDS = 40 / SCALE, FILL = 200000 };
+  pe_pool *p = new_pool(2, -1);
+  meet_pair *r = calloc(1, sizeof *r);
+  pe_task *fill = calloc(FILL, sizeof *fill);
+  atomic_int filled;
+  for (int round = 0; round < ROUNDS; round++) {
+    atomic_store(&r->arrived, 0);
+    atomic_store(&r->met, 0);
+    atomic_store(&r->done, 0);
+    atomic_store(&filled, 0);
+    struct timespec nap = {0, 2000000}; /* both workers asleep (no spinning) */
+    nanosleep(&nap, NULL);
+    r->t[0] = (pe_task){meet_briefly, r, &r->t[1]};
+    r->t[1] = (pe_task){meet_briefly, r, &fill[0]};
+    for (int i = 0; i < FILL; i++)
+      fill[i] = (pe_task){filler, &filled, i + 1 < FILL ? &fill[i + 1] : NULL};
+    pe_pool_submit_batch(p, &r->t[0], &fill[FILL - 1], FILL + 2);
+    ck_assert_msg(wait_at_least(&r->done, 2, 20), "round %d: the pair never finished", round);
+    ck_assert_msg(wait_at_least(&filled, FILL, 20), "round %d: %d of %d fillers ran", round,
+                  atomic_load(&filled), FILL);
+    ck_assert_msg(atomic_load(&r->met) == 2,
+                  "round %d: the pair ran one after the other (a worker slept past the move)",
+                  round);
+  }
+  pe_pool_free(p);
+  free(fill);
+  free(r);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("threadpool");
   TCase *tc = tcase_create("pool");
@@ -508,6 +564,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, submit_to_places_tasks);
   tcase_add_test(tc, bad_thread_counts);
   tcase_add_test(tc, grow_adds_workers_that_run_at_once);
+  tcase_add_test(tc, moved_tasks_wake_sleepers);
   suite_add_tcase(s, tc);
   return s;
 }
