@@ -31,6 +31,7 @@
  * argument's planes in its own layout; the oneDNN gradients (average, or
  * max without Out) take plain tensors only (pass_layout.c marks no
  * argument of theirs blocked). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/cpu/dnnl_act_layout.h"
@@ -441,23 +442,44 @@ static void max_pool_grad(pe_kernel_ctx *c, const pe_tensor *x, const pe_tensor 
   int64_t B = ax.block;
   if (k2s2 && B > 1 && ad.block == B && B <= POOL_MAX_BLOCK) {
     int64_t groups = xd[0] * (xd[1] / B);
-#pragma omp parallel for if (pe_par_split(planes * h * w)) num_threads(nt) schedule(static)
-    for (int64_t k = 0; k < groups; k++) {
-      int64_t n = k / (xd[1] / B), c0 = (k % (xd[1] / B)) * B;
-      int64_t ob[POOL_MAX_BLOCK], gb[POOL_MAX_BLOCK];
-      for (int64_t l = 0; l < B; l++) {
-        ob[l] = pe_act_plane_base(&ao, n, c0 + l);
-        gb[l] = pe_act_plane_base(&ag, n, c0 + l);
+    /* Out and Out@GRAD stored otherwise than X (plain before a flatten): a
+     * group's planes are first interleaved into a scratch block, so the
+     * loop reads them as vectors; gathered lane by lane it ran scalar. */
+    bool stage = !(ao.block == B && ag.block == B);
+    size_t sn = stage ? (size_t)(oh * ow * B) : 0;
+#pragma omp parallel if (pe_par_split(planes * h * w)) num_threads(nt)
+    {
+      float *so = stage ? malloc(2 * sn * sizeof(float)) : NULL, *sg = so ? so + sn : NULL;
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < groups; k++) {
+        int64_t n = k / (xd[1] / B), c0 = (k % (xd[1] / B)) * B;
+        int64_t ob[POOL_MAX_BLOCK], gb[POOL_MAX_BLOCK];
+        for (int64_t l = 0; l < B; l++) {
+          ob[l] = pe_act_plane_base(&ao, n, c0 + l);
+          gb[l] = pe_act_plane_base(&ag, n, c0 + l);
+        }
+        const float *xk = xf + pe_act_plane_base(&ax, n, c0);
+        float *dk = df + pe_act_plane_base(&ad, n, c0);
+        bool done;
+        if (!stage) {
+          done = max_pool_grad_block_2x2(h, w, oh, ow, B, xk, of, ob, B, gf, gb, B, dk, true);
+        } else if (so) {
+          for (int64_t q = 0; q < oh * ow; q++)
+            for (int64_t l = 0; l < B; l++) {
+              so[q * B + l] = of[ob[l] + q * ao.block];
+              sg[q * B + l] = gf[gb[l] + q * ag.block];
+            }
+          static const int64_t zero[1] = {0};
+          done = max_pool_grad_block_2x2(h, w, oh, ow, B, xk, so, zero, B, sg, zero, B, dk, true);
+        } else { /* no scratch: lanes gathered */
+          done = max_pool_grad_block_2x2(h, w, oh, ow, B, xk, of, ob, ao.block, gf, gb, ag.block,
+                                         dk, false);
+        }
+        if (done) continue;
+        for (int64_t l = 0; l < B; l++)
+          max_pool_grad_plane(&p, h, w, oh, ow, xk + l, of + ob[l], gf + gb[l], dk + l, sp);
       }
-      const float *xk = xf + pe_act_plane_base(&ax, n, c0);
-      float *dk = df + pe_act_plane_base(&ad, n, c0);
-      bool done = ao.block == B && ag.block == B
-                      ? max_pool_grad_block_2x2(h, w, oh, ow, B, xk, of, ob, B, gf, gb, B, dk, true)
-                      : max_pool_grad_block_2x2(h, w, oh, ow, B, xk, of, ob, ao.block, gf, gb,
-                                                ag.block, dk, false);
-      if (done) continue;
-      for (int64_t l = 0; l < B; l++)
-        max_pool_grad_plane(&p, h, w, oh, ow, xk + l, of + ob[l], gf + gb[l], dk + l, sp);
+      free(so);
     }
     return;
   }
