@@ -411,7 +411,7 @@ START_TEST(pass_delay_hook_is_read_once) {
   t0 = now_s();
   PU_OK(pe_pass_run(&(pe_ir){.prog = p}, "validate"));
   double second = now_s() - t0;
-  ck_assert_msg(second >= 0.19 && second < 2.0, "second pass took %.3f s (200 ms expected)",
+  ck_assert_msg(second >= 0.19 && second < 4.0, "second pass took %.3f s (200 ms expected)",
                 second);
   unsetenv("PE_TEST_PASS_DELAY_MS");
   pe_program_free(p);
