@@ -508,7 +508,7 @@ typedef struct meet_pair {
 static void meet_briefly(void *arg) {
   meet_pair *r = arg;
   atomic_fetch_add(&r->arrived, 1);
-  double end = now_s() + 1.0; /* the guard of a worker that slept past the move */
+  double end = now_s() + 5.0; /* the guard of a worker that slept past the move */
   while (atomic_load(&r->arrived) < 2 && now_s() < end) sched_yield();
   if (atomic_load(&r->arrived) >= 2) atomic_fetch_add(&r->met, 1);
   atomic_fetch_add(&r->done, 1);
