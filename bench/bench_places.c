@@ -62,14 +62,16 @@ int pe_bench_places_auto(train_cfg *cfg, bench_places *bp) {
     tc.strategy = c->auto_strategy ? "auto" : pe_strategy_name(c->strategy);
     tc.fuse = c->fused ? "on" : "off";
     if (c->auto_strategy) c->strategy = pe_strategy_auto(PE_PLACE_CPU, NULL);
-    if (pe_bench_stepper_open(&tc, &h.sp[i])) {
+    /* One copy of the data sets for all: the first open candidate's. */
+    if (pe_bench_stepper_open(&tc, n ? h.sp[idx[0]] : NULL, &h.sp[i])) {
       snprintf(c->error, sizeof c->error, "a step failed (printed above)");
       continue;
     }
     idx[n++] = i;
   }
   pe_status *st = pe_places_rounds(bp->cand, idx, n, TRIAL_STEPS, turn, NULL, &h);
-  for (int i = 0; i < bp->n_cand; i++) pe_bench_stepper_close(h.sp[i]);
+  /* The lender (the first held) last. */
+  for (int i = bp->n_cand - 1; i >= 0; i--) pe_bench_stepper_close(h.sp[i]);
   if (st) return pe_bench_train_fail(st, "places auto");
   if (!cfg->json)
     for (int i = 0; i < bp->n_cand; i++) {

@@ -347,8 +347,8 @@ static int setup(trainer *t) {
   }
   if (!t->cfg.batch) t->cfg.batch = t->m.default_batch;
   const char *dir = pe_dataset_default_dir();
-  if (pe_dataset_open(dir, "train", &t->train_ds, err, sizeof err) ||
-      pe_dataset_open(dir, "t10k", &t->test_ds, err, sizeof err) ||
+  if ((!t->borrowed_data && (pe_dataset_open(dir, "train", &t->train_ds, err, sizeof err) ||
+                             pe_dataset_open(dir, "t10k", &t->test_ds, err, sizeof err))) ||
       pe_dataset_check_input(t->train_ds, t->m.image, t->m.image_ndim, t->m.image_dims, err,
                              sizeof err)) {
     pe_bench_error("FAILED", "%s", err);
@@ -361,11 +361,14 @@ static int setup(trainer *t) {
                    (long long)t->train_ds->n);
     return 2;
   }
-  /* Standardise both splits with the training split's statistics. */
-  float mean, std;
-  pe_dataset_stats(t->train_ds, &mean, &std);
-  pe_dataset_normalize(t->train_ds, mean, std);
-  pe_dataset_normalize(t->test_ds, mean, std);
+  /* Standardise both splits with the training split's statistics (borrowed
+   * splits are already). */
+  if (!t->borrowed_data) {
+    float mean, std;
+    pe_dataset_stats(t->train_ds, &mean, &std);
+    pe_dataset_normalize(t->train_ds, mean, std);
+    pe_dataset_normalize(t->test_ds, mean, std);
+  }
   size_t cap = (size_t)(t->cfg.batch > EVAL_BATCH ? t->cfg.batch : EVAL_BATCH);
   t->x = malloc(cap * (size_t)t->train_ds->dim * sizeof *t->x);
   t->y = malloc(cap * sizeof *t->y);
@@ -375,8 +378,10 @@ static int setup(trainer *t) {
 
 static void teardown(trainer *t) {
   if (t->be) t->be->teardown(t);
-  pe_dataset_free(t->train_ds);
-  pe_dataset_free(t->test_ds);
+  if (!t->borrowed_data) {
+    pe_dataset_free(t->train_ds);
+    pe_dataset_free(t->test_ds);
+  }
   pe_model_spec_release(&t->m);
   free(t->x);
   free(t->y);
@@ -523,12 +528,18 @@ struct pe_bench_stepper {
   trainer t;
 };
 
-int pe_bench_stepper_open(const train_cfg *cfg, pe_bench_stepper **out) {
+int pe_bench_stepper_open(const train_cfg *cfg, const pe_bench_stepper *data_of,
+                          pe_bench_stepper **out) {
   *out = NULL;
   pe_bench_stepper *sp = calloc(1, sizeof *sp);
   if (!sp) return fail_st(pe_error(PE_ENOMEM, "places trial"), "setup");
   trainer *t = &sp->t;
   *t = (trainer){.cfg = *cfg, .be = &pe_train_parallel};
+  if (data_of) {
+    t->train_ds = data_of->t.train_ds;
+    t->test_ds = data_of->t.test_ds;
+    t->borrowed_data = true;
+  }
   t->cfg.json = true; /* no progress lines */
   t->cfg.epochs = 1;
   t->cfg.timeline = t->cfg.dump_graph = NULL;

@@ -99,6 +99,7 @@ struct trainer {
   const train_backend *be;
   pe_model_spec m;
   pe_dataset *train_ds, *test_ds;
+  bool borrowed_data; /* the data sets are another trainer's (freed by it, after this one) */
   float *x;
   int64_t *y;
   void *impl; /* the backend's state */
@@ -118,8 +119,11 @@ extern const train_backend pe_train_parallel;
  * (bench_places.h): built with cfg and warmed up (one step) by open, then
  * stepped in turns. */
 typedef struct pe_bench_stepper pe_bench_stepper;
-/* Non-zero (the error printed) when setup or the warm-up step fails. */
-int pe_bench_stepper_open(const train_cfg *cfg, pe_bench_stepper **out);
+/* Non-zero (the error printed) when setup or the warm-up step fails.
+ * data_of: read its data sets (loaded and standardised once for all the
+ * candidates) instead of loading them; it must be closed after this one. */
+int pe_bench_stepper_open(const train_cfg *cfg, const pe_bench_stepper *data_of,
+                          pe_bench_stepper **out);
 /* Run `steps` training steps; their count and seconds into *done and
  * *seconds. Non-zero (the error printed) when a step fails. */
 int pe_bench_stepper_run(pe_bench_stepper *sp, long steps, long *done, double *seconds);
