@@ -30,9 +30,12 @@
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "interrupt.h"
@@ -156,6 +159,25 @@ static size_t pair_layout(const trainer *t, size_t *xbytes, size_t *cap) {
   return *xbytes + *cap * t->train->y.row_bytes;
 }
 
+/* memcpy of n bytes from src, which the caller frees afterwards: each
+ * copied chunk's whole pages of src are handed back to the kernel at once,
+ * so that the process never holds both copies of a large training set
+ * (they read as zeros from then on). */
+static void copy_releasing(char *dst, char *src, size_t n) {
+  const size_t chunk = (size_t)8 << 20;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t released = ((uintptr_t)src + page - 1) / page * page; /* first whole page */
+  for (size_t off = 0; off < n; off += chunk) {
+    size_t k = n - off < chunk ? n - off : chunk;
+    memcpy(dst + off, src + off, k);
+    uintptr_t end = ((uintptr_t)src + off + k) / page * page;
+    if (end > released) {
+      madvise((void *)released, end - released, MADV_DONTNEED);
+      released = end;
+    }
+  }
+}
+
 /* The training rows into a region of their own, for feeds by row index:
  * the client then copies nothing per batch, and the daemon's workers copy
  * each batch's rows in their idle time, as in process (pe-bench), instead
@@ -181,7 +203,16 @@ static void alloc_rows(trainer *t, size_t cap) {
     return;
   }
   char *base = t->rows_shm.base;
-  memcpy(base, x->data, (size_t)n * x->row_bytes);
+  /* Fashion-MNIST's rows are its data set's (borrowed); once the region
+   * holds both arrays whole nothing reads the data set's copy, nor an
+   * array of the trainer's own that the region replaces: those are
+   * released as they are copied. */
+  bool of_images = t->images && x->data == (void *)t->images->images &&
+                   y->data == (void *)t->images->labels && n == x->dims[0] && n == y->dims[0];
+  if (n == x->dims[0] && (!x->borrowed || of_images))
+    copy_releasing(base, x->data, (size_t)n * x->row_bytes);
+  else
+    memcpy(base, x->data, (size_t)n * x->row_bytes);
   memcpy(base + xbytes, y->data, (size_t)n * y->row_bytes);
   pe_feed_array *a[2] = {x, y};
   void *at[2] = {base, base + xbytes};
@@ -189,6 +220,10 @@ static void alloc_rows(trainer *t, size_t cap) {
     if (!a[i]->borrowed) free(a[i]->data);
     a[i]->data = at[i];
     a[i]->borrowed = true;
+  }
+  if (of_images) {
+    pe_dataset_free(t->images);
+    t->images = NULL;
   }
   t->rows_y_off = xbytes;
   t->use_rows = true;
