@@ -17,16 +17,27 @@
 #include "ops/device_ctx.h"
 
 static char out_text[1 << 14]; /* the last bench()'s whole stdout */
+static long peak_kb;           /* the last bench()'s peak resident memory (KB) */
 
 /* Run pe-bench ARGS with stdout and stderr into out and err of a fresh
- * directory; *json: the last stdout line (static). Returns the exit status. */
+ * directory; *json: the last stdout line (static). Returns the exit status.
+ * wait4's usage of the shell includes the pe-bench it waited for. */
 static int bench(const char *args, const char **json, const char **err) {
   static char line[1 << 14], errbuf[1 << 14];
   char bin[1024], cmd[4096], dir[] = "/tmp/pe-bench-cli-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(dir));
   cd_binary(bin, sizeof bin, "pe-bench");
   snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>'%s/err'", bin, args, dir, dir);
-  int st = system(cmd);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  int st;
+  struct rusage ru;
+  ck_assert_int_eq(wait4(pid, &st, 0, &ru), pid);
+  peak_kb = ru.ru_maxrss;
   char path[128];
   snprintf(path, sizeof path, "%s/out", dir);
   FILE *f = fopen(path, "r");
@@ -213,35 +224,6 @@ START_TEST(places_auto_runs_the_fastest) {
 }
 END_TEST
 
-/* The peak resident memory (KB) of `pe-bench ARGS` (wait4's usage of the
- * shell includes the pe-bench it waited for); its JSON line into json. */
-static long bench_peak_kb(const char *args, char *json, size_t cap) {
-  char bin[1024], cmd[2048], dir[] = "/tmp/pe-bench-peak-XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  cd_binary(bin, sizeof bin, "pe-bench");
-  snprintf(cmd, sizeof cmd, "'%s' %s >'%s/out' 2>/dev/null", bin, args, dir);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  int st;
-  struct rusage ru;
-  ck_assert_int_eq(wait4(pid, &st, 0, &ru), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pe-bench %s: status %d", args, st);
-  char path[128];
-  snprintf(path, sizeof path, "%s/out", dir);
-  FILE *f = fopen(path, "r");
-  json[0] = 0;
-  for (char buf[1 << 14]; f && fgets(buf, sizeof buf, f);)
-    if (buf[0] == '{') snprintf(json, cap, "%s", buf);
-  if (f) fclose(f);
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
-  return ru.ru_maxrss;
-}
-
 /* The candidates of --places auto are held at once but share one copy of
  * the data set (Fashion-MNIST, 220 MB loaded): a copy each would add 220 MB
  * per candidate beyond the first, where each adds 10 MB of its own (the
@@ -250,11 +232,15 @@ static long bench_peak_kb(const char *args, char *json, size_t cap) {
  * sanitizer, whose quarantine keeps freed memory (160 MB more seen under
  * ASan). */
 START_TEST(places_auto_holds_the_data_once) {
-  static char json[1 << 14];
-  long one = bench_peak_kb("train --model mlp --executor parallel --places cpu:2 --steps 2 --json",
-                           json, sizeof json);
-  long trial = bench_peak_kb("train --model mlp --executor parallel --places auto --steps 2 --json",
-                             json, sizeof json);
+  const char *json, *err;
+  ck_assert_int_eq(
+      bench("train --model mlp --executor parallel --places cpu:2 --steps 2 --json", &json, &err),
+      0);
+  long one = peak_kb;
+  ck_assert_int_eq(
+      bench("train --model mlp --executor parallel --places auto --steps 2 --json", &json, &err),
+      0);
+  long trial = peak_kb;
   const char *c = strstr(json, "\"candidates\":[");
   ck_assert_msg(c, "%s", json);
   int n = 0;
