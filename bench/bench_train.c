@@ -101,7 +101,7 @@ static const opt_row opts[] = {
      "capture each step as a CUDA graph and replay it: auto (default: on for cuda places once "
      "verified on a GPU) | on | off"},
     {"conv-algo", OPT_STR, CFG(conv_algo), 0, 0,
-     "direct (default) | gemm | winograd | auto | time: the fastest convolution per shape"},
+     "default (pe's Winograd for 5x5 filters on AVX2, else direct) | direct | gemm | winograd | auto | time: the fastest per shape"},
     {"conv-layout", OPT_STR, CFG(conv_layout), 0, 0,
      "blocked (default): activations between convolutions and pools in oneDNN's layout | "
      "plain"},
@@ -690,9 +690,9 @@ int pe_bench_train(int argc, char **argv) {
     return bad_args("--cuda-graph '%s': expected auto, on or off%s", t.cfg.cuda_graph, "");
   if (t.cfg.denormals && strcmp(t.cfg.denormals, "flush") && strcmp(t.cfg.denormals, "keep"))
     return bad_args("--denormals '%s': expected flush or keep%s", t.cfg.denormals, "");
-  int conv_mode = PE_CONV_DIRECT;
+  int conv_mode = PE_CONV_ALGO_DEFAULT;
   if (t.cfg.conv_algo && !pe_conv_algo_parse(t.cfg.conv_algo, &conv_mode))
-    return bad_args("--conv-algo '%s': expected time, direct, gemm, winograd or auto%s",
+    return bad_args("--conv-algo '%s': expected default, time, direct, gemm, winograd or auto%s",
                     t.cfg.conv_algo, "");
   pe_conv_algo_set_mode(conv_mode);
   int layout_mode = PE_CONV_LAYOUT_BLOCKED;
@@ -757,7 +757,7 @@ int pe_bench_train(int argc, char **argv) {
           t.cfg.executor, t.cfg.places, t.cfg.batch, t.cfg.epochs, r.steps, r.samples, t.cfg.seed,
           (long)t.threads_used, train_cfg_keep_denormals(&t.cfg) ? "keep" : "flush",
           train_cfg_fuse_ops(&t.cfg) ? "true" : "false",
-          t.cfg.conv_algo ? t.cfg.conv_algo : "direct",
+          t.cfg.conv_algo ? t.cfg.conv_algo : "default",
           pe_conv_layout_name(pe_conv_layout_get_mode()), sps, r.train_seconds, r.eval_seconds,
           r.test_acc);
       /* A diverged run's loss: null (json_out.h), and said so. */

@@ -32,7 +32,7 @@ typedef struct train_cfg {
   const char *denormals;   /* "flush" (default when NULL) | "keep" (core/fpenv.h) */
   const char *fuse_ops;    /* "on" (default when NULL) | "off": the fuse_conv_act pass */
   const char *cuda_graph;  /* "auto" (default when NULL) | "on" | "off" (engine/step_graph_key.h) */
-  const char *conv_algo;   /* "direct" (default when NULL) or a candidate (ops/cpu/conv_algo.h) */
+  const char *conv_algo;   /* "default" when NULL, "time" or a candidate (ops/cpu/conv_algo.h) */
   const char *roofline;    /* "on" (default when NULL) | "off": roofline.h, after training */
   const char *conv_layout; /* "blocked" (default when NULL) | "plain" (ops/cpu/dnnl_act_layout.h) */
 } train_cfg;

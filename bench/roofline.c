@@ -407,6 +407,9 @@ static pe_status *time_item(pe_kernel_ctx *c, const pe_roof_geom *g, int warmup,
                             double *ms) {
   int mode = pe_conv_algo_get_mode();
   if (g->kind == PE_ROOF_GEMM) return time_one(c, g, 0, warmup, repeats, ms);
+  /* The default's Winograd is pe's own, not oneDNN's: the roofline times
+   * oneDNN's direct kernels there. */
+  if (mode == PE_CONV_ALGO_DEFAULT) mode = PE_CONV_DIRECT;
   if (mode != PE_CONV_ALGO_TIME) {
     pe_status *st = time_choice(c, g, mode, warmup, repeats, ms);
     int direct = mode - pe_conv_choice_cand(mode) + PE_CONV_DIRECT; /* same team */

@@ -40,7 +40,7 @@ typedef struct pe_srv_config {
   char *sync;         /* "event" | "producer" */
   char *cuda_graph;   /* "auto" | "on" | "off" (engine/step_graph_key.h) */
   char *conv_layout;  /* "blocked" | "plain" (ops/cpu/dnnl_act_layout.h) */
-  char *conv_algo;    /* "time" | "direct" | "gemm" | "winograd" | "auto" (ops/cpu/conv_algo.h) */
+  char *conv_algo; /* "default" | "time" | "direct" | "gemm" | "winograd" | "auto" (conv_algo.h) */
   /* Kernel threads flush denormals to zero (core/fpenv.h). */
   bool flush_denormals;
   /* A training run stops at a non-finite loss (run/finite.h); reloadable. */

@@ -178,7 +178,7 @@ static bool check_cuda_graph(const char *v, char *why, size_t n) {
 static bool check_conv_algo(const char *v, char *why, size_t n) {
   int mode;
   if (pe_conv_algo_parse(v, &mode)) return true;
-  snprintf(why, n, "expected time, direct, gemm, winograd or auto");
+  snprintf(why, n, "expected default, time, direct, gemm, winograd or auto");
   return false;
 }
 
@@ -304,9 +304,9 @@ static const pe_config_key keys[] = {
     STRING_KEY("runtime", "cuda_graph", cuda_graph, "auto", RESTART, check_cuda_graph,
                "capture steps on cuda places as CUDA graphs: auto (once verified on a GPU), on "
                "or off"),
-    STRING_KEY("runtime", "conv_algo", conv_algo, "direct", RESTART, check_conv_algo,
-               "convolution algorithm: direct, gemm, winograd, auto, or time (the fastest "
-               "per shape)"),
+    STRING_KEY("runtime", "conv_algo", conv_algo, "default", RESTART, check_conv_algo,
+               "convolution algorithm: default (pe's Winograd for 5x5 filters on AVX2, else "
+               "direct), direct, gemm, winograd, auto, or time (the fastest per shape)"),
     STRING_KEY("runtime", "conv_layout", conv_layout, "blocked", RESTART, check_conv_layout,
                "activations between convolutions and pools: blocked (oneDNN's layout, no "
                "reorders between them) or plain"),

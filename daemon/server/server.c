@@ -77,7 +77,7 @@ static pe_status *start_runtime(pe_server *s) {
   int workers = s->cfg.worker_threads > 0 ? s->cfg.worker_threads
                                           : pe_runtime_default_workers(s->place_kind, s->n_places);
   pe_runtime_opts ro = {.threads = workers, .keep_denormals = !s->cfg.flush_denormals};
-  int conv_mode = PE_CONV_DIRECT; /* the key's check accepted the value */
+  int conv_mode = PE_CONV_ALGO_DEFAULT; /* the key's check accepted the value */
   pe_conv_algo_parse(s->cfg.conv_algo, &conv_mode);
   pe_conv_algo_set_mode(conv_mode);
   int layout_mode = PE_CONV_LAYOUT_BLOCKED;

@@ -25,7 +25,7 @@ START_TEST(test_defaults) {
   ck_assert_uint_eq(c.socket_mode, 0660);
   ck_assert_str_eq(c.places, "auto");
   ck_assert_str_eq(c.sync, "event");
-  ck_assert_str_eq(c.conv_algo, "direct");
+  ck_assert_str_eq(c.conv_algo, "default");
   ck_assert_str_eq(c.conv_layout, "blocked");
   ck_assert_int_eq(c.request_threads, 8);
   ck_assert_int_eq(c.run_threads, 0); /* as many as request_threads */
@@ -193,7 +193,7 @@ START_TEST(test_errors) {
   expect_errors(pe_config_load_string(&c, "[runtime]\nsync = maybe\n", "t.conf"), PE_EINVAL,
                 "event or producer", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nconv_algo = fft\n", "t.conf"), PE_EINVAL,
-                "conv_algo", "fft", "time, direct, gemm, winograd or auto", (const char *)NULL);
+                "conv_algo", "fft", "default, time, direct, gemm, winograd or auto", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nconv_layout = nhwc\n", "t.conf"), PE_EINVAL,
                 "conv_layout", "nhwc", "blocked or plain", (const char *)NULL);
   expect_errors(pe_config_load_string(&c, "[runtime]\nflush_denormals = maybe\n", "t.conf"),

@@ -17,7 +17,12 @@
  * gradient from its output) into an entry buffer,
  * then runs the two backward passes on it; Bias@GRAD comes from the
  * weights pass (oneDNN's diff_bias), or from a per-channel sum when the
- * filter needs no gradient. */
+ * filter needs no gradient.
+ *
+ * pe's Winograd (conv_winograd.h) replaces oneDNN's forward and data
+ * passes where it applies and the algorithm is winograd (the default's
+ * choice there); the entry then holds oneDNN's direct primitives, of which
+ * the weights pass runs, and the Winograd buffers. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +32,7 @@
 #include "core/log.h"
 #include "ops/cpu/conv_algo.h"
 #include "ops/cpu/conv_weights_pass.h"
+#include "ops/cpu/conv_winograd.h"
 #include "ops/cpu/dnnl_act_layout.h"
 #include "ops/cpu/dnnl_util.h"
 #include "ops/cpu/par_min.h"
@@ -270,10 +276,60 @@ typedef struct conv_call {
   void *g;                 /* grad: the output gradient the passes read */
 } conv_call;
 
+/* pe's Winograd for this call (conv_winograd.h): the forward, or the
+ * gradient's data pass (Output@GRAD to Input@GRAD, the padding 4 - p);
+ * false where it does not apply. */
+static bool conv_wino_plan(const pe_kernel_ctx *c, const conv_call *k, pe_wino5 *g) {
+  if (!pe_wino5_available() || (k->grad && !k->dx)) return false;
+  conv_params p;
+  pe_dnnl_attr_pair_k(c->desc, "strides", 1, p.strides);
+  pe_dnnl_attr_pair_k(c->desc, "paddings", 0, p.paddings);
+  pe_dnnl_attr_pair_k(c->desc, "dilations", 1, p.dilations);
+  const pe_shape *x = &k->x->shape, *w = &k->w->shape, *o = &k->out->shape;
+  if (pe_attr_i(c->def, c->desc, "groups") != 1 || w->d[2] != 5 || w->d[3] != 5) return false;
+  for (int i = 0; i < 2; i++)
+    if (p.strides[i] != 1 || p.dilations[i] != 1) return false;
+  if (!k->grad)
+    return pe_wino5_plan(g, x->d, w->d[0], o->d[2], o->d[3], p.paddings[0], p.paddings[1],
+                         pe_act_plane_of(x, pe_dnnl_act_blocked(c, false, CV_IN)),
+                         pe_act_plane_of(o, pe_dnnl_act_blocked(c, true, CV_OUT)));
+  return pe_wino5_plan(g, o->d, x->d[1], x->d[2], x->d[3], 4 - p.paddings[0], 4 - p.paddings[1],
+                       pe_act_plane_of(o, pe_dnnl_act_blocked(c, false, CVG_DOUT)),
+                       pe_act_plane_of(x, pe_dnnl_act_blocked(c, true, CVG_DIN)));
+}
+
+/* The Winograd buffers, the last two of the entry: the transformed filters
+ * and the team's scratch. */
+static pe_status *conv_wino_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_wino5 *g) {
+  int threads = omp_get_max_threads();
+  void *buf;
+  PE_TRY(pe_dnnl_entry_buffer(c, e, pe_wino5_filter_floats(g) * sizeof(float), &buf));
+  PE_TRY(pe_dnnl_entry_buffer(c, e, pe_wino5_scratch_floats(g, threads) * sizeof(float), &buf));
+  e->wino_threads = threads;
+  return NULL;
+}
+
+/* The forward or the data pass on pe's Winograd: y <- x (Input, or the
+ * output gradient) convolved with w, plus bias. */
+static pe_status *conv_wino_run(pe_kernel_ctx *c, const pe_dnnl_entry *e, const conv_call *k,
+                                const void *x, const float *bias, void *y) {
+  pe_wino5 g;
+  if (!conv_wino_plan(c, k, &g))
+    return pe_kernel_error(c, PE_EINTERNAL, "%s: Winograd plan changed since its build",
+                           c->def->type);
+  int threads = omp_get_max_threads();
+  if (threads > e->wino_threads) threads = e->wino_threads;
+  float *u = e->bufs[e->nbufs - 2], *scratch = e->bufs[e->nbufs - 1];
+  pe_wino5_filter(&g, pe_f32(k->w), k->grad, u, threads);
+  pe_wino5_run(&g, x, u, bias, y, scratch, threads);
+  return NULL;
+}
+
 /* The convolution alone (stages included), no relu. */
 static pe_status *conv_fwd_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
   const pe_dnnl_stage *s = e->stages;
   void *x = k->x->data, *w = k->w->data, *out = k->out->data;
+  if (e->wino_threads) return conv_wino_run(c, e, k, x, k->b ? pe_f32(k->b) : NULL, out);
   PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_SRC], x));
   PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_WEI], w)); /* every call: weights change */
   void *h[] = {pe_dnnl_stage_handle(e, &s[FS_SRC], x), pe_dnnl_stage_handle(e, &s[FS_WEI], w),
@@ -304,9 +360,13 @@ static void conv_team_leave(int team) {
 static pe_status *conv_call_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
                                   int choice) {
   int cand = pe_conv_choice_cand(choice), team = conv_team_enter(choice);
+  pe_wino5 g;
+  bool wino = cand == PE_CONV_WINOGRAD && conv_wino_plan(c, k, &g);
+  if (wino) cand = PE_CONV_DIRECT; /* the weights pass's primitives */
   pe_status *st = k->grad ? conv_grad_build(c, e, &k->x->shape, &k->w->shape, &k->out->shape,
                                             k->b != NULL, cand)
                           : conv_build(c, e, &k->x->shape, &k->w->shape, k->b != NULL, cand);
+  if (!st && wino) st = conv_wino_build(c, e, &g);
   conv_team_leave(team);
   e->choice = choice;
   return st;
@@ -356,7 +416,8 @@ static const char *conv_impl(const pe_dnnl_entry *e, int prim) {
 static bool conv_same_as_earlier(const pe_dnnl_entry *tmp, const double *t, int cand) {
   for (int i = cand < PE_CONV_CANDS ? 0 : PE_CONV_CANDS; i < cand; i++) {
     if (t[i] < 0) continue;
-    bool same = tmp[i].nreorders == tmp[cand].nreorders;
+    bool same = tmp[i].nreorders == tmp[cand].nreorders &&
+                (tmp[i].wino_threads > 0) == (tmp[cand].wino_threads > 0);
     for (int p = 0; p < 2 && same; p++)
       same = !strcmp(conv_impl(&tmp[i], p), conv_impl(&tmp[cand], p));
     if (same) return true;
@@ -456,6 +517,9 @@ static pe_status *conv_prepare(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_ca
   int nk = 0;
   conv_algo_key(c, k, key, &nk);
   int mode = pe_conv_algo_get_mode();
+  pe_wino5 g;
+  if (mode == PE_CONV_ALGO_DEFAULT)
+    mode = conv_wino_plan(c, k, &g) ? PE_CONV_WINOGRAD : PE_CONV_DIRECT;
   int cand = mode >= 0 ? mode : pe_conv_algo_lookup(key, nk);
   if (cand >= 0) return conv_build_or_direct(c, e, k, cand);
   return conv_choose_timed(c, e, k, key, nk);
@@ -555,7 +619,9 @@ static void bias_grad(pe_kernel_ctx *c, float *db, const float *dz, const pe_sha
 static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
   const pe_dnnl_stage *s = e->stages;
   void *g = k->g, *x = k->x->data, *w = k->w->data;
-  if (k->dx) {
+  if (k->dx && e->wino_threads) {
+    PE_TRY(conv_wino_run(c, e, k, g, NULL, k->dx->data));
+  } else if (k->dx) {
     void *dx = k->dx->data;
     PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_DDST], g));
     PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_WEI], w));
@@ -568,7 +634,7 @@ static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_c
   if (k->dw) {
     void *dw = k->dw->data;
     PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_SRC], x));
-    if (!k->dx || !pe_dnnl_stage_same(&s[GS_BW_DDST], &s[GS_BD_DDST]))
+    if (!k->dx || e->wino_threads || !pe_dnnl_stage_same(&s[GS_BW_DDST], &s[GS_BD_DDST]))
       PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_DDST], g));
     void *h[] = {
         pe_dnnl_stage_handle(e, &s[GS_BW_SRC], x), pe_dnnl_stage_handle(e, &s[GS_BW_DDST], g),

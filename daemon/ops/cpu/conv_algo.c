@@ -12,8 +12,8 @@ const char *pe_conv_cand_name(int cand) {
 }
 
 bool pe_conv_algo_parse(const char *s, int *mode) {
-  if (!strcmp(s, "time")) {
-    *mode = PE_CONV_ALGO_TIME;
+  if (!strcmp(s, "time") || !strcmp(s, "default")) {
+    *mode = s[0] == 't' ? PE_CONV_ALGO_TIME : PE_CONV_ALGO_DEFAULT;
     return true;
   }
   for (int i = 0; i < PE_CONV_CANDS; i++)
@@ -24,7 +24,7 @@ bool pe_conv_algo_parse(const char *s, int *mode) {
   return false;
 }
 
-static atomic_int algo_mode = PE_CONV_DIRECT;
+static atomic_int algo_mode = PE_CONV_ALGO_DEFAULT;
 
 void pe_conv_algo_set_mode(int mode) {
   atomic_store(&algo_mode, mode);

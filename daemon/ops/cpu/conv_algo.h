@@ -21,9 +21,10 @@
  * is kept process-wide, so every instance of that configuration (other
  * places' replicas, a program registered again) runs the same algorithm
  * and rounds the same way. A new process may choose otherwise where two
- * candidates time alike, so direct is the default (pe-executord.conf's
- * `conv_algo`): runs stay bitwise reproducible across processes, and no
- * process pays the timing passes unless it asks for them.
+ * candidates time alike, so the default (pe-executord.conf's `conv_algo`)
+ * is a fixed rule: pe's own Winograd (conv_winograd.h) where it applies,
+ * direct elsewhere. Runs stay bitwise reproducible across processes on one
+ * machine, and no process pays the timing passes unless it asks for them.
  *
  * Threading: the mode is set once at start-up, before kernels run; the
  * choice table is shared by all kernel threads under a lock. */
@@ -37,7 +38,8 @@
 typedef enum pe_conv_cand {
   PE_CONV_DIRECT,   /* dnnl_convolution_direct, layouts chosen by oneDNN (staged) */
   PE_CONV_GEMM,     /* dnnl_convolution_direct on the plain tensors (im2col + GEMM) */
-  PE_CONV_WINOGRAD, /* dnnl_convolution_winograd, where a primitive exists */
+  PE_CONV_WINOGRAD, /* pe's F(2x2, 5x5) where it applies (conv_winograd.h), else
+                     * dnnl_convolution_winograd where a primitive exists */
   PE_CONV_AUTO,     /* dnnl_convolution_auto */
   PE_CONV_CANDS
 } pe_conv_cand;
@@ -52,7 +54,8 @@ static inline bool pe_conv_choice_single(int choice) {
 }
 
 typedef enum pe_conv_algo_mode {
-  PE_CONV_ALGO_TIME = -1, /* time the candidates */
+  PE_CONV_ALGO_DEFAULT = -2, /* pe's Winograd where it applies, else direct */
+  PE_CONV_ALGO_TIME = -1,    /* time the candidates */
   /* >= 0: always that choice (a pe_conv_cand, on the place's team; the
    * same + PE_CONV_CANDS, on one thread). A Winograd that does not exist
    * for the shape falls back to direct. */
@@ -60,10 +63,10 @@ typedef enum pe_conv_algo_mode {
 
 /* "direct", "gemm", "winograd", "auto"; NULL for an invalid index. */
 const char *pe_conv_cand_name(int cand);
-/* Parse a mode: "time" or a candidate's name. False for anything else. */
+/* Parse a mode: "default", "time" or a candidate's name. False for
+ * anything else. */
 bool pe_conv_algo_parse(const char *s, int *mode);
-/* The process-wide mode (PE_CONV_ALGO_TIME or a pe_conv_cand; PE_CONV_DIRECT
- * until set). */
+/* The process-wide mode (PE_CONV_ALGO_DEFAULT until set). */
 void pe_conv_algo_set_mode(int mode);
 int pe_conv_algo_get_mode(void);
 

@@ -1,0 +1,288 @@
+/* pe's Winograd F(2x2, 5x5) (ops/cpu/conv_winograd.h): the kernel against
+ * a convolution written out in loops (forward and data gradient; both
+ * channel blocks; odd sizes, uneven paddings, several chunks), the same
+ * bits on one and two threads, the shapes it refuses; and conv2d /
+ * conv2d_grad in the default algorithm against direct: within rounding,
+ * and where oneDNN runs at AVX2 (ONEDNN_MAX_CPU_ISA=AVX2) not the same
+ * bits, so the Winograd ran; elsewhere the same bits, so it did not. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "op_harness.h"
+#include "ops/cpu/conv_algo.h"
+#include "ops/cpu/conv_winograd.h"
+#include "ops/cpu/dnnl_act_layout.h"
+#include "test_assert.h"
+
+static bool cpu_has_avx2(void) {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static float *uniform(int64_t n, unsigned seed) {
+  float *p = malloc((size_t)n * sizeof *p);
+  srand(seed);
+  for (int64_t i = 0; i < n; i++) p[i] = (float)rand() / RAND_MAX * 2 - 1;
+  return p;
+}
+
+/* Plain NCHW <-> blocked with block b, C a multiple of b. */
+static void relayout(const float *src, float *dst, int64_t n, int64_t c, int64_t hw, int64_t b,
+                     bool to_blocked) {
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t k = 0; k < c; k++)
+      for (int64_t q = 0; q < hw; q++) {
+        int64_t p = (i * c + k) * hw + q, bl = ((i * (c / b) + k / b) * hw + q) * b + k % b;
+        if (to_blocked)
+          dst[bl] = src[p];
+        else
+          dst[p] = src[bl];
+      }
+}
+
+typedef struct shape5 {
+  int64_t n, cin, h, w, cout, ph, pw;
+} shape5;
+
+/* y[n][o][i][j] = b[o] + Σ x[n][c][i + kh - ph][j + kw - pw] f[o][c][kh][kw]
+ * (plain, double sums). */
+static void ref_fwd(const shape5 *s, const float *x, const float *f, const float *b, float *y) {
+  int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+  for (int64_t n = 0; n < s->n; n++)
+    for (int64_t o = 0; o < s->cout; o++)
+      for (int64_t i = 0; i < oh; i++)
+        for (int64_t j = 0; j < ow; j++) {
+          double acc = b ? b[o] : 0;
+          for (int64_t c = 0; c < s->cin; c++)
+            for (int kh = 0; kh < 5; kh++)
+              for (int kw = 0; kw < 5; kw++) {
+                int64_t r = i + kh - s->ph, q = j + kw - s->pw;
+                if (r < 0 || r >= s->h || q < 0 || q >= s->w) continue;
+                acc += (double)x[((n * s->cin + c) * s->h + r) * s->w + q] *
+                       f[((o * s->cin + c) * 5 + kh) * 5 + kw];
+              }
+          y[((n * s->cout + o) * oh + i) * ow + j] = (float)acc;
+        }
+}
+
+/* dx[n][c][r][q] = Σ dy[n][o][r - kh + ph][q - kw + pw] f[o][c][kh][kw]. */
+static void ref_data_grad(const shape5 *s, const float *dy, const float *f, float *dx) {
+  int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+  for (int64_t n = 0; n < s->n; n++)
+    for (int64_t c = 0; c < s->cin; c++)
+      for (int64_t r = 0; r < s->h; r++)
+        for (int64_t q = 0; q < s->w; q++) {
+          double acc = 0;
+          for (int64_t o = 0; o < s->cout; o++)
+            for (int kh = 0; kh < 5; kh++)
+              for (int kw = 0; kw < 5; kw++) {
+                int64_t i = r - kh + s->ph, j = q - kw + s->pw;
+                if (i < 0 || i >= oh || j < 0 || j >= ow) continue;
+                acc += (double)dy[((n * s->cout + o) * oh + i) * ow + j] *
+                       f[((o * s->cin + c) * 5 + kh) * 5 + kw];
+              }
+          dx[((n * s->cin + c) * s->h + r) * s->w + q] = (float)acc;
+        }
+}
+
+/* got (plain) against want: within tol of the largest |want|. */
+static void expect_close(const float *got, const float *want, int64_t n, double tol,
+                         const char *what, const shape5 *s, int64_t block) {
+  double big = 0;
+  for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
+  for (int64_t i = 0; i < n; i++)
+    ck_assert_msg(fabs(got[i] - want[i]) <= tol * big,
+                  "%s [%lld,%lld,%lld,%lld] -> %lld, pad %lld,%lld, block %lld: [%lld] = %g, "
+                  "want %g (largest %g)",
+                  what, (long long)s->n, (long long)s->cin, (long long)s->h, (long long)s->w,
+                  (long long)s->cout, (long long)s->ph, (long long)s->pw, (long long)block,
+                  (long long)i, got[i], want[i], big);
+}
+
+/* The kernel's forward (with bias) or data gradient of s, blocks b, on
+ * `threads`, into a plain result. */
+static float *wino(const shape5 *s, bool data_grad, const float *in_plain, const float *f,
+                   const float *bias, int64_t b, int threads) {
+  int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+  int64_t in4[4] = {s->n, s->cin, s->h, s->w}, cout = s->cout, rows = oh, cols = ow;
+  int64_t ph = s->ph, pw = s->pw;
+  if (data_grad) {
+    in4[1] = s->cout, in4[2] = oh, in4[3] = ow;
+    cout = s->cin, rows = s->h, cols = s->w, ph = 4 - s->ph, pw = 4 - s->pw;
+  }
+  pe_act_plane in = {in4[1], in4[2] * in4[3], b}, out = {cout, rows * cols, b};
+  pe_wino5 g;
+  bool runs = cout % 16 == 0; /* Cin is a multiple of 8 in every shape */
+  ck_assert_int_eq(pe_wino5_plan(&g, in4, cout, rows, cols, ph, pw, in, out), runs);
+  if (!runs) return NULL;
+  int64_t nin = in4[0] * in4[1] * in4[2] * in4[3], nout = s->n * cout * rows * cols;
+  float *xb = malloc((size_t)nin * sizeof(float)), *yb = malloc((size_t)nout * sizeof(float));
+  float *y = malloc((size_t)nout * sizeof(float));
+  float *u = malloc(pe_wino5_filter_floats(&g) * sizeof(float));
+  float *scratch = malloc(pe_wino5_scratch_floats(&g, threads) * sizeof(float));
+  relayout(in_plain, xb, in4[0], in4[1], in4[2] * in4[3], b, true);
+  for (int64_t i = 0; i < nout; i++) yb[i] = NAN; /* every output is written */
+  pe_wino5_filter(&g, f, data_grad, u, threads);
+  pe_wino5_run(&g, xb, u, bias, yb, scratch, threads);
+  relayout(yb, y, s->n, cout, rows * cols, b, false);
+  free(xb), free(yb), free(u), free(scratch);
+  return y;
+}
+
+static const shape5 shapes[] = {
+    {2, 8, 7, 7, 16, 2, 2},      /* odd output: partial tiles */
+    {3, 16, 9, 6, 32, 1, 3},     /* uneven paddings */
+    {1, 32, 14, 14, 64, 2, 2},   /* the CNN's second convolution, one image */
+    {2, 24, 5, 5, 16, 0, 0},     /* a 1x1 output */
+    {1, 8, 3, 4, 16, 4, 4},      /* padding 4: rows of zeros only */
+    {1, 128, 20, 20, 128, 2, 2}, /* several chunks per image */
+};
+
+START_TEST(kernel_matches_loops) {
+  if (!cpu_has_avx2()) return; /* the kernel needs AVX2 and FMA */
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+    const shape5 *s = &shapes[k];
+    int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+    int64_t nx = s->n * s->cin * s->h * s->w, ny = s->n * s->cout * oh * ow;
+    float *x = uniform(nx, 1 + k), *f = uniform(s->cout * s->cin * 25, 2 + k);
+    float *b = uniform(s->cout, 3 + k), *dy = uniform(ny, 4 + k);
+    float *y = malloc((size_t)ny * sizeof *y), *dx = malloc((size_t)nx * sizeof *dx);
+    ref_fwd(s, x, f, b, y);
+    ref_data_grad(s, dy, f, dx);
+    for (int64_t blk = 8; blk <= 16; blk += 8) {
+      if (s->cin % blk || s->cout % blk) continue;
+      float *got = wino(s, false, x, f, b, blk, 2);
+      expect_close(got, y, ny, 2e-6 * s->cin, "forward", s, blk);
+      free(got);
+      got = wino(s, true, dy, f, NULL, blk, 2); /* NULL where Cin is not a multiple of 16 */
+      if (got) expect_close(got, dx, nx, 2e-6 * s->cout, "data gradient", s, blk);
+      ck_assert(got || s->cin % 16);
+      free(got);
+    }
+    free(x), free(f), free(b), free(dy), free(y), free(dx);
+  }
+}
+END_TEST
+
+/* Images (and chunks) are split among the threads, each computed alike. */
+START_TEST(kernel_same_bits_on_one_and_two_threads) {
+  if (!cpu_has_avx2()) return;
+  const shape5 *s = &shapes[5];
+  int64_t nx = s->n * s->cin * s->h * s->w;
+  float *x = uniform(nx, 11), *f = uniform(s->cout * s->cin * 25, 12), *b = uniform(s->cout, 13);
+  float *one = wino(s, false, x, f, b, 8, 1), *two = wino(s, false, x, f, b, 8, 2);
+  int64_t ny = s->n * s->cout * (s->h + 2 * s->ph - 4) * (s->w + 2 * s->pw - 4);
+  ck_assert(memcmp(one, two, (size_t)ny * sizeof(float)) == 0);
+  free(x), free(f), free(b), free(one), free(two);
+}
+END_TEST
+
+START_TEST(plan_refuses_what_it_cannot_run) {
+  pe_act_plane b8 = {16, 49, 8}, plain = {16, 49, 1};
+  pe_wino5 g;
+  int64_t in[4] = {1, 16, 7, 7};
+  ck_assert(pe_wino5_plan(&g, in, 16, 7, 7, 2, 2, b8, b8));
+  ck_assert(g.chunk > 0 && g.chunk % 6 == 0);
+  ck_assert(!pe_wino5_plan(&g, in, 16, 7, 7, 2, 2, plain, b8)); /* plain input */
+  ck_assert(!pe_wino5_plan(&g, in, 16, 7, 7, 2, 2, b8, plain)); /* plain output */
+  ck_assert(!pe_wino5_plan(&g, in, 8, 7, 7, 2, 2, b8, b8));     /* Cout not a multiple of 16 */
+  ck_assert(!pe_wino5_plan(&g, in, 16, 8, 7, 2, 2, b8, b8));    /* not a 5x5 output size */
+  ck_assert(!pe_wino5_plan(&g, in, 16, 9, 9, 5, 5, b8, b8));    /* padding past 4 */
+  int64_t odd[4] = {1, 12, 7, 7};
+  ck_assert(!pe_wino5_plan(&g, odd, 16, 7, 7, 2, 2, b8, b8)); /* Cin not a multiple of 8 */
+}
+END_TEST
+
+static pe_op_desc *conv5(bool grad) {
+  pe_op_desc *op =
+      grad ? ph_op("conv2d_grad", "Input", "x", "Filter", "w", "Bias", "b", "Output", "y",
+                   "Output@GRAD", "dy", NULL, "Input@GRAD", "dx", "Filter@GRAD", "dw", "Bias@GRAD",
+                   "db", NULL)
+           : ph_op("conv2d", "Input", "x", "Filter", "w", "Bias", "b", NULL, "Output", "y", NULL);
+  pe_op_set_ints(op, "paddings", 2, (int64_t[]){2, 2});
+  pe_op_set_string(op, "fuse_activation", "relu");
+  /* every activation blocked: Input (bit 0); Output and Output@GRAD (3, 4)
+   * or the forward's Output; Input@GRAD */
+  pe_op_set_int(
+      op, PE_LAYOUT_ATTR,
+      grad ? 1 | 3 << 3 | (int64_t)1 << PE_LAYOUT_OUT_BIT : 1 | (int64_t)1 << PE_LAYOUT_OUT_BIT);
+  return op;
+}
+
+/* The forward's Output of the last run_conv. */
+static pe_tensor y_fwd_copy;
+
+/* Runs conv2d and conv2d_grad in mode; returns the scope, its "y" the
+ * gradient's input (the forward's output is in y_fwd_copy). */
+static pe_scope *run_conv(int mode) {
+  pe_conv_algo_set_mode(mode);
+  pe_scope *s = pe_scope_new(NULL);
+  pe_shape xs = PE_SHAPE(2, 16, 9, 9), ys = PE_SHAPE(2, 32, 9, 9);
+  ph_set_uniform(s, "x", xs, -1, 1, 3);
+  ph_set_uniform(s, "w", PE_SHAPE(32, 16, 5, 5), -0.2f, 0.2f, 4);
+  ph_set_uniform(s, "b", PE_SHAPE(32), -0.1f, 0.1f, 5);
+  ph_set_uniform(s, "dy", ys, -1, 1, 6);
+  pe_op_desc *f = conv5(false), *g = conv5(true);
+  PE_CK_OK(ph_run_op(s, f, NULL));
+  /* The gradient's relu mask from the same Output in both modes (the
+   * forward's rounding could move an output across 0). */
+  pe_tensor *y = ph_get(s, "y");
+  pe_tensor_init(&y_fwd_copy);
+  PE_CK_OK(pe_tensor_copy(&y_fwd_copy, y, "y"));
+  ph_set_uniform(s, "y", ys, -1, 1, 7);
+  PE_CK_OK(ph_run_op(s, g, NULL));
+  pe_op_desc_free(f);
+  pe_op_desc_free(g);
+  return s;
+}
+
+static bool same_bits(pe_scope *a, pe_scope *b, const char *name) {
+  const pe_tensor *x = ph_get(a, name), *y = ph_get(b, name);
+  return !memcmp(x->data, y->data, (size_t)pe_tensor_numel(x) * sizeof(float));
+}
+
+static void expect_near(pe_scope *a, pe_scope *b, const char *name, double tol) {
+  const pe_tensor *x = ph_get(a, name), *y = ph_get(b, name);
+  const float *p = pe_f32(x), *q = pe_f32(y);
+  double big = 0;
+  for (int64_t i = 0; i < pe_tensor_numel(x); i++) big = fmax(big, fabs(q[i]));
+  for (int64_t i = 0; i < pe_tensor_numel(x); i++)
+    ck_assert_msg(fabs(p[i] - q[i]) <= tol * big, "%s[%lld]: default %g, direct %g", name,
+                  (long long)i, p[i], q[i]);
+}
+
+START_TEST(default_runs_winograd_where_onednn_is_avx2) {
+  pe_scope *def = run_conv(PE_CONV_ALGO_DEFAULT);
+  ph_set_f32(def, "y_fwd", y_fwd_copy.shape, pe_f32(&y_fwd_copy));
+  pe_tensor_release(&y_fwd_copy);
+  pe_scope *dir = run_conv(PE_CONV_DIRECT);
+  ph_set_f32(dir, "y_fwd", y_fwd_copy.shape, pe_f32(&y_fwd_copy));
+  pe_tensor_release(&y_fwd_copy);
+  expect_near(def, dir, "y_fwd", 1e-5);
+  expect_near(def, dir, "dx", 1e-5);
+  ck_assert(same_bits(def, dir, "dw")); /* the weights pass is oneDNN's in both */
+  ck_assert(same_bits(def, dir, "db"));
+  bool wino = pe_wino5_available();
+  ck_assert_msg(same_bits(def, dir, "y_fwd") != wino && same_bits(def, dir, "dx") != wino,
+                "pe's Winograd %s, yet the default's results are %s direct's",
+                wino ? "applies" : "does not apply", wino ? "the same bits as" : "not those of");
+  pe_scope_free(def);
+  pe_scope_free(dir);
+  pe_conv_algo_set_mode(PE_CONV_ALGO_DEFAULT);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("ops_conv_winograd");
+  TCase *tc = tcase_create("winograd");
+  tcase_add_test(tc, kernel_matches_loops);
+  tcase_add_test(tc, kernel_same_bits_on_one_and_two_threads);
+  tcase_add_test(tc, plan_refuses_what_it_cannot_run);
+  tcase_add_test(tc, default_runs_winograd_where_onednn_is_avx2);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+PE_CHECK_MAIN(suite)
