@@ -19,10 +19,10 @@
  * weights pass (oneDNN's diff_bias), or from a per-channel sum when the
  * filter needs no gradient.
  *
- * pe's Winograd (conv_winograd.h) replaces oneDNN's forward and data
- * passes where it applies and the algorithm is winograd (the default's
- * choice there); the entry then holds oneDNN's direct primitives, of which
- * the weights pass runs, and the Winograd buffers. */
+ * pe's Winograd (conv_winograd.h) replaces oneDNN's passes where it
+ * applies and the algorithm is winograd (the default's choice there); the
+ * entry then holds oneDNN's direct primitives, for the passes it does not
+ * run, and the Winograd buffers. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,52 +276,94 @@ typedef struct conv_call {
   void *g;                 /* grad: the output gradient the passes read */
 } conv_call;
 
-/* pe's Winograd for this call (conv_winograd.h): the forward, or the
- * gradient's data pass (Output@GRAD to Input@GRAD, the padding 4 - p);
- * false where it does not apply. */
-static bool conv_wino_plan(const pe_kernel_ctx *c, const conv_call *k, pe_wino5 *g) {
-  if (!pe_wino5_available() || (k->grad && !k->dx)) return false;
+/* The passes of a call pe's Winograd runs (conv_winograd.h), and their
+ * plans: the forward or the gradient's data pass (Output@GRAD to
+ * Input@GRAD, the padding 4 - p), and the gradient's weights pass. */
+enum { WINO_DATA = 1, WINO_WEIGHTS = 2 };
+typedef struct conv_wino {
+  int passes;
+  pe_wino5 data, weights;
+} conv_wino;
+
+static int conv_wino_plans(const pe_kernel_ctx *c, const conv_call *k, conv_wino *cw) {
+  memset(cw, 0, sizeof *cw);
+  if (!pe_wino5_available()) return 0;
   conv_params p;
   pe_dnnl_attr_pair_k(c->desc, "strides", 1, p.strides);
   pe_dnnl_attr_pair_k(c->desc, "paddings", 0, p.paddings);
   pe_dnnl_attr_pair_k(c->desc, "dilations", 1, p.dilations);
   const pe_shape *x = &k->x->shape, *w = &k->w->shape, *o = &k->out->shape;
-  if (pe_attr_i(c->def, c->desc, "groups") != 1 || w->d[2] != 5 || w->d[3] != 5) return false;
+  if (pe_attr_i(c->def, c->desc, "groups") != 1 || w->d[2] != 5 || w->d[3] != 5) return 0;
   for (int i = 0; i < 2; i++)
-    if (p.strides[i] != 1 || p.dilations[i] != 1) return false;
-  if (!k->grad)
-    return pe_wino5_plan(g, x->d, w->d[0], o->d[2], o->d[3], p.paddings[0], p.paddings[1],
-                         pe_act_plane_of(x, pe_dnnl_act_blocked(c, false, CV_IN)),
-                         pe_act_plane_of(o, pe_dnnl_act_blocked(c, true, CV_OUT)));
-  return pe_wino5_plan(g, o->d, x->d[1], x->d[2], x->d[3], 4 - p.paddings[0], 4 - p.paddings[1],
-                       pe_act_plane_of(o, pe_dnnl_act_blocked(c, false, CVG_DOUT)),
-                       pe_act_plane_of(x, pe_dnnl_act_blocked(c, true, CVG_DIN)));
+    if (p.strides[i] != 1 || p.dilations[i] != 1) return 0;
+  int64_t ph = p.paddings[0], pw = p.paddings[1];
+  pe_act_plane xp = pe_act_plane_of(x, pe_dnnl_act_blocked(c, false, k->grad ? CVG_IN : CV_IN));
+  pe_act_plane op = pe_act_plane_of(
+      o, k->grad ? pe_dnnl_act_blocked(c, false, CVG_DOUT) : pe_dnnl_act_blocked(c, true, CV_OUT));
+  if (!k->grad) {
+    if (pe_wino5_plan(&cw->data, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
+      cw->passes = WINO_DATA;
+    return cw->passes;
+  }
+  if (k->dx && pe_wino5_plan(&cw->data, o->d, x->d[1], x->d[2], x->d[3], 4 - ph, 4 - pw, op,
+                             pe_act_plane_of(x, pe_dnnl_act_blocked(c, true, CVG_DIN))))
+    cw->passes |= WINO_DATA;
+  if (k->dw && pe_wino5_plan(&cw->weights, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
+    cw->passes |= WINO_WEIGHTS;
+  return cw->passes;
 }
 
 /* The Winograd buffers, the last two of the entry: the transformed filters
- * and the team's scratch. */
-static pe_status *conv_wino_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const pe_wino5 *g) {
+ * (the data pass) and the team's scratch (both passes). */
+static pe_status *conv_wino_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_wino *cw) {
   int threads = omp_get_max_threads();
+  size_t u = 0, scratch = 0, w = 0;
+  if (cw->passes & WINO_DATA) {
+    u = pe_wino5_filter_floats(&cw->data);
+    scratch = pe_wino5_scratch_floats(&cw->data, threads);
+  }
+  if (cw->passes & WINO_WEIGHTS) w = pe_wino5_wgrad_scratch_floats(&cw->weights, threads);
   void *buf;
-  PE_TRY(pe_dnnl_entry_buffer(c, e, pe_wino5_filter_floats(g) * sizeof(float), &buf));
-  PE_TRY(pe_dnnl_entry_buffer(c, e, pe_wino5_scratch_floats(g, threads) * sizeof(float), &buf));
+  PE_TRY(pe_dnnl_entry_buffer(c, e, u * sizeof(float), &buf));
+  PE_TRY(pe_dnnl_entry_buffer(c, e, (w > scratch ? w : scratch) * sizeof(float), &buf));
   e->wino_threads = threads;
+  e->wino_passes = cw->passes;
+  return NULL;
+}
+
+/* The plans at a run (the same as at the build: same shapes and layouts)
+ * and the team, at most the one the scratch holds. */
+static pe_status *conv_wino_prepare(pe_kernel_ctx *c, const pe_dnnl_entry *e, const conv_call *k,
+                                    conv_wino *cw, int *threads) {
+  if (conv_wino_plans(c, k, cw) != e->wino_passes)
+    return pe_kernel_error(c, PE_EINTERNAL, "%s: Winograd plan changed since its build",
+                           c->def->type);
+  *threads = omp_get_max_threads();
+  if (*threads > e->wino_threads) *threads = e->wino_threads;
   return NULL;
 }
 
 /* The forward or the data pass on pe's Winograd: y <- x (Input, or the
  * output gradient) convolved with w, plus bias. */
-static pe_status *conv_wino_run(pe_kernel_ctx *c, const pe_dnnl_entry *e, const conv_call *k,
-                                const void *x, const float *bias, void *y) {
-  pe_wino5 g;
-  if (!conv_wino_plan(c, k, &g))
-    return pe_kernel_error(c, PE_EINTERNAL, "%s: Winograd plan changed since its build",
-                           c->def->type);
-  int threads = omp_get_max_threads();
-  if (threads > e->wino_threads) threads = e->wino_threads;
+static pe_status *conv_wino_data(pe_kernel_ctx *c, const pe_dnnl_entry *e, const conv_call *k,
+                                 const void *x, const float *bias, void *y) {
+  conv_wino cw;
+  int threads = 1;
+  PE_TRY(conv_wino_prepare(c, e, k, &cw, &threads));
   float *u = e->bufs[e->nbufs - 2], *scratch = e->bufs[e->nbufs - 1];
-  pe_wino5_filter(&g, pe_f32(k->w), k->grad, u, threads);
-  pe_wino5_run(&g, x, u, bias, y, scratch, threads);
+  pe_wino5_filter(&cw.data, pe_f32(k->w), k->grad, u, threads);
+  pe_wino5_run(&cw.data, x, u, bias, y, scratch, threads);
+  return NULL;
+}
+
+/* The weights pass on pe's Winograd: Filter@GRAD from Input and the output
+ * gradient g. */
+static pe_status *conv_wino_weights(pe_kernel_ctx *c, const pe_dnnl_entry *e, const conv_call *k) {
+  conv_wino cw;
+  int threads = 1;
+  PE_TRY(conv_wino_prepare(c, e, k, &cw, &threads));
+  pe_wino5_weights_grad(&cw.weights, pe_f32(k->x), k->g, pe_f32(k->dw), e->bufs[e->nbufs - 1],
+                        threads);
   return NULL;
 }
 
@@ -329,7 +371,8 @@ static pe_status *conv_wino_run(pe_kernel_ctx *c, const pe_dnnl_entry *e, const 
 static pe_status *conv_fwd_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
   const pe_dnnl_stage *s = e->stages;
   void *x = k->x->data, *w = k->w->data, *out = k->out->data;
-  if (e->wino_threads) return conv_wino_run(c, e, k, x, k->b ? pe_f32(k->b) : NULL, out);
+  if (e->wino_passes & WINO_DATA)
+    return conv_wino_data(c, e, k, x, k->b ? pe_f32(k->b) : NULL, out);
   PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_SRC], x));
   PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_WEI], w)); /* every call: weights change */
   void *h[] = {pe_dnnl_stage_handle(e, &s[FS_SRC], x), pe_dnnl_stage_handle(e, &s[FS_WEI], w),
@@ -360,13 +403,13 @@ static void conv_team_leave(int team) {
 static pe_status *conv_call_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k,
                                   int choice) {
   int cand = pe_conv_choice_cand(choice), team = conv_team_enter(choice);
-  pe_wino5 g;
-  bool wino = cand == PE_CONV_WINOGRAD && conv_wino_plan(c, k, &g);
-  if (wino) cand = PE_CONV_DIRECT; /* the weights pass's primitives */
+  conv_wino cw;
+  bool wino = cand == PE_CONV_WINOGRAD && conv_wino_plans(c, k, &cw);
+  if (wino) cand = PE_CONV_DIRECT; /* the primitives of the passes it does not run */
   pe_status *st = k->grad ? conv_grad_build(c, e, &k->x->shape, &k->w->shape, &k->out->shape,
                                             k->b != NULL, cand)
                           : conv_build(c, e, &k->x->shape, &k->w->shape, k->b != NULL, cand);
-  if (!st && wino) st = conv_wino_build(c, e, &g);
+  if (!st && wino) st = conv_wino_build(c, e, &cw);
   conv_team_leave(team);
   e->choice = choice;
   return st;
@@ -416,8 +459,8 @@ static const char *conv_impl(const pe_dnnl_entry *e, int prim) {
 static bool conv_same_as_earlier(const pe_dnnl_entry *tmp, const double *t, int cand) {
   for (int i = cand < PE_CONV_CANDS ? 0 : PE_CONV_CANDS; i < cand; i++) {
     if (t[i] < 0) continue;
-    bool same = tmp[i].nreorders == tmp[cand].nreorders &&
-                (tmp[i].wino_threads > 0) == (tmp[cand].wino_threads > 0);
+    bool same =
+        tmp[i].nreorders == tmp[cand].nreorders && tmp[i].wino_passes == tmp[cand].wino_passes;
     for (int p = 0; p < 2 && same; p++)
       same = !strcmp(conv_impl(&tmp[i], p), conv_impl(&tmp[cand], p));
     if (same) return true;
@@ -517,9 +560,9 @@ static pe_status *conv_prepare(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_ca
   int nk = 0;
   conv_algo_key(c, k, key, &nk);
   int mode = pe_conv_algo_get_mode();
-  pe_wino5 g;
+  conv_wino cw;
   if (mode == PE_CONV_ALGO_DEFAULT)
-    mode = conv_wino_plan(c, k, &g) ? PE_CONV_WINOGRAD : PE_CONV_DIRECT;
+    mode = conv_wino_plans(c, k, &cw) ? PE_CONV_WINOGRAD : PE_CONV_DIRECT;
   int cand = mode >= 0 ? mode : pe_conv_algo_lookup(key, nk);
   if (cand >= 0) return conv_build_or_direct(c, e, k, cand);
   return conv_choose_timed(c, e, k, key, nk);
@@ -615,12 +658,13 @@ static void bias_grad(pe_kernel_ctx *c, float *db, const float *dz, const pe_sha
 }
 
 /* The data and weights passes on k->g (Bias@GRAD, when the weights pass
- * runs, from oneDNN's diff_bias). */
+ * runs, from oneDNN's diff_bias, or beside pe's Winograd from the
+ * per-channel sum). */
 static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
   const pe_dnnl_stage *s = e->stages;
   void *g = k->g, *x = k->x->data, *w = k->w->data;
-  if (k->dx && e->wino_threads) {
-    PE_TRY(conv_wino_run(c, e, k, g, NULL, k->dx->data));
+  if (k->dx && (e->wino_passes & WINO_DATA)) {
+    PE_TRY(conv_wino_data(c, e, k, g, NULL, k->dx->data));
   } else if (k->dx) {
     void *dx = k->dx->data;
     PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_DDST], g));
@@ -631,10 +675,13 @@ static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_c
     PE_TRY(pe_dnnl_run(c, &e->prims[0], h, "conv2d_grad data"));
     PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BD_DSRC], dx));
   }
-  if (k->dw) {
+  if (k->dw && (e->wino_passes & WINO_WEIGHTS)) {
+    PE_TRY(conv_wino_weights(c, e, k));
+    if (k->db) bias_grad(c, pe_f32(k->db), g, &k->out->shape);
+  } else if (k->dw) {
     void *dw = k->dw->data;
     PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_SRC], x));
-    if (!k->dx || e->wino_threads || !pe_dnnl_stage_same(&s[GS_BW_DDST], &s[GS_BD_DDST]))
+    if (!k->dx || e->wino_passes || !pe_dnnl_stage_same(&s[GS_BW_DDST], &s[GS_BD_DDST]))
       PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BW_DDST], g));
     void *h[] = {
         pe_dnnl_stage_handle(e, &s[GS_BW_SRC], x), pe_dnnl_stage_handle(e, &s[GS_BW_DDST], g),

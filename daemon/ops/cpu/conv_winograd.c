@@ -266,3 +266,165 @@ void pe_wino5_run(const pe_wino5 *g, const float *x, const float *u, const float
     }
   }
 }
+
+/* The weights gradient. With Ŷ = A dY Aᵀ (6x6) for a 2x2 tile dY of the
+ * output gradient, dU[ξ][i][o] = Σ_tiles V[ξ][t][i] Ŷ[ξ][t][o] and
+ * dW = Gᵀ dU G. The tiles' sum is split into a fixed number of partitions
+ * of the images (a function of the shape, not of the team), each summed in
+ * order into its own dU, then the partitions in order: the same bits on any
+ * thread count. */
+
+/* dU bytes the partitions may hold together. */
+#define WINO_WGRAD_PARTS_BYTES ((size_t)8 << 20)
+#define WINO_WGRAD_PARTS_MAX 8
+
+static int64_t wgrad_parts(const pe_wino5 *g) {
+  size_t du = pe_wino5_filter_floats(g) * sizeof(float);
+  int64_t parts = (int64_t)(WINO_WGRAD_PARTS_BYTES / du);
+  if (parts > WINO_WGRAD_PARTS_MAX) parts = WINO_WGRAD_PARTS_MAX;
+  if (parts > g->n) parts = g->n;
+  return parts < 1 ? 1 : parts;
+}
+
+size_t pe_wino5_wgrad_scratch_floats(const pe_wino5 *g, int threads) {
+  return (size_t)wgrad_parts(g) * pe_wino5_filter_floats(g) + pe_wino5_scratch_floats(g, threads);
+}
+
+/* Ŷ[ξ][t][cout] for the chunk's tiles of image n of the output gradient dy
+ * (stored as g->out): A applied along both axes of each 2x2 tile, the rows
+ * and columns past the output zero. */
+__attribute__((target("avx2,fma"))) static void grad_tiles(const pe_wino5 *g, const float *dy,
+                                                           int64_t n, int64_t t0, float *yh) {
+  int64_t tw_n = (g->ow + 1) / 2, tiles = tiles_of(g), chunk = g->chunk, cout = g->cout;
+  __m256 two = _mm256_set1_ps(2.f);
+  for (int64_t t = 0; t < chunk; t++) {
+    int64_t tg = t0 + t;
+    if (tg >= tiles) {
+      for (int xi = 0; xi < XI; xi++) memset(yh + (xi * chunk + t) * cout, 0, cout * sizeof(float));
+      continue;
+    }
+    int64_t r0 = 2 * (tg / tw_n), c0 = 2 * (tg % tw_n);
+    for (int64_t ob = 0; ob < cout; ob += LANES) {
+      const float *yb = dy + pe_act_plane_base(&g->out, n, ob);
+      __m256 d[2][2], s[WA][2];
+      for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+          d[a][b] = r0 + a < g->oh && c0 + b < g->ow
+                        ? _mm256_loadu_ps(yb + ((r0 + a) * g->ow + c0 + b) * g->out.block)
+                        : _mm256_setzero_ps();
+      /* A's rows: (1,0) (1,1) (1,-1) (1,2) (1,-2) (0,1). */
+      for (int b = 0; b < 2; b++) {
+        s[0][b] = d[0][b];
+        s[1][b] = _mm256_add_ps(d[0][b], d[1][b]);
+        s[2][b] = _mm256_sub_ps(d[0][b], d[1][b]);
+        s[3][b] = _mm256_fmadd_ps(two, d[1][b], d[0][b]);
+        s[4][b] = _mm256_fnmadd_ps(two, d[1][b], d[0][b]);
+        s[5][b] = d[1][b];
+      }
+      for (int a = 0; a < WA; a++) {
+        __m256 e0 = s[a][0], e1 = s[a][1];
+        __m256 o[WA] = {e0,
+                        _mm256_add_ps(e0, e1),
+                        _mm256_sub_ps(e0, e1),
+                        _mm256_fmadd_ps(two, e1, e0),
+                        _mm256_fnmadd_ps(two, e1, e0),
+                        e1};
+        for (int b = 0; b < WA; b++)
+          _mm256_storeu_ps(yh + ((a * WA + b) * chunk + t) * cout + ob, o[b]);
+      }
+    }
+  }
+}
+
+/* du[ξ][i][o] += Σ_t V[ξ][t][i] Ŷ[ξ][t][o] over the chunk: 4 input by 16
+ * output channels per register block, t in order. */
+__attribute__((target("avx2,fma"))) static void weight_products(const pe_wino5 *g, const float *v,
+                                                                const float *yh, float *du) {
+  const int64_t cin = g->cin, cout = g->cout, chunk = g->chunk;
+  for (int xi = 0; xi < XI; xi++) {
+    const float *vx = v + xi * chunk * cin, *yx = yh + xi * chunk * cout;
+    float *dx = du + xi * cin * cout;
+    for (int64_t i = 0; i < cin; i += 4)
+      for (int64_t o = 0; o < cout; o += COLS) {
+        float *d = dx + i * cout + o;
+        __m256 c00 = _mm256_loadu_ps(d), c01 = _mm256_loadu_ps(d + LANES);
+        __m256 c10 = _mm256_loadu_ps(d + cout), c11 = _mm256_loadu_ps(d + cout + LANES);
+        __m256 c20 = _mm256_loadu_ps(d + 2 * cout), c21 = _mm256_loadu_ps(d + 2 * cout + LANES);
+        __m256 c30 = _mm256_loadu_ps(d + 3 * cout), c31 = _mm256_loadu_ps(d + 3 * cout + LANES);
+        const float *vt = vx + i, *yt = yx + o;
+        for (int64_t t = 0; t < chunk; t++, vt += cin, yt += cout) {
+          __m256 y0 = _mm256_loadu_ps(yt), y1 = _mm256_loadu_ps(yt + LANES), b;
+#define WINO_WROW(r, a0, a1)       \
+  b = _mm256_broadcast_ss(vt + r); \
+  a0 = _mm256_fmadd_ps(b, y0, a0); \
+  a1 = _mm256_fmadd_ps(b, y1, a1);
+          WINO_WROW(0, c00, c01)
+          WINO_WROW(1, c10, c11)
+          WINO_WROW(2, c20, c21)
+          WINO_WROW(3, c30, c31)
+#undef WINO_WROW
+        }
+        _mm256_storeu_ps(d, c00), _mm256_storeu_ps(d + LANES, c01);
+        _mm256_storeu_ps(d + cout, c10), _mm256_storeu_ps(d + cout + LANES, c11);
+        _mm256_storeu_ps(d + 2 * cout, c20), _mm256_storeu_ps(d + 2 * cout + LANES, c21);
+        _mm256_storeu_ps(d + 3 * cout, c30), _mm256_storeu_ps(d + 3 * cout + LANES, c31);
+      }
+  }
+}
+
+/* dw[o][i] (OIHW, o from o0, 8 of them) = Gᵀ dU[·][i][o] G. */
+__attribute__((target("avx2,fma"))) static void filter_grad_block(const pe_wino5 *g,
+                                                                  const float *du, float *dw,
+                                                                  int64_t i, int64_t o0) {
+  __m256 u[WA][WA], t[WR][WA];
+  for (int xi = 0; xi < XI; xi++)
+    u[xi / WA][xi % WA] = _mm256_loadu_ps(du + (xi * g->cin + i) * g->cout + o0);
+  for (int k = 0; k < WR; k++)
+    for (int b = 0; b < WA; b++) {
+      __m256 s = _mm256_setzero_ps();
+      for (int a = 0; a < WA; a++)
+        if (wino_g[a][k] != 0) s = _mm256_fmadd_ps(_mm256_set1_ps(wino_g[a][k]), u[a][b], s);
+      t[k][b] = s;
+    }
+  for (int k = 0; k < WR; k++)
+    for (int j = 0; j < WR; j++) {
+      __m256 s = _mm256_setzero_ps();
+      for (int b = 0; b < WA; b++)
+        if (wino_g[b][j] != 0) s = _mm256_fmadd_ps(t[k][b], _mm256_set1_ps(wino_g[b][j]), s);
+      float lanes[LANES];
+      _mm256_storeu_ps(lanes, s);
+      for (int l = 0; l < LANES; l++) dw[((o0 + l) * g->cin + i) * 25 + k * WR + j] = lanes[l];
+    }
+}
+
+void pe_wino5_weights_grad(const pe_wino5 *g, const float *x, const float *dy, float *dw,
+                           float *scratch, int threads) {
+  int64_t parts = wgrad_parts(g), chunks = (tiles_of(g) + g->chunk - 1) / g->chunk;
+  size_t du_floats = pe_wino5_filter_floats(g), per_thread = pe_wino5_scratch_floats(g, 1);
+  float *du = scratch, *work = scratch + (size_t)parts * du_floats;
+  int team = threads < parts ? threads : (int)parts;
+#pragma omp parallel num_threads(team)
+  {
+    float *v = work + (size_t)omp_get_thread_num() * per_thread;
+    float *yh = v + XI * g->chunk * g->cin;
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < parts; p++) {
+      float *dup = du + (size_t)p * du_floats;
+      memset(dup, 0, du_floats * sizeof(float));
+      for (int64_t n = p * g->n / parts; n < (p + 1) * g->n / parts; n++)
+        for (int64_t ch = 0; ch < chunks; ch++) {
+          input_tiles(g, x, n, ch * g->chunk, v);
+          grad_tiles(g, dy, n, ch * g->chunk, yh);
+          weight_products(g, v, yh, dup);
+        }
+    }
+  }
+  /* The partitions' sum, in order, into the first. */
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t k = 0; k < du_floats; k++)
+    for (int64_t p = 1; p < parts; p++) du[k] += du[(size_t)p * du_floats + k];
+  int64_t oblocks = g->cout / LANES, items = g->cin * oblocks;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t it = 0; it < items; it++)
+    filter_grad_block(g, du, dw, it / oblocks, it % oblocks * LANES);
+}

@@ -20,15 +20,18 @@
  * Gradient. The data gradient of a stride-1 5x5 convolution with padding p
  * is the same convolution of Output@GRAD, padded 4 - p, with the filters
  * turned 180 degrees and their in and out channels swapped
- * (pe_wino5_filter's `data_grad`). The weights gradient stays on oneDNN.
+ * (pe_wino5_filter's `data_grad`). The weights gradient sums, per
+ * transformed position, the products of the input's transformed tiles and
+ * the output gradient's (A dY Aᵀ), and turns the sum back into 5x5 filters
+ * (Gᵀ dU G): pe_wino5_weights_grad.
  *
  * Layouts. Input and output are read and written where they are stored:
  * oneDNN's nChw8c or nChw16c (pe_act_plane), never plain. Channels: Cin a
  * multiple of 8, Cout of 16.
  *
- * Threading: pe_wino5_filter and pe_wino5_run fork an OpenMP team of the
- * given size on the calling thread; each member owns its slice of the
- * scratch. */
+ * Threading: pe_wino5_filter, pe_wino5_run and pe_wino5_weights_grad fork
+ * an OpenMP team of the given size on the calling thread; each member owns
+ * its slice of the scratch. */
 #ifndef PE_OPS_CPU_CONV_WINOGRAD_H
 #define PE_OPS_CPU_CONV_WINOGRAD_H
 
@@ -73,5 +76,13 @@ void pe_wino5_filter(const pe_wino5 *g, const float *w, bool data_grad, float *u
  * when bias is not NULL. scratch: pe_wino5_scratch_floats(g, threads). */
 void pe_wino5_run(const pe_wino5 *g, const float *x, const float *u, const float *bias, float *y,
                   float *scratch, int threads);
+
+/* The weights gradient of the forward convolution g: dw (OIHW, [cout, cin,
+ * 5, 5]) <- the gradient of its filters, x its input and dy its output's
+ * gradient (stored as g->in and g->out). No bias. scratch:
+ * pe_wino5_wgrad_scratch_floats(g, threads). */
+size_t pe_wino5_wgrad_scratch_floats(const pe_wino5 *g, int threads);
+void pe_wino5_weights_grad(const pe_wino5 *g, const float *x, const float *dy, float *dw,
+                           float *scratch, int threads);
 
 #endif

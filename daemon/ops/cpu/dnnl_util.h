@@ -89,7 +89,8 @@ typedef struct pe_dnnl_entry {
   pe_dnnl_stage stages[PE_DNNL_MAX_STAGES]; /* kernel-defined meaning (conv.c) */
   int nreorders;                            /* layout reorders among prims (pe_dnnl_stage_make) */
   int choice;                               /* kernel-defined: conv2d's algorithm (conv_algo.h) */
-  int wino_threads; /* conv.c: > 0 when pe's Winograd runs, the team its scratch holds */
+  int wino_passes;                          /* conv.c: the passes pe's Winograd runs (0: none) */
+  int wino_threads;                         /* conv.c: the team its scratch holds */
 } pe_dnnl_entry;
 
 typedef struct pe_dnnl_cache_stats {
