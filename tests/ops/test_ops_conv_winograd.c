@@ -1,4 +1,4 @@
-/* pe's Winograd F(2x2, 5x5) (ops/cpu/conv_winograd.h): the kernel against
+/* pe's Winograd F(2x2, 5x5) and F(4x4, 3x3) (ops/cpu/conv_winograd.h): the kernel against
  * a convolution written out in loops (forward, data and weights gradients; both
  * channel blocks; odd sizes, uneven paddings, several chunks), the same
  * bits on one and two threads, the shapes it refuses; and conv2d /
@@ -43,25 +43,26 @@ static void relayout(const float *src, float *dst, int64_t n, int64_t c, int64_t
 }
 
 typedef struct shape5 {
+  int r; /* the filter's size, 3 or 5 */
   int64_t n, cin, h, w, cout, ph, pw;
 } shape5;
 
 /* y[n][o][i][j] = b[o] + Σ x[n][c][i + kh - ph][j + kw - pw] f[o][c][kh][kw]
  * (plain, double sums). */
 static void ref_fwd(const shape5 *s, const float *x, const float *f, const float *b, float *y) {
-  int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+  int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1);
   for (int64_t n = 0; n < s->n; n++)
     for (int64_t o = 0; o < s->cout; o++)
       for (int64_t i = 0; i < oh; i++)
         for (int64_t j = 0; j < ow; j++) {
           double acc = b ? b[o] : 0;
           for (int64_t c = 0; c < s->cin; c++)
-            for (int kh = 0; kh < 5; kh++)
-              for (int kw = 0; kw < 5; kw++) {
+            for (int kh = 0; kh < s->r; kh++)
+              for (int kw = 0; kw < s->r; kw++) {
                 int64_t r = i + kh - s->ph, q = j + kw - s->pw;
                 if (r < 0 || r >= s->h || q < 0 || q >= s->w) continue;
                 acc += (double)x[((n * s->cin + c) * s->h + r) * s->w + q] *
-                       f[((o * s->cin + c) * 5 + kh) * 5 + kw];
+                       f[((o * s->cin + c) * s->r + kh) * s->r + kw];
               }
           y[((n * s->cout + o) * oh + i) * ow + j] = (float)acc;
         }
@@ -69,19 +70,19 @@ static void ref_fwd(const shape5 *s, const float *x, const float *f, const float
 
 /* dx[n][c][r][q] = Σ dy[n][o][r - kh + ph][q - kw + pw] f[o][c][kh][kw]. */
 static void ref_data_grad(const shape5 *s, const float *dy, const float *f, float *dx) {
-  int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+  int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1);
   for (int64_t n = 0; n < s->n; n++)
     for (int64_t c = 0; c < s->cin; c++)
       for (int64_t r = 0; r < s->h; r++)
         for (int64_t q = 0; q < s->w; q++) {
           double acc = 0;
           for (int64_t o = 0; o < s->cout; o++)
-            for (int kh = 0; kh < 5; kh++)
-              for (int kw = 0; kw < 5; kw++) {
+            for (int kh = 0; kh < s->r; kh++)
+              for (int kw = 0; kw < s->r; kw++) {
                 int64_t i = r - kh + s->ph, j = q - kw + s->pw;
                 if (i < 0 || i >= oh || j < 0 || j >= ow) continue;
                 acc += (double)dy[((n * s->cout + o) * oh + i) * ow + j] *
-                       f[((o * s->cin + c) * 5 + kh) * 5 + kw];
+                       f[((o * s->cin + c) * s->r + kh) * s->r + kw];
               }
           dx[((n * s->cin + c) * s->h + r) * s->w + q] = (float)acc;
         }
@@ -91,11 +92,11 @@ static void ref_data_grad(const shape5 *s, const float *dy, const float *f, floa
  * mag: the same sum of the terms' magnitudes (the rounding's scale). */
 static void ref_weights_grad(const shape5 *s, const float *x, const float *dy, float *dw,
                              double *mag) {
-  int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+  int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1);
   for (int64_t o = 0; o < s->cout; o++)
     for (int64_t c = 0; c < s->cin; c++)
-      for (int kh = 0; kh < 5; kh++)
-        for (int kw = 0; kw < 5; kw++) {
+      for (int kh = 0; kh < s->r; kh++)
+        for (int kw = 0; kw < s->r; kw++) {
           double acc = 0, abs = 0;
           for (int64_t n = 0; n < s->n; n++)
             for (int64_t i = 0; i < oh; i++)
@@ -106,7 +107,7 @@ static void ref_weights_grad(const shape5 *s, const float *x, const float *dy, f
                            x[((n * s->cin + c) * s->h + r) * s->w + q];
                 acc += t, abs += fabs(t);
               }
-          int64_t at = ((o * s->cin + c) * 5 + kh) * 5 + kw;
+          int64_t at = ((o * s->cin + c) * s->r + kh) * s->r + kw;
           dw[at] = (float)acc, mag[at] = abs;
         }
 }
@@ -129,27 +130,27 @@ static void expect_close(const float *got, const float *want, int64_t n, double 
  * `threads`, into a plain result. */
 static float *wino(const shape5 *s, bool data_grad, const float *in_plain, const float *f,
                    const float *bias, int64_t b, int threads) {
-  int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+  int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1);
   int64_t in4[4] = {s->n, s->cin, s->h, s->w}, cout = s->cout, rows = oh, cols = ow;
   int64_t ph = s->ph, pw = s->pw;
   if (data_grad) {
     in4[1] = s->cout, in4[2] = oh, in4[3] = ow;
-    cout = s->cin, rows = s->h, cols = s->w, ph = 4 - s->ph, pw = 4 - s->pw;
+    cout = s->cin, rows = s->h, cols = s->w, ph = s->r - 1 - s->ph, pw = s->r - 1 - s->pw;
   }
   pe_act_plane in = {in4[1], in4[2] * in4[3], b}, out = {cout, rows * cols, b};
-  pe_wino5 g;
+  pe_wino g;
   bool runs = cout % 16 == 0; /* Cin is a multiple of 8 in every shape */
-  ck_assert_int_eq(pe_wino5_plan(&g, in4, cout, rows, cols, ph, pw, in, out), runs);
+  ck_assert_int_eq(pe_wino_plan(&g, s->r, in4, cout, rows, cols, ph, pw, in, out), runs);
   if (!runs) return NULL;
   int64_t nin = in4[0] * in4[1] * in4[2] * in4[3], nout = s->n * cout * rows * cols;
   float *xb = malloc((size_t)nin * sizeof(float)), *yb = malloc((size_t)nout * sizeof(float));
   float *y = malloc((size_t)nout * sizeof(float));
-  float *u = malloc(pe_wino5_filter_floats(&g) * sizeof(float));
-  float *scratch = malloc(pe_wino5_scratch_floats(&g, threads) * sizeof(float));
+  float *u = malloc(pe_wino_filter_floats(&g) * sizeof(float));
+  float *scratch = malloc(pe_wino_scratch_floats(&g, threads) * sizeof(float));
   relayout(in_plain, xb, in4[0], in4[1], in4[2] * in4[3], b, true);
   for (int64_t i = 0; i < nout; i++) yb[i] = NAN; /* every output is written */
-  pe_wino5_filter(&g, f, data_grad, u, threads);
-  pe_wino5_run(&g, xb, u, bias, yb, scratch, threads);
+  pe_wino_filter(&g, f, data_grad, u, threads);
+  pe_wino_run(&g, xb, u, bias, yb, scratch, threads);
   relayout(yb, y, s->n, cout, rows * cols, b, false);
   free(xb), free(yb), free(u), free(scratch);
   return y;
@@ -158,39 +159,46 @@ static float *wino(const shape5 *s, bool data_grad, const float *in_plain, const
 /* The kernel's weights gradient of s (blocks b) on `threads`. */
 static float *wino_wgrad(const shape5 *s, const float *x_plain, const float *dy_plain, int64_t b,
                          int threads) {
-  int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+  int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1);
   int64_t in4[4] = {s->n, s->cin, s->h, s->w};
   pe_act_plane in = {s->cin, s->h * s->w, b}, out = {s->cout, oh * ow, b};
-  pe_wino5 g;
-  ck_assert(pe_wino5_plan(&g, in4, s->cout, oh, ow, s->ph, s->pw, in, out));
+  pe_wino g;
+  ck_assert(pe_wino_plan(&g, s->r, in4, s->cout, oh, ow, s->ph, s->pw, in, out));
   int64_t nx = s->n * s->cin * s->h * s->w, ny = s->n * s->cout * oh * ow;
   float *xb = malloc((size_t)nx * sizeof(float)), *dyb = malloc((size_t)ny * sizeof(float));
-  float *dw = malloc((size_t)(s->cout * s->cin * 25) * sizeof(float));
-  float *scratch = malloc(pe_wino5_wgrad_scratch_floats(&g, threads) * sizeof(float));
+  float *dw = malloc((size_t)(s->cout * s->cin * s->r * s->r) * sizeof(float));
+  float *scratch = malloc(pe_wino_wgrad_scratch_floats(&g, threads) * sizeof(float));
   relayout(x_plain, xb, s->n, s->cin, s->h * s->w, b, true);
   relayout(dy_plain, dyb, s->n, s->cout, oh * ow, b, true);
-  for (int64_t i = 0; i < s->cout * s->cin * 25; i++) dw[i] = NAN; /* every one is written */
-  pe_wino5_weights_grad(&g, xb, dyb, dw, scratch, threads);
+  for (int64_t i = 0; i < s->cout * s->cin * s->r * s->r; i++)
+    dw[i] = NAN; /* every one is written */
+  pe_wino_weights_grad(&g, xb, dyb, dw, scratch, threads);
   free(xb), free(dyb), free(scratch);
   return dw;
 }
 
 static const shape5 shapes[] = {
-    {2, 8, 7, 7, 16, 2, 2},      /* odd output: partial tiles */
-    {3, 16, 9, 6, 32, 1, 3},     /* uneven paddings */
-    {1, 32, 14, 14, 64, 2, 2},   /* the CNN's second convolution, one image */
-    {2, 24, 5, 5, 16, 0, 0},     /* a 1x1 output */
-    {1, 8, 3, 4, 16, 4, 4},      /* padding 4: rows of zeros only */
-    {1, 128, 20, 20, 128, 2, 2}, /* several chunks per image */
+    {5, 2, 8, 7, 7, 16, 2, 2},      /* odd output: partial tiles */
+    {5, 3, 16, 9, 6, 32, 1, 3},     /* uneven paddings */
+    {5, 1, 32, 14, 14, 64, 2, 2},   /* the CNN's second convolution, one image */
+    {5, 2, 24, 5, 5, 16, 0, 0},     /* a 1x1 output */
+    {5, 1, 8, 3, 4, 16, 4, 4},      /* padding 4: rows of zeros only */
+    {5, 1, 128, 20, 20, 128, 2, 2}, /* several chunks per image */
+    {3, 2, 8, 7, 7, 16, 1, 1},      /* 3x3: partial 4x4 tiles */
+    {3, 3, 16, 9, 6, 32, 0, 2},     /* uneven paddings */
+    {3, 1, 16, 28, 28, 16, 1, 1},   /* the resnet's first stage, one image */
+    {3, 2, 64, 7, 7, 64, 1, 1},     /* its last stage */
+    {3, 1, 8, 1, 1, 16, 1, 1},      /* a 1x1 image */
+    {3, 1, 128, 20, 20, 128, 1, 1}, /* several chunks per image */
 };
 
 START_TEST(kernel_matches_loops) {
   if (!cpu_has_avx2()) return; /* the kernel needs AVX2 and FMA */
   for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
     const shape5 *s = &shapes[k];
-    int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4;
+    int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1);
     int64_t nx = s->n * s->cin * s->h * s->w, ny = s->n * s->cout * oh * ow;
-    float *x = uniform(nx, 1 + k), *f = uniform(s->cout * s->cin * 25, 2 + k);
+    float *x = uniform(nx, 1 + k), *f = uniform(s->cout * s->cin * s->r * s->r, 2 + k);
     float *b = uniform(s->cout, 3 + k), *dy = uniform(ny, 4 + k);
     float *y = malloc((size_t)ny * sizeof *y), *dx = malloc((size_t)nx * sizeof *dx);
     ref_fwd(s, x, f, b, y);
@@ -218,7 +226,8 @@ START_TEST(kernel_weights_grad_matches_loops) {
   if (!cpu_has_avx2()) return;
   for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
     const shape5 *s = &shapes[k];
-    int64_t oh = s->h + 2 * s->ph - 4, ow = s->w + 2 * s->pw - 4, nw = s->cout * s->cin * 25;
+    int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1),
+            nw = s->cout * s->cin * s->r * s->r;
     float *x = uniform(s->n * s->cin * s->h * s->w, 21 + k);
     float *dy = uniform(s->n * s->cout * oh * ow, 22 + k);
     float *want = malloc((size_t)nw * sizeof *want);
@@ -244,41 +253,47 @@ END_TEST
 /* Images (and chunks) are split among the threads, each computed alike. */
 START_TEST(kernel_same_bits_on_one_and_two_threads) {
   if (!cpu_has_avx2()) return;
-  const shape5 *s = &shapes[5];
-  int64_t nx = s->n * s->cin * s->h * s->w;
-  float *x = uniform(nx, 11), *f = uniform(s->cout * s->cin * 25, 12), *b = uniform(s->cout, 13);
-  float *one = wino(s, false, x, f, b, 8, 1), *two = wino(s, false, x, f, b, 8, 2);
-  int64_t ny = s->n * s->cout * (s->h + 2 * s->ph - 4) * (s->w + 2 * s->pw - 4);
-  ck_assert(memcmp(one, two, (size_t)ny * sizeof(float)) == 0);
-  float *dy = uniform(ny, 14), *w1 = wino_wgrad(s, x, dy, 8, 1), *w2 = wino_wgrad(s, x, dy, 8, 2);
-  ck_assert(memcmp(w1, w2, (size_t)(s->cout * s->cin * 25) * sizeof(float)) == 0);
-  free(x), free(f), free(b), free(one), free(two), free(dy), free(w1), free(w2);
+  for (int k = 5; k < 12; k += 6) { /* the 5x5 and 3x3 shapes of several chunks */
+    const shape5 *s = &shapes[k];
+    int64_t nx = s->n * s->cin * s->h * s->w;
+    float *x = uniform(nx, 11), *f = uniform(s->cout * s->cin * s->r * s->r, 12);
+    float *b = uniform(s->cout, 13);
+    float *one = wino(s, false, x, f, b, 8, 1), *two = wino(s, false, x, f, b, 8, 2);
+    int64_t ny = s->n * s->cout * (s->h + 2 * s->ph - (s->r - 1)) * (s->w + 2 * s->pw - (s->r - 1));
+    ck_assert(memcmp(one, two, (size_t)ny * sizeof(float)) == 0);
+    float *dy = uniform(ny, 14), *w1 = wino_wgrad(s, x, dy, 8, 1), *w2 = wino_wgrad(s, x, dy, 8, 2);
+    ck_assert(memcmp(w1, w2, (size_t)(s->cout * s->cin * s->r * s->r) * sizeof(float)) == 0);
+    free(x), free(f), free(b), free(one), free(two), free(dy), free(w1), free(w2);
+  }
 }
 END_TEST
 
 START_TEST(plan_refuses_what_it_cannot_run) {
   pe_act_plane b8 = {16, 49, 8}, plain = {16, 49, 1};
-  pe_wino5 g;
+  pe_wino g;
   int64_t in[4] = {1, 16, 7, 7};
-  ck_assert(pe_wino5_plan(&g, in, 16, 7, 7, 2, 2, b8, b8));
-  ck_assert(g.chunk > 0 && g.chunk % 6 == 0);
-  ck_assert(!pe_wino5_plan(&g, in, 16, 7, 7, 2, 2, plain, b8)); /* plain input */
-  ck_assert(!pe_wino5_plan(&g, in, 16, 7, 7, 2, 2, b8, plain)); /* plain output */
-  ck_assert(!pe_wino5_plan(&g, in, 8, 7, 7, 2, 2, b8, b8));     /* Cout not a multiple of 16 */
-  ck_assert(!pe_wino5_plan(&g, in, 16, 8, 7, 2, 2, b8, b8));    /* not a 5x5 output size */
-  ck_assert(!pe_wino5_plan(&g, in, 16, 9, 9, 5, 5, b8, b8));    /* padding past 4 */
+  ck_assert(pe_wino_plan(&g, 5, in, 16, 7, 7, 2, 2, b8, b8));
+  ck_assert(g.chunk > 0 && g.chunk % 6 == 0 && g.m == 2);
+  ck_assert(pe_wino_plan(&g, 3, in, 16, 7, 7, 1, 1, b8, b8) && g.m == 4);
+  ck_assert(!pe_wino_plan(&g, 5, in, 16, 7, 7, 2, 2, plain, b8)); /* plain input */
+  ck_assert(!pe_wino_plan(&g, 5, in, 16, 7, 7, 2, 2, b8, plain)); /* plain output */
+  ck_assert(!pe_wino_plan(&g, 5, in, 8, 7, 7, 2, 2, b8, b8));     /* Cout not a multiple of 16 */
+  ck_assert(!pe_wino_plan(&g, 5, in, 16, 8, 7, 2, 2, b8, b8));    /* not a 5x5 output size */
+  ck_assert(!pe_wino_plan(&g, 5, in, 16, 9, 9, 5, 5, b8, b8));    /* padding past 4 */
+  ck_assert(!pe_wino_plan(&g, 3, in, 16, 11, 11, 3, 3, b8, b8));  /* 3x3: padding past 2 */
+  ck_assert(!pe_wino_plan(&g, 4, in, 16, 6, 6, 1, 1, b8, b8));    /* neither 3 nor 5 */
   int64_t odd[4] = {1, 12, 7, 7};
-  ck_assert(!pe_wino5_plan(&g, odd, 16, 7, 7, 2, 2, b8, b8)); /* Cin not a multiple of 8 */
+  ck_assert(!pe_wino_plan(&g, 5, odd, 16, 7, 7, 2, 2, b8, b8)); /* Cin not a multiple of 8 */
 }
 END_TEST
 
-static pe_op_desc *conv5(bool grad) {
+static pe_op_desc *conv_r(bool grad, int r) {
   pe_op_desc *op =
       grad ? ph_op("conv2d_grad", "Input", "x", "Filter", "w", "Bias", "b", "Output", "y",
                    "Output@GRAD", "dy", NULL, "Input@GRAD", "dx", "Filter@GRAD", "dw", "Bias@GRAD",
                    "db", NULL)
            : ph_op("conv2d", "Input", "x", "Filter", "w", "Bias", "b", NULL, "Output", "y", NULL);
-  pe_op_set_ints(op, "paddings", 2, (int64_t[]){2, 2});
+  pe_op_set_ints(op, "paddings", 2, (int64_t[]){r / 2, r / 2});
   pe_op_set_string(op, "fuse_activation", "relu");
   /* every activation blocked: Input (bit 0); Output and Output@GRAD (3, 4)
    * or the forward's Output; Input@GRAD */
@@ -293,15 +308,15 @@ static pe_tensor y_fwd_copy;
 
 /* Runs conv2d and conv2d_grad in mode; returns the scope, its "y" the
  * gradient's input (the forward's output is in y_fwd_copy). */
-static pe_scope *run_conv(int mode) {
+static pe_scope *run_conv(int mode, int r) {
   pe_conv_algo_set_mode(mode);
   pe_scope *s = pe_scope_new(NULL);
   pe_shape xs = PE_SHAPE(2, 16, 9, 9), ys = PE_SHAPE(2, 32, 9, 9);
   ph_set_uniform(s, "x", xs, -1, 1, 3);
-  ph_set_uniform(s, "w", PE_SHAPE(32, 16, 5, 5), -0.2f, 0.2f, 4);
+  ph_set_uniform(s, "w", PE_SHAPE(32, 16, r, r), -0.2f, 0.2f, 4);
   ph_set_uniform(s, "b", PE_SHAPE(32), -0.1f, 0.1f, 5);
   ph_set_uniform(s, "dy", ys, -1, 1, 6);
-  pe_op_desc *f = conv5(false), *g = conv5(true);
+  pe_op_desc *f = conv_r(false, r), *g = conv_r(true, r);
   PE_CK_OK(ph_run_op(s, f, NULL));
   /* The gradient's relu mask from the same Output in both modes (the
    * forward's rounding could move an output across 0). */
@@ -331,23 +346,25 @@ static void expect_near(pe_scope *a, pe_scope *b, const char *name, double tol) 
 }
 
 START_TEST(default_runs_winograd_where_onednn_is_avx2) {
-  pe_scope *def = run_conv(PE_CONV_ALGO_DEFAULT);
-  ph_set_f32(def, "y_fwd", y_fwd_copy.shape, pe_f32(&y_fwd_copy));
-  pe_tensor_release(&y_fwd_copy);
-  pe_scope *dir = run_conv(PE_CONV_DIRECT);
-  ph_set_f32(dir, "y_fwd", y_fwd_copy.shape, pe_f32(&y_fwd_copy));
-  pe_tensor_release(&y_fwd_copy);
-  expect_near(def, dir, "y_fwd", 1e-5);
-  expect_near(def, dir, "dx", 1e-5);
-  expect_near(def, dir, "dw", 1e-5);
-  expect_near(def, dir, "db", 1e-5);
-  bool wino = pe_wino5_available();
-  ck_assert_msg(same_bits(def, dir, "y_fwd") != wino && same_bits(def, dir, "dx") != wino &&
-                    same_bits(def, dir, "dw") != wino,
-                "pe's Winograd %s, yet the default's results are %s direct's",
-                wino ? "applies" : "does not apply", wino ? "the same bits as" : "not those of");
-  pe_scope_free(def);
-  pe_scope_free(dir);
+  for (int r = 3; r <= 5; r += 2) {
+    pe_scope *def = run_conv(PE_CONV_ALGO_DEFAULT, r);
+    ph_set_f32(def, "y_fwd", y_fwd_copy.shape, pe_f32(&y_fwd_copy));
+    pe_tensor_release(&y_fwd_copy);
+    pe_scope *dir = run_conv(PE_CONV_DIRECT, r);
+    ph_set_f32(dir, "y_fwd", y_fwd_copy.shape, pe_f32(&y_fwd_copy));
+    pe_tensor_release(&y_fwd_copy);
+    expect_near(def, dir, "y_fwd", 1e-5);
+    expect_near(def, dir, "dx", 1e-5);
+    expect_near(def, dir, "dw", 1e-5);
+    expect_near(def, dir, "db", 1e-5);
+    bool wino = pe_wino_available();
+    ck_assert_msg(same_bits(def, dir, "y_fwd") != wino && same_bits(def, dir, "dx") != wino &&
+                      same_bits(def, dir, "dw") != wino,
+                  "%dx%d: pe's Winograd %s, yet the default's results are %s direct's", r, r,
+                  wino ? "applies" : "does not apply", wino ? "the same bits as" : "not those of");
+    pe_scope_free(def);
+    pe_scope_free(dir);
+  }
   pe_conv_algo_set_mode(PE_CONV_ALGO_DEFAULT);
 }
 END_TEST

@@ -278,22 +278,23 @@ typedef struct conv_call {
 
 /* The passes of a call pe's Winograd runs (conv_winograd.h), and their
  * plans: the forward or the gradient's data pass (Output@GRAD to
- * Input@GRAD, the padding 4 - p), and the gradient's weights pass. */
+ * Input@GRAD, the padding r - 1 - p), and the gradient's weights pass. */
 enum { WINO_DATA = 1, WINO_WEIGHTS = 2 };
 typedef struct conv_wino {
   int passes;
-  pe_wino5 data, weights;
+  pe_wino data, weights;
 } conv_wino;
 
 static int conv_wino_plans(const pe_kernel_ctx *c, const conv_call *k, conv_wino *cw) {
   memset(cw, 0, sizeof *cw);
-  if (!pe_wino5_available()) return 0;
+  if (!pe_wino_available()) return 0;
   conv_params p;
   pe_dnnl_attr_pair_k(c->desc, "strides", 1, p.strides);
   pe_dnnl_attr_pair_k(c->desc, "paddings", 0, p.paddings);
   pe_dnnl_attr_pair_k(c->desc, "dilations", 1, p.dilations);
   const pe_shape *x = &k->x->shape, *w = &k->w->shape, *o = &k->out->shape;
-  if (pe_attr_i(c->def, c->desc, "groups") != 1 || w->d[2] != 5 || w->d[3] != 5) return 0;
+  int r = (int)w->d[2];
+  if (pe_attr_i(c->def, c->desc, "groups") != 1 || (r != 3 && r != 5) || w->d[3] != r) return 0;
   for (int i = 0; i < 2; i++)
     if (p.strides[i] != 1 || p.dilations[i] != 1) return 0;
   int64_t ph = p.paddings[0], pw = p.paddings[1];
@@ -301,14 +302,14 @@ static int conv_wino_plans(const pe_kernel_ctx *c, const conv_call *k, conv_wino
   pe_act_plane op = pe_act_plane_of(
       o, k->grad ? pe_dnnl_act_blocked(c, false, CVG_DOUT) : pe_dnnl_act_blocked(c, true, CV_OUT));
   if (!k->grad) {
-    if (pe_wino5_plan(&cw->data, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
+    if (pe_wino_plan(&cw->data, r, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
       cw->passes = WINO_DATA;
     return cw->passes;
   }
-  if (k->dx && pe_wino5_plan(&cw->data, o->d, x->d[1], x->d[2], x->d[3], 4 - ph, 4 - pw, op,
-                             pe_act_plane_of(x, pe_dnnl_act_blocked(c, true, CVG_DIN))))
+  if (k->dx && pe_wino_plan(&cw->data, r, o->d, x->d[1], x->d[2], x->d[3], r - 1 - ph, r - 1 - pw,
+                            op, pe_act_plane_of(x, pe_dnnl_act_blocked(c, true, CVG_DIN))))
     cw->passes |= WINO_DATA;
-  if (k->dw && pe_wino5_plan(&cw->weights, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
+  if (k->dw && pe_wino_plan(&cw->weights, r, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
     cw->passes |= WINO_WEIGHTS;
   return cw->passes;
 }
@@ -319,10 +320,10 @@ static pe_status *conv_wino_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv
   int threads = omp_get_max_threads();
   size_t u = 0, scratch = 0, w = 0;
   if (cw->passes & WINO_DATA) {
-    u = pe_wino5_filter_floats(&cw->data);
-    scratch = pe_wino5_scratch_floats(&cw->data, threads);
+    u = pe_wino_filter_floats(&cw->data);
+    scratch = pe_wino_scratch_floats(&cw->data, threads);
   }
-  if (cw->passes & WINO_WEIGHTS) w = pe_wino5_wgrad_scratch_floats(&cw->weights, threads);
+  if (cw->passes & WINO_WEIGHTS) w = pe_wino_wgrad_scratch_floats(&cw->weights, threads);
   void *buf;
   PE_TRY(pe_dnnl_entry_buffer(c, e, u * sizeof(float), &buf));
   PE_TRY(pe_dnnl_entry_buffer(c, e, (w > scratch ? w : scratch) * sizeof(float), &buf));
@@ -351,8 +352,8 @@ static pe_status *conv_wino_data(pe_kernel_ctx *c, const pe_dnnl_entry *e, const
   int threads = 1;
   PE_TRY(conv_wino_prepare(c, e, k, &cw, &threads));
   float *u = e->bufs[e->nbufs - 2], *scratch = e->bufs[e->nbufs - 1];
-  pe_wino5_filter(&cw.data, pe_f32(k->w), k->grad, u, threads);
-  pe_wino5_run(&cw.data, x, u, bias, y, scratch, threads);
+  pe_wino_filter(&cw.data, pe_f32(k->w), k->grad, u, threads);
+  pe_wino_run(&cw.data, x, u, bias, y, scratch, threads);
   return NULL;
 }
 
@@ -362,8 +363,8 @@ static pe_status *conv_wino_weights(pe_kernel_ctx *c, const pe_dnnl_entry *e, co
   conv_wino cw;
   int threads = 1;
   PE_TRY(conv_wino_prepare(c, e, k, &cw, &threads));
-  pe_wino5_weights_grad(&cw.weights, pe_f32(k->x), k->g, pe_f32(k->dw), e->bufs[e->nbufs - 1],
-                        threads);
+  pe_wino_weights_grad(&cw.weights, pe_f32(k->x), k->g, pe_f32(k->dw), e->bufs[e->nbufs - 1],
+                       threads);
   return NULL;
 }
 

@@ -38,7 +38,7 @@
 typedef enum pe_conv_cand {
   PE_CONV_DIRECT,   /* dnnl_convolution_direct, layouts chosen by oneDNN (staged) */
   PE_CONV_GEMM,     /* dnnl_convolution_direct on the plain tensors (im2col + GEMM) */
-  PE_CONV_WINOGRAD, /* pe's F(2x2, 5x5) where it applies (conv_winograd.h), else
+  PE_CONV_WINOGRAD, /* pe's F(2x2, 5x5) or F(4x4, 3x3) where it applies (conv_winograd.h), else
                      * dnnl_convolution_winograd where a primitive exists */
   PE_CONV_AUTO,     /* dnnl_convolution_auto */
   PE_CONV_CANDS

@@ -1,8 +1,10 @@
-/* Winograd F(2x2, 5x5) on AVX2 (contract in conv_winograd.h).
+/* Winograd F(2x2, 5x5) and F(4x4, 3x3) on AVX2 (contract in
+ * conv_winograd.h).
  *
- * With the points 0, 1, -1, 2, -2 and infinity, an output tile is
+ * With the points 0, 1, -1, 2, -2 and infinity, an m x m output tile is
  *   Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A
- * for a 6x6 input tile d and a 5x5 filter g; Bᵀ, G, Aᵀ below. The work of
+ * for a 6x6 input tile d and an r x r filter g (m = 7 - r); Bᵀ is the same
+ * for both, G and Aᵀ below. The work of
  * one image is cut into chunks of output tiles; a chunk's transformed input
  * V[ξ][tile][cin] and products M[tile][ξ][cout] stay in the thread's
  * scratch (sized for the L2 cache), so each image is read and written once.
@@ -15,12 +17,13 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <string.h>
 
-enum { WA = 6, WR = 5, XI = WA * WA, LANES = 8, ROWS = 6, COLS = 16 };
+enum { WA = 6, RMAX = 5, MMAX = 4, XI = WA * WA, LANES = 8, ROWS = 6, COLS = 16 };
 
 /* Scratch floats per thread the chunk size aims at: V and M within 768 KiB. */
 #define WINO_SCRATCH_TARGET (192 * 1024)
 
-static const float wino_g[WA][WR] = {
+/* G (6 x r) of F(2x2, 5x5) and F(4x4, 3x3); Aᵀ (m x 6) of each. */
+static const float wino_g5[WA][5] = {
     {1 / 4.f, 0, 0, 0, 0},
     {-1 / 6.f, -1 / 6.f, -1 / 6.f, -1 / 6.f, -1 / 6.f},
     {-1 / 6.f, 1 / 6.f, -1 / 6.f, 1 / 6.f, -1 / 6.f},
@@ -28,8 +31,27 @@ static const float wino_g[WA][WR] = {
     {1 / 24.f, -1 / 12.f, 1 / 6.f, -1 / 3.f, 2 / 3.f},
     {0, 0, 0, 0, 1},
 };
+static const float wino_g3[WA][3] = {
+    {1 / 4.f, 0, 0},
+    {-1 / 6.f, -1 / 6.f, -1 / 6.f},
+    {-1 / 6.f, 1 / 6.f, -1 / 6.f},
+    {1 / 24.f, 1 / 12.f, 1 / 6.f},
+    {1 / 24.f, -1 / 12.f, 1 / 6.f},
+    {0, 0, 1},
+};
+static const float wino_at2[2][WA] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 1}};
+static const float wino_at4[4][WA] = {
+    {1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}};
 
-bool pe_wino5_available(void) {
+/* G[a][j] and Aᵀ[i][a] of g's variant. */
+static float g_at(const pe_wino *g, int a, int j) {
+  return g->r == 5 ? wino_g5[a][j] : wino_g3[a][j];
+}
+static float at_at(const pe_wino *g, int i, int a) {
+  return g->m == 2 ? wino_at2[i][a] : wino_at4[i][a];
+}
+
+bool pe_wino_available(void) {
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   return (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 &&
@@ -37,34 +59,38 @@ bool pe_wino5_available(void) {
          (isa & dnnl_cpu_isa_avx512_mic) != dnnl_cpu_isa_avx512_mic;
 }
 
-static int64_t tiles_of(const pe_wino5 *g) {
-  return ((g->oh + 1) / 2) * ((g->ow + 1) / 2);
+static int64_t tiles_of(const pe_wino *g) {
+  return ((g->oh + g->m - 1) / g->m) * ((g->ow + g->m - 1) / g->m);
 }
 
 static int64_t round6(int64_t v) {
   return (v + ROWS - 1) / ROWS * ROWS;
 }
 
-bool pe_wino5_plan(pe_wino5 *g, const int64_t in[4], int64_t cout, int64_t oh, int64_t ow,
-                   int64_t pad_h, int64_t pad_w, pe_act_plane in_plane, pe_act_plane out_plane) {
+bool pe_wino_plan(pe_wino *g, int r, const int64_t in[4], int64_t cout, int64_t oh, int64_t ow,
+                  int64_t pad_h, int64_t pad_w, pe_act_plane in_plane, pe_act_plane out_plane) {
   memset(g, 0, sizeof *g);
+  if (r != 3 && r != 5) return false;
   if (in[1] <= 0 || in[1] % LANES || cout <= 0 || cout % COLS) return false;
-  if (pad_h < 0 || pad_h > 4 || pad_w < 0 || pad_w > 4) return false;
-  if (oh != in[2] + 2 * pad_h - 4 || ow != in[3] + 2 * pad_w - 4 || oh < 1 || ow < 1) return false;
+  if (pad_h < 0 || pad_h > r - 1 || pad_w < 0 || pad_w > r - 1) return false;
+  if (oh != in[2] + 2 * pad_h - (r - 1) || ow != in[3] + 2 * pad_w - (r - 1) || oh < 1 || ow < 1)
+    return false;
   if ((in_plane.block != 8 && in_plane.block != 16) ||
       (out_plane.block != 8 && out_plane.block != 16))
     return false;
-  *g = (pe_wino5){.n = in[0],
-                  .cin = in[1],
-                  .h = in[2],
-                  .w = in[3],
-                  .cout = cout,
-                  .oh = oh,
-                  .ow = ow,
-                  .pad_h = pad_h,
-                  .pad_w = pad_w,
-                  .in = in_plane,
-                  .out = out_plane};
+  *g = (pe_wino){.r = r,
+                 .m = WA + 1 - r,
+                 .n = in[0],
+                 .cin = in[1],
+                 .h = in[2],
+                 .w = in[3],
+                 .cout = cout,
+                 .oh = oh,
+                 .ow = ow,
+                 .pad_h = pad_h,
+                 .pad_w = pad_w,
+                 .in = in_plane,
+                 .out = out_plane};
   int64_t t = tiles_of(g), per_tile = XI * (g->cin + g->cout);
   int64_t chunk = WINO_SCRATCH_TARGET / per_tile / ROWS * ROWS;
   if (chunk < ROWS) chunk = ROWS;
@@ -74,46 +100,48 @@ bool pe_wino5_plan(pe_wino5 *g, const int64_t in[4], int64_t cout, int64_t oh, i
   return true;
 }
 
-size_t pe_wino5_filter_floats(const pe_wino5 *g) {
+size_t pe_wino_filter_floats(const pe_wino *g) {
   return (size_t)(XI * g->cin * g->cout);
 }
 
-size_t pe_wino5_scratch_floats(const pe_wino5 *g, int threads) {
+size_t pe_wino_scratch_floats(const pe_wino *g, int threads) {
   return (size_t)threads * (size_t)(XI * g->chunk * (g->cin + g->cout));
 }
 
-/* u[ξ][i][o0..o0+7] for input channel i and 8 output channels from o0. */
-__attribute__((target("avx2,fma"))) static void filter_block(const pe_wino5 *g, const float *w,
+/* u[ξ][i][o0..o0+7] for input channel i and 8 output channels from o0:
+ * G f Gᵀ. */
+__attribute__((target("avx2,fma"))) static void filter_block(const pe_wino *g, const float *w,
                                                              bool data_grad, float *u, int64_t i,
                                                              int64_t o0) {
-  __m256 f[WR][WR], t[WA][WR];
-  for (int j = 0; j < WR; j++)
-    for (int k = 0; k < WR; k++) {
+  const int r = g->r, rr = r * r;
+  __m256 f[RMAX][RMAX], t[WA][RMAX];
+  for (int j = 0; j < r; j++)
+    for (int k = 0; k < r; k++) {
       float v[LANES];
       for (int l = 0; l < LANES; l++) {
         int64_t o = o0 + l;
-        v[l] = data_grad ? w[(i * g->cout + o) * 25 + (4 - j) * WR + (4 - k)]
-                         : w[(o * g->cin + i) * 25 + j * WR + k];
+        v[l] = data_grad ? w[(i * g->cout + o) * rr + (r - 1 - j) * r + (r - 1 - k)]
+                         : w[(o * g->cin + i) * rr + j * r + k];
       }
       f[j][k] = _mm256_loadu_ps(v);
     }
   for (int a = 0; a < WA; a++)
-    for (int k = 0; k < WR; k++) {
+    for (int k = 0; k < r; k++) {
       __m256 s = _mm256_setzero_ps();
-      for (int j = 0; j < WR; j++)
-        if (wino_g[a][j] != 0) s = _mm256_fmadd_ps(_mm256_set1_ps(wino_g[a][j]), f[j][k], s);
+      for (int j = 0; j < r; j++)
+        if (g_at(g, a, j) != 0) s = _mm256_fmadd_ps(_mm256_set1_ps(g_at(g, a, j)), f[j][k], s);
       t[a][k] = s;
     }
   for (int a = 0; a < WA; a++)
     for (int b = 0; b < WA; b++) {
       __m256 s = _mm256_setzero_ps();
-      for (int k = 0; k < WR; k++)
-        if (wino_g[b][k] != 0) s = _mm256_fmadd_ps(t[a][k], _mm256_set1_ps(wino_g[b][k]), s);
+      for (int k = 0; k < r; k++)
+        if (g_at(g, b, k) != 0) s = _mm256_fmadd_ps(t[a][k], _mm256_set1_ps(g_at(g, b, k)), s);
       _mm256_storeu_ps(u + ((a * WA + b) * g->cin + i) * g->cout + o0, s);
     }
 }
 
-void pe_wino5_filter(const pe_wino5 *g, const float *w, bool data_grad, float *u, int threads) {
+void pe_wino_filter(const pe_wino *g, const float *w, bool data_grad, float *u, int threads) {
   int64_t oblocks = g->cout / LANES, items = g->cin * oblocks;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t it = 0; it < items; it++)
@@ -144,18 +172,31 @@ void pe_wino5_filter(const pe_wino5 *g, const float *w, bool data_grad, float *u
     y1 = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(2.f), q2_, q_), m5); \
   } while (0)
 
+/* Aᵀ of F(4x4, 3x3) along one axis: y0 = m0 + m1 + m2 + m3 + m4,
+ * y1 = (m1 - m2) + 2 (m3 - m4), y2 = (m1 + m2) + 4 (m3 + m4),
+ * y3 = (m1 - m2) + 8 (m3 - m4) + m5. */
+#define WINO_AT4(m0, m1, m2, m3, m4, m5, y0, y1, y2, y3)                   \
+  do {                                                                     \
+    __m256 p_ = _mm256_add_ps(m1, m2), q_ = _mm256_sub_ps(m1, m2);         \
+    __m256 p2_ = _mm256_add_ps(m3, m4), q2_ = _mm256_sub_ps(m3, m4);       \
+    y0 = _mm256_add_ps(_mm256_add_ps(m0, p_), p2_);                        \
+    y1 = _mm256_fmadd_ps(_mm256_set1_ps(2.f), q2_, q_);                    \
+    y2 = _mm256_fmadd_ps(_mm256_set1_ps(4.f), p2_, p_);                    \
+    y3 = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.f), q2_, q_), m5); \
+  } while (0)
+
 /* V[ξ][t][cin] for the chunk's tiles [t0, t0 + chunk) of image x (tiles
  * past the image's last are zero). */
-__attribute__((target("avx2,fma"))) static void input_tiles(const pe_wino5 *g, const float *x,
+__attribute__((target("avx2,fma"))) static void input_tiles(const pe_wino *g, const float *x,
                                                             int64_t n, int64_t t0, float *v) {
-  int64_t tw_n = (g->ow + 1) / 2, tiles = tiles_of(g), chunk = g->chunk, cin = g->cin;
+  int64_t tw_n = (g->ow + g->m - 1) / g->m, tiles = tiles_of(g), chunk = g->chunk, cin = g->cin;
   for (int64_t t = 0; t < chunk; t++) {
     int64_t tg = t0 + t;
     if (tg >= tiles) {
       for (int xi = 0; xi < XI; xi++) memset(v + (xi * chunk + t) * cin, 0, cin * sizeof(float));
       continue;
     }
-    int64_t r0 = 2 * (tg / tw_n) - g->pad_h, c0 = 2 * (tg % tw_n) - g->pad_w;
+    int64_t r0 = g->m * (tg / tw_n) - g->pad_h, c0 = g->m * (tg % tw_n) - g->pad_w;
     for (int64_t cb = 0; cb < cin; cb += LANES) {
       const float *xb = x + pe_act_plane_base(&g->in, n, cb);
       __m256 d[WA][WA], s[WA][WA];
@@ -182,7 +223,7 @@ __attribute__((target("avx2,fma"))) static void input_tiles(const pe_wino5 *g, c
 
 /* M[t][ξ][cout] = Σ_i V[ξ][t][i] U[ξ][i][cout]: 6 tiles by 16 channels per
  * register block, the sum over i in order. */
-__attribute__((target("avx2,fma"))) static void products(const pe_wino5 *g, const float *v,
+__attribute__((target("avx2,fma"))) static void products(const pe_wino *g, const float *v,
                                                          const float *u, float *m) {
   const int64_t cin = g->cin, cout = g->cout, chunk = g->chunk;
   for (int xi = 0; xi < XI; xi++) {
@@ -222,36 +263,45 @@ __attribute__((target("avx2,fma"))) static void products(const pe_wino5 *g, cons
   }
 }
 
-/* The chunk's 2x2 output tiles from M, plus the bias, into image n of y. */
-__attribute__((target("avx2,fma"))) static void output_tiles(const pe_wino5 *g, const float *m,
+/* The chunk's m x m output tiles from M (Aᵀ M A), plus the bias, into
+ * image n of y. */
+__attribute__((target("avx2,fma"))) static void output_tiles(const pe_wino *g, const float *m,
                                                              const float *bias, float *y, int64_t n,
                                                              int64_t t0) {
-  int64_t tw_n = (g->ow + 1) / 2, tiles = tiles_of(g), cout = g->cout;
+  const int mm = g->m;
+  int64_t tw_n = (g->ow + mm - 1) / mm, tiles = tiles_of(g), cout = g->cout;
   for (int64_t t = 0; t < g->chunk && t0 + t < tiles; t++) {
-    int64_t tg = t0 + t, r0 = 2 * (tg / tw_n), c0 = 2 * (tg % tw_n);
+    int64_t tg = t0 + t, r0 = mm * (tg / tw_n), c0 = mm * (tg % tw_n);
     for (int64_t ob = 0; ob < cout; ob += LANES) {
-      __m256 x[WA][WA], s[2][WA];
+      __m256 x[WA][WA], s[MMAX][WA], o[MMAX];
       for (int xi = 0; xi < XI; xi++)
         x[xi / WA][xi % WA] = _mm256_loadu_ps(m + (t * XI + xi) * cout + ob);
-      for (int b = 0; b < WA; b++)
-        WINO_AT(x[0][b], x[1][b], x[2][b], x[3][b], x[4][b], x[5][b], s[0][b], s[1][b]);
+      for (int b = 0; b < WA; b++) {
+        if (mm == 2)
+          WINO_AT(x[0][b], x[1][b], x[2][b], x[3][b], x[4][b], x[5][b], s[0][b], s[1][b]);
+        else
+          WINO_AT4(x[0][b], x[1][b], x[2][b], x[3][b], x[4][b], x[5][b], s[0][b], s[1][b], s[2][b],
+                   s[3][b]);
+      }
       __m256 bv = bias ? _mm256_loadu_ps(bias + ob) : _mm256_setzero_ps();
       float *yb = y + pe_act_plane_base(&g->out, n, ob);
-      for (int a = 0; a < 2 && r0 + a < g->oh; a++) {
-        __m256 y0, y1;
-        WINO_AT(s[a][0], s[a][1], s[a][2], s[a][3], s[a][4], s[a][5], y0, y1);
+      for (int a = 0; a < mm && r0 + a < g->oh; a++) {
+        if (mm == 2)
+          WINO_AT(s[a][0], s[a][1], s[a][2], s[a][3], s[a][4], s[a][5], o[0], o[1]);
+        else
+          WINO_AT4(s[a][0], s[a][1], s[a][2], s[a][3], s[a][4], s[a][5], o[0], o[1], o[2], o[3]);
         float *row = yb + ((r0 + a) * g->ow + c0) * g->out.block;
-        _mm256_storeu_ps(row, _mm256_add_ps(y0, bv));
-        if (c0 + 1 < g->ow) _mm256_storeu_ps(row + g->out.block, _mm256_add_ps(y1, bv));
+        for (int b = 0; b < mm && c0 + b < g->ow; b++)
+          _mm256_storeu_ps(row + b * g->out.block, _mm256_add_ps(o[b], bv));
       }
     }
   }
 }
 
-void pe_wino5_run(const pe_wino5 *g, const float *x, const float *u, const float *bias, float *y,
-                  float *scratch, int threads) {
+void pe_wino_run(const pe_wino *g, const float *x, const float *u, const float *bias, float *y,
+                 float *scratch, int threads) {
   int64_t chunks = (tiles_of(g) + g->chunk - 1) / g->chunk, items = g->n * chunks;
-  size_t per_thread = pe_wino5_scratch_floats(g, 1);
+  size_t per_thread = pe_wino_scratch_floats(g, 1);
   if (items < threads) threads = (int)(items > 0 ? items : 1);
 #pragma omp parallel num_threads(threads)
   {
@@ -267,7 +317,7 @@ void pe_wino5_run(const pe_wino5 *g, const float *x, const float *u, const float
   }
 }
 
-/* The weights gradient. With Ŷ = A dY Aᵀ (6x6) for a 2x2 tile dY of the
+/* The weights gradient. With Ŷ = A dY Aᵀ (6x6) for an m x m tile dY of the
  * output gradient, dU[ξ][i][o] = Σ_tiles V[ξ][t][i] Ŷ[ξ][t][o] and
  * dW = Gᵀ dU G. The tiles' sum is split into a fixed number of partitions
  * of the images (a function of the shape, not of the team), each summed in
@@ -278,67 +328,64 @@ void pe_wino5_run(const pe_wino5 *g, const float *x, const float *u, const float
 #define WINO_WGRAD_PARTS_BYTES ((size_t)8 << 20)
 #define WINO_WGRAD_PARTS_MAX 8
 
-static int64_t wgrad_parts(const pe_wino5 *g) {
-  size_t du = pe_wino5_filter_floats(g) * sizeof(float);
+static int64_t wgrad_parts(const pe_wino *g) {
+  size_t du = pe_wino_filter_floats(g) * sizeof(float);
   int64_t parts = (int64_t)(WINO_WGRAD_PARTS_BYTES / du);
   if (parts > WINO_WGRAD_PARTS_MAX) parts = WINO_WGRAD_PARTS_MAX;
   if (parts > g->n) parts = g->n;
   return parts < 1 ? 1 : parts;
 }
 
-size_t pe_wino5_wgrad_scratch_floats(const pe_wino5 *g, int threads) {
-  return (size_t)wgrad_parts(g) * pe_wino5_filter_floats(g) + pe_wino5_scratch_floats(g, threads);
+size_t pe_wino_wgrad_scratch_floats(const pe_wino *g, int threads) {
+  return (size_t)wgrad_parts(g) * pe_wino_filter_floats(g) + pe_wino_scratch_floats(g, threads);
 }
 
 /* Ŷ[ξ][t][cout] for the chunk's tiles of image n of the output gradient dy
- * (stored as g->out): A applied along both axes of each 2x2 tile, the rows
- * and columns past the output zero. */
-__attribute__((target("avx2,fma"))) static void grad_tiles(const pe_wino5 *g, const float *dy,
+ * (stored as g->out): A applied along both axes of each m x m tile, the
+ * rows and columns past the output zero. */
+__attribute__((target("avx2,fma"))) static void grad_tiles(const pe_wino *g, const float *dy,
                                                            int64_t n, int64_t t0, float *yh) {
-  int64_t tw_n = (g->ow + 1) / 2, tiles = tiles_of(g), chunk = g->chunk, cout = g->cout;
-  __m256 two = _mm256_set1_ps(2.f);
+  const int mm = g->m;
+  int64_t tw_n = (g->ow + mm - 1) / mm, tiles = tiles_of(g), chunk = g->chunk, cout = g->cout;
   for (int64_t t = 0; t < chunk; t++) {
     int64_t tg = t0 + t;
     if (tg >= tiles) {
       for (int xi = 0; xi < XI; xi++) memset(yh + (xi * chunk + t) * cout, 0, cout * sizeof(float));
       continue;
     }
-    int64_t r0 = 2 * (tg / tw_n), c0 = 2 * (tg % tw_n);
+    int64_t r0 = mm * (tg / tw_n), c0 = mm * (tg % tw_n);
     for (int64_t ob = 0; ob < cout; ob += LANES) {
       const float *yb = dy + pe_act_plane_base(&g->out, n, ob);
-      __m256 d[2][2], s[WA][2];
-      for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 2; b++)
+      __m256 d[MMAX][MMAX], s[WA][MMAX];
+      for (int a = 0; a < mm; a++)
+        for (int b = 0; b < mm; b++)
           d[a][b] = r0 + a < g->oh && c0 + b < g->ow
                         ? _mm256_loadu_ps(yb + ((r0 + a) * g->ow + c0 + b) * g->out.block)
                         : _mm256_setzero_ps();
-      /* A's rows: (1,0) (1,1) (1,-1) (1,2) (1,-2) (0,1). */
-      for (int b = 0; b < 2; b++) {
-        s[0][b] = d[0][b];
-        s[1][b] = _mm256_add_ps(d[0][b], d[1][b]);
-        s[2][b] = _mm256_sub_ps(d[0][b], d[1][b]);
-        s[3][b] = _mm256_fmadd_ps(two, d[1][b], d[0][b]);
-        s[4][b] = _mm256_fnmadd_ps(two, d[1][b], d[0][b]);
-        s[5][b] = d[1][b];
-      }
-      for (int a = 0; a < WA; a++) {
-        __m256 e0 = s[a][0], e1 = s[a][1];
-        __m256 o[WA] = {e0,
-                        _mm256_add_ps(e0, e1),
-                        _mm256_sub_ps(e0, e1),
-                        _mm256_fmadd_ps(two, e1, e0),
-                        _mm256_fnmadd_ps(two, e1, e0),
-                        e1};
-        for (int b = 0; b < WA; b++)
-          _mm256_storeu_ps(yh + ((a * WA + b) * chunk + t) * cout + ob, o[b]);
-      }
+      /* s[a][b] = Σ_i A[a][i] d[i][b], A = (Aᵀ)ᵀ. */
+      for (int a = 0; a < WA; a++)
+        for (int b = 0; b < mm; b++) {
+          __m256 acc = _mm256_setzero_ps();
+          for (int i = 0; i < mm; i++)
+            if (at_at(g, i, a) != 0)
+              acc = _mm256_fmadd_ps(_mm256_set1_ps(at_at(g, i, a)), d[i][b], acc);
+          s[a][b] = acc;
+        }
+      for (int a = 0; a < WA; a++)
+        for (int b = 0; b < WA; b++) {
+          __m256 acc = _mm256_setzero_ps();
+          for (int j = 0; j < mm; j++)
+            if (at_at(g, j, b) != 0)
+              acc = _mm256_fmadd_ps(s[a][j], _mm256_set1_ps(at_at(g, j, b)), acc);
+          _mm256_storeu_ps(yh + ((a * WA + b) * chunk + t) * cout + ob, acc);
+        }
     }
   }
 }
 
 /* du[ξ][i][o] += Σ_t V[ξ][t][i] Ŷ[ξ][t][o] over the chunk: 4 input by 16
  * output channels per register block, t in order. */
-__attribute__((target("avx2,fma"))) static void weight_products(const pe_wino5 *g, const float *v,
+__attribute__((target("avx2,fma"))) static void weight_products(const pe_wino *g, const float *v,
                                                                 const float *yh, float *du) {
   const int64_t cin = g->cin, cout = g->cout, chunk = g->chunk;
   for (int xi = 0; xi < XI; xi++) {
@@ -373,34 +420,35 @@ __attribute__((target("avx2,fma"))) static void weight_products(const pe_wino5 *
 }
 
 /* dw[o][i] (OIHW, o from o0, 8 of them) = Gᵀ dU[·][i][o] G. */
-__attribute__((target("avx2,fma"))) static void filter_grad_block(const pe_wino5 *g,
-                                                                  const float *du, float *dw,
-                                                                  int64_t i, int64_t o0) {
-  __m256 u[WA][WA], t[WR][WA];
+__attribute__((target("avx2,fma"))) static void filter_grad_block(const pe_wino *g, const float *du,
+                                                                  float *dw, int64_t i,
+                                                                  int64_t o0) {
+  const int r = g->r;
+  __m256 u[WA][WA], t[RMAX][WA];
   for (int xi = 0; xi < XI; xi++)
     u[xi / WA][xi % WA] = _mm256_loadu_ps(du + (xi * g->cin + i) * g->cout + o0);
-  for (int k = 0; k < WR; k++)
+  for (int k = 0; k < r; k++)
     for (int b = 0; b < WA; b++) {
       __m256 s = _mm256_setzero_ps();
       for (int a = 0; a < WA; a++)
-        if (wino_g[a][k] != 0) s = _mm256_fmadd_ps(_mm256_set1_ps(wino_g[a][k]), u[a][b], s);
+        if (g_at(g, a, k) != 0) s = _mm256_fmadd_ps(_mm256_set1_ps(g_at(g, a, k)), u[a][b], s);
       t[k][b] = s;
     }
-  for (int k = 0; k < WR; k++)
-    for (int j = 0; j < WR; j++) {
+  for (int k = 0; k < r; k++)
+    for (int j = 0; j < r; j++) {
       __m256 s = _mm256_setzero_ps();
       for (int b = 0; b < WA; b++)
-        if (wino_g[b][j] != 0) s = _mm256_fmadd_ps(t[k][b], _mm256_set1_ps(wino_g[b][j]), s);
+        if (g_at(g, b, j) != 0) s = _mm256_fmadd_ps(t[k][b], _mm256_set1_ps(g_at(g, b, j)), s);
       float lanes[LANES];
       _mm256_storeu_ps(lanes, s);
-      for (int l = 0; l < LANES; l++) dw[((o0 + l) * g->cin + i) * 25 + k * WR + j] = lanes[l];
+      for (int l = 0; l < LANES; l++) dw[((o0 + l) * g->cin + i) * r * r + k * r + j] = lanes[l];
     }
 }
 
-void pe_wino5_weights_grad(const pe_wino5 *g, const float *x, const float *dy, float *dw,
-                           float *scratch, int threads) {
+void pe_wino_weights_grad(const pe_wino *g, const float *x, const float *dy, float *dw,
+                          float *scratch, int threads) {
   int64_t parts = wgrad_parts(g), chunks = (tiles_of(g) + g->chunk - 1) / g->chunk;
-  size_t du_floats = pe_wino5_filter_floats(g), per_thread = pe_wino5_scratch_floats(g, 1);
+  size_t du_floats = pe_wino_filter_floats(g), per_thread = pe_wino_scratch_floats(g, 1);
   float *du = scratch, *work = scratch + (size_t)parts * du_floats;
   int team = threads < parts ? threads : (int)parts;
 #pragma omp parallel num_threads(team)
