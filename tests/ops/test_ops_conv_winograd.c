@@ -282,6 +282,9 @@ START_TEST(plan_refuses_what_it_cannot_run) {
   ck_assert(!pe_wino_plan(&g, 5, in, 16, 9, 9, 5, 5, b8, b8));    /* padding past 4 */
   ck_assert(!pe_wino_plan(&g, 3, in, 16, 11, 11, 3, 3, b8, b8));  /* 3x3: padding past 2 */
   ck_assert(!pe_wino_plan(&g, 4, in, 16, 6, 6, 1, 1, b8, b8));    /* neither 3 nor 5 */
+  int64_t wide[4] = {1, 1024, 7, 7}; /* 36 x 1024 x 512 transformed floats: 72 MiB */
+  ck_assert(!pe_wino_plan(&g, 3, wide, 512, 7, 7, 1, 1, b8, b8));
+  ck_assert(pe_wino_plan(&g, 3, wide, 256, 7, 7, 1, 1, b8, b8)); /* 36 MiB */
   int64_t odd[4] = {1, 12, 7, 7};
   ck_assert(!pe_wino_plan(&g, 5, odd, 16, 7, 7, 2, 2, b8, b8)); /* Cin not a multiple of 8 */
 }

@@ -22,6 +22,10 @@ enum { WA = 6, RMAX = 5, MMAX = 4, XI = WA * WA, LANES = 8, ROWS = 6, COLS = 16 
 /* Scratch floats per thread the chunk size aims at: V and M within 768 KiB. */
 #define WINO_SCRATCH_TARGET (192 * 1024)
 
+/* The transformed filters hold 36 / r² of the filters' size (4x for 3x3);
+ * past 64 MiB of them oneDNN's direct kernels run instead. */
+#define WINO_FILTER_FLOATS_MAX ((int64_t)16 << 20)
+
 /* G (6 x r) of F(2x2, 5x5) and F(4x4, 3x3); Aᵀ (m x 6) of each. */
 static const float wino_g5[WA][5] = {
     {1 / 4.f, 0, 0, 0, 0},
@@ -72,6 +76,7 @@ bool pe_wino_plan(pe_wino *g, int r, const int64_t in[4], int64_t cout, int64_t 
   memset(g, 0, sizeof *g);
   if (r != 3 && r != 5) return false;
   if (in[1] <= 0 || in[1] % LANES || cout <= 0 || cout % COLS) return false;
+  if (in[1] > WINO_FILTER_FLOATS_MAX / XI / cout) return false;
   if (pad_h < 0 || pad_h > r - 1 || pad_w < 0 || pad_w > r - 1) return false;
   if (oh != in[2] + 2 * pad_h - (r - 1) || ow != in[3] + 2 * pad_w - (r - 1) || oh < 1 || ow < 1)
     return false;

@@ -61,8 +61,8 @@ bool pe_wino_available(void);
 
 /* Fills *g for a convolution of an r x r filter (3 or 5) at stride 1,
  * dilation 1, one group, paddings of at most r - 1, with both layouts
- * blocked; false where any of that does not hold (the caller runs
- * oneDNN's). */
+ * blocked and transformed filters of at most 64 MiB; false where any of
+ * that does not hold (the caller runs oneDNN's). */
 bool pe_wino_plan(pe_wino *g, int r, const int64_t in[4], int64_t cout, int64_t oh, int64_t ow,
                   int64_t pad_h, int64_t pad_w, pe_act_plane in_plane, pe_act_plane out_plane);
 
