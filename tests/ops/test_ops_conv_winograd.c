@@ -21,6 +21,19 @@ static bool cpu_has_avx2(void) {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+/* The kernels' widths and the layouts' blocks they run on here: AVX2 on
+ * both blocks, AVX-512 on 16 where the CPU has it. */
+typedef struct variant {
+  int lanes;
+  int64_t block;
+} variant;
+static const variant variants[] = {{8, 8}, {8, 16}, {16, 16}};
+#define NVARIANTS (int)(sizeof variants / sizeof *variants)
+
+static bool variant_runs(const variant *v) {
+  return v->lanes == 8 ? cpu_has_avx2() : __builtin_cpu_supports("avx512f");
+}
+
 static float *uniform(int64_t n, unsigned seed) {
   float *p = malloc((size_t)n * sizeof *p);
   srand(seed);
@@ -114,22 +127,24 @@ static void ref_weights_grad(const shape5 *s, const float *x, const float *dy, f
 
 /* got (plain) against want: within tol of the largest |want|. */
 static void expect_close(const float *got, const float *want, int64_t n, double tol,
-                         const char *what, const shape5 *s, int64_t block) {
+                         const char *what, const shape5 *s, const variant *va) {
   double big = 0;
   for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
   for (int64_t i = 0; i < n; i++)
     ck_assert_msg(fabs(got[i] - want[i]) <= tol * big,
-                  "%s [%lld,%lld,%lld,%lld] -> %lld, pad %lld,%lld, block %lld: [%lld] = %g, "
-                  "want %g (largest %g)",
-                  what, (long long)s->n, (long long)s->cin, (long long)s->h, (long long)s->w,
-                  (long long)s->cout, (long long)s->ph, (long long)s->pw, (long long)block,
-                  (long long)i, got[i], want[i], big);
+                  "%s %dx%d [%lld,%lld,%lld,%lld] -> %lld, pad %lld,%lld, %d lanes, block %lld: "
+                  "[%lld] = %g, want %g (largest %g)",
+                  what, s->r, s->r, (long long)s->n, (long long)s->cin, (long long)s->h,
+                  (long long)s->w, (long long)s->cout, (long long)s->ph, (long long)s->pw,
+                  va->lanes, (long long)va->block, (long long)i, got[i], want[i], big);
 }
 
-/* The kernel's forward (with bias) or data gradient of s, blocks b, on
- * `threads`, into a plain result. */
+/* The kernel's forward (with bias) or data gradient of s, in variant va,
+ * on `threads`, into a plain result; NULL where the plan refuses the
+ * channels. */
 static float *wino(const shape5 *s, bool data_grad, const float *in_plain, const float *f,
-                   const float *bias, int64_t b, int threads) {
+                   const float *bias, const variant *va, int threads) {
+  int64_t b = va->block;
   int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1);
   int64_t in4[4] = {s->n, s->cin, s->h, s->w}, cout = s->cout, rows = oh, cols = ow;
   int64_t ph = s->ph, pw = s->pw;
@@ -139,8 +154,8 @@ static float *wino(const shape5 *s, bool data_grad, const float *in_plain, const
   }
   pe_act_plane in = {in4[1], in4[2] * in4[3], b}, out = {cout, rows * cols, b};
   pe_wino g;
-  bool runs = cout % 16 == 0; /* Cin is a multiple of 8 in every shape */
-  ck_assert_int_eq(pe_wino_plan(&g, s->r, in4, cout, rows, cols, ph, pw, in, out), runs);
+  bool runs = cout % (2 * va->lanes) == 0 && in4[1] % va->lanes == 0;
+  ck_assert_int_eq(pe_wino_plan(&g, va->lanes, s->r, in4, cout, rows, cols, ph, pw, in, out), runs);
   if (!runs) return NULL;
   int64_t nin = in4[0] * in4[1] * in4[2] * in4[3], nout = s->n * cout * rows * cols;
   float *xb = malloc((size_t)nin * sizeof(float)), *yb = malloc((size_t)nout * sizeof(float));
@@ -157,13 +172,17 @@ static float *wino(const shape5 *s, bool data_grad, const float *in_plain, const
 }
 
 /* The kernel's weights gradient of s (blocks b) on `threads`. */
-static float *wino_wgrad(const shape5 *s, const float *x_plain, const float *dy_plain, int64_t b,
-                         int threads) {
+static float *wino_wgrad(const shape5 *s, const float *x_plain, const float *dy_plain,
+                         const variant *va, int threads) {
+  int64_t b = va->block;
   int64_t oh = s->h + 2 * s->ph - (s->r - 1), ow = s->w + 2 * s->pw - (s->r - 1);
   int64_t in4[4] = {s->n, s->cin, s->h, s->w};
   pe_act_plane in = {s->cin, s->h * s->w, b}, out = {s->cout, oh * ow, b};
   pe_wino g;
-  ck_assert(pe_wino_plan(&g, s->r, in4, s->cout, oh, ow, s->ph, s->pw, in, out));
+  if (!pe_wino_plan(&g, va->lanes, s->r, in4, s->cout, oh, ow, s->ph, s->pw, in, out)) {
+    ck_assert(s->cin % va->lanes || s->cout % (2 * va->lanes));
+    return NULL;
+  }
   int64_t nx = s->n * s->cin * s->h * s->w, ny = s->n * s->cout * oh * ow;
   float *xb = malloc((size_t)nx * sizeof(float)), *dyb = malloc((size_t)ny * sizeof(float));
   float *dw = malloc((size_t)(s->cout * s->cin * s->r * s->r) * sizeof(float));
@@ -203,14 +222,17 @@ START_TEST(kernel_matches_loops) {
     float *y = malloc((size_t)ny * sizeof *y), *dx = malloc((size_t)nx * sizeof *dx);
     ref_fwd(s, x, f, b, y);
     ref_data_grad(s, dy, f, dx);
-    for (int64_t blk = 8; blk <= 16; blk += 8) {
-      if (s->cin % blk || s->cout % blk) continue;
-      float *got = wino(s, false, x, f, b, blk, 2);
-      expect_close(got, y, ny, 2e-6 * s->cin, "forward", s, blk);
+    for (int vi = 0; vi < NVARIANTS; vi++) {
+      const variant *va = &variants[vi];
+      int64_t blk = va->block;
+      if (!variant_runs(va) || s->cin % blk || s->cout % blk) continue;
+      float *got = wino(s, false, x, f, b, va, 2); /* NULL where the channels do not fit */
+      if (got) expect_close(got, y, ny, 2e-6 * s->cin, "forward", s, va);
+      ck_assert(got || s->cin % va->lanes || s->cout % (2 * va->lanes));
       free(got);
-      got = wino(s, true, dy, f, NULL, blk, 2); /* NULL where Cin is not a multiple of 16 */
-      if (got) expect_close(got, dx, nx, 2e-6 * s->cout, "data gradient", s, blk);
-      ck_assert(got || s->cin % 16);
+      got = wino(s, true, dy, f, NULL, va, 2);
+      if (got) expect_close(got, dx, nx, 2e-6 * s->cout, "data gradient", s, va);
+      ck_assert(got || s->cout % va->lanes || s->cin % (2 * va->lanes));
       free(got);
     }
     free(x), free(f), free(b), free(dy), free(y), free(dx);
@@ -235,14 +257,17 @@ START_TEST(kernel_weights_grad_matches_loops) {
     ref_weights_grad(s, x, dy, want, mag);
     double big = 0;
     for (int64_t i = 0; i < nw; i++) big = fmax(big, fabs(want[i]));
-    for (int64_t blk = 8; blk <= 16; blk += 8) {
-      if (s->cin % blk || s->cout % blk) continue;
-      float *got = wino_wgrad(s, x, dy, blk, 2);
+    for (int vi = 0; vi < NVARIANTS; vi++) {
+      const variant *va = &variants[vi];
+      int64_t blk = va->block;
+      if (!variant_runs(va) || s->cin % blk || s->cout % blk) continue;
+      float *got = wino_wgrad(s, x, dy, va, 2);
+      if (!got) continue; /* the plan refused the channels (wino_wgrad checks why) */
       for (int64_t i = 0; i < nw; i++)
         ck_assert_msg(fabs(got[i] - want[i]) <= 1e-5 * (mag[i] + big),
-                      "weights gradient, shape %zu, block %lld: [%lld] = %g, want %g (terms' "
-                      "magnitude %g)",
-                      k, (long long)blk, (long long)i, got[i], want[i], mag[i]);
+                      "weights gradient, shape %zu, %d lanes, block %lld: [%lld] = %g, want %g "
+                      "(terms' magnitude %g)",
+                      k, va->lanes, (long long)blk, (long long)i, got[i], want[i], mag[i]);
       free(got);
     }
     free(x), free(dy), free(want), free(mag);
@@ -258,10 +283,12 @@ START_TEST(kernel_same_bits_on_one_and_two_threads) {
     int64_t nx = s->n * s->cin * s->h * s->w;
     float *x = uniform(nx, 11), *f = uniform(s->cout * s->cin * s->r * s->r, 12);
     float *b = uniform(s->cout, 13);
-    float *one = wino(s, false, x, f, b, 8, 1), *two = wino(s, false, x, f, b, 8, 2);
+    const variant *va = &variants[0];
+    float *one = wino(s, false, x, f, b, va, 1), *two = wino(s, false, x, f, b, va, 2);
     int64_t ny = s->n * s->cout * (s->h + 2 * s->ph - (s->r - 1)) * (s->w + 2 * s->pw - (s->r - 1));
     ck_assert(memcmp(one, two, (size_t)ny * sizeof(float)) == 0);
-    float *dy = uniform(ny, 14), *w1 = wino_wgrad(s, x, dy, 8, 1), *w2 = wino_wgrad(s, x, dy, 8, 2);
+    float *dy = uniform(ny, 14), *w1 = wino_wgrad(s, x, dy, va, 1),
+          *w2 = wino_wgrad(s, x, dy, va, 2);
     ck_assert(memcmp(w1, w2, (size_t)(s->cout * s->cin * s->r * s->r) * sizeof(float)) == 0);
     free(x), free(f), free(b), free(one), free(two), free(dy), free(w1), free(w2);
   }
@@ -272,21 +299,29 @@ START_TEST(plan_refuses_what_it_cannot_run) {
   pe_act_plane b8 = {16, 49, 8}, plain = {16, 49, 1};
   pe_wino g;
   int64_t in[4] = {1, 16, 7, 7};
-  ck_assert(pe_wino_plan(&g, 5, in, 16, 7, 7, 2, 2, b8, b8));
+  ck_assert(pe_wino_plan(&g, 8, 5, in, 16, 7, 7, 2, 2, b8, b8));
   ck_assert(g.chunk > 0 && g.chunk % 6 == 0 && g.m == 2);
-  ck_assert(pe_wino_plan(&g, 3, in, 16, 7, 7, 1, 1, b8, b8) && g.m == 4);
-  ck_assert(!pe_wino_plan(&g, 5, in, 16, 7, 7, 2, 2, plain, b8)); /* plain input */
-  ck_assert(!pe_wino_plan(&g, 5, in, 16, 7, 7, 2, 2, b8, plain)); /* plain output */
-  ck_assert(!pe_wino_plan(&g, 5, in, 8, 7, 7, 2, 2, b8, b8));     /* Cout not a multiple of 16 */
-  ck_assert(!pe_wino_plan(&g, 5, in, 16, 8, 7, 2, 2, b8, b8));    /* not a 5x5 output size */
-  ck_assert(!pe_wino_plan(&g, 5, in, 16, 9, 9, 5, 5, b8, b8));    /* padding past 4 */
-  ck_assert(!pe_wino_plan(&g, 3, in, 16, 11, 11, 3, 3, b8, b8));  /* 3x3: padding past 2 */
-  ck_assert(!pe_wino_plan(&g, 4, in, 16, 6, 6, 1, 1, b8, b8));    /* neither 3 nor 5 */
+  ck_assert(pe_wino_plan(&g, 8, 3, in, 16, 7, 7, 1, 1, b8, b8) && g.m == 4);
+  ck_assert(!pe_wino_plan(&g, 8, 5, in, 16, 7, 7, 2, 2, plain, b8)); /* plain input */
+  ck_assert(!pe_wino_plan(&g, 8, 5, in, 16, 7, 7, 2, 2, b8, plain)); /* plain output */
+  ck_assert(!pe_wino_plan(&g, 8, 5, in, 8, 7, 7, 2, 2, b8, b8));     /* Cout not a multiple of 16 */
+  ck_assert(!pe_wino_plan(&g, 8, 5, in, 16, 8, 7, 2, 2, b8, b8));    /* not a 5x5 output size */
+  ck_assert(!pe_wino_plan(&g, 8, 5, in, 16, 9, 9, 5, 5, b8, b8));    /* padding past 4 */
+  ck_assert(!pe_wino_plan(&g, 8, 3, in, 16, 11, 11, 3, 3, b8, b8));  /* 3x3: padding past 2 */
+  ck_assert(!pe_wino_plan(&g, 8, 4, in, 16, 6, 6, 1, 1, b8, b8));    /* neither 3 nor 5 */
   int64_t wide[4] = {1, 1024, 7, 7}; /* 36 x 1024 x 512 transformed floats: 72 MiB */
-  ck_assert(!pe_wino_plan(&g, 3, wide, 512, 7, 7, 1, 1, b8, b8));
-  ck_assert(pe_wino_plan(&g, 3, wide, 256, 7, 7, 1, 1, b8, b8)); /* 36 MiB */
+  ck_assert(!pe_wino_plan(&g, 8, 3, wide, 512, 7, 7, 1, 1, b8, b8));
+  ck_assert(pe_wino_plan(&g, 8, 3, wide, 256, 7, 7, 1, 1, b8, b8)); /* 36 MiB */
+  ck_assert(!pe_wino_plan(&g, 7, 5, in, 16, 7, 7, 2, 2, b8, b8));   /* no such width */
+  int64_t in16[4] = {1, 16, 7, 7};
+  pe_act_plane b16 = {16, 49, 16};
+  if (__builtin_cpu_supports("avx512f")) {
+    ck_assert(pe_wino_plan(&g, 16, 5, in16, 32, 7, 7, 2, 2, b16, b16));
+    ck_assert(!pe_wino_plan(&g, 16, 5, in16, 16, 7, 7, 2, 2, b16, b16)); /* Cout not 32k */
+    ck_assert(!pe_wino_plan(&g, 16, 5, in16, 32, 7, 7, 2, 2, b8, b16));  /* 8-channel blocks */
+  }
   int64_t odd[4] = {1, 12, 7, 7};
-  ck_assert(!pe_wino_plan(&g, 5, odd, 16, 7, 7, 2, 2, b8, b8)); /* Cin not a multiple of 8 */
+  ck_assert(!pe_wino_plan(&g, 8, 5, odd, 16, 7, 7, 2, 2, b8, b8)); /* Cin not a multiple of 8 */
 }
 END_TEST
 
@@ -309,14 +344,15 @@ static pe_op_desc *conv_r(bool grad, int r) {
 /* The forward's Output of the last run_conv. */
 static pe_tensor y_fwd_copy;
 
-/* Runs conv2d and conv2d_grad in mode; returns the scope, its "y" the
+/* Runs conv2d and conv2d_grad (32 -> 32 channels: every pass fits both
+ * vector widths) in mode; returns the scope, its "y" the
  * gradient's input (the forward's output is in y_fwd_copy). */
 static pe_scope *run_conv(int mode, int r) {
   pe_conv_algo_set_mode(mode);
   pe_scope *s = pe_scope_new(NULL);
-  pe_shape xs = PE_SHAPE(2, 16, 9, 9), ys = PE_SHAPE(2, 32, 9, 9);
+  pe_shape xs = PE_SHAPE(2, 32, 9, 9), ys = PE_SHAPE(2, 32, 9, 9);
   ph_set_uniform(s, "x", xs, -1, 1, 3);
-  ph_set_uniform(s, "w", PE_SHAPE(32, 16, r, r), -0.2f, 0.2f, 4);
+  ph_set_uniform(s, "w", PE_SHAPE(32, 32, r, r), -0.2f, 0.2f, 4);
   ph_set_uniform(s, "b", PE_SHAPE(32), -0.1f, 0.1f, 5);
   ph_set_uniform(s, "dy", ys, -1, 1, 6);
   pe_op_desc *f = conv_r(false, r), *g = conv_r(true, r);
@@ -360,7 +396,7 @@ START_TEST(default_runs_winograd_where_onednn_is_avx2) {
     expect_near(def, dir, "dx", 1e-5);
     expect_near(def, dir, "dw", 1e-5);
     expect_near(def, dir, "db", 1e-5);
-    bool wino = pe_wino_available();
+    bool wino = pe_wino_takes(pe_wino_lanes(), r);
     ck_assert_msg(same_bits(def, dir, "y_fwd") != wino && same_bits(def, dir, "dx") != wino &&
                       same_bits(def, dir, "dw") != wino,
                   "%dx%d: pe's Winograd %s, yet the default's results are %s direct's", r, r,

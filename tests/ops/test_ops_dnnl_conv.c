@@ -425,7 +425,8 @@ END_TEST
 
 /* Attributes past int64_t arithmetic (a program's bytes may hold any) are
  * refused, naming them and the shapes, instead of overflowing the size
- * computation: 2 * padding, dilation * (kernel - 1). */
+ * computation: 2 * padding, dilation * (kernel - 1), the filter's input
+ * channels * groups. */
 START_TEST(conv_infer_huge_attrs) {
   const int64_t huge = INT64_C(1) << 62;
   dt_var ok[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 32, 32)}, {"w", PE_F32, PE_SHAPE(8, 3, 3, 3)}};
@@ -436,6 +437,13 @@ START_TEST(conv_infer_huge_attrs) {
   pe_op_desc_free(op);
   op = conv_op(1, 0, huge, 1);
   dt_expect_infer_error(op, ok, 2, PE_EATTR, "dilations [4611686018427387904,", "too large", NULL);
+  pe_op_desc_free(op);
+  /* Groups that divide a filter of no output channels, whose product with
+   * the filter's input channels overflows. */
+  dt_var none[] = {{"x", PE_F32, PE_SHAPE(-1, 3, 32, 32)}, {"w", PE_F32, PE_SHAPE(0, 32, 3, 3)}};
+  op = conv_op(1, 0, 1, huge);
+  dt_expect_infer_error(op, none, 2, PE_ESHAPE, "Filter 'w'", "input channels 3",
+                        "groups 4611686018427387904", NULL);
   pe_op_desc_free(op);
 }
 END_TEST

@@ -101,7 +101,9 @@ static pe_status *conv_check(pe_infer_ctx *c, int sin, int sf, int sb_slot, pe_s
     return pe_infer_error(c, PE_EATTR,
                           "groups %lld must be >= 1 and divide the %lld filters of '%s'",
                           (long long)p.groups, (long long)wd[0], wn);
-  if (xd[1] >= 0 && wd[1] >= 0 && xd[1] != wd[1] * p.groups)
+  int64_t channels; /* the filter's input channels times the groups */
+  if (xd[1] >= 0 && wd[1] >= 0 &&
+      (__builtin_mul_overflow(wd[1], p.groups, &channels) || xd[1] != channels))
     return pe_infer_error(c, PE_ESHAPE,
                           "input Filter '%s' shape %s does not match Input '%s' shape %s "
                           "(input channels %lld vs filter channels %lld x groups %lld)",
@@ -287,14 +289,16 @@ typedef struct conv_wino {
 
 static int conv_wino_plans(const pe_kernel_ctx *c, const conv_call *k, conv_wino *cw) {
   memset(cw, 0, sizeof *cw);
-  if (!pe_wino_available()) return 0;
+  int lanes = pe_wino_lanes();
+  if (!lanes) return 0;
   conv_params p;
   pe_dnnl_attr_pair_k(c->desc, "strides", 1, p.strides);
   pe_dnnl_attr_pair_k(c->desc, "paddings", 0, p.paddings);
   pe_dnnl_attr_pair_k(c->desc, "dilations", 1, p.dilations);
   const pe_shape *x = &k->x->shape, *w = &k->w->shape, *o = &k->out->shape;
   int r = (int)w->d[2];
-  if (pe_attr_i(c->def, c->desc, "groups") != 1 || (r != 3 && r != 5) || w->d[3] != r) return 0;
+  if (pe_attr_i(c->def, c->desc, "groups") != 1 || w->d[3] != r || !pe_wino_takes(lanes, r))
+    return 0;
   for (int i = 0; i < 2; i++)
     if (p.strides[i] != 1 || p.dilations[i] != 1) return 0;
   int64_t ph = p.paddings[0], pw = p.paddings[1];
@@ -302,14 +306,16 @@ static int conv_wino_plans(const pe_kernel_ctx *c, const conv_call *k, conv_wino
   pe_act_plane op = pe_act_plane_of(
       o, k->grad ? pe_dnnl_act_blocked(c, false, CVG_DOUT) : pe_dnnl_act_blocked(c, true, CV_OUT));
   if (!k->grad) {
-    if (pe_wino_plan(&cw->data, r, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
+    if (pe_wino_plan(&cw->data, lanes, r, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
       cw->passes = WINO_DATA;
     return cw->passes;
   }
-  if (k->dx && pe_wino_plan(&cw->data, r, o->d, x->d[1], x->d[2], x->d[3], r - 1 - ph, r - 1 - pw,
-                            op, pe_act_plane_of(x, pe_dnnl_act_blocked(c, true, CVG_DIN))))
+  if (k->dx &&
+      pe_wino_plan(&cw->data, lanes, r, o->d, x->d[1], x->d[2], x->d[3], r - 1 - ph, r - 1 - pw, op,
+                   pe_act_plane_of(x, pe_dnnl_act_blocked(c, true, CVG_DIN))))
     cw->passes |= WINO_DATA;
-  if (k->dw && pe_wino_plan(&cw->weights, r, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
+  if (k->dw &&
+      pe_wino_plan(&cw->weights, lanes, r, x->d, w->d[0], o->d[2], o->d[3], ph, pw, xp, op))
     cw->passes |= WINO_WEIGHTS;
   return cw->passes;
 }

@@ -45,7 +45,9 @@
  * input [n, cin, h, w] and output [n, cout, oh, ow], in the given layouts
  * (block 8 or 16), the input padded by pad_h rows above and pad_w columns
  * left (the rest of the padding follows from the sizes). */
+struct pe_wino_kernels;
 typedef struct pe_wino {
+  const struct pe_wino_kernels *kern; /* the ISA's (conv_winograd_impl.h) */
   int r, m;
   int64_t n, cin, h, w;
   int64_t cout, oh, ow;
@@ -54,17 +56,26 @@ typedef struct pe_wino {
   int64_t chunk; /* output tiles per scratch chunk (pe_wino_plan) */
 } pe_wino;
 
-/* True where this process runs pe_wino: the CPU has AVX2 and FMA, and
- * oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA included) is AVX2, not
- * AVX-512. */
-bool pe_wino_available(void);
+/* The vector width pe's Winograd runs at in this process: 8 (AVX2 and FMA)
+ * where oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA included) is AVX2, 16
+ * where it is AVX-512, with channels blocked by as many; 0 elsewhere (the
+ * caller runs oneDNN's). */
+int pe_wino_lanes(void);
+
+/* Whether pe's Winograd takes r x r filters at this width: 3 and 5 on
+ * AVX2; only 5 on AVX-512, where oneDNN has its own F(4x4, 3x3) (the
+ * winograd candidate then runs oneDNN's). */
+bool pe_wino_takes(int lanes, int r);
 
 /* Fills *g for a convolution of an r x r filter (3 or 5) at stride 1,
- * dilation 1, one group, paddings of at most r - 1, with both layouts
- * blocked and transformed filters of at most 64 MiB; false where any of
- * that does not hold (the caller runs oneDNN's). */
-bool pe_wino_plan(pe_wino *g, int r, const int64_t in[4], int64_t cout, int64_t oh, int64_t ow,
-                  int64_t pad_h, int64_t pad_w, pe_act_plane in_plane, pe_act_plane out_plane);
+ * dilation 1, one group, paddings of at most r - 1, on vectors of `lanes`
+ * (8 or 16, which the CPU must run): Cin a multiple of lanes, Cout of twice
+ * that, both layouts blocked by a multiple of lanes, transformed filters of
+ * at most 64 MiB; false where any of that does not hold (the caller runs
+ * oneDNN's). */
+bool pe_wino_plan(pe_wino *g, int lanes, int r, const int64_t in[4], int64_t cout, int64_t oh,
+                  int64_t ow, int64_t pad_h, int64_t pad_w, pe_act_plane in_plane,
+                  pe_act_plane out_plane);
 
 /* The transformed filters' size, and the scratch for a team of `threads`. */
 size_t pe_wino_filter_floats(const pe_wino *g);
