@@ -101,8 +101,8 @@ static const opt_row opts[] = {
      "capture each step as a CUDA graph and replay it: auto (default: on for cuda places once "
      "verified on a GPU) | on | off"},
     {"conv-algo", OPT_STR, CFG(conv_algo), 0, 0,
-     "default (pe's Winograd for 3x3 and 5x5 filters on AVX2, else direct) | direct | gemm | "
-     "winograd | auto | time: the fastest per shape"},
+     "default (pe's Winograd for 3x3 and 5x5 filters on AVX2, 5x5 on AVX-512, else direct) | "
+     "direct | gemm | winograd | auto | time: the fastest per shape"},
     {"conv-layout", OPT_STR, CFG(conv_layout), 0, 0,
      "blocked (default): activations between convolutions and pools in oneDNN's layout | "
      "plain"},

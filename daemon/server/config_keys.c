@@ -304,10 +304,10 @@ static const pe_config_key keys[] = {
     STRING_KEY("runtime", "cuda_graph", cuda_graph, "auto", RESTART, check_cuda_graph,
                "capture steps on cuda places as CUDA graphs: auto (once verified on a GPU), on "
                "or off"),
-    STRING_KEY(
-        "runtime", "conv_algo", conv_algo, "default", RESTART, check_conv_algo,
-        "convolution algorithm: default (pe's Winograd for 3x3 and 5x5 filters on AVX2, else "
-        "direct), direct, gemm, winograd, auto, or time (the fastest per shape)"),
+    STRING_KEY("runtime", "conv_algo", conv_algo, "default", RESTART, check_conv_algo,
+               "convolution algorithm: default (pe's Winograd for 3x3 and 5x5 filters on AVX2, 5x5 "
+               "on AVX-512, else direct), direct, gemm, winograd, auto, or time (the fastest "
+               "per shape)"),
     STRING_KEY("runtime", "conv_layout", conv_layout, "blocked", RESTART, check_conv_layout,
                "activations between convolutions and pools: blocked (oneDNN's layout, no "
                "reorders between them) or plain"),

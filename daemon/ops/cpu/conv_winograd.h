@@ -1,16 +1,17 @@
-/* Winograd F(2x2, 5x5) and F(4x4, 3x3): the stride-1 5x5 and 3x3
- * convolutions that oneDNN runs only directly where its ISA is AVX2.
+/* Winograd F(2x2, 5x5) and F(4x4, 3x3): stride-1 5x5 and 3x3
+ * convolutions in fewer multiplications than oneDNN's direct kernels.
  *
- * Why. oneDNN 2.6 has Winograd for 3x3 filters on AVX-512 only; on AVX2 it
- * runs its direct kernels, r x r multiply-adds per output and channel pair.
- * F(m x m, r x r) (m = 7 - r) computes each m x m output tile from a 6x6
- * input tile with 36 products per channel pair (2.8x fewer for 5x5, 4x for
- * 3x3), as 36 independent [tiles x Cin] x [Cin x Cout] products, plus
+ * Why. oneDNN 2.6 has Winograd for 3x3 filters on AVX-512 only; elsewhere
+ * it runs its direct kernels, r x r multiply-adds per output and channel
+ * pair. F(m x m, r x r) (m = 7 - r) computes each m x m output tile from a
+ * 6x6 input tile with 36 products per channel pair (2.8x fewer for 5x5, 4x
+ * for 3x3), as 36 independent [tiles x Cin] x [Cin x Cout] products, plus
  * transforms of the input tiles, the filters and the output tiles. On the
- * CNN's second convolution (32 -> 64 channels, 14x14, batch 32) at AVX2 it
- * takes 0.65 of oneDNN's direct time forward; at AVX-512 oneDNN's direct
- * kernels, twice as wide, are faster, so it runs only where oneDNN's
- * effective ISA is AVX2 (docs/ops.md, "Winograd on AVX2").
+ * CNN's second convolution (32 -> 64 channels, 14x14, batch 32) it takes
+ * 0.65 of oneDNN's direct time forward at AVX2 and 0.70-0.78 at AVX-512.
+ * It runs where oneDNN's effective ISA is AVX2 (3x3 and 5x5, 8 channels per
+ * vector) or AVX-512 (5x5, 16 channels; oneDNN's own Winograd takes 3x3
+ * there): pe_wino_lanes, pe_wino_takes (docs/ops.md, "pe's Winograd").
  *
  * Numerics. The transforms use the points 0, +-1, +-2 and infinity (those of
  * oneDNN's F(4x4, 3x3)); against the direct convolution the outputs differ
@@ -27,7 +28,7 @@
  *
  * Layouts. Input and output are read and written where they are stored:
  * oneDNN's nChw8c or nChw16c (pe_act_plane), never plain. Channels: Cin a
- * multiple of 8, Cout of 16.
+ * multiple of the vector's, Cout of twice that.
  *
  * Threading: pe_wino_filter, pe_wino_run and pe_wino_weights_grad fork
  * an OpenMP team of the given size on the calling thread; each member owns
