@@ -320,8 +320,15 @@ static int conv_wino_plans(const pe_kernel_ctx *c, const conv_call *k, conv_wino
   return cw->passes;
 }
 
-/* The Winograd buffers, the last two of the entry: the transformed filters
+/* The Winograd buffers, the last three of the entry: the plans (made once:
+ * an entry's shapes and layouts do not change), the transformed filters
  * (the data pass) and the team's scratch (both passes). */
+enum { WB_PLANS = 3, WB_FILTERS = 2, WB_SCRATCH = 1 }; /* counted from the end */
+
+static void *wino_buf(const pe_dnnl_entry *e, int which) {
+  return e->bufs[e->nbufs - which];
+}
+
 static pe_status *conv_wino_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_wino *cw) {
   int threads = omp_get_max_threads();
   size_t u = 0, scratch = 0, w = 0;
@@ -330,6 +337,9 @@ static pe_status *conv_wino_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv
     scratch = pe_wino_scratch_floats(&cw->data, threads);
   }
   if (cw->passes & WINO_WEIGHTS) w = pe_wino_wgrad_scratch_floats(&cw->weights, threads);
+  void *plans;
+  PE_TRY(pe_dnnl_entry_buffer(c, e, sizeof *cw, &plans));
+  memcpy(plans, cw, sizeof *cw);
   void *buf;
   PE_TRY(pe_dnnl_entry_buffer(c, e, u * sizeof(float), &buf));
   PE_TRY(pe_dnnl_entry_buffer(c, e, (w > scratch ? w : scratch) * sizeof(float), &buf));
@@ -338,48 +348,39 @@ static pe_status *conv_wino_build(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv
   return NULL;
 }
 
-/* The plans at a run (the same as at the build: same shapes and layouts)
- * and the team, at most the one the scratch holds. */
-static pe_status *conv_wino_prepare(pe_kernel_ctx *c, const pe_dnnl_entry *e, const conv_call *k,
-                                    conv_wino *cw, int *threads) {
-  if (conv_wino_plans(c, k, cw) != e->wino_passes)
-    return pe_kernel_error(c, PE_EINTERNAL, "%s: Winograd plan changed since its build",
-                           c->def->type);
-  *threads = omp_get_max_threads();
-  if (*threads > e->wino_threads) *threads = e->wino_threads;
-  return NULL;
+/* The team of a run: at most the one the scratch holds. */
+static int conv_wino_team(const pe_dnnl_entry *e) {
+  int threads = omp_get_max_threads();
+  return threads < e->wino_threads ? threads : e->wino_threads;
 }
 
 /* The forward or the data pass on pe's Winograd: y <- x (Input, or the
  * output gradient) convolved with w, plus bias. */
-static pe_status *conv_wino_data(pe_kernel_ctx *c, const pe_dnnl_entry *e, const conv_call *k,
-                                 const void *x, const float *bias, void *y) {
-  conv_wino cw;
-  int threads = 1;
-  PE_TRY(conv_wino_prepare(c, e, k, &cw, &threads));
-  float *u = e->bufs[e->nbufs - 2], *scratch = e->bufs[e->nbufs - 1];
-  pe_wino_filter(&cw.data, pe_f32(k->w), k->grad, u, threads);
-  pe_wino_run(&cw.data, x, u, bias, y, scratch, threads);
-  return NULL;
+static void conv_wino_data(const pe_dnnl_entry *e, const conv_call *k, const void *x,
+                           const float *bias, void *y) {
+  const conv_wino *cw = wino_buf(e, WB_PLANS);
+  float *u = wino_buf(e, WB_FILTERS);
+  int threads = conv_wino_team(e);
+  pe_wino_filter(&cw->data, pe_f32(k->w), k->grad, u, threads);
+  pe_wino_run(&cw->data, x, u, bias, y, wino_buf(e, WB_SCRATCH), threads);
 }
 
 /* The weights pass on pe's Winograd: Filter@GRAD from Input and the output
  * gradient g. */
-static pe_status *conv_wino_weights(pe_kernel_ctx *c, const pe_dnnl_entry *e, const conv_call *k) {
-  conv_wino cw;
-  int threads = 1;
-  PE_TRY(conv_wino_prepare(c, e, k, &cw, &threads));
-  pe_wino_weights_grad(&cw.weights, pe_f32(k->x), k->g, pe_f32(k->dw), e->bufs[e->nbufs - 1],
-                       threads);
-  return NULL;
+static void conv_wino_weights(const pe_dnnl_entry *e, const conv_call *k) {
+  const conv_wino *cw = wino_buf(e, WB_PLANS);
+  pe_wino_weights_grad(&cw->weights, pe_f32(k->x), k->g, pe_f32(k->dw), wino_buf(e, WB_SCRATCH),
+                       conv_wino_team(e));
 }
 
 /* The convolution alone (stages included), no relu. */
 static pe_status *conv_fwd_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_call *k) {
   const pe_dnnl_stage *s = e->stages;
   void *x = k->x->data, *w = k->w->data, *out = k->out->data;
-  if (e->wino_passes & WINO_DATA)
-    return conv_wino_data(c, e, k, x, k->b ? pe_f32(k->b) : NULL, out);
+  if (e->wino_passes & WINO_DATA) {
+    conv_wino_data(e, k, x, k->b ? pe_f32(k->b) : NULL, out);
+    return NULL;
+  }
   PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_SRC], x));
   PE_TRY(pe_dnnl_stage_in(c, e, &s[FS_WEI], w)); /* every call: weights change */
   void *h[] = {pe_dnnl_stage_handle(e, &s[FS_SRC], x), pe_dnnl_stage_handle(e, &s[FS_WEI], w),
@@ -671,7 +672,7 @@ static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_c
   const pe_dnnl_stage *s = e->stages;
   void *g = k->g, *x = k->x->data, *w = k->w->data;
   if (k->dx && (e->wino_passes & WINO_DATA)) {
-    PE_TRY(conv_wino_data(c, e, k, g, NULL, k->dx->data));
+    conv_wino_data(e, k, g, NULL, k->dx->data);
   } else if (k->dx) {
     void *dx = k->dx->data;
     PE_TRY(pe_dnnl_stage_in(c, e, &s[GS_BD_DDST], g));
@@ -683,7 +684,7 @@ static pe_status *conv_grad_run(pe_kernel_ctx *c, pe_dnnl_entry *e, const conv_c
     PE_TRY(pe_dnnl_stage_out(c, e, &s[GS_BD_DSRC], dx));
   }
   if (k->dw && (e->wino_passes & WINO_WEIGHTS)) {
-    PE_TRY(conv_wino_weights(c, e, k));
+    conv_wino_weights(e, k);
     if (k->db) bias_grad(c, pe_f32(k->db), g, &k->out->shape);
   } else if (k->dw) {
     void *dw = k->dw->data;

@@ -51,7 +51,7 @@ dnnl_status_t pe_dnnl_md_matrix(dnnl_memory_desc_t *md, int64_t rows, int64_t co
 #define PE_DNNL_KEY_MAX 32
 #define PE_DNNL_MAX_PRIMS 10 /* convolution backward: 2 + 6 reorders */
 #define PE_DNNL_MAX_ARGS 10
-#define PE_DNNL_MAX_BUFS 10 /* convolution backward: 2 + 6 stages + 2 (Winograd) */
+#define PE_DNNL_MAX_BUFS 11 /* convolution backward: 2 + 6 stages + 3 (Winograd) */
 #define PE_DNNL_MAX_STAGES 6
 
 /* Scratchpads are user-managed: every primitive gets its own (one buffer of
