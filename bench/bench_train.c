@@ -630,6 +630,8 @@ static void json_run_keys(const trainer *t, const train_result *r) {
  * where it does not apply (cuda or sim places, no step). */
 #define ROOF_WARMUP 2
 #define ROOF_REPEATS 5
+#define ROOF_PEAK_TRIES 3      /* the FMA peak's runs, the fastest kept */
+#define ROOF_PEAK_SECONDS 0.02 /* each */
 static int roofline_measure(const trainer *t, const train_result *r, pe_roof_totals *out,
                             bool *measured) {
   *measured = false;
@@ -640,6 +642,7 @@ static int roofline_measure(const trainer *t, const train_result *r, pe_roof_tot
   if (!st) st = pe_roof_time(&l, t->place_threads, ROOF_WARMUP, ROOF_REPEATS, out);
   pe_roof_list_free(&l);
   if (st) return fail_st(st, "--roofline");
+  pe_fma_peak_measure(t->place_threads, ROOF_PEAK_TRIES, ROOF_PEAK_SECONDS, &out->peak);
   *measured = true;
   return 0;
 }
@@ -789,10 +792,17 @@ int pe_bench_train(int argc, char **argv) {
           "%s: %ld steps in %.2f s (%.0f samples/s), last-epoch loss %.4f, "
           "test accuracy %.4f\n",
           t.cfg.model, r.steps, r.train_seconds, sps, r.final_loss, r.test_acc);
-      if (roof_on)
+      if (roof_on) {
+        double ms = roof.gemm_ms + roof.conv_ms, flop = roof.gemm_gflop + roof.conv_gflop;
         printf("roofline: GEMMs %.2f ms + convolutions %.2f ms of a %.2f ms step (%.2f)\n",
-               roof.gemm_ms, roof.conv_ms, step_ms,
-               step_ms > 0 ? (roof.gemm_ms + roof.conv_ms) / step_ms : 0);
+               roof.gemm_ms, roof.conv_ms, step_ms, step_ms > 0 ? ms / step_ms : 0);
+        if (roof.peak.gflops > 0 && ms > 0 && step_ms > 0)
+          printf(
+              "FMA peak (%s, %d thread%s): %.1f GFLOPS; the kernels alone reach %.2f of it, "
+              "the step %.2f\n",
+              roof.peak.isa, roof.peak.threads, roof.peak.threads == 1 ? "" : "s", roof.peak.gflops,
+              flop / (ms * 1e-3) / roof.peak.gflops, flop / (step_ms * 1e-3) / roof.peak.gflops);
+      }
     }
   }
   teardown(&t);

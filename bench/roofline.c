@@ -9,8 +9,8 @@
 #include "compiler/pass.h"
 #include "core/clock.h"
 #include "ops/cpu/conv_algo.h"
-#include "ops/cpu/dnnl_util.h"
 #include "ops/cpu/conv_weights_pass.h"
+#include "ops/cpu/dnnl_util.h"
 #include "ops/cpu/matmul_weights.h"
 #include "ops/device_ctx.h"
 #include "ops/matmul_view.h"
@@ -479,10 +479,18 @@ void pe_roof_json(FILE *f, const pe_roof_totals *t, double step_ms, int threads,
   fprintf(f,
           ",\"roofline\":{\"threads\":%d,\"batch\":%lld,\"gemm_ms\":%.3f,\"conv_ms\":%.3f,"
           "\"gemms\":%d,\"convs\":%d,\"distinct\":%d,\"gemm_gflop\":%.4f,\"conv_gflop\":%.4f,"
-          "\"gemm_gflops\":%.1f,\"conv_gflops\":%.1f,\"gflops\":%.1f,\"measure_seconds\":%.2f}",
+          "\"gemm_gflops\":%.1f,\"conv_gflops\":%.1f,\"gflops\":%.1f,\"measure_seconds\":%.2f",
           threads, (long long)batch, t->gemm_ms, t->conv_ms, t->gemms, t->convs, t->distinct,
           t->gemm_gflop, t->conv_gflop, gflops(t->gemm_gflop, t->gemm_ms),
           gflops(t->conv_gflop, t->conv_ms), gflops(t->gemm_gflop + t->conv_gflop, ms), t->seconds);
+  const pe_fma_peak *pk = &t->peak;
+  if (pk->gflops > 0) {
+    double flop = t->gemm_gflop + t->conv_gflop;
+    fprintf(f, ",\"peak_isa\":\"%s\",\"peak_gflops\":%.1f,\"kernel_peak_fraction\":%.3f", pk->isa,
+            pk->gflops, gflops(flop, ms) / pk->gflops);
+    fprintf(f, ",\"step_peak_fraction\":%.3f", gflops(flop, step_ms) / pk->gflops);
+  }
+  fputc('}', f);
 }
 
 pe_status *pe_roof_collect_model(const uint8_t *bytes, size_t len, const char *keep, bool fuse_ops,

@@ -33,6 +33,7 @@
 #include <stdio.h>
 
 #include "core/status.h"
+#include "fma_peak.h"
 #include "ir/program.h"
 
 typedef enum pe_roof_kind {
@@ -71,6 +72,7 @@ typedef struct pe_roof_totals {
   int gemms, convs; /* items */
   int distinct;     /* items timed (distinct geometries) */
   double seconds;   /* wall time the timing took (builds included) */
+  pe_fma_peak peak; /* the team's FMA peak (fma_peak.h); gflops 0: not measured */
 } pe_roof_totals;
 
 /* List the GEMMs and convolutions of p's main block (p compiled) at this
@@ -95,7 +97,11 @@ pe_status *pe_roof_time(pe_roof_list *l, int threads, int warmup, int repeats, p
 
 /* The JSON keys of a measured roofline against a step's time:
  * ,"step_ms":..,"roofline_gemm_conv_ms":..,"roofline_fraction":..,
- * "roofline":{...} (docs/benchmarks.md). */
+ * "roofline":{...} (docs/benchmarks.md); with t->peak measured, the
+ * roofline's object also holds the peak and two fractions of it: the
+ * kernels' rate alone and the step's (its GEMM and convolution operations
+ * over the step's time). Operations are counted as the direct algorithm
+ * does them, so a step on Winograd convolutions can pass 1. */
 void pe_roof_json(FILE *f, const pe_roof_totals *t, double step_ms, int threads, int64_t batch);
 
 #endif

@@ -3,6 +3,7 @@
  * layer and direction with the layers' shapes; each timed positive; an op
  * whose shape stays unknown is an error naming it. */
 #include <check.h>
+#include <dnnl.h>
 #include <string.h>
 
 #include "check_main.h"
@@ -60,6 +61,43 @@ START_TEST(mlp_lists_each_layer_product) {
   ck_assert(is_gemm(&it[6], "matmul_grad", 256, 32, 128, true, false));
   ck_assert(is_gemm(&it[7], "matmul_grad", 784, 32, 256, true, false));
   ck_assert_double_eq(pe_roof_flop(&it[0]), 2.0 * 32 * 784 * 256);
+  pe_roof_list_free(&l);
+}
+END_TEST
+
+/* The FMA peak runs at oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA lowers
+ * both), and no product can beat it: the MLP's largest product on one
+ * thread is at most the one-thread peak (with room for noise), and at
+ * least a fifth of it (oneDNN's products run near the peak on every ISA;
+ * a loop that counted too few lanes or ran out of registers would read
+ * far below the product). */
+START_TEST(fma_peak_bounds_the_products) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  pe_fma_peak pk;
+  pe_fma_peak_measure(1, 3, 0.02, &pk);
+  __builtin_cpu_init();
+  if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) {
+    ck_assert_str_eq(pk.isa, "avx512");
+    ck_assert_int_eq(pk.lanes, 16);
+  } else if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2 && __builtin_cpu_supports("fma")) {
+    ck_assert_str_eq(pk.isa, "avx2");
+    ck_assert_int_eq(pk.lanes, 8);
+  } else {
+    ck_assert_str_eq(pk.isa, "sse");
+    ck_assert_int_eq(pk.lanes, 4);
+  }
+  ck_assert_int_eq(pk.threads, 1);
+  ck_assert_msg(pk.gflops > 0, "peak %g", pk.gflops);
+  pe_roof_list l = collect("mlp", 128);
+  pe_roof_list first = {.n = 1, .cap = 1, .items = calloc(1, sizeof(pe_roof_item))};
+  first.items[0] = l.items[0]; /* [128,784] x [784,256] */
+  pe_roof_totals t;
+  pe_status *st = pe_roof_time(&first, 1, 3, 9, &t);
+  ck_assert_msg(!st, "%s", st ? pe_status_msg(st) : "");
+  double rate = t.gemm_gflop / (t.gemm_ms * 1e-3);
+  ck_assert_msg(rate <= 1.25 * pk.gflops && rate >= 0.2 * pk.gflops,
+                "product %.1f GFLOPS against an FMA peak of %.1f (%s)", rate, pk.gflops, pk.isa);
+  pe_roof_list_free(&first);
   pe_roof_list_free(&l);
 }
 END_TEST
@@ -190,6 +228,7 @@ static Suite *roofline_suite(void) {
   tcase_add_test(tc, timing_is_positive_and_counts_every_item);
   tcase_add_test(tc, every_conv_algo_mode_times);
   tcase_add_test(tc, unknown_shapes_are_named);
+  tcase_add_test(tc, fma_peak_bounds_the_products);
   suite_add_tcase(s, tc);
   return s;
 }

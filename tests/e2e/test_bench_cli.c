@@ -386,6 +386,15 @@ START_TEST(roofline_keys_against_the_step) {
   for (int i = 0; i < 7; i++)
     ck_assert_msg(json_num(json, keys[i]) > 0, "%s not positive: %s", keys[i], json);
   ck_assert_msg(json_num(json, "roofline_fraction") <= 1.5, "%s", json);
+  /* The FMA peak and the two fractions of it: the step's is the kernels'
+   * times the roofline fraction (up to the printed digits). */
+  const char *pk[] = {"peak_gflops", "kernel_peak_fraction", "step_peak_fraction"};
+  for (int i = 0; i < 3; i++)
+    ck_assert_msg(json_num(json, pk[i]) > 0, "%s not positive: %s", pk[i], json);
+  ck_assert_msg(strstr(json, "\"peak_isa\":\""), "%s", json);
+  double want = json_num(json, "kernel_peak_fraction") * json_num(json, "roofline_fraction");
+  ck_assert_msg(fabs(json_num(json, "step_peak_fraction") - want) <= 0.01 * want + 0.002, "%s",
+                json);
   ck_assert_double_eq(json_num(json, "convs"), 5);
   ck_assert_double_eq(json_num(json, "gemms"), 6);
   ck_assert_msg(bench("train --model mlp --executor parallel --places cpu:2 --batch 64 --steps 5 "
