@@ -630,8 +630,8 @@ static void json_run_keys(const trainer *t, const train_result *r) {
  * where it does not apply (cuda or sim places, no step). */
 #define ROOF_WARMUP 2
 #define ROOF_REPEATS 5
-#define ROOF_PEAK_TRIES 3      /* the FMA peak's runs, the fastest kept */
-#define ROOF_PEAK_SECONDS 0.02 /* each */
+#define ROOF_PEAK_TRIES 20      /* the FMA peak's runs, the fastest kept */
+#define ROOF_PEAK_SECONDS 0.001 /* each: within another tenant's time slice */
 static int roofline_measure(const trainer *t, const train_result *r, pe_roof_totals *out,
                             bool *measured) {
   *measured = false;

@@ -29,7 +29,9 @@ typedef struct pe_fma_peak {
 } pe_fma_peak;
 
 /* Measure on `threads` (>= 1) threads: `tries` (>= 1) runs of about
- * `seconds` each, the fastest kept (the others lost time to other tenants). */
+ * `seconds` each, the fastest kept (the others lost time to other tenants:
+ * runs shorter than a scheduler's time slice, a millisecond, let some of
+ * them run whole on a loaded machine). */
 void pe_fma_peak_measure(int threads, int tries, double seconds, pe_fma_peak *out);
 
 #endif
